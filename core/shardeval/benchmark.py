@@ -1,0 +1,81 @@
+"""The benchmark API: a dataset in canonical order, how each problem is asked, and how it is scored.
+
+A benchmark plugin registers a factory `factory(params: dict) -> Benchmark`. Problems are addressed
+by their index in canonical order, so a shard asks only for its own range and never materialises
+the rest. Solvers (how a problem becomes requests) and metrics (how scores reduce) stay separate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Iterator
+
+import msgspec
+
+
+class Problem(msgspec.Struct, frozen=True, kw_only=True):
+    idx: int
+    id: str
+    prompt: str | None = None
+    messages: list[dict[str, str]] | None = None
+    reference: str | None = None
+    cluster: str | None = None
+    metadata: dict[str, Any] = {}
+
+    def user_text(self) -> str:
+        """The text a simulator or log shows for this problem: the prompt or the last user turn."""
+        if self.prompt is not None:
+            return self.prompt
+        for m in reversed(self.messages or []):
+            if m.get("role") == "user":
+                return m.get("content", "")
+        return ""
+
+
+class Score(msgspec.Struct, kw_only=True):
+    score: float
+    extracted: str | None = None
+    scores: dict[str, float] = {}
+
+
+class Benchmark:
+    """Base class for benchmarks; subclasses implement `size`, `problem` and `score`."""
+
+    name: str = ""
+
+    def size(self) -> int:
+        raise NotImplementedError
+
+    def problem(self, idx: int) -> Problem:
+        raise NotImplementedError
+
+    def score(self, problem: Problem, response: str) -> Score:
+        raise NotImplementedError
+
+    def problems(self, indices: range | list[int]) -> Iterator[Problem]:
+        """Yield the problems at `indices` lazily; override when sequential reads are cheaper."""
+        for i in indices:
+            yield self.problem(i)
+
+    def fingerprint(self) -> str:
+        """Hash of the canonical rows, so merge can tell two datasets apart (override when cheaper)."""
+        h = hashlib.sha256()
+        for p in self.problems(range(self.size())):
+            h.update(msgspec.json.encode(p))
+            h.update(b"\n")
+        return "sha256:" + h.hexdigest()
+
+    def answer_key(self) -> Callable[[str], str | None]:
+        """Map a prompt text to its reference answer, for the simulator's `--accuracy`.
+
+        The default indexes every problem's text; benchmarks that can solve their own prompts
+        (like `arith`) override it to use no memory.
+        """
+        key: dict[str, str] = {}
+        for p in self.problems(range(self.size())):
+            if p.reference is not None:
+                key[p.user_text().strip()] = p.reference
+        return lambda text: key.get(text.strip())
+
+
+BenchmarkFactory = Callable[[dict[str, Any]], Benchmark]

@@ -1,0 +1,100 @@
+"""The `shardeval` command line. Heavy modules are imported inside commands, so `--help` and
+`--version` never load aiohttp or msgspec."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from shardeval import __version__
+from shardeval.errors import UsageError
+
+
+class _Group(click.Group):
+    """Adds plugin commands lazily: only when a command is looked up or listed."""
+
+    _plugins_added = False
+
+    def _add_plugin_commands(self) -> None:
+        if self._plugins_added:
+            return
+        self._plugins_added = True
+        from shardeval import plugins
+
+        plugins.hooks().register_commands(cli=self)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None:
+            self._add_plugin_commands()
+            command = super().get_command(ctx, cmd_name)
+        return command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._add_plugin_commands()
+        return super().list_commands(ctx)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="shardeval")
+def cli() -> None:
+    """Sharded, resumable LLM evaluation: run shards anywhere, merge them into one set of numbers."""
+
+
+@cli.command()
+@click.argument("config_path", required=False, metavar="[CONFIG.yaml]")
+@click.option("--bench", help="Quick mode: benchmark name or path/to/file.jsonl.")
+@click.option("--model-url", help="Quick mode: OpenAI-compatible base URL (…/v1) or full endpoint URL.")
+@click.option("--model-id", help="Quick mode: the served model name.")
+@click.option("--api-key-env", help="Name of the environment variable holding the API key (never the key).")
+@click.option("-n", "--repeats", type=int, help="Times each problem is asked.")
+@click.option("--max-problems", type=int, help="Evaluate only the first N problems.")
+@click.option("--max-concurrent", type=int, help="Requests in flight per shard.")
+@click.option("-o", "--output-dir", help="This shard's output directory (default: output.dir/shard_<i>).")
+@click.option("--shard", "shard_flag", metavar="I/N", help="Run shard I of N (beats every environment variable).")
+@click.option("--fresh", is_flag=True, help="Start over: move earlier results aside instead of resuming.")
+@click.option("-O", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="Override a config value.")
+@click.option("--dry-run", is_flag=True, help="Show what would run or be submitted; run nothing.")
+def run(config_path: str | None, shard_flag: str | None, overrides: tuple[str, ...], dry_run: bool, fresh: bool, **quick: object) -> None:
+    """Evaluate one shard, or hand the whole run to the configured orchestrator."""
+    from shardeval.launch import launch
+
+    sys.exit(launch(config_path, quick, list(overrides), shard_flag=shard_flag, fresh=fresh, dry_run=dry_run))
+
+
+@cli.command("plugins")
+def plugins_command() -> None:
+    """List loaded plugins, where they came from, and what each registered."""
+    from shardeval import plugins
+
+    loaded = plugins.load()
+    for p in loaded.loaded:
+        mine = [
+            f"{kind[:-1]} {e.name}"
+            for kind, table in loaded.registry.entries.items()
+            for e in table.values()
+            if e.plugin == p.name
+        ]
+        click.echo(f"{p.name:<12} {p.module:<24} {p.source}")
+        if mine:
+            click.echo(f"{'':<12} registers: {', '.join(mine)}")
+    for failure in loaded.failures:
+        click.echo(f"FAILED       {failure}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user mistakes become one line and exit 2; Ctrl-C exits 130 without a traceback."""
+    try:
+        cli.main(args=argv, prog_name="shardeval", standalone_mode=False)
+    except UsageError as exc:
+        click.echo(f"shardeval: error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("shardeval: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)

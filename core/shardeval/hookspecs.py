@@ -1,0 +1,67 @@
+"""The shardeval plugin API. Every built-in (plugins/shardeval_*) uses exactly these hooks.
+
+A plugin is a module (found through the `shardeval` entry-point group, the plugin directory, or
+`SHARDEVAL_PLUGINS`) that defines any of the functions below decorated with `@hookimpl`.
+Registration hooks receive a `register` callback, so the core validates each registration and
+reports a clash by name. Lifecycle hooks are named after events and receive plain values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("shardeval")
+hookimpl = pluggy.HookimplMarker("shardeval")
+
+
+@hookspec
+def register_benchmarks(register: Any) -> None:
+    """Register benchmarks: `register(name, factory)`, factory(params: dict) -> Benchmark."""
+
+
+@hookspec
+def register_solvers(register: Any) -> None:
+    """Register solvers: `register(type, factory)`, factory(SolverConfig, ServiceHandle) -> Solver."""
+
+
+@hookspec
+def register_services(register: Any) -> None:
+    """Register model services: `register(type, factory, config=ServiceConfig subclass)`.
+
+    factory(name, config, ServiceContext) returns an async context manager yielding an Endpoint.
+    """
+
+
+@hookspec
+def register_orchestrators(register: Any) -> None:
+    """Register cluster types: `register(type, factory, config=ClusterConfig subclass)`.
+
+    factory(config: Config, options: dict) -> Orchestrator; called when no shard is selected.
+    """
+
+
+@hookspec
+def register_metrics(register: Any) -> None:
+    """Register metrics: `register(name, metric)`; used by `shardeval merge`."""
+
+
+@hookspec
+def register_commands(cli: Any) -> None:
+    """Add click commands to the `shardeval` group: `cli.add_command(...)` or `@cli.command()`."""
+
+
+@hookspec
+def shard_started(manifest: Any, out_dir: str) -> None:
+    """A shard begins (manifest state `running`). For loggers and exporters."""
+
+
+@hookspec
+def record_written(record: Any, out_dir: str) -> None:
+    """A result record was appended and flushed. Called on the hot path: keep it cheap."""
+
+
+@hookspec
+def shard_finished(manifest: Any, out_dir: str) -> None:
+    """A shard ended; `manifest.state` says how (complete, failed, interrupted)."""

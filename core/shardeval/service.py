@@ -1,0 +1,53 @@
+"""The model-service API: a service plugin turns its config into a reachable Endpoint.
+
+A service factory returns an async context manager: entering it starts (or just locates) the
+server and waits until it is healthy; leaving it stops whatever it started, on every exit path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, AsyncContextManager, Callable
+
+from shardeval.config import Protocol, ServiceConfig
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where requests go. `api_key_env` names a variable; the key itself is read only when sending."""
+
+    base_url: str  # ends in /v1
+    model: str
+    protocol: Protocol
+    api_key_env: str | None = None
+
+    def url(self) -> str:
+        path = "/chat/completions" if self.protocol == "chat_completions" else "/completions"
+        return self.base_url.rstrip("/") + path
+
+
+@dataclass(frozen=True)
+class ServiceContext:
+    """What a service may use on the node: where its logs go and which shard it serves."""
+
+    logs_dir: str
+    shard_idx: int
+    total_shards: int
+
+
+ServiceFactory = Callable[[str, ServiceConfig, ServiceContext], AsyncContextManager[Endpoint]]
+
+
+def split_endpoint_url(url: str) -> tuple[str, Protocol | None]:
+    """Accept a base URL ending in /v1 or a full endpoint URL; return (base_url, protocol or None)."""
+    stripped = url.rstrip("/")
+    for suffix, protocol in (("/chat/completions", "chat_completions"), ("/completions", "completions")):
+        if stripped.endswith(suffix):
+            return stripped[: -len(suffix)], protocol  # type: ignore[return-value]
+    return stripped, None
+
+
+def describe(config: ServiceConfig) -> dict[str, Any]:
+    """The parts of a service config that change results (for the config hash): never ports or keys."""
+    model = getattr(config, "served_model_name", None) or getattr(config, "model", None)
+    return {"type": config.type, "model": model, "protocol": config.protocol}

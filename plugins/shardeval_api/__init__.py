@@ -1,0 +1,23 @@
+"""Built-in plugin: the `api` service (an existing OpenAI-compatible server) and the `simple` solver.
+
+Like every built-in, it is registered through the `shardeval` entry-point group, exactly as a
+third-party package would be; copy it to start your own service plugin.
+"""
+
+from __future__ import annotations
+
+from shardeval.hookspecs import hookimpl
+
+
+@hookimpl
+def register_services(register):
+    from shardeval_api.service import ApiServiceConfig, api_service
+
+    register("api", api_service, config=ApiServiceConfig)
+
+
+@hookimpl
+def register_solvers(register):
+    from shardeval.solver import SimpleSolver
+
+    register("simple", SimpleSolver)

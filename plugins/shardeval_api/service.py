@@ -1,0 +1,26 @@
+"""The `api` service: a server someone else runs. Nothing to start; just say where it is."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from shardeval.config import ServiceConfig
+from shardeval.errors import UsageError
+from shardeval.service import Endpoint, ServiceContext, split_endpoint_url
+
+
+class ApiServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    url: str
+    model: str
+
+
+@asynccontextmanager
+async def api_service(name: str, config: ApiServiceConfig, ctx: ServiceContext) -> AsyncIterator[Endpoint]:
+    if not config.url.startswith(("http://", "https://")):
+        raise UsageError(
+            f"services.{name}.url: {config.url!r} is not an http(s) URL; give the base URL ending in /v1, "
+            "e.g. http://node17:8000/v1"
+        )
+    base_url, protocol = split_endpoint_url(config.url)
+    yield Endpoint(base_url=base_url, model=config.model, protocol=protocol or config.protocol, api_key_env=config.api_key_env)
