@@ -69,10 +69,11 @@ def plugins_command() -> None:
     from shardeval import plugins
 
     loaded = plugins.load()
+    registry = plugins.registry()
     for p in loaded.loaded:
         mine = [
             f"{kind[:-1]} {e.name}"
-            for kind, table in loaded.registry.entries.items()
+            for kind, table in registry.entries.items()
             for e in table.values()
             if e.plugin == p.name
         ]

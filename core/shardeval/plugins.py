@@ -49,7 +49,6 @@ def _add_plugin_dir_to_path() -> None:
 @dataclass
 class PluginSet:
     manager: pluggy.PluginManager
-    registry: Registry
     loaded: list[LoadedPlugin]
     failures: list[str]
 
@@ -60,7 +59,7 @@ def _warn(message: str) -> None:
 
 @lru_cache(maxsize=1)
 def load() -> PluginSet:
-    """Load every plugin once per process and collect their registrations."""
+    """Import every plugin module once per process (cheap: plugin modules import lazily)."""
     from importlib.metadata import entry_points
 
     pm = pluggy.PluginManager("shardeval")
@@ -86,23 +85,29 @@ def load() -> PluginSet:
         add(ep.name, ep.value.split(":")[0], source)
     for module_name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
         add(module_name, module_name, PLUGINS_ENV)
+    for message in failures:
+        _warn(message)
+    return PluginSet(manager=pm, loaded=loaded, failures=failures)
 
+
+@lru_cache(maxsize=1)
+def registry() -> Registry:
+    """Collect every plugin's registrations; a plugin whose hook fails is named and skipped."""
+    plugin_set = load()
     registry = Registry()
     for kind in KINDS:
-        caller = getattr(pm.hook, f"register_{kind}")
+        caller = getattr(plugin_set.manager.hook, f"register_{kind}")
         for impl in caller.get_hookimpls():
             try:
                 impl.function(register=registry.registrar(kind, impl.plugin_name))
             except Exception as exc:
-                failures.append(f"plugin {impl.plugin_name!r} failed in register_{kind}: {type(exc).__name__}: {exc}")
-    failures.extend(registry.problems)
-    for message in failures:
+                registry.problems.append(
+                    f"plugin {impl.plugin_name!r} failed in register_{kind}: {type(exc).__name__}: {exc}"
+                )
+    for message in registry.problems:
         _warn(message)
-    return PluginSet(manager=pm, registry=registry, loaded=loaded, failures=failures)
-
-
-def registry() -> Registry:
-    return load().registry
+    plugin_set.failures.extend(registry.problems)
+    return registry
 
 
 def hooks() -> pluggy.HookRelay:

@@ -1,0 +1,46 @@
+"""The orchestrator API: what a `cluster.type` plugin receives when no shard is selected.
+
+An orchestrator turns one `shardeval run` into N shard runs (local processes, a SLURM array, an
+Indexed Job, Ray tasks, Compose services). Each of those runs `shard_argv(...)`: the same command
+with `--shard I/N` and its own output directory, so a shard never re-submits the run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from shardeval.config import Config
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    config: Config
+    config_path: str | None
+    overrides: list[str]
+    quick: dict[str, Any] = field(default_factory=dict)
+    output_root: str = "./eval_results"
+    dry_run: bool = False
+    fresh: bool = False
+
+    def shard_dir(self, idx: int) -> str:
+        return os.path.join(self.output_root, f"shard_{idx}")
+
+    def shard_args(self, idx: int | str, total: int, output_dir: str | None = None) -> list[str]:
+        """Arguments after `shardeval run` that make a node run exactly shard idx of total."""
+        args: list[str] = []
+        if self.config_path:
+            args.append(self.config_path)
+        for flag, value in self.quick.items():
+            if value is not None:
+                args += [f"--{flag.replace('_', '-')}", str(value)]
+        for override in self.overrides:
+            args += ["-O", override]
+        if self.fresh:
+            args.append("--fresh")
+        args += ["--shard", f"{idx}/{total}", "-o", output_dir or self.shard_dir(int(idx))]
+        return args
+
+
+Orchestrator = Callable[[LaunchRequest], int]
