@@ -44,3 +44,13 @@ class LaunchRequest:
 
 
 Orchestrator = Callable[[LaunchRequest], int]
+
+
+def self_command() -> list[str]:
+    """The command that runs this same shardeval: the zipapp file itself, or the installed package."""
+    import sys
+
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0.endswith(".pyz") and os.path.isfile(argv0):
+        return [sys.executable, os.path.abspath(argv0)]
+    return [sys.executable, "-m", "shardeval"]

@@ -1,0 +1,97 @@
+"""What `shardeval run` does: load the config, pick the shard, then run it or hand off.
+
+Inside a shard (--shard, or any shard variable set) this evaluates that shard whatever
+`cluster.type` says, so scripts that orchestrators generate never re-submit the run. Outside a
+shard, the orchestrator plugin named by `cluster.type` takes over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from typing import Any
+
+from shardeval.errors import ShardError, UsageError
+
+log = logging.getLogger("shardeval")
+
+
+def setup_logging() -> None:
+    if log.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("shardeval: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def log_to_file(path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+
+
+def launch(
+    config_path: str | None,
+    quick: dict[str, Any],
+    overrides: list[str],
+    *,
+    shard_flag: str | None,
+    fresh: bool,
+    dry_run: bool,
+) -> int:
+    from shardeval import plugins
+    from shardeval.config import load_config
+    from shardeval.orchestrator import LaunchRequest
+    from shardeval.shards import ShardSpec, detect_shard
+
+    setup_logging()
+    output_dir = quick.pop("output_dir", None)
+    config = load_config(config_path, overrides, quick)
+    shard = detect_shard(shard_flag, os.environ, config.cluster.shards)
+    if shard is None and config.cluster.type == "local" and not config.cluster.shards:
+        shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
+    if shard is None:
+        request = LaunchRequest(
+            config=config,
+            config_path=config_path,
+            overrides=overrides,
+            quick={k: v for k, v in quick.items() if v is not None},
+            output_root=output_dir or config.output.dir,
+            dry_run=dry_run,
+            fresh=fresh,
+        )
+        entry = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type")
+        return entry.factory(request)
+    log.info("%s", shard.describe())
+    out_dir = output_dir or os.path.join(config.output.dir, f"shard_{shard.idx}")
+    if dry_run:
+        return print_plan(config, shard, out_dir)
+    from shardeval.runner import ShardRun
+
+    log_to_file(os.path.join(out_dir, "logs", "shard.log"))
+    try:
+        return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh).run())
+    except ShardError as exc:
+        log.error("shard %d/%d failed: %s", shard.idx, shard.total, exc)
+        return exc.exit_code
+
+
+def print_plan(config, shard, out_dir: str) -> int:
+    """--dry-run inside a shard: which problems this shard would ask, and where it would write."""
+    from shardeval.runner import plan_benchmarks
+
+    for plan in plan_benchmarks(config, shard):
+        lo, hi = plan.manifest().range
+        print(
+            f"shard {shard.idx}/{shard.total} {plan.name}: problems [{lo}, {hi}) of {plan.n_problems} "
+            f"x {plan.config.repeats} repeats -> {os.path.join(out_dir, plan.name)}"
+        )
+    return 0
+
+
+__all__ = ["launch", "UsageError"]

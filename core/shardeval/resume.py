@@ -1,0 +1,65 @@
+"""Deciding whether an output directory can be resumed, and setting old results aside on --fresh.
+
+Resume is the default: same config hash, same shard, same data → append to what is there.
+Anything else is refused with the reason, and nothing is deleted: --fresh moves the earlier files
+into `superseded/<time>/` inside the shard directory (merge ignores that folder).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from shardeval.errors import UsageError
+from shardeval.records import Manifest, read_manifest
+
+SUPERSEDED_DIR = "superseded"
+
+
+def mismatch(old: Manifest, new: Manifest) -> str | None:
+    """Why results written under `old` cannot be continued under `new` (None: they can)."""
+    if old.config_hash != new.config_hash:
+        return f"it was written with config {old.config_hash}, this config is {new.config_hash}"
+    if (old.shard_idx, old.total_shards) != (new.shard_idx, new.total_shards):
+        return f"it holds shard {old.shard_idx}/{old.total_shards}, this run is shard {new.shard_idx}/{new.total_shards}"
+    old_b = {b.name: b for b in old.benchmarks}
+    for b in new.benchmarks:
+        prev = old_b.get(b.name)
+        if prev and prev.dataset_fingerprint != b.dataset_fingerprint:
+            return f"benchmark {b.name}'s data changed ({prev.dataset_fingerprint} → {b.dataset_fingerprint})"
+        if prev and tuple(prev.range) != tuple(b.range):
+            return f"benchmark {b.name}'s problem range changed ({list(prev.range)} → {list(b.range)})"
+    return None
+
+
+def prepare_output_dir(out_dir: str, manifest: Manifest, fresh: bool) -> None:
+    """Make `out_dir` ready for `manifest`: new, resumable, or (with fresh) its old files set aside."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError(f"-o {out_dir}: exists and is not a directory; choose a directory path")
+    os.makedirs(out_dir, exist_ok=True)
+    old = read_manifest(out_dir)
+    if old is None:
+        return
+    reason = mismatch(old, manifest)
+    if fresh:
+        set_aside(out_dir)
+    elif reason:
+        raise UsageError(
+            f"{out_dir} cannot be resumed: {reason}; rerun with the original config, choose another -o, "
+            f"or pass --fresh to move the old results into {os.path.join(out_dir, SUPERSEDED_DIR)}/"
+        )
+
+
+def set_aside(out_dir: str) -> str:
+    """Move everything in `out_dir` (but earlier superseded runs) into superseded/<UTC time>/."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = os.path.join(out_dir, SUPERSEDED_DIR, stamp)
+    n = 1
+    while os.path.exists(target):
+        n += 1
+        target = os.path.join(out_dir, SUPERSEDED_DIR, f"{stamp}-{n}")
+    os.makedirs(target)
+    for entry in os.listdir(out_dir):
+        if entry != SUPERSEDED_DIR:
+            os.replace(os.path.join(out_dir, entry), os.path.join(target, entry))
+    return target

@@ -1,0 +1,398 @@
+"""Running one shard: plan its problems, stream requests through a bounded window, append records.
+
+Memory stays flat in the dataset size: problems are generated lazily, at most `window` tasks
+exist at once, and which (problem, repeat) pairs are done is a bytearray, not a set of tuples.
+Every finished answer is written and flushed before the next is awaited, so a crash loses at most
+the requests in flight; a rerun resumes from what is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from array import array
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from shardeval import __version__, plugins
+from shardeval.benchmark import Benchmark, Problem
+from shardeval.client import Client, Completion
+from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash
+from shardeval.errors import ShardError
+from shardeval.progress import Progress
+from shardeval.records import (
+    LOGS_DIR,
+    RESULTS_FILE,
+    TRAJECTORIES_FILE,
+    BenchmarkManifest,
+    Manifest,
+    ReadReport,
+    ResultRecord,
+    TrajectoryRecord,
+    encode_line,
+    read_jsonl,
+    seal_torn_tail,
+    write_manifest,
+)
+from shardeval.resume import prepare_output_dir
+from shardeval.seeds import request_seed
+from shardeval.service import ServiceContext
+from shardeval.shards import ShardSpec, shard_indices
+from shardeval.solver import ServiceHandle, Solver
+
+log = logging.getLogger("shardeval")
+
+NOT_DONE, OK, ERROR = 0, 1, 2
+
+
+@dataclass
+class BenchmarkPlan:
+    """One benchmark as this shard sees it: which problems, how often, where records go."""
+
+    config: BenchmarkConfig
+    benchmark: Benchmark
+    n_problems: int
+    indices: range | list[int]
+    fingerprint: str
+
+    @property
+    def name(self) -> str:
+        return self.benchmark.name
+
+    def manifest(self) -> BenchmarkManifest:
+        lo, hi = (self.indices.start, self.indices.stop) if isinstance(self.indices, range) else (
+            (min(self.indices), max(self.indices) + 1) if self.indices else (0, 0)
+        )
+        return BenchmarkManifest(
+            name=self.name,
+            range=(lo, hi),
+            repeats=self.config.repeats,
+            n_problems=self.n_problems,
+            dataset_fingerprint=self.fingerprint,
+        )
+
+
+@dataclass
+class Tally:
+    """Per-benchmark outcome of this shard: status per (problem, repeat) and pooled latencies."""
+
+    n_problems: int
+    repeats: int
+    status: bytearray = field(init=False)
+    latencies: array = field(default_factory=lambda: array("f"))
+    score_sum: float = 0.0
+    n_scored: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.status = bytearray(self.n_problems * self.repeats)
+
+    def slot(self, problem_idx: int, repeat: int) -> int:
+        return problem_idx * self.repeats + repeat
+
+    def add(self, record: ResultRecord, fresh: bool = True) -> None:
+        self.status[self.slot(record.problem_idx, record.repeat)] = OK if record.status == "ok" else ERROR
+        if record.status == "ok":
+            if record.score is not None:
+                self.score_sum += record.score
+                self.n_scored += 1
+            if fresh and record.latency_s is not None:
+                self.latencies.append(record.latency_s)
+        elif fresh:
+            kind = record.error_kind or "unknown"
+            self.errors[kind] = self.errors.get(kind, 0) + 1
+
+    def counts(self) -> tuple[int, int]:
+        return self.status.count(OK), self.status.count(ERROR)
+
+
+def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
+    registry = plugins.registry()
+    plans = []
+    for i, bc in enumerate(config.benchmarks):
+        benchmark = make_benchmark(bc, f"benchmarks[{i}].name", registry)
+        n = benchmark.size() if bc.max_problems is None else min(bc.max_problems, benchmark.size())
+        indices = shard_indices(n, shard.idx, shard.total, config.shuffle_seed)
+        plans.append(BenchmarkPlan(bc, benchmark, n, indices, benchmark.fingerprint()))
+    return plans
+
+
+def make_benchmark(bc: BenchmarkConfig, where: str, registry) -> Benchmark:
+    """A registered name, or a path to a JSONL file (read with the built-in `jsonl` benchmark)."""
+    if bc.name not in registry.entries["benchmarks"] and bc.name.endswith((".jsonl", ".json")):
+        return registry.get("benchmarks", "jsonl", where).factory({"path": bc.name, **bc.params})
+    return registry.get("benchmarks", bc.name, where).factory(dict(bc.params))
+
+
+class ShardRun:
+    """Everything one shard does, from its output directory to its final manifest."""
+
+    def __init__(self, config: Config, shard: ShardSpec, out_dir: str, fresh: bool = False) -> None:
+        self.config = config
+        self.shard = shard
+        self.out_dir = out_dir
+        self.fresh = fresh
+        self.stopping: str | None = None
+        self._inflight: set[asyncio.Task] = set()
+        self.hooks = plugins.hooks()
+        self.record_hook = bool(self.hooks.record_written.get_hookimpls())
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        plans = plan_benchmarks(self.config, self.shard)
+        manifest = Manifest(
+            version=__version__,
+            shard_idx=self.shard.idx,
+            total_shards=self.shard.total,
+            shard_source=self.shard.source,
+            config_hash=config_hash(self.config),
+            benchmarks=[p.manifest() for p in plans],
+            started_at=time.time(),
+            permutation_seed=self.config.shuffle_seed,
+            config=config_for_manifest(self.config),
+        )
+        prepare_output_dir(self.out_dir, manifest, self.fresh)
+        os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
+        write_manifest(self.out_dir, manifest)
+        self.hooks.shard_started(manifest=manifest, out_dir=self.out_dir)
+        self._install_signal_handlers()
+        tallies: list[Tally] = []
+        try:
+            async with AsyncExitStack() as stack:
+                handles = await self._start_services(plans, stack)
+                for plan, bm in zip(plans, manifest.benchmarks):
+                    if self.stopping:
+                        break
+                    tally = await self._run_benchmark(plan, handles[plan.config.solver.service])
+                    tallies.append(tally)
+                    bm.n_ok, bm.n_error = tally.counts()
+        except (ShardError, OSError) as exc:
+            manifest.state, manifest.reason = "failed", str(exc)
+            raise
+        except BaseException as exc:
+            manifest.state, manifest.reason = "failed", f"{type(exc).__name__}: {exc}"
+            raise
+        else:
+            manifest.state = "interrupted" if self.stopping else "complete"
+            manifest.reason = self.stopping
+        finally:
+            manifest.finished_at = time.time()
+            write_manifest(self.out_dir, manifest)
+            self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
+            self._remove_signal_handlers()
+        for plan, tally in zip(plans, tallies):
+            print_summary(plan, tally, self.shard, manifest.finished_at - manifest.started_at)
+        if self.stopping:
+            return 143 if self.stopping == "SIGTERM" else 130
+        return 0
+
+    async def _start_services(self, plans: list[BenchmarkPlan], stack: AsyncExitStack) -> dict[str, ServiceHandle]:
+        registry = plugins.registry()
+        ctx = ServiceContext(
+            logs_dir=os.path.join(self.out_dir, LOGS_DIR), shard_idx=self.shard.idx, total_shards=self.shard.total
+        )
+        handles: dict[str, ServiceHandle] = {}
+        for plan in plans:
+            name = plan.config.solver.service
+            if name in handles:
+                continue
+            service_config = self.config.services[name]
+            factory = registry.get("services", service_config.type, f"services.{name}.type").factory
+            endpoint = await stack.enter_async_context(factory(name, service_config, ctx))
+            pool = max(p.config.max_concurrent for p in plans if p.config.solver.service == name)
+            client = await stack.enter_async_context(Client(endpoint, service_config, pool))
+            handles[name] = ServiceHandle(endpoint=endpoint, client=client)
+            log.info("service %s: %s model %s (%s)", name, endpoint.base_url, endpoint.model, endpoint.protocol)
+        return handles
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError):  # not the main thread (e.g. a Ray worker)
+                pass
+
+    def _remove_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.remove_signal_handler(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self.stopping:
+            log.warning("second %s: cancelling requests in flight now", sig.name)
+            for task in list(self._inflight):
+                task.cancel()
+            return
+        self.stopping = sig.name
+        log.warning(
+            "%s: no new requests; waiting up to %.0f s for those in flight (signal again to stop now)",
+            sig.name,
+            self.config.output.drain_timeout_s,
+        )
+
+    # -- one benchmark ---------------------------------------------------------------------------
+
+    async def _run_benchmark(self, plan: BenchmarkPlan, handle: ServiceHandle) -> Tally:
+        bench_dir = os.path.join(self.out_dir, plan.name)
+        os.makedirs(bench_dir, exist_ok=True)
+        results_path = os.path.join(bench_dir, RESULTS_FILE)
+        traj_path = os.path.join(bench_dir, TRAJECTORIES_FILE)
+        tally = Tally(plan.n_problems, plan.config.repeats)
+        n_resumed = self._resume(results_path, traj_path, tally)
+        solver = self._make_solver(plan, handle)
+        total = len(plan.indices) * plan.config.repeats
+        progress = Progress(plan.name, self.shard, total, done=n_resumed, interval=self.config.output.progress_interval_s)
+        if n_resumed:
+            log.info("%s: resuming: %d of %d already ok on disk", plan.name, n_resumed, total)
+
+        max_concurrent = plan.config.max_concurrent
+        slots = asyncio.Semaphore(max_concurrent)
+        # Twice the concurrency: tasks sleeping in a retry backoff hold a window place but no slot.
+        window = asyncio.Semaphore(2 * max_concurrent)
+        self._inflight = set()
+        with open(results_path, "ab", buffering=0) as results, open(traj_path, "ab", buffering=0) as trajectories:
+            write_traj = self.config.output.trajectories
+
+            async def one(problem: Problem, repeat: int) -> None:
+                seed = request_seed(self.config.seed, plan.name, problem.id, repeat)
+                attempt = await solver.solve(problem, seed)
+                record = make_record(plan, problem, repeat, seed, attempt.completion, self.shard.idx)
+                results.write(encode_line(record))
+                if write_traj:
+                    trajectories.write(
+                        encode_line(
+                            TrajectoryRecord(
+                                benchmark=plan.name,
+                                problem_idx=problem.idx,
+                                problem_id=problem.id,
+                                repeat=repeat,
+                                messages=attempt.messages,
+                                request=attempt.request,
+                                status=record.status,
+                            )
+                        )
+                    )
+                tally.add(record)
+                progress.advance(record.status == "ok")
+                if self.record_hook:
+                    self.hooks.record_written(record=record, out_dir=self.out_dir)
+
+            def finished(task: asyncio.Task) -> None:
+                self._inflight.discard(task)
+                window.release()
+                if not task.cancelled() and task.exception() is not None:
+                    log.error("request task failed: %r", task.exception())
+
+            progress.start()
+            try:
+                for problem, repeat in pending_work(plan, tally):
+                    await window.acquire()
+                    if self.stopping:
+                        window.release()
+                        break
+                    task = asyncio.ensure_future(one(problem, repeat))
+                    self._inflight.add(task)
+                    task.add_done_callback(finished)
+                await self._drain()
+            finally:
+                progress.stop()
+        return tally
+
+    async def _drain(self) -> None:
+        """Wait for requests in flight; after a stop signal, only for drain_timeout_s."""
+        if not self._inflight:
+            return
+        timeout = self.config.output.drain_timeout_s if self.stopping else None
+        done, pending = await asyncio.wait(set(self._inflight), timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+            log.warning("%d request(s) cancelled unfinished; a rerun will ask them again", len(pending))
+        while self._inflight and not self.stopping:  # tasks created while we waited (none today)
+            await asyncio.wait(set(self._inflight))
+
+    def _make_solver(self, plan: BenchmarkPlan, handle: ServiceHandle) -> Solver:
+        where = f"benchmarks[{self.config.benchmarks.index(plan.config)}].solver.type"
+        return plugins.registry().get("solvers", plan.config.solver.type, where).factory(plan.config.solver, handle)
+
+    def _resume(self, results_path: str, traj_path: str, tally: Tally) -> int:
+        """Load what earlier runs of this shard recorded; report torn or bad lines. Returns ok count."""
+        for path in (results_path, traj_path):
+            if seal_torn_tail(path):
+                log.warning("%s: its last line was cut off by an interrupted write; it is ignored", path)
+        report = ReadReport(results_path)
+        for record in read_jsonl(results_path, ResultRecord, report):
+            if 0 <= record.problem_idx < tally.n_problems and 0 <= record.repeat < tally.repeats:
+                current = tally.status[tally.slot(record.problem_idx, record.repeat)]
+                if current != OK:  # an ok answer is final; a later error line never demotes it
+                    tally.add(record, fresh=False)
+        if report.bad_lines:
+            log.warning("%s", report.describe())
+        return tally.status.count(OK)
+
+
+def pending_work(plan: BenchmarkPlan, tally: Tally) -> Iterator[tuple[Problem, int]]:
+    """(problem, repeat) pairs of this shard not yet answered ok, generated lazily in order."""
+    repeats = plan.config.repeats
+    status = tally.status
+    for problem in plan.benchmark.problems(plan.indices):
+        base = problem.idx * repeats
+        for repeat in range(repeats):
+            if status[base + repeat] != OK:
+                yield problem, repeat
+
+
+def make_record(plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, c: Completion, shard: int) -> ResultRecord:
+    record = ResultRecord(
+        benchmark=plan.name,
+        problem_idx=problem.idx,
+        problem_id=problem.id,
+        repeat=repeat,
+        seed=seed,
+        status=c.status,
+        error_kind=c.error_kind,
+        error=c.error,
+        attempts=c.attempts,
+        response=c.text,
+        reference=problem.reference,
+        finish_reason=c.finish_reason,
+        prompt_tokens=c.prompt_tokens,
+        completion_tokens=c.completion_tokens,
+        ttft_s=c.ttft_s,
+        latency_s=c.latency_s,
+        started_at=c.started_at,
+        shard=shard,
+        cluster=problem.cluster,
+    )
+    if c.status == "ok":  # errors are never scored: they are not wrong answers
+        score = plan.benchmark.score(problem, c.text)
+        record.score, record.extracted, record.scores = score.score, score.extracted, score.scores
+    return record
+
+
+def print_summary(plan: BenchmarkPlan, tally: Tally, shard: ShardSpec, elapsed: float) -> None:
+    n_ok, n_err = tally.counts()
+    total = len(plan.indices) * plan.config.repeats
+    mean = tally.score_sum / tally.n_scored if tally.n_scored else float("nan")
+    lat = sorted(tally.latencies)
+    p50 = lat[len(lat) // 2] if lat else float("nan")
+    p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))] if lat else float("nan")
+    rate = len(lat) / elapsed if elapsed > 0 else 0.0
+    errors = ", ".join(f"{k} {v}" for k, v in sorted(tally.errors.items())) or "none"
+    lo_hi = plan.manifest().range
+    log.info(
+        "shard %d/%d %s: problems [%d, %d) x %d repeats: %d/%d ok, %d error(s) (%s), missing %d; "
+        "mean score %.4f over %d ok; latency p50 %.3f s p95 %.3f s; %.1f req/s",
+        shard.idx, shard.total, plan.name, lo_hi[0], lo_hi[1], plan.config.repeats,
+        n_ok, total, n_err, errors, total - n_ok - n_err, mean, tally.n_scored, p50, p95, rate,
+    )

@@ -1,0 +1,16 @@
+"""Built-in plugin: `cluster.type: local`, every shard as a process on this machine.
+
+The smallest complete orchestrator: it runs `shardeval run … --shard i/N` once per shard, exactly
+the command a SLURM array task or an Indexed Job pod runs, so it is also the template to copy.
+"""
+
+from __future__ import annotations
+
+from shardeval.hookspecs import hookimpl
+
+
+@hookimpl
+def register_orchestrators(register):
+    from shardeval_local.orchestrator import LocalClusterConfig, run_local
+
+    register("local", run_local, config=LocalClusterConfig)

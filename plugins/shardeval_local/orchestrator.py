@@ -1,0 +1,68 @@
+"""Run the shards of one evaluation as local processes, their output prefixed with the shard."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import signal
+import sys
+
+from shardeval.config import ClusterConfig
+from shardeval.orchestrator import LaunchRequest, self_command
+
+
+class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """`parallel`: how many shards run at once (default: all of them)."""
+
+    parallel: int | None = None
+
+
+def run_local(request: LaunchRequest) -> int:
+    cluster = request.config.cluster
+    total = cluster.shards or 1
+    commands = [self_command() + ["run", *request.shard_args(i, total)] for i in range(total)]
+    if request.dry_run:
+        for command in commands:
+            print(shlex.join(command))
+        return 0
+    parallel = getattr(cluster, "parallel", None) or total
+    codes = asyncio.run(_run_all(commands, parallel))
+    failed = [i for i, code in enumerate(codes) if code != 0]
+    for i, code in enumerate(codes):
+        print(f"shardeval: shard {i}/{total}: exit {code} -> {request.shard_dir(i)}", file=sys.stderr)
+    if failed:
+        print(
+            f"shardeval: {len(failed)} of {total} shards failed ({', '.join(map(str, failed))}); "
+            "rerun the same command to resume them",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+async def _run_all(commands: list[list[str]], parallel: int) -> list[int]:
+    gate = asyncio.Semaphore(parallel)
+    procs: list[asyncio.subprocess.Process] = []
+    loop = asyncio.get_running_loop()
+
+    def forward(sig: signal.Signals) -> None:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.send_signal(sig)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, forward, sig)
+
+    async def one(i: int, command: list[str]) -> int:
+        async with gate:
+            proc = await asyncio.create_subprocess_exec(
+                *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # signals reach shards only through forward()
+            )
+            procs.append(proc)
+            assert proc.stdout is not None
+            async for line in proc.stdout:
+                sys.stderr.write(f"[shard {i}] {line.decode(errors='replace')}")
+            return await proc.wait()
+
+    return list(await asyncio.gather(*(one(i, c) for i, c in enumerate(commands))))
