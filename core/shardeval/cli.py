@@ -8,7 +8,7 @@ import sys
 import click
 
 from shardeval import __version__
-from shardeval.errors import UsageError
+from shardeval.errors import ShardError, UsageError
 
 
 class _Group(click.Group):
@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes become one line and exit 2; Ctrl-C exits 130 without a traceback."""
     try:
         cli.main(args=argv, prog_name="shardeval", standalone_mode=False)
-    except UsageError as exc:
+    except (UsageError, ShardError) as exc:
         click.echo(f"shardeval: error: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("shardeval: aborted", err=True)
         sys.exit(130)

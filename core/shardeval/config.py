@@ -7,9 +7,19 @@ plugin), so a third-party plugin brings its own validated config section.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import difflib
+import functools
+import hashlib
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
 
 import msgspec
+
+from shardeval.errors import UsageError
 
 Protocol = Literal["chat_completions", "completions"]
 
@@ -107,3 +117,539 @@ class Config(msgspec.Struct, kw_only=True):
     output: OutputConfig
     seed: int = 0
     shuffle_seed: int | None = None
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+QUICK_KEYS = ("bench", "model_url", "model_id", "api_key_env", "repeats", "max_problems", "max_concurrent", "output_dir")
+
+PathSeg = str | int  # one step of a key path: a mapping key or a list index
+
+
+def load_config(
+    path: str | None,
+    overrides: Sequence[str] = (),
+    quick: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Read, expand, override and validate a config; every user mistake is a one-line UsageError.
+
+    Order: YAML file → `${VAR}` / `${VAR:-default}` expansion (string values only, from `env`,
+    default os.environ; `$$` is a literal `$`; `:-` also applies when VAR is set but empty) →
+    `-O key.path=value` overrides (the value is YAML: `5` is an int, `null` is null, `[a, b]` a
+    list, an empty value is null; `benchmarks.0.repeats` and `benchmarks[0].repeats` both index a
+    list) → quick-mode flags → msgspec decoding (lax: the string "5" from a variable decodes as an
+    int where an int is expected) → plugin sections (`services.<name>` with its service type's
+    Struct, `cluster` with its orchestrator's, default `local`) → cross-checks.
+
+    Quick mode (`quick` holds the `run` flags; None means not given, unknown keys are ignored):
+    - Without a config file, `--bench X --model-url U --model-id M` builds
+      `services: {model: {type: api, url: U, model: M, api_key_env: …}}` and `benchmarks: [{name: X}]`;
+      a missing one of those three is an error naming it.
+    - With a config file, `--repeats/--max-problems/--max-concurrent` override every benchmark;
+      `--bench X` keeps only benchmark X (an error if the file has none by that name);
+      `--model-url/--model-id/--api-key-env` override every service the kept benchmarks' solvers
+      use. `--model-url` turns such a service into `type: api` when it was another type (a `vllm`
+      service then is not launched): only the keys every service shares (protocol, stream,
+      timeouts, retries, api_key_env) are kept, and the model name comes from --model-id, else
+      from the old `served_model_name` or `model`.
+    - `--model-url` (like any service `url`) may be the base URL ending in /v1 or a full
+      …/chat/completions or …/completions URL; the latter is split into base URL and protocol.
+    - `--output-dir` sets `output.dir`; `run` decides whether that is a shard's own directory
+      (inside a shard) or the root that orchestrated shards write under.
+    """
+    env = os.environ if env is None else env
+    flags = {k: v for k, v in (quick or {}).items() if k in QUICK_KEYS and v is not None}
+    _check_quick_numbers(flags)
+    where = _Where(source=path or "command line")
+    data: dict[str, Any] = _expand(_read_yaml(path), env, where, []) if path is not None else _quick_base(flags)
+    _apply_overrides(data, overrides, where)
+    raw = _decode(data, RawConfig, where, [])
+    if path is not None and "bench" in flags:
+        raw.benchmarks = _keep_benchmark(raw.benchmarks, flags["bench"], path)
+    _apply_quick(raw, flags)
+    config = Config(
+        services={name: _decode_service(name, section, where) for name, section in raw.services.items()},
+        benchmarks=raw.benchmarks,
+        cluster=_decode_cluster(raw.cluster, where),
+        output=raw.output,
+        seed=raw.seed,
+        shuffle_seed=raw.shuffle_seed,
+    )
+    _validate(config, where)
+    return config
+
+
+def config_hash(config: Config) -> str:
+    """A fingerprint of everything that changes results, and nothing else.
+
+    Shards and resumed runs compare it: URLs, ports, API key names, timeouts, retries, concurrency,
+    output settings and the cluster (shard count included) may differ between them; seeds,
+    prompts, generation parameters, repeats and the model may not.
+    """
+    from shardeval.service import describe
+
+    benchmarks = []
+    for bench in config.benchmarks:
+        service = config.services.get(bench.solver.service)
+        solver = bench.solver
+        benchmarks.append(
+            {
+                "name": bench.name,
+                "params": bench.params,
+                "repeats": bench.repeats,
+                "max_problems": bench.max_problems,
+                "solver": {
+                    "type": solver.type,
+                    "system_prompt": solver.system_prompt,
+                    "generation": msgspec.to_builtins(solver.generation),
+                    "service": describe(service) if service is not None else None,
+                },
+            }
+        )
+    payload = {"seed": config.seed, "shuffle_seed": config.shuffle_seed, "benchmarks": benchmarks}
+    digest = hashlib.sha256(msgspec.json.encode(payload, order="sorted")).hexdigest()
+    return f"sha256:{digest[:16]}"
+
+
+def config_for_manifest(config: Config) -> dict[str, Any]:
+    """The config as plain data for manifest.json; safe to write: keys are only ever env var names."""
+    return msgspec.to_builtins(config)
+
+
+# --- reading and expanding ---------------------------------------------------------------------
+
+
+@dataclass
+class _Where:
+    """Where a config came from, so every error starts with the file and ends with the -O that caused it."""
+
+    source: str
+    origins: dict[str, str] = field(default_factory=dict)  # formatted key path -> "-O" text
+
+    def error(self, message: str, path: str = "", key: str | None = None) -> UsageError:
+        """`source: path: message`; `key` is the full path an -O may have set, when not `path`."""
+        blamed = key if key is not None else path
+        origin = next((text for p, text in self.origins.items() if blamed and _related(blamed, p)), None)
+        suffix = f" (from -O {origin})" if origin else ""
+        return UsageError(f"{self.source}: {path + ': ' if path else ''}{message}{suffix}")
+
+
+def _related(a: str, b: str) -> bool:
+    """One key path is the other or lies inside it (an -O that set or created either explains both)."""
+    return a == b or a.startswith((b + ".", b + "[")) or b.startswith((a + ".", a + "["))
+
+
+def _format_path(path: Sequence[PathSeg]) -> str:
+    """['benchmarks', 0, 'repeats'] -> 'benchmarks[0].repeats' (the form every message uses)."""
+    text = ""
+    for seg in path:
+        text += f"[{seg}]" if isinstance(seg, int) else (f".{seg}" if text else str(seg))
+    return text
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+@functools.lru_cache(maxsize=1)
+def _yaml_loader() -> type:
+    """PyYAML's safe loader (C-accelerated when available) that refuses duplicate keys."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    def construct_mapping(loader: Any, node: Any, deep: bool = False) -> dict[Any, Any]:
+        loader.flatten_mapping(node)
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # unhashable keys get PyYAML's own error below
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (the second would silently replace the first)", key_node.start_mark
+                )
+            seen.add(key)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    loader = type("_ShardevalLoader", (base,), {})
+    loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return loader
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    """The file's top-level mapping; an empty file is an empty mapping."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory, not a config file; give the YAML file's path") from None
+    except PermissionError:
+        raise UsageError(f"{path}: cannot read the config file: permission denied") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not a UTF-8 text file (bad byte at offset {exc.start})") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    try:
+        data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a safe loader
+    except yaml.MarkedYAMLError as exc:
+        raise UsageError(_yaml_error(path, exc)) from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: invalid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"{path}: the top level must be a mapping of sections (services, benchmarks, cluster, output), "
+            f"not {_kind(data)}"
+        )
+    return data
+
+
+def _yaml_error(path: str, exc: Any) -> str:
+    """`file:line:col: invalid YAML: problem (context at line L, column C)`; the context often is the cause."""
+    mark, context = exc.problem_mark or exc.context_mark, exc.context_mark
+    at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+    message = f"{path}{at}: invalid YAML: {exc.problem or exc.context or 'cannot parse'}"
+    if exc.problem and exc.context and context is not None and (context.line, context.column) != (mark.line, mark.column):
+        message += f" ({exc.context} at line {context.line + 1}, column {context.column + 1})"
+    return message
+
+
+_REFERENCE = re.compile(r"\$\$|\$\{([^}]*)\}|\$\{")
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _expand(node: Any, env: Mapping[str, str], where: _Where, path: list[PathSeg]) -> Any:
+    """Expand ${VAR} in every string value (keys are left alone)."""
+    if isinstance(node, str):
+        return _expand_string(node, env, where, _format_path(path)) if "$" in node else node
+    if isinstance(node, dict):
+        return {key: _expand(value, env, where, [*path, key]) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_expand(value, env, where, [*path, i]) for i, value in enumerate(node)]
+    return node
+
+
+def _expand_string(text: str, env: Mapping[str, str], where: _Where, at: str) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        body = match.group(1)
+        if body is None:
+            raise where.error(f"unterminated '${{' in {text!r}; write $$ for a literal $", at)
+        name, has_default, default = body.partition(":-")
+        if not _VAR_NAME.fullmatch(name):
+            raise where.error(f"'${{{body}}}' is not ${{VAR}} or ${{VAR:-default}}; write $$ for a literal $", at)
+        value = env.get(name)
+        if value is None and not has_default:
+            raise where.error(
+                f"environment variable {name} is not set; export it, or write ${{{name}:-default}} for a default", at
+            )
+        return default if has_default and not value else value  # type: ignore[return-value]
+
+    return _REFERENCE.sub(substitute, text)
+
+
+# --- overrides and quick mode ------------------------------------------------------------------
+
+
+def _override_value(raw: str) -> Any:
+    """A YAML value, except that `a: b` stays a string (only `{…}` makes a mapping)."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, dict) and not raw.lstrip().startswith("{"):
+        return raw
+    return value
+
+
+def _apply_overrides(data: dict[str, Any], overrides: Sequence[str], where: _Where) -> None:
+    for text in overrides:
+        key, sep, raw = text.partition("=")
+        parts = re.sub(r"\[(\d+)\]", r".\1", key.strip()).split(".")
+        if not sep or not all(parts):
+            raise UsageError(f"-O {text!r} is not KEY.PATH=VALUE, e.g. -O benchmarks.0.repeats=5")
+        path = _set_path(data, parts, _override_value(raw), text)
+        where.origins[_format_path(path)] = text
+
+
+def _set_path(data: dict[str, Any], parts: list[str], value: Any, text: str) -> list[PathSeg]:
+    """Set data[a][b]… = value, creating missing mappings; list items are addressed by index."""
+    node: Any = data
+    path: list[PathSeg] = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise UsageError(
+                    f"-O {text}: {_format_path(path)} is a list of {len(node)}; index it with 0..{len(node) - 1}"
+                    if node
+                    else f"-O {text}: {_format_path(path)} is an empty list"
+                )
+            step: PathSeg = int(part)
+        elif isinstance(node, dict):
+            step = part
+            if not last and node.get(part) is None:
+                node[part] = {}
+        else:
+            raise UsageError(f"-O {text}: {_format_path(path)} is {_kind(node)}, not a mapping or list")
+        path.append(step)
+        if last:
+            node[step] = value
+        else:
+            node = node[step]
+    return path
+
+
+def _check_quick_numbers(flags: Mapping[str, Any]) -> None:
+    for key in ("repeats", "max_problems", "max_concurrent"):
+        value = flags.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise UsageError(f"--{key.replace('_', '-')} {value}: must be an integer >= 1")
+
+
+def _quick_base(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The config quick mode stands for when no file is given."""
+    missing = [f"--{k.replace('_', '-')}" for k in ("bench", "model_url", "model_id") if not flags.get(k)]
+    if missing:
+        raise UsageError(
+            "no config file given: pass CONFIG.yaml, or run quick mode with --bench NAME --model-url URL "
+            f"--model-id MODEL (missing: {', '.join(missing)})"
+        )
+    return {"services": {"model": {"type": "api"}}, "benchmarks": [{"name": flags["bench"]}]}
+
+
+def _keep_benchmark(benchmarks: list[BenchmarkConfig], name: str, source: str) -> list[BenchmarkConfig]:
+    kept = [b for b in benchmarks if b.name == name]
+    if not kept:
+        defined = ", ".join(b.name for b in benchmarks) or "none"
+        raise UsageError(f"--bench {name}: {source} has no benchmark {name!r}; defined: {defined}")
+    return kept
+
+
+def _apply_quick(raw: RawConfig, flags: Mapping[str, Any]) -> None:
+    """Quick flags beat the file: numbers on every benchmark, the model on the services they use."""
+    numbers = {k: flags[k] for k in ("repeats", "max_problems", "max_concurrent") if k in flags}
+    if numbers:
+        raw.benchmarks = [msgspec.structs.replace(b, **numbers) for b in raw.benchmarks]
+    if any(k in flags for k in ("model_url", "model_id", "api_key_env")):
+        for name in dict.fromkeys(b.solver.service for b in raw.benchmarks):
+            if name in raw.services or "model_url" in flags:
+                raw.services[name] = _quick_service(name, raw.services.get(name), flags)
+    if "output_dir" in flags:
+        raw.output = msgspec.structs.replace(raw.output, dir=str(flags["output_dir"]))
+
+
+def _quick_service(name: str, section: dict[str, Any] | None, flags: Mapping[str, Any]) -> dict[str, Any]:
+    section = dict(section or {})
+    if "model_url" in flags:
+        if section.get("type") != "api":
+            shared = {f.encode_name for f in msgspec.structs.fields(ServiceConfig)} - {"type"}
+            model = section.get("served_model_name") or section.get("model")
+            section = {k: v for k, v in section.items() if k in shared}
+            section.update({"type": "api"}, **({"model": model} if model else {}))
+        section["url"] = flags["model_url"]
+    if "model_id" in flags:
+        section["model"] = flags["model_id"]
+    if "api_key_env" in flags:
+        section["api_key_env"] = flags["api_key_env"]
+    if section.get("type") == "api" and not section.get("model"):
+        raise UsageError(f"--model-url: service {name!r} is now an api service and needs the served model: pass --model-id")
+    return section
+
+
+# --- decoding and explaining validation errors -------------------------------------------------
+
+
+def _decode(data: Any, type_: Any, where: _Where, prefix: list[PathSeg]) -> Any:
+    try:
+        return msgspec.convert(data, type_, strict=False)
+    except msgspec.ValidationError as exc:
+        raise _explain(str(exc), data, type_, where, prefix) from None
+
+
+def _decode_service(name: str, section: dict[str, Any], where: _Where) -> ServiceConfig:
+    from shardeval.plugins import registry
+
+    at = _format_path(["services", name])
+    service_type = section.get("type")
+    services = registry().entries["services"]
+    if not isinstance(service_type, str):
+        known = ", ".join(sorted(services)) or "none"
+        message = f"missing required key 'type' (registered: {known})" if service_type is None else (
+            f"type: expected str, got {_kind(service_type)} (registered: {known})"
+        )
+        raise where.error(message, at)
+    entry = registry().get("services", service_type, where=f"{where.source}: {at}.type")
+    service = _decode(section, entry.config or ServiceConfig, where, ["services", name])
+    return _split_url(service)
+
+
+def _split_url(service: ServiceConfig) -> ServiceConfig:
+    """A full …/chat/completions or …/completions `url` sets the protocol: keep the base URL."""
+    url = getattr(service, "url", None)
+    if not isinstance(url, str):
+        return service
+    from shardeval.service import split_endpoint_url
+
+    base, protocol = split_endpoint_url(url)
+    return msgspec.structs.replace(service, url=base, protocol=protocol) if protocol else service
+
+
+def _decode_cluster(section: dict[str, Any], where: _Where) -> ClusterConfig:
+    from shardeval.plugins import registry
+
+    cluster_type = section.get("type", "local")
+    if not isinstance(cluster_type, str):
+        raise where.error(f"expected str, got {_kind(cluster_type)}", "cluster.type")
+    entry = registry().get("orchestrators", cluster_type, where=f"{where.source}: cluster.type")
+    return _decode(section, entry.config or ClusterConfig, where, ["cluster"])
+
+
+_AT = re.compile(r"(?P<text>.*?)(?: - at (?P<key>`key` in )?`\$(?P<path>[^`]*)`)?", re.S)
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\.\.\.\]")
+
+
+def _unwrap(type_: Any, want: str) -> Any:
+    """Strip Annotated/Optional down to the struct, list item or dict value a path steps into."""
+    origin = typing.get_origin(type_)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(type_)[0], want)
+    if origin in (typing.Union, types.UnionType):
+        return next((t for t in (_unwrap(a, want) for a in typing.get_args(type_)) if t is not None), None)
+    if want == "struct":
+        return type_ if isinstance(type_, type) and issubclass(type_, msgspec.Struct) else None
+    if want == "list" and origin in (list, tuple, set, frozenset):
+        return (typing.get_args(type_) or (Any,))[0]
+    if want == "dict" and origin is dict:
+        return (typing.get_args(type_) or (Any, Any))[1]
+    if want == "literal" and origin is Literal:
+        return type_
+    return None
+
+
+def _field_type(struct: Any, name: str) -> Any:
+    struct = _unwrap(struct, "struct")
+    if struct is None:
+        return Any
+    return next((f.type for f in msgspec.structs.fields(struct) if f.encode_name == name), Any)
+
+
+def _locate(message: str, data: Any, type_: Any) -> tuple[str, list[PathSeg], Any, Any]:
+    """Follow msgspec's `- at $.a[0].b` through data and types: (text, path, value, type).
+
+    msgspec writes a mapping key as `[...]`; the key is found by decoding each value again.
+    """
+    match = _AT.fullmatch(message)
+    assert match is not None  # the pattern matches any string
+    text, path = match["text"], []
+    for step in _STEP.finditer(match["path"] or ""):
+        name, index = step.group(1), step.group(2)
+        if name is not None:
+            path.append(name)
+            data, type_ = (data.get(name) if isinstance(data, dict) else None), _field_type(type_, name)
+        elif index is not None:
+            path.append(int(index))
+            data = data[int(index)] if isinstance(data, list) and int(index) < len(data) else None
+            type_ = _unwrap(type_, "list") or Any
+        else:
+            value_type = _unwrap(type_, "dict") or Any
+            for key, value in (data or {}).items():
+                try:
+                    msgspec.convert(value, value_type, strict=False)
+                except msgspec.ValidationError as exc:
+                    text, subpath, data, type_ = _locate(str(exc), value, value_type)
+                    return text, [*path, key, *subpath], data, type_
+            break
+    if match["key"] and isinstance(data, dict):  # a non-string key directly at this level
+        bad = next((k for k in data if not isinstance(k, str)), None)
+        if bad is not None:
+            return "key must be a string", path, bad, str
+    return text, path, data, type_
+
+
+def _readable(type_text: str) -> str:
+    """msgspec's JSON words for a YAML user: object -> mapping, array -> list, a | b -> a or b."""
+    words = {"object": "mapping", "array": "list"}
+    return " or ".join(words.get(t.strip(), t.strip()) for t in type_text.split("|"))
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        return f"{type(value).__name__} ({shown})"
+    return _kind(value) if not isinstance(value, bool) else f"bool ({value})"
+
+
+def _explain(message: str, data: Any, type_: Any, where: _Where, prefix: list[PathSeg]) -> UsageError:
+    text, path, value, at_type = _locate(message, data, type_)
+    full = [*prefix, *path]
+    at = _format_path(full)
+    if m := re.fullmatch(r"Object contains unknown field `(.+)`", text):
+        key = _format_path([*full, m[1]])
+        struct = _unwrap(at_type, "struct")
+        names = [f.encode_name for f in msgspec.structs.fields(struct)] if struct is not None else []
+        close = difflib.get_close_matches(m[1], names, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"valid keys here: {', '.join(names) or 'none'}"
+        return where.error(f"unknown key {key!r}; {hint}", key=key)
+    if m := re.fullmatch(r"Object missing required field `(.+)`", text):
+        return where.error(f"missing required key {m[1]!r}", at)
+    if text == "key must be a string":
+        return where.error(f"key {value!r} must be a string", at)
+    if m := re.fullmatch(r"Expected `(.+?)`(.*?)(?:, got `.+`)?", text, re.S):
+        hint = "; quote the value in YAML" if m[1] == "str" and isinstance(value, (int, float, bool)) else ""
+        return where.error(f"expected {_readable(m[1])}{m[2]}, got {_got(value)}{hint}", at)
+    if m := re.fullmatch(r"Invalid enum value (.+)", text):
+        literal = _unwrap(at_type, "literal")
+        choices = ", ".join(map(str, typing.get_args(literal))) if literal is not None else "see the docs"
+        return where.error(f"invalid value {m[1]}; expected one of: {choices}", at)
+    return where.error(text[:1].lower() + text[1:], at)
+
+
+# --- cross-checks ------------------------------------------------------------------------------
+
+
+def _at_least(where: _Where, at: str, value: int | None, low: int) -> None:
+    if value is not None and value < low:
+        raise where.error(f"must be >= {low}, got {value}", at)
+
+
+def _validate(config: Config, where: _Where) -> None:
+    """What the types cannot say: positive counts, one entry per benchmark, solvers' services exist."""
+    from shardeval.plugins import registry
+
+    if not config.benchmarks:
+        raise where.error("no benchmarks: add a `benchmarks:` list (each entry with a name), or pass --bench NAME")
+    seen: dict[str, int] = {}
+    for i, bench in enumerate(config.benchmarks):
+        at = f"benchmarks[{i}]"
+        if bench.name in seen:
+            raise where.error(
+                f"{bench.name!r} is already benchmarks[{seen[bench.name]}]; each benchmark writes <out>/{bench.name}/, "
+                "so list it once (use repeats or params)",
+                f"{at}.name",
+            )
+        seen[bench.name] = i
+        _at_least(where, f"{at}.repeats", bench.repeats, 1)
+        _at_least(where, f"{at}.max_problems", bench.max_problems, 1)
+        _at_least(where, f"{at}.max_concurrent", bench.max_concurrent, 1)
+        if bench.solver.service not in config.services:
+            defined = ", ".join(config.services) or "none"
+            raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
+        registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
+    _at_least(where, "cluster.shards", config.cluster.shards, 1)

@@ -38,7 +38,8 @@ def register_services(register: Any) -> None:
 def register_orchestrators(register: Any) -> None:
     """Register cluster types: `register(type, factory, config=ClusterConfig subclass)`.
 
-    factory(config: Config, options: dict) -> Orchestrator; called when no shard is selected.
+    factory(request: LaunchRequest) -> exit code; called when no shard is selected (see
+    shardeval.orchestrator: the request carries the config and builds each shard's command line).
     """
 
 

@@ -1,0 +1,113 @@
+"""What the simulator says: a deterministic reply per (prompt, seed), right with a chosen probability.
+
+Everything is derived from one hash of (server seed, request seed, prompt text), so the same
+request always gets the same words, and whether an answer is right is a coin with bias
+`accuracy` that a test can check against the known truth. Tokens are words (a fake tokenizer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+AnswerKey = Callable[[str], "str | None"]
+
+# 64 words (a power of two, so an odd stride visits them all); no digits, so a scorer that takes
+# the last number in the text still finds the final answer.
+VOCAB: tuple[str, ...] = tuple(
+    """
+    let us work through this problem step by step and check each part carefully first we
+    read the question then note what is given what is asked and how the pieces fit together so
+    that every quantity is used once adding or taking away where needed until only the final
+    value remains which we report below as the result of our reasoning with care
+    """.split()
+)
+assert len(VOCAB) == 64, len(VOCAB)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One completion: `tokens` as streamed (a leading space on all but the first)."""
+
+    tokens: list[str]
+    finish_reason: str  # "stop" | "length"
+    answer: str
+    correct: bool | None  # None: no reference known for this prompt
+
+    @property
+    def text(self) -> str:
+        return "".join(self.tokens)
+
+
+def count_tokens(text: str) -> int:
+    """The fake tokenizer's count: whitespace-separated words."""
+    return len(text.split())
+
+
+def wrong_answer(reference: str) -> str:
+    """A plausible wrong answer: the number plus one, else the text with an `x` appended."""
+    plain = reference.strip().replace(",", "")
+    try:
+        return str(int(plain) + 1)
+    except ValueError:
+        pass
+    try:
+        value = float(plain)
+    except ValueError:
+        return reference.strip() + "x"
+    return repr(value + 1) if math.isfinite(value) else reference.strip() + "x"
+
+
+class Answerer:
+    """Turns prompt text into a Reply; `key` maps a prompt to its reference (None if unknown)."""
+
+    def __init__(self, key: AnswerKey | None, *, accuracy: float, output_tokens: int, seed: int) -> None:
+        self.key = key
+        self.accuracy = accuracy
+        self.output_tokens = output_tokens
+        self.seed = seed
+
+    def reference(self, text: str) -> str | None:
+        """The gold answer for `text`; for a completions prompt that starts with a system prompt
+        or few-shot turns, also try what follows each blank line."""
+        if self.key is None:
+            return None
+        ref = self.key(text)
+        if ref is not None:
+            return ref
+        tail = text
+        for _ in range(8):
+            cut = tail.find("\n\n")
+            if cut < 0:
+                return None
+            tail = tail[cut + 2 :]
+            ref = self.key(tail)
+            if ref is not None:
+                return ref
+        return None
+
+    def reply(self, text: str, request_seed: int | None, max_tokens: int | None) -> Reply:
+        digest = hashlib.blake2b(
+            f"{self.seed}\x1f{request_seed}\x1f{text}".encode("utf-8", "surrogatepass"), digest_size=32
+        ).digest()
+        coin = int.from_bytes(digest[:8], "big") / 2.0**64
+        ref = self.reference(text)
+        if ref is None:
+            answer, correct = str(int.from_bytes(digest[8:12], "big") % 1000), None
+        elif coin < self.accuracy:
+            answer, correct = ref.strip(), True
+        else:
+            answer, correct = wrong_answer(ref), False
+        tail = ["####", *(answer.split() or ["0"])]
+        n_filler = max(0, self.output_tokens - len(tail))
+        start, stride = digest[12], digest[13] | 1
+        words = [VOCAB[(start + i * stride) & 63] for i in range(n_filler)]
+        words += tail
+        tokens = [words[0]] + [" " + w for w in words[1:]]
+        finish = "stop"
+        if max_tokens is not None and max_tokens < len(tokens):
+            tokens = tokens[:max_tokens]
+            finish = "length"
+        return Reply(tokens=tokens, finish_reason=finish, answer=answer, correct=correct)

@@ -1,0 +1,86 @@
+"""`shardeval sim`: the command line of the simulator. Light on purpose (click only at import);
+the server, aiohttp and msgspec load when the command runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from shardeval.errors import UsageError
+from shardeval_sim.settings import SIM_DEFAULTS as D
+from shardeval_sim.settings import SimSettings
+
+RATE = click.FloatRange(0.0, 1.0)
+NON_NEGATIVE = click.FloatRange(min=0.0)
+
+
+def parse_bench_params(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """`key=value` pairs with YAML values (`n=500` is an int, `name=foo` a string)."""
+    import yaml
+
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--bench-param {pair!r}: expected KEY=VALUE, e.g. --bench-param n=500")
+        try:
+            params[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"--bench-param {pair!r}: the value is not valid YAML ({exc.problem})") from None
+    return params
+
+
+def load_answer_key(bench: str | None, params: dict[str, Any]):
+    """The registered benchmark's answer key (prompt text -> reference), or None without --bench."""
+    if not bench:
+        return None
+    from shardeval import plugins
+
+    benchmark = plugins.registry().get("benchmarks", bench, where="--bench").factory(params)
+    return benchmark.answer_key()
+
+
+@click.command("sim")
+@click.option("--host", default=D.host, show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=D.port, show_default=True, help="Port; 0 picks a free one.")
+@click.option("--model", default=D.model, show_default=True, help="The served model name (requests naming another get 404, as from vLLM).")
+@click.option("--served-model-name", hidden=True, help="vLLM-compatible alias: the served name (wins over --model).")
+@click.option("--tensor-parallel-size", type=int, hidden=True, help="vLLM-compatible, ignored.")
+@click.option("--bench", help="A registered benchmark whose answers the simulator knows.")
+@click.option("--bench-param", "bench_params", multiple=True, metavar="KEY=VALUE", help="Benchmark parameter (YAML value); repeatable.")
+@click.option("--accuracy", type=RATE, default=D.accuracy, show_default=True, help="Probability of a right answer (deterministic per prompt and seed).")
+@click.option("--ttft-ms", type=NON_NEGATIVE, default=D.ttft_ms, show_default=True, help="Time to first token.")
+@click.option("--itl-ms", type=NON_NEGATIVE, default=D.itl_ms, show_default=True, help="Time between tokens.")
+@click.option("--output-tokens", type=click.IntRange(min=1), default=D.output_tokens, show_default=True, help="Words per answer, the final `#### <answer>` included.")
+@click.option("--fail-429", type=RATE, default=D.fail_429, show_default=True, help="Rate of 429 responses.")
+@click.option("--retry-after", type=NON_NEGATIVE, default=D.retry_after, show_default=True, help="Retry-After seconds on a 429 (0: no header).")
+@click.option("--fail-5xx", type=RATE, default=D.fail_5xx, show_default=True, help="Rate of 500/503 responses (alternating).")
+@click.option("--reset", type=RATE, default=D.reset, show_default=True, help="Rate of connections aborted mid-stream.")
+@click.option("--stall", type=RATE, default=D.stall, show_default=True, help="Rate of streams that go quiet for --stall-s.")
+@click.option("--stall-s", type=NON_NEGATIVE, default=D.stall_s, show_default=True, help="Length of a stall in seconds.")
+@click.option("--error-200", type=RATE, default=D.error_200, show_default=True, help='Rate of HTTP 200 streams carrying `data: {"error": ...}`.')
+@click.option("--seed", type=int, default=D.seed, show_default=True, help="Seed for answers and fault draws.")
+def sim_command(served_model_name: str | None, tensor_parallel_size: int | None, bench_params: tuple[str, ...], **opts: Any) -> None:
+    """Run the built-in OpenAI-compatible simulator (for demos, tests and benchmarks).
+
+    Faults are drawn per request attempt and are exclusive, so their rates must sum to at most 1.
+    Prints `shardeval sim listening on http://HOST:PORT/v1` once it accepts connections and runs
+    until SIGTERM or Ctrl-C.
+    """
+    if served_model_name:
+        opts["model"] = served_model_name
+    settings = SimSettings(bench_params=parse_bench_params(bench_params), **opts)
+    total = sum(settings.fault_rates().values())
+    if total > 1.0 + 1e-9:
+        raise UsageError(
+            f"fault rates sum to {total:g} (--fail-429 + --fail-5xx + --reset + --stall + --error-200); "
+            "each attempt gets at most one fault, so the sum must be <= 1"
+        )
+    answer_key = load_answer_key(settings.bench, settings.bench_params)
+
+    import asyncio
+
+    from shardeval_sim.server import serve
+
+    asyncio.run(serve(settings, answer_key))

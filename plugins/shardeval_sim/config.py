@@ -1,0 +1,29 @@
+"""The `type: sim` service section: the simulator's behaviour keys plus how long to wait for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardeval.config import ServiceConfig
+from shardeval_sim.settings import SIM_DEFAULTS as D
+
+
+class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """Keys mirror `shardeval sim` flags (`ttft_ms` is `--ttft-ms`); the service picks the port."""
+
+    model: str = D.model
+    bench: str | None = None
+    bench_params: dict[str, Any] = {}
+    accuracy: float = D.accuracy
+    ttft_ms: float = D.ttft_ms
+    itl_ms: float = D.itl_ms
+    output_tokens: int = D.output_tokens
+    fail_429: float = D.fail_429
+    retry_after: float = D.retry_after
+    fail_5xx: float = D.fail_5xx
+    reset: float = D.reset
+    stall: float = D.stall
+    stall_s: float = D.stall_s
+    error_200: float = D.error_200
+    seed: int = D.seed
+    startup_timeout_s: float = 60.0

@@ -1,0 +1,361 @@
+"""The simulator's HTTP server: an OpenAI-compatible API shaped like vLLM's, with timing and faults.
+
+Routes: GET /v1/models, POST /v1/chat/completions, POST /v1/completions, GET /health.
+Streams are SSE: `data: {json}\n\n` per event (a role event first for chat, one event per token,
+`finish_reason` on the last token's event), a `choices: []` usage event when
+`stream_options.include_usage` is set, then `data: [DONE]`. Like vLLM, a request naming another
+model gets 404; `max_tokens` (or `max_completion_tokens`) truncates with finish_reason `length`;
+`temperature: 0` makes the reply independent of `seed` (greedy decoding). `n > 1`, `stop`,
+`logprobs` and tools are accepted and ignored.
+
+Faults are drawn once per request attempt; reset, stall and in-band error strike after the first
+few events of a stream. It is the server in the client-overhead benchmark, so the hot path builds
+events from pre-encoded byte templates, writes one event per `resp.write` while on schedule, and
+coalesces events that are already due (all of them when `--itl-ms 0`) into one write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import signal
+import sys
+import time
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from shardeval_sim.answers import Answerer, AnswerKey, Reply, count_tokens
+from shardeval_sim.settings import SimSettings
+
+_json_encode = msgspec.json.encode
+_json_decode = msgspec.json.decode
+_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+_DONE = b"data: [DONE]\n\n"
+_FAULT_AFTER_EVENTS = 3  # a reset, stall or in-band error comes after this many events
+
+
+class Faults:
+    """Draws at most one fault per request attempt from a seeded RNG (so a retry can succeed)."""
+
+    def __init__(self, settings: SimSettings) -> None:
+        self.rng = random.Random(f"faults:{settings.seed}")
+        self.bounds: list[tuple[float, str]] = []
+        total = 0.0
+        for kind, rate in settings.fault_rates().items():
+            if rate > 0:
+                total += rate
+                self.bounds.append((total, kind))
+        self._toggle = itertools.cycle((500, 503))
+
+    def draw(self) -> str | None:
+        if not self.bounds:
+            return None
+        u = self.rng.random()
+        for bound, kind in self.bounds:
+            if u < bound:
+                return kind
+        return None
+
+    def next_5xx(self) -> int:
+        return next(self._toggle)
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError", param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param = status, message, kind, param
+
+
+def error_response(status: int, message: str, kind: str, param: str | None = None, headers: dict[str, str] | None = None) -> web.Response:
+    body = _json_encode({"error": {"message": message, "type": kind, "param": param, "code": status}})
+    return web.Response(status=status, body=body, content_type="application/json", headers=headers)
+
+
+def _content_text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a multi-part content list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    if content is None:
+        return ""
+    raise BadRequest(400, "message content must be a string or a list of parts", param="messages")
+
+
+def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise BadRequest(400, f"{name} must be an integer >= {minimum}, got {value!r}", param=name)
+    return value
+
+
+class Simulator:
+    """Request handling for one server process; `app()` wires it into aiohttp."""
+
+    def __init__(self, settings: SimSettings, answer_key: AnswerKey | None) -> None:
+        self.settings = settings
+        self.served = settings.model
+        self.answerer = Answerer(answer_key, accuracy=settings.accuracy, output_tokens=settings.output_tokens, seed=settings.seed)
+        self.faults = Faults(settings)
+        self.ttft = settings.ttft_ms / 1000.0
+        self.itl = settings.itl_ms / 1000.0
+        self.ids = itertools.count(1)
+        self._model_json = _json_encode(self.served)
+        self._token_cache: dict[str, bytes] = {}
+        self._models_body = _json_encode(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.served,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "shardeval-sim",
+                        "root": self.served,
+                        "parent": None,
+                        "max_model_len": 1 << 20,
+                    }
+                ],
+            }
+        )
+        retry = settings.retry_after
+        self._retry_headers = {"Retry-After": f"{retry:g}"} if retry > 0 else None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        return app
+
+    # --- small routes ----------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.Response(body=self._models_body, content_type="application/json")
+
+    # --- completions -----------------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, chat=False)
+
+    def _parse(self, body: Any, chat: bool) -> tuple[str, int]:
+        """(text the answer key sees, prompt token count) from a chat or completions body."""
+        if not isinstance(body, dict):
+            raise BadRequest(400, "request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != self.served:
+            raise BadRequest(404, f"The model `{model}` does not exist.", kind="NotFoundError", param="model")
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise BadRequest(400, "messages must be a non-empty list", param="messages")
+            text, n_prompt = "", 0
+            for m in messages:
+                if not isinstance(m, dict):
+                    raise BadRequest(400, "each message must be an object", param="messages")
+                content = _content_text(m.get("content"))
+                n_prompt += count_tokens(content)
+                if m.get("role") == "user":
+                    text = content
+            return text, n_prompt
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise BadRequest(400, "prompt must be a string (batched prompts are not simulated)", param="prompt")
+        return prompt, count_tokens(prompt)
+
+    async def _handle(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            try:
+                body = _json_decode(await request.read())
+            except msgspec.DecodeError as exc:
+                raise BadRequest(400, f"invalid JSON body: {exc}") from None
+            text, n_prompt = self._parse(body, chat)
+            max_tokens = _int_field(body, "max_tokens", 0)
+            if chat and body.get("max_completion_tokens") is not None:
+                max_tokens = _int_field(body, "max_completion_tokens", 0)
+            seed = _int_field(body, "seed", -(1 << 63))
+            if body.get("temperature") == 0:
+                seed = None  # greedy decoding: the same prompt gets the same reply whatever the seed
+        except BadRequest as exc:
+            return error_response(exc.status, exc.message, exc.kind, exc.param)
+        stream = bool(body.get("stream"))
+        options = body.get("stream_options")
+        include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
+
+        fault = self.faults.draw()
+        if fault == "429":
+            return error_response(429, "simulated rate limit: slow down", "RateLimitError", headers=self._retry_headers)
+        if fault == "5xx":
+            status = self.faults.next_5xx()
+            kind = "InternalServerError" if status == 500 else "ServiceUnavailableError"
+            return error_response(status, f"simulated server error {status}", kind)
+
+        reply = self.answerer.reply(text, seed, max_tokens)
+        if stream:
+            return await self._stream(request, reply, chat, n_prompt, include_usage, fault)
+        return await self._respond(request, reply, chat, n_prompt, fault)
+
+    def _usage(self, n_prompt: int, n_completion: int) -> dict[str, int]:
+        return {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_completion, "completion_tokens": n_completion}
+
+    async def _respond(self, request: web.Request, reply: Reply, chat: bool, n_prompt: int, fault: str | None) -> web.StreamResponse:
+        n = len(reply.tokens)
+        delay = self.ttft + self.itl * max(0, n - 1)
+        if fault == "stall":
+            delay += self.settings.stall_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if fault == "reset":
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response()
+        if fault == "error_200":
+            body = {"error": {"message": "simulated error inside an HTTP 200 response", "type": "InternalServerError", "param": None, "code": 500}}
+            return web.Response(body=_json_encode(body), content_type="application/json")
+        rid = next(self.ids)
+        created = int(time.time())
+        model = self.served
+        text = reply.text
+        if chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "logprobs": None,
+                "finish_reason": reply.finish_reason,
+                "stop_reason": None,
+            }
+            out = {"id": f"chatcmpl-sim{rid:x}", "object": "chat.completion", "created": created, "model": model, "choices": [choice]}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reply.finish_reason, "stop_reason": None}
+            out = {"id": f"cmpl-sim{rid:x}", "object": "text_completion", "created": created, "model": model, "choices": [choice]}
+        out["usage"] = self._usage(n_prompt, n)
+        return web.Response(body=_json_encode(out), content_type="application/json")
+
+    def _token(self, token: str) -> bytes:
+        encoded = self._token_cache.get(token)
+        if encoded is None:
+            encoded = _json_encode(token)
+            if len(self._token_cache) < 4096:
+                self._token_cache[token] = encoded
+        return encoded
+
+    def _events(self, reply: Reply, chat: bool, n_prompt: int, include_usage: bool) -> list[bytes]:
+        """Every SSE event of one stream, built from byte templates."""
+        rid = next(self.ids)
+        created = str(int(time.time())).encode()
+        model_json = self._model_json
+        if chat:
+            head = b'data: {"id":"chatcmpl-sim%x","object":"chat.completion.chunk","created":%s,"model":%s,"choices":' % (rid, created, model_json)
+            pre = head + b'[{"index":0,"delta":{"content":'
+            mid = b'},"logprobs":null,"finish_reason":null}]}\n\n'
+            end = b'},"logprobs":null,"finish_reason":"%s","stop_reason":null}]}\n\n' % reply.finish_reason.encode()
+            events = [head + b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n']
+        else:
+            head = b'data: {"id":"cmpl-sim%x","object":"text_completion","created":%s,"model":%s,"choices":' % (rid, created, model_json)
+            pre = head + b'[{"index":0,"text":'
+            mid = b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
+            end = b',"logprobs":null,"finish_reason":"%s","stop_reason":null}]}\n\n' % reply.finish_reason.encode()
+            events = []
+        tokens = reply.tokens
+        token = self._token
+        events.extend(pre + token(t) + mid for t in tokens[:-1])
+        events.append(pre + (token(tokens[-1]) if tokens else b'""') + end)
+        if include_usage:
+            n = len(tokens)
+            events.append(b'%s[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}\n\n' % (head, n_prompt, n_prompt + n, n))
+        events.append(_DONE)
+        return events
+
+    async def _stream(self, request: web.Request, reply: Reply, chat: bool, n_prompt: int, include_usage: bool, fault: str | None) -> web.StreamResponse:
+        events = self._events(reply, chat, n_prompt, include_usage)
+        n = len(events)
+        n_tokens_events = len(reply.tokens) + (1 if chat else 0)
+        # event i is due at ttft + (k-1)*itl where k counts token events; role, usage, DONE ride along
+        first = 1 if chat else 0
+        due = [self.ttft + self.itl * max(0, min(i, n_tokens_events - 1) - first) for i in range(n)]
+        fault_at = min(_FAULT_AFTER_EVENTS, n - 1) if fault in ("reset", "stall", "error_200") else n
+
+        resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+        loop = asyncio.get_running_loop()
+        try:
+            await resp.prepare(request)
+            t0 = loop.time()
+            i = 0
+            while i < n:
+                if i == fault_at:
+                    if fault == "reset":
+                        if request.transport is not None:
+                            request.transport.abort()
+                        return resp
+                    if fault == "error_200":
+                        await resp.write(
+                            b'data: {"error":{"message":"simulated error inside an HTTP 200 stream",'
+                            b'"type":"InternalServerError","param":null,"code":500}}\n\n'
+                        )
+                        return resp
+                    # stall: go quiet, then carry on with the same spacing
+                    await asyncio.sleep(self.settings.stall_s)
+                    t0 += self.settings.stall_s
+                    fault_at = n
+                now = loop.time()
+                wait = t0 + due[i] - now
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    now = loop.time()
+                limit = fault_at if i < fault_at else n
+                j = i + 1
+                while j < limit and t0 + due[j] <= now:
+                    j += 1
+                await resp.write(events[i] if j == i + 1 else b"".join(events[i:j]))
+                i = j
+        except ConnectionError:  # the client went away: nothing more to say
+            return resp
+        return resp
+
+
+async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, announce: Any = print) -> None:
+    """Run until SIGTERM or SIGINT; print the one readiness line once connections are accepted."""
+    sim = Simulator(settings, answer_key)
+    runner = web.AppRunner(sim.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=2048, shutdown_timeout=0.5)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        from shardeval.errors import UsageError
+
+        raise UsageError(f"--port {settings.port}: cannot listen on {settings.host}: {exc.strerror or exc}") from None
+    port = runner.addresses[0][1]
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    faults = ", ".join(f"{k} {v:g}" for k, v in settings.fault_rates().items() if v) or "none"
+    bench = f"{settings.bench} (accuracy {settings.accuracy:g})" if settings.bench else "none"
+    print(
+        f"shardeval sim: model {settings.model!r}, bench {bench}, ttft {settings.ttft_ms:g} ms, "
+        f"itl {settings.itl_ms:g} ms, {settings.output_tokens} tokens, faults: {faults}, seed {settings.seed}",
+        file=sys.stderr,
+        flush=True,
+    )
+    announce(f"shardeval sim listening on http://{host}:{port}/v1", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()

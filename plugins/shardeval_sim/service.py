@@ -1,0 +1,48 @@
+"""The `sim` service: launch `shardeval sim` on a free local port for the shard, stop it after.
+
+The simulator runs as a child process (like a real model server would), so the shard's client
+and the server never share an event loop or a CPU core's time slices by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from shardeval.process import ManagedEndpoint, ServerProcess, self_command
+from shardeval.service import ServiceContext
+from shardeval_sim.config import SimServiceConfig
+from shardeval_sim.settings import BEHAVIOUR_KEYS
+
+READY_LINE = r"shardeval sim listening on (http://\S+/v1)"
+
+
+def sim_argv(config: SimServiceConfig) -> list[str]:
+    """The `shardeval sim` command line that realises a service config (always port 0)."""
+    argv = [*self_command(), "sim", "--host", "127.0.0.1", "--port", "0"]
+    for key in BEHAVIOUR_KEYS:
+        value = getattr(config, key)
+        flag = "--" + key.replace("_", "-")
+        if key == "bench_params":
+            for k, v in sorted(value.items()):
+                argv += ["--bench-param", f"{k}={json.dumps(v)}"]  # JSON is YAML: the type survives
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def log_name(service_type: str, name: str) -> str:
+    """`sim.log` for the usual service name `model`, `sim-<name>.log` for any other."""
+    return f"{service_type}.log" if name == "model" else f"{service_type}-{name}.log"
+
+
+@asynccontextmanager
+async def sim_service(name: str, config: SimServiceConfig, ctx: ServiceContext) -> AsyncIterator[ManagedEndpoint]:
+    log_path = os.path.join(ctx.logs_dir, log_name("sim", name))
+    async with ServerProcess(sim_argv(config), name=f"service {name!r} (sim)", log_path=log_path, stop_grace_s=5.0) as proc:
+        match = await proc.wait_log_line(READY_LINE, timeout_s=config.startup_timeout_s)
+        yield ManagedEndpoint(
+            base_url=match.group(1), model=config.model, protocol=config.protocol, api_key_env=config.api_key_env, process=proc
+        )

@@ -1,0 +1,48 @@
+"""What the simulator does, as one plain value shared by the CLI, the server and the service.
+
+Stdlib only, so the `sim` command can be registered (and `--help` shown) without loading aiohttp
+or msgspec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """Every knob of `shardeval sim`; a field `foo_bar` is the flag `--foo-bar`."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = "sim"
+    bench: str | None = None
+    bench_params: dict[str, Any] = field(default_factory=dict)
+    accuracy: float = 0.7
+    ttft_ms: float = 50.0
+    itl_ms: float = 5.0
+    output_tokens: int = 32
+    fail_429: float = 0.0
+    retry_after: float = 1.0
+    fail_5xx: float = 0.0
+    reset: float = 0.0
+    stall: float = 0.0
+    stall_s: float = 30.0
+    error_200: float = 0.0
+    seed: int = 0
+
+    def fault_rates(self) -> dict[str, float]:
+        """Per-attempt probabilities of each fault; they are exclusive, so they must sum to <= 1."""
+        return {
+            "429": self.fail_429,
+            "5xx": self.fail_5xx,
+            "reset": self.reset,
+            "stall": self.stall,
+            "error_200": self.error_200,
+        }
+
+
+SIM_DEFAULTS = SimSettings()
+# Behaviour keys a `type: sim` service config shares with the CLI (the service picks host/port).
+BEHAVIOUR_KEYS = tuple(f.name for f in fields(SimSettings) if f.name not in ("host", "port"))

@@ -1,0 +1,44 @@
+"""The `type: vllm` service section.
+
+The command line is `launch_command` + the model + the standard flags + `extra_args`:
+
+    vllm serve MODEL --served-model-name NAME --host HOST --port PORT --tensor-parallel-size N ...
+
+- `launch_command` defaults to `["vllm", "serve"]`. The model is appended to it, unless a token
+  contains `{model}`, which is then replaced instead. So the CPU recipe
+  `["python", "-m", "vllm.entrypoints.openai.api_server", "--model"]` works as written.
+- `{model}`, `{served_model_name}`, `{host}`, `{port}` and `{tensor_parallel_size}` are replaced in
+  `launch_command` and `extra_args`; with `standard_args: false` nothing is appended, so a
+  different server can be launched with a fully written-out command.
+- `port_conflict`: when `port` is taken before launch, `fail` (default, with a clear message) or
+  `pick_free`; `port: 0` always picks a free port.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from shardeval.config import ServiceConfig
+
+DEFAULT_LAUNCH_COMMAND = ("vllm", "serve")
+
+
+class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    model: str
+    served_model_name: str | None = None  # default: `model`
+    host: str = "127.0.0.1"
+    port: int = 8000
+    port_conflict: Literal["fail", "pick_free"] = "fail"
+    tensor_parallel_size: int = 1
+    node_pool: str | None = None  # which node pool runs it; read by orchestrators
+    extra_args: list[str] = []
+    env: dict[str, str] = {}
+    launch_command: list[str] | None = None
+    standard_args: bool = True
+    health_path: str = "/health"
+    startup_timeout_s: float = 1800.0
+    stop_timeout_s: float = 30.0
+
+    @property
+    def served_name(self) -> str:
+        return self.served_model_name or self.model

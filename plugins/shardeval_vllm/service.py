@@ -1,0 +1,96 @@
+"""The `vllm` service: start `vllm serve` for the shard, wait for /health, stop it on every exit.
+
+Its log goes to the shard's logs/ (`vllm.log`, or `vllm-<name>.log` for a service not named
+`model`); a crash or a start-up past `startup_timeout_s` fails the shard quoting that log.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from shardeval.errors import UsageError
+from shardeval.process import ManagedEndpoint, ServerProcess, resolve_port
+from shardeval.service import ServiceContext
+from shardeval_vllm.config import DEFAULT_LAUNCH_COMMAND, VllmServiceConfig
+
+_ANY_ADDRESS = ("", "0.0.0.0", "::")
+
+
+def connect_host(host: str) -> str:
+    """Where the client connects: a server bound to every address is reached on loopback."""
+    if host in _ANY_ADDRESS:
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:
+    """The full server command line for `config` listening on `port` (see config.py for the rules)."""
+    values = {
+        "{model}": config.model,
+        "{served_model_name}": config.served_name,
+        "{host}": config.host,
+        "{port}": str(port),
+        "{tensor_parallel_size}": str(config.tensor_parallel_size),
+    }
+
+    def fill(arg: str) -> str:
+        for placeholder, value in values.items():
+            arg = arg.replace(placeholder, value)
+        return arg
+
+    launch = list(config.launch_command or DEFAULT_LAUNCH_COMMAND)
+    argv = [fill(a) for a in launch]
+    if not any("{model}" in a for a in launch):
+        argv.append(config.model)
+    if config.standard_args:
+        argv += [
+            "--served-model-name", config.served_name,
+            "--host", config.host,
+            "--port", str(port),
+            "--tensor-parallel-size", str(config.tensor_parallel_size),
+        ]  # fmt: skip
+    argv += [fill(a) for a in config.extra_args]
+    return argv
+
+
+def server_env(name: str, config: VllmServiceConfig) -> dict[str, str]:
+    """Variables added to the server's environment; the API key travels here, never on argv."""
+    env = dict(config.env)
+    if config.api_key_env:
+        key = os.environ.get(config.api_key_env)
+        if not key:
+            raise UsageError(
+                f"services.{name}.api_key_env: the environment variable {config.api_key_env} is not set "
+                "(it holds the key the server will require)"
+            )
+        env["VLLM_API_KEY"] = key
+    return env
+
+
+@asynccontextmanager
+async def vllm_service(name: str, config: VllmServiceConfig, ctx: ServiceContext) -> AsyncIterator[ManagedEndpoint]:
+    what = f"service {name!r} (vllm)"
+    if not config.launch_command and config.launch_command is not None:
+        raise UsageError(f"services.{name}.launch_command: must not be empty (default: vllm serve)")
+    env = server_env(name, config)
+    port = resolve_port(config.host if config.host not in _ANY_ADDRESS else "0.0.0.0", config.port, on_conflict=config.port_conflict, what=what)
+    log_name = "vllm.log" if name == "model" else f"vllm-{name}.log"
+    host = connect_host(config.host)
+    proc = ServerProcess(
+        vllm_argv(config, port),
+        name=what,
+        log_path=os.path.join(ctx.logs_dir, log_name),
+        env=env,
+        stop_grace_s=config.stop_timeout_s,
+    )
+    async with proc:
+        await proc.wait_http(f"http://{host}:{port}{config.health_path}", timeout_s=config.startup_timeout_s, interval_s=1.0)
+        yield ManagedEndpoint(
+            base_url=f"http://{host}:{port}/v1",
+            model=config.served_name,
+            protocol=config.protocol,
+            api_key_env=config.api_key_env,
+            process=proc,
+        )
