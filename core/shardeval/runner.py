@@ -248,14 +248,14 @@ class ShardRun:
         traj_path = os.path.join(bench_dir, TRAJECTORIES_FILE)
         tally = Tally(plan.n_problems, plan.config.repeats)
         n_resumed = self._resume(results_path, traj_path, tally)
-        solver = self._make_solver(plan, handle)
+        max_concurrent = plan.config.max_concurrent
+        slots = asyncio.Semaphore(max_concurrent)
+        solver = self._make_solver(plan, ServiceHandle(handle.endpoint, handle.client, slots))
         total = len(plan.indices) * plan.config.repeats
         progress = Progress(plan.name, self.shard, total, done=n_resumed, interval=self.config.output.progress_interval_s)
         if n_resumed:
             log.info("%s: resuming: %d of %d already ok on disk", plan.name, n_resumed, total)
 
-        max_concurrent = plan.config.max_concurrent
-        slots = asyncio.Semaphore(max_concurrent)
         # Twice the concurrency: tasks sleeping in a retry backoff hold a window place but no slot.
         window = asyncio.Semaphore(2 * max_concurrent)
         self._inflight = set()

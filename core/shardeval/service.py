@@ -14,7 +14,8 @@ from shardeval.config import Protocol, ServiceConfig
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where requests go. `api_key_env` names a variable; the key itself is read only when sending."""
+    """Where requests go. `api_key_env` names a variable; the client reads the key from it, and
+    the key itself is never stored in a config, record or log."""
 
     base_url: str  # ends in /v1
     model: str
@@ -48,6 +49,12 @@ def split_endpoint_url(url: str) -> tuple[str, Protocol | None]:
 
 
 def describe(config: ServiceConfig) -> dict[str, Any]:
-    """The parts of a service config that change results (for the config hash): never ports or keys."""
+    """The parts of a service config that change results (for the config hash): never ports or keys.
+
+    A service plugin lists further result-changing keys of its own in `RESULT_KEYS` (a ClassVar).
+    """
     model = getattr(config, "served_model_name", None) or getattr(config, "model", None)
-    return {"type": config.type, "model": model, "protocol": config.protocol}
+    identity: dict[str, Any] = {"type": config.type, "model": model, "protocol": config.protocol}
+    for key in getattr(config, "RESULT_KEYS", ()):
+        identity[key] = getattr(config, key)
+    return identity

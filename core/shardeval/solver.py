@@ -6,6 +6,7 @@ its status and timings) plus the conversation it had. Scoring stays with the ben
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -23,10 +24,12 @@ class Attempt:
 
 @dataclass(frozen=True)
 class ServiceHandle:
-    """A running service as a solver sees it: its endpoint and the shard's shared client."""
+    """A running service as a solver sees it: its endpoint, the shard's shared client, and the
+    benchmark's concurrency slots (held only while a request is on the wire, not during backoff)."""
 
     endpoint: Endpoint
     client: Any  # shardeval.client.Client
+    slots: asyncio.Semaphore | None = None
 
 
 class Solver(Protocol):
@@ -79,7 +82,7 @@ class SimpleSolver:
 
     async def solve(self, problem: Problem, seed: int) -> Attempt:
         body, messages = self.payload(problem, seed)
-        completion = await self.service.client.request(body)
+        completion = await self.service.client.request(body, self.service.slots)
         turns = messages + [{"role": "assistant", "content": completion.text}]
         request = {k: v for k, v in body.items() if k not in ("messages", "prompt")}
         return Attempt(completion=completion, messages=turns, request=request)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from shardeval.config import ServiceConfig
 from shardeval_sim.settings import SIM_DEFAULTS as D
@@ -10,6 +10,9 @@ from shardeval_sim.settings import SIM_DEFAULTS as D
 
 class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """Keys mirror `shardeval sim` flags (`ttft_ms` is `--ttft-ms`); the service picks the port."""
+
+    # What the simulated "model" answers depends on these; latency and fault knobs change no answer.
+    RESULT_KEYS: ClassVar[tuple[str, ...]] = ("bench", "bench_params", "accuracy", "output_tokens", "seed")
 
     model: str = D.model
     bench: str | None = None

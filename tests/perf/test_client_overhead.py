@@ -65,6 +65,7 @@ async def shardeval_client(base_url: str, n: int, concurrency: int, out_dir: str
     from shardeval.runner import ShardRun
     from shardeval.shards import ShardSpec
 
+    os.makedirs(out_dir, exist_ok=True)
     cfg = os.path.join(out_dir, "config.yaml")
     with open(cfg, "w") as f:
         f.write(
