@@ -63,3 +63,13 @@ def shardeval_cmd(*args: str, env: dict[str, str] | None = None, timeout: float 
         timeout=timeout,
         cwd=cwd,
     )
+
+
+def process_alive(pid: int) -> bool:
+    """Running (zombies, which an init that does not reap may keep around, count as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")

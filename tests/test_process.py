@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import process_alive as alive
+
 from shardeval.errors import ShardError
 from shardeval.process import (
     ServerProcess,
@@ -55,14 +57,6 @@ def script(tmp_path: Path, name: str, body: str) -> str:
     return str(path)
 
 
-def alive(pid: int) -> bool:
-    """Running (zombies, which an init that does not reap may keep around, count as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
 def run(coro):  # noqa: ANN001, ANN201 - tiny helper

@@ -220,3 +220,75 @@ def test_quick_mode_against_a_running_endpoint(tmp_path, sim):
     recs = records(out)
     assert len(recs) == 16 and {r["problem_idx"] for r in recs} == set(range(8))
     assert "8/16 ok" not in result.stderr and "16/16 ok" in result.stderr
+
+
+def test_sigint_stops_cleanly_with_exit_130(tmp_path):
+    with running_sim("--ttft-ms", "200", "--itl-ms", "5") as url:
+        cfg = write_config(tmp_path, url, n=400, repeats=1)
+        out = tmp_path / "out"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        wait_for_lines(out / "arith" / "results.jsonl", 10)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert manifest(out)["state"] == "interrupted" and manifest(out)["reason"] == "SIGINT"
+
+
+def test_resume_over_a_torn_last_line(tmp_path, sim):
+    cfg = write_config(tmp_path, sim, n=10, repeats=1)
+    out = tmp_path / "out"
+    assert shardeval_cmd("run", str(cfg), "-o", str(out)).returncode == 0
+    results = out / "arith" / "results.jsonl"
+    lines = results.read_bytes().splitlines(keepends=True)
+    torn = b"".join(lines[:7]) + lines[7][:25]  # a crash cut the 8th write short
+    results.write_bytes(torn)
+    again = shardeval_cmd("run", str(cfg), "-o", str(out))
+    assert again.returncode == 0, again.stderr
+    assert "cut off" in again.stderr
+    data = results.read_bytes()
+    assert data.startswith(torn)  # the fragment is kept, sealed, never rewritten
+    recs = records_tolerant(results)
+    assert sorted(r["problem_idx"] for r in recs) == list(range(10))
+
+
+def records_tolerant(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return out
+
+
+def test_progress_plain_lines_in_batch_logs_and_a_live_line_on_a_terminal(tmp_path):
+    import pty
+
+    with running_sim("--ttft-ms", "30", "--itl-ms", "1") as url:
+        cfg = write_config(tmp_path, url, n=150, repeats=1)
+        batch = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "batch"), "-O", "benchmarks.0.max_concurrent=4")
+        assert batch.returncode == 0
+        assert any(line.startswith("shardeval: shard 0/1 arith: ") and "req/s" in line for line in batch.stderr.splitlines())
+        assert "\r" not in batch.stderr
+        primary, secondary = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(tmp_path / "tty"), "-O", "benchmarks.0.max_concurrent=4"],
+            stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary,
+        )
+        os.close(secondary)
+        chunks = []
+        while True:
+            try:
+                data = os.read(primary, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        assert proc.wait(30) == 0
+        os.close(primary)
+    screen = b"".join(chunks).decode(errors="replace")
+    assert "\r" in screen and "150/150 (100.0%)" in screen

@@ -18,6 +18,8 @@ from typing import Any
 import msgspec
 import openai
 import pytest
+
+from conftest import process_alive as alive
 import yaml
 
 from shardeval.errors import ShardError, UsageError
@@ -38,13 +40,6 @@ def ctx(tmp_path: Path) -> ServiceContext:
     return ServiceContext(logs_dir=str(tmp_path / "logs"), shard_idx=0, total_shards=1)
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
 # --- config and command line ------------------------------------------------------------------

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from shardeval.config import Config
+from shardeval.process import self_command  # noqa: F401  (orchestrators build shard commands with it)
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,3 @@ class LaunchRequest:
 
 Orchestrator = Callable[[LaunchRequest], int]
 
-
-def self_command() -> list[str]:
-    """The command that runs this same shardeval: the zipapp file itself, or the installed package."""
-    import sys
-
-    argv0 = sys.argv[0] if sys.argv else ""
-    if argv0.endswith(".pyz") and os.path.isfile(argv0):
-        return [sys.executable, os.path.abspath(argv0)]
-    return [sys.executable, "-m", "shardeval"]
