@@ -42,6 +42,8 @@ class Benchmark:
     """Base class for benchmarks; subclasses implement `size`, `problem` and `score`."""
 
     name: str = ""
+    # What `shardeval merge` computes for it unless the config's `benchmarks[].metrics` says otherwise.
+    metrics: tuple[str, ...] = ("accuracy", "pass@k")
 
     def size(self) -> int:
         raise NotImplementedError

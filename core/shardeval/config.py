@@ -53,6 +53,7 @@ class BenchmarkConfig(_Section):
     max_problems: int | None = None
     max_concurrent: int = 32
     params: dict[str, Any] = {}
+    metrics: list[str] | None = None  # merge's metrics for it; None: the benchmark's own default
 
 
 class Timeouts(_Section):

@@ -73,6 +73,7 @@ class BenchmarkPlan:
             repeats=self.config.repeats,
             n_problems=self.n_problems,
             dataset_fingerprint=self.fingerprint,
+            metrics=list(self.config.metrics if self.config.metrics is not None else self.benchmark.metrics),
         )
 
 
