@@ -63,6 +63,41 @@ def run(config_path: str | None, shard_flag: str | None, overrides: tuple[str, .
     sys.exit(launch(config_path, quick, list(overrides), shard_flag=shard_flag, fresh=fresh, dry_run=dry_run))
 
 
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--errors-as-wrong", is_flag=True, help="Score errors as wrong answers instead of leaving them out.")
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True, help="Interval level.")
+@click.option("--bootstrap", "bootstrap_samples", type=click.IntRange(100), default=1000, show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option("-o", "--output-dir", help="Where merged/ goes (default: RUN_DIR/merged).")
+@click.option("-q", "--quiet", is_flag=True, help="Write the files; print nothing.")
+def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samples: int, seed: int, output_dir: str | None, quiet: bool) -> None:
+    """Merge every shard directory under RUN_DIR into RUN_DIR/merged/ and print the report.
+
+    Safe to run any time, also while shards are still running (the report then says PARTIAL).
+    Shard files are only read; running it twice gives byte-identical output.
+    """
+    from shardeval.merge import merge_run, write_merged
+    from shardeval.metrics import MetricOptions
+    from shardeval.report import render_report
+
+    options = MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed)
+    result = merge_run(run_dir, errors_as_wrong=errors_as_wrong, options=options)
+    out = write_merged(result, output_dir, confidence=confidence)
+    if not quiet:
+        click.echo(render_report(result, confidence), nl=False)
+        click.echo(f"\nwritten: {out}/ (scores.json, timing.json, report.md, <benchmark>/results.jsonl, trajectories.jsonl)")
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+def status(run_dir: str) -> None:
+    """Per-shard state, progress, errors, rate and ETA of a run (also while it runs)."""
+    from shardeval.status import status as render
+
+    click.echo(render(run_dir))
+
+
 @cli.command("plugins")
 def plugins_command() -> None:
     """List loaded plugins, where they came from, and what each registered."""

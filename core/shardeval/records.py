@@ -77,7 +77,7 @@ class BenchmarkManifest(msgspec.Struct, kw_only=True):
     repeats: int
     n_problems: int
     dataset_fingerprint: str
-    metrics: list[str] = ["accuracy", "pass@k"]
+    metrics: list[str] = msgspec.field(default_factory=lambda: ["accuracy", "pass@k"])
     n_ok: int = 0
     n_error: int = 0
 

@@ -30,6 +30,7 @@ def run_local(request: LaunchRequest) -> int:
     failed = [i for i, code in enumerate(codes) if code != 0]
     for i, code in enumerate(codes):
         print(f"shardeval: shard {i}/{total}: exit {code} -> {request.shard_dir(i)}", file=sys.stderr)
+    merge_and_report(request.output_root)
     if failed:
         print(
             f"shardeval: {len(failed)} of {total} shards failed ({', '.join(map(str, failed))}); "
@@ -38,6 +39,22 @@ def run_local(request: LaunchRequest) -> int:
         )
         return 1
     return 0
+
+
+def merge_and_report(root: str) -> None:
+    """Merge what the shards wrote (also after a failure: the report then says what is missing)."""
+    from shardeval.errors import UsageError
+    from shardeval.merge import merge_run, write_merged
+    from shardeval.report import render_report
+
+    try:
+        result = merge_run(root)
+    except UsageError as exc:
+        print(f"shardeval: nothing to merge: {exc}", file=sys.stderr)
+        return
+    out = write_merged(result)
+    print(render_report(result), end="")
+    print(f"\nmerged into {out}/ — `shardeval merge {root}` redoes it, `shardeval status {root}` shows progress")
 
 
 async def _run_all(commands: list[list[str]], parallel: int) -> list[int]:

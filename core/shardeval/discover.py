@@ -1,0 +1,114 @@
+"""Finding the shard directories of one run and checking that they belong together.
+
+Any directory with a manifest.json is a shard (not only `shard_N` names at the top), except the
+merge's own output and the `superseded/` folders that `--fresh` leaves behind. Shards must agree
+on the config hash, the shard count and each benchmark's data; a mixture is refused with a
+message that names the odd shard and what differs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+from shardeval.errors import UsageError
+from shardeval.records import MANIFEST_FILE, RESULTS_FILE, BenchmarkManifest, Manifest, read_manifest
+from shardeval.resume import SUPERSEDED_DIR
+
+MERGED_DIR = "merged"
+SKIP_DIRS = {MERGED_DIR, SUPERSEDED_DIR, "logs"}
+
+
+@dataclass
+class Shard:
+    path: str  # relative to the run root, for messages and deterministic order
+    abspath: str
+    manifest: Manifest
+
+
+@dataclass
+class Run:
+    """The shard directories of one run, checked for consistency."""
+
+    root: str
+    shards: list[Shard]
+    total_shards: int
+    config_hash: str
+    benchmarks: list[BenchmarkManifest]  # from the first shard; all agree on what matters
+    orphans: list[str] = field(default_factory=list)  # results files with no manifest beside them
+
+    def present(self) -> set[int]:
+        return {s.manifest.shard_idx for s in self.shards}
+
+    def missing_shards(self) -> list[int]:
+        return sorted(set(range(self.total_shards)) - self.present())
+
+    def running(self) -> list[Shard]:
+        return [s for s in self.shards if s.manifest.state == "running"]
+
+    def duplicated_shards(self) -> dict[int, list[str]]:
+        by_idx: dict[int, list[str]] = {}
+        for s in self.shards:
+            by_idx.setdefault(s.manifest.shard_idx, []).append(s.path)
+        return {i: paths for i, paths in sorted(by_idx.items()) if len(paths) > 1}
+
+
+def find_shard_dirs(root: str) -> tuple[list[str], list[str]]:
+    """(shard directories, orphan directories holding results but no manifest), both sorted."""
+    shards, orphans = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        if MANIFEST_FILE in filenames:
+            shards.append(dirpath)
+            dirnames[:] = [d for d in dirnames if not os.path.exists(os.path.join(dirpath, d, MANIFEST_FILE))]
+        elif RESULTS_FILE in filenames and not os.path.exists(os.path.join(os.path.dirname(dirpath), MANIFEST_FILE)):
+            orphans.append(dirpath)
+    return sorted(shards), sorted(orphans)
+
+
+def load_run(root: str) -> Run:
+    if not os.path.isdir(root):
+        raise UsageError(f"{root}: no such directory; give the directory that holds the shard directories")
+    paths, orphans = find_shard_dirs(root)
+    if not paths:
+        hint = f" ({len(orphans)} folder(s) hold results but no manifest.json, e.g. {orphans[0]})" if orphans else ""
+        raise UsageError(f"{root}: no shard directories (folders with a manifest.json) found{hint}; point at a run's output directory")
+    shards = []
+    for path in paths:
+        manifest = read_manifest(path)
+        assert manifest is not None
+        shards.append(Shard(path=os.path.relpath(path, root), abspath=path, manifest=manifest))
+    check_consistency(root, shards)
+    first = shards[0].manifest
+    return Run(
+        root=root,
+        shards=shards,
+        total_shards=first.total_shards,
+        config_hash=first.config_hash,
+        benchmarks=first.benchmarks,
+        orphans=[os.path.relpath(o, root) for o in orphans],
+    )
+
+
+def _odd_one(shards: list[Shard], key, what: str) -> None:
+    """Refuse when shards disagree on `key`; name the minority and the majority's value."""
+    values = Counter(key(s) for s in shards)
+    if len(values) <= 1:
+        return
+    majority, count = values.most_common(1)[0]
+    odd = [s for s in shards if key(s) != majority]
+    shown = ", ".join(f"{s.path} ({what} {key(s)})" for s in odd[:3]) + (" …" if len(odd) > 3 else "")
+    raise UsageError(
+        f"shards from different runs: {shown} differ from the other {count} shard(s) ({what} {majority}); "
+        "merge each run separately, or move the odd directories out"
+    )
+
+
+def check_consistency(root: str, shards: list[Shard]) -> None:
+    _odd_one(shards, lambda s: s.manifest.config_hash, "config")
+    _odd_one(shards, lambda s: s.manifest.total_shards, "total shards")
+    _odd_one(shards, lambda s: tuple(b.name for b in s.manifest.benchmarks), "benchmarks")
+    for i in range(len(shards[0].manifest.benchmarks)):
+        _odd_one(shards, lambda s: s.manifest.benchmarks[i].dataset_fingerprint, f"{shards[0].manifest.benchmarks[i].name} data")
+        _odd_one(shards, lambda s: s.manifest.benchmarks[i].n_problems, f"{shards[0].manifest.benchmarks[i].name} size")

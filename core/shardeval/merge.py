@@ -1,0 +1,383 @@
+"""`shardeval merge`: shard directories → one deduplicated table per benchmark → numbers.
+
+One pass over each shard's results decides, for every (problem, repeat) cell, which record
+stands: an `ok` record beats an error; among `ok` records the first in (shard path, line) order
+is kept and later ones are counted as duplicates (conflicts when their score differs); among
+errors only, the last one (the latest attempt) stands. Per cell the merge keeps a few numbers and
+the winner's byte offset, so memory is bounded by the number of cells, never by record size or
+count of duplicates; the merged files are then written in (problem, repeat) order by reading each
+winner back. Shard files are only read. The same inputs always give byte-identical outputs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from shardeval.discover import MERGED_DIR, Run, Shard, load_run
+from shardeval.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
+from shardeval.records import RESULTS_FILE, TRAJECTORIES_FILE, BenchmarkManifest
+from shardeval.shards import shard_indices
+
+NAN = float("nan")
+
+
+class _Row(msgspec.Struct):
+    """The fields of a result record the merge reads (the response text is skipped, not kept)."""
+
+    benchmark: str
+    problem_idx: int
+    repeat: int
+    status: str
+    problem_id: str = ""
+    score: float | None = None
+    scores: dict[str, float] = {}
+    error_kind: str | None = None
+    extracted: str | None = None
+    reference: str | None = None
+    cluster: str | None = None
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    started_at: float = 0.0
+    completion_tokens: int | None = None
+
+
+class _TrajKey(msgspec.Struct):
+    benchmark: str
+    problem_idx: int
+    repeat: int
+    status: str = "ok"
+
+
+@dataclass
+class Cells:
+    """Per-cell state of one benchmark while scanning: the winner's location and its numbers."""
+
+    n_problems: int
+    repeats: int
+    keep_labels: bool = False
+    keep_ids: bool = False
+    status: bytearray = field(init=False)
+    score: array = field(init=False)
+    src: array = field(init=False)  # shard number (index into the sorted shard list) of the winner
+    offset: array = field(init=False)
+    length: array = field(init=False)
+    traj_offset: array = field(init=False)
+    traj_length: array = field(init=False)
+    ttft: array = field(init=False)
+    latency: array = field(init=False)
+    start: array = field(init=False)
+    tokens: array = field(init=False)
+    error_kind: bytearray = field(init=False)
+    cluster: array = field(init=False)
+    extra: dict[str, array] = field(default_factory=dict)
+    predicted: array | None = None
+    gold: array | None = None
+    labels: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, int] = field(default_factory=dict)
+    clusters: dict[str, int] = field(default_factory=dict)
+    problem_ids: list[str] | None = None
+    n_duplicates: int = 0
+    n_conflicts: int = 0
+    n_superseded_errors: int = 0
+    n_foreign: int = 0
+    n_out_of_range: int = 0
+    unreadable: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n = self.n_problems * self.repeats
+        self.status = bytearray(n)
+        self.score = array("d", [NAN]) * n
+        self.src = array("i", [-1]) * n
+        self.offset = array("q", [0]) * n
+        self.length = array("i", [0]) * n
+        self.traj_offset = array("q", [-1]) * n
+        self.traj_length = array("i", [0]) * n
+        self.ttft = array("d", [NAN]) * n
+        self.latency = array("d", [NAN]) * n
+        self.start = array("d", [NAN]) * n
+        self.tokens = array("i", [0]) * n
+        self.error_kind = bytearray(n)
+        self.cluster = array("i", [-1]) * self.n_problems
+        if self.keep_labels:
+            self.predicted = array("i", [-1]) * n
+            self.gold = array("i", [-1]) * n
+        if self.keep_ids:
+            self.problem_ids = [""] * self.n_problems
+
+    def code(self, table: dict[str, int], value: str) -> int:
+        code = table.get(value)
+        if code is None:
+            code = table[value] = len(table)
+        return code
+
+    def take(self, cell: int, row: _Row, src: int, offset: int, length: int) -> None:
+        """Make `row` the cell's standing record."""
+        ok = row.status == "ok"
+        self.status[cell] = OK if ok else ERROR
+        self.src[cell], self.offset[cell], self.length[cell] = src, offset, length
+        self.score[cell] = row.score if ok and row.score is not None else NAN
+        self.error_kind[cell] = 0 if ok else 1 + self.code(self.kinds, row.error_kind or "unknown")
+        self.ttft[cell] = row.ttft_s if row.ttft_s is not None else NAN
+        self.latency[cell] = row.latency_s if row.latency_s is not None else NAN
+        self.start[cell] = row.started_at or NAN
+        self.tokens[cell] = row.completion_tokens or 0
+        for name, value in row.scores.items():
+            column = self.extra.get(name)
+            if column is None:
+                column = self.extra[name] = array("d", [NAN]) * (self.n_problems * self.repeats)
+            column[cell] = value if ok else NAN
+        if row.cluster is not None:
+            self.cluster[row.problem_idx] = self.code(self.clusters, row.cluster)
+        if self.predicted is not None and self.gold is not None:
+            self.predicted[cell] = self.code(self.labels, row.extracted) if ok and row.extracted is not None else -1
+            self.gold[cell] = self.code(self.labels, row.reference) if row.reference is not None else -1
+        if self.problem_ids is not None:
+            self.problem_ids[row.problem_idx] = row.problem_id
+
+
+def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
+    """Decide every cell's standing record from every shard's results file."""
+    decode = msgspec.json.Decoder(_Row).decode
+    repeats, n_problems = cells.repeats, cells.n_problems
+    status = cells.status
+    for src, shard in enumerate(shards):
+        path = os.path.join(shard.abspath, bench, RESULTS_FILE)
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            continue
+        with f:
+            offset = 0
+            for line in f:
+                length = len(line)
+                start, offset = offset, offset + length
+                if not line.endswith(b"\n"):
+                    if line.strip():
+                        cells.unreadable.append(f"{shard.path}/{bench}/{RESULTS_FILE}: torn last line")
+                    break
+                try:
+                    row = decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    if line.strip():
+                        cells.unreadable.append(f"{shard.path}/{bench}/{RESULTS_FILE}: byte {start}")
+                    continue
+                if row.benchmark != bench:
+                    cells.n_foreign += 1
+                    continue
+                p, r = row.problem_idx, row.repeat
+                if not (0 <= p < n_problems and 0 <= r < repeats):
+                    cells.n_out_of_range += 1
+                    continue
+                cell = p * repeats + r
+                current = status[cell]
+                if current == MISSING:
+                    cells.take(cell, row, src, start, length)
+                elif row.status == "ok":
+                    if current == ERROR:
+                        cells.n_superseded_errors += 1
+                        cells.take(cell, row, src, start, length)
+                    else:
+                        cells.n_duplicates += 1
+                        kept = cells.score[cell]
+                        new = row.score if row.score is not None else NAN
+                        if not (kept == new or (math.isnan(kept) and math.isnan(new))):
+                            cells.n_conflicts += 1
+                elif current == ERROR:
+                    cells.take(cell, row, src, start, length)  # the latest failed attempt stands
+
+
+def scan_trajectories(cells: Cells, bench: str, shards: list[Shard]) -> None:
+    """Find each standing record's trajectory: same shard, same cell, same status, last such line."""
+    decode = msgspec.json.Decoder(_TrajKey).decode
+    repeats, n_problems = cells.repeats, cells.n_problems
+    status, src_of = cells.status, cells.src
+    for src, shard in enumerate(shards):
+        path = os.path.join(shard.abspath, bench, TRAJECTORIES_FILE)
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            continue
+        with f:
+            offset = 0
+            for line in f:
+                start, offset = offset, offset + len(line)
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    key = decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+                p, r = key.problem_idx, key.repeat
+                if key.benchmark != bench or not (0 <= p < n_problems and 0 <= r < repeats):
+                    continue
+                cell = p * repeats + r
+                if src_of[cell] == src and (status[cell] == OK) == (key.status == "ok"):
+                    cells.traj_offset[cell], cells.traj_length[cell] = start, len(line)
+
+
+@dataclass
+class BenchmarkMerge:
+    manifest: BenchmarkManifest
+    cells: Cells
+    table: ScoreTable
+    missing_by_shard: dict[int, int]
+    metrics: dict[str, MetricValue]
+    metric_problems: list[str]
+
+    @property
+    def n_expected(self) -> int:
+        return self.cells.n_problems * self.cells.repeats
+
+
+@dataclass
+class MergeResult:
+    run: Run
+    benchmarks: list[BenchmarkMerge]
+    errors_as_wrong: bool
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.run.missing_shards() or self.run.running()) or any(
+            sum(b.missing_by_shard.values()) for b in self.benchmarks
+        )
+
+    def rerun_shards(self) -> list[int]:
+        """Shards with missing cells (a shard that never started included), to run again."""
+        need: set[int] = set(self.run.missing_shards())
+        for b in self.benchmarks:
+            need.update(i for i, n in b.missing_by_shard.items() if n)
+        running = {s.manifest.shard_idx for s in self.run.running()}
+        return sorted(need - running)
+
+
+def missing_per_shard(cells: Cells, bm: BenchmarkManifest, total: int, shuffle_seed: int | None) -> dict[int, int]:
+    """How many cells each shard still owes (from the shard math, so a never-started shard counts)."""
+    out: dict[int, int] = {}
+    status, repeats = cells.status, cells.repeats
+    for idx in range(total):
+        indices = shard_indices(bm.n_problems, idx, total, shuffle_seed)
+        if isinstance(indices, range):
+            lo, hi = indices.start * repeats, indices.stop * repeats
+            out[idx] = status[lo:hi].count(MISSING)
+        else:
+            out[idx] = sum(status[p * repeats + r] == MISSING for p in indices for r in range(repeats))
+    return out
+
+
+def build_table(bench: str, cells: Cells, errors_as_wrong: bool) -> ScoreTable:
+    score = cells.score
+    if errors_as_wrong:
+        score = array("d", score)
+        for cell in _positions(cells.status, ERROR):
+            score[cell] = 0.0
+    return ScoreTable(
+        benchmark=bench,
+        n_problems=cells.n_problems,
+        repeats=cells.repeats,
+        score=score,
+        status=cells.status,
+        cluster=cells.cluster if cells.clusters else None,
+        cluster_names=sorted(cells.clusters, key=cells.clusters.__getitem__),
+        extra=cells.extra,
+        predicted=cells.predicted,
+        gold=cells.gold,
+        labels=sorted(cells.labels, key=cells.labels.__getitem__),
+        problem_ids=cells.problem_ids,
+    )
+
+
+def _positions(data: bytearray, value: int):
+    i = data.find(value)
+    while i != -1:
+        yield i
+        i = data.find(value, i + 1)
+
+
+def compute_metrics(table: ScoreTable, names: list[str], options: MetricOptions) -> tuple[dict[str, MetricValue], list[str]]:
+    """Every metric the benchmark asks for; a metric that is not installed or fails is named, not fatal."""
+    from shardeval import plugins
+
+    registry = plugins.registry()
+    values: dict[str, MetricValue] = {}
+    problems: list[str] = []
+    for name in names:
+        entry = registry.entries["metrics"].get(name)
+        if entry is None:
+            problems.append(f"metric {name!r} is not installed (`shardeval plugins` lists what is)")
+            continue
+        try:
+            values.update(entry.factory(table, options))
+        except Exception as exc:  # one broken metric must not hide the others
+            problems.append(f"metric {name!r} failed: {type(exc).__name__}: {exc}")
+    return values, problems
+
+
+def merge_run(root: str, *, errors_as_wrong: bool = False, options: MetricOptions | None = None, keep_ids: bool = False) -> MergeResult:
+    """Read a run's shards into deduplicated tables and compute their metrics (writes nothing)."""
+    run = load_run(root)
+    options = options or MetricOptions()
+    shuffle_seed = run.shards[0].manifest.permutation_seed
+    merged = []
+    for bm in run.benchmarks:
+        cells = Cells(bm.n_problems, bm.repeats, keep_labels="classification" in bm.metrics, keep_ids=keep_ids)
+        scan_results(cells, bm.name, run.shards)
+        table = build_table(bm.name, cells, errors_as_wrong)
+        metrics, problems = compute_metrics(table, bm.metrics, options)
+        missing = missing_per_shard(cells, bm, run.total_shards, shuffle_seed)
+        merged.append(BenchmarkMerge(bm, cells, table, missing, metrics, problems))
+    return MergeResult(run=run, benchmarks=merged, errors_as_wrong=errors_as_wrong)
+
+
+def write_merged(result: MergeResult, out_dir: str | None = None, confidence: float = 0.95) -> str:
+    """Write merged/<bench>/{results,trajectories}.jsonl in (problem, repeat) order, scores.json,
+    timing.json and report.md. Every file is replaced atomically; shard files are only read."""
+    from shardeval.report import render_report, scores_document, timing_document
+
+    out_dir = out_dir or os.path.join(result.run.root, MERGED_DIR)
+    for b in result.benchmarks:
+        bench_dir = os.path.join(out_dir, b.manifest.name)
+        os.makedirs(bench_dir, exist_ok=True)
+        scan_trajectories(b.cells, b.manifest.name, result.run.shards)
+        _copy_winners(result.run.shards, b, RESULTS_FILE, b.cells.offset, b.cells.length, bench_dir)
+        _copy_winners(result.run.shards, b, TRAJECTORIES_FILE, b.cells.traj_offset, b.cells.traj_length, bench_dir)
+    _write_atomic(os.path.join(out_dir, "scores.json"), _pretty(scores_document(result)))
+    _write_atomic(os.path.join(out_dir, "timing.json"), _pretty(timing_document(result)))
+    _write_atomic(os.path.join(out_dir, "report.md"), render_report(result, confidence).encode())
+    return out_dir
+
+
+def _copy_winners(shards: list[Shard], b: BenchmarkMerge, name: str, offsets: array, lengths: array, bench_dir: str) -> None:
+    files: dict[int, Any] = {}
+    target = os.path.join(bench_dir, name)
+    try:
+        with open(target + ".tmp", "wb") as out:
+            src_of = b.cells.src
+            for cell in range(len(offsets)):
+                src, offset = src_of[cell], offsets[cell]
+                if src < 0 or offset < 0:
+                    continue
+                f = files.get(src)
+                if f is None:
+                    f = files[src] = open(os.path.join(shards[src].abspath, b.manifest.name, name), "rb")
+                f.seek(offset)
+                out.write(f.read(lengths[cell]))
+        os.replace(target + ".tmp", target)
+    finally:
+        for f in files.values():
+            f.close()
+
+
+def _pretty(doc: Any) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(path + ".tmp", path)

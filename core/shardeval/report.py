@@ -1,0 +1,178 @@
+"""What merge says: scores.json (decisions), timing.json (speed), report.md (people).
+
+scores.json is a pure function of the answers, so a sharded and an unsharded run of the same
+evaluation give identical files; timings live apart in timing.json because they never repeat.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import TYPE_CHECKING, Any
+
+from shardeval.metrics import ERROR, MISSING, OK, MetricValue
+
+if TYPE_CHECKING:
+    from shardeval.merge import BenchmarkMerge, MergeResult
+
+
+def _error_kinds(b: "BenchmarkMerge") -> dict[str, int]:
+    cells = b.cells
+    return {kind: cells.error_kind.count(code + 1) for kind, code in sorted(cells.kinds.items())
+            if cells.error_kind.count(code + 1)}
+
+
+def counts(b: "BenchmarkMerge") -> dict[str, Any]:
+    status = b.cells.status
+    n_missing, n_errors = status.count(MISSING), status.count(ERROR)
+    n_records = len(status) - n_missing
+    return {
+        "n_problems": b.cells.n_problems,
+        "repeats": b.cells.repeats,
+        "n_expected": b.n_expected,
+        "n_records": n_records,
+        "n_ok": status.count(OK),
+        "n_missing": n_missing,
+        "n_errors": n_errors,
+        "error_rate": n_errors / n_records if n_records else 0.0,
+        "error_kinds": _error_kinds(b),
+        "n_duplicates": b.cells.n_duplicates,
+        "n_conflicts": b.cells.n_conflicts,
+        "n_superseded_errors": b.cells.n_superseded_errors,
+    }
+
+
+def scores_document(result: "MergeResult") -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for b in result.benchmarks:
+        entry = counts(b)
+        entry["partial"] = result.partial
+        entry["errors_as_wrong"] = result.errors_as_wrong
+        entry["metrics"] = b.metrics
+        if b.metric_problems:
+            entry["metric_problems"] = b.metric_problems
+        doc[b.manifest.name] = entry
+    return doc
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default), on pre-sorted values."""
+    if not sorted_values:
+        return None
+    pos = (len(sorted_values) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def _finite_ok(values: array, status: bytearray) -> list[float]:
+    return sorted(v for v, s in zip(values, status) if s == OK and v == v)
+
+
+def timing(b: "BenchmarkMerge") -> dict[str, Any]:
+    """Pooled over every standing ok record: percentiles of all of them, never averaged ones."""
+    cells = b.cells
+    ttft = _finite_ok(cells.ttft, cells.status)
+    latency = _finite_ok(cells.latency, cells.status)
+    first = min((v for v in cells.start if v == v), default=None)
+    last = max((s + l for s, l in zip(cells.start, cells.latency) if s == s and l == l), default=None)
+    span = last - first if first is not None and last is not None else None
+    tokens = sum(t for t, s in zip(cells.tokens, cells.status) if s == OK)
+    qs = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+    return {
+        "n": len(latency),
+        "ttft_s": {k: percentile(ttft, q) for k, q in qs.items()},
+        "latency_s": {k: percentile(latency, q) for k, q in qs.items()},
+        "completion_tokens": tokens,
+        "wall_span_s": span,
+        "completion_tokens_per_s": tokens / span if span else None,
+        "requests_per_s": len(latency) / span if span else None,
+    }
+
+
+def timing_document(result: "MergeResult") -> dict[str, Any]:
+    return {b.manifest.name: timing(b) for b in result.benchmarks}
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _metric_rows(metrics: dict[str, MetricValue], confidence: float) -> list[str]:
+    rows = [f"| metric | value | {confidence:.0%} interval | stderr | method | n |", "|---|---|---|---|---|---|"]
+    for name, m in metrics.items():
+        interval = f"[{_num(m.ci_low)}, {_num(m.ci_high)}]" if m.ci_low is not None else "—"
+        rows.append(f"| {name} | {_num(m.value)} | {interval} | {_num(m.stderr)} | {m.ci_method} | {m.n} |")
+    return rows
+
+
+def _shard_list(idxs: list[int]) -> str:
+    return ",".join(map(str, idxs))
+
+
+def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
+    run = result.run
+    present = len(run.present())
+    lines = [f"# shardeval merge: {run.root}", ""]
+    state = "PARTIAL" if result.partial else "COMPLETE"
+    lines.append(
+        f"Run {run.config_hash}: {present}/{run.total_shards} shards present, {len(run.shards)} shard "
+        f"director{'y' if len(run.shards) == 1 else 'ies'} read. **{state}**"
+    )
+    if run.running():
+        lines.append(f"- still running: {', '.join(s.path for s in run.running())} (merge again when they finish)")
+    if run.missing_shards():
+        lines.append(f"- never started or not found: shard(s) {_shard_list(run.missing_shards())}")
+    rerun = result.rerun_shards()
+    if rerun:
+        lines.append(
+            f"- to complete the run, rerun shard(s) {_shard_list(rerun)}: SLURM `--array={_shard_list(rerun)}`, "
+            f"or `shardeval run CONFIG --shard I/{run.total_shards}` for each (they resume)"
+        )
+    for idx, paths in run.duplicated_shards().items():
+        lines.append(f"- shard {idx} appears in {len(paths)} directories ({', '.join(paths)}): deduplicated")
+    for orphan in run.orphans:
+        lines.append(f"- ignored {orphan}: results without a manifest.json beside them")
+    if result.errors_as_wrong:
+        lines.append("- errors are scored as wrong answers (--errors-as-wrong)")
+    for b in result.benchmarks:
+        c = counts(b)
+        lines += ["", f"## {b.manifest.name}", ""]
+        lines += _metric_rows(b.metrics, confidence)
+        lines.append("")
+        lines.append(
+            f"- coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded "
+            f"({c['n_problems']} problems x {c['repeats']} repeats); {c['n_missing']} missing"
+        )
+        kinds = ", ".join(f"{k} {v}" for k, v in c["error_kinds"].items())
+        treated = "scored as wrong" if result.errors_as_wrong else "excluded from scores"
+        lines.append(f"- errors: {c['n_errors']} ({c['error_rate']:.2%} of records), {treated}" + (f": {kinds}" if kinds else ""))
+        if c["n_duplicates"] or c["n_superseded_errors"]:
+            lines.append(
+                f"- duplicates: {c['n_duplicates']} extra ok record(s) ignored ({c['n_conflicts']} with a different score); "
+                f"{c['n_superseded_errors']} error(s) superseded by a later ok answer"
+            )
+        acc = b.metrics.get("accuracy")
+        split = acc.details.get("se_if_repeats") if acc else None
+        if split:
+            se = ", ".join(f"{k} → {_num(v)}" for k, v in split.items())
+            lines.append(f"- standard error of accuracy with K repeats per problem: {se}")
+        t = timing(b)
+        if t["n"]:
+            lines.append(
+                f"- latency p50/p90/p99: {_num(t['latency_s']['p50'], 3)}/{_num(t['latency_s']['p90'], 3)}/"
+                f"{_num(t['latency_s']['p99'], 3)} s; TTFT p50/p90/p99: {_num(t['ttft_s']['p50'], 3)}/"
+                f"{_num(t['ttft_s']['p90'], 3)}/{_num(t['ttft_s']['p99'], 3)} s; "
+                f"{_num(t['completion_tokens_per_s'], 1)} completion tokens/s over {_num(t['wall_span_s'], 1)} s"
+            )
+        cells = b.cells
+        if cells.unreadable:
+            lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(cells.unreadable[:3])}")
+        if cells.n_foreign or cells.n_out_of_range:
+            lines.append(
+                f"- skipped {cells.n_foreign} record(s) of another benchmark and {cells.n_out_of_range} outside "
+                "this benchmark's problems or repeats"
+            )
+        for problem in b.metric_problems:
+            lines.append(f"- {problem}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,79 @@
+"""`shardeval status`: how far each shard is, from manifests and record files, safe mid-run.
+
+Reads only: counts lines (and error lines) without decoding records, so it is cheap on a shared
+filesystem while shards are still appending.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from shardeval.discover import Run, load_run
+from shardeval.records import RESULTS_FILE
+
+
+@dataclass
+class ShardProgress:
+    path: str
+    idx: int
+    state: str
+    records: int
+    errors: int
+    expected: int
+    rate: float | None  # records per second since the shard started (this attempt)
+    eta_s: float | None
+
+
+def count_lines(path: str) -> tuple[int, int]:
+    """(complete lines, lines recording an error) of a results file, without decoding JSON."""
+    n = errors = 0
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.endswith(b"\n"):
+                    n += 1
+                    if b'"status":"error"' in line:
+                        errors += 1
+    except FileNotFoundError:
+        pass
+    return n, errors
+
+
+def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
+    now = time.time() if now is None else now
+    out = []
+    for shard in run.shards:
+        m = shard.manifest
+        records = errors = expected = 0
+        for b in m.benchmarks:
+            n, e = count_lines(os.path.join(shard.abspath, b.name, RESULTS_FILE))
+            records, errors = records + n, errors + e
+            expected += (b.range[1] - b.range[0]) * b.repeats
+        end = m.finished_at or now
+        elapsed = end - m.started_at if m.started_at else 0.0
+        rate = records / elapsed if elapsed > 0 and records else None
+        left = max(0, expected - records)
+        eta = left / rate if rate and m.state == "running" else None
+        out.append(ShardProgress(shard.path, m.shard_idx, m.state, records, errors, expected, rate, eta))
+    return sorted(out, key=lambda p: (p.idx, p.path))
+
+
+def render_status(run: Run, progress: list[ShardProgress]) -> str:
+    lines = [f"{'shard':<8} {'state':<12} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  directory"]
+    for p in progress:
+        rate = f"{p.rate:.1f}" if p.rate else "—"
+        eta = f"{p.eta_s:.0f}s" if p.eta_s is not None else "—"
+        lines.append(f"{p.idx:<8} {p.state:<12} {p.records:>8}/{p.expected:<8} {p.errors:>7} {rate:>8} {eta:>8}  {p.path}")
+    for idx in run.missing_shards():
+        lines.append(f"{idx:<8} {'not started':<12} {'':>17} {'':>7} {'':>8} {'':>8}  (no directory)")
+    done = sum(min(p.records, p.expected) for p in progress)
+    total = sum(b.n_problems * b.repeats for b in run.benchmarks)
+    lines.append(f"total: {done}/{total} records ({done / total:.1%})" if total else "total: nothing to do")
+    return "\n".join(lines)
+
+
+def status(root: str) -> str:
+    run = load_run(root)
+    return render_status(run, shard_progress(run))
