@@ -42,6 +42,8 @@ class Benchmark:
     """Base class for benchmarks; subclasses implement `size`, `problem` and `score`."""
 
     name: str = ""
+    # Scoring that takes real time (running code in a sandbox) happens in a worker thread.
+    score_in_thread: bool = False
     # What `shardeval merge` computes for it unless the config's `benchmarks[].metrics` says otherwise.
     metrics: tuple[str, ...] = ("accuracy", "pass@k")
 
@@ -78,6 +80,15 @@ class Benchmark:
             if p.reference is not None:
                 key[p.user_text().strip()] = p.reference
         return lambda text: key.get(text.strip())
+
+    def simulated_reply(self, reference: str, correct: bool) -> str | None:
+        """The whole reply the simulator gives, right or wrong, for a problem with this reference.
+
+        None (the default) means the simulator's generic reply: filler words, then `#### <answer>`
+        with a wrong answer derived from the reference. Code and multiple-choice benchmarks
+        override it so simulated answers go through their real extraction and scoring.
+        """
+        return None
 
 
 BenchmarkFactory = Callable[[dict[str, Any]], Benchmark]

@@ -14,6 +14,7 @@ import os
 import signal
 import time
 from array import array
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -262,11 +263,14 @@ class ShardRun:
         self._inflight = set()
         with open(results_path, "ab", buffering=0) as results, open(traj_path, "ab", buffering=0) as trajectories:
             write_traj = self.config.output.trajectories
+            loop = asyncio.get_running_loop()
+            scorer = ThreadPoolExecutor(os.cpu_count() or 1, "score") if plan.benchmark.score_in_thread else None
 
             async def one(problem: Problem, repeat: int) -> None:
                 seed = request_seed(self.config.seed, plan.name, problem.id, repeat)
                 attempt = await solver.solve(problem, seed)
-                record = make_record(plan, problem, repeat, seed, attempt.completion, self.shard.idx)
+                args = (plan, problem, repeat, seed, attempt.completion, self.shard.idx)
+                record = await loop.run_in_executor(scorer, make_record, *args) if scorer else make_record(*args)
                 results.write(encode_line(record))
                 if write_traj:
                     trajectories.write(
@@ -306,6 +310,8 @@ class ShardRun:
                 await self._drain()
             finally:
                 progress.stop()
+                if scorer:
+                    scorer.shutdown(wait=True)
         return tally
 
     async def _drain(self) -> None:

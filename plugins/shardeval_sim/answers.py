@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass
 from typing import Callable
 
 AnswerKey = Callable[[str], "str | None"]
+Render = Callable[[str, bool], "str | None"]  # (reference, correct) -> the whole reply, or None
+_TOKEN = re.compile(r"\s*\S+")
 
 # 64 words (a power of two, so an odd stride visits them all); no digits, so a scorer that takes
 # the last number in the text still finds the final answer.
@@ -63,8 +66,11 @@ def wrong_answer(reference: str) -> str:
 class Answerer:
     """Turns prompt text into a Reply; `key` maps a prompt to its reference (None if unknown)."""
 
-    def __init__(self, key: AnswerKey | None, *, accuracy: float, output_tokens: int, seed: int) -> None:
+    def __init__(
+        self, key: AnswerKey | None, *, accuracy: float, output_tokens: int, seed: int, render: Render | None = None
+    ) -> None:
         self.key = key
+        self.render = render
         self.accuracy = accuracy
         self.output_tokens = output_tokens
         self.seed = seed
@@ -100,6 +106,13 @@ class Answerer:
             answer, correct = ref.strip(), True
         else:
             answer, correct = wrong_answer(ref), False
+        rendered = self.render(ref, correct) if self.render is not None and ref is not None and correct is not None else None
+        if rendered is not None:  # the benchmark shapes the whole reply (code, a letter, ...)
+            tokens = _TOKEN.findall(rendered) or [rendered]
+            finish = "stop"
+            if max_tokens is not None and max_tokens < len(tokens):
+                tokens, finish = tokens[:max_tokens], "length"
+            return Reply(tokens=tokens, finish_reason=finish, answer=rendered, correct=correct)
         tail = ["####", *(answer.split() or ["0"])]
         n_filler = max(0, self.output_tokens - len(tail))
         start, stride = digest[12], digest[13] | 1

@@ -32,13 +32,14 @@ def parse_bench_params(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 def load_answer_key(bench: str | None, params: dict[str, Any]):
-    """The registered benchmark's answer key (prompt text -> reference), or None without --bench."""
+    """(answer key: prompt text -> reference, reply renderer) of the registered benchmark, or
+    (None, None) without --bench. The renderer lets a benchmark shape whole replies (code, letters)."""
     if not bench:
-        return None
+        return None, None
     from shardeval import plugins
 
     benchmark = plugins.registry().get("benchmarks", bench, where="--bench").factory(params)
-    return benchmark.answer_key()
+    return benchmark.answer_key(), benchmark.simulated_reply
 
 
 @click.command("sim")
@@ -77,10 +78,10 @@ def sim_command(served_model_name: str | None, tensor_parallel_size: int | None,
             f"fault rates sum to {total:g} (--fail-429 + --fail-5xx + --reset + --stall + --error-200); "
             "each attempt gets at most one fault, so the sum must be <= 1"
         )
-    answer_key = load_answer_key(settings.bench, settings.bench_params)
+    answer_key, render = load_answer_key(settings.bench, settings.bench_params)
 
     import asyncio
 
     from shardeval_sim.server import serve
 
-    asyncio.run(serve(settings, answer_key))
+    asyncio.run(serve(settings, answer_key, render=render))

@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from shardeval_sim.answers import Answerer, AnswerKey, Reply, count_tokens
+from shardeval_sim.answers import Answerer, AnswerKey, Render, Reply, count_tokens
 from shardeval_sim.settings import SimSettings
 
 _json_encode = msgspec.json.encode
@@ -97,10 +97,12 @@ def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
 class Simulator:
     """Request handling for one server process; `app()` wires it into aiohttp."""
 
-    def __init__(self, settings: SimSettings, answer_key: AnswerKey | None) -> None:
+    def __init__(self, settings: SimSettings, answer_key: AnswerKey | None, render: Render | None = None) -> None:
         self.settings = settings
         self.served = settings.model
-        self.answerer = Answerer(answer_key, accuracy=settings.accuracy, output_tokens=settings.output_tokens, seed=settings.seed)
+        self.answerer = Answerer(
+            answer_key, accuracy=settings.accuracy, output_tokens=settings.output_tokens, seed=settings.seed, render=render
+        )
         self.faults = Faults(settings)
         self.ttft = settings.ttft_ms / 1000.0
         self.itl = settings.itl_ms / 1000.0
@@ -327,9 +329,9 @@ class Simulator:
         return resp
 
 
-async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, announce: Any = print) -> None:
+async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: Render | None = None, announce: Any = print) -> None:
     """Run until SIGTERM or SIGINT; print the one readiness line once connections are accepted."""
-    sim = Simulator(settings, answer_key)
+    sim = Simulator(settings, answer_key, render)
     runner = web.AppRunner(sim.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=2048, shutdown_timeout=0.5)
