@@ -153,10 +153,19 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
                 f"{c['n_superseded_errors']} error(s) superseded by a later ok answer"
             )
         acc = b.metrics.get("accuracy")
-        split = acc.details.get("se_if_repeats") if acc else None
-        if split:
-            se = ", ".join(f"{k} → {_num(v)}" for k, v in split.items())
-            lines.append(f"- standard error of accuracy with K repeats per problem: {se}")
+        per_cluster = acc.details.get("per_cluster") if acc else None
+        if per_cluster:
+            lines += ["", "| category | accuracy | n |", "|---|---|---|"]
+            for name, entry in per_cluster.items():
+                lines.append(f"| {name} | {_num(entry.get('value'))} | {entry.get('n', '')} |")
+            lines.append("")
+        split = acc.details.get("variance_split") if acc else None
+        if split and split.get("se_if_repeats"):
+            se = ", ".join(f"K={k}: {_num(v)}" for k, v in split["se_if_repeats"].items())
+            lines.append(
+                f"- variance: between problems {_num(split.get('sigma2_between'))}, within a problem "
+                f"{_num(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}"
+            )
         t = timing(b)
         if t["n"]:
             lines.append(

@@ -1,0 +1,176 @@
+"""Classification metrics from table.predicted / table.gold / table.labels, with bootstrap intervals.
+
+A cell counts when its gold label is known (gold >= 0) and it is either `ok` or was given a score
+by merge (errors under --errors-as-wrong); other cells are left out. A prediction of -1 (none,
+unparseable, error) is wrong and predicts no class: it adds a false negative to its gold class and a
+false positive to none.
+
+Per class l (over the classes present in gold or predicted, as scikit-learn does):
+precision_l = TP/(TP+FP), recall_l = TP/(TP+FN), F1_l = 2TP/(2TP+FP+FN), each 0 when its
+denominator is 0 (scikit-learn's zero_division=0). macro = unweighted mean over the present
+classes; weighted-F1 weights F1_l by the gold support. Every cell weighs the same.
+
+Intervals: bootstrap over problems (a resampled problem brings all its cells), percentile interval,
+stderr = sd of the replicates; each replicate is computed exactly like the point estimate (its own
+set of present classes). Counts per replicate: the (replicate × problem) draw counts times the
+per-problem (tp, support, predicted) count matrix (exact integer arithmetic in float64); when that
+matrix would be large (many problems × many labels), np.bincount on (replicate, class) flattened
+indices per drawn cell instead. Both give identical counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shardeval.metrics import OK, MetricOptions, MetricValue, ScoreTable
+from shardeval_metrics.stats import bootstrap_over_problems, percentile_interval, view
+
+KEYS = ("macro_f1", "weighted_f1", "macro_precision", "macro_recall")
+
+
+def _scores_from_counts(tp: np.ndarray, support: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(b, L) counts -> (macro_f1, weighted_f1, macro_precision, macro_recall, per-class p, r, f1), each (b,)."""
+    present = (support > 0) | (predicted > 0)
+
+    def safe(x: np.ndarray) -> np.ndarray:
+        return np.where(x > 0, x, 1.0)
+
+    precision = np.where(predicted > 0, tp / safe(predicted), 0.0)
+    recall = np.where(support > 0, tp / safe(support), 0.0)
+    f1 = np.where(support + predicted > 0, 2.0 * tp / safe(support + predicted), 0.0)
+    m = present.sum(axis=1).astype(np.float64)
+    total = support.sum(axis=1)
+    macro_f1 = np.where(m > 0, (f1 * present).sum(axis=1) / safe(m), np.nan)
+    macro_p = np.where(m > 0, (precision * present).sum(axis=1) / safe(m), np.nan)
+    macro_r = np.where(m > 0, (recall * present).sum(axis=1) / safe(m), np.nan)
+    weighted = np.where(total > 0, (f1 * support).sum(axis=1) / safe(total), np.nan)
+    return macro_f1, weighted, macro_p, macro_r, precision, recall, f1
+
+
+DENSE_LIMIT = 1 << 24  # per-problem count matrix (problems x 3 labels) held as float64 up to 128 MiB
+
+
+def _cell_slots(gold: np.ndarray, pred: np.ndarray, n_labels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per cell, the class slot each count goes to (n_labels = the cell adds nothing there)."""
+    trash = n_labels
+    valid = gold >= 0
+    g_slot = np.where(valid, gold, trash)
+    p_slot = np.where(valid & (pred >= 0), pred, trash)
+    hit_slot = np.where(valid & (pred == gold), gold, trash)
+    return hit_slot, g_slot, p_slot
+
+
+def _counts_per_cell(slots: tuple[np.ndarray, ...], idx: np.ndarray, n_labels: int) -> tuple[np.ndarray, ...]:
+    """(tp, support, predicted) per replicate, (b, L) each, by np.bincount on (replicate, class)."""
+    b = idx.shape[0]
+    width = n_labels + 1  # the last slot collects cells that do not count
+    offset = (np.arange(b, dtype=np.int64) * width)[:, None, None]
+    size = b * width
+    return tuple(
+        np.bincount((slot[idx] + offset).ravel(), minlength=size).reshape(b, width)[:, :n_labels].astype(np.float64)
+        for slot in slots
+    )
+
+
+def _per_problem_counts(slots: tuple[np.ndarray, ...], n_labels: int) -> np.ndarray:
+    """(n, 3L) float64: each problem's tp, support and predicted counts per class."""
+    n = slots[0].shape[0]
+    width = n_labels + 1
+    rows = (np.arange(n, dtype=np.int64) * width)[:, None]
+    parts = [
+        np.bincount((slot + rows).ravel(), minlength=n * width).reshape(n, width)[:, :n_labels]
+        for slot in slots
+    ]
+    return np.concatenate(parts, axis=1).astype(np.float64)
+
+
+def _resample_weights(idx: np.ndarray, n: int) -> np.ndarray:
+    """How often each problem was drawn in each replicate: (b, n) float64."""
+    b = idx.shape[0]
+    offset = (np.arange(b, dtype=np.int64) * n)[:, None]
+    return np.bincount((idx + offset).ravel(), minlength=b * n).reshape(b, n).astype(np.float64)
+
+
+def classification(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValue]:
+    """macro_f1, weighted_f1, macro_precision, macro_recall with bootstrap-over-problems intervals.
+
+    Tables without predicted/gold labels give {}.
+    """
+    if table.predicted is None or table.gold is None:
+        return {}
+    shape = (table.n_problems, table.repeats)
+    n_labels = len(table.labels)
+    pred = view(table.predicted, np.int64, table.n_cells, "predicted").reshape(shape)
+    gold = view(table.gold, np.int64, table.n_cells, "gold").reshape(shape)
+    score = view(table.score, np.float64, table.n_cells, "score").reshape(shape)
+    status = np.frombuffer(bytes(table.status), dtype=np.uint8).reshape(shape) if table.n_cells else np.zeros(shape, np.uint8)
+    if n_labels == 0:
+        n_labels = int(max(pred.max(initial=-1), gold.max(initial=-1))) + 1
+    counted = (gold >= 0) & (gold < n_labels) & ((status == OK) | np.isfinite(score))
+    gold = np.where(counted, gold, -1)
+    pred = np.where(pred < n_labels, pred, -1)
+    has = counted.any(axis=1)
+    keep = np.flatnonzero(has)
+    n = int(keep.size)
+    details: dict[str, Any] = {
+        "n_problems_with_samples": n,
+        "n_cells": int(counted.sum()),
+        "n_unparsed": int((counted & (pred < 0)).sum()),
+        "n_flagged_problems": int(table.n_problems - n),
+    }
+    if n == 0:
+        details["reason"] = "no cell has a gold label and a counted outcome"
+        return {key: MetricValue(value=None, details=dict(details)) for key in KEYS}
+    slots = _cell_slots(gold[keep], pred[keep], n_labels)
+    dense = n * 3 * n_labels <= DENSE_LIMIT
+    if dense:
+        # replicate counts = (how often each problem was drawn) @ (per-problem counts): integer-valued
+        # float64 products and sums are exact, so the result does not depend on BLAS summation order
+        per_problem_counts = _per_problem_counts(slots, n_labels)
+
+        def counts(idx: np.ndarray) -> tuple[np.ndarray, ...]:
+            c = _resample_weights(idx, n) @ per_problem_counts
+            return c[:, :n_labels], c[:, n_labels : 2 * n_labels], c[:, 2 * n_labels :]
+    else:
+
+        def counts(idx: np.ndarray) -> tuple[np.ndarray, ...]:
+            return _counts_per_cell(slots, idx, n_labels)
+
+    tp, support, predicted = _counts_per_cell(slots, np.arange(n)[None, :], n_labels)
+    point = _scores_from_counts(tp, support, predicted)
+    per_class = {}
+    for label in range(n_labels):
+        if support[0, label] > 0 or predicted[0, label] > 0:
+            name = table.labels[label] if label < len(table.labels) else str(label)
+            per_class[name] = {
+                "precision": float(point[4][0, label]),
+                "recall": float(point[5][0, label]),
+                "f1": float(point[6][0, label]),
+                "support": int(support[0, label]),
+            }
+
+    def statistic(idx: np.ndarray) -> np.ndarray:
+        stats = _scores_from_counts(*counts(idx))
+        return np.stack(stats[:4], axis=1)
+
+    per_draw = 2 if dense else table.repeats * 3  # elements held per drawn problem
+    reps = bootstrap_over_problems(statistic, n, options, cells_per_problem=per_draw)
+    out: dict[str, MetricValue] = {}
+    for j, key in enumerate(KEYS):
+        value = float(point[j][0])
+        low, high, se, dropped = percentile_interval(reps[:, j], options.confidence)
+        d = dict(details)
+        d["bootstrap_samples"] = int(options.bootstrap_samples)
+        d["seed"] = int(options.seed)
+        if dropped:
+            d["bootstrap_dropped"] = dropped
+        if key == "macro_f1":
+            d["per_class"] = per_class
+        if low is None:
+            d["reason"] = "interval needs >= 2 usable bootstrap replicates"
+            out[key] = MetricValue(value=value, n=n, details=d)
+        else:
+            out[key] = MetricValue(value=value, stderr=se, ci_low=low, ci_high=high, ci_method="bootstrap", n=n, details=d)
+    return out

@@ -1,0 +1,70 @@
+"""`shardeval compare RUN_A RUN_B`: is B better than A on the problems both answered, and how sure?
+
+Each run is read the way merge reads it (deduplicated, errors kept apart), then every benchmark
+the two share is compared pairwise by `compare_tables`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import click
+
+
+def _fmt(x: Any, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
+    lines = [f"# shardeval compare: B = {name_b} vs A = {name_a}", ""]
+    for r in results:
+        lines += [f"## {r['benchmark']}", ""]
+        lines.append(f"- problems compared: {r['n_shared']} (only in A: {r['n_only_a']}, only in B: {r['n_only_b']}, "
+                     f"shared but without a valid answer in one run: {r['n_shared_without_samples']})")
+        lines.append(f"- A mean {_fmt(r['a_mean'])}, B mean {_fmt(r['b_mean'])}")
+        lines.append(
+            f"- difference B − A: {_fmt(r['diff'])} ± {_fmt(r['stderr'])} (stderr); {confidence:.0%} interval "
+            f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] ({r['ci_method']}); p = {_fmt(r['p_value'])}"
+        )
+        lines.append(f"- correlation of per-problem scores: {_fmt(r['correlation'], 3)}")
+        if r.get("mcnemar") is not None:
+            m = r["mcnemar"]
+            lines.append(f"- McNemar exact test: p = {_fmt(m.get('p_value'))} "
+                         f"(A right, B wrong: {m.get('a_right_b_wrong')}; A wrong, B right: {m.get('a_wrong_b_right')})")
+        else:
+            lines.append(f"- McNemar: not applicable ({r.get('mcnemar_reason')})")
+        lines.append(f"- minimum detectable effect at 80 % power: {_fmt(r['mde'])} ({r['details'].get('mde_formula', '')})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+@click.command("compare")
+@click.argument("run_a", type=click.Path(file_okay=False))
+@click.argument("run_b", type=click.Path(file_okay=False))
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True, help="Interval level.")
+@click.option("--errors-as-wrong", is_flag=True, help="Score errors as wrong answers in both runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool) -> None:
+    """Paired comparison of two runs (directories of shards) on the problems they share."""
+    from shardeval.errors import UsageError
+    from shardeval.merge import merge_run
+    from shardeval.metrics import MetricOptions
+    from shardeval_metrics.compare import compare_tables
+
+    options = MetricOptions(confidence=confidence)
+    a = {b.manifest.name: b.table for b in merge_run(run_a, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True).benchmarks}
+    b = {x.manifest.name: x.table for x in merge_run(run_b, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True).benchmarks}
+    shared = [name for name in a if name in b]
+    if not shared:
+        raise UsageError(
+            f"{run_a} ({', '.join(a)}) and {run_b} ({', '.join(b)}) share no benchmark; compare runs of the same benchmark"
+        )
+    results = [compare_tables(a[name], b[name], options) for name in shared]
+    if as_json:
+        click.echo(json.dumps(results, indent=2, sort_keys=True))
+    else:
+        click.echo(render(run_a, run_b, results, confidence))

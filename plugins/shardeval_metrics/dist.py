@@ -1,0 +1,247 @@
+"""Distribution functions the metrics need, in the standard library only (no scipy at run time).
+
+- `normal_ppf`: `statistics.NormalDist` (Wichura's AS241, ~1e-16).
+- `betainc`: the regularized incomplete beta I_x(a, b) by its continued fraction, evaluated with
+  the modified Lentz method (Numerical Recipes 6.4), on the side of the symmetry where it converges.
+- `t_sf`, `t_cdf`, `t_ppf`: Student's t from I_x(df/2, 1/2); the quantile by safeguarded Newton
+  steps on log P(T > t) inside a bracket (agrees with scipy.stats.t.ppf to ~1e-12 relative).
+- `wilson_interval`: the Wilson score interval for a binomial proportion.
+- `binom_cdf_half`, `mcnemar_exact`: the exact two-sided McNemar test (a binomial test at 1/2 on
+  the discordant pairs), in exact integer arithmetic up to 20,000 discordant pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from statistics import NormalDist
+
+_EPS = 1e-16
+_TINY = 1e-300
+_STD_NORMAL = NormalDist()
+
+
+def normal_ppf(p: float) -> float:
+    """The standard normal quantile."""
+    return _STD_NORMAL.inv_cdf(p)
+
+
+def normal_cdf(x: float) -> float:
+    return _STD_NORMAL.cdf(x)
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of I_x(a, b) (modified Lentz); converges fast for x < (a+1)/(a+b+2)."""
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c = 1.0
+    d = 1.0 - qab * x / qap
+    if abs(d) < _TINY:
+        d = _TINY
+    d = 1.0 / d
+    h = d
+    max_iter = 300 + int(20 * math.sqrt(max(a, b)))
+    for m in range(1, max_iter + 1):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        if abs(d) < _TINY:
+            d = _TINY
+        c = 1.0 + aa / c
+        if abs(c) < _TINY:
+            c = _TINY
+        d = 1.0 / d
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        if abs(d) < _TINY:
+            d = _TINY
+        c = 1.0 + aa / c
+        if abs(c) < _TINY:
+            c = _TINY
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < _EPS:
+            return h
+    raise ArithmeticError(f"incomplete beta did not converge (a={a}, b={b}, x={x})")
+
+
+def _stirling_corr(x: float) -> float:
+    """lgamma(x) - [(x - 1/2) ln x - x + ln(2 pi)/2] for x >= 10 (error < 1e-17)."""
+    x2 = 1.0 / (x * x)
+    return (1.0 / 12.0 - x2 * (1.0 / 360.0 - x2 * (1.0 / 1260.0 - x2 * (1.0 / 1680.0 - x2 / 1188.0)))) / x
+
+
+def log_beta(a: float, b: float) -> float:
+    """ln B(a, b), without the cancellation of lgamma(a) + lgamma(b) - lgamma(a + b) at large a."""
+    small, large = min(a, b), max(a, b)
+    if small >= 10.0:
+        s = small + large
+        return (
+            0.5 * math.log(2.0 * math.pi)
+            - (large - 0.5) * math.log1p(small / large)
+            - (small - 0.5) * math.log1p(large / small)
+            - 0.5 * math.log(s)
+            + _stirling_corr(small)
+            + _stirling_corr(large)
+            - _stirling_corr(s)
+        )
+    if large >= 10.0:
+        # lgamma(large) - lgamma(large + small) from the Stirling form, in well-conditioned pieces
+        s = small + large
+        ratio = (
+            -(large - 0.5) * math.log1p(small / large)
+            - small * math.log(s)
+            + small
+            + _stirling_corr(large)
+            - _stirling_corr(s)
+        )
+        return math.lgamma(small) + ratio
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+def betainc(a: float, b: float, x: float, y: float | None = None) -> float:
+    """Regularized incomplete beta I_x(a, b). Pass `y` = 1 - x when the caller has it exactly."""
+    if a <= 0 or b <= 0:
+        raise ValueError("betainc needs a > 0 and b > 0")
+    if y is None:
+        y = 1.0 - x
+    if x <= 0.0:
+        return 0.0
+    if y <= 0.0:
+        return 1.0
+    log_front = a * math.log(x) + b * math.log(y) - log_beta(a, b)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, y) / b
+
+
+def _t_upper(t: float, df: float) -> float:
+    """P(T > t) for t >= 0, without cancellation in either tail."""
+    t2 = t * t
+    x = df / (df + t2)
+    y = t2 / (df + t2)
+    return 0.5 * betainc(df / 2.0, 0.5, x, y)
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` degrees of freedom."""
+    return _t_upper(t, df) if t >= 0 else 1.0 - _t_upper(-t, df)
+
+
+def t_cdf(t: float, df: float) -> float:
+    return 1.0 - _t_upper(t, df) if t >= 0 else _t_upper(-t, df)
+
+
+def _t_log_pdf(t: float, df: float) -> float:
+    return -log_beta(df / 2.0, 0.5) - 0.5 * math.log(df) - (df + 1.0) / 2.0 * math.log1p(t * t / df)
+
+
+def _t_guess(q: float, df: float) -> float:
+    """A starting point for the upper quantile at tail probability q < 0.5."""
+    if df == 1:
+        return 1.0 / math.tan(math.pi * q)
+    if df == 2:
+        p = 1.0 - q
+        return (2.0 * p - 1.0) / math.sqrt(2.0 * p * q)
+    z = normal_ppf(1.0 - q)
+    z2 = z * z
+    # Cornish-Fisher expansion (Abramowitz & Stegun 26.7.5)
+    g1 = (z2 + 1.0) * z / 4.0
+    g2 = ((5.0 * z2 + 16.0) * z2 + 3.0) * z / 96.0
+    g3 = (((3.0 * z2 + 19.0) * z2 + 17.0) * z2 - 15.0) * z / 384.0
+    g4 = ((((79.0 * z2 + 776.0) * z2 + 1482.0) * z2 - 1920.0) * z2 - 945.0) * z / 92160.0
+    guess = z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
+    return guess if guess > 0 and math.isfinite(guess) else z
+
+
+@lru_cache(maxsize=4096)
+def t_ppf(p: float, df: float) -> float:
+    """Student's t quantile: the t with P(T <= t) = p, for df > 0 (integer or not)."""
+    if not 0.0 < p < 1.0:
+        if p == 0.0:
+            return -math.inf
+        if p == 1.0:
+            return math.inf
+        raise ValueError(f"t_ppf needs 0 <= p <= 1, got {p}")
+    if df <= 0:
+        raise ValueError(f"t_ppf needs df > 0, got {df}")
+    if p == 0.5:
+        return 0.0
+    if math.isinf(df):
+        return normal_ppf(p)
+    upper = p > 0.5
+    q = 1.0 - p if upper else p  # the tail probability to hit, < 0.5
+    log_q = math.log(q)
+    # bracket: tail(lo) >= q >= tail(hi)
+    lo, hi = 0.0, max(_t_guess(q, df), 1.0)
+    while _t_upper(hi, df) > q:
+        lo, hi = hi, hi * 2.0
+    t = min(max(_t_guess(q, df), lo), hi)
+    for _ in range(200):
+        tail = _t_upper(t, df)
+        if tail > q:
+            lo = t
+        else:
+            hi = t
+        if tail <= 0.0:
+            t_new = 0.5 * (lo + hi)
+        else:
+            # Newton on g(t) = log tail(t) - log q; g'(t) = -pdf(t) / tail(t)
+            slope = math.exp(_t_log_pdf(t, df)) / tail
+            t_new = t + (math.log(tail) - log_q) / slope
+            if not lo < t_new < hi:
+                t_new = 0.5 * (lo + hi)
+        if abs(t_new - t) <= 1e-15 * max(1.0, abs(t_new)):
+            t = t_new
+            break
+        t = t_new
+    return t if upper else -t
+
+
+def wilson_interval(successes: float, n: int, confidence: float) -> tuple[float, float]:
+    """Wilson score interval for a proportion successes/n at the two-sided `confidence`.
+
+    center = (p + z²/2n) / (1 + z²/n);  half = z / (1 + z²/n) * sqrt(p(1-p)/n + z²/4n²)
+    """
+    if n <= 0:
+        raise ValueError("wilson_interval needs n >= 1")
+    z = normal_ppf(0.5 + confidence / 2.0)
+    p = successes / n
+    z2n = z * z / n
+    center = (p + z2n / 2.0) / (1.0 + z2n)
+    half = z / (1.0 + z2n) * math.sqrt(p * (1.0 - p) / n + z2n / (4.0 * n))
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+_EXACT_LIMIT = 20_000
+
+
+def binom_cdf_half(m: int, n: int) -> float:
+    """P(X <= m) for X ~ Binomial(n, 1/2); exact (integers) for n <= 20,000, else I_{1/2}(n-m, m+1)."""
+    if m < 0:
+        return 0.0
+    if m >= n:
+        return 1.0
+    if n <= _EXACT_LIMIT:
+        term, total = 1, 1
+        for i in range(m):
+            term = term * (n - i) // (i + 1)
+            total += term
+        return total / (1 << n)  # int / int: correctly rounded
+    return betainc(n - m, m + 1.0, 0.5, 0.5)
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Exact two-sided McNemar p-value: min(1, 2 * P(X <= min(b, c))), X ~ Binomial(b + c, 1/2)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    m = min(b, c)
+    if n <= _EXACT_LIMIT:
+        term, total = 1, 1
+        for i in range(m):
+            term = term * (n - i) // (i + 1)
+            total += term
+        return min(1.0, (2 * total) / (1 << n))
+    return min(1.0, 2.0 * binom_cdf_half(m, n))

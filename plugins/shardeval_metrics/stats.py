@@ -1,0 +1,304 @@
+"""Per-problem statistics and the intervals built on them (numpy; the core never imports this).
+
+Everything here works on per-problem values: a metric first reduces the table's (problem, repeat)
+cells to one number per problem, then `summarize_mean` turns those into a `MetricValue`:
+
+- CLT: stderr = sd(s_i, ddof=1) / sqrt(n); interval mean ± z_{1-α/2} · stderr ("clt").
+- Wilson ("wilson") when the per-problem values are single Bernoulli draws (binary scores, one
+  valid sample per problem) and the normal approximation is poor: n < 30 or n·p̂ < 10 or
+  n·(1 − p̂) < 10 (`wilson_rule`).
+- Clustered ("clustered", Miller 2024, arXiv 2411.00640) when the problems carry clusters and at
+  least one cluster holds two or more of them: SE² = G/(G−1) · Σ_g (Σ_{i∈g} (s_i − s̄))² / n²,
+  interval s̄ ± t_{G−1, 1−α/2} · SE. A problem without a cluster (-1) is its own cluster, so
+  with no shared clusters the formula reduces exactly to the CLT one.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from shardeval.metrics import MetricOptions, MetricValue, ScoreTable
+from shardeval_metrics.dist import normal_ppf, t_ppf, wilson_interval
+
+SE_IF_REPEATS = (1, 2, 4, 8, 16, 32)
+BATCH_ELEMENTS = 1 << 22  # bootstrap: index draws held at once (32 MiB of int64)
+
+
+def wilson_rule(n: int, p_hat: float) -> bool:
+    """Whether a proportion of n Bernoulli problems gets the Wilson interval instead of the CLT one."""
+    return n < 30 or n * p_hat < 10 or n * (1.0 - p_hat) < 10
+
+
+def view(arr: Any, dtype: Any, size: int, what: str) -> np.ndarray:
+    """A read-only numpy view of an `array.array` (or anything array-like), checked for length."""
+    if isinstance(arr, array):
+        out = np.frombuffer(arr, dtype=np.dtype(arr.typecode)) if len(arr) else np.empty(0, np.dtype(arr.typecode))
+    else:
+        out = np.asarray(arr)
+    if out.shape != (size,):
+        raise ValueError(f"{what}: expected {size} values, got shape {out.shape}")
+    return out.astype(dtype, copy=False)
+
+
+def score_matrix(table: ScoreTable) -> np.ndarray:
+    """The primary scores as a (n_problems, repeats) float64 matrix; NaN = no valid sample."""
+    return view(table.score, np.float64, table.n_cells, "score").reshape(table.n_problems, table.repeats)
+
+
+@dataclass
+class ProblemStats:
+    """One row per problem with at least one valid sample (in problem order)."""
+
+    index: np.ndarray  # problem indices into the table
+    means: np.ndarray  # s_i: mean of the valid samples
+    counts: np.ndarray  # K_i: number of valid samples (>= 1)
+    n_flagged: int  # problems with no valid sample
+    n_samples: int  # valid cells in all
+
+    @property
+    def n(self) -> int:
+        return int(self.index.size)
+
+
+def per_problem(x: np.ndarray) -> ProblemStats:
+    """Per-problem means over the finite cells of a (problems, repeats) matrix."""
+    valid = np.isfinite(x)
+    counts = valid.sum(axis=1)
+    sums = np.where(valid, x, 0.0).sum(axis=1)
+    keep = counts > 0
+    index = np.flatnonzero(keep)
+    return ProblemStats(
+        index=index,
+        means=sums[keep] / counts[keep],
+        counts=counts[keep],
+        n_flagged=int(x.shape[0] - index.size),
+        n_samples=int(counts.sum()),
+    )
+
+
+def cluster_codes(table: ScoreTable, index: np.ndarray) -> np.ndarray | None:
+    """Dense cluster codes 0..G-1 for the problems in `index`; None when there are no clusters.
+
+    A problem whose cluster is unknown (-1) forms a cluster of its own.
+    """
+    if table.cluster is None:
+        return None
+    raw = view(table.cluster, np.int64, table.n_problems, "cluster")[index]
+    unknown = raw < 0
+    raw = raw.copy()
+    raw[unknown] = raw.max(initial=-1) + 1 + np.arange(int(unknown.sum()))
+    _, codes = np.unique(raw, return_inverse=True)
+    return codes.reshape(-1)
+
+
+def cluster_label(table: ScoreTable, code: int) -> str:
+    if 0 <= code < len(table.cluster_names):
+        return table.cluster_names[code]
+    return f"cluster {code}"
+
+
+def clustered_se(values: np.ndarray, codes: np.ndarray) -> tuple[float | None, int]:
+    """Cluster-robust SE of the mean: sqrt(G/(G−1) · Σ_g (Σ_{i∈g}(s_i − s̄))² / n²), and G."""
+    n = values.size
+    n_groups = int(codes.max()) + 1 if n else 0
+    if n_groups < 2:
+        return None, n_groups
+    resid = values - values.mean()
+    sums = np.bincount(codes, weights=resid, minlength=n_groups)
+    var = n_groups / (n_groups - 1) * float(np.dot(sums, sums)) / (n * n)
+    return math.sqrt(var), n_groups
+
+
+def clt_se(values: np.ndarray) -> float | None:
+    n = values.size
+    if n < 2:
+        return None
+    return float(np.std(values, ddof=1)) / math.sqrt(n)
+
+
+def summarize_mean(
+    values: np.ndarray,
+    options: MetricOptions,
+    *,
+    codes: np.ndarray | None = None,
+    bernoulli: bool = False,
+    bounds: tuple[float, float] | None = None,
+    details: dict[str, Any] | None = None,
+) -> MetricValue:
+    """Mean of per-problem values with its standard error and interval (rules in the module doc).
+
+    `codes`: dense cluster codes per value (from `cluster_codes`) or None. `bernoulli`: every value
+    is one Bernoulli draw (allows the Wilson interval). `bounds`: the range the mean cannot leave
+    (e.g. (0, 1) for binary scores); CLT and clustered intervals are clipped to it.
+    """
+    details = dict(details or {})
+    n = int(values.size)
+    if n == 0:
+        details["reason"] = "no problem has a valid sample"
+        return MetricValue(value=None, n=0, details=details)
+    mean = float(values.mean())
+    alpha = 1.0 - options.confidence
+    if codes is not None:
+        n_groups = int(codes.max()) + 1
+        details["n_clusters"] = n_groups
+        if 2 <= n_groups < n:
+            se, _ = clustered_se(values, codes)
+            crit = t_ppf(1.0 - alpha / 2.0, n_groups - 1)
+            details["df"] = n_groups - 1
+            details["ci_rule"] = "clustered SE (Miller 2024) with t quantile on G-1 degrees of freedom"
+            assert se is not None
+            low, high = _clip(mean - crit * se, mean + crit * se, bounds)
+            return MetricValue(value=mean, stderr=se, ci_low=low, ci_high=high, ci_method="clustered", n=n, details=details)
+        if n_groups < 2:
+            details["cluster_note"] = "all problems share one cluster: a clustered SE needs >= 2 clusters; CLT used"
+        else:
+            details["cluster_note"] = "every problem is its own cluster: the clustered SE equals the CLT one"
+    se = clt_se(values)
+    if bernoulli and wilson_rule(n, mean):
+        low, high = wilson_interval(float(values.sum()), n, options.confidence)
+        details["ci_rule"] = "Wilson: binary single-sample problems with n < 30 or n*p < 10 or n*(1-p) < 10"
+        if se is None:
+            details["stderr_note"] = "stderr needs >= 2 problems"
+        return MetricValue(value=mean, stderr=se, ci_low=low, ci_high=high, ci_method="wilson", n=n, details=details)
+    if se is None:
+        details["reason"] = "stderr and interval need >= 2 problems"
+        return MetricValue(value=mean, n=n, details=details)
+    z = normal_ppf(1.0 - alpha / 2.0)
+    details["ci_rule"] = "CLT: mean ± z * sd(ddof=1)/sqrt(n)"
+    low, high = _clip(mean - z * se, mean + z * se, bounds)
+    return MetricValue(value=mean, stderr=se, ci_low=low, ci_high=high, ci_method="clt", n=n, details=details)
+
+
+def _clip(low: float, high: float, bounds: tuple[float, float] | None) -> tuple[float, float]:
+    if bounds is None:
+        return low, high
+    return max(bounds[0], low), min(bounds[1], high)
+
+
+def per_cluster_means(table: ScoreTable, stats: ProblemStats, values: np.ndarray) -> dict[str, dict[str, Any]]:
+    """{cluster name: {"value": mean of the per-problem values, "n": problems}}, in cluster order."""
+    assert table.cluster is not None
+    raw = view(table.cluster, np.int64, table.n_problems, "cluster")[stats.index]
+    out: dict[str, dict[str, Any]] = {}
+    known = raw >= 0
+    if known.any():
+        size = int(raw.max()) + 1
+        n = np.bincount(raw[known], minlength=size)
+        s = np.bincount(raw[known], weights=values[known], minlength=size)
+        for code in np.flatnonzero(n):
+            out[cluster_label(table, int(code))] = {"value": float(s[code] / n[code]), "n": int(n[code])}
+    if not known.all():
+        out["(no cluster)"] = {"value": float(values[~known].mean()), "n": int((~known).sum())}
+    return out
+
+
+def variance_split(x: np.ndarray, stats: ProblemStats) -> dict[str, Any]:
+    """Within- and between-problem variance and the stderr other repeat counts would give.
+
+    σ²_w = mean_i var_j(x_ij) (ddof=1) over problems with >= 2 valid samples;
+    σ²_b = max(0, var_i(s_i) − σ²_w / K̄) with K̄ the harmonic mean of the valid-sample counts
+    (E[var(s_i)] = σ²_b + σ²_w · mean(1/K_i); equals the plain mean when every K_i is the same);
+    se_if_repeats[K'] = sqrt((σ²_b + σ²_w / K') / n).
+    """
+    n = stats.n
+    counts = stats.counts
+    multi = counts >= 2
+    if n < 2 or not multi.any():
+        return {"variance_split": None, "variance_split_reason": "needs >= 2 problems and some problem with >= 2 valid samples"}
+    rows = x[stats.index[multi]]
+    valid = np.isfinite(rows)
+    dev = np.where(valid, rows - stats.means[multi, None], 0.0)
+    within = (dev * dev).sum(axis=1) / (counts[multi] - 1)
+    sigma2_w = float(within.mean())
+    k_bar = float(n / np.sum(1.0 / counts))
+    var_s = float(np.var(stats.means, ddof=1))
+    sigma2_b = max(0.0, var_s - sigma2_w / k_bar)
+    return {
+        "variance_split": {
+            "sigma2_within": sigma2_w,
+            "sigma2_between": sigma2_b,
+            "k_bar": k_bar,
+            "n_problems_within": int(multi.sum()),
+            "se_if_repeats": {str(k): math.sqrt((sigma2_b + sigma2_w / k) / n) for k in SE_IF_REPEATS},
+            "formula": "se(K) = sqrt((sigma2_between + sigma2_within / K) / n)",
+        }
+    }
+
+
+# --- bootstrap over problems -------------------------------------------------------------------
+
+Statistic = Callable[[np.ndarray], np.ndarray]
+"""statistic(idx) for idx of shape (b, n) (problem indices, one row per replicate) -> (b,) or (b, m)."""
+
+
+def bootstrap_over_problems(statistic: Statistic, n: int, options: MetricOptions, *, cells_per_problem: int = 1) -> np.ndarray:
+    """Resample problems with replacement, `options.bootstrap_samples` times, seeded by `options.seed`.
+
+    Indices come from np.random.default_rng(seed).integers(0, n, size=(b, n)) in batches of b
+    replicates sized so b · n · cells_per_problem stays near 4M elements (the batch size depends
+    only on n, so the result is deterministic). Returns the (B,) or (B, m) replicate values.
+    """
+    if n < 1:
+        raise ValueError("bootstrap needs >= 1 problem")
+    rng = np.random.default_rng(options.seed)
+    total = int(options.bootstrap_samples)
+    batch = max(1, min(total, BATCH_ELEMENTS // max(1, n * cells_per_problem)))
+    out = []
+    done = 0
+    while done < total:
+        b = min(batch, total - done)
+        idx = rng.integers(0, n, size=(b, n))
+        out.append(np.asarray(statistic(idx), dtype=np.float64))
+        done += b
+    return np.concatenate(out, axis=0)
+
+
+def percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[float | None, float | None, float | None, int]:
+    """Percentile interval and bootstrap stderr (sd, ddof=1) of 1-D replicates; NaN replicates dropped.
+
+    Returns (low, high, stderr, n_dropped).
+    """
+    finite = replicates[np.isfinite(replicates)]
+    dropped = int(replicates.size - finite.size)
+    if finite.size < 2:
+        return None, None, None, dropped
+    alpha = 1.0 - confidence
+    low, high = np.quantile(finite, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return float(low), float(high), float(np.std(finite, ddof=1)), dropped
+
+
+# --- pass@k ------------------------------------------------------------------------------------
+
+
+def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
+    """Unbiased pass@k per problem (Chen et al. 2021), product form: 1 − Π_{j=n−c+1}^{n} (1 − k/j).
+
+    n: valid samples, c: correct ones (arrays of the same shape, every n >= k). 1.0 where n − c < k,
+    0.0 where c = 0. Each distinct (n, c) pair is computed once; the products use
+    np.multiply.reduceat over the concatenated ranges j = n−c+1 … n.
+    """
+    n = np.asarray(n, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    if n.size == 0:
+        return np.zeros(0)
+    if (n < k).any() or (c < 0).any() or (c > n).any():
+        raise ValueError("pass_at_k needs 0 <= c <= n and n >= k")
+    width = int(n.max()) + 1
+    pairs, inverse = np.unique(n * width + c, return_inverse=True)
+    un, uc = pairs // width, pairs % width
+    out = np.zeros(pairs.size)
+    out[un - uc < k] = 1.0
+    prod = (un - uc >= k) & (uc > 0)
+    if prod.any():
+        pn, pc = un[prod], uc[prod]
+        starts = np.concatenate(([0], np.cumsum(pc)[:-1]))
+        total = int(pc.sum())
+        j = np.repeat(pn - pc + 1 - starts, pc) + np.arange(total)
+        factors = 1.0 - k / j.astype(np.float64)
+        out[prod] = 1.0 - np.multiply.reduceat(factors, starts)
+    return out[inverse.reshape(-1)].reshape(n.shape)
