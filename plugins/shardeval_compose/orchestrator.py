@@ -1,0 +1,219 @@
+"""`cluster.type: compose`: write a Compose project for the run, then print how to start it.
+
+Written to `<output root>/compose/`: `docker-compose.yaml` and a copy of the config file
+(`config.yaml`, mounted read-only at /config). The output root itself is bind-mounted at
+/results (or `results_volume` names a Docker volume), so shards write `<root>/shard_<i>` exactly
+as local runs do and `shardeval merge <root>` also works from the host. The shard loop is the
+seed's:
+
+    for i in 0 1 2 3; do
+      NEL_SHARD_IDX=$i NEL_TOTAL_SHARDS=4 docker compose -f <root>/compose/docker-compose.yaml \
+        --profile sharded run -d eval-shard
+    done
+    docker compose -f <root>/compose/docker-compose.yaml --profile merge run --rm eval-merge
+
+NEL_SHARD_IDX is written as `${NEL_SHARD_IDX:-}`, not `${NEL_SHARD_IDX:?…}`: Compose interpolates
+every service, profiles or not, so a required variable would also break the merge command. An
+unset index reaches shardeval as an empty NEL_SHARD_IDX, a one-line error in the container.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shardeval.orchestrator import LaunchRequest
+    from shardeval_compose.config import ComposeClusterConfig
+
+PROJECT_DIR = "compose"
+COMPOSE_FILE = "docker-compose.yaml"
+CONFIG_FILE = "config.yaml"
+CONFIG_IN_CONTAINER = "/config/config.yaml"
+RESULTS_DIR = "/results"
+SHARD_SERVICE, MERGE_SERVICE = "eval-shard", "eval-merge"
+SHARD_PROFILE, MERGE_PROFILE = "sharded", "merge"
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VOLUME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
+# ${VAR} / ${VAR:-default} in the config text ($$ escapes), as shardeval.config expands them
+_REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}")
+
+
+def escape(text: str) -> str:
+    """Make text literal for Compose, which interpolates ${VAR} and $VAR in every string."""
+    return text.replace("$", "$$")
+
+
+def compose_path(request: LaunchRequest) -> str:
+    return os.path.join(request.output_root, PROJECT_DIR, COMPOSE_FILE)
+
+
+def submit(request: LaunchRequest) -> int:
+    """Write the Compose project; print it (--dry-run) or the commands that run it."""
+    files = render(request)
+    project = os.path.join(request.output_root, PROJECT_DIR)
+    os.makedirs(project, exist_ok=True)
+    for name, text in files.items():
+        with open(os.path.join(project, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    path = compose_path(request)
+    if request.dry_run:
+        print(files[COMPOSE_FILE], end="")
+    print(f"shardeval: wrote {', '.join(os.path.join(project, n) for n in files)}", file=sys.stderr)
+    print(commands(request, path), end="", file=sys.stderr if request.dry_run else sys.stdout)
+    return 0
+
+
+def commands(request: LaunchRequest, path: str) -> str:
+    """The seed's loop over shards, then the merge: shardeval never drives Docker itself."""
+    total = request.config.cluster.shards or 1
+    f = shlex.quote(path)
+    keys = sorted(_pass_through(request, request.config.cluster, _config_text(request)))
+    lines = [f"# {total} shards, each its own container (export {', '.join(keys)} first: compose passes it by name)"
+             if keys else f"# {total} shards, each its own container:"]
+    lines.append(
+        f"for i in $(seq 0 {total - 1}); do NEL_SHARD_IDX=$i NEL_TOTAL_SHARDS={total} "
+        f"docker compose -f {f} --profile {SHARD_PROFILE} run -d {SHARD_SERVICE}; done"
+    )
+    lines.append(f"# when they have exited (docker ps -a --filter label=com.docker.compose.service={SHARD_SERVICE}):")
+    lines.append(f"docker compose -f {f} --profile {MERGE_PROFILE} run --rm {MERGE_SERVICE}")
+    if getattr(request.config.cluster, "results_volume", None) is None:
+        root = shlex.quote(request.output_root)
+        lines.append(f"# the results are in {request.output_root}: shardeval status {root}; shardeval merge {root}")
+    return "\n".join(lines) + "\n"
+
+
+def render(request: LaunchRequest) -> dict[str, str]:
+    """{file name: text} for the project folder: the compose file and, with a config file, its copy."""
+    from shardeval import __version__
+    from shardeval.errors import UsageError
+    from shardeval_compose.config import ComposeClusterConfig
+
+    cluster = request.config.cluster
+    if not isinstance(cluster, ComposeClusterConfig):  # decoded by another plugin's Struct
+        raise TypeError(f"expected ComposeClusterConfig, got {type(cluster).__name__}")
+    total = cluster.shards or 1
+    image = cluster.image or f"shardeval:{__version__}"
+    config_text = _config_text(request)
+
+    if cluster.results_volume is None:
+        results = ".."  # the output root: the compose file lives in <root>/compose/
+    elif _VOLUME_NAME.fullmatch(cluster.results_volume):
+        results = cluster.results_volume
+    else:
+        raise UsageError(
+            f"cluster.results_volume {cluster.results_volume!r}: not a Docker volume name (letters, digits, '_', '.', '-'); "
+            "leave it unset to bind-mount the output root"
+        )
+    for var in [*cluster.env, *cluster.pass_env]:
+        if not _ENV_NAME.fullmatch(var):
+            raise UsageError(f"cluster: {var!r} is not an environment variable name")
+        if var in ("NEL_SHARD_IDX", "NEL_TOTAL_SHARDS"):
+            raise UsageError(
+                f"cluster: {var} comes from the `docker compose run` command line; remove it from cluster.env/pass_env"
+            )
+
+    plain = [f"{k}={escape(str(v))}" for k, v in cluster.env.items()]
+    passed = sorted(_pass_through(request, cluster, config_text))
+    shard: dict[str, Any] = {
+        "image": image,
+        "profiles": [SHARD_PROFILE],
+        "entrypoint": [escape(e) for e in cluster.entrypoint],
+        "command": shard_command(request),
+        "environment": [
+            "NEL_SHARD_IDX=${NEL_SHARD_IDX:-}",
+            f"NEL_TOTAL_SHARDS=${{NEL_TOTAL_SHARDS:-{total}}}",
+            *plain,
+            *passed,  # by name only: compose copies the value from the caller's environment
+        ],
+        "volumes": [
+            *([f"./{CONFIG_FILE}:{CONFIG_IN_CONTAINER}:ro"] if config_text is not None else []),
+            f"{results}:{RESULTS_DIR}",
+        ],
+    }
+    merge: dict[str, Any] = {
+        "image": image,
+        "profiles": [MERGE_PROFILE],
+        "entrypoint": [escape(e) for e in cluster.entrypoint],
+        "command": ["merge", RESULTS_DIR],
+        "volumes": [f"{results}:{RESULTS_DIR}"],
+    }
+    if plain:
+        merge["environment"] = list(plain)
+    for service in (shard, merge):
+        if cluster.user:
+            service["user"] = cluster.user
+        if cluster.network_mode:
+            service["network_mode"] = cluster.network_mode
+    if cluster.shm_size:
+        shard["shm_size"] = cluster.shm_size
+    if cluster.gpus is not None:
+        device = {"driver": cluster.gpu_driver, "count": cluster.gpus, "capabilities": ["gpu"]}
+        shard["deploy"] = {"resources": {"reservations": {"devices": [device]}}}
+    document: dict[str, Any] = {"services": {SHARD_SERVICE: shard, MERGE_SERVICE: merge}}
+    if cluster.results_volume is not None:
+        document["volumes"] = {cluster.results_volume: {}}
+    header = (
+        "# Rendered by shardeval (cluster.type: compose). One container per shard, i = 0 … shards-1:\n"
+        f"#   NEL_SHARD_IDX=$i NEL_TOTAL_SHARDS={total} docker compose -f docker-compose.yaml "
+        f"--profile {SHARD_PROFILE} run -d {SHARD_SERVICE}\n"
+        f"# then: docker compose -f docker-compose.yaml --profile {MERGE_PROFILE} run --rm {MERGE_SERVICE}\n"
+    )
+    files = {COMPOSE_FILE: header + dump_yaml(document)}
+    if config_text is not None:
+        files[CONFIG_FILE] = config_text
+    return files
+
+
+def shard_command(request: LaunchRequest) -> list[str]:
+    """`run` arguments of every shard container: LaunchRequest.shard_args minus `--shard` and `-o`
+    (the shard comes from NEL_SHARD_IDX, the NeMo Evaluator contract; `output.dir=/results` puts it
+    in /results/shard_<i>, with no interpolation needed in the command)."""
+    args = ["run"]
+    if request.config_path:
+        args.append(CONFIG_IN_CONTAINER)
+    for flag, value in request.quick.items():
+        if value is not None:
+            args += [f"--{flag.replace('_', '-')}", escape(str(value))]
+    for override in request.overrides:
+        args += ["-O", escape(override)]
+    if request.fresh:
+        args.append("--fresh")
+    return [*args, "-O", f"output.dir={RESULTS_DIR}"]
+
+
+def _config_text(request: LaunchRequest) -> str | None:
+    """The config file as written (its ${VAR}s expand in the container); None in quick mode."""
+    if not request.config_path:
+        return None
+    with open(request.config_path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _pass_through(request: LaunchRequest, cluster: ComposeClusterConfig, config_text: str | None) -> set[str]:
+    """Variables passed by name: API keys, pass_env, and every ${VAR} the config file expands."""
+    from shardeval.errors import UsageError
+
+    names = set(cluster.pass_env)
+    for name, service in request.config.services.items():
+        if service.api_key_env:
+            if not _ENV_NAME.fullmatch(service.api_key_env):
+                raise UsageError(f"services.{name}.api_key_env {service.api_key_env!r}: not an environment variable name")
+            names.add(service.api_key_env)
+    if config_text is not None:
+        names |= {m.group(1) for m in _REFERENCE.finditer(config_text) if m.group(1)}
+    return names - set(cluster.env) - {"NEL_SHARD_IDX", "NEL_TOTAL_SHARDS"}
+
+
+def dump_yaml(document: dict[str, Any]) -> str:
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.ignore_aliases = lambda self, data: True  # type: ignore[method-assign]
+    return yaml.dump(document, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=120)

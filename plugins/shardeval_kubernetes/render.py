@@ -1,0 +1,419 @@
+"""Render one evaluation as Kubernetes objects: plain dicts, dumped as one multi-document YAML.
+
+What gets rendered, in apply order:
+  ConfigMap <name>-config      the config file, verbatim, mounted read-only at /config
+  PersistentVolumeClaim        the results volume, mounted at /results by every pod (unless create: false)
+  ServiceAccount/Role/RoleBinding <name>-merge   lets the merge pod get/list/watch Jobs
+  Job <name>                   Indexed: one pod per shard, NEL_SHARD_IDX from the completion index
+  Job <name>-merge             initContainer `kubectl wait --for=condition=complete job/<name>`,
+                               then `shardeval merge /results`
+
+The config file is shipped as written (not expanded): `${VAR}` references expand in the pod from
+its environment, so nothing from the submitting shell's environment, secrets included, lands in
+a manifest. API keys reach the pods only through `secretKeyRef`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shardeval.orchestrator import LaunchRequest
+    from shardeval_kubernetes.config import KubernetesClusterConfig, Resources
+
+CONFIG_DIR = "/config"
+CONFIG_FILE = "config.yaml"
+RESULTS_DIR = "/results"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+SHARD_CONTAINER = "shard"
+MERGE_CONTAINER = "merge"
+WAIT_CONTAINER = "wait-for-shards"
+CONFIGMAP_LIMIT = 1024 * 1024  # bytes; the API server refuses larger ConfigMaps
+
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+# ${VAR} / ${VAR:-default} in the config text ($$ escapes), as shardeval.config expands them
+_REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}")
+
+
+@dataclass
+class Rendered:
+    """The manifests, and what the user should hear about them (printed as warnings)."""
+
+    documents: list[dict[str, Any]]
+    secrets: dict[str, dict[str, str]]  # Secret name -> {key: the variable the pods read it into}
+    namespace: str = "default"
+    warnings: list[str] = field(default_factory=list)
+
+    def yaml(self) -> str:
+        return dump_yaml(self.documents, header=self.header())
+
+    def header(self) -> str:
+        lines = ["# Rendered by shardeval (cluster.type: kubernetes). Apply: kubectl apply -f <this file>"]
+        for secret, keys in self.secrets.items():
+            literals = " ".join(f'--from-literal={key}="${var}"' for key, var in keys.items())
+            lines.append(f"# The pods read {', '.join(keys.values())} from Secret {secret}; create it with:")
+            lines.append(f"#   kubectl create secret generic {secret} -n {self.namespace} {literals}")
+        return "\n".join(lines) + "\n"
+
+
+def escape(text: str) -> str:
+    """Make text literal for the kubelet, which expands $(VAR) in command, args and env values."""
+    return text.replace("$", "$$")
+
+
+def render(request: LaunchRequest) -> Rendered:
+    """All objects for one run; a bad name or a clash is a one-line UsageError."""
+    from shardeval import __version__
+    from shardeval_kubernetes.config import KubernetesClusterConfig
+
+    cluster = request.config.cluster
+    if not isinstance(cluster, KubernetesClusterConfig):  # decoded by another plugin's Struct
+        raise TypeError(f"expected KubernetesClusterConfig, got {type(cluster).__name__}")
+    total = cluster.shards or 1
+    names = _names(cluster)
+    image = cluster.image or f"shardeval:{__version__}"
+    base_labels = {
+        "app.kubernetes.io/name": "shardeval",
+        "app.kubernetes.io/instance": cluster.name,
+        "app.kubernetes.io/managed-by": "shardeval",
+        **cluster.labels,
+    }
+
+    def meta(name: str, component: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "namespace": cluster.namespace,
+            "labels": {**base_labels, "app.kubernetes.io/component": component},
+        }
+
+    config_text = _config_text(request)
+    secrets = _secret_env(request, cluster)
+    env = _shard_env(cluster, total, secrets)
+    warnings = _warnings(request, cluster, config_text, env)
+    docs: list[dict[str, Any]] = []
+
+    volumes: list[dict[str, Any]] = [{"name": "results", "persistentVolumeClaim": {"claimName": names["pvc"]}}]
+    mounts: list[dict[str, Any]] = [{"name": "results", "mountPath": RESULTS_DIR}]
+    if config_text is not None:
+        if len(config_text.encode()) > CONFIGMAP_LIMIT:
+            from shardeval.errors import UsageError
+
+            raise UsageError(
+                f"{request.config_path}: {len(config_text.encode())} bytes is over the 1 MiB a ConfigMap holds; "
+                "move large data (prompts, datasets) into the image or onto the results volume"
+            )
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": meta(names["config_map"], "config"),
+                "data": {CONFIG_FILE: config_text},
+            }
+        )
+        volumes.insert(0, {"name": "config", "configMap": {"name": names["config_map"]}})
+        mounts.insert(0, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
+
+    if cluster.pvc.create:
+        pvc_spec: dict[str, Any] = {
+            "accessModes": list(cluster.pvc.access_modes),
+            "resources": {"requests": {"storage": cluster.pvc.size}},
+        }
+        if cluster.pvc.storage_class is not None:
+            pvc_spec["storageClassName"] = cluster.pvc.storage_class
+        docs.append(
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta(names["pvc"], "results"), "spec": pvc_spec}
+        )
+
+    pull_secrets = [{"name": s} for s in cluster.image_pull_secrets]
+    shard_container: dict[str, Any] = {
+        "name": SHARD_CONTAINER,
+        "image": image,
+        **({"imagePullPolicy": cluster.image_pull_policy} if cluster.image_pull_policy else {}),
+        "command": [escape(c) for c in cluster.command],
+        "args": shard_args(request),
+        "env": env,
+        **_resources(cluster.resources),
+        "volumeMounts": mounts,
+    }
+    pod: dict[str, Any] = {"restartPolicy": "Never"}
+    if cluster.service_account:
+        pod["serviceAccountName"] = cluster.service_account
+    else:
+        pod["automountServiceAccountToken"] = False  # a shard never talks to the API server
+    if cluster.node_selector:
+        pod["nodeSelector"] = dict(cluster.node_selector)
+    if cluster.tolerations:
+        import msgspec
+
+        pod["tolerations"] = msgspec.to_builtins(cluster.tolerations)
+    if pull_secrets:
+        pod["imagePullSecrets"] = pull_secrets
+    pod["containers"] = [shard_container]
+    pod["volumes"] = volumes
+
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": total,
+        "parallelism": cluster.parallelism or total,
+        "backoffLimitPerIndex": cluster.backoff_limit_per_index,
+    }
+    if cluster.max_failed_indexes is not None:
+        job_spec["maxFailedIndexes"] = cluster.max_failed_indexes
+    # Exit 2 is a user mistake (bad config or variable): retrying the pod cannot fix it. A node
+    # drain or preemption is not the shard's fault and does not count against its retries.
+    job_spec["podFailurePolicy"] = {
+        "rules": [
+            {"action": "FailIndex", "onExitCodes": {"containerName": SHARD_CONTAINER, "operator": "In", "values": [2]}},
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]
+    }
+    if cluster.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = cluster.active_deadline_seconds
+    if cluster.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = cluster.ttl_seconds_after_finished
+    shard_meta = meta(cluster.name, "shard")
+    template_meta: dict[str, Any] = {"labels": shard_meta["labels"]}
+    if cluster.annotations:
+        template_meta["annotations"] = dict(cluster.annotations)
+    job_spec["template"] = {"metadata": template_meta, "spec": pod}
+
+    if cluster.merge.enabled:
+        docs += _merge_rbac(names, meta, cluster.namespace)
+    docs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": shard_meta, "spec": job_spec})
+    if cluster.merge.enabled:
+        docs.append(_merge_job(cluster, names, meta, image, pull_secrets))
+    return Rendered(documents=docs, secrets=_secrets_by_name(secrets), namespace=cluster.namespace, warnings=warnings)
+
+
+def shard_args(request: LaunchRequest) -> list[str]:
+    """`run` arguments of every shard pod: the arguments LaunchRequest.shard_args builds, minus
+    `--shard` (the pod's shard comes from NEL_SHARD_IDX / NEL_TOTAL_SHARDS, the NeMo Evaluator
+    contract), with the config at /config and each shard's own directory on the volume."""
+    args = ["run"]
+    if request.config_path:
+        args.append(f"{CONFIG_DIR}/{CONFIG_FILE}")
+    for flag, value in request.quick.items():
+        if value is not None:
+            args += [f"--{flag.replace('_', '-')}", escape(str(value))]
+    for override in request.overrides:
+        args += ["-O", escape(override)]
+    if request.fresh:
+        args.append("--fresh")
+    return [*args, "-o", f"{RESULTS_DIR}/shard_$(NEL_SHARD_IDX)"]
+
+
+# --- pieces ------------------------------------------------------------------------------------
+
+
+def _names(cluster: KubernetesClusterConfig) -> dict[str, str]:
+    from shardeval.errors import UsageError
+
+    if len(cluster.name) > 57 or not _LABEL.fullmatch(cluster.name):
+        raise UsageError(
+            f"cluster.name {cluster.name!r}: a Job name must be lowercase letters, digits and '-', start and end "
+            "with a letter or digit, at most 57 characters (the merge Job adds '-merge'), e.g. gsm8k-llama70b"
+        )
+    if len(cluster.namespace) > 63 or not _LABEL.fullmatch(cluster.namespace):
+        raise UsageError(f"cluster.namespace {cluster.namespace!r}: not a namespace name (lowercase letters, digits, '-')")
+    names = {
+        "config_map": cluster.config_map or f"{cluster.name}-config",
+        "pvc": cluster.pvc.name or f"{cluster.name}-results",
+        "merge": f"{cluster.name}-merge",
+        "api_key_secret": cluster.api_key_secret,
+    }
+    subjects = {"config_map": "cluster.config_map", "pvc": "cluster.pvc.name", "api_key_secret": "cluster.api_key_secret"}
+    for key, where in subjects.items():
+        if len(names[key]) > 253 or not _SUBDOMAIN.fullmatch(names[key]):
+            raise UsageError(f"{where} {names[key]!r}: not a Kubernetes object name (lowercase letters, digits, '-', '.')")
+    for var, ref in cluster.secret_env.items():
+        if not _SUBDOMAIN.fullmatch(ref.secret):
+            raise UsageError(f"cluster.secret_env.{var}.secret {ref.secret!r}: not a Kubernetes Secret name")
+    return names
+
+
+def _config_text(request: LaunchRequest) -> str | None:
+    """The config file as written; None in quick mode (the flags travel in the pod's args)."""
+    if not request.config_path:
+        return None
+    with open(request.config_path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _secret_env(request: LaunchRequest, cluster: KubernetesClusterConfig) -> dict[str, tuple[str, str]]:
+    """Variable -> (Secret, key): every service's api_key_env (key = the variable's name in
+    cluster.api_key_secret), then cluster.secret_env. Only names and references, never values."""
+    from shardeval.errors import UsageError
+
+    refs: dict[str, tuple[str, str]] = {}
+    for name, service in sorted(request.config.services.items()):
+        var = service.api_key_env
+        if not var:
+            continue
+        if not _ENV_NAME.fullmatch(var) or not _SECRET_KEY.fullmatch(var):
+            raise UsageError(f"services.{name}.api_key_env {var!r}: not an environment variable name, e.g. OPENAI_API_KEY")
+        refs.setdefault(var, (cluster.api_key_secret, var))
+    for var, ref in cluster.secret_env.items():
+        if not _ENV_NAME.fullmatch(var):
+            raise UsageError(f"cluster.secret_env: {var!r} is not an environment variable name")
+        if not _SECRET_KEY.fullmatch(ref.key):
+            raise UsageError(f"cluster.secret_env.{var}.key {ref.key!r}: not a Secret key (letters, digits, '-', '_', '.')")
+        refs[var] = (ref.secret, ref.key)
+    return refs
+
+
+def _secrets_by_name(refs: dict[str, tuple[str, str]]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for var, (secret, key) in refs.items():
+        out.setdefault(secret, {}).setdefault(key, var)
+    return out
+
+
+def _shard_env(cluster: KubernetesClusterConfig, total: int, secrets: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    from shardeval.errors import UsageError
+
+    env: list[dict[str, Any]] = [
+        {
+            "name": "NEL_SHARD_IDX",
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}},
+        },
+        {"name": "NEL_TOTAL_SHARDS", "value": str(total)},
+    ]
+    reserved = {"NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "JOB_COMPLETION_INDEX"}
+    for var, value in cluster.env.items():
+        if not _ENV_NAME.fullmatch(var):
+            raise UsageError(f"cluster.env: {var!r} is not an environment variable name")
+        if var in reserved or var in secrets:
+            what = "set by shardeval from the completion index" if var in reserved else "read from a Secret"
+            raise UsageError(f"cluster.env.{var}: {var} is {what}; remove it from cluster.env")
+        env.append({"name": var, "value": escape(str(value))})
+    for var, (secret, key) in secrets.items():
+        if var in reserved:
+            raise UsageError(f"{var} is set by shardeval from the completion index; it cannot come from a Secret")
+        env.append({"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    return env
+
+
+def _resources(resources: Resources) -> dict[str, Any]:
+    requests = {k: str(v) for k, v in resources.requests.items()}
+    limits = {k: str(v) for k, v in resources.limits.items()}
+    if resources.gpus is not None:
+        limits[resources.gpu_resource] = str(resources.gpus)  # extended resources: requests default to limits
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return {"resources": out} if out else {}
+
+
+def _merge_rbac(names: dict[str, str], meta: Any, namespace: str) -> list[dict[str, Any]]:
+    """The merge pod's identity: allowed to watch Jobs (what `kubectl wait` needs), nothing else."""
+    account = names["merge"]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(account, "merge")},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta(account, "merge"),
+            "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta(account, "merge"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    ]
+
+
+def _merge_job(
+    cluster: KubernetesClusterConfig, names: dict[str, str], meta: Any, image: str, pull_secrets: list[dict[str, str]]
+) -> dict[str, Any]:
+    """Waits on the Indexed Job's Complete condition (not on files), then merges the volume."""
+    merge = cluster.merge
+    wait = {
+        "name": WAIT_CONTAINER,
+        "image": merge.kubectl_image,
+        "command": [
+            "kubectl",
+            "wait",
+            "--for=condition=complete",
+            f"job/{cluster.name}",
+            f"--namespace={cluster.namespace}",
+            f"--timeout={merge.wait_timeout}",
+        ],
+    }
+    main = {
+        "name": MERGE_CONTAINER,
+        "image": image,
+        **({"imagePullPolicy": cluster.image_pull_policy} if cluster.image_pull_policy else {}),
+        "command": [escape(c) for c in cluster.command],
+        "args": ["merge", RESULTS_DIR, *(escape(a) for a in merge.args)],
+        **_resources(merge.resources),
+        "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
+    }
+    pod: dict[str, Any] = {"restartPolicy": "Never", "serviceAccountName": names["merge"]}
+    if pull_secrets:
+        pod["imagePullSecrets"] = pull_secrets
+    pod["initContainers"] = [wait]
+    pod["containers"] = [main]
+    pod["volumes"] = [{"name": "results", "persistentVolumeClaim": {"claimName": names["pvc"]}}]
+    metadata = meta(names["merge"], "merge")
+    spec: dict[str, Any] = {"backoffLimit": merge.backoff_limit}
+    if cluster.ttl_seconds_after_finished is not None:
+        spec["ttlSecondsAfterFinished"] = cluster.ttl_seconds_after_finished
+    spec["template"] = {"metadata": {"labels": metadata["labels"]}, "spec": pod}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
+
+
+def _warnings(
+    request: LaunchRequest, cluster: KubernetesClusterConfig, config_text: str | None, env: list[dict[str, Any]]
+) -> list[str]:
+    warnings = []
+    if cluster.shards is None:
+        warnings.append("cluster.shards is not set: rendering an Indexed Job with 1 completion (one shard)")
+    defined = {e["name"] for e in env} | {"JOB_COMPLETION_INDEX"}
+    if config_text is not None:
+        missing = sorted(
+            {m.group(1) for m in _REFERENCE.finditer(config_text) if m.group(1) and not m.group(2)} - defined
+        )
+        if missing:
+            warnings.append(
+                f"{request.config_path} uses ${{{missing[0]}}}"
+                + (f" (and {', '.join(missing[1:])})" if len(missing) > 1 else "")
+                + ", which the pods do not define: the config expands in the pod, so set it in cluster.env "
+                "(plain values) or cluster.secret_env, or give a default with ${VAR:-default}"
+            )
+    modes = cluster.pvc.access_modes
+    if (cluster.parallelism or cluster.shards or 1) > 1 and "ReadWriteMany" not in modes:
+        warnings.append(
+            f"cluster.pvc.access_modes {list(modes)}: shard pods on different nodes mount the results volume "
+            "at once, which needs ReadWriteMany"
+        )
+    return warnings
+
+
+# --- YAML --------------------------------------------------------------------------------------
+
+
+def dump_yaml(documents: list[dict[str, Any]], header: str = "") -> str:
+    """Multi-document YAML in insertion order; multi-line strings (the config) as `|` blocks."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    Dumper.ignore_aliases = lambda self, data: True  # type: ignore[method-assign]  # no &id001 anchors
+    body = yaml.dump_all(documents, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=120, explicit_start=True)
+    return header + body
