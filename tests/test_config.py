@@ -18,7 +18,7 @@ import pytest
 from conftest import shardeval_cmd
 
 from shardeval.config import Config, config_for_manifest, config_hash, load_config
-from shardeval.errors import ShardError, UsageError
+from shardeval.errors import UsageError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED = FIXTURES / "seed_slurm_gsm8k_sharded.yaml"
@@ -449,13 +449,11 @@ def test_config_for_manifest_is_plain_data_without_secrets(in_tmp: Path) -> None
 # --- the slurm plugin --------------------------------------------------------------------------
 
 
-def test_slurm_registers_with_its_config_and_refuses_to_submit_yet() -> None:
+def test_slurm_registers_with_its_config() -> None:
     from shardeval.plugins import registry
 
     entry = registry().get("orchestrators", "slurm", where="test")
     assert entry.config.__name__ == "SlurmClusterConfig"
-    with pytest.raises(ShardError, match="cluster.type slurm: array submission is not available yet"):
-        entry.factory(None)
 
 
 def test_slurm_plugin_module_is_light() -> None:

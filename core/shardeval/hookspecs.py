@@ -54,6 +54,11 @@ def register_commands(cli: Any) -> None:
 
 
 @hookspec
+def run_status(run_dir: str) -> str | None:
+    """Extra text for `shardeval status RUN_DIR`, e.g. the scheduler's view of the run's jobs (None: nothing to add)."""
+
+
+@hookspec
 def shard_started(manifest: Any, out_dir: str) -> None:
     """A shard begins (manifest state `running`). For loggers and exporters."""
 

@@ -75,5 +75,15 @@ def render_status(run: Run, progress: list[ShardProgress]) -> str:
 
 
 def status(root: str) -> str:
-    run = load_run(root)
-    return render_status(run, shard_progress(run))
+    """The shards' progress, then what plugins add (the SLURM plugin: each array task's state)."""
+    from shardeval import plugins
+    from shardeval.errors import UsageError
+
+    extra = [text for text in plugins.hooks().run_status(run_dir=root) if text]
+    try:
+        run = load_run(root)
+    except UsageError:
+        if extra and os.path.isdir(root):  # e.g. every array task still pending: no shard has written yet
+            return "\n".join(["no shard has started writing yet", *extra])
+        raise
+    return "\n".join([render_status(run, shard_progress(run)), *extra])

@@ -1,9 +1,14 @@
 """Built-in plugin: the `slurm` orchestrator (`cluster.type: slurm`).
 
+`shardeval run cfg.yaml` writes `<root>/eval.sbatch` (one array task per shard) and
+`<root>/merge.sbatch`, submits the array and a merge job that waits for it (`afterany`), and
+records both job ids in `<root>/slurm_job.json`; `--dry-run` writes and prints, submits nothing.
+Each array task runs `shardeval run … --shard i/N` (which starts the model service itself), so a
+task never re-submits the array. With `ray: true` it writes `ray.sbatch` instead: a Ray cluster
+over the allocation, every shard a Ray task (shardeval_slurm.ray_template).
+
 Registered through the `shardeval` entry-point group like any third-party plugin. Heavy imports
-(msgspec via the config Struct) happen inside the hook, so loading plugins for `--help` stays cheap.
-Each array task runs `shardeval run … --shard I/N` (or reads NEL_SHARD_IDX / SLURM_ARRAY_TASK_ID),
-so a task never re-submits the array.
+(msgspec via the config Struct) happen inside the hooks, so loading plugins for `--help` stays cheap.
 """
 
 from __future__ import annotations
@@ -24,10 +29,23 @@ def register_orchestrators(register):
 
 
 def submit(request: LaunchRequest) -> int:
-    """Submit the whole run as one SLURM array (not yet: the shards can already run by hand)."""
-    from shardeval.errors import ShardError
+    """Write eval.sbatch and merge.sbatch under the output root and submit them (see submit.py)."""
+    from shardeval_slurm.submit import submit as run
 
-    raise ShardError(
-        "cluster.type slurm: array submission is not available yet in this version; "
-        "run shards directly with --shard I/N or NEL_SHARD_IDX/NEL_TOTAL_SHARDS"
-    )
+    return run(request)
+
+
+@hookimpl
+def run_status(run_dir: str) -> str | None:
+    """Each task's SLURM state, when this plugin submitted the run (ROOT/slurm_job.json exists)."""
+    import os
+
+    from shardeval_slurm.render import JOB_FILE
+
+    if not os.path.exists(os.path.join(run_dir, JOB_FILE)):
+        return None
+    from shardeval_slurm.jobs import render_jobs
+    from shardeval_slurm.submit import read_record
+
+    record = read_record(run_dir)
+    return render_jobs(record) if record else None

@@ -1,7 +1,7 @@
-"""The `cluster:` keys of `type: slurm`: one array job, one task per shard.
+"""The `cluster:` keys of `type: slurm`: one array job, one task per shard, then a merge job.
 
 Every key maps onto an `#SBATCH` line or the script around `shardeval run`; anything not modelled
-here goes through `sbatch_extra_flags` verbatim.
+here goes through `sbatch_extra_flags` verbatim. See docs/slurm.md for the generated scripts.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import msgspec
 from shardeval.config import ClusterConfig
 
 Positive = Annotated[int, msgspec.Meta(ge=1)]
+Port = Annotated[int, msgspec.Meta(ge=1, le=65535)]
 
 
 class NodePool(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -34,14 +35,26 @@ class SlurmClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True
 
     type: str = "slurm"
     walltime: str  # --time, any SLURM form: "MM", "HH:MM:SS", "D-HH:MM:SS" (quote it in YAML)
-    partition: str | None = None  # --partition for pools that name none
+    partition: str | None = None  # --partition for pools that name none (and for the merge job)
     account: str | None = None  # --account
     qos: str | None = None  # --qos
-    job_name: str = "shardeval"  # --job-name
+    job_name: str = "shardeval"  # --job-name (the merge job gets "<job_name>-merge")
     node_pools: dict[str, NodePool] = {}
-    sbatch_extra_flags: list[str] = []  # extra `#SBATCH` flags, verbatim, e.g. ["--mail-type=END"]
+    sbatch_extra_flags: list[str] = []  # extra `#SBATCH` flags of the array job, verbatim, e.g. ["--mail-type=END"]
     max_parallel: Positive | None = None  # at most this many tasks at once: --array=0-15%max_parallel
-    setup: list[str] = []  # shell lines run before `shardeval run` (module load, conda activate, …)
-    env: dict[str, str] = {}  # exported in the batch script; never secrets (name them with api_key_env)
-    shardeval_command: str = "shardeval"  # how nodes invoke shardeval, e.g. the zipapp's path
-    merge: bool = True  # submit a dependent `shardeval merge` job after the array
+    requeue: bool = True  # --requeue: a preempted or failed-node task runs again (and resumes)
+    setup: list[str] = []  # shell lines run before `shardeval` (module load, conda activate, …)
+    env: dict[str, str] = {}  # exported in the batch scripts; never secrets (name them with api_key_env)
+    # How a node invokes shardeval, e.g. ["python3", "/shared/shardeval.pyz"] or ["shardeval"].
+    # Default: this very shardeval (its interpreter's absolute path), right on a one-node cluster.
+    command: list[str] | None = None
+    merge: bool = True  # submit a dependent `shardeval merge` job (afterany: the array job)
+    merge_walltime: str = "01:00:00"  # --time of the merge job
+    merge_partition: str | None = None  # default: cluster.partition, else the array's partition
+    # Ray on SLURM: one job over `nodes` of the pool; Ray head on the first node, workers on the
+    # rest, then the Ray launcher runs every shard as a Ray task (see shardeval_slurm.ray_template).
+    ray: bool = False
+    ray_port: Port = 6379  # the head's GCS port
+    ray_command: list[str] | None = None  # the `ray` CLI on the nodes; default: beside this Python, else `ray`
+    ray_launcher: list[str] | None = None  # default: [<python>, "-m", "shardeval_ray"]
+    ray_start_timeout_s: Positive = 300  # how long the script waits for every node to join

@@ -1,0 +1,51 @@
+"""Built-in plugin: the `ray` orchestrator (`cluster.type: ray`) and `python -m shardeval_ray`.
+
+Every shard is one `@ray.remote` task (`shardeval_ray.tasks.run_shard`) that evaluates its shard
+in the worker with the same code as `shardeval run --shard I/N`, so it writes the same
+`<output-dir>/shard_<i>/` a SLURM array task would; the driver then merges in-process. A retried
+task resumes from what its earlier attempt wrote (resume is the default), so a killed worker costs
+only the requests that were in flight.
+
+This module stays light: Ray (a heavy, optional extra) and msgspec are imported only when a Ray run
+starts or when `run_shard` is first looked up:
+
+    import ray
+    from shardeval_ray import run_shard
+    futures = [run_shard.remote("gsm8k", i, 8, model_url=URL, model_id="m", output_dir="/shared/out")
+               for i in range(8)]
+    summaries = ray.get(futures)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from shardeval.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from shardeval.orchestrator import LaunchRequest
+
+__all__ = ["run_shard", "evaluate_shard", "run_ray"]
+
+
+@hookimpl
+def register_orchestrators(register: Any) -> None:
+    from shardeval_ray.config import RayClusterConfig
+
+    register("ray", run_ray, config=RayClusterConfig)
+
+
+def run_ray(request: LaunchRequest) -> int:
+    """`cluster.type: ray`: run every shard as a Ray task, then merge (see orchestrator.py)."""
+    from shardeval_ray.orchestrator import run_ray as run
+
+    return run(request)
+
+
+def __getattr__(name: str) -> Any:
+    """`run_shard` (the Ray remote function) and `evaluate_shard` import Ray only when asked for."""
+    if name in ("run_shard", "evaluate_shard"):
+        from shardeval_ray import tasks
+
+        return getattr(tasks, name)
+    raise AttributeError(f"module 'shardeval_ray' has no attribute {name!r}")

@@ -1,0 +1,138 @@
+"""`python -m shardeval_ray`: run every shard of an evaluation as a Ray task, then merge.
+
+    python -m shardeval_ray --bench gsm8k --shards 8 --repeats 5 --output-dir ./eval_results/ray
+    ray job submit --working-dir . -- python -m shardeval_ray --bench gsm8k --shards 8 ...
+
+The same evaluation as `shardeval run` with `cluster.type: ray`: a CONFIG.yaml and/or the quick
+mode flags, `-O` overrides, and the Ray keys as flags (they beat the file's `cluster:` section).
+A config written for another orchestrator runs too: its `cluster:` section is replaced by Ray's.
+This command always orchestrates: shard variables (NEL_SHARD_IDX, …) in its environment are
+ignored, with a warning; `shardeval run --shard I/N` is the way to run one shard by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+
+log = logging.getLogger("shardeval")
+
+SHARD_VARIABLES = ("NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("config_path", required=False, metavar="[CONFIG.yaml]")
+@click.option("--bench", help="Quick mode: benchmark name or path/to/file.jsonl.")
+@click.option("--model-url", help="Quick mode: OpenAI-compatible base URL (…/v1) or full endpoint URL.")
+@click.option("--model-id", help="Quick mode: the served model name.")
+@click.option("--api-key-env", help="Name of the environment variable holding the API key (never the key).")
+@click.option("-n", "--repeats", type=int, help="Times each problem is asked.")
+@click.option("--max-problems", type=int, help="Evaluate only the first N problems.")
+@click.option("--max-concurrent", type=int, help="Requests in flight per shard.")
+@click.option("-o", "--output-dir", help="The run's root: shard_<i>/ and merged/ go under it (default: output.dir).")
+@click.option("--shards", type=int, help="Number of shards, one Ray task each (cluster.shards; default 1).")
+@click.option("--address", help="Ray address: HOST:PORT, ray://HOST:PORT, auto, or local (default: see docs/ray.md).")
+@click.option("--node-ip-address", help="This node's IP for a Ray started here (default 127.0.0.1: loopback only).")
+@click.option("--num-cpus", type=float, help="CPUs each shard task reserves (default 1).")
+@click.option("--num-gpus", type=float, help="GPUs each shard task reserves (default 0).")
+@click.option("--max-retries", type=int, help="Retries of a shard task whose worker died or that failed (default 3).")
+@click.option("--no-merge", is_flag=True, help="Do not merge at the end (run `shardeval merge` later).")
+@click.option("--fresh", is_flag=True, help="Start over: move earlier results of every shard aside first.")
+@click.option("-O", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="Override a config value.")
+@click.option("--dry-run", is_flag=True, help="Show which Ray and which tasks would run; start nothing.")
+def main(
+    config_path: str | None,
+    overrides: tuple[str, ...],
+    shards: int | None,
+    address: str | None,
+    node_ip_address: str | None,
+    num_cpus: float | None,
+    num_gpus: float | None,
+    max_retries: int | None,
+    no_merge: bool,
+    fresh: bool,
+    dry_run: bool,
+    **quick: Any,
+) -> None:
+    """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
+    from shardeval.config import load_config
+    from shardeval.launch import setup_logging
+    from shardeval.orchestrator import LaunchRequest
+    from shardeval_ray.orchestrator import run_ray
+
+    setup_logging()
+    ignored = [name for name in SHARD_VARIABLES if os.environ.get(name)]
+    if ignored:
+        log.warning("ignoring %s: python -m shardeval_ray runs every shard itself", ", ".join(ignored))
+    flags = {
+        "shards": shards, "address": address, "node_ip_address": node_ip_address, "num_cpus": num_cpus,
+        "num_gpus": num_gpus, "max_retries": max_retries, "merge": False if no_merge else None,
+    }
+    cluster_overrides = [f"cluster.{key}={_yaml(value)}" for key, value in flags.items() if value is not None]
+    all_overrides = [*_ray_cluster(config_path), *overrides, *cluster_overrides]
+    output_dir = quick.pop("output_dir", None)
+    config = load_config(config_path, all_overrides, quick)
+    request = LaunchRequest(
+        config=config,
+        config_path=config_path,
+        overrides=all_overrides,
+        quick={k: v for k, v in quick.items() if v is not None},
+        output_root=output_dir or config.output.dir,
+        dry_run=dry_run,
+        fresh=fresh,
+    )
+    sys.exit(run_ray(request))
+
+
+def _yaml(value: Any) -> str:
+    """A flag's value as the YAML an -O override takes (strings quoted: an address has colons)."""
+    import json
+
+    return json.dumps(value) if isinstance(value, (str, bool)) else str(value)
+
+
+def _ray_cluster(config_path: str | None) -> list[str]:
+    """Make the run `cluster.type: ray`, keeping the file's ray keys and dropping another type's."""
+    if config_path is None:
+        return ["cluster.type=ray"]
+    try:
+        import yaml
+
+        with open(config_path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+        cluster = data.get("cluster") if isinstance(data, dict) else None
+        kind = cluster.get("type", "local") if isinstance(cluster, dict) else None
+    except Exception:  # unreadable or invalid: load_config says why, in one line
+        return ["cluster.type=ray"]
+    if kind in (None, "ray"):
+        return ["cluster.type=ray"]
+    keep = {k: cluster[k] for k in ("shards",) if k in cluster}
+    log.info("%s: its cluster section (type %s) is replaced by type ray for this run", config_path, kind)
+    return ["cluster={type: ray" + "".join(f", {k}: {v}" for k, v in keep.items()) + "}"]
+
+
+def cli(argv: list[str] | None = None) -> None:
+    """Entry point: user mistakes are one line and exit 2, as in `shardeval`."""
+    from shardeval.errors import ShardError, UsageError
+
+    try:
+        main.main(args=argv, prog_name="python -m shardeval_ray", standalone_mode=False)
+    except (UsageError, ShardError) as exc:
+        click.echo(f"shardeval: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("shardeval: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    cli()

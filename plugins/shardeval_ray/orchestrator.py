@@ -1,0 +1,318 @@
+"""Run the shards of one evaluation as Ray tasks, then merge their directories in the driver.
+
+Which Ray: `cluster.address` (or `--address`), else RAY_ADDRESS (what `ray job submit` gives its
+entrypoint), else a cluster started with `ray start` on this machine, else a new local Ray that
+listens on 127.0.0.1 only (include_dashboard=False) and is stopped when the run ends. A Ray this
+process is already connected to (ray.init() in a notebook) is used as it is and left running.
+
+The driver passes the loaded config to every task, so workers need shardeval installed but not
+the config file; they write `<output-dir>/shard_<i>/` with absolute paths, so on several machines
+the output directory must be shared storage (the driver merges it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from shardeval.errors import ShardError, UsageError
+from shardeval.orchestrator import LaunchRequest
+
+log = logging.getLogger("shardeval")
+
+LOOPBACK = "127.0.0.1"
+# Ray decides at import whether "localhost" may mean loopback; off (the default on Linux) it swaps
+# 127.0.0.1 for the machine's external address and binds every port on all interfaces.
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@dataclass
+class Outcome:
+    """What became of one shard task."""
+
+    idx: int
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    usage_error: bool = False
+    cancelled: bool = False
+
+
+@dataclass
+class RaySession:
+    """The Ray this run uses, in words for the log."""
+
+    description: str
+
+
+def run_ray(request: LaunchRequest) -> int:
+    cluster = request.config.cluster
+    total = cluster.shards or 1
+    root = os.path.abspath(request.output_root)
+    if not cluster.shards:
+        log.info("cluster.shards is not set: running 1 shard (set --shards N or cluster.shards)")
+    if request.dry_run:
+        return _print_plan(request, cluster, total, root)
+    if f"{os.sep}runtime_resources{os.sep}" in root:
+        log.warning(
+            "output directory %s lies inside Ray's runtime_env copy of the working dir, which Ray deletes; "
+            "pass an absolute --output-dir on storage that outlives the job",
+            root,
+        )
+    if request.fresh:
+        _set_aside(root, total)
+    with ray_session(cluster) as session:
+        log.info("ray: %s; %d shard task(s) -> %s", session.description, total, root)
+        outcomes = _run_tasks(request, cluster, total, root)
+    code = _finish(outcomes, total, root, cluster.merge)
+    return 130 if any(o.cancelled for o in outcomes) else code
+
+
+# --- connecting -------------------------------------------------------------------------------
+
+
+def resolve_address(configured: str | None, env: dict[str, str] | os._Environ[str]) -> tuple[str | None, str]:
+    """(address for ray.init, or None to start a local Ray; why) without importing Ray."""
+    if configured == "local":
+        return None, "address local: a new local Ray"
+    if configured and configured != "auto":
+        return configured, f"the Ray at {configured} (cluster.address)"
+    env_address = env.get("RAY_ADDRESS")
+    if env_address:
+        return env_address, f"the Ray at {env_address} (RAY_ADDRESS)"
+    if configured == "auto":
+        return "auto", "an existing Ray on this machine (address auto)"
+    current = _current_cluster_file(env)
+    address = _read(current)
+    if address:
+        if _listening(address):
+            return address, f"the Ray started with `ray start` at {address} ({current})"
+        log.info("ray: ignoring %s: nothing answers at %s any more", current, address)
+    return None, "no running Ray found: a new local Ray"
+
+
+def _current_cluster_file(env: Any) -> str:
+    """Where `ray start` records the latest cluster (Ray's own rule: RAY_TMPDIR, TMPDIR, /tmp)."""
+    base = env.get("RAY_TMPDIR") or (env.get("TMPDIR") if sys.platform.startswith("linux") else None) or "/tmp"
+    return os.path.join(base, "ray", "ray_current_cluster")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _listening(address: str, timeout: float = 1.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _address_host(address: str) -> str:
+    address = address.split("://", 1)[-1]
+    return address.rpartition(":")[0] or address
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(
+            "cluster.type ray needs Ray on this machine: pip install 'shardeval[ray]' (or scripts/setup/ray.sh)"
+        ) from None
+    return ray
+
+
+@contextlib.contextmanager
+def ray_session(cluster: Any) -> Iterator[RaySession]:
+    """Connect to (or start) the Ray this run uses; disconnect, and stop it if we started it."""
+    node_ip = getattr(cluster, "node_ip_address", None) or os.environ.get("RAY_NODE_IP_ADDRESS")
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        yield RaySession("the Ray this process is already connected to")
+        return
+    address, why = resolve_address(getattr(cluster, "address", None), os.environ)
+    start = address is None
+    if address not in (None, "auto") and not _listening(address.split("://", 1)[-1], timeout=5.0):
+        raise UsageError(f"ray: cannot use {why}: nothing answers there; start the cluster or fix the address")
+    if start:
+        node_ip = node_ip or LOOPBACK
+    loopback = _is_loopback(node_ip) or (address is not None and _is_loopback(_address_host(address)))
+    if loopback and "ray" not in sys.modules:
+        os.environ.setdefault(LOOPBACK_ENV, "0")
+    ray = import_ray()
+    kwargs: dict[str, Any] = {"namespace": "shardeval", "log_to_driver": True}
+    if node_ip:
+        kwargs["_node_ip_address"] = node_ip
+    if start:
+        kwargs.update(address="local", include_dashboard=False)
+    else:
+        kwargs["address"] = address
+    began = time.monotonic()
+    try:
+        context = ray.init(**kwargs)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"ray: cannot use {why}: {first}") from None
+    try:
+        actual_ip = context.address_info.get("node_ip_address") if hasattr(context, "address_info") else None
+        if start and loopback and actual_ip and not _is_loopback(actual_ip):
+            log.warning(
+                "ray: the local Ray uses %s, not loopback (ray was imported before %s=0 could be set)",
+                actual_ip, LOOPBACK_ENV,
+            )
+        description = f"{why} on {actual_ip or node_ip or '?'} (up in {time.monotonic() - began:.1f} s)"
+        yield RaySession(description)
+    finally:
+        ray.shutdown()  # stops only the Ray this process started; a cluster we joined keeps running
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+def task_options(cluster: Any, idx: int, total: int) -> dict[str, Any]:
+    """Ray options of one shard task, from the config (every key passed through as it is)."""
+    from shardeval_ray.tasks import ShardAttemptFailed  # imports Ray
+
+    options = {"name": f"shardeval-shard-{idx}-of-{total}", **_resource_options(cluster)}
+    options["retry_exceptions"] = [ShardAttemptFailed] if cluster.retry_exceptions else False
+    return options
+
+
+def _resource_options(cluster: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {"num_cpus": cluster.num_cpus, "num_gpus": cluster.num_gpus, "max_retries": cluster.max_retries}
+    if cluster.resources:
+        options["resources"] = dict(cluster.resources)
+    if cluster.memory is not None:
+        options["memory"] = cluster.memory
+    if cluster.runtime_env:
+        options["runtime_env"] = dict(cluster.runtime_env)
+    return options
+
+
+def _run_tasks(request: LaunchRequest, cluster: Any, total: int, root: str) -> list[Outcome]:
+    import ray
+
+    from shardeval_ray.tasks import run_shard
+
+    refs = {
+        run_shard.options(**task_options(cluster, i, total)).remote(None, i, total, config=request.config, output_dir=root): i
+        for i in range(total)
+    }
+    outcomes: dict[int, Outcome] = {}
+    pending = list(refs)
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                outcome = _collect(ray, ref, refs[ref])
+                outcomes[outcome.idx] = outcome
+                _print_outcome(outcome, total)
+    except KeyboardInterrupt:
+        log.warning("interrupted: cancelling %d shard task(s); each stops and keeps what it wrote", len(pending))
+        for ref in pending:
+            ray.cancel(ref)
+        grace = request.config.output.drain_timeout_s + 10
+        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C skips the wait
+            ray.wait(pending, num_returns=len(pending), timeout=grace)
+        for ref in pending:
+            outcomes[refs[ref]] = Outcome(refs[ref], error="cancelled (interrupted)", cancelled=True)
+    return [outcomes[i] for i in range(total)]
+
+
+def _collect(ray: Any, ref: Any, idx: int) -> Outcome:
+    try:
+        return Outcome(idx, summary=ray.get(ref))
+    except UsageError as exc:  # RayTaskError is also an instance of its cause
+        return Outcome(idx, error=_first_line(getattr(exc, "cause", exc)), usage_error=True)
+    except ray.exceptions.TaskCancelledError:
+        return Outcome(idx, error="cancelled", cancelled=True)
+    except ray.exceptions.RayError as exc:
+        return Outcome(idx, error=_first_line(getattr(exc, "cause", None) or exc))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = next((s.strip() for s in text.splitlines() if s.strip()), "")
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _print_outcome(outcome: Outcome, total: int) -> None:
+    if outcome.summary is None:
+        print(f"shardeval: shard {outcome.idx}/{total} failed: {outcome.error}", file=sys.stderr)
+        return
+    s = outcome.summary
+    parts = [
+        f"{name} {b['n_ok']}/{b['n_expected']} ok, {b['n_error']} error(s)" for name, b in s["benchmarks"].items()
+    ]
+    resumed = f", resumed over {s['records_before']} record(s) on disk" if s["records_before"] else ""
+    print(
+        f"shardeval: shard {outcome.idx}/{total} {s['state']}: {'; '.join(parts)}{resumed} -> {s['out_dir']} "
+        f"[node {s['node_ip']} {(s['node_id'] or '?')[:8]}, pid {s['pid']}, {s['elapsed_s']:.1f} s]",
+        file=sys.stderr,
+    )
+
+
+def _finish(outcomes: list[Outcome], total: int, root: str, merge: bool) -> int:
+    if merge:
+        from shardeval_local.orchestrator import merge_and_report
+
+        merge_and_report(root)
+    else:
+        print(f"shardeval: not merged (merge: false); `shardeval merge {root}` merges the shards", file=sys.stderr)
+    failed = [o for o in outcomes if o.summary is None]
+    if not failed:
+        return 0
+    print(
+        f"shardeval: {len(failed)} of {total} shards failed ({', '.join(str(o.idx) for o in failed)}); "
+        "rerun the same command to resume them",
+        file=sys.stderr,
+    )
+    if all(o.usage_error for o in failed):
+        return UsageError.exit_code
+    return ShardError.exit_code
+
+
+def _set_aside(root: str, total: int) -> None:
+    """--fresh on the driver, once: a retried task must resume, not start over again."""
+    from shardeval.resume import set_aside
+
+    for i in range(total):
+        shard_dir = os.path.join(root, f"shard_{i}")
+        if os.path.isdir(shard_dir) and os.listdir(shard_dir):
+            log.info("--fresh: earlier results of shard %d moved to %s", i, set_aside(shard_dir))
+
+
+def _print_plan(request: LaunchRequest, cluster: Any, total: int, root: str) -> int:
+    address, why = resolve_address(cluster.address, os.environ)
+    if address is None:
+        why += f" on {cluster.node_ip_address or os.environ.get('RAY_NODE_IP_ADDRESS') or LOOPBACK}, no dashboard"
+    print(f"ray: would use {why}")
+    shown = {**_resource_options(cluster), "retry_exceptions": cluster.retry_exceptions}
+    print("ray: each shard task: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+    for i in range(total):
+        print(f"run_shard.remote(None, {i}, {total}, config=<loaded config>, output_dir={root!r}) -> {os.path.join(root, f'shard_{i}')}")
+    print(f"then: merge {root} -> {os.path.join(root, 'merged')}" if cluster.merge else "then: no merge (merge: false)")
+    return 0

@@ -1,0 +1,374 @@
+"""Render one evaluation as SLURM batch scripts: `eval.sbatch` (the array) and `merge.sbatch`.
+
+Pure text, no SLURM needed, so `--dry-run` and the render tests run anywhere. Written to the
+output root:
+
+    eval.sbatch    #SBATCH --array=0-<N-1>[%max_parallel]; task i exports NEL_SHARD_IDX=i and
+                   runs `shardeval run CONFIG --shard i/N -o ROOT/shard_i`, which starts the model
+                   service (e.g. vLLM) itself, evaluates the shard and stops the service
+    merge.sbatch   `shardeval merge ROOT`; submitted with --dependency=afterany:<array job id>
+
+The array task id *is* the shard index (not normalised by SLURM_ARRAY_TASK_MIN), so resubmitting
+a subset with `sbatch --array=3,7 eval.sbatch` reruns exactly shards 3 and 7, which resume.
+
+Quoting: every static word goes through shlex; the one dynamic part, the shard index, is written
+as "${NEL_SHARD_IDX}". `#SBATCH` lines are not shell: sbatch splits them on whitespace and honours
+quotes, so values with spaces are double-quoted there. Secrets are never written: the scripts
+name the config file (re-read, and `${VAR}` re-expanded, on the node from the environment sbatch
+passes on) and `check_no_secrets` refuses a script that would hold a secret's value anyway.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Mapping
+
+from shardeval.errors import UsageError
+
+if TYPE_CHECKING:
+    from shardeval.config import Config, ServiceConfig
+    from shardeval.orchestrator import LaunchRequest
+    from shardeval_slurm.config import NodePool, SlurmClusterConfig
+
+EVAL_SCRIPT = "eval.sbatch"
+MERGE_SCRIPT = "merge.sbatch"
+RAY_SCRIPT = "ray.sbatch"
+JOB_FILE = "slurm_job.json"
+SHARD_VAR = "NEL_SHARD_IDX"
+# Stands for the shard index while argv is built; becomes "${NEL_SHARD_IDX}" in the script.
+_INDEX = "\x00shard-index\x00"
+_PLAIN = re.compile(r"[\w@%+=:,./\-]+")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.I)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The node pool the array runs on, and which services put it there (for messages)."""
+
+    name: str | None
+    spec: NodePool
+    partition: str | None
+
+
+@dataclass
+class Scripts:
+    """What `submit` writes under the output root."""
+
+    root: str
+    total: int
+    files: dict[str, str]  # file name under root -> text
+
+
+# --- quoting -----------------------------------------------------------------------------------
+
+
+def shell_word(arg: str) -> str:
+    """One argv word for bash: static text quoted by shlex, the shard index as "${NEL_SHARD_IDX}"."""
+    out = []
+    for i, part in enumerate(arg.split(_INDEX)):
+        if i:
+            out.append(f'"${{{SHARD_VAR}}}"')
+        if part:
+            out.append(shlex.quote(part))
+    return "".join(out) or "''"
+
+
+def shell_line(argv: list[str]) -> str:
+    return " ".join(shell_word(a) for a in argv)
+
+
+def sbatch_value(value: str, what: str) -> str:
+    """A value for an `#SBATCH --flag=VALUE` line (sbatch splits those on whitespace, honours quotes)."""
+    if "\n" in value or "\r" in value or "\x00" in value:
+        raise UsageError(f"{what}: {value!r} contains a line break, which an #SBATCH line cannot carry")
+    if _PLAIN.fullmatch(value):
+        return value
+    if '"' not in value:
+        return f'"{value}"'
+    if "'" not in value:
+        return f"'{value}'"
+    raise UsageError(f"{what}: {value!r} contains both quote characters, which an #SBATCH line cannot carry")
+
+
+def slurm_path(path: str) -> str:
+    """A literal path inside an --output/--error pattern: `%` is SLURM's pattern character."""
+    return path.replace("%", "%%")
+
+
+def comment(text: str) -> str:
+    """Text inside a `#` comment line: one line, whatever it holds."""
+    return " ".join(text.split())
+
+
+# --- what runs where ---------------------------------------------------------------------------
+
+
+def node_command(cluster: SlurmClusterConfig) -> list[str]:
+    """How a node invokes shardeval: `cluster.command`, else this very shardeval (absolute path)."""
+    from shardeval.orchestrator import self_command
+
+    if cluster.command is not None:
+        if not cluster.command or not all(cluster.command):
+            raise UsageError("cluster.command: must be a non-empty list of words, e.g. [python3, /shared/shardeval.pyz]")
+        return list(cluster.command)
+    return self_command()
+
+
+def used_services(config: Config) -> dict[str, ServiceConfig]:
+    """The services a shard starts: those the benchmarks' solvers use, in first-use order."""
+    names = dict.fromkeys(b.solver.service for b in config.benchmarks)
+    return {name: config.services[name] for name in names if name in config.services}
+
+
+def choose_pool(config: Config) -> Pool:
+    """The one node pool every array task asks for; several pools would need a heterogeneous job."""
+    cluster: SlurmClusterConfig = config.cluster  # type: ignore[assignment]
+    pools = cluster.node_pools
+    wanted = {name: p for name, s in used_services(config).items() if (p := getattr(s, "node_pool", None))}
+    distinct = sorted(set(wanted.values()))
+    sharded = f"`shards: {cluster.shards}`" if cluster.shards else "a sharded array job"
+    if len(distinct) > 1:
+        where = ", ".join(f"services.{s} on {p}" for s, p in wanted.items())
+        raise UsageError(
+            f"cluster.node_pools: the services run on several node pools ({where}), which needs a heterogeneous "
+            f"SLURM job, and {sharded} does not combine with heterogeneous jobs; put every service on one pool, "
+            "or make one `type: api` with the url of an endpoint that already runs"
+        )
+    if distinct:
+        name = distinct[0]
+        if name not in pools:
+            close = difflib.get_close_matches(name, list(pools), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?" if close else f"defined: {', '.join(pools) or 'none'}"
+            service = next(s for s, p in wanted.items() if p == name)
+            raise UsageError(f"services.{service}.node_pool: no node pool {name!r} in cluster.node_pools; {hint}")
+    elif len(pools) > 1:
+        raise UsageError(
+            f"cluster.node_pools defines several pools ({', '.join(pools)}) and no service names one with "
+            f"`node_pool:`; {sharded} is one array job on one pool (`shards` does not combine with "
+            "heterogeneous jobs): keep one pool, or set services.<name>.node_pool"
+        )
+    else:
+        name = next(iter(pools), None)
+    from shardeval_slurm.config import NodePool
+
+    spec = pools[name] if name is not None else NodePool()
+    return Pool(name=name, spec=spec, partition=spec.partition or cluster.partition)
+
+
+def service_launch_lines(config: Config, command: list[str]) -> list[str]:
+    """What each task's `shardeval run` starts before evaluating, for the script's comment block."""
+    from shardeval.process import redact, self_command
+
+    lines = []
+    for name, service in used_services(config).items():
+        pool = getattr(service, "node_pool", None)
+        label = f"services.{name} ({service.type}{f', node pool {pool}' if pool else ''})"
+        if service.type == "vllm":
+            from shardeval_vllm.service import vllm_argv
+
+            port = getattr(service, "port", 0)
+            argv = vllm_argv(service, port)  # type: ignore[arg-type]
+            where = " (port 0: a free port picked on the node)" if port == 0 else ""
+            lines.append(f"{label}: {shlex.join(redact(argv))}{where}")
+        elif service.type == "sim":
+            from shardeval_sim.service import sim_argv
+
+            argv = sim_argv(service)  # type: ignore[arg-type]
+            prefix = self_command()
+            argv = command + argv[len(prefix):] if argv[: len(prefix)] == prefix else argv
+            lines.append(f"{label}: {shlex.join(redact(argv))}")
+        elif service.type == "api":
+            lines.append(f"{label}: nothing to start; requests go to {getattr(service, 'url', '?')}")
+        else:
+            lines.append(f"{label}: started by its service plugin on the node")
+    return lines
+
+
+# --- the scripts -------------------------------------------------------------------------------
+
+
+def _directive(flag: str, value: str | int | None, what: str) -> list[str]:
+    if value is None:
+        return []
+    return [f"#SBATCH --{flag}={sbatch_value(str(value), what)}"]
+
+
+def _common_head(cluster: SlurmClusterConfig, partition: str | None, cwd: str) -> list[str]:
+    lines = _directive("partition", partition, "cluster.partition")
+    lines += _directive("account", cluster.account, "cluster.account")
+    lines += _directive("qos", cluster.qos, "cluster.qos")
+    lines += _directive("chdir", cwd, "the working directory")
+    return lines
+
+
+def _pool_directives(pool: Pool) -> list[str]:
+    spec, at = pool.spec, f"cluster.node_pools.{pool.name}" if pool.name else "cluster"
+    lines = _directive("nodes", spec.nodes, f"{at}.nodes")
+    lines += _directive("ntasks-per-node", spec.ntasks_per_node, f"{at}.ntasks_per_node")
+    lines += _directive("gres", spec.gres, f"{at}.gres")
+    lines += _directive("gpus-per-node", spec.gpus_per_node, f"{at}.gpus_per_node")
+    lines += _directive("cpus-per-task", spec.cpus_per_task, f"{at}.cpus_per_task")
+    lines += _directive("mem", spec.mem, f"{at}.mem")
+    lines += _directive("constraint", spec.constraint, f"{at}.constraint")
+    if spec.exclusive:
+        lines.append("#SBATCH --exclusive")
+    return lines
+
+
+def _extra_flags(cluster: SlurmClusterConfig) -> list[str]:
+    lines = []
+    for i, flag in enumerate(cluster.sbatch_extra_flags):
+        if not flag.startswith("-") or "\n" in flag or "\r" in flag:
+            raise UsageError(
+                f"cluster.sbatch_extra_flags[{i}]: {flag!r} is not one sbatch flag; write it as on the command line, "
+                "e.g. --mail-type=END"
+            )
+        lines.append(f"#SBATCH {flag}")
+    return lines
+
+
+def _environment(cluster: SlurmClusterConfig) -> list[str]:
+    """`cluster.setup` lines verbatim, then `cluster.env` as exports (values quoted, names checked)."""
+    lines = []
+    if cluster.setup:
+        lines += ["# cluster.setup", *cluster.setup]
+    for key, value in cluster.env.items():
+        if not _ENV_NAME.fullmatch(key):
+            raise UsageError(f"cluster.env.{key}: not a shell variable name (letters, digits and _, not first a digit)")
+        lines.append(f"export {key}={shlex.quote(value)}")
+    return lines
+
+
+def render(request: LaunchRequest, cwd: str | None = None) -> Scripts:
+    """eval.sbatch and merge.sbatch (or ray.sbatch with `ray: true`) for `request`, as text."""
+    cluster: SlurmClusterConfig = request.config.cluster  # type: ignore[assignment]
+    cwd = cwd or os.getcwd()
+    root = os.path.abspath(request.output_root)
+    config_path = os.path.abspath(request.config_path) if request.config_path else None
+    request = replace(request, output_root=root, config_path=config_path, fresh=False)
+    pool = choose_pool(request.config)
+    command = node_command(cluster)
+    total = cluster.shards or 1
+    if cluster.ray:
+        from shardeval_slurm.ray_template import render_ray
+
+        return render_ray(request, cluster, pool, command, total, cwd)
+    scripts = Scripts(root=root, total=total, files={})
+    scripts.files[EVAL_SCRIPT] = render_array(request, cluster, pool, command, total, cwd)
+    if cluster.merge:
+        scripts.files[MERGE_SCRIPT] = render_merge(cluster, pool, command, root, cwd)
+    return scripts
+
+
+def render_array(
+    request: LaunchRequest, cluster: SlurmClusterConfig, pool: Pool, command: list[str], total: int, cwd: str
+) -> str:
+    from shardeval import __version__
+
+    root = request.output_root
+    logs = os.path.join(slurm_path(root), "shard_%a", "logs")
+    array = f"0-{total - 1}" + (f"%{cluster.max_parallel}" if cluster.max_parallel else "")
+    args = request.shard_args(_INDEX, total, output_dir=os.path.join(root, f"shard_{_INDEX}"))
+    source = request.config_path or "the command line (quick mode)"
+    lines = [
+        "#!/bin/bash",
+        f"# Generated by shardeval {__version__} (cluster.type: slurm) from {comment(source)}.",
+        f"# One array task per shard: task i evaluates shard i of {total} into {comment(root)}/shard_i.",
+        "# Submit: sbatch eval.sbatch. Rerun some shards (they resume): sbatch --array=3,7 eval.sbatch",
+        f"#SBATCH --job-name={sbatch_value(cluster.job_name, 'cluster.job_name')}",
+        f"#SBATCH --array={array}",
+        *_directive("time", cluster.walltime, "cluster.walltime"),
+        *_common_head(cluster, pool.partition, cwd),
+        *_pool_directives(pool),
+        f"#SBATCH --output={sbatch_value(os.path.join(logs, 'slurm-%A_%a.out'), 'the output directory')}",
+        f"#SBATCH --error={sbatch_value(os.path.join(logs, 'slurm-%A_%a.err'), 'the output directory')}",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --requeue" if cluster.requeue else "#SBATCH --no-requeue",
+        *_extra_flags(cluster),
+        "#",
+        "# Each task's `shardeval run` starts these services itself, waits until they answer,",
+        "# evaluates the shard and stops them (their logs go to shard_i/logs/):",
+        *(f"#   {comment(line)}" for line in service_launch_lines(request.config, command)),
+        "# API keys are not in this file: services name them with api_key_env, and sbatch passes the",
+        "# submitting shell's environment on to the tasks (its default, --export=ALL).",
+        "",
+        "set -eo pipefail",
+        f'if [ -z "${{SLURM_ARRAY_TASK_ID:-}}" ] && [ -z "${{{SHARD_VAR}:-}}" ]; then',
+        f'  echo "eval.sbatch: submit it with sbatch (it is an array job), or set {SHARD_VAR} to run one shard here" >&2',
+        "  exit 2",
+        "fi",
+        "# The array task id is the shard index, so `sbatch --array=3,7` reruns exactly shards 3 and 7.",
+        f"idx=${{SLURM_ARRAY_TASK_ID:-${SHARD_VAR}}}",
+        'case "$idx" in',
+        f"  ''|*[!0-9]*) echo \"eval.sbatch: shard index '$idx' is not a number 0..{total - 1}\" >&2; exit 2 ;;",
+        "esac",
+        f"export {SHARD_VAR}=$idx NEL_TOTAL_SHARDS={total}",
+        f'echo "shardeval: SLURM job ${{SLURM_JOB_ID:-none}} (array ${{SLURM_ARRAY_JOB_ID:-none}}_'
+        f'${{SLURM_ARRAY_TASK_ID:-none}}, restart ${{SLURM_RESTART_COUNT:-0}}) on $(hostname): shard ${{{SHARD_VAR}}}/{total}" >&2',
+        *_environment(cluster),
+        f"exec {shell_line([*command, 'run', *args])}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], root: str, cwd: str) -> str:
+    from shardeval import __version__
+
+    logs = slurm_path(os.path.join(root, "logs"))
+    partition = cluster.merge_partition or cluster.partition or pool.partition
+    lines = [
+        "#!/bin/bash",
+        f"# Generated by shardeval {__version__} (cluster.type: slurm): merge the shards under {comment(root)}.",
+        "# Submitted with --dependency=afterany:<array job id>; run it again any time (merge is idempotent):",
+        "#   sbatch merge.sbatch   or   shardeval merge <root>",
+        f"#SBATCH --job-name={sbatch_value(cluster.job_name + '-merge', 'cluster.job_name')}",
+        *_directive("time", cluster.merge_walltime, "cluster.merge_walltime"),
+        *_common_head(cluster, partition, cwd),
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks=1",
+        f"#SBATCH --output={sbatch_value(os.path.join(logs, 'merge-%j.out'), 'the output directory')}",
+        f"#SBATCH --error={sbatch_value(os.path.join(logs, 'merge-%j.err'), 'the output directory')}",
+        "#SBATCH --open-mode=append",
+        "",
+        "set -eo pipefail",
+        *_environment(cluster),
+        f"exec {shell_line([*command, 'merge', root])}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --- secrets -----------------------------------------------------------------------------------
+
+
+def secret_values(config: Config, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Values that must never reach a file: api_key_env targets and secret-looking variables."""
+    env = os.environ if env is None else env
+    names = {s.api_key_env for s in config.services.values() if s.api_key_env}
+    names |= {k for k in env if _SECRET_NAME.search(k)}
+    return {name: env[name] for name in sorted(names) if len(env.get(name, "")) >= 6}
+
+
+def check_no_secrets(scripts: Scripts, config: Config, env: Mapping[str, str] | None = None) -> None:
+    """Refuse to write a script that would contain a secret's value (named, never shown)."""
+    for name, value in secret_values(config, env).items():
+        for file, text in scripts.files.items():
+            if value in text:
+                raise UsageError(
+                    f"refusing to write {file}: it would contain the value of ${name}, and generated scripts never hold "
+                    "secrets; keep it in the submitting environment (sbatch passes it on) and refer to it by name "
+                    "(api_key_env, or ${" + name + "} in the config file, which expands on the node)"
+                )
+
+
+def _python_of(command: list[str]) -> str:
+    """The interpreter of a node command (for `python -m …` helpers), else python3 on the node."""
+    first = os.path.basename(command[0]) if command else ""
+    return command[0] if first.startswith("python") else ("python3" if command else sys.executable)

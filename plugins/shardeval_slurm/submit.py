@@ -1,0 +1,158 @@
+"""`shardeval run` with `cluster.type: slurm` and no shard selected: write the scripts, submit them.
+
+1. render eval.sbatch + merge.sbatch (render.py) and refuse any that would hold a secret;
+2. create ROOT/shard_<i>/logs/ for every shard (SLURM silently drops output whose directory is
+   missing) and ROOT/logs/;
+3. `--dry-run`: print the scripts and stop. Otherwise `sbatch --parsable eval.sbatch`, then
+   `sbatch --parsable --dependency=afterany:<array id> merge.sbatch`, and record both ids in
+   ROOT/slurm_job.json, which `shardeval status ROOT` reads to show the tasks' SLURM states.
+
+Submitting again while this run's array still has tasks queued or running is refused: two arrays
+appending to the same shard directories would race. `--fresh` sets earlier results aside here, at
+submission, and is not passed to the tasks, so a requeued task resumes instead of starting over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from shardeval.errors import UsageError
+from shardeval_slurm.render import EVAL_SCRIPT, JOB_FILE, MERGE_SCRIPT, RAY_SCRIPT, Scripts, check_no_secrets, render
+
+if TYPE_CHECKING:
+    from shardeval.orchestrator import LaunchRequest
+
+log = logging.getLogger("shardeval")
+SBATCH_TIMEOUT_S = 120.0
+
+
+def submit(request: LaunchRequest) -> int:
+    scripts = render(request)
+    check_no_secrets(scripts, request.config)
+    root = scripts.root
+    if request.fresh and not request.dry_run:
+        _set_aside_earlier_results(root, scripts.total)
+    elif request.fresh:
+        log.info("--fresh: earlier results are set aside when the run is submitted; a dry run moves nothing")
+    _make_dirs(root, scripts.total, ray=RAY_SCRIPT in scripts.files)
+    paths = {}
+    for name, text in scripts.files.items():
+        path = os.path.join(root, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(path, 0o755)
+        paths[name] = path
+    if request.dry_run:
+        return _print_dry_run(scripts, paths)
+    if shutil.which("sbatch") is None:
+        raise UsageError(
+            f"sbatch not found on PATH: run this on a SLURM login node, or pass --dry-run to only write the scripts "
+            f"(written: {', '.join(paths.values())})"
+        )
+    _refuse_if_still_queued(root)
+    record: dict[str, object] = {"submitted_at": time.time(), "total_shards": scripts.total, "root": root}
+    if RAY_SCRIPT in paths:
+        record["ray_job_id"] = _sbatch(paths[RAY_SCRIPT])
+        log.info("submitted Ray job %s (%s): %d shards as Ray tasks, merged in the job", record["ray_job_id"], paths[RAY_SCRIPT], scripts.total)
+    else:
+        array_id = _sbatch(paths[EVAL_SCRIPT])
+        record["array_job_id"] = array_id
+        log.info("submitted array job %s (%s): %d tasks, shard_<i> under %s", array_id, paths[EVAL_SCRIPT], scripts.total, root)
+        if MERGE_SCRIPT in paths:
+            record["merge_job_id"] = _sbatch(paths[MERGE_SCRIPT], f"--dependency=afterany:{array_id}")
+            log.info("submitted merge job %s (%s), after the array ends", record["merge_job_id"], paths[MERGE_SCRIPT])
+    _write_record(root, record)
+    print(f"`shardeval status {root}` shows progress and each task's SLURM state; results: {os.path.join(root, 'merged')}/")
+    return 0
+
+
+def _make_dirs(root: str, total: int, ray: bool) -> None:
+    os.makedirs(os.path.join(root, "logs"), exist_ok=True)
+    if not ray:
+        for i in range(total):
+            os.makedirs(os.path.join(root, f"shard_{i}", "logs"), exist_ok=True)
+
+
+def _set_aside_earlier_results(root: str, total: int) -> None:
+    from shardeval.records import read_manifest
+    from shardeval.resume import set_aside
+
+    for i in range(total):
+        shard = os.path.join(root, f"shard_{i}")
+        if os.path.isdir(shard) and read_manifest(shard) is not None:
+            log.info("--fresh: earlier results of shard_%d moved to %s", i, set_aside(shard))
+
+
+def _print_dry_run(scripts: Scripts, paths: dict[str, str]) -> int:
+    for name, path in paths.items():
+        if len(paths) > 1:
+            print(f"# ===== {path} =====")
+        print(scripts.files[name], end="")
+    if EVAL_SCRIPT in paths:
+        merge = shlex.quote(paths[MERGE_SCRIPT]) if MERGE_SCRIPT in paths else ""
+        follow = f", then sbatch --dependency=afterany:<array job id> {merge}" if merge else ""
+        how = f"sbatch {shlex.quote(paths[EVAL_SCRIPT])}{follow}"
+    else:
+        how = f"sbatch {shlex.quote(paths[RAY_SCRIPT])}"
+    print(f"shardeval: dry run: wrote {', '.join(paths.values())}; nothing submitted (to submit: {how})", file=sys.stderr)
+    return 0
+
+
+def _sbatch(script: str, *flags: str) -> str:
+    """Submit; the job id (`--parsable` prints `ID` or `ID;CLUSTER`). sbatch's refusal is a user error."""
+    argv = ["sbatch", "--parsable", *flags, script]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"sbatch did not answer within {SBATCH_TIMEOUT_S:.0f} s (is slurmctld up? try `scontrol ping`)") from None
+    job_id = proc.stdout.strip().split(";")[0]
+    if proc.returncode != 0 or not job_id.isdigit():
+        said = " ".join(proc.stderr.split()) or proc.stdout.strip() or f"exit {proc.returncode}"
+        raise UsageError(f"sbatch refused {os.path.basename(script)}: {said}")
+    return job_id
+
+
+def read_record(root: str) -> dict | None:
+    try:
+        with open(os.path.join(root, JOB_FILE), encoding="utf-8") as f:
+            data = json.load(f)
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_record(root: str, record: dict) -> None:
+    """slurm_job.json: the latest submission, earlier ones kept under `previous`."""
+    old = read_record(root)
+    if old:
+        record["previous"] = [*old.pop("previous", []), old]
+    tmp = os.path.join(root, JOB_FILE + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, os.path.join(root, JOB_FILE))
+
+
+def _refuse_if_still_queued(root: str) -> None:
+    record = read_record(root)
+    job = record and (record.get("array_job_id") or record.get("ray_job_id"))
+    if not job or shutil.which("squeue") is None:
+        return
+    try:
+        proc = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return
+    states = proc.stdout.split() if proc.returncode == 0 else []
+    if states:
+        raise UsageError(
+            f"{root}: job {job} of this run still has {len(states)} task(s) queued or running; two submissions would write "
+            f"the same shard directories at once: wait for it, or `scancel {job}`, then submit again"
+        )

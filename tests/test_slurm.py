@@ -1,0 +1,232 @@
+"""`cluster.type: slurm` against a real one-node SLURM (slurmctld + slurmd + munge, 22.05).
+
+A session fixture runs scripts/setup/slurm.sh (installs with apt when missing, starts the daemons
+when not running; idempotent). Each array task starts its own simulator, as a GPU node starts its
+own vLLM. Every wait polls scontrol with a deadline; nothing asserts on timing. Jobs a test
+submitted are cancelled at its end, whatever happened.
+
+The recovery paths users take are tested as documented (docs/slurm.md): an array task cancelled
+mid-run and put back with `scontrol requeue` (22.05 requeues a cancelled array task; it then waits
+for a BeginTime SLURM sets, which `scontrol update … StartTime=now` lifts) resumes without
+duplicates; a task that never ran is resubmitted with `sbatch --array=<i> eval.sbatch`, as the
+merge report says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from conftest import REPO, shardeval_cmd
+
+EXAMPLE = Path(REPO) / "examples" / "slurm_arith_sim.yaml"
+RAY_EXAMPLE = Path(REPO) / "examples" / "slurm_ray_arith_sim.yaml"
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="session")
+def slurm() -> str:
+    """A running one-node SLURM, started (or found running) by scripts/setup/slurm.sh."""
+    if os.geteuid() != 0 and shutil.which("sbatch") is None:
+        pytest.skip("SLURM is not installed and installing it needs root (scripts/setup/slurm.sh)")
+    setup = subprocess.run(
+        ["bash", os.path.join(REPO, "scripts", "setup", "slurm.sh")], capture_output=True, text=True, timeout=600
+    )
+    assert setup.returncode == 0, f"scripts/setup/slurm.sh failed:\n{setup.stdout}\n{setup.stderr}"
+    assert "slurm: ready; config /etc/slurm/slurm.conf" in setup.stdout
+    node = subprocess.run(["sinfo", "-h", "-o", "%P %T"], capture_output=True, text=True, check=True).stdout
+    assert "debug" in node, node
+    return setup.stdout.strip()
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[str]]:
+    """Job ids a test submitted; whatever is left of them is cancelled afterwards."""
+    submitted: list[str] = []
+    yield submitted
+    if submitted:
+        subprocess.run(["scancel", *submitted], capture_output=True, timeout=60)
+
+
+def tasks(job_id: str) -> dict[str, str]:
+    """{array index (or '-'): state} of a job, from scontrol (what `shardeval status` shows too)."""
+    from shardeval_slurm.jobs import job_tasks
+
+    found = job_tasks(job_id)
+    assert not isinstance(found, str), found
+    return {t.task: t.state for t in found}
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 180.0, root: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs(root) if root else ''}")
+
+
+def done(job_id: str) -> bool:
+    states = tasks(job_id)
+    return bool(states) and all(s in TERMINAL for s in states.values())
+
+
+def logs(root: Path) -> str:
+    """Every SLURM log under the run, for a failing assertion's message."""
+    parts = []
+    for path in sorted(root.rglob("slurm-*")) + sorted(root.rglob("merge-*")) + sorted(root.rglob("ray-*.err")):
+        parts.append(f"--- {path}\n{path.read_text(errors='replace')[-3000:]}")
+    return "\n".join(parts)
+
+
+def submit(root: Path, *args: str) -> dict:
+    result = shardeval_cmd("run", str(EXAMPLE), "-o", str(root), *args, timeout=120)
+    assert result.returncode == 0, result.stderr
+    record = json.loads((root / "slurm_job.json").read_text())
+    assert "submitted array job" in result.stderr
+    return record
+
+
+def lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def scores(root: Path) -> dict:
+    return json.loads((root / "merged" / "scores.json").read_text())["arith"]
+
+
+def assert_complete(s: dict, n_expected: int) -> None:
+    assert (s["n_expected"], s["n_records"], s["n_missing"], s["n_duplicates"], s["n_errors"]) == (n_expected, n_expected, 0, 0, 0), s
+    acc = s["metrics"]["accuracy"]
+    assert acc["ci_low"] <= acc["value"] <= acc["ci_high"]
+    assert acc["ci_low"] <= 0.7 <= acc["ci_high"], acc  # the simulator's true accuracy
+
+
+def test_array_job_end_to_end_with_dependent_merge(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    root = tmp_path / "slurm run"  # a space: every path in the scripts must survive it
+    record = submit(root, "-O", "benchmarks.0.params.n=60")
+    array, merge = record["array_job_id"], record["merge_job_id"]
+    jobs += [array, merge]
+    text = (root / "eval.sbatch").read_text()
+    assert "#SBATCH --array=0-3%4" in text and "#SBATCH --partition=debug" in text
+    wait_until("the merge job to finish", lambda: done(merge), root=root)
+    assert set(tasks(array).values()) == {"COMPLETED"}, logs(root)
+    assert tasks(merge) == {"-": "COMPLETED"}, logs(root)
+    assert_complete(scores(root), 120)
+    for i in range(4):
+        manifest = json.loads((root / f"shard_{i}" / "manifest.json").read_text())
+        assert (manifest["shard_idx"], manifest["total_shards"], manifest["state"]) == (i, 4, "complete")
+        out = next((root / f"shard_{i}" / "logs").glob(f"slurm-{array}_{i}.err")).read_text()
+        assert f"(array {array}_{i}, restart 0)" in out and f"shard {i}/4" in out
+        assert (root / f"shard_{i}" / "logs" / "sim.log").exists()  # the task started its own server
+    assert "COMPLETE" in next((root / "logs").glob(f"merge-{merge}.out")).read_text()
+    status = shardeval_cmd("status", str(root))
+    assert status.returncode == 0, status.stderr
+    assert f"slurm array job {array}: 4 COMPLETED" in status.stdout and f"slurm merge job {merge}: COMPLETED" in status.stdout
+
+
+def test_cancelled_task_requeued_resumes_without_duplicates(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    root = tmp_path / "run"
+    # slow enough that task 1 is cancelled mid-shard: 30 records a shard, one at a time, 0.25 s each
+    record = submit(
+        root, "-O", "benchmarks.0.params.n=40", "-O", "benchmarks.0.repeats=3", "-O", "benchmarks.0.max_concurrent=1",
+        "-O", "services.model.ttft_ms=250", "-O", "output.drain_timeout_s=2",
+    )  # fmt: skip
+    array, merge = record["array_job_id"], record["merge_job_id"]
+    jobs += [array, merge]
+    results = root / "shard_1" / "arith" / "results.jsonl"
+    wait_until("shard 1 to write some records", lambda: lines(results) >= 3, root=root)
+
+    status = shardeval_cmd("status", str(root))
+    assert status.returncode == 0, status.stderr
+    assert f"slurm array job {array}:" in status.stdout and "RUNNING" in status.stdout, status.stdout
+    assert f"slurm merge job {merge}: PENDING (Dependency)" in status.stdout, status.stdout
+
+    subprocess.run(["scancel", f"{array}_1"], check=True, timeout=60)
+    wait_until("task 1 to be cancelled", lambda: tasks(array).get("1") == "CANCELLED", root=root)
+    partial = lines(results)
+    assert 0 < partial < 30, "the cancel must land mid-shard"
+    assert tasks(merge)["-"] == "PENDING"  # tasks 2 and 3 have not finished: the merge still waits
+
+    # 22.05 requeues a cancelled array task; SLURM then holds it (BeginTime) for a while: lift that
+    subprocess.run(["scontrol", "requeue", f"{array}_1"], check=True, timeout=60)
+    subprocess.run(["scontrol", "update", f"JobId={array}_1", "StartTime=now"], check=True, timeout=60)
+    wait_until("the merge job to finish", lambda: done(merge), timeout=240, root=root)
+    assert set(tasks(array).values()) == {"COMPLETED"}, logs(root)
+
+    recs = [json.loads(line) for line in results.read_text().splitlines()]
+    keys = [(r["problem_idx"], r["repeat"]) for r in recs if r["status"] == "ok"]
+    assert sorted(keys) == sorted(set(keys)) and len(keys) == 30, "resumed: every pair answered exactly once"
+    err = (root / "shard_1" / "logs" / f"slurm-{array}_1.err").read_text()
+    assert f"(array {array}_1, restart 0)" in err and f"(array {array}_1, restart 1)" in err  # appended, not overwritten
+    assert "resuming" in err
+    assert_complete(scores(root), 120)
+
+
+def test_missing_task_resubmitted_with_sbatch_array(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    """A task that never ran: the merge report names it, `sbatch --array=3 eval.sbatch` fills it in."""
+    root = tmp_path / "run"
+    record = submit(root, "-O", "benchmarks.0.params.n=40", "-O", "cluster.max_parallel=2")
+    array, merge = record["array_job_id"], record["merge_job_id"]
+    jobs += [array, merge]
+    subprocess.run(["scancel", f"{array}_3"], check=True, timeout=60)  # still pending: %2 keeps it queued
+    wait_until("the merge job to finish", lambda: done(merge), root=root)
+    assert "3" not in tasks(array)  # a task cancelled while pending leaves no record in slurmctld
+    report = next((root / "logs").glob(f"merge-{merge}.out")).read_text()
+    assert "PARTIAL" in report and "--array=3" in report, report
+    assert scores(root)["n_missing"] == 20
+
+    again = subprocess.run(["sbatch", "--parsable", "--array=3", str(root / "eval.sbatch")], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    rerun = again.stdout.strip().split(";")[0]
+    jobs.append(rerun)
+    wait_until("the resubmitted task to finish", lambda: done(rerun), root=root)
+    assert tasks(rerun) == {"3": "COMPLETED"}, logs(root)
+    manifest = json.loads((root / "shard_3" / "manifest.json").read_text())
+    assert (manifest["shard_idx"], manifest["state"]) == (3, "complete")  # array index 3 is shard 3
+    merged = shardeval_cmd("merge", str(root))
+    assert merged.returncode == 0, merged.stderr
+    assert_complete(scores(root), 80)
+
+
+def test_submitting_twice_while_the_array_runs_is_refused(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    root = tmp_path / "run"
+    record = submit(root, "-O", "benchmarks.0.params.n=40", "-O", "services.model.ttft_ms=200", "-O", "benchmarks.0.max_concurrent=1")
+    jobs += [record["array_job_id"], record["merge_job_id"]]
+    again = shardeval_cmd("run", str(EXAMPLE), "-o", str(root), "-O", "benchmarks.0.params.n=40")
+    assert again.returncode == 2, again.stderr
+    assert f"job {record['array_job_id']} of this run still has" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_ray_on_slurm_one_node(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    pytest.importorskip("ray", reason="pip install ray==2.60.0 to run Ray on SLURM")
+    pytest.importorskip("shardeval_ray", reason="the Ray launcher plugin is not installed")
+    from shardeval.process import free_port
+
+    root = tmp_path / "ray run"
+    result = shardeval_cmd(
+        "run", str(RAY_EXAMPLE), "-o", str(root), "-O", "benchmarks.0.params.n=40", "-O", f"cluster.ray_port={free_port()}",
+        "-O", "cluster.ray_start_timeout_s=120", timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    job = json.loads((root / "slurm_job.json").read_text())["ray_job_id"]
+    jobs.append(job)
+    wait_until("the Ray job to finish", lambda: done(job), timeout=240, root=root)
+    assert tasks(job) == {"-": "COMPLETED"}, logs(root)
+    err = next((root / "logs").glob(f"ray-{job}.err")).read_text()
+    assert "all 1 node(s) joined" in err and "Ray stopped" in err, err
+    assert_complete(scores(root), 80)
+    for i in range(4):
+        assert json.loads((root / f"shard_{i}" / "manifest.json").read_text())["state"] == "complete"
+    # the job's Ray is gone: nothing keeps its temp dir open
+    leftover = subprocess.run(["pgrep", "-f", f"ray-shardeval-{job}/"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == "", "Ray processes of the job outlived it"

@@ -1,0 +1,273 @@
+"""The SLURM plugin's scripts, without SLURM: `shardeval run … --dry-run` through the real CLI.
+
+What eval.sbatch / merge.sbatch / ray.sbatch say (array, resources, requeue, the vLLM launch each
+task will run), that no secret value reaches any written file, that user mistakes are one line
+and exit 2, and that the generated script really runs a shard under bash when paths hold spaces
+and quotes (no sbatch needed: the script also runs with NEL_SHARD_IDX set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, shardeval_cmd
+
+SEED = Path(REPO) / "examples" / "slurm_gsm8k_sharded.yaml"
+SECRETS = {"OPENAI_API_KEY": "sk-test-0123456789abcdef", "HF_TOKEN": "hf_known_secret_value_42", "MY_SECRET": "s3cr3t-value-xyz"}
+
+
+def dry_run(cfg: Path | str, out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return shardeval_cmd("run", str(cfg), "--dry-run", "-o", str(out), *args, env={**SECRETS, **(env or {})})
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shardeval: error: "), result.stderr
+    return lines[0]
+
+
+def assert_no_secret_in(root: Path) -> None:
+    for path in root.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes()
+            for name, value in SECRETS.items():
+                assert value.encode() not in text, f"{path} holds the value of {name}"
+
+
+def sbatch_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#SBATCH")]
+
+
+def test_seed_example_dry_run_writes_the_array_script(tmp_path: Path) -> None:
+    shared = Path("/work/shared/examples/slurm_gsm8k_sharded.yaml")
+    if shared.exists():
+        assert SEED.read_bytes() == shared.read_bytes()  # the seed, unchanged
+    out = tmp_path / "out"
+    result = dry_run(SEED, out)
+    assert result.returncode == 0, result.stderr
+    script = (out / "eval.sbatch").read_text()
+    assert script in result.stdout  # printed as written
+    directives = sbatch_lines(script)
+    for expected in (
+        "#SBATCH --array=0-15",
+        "#SBATCH --time=02:00:00",
+        "#SBATCH --partition=batch",
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gres=gpu:4",
+        "#SBATCH --requeue",
+        f"#SBATCH --output={out}/shard_%a/logs/slurm-%A_%a.out",
+        f"#SBATCH --error={out}/shard_%a/logs/slurm-%A_%a.err",
+    ):
+        assert expected in directives, (expected, directives)
+    # the service each task starts (shardeval run launches vLLM itself), tensor parallel 4
+    (launch,) = [line for line in script.splitlines() if "vllm serve" in line]
+    assert launch.startswith("#")
+    assert "vllm serve nvidia/Llama-3.1-70B-Instruct" in launch and "--tensor-parallel-size 4" in launch
+    assert "idx=${SLURM_ARRAY_TASK_ID:-$NEL_SHARD_IDX}" in script and "export NEL_SHARD_IDX=$idx NEL_TOTAL_SHARDS=16" in script
+    (command,) = [line for line in script.splitlines() if line.startswith("exec ")]
+    assert f" run {SEED} --shard \"${{NEL_SHARD_IDX}}\"/16 -o {out}/shard_\"${{NEL_SHARD_IDX}}\"" in command
+    merge = (out / "merge.sbatch").read_text()
+    assert merge.rstrip().endswith(f"merge {out}")
+    assert "afterany" in result.stderr  # how to submit the pair by hand
+    assert all((out / f"shard_{i}" / "logs").is_dir() for i in range(16))  # SLURM drops output into missing dirs
+    assert not (out / "slurm_job.json").exists()  # nothing submitted
+    for path in (out / "eval.sbatch", out / "merge.sbatch"):
+        assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+    assert_no_secret_in(tmp_path)
+
+
+def test_secrets_never_reach_the_scripts(tmp_path: Path) -> None:
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        """
+services:
+  model: {type: vllm, model: m, api_key_env: OPENAI_API_KEY, extra_args: ["--hf-token", "${HF_TOKEN}"]}
+benchmarks: [{name: arith}]
+cluster: {type: slurm, walltime: "1:00:00", shards: 2, env: {HF_HOME: /data/hf}}
+"""
+    )
+    result = dry_run(cfg, tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    assert "--hf-token '***'" in result.stdout or "--hf-token ***" in result.stdout  # redacted in the comment
+    assert "export HF_HOME=/data/hf" in result.stdout
+    assert_no_secret_in(tmp_path)
+    # a secret that would land in the script verbatim is refused, by name, never shown
+    cfg.write_text(
+        """
+services: {model: {type: sim}}
+benchmarks: [{name: arith}]
+cluster: {type: slurm, walltime: "10", shards: 2, env: {WANDB: "${MY_SECRET}"}}
+"""
+    )
+    error = one_line_error(dry_run(cfg, tmp_path / "out2"))
+    assert "$MY_SECRET" in error and SECRETS["MY_SECRET"] not in error
+    assert not (tmp_path / "out2" / "eval.sbatch").exists()
+
+
+def test_max_parallel_extra_flags_account_and_setup(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = dry_run(
+        SEED,
+        out,
+        "-O", "cluster.max_parallel=4",
+        "-O", 'cluster.sbatch_extra_flags=["--mail-type=END", "--exclude=gpu[01-03]", "--signal=B:USR1@300"]',
+        "-O", "cluster.account=proj42",
+        "-O", "cluster.qos=high",
+        "-O", 'cluster.setup=["module load cuda/12.4", "source /opt/venv/bin/activate"]',
+        "-O", 'cluster.command=["python3", "/shared/shardeval.pyz"]',
+        "-O", "cluster.requeue=false",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    script = (out / "eval.sbatch").read_text()
+    directives = sbatch_lines(script)
+    for expected in (
+        "#SBATCH --array=0-15%4",
+        "#SBATCH --mail-type=END",
+        "#SBATCH --exclude=gpu[01-03]",
+        "#SBATCH --signal=B:USR1@300",
+        "#SBATCH --account=proj42",
+        "#SBATCH --qos=high",
+        "#SBATCH --no-requeue",
+    ):
+        assert expected in directives, (expected, directives)
+    lines = script.splitlines()
+    (exec_at,) = [i for i, line in enumerate(lines) if line.startswith("exec ")]
+    assert lines.index("module load cuda/12.4") < lines.index("source /opt/venv/bin/activate") < exec_at
+    assert lines[exec_at].startswith("exec python3 /shared/shardeval.pyz run ")
+    assert "exec python3 /shared/shardeval.pyz merge" in (out / "merge.sbatch").read_text()
+
+
+def test_several_node_pools_with_shards_are_refused(tmp_path: Path) -> None:
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        """
+services:
+  model: {type: vllm, model: big, node_pool: gpu, tensor_parallel_size: 8}
+  judge: {type: vllm, model: small, node_pool: cpu}
+benchmarks:
+  - {name: arith, solver: {service: model}}
+  - {name: gsm8k, solver: {service: judge}}
+cluster:
+  type: slurm
+  walltime: "1:00:00"
+  shards: 8
+  node_pools: {gpu: {gres: "gpu:8"}, cpu: {cpus_per_task: 4}}
+"""
+    )
+    error = one_line_error(dry_run(cfg, tmp_path / "out"))
+    assert "several node pools" in error and "heterogeneous" in error and "shards: 8" in error
+    assert not (tmp_path / "out").exists()
+    # two pools and no service naming one: same limit
+    cfg.write_text(cfg.read_text().replace(", node_pool: gpu", "").replace(", node_pool: cpu", ""))
+    assert "defines several pools" in one_line_error(dry_run(cfg, tmp_path / "out"))
+    # a pool name that does not exist
+    cfg.write_text(
+        """
+services: {model: {type: vllm, model: big, node_pool: gpus}}
+benchmarks: [{name: arith}]
+cluster: {type: slurm, walltime: "1:00:00", shards: 2, node_pools: {gpu: {gres: "gpu:8"}}}
+"""
+    )
+    assert "did you mean 'gpu'?" in one_line_error(dry_run(cfg, tmp_path / "out"))
+
+
+def test_config_mistakes_are_one_line(tmp_path: Path) -> None:
+    result = dry_run(SEED, tmp_path / "out", "-O", "cluster.max_paralel=4")
+    assert "did you mean 'max_parallel'?" in one_line_error(result)
+    result = dry_run(SEED, tmp_path / "out", "-O", 'cluster.sbatch_extra_flags=["mail-type END"]')
+    assert "is not one sbatch flag" in one_line_error(result)
+    result = dry_run(SEED, tmp_path / "out", "-O", "cluster.env={1BAD: x}")
+    assert "not a shell variable name" in one_line_error(result)
+
+
+def test_without_sbatch_submission_is_one_line_and_scripts_stay(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path / "empty")}  # no sbatch, no squeue
+    result = shardeval_cmd("run", str(SEED), "-o", str(tmp_path / "out"), env=env)
+    assert "sbatch not found on PATH" in one_line_error(result)
+    assert (tmp_path / "out" / "eval.sbatch").exists()
+
+
+def test_generated_script_runs_a_shard_with_spaces_and_quotes_in_paths(tmp_path: Path) -> None:
+    """bash runs eval.sbatch as SLURM would (here without SLURM: NEL_SHARD_IDX picks the shard)."""
+    where = tmp_path / "it's a dir"
+    where.mkdir()
+    cfg = where / "my config.yaml"
+    cfg.write_text(
+        """
+services: {model: {type: sim, bench: arith, accuracy: 0.7, ttft_ms: 1, itl_ms: 0}}
+benchmarks: [{name: arith, params: {n: 12}, max_concurrent: 4}]
+cluster:
+  type: slurm
+  walltime: "5:00"
+  shards: 3
+  setup: ["export FROM_SETUP='set up ok'"]
+  env: {GREETING: "hello $world; `no` \\"subst\\""}
+"""
+    )
+    out = where / "results $HOME %a"
+    result = dry_run(cfg, out)
+    assert result.returncode == 0, result.stderr
+    script = out / "eval.sbatch"
+    text = script.read_text()
+    (output_line,) = [line for line in sbatch_lines(text) if line.startswith("#SBATCH --output=")]
+    assert output_line == f'#SBATCH --output="{where}/results $HOME %%a/shard_%a/logs/slurm-%A_%a.out"'
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NEL_"))}
+    run = subprocess.run(["bash", str(script)], env={**env, "NEL_SHARD_IDX": "1"}, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "shard 1/3" in run.stderr
+    manifest = json.loads((out / "shard_1" / "manifest.json").read_text())
+    assert (manifest["shard_idx"], manifest["total_shards"], manifest["state"]) == (1, 3, "complete")
+    assert len((out / "shard_1" / "arith" / "results.jsonl").read_text().splitlines()) == 4
+    # run without a shard, or with a bad one: refuses instead of guessing
+    run = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "submit it with sbatch" in run.stderr
+    run = subprocess.run(["bash", str(script)], env={**env, "NEL_SHARD_IDX": "one"}, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "shard index 'one' is not a number 0..2" in run.stderr
+
+
+def test_ray_template(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = dry_run(SEED, out, "-O", "cluster.ray=true", "-O", "cluster.ray_port=6380", "-O", "benchmarks.0.repeats=2")
+    assert result.returncode == 0, result.stderr
+    script = (out / "ray.sbatch").read_text()
+    assert not (out / "eval.sbatch").exists()
+    directives = sbatch_lines(script)
+    assert "#SBATCH --gres=gpu:4" in directives and "#SBATCH --partition=batch" in directives
+    assert not any(d.startswith("#SBATCH --array") for d in directives)
+    assert '"${RAY[@]}" start --head --node-ip-address="$head_ip" --port="$PORT"' in script and "--block &" in script
+    assert '"${RAY[@]}" start --address="$address"' in script  # a worker on every other node
+    assert "head_ip=127.0.0.1" in script and "PORT=6380" in script
+    assert 'srun --nodes=1 --ntasks=1 --overlap -w "$head_node"' in script
+    assert "trap stop_ray EXIT" in script
+    assert not any(line.strip().startswith("ray stop") or " ray stop" in line.split("#")[0] for line in script.splitlines())
+    (launch,) = [line for line in script.splitlines() if "-m shardeval_ray" in line]
+    assert f"-m shardeval_ray {SEED} -O benchmarks.0.repeats=2 --shards 16 --output-dir {out}" in launch
+    assert "cluster.ray" not in launch  # the launcher brings its own cluster section
+    assert "--tensor-parallel-size 4" in script  # the services each Ray task starts
+    assert subprocess.run(["bash", "-n", str(out / "ray.sbatch")]).returncode == 0
+    assert_no_secret_in(tmp_path)
+
+
+def test_status_helpers_parse_scontrol_lines() -> None:
+    from shardeval_slurm.jobs import expand_tasks, parse_fields
+
+    assert expand_tasks("0-3,7,10-14:2%4") == ["0", "1", "2", "3", "7", "10", "12", "14"]
+    fields = parse_fields("JobId=9 ArrayJobId=8 ArrayTaskId=2-3 JobName=a b JobState=PENDING Reason=Resources StdErr=/x y/z")
+    assert fields["JobName"] == "a b" and fields["ArrayTaskId"] == "2-3" and fields["StdErr"] == "/x y/z"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_status_without_scontrol_says_so(tmp_path: Path) -> None:
+    (tmp_path / "slurm_job.json").write_text(json.dumps({"array_job_id": "123", "merge_job_id": "124", "total_shards": 2}))
+    result = shardeval_cmd("status", str(tmp_path), env={"PATH": str(tmp_path / "empty")})
+    assert result.returncode == 0, result.stderr
+    assert "slurm array job 123: scontrol not on PATH" in result.stdout
