@@ -2,9 +2,18 @@
 
 One request path serves both protocols (chat and completions): they differ only in where a
 choice keeps its text (`delta.content` / `message.content` versus `text`), which the chunk Struct
-below reads uniformly. Failures are data, not exceptions: after the last attempt the Completion
-says `status="error"` with a typed `error_kind`, so the runner can record it and the merge can
-count it apart from wrong answers. Only `asyncio.CancelledError` propagates.
+below reads uniformly. A caller may pick the protocol and streaming per request (the
+log-likelihood solver asks `/v1/completions`, unstreamed, whatever the service's own protocol).
+
+Log-probabilities: a non-streamed completions response's `choices[0].logprobs` (`tokens`,
+`token_logprobs`, `text_offset`) lands in `Completion.prompt_tokens_text`, `.prompt_logprobs` and
+`.text_offsets`. With `echo: true` these cover the prompt's tokens (the first one's logprob is
+null: nothing precedes it) followed by any generated ones. Only whole bodies are decoded with the
+logprobs Struct; the streaming hot path never looks at logprobs.
+
+Failures are data, not exceptions: after the last attempt the Completion says `status="error"`
+with a typed `error_kind`, so the runner can record it and the merge can count it apart from
+wrong answers. Only `asyncio.CancelledError` propagates.
 
 Timeouts (all from `ServiceConfig.timeouts`, seconds)
     connect      TCP connect (aiohttp `sock_connect`); expiry is a `connection` error, since the
@@ -44,7 +53,7 @@ from typing import Any, Literal, Mapping
 import aiohttp
 import msgspec
 
-from shardeval.config import ServiceConfig, Timeouts
+from shardeval.config import Protocol, ServiceConfig, Timeouts
 from shardeval.errors import UsageError
 from shardeval.service import Endpoint
 from shardeval.sse import SSEParser
@@ -79,6 +88,10 @@ class Completion(msgspec.Struct, kw_only=True):
     error_kind: str | None = None  # timeout | rate_limited | server_error | connection | protocol | client
     error: str | None = None
     queued_s: float = 0.0  # waiting for a concurrency slot: client-side queueing, apart from the server
+    # From a non-streamed completions response's `logprobs` (None when the server sent none):
+    prompt_logprobs: list[float | None] | None = None  # `token_logprobs`; with echo, the prompt's first
+    prompt_tokens_text: list[str] | None = None  # `tokens`, as text
+    text_offsets: list[int] | None = None  # `text_offset`: where each token starts in `choices[0].text`
 
 
 # --- wire shapes: only the fields we read. Measured: decoding into these Structs beats
@@ -122,6 +135,27 @@ class _Chunk(msgspec.Struct, gc=False):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+class _Logprobs(msgspec.Struct, gc=False):
+    """A completions choice's `logprobs` (a chat one, `{"content": [...]}`, decodes to all None)."""
+
+    tokens: list[str] | None = None
+    token_logprobs: list[float | None] | None = None
+    text_offset: list[int] | None = None
+
+
+class _BodyChoice(_Choice, gc=False):
+    logprobs: _Logprobs | None = None
+
+
+class _Body(_Chunk, gc=False):
+    """A whole non-streamed response: a chunk whose choice may also carry logprobs."""
+
+    choices: list[_BodyChoice] | None = None  # type: ignore[assignment]
+
+
+_decode_body = msgspec.json.Decoder(_Body).decode
 
 
 class _Failure(Exception):
@@ -330,7 +364,7 @@ class _Watchdog:
 class _Reading:
     """What an attempt has received so far; survives a late failure so a complete answer is kept."""
 
-    __slots__ = ("start", "pieces", "finish_reason", "usage", "ttft", "end", "done", "events")
+    __slots__ = ("start", "pieces", "finish_reason", "usage", "ttft", "end", "done", "events", "logprobs")
 
     def __init__(self, start: float) -> None:
         self.start = start
@@ -341,6 +375,7 @@ class _Reading:
         self.end: float | None = None
         self.done = False  # [DONE] seen, or a whole JSON body parsed
         self.events = 0
+        self.logprobs: _Logprobs | None = None
 
     @property
     def complete(self) -> bool:
@@ -381,7 +416,7 @@ class _Reading:
     def body(self, data: bytes, now: float) -> None:
         """Apply a whole (non-streamed) JSON response body."""
         try:
-            msg = _decode_chunk(data)
+            msg = _decode_body(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise _Failure("protocol", f"response body is not a completion ({exc}): {_snippet(data)}") from None
         if msg.error is not None or msg.object == "error":
@@ -392,6 +427,12 @@ class _Reading:
         text = choice.message.content if choice.message is not None else choice.text
         if text:
             self.pieces.append(text)
+        lp = choice.logprobs
+        if lp is not None and lp.tokens is not None:
+            n = len(lp.tokens)
+            if (lp.token_logprobs is not None and len(lp.token_logprobs) != n) or (lp.text_offset is not None and len(lp.text_offset) != n):
+                raise _Failure("protocol", f"logprobs lists of different lengths (tokens, token_logprobs, text_offset): {_snippet(data)}")
+            self.logprobs = lp
         self.finish_reason = choice.finish_reason
         self.usage = msg.usage
         self.done = True
@@ -399,6 +440,7 @@ class _Reading:
 
     def completion(self, now: float) -> Completion:
         usage = self.usage
+        lp = self.logprobs
         return Completion(
             status="ok",
             text="".join(self.pieces),
@@ -407,6 +449,9 @@ class _Reading:
             completion_tokens=usage.completion_tokens if usage is not None else None,
             ttft_s=self.ttft,
             latency_s=(self.end if self.end is not None else now) - self.start,
+            prompt_logprobs=lp.token_logprobs if lp is not None else None,
+            prompt_tokens_text=lp.tokens if lp is not None else None,
+            text_offsets=lp.text_offset if lp is not None else None,
         )
 
 
@@ -426,6 +471,7 @@ class Client:
         self.config = config
         self.pool_size = max(1, int(pool_size))
         self._url = endpoint.url()
+        self._urls = {p: Endpoint(endpoint.base_url, endpoint.model, p).url() for p in ("chat_completions", "completions")}
         self._headers = {"Content-Type": "application/json"}
         self._secret: str | None = None
         if endpoint.api_key_env:
@@ -465,16 +511,29 @@ class Client:
             text = text.replace(self._secret, "***")
         return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
-    async def request(self, body: dict[str, Any], slots: asyncio.Semaphore | None = None) -> Completion:
+    async def request(
+        self,
+        body: dict[str, Any],
+        slots: asyncio.Semaphore | None = None,
+        *,
+        stream: bool | None = None,
+        protocol: Protocol | None = None,
+    ) -> Completion:
         """Send one request with retries; return its Completion. Raises only CancelledError.
 
         `slots`, when given, is held only while an HTTP attempt is in flight, never during backoff.
+        `stream` and `protocol` override the service's for this request (None: the service's);
+        retries, timeouts and error kinds are the same either way.
         """
         if self._session is None:
             raise RuntimeError("Client.request() called outside `async with Client(...)`")
-        if self.config.stream:
+        streamed = self.config.stream if stream is None else stream
+        if streamed:
             options = body.get("stream_options")
             body = {**body, "stream": True, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
+        elif "stream" in body or "stream_options" in body:
+            body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+        url = self._url if protocol is None else self._urls[protocol]
         payload = msgspec.json.encode(body)
         retries = self.config.retries
         attempts = max(1, retries.attempts)
@@ -491,7 +550,7 @@ class Client:
             if attempt == 1:
                 started_at = time.time()  # after any queueing: when the first attempt really starts
             try:
-                outcome = await self._attempt(payload, loop)
+                outcome = await self._attempt(payload, loop, url, streamed)
             finally:
                 if slots is not None:
                     slots.release()
@@ -516,7 +575,7 @@ class Client:
             log.debug("attempt %d/%d failed (%s: %s); retrying in %.2f s", attempt, attempts, outcome.kind, message, delay)
             await asyncio.sleep(delay)
 
-    async def _attempt(self, payload: bytes, loop: asyncio.AbstractEventLoop) -> Completion | _Failure:
+    async def _attempt(self, payload: bytes, loop: asyncio.AbstractEventLoop, url: str, streamed: bool) -> Completion | _Failure:
         """One HTTP exchange under the watchdog. Returns the answer or the reason there is none."""
         assert self._session is not None
         task = asyncio.current_task()
@@ -525,12 +584,12 @@ class Client:
         reading = _Reading(start)
         failure: _Failure | None = None
         try:
-            async with self._session.post(self._url, data=payload) as resp:
+            async with self._session.post(url, data=payload) as resp:
                 if not 200 <= resp.status < 300:
                     detail = await self._error_detail(resp, watchdog)
                     raise _status_failure(resp.status, resp.reason, detail, parse_retry_after(resp.headers))
                 ctype = resp.content_type
-                if ctype == "text/event-stream" or (self.config.stream and ctype != "application/json"):
+                if ctype == "text/event-stream" or (streamed and ctype != "application/json"):
                     await self._read_stream(resp, watchdog, reading, ctype)
                 else:  # asked not to stream, or a server that ignored `stream: true`
                     await self._read_body(resp, watchdog, reading)
@@ -543,7 +602,7 @@ class Client:
         except _BAD_URL as exc:  # a config mistake: retrying cannot help
             failure = _Failure("client", f"invalid URL: {exc}", retryable=False)
         except aiohttp.ServerTimeoutError:
-            failure = _Failure("connection", f"connect timeout: no connection to {self._url} within {self.config.timeouts.connect} s")
+            failure = _Failure("connection", f"connect timeout: no connection to {url} within {self.config.timeouts.connect} s")
         except aiohttp.ClientPayloadError as exc:
             failure = _Failure("connection", f"stream cut by the server: {exc}")
         except (aiohttp.ClientError, OSError) as exc:

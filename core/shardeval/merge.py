@@ -229,6 +229,7 @@ class BenchmarkMerge:
     missing_by_shard: dict[int, int]
     metrics: dict[str, MetricValue]
     metric_problems: list[str]
+    timing_cache: dict[str, Any] | None = None  # report.timing() fills it: three outputs, one pass
 
     @property
     def n_expected(self) -> int:

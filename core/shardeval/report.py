@@ -71,6 +71,12 @@ def _finite_ok(values: array, status: bytearray) -> list[float]:
 
 def timing(b: "BenchmarkMerge") -> dict[str, Any]:
     """Pooled over every standing ok record: percentiles of all of them, never averaged ones."""
+    if b.timing_cache is None:
+        b.timing_cache = _timing(b)
+    return b.timing_cache
+
+
+def _timing(b: "BenchmarkMerge") -> dict[str, Any]:
     cells = b.cells
     ttft = _finite_ok(cells.ttft, cells.status)
     latency = _finite_ok(cells.latency, cells.status)

@@ -123,10 +123,18 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
     return plans
 
 
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".json", ".json.gz", ".csv", ".csv.gz", ".parquet")
+MAPPING_SUFFIXES = (".yaml", ".yml")
+
+
 def make_benchmark(bc: BenchmarkConfig, where: str, registry) -> Benchmark:
-    """A registered name, or a path to a JSONL file (read with the built-in `jsonl` benchmark)."""
-    if bc.name not in registry.entries["benchmarks"] and bc.name.endswith((".jsonl", ".json")):
-        return registry.get("benchmarks", "jsonl", where).factory({"path": bc.name, **bc.params})
+    """A registered name; a data file path (read with the built-in `jsonl` benchmark); or a YAML
+    mapping path (a bring-your-own benchmark, read with the built-in `custom` benchmark)."""
+    if bc.name not in registry.entries["benchmarks"]:
+        if bc.name.lower().endswith(DATA_SUFFIXES):
+            return registry.get("benchmarks", "jsonl", where).factory({"path": bc.name, **bc.params})
+        if bc.name.lower().endswith(MAPPING_SUFFIXES):
+            return registry.get("benchmarks", "custom", where).factory({"spec": bc.name, **bc.params})
     return registry.get("benchmarks", bc.name, where).factory(dict(bc.params))
 
 
@@ -269,7 +277,7 @@ class ShardRun:
             async def one(problem: Problem, repeat: int) -> None:
                 seed = request_seed(self.config.seed, plan.name, problem.id, repeat)
                 attempt = await solver.solve(problem, seed)
-                args = (plan, problem, repeat, seed, attempt.completion, self.shard.idx)
+                args = (plan, problem, repeat, seed, attempt.completion, self.shard.idx, attempt.scores)
                 record = await loop.run_in_executor(scorer, make_record, *args) if scorer else make_record(*args)
                 results.write(encode_line(record))
                 if write_traj:
@@ -359,7 +367,11 @@ def pending_work(plan: BenchmarkPlan, tally: Tally) -> Iterator[tuple[Problem, i
                 yield problem, repeat
 
 
-def make_record(plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, c: Completion, shard: int) -> ResultRecord:
+def make_record(
+    plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, c: Completion, shard: int, extra: dict[str, float] | None = None
+) -> ResultRecord:
+    """The record of one answer; `extra` (the solver's own scores, e.g. log-probabilities) joins the
+    benchmark's named scores and wins on a clash: the solver measured it."""
     record = ResultRecord(
         benchmark=plan.name,
         problem_idx=problem.idx,
@@ -384,6 +396,8 @@ def make_record(plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, c
     if c.status == "ok":  # errors are never scored: they are not wrong answers
         score = plan.benchmark.score(problem, c.text)
         record.score, record.extracted, record.scores = score.score, score.extracted, score.scores
+        if extra:
+            record.scores = {**record.scores, **extra}
     return record
 
 

@@ -1,4 +1,4 @@
-"""Built-in plugin: the `api` service (an existing OpenAI-compatible server) and the `simple` solver.
+"""Built-in plugin: the `api` service (an existing OpenAI-compatible server), the `simple` and `loglikelihood` solvers.
 
 Like every built-in, it is registered through the `shardeval` entry-point group, exactly as a
 third-party package would be; copy it to start your own service plugin.
@@ -18,6 +18,7 @@ def register_services(register):
 
 @hookimpl
 def register_solvers(register):
-    from shardeval.solver import SimpleSolver
+    from shardeval.solver import LoglikelihoodSolver, SimpleSolver
 
     register("simple", SimpleSolver)
+    register("loglikelihood", LoglikelihoodSolver)

@@ -12,6 +12,23 @@ from shardeval.hookspecs import hookimpl
 def register_benchmarks(register):
     from shardeval_benchmarks.arith import ArithBenchmark
     from shardeval_benchmarks.jsonl import JsonlBenchmark
+    from shardeval_benchmarks.humaneval import HumanEvalBenchmark
+    from shardeval_benchmarks.gsm8k import Gsm8kBenchmark
+    from shardeval_benchmarks.custom import CustomBenchmark
+    from shardeval_benchmarks.mmlu import MmluBenchmark
+    from shardeval_benchmarks.perplexity import PerplexityBenchmark
 
     register("arith", ArithBenchmark)
     register("jsonl", JsonlBenchmark)
+    register("humaneval", HumanEvalBenchmark)
+    register("gsm8k", Gsm8kBenchmark)
+    register("custom", CustomBenchmark)
+    register("mmlu", MmluBenchmark)
+    register("perplexity", PerplexityBenchmark)
+
+
+@hookimpl
+def register_commands(cli):
+    from shardeval_benchmarks.command import benchmarks_command
+
+    cli.add_command(benchmarks_command)

@@ -1,28 +1,27 @@
-"""Benchmarks from a JSONL file with a field mapping: bring your own data, no Python needed.
+"""Benchmarks from a data file with a field mapping: bring your own data, no Python needed.
 
-params: path (required), name (default: the file's stem), prompt_field (default: the first of
-prompt/question/input present), messages_field, reference_field (default: answer/reference/target),
-id_field (default: the row index), cluster_field. Scoring is exact match after normalisation
-(answers.normalize); a GSM8K-style `#### x` in the reference or the response is reduced to x first.
+params: path (or url / hf, with optional sha256 and format: see datasets.py; any supported format
+works, JSONL being the usual one), name (default: the file's stem), prompt_field (default: the
+first of prompt/question/input present), messages_field, reference_field (default:
+answer/reference/target), id_field (default: the row index), cluster_field. Scoring is exact
+match after normalisation (answers.normalize); a GSM8K-style `#### x` in the reference or the
+response is reduced to x first.
 
-The file is scanned once for its fingerprint and the byte offset of each row, so a shard seeks
-to its own rows and never holds the others in memory.
+Rows come from `datasets.open_rows`: a JSONL file is scanned once for its fingerprint and each
+row's byte offset, so a shard seeks to its own rows and never holds the others in memory.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-from array import array
-from typing import Any
-
-import msgspec
+from typing import Any, Iterator
 
 from shardeval.benchmark import Benchmark, Problem, Score
 from shardeval.errors import UsageError
 from shardeval_benchmarks.answers import final_answer, normalize
+from shardeval_benchmarks.datasets import SOURCE_PARAMS, open_from_params
 
-PARAMS = {"path", "name", "prompt_field", "messages_field", "reference_field", "id_field", "cluster_field"}
+PARAMS = {"name", "prompt_field", "messages_field", "reference_field", "id_field", "cluster_field", *SOURCE_PARAMS}
 
 
 class JsonlBenchmark(Benchmark):
@@ -30,61 +29,35 @@ class JsonlBenchmark(Benchmark):
         unknown = set(params) - PARAMS
         if unknown:
             raise UsageError(f"benchmark jsonl: unknown param {sorted(unknown)[0]!r}; known: {', '.join(sorted(PARAMS))}")
-        path = params.get("path")
-        if not path:
-            raise UsageError("benchmark jsonl: params.path is required: the JSONL file to read")
-        if not os.path.isfile(path):
-            raise UsageError(f"benchmark {path!r}: no such file; give an existing JSONL path (relative to where you run shardeval)")
-        self.path = path
-        self.name = params.get("name") or os.path.basename(path).split(".")[0]
+        source = params.get("path") or params.get("url") or params.get("hf")
+        if not source:
+            raise UsageError("benchmark jsonl: params.path is required: the JSONL file to read (or params.url / params.hf)")
+        self.name = params.get("name") or _stem(str(source))
         self.params = params
-        self._offsets, self._fingerprint = self._scan()
-        first = self._row(0) if self._offsets else {}
+        self.rows = open_from_params(params, benchmark=self.name)
+        self.data_origin = self.rows.origin
+        first = self.rows.row(0) if len(self.rows) else {}
         self.prompt_field = params.get("prompt_field") or _first_present(first, ("prompt", "question", "input"))
         self.messages_field = params.get("messages_field")
         self.reference_field = params.get("reference_field") or _first_present(first, ("answer", "reference", "target"))
-        if self._offsets and not (self.prompt_field or self.messages_field):
+        if len(self.rows) and not (self.prompt_field or self.messages_field):
             raise UsageError(
-                f"benchmark {self.name}: cannot tell which field holds the prompt in {path}; "
+                f"benchmark {self.name}: cannot tell which field holds the prompt in {self.rows.origin}; "
                 "set params.prompt_field (or params.messages_field)"
             )
 
-    def _scan(self) -> tuple[array, str]:
-        offsets = array("q")
-        h = hashlib.sha256()
-        pos = 0
-        with open(self.path, "rb") as f:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        msgspec.json.decode(line)
-                    except msgspec.DecodeError as exc:
-                        raise UsageError(f"{self.path}:{lineno}: not valid JSON ({exc}); fix or remove that line") from None
-                    offsets.append(pos)
-                    h.update(line.rstrip(b"\r\n"))
-                    h.update(b"\n")
-                pos += len(line)
-        return offsets, "sha256:" + h.hexdigest()
-
-    def _row(self, idx: int) -> dict[str, Any]:
-        with open(self.path, "rb") as f:
-            f.seek(self._offsets[idx])
-            return msgspec.json.decode(f.readline())
-
     def size(self) -> int:
-        return len(self._offsets)
+        return len(self.rows)
 
     def fingerprint(self) -> str:
-        return self._fingerprint
+        return self.rows.fingerprint()
 
     def problem(self, idx: int) -> Problem:
-        return self._to_problem(idx, self._row(idx))
+        return self._to_problem(idx, self.rows.row(idx))
 
-    def problems(self, indices: range | list[int]):
-        with open(self.path, "rb") as f:
-            for idx in indices:
-                f.seek(self._offsets[idx])
-                yield self._to_problem(idx, msgspec.json.decode(f.readline()))
+    def problems(self, indices: range | list[int]) -> Iterator[Problem]:
+        for idx, row in zip(indices, self.rows.rows(indices)):
+            yield self._to_problem(idx, row)
 
     def _to_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         id_field, cluster_field = self.params.get("id_field"), self.params.get("cluster_field")
@@ -103,6 +76,14 @@ class JsonlBenchmark(Benchmark):
         reference = problem.reference or ""
         want = final_answer(reference) or reference
         return Score(score=1.0 if normalize(extracted) == normalize(want) else 0.0, extracted=extracted.strip())
+
+
+def _stem(source: str) -> str:
+    """`data/trivia.jsonl.gz` -> `trivia`; a URL's or hub spec's last path part likewise."""
+    if source.startswith("hf://"):
+        source = source.split(":", 2)[1] if source.count(":") > 1 else source
+    base = os.path.basename(source.split("?")[0].rstrip("/"))
+    return base.split(".")[0] or "data"
 
 
 def _first_present(row: dict[str, Any], names: tuple[str, ...]) -> str | None:

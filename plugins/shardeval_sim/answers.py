@@ -3,6 +3,14 @@
 Everything is derived from one hash of (server seed, request seed, prompt text), so the same
 request always gets the same words, and whether an answer is right is a coin with bias
 `accuracy` that a test can check against the known truth. Tokens are words (a fake tokenizer).
+
+Log-probabilities (for `echo` + `logprobs` on /v1/completions) are a pure function of a token's
+text, never of the seed or the prompt around it, so a test can compute a perplexity exactly:
+
+    tokenize(text)      = re.findall(r"\s*\S+|\s+", text): each word with the whitespace before
+                          it ("a b\n" -> ["a", " b", "\n"]); the pieces concatenate to the text
+    token_logprob(tok)  = -(1 + (h % 1000) / 250), h = int.from_bytes(blake2b(tok UTF-8,
+                          digest_size=8).digest(), "big"); so every logprob is in [-4.996, -1]
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from typing import Callable
 AnswerKey = Callable[[str], "str | None"]
 Render = Callable[[str, bool], "str | None"]  # (reference, correct) -> the whole reply, or None
 _TOKEN = re.compile(r"\s*\S+")
+_ECHO_TOKEN = re.compile(r"\s*\S+|\s+")
 
 # 64 words (a power of two, so an odd stride visits them all); no digits, so a scorer that takes
 # the last number in the text still finds the final answer.
@@ -47,6 +56,18 @@ class Reply:
 def count_tokens(text: str) -> int:
     """The fake tokenizer's count: whitespace-separated words."""
     return len(text.split())
+
+
+def tokenize(text: str) -> list[str]:
+    """The fake tokenizer's tokens of a prompt: words with their leading whitespace, plus any
+    trailing whitespace as a token of its own, so that they concatenate to `text` exactly."""
+    return _ECHO_TOKEN.findall(text)
+
+
+def token_logprob(token: str) -> float:
+    """The simulated model's log-probability of `token`: -(1 + (blake2b-64(token) mod 1000) / 250)."""
+    h = int.from_bytes(hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+    return -(1.0 + (h % 1000) / 250.0)
 
 
 def wrong_answer(reference: str) -> str:

@@ -6,7 +6,16 @@ Streams are SSE: `data: {json}\n\n` per event (a role event first for chat, one 
 `stream_options.include_usage` is set, then `data: [DONE]`. Like vLLM, a request naming another
 model gets 404; `max_tokens` (or `max_completion_tokens`) truncates with finish_reason `length`;
 `temperature: 0` makes the reply independent of `seed` (greedy decoding). `n > 1`, `stop`,
-`logprobs` and tools are accepted and ignored.
+and tools are accepted and ignored, and so are `logprobs` in chat and in streams.
+
+Log-probabilities, as vLLM's /v1/completions gives them for multiple-choice scoring and
+perplexity: a non-streamed completions request with `logprobs: N` gets `choices[0].logprobs` =
+{tokens, token_logprobs, top_logprobs, text_offset} for its generated tokens, and with `echo: true`
+for the prompt's tokens first (the text is then prompt + reply; `max_tokens: 0` generates
+nothing). Tokens come from `answers.tokenize`, logprobs from `answers.token_logprob` (a pure
+function of the token's text, so tests can compute the exact value); the prompt's first token has
+a null logprob, as in vLLM; text_offset is each token's position in `choices[0].text`;
+top_logprobs holds only the token itself. `echo` with `stream: true` is refused (400).
 
 Faults are drawn once per request attempt; reset, stall and in-band error strike after the first
 few events of a stream. It is the server in the client-overhead benchmark, so the hot path builds
@@ -27,7 +36,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from shardeval_sim.answers import Answerer, AnswerKey, Render, Reply, count_tokens
+from shardeval_sim.answers import Answerer, AnswerKey, Render, Reply, count_tokens, token_logprob, tokenize
 from shardeval_sim.settings import SimSettings
 
 _json_encode = msgspec.json.encode
@@ -192,9 +201,10 @@ class Simulator:
             seed = _int_field(body, "seed", -(1 << 63))
             if body.get("temperature") == 0:
                 seed = None  # greedy decoding: the same prompt gets the same reply whatever the seed
+            stream = bool(body.get("stream"))
+            echo, logprobs = (False, None) if chat else self._logprob_fields(body, stream)
         except BadRequest as exc:
             return error_response(exc.status, exc.message, exc.kind, exc.param)
-        stream = bool(body.get("stream"))
         options = body.get("stream_options")
         include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
 
@@ -209,12 +219,37 @@ class Simulator:
         reply = self.answerer.reply(text, seed, max_tokens)
         if stream:
             return await self._stream(request, reply, chat, n_prompt, include_usage, fault)
-        return await self._respond(request, reply, chat, n_prompt, fault)
+        return await self._respond(request, reply, chat, n_prompt, fault, echo=text if echo else None, logprobs=logprobs is not None)
+
+    @staticmethod
+    def _logprob_fields(body: dict[str, Any], stream: bool) -> tuple[bool, int | None]:
+        """(echo, logprobs) of a completions request; None: no logprobs asked (or a stream: ignored)."""
+        echo = body.get("echo", False)
+        if echo is None:
+            echo = False
+        if not isinstance(echo, bool):
+            raise BadRequest(400, f"echo must be true or false, got {echo!r}", param="echo")
+        if echo and stream:
+            raise BadRequest(400, "the simulator supports echo only with stream: false", param="echo")
+        logprobs = _int_field(body, "logprobs", 0)
+        if logprobs is not None and logprobs > 20:
+            raise BadRequest(400, f"logprobs must be at most 20, got {logprobs}", param="logprobs")
+        return echo, None if stream else logprobs
 
     def _usage(self, n_prompt: int, n_completion: int) -> dict[str, int]:
         return {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_completion, "completion_tokens": n_completion}
 
-    async def _respond(self, request: web.Request, reply: Reply, chat: bool, n_prompt: int, fault: str | None) -> web.StreamResponse:
+    async def _respond(
+        self,
+        request: web.Request,
+        reply: Reply,
+        chat: bool,
+        n_prompt: int,
+        fault: str | None,
+        *,
+        echo: str | None = None,
+        logprobs: bool = False,
+    ) -> web.StreamResponse:
         n = len(reply.tokens)
         delay = self.ttft + self.itl * max(0, n - 1)
         if fault == "stall":
@@ -242,7 +277,13 @@ class Simulator:
             }
             out = {"id": f"chatcmpl-sim{rid:x}", "object": "chat.completion", "created": created, "model": model, "choices": [choice]}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reply.finish_reason, "stop_reason": None}
+            prefix = echo if echo is not None else ""
+            generated = reply.tokens
+            if prefix and generated and not prefix[-1].isspace() and not generated[0][:1].isspace():
+                generated = [" " + generated[0], *generated[1:]]  # a reply after an echoed prompt starts a new word
+                text = "".join(generated)
+            lp = _logprobs(tokenize(prefix), generated) if logprobs else None
+            choice = {"index": 0, "text": prefix + text, "logprobs": lp, "finish_reason": reply.finish_reason, "stop_reason": None}
             out = {"id": f"cmpl-sim{rid:x}", "object": "text_completion", "created": created, "model": model, "choices": [choice]}
         out["usage"] = self._usage(n_prompt, n)
         return web.Response(body=_json_encode(out), content_type="application/json")
@@ -327,6 +368,21 @@ class Simulator:
         except ConnectionError:  # the client went away: nothing more to say
             return resp
         return resp
+
+
+def _logprobs(prompt_tokens: list[str], generated: list[str]) -> dict[str, Any]:
+    """vLLM's completions `logprobs` object for the echoed prompt's tokens, then the generated ones."""
+    tokens = prompt_tokens + generated
+    values: list[float | None] = [token_logprob(t) for t in tokens]
+    if prompt_tokens:
+        values[0] = None  # nothing precedes the prompt's first token
+    offsets = []
+    pos = 0
+    for t in tokens:
+        offsets.append(pos)
+        pos += len(t)
+    top = [None if v is None else {t: v} for t, v in zip(tokens, values)]
+    return {"text_offset": offsets, "token_logprobs": values, "tokens": tokens, "top_logprobs": top}
 
 
 async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: Render | None = None, announce: Any = print) -> None:

