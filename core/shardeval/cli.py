@@ -119,10 +119,11 @@ def plugins_command() -> None:
         click.echo(f"FAILED       {failure}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: user mistakes become one line and exit 2; Ctrl-C exits 130 without a traceback."""
+def run_cli(command: click.Command, argv: list[str] | None, prog_name: str) -> None:
+    """Run a click command the shardeval way: user mistakes become one line and exit 2, an
+    infrastructure failure one line and exit 1, Ctrl-C exit 130, never a traceback for any of them."""
     try:
-        cli.main(args=argv, prog_name="shardeval", standalone_mode=False)
+        command.main(args=argv, prog_name=prog_name, standalone_mode=False)
     except (UsageError, ShardError) as exc:
         click.echo(f"shardeval: error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -134,3 +135,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `shardeval` entry point."""
+    run_cli(cli, argv, "shardeval")

@@ -36,6 +36,12 @@ def _parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 def _summary(factory: Any) -> str:
     """The first sentence of the benchmark module's docstring (what it is, in its author's words)."""
+    load = getattr(factory, "load", None)  # a LazyBenchmark: import its module to read the doc
+    if callable(load):
+        try:
+            factory = load()
+        except Exception as exc:
+            return f"cannot import: {type(exc).__name__}: {exc}"
     module = sys.modules.get(getattr(factory, "__module__", ""), None)
     doc = (getattr(module, "__doc__", None) or getattr(factory, "__doc__", None) or "").strip()
     first = " ".join(doc.split("\n\n")[0].split())

@@ -44,14 +44,14 @@ from __future__ import annotations
 import os
 import re
 import string
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import msgspec
 
-from shardeval.benchmark import Benchmark, Problem, Score
+from shardeval.benchmark import Problem, Score
 from shardeval.errors import UsageError
 from shardeval_benchmarks.answers import extract_choice, extract_numeric, final_answer, normalize, normalize_text, numbers_equal
-from shardeval_benchmarks.datasets import open_rows
+from shardeval_benchmarks.datasets import RowsBenchmark, open_rows
 from shardeval_benchmarks.params import ParamsStruct, decode_params
 
 Scorer = Literal["exact", "numeric", "regex", "choice"]
@@ -104,7 +104,7 @@ def load_mapping(params: dict[str, Any]) -> tuple[BenchmarkMapping, str, str | N
     return decode_params(params, BenchmarkMapping, source="benchmark custom"), "benchmark custom params", None
 
 
-class CustomBenchmark(Benchmark):
+class CustomBenchmark(RowsBenchmark):
     """A benchmark defined by a mapping (see the module docstring)."""
 
     def __init__(self, params: dict[str, Any]) -> None:
@@ -127,7 +127,7 @@ class CustomBenchmark(Benchmark):
         if mapping.scorer == "regex" and self._regex is None:
             raise UsageError(f"{where}: scorer regex needs `regex:`, a pattern whose group 1 (or whole match) is the answer")
         if first:
-            self._to_problem(0, first)  # a mapping mistake shows now, not halfway through a shard
+            self.row_problem(0, first)  # a mapping mistake shows now, not halfway through a shard
 
     # -- rows to problems ------------------------------------------------------------------------
 
@@ -161,7 +161,7 @@ class CustomBenchmark(Benchmark):
             return [str(v) for v in value]
         return [str(row.get(name, "")) for name in spec]
 
-    def _to_problem(self, idx: int, row: dict[str, Any]) -> Problem:
+    def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         self._check_row(row, idx)
         f = self.mapping.fields
         choices = self._choices(row)
@@ -191,19 +191,6 @@ class CustomBenchmark(Benchmark):
             cluster=str(row[f.category]) if f.category and row.get(f.category) is not None else None,
             metadata=metadata,
         )
-
-    def size(self) -> int:
-        return len(self.rows)
-
-    def fingerprint(self) -> str:
-        return self.rows.fingerprint()
-
-    def problem(self, idx: int) -> Problem:
-        return self._to_problem(idx, self.rows.row(idx))
-
-    def problems(self, indices: range | list[int]) -> Iterator[Problem]:
-        for idx, row in zip(indices, self.rows.rows(indices)):
-            yield self._to_problem(idx, row)
 
     # -- scoring ---------------------------------------------------------------------------------
 

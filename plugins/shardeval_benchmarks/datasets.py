@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import msgspec
 
+from shardeval.benchmark import Benchmark, Problem
 from shardeval.errors import UsageError
 
 __all__ = [
@@ -634,3 +635,26 @@ def _kind(value: Any) -> str:
         return "a list"
     return f"a {type(value).__name__}"
 
+
+
+class RowsBenchmark(Benchmark):
+    """A benchmark whose problems are rows of a `Rows` source: set `self.rows` in `__init__` and
+    implement `row_problem(idx, row)`; size, fingerprint and lazy slicing come from the rows."""
+
+    rows: Rows
+
+    def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
+        raise NotImplementedError
+
+    def size(self) -> int:
+        return len(self.rows)
+
+    def fingerprint(self) -> str:
+        return self.rows.fingerprint()
+
+    def problem(self, idx: int) -> Problem:
+        return self.row_problem(idx, self.rows.row(idx))
+
+    def problems(self, indices: range | list[int]) -> Iterator[Problem]:
+        for idx, row in zip(indices, self.rows.rows(indices)):
+            yield self.row_problem(idx, row)

@@ -23,12 +23,12 @@ of the requested forms (1 or 2), like lm-evaluation-harness's strict vs flexible
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from shardeval.benchmark import Benchmark, Problem, Score
+from shardeval.benchmark import Problem, Score
 from shardeval.errors import UsageError
 from shardeval_benchmarks.answers import extract_numeric, numbers_equal
-from shardeval_benchmarks.datasets import open_from_params, package_data
+from shardeval_benchmarks.datasets import RowsBenchmark, open_from_params, package_data
 from shardeval_benchmarks.params import ParamsStruct, decode_params
 
 INSTRUCTION = 'Think step by step, then end your reply with the final answer as "The answer is N." or "#### N", where N is a number.'
@@ -121,7 +121,7 @@ def question_of(text: str) -> str:
     return " ".join(body.split())
 
 
-class Gsm8kBenchmark(Benchmark):
+class Gsm8kBenchmark(RowsBenchmark):
     """See the module docstring for params, prompts and the extraction order."""
 
     def __init__(self, params: dict[str, Any]) -> None:
@@ -142,20 +142,7 @@ class Gsm8kBenchmark(Benchmark):
                 f"(first row has {', '.join(sorted(first)) or 'no fields'}); set params.question_field and params.answer_field"
             )
 
-    def size(self) -> int:
-        return len(self.rows)
-
-    def fingerprint(self) -> str:
-        return self.rows.fingerprint()
-
-    def problem(self, idx: int) -> Problem:
-        return self._to_problem(idx, self.rows.row(idx))
-
-    def problems(self, indices: range | list[int]) -> Iterator[Problem]:
-        for idx, row in zip(indices, self.rows.rows(indices)):
-            yield self._to_problem(idx, row)
-
-    def _to_problem(self, idx: int, row: dict[str, Any]) -> Problem:
+    def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         question, answer = row.get(self.question_field or ""), row.get(self.answer_field or "")
         if not isinstance(question, str) or answer is None:
             raise UsageError(f"benchmark gsm8k: row {idx} of {self.rows.origin} has no {self.question_field!r} text or no {self.answer_field!r}")
@@ -180,7 +167,7 @@ class Gsm8kBenchmark(Benchmark):
         """Question text -> reference, found in any gsm8k prompt (zero- or few-shot) or the bare question."""
         key: dict[str, str] = {}
         for idx, row in enumerate(self.rows.rows(range(len(self.rows)))):
-            problem = self._to_problem(idx, row)
+            problem = self.row_problem(idx, row)
             if problem.reference is not None:
                 key[" ".join(str(row[self.question_field]).split())] = problem.reference  # type: ignore[index]
         return lambda text: key.get(question_of(text))

@@ -14,17 +14,17 @@ row's byte offset, so a shard seeks to its own rows and never holds the others i
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from typing import Any
 
-from shardeval.benchmark import Benchmark, Problem, Score
+from shardeval.benchmark import Problem, Score
 from shardeval.errors import UsageError
 from shardeval_benchmarks.answers import final_answer, normalize
-from shardeval_benchmarks.datasets import SOURCE_PARAMS, open_from_params
+from shardeval_benchmarks.datasets import RowsBenchmark, SOURCE_PARAMS, open_from_params
 
 PARAMS = {"name", "prompt_field", "messages_field", "reference_field", "id_field", "cluster_field", *SOURCE_PARAMS}
 
 
-class JsonlBenchmark(Benchmark):
+class JsonlBenchmark(RowsBenchmark):
     def __init__(self, params: dict[str, Any]) -> None:
         unknown = set(params) - PARAMS
         if unknown:
@@ -46,20 +46,7 @@ class JsonlBenchmark(Benchmark):
                 "set params.prompt_field (or params.messages_field)"
             )
 
-    def size(self) -> int:
-        return len(self.rows)
-
-    def fingerprint(self) -> str:
-        return self.rows.fingerprint()
-
-    def problem(self, idx: int) -> Problem:
-        return self._to_problem(idx, self.rows.row(idx))
-
-    def problems(self, indices: range | list[int]) -> Iterator[Problem]:
-        for idx, row in zip(indices, self.rows.rows(indices)):
-            yield self._to_problem(idx, row)
-
-    def _to_problem(self, idx: int, row: dict[str, Any]) -> Problem:
+    def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         id_field, cluster_field = self.params.get("id_field"), self.params.get("cluster_field")
         reference = row.get(self.reference_field) if self.reference_field else None
         return Problem(

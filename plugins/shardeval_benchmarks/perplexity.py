@@ -33,9 +33,9 @@ import os
 from array import array
 from typing import Any, Iterable, Iterator
 
-from shardeval.benchmark import Benchmark, Problem, Score
+from shardeval.benchmark import Problem, Score
 from shardeval.errors import UsageError
-from shardeval_benchmarks.datasets import Rows, open_from_params
+from shardeval_benchmarks.datasets import Rows, RowsBenchmark, open_from_params
 from shardeval_benchmarks.params import ParamsStruct, decode_params
 
 
@@ -93,7 +93,7 @@ class TextLines(Rows):
             raise UsageError(f"{self.origin}: document {i} is not UTF-8 (bad byte at offset {exc.start}); save the corpus as UTF-8") from None
 
 
-class PerplexityBenchmark(Benchmark):
+class PerplexityBenchmark(RowsBenchmark):
     metrics = ("perplexity",)
 
     def __init__(self, params: dict[str, Any]) -> None:
@@ -129,22 +129,12 @@ class PerplexityBenchmark(Benchmark):
             self._metadata["max_chars_per_request"] = p.max_chars_per_request
             self._metadata["context_chars"] = p.context_chars if p.context_chars is not None else p.max_chars_per_request // 4
 
-    def size(self) -> int:
-        return len(self.rows)
-
     def fingerprint(self) -> str:
         """The corpus's rows and the text field they are read from."""
         digest = hashlib.sha256(f"{self.rows.fingerprint()}\n{self.params.text_field}".encode()).hexdigest()
         return f"sha256:{digest}"
 
-    def problem(self, idx: int) -> Problem:
-        return self._problem(idx, self.rows.row(idx))
-
-    def problems(self, indices: range | list[int]) -> Iterator[Problem]:
-        for idx, row in zip(indices, self.rows.rows(indices)):
-            yield self._problem(idx, row)
-
-    def _problem(self, idx: int, row: dict[str, Any]) -> Problem:
+    def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         field = self.params.text_field
         text = row.get(field)
         if not isinstance(text, str):

@@ -117,21 +117,9 @@ def _ray_cluster(config_path: str | None) -> list[str]:
 
 def cli(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes are one line and exit 2, as in `shardeval`."""
-    from shardeval.errors import ShardError, UsageError
+    from shardeval.cli import run_cli
 
-    try:
-        main.main(args=argv, prog_name="python -m shardeval_ray", standalone_mode=False)
-    except (UsageError, ShardError) as exc:
-        click.echo(f"shardeval: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("shardeval: aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+    run_cli(main, argv, "python -m shardeval_ray")
 
 
 if __name__ == "__main__":

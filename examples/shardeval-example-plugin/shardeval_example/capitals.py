@@ -7,17 +7,17 @@ built by index so a shard reads only its own rows, and scoring is exact match af
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
-from shardeval.benchmark import Benchmark, Problem, Score
+from shardeval.benchmark import Problem, Score
 from shardeval.errors import UsageError
 from shardeval_benchmarks.answers import final_answer, normalize_text
-from shardeval_benchmarks.datasets import open_from_params
+from shardeval_benchmarks.datasets import RowsBenchmark, open_from_params
 
 PARAMS = {"path", "url", "hf", "sha256", "format"}
 
 
-class CapitalsBenchmark(Benchmark):
+class CapitalsBenchmark(RowsBenchmark):
     """params: optional path/url/hf (+ sha256) to another copy of the data."""
 
     metrics = ("accuracy",)
@@ -30,20 +30,7 @@ class CapitalsBenchmark(Benchmark):
         self.rows = open_from_params(params, benchmark="capitals", default="pkg://shardeval_example/data/capitals.jsonl")
         self.data_origin = self.rows.origin  # shown by `shardeval benchmarks`
 
-    def size(self) -> int:
-        return len(self.rows)
-
-    def fingerprint(self) -> str:
-        return self.rows.fingerprint()
-
-    def problem(self, idx: int) -> Problem:
-        return self._to_problem(idx, self.rows.row(idx))
-
-    def problems(self, indices: range | list[int]) -> Iterator[Problem]:
-        for idx, row in zip(indices, self.rows.rows(indices)):
-            yield self._to_problem(idx, row)
-
-    def _to_problem(self, idx: int, row: dict[str, Any]) -> Problem:
+    def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         return Problem(
             idx=idx,
             id=row["country"].lower().replace(" ", "-"),
