@@ -82,6 +82,9 @@ class ServiceConfig(_Section):
     api_key_env: str | None = None
     timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
     retries: Retries = msgspec.field(default_factory=Retries)
+    # AIMD concurrency (shardeval.adaptive): halve the window on 429 bursts, grow it back on success;
+    # false keeps the fixed max_concurrent window. Transport only: not part of the config hash.
+    adaptive: bool = False
 
 
 class ClusterConfig(_Section):
@@ -654,3 +657,17 @@ def _validate(config: Config, where: _Where) -> None:
             raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
         registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
     _at_least(where, "cluster.shards", config.cluster.shards, 1)
+
+
+def decode_section(data: Any, type_: Any, *, source: str, prefix: str = "") -> Any:
+    """Decode a plugin's own YAML section with the config's error wording (path, closest key).
+
+    For plugins whose params or mapping files are config-like: one line naming `source`, the key
+    path under `prefix`, and the fix.
+    """
+    return _decode(data, type_, _Where(source=source), [prefix] if prefix else [])
+
+
+def read_yaml(path: str) -> dict[str, Any]:
+    """A YAML file's top-level mapping, with the config's one-line errors (duplicate keys refused)."""
+    return _read_yaml(path)

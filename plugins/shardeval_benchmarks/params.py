@@ -21,8 +21,8 @@ class ParamsStruct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omi
 
 def decode_params(data: Mapping[str, Any] | Any, type_: type[T], *, source: str, prefix: str = "params") -> T:
     """`data` as `type_`; a mistake is a UsageError like `SOURCE: unknown key 'params.shot'; did you mean 'shots'?`."""
-    from shardeval.config import _decode, _Where  # the config loader's error wording, shared on purpose
+    from shardeval.config import decode_section  # the config loader's error wording, shared on purpose
 
     if not isinstance(data, Mapping):
         raise UsageError(f"{source}: {prefix or 'the mapping'} must be a mapping of keys to values, not {type(data).__name__}")
-    return _decode(dict(data), type_, _Where(source=source), [prefix] if prefix else [])
+    return decode_section(dict(data), type_, source=source, prefix=prefix)
