@@ -33,7 +33,9 @@ Retries (`ServiceConfig.retries`: attempts including the first)
     retried: other 4xx (`client`). The sleep before retry n (0-based) is full jitter,
     uniform(0, min(backoff_max, backoff_base * 2**n)); a Retry-After (or retry-after-ms) header
     is a lower bound on it, capped at RETRY_AFTER_CAP_FACTOR * backoff_max so a server cannot park
-    a shard for hours. The caller's concurrency slot is released during the sleep.
+    a shard for hours. The caller's concurrency slot is released during the sleep. Slots that
+    have a `feedback(started, rate_limited)` method (`shardeval.adaptive.AdaptiveSlots`, chosen by
+    the service's `adaptive: true`) hear the outcome of every attempt.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from typing import Any, Literal, Mapping
 import aiohttp
 import msgspec
 
+from shardeval.adaptive import AdaptiveSlots
 from shardeval.config import Protocol, ServiceConfig, Timeouts
 from shardeval.errors import UsageError
 from shardeval.service import Endpoint
@@ -514,7 +517,7 @@ class Client:
     async def request(
         self,
         body: dict[str, Any],
-        slots: asyncio.Semaphore | None = None,
+        slots: asyncio.Semaphore | AdaptiveSlots | None = None,
         *,
         stream: bool | None = None,
         protocol: Protocol | None = None,
@@ -549,11 +552,15 @@ class Client:
                 queued += loop.time() - waited_from
             if attempt == 1:
                 started_at = time.time()  # after any queueing: when the first attempt really starts
+            attempt_start = loop.time()
             try:
                 outcome = await self._attempt(payload, loop, url, streamed)
             finally:
                 if slots is not None:
                     slots.release()
+            feedback = getattr(slots, "feedback", None)  # adaptive concurrency (shardeval.adaptive)
+            if feedback is not None:
+                feedback(attempt_start, isinstance(outcome, _Failure) and outcome.kind == "rate_limited")
             if isinstance(outcome, Completion):
                 outcome.started_at = started_at
                 outcome.attempts = attempt

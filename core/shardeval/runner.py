@@ -9,6 +9,7 @@ the requests in flight; a rerun resumes from what is on disk.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -19,14 +20,19 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import msgspec
+
 from shardeval import __version__, plugins
+from shardeval.adaptive import make_slots
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash
 from shardeval.errors import ShardError
+from shardeval.process import ManagedEndpoint, ServerProcess, describe_exit
 from shardeval.progress import Progress
 from shardeval.records import (
     LOGS_DIR,
+    MANIFEST_FILE,
     RESULTS_FILE,
     TRAJECTORIES_FILE,
     BenchmarkManifest,
@@ -147,6 +153,8 @@ class ShardRun:
         self.out_dir = out_dir
         self.fresh = fresh
         self.stopping: str | None = None
+        self.service_failure: str | None = None  # set when a managed server died under us
+        self.write_failure: str | None = None  # set when a record could not be written (disk full, …)
         self._inflight: set[asyncio.Task] = set()
         self.hooks = plugins.hooks()
         self.record_hook = bool(self.hooks.record_written.get_hookimpls())
@@ -176,11 +184,15 @@ class ShardRun:
             async with AsyncExitStack() as stack:
                 handles = await self._start_services(plans, stack)
                 for plan, bm in zip(plans, manifest.benchmarks):
-                    if self.stopping:
+                    if self.stopping or self.service_failure or self.write_failure:
                         break
                     tally = await self._run_benchmark(plan, handles[plan.config.solver.service])
                     tallies.append(tally)
                     bm.n_ok, bm.n_error = tally.counts()
+                if self.service_failure:
+                    raise ShardError(self.service_failure)
+                if self.write_failure:
+                    raise ShardError(self.write_failure)
         except (ShardError, OSError) as exc:
             manifest.state, manifest.reason = "failed", str(exc)
             raise
@@ -192,7 +204,7 @@ class ShardRun:
             manifest.reason = self.stopping
         finally:
             manifest.finished_at = time.time()
-            write_manifest(self.out_dir, manifest)
+            write_final_manifest(self.out_dir, manifest)
             self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
             self._remove_signal_handlers()
         for plan, tally in zip(plans, tallies):
@@ -214,11 +226,32 @@ class ShardRun:
             service_config = self.config.services[name]
             factory = registry.get("services", service_config.type, f"services.{name}.type").factory
             endpoint = await stack.enter_async_context(factory(name, service_config, ctx))
+            if isinstance(endpoint, ManagedEndpoint) and endpoint.process is not None:
+                watcher = asyncio.ensure_future(self._watch_service(endpoint.process))
+                stack.callback(watcher.cancel)  # unwound before the service itself is stopped
             pool = max(p.config.max_concurrent for p in plans if p.config.solver.service == name)
             client = await stack.enter_async_context(Client(endpoint, service_config, pool))
             handles[name] = ServiceHandle(endpoint=endpoint, client=client)
             log.info("service %s: %s model %s (%s)", name, endpoint.base_url, endpoint.model, endpoint.protocol)
         return handles
+
+    async def _watch_service(self, process: ServerProcess) -> None:
+        """Fail fast when a server this shard launched dies mid-run (OOM, a crash, someone's kill).
+
+        Without this, every request would burn its retries against a closed port and be recorded
+        as an error. Instead: stop dispatching, cancel what is in flight (not recorded; a rerun asks
+        it again), and let run() mark the manifest failed with this reason and exit 1.
+        """
+        code = await process.wait_exit()
+        if process.stopping or self.stopping:
+            return  # our own stop, or the shard is already on its way out
+        lines = [line for line in process.log_tail(40).splitlines() if line.strip() and not line.startswith("# shardeval")]
+        last = lines[-1].strip()[:300] if lines else "(no output)"
+        status = f"{code} ({describe_exit(code)})" if code < 0 else str(code)
+        self.service_failure = f"{process.name} exited with status {status}: {last}"
+        log.error("%s; stopping the shard (see %s)", self.service_failure, process.log_path)
+        for task in list(self._inflight):
+            task.cancel()
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -259,7 +292,7 @@ class ShardRun:
         tally = Tally(plan.n_problems, plan.config.repeats)
         n_resumed = self._resume(results_path, traj_path, tally)
         max_concurrent = plan.config.max_concurrent
-        slots = asyncio.Semaphore(max_concurrent)
+        slots = make_slots(max_concurrent, handle.client.config.adaptive)
         solver = self._make_solver(plan, ServiceHandle(handle.endpoint, handle.client, slots))
         total = len(plan.indices) * plan.config.repeats
         progress = Progress(plan.name, self.shard, total, done=n_resumed, interval=self.config.output.progress_interval_s)
@@ -279,22 +312,33 @@ class ShardRun:
                 attempt = await solver.solve(problem, seed)
                 args = (plan, problem, repeat, seed, attempt.completion, self.shard.idx, attempt.scores)
                 record = await loop.run_in_executor(scorer, make_record, *args) if scorer else make_record(*args)
-                results.write(encode_line(record))
+                if self.write_failure:
+                    return  # the disk already refused a record: this answer is asked again on rerun
+                try:
+                    append_line(results, encode_line(record))
+                except OSError as exc:
+                    self._on_write_error(exc, bench_dir)
+                    return
+                tally.add(record)  # on disk: counted even if its trajectory cannot be written
                 if write_traj:
-                    trajectories.write(
-                        encode_line(
-                            TrajectoryRecord(
-                                benchmark=plan.name,
-                                problem_idx=problem.idx,
-                                problem_id=problem.id,
-                                repeat=repeat,
-                                messages=attempt.messages,
-                                request=attempt.request,
-                                status=record.status,
-                            )
+                    try:
+                        append_line(
+                            trajectories,
+                            encode_line(
+                                TrajectoryRecord(
+                                    benchmark=plan.name,
+                                    problem_idx=problem.idx,
+                                    problem_id=problem.id,
+                                    repeat=repeat,
+                                    messages=attempt.messages,
+                                    request=attempt.request,
+                                    status=record.status,
+                                )
+                            ),
                         )
-                    )
-                tally.add(record)
+                    except OSError as exc:
+                        self._on_write_error(exc, bench_dir)
+                        return
                 progress.advance(record.status == "ok")
                 if self.record_hook:
                     self.hooks.record_written(record=record, out_dir=self.out_dir)
@@ -309,7 +353,7 @@ class ShardRun:
             try:
                 for problem, repeat in pending_work(plan, tally):
                     await window.acquire()
-                    if self.stopping:
+                    if self.stopping or self.service_failure or self.write_failure:
                         window.release()
                         break
                     task = asyncio.ensure_future(one(problem, repeat))
@@ -320,7 +364,31 @@ class ShardRun:
                 progress.stop()
                 if scorer:
                     scorer.shutdown(wait=True)
+        if getattr(slots, "n_cuts", 0):  # adaptive concurrency: say how far the window came down
+            log.info("%s: adaptive concurrency: %d 429(s), window cut %d time(s), lowest %.1f, now %.1f of %d",
+                     plan.name, slots.n_rate_limited, slots.n_cuts, slots.min_limit, slots.limit, slots.cap)
         return tally
+
+    def _on_write_error(self, exc: OSError, where: str) -> None:
+        """A record could not be written (a full disk, a quota, a lost mount): stop the shard.
+
+        Going on would answer requests whose records cannot be kept. What is on disk stays valid
+        (a half-written line is undone by append_line); requests in flight are cancelled unrecorded
+        and asked again when the shard is rerun after space is freed.
+        """
+        if self.write_failure:
+            return
+        why = exc.strerror or str(exc)
+        code = errno.errorcode.get(exc.errno or 0, "")
+        self.write_failure = (
+            f"cannot write records under {where}: {why}" + (f" ({code})" if code else "")
+            + "; the records already written are intact; free space and rerun the shard to resume"
+        )
+        log.debug("%s", self.write_failure)  # the CLI prints it once, as the shard's error line
+        current = asyncio.current_task()
+        for task in list(self._inflight):
+            if task is not current:
+                task.cancel()
 
     async def _drain(self) -> None:
         """Wait for requests in flight; after a stop signal, only for drain_timeout_s."""
@@ -333,7 +401,7 @@ class ShardRun:
         if pending:
             await asyncio.wait(pending)
             log.warning("%d request(s) cancelled unfinished; a rerun will ask them again", len(pending))
-        while self._inflight and not self.stopping:  # tasks created while we waited (none today)
+        while self._inflight and not self.stopping and not self.service_failure:  # tasks created while we waited (none today)
             await asyncio.wait(set(self._inflight))
 
     def _make_solver(self, plan: BenchmarkPlan, handle: ServiceHandle) -> Solver:
@@ -354,6 +422,51 @@ class ShardRun:
         if report.bad_lines:
             log.warning("%s", report.describe())
         return tally.status.count(OK)
+
+
+def append_line(f, data: bytes) -> None:
+    """Append one whole line or raise OSError; a partial write (a disk filling up) is undone, so
+    the file never holds half a record from this process."""
+    view = memoryview(data)
+    written = 0
+    try:
+        while written < len(data):
+            n = f.write(view[written:])
+            if not n:
+                raise OSError(errno.EIO, "write made no progress")
+            written += n
+    except OSError:
+        if written:
+            try:
+                os.ftruncate(f.fileno(), os.fstat(f.fileno()).st_size - written)
+            except OSError:
+                pass  # a torn tail left behind is skipped on read and sealed on resume
+        raise
+
+
+def write_final_manifest(out_dir: str, manifest: Manifest) -> None:
+    """Write the closing manifest; never raise (that would hide why the shard stopped).
+
+    On a full disk the atomic replace cannot get a new file's blocks: fall back to rewriting
+    manifest.json in place, which reuses the blocks it already holds.
+    """
+    try:
+        write_manifest(out_dir, manifest)
+        return
+    except OSError as exc:
+        first = exc
+    path = os.path.join(out_dir, MANIFEST_FILE)
+    try:
+        os.unlink(path + ".tmp")
+    except OSError:
+        pass
+    try:
+        data = msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n"
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate()
+    except OSError as exc:
+        log.error("cannot write %s: %s (and in place: %s)", path, first.strerror or first, exc.strerror or exc)
 
 
 def pending_work(plan: BenchmarkPlan, tally: Tally) -> Iterator[tuple[Problem, int]]:

@@ -13,11 +13,14 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from shardeval.benchmark import Problem
 from shardeval.config import Generation, SolverConfig
 from shardeval.service import Endpoint
+
+if TYPE_CHECKING:
+    from shardeval.adaptive import AdaptiveSlots
 
 log = logging.getLogger("shardeval.solver")
 
@@ -37,7 +40,7 @@ class ServiceHandle:
 
     endpoint: Endpoint
     client: Any  # shardeval.client.Client
-    slots: asyncio.Semaphore | None = None
+    slots: "asyncio.Semaphore | AdaptiveSlots | None" = None
 
 
 class Solver(Protocol):

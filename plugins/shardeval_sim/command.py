@@ -57,10 +57,13 @@ def load_answer_key(bench: str | None, params: dict[str, Any]):
 @click.option("--fail-429", type=RATE, default=D.fail_429, show_default=True, help="Rate of 429 responses.")
 @click.option("--retry-after", type=NON_NEGATIVE, default=D.retry_after, show_default=True, help="Retry-After seconds on a 429 (0: no header).")
 @click.option("--fail-5xx", type=RATE, default=D.fail_5xx, show_default=True, help="Rate of 500/503 responses (alternating).")
+@click.option("--fail-5xx-statuses", default=D.fail_5xx_statuses, show_default=True, help="Comma-separated 5xx statuses that --fail-5xx cycles through, e.g. 500,502,503.")
 @click.option("--reset", type=RATE, default=D.reset, show_default=True, help="Rate of connections aborted mid-stream.")
 @click.option("--stall", type=RATE, default=D.stall, show_default=True, help="Rate of streams that go quiet for --stall-s.")
 @click.option("--stall-s", type=NON_NEGATIVE, default=D.stall_s, show_default=True, help="Length of a stall in seconds.")
 @click.option("--error-200", type=RATE, default=D.error_200, show_default=True, help='Rate of HTTP 200 streams carrying `data: {"error": ...}`.')
+@click.option("--truncate-json", type=RATE, default=D.truncate_json, show_default=True, help="Rate of responses cut off in the middle of a JSON chunk.")
+@click.option("--max-inflight", type=click.IntRange(min=0), default=D.max_inflight, show_default=True, help="A rate limiter: 429 (with --retry-after) when this many requests are already in flight (0: no limit).")
 @click.option("--seed", type=int, default=D.seed, show_default=True, help="Seed for answers and fault draws.")
 def sim_command(served_model_name: str | None, tensor_parallel_size: int | None, bench_params: tuple[str, ...], **opts: Any) -> None:
     """Run the built-in OpenAI-compatible simulator (for demos, tests and benchmarks).
@@ -75,9 +78,15 @@ def sim_command(served_model_name: str | None, tensor_parallel_size: int | None,
     total = sum(settings.fault_rates().values())
     if total > 1.0 + 1e-9:
         raise UsageError(
-            f"fault rates sum to {total:g} (--fail-429 + --fail-5xx + --reset + --stall + --error-200); "
+            f"fault rates sum to {total:g} (--fail-429 + --fail-5xx + --reset + --stall + --error-200 + --truncate-json); "
             "each attempt gets at most one fault, so the sum must be <= 1"
         )
+    try:
+        statuses = [int(s) for s in settings.fail_5xx_statuses.split(",")]
+    except ValueError:
+        statuses = []
+    if not statuses or not all(500 <= s <= 599 for s in statuses):
+        raise UsageError(f"--fail-5xx-statuses {settings.fail_5xx_statuses!r}: expected comma-separated statuses 500-599, e.g. 500,502,503")
     answer_key, render = load_answer_key(settings.bench, settings.bench_params)
 
     import asyncio

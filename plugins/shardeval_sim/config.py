@@ -24,9 +24,12 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     fail_429: float = D.fail_429
     retry_after: float = D.retry_after
     fail_5xx: float = D.fail_5xx
+    fail_5xx_statuses: str = D.fail_5xx_statuses
     reset: float = D.reset
     stall: float = D.stall
     stall_s: float = D.stall_s
     error_200: float = D.error_200
+    truncate_json: float = D.truncate_json
+    max_inflight: int = D.max_inflight
     seed: int = D.seed
     startup_timeout_s: float = 60.0

@@ -17,8 +17,10 @@ function of the token's text, so tests can compute the exact value); the prompt'
 a null logprob, as in vLLM; text_offset is each token's position in `choices[0].text`;
 top_logprobs holds only the token itself. `echo` with `stream: true` is refused (400).
 
-Faults are drawn once per request attempt; reset, stall and in-band error strike after the first
-few events of a stream. It is the server in the client-overhead benchmark, so the hot path builds
+Faults are drawn once per request attempt; reset, stall, in-band error and truncated JSON (a chunk
+cut off mid-object, then the end of the body) strike after the first few events of a stream.
+`--max-inflight K` is a rate limiter apart from the drawn faults: a request arriving while K are
+being answered gets 429 (with `--retry-after`), as from a proxy guarding a saturated server. It is the server in the client-overhead benchmark, so the hot path builds
 events from pre-encoded byte templates, writes one event per `resp.write` while on schedule, and
 coalesces events that are already due (all of them when `--itl-ms 0`) into one write.
 """
@@ -57,7 +59,7 @@ class Faults:
             if rate > 0:
                 total += rate
                 self.bounds.append((total, kind))
-        self._toggle = itertools.cycle((500, 503))
+        self._toggle = itertools.cycle(int(s) for s in settings.fail_5xx_statuses.split(","))
 
     def draw(self) -> str | None:
         if not self.bounds:
@@ -116,6 +118,8 @@ class Simulator:
         self.ttft = settings.ttft_ms / 1000.0
         self.itl = settings.itl_ms / 1000.0
         self.ids = itertools.count(1)
+        self.inflight = 0  # requests being answered now (for --max-inflight)
+        self.n_limited = 0
         self._model_json = _json_encode(self.served)
         self._token_cache: dict[str, bytes] = {}
         self._models_body = _json_encode(
@@ -208,6 +212,31 @@ class Simulator:
         options = body.get("stream_options")
         include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
 
+        limit = self.settings.max_inflight
+        if limit and self.inflight >= limit:  # a rate limiter in front of a busy server
+            self.n_limited += 1
+            return error_response(429, f"simulated rate limit: {limit} requests already in flight", "RateLimitError", headers=self._retry_headers)
+        self.inflight += 1
+        try:
+            return await self._answer(request, body, text, n_prompt, chat, stream, include_usage, max_tokens, seed, echo, logprobs)
+        finally:
+            self.inflight -= 1
+
+    async def _answer(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        text: str,
+        n_prompt: int,
+        chat: bool,
+        stream: bool,
+        include_usage: bool,
+        max_tokens: int | None,
+        seed: int | None,
+        echo: bool,
+        logprobs: int | None,
+    ) -> web.StreamResponse:
+        """Draw this attempt's fault, then answer (or fail) as it says."""
         fault = self.faults.draw()
         if fault == "429":
             return error_response(429, "simulated rate limit: slow down", "RateLimitError", headers=self._retry_headers)
@@ -260,6 +289,8 @@ class Simulator:
             if request.transport is not None:
                 request.transport.abort()
             return web.Response()
+        if fault == "truncate_json":
+            return web.Response(body=b'{"id":"chatcmpl-sim","object":"chat.completion","choices":[{"index":0,"mess', content_type="application/json")
         if fault == "error_200":
             body = {"error": {"message": "simulated error inside an HTTP 200 response", "type": "InternalServerError", "param": None, "code": 500}}
             return web.Response(body=_json_encode(body), content_type="application/json")
@@ -330,7 +361,7 @@ class Simulator:
         # event i is due at ttft + (k-1)*itl where k counts token events; role, usage, DONE ride along
         first = 1 if chat else 0
         due = [self.ttft + self.itl * max(0, min(i, n_tokens_events - 1) - first) for i in range(n)]
-        fault_at = min(_FAULT_AFTER_EVENTS, n - 1) if fault in ("reset", "stall", "error_200") else n
+        fault_at = min(_FAULT_AFTER_EVENTS, n - 1) if fault in ("reset", "stall", "error_200", "truncate_json") else n
 
         resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
         loop = asyncio.get_running_loop()
@@ -343,6 +374,9 @@ class Simulator:
                     if fault == "reset":
                         if request.transport is not None:
                             request.transport.abort()
+                        return resp
+                    if fault == "truncate_json":  # a chunk whose JSON is cut off, then the end
+                        await resp.write(events[i][: max(8, len(events[i]) // 2)].rstrip(b"\n") + b"\n\n")
                         return resp
                     if fault == "error_200":
                         await resp.write(

@@ -26,10 +26,13 @@ class SimSettings:
     fail_429: float = 0.0
     retry_after: float = 1.0
     fail_5xx: float = 0.0
+    fail_5xx_statuses: str = "500,503"  # the statuses --fail-5xx cycles through
     reset: float = 0.0
     stall: float = 0.0
     stall_s: float = 30.0
     error_200: float = 0.0
+    truncate_json: float = 0.0
+    max_inflight: int = 0
     seed: int = 0
 
     def fault_rates(self) -> dict[str, float]:
@@ -40,6 +43,7 @@ class SimSettings:
             "reset": self.reset,
             "stall": self.stall,
             "error_200": self.error_200,
+            "truncate_json": self.truncate_json,
         }
 
 

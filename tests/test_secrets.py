@@ -1,0 +1,158 @@
+"""An API key given through `api_key_env` never leaves the process: not in any file a run writes
+(records, trajectories, manifests, logs, generated sbatch/Kubernetes/compose files), not on
+stdout or stderr, not in an error message — even when the server echoes it back (G15)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import textwrap
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import running_sim, shardeval_cmd
+
+KEY_VAR = "SHARDEVAL_FUZZ_API_KEY"
+SECRET = "sk-shardeval-" + secrets.token_hex(16)
+ENV = {KEY_VAR: SECRET}
+
+# A server that refuses every request and quotes the Authorization header back: in a 401 body,
+# in a 500 body (retried, then recorded), or in an error event inside an HTTP 200 stream.
+ECHO_SERVER = textwrap.dedent(
+    """
+    import json, sys
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    MODE = sys.argv[1]
+
+    class Echo(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            auth = self.headers.get("Authorization", "")
+            message = f"invalid credentials: {auth} (key {auth.removeprefix('Bearer ')})"
+            if MODE == "stream":
+                body = b"data: " + json.dumps({"error": {"message": message, "code": 500}}).encode() + b"\\n\\n"
+                status, ctype = 200, "text/event-stream"
+            else:
+                body = json.dumps({"error": {"message": message, "type": "AuthenticationError", "code": int(MODE)}}).encode()
+                status, ctype = int(MODE), "application/json"
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Echo", auth)
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    print(f"listening on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
+    server.serve_forever()
+    """
+)
+
+
+@contextmanager
+def echo_server(tmp: Path, mode: str) -> Iterator[str]:
+    script = tmp / "echo_server.py"
+    script.write_text(ECHO_SERVER)
+    proc = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert "listening on" in line, line
+        yield line.split()[-1]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def assert_no_secret(*texts: str, roots: tuple[Path, ...] = ()) -> int:
+    """No text and no file under the roots holds the key; returns how many files were checked."""
+    needle = SECRET.encode()
+    for text in texts:
+        assert SECRET not in text, f"the API key is in the output: …{text[max(0, text.find(SECRET) - 80):][:200]}…"
+    n = 0
+    for root in roots:
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as f:
+                    assert needle not in f.read(), f"the API key is in {path}"
+                n += 1
+    return n
+
+
+def config(tmp: Path, url: str, cluster: str = "", stream: bool = True, name: str = "config.yaml") -> Path:
+    path = tmp / name
+    path.write_text(
+        f"""
+services:
+  model:
+    type: api
+    url: {url}
+    model: sim
+    api_key_env: {KEY_VAR}
+    stream: {str(stream).lower()}
+    retries: {{attempts: 2, backoff_base: 0.01, backoff_max: 0.05}}
+benchmarks:
+  - name: arith
+    params: {{n: 12}}
+    repeats: 2
+    max_concurrent: 8
+output: {{progress_interval_s: 0.2}}
+{cluster}
+"""
+    )
+    return path
+
+
+def test_a_successful_run_writes_the_key_nowhere(tmp_path):
+    with running_sim("--bench", "arith", "--ttft-ms", "1", "--itl-ms", "0") as url:
+        out = tmp_path / "out"
+        result = shardeval_cmd("run", str(config(tmp_path, url)), "--shard", "0/1", "-o", str(out), env=ENV)
+        assert result.returncode == 0, result.stderr
+        merged = shardeval_cmd("merge", str(tmp_path), env=ENV)
+    assert merged.returncode == 0, merged.stderr
+    assert assert_no_secret(result.stdout, result.stderr, merged.stdout, merged.stderr, roots=(tmp_path,)) >= 4
+
+
+@pytest.mark.parametrize("mode,kind", [("401", "client"), ("500", "server_error"), ("stream", "server_error")])
+def test_a_server_that_echoes_the_key_in_its_errors_never_gets_it_into_a_record_or_a_log(tmp_path, mode, kind):
+    with echo_server(tmp_path, mode) as url:
+        out = tmp_path / "out"
+        result = shardeval_cmd("run", str(config(tmp_path, url)), "--shard", "0/1", "-o", str(out), env=ENV)
+    assert result.returncode == 0, result.stderr
+    records = (out / "arith" / "results.jsonl").read_text()
+    assert f'"error_kind":"{kind}"' in records and "invalid credentials: Bearer ***" in records  # scrubbed, not dropped
+    assert_no_secret(result.stdout, result.stderr, roots=(tmp_path,))
+
+
+def test_a_missing_key_variable_is_one_line_naming_the_variable(tmp_path):
+    result = shardeval_cmd("run", str(config(tmp_path, "http://127.0.0.1:9/v1")), "--shard", "0/1", "-o", str(tmp_path / "o"),
+                           env={KEY_VAR: ""})
+    assert result.returncode == 2 and KEY_VAR in result.stderr and "Traceback" not in result.stderr
+
+
+CLUSTERS = {
+    "slurm": "cluster: {type: slurm, shards: 4, walltime: '00:10:00', partition: debug}",
+    "kubernetes": "cluster: {type: kubernetes, name: secret-test, namespace: evals, shards: 4}",
+    "compose": "cluster: {type: compose, shards: 2}",
+}
+
+
+@pytest.mark.parametrize("cluster", list(CLUSTERS))
+def test_generated_cluster_files_never_hold_the_key(tmp_path, cluster):
+    cfg = config(tmp_path, "http://model.internal:8000/v1", CLUSTERS[cluster])
+    out = tmp_path / "out"
+    result = shardeval_cmd("run", str(cfg), "--dry-run", "-o", str(out), env=ENV)
+    assert result.returncode == 0, result.stderr
+    assert_no_secret(result.stdout, result.stderr, roots=(tmp_path,))
+    assert [p for p in out.rglob("*") if p.is_file()], "nothing generated: the test proves nothing"
