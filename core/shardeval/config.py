@@ -671,3 +671,20 @@ def decode_section(data: Any, type_: Any, *, source: str, prefix: str = "") -> A
 def read_yaml(path: str) -> dict[str, Any]:
     """A YAML file's top-level mapping, with the config's one-line errors (duplicate keys refused)."""
     return _read_yaml(path)
+
+
+def parse_key_values(pairs: tuple[str, ...] | list[str], flag: str, example: str) -> dict[str, Any]:
+    """`KEY=VALUE` command-line pairs with YAML values (`n=500` an int, `name=foo` a string);
+    a malformed pair is one line naming `flag`, the pair and an `example`."""
+    import yaml
+
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {pair!r}: expected KEY=VALUE, e.g. {flag} {example}")
+        try:
+            params[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"{flag} {pair!r}: the value is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    return params

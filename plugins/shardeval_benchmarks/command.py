@@ -19,19 +19,10 @@ from shardeval.errors import UsageError
 
 
 def _parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
-    """`key=value` pairs with YAML values, as `shardeval sim --bench-param` takes them."""
-    import yaml
+    """`key=value` pairs with YAML values (one parser for every such flag: shardeval.config)."""
+    from shardeval.config import parse_key_values
 
-    params: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"-p {pair!r}: expected KEY=VALUE, e.g. -p shots=8")
-        try:
-            params[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise UsageError(f"-p {pair!r}: the value is not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    return params
+    return parse_key_values(pairs, "-p", "shots=8")
 
 
 def _summary(factory: Any) -> str:

@@ -16,19 +16,10 @@ NON_NEGATIVE = click.FloatRange(min=0.0)
 
 
 def parse_bench_params(pairs: tuple[str, ...]) -> dict[str, Any]:
-    """`key=value` pairs with YAML values (`n=500` is an int, `name=foo` a string)."""
-    import yaml
+    """`key=value` pairs with YAML values (one parser for every such flag: shardeval.config)."""
+    from shardeval.config import parse_key_values
 
-    params: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--bench-param {pair!r}: expected KEY=VALUE, e.g. --bench-param n=500")
-        try:
-            params[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise UsageError(f"--bench-param {pair!r}: the value is not valid YAML ({exc.problem})") from None
-    return params
+    return parse_key_values(pairs, "--bench-param", "n=500")
 
 
 def load_answer_key(bench: str | None, params: dict[str, Any]):
