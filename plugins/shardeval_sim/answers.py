@@ -1,4 +1,4 @@
-"""What the simulator says: a deterministic reply per (prompt, seed), right with a chosen probability.
+r"""What the simulator says: a deterministic reply per (prompt, seed), right with a chosen probability.
 
 Everything is derived from one hash of (server seed, request seed, prompt text), so the same
 request always gets the same words, and whether an answer is right is a coin with bias

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Build dist/shardeval.pyz (the one-file app), plus the wheel and sdist, from this tree.
+# Needs network access to PyPI only for the wheels of the other targets (uv caches them).
+# Options go to build/zipapp.py: --relock re-resolves build/requirements.lock.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=build/out/venv
+if [ ! -x "$VENV/bin/uv" ] || [ ! -x "$VENV/bin/shiv" ]; then
+  rm -rf "$VENV"
+  "${PYTHON:-python3}" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check shiv==1.0.8 uv==0.13.9
+fi
+exec "$VENV/bin/python" build/zipapp.py --uv "$VENV/bin/uv" --work build/out/work "$@"

@@ -1,0 +1,316 @@
+"""Build dist/shardeval.pyz: one file for CPython 3.10-3.13 on x86_64 and aarch64 Linux.
+
+Run by build/build.sh inside the build venv (which has shiv and uv). Steps, and why:
+
+1. One locked resolution (build/requirements.lock, `uv pip compile --universal
+   --fork-strategy fewest`) so every target gets the same version of every package; a lock that
+   forks a package per Python version is refused, since one site-packages cannot hold two.
+2. For each target, uv installs the locked wheels for that platform into its own folder; the
+   folders are merged into one site-packages. Extension files carry the interpreter and
+   architecture in their names, so they sit side by side; any other file that differs between
+   targets is an error (dist-info RECORD/WHEEL excepted: their lines are merged).
+3. Debug symbols are stripped, numpy's own test suite is dropped, and every Python available here
+   compiles unchecked-hash .pyc files (valid wherever the archive is extracted, so a
+   PYTHONDONTWRITEBYTECODE=1 node never recompiles).
+4. The archive: the POSIX launcher header (shims/zipapp/launcher.sh), then a zip with
+   site-packages/, shiv's runtime (_bootstrap/, environment.json), our version gate and entry
+   preamble (shims/zipapp/), and shardeval-build.json saying which files belong to which target.
+   Entries are sorted, timestamps come from SOURCE_DATE_EPOCH, modes are normalised: two builds of
+   the same tree are byte-identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pythons  # build/pythons.py, beside this file
+import shiv
+from shiv import bootstrap as shiv_bootstrap
+from shiv.bootstrap.environment import Environment
+
+REPO = Path(__file__).resolve().parent.parent
+LOCK = REPO / "build" / "requirements.lock"
+PYTHONS = pythons.SUPPORTED
+ARCHES = ("x86_64", "aarch64")
+ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
+ENTRY_POINT = "shardeval.cli:main"
+DROP_DIRS = ("numpy/tests", "numpy/*/tests", "numpy/*/*/tests")  # numpy's test suite: 8 MB a target
+# Files only compilers and type checkers read. Every file costs the first run on a node a create.
+DROP_SUFFIXES = (".pyi", ".c", ".h", ".pxd", ".pyx", ".a", ".pc")
+MERGEABLE = ("RECORD", "WHEEL")
+INSTALL_RECORDS = ("direct_url.json", "uv_cache.json", "INSTALLER", "REQUESTED")
+PAYLOAD = "payload.zip"  # site-packages and variants, extracted by shims/zipapp/extract.py
+
+
+def log(message: str) -> None:
+    print(f"build: {message}", file=sys.stderr, flush=True)
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def source_date_epoch() -> int:
+    """SOURCE_DATE_EPOCH if set, else the last commit's time: same tree, same timestamps."""
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        return int(os.environ["SOURCE_DATE_EPOCH"])
+    out = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%ct"], capture_output=True, text=True)
+    return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else 315532800
+
+
+def check_lock() -> list[str]:
+    """The locked requirement lines; refuse a lock that gives one package two versions."""
+    lines = [l.strip() for l in LOCK.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    names = [l.split("==")[0].strip().lower() for l in lines]
+    forked = sorted({n for n in names if names.count(n) > 1})
+    if forked:
+        sys.exit(f"build: error: {LOCK} forks {', '.join(forked)} by Python version; relock with --fork-strategy fewest")
+    return lines
+
+
+def lock(uv: str) -> None:
+    run([uv, "pip", "compile", str(REPO / "pyproject.toml"), "--universal", "--python-version", "3.10",
+         "--fork-strategy", "fewest", "--no-annotate", "-q", "-o", str(LOCK),
+         "--custom-compile-command", "bash build/build.sh --relock"])
+
+
+def build_wheel(uv: str, out: Path) -> Path:
+    """The shardeval wheel (and sdist, for dist/), built from this tree."""
+    run([uv, "build", "-q", "--out-dir", str(out), str(REPO)])
+    return next(out.glob("shardeval-*.whl"))
+
+
+def install_target(uv: str, py: str, arch: str, wheel: Path, dest: Path) -> None:
+    run([uv, "pip", "install", "-q", "--target", str(dest), "--python-version", py,
+         "--python-platform", f"{arch}-manylinux_2_17", "--only-binary", ":all:", "--no-deps",
+         "--link-mode", "copy", "-r", str(LOCK), str(wheel)])
+
+
+def merge_targets(trees: dict[str, Path], site: Path, variants: Path) -> dict[str, list[str]]:
+    """One site-packages from every target's tree; returns {variant folder: targets it serves}.
+
+    A file every target has identically (or only some have, like a tagged extension) goes in
+    once. A file whose content differs by target (numpy's build configuration, say) is kept once
+    per distinct content under `variants/DIGEST/` and extracted only for the targets that have
+    that content. dist-info RECORD and WHEEL are the exception: their lines are merged.
+    """
+    digests: dict[str, dict[str, str]] = {}
+    for target, tree in trees.items():
+        for path in tree.rglob("*"):
+            if path.is_file():
+                rel = path.relative_to(tree).as_posix()
+                digests.setdefault(rel, {})[target] = hashlib.sha256(path.read_bytes()).hexdigest()
+    served: dict[str, list[str]] = {}
+    for rel in sorted(digests):
+        seen = digests[rel]
+        first = trees[next(iter(seen))] / rel
+        if len(set(seen.values())) == 1:
+            _copy(first, site / rel)
+        elif Path(rel).parent.name.endswith(".dist-info") and Path(rel).name in MERGEABLE:
+            lines: set[str] = set()
+            for target in seen:
+                lines |= set((trees[target] / rel).read_text().splitlines())
+            (site / rel).parent.mkdir(parents=True, exist_ok=True)
+            (site / rel).write_text("\n".join(sorted(lines)) + "\n")
+        else:
+            for digest in sorted(set(seen.values())):
+                targets = sorted(t for t, d in seen.items() if d == digest)
+                folder = f"{digest[:16]}"
+                served[folder] = targets
+                _copy(trees[targets[0]] / rel, variants / folder / rel)
+    return served
+
+
+def _copy(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dest)
+
+
+def elf_arch(path: Path) -> str | None:
+    with open(path, "rb") as f:
+        head = f.read(20)
+    if head[:4] != b"\x7fELF":
+        return None
+    machine = int.from_bytes(head[18:20], "little")
+    return ELF_MACHINES.get(machine, f"elf-{machine}")
+
+
+def drop_install_records(site: Path) -> None:
+    """Forget how and from where each wheel was installed (paths, cache times): not reproducible."""
+    for info in site.glob("*.dist-info"):
+        for name in INSTALL_RECORDS:
+            (info / name).unlink(missing_ok=True)
+        record = info / "RECORD"
+        if record.exists():
+            keep = [l for l in record.read_text().splitlines() if l.split(",")[0].rsplit("/", 1)[-1] not in INSTALL_RECORDS]
+            record.write_text("\n".join(keep) + "\n")
+
+
+def strip_and_drop(site: Path) -> None:
+    for pattern in DROP_DIRS:
+        for folder in site.glob(pattern):
+            shutil.rmtree(folder)
+    shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts of the dependencies
+    drop_install_records(site)
+    for path in list(site.rglob("*")):
+        if path.is_file() and (path.suffix in DROP_SUFFIXES or path.name == "py.typed"):
+            path.unlink()
+    strip = shutil.which("strip")
+    for path in sorted(site.rglob("*.so*")):
+        # Libraries auditwheel grafted into NAME.libs/ were rewritten by patchelf, and GNU strip
+        # breaks them ("ELF load command address/offset not page-aligned"): leave them alone.
+        if path.parent.name.endswith(".libs"):
+            continue
+        if path.is_file() and elf_arch(path) and strip:
+            subprocess.run([strip, "--strip-debug", str(path)], check=False, stderr=subprocess.DEVNULL)
+
+
+def compile_pycs(site: Path, variants: Path, served: dict[str, list[str]]) -> list[str]:
+    """Unchecked-hash .pyc for every supported Python found here; returns the versions done.
+
+    Variant folders are compiled only by the Pythons they serve.
+    """
+    done = []
+    for py in PYTHONS:
+        exe = pythons.find_python(py)
+        if exe is None:
+            log(f"python{py} not found: its .pyc files are left out (that Python compiles on first import)")
+            continue
+        tag = "cp" + py.replace(".", "")
+        folders = [site] + [variants / f for f, targets in served.items() if any(t.startswith(tag + "-") for t in targets)]
+        for folder in folders:
+            # One process, sorted order: on 3.10 a .pyc depends on what that process compiled
+            # before (marshal's reference flags follow refcounts), so parallel workers are not
+            # reproducible; a fixed hash seed keeps set constants in one order.
+            subprocess.run([exe, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash",
+                            "-d", "site-packages", str(folder)], check=False, stdout=subprocess.DEVNULL,
+                           env={**os.environ, "PYTHONHASHSEED": "0"})
+        done.append(py)
+    return done
+
+
+def classify(site: Path, variants: Path, served: dict[str, list[str]]) -> dict:
+    """Which members belong to one architecture, one Python or a list of targets only."""
+    arch: dict[str, str] = {}
+    py: dict[str, str] = {}
+    for root, prefix in [(site, "site-packages/")] + [(variants / f, f"variants/{f}/") for f in sorted(served)]:
+        for path in sorted(root.rglob("*")):
+            if not path.is_file():
+                continue
+            name = prefix + path.relative_to(root).as_posix()
+            if path.suffix == ".pyc":
+                py[name] = "cp" + path.name.rsplit(".cpython-", 1)[1].split(".")[0].split("-")[0]
+                continue
+            machine = elf_arch(path) if ".so" in path.name else None
+            if machine:
+                arch[name] = machine
+                if ".cpython-" in path.name:
+                    py[name] = "cp" + path.name.split(".cpython-", 1)[1].split("-")[0]
+    return {"arch": arch, "py": py, "variants": served}
+
+
+def write_archive(target: Path, site: Path, info: dict, epoch: int) -> str:
+    stamp = time.gmtime(max(epoch, 315532800))[:6]
+    members: list[tuple[str, bytes, int]] = []
+    digest = hashlib.sha256()
+    for root, prefix in ((site, "site-packages/"), (site.parent / "variants", "variants/")):
+        for path in sorted(root.rglob("*"), key=lambda p: p.as_posix()):
+            if path.is_file():
+                rel = prefix + path.relative_to(root).as_posix()
+                data = path.read_bytes()
+                digest.update(rel.encode() + b"\0" + data)
+                mode = 0o755 if os.access(path, os.X_OK) else 0o644
+                members.append((rel, data, mode))
+    boot_dir = Path(shiv_bootstrap.__file__).parent
+    for path in sorted(boot_dir.glob("*.py")):
+        members.append((f"_bootstrap/{path.name}", path.read_bytes(), 0o644))
+    env = Environment(
+        built_at=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(epoch)),
+        shiv_version=shiv.__version__ if hasattr(shiv, "__version__") else "",
+        build_id=digest.hexdigest(),
+        compile_pyc=False,
+        entry_point=ENTRY_POINT,
+        reproducible=True,
+    )
+    members.append(("environment.json", env.to_json().encode(), 0o644))
+    members.append(("shardeval-build.json", json.dumps(info, sort_keys=True, indent=1).encode(), 0o644))
+    members.append(("__main__.py", (REPO / "shims/zipapp/main.py").read_bytes(), 0o644))
+    payload = [m for m in members if m[0].startswith(("site-packages/", "variants/"))]
+    outer = [m for m in members if not m[0].startswith(("site-packages/", "variants/"))]
+    for name, source in (("_shardeval_entry.py", "entry.py"), ("_shardeval_extract.py", "extract.py")):
+        outer.append((name, (REPO / "shims/zipapp" / source).read_bytes(), 0o644))
+    outer.append((PAYLOAD, _zip_bytes(payload, stamp, zipfile.ZIP_DEFLATED), 0o644))
+    tmp = target.with_suffix(".tmp")
+    with open(tmp, "wb") as fd:
+        fd.write((REPO / "shims/zipapp/launcher.sh").read_bytes())
+        fd.write(_zip_bytes(outer, stamp, zipfile.ZIP_STORED, offset=fd.tell()))
+    tmp.chmod(0o755)
+    tmp.replace(target)
+    return env.build_id
+
+
+def _zip_bytes(members: list[tuple[str, bytes, int]], stamp: tuple, compression: int, offset: int = 0) -> bytes:
+    """A zip of these members, sorted, with fixed timestamps and modes (reproducible).
+
+    The outer archive is stored, not compressed: it holds a handful of entries so Python's
+    zipimport reads its directory in no time at every start; the payload inside is compressed.
+    """
+    buffer = io.BytesIO()
+    buffer.write(b"\0" * offset)  # offsets in the directory count from the start of the file
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data, mode in sorted(members):
+            zinfo = zipfile.ZipInfo(name, date_time=stamp)
+            zinfo.compress_type = compression
+            zinfo.external_attr = (0o100000 | mode) << 16
+            zinfo.create_system = 3
+            archive.writestr(zinfo, data, compresslevel=6 if compression == zipfile.ZIP_DEFLATED else None)
+    return buffer.getvalue()[offset:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(REPO / "dist"), help="where shardeval.pyz, the wheel and sdist go")
+    parser.add_argument("--work", default=str(REPO / "build" / "out"), help="scratch folder")
+    parser.add_argument("--relock", action="store_true", help="re-resolve build/requirements.lock first")
+    parser.add_argument("--uv", default=shutil.which("uv") or "uv")
+    args = parser.parse_args()
+    out, work = Path(args.out), Path(args.work)
+    if args.relock or not LOCK.exists():
+        lock(args.uv)
+    check_lock()
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "targets").mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("shardeval-*"):
+        old.unlink()
+    wheel = build_wheel(args.uv, out)
+    site, variants = work / "site-packages", work / "variants"
+    trees: dict[str, Path] = {}
+    for py in PYTHONS:
+        for arch in ARCHES:
+            target = f"cp{py.replace('.', '')}-{arch}"
+            trees[target] = work / "targets" / target
+            install_target(args.uv, py, arch, wheel, trees[target])
+            strip_and_drop(trees[target])
+    served = merge_targets(trees, site, variants)
+    compiled = compile_pycs(site, variants, served)
+    info = classify(site, variants, served)
+    info["targets"] = list(trees)
+    info["pyc"] = [f"cp{py.replace('.', '')}" for py in compiled]
+    build_id = write_archive(out / "shardeval.pyz", site, info, source_date_epoch())
+    size = (out / "shardeval.pyz").stat().st_size
+    log(f"{out / 'shardeval.pyz'}: {size / 2**20:.1f} MiB, build {build_id[:12]}, pyc for {', '.join(compiled)}")
+
+
+if __name__ == "__main__":
+    main()
