@@ -298,3 +298,44 @@ def test_aarch64_build_under_qemu(pyz, reference):
         assert sos and all("x86_64" not in p.name for p in sos)
     finally:
         shutil.rmtree(host, ignore_errors=True)
+
+
+def test_third_party_plugin_installed_into_the_built_file(pyz, tmp_path):
+    """The example plugin goes into the zipapp's plugin directory with `plugins install` (no
+    rebuild, no network: a wheel built here, --no-index) and a sharded run uses its benchmark,
+    in the shards and in the simulators the shards start."""
+    python = interpreters()[f"{sys.version_info[0]}.{sys.version_info[1]}"]
+    wheels = tmp_path / "wheels"
+    built = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+                 str(REPO / "examples" / "shardeval-example-plugin")])
+    assert built.returncode == 0, built.stderr
+    env = pyz_env(tmp_path)  # the plugin directory defaults to the platformdirs data dir under HOME
+    wheel = next(wheels.glob("shardeval_example-*.whl"))
+    installed = run([python, str(pyz), "plugins", "install", "--no-index", str(wheel)], env=env)
+    assert installed.returncode == 0, installed.stderr
+    listing = run([python, str(pyz), "plugins"], env=env)
+    line = next(l for l in listing.stdout.splitlines() if l.startswith("example"))
+    assert "0.1.0" in line and "plugin dir" in line, listing.stdout
+    plugin_dir = tmp_path / "home" / ".local" / "share" / "shardeval" / "plugins"
+    assert (plugin_dir / "shardeval_example").is_dir()
+    assert not list(plugin_dir.glob("click*")) and not list(plugin_dir.glob("numpy*"))  # bundled ones stay bundled
+    config = tmp_path / "capitals.yaml"
+    config.write_text(
+        f"""
+services:
+  model: {{type: sim, bench: capitals, accuracy: 1.0, ttft_ms: 1, itl_ms: 0}}
+benchmarks:
+  - {{name: capitals, max_concurrent: 8, solver: {{type: simple, service: model}}}}
+cluster: {{type: local, shards: 2}}
+output: {{dir: {tmp_path / 'out'}}}
+"""
+    )
+    proc = run([python, str(pyz), "run", str(config)], env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    scores = json.loads((tmp_path / "out" / "merged" / "scores.json").read_text())
+    assert scores["capitals"]["n_problems"] == 24 and scores["capitals"]["metrics"]["accuracy"]["value"] == 1.0
+    removed = run([python, str(pyz), "plugins", "uninstall", "shardeval-example"], env=env)
+    assert removed.returncode == 0, removed.stderr
+    assert "example" not in run([python, str(pyz), "plugins"], env=env).stdout.split()

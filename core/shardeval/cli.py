@@ -98,25 +98,68 @@ def status(run_dir: str) -> None:
     click.echo(render(run_dir))
 
 
-@cli.command("plugins")
-def plugins_command() -> None:
-    """List loaded plugins, where they came from, and what each registered."""
+@cli.group("plugins", invoke_without_command=True)
+@click.pass_context
+def plugins_command(ctx: click.Context) -> None:
+    """List loaded plugins: version, where each came from, what it registered.
+
+    Plugins come from entry points of the running environment, the plugin directory
+    (SHARDEVAL_PLUGIN_DIR, default: the user data dir's shardeval/plugins) and SHARDEVAL_PLUGINS.
+    See docs/plugins.md.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
     from shardeval import plugins
+    from shardeval.app import install_mode
 
     loaded = plugins.load()
     registry = plugins.registry()
     for p in loaded.loaded:
-        mine = [
-            f"{kind[:-1]} {e.name}"
-            for kind, table in registry.entries.items()
-            for e in table.values()
-            if e.plugin == p.name
-        ]
-        click.echo(f"{p.name:<12} {p.module:<24} {p.source}")
+        click.echo(f"{p.name:<12} {p.module:<24} {p.version or '-':<10} {p.source}")
+        mine = plugins.registrations(registry, p.name)
         if mine:
             click.echo(f"{'':<12} registers: {', '.join(mine)}")
     for failure in loaded.failures:
         click.echo(f"FAILED       {failure}")
+    where = plugins.plugin_dir()
+    if install_mode() == "target":
+        click.echo(f"plugin dir: {where} (`shardeval plugins install` adds plugins here, pinned to the bundled versions)")
+    else:
+        click.echo(f"plugin dir: {where} (searched too; `shardeval plugins install` uses pip in the environment of {sys.executable})")
+
+
+@plugins_command.command("install", short_help="Install plugins: names, wheels or project directories.")
+@click.argument("specs", nargs=-1, required=True, metavar="NAME_OR_PATH...")
+@click.option("--index-url", metavar="URL", help="Base URL of the package index (pip --index-url).")
+@click.option("--extra-index-url", metavar="URL", multiple=True, help="Another package index (repeatable).")
+@click.option("-f", "--find-links", metavar="DIR_OR_URL", multiple=True, help="Look for wheels and archives here (repeatable).")
+@click.option("--no-index", is_flag=True, help="Use no package index (only --find-links and local paths).")
+@click.option("--no-build-isolation", is_flag=True, help="Build from source with the build tools already installed (offline).")
+@click.option("--pre", is_flag=True, help="Allow pre-release versions.")
+def plugins_install(specs: tuple[str, ...], index_url: str | None, extra_index_url: tuple[str, ...],
+                    find_links: tuple[str, ...], no_index: bool, no_build_isolation: bool, pre: bool) -> None:
+    """Install plugins (a package name, a wheel, or a project directory).
+
+    From the zipapp: into the plugin directory (pip --target), using the versions of every
+    package the app bundles; a plugin that needs other versions of them is refused. From a
+    pip-installed shardeval: pip install into the same environment. Other pip settings come from
+    pip's own config and PIP_* environment variables.
+    """
+    from shardeval.plugin_install import install
+
+    options = [f"--index-url={index_url}"] if index_url else []
+    options += [f"--extra-index-url={url}" for url in extra_index_url] + [f"--find-links={where}" for where in find_links]
+    options += [flag for flag, on in (("--no-index", no_index), ("--no-build-isolation", no_build_isolation), ("--pre", pre)) if on]
+    install(list(specs), options, click.echo)
+
+
+@plugins_command.command("uninstall", short_help="Remove installed plugins (bundled ones stay).")
+@click.argument("names", nargs=-1, required=True, metavar="NAME...")
+def plugins_uninstall(names: tuple[str, ...]) -> None:
+    """Remove installed plugins (by distribution or plugin name); bundled ones stay."""
+    from shardeval.plugin_install import uninstall
+
+    uninstall(list(names), click.echo)
 
 
 def run_cli(command: click.Command, argv: list[str] | None, prog_name: str) -> None:

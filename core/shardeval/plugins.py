@@ -12,6 +12,7 @@ import os
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import pluggy
 
@@ -27,14 +28,19 @@ PLUGIN_DIR_ENV = "SHARDEVAL_PLUGIN_DIR"
 class LoadedPlugin:
     name: str
     module: str
-    source: str  # "entry point (dist x.y)", "plugin dir", "SHARDEVAL_PLUGINS"
+    # "entry point (dist x.y), bundled" | "entry point (dist x.y), plugin dir (PATH)" |
+    # "entry point (dist x.y)" (another package of the environment) | "SHARDEVAL_PLUGINS"
+    source: str
+    version: str | None = None  # the distribution's version (a SHARDEVAL_PLUGINS module's __version__)
+    dist: str | None = None  # the distribution's name; None for SHARDEVAL_PLUGINS
+    location: str | None = None  # the directory holding the distribution's metadata
 
 
 def plugin_dir() -> str:
-    """Where `shardeval plugins install` puts plugins for an installed zipapp."""
+    """Where `shardeval plugins install` puts plugins for an installed zipapp (searched always)."""
     override = os.environ.get(PLUGIN_DIR_ENV)
     if override:
-        return override
+        return os.path.abspath(os.path.expanduser(override))
     from platformdirs import user_data_dir
 
     return os.path.join(user_data_dir("shardeval"), "plugins")
@@ -44,6 +50,32 @@ def _add_plugin_dir_to_path() -> None:
     path = plugin_dir()
     if os.path.isdir(path) and path not in sys.path:
         sys.path.append(path)  # after the app's own packages: a plugin never shadows them
+
+
+def dist_location(dist: Any) -> str | None:
+    """The directory holding a distribution's metadata (a site-packages, the plugin dir), or None."""
+    try:
+        return os.path.realpath(str(dist.locate_file("")))
+    except (NotImplementedError, AttributeError, TypeError):
+        return None
+
+
+def origin(dist: Any) -> str:
+    """Where an installed distribution comes from, for `shardeval plugins`: the plugin dir, the
+    app itself (`bundled`: shardeval's own built-ins, or anything inside the zipapp), or ""."""
+    from shardeval.app import app_site_packages, install_mode
+    from shardeval.errors import UsageError
+
+    location = dist_location(dist)
+    if location and location == os.path.realpath(plugin_dir()):
+        return f"plugin dir ({plugin_dir()})"
+    if (dist.metadata["Name"] or "").lower() == "shardeval":
+        return "bundled"
+    try:
+        bundling = install_mode() == "target"  # the app's site-packages is the zipapp's own
+    except UsageError:
+        bundling = False  # a bad SHARDEVAL_INSTALL_MODE is reported by `plugins install`
+    return "bundled" if bundling and location == app_site_packages() else ""
 
 
 @dataclass
@@ -57,9 +89,8 @@ def _warn(message: str) -> None:
     print(f"shardeval: warning: {message}", file=sys.stderr)
 
 
-@lru_cache(maxsize=1)
-def load() -> PluginSet:
-    """Import every plugin module once per process (cheap: plugin modules import lazily)."""
+def discover(warn: bool = True) -> PluginSet:
+    """Import every plugin module and register it (uncached; most callers want `load()`)."""
     from importlib.metadata import entry_points
 
     pm = pluggy.PluginManager("shardeval")
@@ -68,7 +99,7 @@ def load() -> PluginSet:
     failures: list[str] = []
     _add_plugin_dir_to_path()
 
-    def add(name: str, module_name: str, source: str) -> None:
+    def add(name: str, module_name: str, source: str, dist: Any = None) -> None:
         if pm.has_plugin(name):
             return
         try:
@@ -77,23 +108,36 @@ def load() -> PluginSet:
         except Exception as exc:  # a broken plugin must not take the others down
             failures.append(f"plugin {name!r} ({module_name}) failed to load: {type(exc).__name__}: {exc}")
             return
-        loaded.append(LoadedPlugin(name=name, module=module_name, source=source))
+        if dist is None:
+            version = getattr(module, "__version__", None)
+            loaded.append(LoadedPlugin(name, module_name, source, str(version) if version else None))
+        else:
+            loaded.append(LoadedPlugin(name, module_name, source, dist.version, dist.metadata["Name"], dist_location(dist)))
 
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         dist = getattr(ep, "dist", None)
-        source = f"entry point ({dist.name} {dist.version})" if dist else "entry point"
-        add(ep.name, ep.value.split(":")[0], source)
+        if dist is None:
+            add(ep.name, ep.value.split(":")[0], "entry point")
+            continue
+        where = origin(dist)
+        source = f"entry point ({dist.metadata['Name']} {dist.version})" + (f", {where}" if where else "")
+        add(ep.name, ep.value.split(":")[0], source, dist)
     for module_name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
         add(module_name, module_name, PLUGINS_ENV)
-    for message in failures:
-        _warn(message)
+    if warn:
+        for message in failures:
+            _warn(message)
     return PluginSet(manager=pm, loaded=loaded, failures=failures)
 
 
 @lru_cache(maxsize=1)
-def registry() -> Registry:
-    """Collect every plugin's registrations; a plugin whose hook fails is named and skipped."""
-    plugin_set = load()
+def load() -> PluginSet:
+    """Import every plugin module once per process (cheap: plugin modules import lazily)."""
+    return discover()
+
+
+def collect(plugin_set: PluginSet) -> Registry:
+    """Call every plugin's register_* hooks; a plugin whose hook fails is named in `problems`."""
     registry = Registry()
     for kind in KINDS:
         caller = getattr(plugin_set.manager.hook, f"register_{kind}")
@@ -104,10 +148,28 @@ def registry() -> Registry:
                 registry.problems.append(
                     f"plugin {impl.plugin_name!r} failed in register_{kind}: {type(exc).__name__}: {exc}"
                 )
+    return registry
+
+
+@lru_cache(maxsize=1)
+def registry() -> Registry:
+    """Collect every plugin's registrations once; a plugin whose hook fails is named and skipped."""
+    plugin_set = load()
+    registry = collect(plugin_set)
     for message in registry.problems:
         _warn(message)
     plugin_set.failures.extend(registry.problems)
     return registry
+
+
+def registrations(registry: Registry, plugin: str) -> list[str]:
+    """What one plugin registered, as `benchmark capitals`, `service sim`, ..."""
+    return [
+        f"{kind[:-1]} {entry.name}"
+        for kind, table in registry.entries.items()
+        for entry in table.values()
+        if entry.plugin == plugin
+    ]
 
 
 def hooks() -> pluggy.HookRelay:

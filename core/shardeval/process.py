@@ -20,10 +20,10 @@ import socket
 import subprocess
 import sys
 import time
-import zipfile
 from dataclasses import dataclass, field
 from typing import Iterator, Literal, Mapping, Sequence
 
+from shardeval.app import zipapp_path
 from shardeval.errors import ShardError
 from shardeval.service import Endpoint
 
@@ -35,10 +35,8 @@ _SECRET_FLAGS = ("--api-key", "--hf-token", "--token", "--password")
 
 def self_command() -> list[str]:
     """The argv prefix that runs this same shardeval: the zipapp when we are one, else `-m`."""
-    entry = sys.argv[0] if sys.argv else ""
-    if entry and os.path.isfile(entry) and zipfile.is_zipfile(entry):
-        return [sys.executable, os.path.abspath(entry)]
-    return [sys.executable, "-m", "shardeval"]
+    zipapp = zipapp_path()
+    return [sys.executable, zipapp] if zipapp else [sys.executable, "-m", "shardeval"]
 
 
 def port_is_free(host: str, port: int) -> bool:

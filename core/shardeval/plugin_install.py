@@ -1,0 +1,581 @@
+"""`shardeval plugins install` and `shardeval plugins uninstall`.
+
+Two modes (`shardeval.app.install_mode`):
+
+* target (the zipapp): pip installs into the plugin directory with `--target`. A plugin runs next
+  to the packages the app bundles, so it may never bring its own version of one of them: every
+  requirement is checked against the bundled distributions (a bundled one that fits is used, one
+  that does not refuses the install before anything changes), the rest are installed with
+  `--no-deps`, round by round, under a constraints file pinning every bundled distribution.
+  Everything is staged in a temporary directory first; the plugin directory changes only once
+  the whole set is known, an older install of the same distribution is removed per its RECORD,
+  and when the new plugin then fails to load, the previous state is put back.
+* pip (the pip-installed package): plain `pip install` into the running environment, where the
+  plugin is then an ordinary entry point.
+
+pip's own output goes to stderr; what was installed and what it registers goes to stdout. Every
+failure a user can act on is one line and exit 2 (UsageError).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import deque
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Callable, Iterable
+
+from shardeval import plugins
+from shardeval.app import app_site_packages, install_mode
+from shardeval.errors import UsageError
+
+ENTRY_POINT_GROUP = plugins.ENTRY_POINT_GROUP
+
+
+def canonical(name: str) -> str:
+    """PEP 503 normalised distribution name: `Shardeval_Example` -> `shardeval-example`."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass
+class Dist:
+    """An installed distribution, read from its metadata."""
+
+    name: str
+    version: str
+    site: str  # the directory it is installed into
+    requires: list[str]
+    entry_points: list[str]  # names in the `shardeval` group
+    raw: Any = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        return canonical(self.name)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.version}"
+
+
+def _dists(site: str) -> dict[str, Dist]:
+    """Distributions installed in one directory, by canonical name (the first of duplicates wins)."""
+    found: dict[str, Dist] = {}
+    if not os.path.isdir(site):
+        return found
+    for raw in metadata.distributions(path=[site]):
+        name = raw.metadata["Name"]
+        if not name or canonical(name) in found:
+            continue
+        eps = [ep.name for ep in raw.entry_points if ep.group == ENTRY_POINT_GROUP]
+        found[canonical(name)] = Dist(name, raw.version, site, list(raw.requires or []), eps, raw)
+    return found
+
+
+def bundled() -> dict[str, Dist]:
+    """What the app bundles: every distribution next to shardeval's own."""
+    return _dists(app_site_packages())
+
+
+# -- pip ------------------------------------------------------------------------------------------
+
+
+def _require_pip() -> None:
+    probe = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        why = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(
+            f"pip is not available for {sys.executable} ({why}); install it for that interpreter "
+            f"(`{sys.executable} -m ensurepip --user`, or the OS package python3-pip) and retry"
+        )
+
+
+def _pip_error(lines: Iterable[str]) -> str:
+    """pip's own error lines (`ERROR: ...`), else its last lines, as one line."""
+    lines = [line.strip() for line in lines if line.strip()]
+    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
+    errors = [e for e in errors if not e.endswith(":")]  # "Exception:" heads pip's own traceback
+    if not errors:  # a failed build: pip's "error: ..." lines, the backend's own among them
+        errors = [line[6:].strip() for line in lines if line.startswith("error:") and "subprocess-exited" not in line][-2:]
+    text = " / ".join(errors or lines[-1:]) or "no output"
+    return text if len(text) <= 600 else text[:597] + "..."
+
+
+def _pip(args: list[str], what: str) -> None:
+    """Run `sys.executable -m pip ARGS` with its output on our stderr; failure: one line, exit 2."""
+    command = [sys.executable, "-m", "pip", *args]
+    tail: deque[str] = deque(maxlen=60)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stderr.write(line)
+        tail.append(line)
+    sys.stderr.flush()
+    if proc.wait() != 0:
+        raise UsageError(f"{what}: pip failed: {_pip_error(tail)}")
+
+
+def _check_paths(specs: Iterable[str]) -> None:
+    """A spec that names a local path must exist (pip's own message for it is long)."""
+    for spec in specs:
+        looks_local = spec.startswith((".", "/", "~")) or os.sep in spec or spec.endswith((".whl", ".tar.gz", ".zip"))
+        if looks_local and "://" not in spec and " @ " not in spec and not os.path.exists(os.path.expanduser(spec)):
+            raise UsageError(f"cannot install {spec}: no such file or directory (give a package name, a wheel, or a project directory)")
+
+
+# -- requirements ---------------------------------------------------------------------------------
+
+
+def _import_packaging() -> Any:
+    """`packaging` (or pip's vendored copy) in this process, or None (then a subprocess decides)."""
+    for prefix in ("packaging", "pip._vendor.packaging"):
+        try:
+            return importlib.import_module(f"{prefix}.requirements")
+        except ImportError:
+            continue
+    return None
+
+
+def evaluate(payload: dict[str, Any], requirements: Any) -> list[dict[str, Any]]:
+    """Sort a distribution's Requires-Dist into what is already there and what must be installed.
+
+    payload: requires (strings), extras (the extras asked for; "" is the base set), pools (pool
+    name -> {canonical name: version}, checked in order: `bundled`, `staged`, `have`).
+    Each result: req, name, extras, specifier, url, status (`skip` marker false; `<pool>` satisfied
+    by that pool; `<pool>-mismatch` present there at a version outside the specifier; `need` not
+    present anywhere; `invalid`), version (of the pool's copy).
+    """
+    results: list[dict[str, Any]] = []
+    extras = payload["extras"] or [""]
+    for text in payload["requires"]:
+        result: dict[str, Any] = {"req": text, "name": "", "extras": [], "specifier": "", "url": None, "version": None}
+        try:
+            req = requirements.Requirement(text)
+        except Exception as exc:  # InvalidRequirement: a broken plugin's metadata
+            results.append({**result, "status": "invalid", "specifier": str(exc)})
+            continue
+        result.update(name=canonical(req.name), extras=sorted(req.extras), specifier=str(req.specifier), url=req.url)
+        if req.marker is not None and not any(req.marker.evaluate({"extra": extra}) for extra in extras):
+            results.append({**result, "status": "skip"})
+            continue
+        result["status"] = "need"
+        for pool, versions in payload["pools"].items():
+            if result["name"] in versions:
+                version = versions[result["name"]]
+                try:
+                    fits = not req.url and req.specifier.contains(version, prereleases=True)
+                except Exception:  # a version packaging cannot parse fits nothing
+                    fits = False
+                result.update(status=pool if fits else f"{pool}-mismatch", version=version)
+                break
+        results.append(result)
+    return results
+
+
+def _evaluate(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    requirements = _import_packaging()
+    if requirements is not None:
+        return evaluate(payload, requirements)
+    # Neither packaging nor pip is importable here (a zipapp that bundles neither); the
+    # interpreter's own pip is (checked before), so the same function runs next to it.
+    code = (
+        "import site, sys; site.addsitedir(sys.argv[1]); "
+        "from shardeval.plugin_install import _evaluate_stdin; _evaluate_stdin()"
+    )
+    with tempfile.TemporaryDirectory() as cwd:  # nothing in the working directory is imported
+        out = subprocess.run(
+            [sys.executable, "-c", code, app_site_packages()], input=json.dumps(payload), capture_output=True, text=True, cwd=cwd
+        )
+    if out.returncode != 0:
+        raise UsageError(f"cannot read requirements with {sys.executable}: {_pip_error(out.stderr.splitlines())}")
+    return json.loads(out.stdout)
+
+
+def _evaluate_stdin() -> None:
+    requirements = _import_packaging()
+    if requirements is None:
+        raise SystemExit("ERROR: neither packaging nor pip._vendor.packaging can be imported")
+    print(json.dumps(evaluate(json.load(sys.stdin), requirements)))
+
+
+def _combine(name: str, reqs: list[dict[str, Any]]) -> str:
+    """One pip requirement for every requirement on one distribution (markers are evaluated)."""
+    extras = sorted({e for r in reqs for e in r["extras"]})
+    head = name + (f"[{','.join(extras)}]" if extras else "")
+    url = next((r["url"] for r in reqs if r["url"]), None)
+    if url:
+        return f"{head} @ {url}"
+    return head + ",".join(r["specifier"] for r in reqs if r["specifier"])
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.commonpath([os.path.realpath(path), os.path.realpath(root)]) == os.path.realpath(root)
+
+
+def _dist_files(dist: Dist) -> list[str]:
+    """Every file of an installed distribution (RECORD, its metadata directory, stale bytecode)."""
+    files = dist.raw.files
+    if files is None:
+        raise UsageError(f"{dist.label} in {dist.site} has no RECORD; remove its files by hand")
+    paths: set[str] = set()
+    meta_dir = None
+    for entry in files:
+        path = os.path.normpath(os.path.join(dist.site, str(entry)))
+        if not _inside(path, dist.site):  # pip --target records scripts as ../../bin/NAME
+            path = os.path.normpath(os.path.join(dist.site, "lib", "python", str(entry)))
+        if os.path.basename(path) == "RECORD" and path.endswith(".dist-info" + os.sep + "RECORD"):
+            meta_dir = os.path.dirname(path)
+        if _inside(path, dist.site) and (os.path.isfile(path) or os.path.islink(path)):
+            paths.add(path)
+        if path.endswith(".py"):  # bytecode another Python version wrote after the install
+            cache = os.path.join(os.path.dirname(path), "__pycache__")
+            stem = os.path.basename(path)[:-3] + "."
+            if os.path.isdir(cache):
+                paths.update(os.path.join(cache, f) for f in os.listdir(cache) if f.startswith(stem) and f.endswith(".pyc"))
+    if meta_dir and os.path.isdir(meta_dir) and _inside(meta_dir, dist.site):
+        for root, _, names in os.walk(meta_dir):
+            paths.update(os.path.join(root, n) for n in names)
+    return sorted(paths)
+
+
+def _prune(paths: Iterable[str], root: str) -> None:
+    """Remove directories left empty by removing `paths`, up to (not including) root."""
+    root = os.path.realpath(root)
+    for directory in sorted({os.path.dirname(p) for p in paths}, key=len, reverse=True):
+        while os.path.realpath(directory) != root and _inside(directory, root):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                break
+            directory = os.path.dirname(directory)
+
+
+class _Change:
+    """Moves into and out of the plugin directory, each undoable while the backup exists."""
+
+    def __init__(self, root: str, backup: str) -> None:
+        self.root, self.backup = root, backup
+        self.saved: list[str] = []  # relative paths moved into backup
+        self.added: list[str] = []  # absolute paths moved into root
+
+    def remove(self, path: str) -> None:
+        rel = os.path.relpath(path, self.root)
+        os.makedirs(os.path.dirname(os.path.join(self.backup, rel)), exist_ok=True)
+        shutil.move(path, os.path.join(self.backup, rel))
+        self.saved.append(rel)
+
+    def add_tree(self, staging: str) -> None:
+        for directory, _, names in os.walk(staging):
+            for name in names:
+                source = os.path.join(directory, name)
+                dest = os.path.join(self.root, os.path.relpath(source, staging))
+                if os.path.lexists(dest):
+                    self.remove(dest)
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                shutil.move(source, dest)
+                self.added.append(dest)
+
+    def undo(self) -> None:
+        for path in self.added:
+            if os.path.lexists(path):
+                os.remove(path)
+        _prune(self.added, self.root)
+        for rel in self.saved:
+            os.makedirs(os.path.dirname(os.path.join(self.root, rel)), exist_ok=True)
+            shutil.move(os.path.join(self.backup, rel), os.path.join(self.root, rel))
+        self.added, self.saved = [], []
+
+
+def _remove_dist(dist: Dist, change: _Change | None = None) -> int:
+    paths = _dist_files(dist)
+    for path in paths:
+        if change is not None:
+            change.remove(path)
+        else:
+            os.remove(path)
+    _prune(paths, dist.site)
+    return len(paths)
+
+
+# -- checking a freshly installed plugin ----------------------------------------------------------
+
+
+def _verify(dists: list[Dist]) -> tuple[list[str], list[str], list[str]]:
+    """Load every plugin as a real run would; return (lines to print, failures, warnings)."""
+    importlib.invalidate_caches()
+    plugin_set = plugins.discover(warn=False)
+    registry = plugins.collect(plugin_set)
+    lines: list[str] = []
+    failures: list[str] = []
+    warnings: list[str] = []
+    for dist in dists:
+        for name in dist.entry_points:
+            loaded = next((p for p in plugin_set.loaded if p.name == name), None)
+            failed = [f for f in plugin_set.failures + registry.problems if f.startswith(f"plugin {name!r} ") and " failed " in f]
+            if failed:
+                failures.extend(failed)
+            elif loaded is None:
+                failures.append(f"plugin {name!r} of {dist.label} was not loaded")
+            elif canonical(loaded.dist or "") != dist.key or loaded.location != os.path.realpath(dist.site):
+                failures.append(
+                    f"entry point {name!r} of {dist.label} is taken by {loaded.module} ({loaded.source}); "
+                    "entry-point names must be unique: rename it in the plugin's pyproject.toml"
+                )
+            else:
+                registered = plugins.registrations(registry, name)
+                lines.append(f"  {name:<12} {loaded.module:<24} registers: {', '.join(registered) or 'nothing'}")
+                warnings.extend(p for p in registry.problems if p.startswith(f"plugin {name!r} registers "))
+    return lines, failures, warnings
+
+
+def _entry_point_free(dists: Iterable[Dist], what: str) -> None:
+    for dist in dists:
+        if not dist.entry_points:
+            raise UsageError(
+                f"{what}: {dist.label} is not a shardeval plugin: it declares no entry point in the "
+                f"`{ENTRY_POINT_GROUP}` group (see docs/plugins.md); nothing installed"
+            )
+
+
+# -- install --------------------------------------------------------------------------------------
+
+
+def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None]) -> None:
+    """Install plugins (names, wheels, project directories) the way this shardeval runs."""
+    _check_paths(specs)
+    mode = install_mode()
+    _require_pip()
+    if mode == "target":
+        _install_target(specs, pip_options, echo)
+    else:
+        _install_pip(specs, pip_options, echo)
+
+
+def _install_target(specs: list[str], pip_options: list[str], echo: Callable[[str], None]) -> None:
+    target = plugins.plugin_dir()
+    what = f"cannot install {' '.join(specs)}"
+    app = bundled()
+    existing = _dists(target)
+    try:  # staging next to the plugin dir: the final moves are renames
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        work = tempfile.mkdtemp(prefix=".install-", dir=os.path.dirname(target))
+    except OSError:
+        work = tempfile.mkdtemp(prefix="shardeval-plugin-install-")
+    try:
+        constraints = os.path.join(work, "constraints.txt")
+        with open(constraints, "w") as f:
+            f.writelines(f"{d.name}=={d.version}\n" for d in app.values())
+        pip_base = ["install", "--no-deps", "--no-warn-script-location", "-c", constraints, *pip_options]
+
+        stages: list[str] = []
+
+        def stage(requirements: list[str]) -> list[Dist]:
+            directory = os.path.join(work, f"stage{len(stages)}")
+            stages.append(directory)
+            _pip([*pip_base, "--target", directory, *requirements], what)
+            return list(_dists(directory).values())
+
+        top = stage(specs)
+        if not top:
+            raise UsageError(f"{what}: pip installed no distribution")
+        for dist in top:
+            if dist.key in app:
+                raise UsageError(
+                    f"{what}: {dist.name} is bundled with this shardeval ({app[dist.key].label}); "
+                    "a plugin cannot replace a bundled distribution"
+                )
+        _entry_point_free(top, what)
+
+        staged = {d.key: d for d in top}
+        done: dict[str, set[str]] = {}  # canonical name -> extras whose requirements were checked
+        queue: list[tuple[Dist, set[str]]] = [(d, {""}) for d in top]
+        while queue:
+            need: dict[str, list[dict[str, Any]]] = {}
+            asked: dict[str, set[str]] = {}
+            pools = {
+                "bundled": {k: d.version for k, d in app.items()},
+                "staged": {k: d.version for k, d in staged.items()},
+                "have": {k: d.version for k, d in existing.items() if k not in staged},
+            }
+            follow: list[tuple[Dist, set[str]]] = []
+            for dist, extras in queue:
+                new_extras = extras - done.setdefault(dist.key, set())
+                done[dist.key] |= new_extras
+                if not new_extras:
+                    continue
+                for r in _evaluate({"requires": dist.requires, "extras": sorted(new_extras), "pools": pools}):
+                    status = r["status"]
+                    if status == "invalid":
+                        raise UsageError(f"{what}: {dist.label} has an invalid requirement {r['req']!r}: {r['specifier']}")
+                    if status == "bundled-mismatch":
+                        raise UsageError(
+                            f"{what}: {dist.label} requires {r['req']}, but this shardeval bundles "
+                            f"{app[r['name']].label}; plugins run with the bundled versions (use a release "
+                            "of the plugin that accepts it); nothing installed"
+                        )
+                    if status == "staged-mismatch":
+                        raise UsageError(
+                            f"{what}: {dist.label} requires {r['req']}, but {staged[r['name']].label} is "
+                            "being installed for another requirement; nothing installed"
+                        )
+                    if status in ("need", "have-mismatch"):
+                        need.setdefault(r["name"], []).append(r)
+                        asked.setdefault(r["name"], {""}).update(r["extras"])
+                    elif status in ("bundled", "staged", "have") and r["extras"]:
+                        pool = {"bundled": app, "staged": staged, "have": existing}[status]
+                        follow.append((pool[r["name"]], set(r["extras"])))
+            queue = follow
+            if need:
+                for dist in stage([_combine(name, reqs) for name, reqs in sorted(need.items())]):
+                    if dist.key in app:  # pinned by the constraints; the bundled copy is the one used
+                        continue
+                    staged[dist.key] = dist
+                    queue.append((dist, asked.get(dist.key, {""})))
+            if len(stages) > 50:
+                raise UsageError(f"{what}: the requirements do not settle after 50 rounds of pip")
+
+        os.makedirs(target, exist_ok=True)
+        change = _Change(target, os.path.join(work, "backup"))
+        replaced = [existing[k] for k in staged if k in existing]
+        try:
+            for dist in replaced:
+                _remove_dist(dist, change)
+            for directory in stages:
+                for key, dist in _dists(directory).items():
+                    if key in app:  # a bundled distribution pip pulled in anyway: never shadow it
+                        for path in _dist_files(dist):
+                            os.remove(path)
+                change.add_tree(directory)
+            installed = [_dists(target)[d.key] for d in top]
+            lines, failures, warnings = _verify(installed)
+            if failures:
+                raise UsageError(f"{what}: {'; '.join(failures)}; the plugin directory is left as it was")
+        except BaseException:
+            change.undo()
+            raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    deps = sorted((d for d in staged.values() if d.key not in {t.key for t in top}), key=lambda d: d.key)
+    for dist in top:
+        old = existing.get(dist.key)
+        echo(f"installed {dist.label} into {target}" + (f" (replacing {old.version})" if old else ""))
+    if deps:
+        echo(f"  with: {', '.join(d.label for d in deps)}")
+    for line in lines:
+        echo(line)
+    for warning in warnings:
+        print(f"shardeval: warning: {warning}", file=sys.stderr)
+
+
+def _environment() -> dict[str, tuple[str, str | None]]:
+    importlib.invalidate_caches()
+    seen: dict[str, tuple[str, str | None]] = {}
+    for raw in metadata.distributions():
+        name = raw.metadata["Name"]
+        if name and canonical(name) not in seen:
+            seen[canonical(name)] = (raw.version, plugins.dist_location(raw))
+    return seen
+
+
+def _install_pip(specs: list[str], pip_options: list[str], echo: Callable[[str], None]) -> None:
+    what = f"cannot install {' '.join(specs)}"
+    before = _environment()
+    _pip(["install", "--no-warn-script-location", *pip_options, *specs], what)
+    after = _environment()
+    changed = [key for key, state in after.items() if before.get(key) != state]
+    dists = [d for key in changed for d in _dists(after[key][1] or "").values() if d.key == key]
+    if not dists:
+        echo(f"nothing changed in the environment of {sys.executable}: {' '.join(specs)} was already installed")
+        return
+    echo(f"installed into the environment of {sys.executable}: {', '.join(d.label for d in dists)}")
+    found = [d for d in dists if d.entry_points]
+    if not found:
+        print(
+            f"shardeval: warning: none of {', '.join(d.name for d in dists)} declares an entry point in the "
+            f"`{ENTRY_POINT_GROUP}` group: they register nothing with shardeval",
+            file=sys.stderr,
+        )
+        return
+    lines, failures, warnings = _verify(found)
+    for line in lines:
+        echo(line)
+    for warning in warnings:
+        print(f"shardeval: warning: {warning}", file=sys.stderr)
+    if failures:
+        raise UsageError(f"installed, but {'; '.join(failures)} (`shardeval plugins uninstall NAME` removes it)")
+
+
+# -- uninstall ------------------------------------------------------------------------------------
+
+
+def _find(name: str, dists: dict[str, Dist]) -> Dist | None:
+    """A distribution by its name or by one of its `shardeval` entry-point names."""
+    if canonical(name) in dists:
+        return dists[canonical(name)]
+    return next((d for d in dists.values() if name in d.entry_points), None)
+
+
+def uninstall(names: list[str], echo: Callable[[str], None]) -> None:
+    """Remove plugins from the plugin directory (any mode) or, pip mode, from the environment."""
+    target = plugins.plugin_dir()
+    mode = install_mode()
+    in_dir = _dists(target)
+    app = bundled()
+    plan: list[tuple[str, Dist]] = []
+    for name in names:
+        dist = _find(name, in_dir)
+        if dist is not None:
+            plan.append(("dir", dist))
+            continue
+        shardeval_itself = {k: d for k, d in app.items() if k == "shardeval"}
+        builtin = _find(name, app if mode == "target" else shardeval_itself)
+        if builtin is not None:
+            raise UsageError(
+                f"{name!r} is part of the app ({builtin.label}, bundled) and cannot be uninstalled; "
+                f"{_installed_list(in_dir, target)}"
+            )
+        env = {} if mode == "target" else _plugin_dists_in_environment()
+        dist = _find(name, env)
+        if dist is None:
+            where = f"{_installed_list(in_dir, target)}" + (
+                f"; plugins installed in the environment: {', '.join(d.label for d in env.values()) or 'none'}" if mode == "pip" else ""
+            )
+            raise UsageError(f"no installed plugin {name!r}; {where}")
+        plan.append(("pip", dist))
+    for how, dist in plan:
+        if how == "dir":
+            count = _remove_dist(dist)
+            echo(f"removed {dist.label} from {target} ({count} files)")
+        else:
+            _require_pip()
+            _pip(["uninstall", "-y", dist.name], f"cannot uninstall {dist.name}")
+            echo(f"removed {dist.label} from the environment of {sys.executable}")
+
+
+def _installed_list(in_dir: dict[str, Dist], target: str) -> str:
+    listing = ", ".join(d.label for d in sorted(in_dir.values(), key=lambda d: d.key)) or "none"
+    return f"installed in the plugin dir {target}: {listing}"
+
+
+def _plugin_dists_in_environment() -> dict[str, Dist]:
+    """Distributions of the running environment that declare `shardeval` entry points."""
+    found: dict[str, Dist] = {}
+    for raw in metadata.distributions():
+        name = raw.metadata["Name"]
+        if not name or canonical(name) in found or canonical(name) == "shardeval":
+            continue
+        eps = [ep.name for ep in raw.entry_points if ep.group == ENTRY_POINT_GROUP]
+        if eps:
+            site = plugins.dist_location(raw) or ""
+            found[canonical(name)] = Dist(name, raw.version, site, list(raw.requires or []), eps, raw)
+    return found
