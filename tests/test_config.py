@@ -13,12 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import msgspec
 import pytest
-from conftest import shardeval_cmd
+from conftest import shardeval_cmd, without_fallback_notice
 
 from shardeval.config import Config, config_for_manifest, config_hash, load_config
 from shardeval.errors import UsageError
+from shardeval.msgspec_compat import msgspec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED = FIXTURES / "seed_slurm_gsm8k_sharded.yaml"
@@ -468,7 +468,7 @@ def test_slurm_plugin_module_is_light() -> None:
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
+    lines = without_fallback_notice(result.stderr).strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardeval: error: "), result.stderr
     for needle in needles:
         assert needle in lines[0]

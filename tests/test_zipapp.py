@@ -339,3 +339,35 @@ output: {{dir: {tmp_path / 'out'}}}
     removed = run([python, str(pyz), "plugins", "uninstall", "shardeval-example"], env=env)
     assert removed.returncode == 0, removed.stderr
     assert "example" not in run([python, str(pyz), "plugins"], env=env).stdout.split()
+
+
+def test_unloadable_msgspec_in_the_built_file(pyz, reference, tmp_path):
+    """A node where the bundled msgspec extension cannot load (here: its .so overwritten with
+    garbage in the extracted copy): the run and the merge fall back to the stdlib, say so, and
+    write the same bytes."""
+    python = interpreters()[f"{sys.version_info[0]}.{sys.version_info[1]}"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    normal = pyz_env(tmp_path / "a")
+    config = write_config(tmp_path, tmp_path / "out")
+    assert run([python, str(pyz), "run", str(config)], env=normal).returncode == 0
+    broken = pyz_env(tmp_path / "b")
+    assert run([python, str(pyz), "--version"], env=broken).returncode == 0  # extract, then break it
+    cores = list((tmp_path / "b" / "root").rglob("msgspec/_core*.so"))
+    assert cores
+    for core in cores:
+        core.write_bytes(b"\0garbage, not an ELF file\n" * 64)
+    config2 = write_config(tmp_path / "b", tmp_path / "out-fallback")
+    proc = run([python, str(pyz), "run", str(config2)], env=broken)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "using the stdlib fallback" in proc.stderr
+    assert (tmp_path / "out-fallback" / "merged" / "scores.json").read_bytes() == reference
+    shutil.copytree(tmp_path / "out", tmp_path / "remerge", ignore=shutil.ignore_patterns("merged"))
+    again = run([python, str(pyz), "merge", str(tmp_path / "remerge")], env=broken)
+    assert again.returncode == 0 and "using the stdlib fallback" in again.stderr, again.stderr
+    first = {p.relative_to(tmp_path / "out" / "merged"): p.read_bytes() for p in (tmp_path / "out" / "merged").rglob("*") if p.is_file()}
+    second = {p.relative_to(tmp_path / "remerge" / "merged"): p.read_bytes() for p in (tmp_path / "remerge" / "merged").rglob("*") if p.is_file()}
+    assert first.keys() == second.keys() and len(first) >= 4
+    for name in first:
+        expected = first[name].replace(str(tmp_path / "out").encode(), str(tmp_path / "remerge").encode())
+        assert second[name] == expected, name

@@ -53,11 +53,11 @@ from types import TracebackType
 from typing import Any, Literal, Mapping
 
 import aiohttp
-import msgspec
 
 from shardeval.adaptive import AdaptiveSlots
 from shardeval.config import Protocol, ServiceConfig, Timeouts
 from shardeval.errors import UsageError
+from shardeval.msgspec_compat import msgspec
 from shardeval.service import Endpoint
 from shardeval.sse import SSEParser
 

@@ -17,9 +17,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
-import msgspec
-
 from shardeval.errors import UsageError
+from shardeval.msgspec_compat import msgspec
 
 Protocol = Literal["chat_completions", "completions"]
 

@@ -17,10 +17,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from shardeval.discover import MERGED_DIR, Run, Shard, load_run
 from shardeval.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
+from shardeval.msgspec_compat import msgspec
 from shardeval.records import RESULTS_FILE, TRAJECTORIES_FILE, BenchmarkManifest
 from shardeval.shards import shard_indices
 

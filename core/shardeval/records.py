@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Type, TypeVar
 
-import msgspec
+from shardeval.msgspec_compat import msgspec
 
 RESULTS_FILE = "results.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"

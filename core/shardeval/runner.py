@@ -20,14 +20,13 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import msgspec
-
 from shardeval import __version__, plugins
 from shardeval.adaptive import make_slots
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash
 from shardeval.errors import ShardError
+from shardeval.msgspec_compat import msgspec
 from shardeval.process import ManagedEndpoint, ServerProcess, describe_exit
 from shardeval.progress import Progress
 from shardeval.records import (

@@ -47,10 +47,9 @@ import tempfile
 from array import array
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-import msgspec
-
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.errors import UsageError
+from shardeval.msgspec_compat import msgspec
 
 __all__ = [
     "Rows",

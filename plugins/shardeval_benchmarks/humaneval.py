@@ -24,10 +24,9 @@ import importlib.util
 import os
 from typing import Any, Callable
 
-import msgspec
-
 from shardeval.benchmark import Benchmark, Problem, Score
 from shardeval.errors import UsageError
+from shardeval.msgspec_compat import msgspec
 from shardeval_benchmarks.code_extract import chat_program, clip, completion_program, with_tests
 from shardeval_benchmarks.params import ParamsStruct, decode_params
 from shardeval_benchmarks.sandbox import run_sandboxed

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, TypeVar
 
-import msgspec
-
 from shardeval.errors import UsageError
+from shardeval.msgspec_compat import msgspec
 
 T = TypeVar("T", bound=msgspec.Struct)
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-import msgspec
-
 from shardeval.config import ClusterConfig
+from shardeval.msgspec_compat import msgspec
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Positive = Annotated[int, msgspec.Meta(ge=1)]

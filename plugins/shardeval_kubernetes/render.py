@@ -148,7 +148,7 @@ def render(request: LaunchRequest) -> Rendered:
     if cluster.node_selector:
         pod["nodeSelector"] = dict(cluster.node_selector)
     if cluster.tolerations:
-        import msgspec
+        from shardeval.msgspec_compat import msgspec
 
         pod["tolerations"] = msgspec.to_builtins(cluster.tolerations)
     if pull_secrets:

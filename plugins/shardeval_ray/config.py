@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import msgspec
-
 from shardeval.config import ClusterConfig
+from shardeval.msgspec_compat import msgspec
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 

@@ -35,9 +35,9 @@ import sys
 import time
 from typing import Any
 
-import msgspec
 from aiohttp import web
 
+from shardeval.msgspec_compat import msgspec
 from shardeval_sim.answers import Answerer, AnswerKey, Render, Reply, count_tokens, token_logprob, tokenize
 from shardeval_sim.settings import SimSettings
 
