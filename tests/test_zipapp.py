@@ -305,9 +305,9 @@ def test_third_party_plugin_installed_into_the_built_file(pyz, tmp_path):
     rebuild, no network: a wheel built here, --no-index) and a sharded run uses its benchmark,
     in the shards and in the simulators the shards start."""
     python = interpreters()[f"{sys.version_info[0]}.{sys.version_info[1]}"]
-    wheels = tmp_path / "wheels"
-    built = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
-                 str(REPO / "examples" / "shardeval-example-plugin")])
+    wheels, source = tmp_path / "wheels", tmp_path / "example-plugin"
+    shutil.copytree(REPO / "examples" / "shardeval-example-plugin", source)  # setuptools builds in the tree
+    built = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)])
     assert built.returncode == 0, built.stderr
     env = pyz_env(tmp_path)  # the plugin directory defaults to the platformdirs data dir under HOME
     wheel = next(wheels.glob("shardeval_example-*.whl"))
