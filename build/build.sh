@@ -4,6 +4,8 @@
 # Options go to build/zipapp.py: --relock re-resolves build/requirements.lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The system certificate store, as pip uses it: behind a proxy with its own CA that is where the CA is.
+export UV_NATIVE_TLS=${UV_NATIVE_TLS:-1}
 VENV=build/out/venv
 if [ ! -x "$VENV/bin/uv" ] || [ ! -x "$VENV/bin/shiv" ]; then
   rm -rf "$VENV"

@@ -175,6 +175,41 @@ def strip_and_drop(site: Path) -> None:
             subprocess.run([strip, "--strip-debug", str(path)], check=False, stderr=subprocess.DEVNULL)
 
 
+# Python 3.10's compiler output depends on the heap: the same source compiled twice can differ in
+# marshal's reference flags (a longer path in argv was enough to change 12 numpy files, and ASLR
+# alone flips some). So on 3.10 each file is compiled in its own fresh interpreter, with address
+# randomisation off, a fixed environment and an argv that depends only on the file's place in the
+# archive; it writes an unchecked-hash .pyc exactly as compileall would. 3.11 and later are
+# stable and use compileall in one process.
+COMPILE_ONE = """
+import importlib.util, marshal, sys
+source = sys.stdin.buffer.read()
+code = compile(source, sys.argv[1], "exec", dont_inherit=True)
+flags = (0b01).to_bytes(4, "little")  # hash-based, not checked against the source
+sys.stdout.buffer.write(importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + marshal.dumps(code))
+"""
+
+
+def _compile_isolated(exe: str, folder: Path, tag: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    no_aslr = ["setarch", os.uname().machine, "-R"] if shutil.which("setarch") else []
+
+    def one(source: Path) -> None:
+        rel = source.relative_to(folder).as_posix()
+        # -s -S, not -I: isolated mode would ignore PYTHONHASHSEED and randomise set constants.
+        out = subprocess.run([*no_aslr, exe, "-s", "-S", "-c", COMPILE_ONE, f"site-packages/{rel}"],
+                             input=source.read_bytes(), capture_output=True, env={"PYTHONHASHSEED": "0"})
+        if out.returncode != 0:  # syntax this Python does not know (a file for newer ones)
+            return
+        target = source.parent / "__pycache__" / f"{source.stem}.cpython-{tag[2:]}.pyc"
+        target.parent.mkdir(exist_ok=True)
+        target.write_bytes(out.stdout)
+
+    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        list(pool.map(one, sorted(folder.rglob("*.py"))))
+
+
 def compile_pycs(site: Path, variants: Path, served: dict[str, list[str]]) -> list[str]:
     """Unchecked-hash .pyc for every supported Python found here; returns the versions done.
 
@@ -189,10 +224,11 @@ def compile_pycs(site: Path, variants: Path, served: dict[str, list[str]]) -> li
         tag = "cp" + py.replace(".", "")
         folders = [site] + [variants / f for f, targets in served.items() if any(t.startswith(tag + "-") for t in targets)]
         for folder in folders:
-            # One process, sorted order: on 3.10 a .pyc depends on what that process compiled
-            # before (marshal's reference flags follow refcounts), so parallel workers are not
-            # reproducible; a fixed hash seed keeps set constants in one order.
-            subprocess.run([exe, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash",
+            if py == "3.10":
+                _compile_isolated(exe, folder, tag)
+                continue
+            # A fixed hash seed keeps set constants in one order.
+            subprocess.run([exe, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
                             "-d", "site-packages", str(folder)], check=False, stdout=subprocess.DEVNULL,
                            env={**os.environ, "PYTHONHASHSEED": "0"})
         done.append(py)
