@@ -283,8 +283,10 @@ def write_archive(target: Path, site: Path, info: dict, epoch: int) -> str:
     members.append(("__main__.py", (REPO / "shims/zipapp/main.py").read_bytes(), 0o644))
     payload = [m for m in members if m[0].startswith(("site-packages/", "variants/"))]
     outer = [m for m in members if not m[0].startswith(("site-packages/", "variants/"))]
-    for name, source in (("_shardeval_entry.py", "entry.py"), ("_shardeval_extract.py", "extract.py")):
+    for name, source in (("_shardeval_entry.py", "entry.py"), ("_shardeval_extract.py", "extract.py"),
+                         ("_shardeval_root.py", "root.py")):
         outer.append((name, (REPO / "shims/zipapp" / source).read_bytes(), 0o644))
+    outer.append(("shardeval-start.txt", f"{env.build_id} {env.entry_point}\n".encode(), 0o644))
     outer.append((PAYLOAD, _zip_bytes(payload, stamp, zipfile.ZIP_DEFLATED), 0o644))
     tmp = target.with_suffix(".tmp")
     with open(tmp, "wb") as fd:

@@ -21,7 +21,7 @@ import pytest
 from zipapp_support import ARM64_ROOT, REPO, built_zipapp, interpreters, run, write_config
 
 pytestmark = pytest.mark.timeout(600)
-ENTRY = REPO / "shims" / "zipapp" / "entry.py"
+ROOT_CHOICE = REPO / "shims" / "zipapp" / "root.py"
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +45,11 @@ def pyz_env(tmp: Path, **extra: str) -> dict[str, str]:
     return {"HOME": str(home), "SHARDEVAL_ZIPAPP_ROOT": str(tmp / "root"), **extra}
 
 
-def load_entry():
-    """shims/zipapp/entry.py as a module (inside the archive it is `_shardeval_entry`)."""
+def load_root_choice():
+    """shims/zipapp/root.py as a module (inside the archive it is `_shardeval_root`)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("zipapp_entry", ENTRY)
+    spec = importlib.util.spec_from_file_location("zipapp_root", ROOT_CHOICE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -172,7 +172,7 @@ def test_two_builds_are_byte_identical(pyz, tmp_path):
 
 
 def test_home_on_a_shared_or_read_only_mount_is_avoided(tmp_path):
-    entry = load_entry()
+    entry = load_root_choice()
     home = tmp_path / "home"
     home.mkdir()
     mounts = tmp_path / "mounts"

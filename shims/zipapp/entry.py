@@ -6,16 +6,15 @@ once the Python version is known to be >= 3.10. Stdlib only: nothing is extracte
 Why not shiv's own extraction: the archive carries the compiled files of every CPython 3.10-3.13
 on x86_64 and aarch64 side by side, and extracting all of them would cost seconds; and shiv
 extracts under ~/.shiv, which on a cluster is often an NFS home that hundreds of array tasks would
-hit at once, or read-only in a container. So this module chooses a node-local root when the home
-is shared or read-only, has `_shardeval_extract` unpack (once per node, under a lock) only the
-files this interpreter and architecture can use, then puts that site-packages on sys.path the
+hit at once, or read-only in a container. So `_shardeval_root` chooses a node-local root when the
+home is shared or read-only, `_shardeval_extract` unpacks (once per node, under a lock) only the
+files this interpreter and architecture can use, and this module puts that site-packages on sys.path the
 way shiv's bootstrap would and runs the CLI. The warm path (already extracted) imports nothing
 beyond what Python has loaded anyway: every start pays for it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -23,11 +22,7 @@ ROOT_ENV = "SHARDEVAL_ZIPAPP_ROOT"  # where extracted copies live (a parent of p
 SHIV_ROOT_ENV = "SHIV_ROOT"
 SHIV_OVERRIDES = ("SHIV_INTERPRETER", "SHIV_ENTRY_POINT", "SHIV_MODULE", "SHIV_CONSOLE_SCRIPT")
 QUIET_ENV = "SHARDEVAL_ZIPAPP_ROOT_CHOSEN"  # set once a root was chosen: children stay quiet
-# File systems shared between nodes: extracting there makes every task of an array hit one server.
-SHARED_FS = frozenset(
-    "nfs nfs4 lustre gpfs cifs smb3 smbfs beegfs ceph fuse.ceph glusterfs fuse.glusterfs panfs "
-    "wekafs afs fuse.sshfs fuse.gcsfuse fuse.s3fs fuse.juicefs 9p".split()
-)
+START_INFO = "shardeval-start.txt"  # "BUILD_ID ENTRY_POINT", written by build/zipapp.py
 _ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
 
@@ -42,83 +37,22 @@ def this_target() -> str:
     return f"{impl}{sys.version_info[0]}{sys.version_info[1]}-{_ARCH_ALIASES.get(machine, machine)}"
 
 
-def _unescape_mount(field: str) -> str:
-    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-
-
-def mount_of(path: str, mounts_file: str = "/proc/self/mounts") -> tuple[str, set[str]]:
-    """(fs type, mount options) of the mount holding `path`; ("", set()) when unknown."""
-    best, found = "", ("", set())
-    try:
-        with open(mounts_file, encoding="utf-8", errors="replace") as f:
-            lines = f.readlines()
-    except OSError:
-        return found
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 4:
-            continue
-        point = _unescape_mount(parts[1])
-        inside = path == point or path.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, found = point, (parts[2], set(parts[3].split(",")))
-    return found
-
-
-def home_is_usable(home: str, mounts_file: str = "/proc/self/mounts") -> tuple[bool, str]:
-    """Whether extracting under the home is a good idea, and if not, why (for the notice)."""
-    if not home or not os.path.isdir(home):
-        return False, f"home {home or '(unset)'} does not exist"
-    real = os.path.realpath(home)
-    fstype, options = mount_of(real, mounts_file)
-    if fstype in SHARED_FS:
-        return False, f"home {home} is on {fstype}, shared between nodes"
-    if "ro" in options or not os.access(real, os.W_OK):
-        return False, f"home {home} is read-only"
-    return True, ""
-
-
-def _private_dir(parent: str) -> str | None:
-    """parent/shardeval-UID, created 0700 and owned by us; None if someone else planted it."""
-    path = os.path.join(parent, f"shardeval-{os.getuid()}")
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    st = os.lstat(path)
-    if os.path.islink(path) or not os.path.isdir(path) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-        return None
-    return path
-
-
-def choose_base() -> str:
-    """The parent folder for extracted copies: explicit setting, else ~/.shiv, else node-local."""
+def choose_base() -> tuple[str, str]:
+    """(parent folder for extracted copies, why it is node-local or ""). An explicit setting
+    needs no file system checks: every start of a container or a child process takes that path.
+    Otherwise _shardeval_root picks the home's ~/.shiv or node-local storage."""
     explicit = os.environ.get(ROOT_ENV) or os.environ.get(SHIV_ROOT_ENV)
     if explicit:
-        return os.path.expanduser(explicit)
-    home = os.path.expanduser("~")
-    usable, why = home_is_usable(home)
-    if usable:
-        return os.path.join(home, ".shiv")
-    private = node_local_dir()
-    if not os.environ.get(QUIET_ENV):
-        notice(f"{why}: extracting to node-local {private} (set {ROOT_ENV} to choose)")
-    return private
+        return os.path.expanduser(explicit), ""
+    import _shardeval_root
+
+    return _shardeval_root.home_or_node_local()
 
 
 def node_local_dir() -> str:
-    """$TMPDIR (unless shared) or /tmp, in a private per-user folder."""
-    local = os.environ.get("TMPDIR") or "/tmp"
-    if not os.path.isdir(local) or mount_of(os.path.realpath(local))[0] in SHARED_FS:
-        local = "/tmp"
-    private = _private_dir(local)
-    if private is None:
-        import tempfile
+    import _shardeval_root
 
-        private = tempfile.mkdtemp(prefix="shardeval-")
-    return private
+    return _shardeval_root.node_local_dir()
 
 
 def _extract(archive: str, site_parent: str, info: dict, target: str) -> None:
@@ -151,12 +85,17 @@ def activate(site_packages: str) -> None:
 def main() -> None:
     archive = sys.argv[0]
     loader = globals()["__loader__"]  # the zipimporter that loaded us: reads members without zipfile
-    env = json.loads(loader.get_data(os.path.join(loader.archive, "environment.json")))
+    # Two lines, build id and entry point, so a warm start needs no json module (2 ms).
+    build_id, entry_point = loader.get_data(os.path.join(loader.archive, START_INFO)).decode().split()
     target = this_target()
-    name = f"{os.path.basename(os.path.realpath(archive))}_{env['build_id']}"
-    base = choose_base()
+    name = f"{os.path.basename(os.path.realpath(archive))}_{build_id}"
+    base, why = choose_base()
     site_parent = os.path.join(base, target, name)  # shiv's layout below the root: NAME_BUILDID/
     if not os.path.isdir(os.path.join(site_parent, "site-packages")):
+        if why and not os.environ.get(QUIET_ENV):  # said once, when extracting, not at every start
+            notice(f"{why}: extracting to node-local {base} (set {ROOT_ENV} to choose)")
+        import json
+
         info = json.loads(loader.get_data(os.path.join(loader.archive, "shardeval-build.json")))
         if target not in info["targets"]:
             notice(
@@ -185,5 +124,5 @@ def main() -> None:
     # The plain path does shiv's bootstrap steps itself: importing shiv's runtime (compileall,
     # hashlib, pathlib, zipfile) would cost every start ~16 ms, a third of the CLI's own time.
     activate(site_packages)
-    module, _, function = env["entry_point"].partition(":")
+    module, _, function = entry_point.partition(":")
     sys.exit(getattr(__import__(module, fromlist=[function]), function)())
