@@ -193,7 +193,10 @@ sys.stdout.buffer.write(importlib.util.MAGIC_NUMBER + flags + importlib.util.sou
 def _compile_isolated(exe: str, folder: Path, tag: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    no_aslr = ["setarch", os.uname().machine, "-R"] if shutil.which("setarch") else []
+    no_aslr = ["setarch", os.uname().machine, "-R"]
+    if not shutil.which("setarch") or subprocess.run([*no_aslr, "true"], capture_output=True).returncode != 0:
+        log("setarch -R is not available here: 3.10 .pyc files may differ between builds")
+        no_aslr = []
 
     def one(source: Path) -> None:
         rel = source.relative_to(folder).as_posix()
