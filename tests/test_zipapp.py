@@ -39,6 +39,11 @@ def reference(tmp_path_factory) -> bytes:
     return (folder / "out" / "merged" / "scores.json").read_bytes()
 
 
+def this_python() -> str:
+    """The real interpreter of the Python running the tests (not a pyenv shim)."""
+    return interpreters()[f"{sys.version_info[0]}.{sys.version_info[1]}"]
+
+
 def pyz_env(tmp: Path, **extra: str) -> dict[str, str]:
     home = tmp / "home"
     home.mkdir(exist_ok=True)
@@ -128,7 +133,7 @@ def test_launcher_without_any_new_python_says_so(pyz, tmp_path):
 
 
 def test_many_first_runs_at_once_extract_once(pyz, tmp_path):
-    python = interpreters()[f"{sys.version_info[0]}.{sys.version_info[1]}"]
+    python = this_python()
     env = pyz_env(tmp_path)
     procs = [
         subprocess.Popen([python, str(pyz), "--version"], env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -146,7 +151,7 @@ def test_many_first_runs_at_once_extract_once(pyz, tmp_path):
 def test_pyc_files_are_shipped_and_trusted(pyz, tmp_path):
     """With PYTHONDONTWRITEBYTECODE=1 nothing is compiled at start: the archive's unchecked-hash
     .pyc files are used as they are (editing an extracted source changes nothing)."""
-    python = interpreters()[f"{sys.version_info[0]}.{sys.version_info[1]}"]
+    python = this_python()
     env = pyz_env(tmp_path, PYTHONDONTWRITEBYTECODE="1")
     assert run([python, str(pyz), "--version"], env=env).returncode == 0
     site = next((tmp_path / "root").rglob("site-packages"))
@@ -201,7 +206,7 @@ def _read_only(paths: list[Path], argv: list[str]) -> list[str]:
 
 def test_read_only_home_extracts_node_local(pyz, tmp_path):
     _needs_root_namespaces()
-    python = interpreters()[f"{sys.version_info[0]}.{sys.version_info[1]}"]
+    python = this_python()
     home, local = tmp_path / "home", tmp_path / "local"
     home.mkdir()
     local.mkdir()
@@ -235,7 +240,7 @@ def test_container_entrypoint_with_read_only_home_and_image(pyz, tmp_path):
     at build time, then the ENTRYPOINT with the image's environment, a read-only home and a
     read-only /opt (as with readOnlyRootFilesystem)."""
     _needs_root_namespaces()
-    python = interpreters().get("3.12") or interpreters()[f"{sys.version_info[0]}.{sys.version_info[1]}"]
+    python = interpreters().get("3.12") or this_python()
     image = tmp_path / "image"
     opt = image / "opt" / "shardeval"
     opt.mkdir(parents=True)
@@ -304,7 +309,7 @@ def test_third_party_plugin_installed_into_the_built_file(pyz, tmp_path):
     """The example plugin goes into the zipapp's plugin directory with `plugins install` (no
     rebuild, no network: a wheel built here, --no-index) and a sharded run uses its benchmark,
     in the shards and in the simulators the shards start."""
-    python = interpreters()[f"{sys.version_info[0]}.{sys.version_info[1]}"]
+    python = this_python()
     wheels, source = tmp_path / "wheels", tmp_path / "example-plugin"
     shutil.copytree(REPO / "examples" / "shardeval-example-plugin", source)  # setuptools builds in the tree
     built = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)])
@@ -345,7 +350,7 @@ def test_unloadable_msgspec_in_the_built_file(pyz, reference, tmp_path):
     """A node where the bundled msgspec extension cannot load (here: its .so overwritten with
     garbage in the extracted copy): the run and the merge fall back to the stdlib, say so, and
     write the same bytes."""
-    python = interpreters()[f"{sys.version_info[0]}.{sys.version_info[1]}"]
+    python = this_python()
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     normal = pyz_env(tmp_path / "a")

@@ -53,14 +53,7 @@ class _Formatter(Reader):
                 self.emit(depth + 1)
             out.append(b"]" if empty else self.closing(depth, b"]"))
         else:
-            if c == 0x74:
-                self.literal(b"rue", skip=True)
-            elif c == 0x66:
-                self.literal(b"alse", skip=True)
-            elif c == 0x6E:
-                self.literal(b"ull", skip=True)
-            else:
-                self.number(skip=True)
+            self.skip_scalar(c)
             out.append(buf[start : self.pos])
 
 

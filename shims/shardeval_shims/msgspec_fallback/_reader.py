@@ -164,26 +164,25 @@ class Reader:
         is_float = False
         if pos < end and buf[pos] == 0x2E:  # .
             is_float = True
-            pos += 1
-            digits = pos
-            while pos < end and buf[pos] in _DIGITS:
-                pos += 1
-            if pos == digits:
-                self.pos = pos
-                self.fail("invalid number")
+            pos = self._digit_run(pos + 1)
         if pos < end and buf[pos] in (0x65, 0x45):  # e E
             is_float = True
             pos += 1
             if pos < end and buf[pos] in (0x2B, 0x2D):
                 pos += 1
-            digits = pos
-            while pos < end and buf[pos] in _DIGITS:
-                pos += 1
-            if pos == digits:
-                self.pos = pos
-                self.fail("invalid number")
+            pos = self._digit_run(pos)
         self.pos = pos
         return start, pos, is_float
+
+    def _digit_run(self, pos: int) -> int:
+        """The end of the digits starting at `pos`; at least one is required."""
+        buf, end, digits = self.buf, self.end, pos
+        while pos < end and buf[pos] in _DIGITS:
+            pos += 1
+        if pos == digits:
+            self.pos = pos
+            self.fail("invalid number")
+        return pos
 
     def number_value(self) -> int | float:
         start, end, is_float = self.number()
@@ -258,7 +257,12 @@ class Reader:
             self.pos += 1
             for _ in self.items():
                 self.skip()
-        elif c == 0x74:
+        else:
+            self.skip_scalar(c)
+
+    def skip_scalar(self, c: int) -> None:
+        """Validate the true/false/null/number starting with byte `c` (shared with the formatter)."""
+        if c == 0x74:
             self.literal(b"rue", skip=True)
         elif c == 0x66:
             self.literal(b"alse", skip=True)
