@@ -9,6 +9,7 @@ its scores.json must be byte-identical to the same evaluation run from the pip i
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -78,6 +79,11 @@ def test_sharded_evaluation_and_merge_on_each_python(version, pyz, reference, tm
     tag = "cp" + version.replace(".", "")
     extracted = list((tmp_path / "root").iterdir())
     assert [p.name for p in extracted] == [f"{tag}-{os.uname().machine}"]
+    # provenance: every shard names this file's build and this Python
+    build_id = next(extracted[0].glob("*/site-packages")).parent.name.rsplit("_", 1)[-1]
+    for shard in sorted((tmp_path / "out").glob("shard_*")):
+        provenance = json.loads((shard / "manifest.json").read_text())["provenance"]
+        assert provenance["build_id"] == build_id and provenance["python"].startswith(f"CPython {version}.")
 
 
 def test_every_supported_python_is_exercised_here():

@@ -46,6 +46,10 @@ class Benchmark:
     score_in_thread: bool = False
     # What `shardeval merge` computes for it unless the config's `benchmarks[].metrics` says otherwise.
     metrics: tuple[str, ...] = ("accuracy", "pass@k")
+    # The scorer's version: bump it whenever `score` or the answer extraction changes, so shards
+    # scored the old way are never merged or resumed with new ones. None: the version of the
+    # plugin that provides the benchmark (every release then counts as a change).
+    scorer_version: str | None = None
 
     def size(self) -> int:
         raise NotImplementedError

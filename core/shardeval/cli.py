@@ -71,7 +71,9 @@ def run(config_path: str | None, shard_flag: str | None, overrides: tuple[str, .
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
 @click.option("-o", "--output-dir", help="Where merged/ goes (default: RUN_DIR/merged).")
 @click.option("-q", "--quiet", is_flag=True, help="Write the files; print nothing.")
-def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samples: int, seed: int, output_dir: str | None, quiet: bool) -> None:
+@click.option("--allow-mixed-models", is_flag=True, help="Pool shards whose endpoints served different weights (the report then says MIXED).")
+def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samples: int, seed: int, output_dir: str | None, quiet: bool,
+          allow_mixed_models: bool) -> None:
     """Merge every shard directory under RUN_DIR into RUN_DIR/merged/ and print the report.
 
     Safe to run any time, also while shards are still running (the report then says PARTIAL).
@@ -82,7 +84,7 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     from shardeval.report import render_report
 
     options = MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed)
-    result = merge_run(run_dir, errors_as_wrong=errors_as_wrong, options=options)
+    result = merge_run(run_dir, errors_as_wrong=errors_as_wrong, options=options, allow_mixed_models=allow_mixed_models)
     out = write_merged(result, output_dir, confidence=confidence)
     if not quiet:
         click.echo(render_report(result, confidence), nl=False)

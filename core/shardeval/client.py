@@ -507,6 +507,25 @@ class Client:
         if session is not None:
             await session.close()
 
+    async def get_json(self, url: str, timeout_s: float = 10.0) -> Any:
+        """GET `url` with the service's headers (its key included) and decode the JSON body.
+
+        For the endpoint's metadata (/v1/models, /version), never for answers: one attempt, no
+        retries. Raises ValueError with a scrubbed one-line reason on any failure.
+        """
+        assert self._session is not None, "use `async with Client(...)`"
+        try:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise ValueError(self._scrub(f"HTTP {resp.status} {_snippet(body, 120)}"))
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise ValueError(self._scrub(f"{type(exc).__name__}: {exc}")) from None
+        try:
+            return msgspec.json.decode(body)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            raise ValueError(self._scrub(f"not JSON: {_snippet(body, 120)}")) from None
+
     def _scrub(self, text: str) -> str:
         """Trim a message and make sure the API key can never be part of it."""
         text = " ".join(text.split())

@@ -47,6 +47,9 @@ class SolverConfig(_Section):
 
 class BenchmarkConfig(_Section):
     name: str
+    # The benchmark's name in records and its folder <out>/<id>/ (default: the benchmark's own name,
+    # a data file's stem); needed to list one benchmark twice, or two data files of one name.
+    id: str | None = None
     solver: SolverConfig = msgspec.field(default_factory=SolverConfig)
     repeats: int = 1
     max_problems: int | None = None
@@ -84,6 +87,17 @@ class ServiceConfig(_Section):
     # AIMD concurrency (shardeval.adaptive): halve the window on 429 bursts, grow it back on success;
     # false keeps the fixed max_concurrent window. Transport only: not part of the config hash.
     adaptive: bool = False
+
+    def identity(self) -> dict[str, Any] | None:
+        """The keys of this service that change results: the model, its weights and the engine
+        settings that change what it answers. They join the run's identity (the config hash), so
+        a resume or merge across a change is refused. Never ports, hosts, keys or timeouts.
+
+        Every service plugin overrides this. The default, None, means "not declared": then every
+        key of the plugin's own section counts (a port change refuses a resume too: safe, never
+        mixed), and the plugin is named in a warning when plugins load.
+        """
+        return None
 
 
 class ClusterConfig(_Section):
@@ -196,8 +210,10 @@ def config_hash(config: Config) -> str:
     for bench in config.benchmarks:
         service = config.services.get(bench.solver.service)
         solver = bench.solver
+        entry: dict[str, Any] = {} if bench.id is None else {"id": bench.id}  # absent: older hashes stay valid
         benchmarks.append(
             {
+                **entry,
                 "name": bench.name,
                 "params": bench.params,
                 "repeats": bench.repeats,
@@ -438,7 +454,7 @@ def _quick_base(flags: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _keep_benchmark(benchmarks: list[BenchmarkConfig], name: str, source: str) -> list[BenchmarkConfig]:
-    kept = [b for b in benchmarks if b.name == name]
+    kept = [b for b in benchmarks if name in (b.name, b.id)]
     if not kept:
         defined = ", ".join(b.name for b in benchmarks) or "none"
         raise UsageError(f"--bench {name}: {source} has no benchmark {name!r}; defined: {defined}")
@@ -641,13 +657,16 @@ def _validate(config: Config, where: _Where) -> None:
     seen: dict[str, int] = {}
     for i, bench in enumerate(config.benchmarks):
         at = f"benchmarks[{i}]"
-        if bench.name in seen:
+        key = bench.id if bench.id is not None else bench.name
+        if key in seen:
             raise where.error(
-                f"{bench.name!r} is already benchmarks[{seen[bench.name]}]; each benchmark writes <out>/{bench.name}/, "
-                "so list it once (use repeats or params)",
-                f"{at}.name",
+                f"{key!r} is already benchmarks[{seen[key]}]; each benchmark writes <out>/{key}/, "
+                f"so list it once (use repeats or params), or give each a distinct `id` (e.g. id: {_safe_id(key)}_2)",
+                f"{at}.id" if bench.id is not None else f"{at}.name",
             )
-        seen[bench.name] = i
+        if bench.id is not None and not _ID.fullmatch(bench.id):
+            raise where.error(f"{bench.id!r} is not a usable folder name; use letters, digits, '.', '_' or '-'", f"{at}.id")
+        seen[key] = i
         _at_least(where, f"{at}.repeats", bench.repeats, 1)
         _at_least(where, f"{at}.max_problems", bench.max_problems, 1)
         _at_least(where, f"{at}.max_concurrent", bench.max_concurrent, 1)
@@ -656,6 +675,13 @@ def _validate(config: Config, where: _Where) -> None:
             raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
         registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
     _at_least(where, "cluster.shards", config.cluster.shards, 1)
+
+
+_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _safe_id(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name.rsplit("/", 1)[-1].split(".")[0]) or "bench"
 
 
 def decode_section(data: Any, type_: Any, *, source: str, prefix: str = "") -> Any:

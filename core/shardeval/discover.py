@@ -37,6 +37,8 @@ class Run:
     config_hash: str
     benchmarks: list[BenchmarkManifest]  # from the first shard; all agree on what matters
     orphans: list[str] = field(default_factory=list)  # results files with no manifest beside them
+    # What differs in the served identity between shards, when merging was allowed anyway.
+    mixed_served: list[str] = field(default_factory=list)
 
     def present(self) -> set[int]:
         return {s.manifest.shard_idx for s in self.shards}
@@ -67,7 +69,7 @@ def find_shard_dirs(root: str) -> tuple[list[str], list[str]]:
     return sorted(shards), sorted(orphans)
 
 
-def load_run(root: str) -> Run:
+def load_run(root: str, allow_mixed_served: bool = False) -> Run:
     if not os.path.isdir(root):
         raise UsageError(f"{root}: no such directory; give the directory that holds the shard directories")
     paths, orphans = find_shard_dirs(root)
@@ -80,6 +82,7 @@ def load_run(root: str) -> Run:
         assert manifest is not None
         shards.append(Shard(path=os.path.relpath(path, root), abspath=path, manifest=manifest))
     check_consistency(root, shards)
+    mixed = check_served(shards, allow_mixed_served)
     first = shards[0].manifest
     return Run(
         root=root,
@@ -88,6 +91,7 @@ def load_run(root: str) -> Run:
         config_hash=first.config_hash,
         benchmarks=first.benchmarks,
         orphans=[os.path.relpath(o, root) for o in orphans],
+        mixed_served=mixed,
     )
 
 
@@ -112,3 +116,33 @@ def check_consistency(root: str, shards: list[Shard]) -> None:
     for i in range(len(shards[0].manifest.benchmarks)):
         _odd_one(shards, lambda s: s.manifest.benchmarks[i].dataset_fingerprint, f"{shards[0].manifest.benchmarks[i].name} data")
         _odd_one(shards, lambda s: s.manifest.benchmarks[i].n_problems, f"{shards[0].manifest.benchmarks[i].name} size")
+        _odd_one(shards, lambda s: s.manifest.benchmarks[i].prompt_fingerprint, f"{shards[0].manifest.benchmarks[i].name} prompts")
+        _odd_one(shards, lambda s: s.manifest.benchmarks[i].scorer_fingerprint, f"{shards[0].manifest.benchmarks[i].name} scorer")
+
+
+ALLOW_MIXED_FLAG = "--allow-mixed-models"
+
+
+def check_served(shards: list[Shard], allow: bool) -> list[str]:
+    """Refuse shards whose endpoints reported different weights (or context length) for a service,
+    naming the odd shard; with `allow`, return what differs so the report can say the run is mixed.
+    A shard whose endpoint could not be read has nothing to compare and is not counted."""
+    mixed: list[str] = []
+    services = sorted({name for s in shards for name in s.manifest.served})
+    for name in services:
+        known = [s for s in shards if name in s.manifest.served and s.manifest.served[name].identity() is not None]
+        values = Counter(s.manifest.served[name].identity() for s in known)
+        if len(values) <= 1:
+            continue
+        majority = values.most_common(1)[0][0]
+        first = next(s for s in known if s.manifest.served[name].identity() == majority)
+        odd = [s for s in known if s.manifest.served[name].identity() != majority]
+        shown = ", ".join(f"{s.path} ({s.manifest.served[name].describe()})" for s in odd[:3]) + (" …" if len(odd) > 3 else "")
+        text = f"service {name!r}: {shown} served other weights than the other {len(known) - len(odd)} shard(s) ({first.manifest.served[name].describe()})"
+        if not allow:
+            raise UsageError(
+                f"shards served by different models: {text}; rerun the odd shard(s) against the same weights "
+                f"(shardeval run … --fresh), or pass {ALLOW_MIXED_FLAG} if you mean to pool them"
+            )
+        mixed.append(text)
+    return mixed

@@ -55,6 +55,8 @@ def launch(
     shard = detect_shard(shard_flag, os.environ, config.cluster.shards)
     if shard is None and config.cluster.type == "local" and not config.cluster.shards:
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
+    if dry_run:
+        print_identity(config)
     if shard is None:
         request = LaunchRequest(
             config=config,
@@ -81,8 +83,16 @@ def launch(
         return exc.exit_code
 
 
+def print_identity(config) -> None:
+    """--dry-run: the run's identity, so two configs can be told the same run (or not) up front."""
+    from shardeval.config import config_hash
+
+    print(f"run identity: {config_hash(config)} (a resume or merge needs the same identity)")
+
+
 def print_plan(config, shard, out_dir: str) -> int:
-    """--dry-run inside a shard: which problems this shard would ask, and where it would write."""
+    """--dry-run inside a shard: which problems this shard would ask, where it would write, and the
+    fingerprints its manifest would carry."""
     from shardeval.runner import plan_benchmarks
 
     for plan in plan_benchmarks(config, shard):
@@ -91,6 +101,7 @@ def print_plan(config, shard, out_dir: str) -> int:
             f"shard {shard.idx}/{shard.total} {plan.name}: problems [{lo}, {hi}) of {plan.n_problems} "
             f"x {plan.config.repeats} repeats -> {os.path.join(out_dir, plan.name)}"
         )
+        print(f"  data {plan.fingerprint}, prompts {plan.prompt_fingerprint}, scorer {plan.scorer_fingerprint}")
     return 0
 
 

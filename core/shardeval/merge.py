@@ -1,9 +1,9 @@
 """`shardeval merge`: shard directories → one deduplicated table per benchmark → numbers.
 
-One pass over each shard's results decides, for every (problem, repeat) cell, which record
-stands: an `ok` record beats an error; among `ok` records the first in (shard path, line) order
-is kept and later ones are counted as duplicates (conflicts when their score differs); among
-errors only, the last one (the latest attempt) stands. Per cell the merge keeps a few numbers and
+One pass over each shard's results, in (shard path, line) order, decides for every (problem,
+repeat) cell which record stands, by the one rule of shardeval.standing: an `ok` record beats an
+error, the first `ok` stands (later ones are duplicates, conflicts when their score differs), and
+among errors only the latest stands. Per cell the merge keeps a few numbers and
 the winner's byte offset, so memory is bounded by the number of cells, never by record size or
 count of duplicates; the merged files are then written in (problem, repeat) order by reading each
 winner back. Shard files are only read. The same inputs always give byte-identical outputs.
@@ -20,8 +20,9 @@ from typing import Any
 from shardeval.discover import MERGED_DIR, Run, Shard, load_run
 from shardeval.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
 from shardeval.msgspec_compat import msgspec
-from shardeval.records import RESULTS_FILE, TRAJECTORIES_FILE, BenchmarkManifest
+from shardeval.records import RESULTS_FILE, TRAJECTORIES_FILE, BenchmarkManifest, ReadReport, scan_lines
 from shardeval.shards import shard_indices
+from shardeval.standing import DUPLICATE, SUPERSEDE, TAKE, decide
 
 NAN = float("nan")
 
@@ -141,54 +142,37 @@ class Cells:
 
 
 def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
-    """Decide every cell's standing record from every shard's results file."""
-    decode = msgspec.json.Decoder(_Row).decode
+    """Decide every cell's standing record from every shard's results file (shardeval.standing's rule)."""
     repeats, n_problems = cells.repeats, cells.n_problems
     status = cells.status
     for src, shard in enumerate(shards):
         path = os.path.join(shard.abspath, bench, RESULTS_FILE)
-        try:
-            f = open(path, "rb")
-        except FileNotFoundError:
-            continue
-        with f:
-            offset = 0
-            for line in f:
-                length = len(line)
-                start, offset = offset, offset + length
-                if not line.endswith(b"\n"):
-                    if line.strip():
-                        cells.unreadable.append(f"{shard.path}/{bench}/{RESULTS_FILE}: torn last line")
-                    break
-                try:
-                    row = decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    if line.strip():
-                        cells.unreadable.append(f"{shard.path}/{bench}/{RESULTS_FILE}: byte {start}")
-                    continue
-                if row.benchmark != bench:
-                    cells.n_foreign += 1
-                    continue
-                p, r = row.problem_idx, row.repeat
-                if not (0 <= p < n_problems and 0 <= r < repeats):
-                    cells.n_out_of_range += 1
-                    continue
-                cell = p * repeats + r
-                current = status[cell]
-                if current == MISSING:
-                    cells.take(cell, row, src, start, length)
-                elif row.status == "ok":
-                    if current == ERROR:
-                        cells.n_superseded_errors += 1
-                        cells.take(cell, row, src, start, length)
-                    else:
-                        cells.n_duplicates += 1
-                        kept = cells.score[cell]
-                        new = row.score if row.score is not None else NAN
-                        if not (kept == new or (math.isnan(kept) and math.isnan(new))):
-                            cells.n_conflicts += 1
-                elif current == ERROR:
-                    cells.take(cell, row, src, start, length)  # the latest failed attempt stands
+        report = ReadReport(path)
+        for start, length, row in scan_lines(path, _Row, report):
+            if row.benchmark != bench:
+                cells.n_foreign += 1
+                continue
+            p, r = row.problem_idx, row.repeat
+            if not (0 <= p < n_problems and 0 <= r < repeats):
+                cells.n_out_of_range += 1
+                continue
+            cell = p * repeats + r
+            action = decide(status[cell], row.status == "ok")
+            if action == TAKE:
+                cells.take(cell, row, src, start, length)
+            elif action == SUPERSEDE:
+                cells.n_superseded_errors += 1
+                cells.take(cell, row, src, start, length)
+            elif action == DUPLICATE:
+                cells.n_duplicates += 1
+                kept = cells.score[cell]
+                new = row.score if row.score is not None else NAN
+                if not (kept == new or (math.isnan(kept) and math.isnan(new))):
+                    cells.n_conflicts += 1
+        where = f"{shard.path}/{bench}/{RESULTS_FILE}"
+        cells.unreadable.extend(f"{where}: byte {offset}" for offset in report.bad_offsets)
+        if report.torn_tail:
+            cells.unreadable.append(f"{where}: torn last line")
 
 
 def scan_trajectories(cells: Cells, bench: str, shards: list[Shard]) -> None:
@@ -318,9 +302,15 @@ def compute_metrics(table: ScoreTable, names: list[str], options: MetricOptions)
     return values, problems
 
 
-def merge_run(root: str, *, errors_as_wrong: bool = False, options: MetricOptions | None = None, keep_ids: bool = False) -> MergeResult:
-    """Read a run's shards into deduplicated tables and compute their metrics (writes nothing)."""
-    run = load_run(root)
+def merge_run(
+    root: str, *, errors_as_wrong: bool = False, options: MetricOptions | None = None, keep_ids: bool = False,
+    allow_mixed_models: bool = False,
+) -> MergeResult:
+    """Read a run's shards into deduplicated tables and compute their metrics (writes nothing).
+
+    Shards whose endpoints served different weights are refused unless `allow_mixed_models`; then
+    the result (and the report, and scores.json) says the run is mixed."""
+    run = load_run(root, allow_mixed_served=allow_mixed_models)
     options = options or MetricOptions()
     shuffle_seed = run.shards[0].manifest.permutation_seed
     merged = []

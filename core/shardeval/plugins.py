@@ -159,7 +159,23 @@ def registry() -> Registry:
     for message in registry.problems:
         _warn(message)
     plugin_set.failures.extend(registry.problems)
+    for message in undeclared_identities(registry):
+        _warn(message)
     return registry
+
+
+def undeclared_identities(registry: Registry) -> list[str]:
+    """Service types whose config does not say which keys change results (`identity()`)."""
+    from shardeval.config import ServiceConfig
+    from shardeval.service import identity_declared
+
+    return [
+        f"plugin {entry.plugin!r}: service type {entry.name!r} does not declare which of its keys change results "
+        f"(its config Struct has no identity() method), so every key of its section counts toward the run identity "
+        "and changing any of them (a port too) refuses a resume; see docs/plugins.md"
+        for entry in registry.entries["services"].values()
+        if not identity_declared(entry.config or ServiceConfig)
+    ]
 
 
 def registrations(registry: Registry, plugin: str) -> list[str]:
@@ -170,6 +186,14 @@ def registrations(registry: Registry, plugin: str) -> list[str]:
         for entry in table.values()
         if entry.plugin == plugin
     ]
+
+
+def plugin_version(name: str) -> str | None:
+    """`dist version` of a loaded plugin (e.g. `shardeval 0.1.0`), or None if it says none."""
+    plugin = next((p for p in load().loaded if p.name == name), None)
+    if plugin is None or plugin.version is None:
+        return None
+    return f"{plugin.dist or plugin.module} {plugin.version}"
 
 
 def hooks() -> pluggy.HookRelay:

@@ -80,6 +80,45 @@ class BenchmarkManifest(msgspec.Struct, kw_only=True):
     metrics: list[str] = msgspec.field(default_factory=lambda: ["accuracy", "pass@k"])
     n_ok: int = 0
     n_error: int = 0
+    # How the benchmark renders prompts and scores (shardeval.fingerprints); None in shards
+    # written before they existed, which then never mix with shards that have them.
+    prompt_fingerprint: str | None = None
+    scorer_fingerprint: str | None = None
+    service: str | None = None  # which service of `Manifest.served` answered it
+
+
+class ServedModel(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What an endpoint said it serves when the shard started (GET /v1/models and /version).
+
+    `root` (the weights vLLM loaded) and `max_model_len` are the served identity: shards that
+    report different ones are never resumed or merged together. The rest is provenance.
+    """
+
+    model: str  # the id requests name
+    root: str | None = None
+    max_model_len: int | None = None
+    owned_by: str | None = None
+    server_version: str | None = None
+    error: str | None = None  # why /v1/models could not be read (then nothing is compared)
+
+    def identity(self) -> tuple[str | None, int | None] | None:
+        return None if self.root is None and self.max_model_len is None else (self.root, self.max_model_len)
+
+    def describe(self) -> str:
+        if self.identity() is None:
+            return f"{self.model} (unknown: {self.error or 'not reported'})"
+        return f"root {self.root}" + (f", max_model_len {self.max_model_len}" if self.max_model_len is not None else "")
+
+
+class Provenance(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Where and with what a shard ran: shown once per run by merge's report, flagged if it varies."""
+
+    shardeval: str  # version
+    build_id: str | None = None  # the one-file app's build, when run from it
+    python: str = ""
+    platform: str = ""
+    host: str = ""
+    plugins: dict[str, str] = {}  # plugin name -> its distribution and version
 
 
 class Manifest(msgspec.Struct, kw_only=True):
@@ -95,6 +134,8 @@ class Manifest(msgspec.Struct, kw_only=True):
     permutation_seed: int | None = None
     reason: str | None = None
     config: dict[str, Any] = {}
+    served: dict[str, ServedModel] = {}  # service name -> what its endpoint reported at start
+    provenance: Provenance | None = None
 
 
 _encoder = msgspec.json.Encoder()
@@ -113,6 +154,7 @@ class ReadReport:
     n_read: int = 0
     torn_tail: bool = False
     bad_lines: list[int] = field(default_factory=list)
+    bad_offsets: list[int] = field(default_factory=list)  # byte offset of each bad line
 
     def describe(self) -> str | None:
         parts = []
@@ -124,18 +166,26 @@ class ReadReport:
         return f"{self.path}: " + "; ".join(parts) if parts else None
 
 
-def read_jsonl(path: str, kind: Type[T], report: ReadReport | None = None) -> Iterator[T]:
-    """Yield records from a JSONL file, skipping a torn tail and undecodable lines (reported, not fatal)."""
-    decoder = msgspec.json.Decoder(kind)
-    report = report if report is not None else ReadReport(path)
+def scan_lines(path: str, kind: Type[T], report: ReadReport) -> Iterator[tuple[int, int, T]]:
+    """(byte offset, length, decoded record) for each readable line of a JSONL file.
+
+    The single reader of record files (resume, merge and status all use it): a torn last line (a
+    crash mid-write) ends the read and is reported; an undecodable line is skipped and reported;
+    a missing file yields nothing. Callers decode into their own Struct, so each reads only the
+    fields it needs. Which of several records of one cell stands is shardeval.standing's rule.
+    """
+    decode = msgspec.json.Decoder(kind).decode
     try:
         f = open(path, "rb")
     except FileNotFoundError:
         return
     with f:
+        offset = 0
         lineno = 0
         for line in f:
             lineno += 1
+            length = len(line)
+            start, offset = offset, offset + length
             if not line.endswith(b"\n"):
                 if line.strip():
                     report.torn_tail = True
@@ -143,11 +193,19 @@ def read_jsonl(path: str, kind: Type[T], report: ReadReport | None = None) -> It
             if not line.strip():
                 continue
             try:
-                yield decoder.decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+                record = decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
                 report.bad_lines.append(lineno)
+                report.bad_offsets.append(start)
                 continue
             report.n_read += 1
+            yield start, length, record
+
+
+def read_jsonl(path: str, kind: Type[T], report: ReadReport | None = None) -> Iterator[T]:
+    """Yield records from a JSONL file, skipping a torn tail and undecodable lines (reported, not fatal)."""
+    for _, _, record in scan_lines(path, kind, report if report is not None else ReadReport(path)):
+        yield record
 
 
 def seal_torn_tail(path: str) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from shardeval.metrics import ERROR, MISSING, OK, MetricValue
 
 if TYPE_CHECKING:
+    from shardeval.discover import Run
     from shardeval.merge import BenchmarkMerge, MergeResult
 
 
@@ -51,6 +52,8 @@ def scores_document(result: "MergeResult") -> dict[str, Any]:
         entry["metrics"] = b.metrics
         if b.metric_problems:
             entry["metric_problems"] = b.metric_problems
+        if result.run.mixed_served:
+            entry["mixed_models"] = result.run.mixed_served  # merged with --allow-mixed-models
         doc[b.manifest.name] = entry
     return doc
 
@@ -141,6 +144,8 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
         lines.append(f"- ignored {orphan}: results without a manifest.json beside them")
     if result.errors_as_wrong:
         lines.append("- errors are scored as wrong answers (--errors-as-wrong)")
+    for text in run.mixed_served:
+        lines.append(f"- **MIXED MODELS** (merged with --allow-mixed-models): {text}")
     for b in result.benchmarks:
         c = counts(b)
         lines += ["", f"## {b.manifest.name}", ""]
@@ -190,4 +195,53 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
             )
         for problem in b.metric_problems:
             lines.append(f"- {problem}")
+    lines += ["", *render_provenance(run)]
     return "\n".join(lines) + "\n"
+
+
+# Facts expected to differ between shards (one per node): listed, never flagged.
+PER_NODE = ("host",)
+
+
+def provenance_facts(run: "Run") -> list[tuple[str, dict[str, list[str]]]]:
+    """(fact, {value: shard paths}) for every provenance fact of the run's manifests, in a fixed order."""
+    facts: dict[str, dict[str, list[str]]] = {}
+
+    def add(name: str, value: Any, shard: str) -> None:
+        facts.setdefault(name, {}).setdefault("—" if value in (None, "") else str(value), []).append(shard)
+
+    for shard in run.shards:
+        m, path = shard.manifest, shard.path
+        p = m.provenance
+        add("shardeval", p.shardeval if p else m.version, path)
+        add("build", p.build_id[:12] if p and p.build_id else None, path)
+        add("python", p.python if p else None, path)
+        add("platform", p.platform if p else None, path)
+        add("host", p.host if p else None, path)
+        by_version: dict[str, list[str]] = {}
+        for name, version in sorted((p.plugins if p else {}).items()):
+            by_version.setdefault(version, []).append(name)
+        add("plugins", "; ".join(f"{v}: {', '.join(names)}" for v, names in sorted(by_version.items())), path)
+        for name, served in sorted(m.served.items()):
+            add(f"service {name}: weights", served.root if served.identity() is not None else f"unknown ({served.error})", path)
+            add(f"service {name}: max_model_len", served.max_model_len, path)
+            add(f"service {name}: server version", served.server_version, path)
+        for b in m.benchmarks:
+            add(f"{b.name}: data", b.dataset_fingerprint, path)
+            add(f"{b.name}: prompts", b.prompt_fingerprint, path)
+            add(f"{b.name}: scorer", b.scorer_fingerprint, path)
+    return list(facts.items())
+
+
+def render_provenance(run: "Run") -> list[str]:
+    """Each fact once for the run; one that varies between shards is flagged with who has what."""
+    lines = ["## Provenance", "", "| | |", "|---|---|"]
+    for name, values in provenance_facts(run):
+        if len(values) == 1:
+            shown = next(iter(values))
+        elif name in PER_NODE:
+            shown = ", ".join(sorted(values))
+        else:
+            shown = "**varies**: " + "; ".join(f"{v} ({', '.join(paths[:3])}{' …' if len(paths) > 3 else ''})" for v, paths in values.items())
+        lines.append(f"| {name} | {shown.replace('|', '/')} |")
+    return lines

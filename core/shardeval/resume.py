@@ -11,7 +11,7 @@ import os
 import time
 
 from shardeval.errors import UsageError
-from shardeval.records import Manifest, read_manifest
+from shardeval.records import Manifest, ServedModel, read_manifest
 
 SUPERSEDED_DIR = "superseded"
 
@@ -29,25 +29,57 @@ def mismatch(old: Manifest, new: Manifest) -> str | None:
             return f"benchmark {b.name}'s data changed ({prev.dataset_fingerprint} → {b.dataset_fingerprint})"
         if prev and tuple(prev.range) != tuple(b.range):
             return f"benchmark {b.name}'s problem range changed ({list(prev.range)} → {list(b.range)})"
+        if prev and prev.prompt_fingerprint != b.prompt_fingerprint:
+            return (
+                f"benchmark {b.name}'s prompts are rendered differently ({prev.prompt_fingerprint} → {b.prompt_fingerprint}; "
+                f"written by shardeval {old.version}, this is {new.version})"
+            )
+        if prev and prev.scorer_fingerprint != b.scorer_fingerprint:
+            return (
+                f"benchmark {b.name} is scored differently ({prev.scorer_fingerprint} → {b.scorer_fingerprint}; "
+                f"written by shardeval {old.version}, this is {new.version})"
+            )
     return None
 
 
-def prepare_output_dir(out_dir: str, manifest: Manifest, fresh: bool) -> None:
-    """Make `out_dir` ready for `manifest`: new, resumable, or (with fresh) its old files set aside."""
+def served_mismatch(old: Manifest, served: dict[str, ServedModel]) -> str | None:
+    """Why results written against `old.served` cannot be continued against what the endpoints
+    report now (None: they can, or one side could not be read and there is nothing to compare)."""
+    for name, now in served.items():
+        before = old.served.get(name)
+        if before is None or before.identity() is None or now.identity() is None:
+            continue
+        if before.identity() != now.identity():
+            return f"service {name!r} served {before.describe()} when it was written, and now serves {now.describe()}"
+    return None
+
+
+def refuse(out_dir: str, reason: str) -> UsageError:
+    return UsageError(
+        f"{out_dir} cannot be resumed: {reason}; rerun with the original config and model, choose another -o, "
+        f"or pass --fresh to move the old results into {os.path.join(out_dir, SUPERSEDED_DIR)}/"
+    )
+
+
+def prepare_output_dir(out_dir: str, manifest: Manifest, fresh: bool) -> Manifest | None:
+    """Make `out_dir` ready for `manifest`: new, resumable, or (with fresh) its old files set aside.
+
+    Returns the manifest being resumed (None for a new or fresh directory): what it says the
+    endpoints served is checked once they are up (`served_mismatch`), and carried on until then.
+    """
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UsageError(f"-o {out_dir}: exists and is not a directory; choose a directory path")
     os.makedirs(out_dir, exist_ok=True)
     old = read_manifest(out_dir)
     if old is None:
-        return
+        return None
     reason = mismatch(old, manifest)
     if fresh:
         set_aside(out_dir)
-    elif reason:
-        raise UsageError(
-            f"{out_dir} cannot be resumed: {reason}; rerun with the original config, choose another -o, "
-            f"or pass --fresh to move the old results into {os.path.join(out_dir, SUPERSEDED_DIR)}/"
-        )
+        return None
+    if reason:
+        raise refuse(out_dir, reason)
+    return old
 
 
 def set_aside(out_dir: str) -> str:

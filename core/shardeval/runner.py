@@ -25,7 +25,8 @@ from shardeval.adaptive import make_slots
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash
-from shardeval.errors import ShardError
+from shardeval.errors import ShardError, UsageError
+from shardeval.fingerprints import prompt_fingerprint, scorer_fingerprint
 from shardeval.msgspec_compat import msgspec
 from shardeval.process import ManagedEndpoint, ServerProcess, describe_exit
 from shardeval.progress import Progress
@@ -44,15 +45,17 @@ from shardeval.records import (
     seal_torn_tail,
     write_manifest,
 )
-from shardeval.resume import prepare_output_dir
+from shardeval.provenance import collect_provenance, read_served
+from shardeval.registry import Entry
+from shardeval.resume import prepare_output_dir, refuse, served_mismatch
 from shardeval.seeds import request_seed
 from shardeval.service import ServiceContext
 from shardeval.shards import ShardSpec, shard_indices
+from shardeval.standing import ERROR, OK, SUPERSEDE, TAKE, decide
 from shardeval.solver import ServiceHandle, Solver
 
 log = logging.getLogger("shardeval")
 
-NOT_DONE, OK, ERROR = 0, 1, 2
 
 
 @dataclass
@@ -64,10 +67,13 @@ class BenchmarkPlan:
     n_problems: int
     indices: range | list[int]
     fingerprint: str
+    prompt_fingerprint: str | None = None
+    scorer_fingerprint: str | None = None
 
     @property
     def name(self) -> str:
-        return self.benchmark.name
+        """Its name in records and its folder: the config's `id`, else the benchmark's own name."""
+        return self.config.id if self.config.id is not None else self.benchmark.name
 
     def manifest(self) -> BenchmarkManifest:
         lo, hi = (self.indices.start, self.indices.stop) if isinstance(self.indices, range) else (
@@ -80,6 +86,9 @@ class BenchmarkPlan:
             n_problems=self.n_problems,
             dataset_fingerprint=self.fingerprint,
             metrics=list(self.config.metrics if self.config.metrics is not None else self.benchmark.metrics),
+            prompt_fingerprint=self.prompt_fingerprint,
+            scorer_fingerprint=self.scorer_fingerprint,
+            service=self.config.solver.service,
         )
 
 
@@ -89,6 +98,7 @@ class Tally:
 
     n_problems: int
     repeats: int
+    benchmark: str  # records of another benchmark in its file are not its own
     status: bytearray = field(init=False)
     latencies: array = field(default_factory=lambda: array("f"))
     score_sum: float = 0.0
@@ -118,13 +128,24 @@ class Tally:
 
 
 def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
+    """Build every benchmark of the config with its shard range and fingerprints; refuse two that
+    would write the same <out>/<name>/ (one line naming both and how to tell them apart)."""
     registry = plugins.registry()
-    plans = []
+    plans: list[BenchmarkPlan] = []
     for i, bc in enumerate(config.benchmarks):
-        benchmark = make_benchmark(bc, f"benchmarks[{i}].name", registry)
+        benchmark, entry = make_benchmark(bc, f"benchmarks[{i}].name", registry)
         n = benchmark.size() if bc.max_problems is None else min(bc.max_problems, benchmark.size())
         indices = shard_indices(n, shard.idx, shard.total, config.shuffle_seed)
-        plans.append(BenchmarkPlan(bc, benchmark, n, indices, benchmark.fingerprint()))
+        plan = BenchmarkPlan(bc, benchmark, n, indices, benchmark.fingerprint())
+        clash = next((j for j, other in enumerate(plans) if other.name == plan.name), None)
+        if clash is not None:
+            raise UsageError(
+                f"benchmarks[{clash}] ({plans[clash].config.name}) and benchmarks[{i}] ({bc.name}) would both write "
+                f"<out>/{plan.name}/; give one a distinct id, e.g. `id: {plan.name}_2` in benchmarks[{i}]"
+            )
+        plan.prompt_fingerprint = prompt_fingerprint(benchmark, n)
+        plan.scorer_fingerprint = scorer_fingerprint(benchmark, n, plugins.plugin_version(entry.plugin))
+        plans.append(plan)
     return plans
 
 
@@ -132,15 +153,19 @@ DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".json", ".json.gz", ".csv", 
 MAPPING_SUFFIXES = (".yaml", ".yml")
 
 
-def make_benchmark(bc: BenchmarkConfig, where: str, registry) -> Benchmark:
+def make_benchmark(bc: BenchmarkConfig, where: str, registry) -> tuple[Benchmark, Entry]:
     """A registered name; a data file path (read with the built-in `jsonl` benchmark); or a YAML
-    mapping path (a bring-your-own benchmark, read with the built-in `custom` benchmark)."""
+    mapping path (a bring-your-own benchmark, read with the built-in `custom` benchmark).
+    Returns the benchmark and the registration that built it."""
     if bc.name not in registry.entries["benchmarks"]:
         if bc.name.lower().endswith(DATA_SUFFIXES):
-            return registry.get("benchmarks", "jsonl", where).factory({"path": bc.name, **bc.params})
+            entry = registry.get("benchmarks", "jsonl", where)
+            return entry.factory({"path": bc.name, **bc.params}), entry
         if bc.name.lower().endswith(MAPPING_SUFFIXES):
-            return registry.get("benchmarks", "custom", where).factory({"spec": bc.name, **bc.params})
-    return registry.get("benchmarks", bc.name, where).factory(dict(bc.params))
+            entry = registry.get("benchmarks", "custom", where)
+            return entry.factory({"spec": bc.name, **bc.params}), entry
+    entry = registry.get("benchmarks", bc.name, where)
+    return entry.factory(dict(bc.params)), entry
 
 
 class ShardRun:
@@ -172,16 +197,27 @@ class ShardRun:
             started_at=time.time(),
             permutation_seed=self.config.shuffle_seed,
             config=config_for_manifest(self.config),
+            provenance=collect_provenance(),
         )
-        prepare_output_dir(self.out_dir, manifest, self.fresh)
+        resumed = prepare_output_dir(self.out_dir, manifest, self.fresh)
+        if resumed is not None:
+            manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
         os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
         write_manifest(self.out_dir, manifest)
         self.hooks.shard_started(manifest=manifest, out_dir=self.out_dir)
         self._install_signal_handlers()
         tallies: list[Tally] = []
+        refused = False
         try:
             async with AsyncExitStack() as stack:
                 handles = await self._start_services(plans, stack)
+                served = {name: handle.served for name, handle in handles.items() if handle.served is not None}
+                reason = served_mismatch(resumed, served) if resumed is not None else None
+                if reason:
+                    refused = True
+                    raise refuse(self.out_dir, reason)
+                manifest.served.update(served)
+                write_manifest(self.out_dir, manifest)
                 for plan, bm in zip(plans, manifest.benchmarks):
                     if self.stopping or self.service_failure or self.write_failure:
                         break
@@ -203,8 +239,11 @@ class ShardRun:
             manifest.reason = self.stopping
         finally:
             manifest.finished_at = time.time()
-            write_final_manifest(self.out_dir, manifest)
-            self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
+            if refused and resumed is not None:
+                write_final_manifest(self.out_dir, resumed)  # a refused resume leaves the directory as it was
+            else:
+                write_final_manifest(self.out_dir, manifest)
+                self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
             self._remove_signal_handlers()
         for plan, tally in zip(plans, tallies):
             print_summary(plan, tally, self.shard, manifest.finished_at - manifest.started_at)
@@ -230,8 +269,9 @@ class ShardRun:
                 stack.callback(watcher.cancel)  # unwound before the service itself is stopped
             pool = max(p.config.max_concurrent for p in plans if p.config.solver.service == name)
             client = await stack.enter_async_context(Client(endpoint, service_config, pool))
-            handles[name] = ServiceHandle(endpoint=endpoint, client=client)
-            log.info("service %s: %s model %s (%s)", name, endpoint.base_url, endpoint.model, endpoint.protocol)
+            served = await read_served(client, endpoint.base_url, endpoint.model)
+            handles[name] = ServiceHandle(endpoint=endpoint, client=client, served=served)
+            log.info("service %s: %s model %s (%s), serving %s", name, endpoint.base_url, endpoint.model, endpoint.protocol, served.describe())
         return handles
 
     async def _watch_service(self, process: ServerProcess) -> None:
@@ -288,11 +328,11 @@ class ShardRun:
         os.makedirs(bench_dir, exist_ok=True)
         results_path = os.path.join(bench_dir, RESULTS_FILE)
         traj_path = os.path.join(bench_dir, TRAJECTORIES_FILE)
-        tally = Tally(plan.n_problems, plan.config.repeats)
+        tally = Tally(plan.n_problems, plan.config.repeats, plan.name)
         n_resumed = self._resume(results_path, traj_path, tally)
         max_concurrent = plan.config.max_concurrent
         slots = make_slots(max_concurrent, handle.client.config.adaptive)
-        solver = self._make_solver(plan, ServiceHandle(handle.endpoint, handle.client, slots))
+        solver = self._make_solver(plan, ServiceHandle(handle.endpoint, handle.client, slots, handle.served))
         total = len(plan.indices) * plan.config.repeats
         progress = Progress(plan.name, self.shard, total, done=n_resumed, interval=self.config.output.progress_interval_s)
         if n_resumed:
@@ -414,9 +454,9 @@ class ShardRun:
                 log.warning("%s: its last line was cut off by an interrupted write; it is ignored", path)
         report = ReadReport(results_path)
         for record in read_jsonl(results_path, ResultRecord, report):
-            if 0 <= record.problem_idx < tally.n_problems and 0 <= record.repeat < tally.repeats:
+            if record.benchmark == tally.benchmark and 0 <= record.problem_idx < tally.n_problems and 0 <= record.repeat < tally.repeats:
                 current = tally.status[tally.slot(record.problem_idx, record.repeat)]
-                if current != OK:  # an ok answer is final; a later error line never demotes it
+                if decide(current, record.status == "ok") in (TAKE, SUPERSEDE):  # shardeval.standing's rule
                     tally.add(record, fresh=False)
         if report.bad_lines:
             log.warning("%s", report.describe())

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncContextManager, Callable
 
 from shardeval.config import Protocol, ServiceConfig
+from shardeval.msgspec_compat import msgspec
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,16 @@ def split_endpoint_url(url: str) -> tuple[str, Protocol | None]:
     return stripped, None
 
 
-def describe(config: ServiceConfig) -> dict[str, Any]:
-    """The parts of a service config that change results (for the config hash): never ports or keys.
+def identity_declared(config_type: type) -> bool:
+    """Whether a service's config Struct says which of its keys change results (`identity()`)."""
+    return getattr(config_type, "identity", None) is not ServiceConfig.identity
 
-    A service plugin lists further result-changing keys of its own in `RESULT_KEYS` (a ClassVar).
-    """
-    model = getattr(config, "served_model_name", None) or getattr(config, "model", None)
-    identity: dict[str, Any] = {"type": config.type, "model": model, "protocol": config.protocol}
-    for key in getattr(config, "RESULT_KEYS", ()):
-        identity[key] = getattr(config, key)
-    return identity
+
+def describe(config: ServiceConfig) -> dict[str, Any]:
+    """The parts of a service config that change results (for the config hash), as its plugin
+    declares them in `identity()`; a plugin that declares nothing gets every key of its own section."""
+    declared = config.identity()
+    if declared is None:
+        shared = {f.name for f in msgspec.structs.fields(ServiceConfig)}
+        declared = {f.name: getattr(config, f.name) for f in msgspec.structs.fields(config) if f.name not in shared}
+    return {"type": config.type, "protocol": config.protocol, **declared}

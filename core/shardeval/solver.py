@@ -41,6 +41,7 @@ class ServiceHandle:
     endpoint: Endpoint
     client: Any  # shardeval.client.Client
     slots: "asyncio.Semaphore | AdaptiveSlots | None" = None
+    served: Any = None  # shardeval.records.ServedModel: what the endpoint said it serves
 
 
 class Solver(Protocol):

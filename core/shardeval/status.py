@@ -1,7 +1,9 @@
 """`shardeval status`: how far each shard is, from manifests and record files, safe mid-run.
 
-Reads only: counts lines (and error lines) without decoding records, so it is cheap on a shared
-filesystem while shards are still appending.
+Reads only. Counts cells, not lines, by the same rule as resume and merge (shardeval.standing):
+a cell retried three times is one record, and an error that a rerun fixed is not an error. It
+decodes only each line's cell key and status, so it stays cheap on a shared filesystem while
+shards are still appending.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 from shardeval.discover import Run, load_run
 from shardeval.records import RESULTS_FILE
+from shardeval.standing import count_cells
 
 
 @dataclass
@@ -19,26 +22,11 @@ class ShardProgress:
     path: str
     idx: int
     state: str
-    records: int
-    errors: int
+    records: int  # cells with a standing record (ok or error)
+    errors: int  # cells whose standing record is an error
     expected: int
     rate: float | None  # records per second since the shard started (this attempt)
     eta_s: float | None
-
-
-def count_lines(path: str) -> tuple[int, int]:
-    """(complete lines, lines recording an error) of a results file, without decoding JSON."""
-    n = errors = 0
-    try:
-        with open(path, "rb") as f:
-            for line in f:
-                if line.endswith(b"\n"):
-                    n += 1
-                    if b'"status":"error"' in line:
-                        errors += 1
-    except FileNotFoundError:
-        pass
-    return n, errors
 
 
 def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
@@ -48,8 +36,8 @@ def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
         m = shard.manifest
         records = errors = expected = 0
         for b in m.benchmarks:
-            n, e = count_lines(os.path.join(shard.abspath, b.name, RESULTS_FILE))
-            records, errors = records + n, errors + e
+            n_ok, n_err, _ = count_cells(os.path.join(shard.abspath, b.name, RESULTS_FILE), b.name, b.range[0], b.range[1], b.repeats)
+            records, errors = records + n_ok + n_err, errors + n_err
             expected += (b.range[1] - b.range[0]) * b.repeats
         end = m.finished_at or now
         elapsed = end - m.started_at if m.started_at else 0.0
@@ -81,9 +69,10 @@ def status(root: str) -> str:
 
     extra = [text for text in plugins.hooks().run_status(run_dir=root) if text]
     try:
-        run = load_run(root)
+        run = load_run(root, allow_mixed_served=True)  # progress is worth showing; merge refuses the mixture
     except UsageError:
         if extra and os.path.isdir(root):  # e.g. every array task still pending: no shard has written yet
             return "\n".join(["no shard has started writing yet", *extra])
         raise
-    return "\n".join([render_status(run, shard_progress(run)), *extra])
+    mixed = [f"warning: shards served by different models: {text} (merge refuses them)" for text in run.mixed_served]
+    return "\n".join([render_status(run, shard_progress(run)), *mixed, *extra])

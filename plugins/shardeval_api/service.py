@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from shardeval.config import ServiceConfig
 from shardeval.errors import UsageError
@@ -13,6 +13,11 @@ from shardeval.service import Endpoint, ServiceContext, split_endpoint_url
 class ApiServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     url: str
     model: str
+
+    def identity(self) -> dict[str, Any]:
+        """Only the model name: where it is served (the URL) never changes an answer. What the
+        server says it runs (/v1/models) is checked apart, at every shard start."""
+        return {"model": self.model}
 
 
 @asynccontextmanager

@@ -55,6 +55,7 @@ PATTERNS = [re.compile(regex) for _, regex, _ in TEMPLATES]
 
 class ArithBenchmark(Benchmark):
     """params: n (problems, default 1000), seed (default 0)."""
+    scorer_version = "1"  # bump when score() or its answer extraction changes
 
     def __init__(self, params: dict[str, Any]) -> None:
         unknown = set(params) - {"n", "seed"}

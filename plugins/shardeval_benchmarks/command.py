@@ -48,7 +48,7 @@ def _build(name: str, params: dict[str, Any], registry: Any) -> Any:
     from shardeval.config import BenchmarkConfig
     from shardeval.runner import make_benchmark
 
-    return make_benchmark(BenchmarkConfig(name=name, params=params), "benchmarks", registry)
+    return make_benchmark(BenchmarkConfig(name=name, params=params), "benchmarks", registry)[0]
 
 
 @click.command("benchmarks")

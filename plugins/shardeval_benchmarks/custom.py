@@ -105,6 +105,7 @@ def load_mapping(params: dict[str, Any]) -> tuple[BenchmarkMapping, str, str | N
 
 class CustomBenchmark(RowsBenchmark):
     """A benchmark defined by a mapping (see the module docstring)."""
+    scorer_version = "1"  # bump when score() or its answer extraction changes
 
     def __init__(self, params: dict[str, Any]) -> None:
         mapping, where, base_dir = load_mapping(params)

@@ -123,6 +123,7 @@ def question_of(text: str) -> str:
 
 class Gsm8kBenchmark(RowsBenchmark):
     """See the module docstring for params, prompts and the extraction order."""
+    scorer_version = "1"  # bump when score() or its answer extraction changes
 
     def __init__(self, params: dict[str, Any]) -> None:
         p = decode_params(params, Gsm8kParams, source="benchmark gsm8k")

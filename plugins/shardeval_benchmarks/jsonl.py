@@ -25,6 +25,7 @@ PARAMS = {"name", "prompt_field", "messages_field", "reference_field", "id_field
 
 
 class JsonlBenchmark(RowsBenchmark):
+    scorer_version = "1"  # bump when score() or its answer extraction changes
     def __init__(self, params: dict[str, Any]) -> None:
         unknown = set(params) - PARAMS
         if unknown:

@@ -220,6 +220,7 @@ def parse_row(row: dict[str, Any], where: str) -> tuple[str, list[str], str, str
 
 
 class MmluBenchmark(Benchmark):
+    scorer_version = "1"  # bump when score() or its answer extraction changes
     name = "mmlu"
     metrics = ("accuracy",)
 

@@ -94,6 +94,7 @@ class TextLines(Rows):
 
 
 class PerplexityBenchmark(RowsBenchmark):
+    scorer_version = "1"  # bump when score() or its answer extraction changes
     metrics = ("perplexity",)
 
     def __init__(self, params: dict[str, Any]) -> None:

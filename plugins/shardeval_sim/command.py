@@ -56,6 +56,8 @@ def load_answer_key(bench: str | None, params: dict[str, Any]):
 @click.option("--truncate-json", type=RATE, default=D.truncate_json, show_default=True, help="Rate of responses cut off in the middle of a JSON chunk.")
 @click.option("--max-inflight", type=click.IntRange(min=0), default=D.max_inflight, show_default=True, help="A rate limiter: 429 (with --retry-after) when this many requests are already in flight (0: no limit).")
 @click.option("--seed", type=int, default=D.seed, show_default=True, help="Seed for answers and fault draws.")
+@click.option("--root", metavar="PATH", help="The weights /v1/models reports as `root`, as vLLM does (default: the model name).")
+@click.option("--max-model-len", type=click.IntRange(min=1), default=D.max_model_len, show_default=True, help="The context length /v1/models reports.")
 def sim_command(served_model_name: str | None, tensor_parallel_size: int | None, bench_params: tuple[str, ...], **opts: Any) -> None:
     """Run the built-in OpenAI-compatible simulator (for demos, tests and benchmarks).
 

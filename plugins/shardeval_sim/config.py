@@ -12,7 +12,7 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     """Keys mirror `shardeval sim` flags (`ttft_ms` is `--ttft-ms`); the service picks the port."""
 
     # What the simulated "model" answers depends on these; latency and fault knobs change no answer.
-    RESULT_KEYS: ClassVar[tuple[str, ...]] = ("bench", "bench_params", "accuracy", "output_tokens", "seed")
+    RESULT_KEYS: ClassVar[tuple[str, ...]] = ("model", "bench", "bench_params", "accuracy", "output_tokens", "seed")
 
     model: str = D.model
     bench: str | None = None
@@ -32,4 +32,11 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     truncate_json: float = D.truncate_json
     max_inflight: int = D.max_inflight
     seed: int = D.seed
+    root: str | None = D.root  # what /v1/models reports as the loaded weights (default: model)
+    max_model_len: int = D.max_model_len
     startup_timeout_s: float = 60.0
+
+    def identity(self) -> dict[str, Any]:
+        """The answer-shaping keys. `root` is left out on purpose: like a vLLM's weights behind an
+        `api` service, it is checked from what the server reports, not from the config."""
+        return {key: getattr(self, key) for key in self.RESULT_KEYS}

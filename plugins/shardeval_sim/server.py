@@ -1,6 +1,6 @@
 """The simulator's HTTP server: an OpenAI-compatible API shaped like vLLM's, with timing and faults.
 
-Routes: GET /v1/models, POST /v1/chat/completions, POST /v1/completions, GET /health.
+Routes: GET /v1/models, POST /v1/chat/completions, POST /v1/completions, GET /health, GET /version.
 Streams are SSE: `data: {json}\n\n` per event (a role event first for chat, one event per token,
 `finish_reason` on the last token's event), a `choices: []` usage event when
 `stream_options.include_usage` is set, then `data: [DONE]`. Like vLLM, a request naming another
@@ -131,9 +131,9 @@ class Simulator:
                         "object": "model",
                         "created": int(time.time()),
                         "owned_by": "shardeval-sim",
-                        "root": self.served,
+                        "root": settings.root or self.served,
                         "parent": None,
-                        "max_model_len": 1 << 20,
+                        "max_model_len": settings.max_model_len,
                     }
                 ],
             }
@@ -145,6 +145,7 @@ class Simulator:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/version", self.version)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         return app
@@ -156,6 +157,12 @@ class Simulator:
 
     async def models(self, request: web.Request) -> web.Response:
         return web.Response(body=self._models_body, content_type="application/json")
+
+    async def version(self, request: web.Request) -> web.Response:
+        """vLLM's `/version`; here the simulator's own (shardeval's) version."""
+        from shardeval import __version__
+
+        return web.Response(body=_json_encode({"version": f"shardeval-sim {__version__}"}), content_type="application/json")
 
     # --- completions -----------------------------------------------------------------------
 

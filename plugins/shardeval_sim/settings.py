@@ -34,6 +34,8 @@ class SimSettings:
     truncate_json: float = 0.0
     max_inflight: int = 0
     seed: int = 0
+    root: str | None = None  # reported by /v1/models as the loaded weights, as vLLM does (None: the model name)
+    max_model_len: int = 1 << 20  # reported by /v1/models
 
     def fault_rates(self) -> dict[str, float]:
         """Per-attempt probabilities of each fault; they are exclusive, so they must sum to <= 1."""

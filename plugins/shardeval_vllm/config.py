@@ -12,11 +12,17 @@ The command line is `launch_command` + the model + the standard flags + `extra_a
   different server can be launched with a fully written-out command.
 - `port_conflict`: when `port` is taken before launch, `fail` (default, with a clear message) or
   `pick_free`; `port: 0` always picks a free port.
+- `revision`, `dtype`, `quantization`, `max_model_len`, `pipeline_parallel_size` and
+  `generation_config` are vLLM's flags of the same names, passed only when set (the same flags in
+  `extra_args` work as before).
+
+`identity()` lists what changes the model's answers; those keys are part of the run's identity,
+so a resume or a merge across a change of any of them is refused.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from shardeval.config import ServiceConfig
 
@@ -30,6 +36,12 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     port: int = 8000
     port_conflict: Literal["fail", "pick_free"] = "fail"
     tensor_parallel_size: int = 1
+    pipeline_parallel_size: int | None = None
+    revision: str | None = None  # a Hugging Face repo's branch, tag or commit
+    dtype: str | None = None
+    quantization: str | None = None
+    max_model_len: int | None = None
+    generation_config: str | None = None  # `auto` (the model's generation_config.json), `vllm`, or a folder
     node_pool: str | None = None  # which node pool runs it; read by orchestrators
     extra_args: list[str] = []
     env: dict[str, str] = {}
@@ -42,3 +54,24 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     @property
     def served_name(self) -> str:
         return self.served_model_name or self.model
+
+    def identity(self) -> dict[str, Any]:
+        """The weights (path or repo id and revision), the name they are served under, every
+        engine setting that changes outputs (precision, quantization, parallelism, context length,
+        the generation defaults vLLM applies) and the extra engine args. With `standard_args:
+        false` the whole launch command is the engine's command line, so it counts too."""
+        identity: dict[str, Any] = {
+            "model": self.model,
+            "served_model_name": self.served_name,
+            "revision": self.revision,
+            "dtype": self.dtype,
+            "quantization": self.quantization,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "max_model_len": self.max_model_len,
+            "generation_config": self.generation_config,
+            "extra_args": self.extra_args,
+        }
+        if not self.standard_args:
+            identity["launch_command"] = self.launch_command
+        return identity

@@ -51,6 +51,16 @@ def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:
             "--port", str(port),
             "--tensor-parallel-size", str(config.tensor_parallel_size),
         ]  # fmt: skip
+        for flag, value in (
+            ("--revision", config.revision),
+            ("--dtype", config.dtype),
+            ("--quantization", config.quantization),
+            ("--max-model-len", config.max_model_len),
+            ("--pipeline-parallel-size", config.pipeline_parallel_size),
+            ("--generation-config", config.generation_config),
+        ):
+            if value is not None:
+                argv += [flag, str(value)]
     argv += [fill(a) for a in config.extra_args]
     return argv
 

@@ -19,6 +19,7 @@ import os
 import sys
 
 ROOT_ENV = "SHARDEVAL_ZIPAPP_ROOT"  # where extracted copies live (a parent of per-target folders)
+BUILD_ID_ENV = "SHARDEVAL_BUILD_ID"  # the running file's build, for each shard's provenance
 SHIV_ROOT_ENV = "SHIV_ROOT"
 SHIV_OVERRIDES = ("SHIV_INTERPRETER", "SHIV_ENTRY_POINT", "SHIV_MODULE", "SHIV_CONSOLE_SCRIPT")
 QUIET_ENV = "SHARDEVAL_ZIPAPP_ROOT_CHOSEN"  # set once a root was chosen: children stay quiet
@@ -111,6 +112,7 @@ def main() -> None:
             _extract(archive, site_parent, info, target)
     os.environ[ROOT_ENV] = base  # children (shards, simulators) reuse the same copy, silently
     os.environ[QUIET_ENV] = "1"
+    os.environ[BUILD_ID_ENV] = build_id
     root = os.path.join(base, target)
     site_packages = os.path.join(site_parent, "site-packages")
     if any(os.environ.get(v) for v in SHIV_OVERRIDES):

@@ -1,0 +1,62 @@
+"""Fingerprints of how a benchmark asks and scores, so runs that differ there are never mixed.
+
+The dataset fingerprint says the rows are the same; these say the rest is too:
+
+- the *prompt* fingerprint hashes the problems as the benchmark renders them (prompt or turns,
+  reference, metadata) at a fixed set of probe indices spread over the dataset. Every shard
+  computes the same probes, so two shards agree exactly when their rendering agrees, whatever
+  range each one owns. A changed prompt template changes it, even where the data file did not.
+- the *scorer* fingerprint hashes the scorer's declared version (`Benchmark.scorer_version`, else
+  the version of the plugin that provides it) and, for scorers cheap enough to call at start-up
+  (not `score_in_thread`), the scores it gives the probe problems' own reference and an empty
+  answer: a changed extraction rule changes it even when nobody bumped a version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from shardeval.benchmark import Benchmark
+from shardeval.msgspec_compat import msgspec
+
+N_PROBES = 8
+
+
+def probe_indices(n_problems: int, k: int = N_PROBES) -> list[int]:
+    """Up to k indices spread evenly over [0, n_problems), first and last included."""
+    if n_problems <= 0:
+        return []
+    if n_problems <= k:
+        return list(range(n_problems))
+    return sorted({round(i * (n_problems - 1) / (k - 1)) for i in range(k)})
+
+
+def _digest(payload: Any) -> str:
+    return "sha256:" + hashlib.sha256(msgspec.json.encode(payload, order="sorted")).hexdigest()[:16]
+
+
+def prompt_fingerprint(benchmark: Benchmark, n_problems: int) -> str:
+    """How the benchmark renders its probe problems: the same on every shard of one run."""
+    problems = list(benchmark.problems(probe_indices(n_problems)))
+    return _digest([msgspec.to_builtins(p) for p in problems])
+
+
+def scorer_fingerprint(benchmark: Benchmark, n_problems: int, provider_version: str | None) -> str:
+    """The scorer's declared version and, where cheap, its behaviour on fixed probe answers."""
+    version = benchmark.scorer_version or provider_version
+    payload: dict[str, Any] = {"scorer": f"{type(benchmark).__module__}.{type(benchmark).__qualname__}", "version": version}
+    if not benchmark.score_in_thread:
+        payload["probes"] = [
+            [_probe_score(benchmark, p, text) for text in (p.reference or "", "")]
+            for p in benchmark.problems(probe_indices(n_problems))
+        ]
+    return _digest(payload)
+
+
+def _probe_score(benchmark: Benchmark, problem: Any, text: str) -> Any:
+    try:
+        score = benchmark.score(problem, text)
+    except Exception as exc:  # a scorer that rejects a probe answer: how it fails is behaviour too
+        return f"raises {type(exc).__name__}"
+    return msgspec.to_builtins(score)
