@@ -405,8 +405,9 @@ def test_dry_run_prints_the_run_identity(tmp_path: Path) -> None:
         cfg.write_text(json.dumps({"services": {"model": {**VLLM_BASE, **service}}, "benchmarks": [{"name": "arith", "params": {"n": 10}}]}))
         done = shardeval_cmd("run", str(cfg), "--dry-run", "-o", str(tmp_path / "o"))
         assert done.returncode == 0, done.stderr
-        line = next(line for line in done.stdout.splitlines() if line.startswith("run identity: "))
-        return line.split()[2]
+        assert "run identity" not in done.stdout  # stdout is what a dry run renders (a script, manifests)
+        line = next(line for line in done.stderr.splitlines() if line.startswith("shardeval: run identity: "))
+        return line.split()[3]
 
     assert identity() == identity(port=9000)
     assert identity() != identity(model="/ckpt/step2000")

@@ -55,8 +55,6 @@ def launch(
     shard = detect_shard(shard_flag, os.environ, config.cluster.shards)
     if shard is None and config.cluster.type == "local" and not config.cluster.shards:
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
-    if dry_run:
-        print_identity(config)
     if shard is None:
         request = LaunchRequest(
             config=config,
@@ -68,11 +66,16 @@ def launch(
             fresh=fresh,
         )
         entry = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type")
-        return entry.factory(request)
+        code = entry.factory(request)
+        if dry_run and code == 0:
+            print_identity(config)
+        return code
     log.info("%s", shard.describe())
     out_dir = output_dir or os.path.join(config.output.dir, f"shard_{shard.idx}")
     if dry_run:
-        return print_plan(config, shard, out_dir)
+        code = print_plan(config, shard, out_dir)
+        print_identity(config)
+        return code
     from shardeval.runner import ShardRun
 
     log_to_file(os.path.join(out_dir, "logs", "shard.log"))
@@ -84,10 +87,12 @@ def launch(
 
 
 def print_identity(config) -> None:
-    """--dry-run: the run's identity, so two configs can be told the same run (or not) up front."""
+    """--dry-run: the run's identity, so two configs can be told the same run (or not) up front.
+    Printed last, once the dry run succeeded: a mistake stays one line."""
     from shardeval.config import config_hash
 
-    print(f"run identity: {config_hash(config)} (a resume or merge needs the same identity)")
+    # stderr: a dry run's stdout is the rendered script or manifest (`… --dry-run | kubectl apply -f -`)
+    print(f"shardeval: run identity: {config_hash(config)} (a resume or merge needs the same identity)", file=sys.stderr)
 
 
 def print_plan(config, shard, out_dir: str) -> int:
