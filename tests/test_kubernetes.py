@@ -561,3 +561,41 @@ def test_config_variables_the_pods_lack_are_warned_about(tmp_path):
     assert "SET_HERE" not in result.stderr and "WITH_DEFAULT" not in result.stderr
     (cm,) = by_kind(docs, "ConfigMap")
     assert "${SIM_URL}" in cm["data"]["config.yaml"]  # shipped as written, expanded in the pod
+
+
+@pytest.mark.parametrize(
+    "tp, shm_key, expected",
+    [
+        (4, "", "8Gi"),  # auto: at least 8Gi once a service spans two or more GPUs
+        (8, "", "16Gi"),  # auto: 2Gi per GPU
+        (1, "", None),  # one GPU: no NCCL shared-memory traffic, the default /dev/shm is enough
+        (1, "  shm_size: 32Gi", "32Gi"),  # a quantity: always
+        (8, "  shm_size: null", None),  # null: never
+    ],
+)
+def test_dev_shm_is_memory_backed_and_sized_from_the_services_gpus(tmp_path, kubernetes_validate, tp, shm_key, expected):
+    """A tensor-parallel vLLM crashes on a container's 64 MiB /dev/shm: the shard pods get a
+    memory-backed one, sized from the GPUs the service says it uses (its gpus())."""
+    config = f"""
+services:
+  model: {{type: vllm, model: /models/m, tensor_parallel_size: {tp}}}
+benchmarks: [{{name: arith, params: {{n: 8}}}}]
+cluster:
+  type: kubernetes
+  name: shm-test
+  shards: 2
+  resources: {{gpus: {tp}}}
+{shm_key}
+"""
+    docs, path, _ = render(tmp_path, config)
+    validate(kubernetes_validate, path)
+    pod = indexed_job(docs)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    shm_volumes = [v for v in pod["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"]
+    shm_mounts = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    if expected is None:
+        assert shm_volumes == [] and shm_mounts == []
+    else:
+        (volume,) = shm_volumes
+        assert volume["emptyDir"]["sizeLimit"] == expected
+        assert [m["name"] for m in shm_mounts] == [volume["name"]]

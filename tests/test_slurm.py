@@ -172,6 +172,44 @@ def test_cancelled_task_requeued_resumes_without_duplicates(slurm: str, tmp_path
     assert_complete(scores(root), 120)
 
 
+@pytest.mark.timeout(420)
+def test_time_limit_drains_then_requeues_itself_a_bounded_number_of_times(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    """A one-minute walltime on a shard that needs two: SLURM's early USR1 (--signal=B:USR1@23)
+    reaches the batch shell, the shard drains (no request ends as a connection error, as it did
+    when SLURM's SIGTERM at the limit hit the simulator too), the task requeues itself once
+    (requeue_on_timeout: 1), resumes, and the second time says it will not requeue again."""
+    root = tmp_path / "run"
+    record = submit(
+        root, "-O", "cluster.shards=1", "-O", "cluster.walltime=\"1\"", "-O", "cluster.requeue_on_timeout=1",
+        "-O", "cluster.stop_margin_s=20", "-O", "cluster.merge=false", "-O", "output.drain_timeout_s=3",
+        "-O", "benchmarks.0.params.n=400", "-O", "benchmarks.0.repeats=1", "-O", "benchmarks.0.max_concurrent=2",
+        "-O", "services.model.ttft_ms=500",
+    )  # fmt: skip
+    array = record["array_job_id"]
+    jobs.append(array)
+    assert "#SBATCH --signal=B:USR1@23" in (root / "eval.sbatch").read_text()
+    err_log = root / "shard_0" / "logs" / f"slurm-{array}_0.err"
+    err = lambda: err_log.read_text() if err_log.exists() else ""  # noqa: E731
+    wait_until("the first attempt to requeue itself", lambda: "requeue 1 of 1" in err(), timeout=150, root=root)
+    first = json.loads((root / "shard_0" / "manifest.json").read_text())
+    assert first["state"] == "interrupted", first  # drained and closed, not killed at the limit
+
+    def lifted() -> bool:  # a requeued task waits for a BeginTime SLURM sets: lift it once it is pending
+        subprocess.run(["scontrol", "update", f"JobId={array}_0", "StartTime=now"], capture_output=True, timeout=60)
+        return "restart 1" in err()
+
+    wait_until("the requeued attempt to start", lifted, timeout=150, root=root)
+    wait_until("the second attempt to end", lambda: done(array), timeout=150, root=root)
+    text = err()
+    assert text.count("time limit near") == 2 and "not requeued: 1 requeue(s) used" in text, text
+    assert "resuming" in text
+    recs = [json.loads(line) for line in (root / "shard_0" / "arith" / "results.jsonl").read_text().splitlines()]
+    assert recs and all(r["status"] == "ok" for r in recs), [r for r in recs if r["status"] != "ok"][:3]
+    keys = [(r["problem_idx"], r["repeat"]) for r in recs]
+    assert len(keys) == len(set(keys)) and len(keys) < 400  # resumed without asking twice; really cut short
+    assert json.loads((root / "shard_0" / "manifest.json").read_text())["state"] == "interrupted"
+
+
 def test_missing_task_resubmitted_with_sbatch_array(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
     """A task that never ran: the merge report names it, `sbatch --array=3 eval.sbatch` fills it in."""
     root = tmp_path / "run"

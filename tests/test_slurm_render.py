@@ -64,6 +64,9 @@ def test_seed_example_dry_run_writes_the_array_script(tmp_path: Path) -> None:
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --gres=gpu:4",
         "#SBATCH --requeue",
+        "#SBATCH --cpus-per-gpu=8",  # sized from the 4 GPUs the pool gives the TP-4 service
+        "#SBATCH --mem-per-gpu=64G",
+        "#SBATCH --signal=B:USR1@70",  # drain_timeout_s 10 + stop_margin_s 60 before the limit
         f"#SBATCH --output={out}/shard_%a/logs/slurm-%A_%a.out",
         f"#SBATCH --error={out}/shard_%a/logs/slurm-%A_%a.err",
     ):
@@ -73,8 +76,11 @@ def test_seed_example_dry_run_writes_the_array_script(tmp_path: Path) -> None:
     assert launch.startswith("#")
     assert "vllm serve nvidia/Llama-3.1-70B-Instruct" in launch and "--tensor-parallel-size 4" in launch
     assert "idx=${SLURM_ARRAY_TASK_ID:-$NEL_SHARD_IDX}" in script and "export NEL_SHARD_IDX=$idx NEL_TOTAL_SHARDS=16" in script
-    (command,) = [line for line in script.splitlines() if line.startswith("exec ")]
-    assert f" run {SEED} --shard \"${{NEL_SHARD_IDX}}\"/16 -o {out}/shard_\"${{NEL_SHARD_IDX}}\"" in command
+    (command,) = [line for line in script.splitlines() if " run " in line and line.endswith(" &")]
+    # not exec: the batch shell stays to turn SLURM's early USR1 into a SIGTERM for the shard alone;
+    # no --exclusive, so the fixed port 8000 becomes a free port per task
+    assert f" run {SEED} -O services.model.port=0 --shard \"${{NEL_SHARD_IDX}}\"/16 -o {out}/shard_\"${{NEL_SHARD_IDX}}\" &" in command
+    assert "--port 0" in launch and "picks a free port: services.model.port=0" in script
     merge = (out / "merge.sbatch").read_text()
     assert merge.rstrip().endswith(f"merge {out}")
     assert "afterany" in result.stderr  # how to submit the pair by hand
@@ -140,9 +146,10 @@ def test_max_parallel_extra_flags_account_and_setup(tmp_path: Path) -> None:
     ):
         assert expected in directives, (expected, directives)
     lines = script.splitlines()
-    (exec_at,) = [i for i, line in enumerate(lines) if line.startswith("exec ")]
-    assert lines.index("module load cuda/12.4") < lines.index("source /opt/venv/bin/activate") < exec_at
-    assert lines[exec_at].startswith("exec python3 /shared/shardeval.pyz run ")
+    (run_at,) = [i for i, line in enumerate(lines) if line.startswith("python3 /shared/shardeval.pyz run ")]
+    assert lines.index("module load cuda/12.4") < lines.index("source /opt/venv/bin/activate") < run_at
+    # the user's own --signal comes after the rendered one, so sbatch uses theirs
+    assert directives.index("#SBATCH --signal=B:USR1@70") < directives.index("#SBATCH --signal=B:USR1@300")
     assert "exec python3 /shared/shardeval.pyz merge" in (out / "merge.sbatch").read_text()
 
 
@@ -271,3 +278,103 @@ def test_status_without_scontrol_says_so(tmp_path: Path) -> None:
     result = shardeval_cmd("status", str(tmp_path), env={"PATH": str(tmp_path / "empty")})
     assert result.returncode == 0, result.stderr
     assert "slurm array job 123: scontrol not on PATH" in result.stdout
+
+
+def test_resources_follow_the_gpus_each_service_declares(tmp_path: Path) -> None:
+    """CPUs and memory per GPU unless the pool sets them; a pool with fewer GPUs than the service
+    needs is one line; an exclusive node keeps the configured port."""
+    out = tmp_path / "out"
+    result = dry_run(SEED, out, "-O", "cluster.node_pools.compute.cpus_per_task=48", "-O", "cluster.node_pools.compute.mem_per_gpu=120G")
+    assert result.returncode == 0, result.stderr
+    directives = sbatch_lines((out / "eval.sbatch").read_text())
+    assert "#SBATCH --cpus-per-task=48" in directives and not any("--cpus-per-gpu" in d for d in directives)
+    assert "#SBATCH --mem-per-gpu=120G" in directives  # SLURM takes one of --mem / --mem-per-gpu
+
+    result = dry_run(SEED, tmp_path / "o2", "-O", "cluster.node_pools.compute.exclusive=true")
+    script = (tmp_path / "o2" / "eval.sbatch").read_text()
+    assert result.returncode == 0 and "#SBATCH --exclusive" in script
+    assert "services.model.port=0" not in script and "--port 8000" in script  # a whole node: no collision
+
+    line = one_line_error(dry_run(SEED, tmp_path / "o3", "-O", "cluster.node_pools.compute.gres=gpu:a100:2"))
+    assert "services.model needs 4 GPUs on its node, and cluster.node_pools.compute asks for 2 per task" in line
+
+    line = one_line_error(dry_run(SEED, tmp_path / "o4", "-O", "cluster.requeue=false", "-O", "cluster.requeue_on_timeout=2"))
+    assert "cluster.requeue_on_timeout: 2 needs cluster.requeue: true" in line
+
+
+def _slow_sim_config(where: Path, extra: str = "") -> Path:
+    cfg = where / "slow.yaml"
+    cfg.write_text(
+        f"""
+services: {{model: {{type: sim, bench: arith, accuracy: 1.0, ttft_ms: 1, itl_ms: 40, output_tokens: 40}}}}
+benchmarks: [{{name: arith, params: {{n: 400}}, max_concurrent: 4}}]
+cluster:
+  type: slurm
+  walltime: "5:00"
+  shards: 2
+  stop_margin_s: 5
+  requeue_on_timeout: 2
+{extra}
+output: {{drain_timeout_s: 20, progress_interval_s: 0}}
+"""
+    )
+    return cfg
+
+
+@pytest.mark.parametrize("sig", ["USR1", "TERM"])
+def test_the_batch_shell_stops_the_shard_so_it_drains(tmp_path: Path, sig: str) -> None:
+    """SLURM's early USR1 (--signal=B:USR1@drain+margin) reaches the batch shell alone; it sends the
+    shard SIGTERM, the shard finishes what is in flight, then stops the simulator it started, and
+    the task ends 143 with the manifest `interrupted` and no request cut short. A TERM sent to the
+    batch shell (`scancel -b`) is passed on the same way. Outside SLURM nothing is requeued."""
+    import signal as signals
+    import time
+
+    from conftest import process_alive
+
+    cfg = _slow_sim_config(tmp_path)
+    out = tmp_path / "out"
+    assert dry_run(cfg, out).returncode == 0
+    text = (out / "eval.sbatch").read_text()
+    assert "#SBATCH --signal=B:USR1@25" in sbatch_lines(text)  # drain 20 + margin 5
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NEL_"))}
+    shell = subprocess.Popen(["bash", str(out / "eval.sbatch")], env={**env, "NEL_SHARD_IDX": "0"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = out / "shard_0" / "arith" / "results.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not results.exists() or results.read_bytes().count(b"\n") < 8):
+        time.sleep(0.2)
+    assert results.exists(), shell.stderr.read() if shell.poll() is not None else "no records after 60 s"
+    tree = descendants(shell.pid)  # the shard and the simulator it started
+    assert len(tree) >= 2, tree
+    os.kill(shell.pid, getattr(signals, f"SIG{sig}"))
+    _, err = shell.communicate(timeout=60)
+    assert shell.returncode == 143, err
+    manifest = json.loads((out / "shard_0" / "manifest.json").read_text())
+    assert manifest["state"] == "interrupted", manifest
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert records and all(r["status"] == "ok" for r in records), [r for r in records if r["status"] != "ok"][:3]
+    assert len(records) < 400  # it really stopped early
+    assert "requeue" not in err.replace("requeue_on_timeout", "")  # no SLURM job: nothing to requeue
+    if sig == "USR1":
+        assert "time limit near" in err
+    assert not [pid for pid in tree if process_alive(pid)]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc (children of children too)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat[stat.rfind(b")") + 2 :].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found

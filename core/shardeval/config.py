@@ -99,6 +99,16 @@ class ServiceConfig(_Section):
         """
         return None
 
+    def gpus(self) -> int:
+        """GPUs one instance of this service needs on its node, so orchestrators can size what a
+        shard asks for (CPUs and memory per GPU, /dev/shm). 0: it runs no model here."""
+        return 0
+
+    def port_override(self) -> dict[str, Any] | None:
+        """Keys that make a managed service bind a free node-local port instead of a fixed one,
+        for orchestrators that may put two shards on one node; None when it binds no fixed port."""
+        return None
+
 
 class ClusterConfig(_Section):
     """Keys every orchestrator shares; an orchestrator plugin subclasses this with its own keys."""

@@ -100,6 +100,10 @@ class KubernetesClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields
     secret_env: dict[str, SecretKey] = {}  # further variables from Secrets, e.g. HF_TOKEN
     env: dict[str, str] = {}  # plain variables for the shard pods; never secrets
     resources: Resources = msgspec.field(default_factory=Resources)
+    # A memory-backed /dev/shm for the shard pods (the container default, 64 MiB, crashes a
+    # tensor-parallel vLLM). "auto": 2Gi per GPU, at least 8Gi, when a service uses 2 or more GPUs;
+    # a quantity ("16Gi") always; null never. It counts against the pod's memory limit.
+    shm_size: str | None = "auto"
     node_selector: dict[str, str] = {}
     tolerations: list[Toleration] = []
     service_account: str | None = None  # for the shard pods; default: none, and no API token mounted

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from shardeval.config import Config
     from shardeval.orchestrator import LaunchRequest
     from shardeval_kubernetes.config import KubernetesClusterConfig, Resources
 
@@ -118,6 +119,11 @@ def render(request: LaunchRequest) -> Rendered:
         volumes.insert(0, {"name": "config", "configMap": {"name": names["config_map"]}})
         mounts.insert(0, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
 
+    shm = shm_size(request.config, cluster)
+    if shm is not None:
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+
     if cluster.pvc.create:
         pvc_spec: dict[str, Any] = {
             "accessModes": list(cluster.pvc.access_modes),
@@ -188,6 +194,16 @@ def render(request: LaunchRequest) -> Rendered:
     if cluster.merge.enabled:
         docs.append(_merge_job(cluster, names, meta, image, pull_secrets))
     return Rendered(documents=docs, secrets=_secrets_by_name(secrets), namespace=cluster.namespace, warnings=warnings)
+
+
+def shm_size(config: Config, cluster: KubernetesClusterConfig) -> str | None:
+    """The shard pods' /dev/shm size (see KubernetesClusterConfig.shm_size), from the GPUs each
+    service says it uses."""
+    if cluster.shm_size != "auto":
+        return cluster.shm_size
+    names = dict.fromkeys(b.solver.service for b in config.benchmarks)
+    gpus = max((config.services[n].gpus() for n in names if n in config.services), default=0)
+    return f"{max(8, 2 * gpus)}Gi" if gpus >= 2 else None
 
 
 def shard_args(request: LaunchRequest) -> list[str]:

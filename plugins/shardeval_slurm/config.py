@@ -25,6 +25,10 @@ class NodePool(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
     gpus_per_node: int | None = None  # --gpus-per-node
     cpus_per_task: int | None = None  # --cpus-per-task
     mem: str | None = None  # --mem, e.g. "200G"
+    # Per GPU, for a task that asks for GPUs: without them a site's default (often 1 CPU and a few
+    # GB under cgroups) starves a model server. Used when cpus_per_task / mem are not set.
+    cpus_per_gpu: Positive = 8  # --cpus-per-gpu
+    mem_per_gpu: str = "64G"  # --mem-per-gpu
     constraint: str | None = None  # --constraint
     exclusive: bool = False  # --exclusive
 
@@ -42,6 +46,14 @@ class SlurmClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True
     sbatch_extra_flags: list[str] = []  # extra `#SBATCH` flags of the array job, verbatim, e.g. ["--mail-type=END"]
     max_parallel: Positive | None = None  # at most this many tasks at once: --array=0-15%max_parallel
     requeue: bool = True  # --requeue: a preempted or failed-node task runs again (and resumes)
+    # The time limit: SLURM signals every process of a task at the limit, the model server too, so
+    # the batch shell asks for USR1 this long plus output.drain_timeout_s before it
+    # (--signal=B:USR1@…), stops the shard (it drains, then stops its own service) and exits
+    # 143. The margin covers stopping the service and writing the manifest.
+    stop_margin_s: Annotated[int, msgspec.Meta(ge=0)] = 60
+    # Opt-in: a task stopped by that early signal puts itself back in the queue (scontrol requeue;
+    # it resumes) at most this many times, counted by SLURM_RESTART_COUNT. 0: never.
+    requeue_on_timeout: Annotated[int, msgspec.Meta(ge=0)] = 0
     setup: list[str] = []  # shell lines run before `shardeval` (module load, conda activate, …)
     env: dict[str, str] = {}  # exported in the batch scripts; never secrets (name them with api_key_env)
     # How a node invokes shardeval, e.g. ["python3", "/shared/shardeval.pyz"] or ["shardeval"].

@@ -21,6 +21,7 @@ passes on) and `check_no_secrets` refuses a script that would hold a secret's va
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import shlex
@@ -110,14 +111,15 @@ def comment(text: str) -> str:
 
 
 def node_command(cluster: SlurmClusterConfig) -> list[str]:
-    """How a node invokes shardeval: `cluster.command`, else this very shardeval (absolute path)."""
-    from shardeval.orchestrator import self_command
+    """How a node invokes shardeval: `cluster.command`, else this very shardeval (absolute path;
+    the one file through its own launcher, so each node picks its own Python)."""
+    from shardeval.process import node_command as this_shardeval
 
     if cluster.command is not None:
         if not cluster.command or not all(cluster.command):
             raise UsageError("cluster.command: must be a non-empty list of words, e.g. [python3, /shared/shardeval.pyz]")
         return list(cluster.command)
-    return self_command()
+    return this_shardeval()
 
 
 def used_services(config: Config) -> dict[str, ServiceConfig]:
@@ -161,12 +163,16 @@ def choose_pool(config: Config) -> Pool:
     return Pool(name=name, spec=spec, partition=spec.partition or cluster.partition)
 
 
-def service_launch_lines(config: Config, command: list[str]) -> list[str]:
-    """What each task's `shardeval run` starts before evaluating, for the script's comment block."""
+def service_launch_lines(config: Config, command: list[str], free_ports: bool = False) -> list[str]:
+    """What each task's `shardeval run` starts before evaluating, for the script's comment block
+    (with `free_ports`, as each service's port_override() makes it)."""
+    from shardeval.msgspec_compat import msgspec
     from shardeval.process import redact, self_command
 
     lines = []
     for name, service in used_services(config).items():
+        if free_ports and service.port_override():
+            service = msgspec.structs.replace(service, **service.port_override())
         pool = getattr(service, "node_pool", None)
         label = f"services.{name} ({service.type}{f', node pool {pool}' if pool else ''})"
         if service.type == "vllm":
@@ -207,7 +213,36 @@ def _common_head(cluster: SlurmClusterConfig, partition: str | None, cwd: str) -
     return lines
 
 
-def _pool_directives(pool: Pool) -> list[str]:
+_GRES_GPUS = re.compile(r"(?:^|,)gpu(?::[^:,]+)?:(\d+)(?:,|$)")
+
+
+def pool_gpus(spec: NodePool) -> int | None:
+    """GPUs one array task gets (per node × nodes), from `gpus_per_node` or a `gpu[:type]:N` gres;
+    None when the pool asks for none we can read."""
+    per_node = spec.gpus_per_node
+    if per_node is None and spec.gres:
+        found = _GRES_GPUS.search(spec.gres)
+        per_node = int(found.group(1)) if found else None
+    return per_node * spec.nodes if per_node is not None else None
+
+
+def check_gpus(config: Config, pool: Pool) -> int | None:
+    """The task's GPUs; refuse a pool with fewer than a service needs (each service says, gpus())."""
+    have = pool_gpus(pool.spec)
+    if have is None:
+        return None
+    for name, service in used_services(config).items():
+        need = service.gpus()
+        if need > have:
+            where = f"cluster.node_pools.{pool.name}" if pool.name else "cluster"
+            raise UsageError(
+                f"services.{name} needs {need} GPUs on its node, and {where} asks for {have} per task; "
+                f"raise its gres/gpus_per_node, or lower the service's parallelism"
+            )
+    return have
+
+
+def _pool_directives(pool: Pool, gpus: int | None = None) -> list[str]:
     spec, at = pool.spec, f"cluster.node_pools.{pool.name}" if pool.name else "cluster"
     lines = _directive("nodes", spec.nodes, f"{at}.nodes")
     lines += _directive("ntasks-per-node", spec.ntasks_per_node, f"{at}.ntasks_per_node")
@@ -215,6 +250,11 @@ def _pool_directives(pool: Pool) -> list[str]:
     lines += _directive("gpus-per-node", spec.gpus_per_node, f"{at}.gpus_per_node")
     lines += _directive("cpus-per-task", spec.cpus_per_task, f"{at}.cpus_per_task")
     lines += _directive("mem", spec.mem, f"{at}.mem")
+    if gpus:  # SLURM takes one of --cpus-per-task / --cpus-per-gpu, and one of --mem / --mem-per-gpu
+        if spec.cpus_per_task is None:
+            lines += _directive("cpus-per-gpu", spec.cpus_per_gpu, f"{at}.cpus_per_gpu")
+        if spec.mem is None:
+            lines += _directive("mem-per-gpu", spec.mem_per_gpu, f"{at}.mem_per_gpu")
     lines += _directive("constraint", spec.constraint, f"{at}.constraint")
     if spec.exclusive:
         lines.append("#SBATCH --exclusive")
@@ -274,6 +314,9 @@ def render_array(
     root = request.output_root
     logs = os.path.join(slurm_path(root), "shard_%a", "logs")
     array = f"0-{total - 1}" + (f"%{cluster.max_parallel}" if cluster.max_parallel else "")
+    gpus = check_gpus(request.config, pool)
+    ports = [] if pool.spec.exclusive else free_port_overrides(request.config)
+    request = replace(request, overrides=[*request.overrides, *ports])
     args = request.shard_args(_INDEX, total, output_dir=os.path.join(root, f"shard_{_INDEX}"))
     source = request.config_path or "the command line (quick mode)"
     lines = [
@@ -285,16 +328,21 @@ def render_array(
         f"#SBATCH --array={array}",
         *_directive("time", cluster.walltime, "cluster.walltime"),
         *_common_head(cluster, pool.partition, cwd),
-        *_pool_directives(pool),
+        *_pool_directives(pool, gpus),
         f"#SBATCH --output={sbatch_value(os.path.join(logs, 'slurm-%A_%a.out'), 'the output directory')}",
         f"#SBATCH --error={sbatch_value(os.path.join(logs, 'slurm-%A_%a.err'), 'the output directory')}",
         "#SBATCH --open-mode=append",
         "#SBATCH --requeue" if cluster.requeue else "#SBATCH --no-requeue",
+        f"#SBATCH --signal=B:USR1@{stop_before_limit(request.config, cluster)}",
         *_extra_flags(cluster),
         "#",
         "# Each task's `shardeval run` starts these services itself, waits until they answer,",
         "# evaluates the shard and stops them (their logs go to shard_i/logs/):",
-        *(f"#   {comment(line)}" for line in service_launch_lines(request.config, command)),
+        *(f"#   {comment(line)}" for line in service_launch_lines(request.config, command, free_ports=bool(ports))),
+        *(
+            [f"# Tasks may share a node (no --exclusive), so each picks a free port: {', '.join(ports)}."]
+            if ports else []
+        ),
         "# API keys are not in this file: services name them with api_key_env, and sbatch passes the",
         "# submitting shell's environment on to the tasks (its default, --export=ALL).",
         "",
@@ -312,10 +360,72 @@ def render_array(
         f'echo "shardeval: SLURM job ${{SLURM_JOB_ID:-none}} (array ${{SLURM_ARRAY_JOB_ID:-none}}_'
         f'${{SLURM_ARRAY_TASK_ID:-none}}, restart ${{SLURM_RESTART_COUNT:-0}}) on $(hostname): shard ${{{SHARD_VAR}}}/{total}" >&2',
         *_environment(cluster),
-        f"exec {shell_line([*command, 'run', *args])}",
+        *run_and_stop_in_time(shell_line([*command, "run", *args]), cluster),
         "",
     ]
     return "\n".join(lines)
+
+
+def free_port_overrides(config: Config) -> list[str]:
+    """`-O` overrides that give each task's managed services a free port (as each service says,
+    port_override()), so two tasks on one node never collide on a fixed one."""
+    out = []
+    for name, service in used_services(config).items():
+        for key, value in (service.port_override() or {}).items():
+            out.append(f"services.{name}.{key}={value}")
+    return out
+
+
+def stop_before_limit(config: Config, cluster: SlurmClusterConfig) -> int:
+    """Seconds before the time limit at which the batch shell is told to stop the shard."""
+    seconds = math.ceil(config.output.drain_timeout_s + cluster.stop_margin_s)
+    if seconds > 65535:  # SLURM keeps the signal time in 16 bits
+        raise UsageError(
+            f"output.drain_timeout_s + cluster.stop_margin_s = {seconds} s: SLURM's --signal takes at most 65535 s; lower them"
+        )
+    return seconds
+
+
+def run_and_stop_in_time(run_line: str, cluster: SlurmClusterConfig) -> list[str]:
+    """The shard runs as a child of the batch shell, which alone receives the early USR1
+    (`--signal=B:`) and turns it into SIGTERM for the shard only: the shard drains, then stops the
+    model server it started, instead of SLURM killing both at once at the limit. A TERM or INT sent
+    to the batch shell (`scancel -b`) is passed on the same way. With `requeue_on_timeout`, a shard
+    stopped by the early signal puts its task back in the queue, where it resumes."""
+    if cluster.requeue_on_timeout and not cluster.requeue:
+        raise UsageError(
+            f"cluster.requeue_on_timeout: {cluster.requeue_on_timeout} needs cluster.requeue: true "
+            "(a --no-requeue job can never be requeued); set one of them"
+        )
+    lines = [
+        "# Near the time limit SLURM sends USR1 to this shell alone (--signal=B:USR1@…); it stops the shard",
+        "# with SIGTERM, which drains requests in flight, then stops the services it started.",
+        "pid=''",
+        "timelimit=0",
+        "stop() { [ -n \"$pid\" ] && kill -TERM \"$pid\" 2>/dev/null || true; }",
+        "trap 'timelimit=1; echo \"shardeval: time limit near: stopping the shard so it drains\" >&2; stop' USR1",
+        "trap stop TERM INT",
+        f"{run_line} &",
+        "pid=$!",
+        'while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done',
+        'rc=0; wait "$pid" || rc=$?',
+    ]
+    if cluster.requeue_on_timeout:
+        limit = cluster.requeue_on_timeout
+        task = "${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}${SLURM_ARRAY_TASK_ID:+_$SLURM_ARRAY_TASK_ID}"
+        lines += [
+            'if [ "$timelimit" = 1 ] && [ -n "${SLURM_JOB_ID:-}" ]; then',
+            f'  if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {limit} ]; then',
+            f'    echo "shardeval: requeue $((${{SLURM_RESTART_COUNT:-0}} + 1)) of {limit} (cluster.requeue_on_timeout): '
+            'the task goes back in the queue and resumes" >&2',
+            f'    scontrol requeue "{task}" || echo "shardeval: scontrol requeue failed; rerun with sbatch --array=$idx" >&2',
+            "  else",
+            f'    echo "shardeval: not requeued: {limit} requeue(s) used (cluster.requeue_on_timeout); rerun with sbatch --array=$idx" >&2',
+            "  fi",
+            "fi",
+        ]
+    lines.append('exit "$rc"')
+    return lines
 
 
 def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], root: str, cwd: str) -> str:

@@ -75,3 +75,11 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
         if not self.standard_args:
             identity["launch_command"] = self.launch_command
         return identity
+
+    def gpus(self) -> int:
+        """One GPU per tensor- and pipeline-parallel rank."""
+        return self.tensor_parallel_size * (self.pipeline_parallel_size or 1)
+
+    def port_override(self) -> dict[str, Any] | None:
+        """`port: 0` picks a free port when the server starts (see ServiceConfig.port_override)."""
+        return {"port": 0} if self.port != 0 else None
