@@ -92,7 +92,13 @@ def test_missing_last_shard_and_missing_pairs_name_the_shards_to_rerun(tmp_path)
     assert result.partial
     write_merged(result)
     report = (tmp_path / "merged" / "report.md").read_text()
-    assert "PARTIAL" in report and "--array=1,3" in report
+    assert "PARTIAL" in report and "rerun shard(s) 1,3: `shardeval run CONFIG --shard I/4` for each" in report
+    assert "--array" not in report  # no SLURM launched this run: no SLURM advice
+    # the orchestrator that launched a run adds its own way (asked through the rerun_hint hook)
+    (tmp_path / "slurm_job.json").write_text('{"array_job_id": "77", "total_shards": 4}')
+    write_merged(merge_run(str(tmp_path)))
+    report = (tmp_path / "merged" / "report.md").read_text()
+    assert f"rerun shard(s) 1,3: `sbatch --array=1,3 {tmp_path}/eval.sbatch`, or `shardeval run" in report
 
 
 def test_torn_and_undecodable_lines_are_reported_not_fatal(tmp_path):
@@ -187,3 +193,16 @@ def test_superseded_results_are_not_merged(tmp_path):
     result = merge_run(str(tmp_path))  # the old config's files do not count as a mixture
     assert len(result.run.shards) == 1 and counts(result.benchmarks[0])["n_duplicates"] == 0
     assert os.path.exists(tmp_path / "shard_0" / "superseded")
+
+
+def test_status_tells_a_shard_directory_made_in_advance_from_a_missing_one(tmp_path):
+    """SLURM's submit makes shard_<i>/logs/ before any task runs (it drops output whose folder is
+    missing): such a shard is `not started` in its folder, not "(no directory)"."""
+    from shardeval.status import status
+
+    make_shard(str(tmp_path), 0, 3, n_problems=30)
+    (tmp_path / "shard_1" / "logs").mkdir(parents=True)
+    text = status(str(tmp_path))
+    rows = {line.split()[0]: line for line in text.splitlines() if line[:1].isdigit()}
+    assert rows["1"].endswith("shard_1 (no manifest yet)") and "not started" in rows["1"]
+    assert rows["2"].endswith("(no directory)")

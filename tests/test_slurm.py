@@ -133,6 +133,15 @@ def test_array_job_end_to_end_with_dependent_merge(slurm: str, tmp_path: Path, j
     assert status.returncode == 0, status.stderr
     assert f"slurm array job {array}: 4 COMPLETED" in status.stdout and f"slurm merge job {merge}: COMPLETED" in status.stdout
 
+    # A changed config on the finished run is refused before anything is queued (each task would
+    # only refuse to resume it after queueing, and the dependent merge would report the old run).
+    before = (root / "slurm_job.json").read_text()
+    changed = shardeval_cmd("run", str(EXAMPLE), "-o", str(root), "-O", "benchmarks.0.params.n=60", "-O", "benchmarks.0.repeats=3")
+    assert changed.returncode == 2 and "Traceback" not in changed.stderr, changed.stderr
+    assert "cannot be resumed: it was written with config" in changed.stderr and "nothing submitted" in changed.stderr
+    assert (root / "slurm_job.json").read_text() == before  # nothing submitted
+    assert not (root / "shard_0" / "superseded").exists()
+
 
 def test_cancelled_task_requeued_resumes_without_duplicates(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
     root = tmp_path / "run"
@@ -194,11 +203,9 @@ def test_time_limit_drains_then_requeues_itself_a_bounded_number_of_times(slurm:
     first = json.loads((root / "shard_0" / "manifest.json").read_text())
     assert first["state"] == "interrupted", first  # drained and closed, not killed at the limit
 
-    def lifted() -> bool:  # a requeued task waits for a BeginTime SLURM sets: lift it once it is pending
-        subprocess.run(["scontrol", "update", f"JobId={array}_0", "StartTime=now"], capture_output=True, timeout=60)
-        return "restart 1" in err()
-
-    wait_until("the requeued attempt to start", lifted, timeout=150, root=root)
+    # SLURM starts it again by itself once the old credential expired (cred_expire, 20 s on the test
+    # cluster): lifting its BeginTime sooner makes slurmd refuse it ("Job credential revoked")
+    wait_until("the requeued attempt to start", lambda: "restart 1" in err(), timeout=150, root=root)
     wait_until("the second attempt to end", lambda: done(array), timeout=150, root=root)
     text = err()
     assert text.count("time limit near") == 2 and "not requeued: 1 requeue(s) used" in text, text
@@ -243,6 +250,12 @@ def test_submitting_twice_while_the_array_runs_is_refused(slurm: str, tmp_path: 
     again = shardeval_cmd("run", str(EXAMPLE), "-o", str(root), "-O", "benchmarks.0.params.n=40")
     assert again.returncode == 2, again.stderr
     assert f"job {record['array_job_id']} of this run still has" in again.stderr and "Traceback" not in again.stderr
+    # --fresh while it runs: checked first, so nothing is moved under the running tasks' feet
+    results = root / "shard_0" / "arith" / "results.jsonl"
+    wait_until("shard 0 to write a record", lambda: lines(results) >= 1, root=root)
+    fresh = shardeval_cmd("run", str(EXAMPLE), "-o", str(root), "-O", "benchmarks.0.params.n=40", "--fresh")
+    assert fresh.returncode == 2 and f"job {record['array_job_id']} of this run still has" in fresh.stderr, fresh.stderr
+    assert not list(root.glob("shard_*/superseded")) and results.exists()
 
 
 def test_ray_on_slurm_one_node(slurm: str, tmp_path: Path, jobs: list[str]) -> None:

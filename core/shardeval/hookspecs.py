@@ -59,6 +59,13 @@ def run_status(run_dir: str) -> str | None:
 
 
 @hookspec
+def rerun_hint(run_dir: str, shards: list[int]) -> str | None:
+    """How to rerun these shards of RUN_DIR with the orchestrator that launched them, for merge's
+    report (e.g. SLURM's `sbatch --array=3,7 …/eval.sbatch`); None when this plugin did not launch
+    the run. The report always adds the orchestrator-free way (`shardeval run … --shard I/N`)."""
+
+
+@hookspec
 def shard_started(manifest: Any, out_dir: str) -> None:
     """A shard begins (manifest state `running`). For loggers and exporters."""
 

@@ -39,6 +39,14 @@ def self_command() -> list[str]:
     return [sys.executable, zipapp] if zipapp else [sys.executable, "-m", "shardeval"]
 
 
+def node_command() -> list[str]:
+    """The argv prefix a script for *another* node uses to run this same shardeval: the one file
+    through its own sh launcher, which picks that node's Python (the interpreter that submitted may
+    not exist there); an installed package as self_command(), its path shared or the same."""
+    zipapp = zipapp_path()
+    return ["/bin/sh", zipapp] if zipapp else self_command()
+
+
 def port_is_free(host: str, port: int) -> bool:
     """True when nothing listens on (host, port): binding succeeds the way a server's would."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -119,6 +119,14 @@ def _shard_list(idxs: list[int]) -> str:
     return ",".join(map(str, idxs))
 
 
+def rerun_how(run: "Run", shards: list[int]) -> str:
+    """The launching orchestrator's way (asked through the rerun_hint hook), then the general one."""
+    from shardeval import plugins
+
+    hints = [hint for hint in plugins.hooks().rerun_hint(run_dir=run.root, shards=shards) if hint]
+    return ", or ".join([*hints, f"`shardeval run CONFIG --shard I/{run.total_shards}` for each (they resume)"])
+
+
 def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
     run = result.run
     present = len(run.present())
@@ -134,10 +142,7 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
         lines.append(f"- never started or not found: shard(s) {_shard_list(run.missing_shards())}")
     rerun = result.rerun_shards()
     if rerun:
-        lines.append(
-            f"- to complete the run, rerun shard(s) {_shard_list(rerun)}: SLURM `--array={_shard_list(rerun)}`, "
-            f"or `shardeval run CONFIG --shard I/{run.total_shards}` for each (they resume)"
-        )
+        lines.append(f"- to complete the run, rerun shard(s) {_shard_list(rerun)}: {rerun_how(run, rerun)}")
     for idx, paths in run.duplicated_shards().items():
         lines.append(f"- shard {idx} appears in {len(paths)} directories ({', '.join(paths)}): deduplicated")
     for orphan in run.orphans:

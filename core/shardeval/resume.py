@@ -82,6 +82,32 @@ def prepare_output_dir(out_dir: str, manifest: Manifest, fresh: bool) -> Manifes
     return old
 
 
+def check_submission(root: str, config_hash: str, total: int) -> None:
+    """Before an orchestrator submits shards into `root`: refuse, in one line, a root whose shard
+    directories hold another run (another config hash or shard count), which every queued task
+    would refuse to resume only after waiting for its node. Reads manifests only, never the
+    benchmarks' data (it may live on the nodes alone). --fresh sets such results aside instead."""
+    if not os.path.isdir(root):
+        return
+    for entry in sorted(os.listdir(root)):
+        shard = os.path.join(root, entry)
+        if not (entry.startswith("shard_") and entry[6:].isdigit() and os.path.isdir(shard)):
+            continue
+        old = read_manifest(shard)
+        if old is None:
+            continue
+        if old.config_hash != config_hash:
+            reason = f"it was written with config {old.config_hash}, this config is {config_hash}"
+        elif old.total_shards != total:
+            reason = f"it holds shard {old.shard_idx}/{old.total_shards}, this run has {total} shards"
+        else:
+            continue
+        raise UsageError(
+            f"{shard} cannot be resumed: {reason}; nothing submitted (every task would fail after queueing): "
+            "submit the original config, choose another -o, or pass --fresh to set the old results aside"
+        )
+
+
 def set_aside(out_dir: str) -> str:
     """Move everything in `out_dir` (but earlier superseded runs) into superseded/<UTC time>/."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -55,7 +55,9 @@ def render_status(run: Run, progress: list[ShardProgress]) -> str:
         eta = f"{p.eta_s:.0f}s" if p.eta_s is not None else "—"
         lines.append(f"{p.idx:<8} {p.state:<12} {p.records:>8}/{p.expected:<8} {p.errors:>7} {rate:>8} {eta:>8}  {p.path}")
     for idx in run.missing_shards():
-        lines.append(f"{idx:<8} {'not started':<12} {'':>17} {'':>7} {'':>8} {'':>8}  (no directory)")
+        folder = f"shard_{idx}"  # an orchestrator may have made it already (SLURM: for the task's log)
+        where = f"{folder} (no manifest yet)" if os.path.isdir(os.path.join(run.root, folder)) else "(no directory)"
+        lines.append(f"{idx:<8} {'not started':<12} {'':>17} {'':>7} {'':>8} {'':>8}  {where}")
     done = sum(min(p.records, p.expected) for p in progress)
     total = sum(b.n_problems * b.repeats for b in run.benchmarks)
     lines.append(f"total: {done}/{total} records ({done / total:.1%})" if total else "total: nothing to do")

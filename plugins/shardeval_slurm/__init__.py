@@ -49,3 +49,21 @@ def run_status(run_dir: str) -> str | None:
 
     record = read_record(run_dir)
     return render_jobs(record) if record else None
+
+
+@hookimpl
+def rerun_hint(run_dir: str, shards: list[int]) -> str | None:
+    """`sbatch --array=…` of this run's own script, when this plugin submitted it."""
+    import os
+    import shlex
+
+    from shardeval_slurm.render import EVAL_SCRIPT, RAY_SCRIPT
+    from shardeval_slurm.submit import read_record
+
+    record = read_record(run_dir)
+    if not record:
+        return None
+    if record.get("ray_job_id"):
+        return f"`sbatch {shlex.quote(os.path.join(run_dir, RAY_SCRIPT))}` (Ray on SLURM; complete shards finish at once)"
+    listed = ",".join(map(str, shards))
+    return f"`sbatch --array={listed} {shlex.quote(os.path.join(run_dir, EVAL_SCRIPT))}`"

@@ -141,6 +141,7 @@ def render_ray(
         '  trap - EXIT INT TERM',
         '  for pid in "${steps[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done',
         '  for pid in "${steps[@]}"; do wait "$pid" 2>/dev/null || true; done',
+        '  rm -rf "$temp_dir"  # the head\'s session files, sockets and logs: this job\'s alone',
         '  say "Ray stopped"',
         "}",
         "trap stop_ray EXIT",

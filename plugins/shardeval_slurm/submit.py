@@ -7,9 +7,12 @@
    `sbatch --parsable --dependency=afterany:<array id> merge.sbatch`, and record both ids in
    ROOT/slurm_job.json, which `shardeval status ROOT` reads to show the tasks' SLURM states.
 
-Submitting again while this run's array still has tasks queued or running is refused: two arrays
-appending to the same shard directories would race. `--fresh` sets earlier results aside here, at
-submission, and is not passed to the tasks, so a requeued task resumes instead of starting over.
+Submitting again while this run's array still has tasks queued or running is refused (checked
+before `--fresh` moves anything): two arrays appending to the same shard directories would race.
+A root whose shards hold another run (another config hash or shard count) is refused before
+submitting, as each task's resume would refuse it after queueing. `--fresh` sets earlier results
+aside here, at submission, and is not passed to the tasks, so a requeued task resumes instead of
+starting over.
 """
 
 from __future__ import annotations
@@ -38,9 +41,13 @@ def submit(request: LaunchRequest) -> int:
     scripts = render(request)
     check_no_secrets(scripts, request.config)
     root = scripts.root
-    if request.fresh and not request.dry_run:
+    if not request.dry_run:
+        _refuse_if_still_queued(root)  # before --fresh moves anything: a live task would write into superseded/
+    if not request.fresh:
+        _refuse_another_run(root, request, scripts.total)
+    elif not request.dry_run:
         _set_aside_earlier_results(root, scripts.total)
-    elif request.fresh:
+    else:
         log.info("--fresh: earlier results are set aside when the run is submitted; a dry run moves nothing")
     _make_dirs(root, scripts.total, ray=RAY_SCRIPT in scripts.files)
     paths = {}
@@ -57,7 +64,6 @@ def submit(request: LaunchRequest) -> int:
             f"sbatch not found on PATH: run this on a SLURM login node, or pass --dry-run to only write the scripts "
             f"(written: {', '.join(paths.values())})"
         )
-    _refuse_if_still_queued(root)
     record: dict[str, object] = {"submitted_at": time.time(), "total_shards": scripts.total, "root": root}
     if RAY_SCRIPT in paths:
         record["ray_job_id"] = _sbatch(paths[RAY_SCRIPT])
@@ -72,6 +78,21 @@ def submit(request: LaunchRequest) -> int:
     _write_record(root, record)
     print(f"`shardeval status {root}` shows progress and each task's SLURM state; results: {os.path.join(root, 'merged')}/")
     return 0
+
+
+def _refuse_another_run(root: str, request: LaunchRequest, total: int) -> None:
+    """A changed config (say `-O benchmarks.0.repeats=3` on a finished run) is refused here, in one
+    line, not by every task after queueing while the dependent merge reports the old run. A dry
+    run only warns: it submits nothing."""
+    from shardeval.config import config_hash
+    from shardeval.resume import check_submission
+
+    try:
+        check_submission(root, config_hash(request.config), total)
+    except UsageError as exc:
+        if not request.dry_run:
+            raise
+        log.warning("%s", exc)
 
 
 def _make_dirs(root: str, total: int, ray: bool) -> None:
@@ -147,10 +168,10 @@ def _refuse_if_still_queued(root: str) -> None:
     if not job or shutil.which("squeue") is None:
         return
     try:
-        proc = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(["squeue", "-h", "-r", "-j", str(job), "-o", "%T"], capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
         return
-    states = proc.stdout.split() if proc.returncode == 0 else []
+    states = proc.stdout.split() if proc.returncode == 0 else []  # -r: one line per array task, pending ones too
     if states:
         raise UsageError(
             f"{root}: job {job} of this run still has {len(states)} task(s) queued or running; two submissions would write "

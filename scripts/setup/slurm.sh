@@ -93,6 +93,9 @@ ReturnToService=2
 # Test-cluster latency: look at pending jobs (dependencies, requeued tasks) every few seconds.
 SchedulerParameters=sched_interval=2,sched_min_interval=100000
 KillWait=15
+# A requeued task may start again only once its credential expired (cred_expire + 1 s; SLURM's
+# default 120 s): short here, so a self-requeued task comes back within a test's patience.
+AuthInfo=cred_expire=20
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=$PARTITION Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
