@@ -464,7 +464,7 @@ def describe_structs():
     import typing
     import shardeval.records, shardeval.merge, shardeval.client
     todo = [shardeval.config.Config, shardeval.config.RawConfig, shardeval.records.Manifest, shardeval.records.ResultRecord,
-            shardeval.records.TrajectoryRecord, shardeval.merge._Row, shardeval.client._Body, shardeval.client.Completion]
+            shardeval.records.TrajectoryRecord, shardeval.client._Body, shardeval.client.Completion]
     for group in registry().entries.values():
         for entry in group.values():
             todo.append(getattr(entry, "config", None))
