@@ -151,7 +151,7 @@ def test_unknown_key_without_a_close_match_lists_the_valid_ones(in_tmp: Path) ->
         (BASE + "cluster: {type: slurm, walltime: 2:00:00}\n", "config.yaml: cluster.walltime: expected str, got int (7200); quote the value in YAML"),
         (
             BASE + "cluster: {type: slurm, walltime: '1:00', max_parallel: 0}\n",
-            "config.yaml: cluster.max_parallel: expected int >= 1, got int (0)",
+            "config.yaml: cluster.max_parallel: must be an integer >= 1, got 0",
         ),
     ],
 )
@@ -175,11 +175,11 @@ def test_unknown_service_and_cluster_types_suggest(in_tmp: Path) -> None:
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("benchmarks.0.repeats=0", "config.yaml: benchmarks[0].repeats: must be >= 1, got 0"),
-        ("benchmarks.0.max_concurrent=0", "config.yaml: benchmarks[0].max_concurrent: must be >= 1, got 0"),
-        ("benchmarks.0.max_problems=-1", "config.yaml: benchmarks[0].max_problems: must be >= 1, got -1"),
+        ("benchmarks.0.repeats=0", "config.yaml: benchmarks[0].repeats: must be an integer >= 1, got 0"),
+        ("benchmarks.0.max_concurrent=0", "config.yaml: benchmarks[0].max_concurrent: must be an integer >= 1, got 0"),
+        ("benchmarks.0.max_problems=-1", "config.yaml: benchmarks[0].max_problems: must be an integer >= 1, got -1"),
         ("benchmarks.0.solver.service=modle", "config.yaml: benchmarks[0].solver.service: no service 'modle'; defined: model"),
-        ("cluster.shards=0", "config.yaml: cluster.shards: must be >= 1, got 0"),
+        ("cluster.shards=0", "config.yaml: cluster.shards: must be an integer >= 1, got 0"),
         ("benchmarks.0.solver.type=simpel", "config.yaml: benchmarks[0].solver.type: unknown solver 'simpel'"),
     ],
 )
@@ -520,3 +520,152 @@ def test_cli_bad_nel_shard_idx(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text(BASE)
     result = cli(tmp_path, "config.yaml", "-o", "out", env={"NEL_SHARD_IDX": "abc", "NEL_TOTAL_SHARDS": "4"})
     assert_one_line_error(result, "NEL_SHARD_IDX='abc'")
+
+
+# --- declared ranges for every numeric limit (hardening, round two) ----------------------------
+
+# Numbers that are identities, not limits: any integer is a valid seed.
+NOT_LIMITS = {"seed", "shuffle_seed"}
+
+
+def _numeric_fields(struct: type, seen: set[type]) -> list[tuple[str, str, bool]]:
+    """(Struct.field, type, has a declared range) for every int/float field, recursing into
+    nested Structs, lists and dicts of them."""
+    import typing
+
+    from shardeval.config import _unwrap
+
+    out = []
+    if struct in seen:
+        return out
+    seen.add(struct)
+    for f in msgspec.structs.fields(struct):
+        tp = f.type
+        todo = [tp]
+        while todo:
+            t = todo.pop()
+            origin = typing.get_origin(t)
+            if origin is typing.Annotated:
+                base, *metas = typing.get_args(t)
+                if base in (int, float):
+                    out.append((f"{struct.__qualname__}.{f.name}", base.__name__, any(isinstance(m, msgspec.Meta) for m in metas)))
+                else:
+                    todo.append(base)
+            elif t in (int, float):
+                out.append((f"{struct.__qualname__}.{f.name}", t.__name__, False))
+            elif origin is not None:
+                todo.extend(typing.get_args(t))
+            elif isinstance(t, type) and issubclass(t, msgspec.Struct):
+                out.extend(_numeric_fields(t, seen))
+    return out
+
+
+def test_every_numeric_limit_of_every_config_section_declares_its_range() -> None:
+    """The class, not the cases: core sections, every service and orchestrator plugin's section
+    and every benchmark's params Struct; a field without a range is named here."""
+    import importlib
+    import pkgutil
+
+    import shardeval_benchmarks
+    from shardeval.config import RawConfig, ServiceConfig
+    from shardeval.plugins import registry
+    from shardeval_benchmarks.params import ParamsStruct
+
+    structs: list[type] = [RawConfig, ServiceConfig]
+    for group in ("services", "orchestrators"):
+        structs += [e.config for e in registry().entries[group].values() if e.config is not None]
+    for module in pkgutil.iter_modules(shardeval_benchmarks.__path__):
+        importlib.import_module(f"shardeval_benchmarks.{module.name}")
+    structs += [c for c in _subclasses(ParamsStruct)]
+    seen: set[type] = set()
+    fields = [f for s in structs for f in _numeric_fields(s, seen)]
+    assert len(fields) > 40  # the walk really sees the sections
+    missing = sorted({name for name, _, ranged in fields if not ranged and name.rsplit(".", 1)[1] not in NOT_LIMITS})
+    assert missing == [], f"numeric config fields without a declared range (msgspec.Meta): {missing}"
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("services.model.timeouts.connect=0", "services.model.timeouts.connect: must be a number > 0.0, got 0"),
+        ("services.model.timeouts.first_token=-5", "services.model.timeouts.first_token: must be a number > 0.0, got -5"),
+        ("services.model.timeouts.idle=0", "services.model.timeouts.idle: must be a number > 0.0, got 0"),
+        ("services.model.timeouts.total=0", "services.model.timeouts.total: must be a number > 0.0, got 0"),
+        ("services.model.timeouts.idle=.nan", "services.model.timeouts.idle: must be a number > 0.0, got nan"),
+        ("services.model.retries.attempts=0", "services.model.retries.attempts: must be an integer >= 1, got 0"),
+        ("services.model.retries.attempts=-3", "services.model.retries.attempts: must be an integer >= 1, got -3"),
+        ("services.model.retries.backoff_base=-0.5", "services.model.retries.backoff_base: must be a number >= 0.0, got -0.5"),
+        ("services.model.retries.backoff_max=-1", "services.model.retries.backoff_max: must be a number >= 0.0, got -1"),
+        ("output.drain_timeout_s=-1", "output.drain_timeout_s: must be a number >= 0.0, got -1"),
+        ("output.progress_interval_s=-1", "output.progress_interval_s: must be a number >= 0.0, got -1"),
+        ("benchmarks.0.solver.generation.max_tokens=0", "benchmarks[0].solver.generation.max_tokens: must be an integer >= 1, got 0"),
+        ("benchmarks.0.solver.generation.temperature=-1", "benchmarks[0].solver.generation.temperature: must be a number >= 0.0, got -1"),
+        ("benchmarks.0.solver.generation.top_p=1.5", "benchmarks[0].solver.generation.top_p: must be a number <= 1.0, got 1.5"),
+        ("cluster.parallel=0", "cluster.parallel: must be an integer >= 1, got 0"),
+    ],
+)
+def test_nonsense_limits_are_one_line_naming_key_and_value(in_tmp: Path, override: str, expected: str) -> None:
+    assert error(BASE, override) == f"config.yaml: {expected} (from -O {override})"
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ("{type: sim, accuracy: 1.5}", "services.model.accuracy: must be a number <= 1.0, got 1.5"),
+        ("{type: sim, fail_429: -0.1}", "services.model.fail_429: must be a number >= 0.0, got -0.1"),
+        ("{type: sim, startup_timeout_s: 0}", "services.model.startup_timeout_s: must be a number > 0.0, got 0"),
+        ("{type: vllm, model: m, tensor_parallel_size: 0}", "services.model.tensor_parallel_size: must be an integer >= 1, got 0"),
+        ("{type: vllm, model: m, port: 70000}", "services.model.port: must be an integer <= 65535, got 70000"),
+        ("{type: vllm, model: m, startup_timeout_s: -1}", "services.model.startup_timeout_s: must be a number > 0.0, got -1"),
+        ("{type: api, url: 'http://h/v1', model: m, timeouts: {idle: '${IDLE}'}}", "services.model.timeouts.idle: must be a number > 0.0, got '0'"),
+    ],
+)
+def test_plugin_sections_declare_their_ranges_too(in_tmp: Path, section: str, expected: str) -> None:
+    text = f"services:\n  model: {section}\nbenchmarks: [{{name: arith}}]\n"
+    assert error(text, env={"IDLE": "0"}) == f"config.yaml: {expected}"
+
+
+def test_a_nonsense_limit_stops_the_run_before_anything_is_written(tmp_path: Path) -> None:
+    """Before: every request became a `timeout` error and the run exited 0."""
+    (tmp_path / "config.yaml").write_text(BASE)
+    result = cli(tmp_path, "config.yaml", "--shard", "0/1", "-o", "out", "-O", "services.model.timeouts.first_token=0")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert without_fallback_notice(result.stderr).strip().splitlines() == [
+        "shardeval: error: config.yaml: services.model.timeouts.first_token: must be a number > 0.0, got 0 "
+        "(from -O services.model.timeouts.first_token=0)"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+# --- a value that is exactly one ${...} takes the YAML type where the schema has none -----------
+
+
+def test_a_whole_expansion_in_params_takes_the_yaml_type(in_tmp: Path) -> None:
+    text = BASE.replace(
+        "params: {n: 20}",
+        "params: {n: '${N:-500}', flag: '${FLAG}', ratio: '${R}', word: '${W}', label: 'n-${N:-500}', xs: ['${N:-500}'], "
+        "none: '${EMPTY:-}'}\n    id: '${ID}'",
+    ).replace("generation: {temperature: 0.0}", "generation: {temperature: '${R}', extra: {min_p: '${R}', seed_x: '${N:-1}'}}")
+    config = load(text, env={"FLAG": "true", "R": "0.5", "W": "hello", "ID": "123"})
+    bench = config.benchmarks[0]
+    assert bench.params == {"n": 500, "flag": True, "ratio": 0.5, "word": "hello", "label": "n-500", "xs": [500], "none": ""}
+    assert bench.id == "123"  # a typed str key keeps the text
+    assert bench.solver.generation.temperature == 0.5 and bench.solver.generation.extra == {"min_p": 0.5, "seed_x": 1}
+    # the same in a plugin's free-form mapping, and an -O override still wins
+    sim = "services:\n  model: {type: sim, bench_params: {n: '${N}'}, model: '${N}'}\nbenchmarks: [{name: arith, params: {n: '${N}'}}]\n"
+    config = load(sim, "benchmarks.0.params.n=9", env={"N": "42"})
+    assert config.services["model"].bench_params == {"n": 42} and config.services["model"].model == "42"
+    assert config.benchmarks[0].params == {"n": 9}
+
+
+def test_a_whole_expansion_in_params_runs(tmp_path: Path) -> None:
+    """`n: ${N:-500}` used to fail in the arith benchmark as "got '500'"."""
+    (tmp_path / "config.yaml").write_text(BASE.replace("params: {n: 20}", "params: {n: '${N:-7}'}"))
+    result = cli(tmp_path, "config.yaml", "--shard", "0/1", "-o", "out", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "arith: problems [0, 7) of 7" in result.stdout, result.stdout

@@ -94,9 +94,9 @@ def test_missing_package_data_through_the_cli(tmp_path):
     "params,fragment",
     [
         ({"style": "fim"}, "params.style must be chat or completion"),
-        ({"timeout_s": 0}, "params.timeout_s must be a number >= 0.1"),
+        ({"timeout_s": 0}, "params.timeout_s: must be a number >= 0.1, got 0"),
         ({"memory_mb": "lots"}, "params.memory_mb: expected int"),
-        ({"memory_mb": 16}, "params.memory_mb must be >= 64"),
+        ({"memory_mb": 16}, "params.memory_mb: must be an integer >= 64, got 16"),
         ({"stlye": "chat"}, "unknown key 'params.stlye'; did you mean 'style'?"),
         ({"source": "package", "path": "x.jsonl"}, "drop one of them"),
         ({"path": "/nonexistent/h.jsonl"}, "no such file"),

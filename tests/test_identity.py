@@ -281,7 +281,9 @@ def test_runner_merge_and_status_agree_on_the_standing_record(tmp_path: Path) ->
     """Cell 0: ok, error, ok with other content → the first ok. Cell 1: error, error → the last
     error. Cell 2: error then ok → the ok. Cell 3: nothing. Plus a line of another benchmark."""
     from shardeval.merge import merge_run
+    from shardeval.records import read_manifest
     from shardeval.runner import ShardRun, Tally
+    from shardeval.standing import Membership
     from shardeval.status import load_run, shard_progress
 
     lines = [
@@ -300,7 +302,9 @@ def test_runner_merge_and_status_agree_on_the_standing_record(tmp_path: Path) ->
     # runner (resume): which cells count as done, and the score it resumes with
     runner = ShardRun.__new__(ShardRun)
     tally = Tally(4, 1, "arith")
-    assert runner._resume(results, os.path.join(shard, "arith", "trajectories.jsonl"), tally) == 2
+    manifest = read_manifest(shard)
+    own = Membership.of(manifest, manifest.benchmarks[0])
+    assert runner._resume(results, os.path.join(shard, "arith", "trajectories.jsonl"), tally, own) == 2
     assert list(tally.status) == [1, 2, 1, 0] and tally.score_sum == 2.0 and tally.n_scored == 2
 
     # merge

@@ -418,6 +418,12 @@ BAD_SECTIONS = [
     "output: {trajectories: 'yes'}",
     "output: {trajectories: 'true', progress_interval_s: '2.5'}",
     "output: {progress_interval_s: '1e400'}",
+    "output: {drain_timeout_s: -1}",
+    "output: {progress_interval_s: '-0.5'}",
+    "benchmarks: [{name: a, repeats: 0}]",
+    "benchmarks: [{name: a, max_concurrent: '0'}]",
+    "benchmarks: [{name: a, solver: {generation: {top_p: 1.5, temperature: -1}}}]",
+    "cluster: {shards: 0}",
     "output: []",
     "seed: 1.5",
     "seed: '12'",
@@ -464,7 +470,7 @@ def describe_structs():
     import typing
     import shardeval.records, shardeval.merge, shardeval.client
     todo = [shardeval.config.Config, shardeval.config.RawConfig, shardeval.records.Manifest, shardeval.records.ResultRecord,
-            shardeval.records.TrajectoryRecord, shardeval.merge._Row, shardeval.client._Body, shardeval.client.Completion]
+            shardeval.records.TrajectoryRecord, shardeval.client._Body, shardeval.client.Completion]
     for group in registry().entries.values():
         for entry in group.values():
             todo.append(getattr(entry, "config", None))
@@ -516,6 +522,15 @@ CONFIG_CASES: list[tuple[str, list[str], dict[str, str]]] = [
     ("@examples/arith_sim.yaml", ["services.model.protocol=grpc"], {}),
     ("@examples/arith_sim.yaml", ["services.model.accuracyy=1"], {}),
     ("@examples/arith_sim.yaml", ["services.model.retries.attempts=2.5"], {}),
+    ("@examples/arith_sim.yaml", ["services.model.retries.attempts=0"], {}),
+    ("@examples/arith_sim.yaml", ["services.model.timeouts.idle=0"], {}),
+    ("@examples/arith_sim.yaml", ["services.model.retries.backoff_max=-1"], {}),
+    ("@examples/arith_sim.yaml", ["services.model.accuracy=1.5"], {}),
+    (
+        "services: {model: {type: sim, bench_params: {n: '${N}'}}}\n"
+        "benchmarks: [{name: arith, params: {n: '${N:-500}', label: 'n${N}', flag: '${F}'}}]\n",
+        [], {"N": "5", "F": "true"},
+    ),
     ("@examples/arith_sim.yaml", ["benchmarks.0.max_problems=abc"], {}),
     ("@examples/arith_sim.yaml", ["cluster.shards=two"], {}),
     ("@examples/arith_sim.yaml", ["benchmarks[0].solver.generation.temperature=[1]"], {}),

@@ -79,12 +79,14 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     Safe to run any time, also while shards are still running (the report then says PARTIAL).
     Shard files are only read; running it twice gives byte-identical output.
     """
-    from shardeval.merge import merge_run, write_merged
+    from shardeval.merge import merge_run, warnings, write_merged
     from shardeval.metrics import MetricOptions
     from shardeval.report import render_report
 
     options = MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed)
     result = merge_run(run_dir, errors_as_wrong=errors_as_wrong, options=options, allow_mixed_models=allow_mixed_models)
+    for line in warnings(result):
+        click.echo(f"shardeval: warning: {line}", err=True)
     out = write_merged(result, output_dir, confidence=confidence)
     if not quiet:
         click.echo(render_report(result, confidence), nl=False)

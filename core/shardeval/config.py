@@ -15,12 +15,22 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Annotated, Any, Literal, Mapping, Sequence
 
 from shardeval.errors import UsageError
 from shardeval.msgspec_compat import msgspec
 
 Protocol = Literal["chat_completions", "completions"]
+
+# Declared ranges for numeric limits: every int or float knob of a config section (plugins' too)
+# uses one of these or its own msgspec.Meta, so a nonsense value (a timeout of 0, no attempts, a
+# negative backoff) is a one-line error naming the key and the value, never a run that does nothing.
+Count = Annotated[int, msgspec.Meta(ge=1)]  # how many: at least one
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]  # a timeout or an interval: zero would fail or spin
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+NonNegativeSeconds = NonNegativeFloat  # a wait that may be none at all
+Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
 
 
 class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -30,10 +40,10 @@ class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
 class Generation(_Section):
     """Sampling parameters sent with every request; `extra` passes server-specific ones through."""
 
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    max_tokens: int | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=-1)] | None = None  # -1 (or 0): no top-k, as vLLM reads it
+    max_tokens: Count | None = None
     stop: list[str] | None = None
     extra: dict[str, Any] = {}
 
@@ -51,9 +61,9 @@ class BenchmarkConfig(_Section):
     # a data file's stem); needed to list one benchmark twice, or two data files of one name.
     id: str | None = None
     solver: SolverConfig = msgspec.field(default_factory=SolverConfig)
-    repeats: int = 1
-    max_problems: int | None = None
-    max_concurrent: int = 32
+    repeats: Count = 1
+    max_problems: Count | None = None
+    max_concurrent: Count = 32
     params: dict[str, Any] = {}
     metrics: list[str] | None = None  # merge's metrics for it; None: the benchmark's own default
 
@@ -61,18 +71,18 @@ class BenchmarkConfig(_Section):
 class Timeouts(_Section):
     """Split client timeouts in seconds; `total` is off by default so long reasoning streams survive."""
 
-    connect: float = 30.0
-    first_token: float = 600.0
-    idle: float = 120.0
-    total: float | None = None
+    connect: Seconds = 30.0
+    first_token: Seconds = 600.0
+    idle: Seconds = 120.0
+    total: Seconds | None = None
 
 
 class Retries(_Section):
     """Attempts per request (first try included) and full-jitter exponential backoff bounds."""
 
-    attempts: int = 5
-    backoff_base: float = 0.5
-    backoff_max: float = 30.0
+    attempts: Count = 5
+    backoff_base: NonNegativeSeconds = 0.5
+    backoff_max: NonNegativeSeconds = 30.0
 
 
 class ServiceConfig(_Section):
@@ -114,14 +124,14 @@ class ClusterConfig(_Section):
     """Keys every orchestrator shares; an orchestrator plugin subclasses this with its own keys."""
 
     type: str = "local"
-    shards: int | None = None
+    shards: Count | None = None
 
 
 class OutputConfig(_Section):
     dir: str = "./eval_results"
     trajectories: bool = True
-    progress_interval_s: float = 30.0
-    drain_timeout_s: float = 10.0
+    progress_interval_s: NonNegativeSeconds = 30.0  # 0: no progress lines
+    drain_timeout_s: NonNegativeSeconds = 10.0
 
 
 class RawConfig(_Section):
@@ -162,7 +172,9 @@ def load_config(
     """Read, expand, override and validate a config; every user mistake is a one-line UsageError.
 
     Order: YAML file → `${VAR}` / `${VAR:-default}` expansion (string values only, from `env`,
-    default os.environ; `$$` is a literal `$`; `:-` also applies when VAR is set but empty) →
+    default os.environ; `$$` is a literal `$`; `:-` also applies when VAR is set but empty; a value
+    that is exactly one expansion in an untyped place, such as `params`, takes the YAML type of
+    the expanded text: `n: ${N:-500}` is an int) →
     `-O key.path=value` overrides (the value is YAML: `5` is an int, `null` is null, `[a, b]` a
     list, an empty value is null; `benchmarks.0.repeats` and `benchmarks[0].repeats` both index a
     list) → quick-mode flags → msgspec decoding (lax: the string "5" from a variable decodes as an
@@ -191,6 +203,7 @@ def load_config(
     where = _Where(source=path or "command line")
     data: dict[str, Any] = _expand(_read_yaml(path), env, where, []) if path is not None else _quick_base(flags)
     _apply_overrides(data, overrides, where)
+    _type_expansions(data, where)
     raw = _decode(data, RawConfig, where, [])
     if path is not None and "bench" in flags:
         raw.benchmarks = _keep_benchmark(raw.benchmarks, flags["bench"], path)
@@ -255,6 +268,8 @@ class _Where:
 
     source: str
     origins: dict[str, str] = field(default_factory=dict)  # formatted key path -> "-O" text
+    # Values that were exactly one ${...} expansion: key path -> the expanded text (see _type_expansions).
+    whole: dict[tuple[PathSeg, ...], str] = field(default_factory=dict)
 
     def error(self, message: str, path: str = "", key: str | None = None) -> UsageError:
         """`source: path: message`; `key` is the full path an -O may have set, when not `path`."""
@@ -358,12 +373,18 @@ def _yaml_error(path: str, exc: Any) -> str:
 
 _REFERENCE = re.compile(r"\$\$|\$\{([^}]*)\}|\$\{")
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WHOLE = re.compile(r"\$\{[^}]*\}")  # a value that is one expansion and nothing else
 
 
 def _expand(node: Any, env: Mapping[str, str], where: _Where, path: list[PathSeg]) -> Any:
     """Expand ${VAR} in every string value (keys are left alone)."""
     if isinstance(node, str):
-        return _expand_string(node, env, where, _format_path(path)) if "$" in node else node
+        if "$" not in node:
+            return node
+        value = _expand_string(node, env, where, _format_path(path))
+        if _WHOLE.fullmatch(node):
+            where.whole[tuple(path)] = value
+        return value
     if isinstance(node, dict):
         return {key: _expand(value, env, where, [*path, key]) for key, value in node.items()}
     if isinstance(node, list):
@@ -389,6 +410,75 @@ def _expand_string(text: str, env: Mapping[str, str], where: _Where, at: str) ->
         return default if has_default and not value else value  # type: ignore[return-value]
 
     return _REFERENCE.sub(substitute, text)
+
+
+def _type_expansions(data: dict[str, Any], where: _Where) -> None:
+    """A value that was exactly one `${...}` and sits where the schema has no type (benchmark
+    `params`, `generation.extra`, a plugin's free-form mapping) takes the YAML type of the text it
+    expanded to: `n: ${N:-500}` is the int 500, as `n: 500` would be. Typed keys are left to
+    msgspec's lax conversion (a `str` key keeps `"123"`), and text around an expansion keeps the
+    value a string."""
+    import yaml
+
+    for path, text in where.whole.items():
+        parent = _node_at(data, path[:-1])
+        last = path[-1]
+        try:
+            if parent is None or parent[last] != text:  # replaced by an -O override since
+                continue
+        except (KeyError, IndexError, TypeError):
+            continue
+        if _schema_at(data, path) is not Any:
+            continue
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        if isinstance(value, (bool, int, float)):
+            parent[last] = value
+
+
+def _node_at(data: Any, path: Sequence[PathSeg]) -> Any:
+    for seg in path:
+        try:
+            data = data[seg]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _schema_at(data: dict[str, Any], path: Sequence[PathSeg]) -> Any:
+    """The declared type at a key path of the raw config (None: unknown, e.g. an unknown key or
+    service type); `services.<name>` and `cluster` use their plugin's Struct."""
+    from shardeval.plugins import registry
+
+    type_: Any = RawConfig
+    rest = list(path)
+    if len(rest) >= 2 and rest[0] == "services":
+        section = _node_at(data, rest[:2])
+        entry = registry().entries["services"].get(section.get("type")) if isinstance(section, dict) else None
+        if entry is None:
+            return None
+        type_, rest = entry.config or ServiceConfig, rest[2:]
+    elif rest and rest[0] == "cluster":
+        section = data.get("cluster")
+        name = section.get("type", "local") if isinstance(section, dict) else "local"
+        entry = registry().entries["orchestrators"].get(name) if isinstance(name, str) else None
+        if entry is None:
+            return None
+        type_, rest = entry.config or ClusterConfig, rest[1:]
+    for seg in rest:
+        if type_ is Any:
+            return Any
+        if isinstance(seg, int):
+            type_ = _unwrap(type_, "list")
+        elif (struct := _unwrap(type_, "struct")) is not None:
+            type_ = next((f.type for f in msgspec.structs.fields(struct) if f.encode_name == seg), None)
+        else:
+            type_ = _unwrap(type_, "dict")
+        if type_ is None:
+            return None
+    return Any if type_ is Any or type_ is object else type_
 
 
 # --- overrides and quick mode ------------------------------------------------------------------
@@ -640,6 +730,9 @@ def _explain(message: str, data: Any, type_: Any, where: _Where, prefix: list[Pa
         return where.error(f"missing required key {m[1]!r}", at)
     if text == "key must be a string":
         return where.error(f"key {value!r} must be a string", at)
+    if m := re.fullmatch(r"Expected `(int|float)` ([<>]=? .+)", text):  # a declared range (msgspec.Meta)
+        what = "an integer" if m[1] == "int" else "a number"
+        return where.error(f"must be {what} {m[2]}, got {value!r}", at)
     if m := re.fullmatch(r"Expected `(.+?)`(.*?)(?:, got `.+`)?", text, re.S):
         hint = "; quote the value in YAML" if m[1] == "str" and isinstance(value, (int, float, bool)) else ""
         return where.error(f"expected {_readable(m[1])}{m[2]}, got {_got(value)}{hint}", at)
@@ -653,13 +746,9 @@ def _explain(message: str, data: Any, type_: Any, where: _Where, prefix: list[Pa
 # --- cross-checks ------------------------------------------------------------------------------
 
 
-def _at_least(where: _Where, at: str, value: int | None, low: int) -> None:
-    if value is not None and value < low:
-        raise where.error(f"must be >= {low}, got {value}", at)
-
-
 def _validate(config: Config, where: _Where) -> None:
-    """What the types cannot say: positive counts, one entry per benchmark, solvers' services exist."""
+    """What the types cannot say (their ranges are declared on the Structs): one entry per
+    benchmark, usable ids, solvers' services exist."""
     from shardeval.plugins import registry
 
     if not config.benchmarks:
@@ -677,14 +766,10 @@ def _validate(config: Config, where: _Where) -> None:
         if bench.id is not None and not _ID.fullmatch(bench.id):
             raise where.error(f"{bench.id!r} is not a usable folder name; use letters, digits, '.', '_' or '-'", f"{at}.id")
         seen[key] = i
-        _at_least(where, f"{at}.repeats", bench.repeats, 1)
-        _at_least(where, f"{at}.max_problems", bench.max_problems, 1)
-        _at_least(where, f"{at}.max_concurrent", bench.max_concurrent, 1)
         if bench.solver.service not in config.services:
             defined = ", ".join(config.services) or "none"
             raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
         registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
-    _at_least(where, "cluster.shards", config.cluster.shards, 1)
 
 
 _ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")

