@@ -87,6 +87,11 @@ class ServiceConfig(_Section):
     # AIMD concurrency (shardeval.adaptive): halve the window on 429 bursts, grow it back on success;
     # false keeps the fixed max_concurrent window. Transport only: not part of the config hash.
     adaptive: bool = False
+    # The body bytes one attempt may receive (SSE framing included); past it the request ends as a
+    # `too_large` error, not retried. 64 MiB: about 300,000 streamed tokens of a vLLM chat stream
+    # (~220 bytes per token chunk), far above any real max_tokens; per-token logprobs in a stream
+    # take ~10x more per token, so raise it for those. Transport only: not part of the config hash.
+    max_response_bytes: int = 64 * 1024 * 1024
 
     def identity(self) -> dict[str, Any] | None:
         """The keys of this service that change results: the model, its weights and the engine
@@ -675,6 +680,8 @@ def _validate(config: Config, where: _Where) -> None:
             raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
         registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
     _at_least(where, "cluster.shards", config.cluster.shards, 1)
+    for name, service in config.services.items():
+        _at_least(where, f"services.{name}.max_response_bytes", service.max_response_bytes, 1)
 
 
 _ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
