@@ -533,6 +533,157 @@ def test_the_shard_with_endless_streams_stays_small_in_memory(tmp_path: Path) ->
     assert sent >= 4 * (4 << 20), sent
 
 
+# =================================================================================================
+# Any exception in a request task is an error record; missing pairs are never `complete`
+# =================================================================================================
+
+KEY_VAR = "SHARDEVAL_HOSTILE_KEY"
+SECRET = "sk-hostile-0123456789abcdef0123456789abcdef"
+
+FAULTY_PLUGIN = '''
+import asyncio, os
+from shardeval.benchmark import Benchmark, Problem, Score
+from shardeval.hookspecs import hookimpl
+from shardeval.solver import SimpleSolver
+
+
+def broken(problem):
+    """Which problems the fault strikes: FAULT names the fault, FAULT_EVERY how often (0: off)."""
+    every = int(os.environ.get("FAULT_EVERY", "0"))
+    return every and problem.idx % every == 0
+
+
+class FaultySolver(SimpleSolver):
+    async def solve(self, problem, seed):
+        if broken(problem):
+            fault = os.environ["FAULT"]
+            if fault == "solver":
+                raise RuntimeError("solver broke near " + os.environ.get("SHARDEVAL_HOSTILE_KEY", ""))
+            if fault == "cancel":
+                raise asyncio.CancelledError()
+        attempt = await super().solve(problem, seed)
+        if broken(problem) and os.environ["FAULT"] == "unencodable":
+            attempt.request["handle"] = object()
+        return attempt
+
+
+class Fragile(Benchmark):
+    name = "fragile"
+
+    def __init__(self, params):
+        self.n = int(params.get("n", 10))
+
+    def size(self):
+        return self.n
+
+    def problem(self, idx):
+        return Problem(idx=idx, id=f"f-{idx}", prompt=f"What is {idx} + 0?", reference=str(idx))
+
+    def score(self, problem, response):
+        if response.startswith("It is") and broken(problem) and os.environ["FAULT"] == "scorer":
+            raise ZeroDivisionError("scorer divided by zero")
+        return Score(score=float(response.strip().endswith(problem.reference)), extracted=response.strip()[-3:])
+
+
+@hookimpl
+def register_solvers(register):
+    register("faulty", FaultySolver)
+
+
+@hookimpl
+def register_benchmarks(register):
+    register("fragile", Fragile)
+'''
+
+
+def faulty_config(tmp: Path, url: str) -> Path:
+    path = tmp / "faulty.yaml"
+    path.write_text(
+        f"""
+services:
+  model:
+    type: api
+    url: {url}
+    model: sim
+    api_key_env: {KEY_VAR}
+    retries: {{attempts: 2, backoff_base: 0.01, backoff_max: 0.05}}
+benchmarks:
+  - name: fragile
+    params: {{n: 9}}
+    repeats: 2
+    max_concurrent: 4
+    solver: {{type: faulty}}
+output: {{progress_interval_s: 5}}
+"""
+    )
+    return path
+
+
+def good_answers() -> Reply:
+    async def reply(request: Request, writer: Any) -> None:
+        prompt = json.loads(request.body)["messages"][-1]["content"]
+        answer = prompt.split()[2]
+        writer.write(stream_head() + delta(f"It is {answer}", "stop") + DONE)
+
+    return reply
+
+
+def faulty_env(tmp: Path, fault: str, every: int) -> dict[str, str]:
+    (tmp / "faulty_plugin.py").write_text(FAULTY_PLUGIN)
+    return {"SHARDEVAL_PLUGINS": "faulty_plugin", "PYTHONPATH": str(tmp), "FAULT": fault, "FAULT_EVERY": str(every),
+            KEY_VAR: SECRET}
+
+
+@pytest.mark.parametrize("fault,message", [
+    ("solver", "RuntimeError: solver broke near ***"),
+    ("scorer", "ZeroDivisionError: scorer divided by zero"),
+    ("unencodable", "TypeError"),
+], ids=["solver", "scorer", "unencodable"])
+def test_an_exception_in_a_request_task_becomes_an_internal_error_record(tmp_path: Path, fault: str, message: str) -> None:
+    """A solver, scorer or record that raises: that pair gets an `internal` error record (type and
+    message, the key scrubbed) and the others go on; a rerun without the fault asks only those."""
+    out = tmp_path / "out"
+    with raw_server(good_answers()) as server:
+        cfg = faulty_config(tmp_path, server.url)
+        result, _ = run_shard(cfg, out, env=faulty_env(tmp_path, fault, 3))
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr and SECRET not in result.stderr, result.stderr
+        recs = records(out, "fragile")
+        one_record_per_pair(recs, 9, 2)
+        internal = [r for r in recs if r["status"] == "error"]
+        assert sorted((r["problem_idx"], r["repeat"]) for r in internal) == [(p, r) for p in (0, 3, 6) for r in range(2)]
+        assert all(r["error_kind"] == "internal" and message in r["error"] and r["score"] is None for r in internal), internal
+        assert all(r["status"] == "ok" and r["score"] == 1.0 for r in recs if r["problem_idx"] % 3), recs
+        assert len(records(out, "fragile", "trajectories.jsonl")) == 18
+        assert manifest(out)["state"] == "complete"
+        for path in out.rglob("*"):
+            assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
+        again, _ = run_shard(cfg, out, env=faulty_env(tmp_path, fault, 0))
+    assert again.returncode == 0, again.stderr
+    recs = records(out, "fragile")
+    assert len(recs) == 18 + 6 and all(r["status"] == "ok" for r in recs[18:])
+
+
+def test_pairs_still_missing_after_the_run_fail_the_shard(tmp_path: Path) -> None:
+    """A request task that dies without a record (here a solver raising CancelledError, which is
+    not an error to catch): the manifest is `failed`, the reason says how many pairs are missing
+    and that a rerun asks them, exit 1. Before: `complete`, exit 0, and the pairs silently gone."""
+    out = tmp_path / "out"
+    with raw_server(good_answers()) as server:
+        cfg = faulty_config(tmp_path, server.url)
+        result, _ = run_shard(cfg, out, env=faulty_env(tmp_path, "cancel", 4))
+        assert result.returncode == 1, result.stderr
+        m = manifest(out)
+        assert m["state"] == "failed", m
+        assert "6 of 18 pair(s)" in m["reason"] and "rerun" in m["reason"], m["reason"]
+        errors = [line for line in without_fallback_notice(result.stderr).splitlines() if "failed" in line]
+        assert len(errors) == 1 and "6 of 18 pair(s)" in errors[0] and "Traceback" not in result.stderr, result.stderr
+        assert len(records(out, "fragile")) == 12
+        again, _ = run_shard(cfg, out, env=faulty_env(tmp_path, "cancel", 0))
+    assert again.returncode == 0, again.stderr
+    assert manifest(out)["state"] == "complete" and len(records(out, "fragile")) == 18
+
+
 @pytest.mark.parametrize("key,value", [("max_response_bytes", "0"), ("max_response_bytes", "-5")])
 def test_bad_values_of_the_new_service_keys_are_one_line_errors(tmp_path: Path, key: str, value: str) -> None:
     cfg = write_config(tmp_path, "http://127.0.0.1:9/v1", service=f"    {key}: {value}")
