@@ -684,7 +684,67 @@ def test_pairs_still_missing_after_the_run_fail_the_shard(tmp_path: Path) -> Non
     assert manifest(out)["state"] == "complete" and len(records(out, "fragile")) == 18
 
 
-@pytest.mark.parametrize("key,value", [("max_response_bytes", "0"), ("max_response_bytes", "-5")])
+# =================================================================================================
+# An endpoint unreachable from the start fails the shard fast
+# =================================================================================================
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("n,concurrency", [(200, 4), (3, 2), (40, 1)])
+def test_an_endpoint_unreachable_from_the_start_fails_the_shard_fast(tmp_path: Path, n: int, concurrency: int) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    cfg = write_config(tmp_path, url, n=n, repeats=1, concurrency=concurrency)
+    result, wall = run_shard(cfg, tmp_path / "out")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in without_fallback_notice(result.stderr).splitlines() if "unreachable" in line]
+    assert len(lines) == 1 and "failed" in lines[0] and url in lines[0], result.stderr
+    m = manifest(tmp_path / "out")
+    assert m["state"] == "failed" and url in m["reason"], m
+    recs = records(tmp_path / "out")
+    assert 1 <= len(recs) <= min(n, 8 + 2 * concurrency) and all(r["error_kind"] == "connection" for r in recs), recs
+    assert wall < 30, wall
+
+
+def test_unreachable_after_zero_never_stops_early(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    cfg = write_config(tmp_path, url, n=12, repeats=1, service="    unreachable_after: 0")
+    result, _ = run_shard(cfg, tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    recs = records(tmp_path / "out")
+    assert len(recs) == 12 and all(r["error_kind"] == "connection" for r in recs)
+    assert manifest(tmp_path / "out")["state"] == "complete"
+
+
+def test_connection_errors_after_a_first_answer_are_only_records(tmp_path: Path) -> None:
+    """Once the endpoint answered, a server that then goes away costs records, not the shard."""
+    holder: dict[str, RawServer] = {}
+
+    async def then_gone(request: Request, writer: Any) -> None:
+        if request.n <= 2:
+            writer.write(stream_head() + delta("It is 1", "stop") + DONE)
+            if request.n == 2:
+                holder["server"].close_listener()
+        else:
+            writer.transport.abort()
+
+    with raw_server(then_gone) as server:
+        holder["server"] = server
+        cfg = write_config(tmp_path, server.url, n=20, repeats=1, concurrency=1)
+        result, _ = run_shard(cfg, tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    recs = records(tmp_path / "out")
+    assert len(recs) == 20 and sum(r["status"] == "ok" for r in recs) == 2
+    assert all(r["error_kind"] == "connection" for r in recs if r["status"] == "error")
+    assert manifest(tmp_path / "out")["state"] == "complete"
+
+
+@pytest.mark.parametrize("key,value", [("max_response_bytes", "0"), ("unreachable_after", "-1")])
 def test_bad_values_of_the_new_service_keys_are_one_line_errors(tmp_path: Path, key: str, value: str) -> None:
     cfg = write_config(tmp_path, "http://127.0.0.1:9/v1", service=f"    {key}: {value}")
     result, _ = run_shard(cfg, tmp_path / "out")

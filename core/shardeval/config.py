@@ -92,6 +92,11 @@ class ServiceConfig(_Section):
     # (~220 bytes per token chunk), far above any real max_tokens; per-token logprobs in a stream
     # take ~10x more per token, so raise it for those. Transport only: not part of the config hash.
     max_response_bytes: int = 64 * 1024 * 1024
+    # Stop the shard (failed, exit 1) when its first N requests to this service all end as
+    # `connection` errors: the endpoint is down, and asking the rest would only burn the allocation.
+    # Once any request got an answer from it (any HTTP reply), connection errors are just records.
+    # 0: never stop early. Transport only: not part of the config hash.
+    unreachable_after: int = 8
 
     def identity(self) -> dict[str, Any] | None:
         """The keys of this service that change results: the model, its weights and the engine
@@ -682,6 +687,7 @@ def _validate(config: Config, where: _Where) -> None:
     _at_least(where, "cluster.shards", config.cluster.shards, 1)
     for name, service in config.services.items():
         _at_least(where, f"services.{name}.max_response_bytes", service.max_response_bytes, 1)
+        _at_least(where, f"services.{name}.unreachable_after", service.unreachable_after, 0)
 
 
 _ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")

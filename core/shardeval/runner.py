@@ -46,6 +46,7 @@ from shardeval.records import (
     write_manifest,
 )
 from shardeval.provenance import collect_provenance, read_served
+from shardeval.reachability import Reachability
 from shardeval.registry import Entry
 from shardeval.resume import prepare_output_dir, refuse, served_mismatch
 from shardeval.seeds import request_seed
@@ -177,9 +178,10 @@ class ShardRun:
         self.out_dir = out_dir
         self.fresh = fresh
         self.stopping: str | None = None
-        self.service_failure: str | None = None  # set when a managed server died under us
+        self.service_failure: str | None = None  # set when a managed server died, or the endpoint is unreachable
         self.write_failure: str | None = None  # set when a record could not be written (disk full, …)
         self._inflight: set[asyncio.Task] = set()
+        self._reachability: dict[str, Reachability] = {}  # per service: has its endpoint ever answered?
         self.hooks = plugins.hooks()
         self.record_hook = bool(self.hooks.record_written.get_hookimpls())
 
@@ -385,6 +387,11 @@ class ShardRun:
                     internal_seen[0] += 1
                     return record, encode_line(record), trajectory(problem, repeat, record, [], {})
 
+            reach = self._reachability.get(plan.config.solver.service)
+            if reach is None or not reach.reachable:
+                limit = min(handle.client.config.unreachable_after, total - n_resumed)
+                reach = self._reachability[plan.config.solver.service] = Reachability(handle.endpoint.base_url, limit)
+
             async def one(problem: Problem, repeat: int) -> None:
                 seed = request_seed(self.config.seed, plan.name, problem.id, repeat)
                 record, line, traj_line = await answer(problem, repeat, seed)
@@ -403,6 +410,9 @@ class ShardRun:
                         self._on_write_error(exc, bench_dir)
                         return
                 progress.advance(record.status == "ok")
+                unreachable = reach.observe(record.status, record.error_kind, record.error)
+                if unreachable:
+                    self._on_unreachable(unreachable)
                 if self.record_hook:
                     self.hooks.record_written(record=record, out_dir=self.out_dir)
 
@@ -431,6 +441,19 @@ class ShardRun:
             log.info("%s: adaptive concurrency: %d 429(s), window cut %d time(s), lowest %.1f, now %.1f of %d",
                      plan.name, slots.n_rate_limited, slots.n_cuts, slots.min_limit, slots.limit, slots.cap)
         return tally
+
+    def _on_unreachable(self, reason: str) -> None:
+        """The service's endpoint never answered (shardeval.reachability): stop the shard as if its
+        server had died. The connection error records written stay; requests in flight are
+        cancelled unrecorded; run() marks the manifest failed with the reason and exits 1."""
+        if self.service_failure:
+            return
+        self.service_failure = reason
+        log.debug("%s", reason)  # the CLI prints it once, as the shard's error line
+        current = asyncio.current_task()
+        for task in list(self._inflight):
+            if task is not current:
+                task.cancel()
 
     def _on_write_error(self, exc: OSError, where: str) -> None:
         """A record could not be written (a full disk, a quota, a lost mount): stop the shard.
