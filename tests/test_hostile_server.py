@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import resource
 import socket
 import subprocess
 import sys
@@ -26,7 +24,7 @@ from typing import Any, Awaitable, Callable, Iterator
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardeval.client import Client, Completion
@@ -299,7 +297,7 @@ def test_undecodable_bytes_anywhere_are_a_typed_error_never_an_exception(case: s
     assert "\xff" not in (c.error or "") and c.text == ""
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None)
 @given(st.binary(min_size=1, max_size=12), st.sampled_from(["content", "finish", "error", "body", "error_body"]))
 def test_random_bytes_inside_json_strings_give_a_completion_or_a_typed_error(junk: bytes, where: str) -> None:
     """Any bytes (most of them not UTF-8) inside a JSON string of a chunk, an error event, a body
