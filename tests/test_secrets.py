@@ -4,6 +4,7 @@ stdout or stderr, not in an error message — even when the server echoes it bac
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -22,7 +23,10 @@ SECRET = "sk-shardeval-" + secrets.token_hex(16)
 ENV = {KEY_VAR: SECRET}
 
 # A server that refuses every request and quotes the Authorization header back: in a 401 body,
-# in a 500 body (retried, then recorded), or in an error event inside an HTTP 200 stream.
+# in a 500 body (retried, then recorded), or in an error event inside an HTTP 200 stream. In the
+# `answer_*` modes it answers instead, quoting the key inside the answer text (split across two
+# stream chunks, or in a whole body) and its finish reason; in every mode /v1/models and /version
+# quote it too (the weights' `root`, `owned_by`, the version).
 ECHO_SERVER = textwrap.dedent(
     """
     import json, sys
@@ -36,10 +40,35 @@ ECHO_SERVER = textwrap.dedent(
         def log_message(self, *args):
             pass
 
+        def reply(self, status, ctype, body):
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            auth = self.headers.get("Authorization", "")
+            if self.path.endswith("/models"):
+                listing = {"data": [{"id": "sim", "root": "/weights/" + auth, "owned_by": auth, "max_model_len": 4096}]}
+                return self.reply(200, "application/json", json.dumps(listing).encode())
+            return self.reply(200, "application/json", json.dumps({"version": auth}).encode())
+
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             auth = self.headers.get("Authorization", "")
-            message = f"invalid credentials: {auth} (key {auth.removeprefix('Bearer ')})"
+            key = auth.removeprefix("Bearer ")
+            message = f"invalid credentials: {auth} (key {key})"
+            answer = f"the key is {auth} and again {key}"
+            if MODE == "answer_stream":
+                cut = answer.index(key) + len(key) // 2
+                chunks = [{"choices": [{"delta": {"content": answer[:cut]}}]},
+                          {"choices": [{"delta": {"content": answer[cut:]}, "finish_reason": "stop " + key}]}]
+                body = b"".join(b"data: " + json.dumps(c).encode() + b"\\n\\n" for c in chunks) + b"data: [DONE]\\n\\n"
+                return self.reply(200, "text/event-stream", body)
+            if MODE == "answer_body":
+                body = {"choices": [{"message": {"role": "assistant", "content": answer}, "finish_reason": "stop " + key}]}
+                return self.reply(200, "application/json", json.dumps(body).encode())
             if MODE == "stream":
                 body = b"data: " + json.dumps({"error": {"message": message, "code": 500}}).encode() + b"\\n\\n"
                 status, ctype = 200, "text/event-stream"
@@ -133,6 +162,26 @@ def test_a_server_that_echoes_the_key_in_its_errors_never_gets_it_into_a_record_
     records = (out / "arith" / "results.jsonl").read_text()
     assert f'"error_kind":"{kind}"' in records and "invalid credentials: Bearer ***" in records  # scrubbed, not dropped
     assert_no_secret(result.stdout, result.stderr, roots=(tmp_path,))
+
+
+@pytest.mark.parametrize("mode", ["answer_stream", "answer_body"])
+def test_a_server_that_echoes_the_key_in_its_answers_never_gets_it_on_disk(tmp_path, mode):
+    """The key inside the completion text, the finish reason and what /v1/models and /version say:
+    replaced by `***` before anything is scored, recorded, logged or merged."""
+    with echo_server(tmp_path, mode) as url:
+        out = tmp_path / "out"
+        result = shardeval_cmd("run", str(config(tmp_path, url, stream=mode == "answer_stream")), "--shard", "0/1",
+                               "-o", str(out), env=ENV)
+        merged = shardeval_cmd("merge", str(tmp_path), env=ENV)
+    assert result.returncode == 0, result.stderr
+    assert merged.returncode == 0, merged.stderr
+    records = (out / "arith" / "results.jsonl").read_text()
+    assert records.count('"status":"ok"') == 24 and "the key is Bearer *** and again ***" in records  # scrubbed, kept
+    assert '"finish_reason":"stop ***"' in records
+    served = json.loads((out / "manifest.json").read_text())["served"]["model"]
+    assert (served["root"], served["owned_by"], served["server_version"]) == ("/weights/Bearer ***", "Bearer ***", "Bearer ***")
+    assert "the key is Bearer *** and again ***" in (out / "arith" / "trajectories.jsonl").read_text()
+    assert assert_no_secret(result.stdout, result.stderr, merged.stdout, merged.stderr, roots=(tmp_path,)) >= 4
 
 
 def test_a_missing_key_variable_is_one_line_naming_the_variable(tmp_path):

@@ -18,19 +18,39 @@ wrong answers. Only `asyncio.CancelledError` propagates.
 Timeouts (all from `ServiceConfig.timeouts`, seconds)
     connect      TCP connect (aiohttp `sock_connect`); expiry is a `connection` error, since the
                  server is unreachable rather than slow.
-    first_token  from sending the request until the first SSE data event (a streamed response)
-                 or the first body byte (a non-streamed one). `: ping` comments do not count.
-    idle         longest gap between body chunks after that; any bytes count, pings included,
-                 so a stream that keeps producing runs for as long as it needs.
+    first_token  from sending the request until the first SSE event that carries content (a
+                 choice, usage or [DONE]) of a streamed response, or the first body byte of a
+                 non-streamed one.
+    idle         longest gap after that between SSE events that carry content (a non-streamed
+                 body: between any bytes). Keep-alives do not count: `: ping` comments, blank
+                 lines, events with no choice (`{"choices": []}`, `{}`). So a stream that keeps
+                 producing runs for as long as it needs, and one that only pings times out.
     total        optional cap on one attempt (None: no cap).
     One lazy watchdog timer per attempt enforces them: each chunk only stores a timestamp, and
     the timer, when it fires, re-arms itself at the next deadline instead of being reset per
     chunk. No task is created per chunk (asyncio.wait_for creates one on Python < 3.12).
 
+Size (`ServiceConfig.max_response_bytes`)
+    The body bytes one attempt may receive (SSE framing included). Past it the attempt ends as
+    `too_large`, not retried: a server that streams without end would do it again. The stream is
+    cut there, so what an attempt holds is bounded by it.
+
+What a server sends is never trusted to decode
+    Undecodable bytes in a chunk or a body (invalid UTF-8, JSON nested too deep to decode, the
+    wrong shape) are a `protocol` error. Text that is only shown (an error body, an error event)
+    is decoded with replacement characters instead, so the server's message and kind survive. A
+    stream whose events carry no choice at all (only `{"choices": []}`, only usage, a bare
+    [DONE]) is a `protocol` error, not an empty answer.
+
+Secrets
+    The API key, should a server echo it, is replaced by `***` in everything a Completion carries
+    (answer text, finish reason, tokens, error messages) and in what `get_json` returns, so no
+    server text with the key in it reaches a record, a trajectory, a manifest or a log.
+
 Retries (`ServiceConfig.retries`: attempts including the first)
     Retried: 408, 429, 5xx, connection errors and resets, streams cut before a finish_reason or
     [DONE], timeouts, undecodable chunks, error events in a 200 stream unless 4xx-like. Not
-    retried: other 4xx (`client`). The sleep before retry n (0-based) is full jitter,
+    retried: other 4xx (`client`), `too_large`. The sleep before retry n (0-based) is full jitter,
     uniform(0, min(backoff_max, backoff_base * 2**n)); a Retry-After (or retry-after-ms) header
     is a lower bound on it, capped at RETRY_AFTER_CAP_FACTOR * backoff_max so a server cannot park
     a shard for hours. The caller's concurrency slot is released during the sleep. Slots that
@@ -65,13 +85,17 @@ __all__ = ["Client", "Completion", "ErrorKind", "backoff_delay", "parse_retry_af
 
 log = logging.getLogger("shardeval.client")
 
-ErrorKind = Literal["timeout", "rate_limited", "server_error", "connection", "protocol", "client"]
+ErrorKind = Literal["timeout", "rate_limited", "server_error", "connection", "protocol", "client", "too_large"]
 
 RETRY_AFTER_CAP_FACTOR = 4.0  # a Retry-After above 4 * backoff_max is trimmed to that
 DRAIN_S = 1.0  # after [DONE], how long to wait for the end of the body before closing the socket
 KEEPALIVE_S = 4.0  # below uvicorn's 5 s keep-alive, so a pooled socket is never reused as it closes
 MAX_ERROR_CHARS = 300  # a server's error message is cut to this in Completion.error
 _ERROR_BODY_BYTES = 65536
+# What decoding a server's bytes may raise besides msgspec's own errors: UnicodeDecodeError (invalid
+# UTF-8 inside a string) and other ValueErrors (msgspec's errors are ValueErrors too), and
+# RecursionError (JSON nested deeper than the decoder's stack).
+_UNDECODABLE: tuple[type[Exception], ...] = (msgspec.DecodeError, ValueError, RecursionError)
 # aiohttp >= 3.10 says "not http(s)" with its own class; older versions raise InvalidURL for it too
 _BAD_URL: tuple[type[Exception], ...] = (aiohttp.InvalidURL,) + ((aiohttp.NonHttpUrlClientError,) if hasattr(aiohttp, "NonHttpUrlClientError") else ())
 
@@ -88,7 +112,7 @@ class Completion(msgspec.Struct, kw_only=True):
     latency_s: float | None = None
     started_at: float = 0.0  # unix time of the first attempt
     attempts: int = 0
-    error_kind: str | None = None  # timeout | rate_limited | server_error | connection | protocol | client
+    error_kind: str | None = None  # timeout | rate_limited | server_error | connection | protocol | client | too_large
     error: str | None = None
     queued_s: float = 0.0  # waiting for a concurrency slot: client-side queueing, apart from the server
     # From a non-streamed completions response's `logprobs` (None when the server sent none):
@@ -159,6 +183,28 @@ class _Body(_Chunk, gc=False):
 
 
 _decode_body = msgspec.json.Decoder(_Body).decode
+
+
+def _decode(decode: Any, data: bytes, what: str) -> Any:
+    """Decode a chunk or a body with `decode`, or raise a `protocol` _Failure saying why not.
+
+    Invalid UTF-8 spoils an answer, but not an error object: its text is only shown, so it is
+    decoded again with replacement characters and returned when it is one (its kind then stands).
+    """
+    try:
+        return decode(data)
+    except UnicodeDecodeError:
+        try:
+            msg = decode(data.decode("utf-8", "replace").encode())
+        except _UNDECODABLE:
+            msg = None
+        if msg is not None and (msg.error is not None or msg.object == "error"):
+            return msg
+        raise _Failure("protocol", f"invalid UTF-8 in the {what}: {_snippet(data)}") from None
+    except _UNDECODABLE as exc:
+        detail = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+        label = "undecodable stream chunk" if what == "stream chunk" else "response body is not a completion"
+        raise _Failure("protocol", f"{label} ({detail}): {_snippet(data)}") from None
 
 
 class _Failure(Exception):
@@ -262,8 +308,11 @@ def _detail(body: bytes) -> str:
     text = ""
     try:
         obj = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        obj = None
+    except _UNDECODABLE:
+        try:  # only shown: invalid UTF-8 becomes replacement characters, the message stays
+            obj = msgspec.json.decode(body.decode("utf-8", "replace").encode())
+        except _UNDECODABLE:
+            obj = None
     if isinstance(obj, dict):
         err = obj.get("error")
         if isinstance(err, dict):
@@ -367,7 +416,7 @@ class _Watchdog:
 class _Reading:
     """What an attempt has received so far; survives a late failure so a complete answer is kept."""
 
-    __slots__ = ("start", "pieces", "finish_reason", "usage", "ttft", "end", "done", "events", "logprobs")
+    __slots__ = ("start", "pieces", "finish_reason", "usage", "ttft", "end", "done", "events", "choices", "progress", "logprobs")
 
     def __init__(self, start: float) -> None:
         self.start = start
@@ -378,12 +427,20 @@ class _Reading:
         self.end: float | None = None
         self.done = False  # [DONE] seen, or a whole JSON body parsed
         self.events = 0
+        self.choices = 0  # events that carried a choice (a body that decoded counts as one)
+        self.progress = 0  # events that carried content (a choice, usage, [DONE]): what idle watches
         self.logprobs: _Logprobs | None = None
 
     @property
     def complete(self) -> bool:
-        """The answer is whole: later transport trouble (a cut, a stall) does not spoil it."""
-        return self.done or self.finish_reason is not None
+        """The answer is whole: later transport trouble (a cut, a stall) does not spoil it.
+        A [DONE] after events that never carried a choice ends nothing: there was no answer."""
+        return self.finish_reason is not None or (self.done and self.choices > 0)
+
+    def no_choice(self) -> _Failure:
+        """A stream whose events never carried a choice: a broken server, not an empty answer."""
+        what = "[DONE]" if self.done else "the end of the stream"
+        return _Failure("protocol", f"the stream carried no choice ({self.events} events up to {what}, none with a choice)")
 
     def event(self, data: bytes, now: float) -> None:
         """Apply one SSE data payload."""
@@ -393,15 +450,15 @@ class _Reading:
         if data == b"[DONE]":
             self.done = True
             self.end = now
+            self.progress += 1
             return
-        try:
-            msg = _decode_chunk(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise _Failure("protocol", f"undecodable stream chunk ({exc}): {_snippet(data)}") from None
+        msg = _decode(_decode_chunk, data, "stream chunk")
         if msg.error is not None or msg.object == "error":
             raise _error_event(msg)
         choices = msg.choices
         if choices:
+            self.choices += 1
+            self.progress += 1
             choice = choices[0]
             delta = choice.delta
             piece = delta.content if delta is not None else choice.text
@@ -415,17 +472,16 @@ class _Reading:
                 self.finish_reason = choice.finish_reason
         if msg.usage is not None:
             self.usage = msg.usage
+            self.progress += 1
 
     def body(self, data: bytes, now: float) -> None:
         """Apply a whole (non-streamed) JSON response body."""
-        try:
-            msg = _decode_body(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise _Failure("protocol", f"response body is not a completion ({exc}): {_snippet(data)}") from None
+        msg = _decode(_decode_body, data, "response body")
         if msg.error is not None or msg.object == "error":
             raise _error_event(msg)
         if not msg.choices:
             raise _Failure("protocol", f"response has no choices: {_snippet(data)}")
+        self.choices += 1
         choice = msg.choices[0]
         text = choice.message.content if choice.message is not None else choice.text
         if text:
@@ -456,6 +512,15 @@ class _Reading:
             prompt_tokens_text=lp.tokens if lp is not None else None,
             text_offsets=lp.text_offset if lp is not None else None,
         )
+
+
+def _too_large(limit: int, received: int) -> _Failure:
+    return _Failure(
+        "too_large",
+        f"the response passed max_response_bytes ({limit} bytes) after {received} bytes and was cut there: a server "
+        "streaming without end, or an answer longer than expected (then raise the service's max_response_bytes)",
+        retryable=False,
+    )
 
 
 def _snippet(data: bytes | bytearray, limit: int = 200) -> str:
@@ -518,20 +583,45 @@ class Client:
             async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                 body = await resp.read()
                 if resp.status != 200:
-                    raise ValueError(self._scrub(f"HTTP {resp.status} {_snippet(body, 120)}"))
+                    raise ValueError(self.scrub(f"HTTP {resp.status} {_snippet(body, 120)}"))
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise ValueError(self._scrub(f"{type(exc).__name__}: {exc}")) from None
+            raise ValueError(self.scrub(f"{type(exc).__name__}: {exc}")) from None
         try:
-            return msgspec.json.decode(body)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            raise ValueError(self._scrub(f"not JSON: {_snippet(body, 120)}")) from None
+            return self._hide_in(msgspec.json.decode(body))
+        except _UNDECODABLE:
+            raise ValueError(self.scrub(f"not JSON: {_snippet(body, 120)}")) from None
 
-    def _scrub(self, text: str) -> str:
-        """Trim a message and make sure the API key can never be part of it."""
+    def scrub(self, text: str) -> str:
+        """Trim a message to one short line and make sure the API key can never be part of it."""
         text = " ".join(text.split())
         if self._secret:
             text = text.replace(self._secret, "***")
         return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+    def _hide(self, text: str | None) -> str | None:
+        """The server's text with the API key replaced by `***`, otherwise untouched."""
+        secret = self._secret
+        return text.replace(secret, "***") if secret and text and secret in text else text
+
+    def _hide_in(self, value: Any) -> Any:
+        """`_hide` applied to every string of decoded JSON (keys included)."""
+        if not self._secret:
+            return value
+        if isinstance(value, str):
+            return self._hide(value)
+        if isinstance(value, list):
+            return [self._hide_in(v) for v in value]
+        if isinstance(value, dict):
+            return {self._hide(k): self._hide_in(v) for k, v in value.items()}
+        return value
+
+    def _hide_in_answer(self, c: Completion) -> Completion:
+        """The key out of every text a server put into an answer (a server that echoes it)."""
+        c.text = self._hide(c.text) or ""
+        c.finish_reason = self._hide(c.finish_reason)
+        if c.prompt_tokens_text is not None and any(self._secret in t for t in c.prompt_tokens_text if t):  # type: ignore[operator]
+            c.prompt_tokens_text = [self._hide(t) or "" for t in c.prompt_tokens_text]
+        return c
 
     async def request(
         self,
@@ -584,8 +674,8 @@ class Client:
                 outcome.started_at = started_at
                 outcome.attempts = attempt
                 outcome.queued_s = queued
-                return outcome
-            message = self._scrub(outcome.message)
+                return self._hide_in_answer(outcome) if self._secret else outcome
+            message = self.scrub(outcome.message)
             if not outcome.retryable or attempt >= attempts:
                 return Completion(
                     status="error",
@@ -636,8 +726,10 @@ class Client:
         finally:
             watchdog.cancel()
         now = loop.time()
-        if failure is None or (reading.complete and failure.kind in ("timeout", "connection")):
+        if failure is None or (reading.complete and failure.kind in ("timeout", "connection", "too_large")):
             return reading.completion(now)
+        if reading.done and not reading.choices and failure.kind in ("timeout", "connection"):
+            failure = reading.no_choice()  # [DONE] came: what went wrong after it is beside the point
         failure.ttft_s = reading.ttft
         failure.latency_s = now - start
         return failure
@@ -651,17 +743,24 @@ class Client:
         clock = watchdog._loop.time
         handle = reading.event
         waiting_first = True
+        limit = self.config.max_response_bytes
+        received = 0
         while True:
             chunk = await readany()
             if not chunk:
                 break
+            received += len(chunk)
+            if received > limit:
+                raise _too_large(limit, received)
             now = clock()
-            watchdog.last = now
+            progress = reading.progress
             for data in feed(chunk):
                 handle(data, now)
-            if waiting_first and reading.events:
-                waiting_first = False
-                watchdog.idle()
+            if reading.progress != progress:  # content, not a keep-alive: the idle clock restarts
+                watchdog.last = now
+                if waiting_first:
+                    waiting_first = False
+                    watchdog.idle()
             if reading.done:
                 if at_eof():  # the usual case: [DONE] and the end of the body came together
                     break
@@ -673,6 +772,8 @@ class Client:
         if not reading.complete:
             if not reading.events and ctype != "text/event-stream":  # e.g. a proxy's HTML page
                 raise _Failure("protocol", f"expected an event stream, got {ctype or 'no content type'}")
+            if reading.events and not reading.choices:
+                raise reading.no_choice()
             what = "no data" if not reading.events else f"{reading.events} events"
             raise _Failure("connection", f"stream ended before a finish_reason or [DONE] ({what})")
         if reading.end is None:
@@ -683,10 +784,13 @@ class Client:
         buf = bytearray()
         readany = resp.content.readany
         clock = watchdog._loop.time
+        limit = self.config.max_response_bytes
         while True:
             chunk = await readany()
             if not chunk:
                 break
+            if len(buf) + len(chunk) > limit:
+                raise _too_large(limit, len(buf) + len(chunk))
             watchdog.last = clock()
             if not buf:
                 watchdog.idle()

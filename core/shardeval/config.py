@@ -97,6 +97,16 @@ class ServiceConfig(_Section):
     # AIMD concurrency (shardeval.adaptive): halve the window on 429 bursts, grow it back on success;
     # false keeps the fixed max_concurrent window. Transport only: not part of the config hash.
     adaptive: bool = False
+    # The body bytes one attempt may receive (SSE framing included); past it the request ends as a
+    # `too_large` error, not retried. 64 MiB: about 300,000 streamed tokens of a vLLM chat stream
+    # (~220 bytes per token chunk), far above any real max_tokens; per-token logprobs in a stream
+    # take ~10x more per token, so raise it for those. Transport only: not part of the config hash.
+    max_response_bytes: Count = 64 * 1024 * 1024
+    # Stop the shard (failed, exit 1) when its first N requests to this service all end as
+    # `connection` errors: the endpoint is down, and asking the rest would only burn the allocation.
+    # Once any request got an answer from it (any HTTP reply), connection errors are just records.
+    # 0: never stop early. Transport only: not part of the config hash.
+    unreachable_after: NonNegativeInt = 8
 
     def identity(self) -> dict[str, Any] | None:
         """The keys of this service that change results: the model, its weights and the engine

@@ -46,6 +46,7 @@ from shardeval.records import (
     write_manifest,
 )
 from shardeval.provenance import collect_provenance, read_served
+from shardeval.reachability import Reachability
 from shardeval.registry import Entry
 from shardeval.resume import prepare_output_dir, refuse, served_mismatch
 from shardeval.seeds import request_seed
@@ -179,9 +180,10 @@ class ShardRun:
         self.out_dir = out_dir
         self.fresh = fresh
         self.stopping: str | None = None
-        self.service_failure: str | None = None  # set when a managed server died under us
+        self.service_failure: str | None = None  # set when a managed server died, or the endpoint is unreachable
         self.write_failure: str | None = None  # set when a record could not be written (disk full, …)
         self._inflight: set[asyncio.Task] = set()
+        self._reachability: dict[str, Reachability] = {}  # per service: has its endpoint ever answered?
         self.hooks = plugins.hooks()
         self.record_hook = bool(self.hooks.record_written.get_hookimpls())
 
@@ -230,6 +232,9 @@ class ShardRun:
                     raise ShardError(self.service_failure)
                 if self.write_failure:
                     raise ShardError(self.write_failure)
+                unanswered = None if self.stopping else missing_pairs(plans, tallies)
+                if unanswered:
+                    raise ShardError(unanswered)
         except (ShardError, OSError) as exc:
             manifest.state, manifest.reason = "failed", str(exc)
             raise
@@ -348,39 +353,68 @@ class ShardRun:
             loop = asyncio.get_running_loop()
             scorer = ThreadPoolExecutor(os.cpu_count() or 1, "score") if plan.benchmark.score_in_thread else None
 
+            def trajectory(problem: Problem, repeat: int, record: ResultRecord, messages: list, request: dict) -> bytes | None:
+                if not write_traj:
+                    return None
+                return encode_line(
+                    TrajectoryRecord(
+                        benchmark=plan.name,
+                        problem_idx=problem.idx,
+                        problem_id=problem.id,
+                        repeat=repeat,
+                        messages=messages,
+                        request=request,
+                        status=record.status,
+                    )
+                )
+
+            internal_seen = [0]  # `internal` errors so far: the first one is logged
+
+            async def answer(problem: Problem, repeat: int, seed: int) -> tuple[ResultRecord, bytes, bytes | None]:
+                """The pair's record and its encoded lines. Any exception on the way (the solver, the
+                client, the scorer, a value that cannot be encoded) becomes an `internal` error record
+                instead, so that no pair is ever left without one; a rerun asks it again."""
+                attempt = None
+                try:
+                    attempt = await solver.solve(problem, seed)
+                    args = (plan, problem, repeat, seed, attempt.completion, self.shard.idx, attempt.scores)
+                    record = await loop.run_in_executor(scorer, make_record, *args) if scorer else make_record(*args)
+                    return record, encode_line(record), trajectory(problem, repeat, record, attempt.messages, attempt.request)
+                except Exception as exc:  # CancelledError is not an Exception: a cancel still cancels
+                    message = handle.client.scrub(f"{type(exc).__name__}: {exc}")
+                    record = internal_record(plan, problem, repeat, seed, self.shard.idx, message, attempt)
+                    if not internal_seen[0]:
+                        log.warning("%s: problem %s repeat %d: %s; recorded as an `internal` error, asked again on rerun "
+                                    "(later ones are counted in the summary)", plan.name, problem.id, repeat, message)
+                    internal_seen[0] += 1
+                    return record, encode_line(record), trajectory(problem, repeat, record, [], {})
+
+            reach = self._reachability.get(plan.config.solver.service)
+            if reach is None or not reach.reachable:
+                limit = min(handle.client.config.unreachable_after, total - n_resumed)
+                reach = self._reachability[plan.config.solver.service] = Reachability(handle.endpoint.base_url, limit)
+
             async def one(problem: Problem, repeat: int) -> None:
                 seed = request_seed(self.config.seed, plan.name, problem.id, repeat)
-                attempt = await solver.solve(problem, seed)
-                args = (plan, problem, repeat, seed, attempt.completion, self.shard.idx, attempt.scores)
-                record = await loop.run_in_executor(scorer, make_record, *args) if scorer else make_record(*args)
+                record, line, traj_line = await answer(problem, repeat, seed)
                 if self.write_failure:
                     return  # the disk already refused a record: this answer is asked again on rerun
                 try:
-                    append_line(results, encode_line(record))
+                    append_line(results, line)
                 except OSError as exc:
                     self._on_write_error(exc, bench_dir)
                     return
                 tally.add(record)  # on disk: counted even if its trajectory cannot be written
-                if write_traj:
+                if traj_line is not None:
                     try:
-                        append_line(
-                            trajectories,
-                            encode_line(
-                                TrajectoryRecord(
-                                    benchmark=plan.name,
-                                    problem_idx=problem.idx,
-                                    problem_id=problem.id,
-                                    repeat=repeat,
-                                    messages=attempt.messages,
-                                    request=attempt.request,
-                                    status=record.status,
-                                )
-                            ),
-                        )
+                        append_line(trajectories, traj_line)
                     except OSError as exc:
                         self._on_write_error(exc, bench_dir)
                         return
                 progress.advance(record.status == "ok")
+                unreachable = reach.observe(record.status, record.error_kind, record.error)
+                if unreachable:
+                    self._on_unreachable(unreachable)
                 if self.record_hook:
                     self.hooks.record_written(record=record, out_dir=self.out_dir)
 
@@ -409,6 +443,19 @@ class ShardRun:
             log.info("%s: adaptive concurrency: %d 429(s), window cut %d time(s), lowest %.1f, now %.1f of %d",
                      plan.name, slots.n_rate_limited, slots.n_cuts, slots.min_limit, slots.limit, slots.cap)
         return tally
+
+    def _on_unreachable(self, reason: str) -> None:
+        """The service's endpoint never answered (shardeval.reachability): stop the shard as if its
+        server had died. The connection error records written stay; requests in flight are
+        cancelled unrecorded; run() marks the manifest failed with the reason and exits 1."""
+        if self.service_failure:
+            return
+        self.service_failure = reason
+        log.debug("%s", reason)  # the CLI prints it once, as the shard's error line
+        current = asyncio.current_task()
+        for task in list(self._inflight):
+            if task is not current:
+                task.cancel()
 
     def _on_write_error(self, exc: OSError, where: str) -> None:
         """A record could not be written (a full disk, a quota, a lost mount): stop the shard.
@@ -566,6 +613,55 @@ def make_record(
         if extra:
             record.scores = {**record.scores, **extra}
     return record
+
+
+def internal_record(
+    plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, shard: int, message: str, attempt: object = None
+) -> ResultRecord:
+    """The record of a pair whose handling raised: an error of kind `internal` with the exception
+    (type and message, key scrubbed), never scored; what the request got, if it got that far."""
+    c = getattr(attempt, "completion", None)
+    c = c if isinstance(c, Completion) else None
+    return ResultRecord(
+        benchmark=plan.name,
+        problem_idx=problem.idx,
+        problem_id=problem.id,
+        repeat=repeat,
+        seed=seed,
+        status="error",
+        error_kind="internal",
+        error=message,
+        attempts=c.attempts if c is not None else 0,
+        response=c.text if c is not None else "",
+        reference=problem.reference,
+        finish_reason=c.finish_reason if c is not None else None,
+        prompt_tokens=c.prompt_tokens if c is not None else None,
+        completion_tokens=c.completion_tokens if c is not None else None,
+        ttft_s=c.ttft_s if c is not None else None,
+        latency_s=c.latency_s if c is not None else None,
+        started_at=c.started_at if c is not None else time.time(),
+        shard=shard,
+        cluster=problem.cluster,
+        run=plan.run,
+    )
+
+
+def missing_pairs(plans: list[BenchmarkPlan], tallies: list[Tally]) -> str | None:
+    """Why a shard that ran to its end is not complete: pairs with no record at all (a request task
+    that ended without writing one). None when every pair of every benchmark run has a record."""
+    total = missing = 0
+    parts = []
+    for plan, tally in zip(plans, tallies):
+        n_ok, n_err = tally.counts()
+        expected = len(plan.indices) * plan.config.repeats
+        total += expected
+        if expected - n_ok - n_err:
+            missing += expected - n_ok - n_err
+            parts.append(f"{plan.name} {expected - n_ok - n_err}")
+    if not missing:
+        return None
+    return (f"{missing} of {total} pair(s) have no record after the run ({', '.join(parts)}): their request tasks ended "
+            "without writing one; rerun the shard to ask them")
 
 
 def print_summary(plan: BenchmarkPlan, tally: Tally, shard: ShardSpec, elapsed: float) -> None:
