@@ -28,13 +28,6 @@ def setup_logging() -> None:
     log.propagate = False
 
 
-def log_to_file(path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    log.addHandler(handler)
-
-
 def launch(
     config_path: str | None,
     quick: dict[str, Any],
@@ -75,11 +68,9 @@ def launch(
         return print_plan(config, shard, out_dir)
     from shardeval.runner import ShardRun
 
-    log_to_file(os.path.join(out_dir, "logs", "shard.log"))
-    try:
+    try:  # the shard opens its own logs/shard.log once its directory is ready
         return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh).run())
-    except ShardError as exc:
-        log.error("shard %d/%d failed: %s", shard.idx, shard.total, exc)
+    except ShardError as exc:  # already logged by the shard, in its log too
         return exc.exit_code
 
 

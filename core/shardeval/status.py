@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from shardeval.discover import Run, load_run
+from shardeval.liveness import clock
 from shardeval.records import RESULTS_FILE
 from shardeval.standing import count_cells
 
@@ -27,6 +28,7 @@ class ShardProgress:
     expected: int
     rate: float | None  # records per second since the shard started (this attempt)
     eta_s: float | None
+    note: str | None = None  # why a `lost` shard is lost, and since when
 
 
 def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
@@ -39,12 +41,17 @@ def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
             n_ok, n_err, _ = count_cells(os.path.join(shard.abspath, b.name, RESULTS_FILE), b.name, b.range[0], b.range[1], b.repeats)
             records, errors = records + n_ok + n_err, errors + n_err
             expected += (b.range[1] - b.range[0]) * b.repeats
-        end = m.finished_at or now
+        lost = shard.lost
+        end = m.finished_at or (lost.since if lost else now)
         elapsed = end - m.started_at if m.started_at else 0.0
         rate = records / elapsed if elapsed > 0 and records else None
         left = max(0, expected - records)
-        eta = left / rate if rate and m.state == "running" else None
-        out.append(ShardProgress(shard.path, m.shard_idx, m.state, records, errors, expected, rate, eta))
+        eta = left / rate if rate and shard.state == "running" else None
+        note = None
+        if lost is not None:
+            note = (f"shard {m.shard_idx} lost since {clock(lost.since)} ({max(0.0, now - lost.since):.0f} s ago): "
+                    f"{lost.why}; rerun it, it resumes")
+        out.append(ShardProgress(shard.path, m.shard_idx, shard.state, records, errors, expected, rate, eta, note))
     return sorted(out, key=lambda p: (p.idx, p.path))
 
 
@@ -56,6 +63,7 @@ def render_status(run: Run, progress: list[ShardProgress]) -> str:
         lines.append(f"{p.idx:<8} {p.state:<12} {p.records:>8}/{p.expected:<8} {p.errors:>7} {rate:>8} {eta:>8}  {p.path}")
     for idx in run.missing_shards():
         lines.append(f"{idx:<8} {'not started':<12} {'':>17} {'':>7} {'':>8} {'':>8}  (no directory)")
+    lines += [p.note for p in progress if p.note]
     done = sum(min(p.records, p.expected) for p in progress)
     total = sum(b.n_problems * b.repeats for b in run.benchmarks)
     lines.append(f"total: {done}/{total} records ({done / total:.1%})" if total else "total: nothing to do")
