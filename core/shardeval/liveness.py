@@ -194,9 +194,11 @@ class ShardLease:
                 verdict = judge(other)
                 if not verdict.lost:  # a live writer the lock did not see (a node-local or missing lock)
                     raise UsageError(self._refusal(other))
-            data = msgspec.json.encode(me) + b"\n"
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, data, 0)
+            try:  # who holds it, for a refused second writer; not needed to hold it
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, msgspec.json.encode(me) + b"\n", 0)
+            except OSError:
+                pass
         except BaseException:
             os.close(fd)
             raise
@@ -249,19 +251,26 @@ class ShardLease:
         self._me.updated_at = now
         if ended:
             self._me.ended_at = now
+        data = msgspec.json.encode(self._me) + b"\n"
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
             with open(tmp, "wb") as f:
-                f.write(msgspec.json.encode(self._me) + b"\n")
+                f.write(data)
             os.replace(tmp, self.path)
-        except OSError as exc:  # a full disk must not stop the shard; the next beat tries again
-            if not self._warned:
-                self._warned = True
-                log.warning("cannot write %s (%s); status may call this shard lost", self.path, exc.strerror or exc)
+            return
+        except OSError:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+        try:  # a full disk has no block for a new file: rewrite in place (a reader may then see half
+            with open(self.path, "r+b") as f:  # of it once, which it takes as no evidence either way)
+                f.write(data)
+                f.truncate()
+        except OSError as exc:  # never stops the shard; the next beat tries again
+            if not self._warned:
+                self._warned = True
+                log.warning("cannot write %s (%s); status may call this shard lost", self.path, exc.strerror or exc)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.period_s):
