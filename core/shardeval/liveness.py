@@ -12,9 +12,10 @@ a shard whose node was lost leaves a manifest that says `running` forever. Both 
   (`status`, `merge`) calls a `running` shard lost when its writer is provably gone: on the same
   machine (host, boot and pid namespace) by its pid; elsewhere when the heartbeat is older than
   `stale_after_s`; and at once when the writer left without closing its manifest (`ended_at`).
-- The heartbeat is also the lock's second line: when flock is not supported (some network
-  filesystems) or only node-local (NFS mounted with `local_lock`), a fresh heartbeat of another
-  live process refuses the second writer just the same.
+- The heartbeat is also the lock's fallback: where flock is not supported (some network
+  filesystems), a fresh heartbeat of another live process refuses the second writer just the
+  same. Not covered: NFS mounted with `local_lock=flock|all`, where flock succeeds on each node
+  without seeing the others (a granted lock is trusted, see `_lock`).
 """
 
 from __future__ import annotations
@@ -187,12 +188,11 @@ class ShardLease:
         except OSError as exc:
             raise UsageError(f"-o {self.out_dir}: cannot create {LOCK_FILE} there ({exc.strerror or exc}); choose a writable output directory") from None
         try:
-            self._lock(fd)
+            locked = self._lock(fd)
             me = this_process(self.period_s, time.time())
-            other = read_heartbeat(self.out_dir)
-            if other is not None and (other.host, other.pid, other.pid_start) != (me.host, me.pid, me.pid_start):
-                verdict = judge(other)
-                if not verdict.lost:  # a live writer the lock did not see (a node-local or missing lock)
+            other = read_heartbeat(self.out_dir) if not locked else None
+            if other is not None and other.ended_at is None and (other.host, other.pid, other.pid_start) != (me.host, me.pid, me.pid_start):
+                if not judge(other).lost:  # no lock to ask: a live writer's heartbeat keeps us out
                     raise UsageError(self._refusal(other))
             try:  # who holds it, for a refused second writer; not needed to hold it
                 os.ftruncate(fd, 0)
@@ -207,17 +207,24 @@ class ShardLease:
         self._thread = threading.Thread(target=self._beat, name="shardeval-heartbeat", daemon=True)
         self._thread.start()
 
-    def _lock(self, fd: int) -> None:
+    def _lock(self, fd: int) -> bool:
+        """True once locked; False where this filesystem has no locks (then the heartbeat decides).
+
+        A lock that was granted is trusted over an earlier writer's fresh heartbeat: that writer
+        is dead (a container restarted, a pod replaced), and refusing its successor for the
+        staleness period would fail retries that orchestrators count."""
         import fcntl
 
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
         except BlockingIOError:
             raise UsageError(self._refusal(self._holder())) from None
         except OSError as exc:
             if exc.errno not in _UNSUPPORTED:
                 raise
             log.warning("%s: file locks are not supported here (%s); the heartbeat alone keeps out a second writer", self.lock_path, exc.strerror)
+            return False
 
     def _holder(self) -> Heartbeat | None:
         """Who holds the lock, from the lock file (which it writes just after locking: retry briefly)."""

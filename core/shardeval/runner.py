@@ -188,6 +188,7 @@ class ShardRun:
         self._lease: ShardLease | None = None  # the one-writer lock and heartbeat of out_dir
         self._stop_signal: asyncio.Future[None] | None = None  # done at the first stop signal
         self._drain_timer: asyncio.TimerHandle | None = None  # drain_timeout_s after that signal
+        self._window: asyncio.Semaphore | None = None  # the benchmark being dispatched: its request places
         self._early_log: logging.handlers.MemoryHandler | None = None  # lines before logs/ can open
         self._log_file: logging.Handler | None = None
 
@@ -316,8 +317,8 @@ class ShardRun:
     async def _unless_stopped(self, awaitable: Awaitable[T]) -> T | None:
         """Await `awaitable`, unless a stop signal comes first: then cancel it, wait for it to
         unwind (a server being started is stopped) and return None. What the shard waits on
-        without a deadline of its own (a start-up, a place in the window) waits this way, so a
-        signal is acted on at once, whatever the shard was doing."""
+        without a deadline of its own (a server's start-up) waits this way, so a signal is acted
+        on at once."""
         task = asyncio.ensure_future(awaitable)
         if self._stop_signal is None:  # no signal handling (not the main thread): nothing to race
             return await task
@@ -333,13 +334,6 @@ class ShardRun:
             if task.cancelled():
                 return None
         return task.result()
-
-    async def _take_place(self, window: asyncio.Semaphore) -> bool:
-        """A place in the window for one more request; False when a stop signal came first."""
-        if not window.locked():
-            await window.acquire()  # free: no wait, no task
-            return True
-        return bool(await self._unless_stopped(window.acquire()))
 
     def _claim_directory(self) -> None:
         """Become the one writer of out_dir (refused in one line naming the holder, exit 2) and
@@ -411,7 +405,7 @@ class ShardRun:
     def _on_signal(self, sig: signal.Signals) -> None:
         """First signal: no new requests, and drain_timeout_s from now, not from whenever the shard
         next looks, for those in flight (SLURM sends SIGKILL KillWait seconds after SIGTERM). A
-        start-up or a wait for a place in the window is abandoned at once (`_unless_stopped`).
+        start-up (`_unless_stopped`) or a wait for a place in the window is abandoned at once.
         Second signal: cancel what is in flight now."""
         if self.stopping:
             log.warning("second %s: cancelling requests in flight now", sig.name)
@@ -422,6 +416,8 @@ class ShardRun:
         timeout = self.config.output.drain_timeout_s
         if self._stop_signal is not None and not self._stop_signal.done():
             self._stop_signal.set_result(None)
+        if self._window is not None:  # a dispatcher waiting for a place wakes, sees `stopping`, gives it back
+            self._window.release()
         self._drain_timer = asyncio.get_running_loop().call_later(timeout, self._drain_expired, sig.name)
         log.warning("%s: no new requests; waiting up to %.0f s for those in flight (signal again to stop now)", sig.name, timeout)
 
@@ -457,6 +453,7 @@ class ShardRun:
 
         # Twice the concurrency: tasks sleeping in a retry backoff hold a window place but no slot.
         window = asyncio.Semaphore(2 * max_concurrent)
+        self._window = window  # a stop signal frees a place in it, so a dispatcher waiting for one wakes
         self._inflight = set()
         with open(results_path, "ab", buffering=0) as results, open(traj_path, "ab", buffering=0) as trajectories:
             write_traj = self.config.output.trajectories
@@ -508,8 +505,7 @@ class ShardRun:
             progress.start()
             try:
                 for problem, repeat in pending_work(plan, tally):
-                    if not await self._take_place(window):
-                        break
+                    await window.acquire()
                     if self.stopping or self.service_failure or self.write_failure:
                         window.release()
                         break
