@@ -173,8 +173,18 @@ def test_pyc_files_are_shipped_and_trusted(pyz, tmp_path):
 
 
 def test_two_builds_are_byte_identical(pyz, tmp_path):
-    proc = run(["bash", str(REPO / "build" / "build.sh"), "--out", str(tmp_path / "dist"), "--work", str(tmp_path / "work")],
-               timeout=900)
+    """The same tree built from another checkout path (its own build venv, work folder and output)
+    gives the same bytes: nothing of the build machine's paths may reach the archive."""
+    elsewhere = tmp_path / "another checkout"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for rel in filter(None, files.decode().split("\0")):
+        if (REPO / rel).is_file():
+            (elsewhere / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, elsewhere / rel)
+    # a copy has no git history: give it the commit time a build takes its timestamps from
+    epoch = subprocess.run(["git", "log", "-1", "--format=%ct"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    proc = run(["bash", str(elsewhere / "build" / "build.sh"), "--out", str(tmp_path / "dist"), "--work", str(tmp_path / "work")],
+               env={"SOURCE_DATE_EPOCH": epoch}, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = hashlib.sha256(pyz.read_bytes()).hexdigest()
     second = hashlib.sha256((tmp_path / "dist" / "shardeval.pyz").read_bytes()).hexdigest()
@@ -382,3 +392,32 @@ def test_unloadable_msgspec_in_the_built_file(pyz, reference, tmp_path):
     for name in first:
         expected = first[name].replace(str(tmp_path / "out").encode(), str(tmp_path / "remerge").encode())
         assert second[name] == expected, name
+
+
+def test_scripts_for_other_nodes_let_the_file_pick_each_nodes_python(pyz, tmp_path):
+    """A SLURM script written from the one file names the file, not the submitting interpreter's
+    path (which a compute node may not have): the file's own launcher picks the node's Python. Here
+    the "node" is a PATH whose only python3 is another version than the one that submitted."""
+    found = interpreters()
+    submit_version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    node_version = next((v for v in ("3.12", "3.10", "3.13") if v in found and v != submit_version), None)
+    if node_version is None:
+        pytest.skip("needs a second Python 3.10-3.13")
+    config = tmp_path / "slurm.yaml"
+    config.write_text(
+        "services: {model: {type: sim, bench: arith, accuracy: 0.7, ttft_ms: 2, itl_ms: 0, output_tokens: 8}}\n"
+        "benchmarks: [{name: arith, params: {n: 12}}]\n"
+        'cluster: {type: slurm, walltime: "10:00", shards: 2}\n'
+    )
+    out = tmp_path / "out"
+    proc = run([this_python(), str(pyz), "run", str(config), "--dry-run", "-o", str(out)], env=pyz_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    script = (out / "eval.sbatch").read_text()
+    assert this_python() not in script and f"/bin/sh {pyz} run " in script
+    node = _bin_dir(tmp_path, {"python3": found[node_version]})
+    (tmp_path / "node").mkdir()
+    env = {**pyz_env(tmp_path / "node"), "PATH": f"{node}:/usr/bin:/bin", "NEL_SHARD_IDX": "1"}
+    proc = run(["bash", str(out / "eval.sbatch")], env=env)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((out / "shard_1" / "manifest.json").read_text())
+    assert manifest["state"] == "complete" and manifest["provenance"]["python"].startswith(f"CPython {node_version}.")

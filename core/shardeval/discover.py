@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from shardeval.errors import UsageError
+from shardeval.liveness import Liveness, check
 from shardeval.records import MANIFEST_FILE, RESULTS_FILE, BenchmarkManifest, Manifest, read_manifest
 from shardeval.resume import SUPERSEDED_DIR
 
@@ -25,6 +26,12 @@ class Shard:
     path: str  # relative to the run root, for messages and deterministic order
     abspath: str
     manifest: Manifest
+    lost: Liveness | None = None  # set when the manifest says running but its writer is gone
+
+    @property
+    def state(self) -> str:
+        """The manifest's state, or `lost` for a `running` shard whose process is gone."""
+        return "lost" if self.lost is not None else self.manifest.state
 
 
 @dataclass
@@ -47,7 +54,12 @@ class Run:
         return sorted(set(range(self.total_shards)) - self.present())
 
     def running(self) -> list[Shard]:
-        return [s for s in self.shards if s.manifest.state == "running"]
+        """Shards still being written (their heartbeat says so, or there is none to ask)."""
+        return [s for s in self.shards if s.state == "running"]
+
+    def lost(self) -> list[Shard]:
+        """Shards whose manifest says running but whose process is gone: to be rerun."""
+        return [s for s in self.shards if s.lost is not None]
 
     def duplicated_shards(self) -> dict[int, list[str]]:
         by_idx: dict[int, list[str]] = {}
@@ -80,7 +92,11 @@ def load_run(root: str, allow_mixed_served: bool = False) -> Run:
     for path in paths:
         manifest = read_manifest(path)
         assert manifest is not None
-        shards.append(Shard(path=os.path.relpath(path, root), abspath=path, manifest=manifest))
+        shard = Shard(path=os.path.relpath(path, root), abspath=path, manifest=manifest)
+        if manifest.state == "running":
+            alive = check(path)
+            shard.lost = alive if alive is not None and alive.lost else None
+        shards.append(shard)
     check_consistency(root, shards)
     mixed = check_served(shards, allow_mixed_served)
     first = shards[0].manifest

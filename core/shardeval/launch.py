@@ -28,27 +28,6 @@ def setup_logging() -> None:
     log.propagate = False
 
 
-class _QuietFileHandler(logging.FileHandler):
-    """The shard's log file, second to stderr: when it cannot be written (the disk filled up), it
-    stops, instead of printing logging's traceback into the one line the user should see."""
-
-    broken = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if not self.broken:
-            super().emit(record)
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        self.broken = True
-
-
-def log_to_file(path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    handler = _QuietFileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    log.addHandler(handler)
-
-
 def launch(
     config_path: str | None,
     quick: dict[str, Any],
@@ -92,17 +71,15 @@ def launch(
         return code
     from shardeval.runner import ShardRun
 
-    try:
-        log_to_file(os.path.join(out_dir, "logs", "shard.log"))
+    try:  # the shard opens its own logs/shard.log once its directory is ready
         return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh).run())
-    except OSError as exc:  # preparing the output (directory, manifest) failed: nothing ran
+    except OSError as exc:  # preparing the output (directory, lock, manifest) failed: nothing ran
         failure = os_error(exc, "write", alternative="give another output directory with -o")
         if isinstance(failure, UsageError):
             raise failure from None
         log.error("shard %d/%d failed: %s", shard.idx, shard.total, failure)
         return failure.exit_code
-    except ShardError as exc:
-        log.error("shard %d/%d failed: %s", shard.idx, shard.total, exc)
+    except ShardError as exc:  # already logged by the shard, in its log too
         return exc.exit_code
 
 

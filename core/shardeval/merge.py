@@ -208,12 +208,13 @@ class MergeResult:
 
     @property
     def partial(self) -> bool:
-        return bool(self.run.missing_shards() or self.run.running()) or any(
+        return bool(self.run.missing_shards() or self.run.running() or self.run.lost()) or any(
             sum(b.missing_by_shard.values()) for b in self.benchmarks
         )
 
     def rerun_shards(self) -> list[int]:
-        """Shards with missing cells (a shard that never started included), to run again."""
+        """Shards with missing cells (a shard that never started included, a lost one too), to run
+        again; not those still running."""
         need: set[int] = set(self.run.missing_shards())
         for b in self.benchmarks:
             need.update(i for i, n in b.missing_by_shard.items() if n)

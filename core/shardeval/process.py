@@ -128,16 +128,27 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def _term_when_parent_dies() -> None:
-    """In the child before exec (Linux): SIGTERM when shardeval dies, even by SIGKILL or the OOM
-    killer, so a server holding GPUs is never orphaned. The kernel ties this to the starting
-    thread, so start servers from a long-lived thread (the event loop's), never a worker thread."""
-    try:
-        import ctypes
+def die_with_parent(sig: signal.Signals = signal.SIGTERM):
+    """A `preexec_fn` (Linux): the child gets `sig` when the process starting it dies, even by
+    SIGKILL or the OOM killer, so a server holding GPUs or a shard is never orphaned. The kernel
+    ties this to the starting thread, so start children from a long-lived thread (the event
+    loop's), never a worker thread. A parent that died before the child could ask is caught by
+    comparing the parent pid after the call. None where there is no prctl."""
+    if sys.platform != "linux":
+        return None
+    parent = os.getpid()
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # pragma: no cover - best effort
-        pass
+    def preexec() -> None:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
+        except Exception:  # pragma: no cover - best effort
+            return
+        if os.getppid() != parent:  # already orphaned: the signal will never come, so act now
+            os.kill(os.getpid(), int(sig))
+
+    return preexec
 
 
 class ServerProcess:
@@ -195,7 +206,7 @@ class ServerProcess:
                     env=env,
                     cwd=self.cwd,
                     start_new_session=True,  # own process group: stop() reaches its workers too
-                    preexec_fn=_term_when_parent_dies if self.die_with_parent and sys.platform == "linux" else None,
+                    preexec_fn=die_with_parent() if self.die_with_parent else None,
                 )
             except OSError as exc:
                 raise ShardError(f"{self.name}: cannot start {self.argv[0]!r}: {exc.strerror or exc}") from None
@@ -417,6 +428,7 @@ __all__ = [
     "PortConflict",
     "ServerProcess",
     "describe_exit",
+    "die_with_parent",
     "free_port",
     "port_is_free",
     "redact",

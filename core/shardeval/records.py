@@ -17,6 +17,8 @@ RESULTS_FILE = "results.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 MANIFEST_FILE = "manifest.json"
 LOGS_DIR = "logs"
+LOCK_FILE = "shard.lock"  # flock'd by the one process writing the shard directory (shardeval.liveness)
+HEARTBEAT_FILE = "heartbeat.json"  # that process's proof of life, rewritten every few seconds
 
 Status = Literal["ok", "error"]
 State = Literal["running", "complete", "failed", "interrupted"]
@@ -123,6 +125,24 @@ class Provenance(msgspec.Struct, kw_only=True, omit_defaults=True):
     platform: str = ""
     host: str = ""
     plugins: dict[str, str] = {}  # plugin name -> its distribution and version
+
+
+class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Who is writing a shard directory and when it last said so (`heartbeat.json`, replaced
+    atomically every `period_s`). `status` and `merge` read it to tell a running shard from a
+    lost one: a dead pid on the same machine, no refresh for `stale_after_s`, or `ended_at` set
+    by a writer that left without closing its manifest."""
+
+    host: str
+    pid: int
+    started_at: float
+    updated_at: float
+    period_s: float
+    stale_after_s: float
+    boot_id: str | None = None  # with pid_ns: the same machine and pid namespace, so the pid can be checked
+    pid_ns: str | None = None
+    pid_start: int | None = None  # the process's start time in clock ticks: a reused pid is not it
+    ended_at: float | None = None
 
 
 class Manifest(msgspec.Struct, kw_only=True):

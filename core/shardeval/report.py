@@ -10,6 +10,7 @@ import math
 from array import array
 from typing import TYPE_CHECKING, Any
 
+from shardeval.liveness import clock
 from shardeval.metrics import ERROR, MISSING, OK, MetricValue
 
 if TYPE_CHECKING:
@@ -139,6 +140,12 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
     )
     if run.running():
         lines.append(f"- still running: {', '.join(s.path for s in run.running())} (merge again when they finish)")
+    for shard in run.lost():
+        assert shard.lost is not None
+        lines.append(
+            f"- **LOST**: {shard.path} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
+            f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes"
+        )
     if run.missing_shards():
         lines.append(f"- never started or not found: shard(s) {_shard_list(run.missing_shards())}")
     rerun = result.rerun_shards()

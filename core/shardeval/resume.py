@@ -11,9 +11,12 @@ import os
 import time
 
 from shardeval.errors import UsageError
-from shardeval.records import Manifest, ServedModel, read_manifest
+from shardeval.records import HEARTBEAT_FILE, LOCK_FILE, Manifest, ServedModel, read_manifest
 
 SUPERSEDED_DIR = "superseded"
+# The running writer's own files (shardeval.liveness): never set aside. A moved lock file would
+# let a second process lock a new one at the same path.
+KEPT_IN_PLACE = {SUPERSEDED_DIR, LOCK_FILE, HEARTBEAT_FILE}
 
 
 def mismatch(old: Manifest, new: Manifest) -> str | None:
@@ -67,9 +70,7 @@ def prepare_output_dir(out_dir: str, manifest: Manifest, fresh: bool) -> Manifes
     Returns the manifest being resumed (None for a new or fresh directory): what it says the
     endpoints served is checked once they are up (`served_mismatch`), and carried on until then.
     """
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise UsageError(f"-o {out_dir}: exists and is not a directory; choose a directory path")
-    os.makedirs(out_dir, exist_ok=True)
+    make_output_dir(out_dir)
     old = read_manifest(out_dir)
     if old is None:
         return None
@@ -108,8 +109,15 @@ def check_submission(root: str, config_hash: str, total: int) -> None:
         )
 
 
+def make_output_dir(out_dir: str) -> None:
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError(f"-o {out_dir}: exists and is not a directory; choose a directory path")
+    os.makedirs(out_dir, exist_ok=True)
+
+
 def set_aside(out_dir: str) -> str:
-    """Move everything in `out_dir` (but earlier superseded runs) into superseded/<UTC time>/."""
+    """Move everything in `out_dir` (but earlier superseded runs and the writer's lock and
+    heartbeat) into superseded/<UTC time>/."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = os.path.join(out_dir, SUPERSEDED_DIR, stamp)
     n = 1
@@ -118,6 +126,6 @@ def set_aside(out_dir: str) -> str:
         target = os.path.join(out_dir, SUPERSEDED_DIR, f"{stamp}-{n}")
     os.makedirs(target)
     for entry in os.listdir(out_dir):
-        if entry != SUPERSEDED_DIR:
+        if entry not in KEPT_IN_PLACE:
             os.replace(os.path.join(out_dir, entry), os.path.join(target, entry))
     return target

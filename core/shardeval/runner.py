@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import logging.handlers
 import os
 import signal
 import time
@@ -18,7 +19,7 @@ from array import array
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Awaitable, Iterator, TypeVar
 
 from shardeval import __version__, plugins
 from shardeval.adaptive import make_slots
@@ -27,6 +28,7 @@ from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash
 from shardeval.errors import ShardError, UsageError, os_error
 from shardeval.fingerprints import prompt_fingerprint, scorer_fingerprint
+from shardeval.liveness import ShardLease
 from shardeval.msgspec_compat import msgspec
 from shardeval.process import ManagedEndpoint, ServerProcess, describe_exit
 from shardeval.progress import Progress
@@ -48,7 +50,7 @@ from shardeval.records import (
 from shardeval.provenance import collect_provenance, read_served
 from shardeval.reachability import Reachability
 from shardeval.registry import Entry
-from shardeval.resume import prepare_output_dir, refuse, served_mismatch
+from shardeval.resume import make_output_dir, prepare_output_dir, refuse, served_mismatch
 from shardeval.seeds import request_seed
 from shardeval.service import ServiceContext
 from shardeval.shards import ShardSpec, shard_indices
@@ -56,6 +58,7 @@ from shardeval.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide, o
 from shardeval.solver import ServiceHandle, Solver
 
 log = logging.getLogger("shardeval")
+T = TypeVar("T")
 
 
 
@@ -186,10 +189,37 @@ class ShardRun:
         self._reachability: dict[str, Reachability] = {}  # per service: has its endpoint ever answered?
         self.hooks = plugins.hooks()
         self.record_hook = bool(self.hooks.record_written.get_hookimpls())
+        self._lease: ShardLease | None = None  # the one-writer lock and heartbeat of out_dir
+        self._stop_signal: asyncio.Future[None] | None = None  # done at the first stop signal
+        self._drain_timer: asyncio.TimerHandle | None = None  # drain_timeout_s after that signal
+        self._window: asyncio.Semaphore | None = None  # the benchmark being dispatched: its request places
+        self._early_log: logging.handlers.MemoryHandler | None = None  # lines before logs/ can open
+        self._log_file: logging.Handler | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def run(self) -> int:
+        """Run the shard (`_run`); whatever happens, then close its log and give up the directory.
+
+        Stop signals are handled from the first moment; log lines are held in memory until
+        logs/shard.log can be opened (after --fresh has moved an earlier run's logs aside).
+        """
+        self._early_log = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.CRITICAL + 1)
+        log.addHandler(self._early_log)
+        self._install_signal_handlers()
+        try:
+            return await self._run()
+        except ShardError as exc:
+            log.error("shard %d/%d failed: %s", self.shard.idx, self.shard.total, exc)
+            raise
+        finally:
+            self._remove_signal_handlers()
+            self._close_log()
+            if self._lease is not None:
+                self._lease.release()
+                self._lease = None
+
+    async def _run(self) -> int:
         plans = plan_benchmarks(self.config, self.shard)
         manifest = Manifest(
             version=__version__,
@@ -203,10 +233,12 @@ class ShardRun:
             config=config_for_manifest(self.config),
             provenance=collect_provenance(),
         )
+        self._claim_directory()
         resumed = prepare_output_dir(self.out_dir, manifest, self.fresh)
         if resumed is not None:
             manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
         os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
+        self._open_log()
         write_manifest(self.out_dir, manifest)
         self.hooks.shard_started(manifest=manifest, out_dir=self.out_dir)
         self._install_signal_handlers()
@@ -259,7 +291,9 @@ class ShardRun:
         return 0
 
     async def _start_services(self, plans: list[BenchmarkPlan], stack: AsyncExitStack) -> dict[str, ServiceHandle]:
-        registry = plugins.registry()
+        """Start (or locate) every service the plans use. A stop signal abandons a start-up at once
+        (a server loading weights may take many minutes): the handles so far are returned, the
+        server being started is stopped, and run() sees `stopping` before using any handle."""
         ctx = ServiceContext(
             logs_dir=os.path.join(self.out_dir, LOGS_DIR), shard_idx=self.shard.idx, total_shards=self.shard.total
         )
@@ -268,18 +302,73 @@ class ShardRun:
             name = plan.config.solver.service
             if name in handles:
                 continue
-            service_config = self.config.services[name]
-            factory = registry.get("services", service_config.type, f"services.{name}.type").factory
-            endpoint = await stack.enter_async_context(factory(name, service_config, ctx))
-            if isinstance(endpoint, ManagedEndpoint) and endpoint.process is not None:
-                watcher = asyncio.ensure_future(self._watch_service(endpoint.process))
-                stack.callback(watcher.cancel)  # unwound before the service itself is stopped
-            pool = max(p.config.max_concurrent for p in plans if p.config.solver.service == name)
-            client = await stack.enter_async_context(Client(endpoint, service_config, pool))
-            served = await read_served(client, endpoint.base_url, endpoint.model)
-            handles[name] = ServiceHandle(endpoint=endpoint, client=client, served=served)
-            log.info("service %s: %s model %s (%s), serving %s", name, endpoint.base_url, endpoint.model, endpoint.protocol, served.describe())
+            handle = await self._unless_stopped(self._start_service(name, plans, stack, ctx))
+            if handle is None:
+                break
+            handles[name] = handle
         return handles
+
+    async def _start_service(self, name: str, plans: list[BenchmarkPlan], stack: AsyncExitStack, ctx: ServiceContext) -> ServiceHandle:
+        service_config = self.config.services[name]
+        factory = plugins.registry().get("services", service_config.type, f"services.{name}.type").factory
+        endpoint = await stack.enter_async_context(factory(name, service_config, ctx))
+        if isinstance(endpoint, ManagedEndpoint) and endpoint.process is not None:
+            watcher = asyncio.ensure_future(self._watch_service(endpoint.process))
+            stack.callback(watcher.cancel)  # unwound before the service itself is stopped
+        pool = max(p.config.max_concurrent for p in plans if p.config.solver.service == name)
+        client = await stack.enter_async_context(Client(endpoint, service_config, pool))
+        served = await read_served(client, endpoint.base_url, endpoint.model)
+        log.info("service %s: %s model %s (%s), serving %s", name, endpoint.base_url, endpoint.model, endpoint.protocol, served.describe())
+        return ServiceHandle(endpoint=endpoint, client=client, served=served)
+
+    async def _unless_stopped(self, awaitable: Awaitable[T]) -> T | None:
+        """Await `awaitable`, unless a stop signal comes first: then cancel it, wait for it to
+        unwind (a server being started is stopped) and return None. What the shard waits on
+        without a deadline of its own (a server's start-up) waits this way, so a signal is acted
+        on at once."""
+        task = asyncio.ensure_future(awaitable)
+        if self._stop_signal is None:  # no signal handling (not the main thread): nothing to race
+            return await task
+        try:
+            if not self._stop_signal.done():
+                await asyncio.wait({task, self._stop_signal}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # we were cancelled ourselves: never leave the work running alone
+            task.cancel()
+            raise
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+            if task.cancelled():
+                return None
+        return task.result()
+
+    def _claim_directory(self) -> None:
+        """Become the one writer of out_dir (refused in one line naming the holder, exit 2) and
+        start proving it is alive; before anything in it is read, moved or written."""
+        make_output_dir(self.out_dir)
+        lease = ShardLease(self.out_dir)
+        lease.acquire()
+        self._lease = lease
+
+    def _open_log(self) -> None:
+        """Open logs/shard.log now, after --fresh moved an earlier run's logs into superseded/,
+        and hand it the lines logged before."""
+        handler = QuietFileHandler(os.path.join(self.out_dir, LOGS_DIR, "shard.log"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        if self._early_log is not None:
+            self._early_log.setTarget(handler)
+            self._early_log.flush()
+            log.removeHandler(self._early_log)
+            self._early_log = None
+        log.addHandler(handler)
+        self._log_file = handler
+
+    def _close_log(self) -> None:
+        for handler in (self._early_log, self._log_file):
+            if handler is not None:
+                log.removeHandler(handler)
+                handler.close()
+        self._early_log = self._log_file = None
 
     async def _watch_service(self, process: ServerProcess) -> None:
         """Fail fast when a server this shard launched dies mid-run (OOM, a crash, someone's kill).
@@ -305,7 +394,9 @@ class ShardRun:
             try:
                 loop.add_signal_handler(sig, self._on_signal, sig)
             except (NotImplementedError, RuntimeError):  # not the main thread (e.g. a Ray worker)
-                pass
+                continue
+            if self._stop_signal is None:
+                self._stop_signal = loop.create_future()
 
     def _remove_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -314,19 +405,41 @@ class ShardRun:
                 loop.remove_signal_handler(sig)
             except (NotImplementedError, RuntimeError):
                 pass
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        """First signal: no new requests, and drain_timeout_s from now, not from whenever the shard
+        next looks, for those in flight (SLURM sends SIGKILL KillWait seconds after SIGTERM). A
+        start-up (`_unless_stopped`) or a wait for a place in the window is abandoned at once.
+        Second signal: cancel what is in flight now."""
         if self.stopping:
             log.warning("second %s: cancelling requests in flight now", sig.name)
             for task in list(self._inflight):
                 task.cancel()
             return
         self.stopping = sig.name
-        log.warning(
-            "%s: no new requests; waiting up to %.0f s for those in flight (signal again to stop now)",
-            sig.name,
-            self.config.output.drain_timeout_s,
-        )
+        timeout = self.config.output.drain_timeout_s
+        if self._stop_signal is not None and not self._stop_signal.done():
+            self._stop_signal.set_result(None)
+        if self._window is not None:  # a dispatcher waiting for a place wakes, sees `stopping`, gives it back
+            self._window.release()
+        self._drain_timer = asyncio.get_running_loop().call_later(timeout, self._drain_expired, sig.name)
+        log.warning("%s: no new requests; waiting up to %.0f s for those in flight (signal again to stop now)", sig.name, timeout)
+
+    def _drain_expired(self, signame: str) -> None:
+        """drain_timeout_s after the stop signal: cancel what is still in flight, unrecorded (a
+        rerun asks it again)."""
+        self._drain_timer = None
+        pending = [task for task in self._inflight if not task.done()]
+        if pending:
+            log.warning(
+                "%d request(s) still unfinished %g s after %s: cancelled; a rerun will ask them again",
+                len(pending), self.config.output.drain_timeout_s, signame,
+            )
+        for task in pending:
+            task.cancel()
 
     # -- one benchmark ---------------------------------------------------------------------------
 
@@ -347,6 +460,7 @@ class ShardRun:
 
         # Twice the concurrency: tasks sleeping in a retry backoff hold a window place but no slot.
         window = asyncio.Semaphore(2 * max_concurrent)
+        self._window = window  # a stop signal frees a place in it, so a dispatcher waiting for one wakes
         self._inflight = set()
         with open(results_path, "ab", buffering=0) as results, open(traj_path, "ab", buffering=0) as trajectories:
             write_traj = self.config.output.trajectories
@@ -479,17 +593,9 @@ class ShardRun:
                 task.cancel()
 
     async def _drain(self) -> None:
-        """Wait for requests in flight; after a stop signal, only for drain_timeout_s."""
-        if not self._inflight:
-            return
-        timeout = self.config.output.drain_timeout_s if self.stopping else None
-        done, pending = await asyncio.wait(set(self._inflight), timeout=timeout)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending)
-            log.warning("%d request(s) cancelled unfinished; a rerun will ask them again", len(pending))
-        while self._inflight and not self.stopping and not self.service_failure:  # tasks created while we waited (none today)
+        """Wait for the requests in flight. Whatever ends them early cancels them: the stop
+        signal's deadline (`_drain_expired`), a second signal, a dead server, a refused write."""
+        while self._inflight:
             await asyncio.wait(set(self._inflight))
 
     def _make_solver(self, plan: BenchmarkPlan, handle: ServiceHandle) -> Solver:
@@ -522,6 +628,20 @@ class ShardRun:
         if report.bad_lines or report.foreign:
             log.warning("%s", report.describe())
         return tally.status.count(OK)
+
+
+class QuietFileHandler(logging.FileHandler):
+    """The shard's log file, second to stderr: when it cannot be written (the disk filled up), it
+    stops, instead of printing logging's traceback into the one line the user should see."""
+
+    broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.broken:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.broken = True
 
 
 def append_line(f, data: bytes) -> None:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from shardeval.discover import Run, load_run
+from shardeval.liveness import clock
 from shardeval.records import RESULTS_FILE
 from shardeval.standing import Membership, count_cells
 
@@ -28,6 +29,7 @@ class ShardProgress:
     rate: float | None  # records per second since the shard started (this attempt)
     eta_s: float | None
     warnings: list[str] = field(default_factory=list)  # lines skipped or refused in its files
+    note: str | None = None  # why a `lost` shard is lost, and since when
 
 
 def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
@@ -45,12 +47,17 @@ def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
             skipped = report.describe(os.path.join(shard.path, b.name, RESULTS_FILE))
             if skipped:
                 warnings.append(f"warning: {skipped}")
-        end = m.finished_at or now
+        lost = shard.lost
+        end = m.finished_at or (lost.since if lost else now)
         elapsed = end - m.started_at if m.started_at else 0.0
         rate = records / elapsed if elapsed > 0 and records else None
         left = max(0, expected - records)
-        eta = left / rate if rate and m.state == "running" else None
-        out.append(ShardProgress(shard.path, m.shard_idx, m.state, records, errors, expected, rate, eta, warnings))
+        eta = left / rate if rate and shard.state == "running" else None
+        note = None
+        if lost is not None:
+            note = (f"shard {m.shard_idx} lost since {clock(lost.since)} ({max(0.0, now - lost.since):.0f} s ago): "
+                    f"{lost.why}; rerun it, it resumes")
+        out.append(ShardProgress(shard.path, m.shard_idx, shard.state, records, errors, expected, rate, eta, warnings, note))
     return sorted(out, key=lambda p: (p.idx, p.path))
 
 
@@ -64,6 +71,7 @@ def render_status(run: Run, progress: list[ShardProgress]) -> str:
         folder = f"shard_{idx}"  # an orchestrator may have made it already (SLURM: for the task's log)
         where = f"{folder} (no manifest yet)" if os.path.isdir(os.path.join(run.root, folder)) else "(no directory)"
         lines.append(f"{idx:<8} {'not started':<12} {'':>17} {'':>7} {'':>8} {'':>8}  {where}")
+    lines += [p.note for p in progress if p.note]
     best: dict[int, int] = {}  # a shard copied twice counts once
     for p in progress:
         best[p.idx] = max(best.get(p.idx, 0), min(p.records, p.expected))

@@ -1,4 +1,10 @@
-"""Run the shards of one evaluation as local processes, their output prefixed with the shard."""
+"""Run the shards of one evaluation as local processes, their output prefixed with the shard.
+
+The shards live and die with this process: a stop signal (SIGTERM, Ctrl-C) is passed on to every
+running shard, no shard starts after it, each drains and marks itself `interrupted`, and this
+process exits 143 (130 for SIGINT). If this process is killed outright (SIGKILL, the OOM killer),
+the kernel sends each shard SIGTERM (PR_SET_PDEATHSIG), and each shard stops its own servers.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,9 @@ import sys
 
 from shardeval.config import ClusterConfig, Count
 from shardeval.orchestrator import LaunchRequest, self_command
+from shardeval.process import die_with_parent
+
+STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 
 
 class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -26,11 +35,16 @@ def run_local(request: LaunchRequest) -> int:
             print(shlex.join(command))
         return 0
     parallel = getattr(cluster, "parallel", None) or total
-    codes = asyncio.run(_run_all(commands, parallel))
+    stop: list[signal.Signals] = []
+    codes = asyncio.run(_run_all(commands, parallel, stop))
     failed = [i for i, code in enumerate(codes) if code != 0]
     for i, code in enumerate(codes):
-        print(f"shardeval: shard {i}/{total}: exit {code} -> {request.shard_dir(i)}", file=sys.stderr)
+        outcome = "not started (stopped before its turn)" if code is None else f"exit {code}"
+        print(f"shardeval: shard {i}/{total}: {outcome} -> {request.shard_dir(i)}", file=sys.stderr)
     merge_and_report(request.output_root)
+    if stop:
+        print(f"shardeval: interrupted by {stop[0].name}; rerun the same command to resume the shards", file=sys.stderr)
+        return STOP_CODES[stop[0]]
     if failed:
         print(
             f"shardeval: {len(failed)} of {total} shards failed ({', '.join(map(str, failed))}); "
@@ -57,26 +71,35 @@ def merge_and_report(root: str) -> None:
     print(f"\nmerged into {out}/ — `shardeval merge {root}` redoes it, `shardeval status {root}` shows progress")
 
 
-async def _run_all(commands: list[list[str]], parallel: int) -> list[int]:
+async def _run_all(commands: list[list[str]], parallel: int, stop: list[signal.Signals]) -> list[int | None]:
+    """Run the shard commands, `parallel` at a time; their exit codes (None: never started
+    because a stop signal came first, which is then appended to `stop`)."""
     gate = asyncio.Semaphore(parallel)
     procs: list[asyncio.subprocess.Process] = []
     loop = asyncio.get_running_loop()
 
     def forward(sig: signal.Signals) -> None:
+        if not stop:
+            stop.append(sig)
         for proc in procs:
             if proc.returncode is None:
-                proc.send_signal(sig)
+                proc.send_signal(sig)  # a second signal is passed on too: the shards stop at once
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, forward, sig)
 
-    async def one(i: int, command: list[str]) -> int:
+    async def one(i: int, command: list[str]) -> int | None:
         async with gate:
+            if stop:
+                return None
             proc = await asyncio.create_subprocess_exec(
                 *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # signals reach shards only through forward()
+                preexec_fn=die_with_parent(),  # and SIGTERM if this process is killed outright
             )
             procs.append(proc)
+            if stop:  # the signal came while it was being started
+                proc.send_signal(stop[0])
             assert proc.stdout is not None
             async for line in proc.stdout:
                 sys.stderr.write(f"[shard {i}] {line.decode(errors='replace')}")

@@ -28,7 +28,7 @@ import ray
 from shardeval.config import Config, load_config
 from shardeval.errors import ShardError, UsageError
 from shardeval.hookspecs import hookimpl
-from shardeval.records import LOGS_DIR, RESULTS_FILE, read_manifest
+from shardeval.records import RESULTS_FILE, read_manifest
 from shardeval.shards import ShardSpec, shard_indices, shard_range
 
 log = logging.getLogger("shardeval")
@@ -97,7 +97,7 @@ def evaluate_shard(
     started = time.time()
     before = _records_on_disk(out_dir, [b.name for b in cfg.benchmarks])
     fault = _Fault.from_env()
-    with _shard_log(out_dir), _signals_preserved(), _registered(fault):
+    with _signals_preserved(), _registered(fault):  # ShardRun writes its own logs/shard.log
         run = ShardRun(cfg, shard, out_dir, fresh=fresh)
         if fault is not None:
             fault.run = run
@@ -184,20 +184,6 @@ def _records_on_disk(out_dir: str, benchmarks: list[str]) -> int:
         except FileNotFoundError:
             pass
     return total
-
-
-@contextlib.contextmanager
-def _shard_log(out_dir: str) -> Iterator[None]:
-    """The shard's own logs/shard.log, as `shardeval run` writes it; removed after: workers are reused."""
-    os.makedirs(os.path.join(out_dir, LOGS_DIR), exist_ok=True)
-    handler = logging.FileHandler(os.path.join(out_dir, LOGS_DIR, "shard.log"))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    log.addHandler(handler)
-    try:
-        yield
-    finally:
-        log.removeHandler(handler)
-        handler.close()
 
 
 @contextlib.contextmanager
