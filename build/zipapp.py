@@ -156,6 +156,22 @@ def drop_install_records(site: Path) -> None:
             record.write_text("\n".join(keep) + "\n")
 
 
+def prune_records(site: Path) -> None:
+    """RECORD lists only what ships. A dropped file's line would stay behind, and some carry the
+    build machine in their hash: a console script's shebang names the build venv, so two
+    checkouts of one commit built different archives."""
+    for record in site.glob("*.dist-info/RECORD"):
+        lines = record.read_text().splitlines()
+        keep = [line for line in lines if line and _ships(site, line.split(",")[0])]
+        if keep != lines:
+            record.write_text("\n".join(keep) + "\n")
+
+
+def _ships(site: Path, rel: str) -> bool:
+    path = (site / rel).resolve()
+    return path.is_relative_to(site.resolve()) and path.is_file()
+
+
 def strip_and_drop(site: Path) -> None:
     for pattern in DROP_DIRS:
         for folder in site.glob(pattern):
@@ -165,6 +181,7 @@ def strip_and_drop(site: Path) -> None:
     for path in list(site.rglob("*")):
         if path.is_file() and (path.suffix in DROP_SUFFIXES or path.name == "py.typed"):
             path.unlink()
+    prune_records(site)
     strip = shutil.which("strip")
     for path in sorted(site.rglob("*.so*")):
         # Libraries auditwheel grafted into NAME.libs/ were rewritten by patchelf, and GNU strip
