@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README and .ci/run): make the venv, install the package with its test extras,
 # install and start the real components the integration tests use (scripts/setup/*.sh: SLURM,
-# Ray, Kubernetes schema validation, docker-compose; each idempotent), run the unit and
-# integration tests, then the performance benchmarks.
+# Ray, Kubernetes schema validation, docker-compose, a private Docker engine; each idempotent),
+# run the unit and integration tests, then the performance benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -10,6 +10,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# tests/test_docker.py starts the private Docker engine (scripts/setup/docker.sh) and stops it at
+# its end; should the run be cut short, this stops it too, unless it was running before.
+if ! bash scripts/setup/docker.sh status >/dev/null 2>&1; then
+  trap 'bash scripts/setup/docker.sh stop >/dev/null 2>&1 || true' EXIT
+fi
 for setup in scripts/setup/*.sh; do
   [ -e "$setup" ] || continue
   echo "== $setup"

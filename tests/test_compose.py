@@ -1,6 +1,7 @@
 """`cluster.type: compose`: the rendered file checked by the real docker-compose, its services run here.
 
-No Docker engine runs on these machines (shared/RECIPES.md). Debian's docker-compose 1.29
+This file needs no Docker engine (tests/test_docker.py runs the same loop in a real one, where
+scripts/setup/docker.sh can start it). Debian's docker-compose 1.29
 (installed by scripts/setup/k8s_compose.sh from the session fixture) parses, validates and
 interpolates the file without one: `docker-compose -f FILE config`, given the caller's environment,
 prints each service exactly as `docker compose run` would create it (command, environment with
@@ -158,6 +159,7 @@ def test_rendered_file_validates_and_names_the_key_only(tmp_path, docker_compose
   gpus: 2
   shm_size: 16gb
   user: "1000:1000"
+  read_only: true
   network_mode: host
 """
     path, result = render(tmp_path, api_config("http://127.0.0.1:9/v1", cluster_extra=extra), env={KEY_VAR: SECRET_VALUE})
@@ -176,7 +178,9 @@ def test_rendered_file_validates_and_names_the_key_only(tmp_path, docker_compose
     assert shard["environment"]["NEL_SHARD_IDX"] == "" and shard["environment"]["NEL_TOTAL_SHARDS"] == "4"
     assert shard["environment"]["PRICE"].replace("$$", "$") == "costs $5 ${NOT_INTERPOLATED}"
     assert shard["deploy"]["resources"]["reservations"]["devices"] == [{"driver": "nvidia", "count": 2, "capabilities": ["gpu"]}]
-    assert (shard["shm_size"], shard["user"], shard["network_mode"]) == ("16gb", "1000:1000", "host")
+    assert (shard["shm_size"], shard["user"], shard["network_mode"], shard["read_only"]) == ("16gb", "1000:1000", "host", True)
+    merge = resolved["services"]["eval-merge"]
+    assert (merge["user"], merge["network_mode"], merge["read_only"]) == ("1000:1000", "host", True)
     volumes = dict(v.split(":", 1) for v in shard["volumes"])
     assert volumes[str(tmp_path / "out" / "compose" / "config.yaml")] == "/config/config.yaml:ro"
     assert volumes[str(tmp_path / "out")] == "/results:rw"  # the output root, as local runs use it

@@ -356,6 +356,7 @@ def test_manifests_pass_kubernetes_validate_and_the_semantic_checks(tmp_path, ku
   annotations: {note: hello}
   pvc: {size: 50Gi, storage_class: nfs, access_modes: [ReadWriteMany]}
   merge: {args: [--errors-as-wrong], wait_timeout: 48h, resources: {requests: {cpu: 500m}}}
+  security_context: {runAsUser: 1000, runAsGroup: 1000, runAsNonRoot: true, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false}
 """
     docs, path, result = render(tmp_path, api_config("http://127.0.0.1:9/v1", cluster_extra=extra), env={KEY_VAR: SECRET_VALUE})
     validate(kubernetes_validate, path)
@@ -383,6 +384,9 @@ def test_manifests_pass_kubernetes_validate_and_the_semantic_checks(tmp_path, ku
         "kubectl", "wait", "--for=condition=complete", "job/arith-test", "--namespace=evals", "--timeout=48h",
     ]
     assert merge["containers"][0]["args"] == ["merge", "/results", "--errors-as-wrong"]
+    context = {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
+    assert container["securityContext"] == context == merge["containers"][0]["securityContext"]  # run so in tests/test_docker.py
+    assert "securityContext" not in merge["initContainers"][0]  # kubectl's image, its own user
     assert all(d["metadata"]["labels"]["team"] == "evals" for d in docs)
     # the key is named, never written: not in any file, not in the output
     assert_all_files_free_of(tmp_path, SECRET_VALUE)
@@ -544,6 +548,7 @@ def test_apply_runs_kubectl_and_user_mistakes_are_one_line(tmp_path):
         ("  env: {NEL_SHARD_IDX: '3'}", "cluster.env.NEL_SHARD_IDX"),
         ("  backoff_limit_per_index: -1", "cluster.backoff_limit_per_index"),
         ("  tolerations: [{key: a, operator: Sometimes}]", "cluster.tolerations[0].operator"),
+        ("  security_context: {runAsUsr: 5}", "did you mean 'runAsUser'"),
     ):
         text = api_config("http://127.0.0.1:9/v1", cluster_extra=extra).replace("  name: arith-test\n", "", 1 if "name:" in extra else 0)
         cfg.write_text(text)
@@ -558,6 +563,9 @@ def test_config_variables_the_pods_lack_are_warned_about(tmp_path):
     )
     docs, path, result = render(tmp_path, text, env={"SIM_URL": "http://127.0.0.1:9/v1", "SET_HERE": "y"})
     assert "uses ${SIM_URL}, which the pods do not define" in result.stderr
+    assert "runAsNonRoot" not in result.stderr
+    _, _, nonroot = render(tmp_path, api_config("http://127.0.0.1:9/v1", cluster_extra="  security_context: {runAsNonRoot: true}"))
+    assert "runAsNonRoot without runAsUser: the image from build/Dockerfile runs as root" in nonroot.stderr
     assert "SET_HERE" not in result.stderr and "WITH_DEFAULT" not in result.stderr
     (cm,) = by_kind(docs, "ConfigMap")
     assert "${SIM_URL}" in cm["data"]["config.yaml"]  # shipped as written, expanded in the pod

@@ -24,3 +24,4 @@ class ComposeClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=Tr
     network_mode: str | None = None  # e.g. "host" to reach an endpoint on the Docker host's localhost
     shm_size: str | None = None  # e.g. "16gb" for a vllm service inside the shard container
     user: str | None = None  # e.g. "1000:1000", so files on a bind-mounted output root are yours
+    read_only: bool = False  # a read-only root file system for both services (the image writes nothing at start)

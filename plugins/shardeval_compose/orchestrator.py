@@ -147,6 +147,8 @@ def render(request: LaunchRequest) -> dict[str, str]:
     for service in (shard, merge):
         if cluster.user:
             service["user"] = cluster.user
+        if cluster.read_only:
+            service["read_only"] = True
         if cluster.network_mode:
             service["network_mode"] = cluster.network_mode
     if cluster.shm_size:

@@ -63,6 +63,19 @@ class Toleration(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_
     toleration_seconds: NonNegative | None = None
 
 
+class SecurityContext(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, rename="camel"):
+    """The shardeval containers' securityContext (shard and merge), spelled as in Kubernetes.
+
+    The image from build/Dockerfile writes nothing at start, so `readOnlyRootFilesystem: true`
+    with any `runAsUser` works (tests/test_docker.py runs it so)."""
+
+    run_as_user: NonNegative | None = None
+    run_as_group: NonNegative | None = None
+    run_as_non_root: bool | None = None
+    read_only_root_filesystem: bool | None = None
+    allow_privilege_escalation: bool | None = None
+
+
 class MergeJob(_Section):
     """The Job that runs `shardeval merge /results` once the Indexed Job is Complete.
 
@@ -109,5 +122,6 @@ class KubernetesClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields
     service_account: str | None = None  # for the shard pods; default: none, and no API token mounted
     labels: dict[str, str] = {}  # added to every object and pod
     annotations: dict[str, str] = {}  # added to the shard pods
+    security_context: SecurityContext | None = None  # of the shard and merge containers
     kube_context: str | None = None  # `kubectl --context` when applying
     merge: MergeJob = msgspec.field(default_factory=MergeJob)

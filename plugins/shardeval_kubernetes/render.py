@@ -144,6 +144,7 @@ def render(request: LaunchRequest) -> Rendered:
         "args": shard_args(request),
         "env": env,
         **_resources(cluster.resources),
+        **_security(cluster),
         "volumeMounts": mounts,
     }
     pod: dict[str, Any] = {"restartPolicy": "Never"}
@@ -327,6 +328,15 @@ def _resources(resources: Resources) -> dict[str, Any]:
     return {"resources": out} if out else {}
 
 
+def _security(cluster: KubernetesClusterConfig) -> dict[str, Any]:
+    if cluster.security_context is None:
+        return {}
+    from shardeval.msgspec_compat import msgspec
+
+    context = msgspec.to_builtins(cluster.security_context)
+    return {"securityContext": context} if context else {}
+
+
 def _merge_rbac(names: dict[str, str], meta: Any, namespace: str) -> list[dict[str, Any]]:
     """The merge pod's identity: allowed to watch Jobs (what `kubectl wait` needs), nothing else."""
     account = names["merge"]
@@ -372,6 +382,7 @@ def _merge_job(
         "command": [escape(c) for c in cluster.command],
         "args": ["merge", RESULTS_DIR, *(escape(a) for a in merge.args)],
         **_resources(merge.resources),
+        **_security(cluster),
         "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
     }
     pod: dict[str, Any] = {"restartPolicy": "Never", "serviceAccountName": names["merge"]}
@@ -406,6 +417,12 @@ def _warnings(
                 + ", which the pods do not define: the config expands in the pod, so set it in cluster.env "
                 "(plain values) or cluster.secret_env, or give a default with ${VAR:-default}"
             )
+    context = cluster.security_context
+    if context is not None and context.run_as_non_root and context.run_as_user is None and cluster.image is None:
+        warnings.append(
+            "cluster.security_context.runAsNonRoot without runAsUser: the image from build/Dockerfile runs as root, "
+            "so the kubelet would refuse to start it; set runAsUser (any uid works, e.g. 65534)"
+        )
     modes = cluster.pvc.access_modes
     if (cluster.parallelism or cluster.shards or 1) > 1 and "ReadWriteMany" not in modes:
         warnings.append(

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Offline checkers for the Kubernetes and Docker Compose orchestrators (tests/test_kubernetes.py,
-# tests/test_compose.py). No cluster or Docker engine can run here, so the tests validate the
-# rendered files with these and run each container's command locally:
+# tests/test_compose.py). No cluster can run here, so the tests validate the rendered files with
+# these and run each container's command locally (tests/test_docker.py runs them in a real Docker
+# engine, scripts/setup/docker.sh):
 #   - kubernetes-validate 1.37.0 (PyPI) into .venv: JSON-schema validation for Kubernetes 1.25-1.37
 #   - Debian's docker-compose (1.29): `docker-compose -f FILE config` parses and validates, no engine
 # Idempotent: installs only what is missing. Safe to run concurrently with other setup scripts.
