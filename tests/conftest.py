@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -81,3 +83,45 @@ def process_alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+def api_eval_config(
+    path: Path, url: str, *, bench: str = "arith", n: int = 3, repeats: int = 1, concurrency: int = 4,
+    service: dict | None = None, benchmark: dict | None = None, output: dict | None = None,
+) -> Path:
+    """A config file with one `api` service at `url` (model `sim`) and one benchmark, for tests
+    that point `shardeval run` at a server of their own; each dict adds to (or replaces) the keys
+    of its section. Written as JSON, which YAML reads as it is."""
+    config = {
+        "services": {"model": {"type": "api", "url": url, "model": "sim", **(service or {})}},
+        "benchmarks": [{"name": bench, "params": {"n": n}, "repeats": repeats, "max_concurrent": concurrency, **(benchmark or {})}],
+        "output": {"progress_interval_s": 0, **(output or {})},
+    }
+    path.write_text(json.dumps(config, indent=1))
+    return path
+
+
+def process_table() -> dict[int, tuple[int, int]]:
+    """{pid: (parent pid, process group)} of every process now, from /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            table[int(entry)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, their children, …)."""
+    table = process_table()
+    found, frontier = [], {pid}
+    while frontier:
+        children = [p for p, (parent, _) in table.items() if parent in frontier]
+        found += children
+        frontier = set(children)
+    return found

@@ -217,6 +217,35 @@ def test_time_limit_drains_then_requeues_itself_a_bounded_number_of_times(slurm:
     assert json.loads((root / "shard_0" / "manifest.json").read_text())["state"] == "interrupted"
 
 
+def test_a_rerun_while_the_task_still_runs_is_refused_by_its_shard_lock(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    """The rerun merge recommends (`sbatch --array=0 eval.sbatch`), submitted while the original
+    task still runs: the second task finds the shard directory's lock held and stops in one line
+    naming the holder's pid, host and SLURM job; the original finishes alone, each pair once."""
+    root = tmp_path / "run"
+    record = submit(
+        root, "-O", "cluster.shards=1", "-O", "cluster.merge=false", "-O", "benchmarks.0.params.n=40",
+        "-O", "benchmarks.0.max_concurrent=1", "-O", "services.model.ttft_ms=500",
+    )  # fmt: skip
+    array = record["array_job_id"]
+    jobs.append(array)
+    results = root / "shard_0" / "arith" / "results.jsonl"
+    wait_until("the task to write records", lambda: lines(results) >= 2, root=root)
+    again = subprocess.run(["sbatch", "--parsable", "--array=0", str(root / "eval.sbatch")], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    rerun = again.stdout.strip().split(";")[0]
+    jobs.append(rerun)
+    wait_until("the second writer to stop", lambda: done(rerun), timeout=120, root=root)
+    assert tasks(rerun) == {"0": "FAILED"}, logs(root)
+    err = (root / "shard_0" / "logs" / f"slurm-{rerun}_0.err").read_text()
+    refusal = [line for line in err.splitlines() if "already being written by" in line]
+    assert len(refusal) == 1 and f"(SLURM job {array}_0, since" in refusal[0] and "Traceback" not in err, err
+    assert tasks(array) == {"0": "RUNNING"}  # the first writer goes on
+    wait_until("the original task to finish", lambda: done(array), timeout=180, root=root)
+    assert tasks(array) == {"0": "COMPLETED"}, logs(root)
+    keys = [(r["problem_idx"], r["repeat"]) for r in map(json.loads, results.read_text().splitlines())]
+    assert len(keys) == len(set(keys)) == 80  # every pair asked once
+
+
 def test_missing_task_resubmitted_with_sbatch_array(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
     """A task that never ran: the merge report names it, `sbatch --array=3 eval.sbatch` fills it in."""
     root = tmp_path / "run"

@@ -12,11 +12,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, shardeval_cmd
+from conftest import REPO, descendants, shardeval_cmd
 
 SEED = Path(REPO) / "examples" / "slurm_gsm8k_sharded.yaml"
 SECRETS = {"OPENAI_API_KEY": "sk-test-0123456789abcdef", "HF_TOKEN": "hf_known_secret_value_42", "MY_SECRET": "s3cr3t-value-xyz"}
@@ -361,20 +362,28 @@ def test_the_batch_shell_stops_the_shard_so_it_drains(tmp_path: Path, sig: str) 
     assert not [pid for pid in tree if process_alive(pid)]
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, from /proc (children of children too)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat[stat.rfind(b")") + 2 :].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        children = [child for child, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
+def test_fresh_at_submission_refuses_a_shard_still_being_written(tmp_path: Path) -> None:
+    """--fresh on the submitting side takes each shard directory's lease before moving anything: a
+    shard someone runs by hand is refused in one line naming its writer, and nothing moves."""
+    import time
+
+    cfg = _slow_sim_config(tmp_path)
+    root = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NEL_"))}
+    by_hand = subprocess.Popen(
+        [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/2", "-o", str(root / "shard_0")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        results = root / "shard_0" / "arith" / "results.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (results.exists() and results.stat().st_size):
+            time.sleep(0.2)
+        fresh = shardeval_cmd("run", str(cfg), "-o", str(root), "--fresh", env={"PATH": os.environ["PATH"]})
+        line = one_line_error(fresh)
+        assert f"already being written by pid {by_hand.pid} on " in line, line
+        assert not (root / "shard_0" / "superseded").exists() and results.exists()
+        assert by_hand.poll() is None  # untouched, still writing
+    finally:
+        by_hand.terminate()
+        by_hand.wait(timeout=60)

@@ -95,7 +95,20 @@ def this_process(period_s: float, started_at: float) -> Heartbeat:
         boot_id=_read_text("/proc/sys/kernel/random/boot_id"),
         pid_ns=_ns_pid(),
         pid_start=_proc_start(os.getpid()),
+        job=scheduler_job(os.environ),
     )
+
+
+def scheduler_job(env: "os._Environ[str] | dict[str, str]") -> str | None:
+    """The batch job this process runs in, as its scheduler names it: a SLURM array task
+    (`123_4`) or job, a Kubernetes Indexed Job's pod (its host name is the pod's name)."""
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"SLURM job {env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    if env.get("SLURM_JOB_ID"):
+        return f"SLURM job {env['SLURM_JOB_ID']}"
+    if env.get("JOB_COMPLETION_INDEX"):
+        return f"Kubernetes index {env['JOB_COMPLETION_INDEX']}"
+    return None
 
 
 def same_machine(hb: Heartbeat) -> bool:
@@ -246,7 +259,8 @@ class ShardLease:
             who = "another process (its host and pid could not be read from shard.lock)"
         else:
             age = max(0.0, time.time() - holder.updated_at)
-            who = f"pid {holder.pid} on {holder.host} (since {clock(holder.started_at)}, last heartbeat {age:.0f} s ago)"
+            job = f"{holder.job}, " if holder.job else ""
+            who = f"pid {holder.pid} on {holder.host} ({job}since {clock(holder.started_at)}, last heartbeat {age:.0f} s ago)"
         return (
             f"-o {self.out_dir}: already being written by {who}; a shard directory takes one writer, two would ask "
             "every pair twice: wait for it to finish, stop it, or give this run another -o"

@@ -143,6 +143,7 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True):
     pid_ns: str | None = None
     pid_start: int | None = None  # the process's start time in clock ticks: a reused pid is not it
     ended_at: float | None = None
+    job: str | None = None  # the scheduler's job that runs it (SLURM `123_4`), for a refused second writer
 
 
 class Manifest(msgspec.Struct, kw_only=True):
