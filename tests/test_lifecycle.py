@@ -25,7 +25,7 @@ from typing import Iterator
 import pytest
 from aiohttp import web
 
-from conftest import process_alive, running_sim, shardeval_cmd, without_fallback_notice
+from conftest import api_eval_config, process_alive, process_table, shardeval_cmd, without_fallback_notice
 
 DRAIN_S = 2.0
 MARGIN_S = 8.0  # process exit, stopping the client and servers, a busy 2-core CI box
@@ -100,28 +100,13 @@ def ping_server(stall_every: int = 1) -> Iterator[PingServer]:
 # --- helpers --------------------------------------------------------------------------------------
 
 
-def write_config(tmp: Path, url: str, n: int, concurrency: int, extra: str = "", name: str = "config.yaml") -> Path:
-    path = tmp / name
-    path.write_text(
-        f"""
-services:
-  model:
-    type: api
-    url: {url}
-    model: sim
-    retries: {{attempts: 1}}
-benchmarks:
-  - name: arith
-    params: {{n: {n}}}
-    max_concurrent: {concurrency}
-    solver: {{type: simple, service: model, generation: {{max_tokens: 16}}}}
-output:
-  progress_interval_s: 0
-  drain_timeout_s: {DRAIN_S}
-{extra}
-"""
+def write_config(tmp: Path, url: str, n: int, concurrency: int, name: str = "config.yaml") -> Path:
+    """One attempt per request, short answers, the test's drain deadline."""
+    return api_eval_config(
+        tmp / name, url, n=n, concurrency=concurrency, service={"retries": {"attempts": 1}},
+        benchmark={"solver": {"type": "simple", "service": "model", "generation": {"max_tokens": 16}}},
+        output={"drain_timeout_s": DRAIN_S},
     )
-    return path
 
 
 def start(*args: str, env: dict[str, str] | None = None, prefix: list[str] | None = None) -> subprocess.Popen[str]:
@@ -161,16 +146,7 @@ def wait_dead(pid: int, timeout: float) -> bool:
 
 
 def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_bytes()
-            except OSError:
-                continue
-            if int(stat[stat.rfind(b")") + 2 :].split()[1]) == pid:
-                out.append(int(entry))
-    return out
+    return [p for p, (parent, _) in process_table().items() if parent == pid]
 
 
 @pytest.fixture
@@ -303,7 +279,7 @@ def test_a_sigkilled_shard_is_lost_at_once_listed_for_rerun_and_resumable(tmp_pa
         text = status(root)
         row = status_row(text, 0)
         assert row[1] == "lost" and row[-2] == "—", text  # no ETA
-        assert f"shard 0 lost since " in text and f"pid {proc.pid} on {socket.gethostname()} is gone" in text
+        assert "shard 0 lost since " in text and f"pid {proc.pid} on {socket.gethostname()} is gone" in text
         report = merge_report(root)
         assert "**LOST**: shard_0" in report and "still running" not in report
         assert "rerun shard(s) 0: `shardeval run CONFIG --shard I/2`" in report

@@ -25,6 +25,7 @@ import aiohttp
 import pytest
 
 from conftest import process_alive as alive
+from conftest import process_table
 from vllm_real import SERVED_NAME, managed_service, require_vllm, running_vllm
 
 pytestmark = pytest.mark.timeout(900)  # a real server on a busy 2-core machine; each test is far shorter
@@ -189,16 +190,7 @@ def wait_for_records(results: Path, n: int, proc: subprocess.Popen[str], timeout
 
 
 def group_members(pgid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_bytes()
-            except OSError:
-                continue
-            if int(stat[stat.rfind(b")") + 2 :].split()[2]) == pgid and alive(int(entry)):
-                out.append(int(entry))
-    return out
+    return [p for p, (_, group) in process_table().items() if group == pgid and alive(p)]
 
 
 def server_pids(log: Path) -> list[int]:
