@@ -310,3 +310,4 @@ def test_ray_on_slurm_one_node(slurm: str, tmp_path: Path, jobs: list[str]) -> N
     # the job's Ray is gone: nothing keeps its temp dir open
     leftover = subprocess.run(["pgrep", "-f", f"ray-shardeval-{job}/"], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", "Ray processes of the job outlived it"
+    assert not os.path.exists(f"/tmp/ray-shardeval-{job}"), "the job's Ray temp dir (sessions, sockets, logs) was left behind"
