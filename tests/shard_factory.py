@@ -15,6 +15,7 @@ from shardeval.records import (
     ResultRecord,
     TrajectoryRecord,
     encode_line,
+    run_id,
     write_manifest,
 )
 from shardeval.shards import shard_range
@@ -65,7 +66,8 @@ def make_shard(
         ),
     )
     if records is None:
-        records = (record(bench, p, r, idx, score(p, r)) for p in range(lo, hi) for r in range(repeats))
+        run = run_id(config_hash)  # as a shard of this shardeval writes them
+        records = (record(bench, p, r, idx, score(p, r), run=run) for p in range(lo, hi) for r in range(repeats))
     with open(os.path.join(out, bench, "results.jsonl"), "wb") as res, open(os.path.join(out, bench, "trajectories.jsonl"), "wb") as traj:
         for rec in records:
             res.write(encode_line(rec))

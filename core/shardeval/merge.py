@@ -27,13 +27,12 @@ from shardeval.records import (
     BenchmarkManifest,
     ReadReport,
     ResultRecord,
-    TrajectoryRecord,
     remove_quietly,
     scan_lines,
     write_atomic,
 )
 from shardeval.shards import shard_indices
-from shardeval.standing import DUPLICATE, OTHER_BENCHMARK, OUTSIDE, SUPERSEDE, TAKE, Membership, decide, own_records
+from shardeval.standing import DUPLICATE, OTHER_BENCHMARK, OUTSIDE, SUPERSEDE, TAKE, Membership, decide
 
 NAN = float("nan")
 
@@ -146,7 +145,12 @@ def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
         path = os.path.join(shard.abspath, bench, RESULTS_FILE)
         report = ReadReport(path)
         bm = next(b for b in shard.manifest.benchmarks if b.name == bench)
-        for start, length, row in own_records(path, Membership.of(shard.manifest, bm), report):
+        refuse, foreign = Membership.of(shard.manifest, bm).refuse, report.foreign
+        for start, length, row in scan_lines(path, ResultRecord, report):  # own_records, inlined: the hot loop
+            why = refuse(row)
+            if why is not None:
+                foreign[why] = foreign.get(why, 0) + 1
+                continue
             cell = row.problem_idx * repeats + row.repeat
             action = decide(status[cell], row.status == "ok")
             if action == TAKE:
@@ -170,13 +174,25 @@ def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
             cells.unreadable.append(f"{where}: torn last line")
 
 
+class TrajectoryKey(msgspec.Struct):
+    """Which cell a trajectory line belongs to. The merge only locates trajectories and copies the
+    standing one's line verbatim, so it decodes no more: msgspec still parses every line whole
+    (a line that is not JSON is skipped), but building each conversation's messages as objects
+    cost more than the rest of the merge on long conversations."""
+
+    benchmark: str
+    problem_idx: int
+    repeat: int
+    status: str = "ok"
+
+
 def scan_trajectories(cells: Cells, bench: str, shards: list[Shard]) -> None:
     """Find each standing record's trajectory: same shard, same cell, same status, last such line."""
     repeats, n_problems = cells.repeats, cells.n_problems
     status, src_of = cells.status, cells.src
     for src, shard in enumerate(shards):
         path = os.path.join(shard.abspath, bench, TRAJECTORIES_FILE)
-        for start, length, key in scan_lines(path, TrajectoryRecord, ReadReport(path)):
+        for start, length, key in scan_lines(path, TrajectoryKey, ReadReport(path)):
             p, r = key.problem_idx, key.repeat
             if key.benchmark != bench or not (0 <= p < n_problems and 0 <= r < repeats):
                 continue

@@ -221,34 +221,31 @@ def scan_lines(path: str, kind: Type[T], report: ReadReport) -> Iterator[tuple[i
         return
     except OSError as exc:
         raise os_error(exc, "read", fix="check that it is a readable file, or move it aside") from None
-    with f:
-        offset = 0
-        lineno = 0
-        lines = iter(f)
-        while True:
-            try:
-                line = next(lines)
-            except StopIteration:
-                break
-            except OSError as exc:  # an I/O error mid-file, a directory in its place
-                raise os_error(exc, "read", fix="check the file system, or move the file aside") from None
-            lineno += 1
-            length = len(line)
-            start, offset = offset, offset + length
-            if not line.endswith(b"\n"):
-                if line.strip():
-                    report.torn_tail = True
-                break
-            if not line.strip():
-                continue
-            try:
-                record = decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, ValueError, RecursionError):
-                report.bad_lines.append(lineno)
-                report.bad_offsets.append(start)
-                continue
-            report.n_read += 1
-            yield start, length, record
+    bad = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, ValueError, RecursionError)
+    offset = lineno = n_read = 0
+    try:
+        with f:
+            for line in f:  # the hot loop of merge and resume: per line only what every line needs
+                lineno += 1
+                start = offset
+                offset += len(line)
+                if line[-1:] != b"\n":
+                    if line.strip():
+                        report.torn_tail = True
+                    break
+                try:
+                    record = decode(line)
+                except bad:
+                    if line.strip():  # a blank line is no record, and no damage either
+                        report.bad_lines.append(lineno)
+                        report.bad_offsets.append(start)
+                    continue
+                n_read += 1
+                yield start, offset - start, record
+    except OSError as exc:  # an I/O error mid-file, a directory in its place
+        raise os_error(exc, "read", fix="check the file system, or move the file aside") from None
+    finally:
+        report.n_read += n_read
 
 
 def read_jsonl(path: str, kind: Type[T], report: ReadReport | None = None) -> Iterator[T]:

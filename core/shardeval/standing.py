@@ -103,13 +103,21 @@ class Membership:
 
     def refuse(self, record: ResultRecord) -> str | None:
         """Why `record` is not this shard's own (None: it is)."""
+        if (  # one expression for what nearly every record is (merge and resume call this per record)
+            record.run == self.run and record.shard == self.shard and record.benchmark == self.benchmark
+            and self._mine is None and 0 <= record.repeat < self.repeats and record.problem_idx in self.indices
+        ):
+            return None
         if record.benchmark != self.benchmark:
             return OTHER_BENCHMARK
         if record.run is not None and record.run != self.run:
             return OTHER_RUN
         if record.shard != self.shard:
             return OTHER_SHARD
-        if not self.holds(record.problem_idx, record.repeat):
+        if self._mine is None:  # holds(), inlined for the common contiguous share: merge calls this per record
+            if not (0 <= record.repeat < self.repeats and record.problem_idx in self.indices):
+                return OUTSIDE
+        elif not self.holds(record.problem_idx, record.repeat):
             return OUTSIDE
         if record.run is None and self.run_seed is not None and record.seed != request_seed(
             self.run_seed, record.benchmark, record.problem_id, record.repeat
