@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -244,6 +245,40 @@ def test_a_rerun_while_the_task_still_runs_is_refused_by_its_shard_lock(slurm: s
     assert tasks(array) == {"0": "COMPLETED"}, logs(root)
     keys = [(r["problem_idx"], r["repeat"]) for r in map(json.loads, results.read_text().splitlines())]
     assert len(keys) == len(set(keys)) == 80  # every pair asked once
+
+
+def test_tasks_sharing_a_node_each_pick_a_free_port(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    """Two array tasks on the one node, each launching a `vllm` service configured with the same
+    fixed port (its engine is the simulator, which takes vLLM's flags): without --exclusive every
+    task's command gets `-O services.model.port=0`, so both bind a port of their own and finish
+    (before, the second found the port taken and failed)."""
+    from shardeval.process import free_port
+
+    fixed = free_port()
+    launch = [sys.executable, "-m", "shardeval", "sim", "--ttft-ms", "300", "--itl-ms", "0", "--bench", "arith",
+              "--bench-param", "n=40", "--root", "{model}"]
+    cfg = tmp_path / "ports.yaml"
+    cfg.write_text(json.dumps({
+        "services": {"model": {"type": "vllm", "model": "/ckpt/m", "served_model_name": "sim", "port": fixed,
+                               "launch_command": launch, "startup_timeout_s": 60, "stop_timeout_s": 5}},
+        "benchmarks": [{"name": "arith", "params": {"n": 40}, "max_concurrent": 1}],
+        "cluster": {"type": "slurm", "walltime": "5:00", "shards": 2, "partition": "debug", "merge": False},
+    }))
+    root = tmp_path / "run"
+    result = shardeval_cmd("run", str(cfg), "-o", str(root), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "-O services.model.port=0" in (root / "eval.sbatch").read_text()
+    array = json.loads((root / "slurm_job.json").read_text())["array_job_id"]
+    jobs.append(array)
+    wait_until("both tasks to run at once", lambda: list(tasks(array).values()).count("RUNNING") == 2 or done(array), timeout=120, root=root)
+    wait_until("both tasks to finish", lambda: done(array), timeout=180, root=root)
+    assert tasks(array) == {"0": "COMPLETED", "1": "COMPLETED"}, logs(root)
+    ports = set()
+    for i in range(2):
+        assert json.loads((root / f"shard_{i}" / "manifest.json").read_text())["state"] == "complete"
+        log = (root / f"shard_{i}" / "logs" / "shard.log").read_text()
+        ports |= {word.rsplit(":", 1)[1].split("/")[0] for word in log.split() if word.startswith("http://127.0.0.1:")}
+    assert len(ports) == 2 and str(fixed) not in ports, ports
 
 
 def test_missing_task_resubmitted_with_sbatch_array(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
