@@ -115,6 +115,27 @@ def make_output_dir(out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
 
 
+def set_aside_shards(root: str, total: int) -> list[tuple[int, str]]:
+    """--fresh on an orchestrator's driver, once for the run (a retried or requeued task must then
+    resume, not start over again): take every shard directory's lease first, so a shard still
+    being written (by hand, by an earlier job) refuses in one line naming its writer and nothing
+    moves; then move each one's results aside. Returns (shard index, where they went)."""
+    from shardeval.liveness import ShardLease
+
+    shards = [(i, os.path.join(root, f"shard_{i}")) for i in range(total)]
+    shards = [(i, path) for i, path in shards if os.path.isdir(path) and read_manifest(path) is not None]
+    leases: list[ShardLease] = []
+    try:
+        for _, path in shards:
+            lease = ShardLease(path)
+            lease.acquire()
+            leases.append(lease)
+        return [(i, set_aside(path)) for i, path in shards]
+    finally:
+        for lease in leases:
+            lease.release()
+
+
 def set_aside(out_dir: str) -> str:
     """Move everything in `out_dir` (but earlier superseded runs and the writer's lock and
     heartbeat) into superseded/<UTC time>/."""

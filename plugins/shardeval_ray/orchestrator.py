@@ -296,13 +296,11 @@ def _finish(outcomes: list[Outcome], total: int, root: str, merge: bool) -> int:
 
 
 def _set_aside(root: str, total: int) -> None:
-    """--fresh on the driver, once: a retried task must resume, not start over again."""
-    from shardeval.resume import set_aside
+    """--fresh on the driver (shardeval.resume.set_aside_shards: leases first, then the move)."""
+    from shardeval.resume import set_aside_shards
 
-    for i in range(total):
-        shard_dir = os.path.join(root, f"shard_{i}")
-        if os.path.isdir(shard_dir) and os.listdir(shard_dir):
-            log.info("--fresh: earlier results of shard %d moved to %s", i, set_aside(shard_dir))
+    for i, where in set_aside_shards(root, total):
+        log.info("--fresh: earlier results of shard %d moved to %s", i, where)
 
 
 def _print_plan(request: LaunchRequest, cluster: Any, total: int, root: str) -> int:

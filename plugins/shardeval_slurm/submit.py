@@ -103,26 +103,11 @@ def _make_dirs(root: str, total: int, ray: bool) -> None:
 
 
 def _set_aside_earlier_results(root: str, total: int) -> None:
-    """--fresh at submission: take every shard directory's lease first (a shard still being
-    written, say one run by hand, refuses in one line naming its writer, and nothing is moved),
-    then move the old results aside, then let go."""
-    from shardeval.liveness import ShardLease
-    from shardeval.records import read_manifest
-    from shardeval.resume import set_aside
+    """--fresh at submission (shardeval.resume.set_aside_shards: leases first, then the move)."""
+    from shardeval.resume import set_aside_shards
 
-    shards = [os.path.join(root, f"shard_{i}") for i in range(total)]
-    shards = [s for s in shards if os.path.isdir(s) and read_manifest(s) is not None]
-    leases: list[ShardLease] = []
-    try:
-        for shard in shards:
-            lease = ShardLease(shard)
-            lease.acquire()
-            leases.append(lease)
-        for shard in shards:
-            log.info("--fresh: earlier results of %s moved to %s", os.path.basename(shard), set_aside(shard))
-    finally:
-        for lease in leases:
-            lease.release()
+    for i, where in set_aside_shards(root, total):
+        log.info("--fresh: earlier results of shard_%d moved to %s", i, where)
 
 
 def _print_dry_run(scripts: Scripts, paths: dict[str, str]) -> int:
