@@ -102,18 +102,10 @@ def api_eval_config(
 
 
 def process_table() -> dict[int, tuple[int, int]]:
-    """{pid: (parent pid, process group)} of every process now, from /proc."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            table[int(entry)] = (int(fields[1]), int(fields[2]))
-    return table
+    """{pid: (parent pid, process group)} of every process now (shardeval.process reads /proc)."""
+    from shardeval.process import process_table as table
+
+    return {pid: (parent, group) for pid, (_, parent, group) in table().items()}
 
 
 def descendants(pid: int) -> list[int]:

@@ -103,16 +103,13 @@ def redact(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def _group_alive(pgid: int) -> bool:
-    """Does any non-zombie process remain in the group? (Orphaned zombies may never be reaped.)"""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+def process_table() -> dict[int, tuple[str, int, int]]:
+    """{pid: (state, parent pid, process group)} of every process now, from /proc (empty where
+    there is none). States `Z` and `X` are zombies and the dead, which an init that does not reap
+    may keep listed."""
+    table: dict[int, tuple[str, int, int]] = {}
     if not os.path.isdir("/proc/self"):
-        return True
+        return table
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -123,9 +120,22 @@ def _group_alive(pgid: int) -> bool:
             continue
         # fields after the parenthesised command: state ppid pgrp ...
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+        if len(fields) >= 3:
+            table[int(entry)] = (fields[0].decode(), int(fields[1]), int(fields[2]))
+    return table
+
+
+def _group_alive(pgid: int) -> bool:
+    """Does any non-zombie process remain in the group? (Orphaned zombies may never be reaped.)"""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc/self"):
+        return True
+    return any(group == pgid and state not in ("Z", "X") for state, _, group in process_table().values())
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGTERM):
