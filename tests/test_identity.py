@@ -301,7 +301,7 @@ def test_runner_merge_and_status_agree_on_the_standing_record(tmp_path: Path) ->
 
     # runner (resume): which cells count as done, and the score it resumes with
     runner = ShardRun.__new__(ShardRun)
-    tally = Tally(4, 1, "arith")
+    tally = Tally(4, 1)
     manifest = read_manifest(shard)
     own = Membership.of(manifest, manifest.benchmarks[0])
     assert runner._resume(results, os.path.join(shard, "arith", "trajectories.jsonl"), tally, own) == 2

@@ -165,6 +165,11 @@ class Config(msgspec.Struct, kw_only=True):
     seed: int = 0
     shuffle_seed: int | None = None
 
+    def used_services(self) -> dict[str, ServiceConfig]:
+        """The services a shard starts: those the benchmarks' solvers use, in first-use order."""
+        names = dict.fromkeys(b.solver.service for b in self.benchmarks)
+        return {name: self.services[name] for name in names if name in self.services}
+
 
 # --- loading -----------------------------------------------------------------------------------
 

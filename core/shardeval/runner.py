@@ -103,7 +103,6 @@ class Tally:
 
     n_problems: int
     repeats: int
-    benchmark: str  # records of another benchmark in its file are not its own
     status: bytearray = field(init=False)
     latencies: array = field(default_factory=lambda: array("f"))
     score_sum: float = 0.0
@@ -241,7 +240,6 @@ class ShardRun:
         self._open_log()
         write_manifest(self.out_dir, manifest)
         self.hooks.shard_started(manifest=manifest, out_dir=self.out_dir)
-        self._install_signal_handlers()
         tallies: list[Tally] = []
         refused = False
         try:
@@ -257,7 +255,7 @@ class ShardRun:
                 for plan, bm in zip(plans, manifest.benchmarks):
                     if self.stopping or self.service_failure or self.write_failure:
                         break
-                    tally = await self._run_benchmark(plan, handles[plan.config.solver.service])
+                    tally = await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm))
                     tallies.append(tally)
                     bm.n_ok, bm.n_error = tally.counts()
                 if self.service_failure:
@@ -283,7 +281,6 @@ class ShardRun:
             else:
                 write_final_manifest(self.out_dir, manifest)
                 self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
-            self._remove_signal_handlers()
         for plan, tally in zip(plans, tallies):
             print_summary(plan, tally, self.shard, manifest.finished_at - manifest.started_at)
         if self.stopping:
@@ -443,13 +440,15 @@ class ShardRun:
 
     # -- one benchmark ---------------------------------------------------------------------------
 
-    async def _run_benchmark(self, plan: BenchmarkPlan, handle: ServiceHandle) -> Tally:
+    async def _run_benchmark(self, plan: BenchmarkPlan, handle: ServiceHandle, own: Membership) -> Tally:
+        """Ask every pair of the shard's share not yet answered; `own` says which records on disk are
+        this shard's (shardeval.standing: merge and status build the same from the manifest)."""
         bench_dir = os.path.join(self.out_dir, plan.name)
         os.makedirs(bench_dir, exist_ok=True)
         results_path = os.path.join(bench_dir, RESULTS_FILE)
         traj_path = os.path.join(bench_dir, TRAJECTORIES_FILE)
-        tally = Tally(plan.n_problems, plan.config.repeats, plan.name)
-        n_resumed = self._resume(results_path, traj_path, tally, self._membership(plan))
+        tally = Tally(plan.n_problems, plan.config.repeats)
+        n_resumed = self._resume(results_path, traj_path, tally, own)
         max_concurrent = plan.config.max_concurrent
         slots = make_slots(max_concurrent, handle.client.config.adaptive)
         solver = self._make_solver(plan, ServiceHandle(handle.endpoint, handle.client, slots, handle.served))
@@ -601,14 +600,6 @@ class ShardRun:
     def _make_solver(self, plan: BenchmarkPlan, handle: ServiceHandle) -> Solver:
         where = f"benchmarks[{self.config.benchmarks.index(plan.config)}].solver.type"
         return plugins.registry().get("solvers", plan.config.solver.type, where).factory(plan.config.solver, handle)
-
-    def _membership(self, plan: BenchmarkPlan) -> Membership:
-        """Which records in this shard's files are its own (shardeval.standing): merge and status
-        build the same from the manifest this run writes."""
-        return Membership(
-            benchmark=plan.name, run=plan.run or run_id(config_hash(self.config)), shard=self.shard.idx,
-            n_problems=plan.n_problems, repeats=plan.config.repeats, indices=plan.indices, run_seed=self.config.seed,
-        )
 
     def _resume(self, results_path: str, traj_path: str, tally: Tally, own: Membership) -> int:
         """Load what earlier runs of this shard recorded; report torn or bad lines and refuse records

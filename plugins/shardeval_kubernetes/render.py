@@ -202,8 +202,7 @@ def shm_size(config: Config, cluster: KubernetesClusterConfig) -> str | None:
     service says it uses."""
     if cluster.shm_size != "auto":
         return cluster.shm_size
-    names = dict.fromkeys(b.solver.service for b in config.benchmarks)
-    gpus = max((config.services[n].gpus() for n in names if n in config.services), default=0)
+    gpus = max((service.gpus() for service in config.used_services().values()), default=0)
     return f"{max(8, 2 * gpus)}Gi" if gpus >= 2 else None
 
 

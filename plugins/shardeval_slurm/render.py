@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Mapping
 from shardeval.errors import UsageError
 
 if TYPE_CHECKING:
-    from shardeval.config import Config, ServiceConfig
+    from shardeval.config import Config
     from shardeval.orchestrator import LaunchRequest
     from shardeval_slurm.config import NodePool, SlurmClusterConfig
 
@@ -122,17 +122,11 @@ def node_command(cluster: SlurmClusterConfig) -> list[str]:
     return this_shardeval()
 
 
-def used_services(config: Config) -> dict[str, ServiceConfig]:
-    """The services a shard starts: those the benchmarks' solvers use, in first-use order."""
-    names = dict.fromkeys(b.solver.service for b in config.benchmarks)
-    return {name: config.services[name] for name in names if name in config.services}
-
-
 def choose_pool(config: Config) -> Pool:
     """The one node pool every array task asks for; several pools would need a heterogeneous job."""
     cluster: SlurmClusterConfig = config.cluster  # type: ignore[assignment]
     pools = cluster.node_pools
-    wanted = {name: p for name, s in used_services(config).items() if (p := getattr(s, "node_pool", None))}
+    wanted = {name: p for name, s in config.used_services().items() if (p := getattr(s, "node_pool", None))}
     distinct = sorted(set(wanted.values()))
     sharded = f"`shards: {cluster.shards}`" if cluster.shards else "a sharded array job"
     if len(distinct) > 1:
@@ -170,7 +164,7 @@ def service_launch_lines(config: Config, command: list[str], free_ports: bool = 
     from shardeval.process import redact, self_command
 
     lines = []
-    for name, service in used_services(config).items():
+    for name, service in config.used_services().items():
         if free_ports and service.port_override():
             service = msgspec.structs.replace(service, **service.port_override())
         pool = getattr(service, "node_pool", None)
@@ -231,7 +225,7 @@ def check_gpus(config: Config, pool: Pool) -> int | None:
     have = pool_gpus(pool.spec)
     if have is None:
         return None
-    for name, service in used_services(config).items():
+    for name, service in config.used_services().items():
         need = service.gpus()
         if need > have:
             where = f"cluster.node_pools.{pool.name}" if pool.name else "cluster"
@@ -370,7 +364,7 @@ def free_port_overrides(config: Config) -> list[str]:
     """`-O` overrides that give each task's managed services a free port (as each service says,
     port_override()), so two tasks on one node never collide on a fixed one."""
     out = []
-    for name, service in used_services(config).items():
+    for name, service in config.used_services().items():
         for key, value in (service.port_override() or {}).items():
             out.append(f"services.{name}.{key}={value}")
     return out
