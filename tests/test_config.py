@@ -669,3 +669,16 @@ def test_a_whole_expansion_in_params_runs(tmp_path: Path) -> None:
     result = cli(tmp_path, "config.yaml", "--shard", "0/1", "-o", "out", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "arith: problems [0, 7) of 7" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("kind", ["[api]", "{a: 1}", "7"])
+def test_a_service_type_that_is_not_a_name_is_one_line_even_beside_an_expansion(tmp_path, kind):
+    """The `${VAR}` typing looks up the service's Struct by its `type` before the section is
+    decoded: a list or a mapping there must reach the decoder's one-line error, not the registry."""
+    cfg = tmp_path / "bad_type.yaml"
+    cfg.write_text(f'services: {{model: {{type: {kind}, url: "${{SOME_URL:-http://127.0.0.1:9/v1}}", model: m}}}}\n'
+                   "benchmarks: [{name: arith}]\n")
+    result = shardeval_cmd("run", str(cfg), "--dry-run")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert len(without_fallback_notice(result.stderr).strip().splitlines()) == 1, result.stderr
+    assert "services.model: type: expected str" in result.stderr, result.stderr

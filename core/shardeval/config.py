@@ -471,7 +471,8 @@ def _schema_at(data: dict[str, Any], path: Sequence[PathSeg]) -> Any:
     rest = list(path)
     if len(rest) >= 2 and rest[0] == "services":
         section = _node_at(data, rest[:2])
-        entry = registry().entries["services"].get(section.get("type")) if isinstance(section, dict) else None
+        kind = section.get("type") if isinstance(section, dict) else None
+        entry = registry().entries["services"].get(kind) if isinstance(kind, str) else None  # a bad type: _decode says so
         if entry is None:
             return None
         type_, rest = entry.config or ServiceConfig, rest[2:]

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from shardeval.errors import ShardError, UsageError, os_error
+from shardeval.errors import ShardError, UsageError
 
 log = logging.getLogger("shardeval")
 
@@ -73,12 +73,6 @@ def launch(
 
     try:  # the shard opens its own logs/shard.log once its directory is ready
         return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh).run())
-    except OSError as exc:  # preparing the output (directory, lock, manifest) failed: nothing ran
-        failure = os_error(exc, "write", alternative="give another output directory with -o")
-        if isinstance(failure, UsageError):
-            raise failure from None
-        log.error("shard %d/%d failed: %s", shard.idx, shard.total, failure)
-        return failure.exit_code
     except ShardError as exc:  # already logged by the shard, in its log too
         return exc.exit_code
 

@@ -141,23 +141,22 @@ class Liveness:
 
     lost: bool
     since: float  # the last sign of life
-    why: str
-    holder: str  # "pid 1234 on node17"
+    why: str  # names the writer: "pid 1234 on node17 is gone"
 
 
 def judge(hb: Heartbeat, now: float | None = None) -> Liveness:
     now = time.time() if now is None else now
     holder = f"pid {hb.pid} on {hb.host}"
     if hb.ended_at is not None:
-        return Liveness(True, hb.ended_at, f"{holder} ended without closing its manifest", holder)
+        return Liveness(True, hb.ended_at, f"{holder} ended without closing its manifest")
     if same_machine(hb):
         if not pid_alive(hb.pid, hb.pid_start):
-            return Liveness(True, hb.updated_at, f"{holder} is gone", holder)
-        return Liveness(False, hb.updated_at, f"{holder} is running", holder)
+            return Liveness(True, hb.updated_at, f"{holder} is gone")
+        return Liveness(False, hb.updated_at, f"{holder} is running")
     age = now - hb.updated_at
     if age > hb.stale_after_s:
-        return Liveness(True, hb.updated_at, f"no heartbeat from {holder} for {age:.0f} s (lost after {hb.stale_after_s:g} s)", holder)
-    return Liveness(False, hb.updated_at, f"{holder} beat {max(age, 0):.0f} s ago", holder)
+        return Liveness(True, hb.updated_at, f"no heartbeat from {holder} for {age:.0f} s (lost after {hb.stale_after_s:g} s)")
+    return Liveness(False, hb.updated_at, f"{holder} beat {max(age, 0):.0f} s ago")
 
 
 def read_heartbeat(out_dir: str) -> Heartbeat | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from shardeval.errors import UsageError
+from shardeval.errors import UsageError, os_error
 from shardeval.records import HEARTBEAT_FILE, LOCK_FILE, Manifest, ServedModel, read_manifest
 
 SUPERSEDED_DIR = "superseded"
@@ -69,8 +69,8 @@ def prepare_output_dir(out_dir: str, manifest: Manifest, fresh: bool) -> Manifes
 
     Returns the manifest being resumed (None for a new or fresh directory): what it says the
     endpoints served is checked once they are up (`served_mismatch`), and carried on until then.
+    The directory exists already: the shard made it to take its lease (`make_output_dir`).
     """
-    make_output_dir(out_dir)
     old = read_manifest(out_dir)
     if old is None:
         return None
@@ -131,6 +131,8 @@ def set_aside_shards(root: str, total: int) -> list[tuple[int, str]]:
             lease.acquire()
             leases.append(lease)
         return [(i, set_aside(path)) for i, path in shards]
+    except OSError as exc:
+        raise os_error(exc, "move aside the earlier results in", alternative="give this run another -o") from None
     finally:
         for lease in leases:
             lease.release()

@@ -232,13 +232,16 @@ class ShardRun:
             config=config_for_manifest(self.config),
             provenance=collect_provenance(),
         )
-        self._claim_directory()
-        resumed = prepare_output_dir(self.out_dir, manifest, self.fresh)
-        if resumed is not None:
-            manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
-        os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
-        self._open_log()
-        write_manifest(self.out_dir, manifest)
+        try:  # preparing the output: what fails here is the output directory (one line, exit 2 or 1)
+            self._claim_directory()
+            resumed = prepare_output_dir(self.out_dir, manifest, self.fresh)
+            if resumed is not None:
+                manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
+            os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
+            self._open_log()
+            write_manifest(self.out_dir, manifest)
+        except OSError as exc:
+            raise os_error(exc, "write", alternative="give another output directory with -o") from None
         self.hooks.shard_started(manifest=manifest, out_dir=self.out_dir)
         tallies: list[Tally] = []
         refused = False
@@ -265,9 +268,12 @@ class ShardRun:
                 unanswered = None if self.stopping else missing_pairs(plans, tallies)
                 if unanswered:
                     raise ShardError(unanswered)
-        except (ShardError, OSError) as exc:
+        except ShardError as exc:
             manifest.state, manifest.reason = "failed", str(exc)
             raise
+        except OSError as exc:  # the machine, not the user: an infrastructure failure (exit 1)
+            manifest.state, manifest.reason = "failed", f"{type(exc).__name__}: {exc}"
+            raise ShardError(manifest.reason) from None
         except BaseException as exc:
             manifest.state, manifest.reason = "failed", f"{type(exc).__name__}: {exc}"
             raise
@@ -633,6 +639,18 @@ class QuietFileHandler(logging.FileHandler):
 
     def handleError(self, record: logging.LogRecord) -> None:
         self.broken = True
+
+    def flush(self) -> None:  # closing flushes too: on a full disk that must not raise either
+        try:
+            super().flush()
+        except OSError:
+            self.broken = True
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:
+            self.broken = True
 
 
 def append_line(f, data: bytes) -> None:
