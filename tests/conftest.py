@@ -67,14 +67,6 @@ def shardeval_cmd(*args: str, env: dict[str, str] | None = None, timeout: float 
     )
 
 
-def without_fallback_notice(stderr: str) -> str:
-    """stderr less the one line a process prints when it runs on the stdlib msgspec fallback.
-
-    Lets the "errors are exactly one line" checks hold on nodes where msgspec cannot load.
-    """
-    return "".join(line for line in stderr.splitlines(keepends=True) if not line.startswith("shardeval: notice: msgspec "))
-
-
 def process_alive(pid: int) -> bool:
     """Running (zombies, which an init that does not reap may keep around, count as dead)."""
     try:

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import shardeval_cmd, without_fallback_notice
+from conftest import shardeval_cmd
 
 from shardeval.config import Config, config_for_manifest, config_hash, load_config
 from shardeval.errors import UsageError
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED = FIXTURES / "seed_slurm_gsm8k_sharded.yaml"
@@ -468,7 +468,7 @@ def test_slurm_plugin_module_is_light() -> None:
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr
-    lines = without_fallback_notice(result.stderr).strip().splitlines()
+    lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardeval: error: "), result.stderr
     for needle in needles:
         assert needle in lines[0]
@@ -635,7 +635,7 @@ def test_a_nonsense_limit_stops_the_run_before_anything_is_written(tmp_path: Pat
     result = cli(tmp_path, "config.yaml", "--shard", "0/1", "-o", "out", "-O", "services.model.timeouts.first_token=0")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
-    assert without_fallback_notice(result.stderr).strip().splitlines() == [
+    assert result.stderr.strip().splitlines() == [
         "shardeval: error: config.yaml: services.model.timeouts.first_token: must be a number > 0.0, got 0 "
         "(from -O services.model.timeouts.first_token=0)"
     ]
@@ -680,5 +680,5 @@ def test_a_service_type_that_is_not_a_name_is_one_line_even_beside_an_expansion(
                    "benchmarks: [{name: arith}]\n")
     result = shardeval_cmd("run", str(cfg), "--dry-run")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert len(without_fallback_notice(result.stderr).strip().splitlines()) == 1, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "services.model: type: expected str" in result.stderr, result.stderr

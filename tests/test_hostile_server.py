@@ -31,7 +31,7 @@ from shardeval.client import Client, Completion
 from shardeval.config import Retries, ServiceConfig, Timeouts
 from shardeval.service import Endpoint
 
-from conftest import api_eval_config, shardeval_cmd, without_fallback_notice
+from conftest import api_eval_config, shardeval_cmd
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": 1}
 DONE = b"data: [DONE]\n\n"
@@ -644,7 +644,7 @@ def test_pairs_still_missing_after_the_run_fail_the_shard(tmp_path: Path) -> Non
         m = manifest(out)
         assert m["state"] == "failed", m
         assert "6 of 18 pair(s)" in m["reason"] and "rerun" in m["reason"], m["reason"]
-        errors = [line for line in without_fallback_notice(result.stderr).splitlines() if "failed" in line]
+        errors = [line for line in result.stderr.splitlines() if "failed" in line]
         assert len(errors) == 1 and "6 of 18 pair(s)" in errors[0] and "Traceback" not in result.stderr, result.stderr
         assert len(records(out, "fragile")) == 12
         again, _ = run_shard(cfg, out, env=faulty_env(tmp_path, "cancel", 0))
@@ -670,7 +670,7 @@ def test_an_endpoint_unreachable_from_the_start_fails_the_shard_fast(tmp_path: P
     result, wall = run_shard(cfg, tmp_path / "out")
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
-    lines = [line for line in without_fallback_notice(result.stderr).splitlines() if "unreachable" in line]
+    lines = [line for line in result.stderr.splitlines() if "unreachable" in line]
     assert len(lines) == 1 and "failed" in lines[0] and url in lines[0], result.stderr
     m = manifest(tmp_path / "out")
     assert m["state"] == "failed" and url in m["reason"], m
@@ -717,6 +717,6 @@ def test_bad_values_of_the_new_service_keys_are_one_line_errors(tmp_path: Path, 
     cfg = write_config(tmp_path, "http://127.0.0.1:9/v1", service={key: value})
     result, _ = run_shard(cfg, tmp_path / "out")
     assert result.returncode == 2, result.stderr
-    lines = without_fallback_notice(result.stderr).strip().splitlines()
+    lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and key in lines[0] and f"got {value}" in lines[0], result.stderr
     assert not (tmp_path / "out").exists()

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from conftest import running_sim, shardeval_cmd, without_fallback_notice
+from conftest import running_sim, shardeval_cmd
 from shard_factory import make_shard, record
 from shardeval.config import config_hash, load_config
 from shardeval.records import Manifest, ServedModel, encode_line, read_manifest, write_manifest
@@ -150,14 +150,14 @@ def test_a_new_checkpoint_is_refused_on_resume_and_in_merge(tmp_path: Path) -> N
 
     again = shardeval_cmd("run", str(new), "--shard", "0/2", "-o", str(out / "shard_0"), timeout=120)
     assert again.returncode == 2
-    lines = without_fallback_notice(again.stderr).strip().splitlines()
+    lines = again.stderr.strip().splitlines()
     assert len(lines) == 2 and "cannot be resumed" in lines[-1] and "--fresh" in lines[-1], again.stderr  # the shard line, then the error
 
     other = shardeval_cmd("run", str(new), "--shard", "1/2", "-o", str(out / "shard_1"), timeout=120)
     assert other.returncode == 0, other.stderr
     merged = shardeval_cmd("merge", str(out))
     assert merged.returncode == 2 and "shard_1" in merged.stderr and "config" in merged.stderr
-    assert len(without_fallback_notice(merged.stderr).strip().splitlines()) == 1
+    assert len(merged.stderr.strip().splitlines()) == 1
 
 
 # --- acceptance 2: shards served different weights ------------------------------------------------
@@ -182,14 +182,14 @@ def test_shards_served_by_different_weights_are_refused_unless_allowed(tmp_path:
         assert read_manifest(str(out / "shard_1")).served["model"].root == "/b"
 
         merged = shardeval_cmd("merge", str(out))
-        lines = without_fallback_notice(merged.stderr).strip().splitlines()
+        lines = merged.stderr.strip().splitlines()
         assert merged.returncode == 2 and len(lines) == 1, merged.stderr
         assert "shard_1" in lines[0] and "root /b" in lines[0] and "root /a" in lines[0] and "--allow-mixed-models" in lines[0]
         assert "shard_0 (" not in lines[0]  # the odd one is named, not the majority
 
         before = (out / "shard_0" / "manifest.json").read_bytes()
         resumed = shardeval_cmd("run", str(cfg), "--shard", "0/2", "-o", str(out / "shard_0"), env={"SIM_URL": url_b})
-        lines = without_fallback_notice(resumed.stderr).strip().splitlines()
+        lines = resumed.stderr.strip().splitlines()
         assert resumed.returncode == 2, resumed.stderr
         assert "cannot be resumed" in lines[-1] and "root /a" in lines[-1] and "root /b" in lines[-1] and "--fresh" in lines[-1]
         assert "Traceback" not in resumed.stderr
@@ -243,7 +243,7 @@ def test_two_data_files_of_one_name_are_refused_then_told_apart_by_id(tmp_path: 
     clash = tmp_path / "clash.yaml"
     clash.write_text(body + f"  - name: {tmp_path}/a/test.jsonl\n  - name: {tmp_path}/b/test.jsonl\n")
     refused = shardeval_cmd("run", str(clash), "-o", str(tmp_path / "out"))
-    lines = without_fallback_notice(refused.stderr).strip().splitlines()
+    lines = refused.stderr.strip().splitlines()
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "benchmarks[0]" in lines[-1] and "benchmarks[1]" in lines[-1] and "<out>/test/" in lines[-1] and "id:" in lines[-1]
     assert not (tmp_path / "out" / "test").exists()  # refused before anything was written

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import running_sim, shardeval_cmd, without_fallback_notice
-from shardeval.msgspec_compat import msgspec
+from conftest import running_sim, shardeval_cmd
+import msgspec
 from shardeval.records import ResultRecord, read_jsonl
 
 N = 12
@@ -62,7 +62,7 @@ def one_error_line(result: subprocess.CompletedProcess[str], code: int, *needles
     """The command failed with `code` and said why in exactly one line (no traceback)."""
     no_traceback(result)
     assert result.returncode == code, (result.returncode, result.stderr)
-    lines = [l for l in without_fallback_notice(result.stderr).splitlines() if "error" in l or "failed" in l]
+    lines = [l for l in result.stderr.splitlines() if "error" in l or "failed" in l]
     assert len(lines) == 1, result.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]

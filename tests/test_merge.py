@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shardeval_cmd, without_fallback_notice
+from conftest import shardeval_cmd
 from shard_factory import make_shard, record
 from shardeval.errors import UsageError
 from shardeval.merge import merge_run, write_merged
@@ -176,7 +176,7 @@ def test_merge_while_a_shard_is_running_says_partial(tmp_path):
 
 def test_merge_and_status_cli_errors_are_one_line(tmp_path):
     missing = shardeval_cmd("merge", str(tmp_path / "nope"))
-    stderr = without_fallback_notice(missing.stderr)
+    stderr = missing.stderr
     assert missing.returncode == 2 and stderr.startswith("shardeval: error:") and stderr.count("\n") == 1
     (tmp_path / "empty").mkdir()
     empty = shardeval_cmd("merge", str(tmp_path / "empty"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable, Iterator
 
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):

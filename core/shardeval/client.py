@@ -77,7 +77,7 @@ import aiohttp
 from shardeval.adaptive import AdaptiveSlots
 from shardeval.config import Protocol, ServiceConfig, Timeouts
 from shardeval.errors import UsageError
-from shardeval.msgspec_compat import msgspec
+import msgspec
 from shardeval.service import Endpoint
 from shardeval.sse import SSEParser
 

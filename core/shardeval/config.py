@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Mapping, Sequence
 
 from shardeval.errors import UsageError
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 Protocol = Literal["chat_completions", "completions"]
 

@@ -18,7 +18,7 @@ import hashlib
 from typing import Any
 
 from shardeval.benchmark import Benchmark
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 N_PROBES = 8
 

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 
 from shardeval.errors import UsageError, os_error
-from shardeval.msgspec_compat import msgspec
+import msgspec
 from shardeval.records import HEARTBEAT_FILE, LOCK_FILE, Heartbeat
 
 log = logging.getLogger("shardeval")

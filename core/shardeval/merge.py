@@ -19,7 +19,7 @@ from typing import Any
 
 from shardeval.discover import MERGED_DIR, Run, Shard, load_run
 from shardeval.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
-from shardeval.msgspec_compat import msgspec
+import msgspec
 from shardeval.errors import os_error
 from shardeval.records import (
     RESULTS_FILE,

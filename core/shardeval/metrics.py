@@ -16,7 +16,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 MISSING, OK, ERROR = 0, 1, 2  # ScoreTable.status codes
 

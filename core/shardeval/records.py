@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Type, TypeVar
 
 from shardeval.errors import os_error
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 RESULTS_FILE = "results.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"

@@ -29,7 +29,7 @@ from shardeval.config import BenchmarkConfig, Config, config_for_manifest, confi
 from shardeval.errors import ShardError, UsageError, os_error
 from shardeval.fingerprints import prompt_fingerprint, scorer_fingerprint
 from shardeval.liveness import ShardLease
-from shardeval.msgspec_compat import msgspec
+import msgspec
 from shardeval.process import ManagedEndpoint, ServerProcess, describe_exit
 from shardeval.progress import Progress
 from shardeval.records import (

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncContextManager, Callable
 
 from shardeval.config import Protocol, ServiceConfig
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 
 @dataclass(frozen=True)

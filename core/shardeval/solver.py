@@ -367,7 +367,7 @@ class LoglikelihoodSolver:
 
 def _failed(c: Any, message: str) -> Any:
     """The completion `c` turned into a `protocol` error (the server answered, but not usably)."""
-    from shardeval.msgspec_compat import msgspec
+    import msgspec
 
     return msgspec.structs.replace(c, status="error", error_kind="protocol", error=message)
 

@@ -48,7 +48,7 @@ from typing import Any, Literal
 
 from shardeval.benchmark import Problem, Score
 from shardeval.errors import UsageError
-from shardeval.msgspec_compat import msgspec
+import msgspec
 from shardeval_benchmarks.answers import extract_choice, extract_numeric, final_answer, normalize, normalize_text, numbers_equal
 from shardeval_benchmarks.datasets import RowsBenchmark, open_rows
 from shardeval_benchmarks.params import ParamsStruct, decode_params

@@ -50,7 +50,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.errors import UsageError
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 __all__ = [
     "Rows",

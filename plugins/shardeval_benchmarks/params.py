@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping, TypeVar
 
 from shardeval.errors import UsageError
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 T = TypeVar("T", bound=msgspec.Struct)
 

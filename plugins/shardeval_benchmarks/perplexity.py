@@ -35,7 +35,7 @@ from typing import Annotated, Any, Iterable, Iterator
 
 from shardeval.benchmark import Problem, Score
 from shardeval.errors import UsageError
-from shardeval.msgspec_compat import msgspec
+import msgspec
 from shardeval_benchmarks.datasets import Rows, RowsBenchmark, open_from_params
 from shardeval_benchmarks.params import ParamsStruct, decode_params
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from shardeval.config import ClusterConfig
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 

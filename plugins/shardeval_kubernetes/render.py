@@ -155,7 +155,7 @@ def render(request: LaunchRequest) -> Rendered:
     if cluster.node_selector:
         pod["nodeSelector"] = dict(cluster.node_selector)
     if cluster.tolerations:
-        from shardeval.msgspec_compat import msgspec
+        import msgspec
 
         pod["tolerations"] = msgspec.to_builtins(cluster.tolerations)
     if pull_secrets:
@@ -330,7 +330,7 @@ def _resources(resources: Resources) -> dict[str, Any]:
 def _security(cluster: KubernetesClusterConfig) -> dict[str, Any]:
     if cluster.security_context is None:
         return {}
-    from shardeval.msgspec_compat import msgspec
+    import msgspec
 
     context = msgspec.to_builtins(cluster.security_context)
     return {"securityContext": context} if context else {}

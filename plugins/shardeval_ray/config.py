@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from shardeval.config import ClusterConfig
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 

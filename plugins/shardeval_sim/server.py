@@ -37,7 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
-from shardeval.msgspec_compat import msgspec
+import msgspec
 from shardeval_sim.answers import Answerer, AnswerKey, Render, Reply, count_tokens, token_logprob, tokenize
 from shardeval_sim.settings import SimSettings
 

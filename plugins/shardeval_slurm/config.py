@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from shardeval.config import ClusterConfig
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 Port = Annotated[int, msgspec.Meta(ge=1, le=65535)]

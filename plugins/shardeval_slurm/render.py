@@ -160,7 +160,7 @@ def choose_pool(config: Config) -> Pool:
 def service_launch_lines(config: Config, command: list[str], free_ports: bool = False) -> list[str]:
     """What each task's `shardeval run` starts before evaluating, for the script's comment block
     (with `free_ports`, as each service's port_override() makes it)."""
-    from shardeval.msgspec_compat import msgspec
+    import msgspec
     from shardeval.process import redact, self_command
 
     lines = []

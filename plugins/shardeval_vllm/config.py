@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from shardeval.config import Count, NonNegativeSeconds, Seconds, ServiceConfig
-from shardeval.msgspec_compat import msgspec
+import msgspec
 
 DEFAULT_LAUNCH_COMMAND = ("vllm", "serve")
 
