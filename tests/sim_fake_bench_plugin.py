@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shardeval.benchmark import Benchmark, Problem, Score
-from shardeval.hookspecs import hookimpl
+from shardeval.api import Benchmark, Problem, Score, hookimpl
 
 
 class FakeSums(Benchmark):

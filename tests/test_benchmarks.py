@@ -7,7 +7,7 @@ import json
 import pytest
 
 from shardeval.errors import UsageError
-from shardeval_benchmarks.answers import final_answer, normalize
+from shardeval.api import final_answer, normalize
 from shardeval_benchmarks.arith import ArithBenchmark, solve_prompt
 from shardeval_benchmarks.jsonl import JsonlBenchmark
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from shardeval.errors import UsageError
-from shardeval_benchmarks.datasets import JsonlRows, canonical_row, open_from_params, open_rows, package_data
+from shardeval.datasets import JsonlRows, canonical_row, open_from_params, open_rows, package_data
 
 ROWS = [
     {"id": "r0", "question": "plain", "answer": "1"},
@@ -319,7 +319,7 @@ def test_http_errors_are_one_line(cache, server):
 
 CHILD = """
 import sys
-from shardeval_benchmarks.datasets import open_rows
+from shardeval.api import open_rows
 rows = open_rows(sys.argv[1])
 print(len(rows), rows.fingerprint())
 """

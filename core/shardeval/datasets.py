@@ -289,7 +289,7 @@ def open_rows(
 
 
 def open_from_params(
-    params: Mapping[str, Any],
+    params: Mapping[str, Any] | msgspec.Struct,
     *,
     benchmark: str,
     default: str | Callable[[], str] | None = None,
@@ -299,8 +299,11 @@ def open_from_params(
 
     `sha256` and `format` apply to whichever is given. `default` is a source string or a callable
     returning one (called only when needed, so a missing optional package fails only then).
-    Unknown keys are left to the benchmark; see SOURCE_PARAMS for the ones read here.
+    Unknown keys are left to the benchmark; see SOURCE_PARAMS for the ones read here. `params`
+    may be a `DataParams` Struct (or a subclass).
     """
+    if isinstance(params, msgspec.Struct):
+        params = msgspec.structs.asdict(params)
     given = [k for k in ("path", "url", "hf") if params.get(k)]
     if len(given) > 1:
         raise UsageError(f"benchmark {benchmark}: give one of params.path, params.url, params.hf, not {' and '.join(given)}")

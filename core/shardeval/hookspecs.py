@@ -1,33 +1,47 @@
-"""The shardeval plugin API. Every built-in (plugins/shardeval_*) uses exactly these hooks.
+"""The shardeval plugin hooks. Every built-in (plugins/shardeval_*) uses exactly these.
 
 A plugin is a module (found through the `shardeval` entry-point group, the plugin directory, or
-`SHARDEVAL_PLUGINS`) that defines any of the functions below decorated with `@hookimpl`.
-Registration hooks receive a `register` callback, so the core validates each registration and
-reports a clash by name. Lifecycle hooks are named after events and receive plain values.
+`SHARDEVAL_PLUGINS`) that defines any of the functions below decorated with `@hookimpl`
+(`from shardeval.api import hookimpl`). Hooks are called through pluggy, so `tryfirst`,
+`trylast` and wrappers (`wrapper=True`, `hookwrapper=True`) work as pluggy documents.
+
+Registration hooks receive a `register` callback (a `shardeval.registry.Register`):
+`register(name, factory, config=None)`. The core attributes each registration to the calling
+plugin and reports a clash by name. Precedence: a registration made from a `tryfirst` hook
+replaces the same name registered by a plain one (a site plugin overriding a built-in on
+purpose); otherwise the plugin loaded first keeps the name and the other is named in a warning.
+`register.registered` maps each name registered so far to its Entry (a wrapper sees, after its
+`yield`, what the others registered). Lifecycle hooks are named after events and receive plain values.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pluggy
+
+if TYPE_CHECKING:
+    import click
+
+    from shardeval.records import Manifest, ResultRecord
+    from shardeval.registry import Register
 
 hookspec = pluggy.HookspecMarker("shardeval")
 hookimpl = pluggy.HookimplMarker("shardeval")
 
 
 @hookspec
-def register_benchmarks(register: Any) -> None:
-    """Register benchmarks: `register(name, factory)`, factory(params: dict) -> Benchmark."""
+def register_benchmarks(register: Register) -> None:
+    """Register benchmarks: `register(name, factory)`; factory(params: dict) -> shardeval.api.Benchmark."""
 
 
 @hookspec
-def register_solvers(register: Any) -> None:
-    """Register solvers: `register(type, factory)`, factory(SolverConfig, ServiceHandle) -> Solver."""
+def register_solvers(register: Register) -> None:
+    """Register solvers: `register(type, factory)`; factory(SolverConfig, ServiceHandle) -> Solver."""
 
 
 @hookspec
-def register_services(register: Any) -> None:
+def register_services(register: Register) -> None:
     """Register model services: `register(type, factory, config=ServiceConfig subclass)`.
 
     factory(name, config, ServiceContext) returns an async context manager yielding an Endpoint.
@@ -35,7 +49,7 @@ def register_services(register: Any) -> None:
 
 
 @hookspec
-def register_orchestrators(register: Any) -> None:
+def register_orchestrators(register: Register) -> None:
     """Register cluster types: `register(type, factory, config=ClusterConfig subclass)`.
 
     factory(request: LaunchRequest) -> exit code; called when no shard is selected (see
@@ -44,12 +58,12 @@ def register_orchestrators(register: Any) -> None:
 
 
 @hookspec
-def register_metrics(register: Any) -> None:
-    """Register metrics: `register(name, metric)`; used by `shardeval merge`."""
+def register_metrics(register: Register) -> None:
+    """Register metrics: `register(name, metric)`, metric(ScoreTable, MetricOptions) -> {name: MetricValue}; used by `shardeval merge`."""
 
 
 @hookspec
-def register_commands(cli: Any) -> None:
+def register_commands(cli: click.Group) -> None:
     """Add click commands to the `shardeval` group: `cli.add_command(...)` or `@cli.command()`."""
 
 
@@ -66,15 +80,15 @@ def rerun_hint(run_dir: str, shards: list[int]) -> str | None:
 
 
 @hookspec
-def shard_started(manifest: Any, out_dir: str) -> None:
+def shard_started(manifest: Manifest, out_dir: str) -> None:
     """A shard begins (manifest state `running`). For loggers and exporters."""
 
 
 @hookspec
-def record_written(record: Any, out_dir: str) -> None:
+def record_written(record: ResultRecord, out_dir: str) -> None:
     """A result record was appended and flushed. Called on the hot path: keep it cheap."""
 
 
 @hookspec
-def shard_finished(manifest: Any, out_dir: str) -> None:
+def shard_finished(manifest: Manifest, out_dir: str) -> None:
     """A shard ended; `manifest.state` says how (complete, failed, interrupted)."""

@@ -18,6 +18,16 @@ class ParamsStruct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omi
     """Base for params Structs: unknown keys are errors, as in the main config."""
 
 
+class DataParams(ParamsStruct):
+    """Where a benchmark's rows are (see `open_from_params`); subclass it to add your own params."""
+
+    path: str | None = None
+    url: str | None = None
+    hf: str | None = None
+    sha256: str | None = None
+    format: str | None = None
+
+
 def decode_params(data: Mapping[str, Any] | Any, type_: type[T], *, source: str, prefix: str = "params") -> T:
     """`data` as `type_`; a mistake is a UsageError like `SOURCE: unknown key 'params.shot'; did you mean 'shots'?`."""
     from shardeval.config import decode_section  # the config loader's error wording, shared on purpose

@@ -8,16 +8,17 @@ Loading imports only plugin modules (which must stay light), so `--help` stays f
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from functools import lru_cache, partial
+from typing import Any, Callable
 
 import pluggy
 
 from shardeval import hookspecs
-from shardeval.registry import KINDS, Registry
+from shardeval.registry import KINDS, Register, Registry
 
 ENTRY_POINT_GROUP = "shardeval"
 PLUGINS_ENV = "SHARDEVAL_PLUGINS"
@@ -99,31 +100,28 @@ def discover(warn: bool = True) -> PluginSet:
     failures: list[str] = []
     _add_plugin_dir_to_path()
 
-    def add(name: str, module_name: str, source: str, dist: Any = None) -> None:
+    def add(name: str, module_name: str, load: Callable[[], object], source: str, dist: Any = None) -> None:
         if pm.has_plugin(name):
             return
         try:
-            module = importlib.import_module(module_name)
-            pm.register(module, name=name)
+            plugin = load()
+            pm.register(plugin, name=name)
         except Exception as exc:  # a broken plugin must not take the others down
             failures.append(f"plugin {name!r} ({module_name}) failed to load: {type(exc).__name__}: {exc}")
             return
         if dist is None:
-            version = getattr(module, "__version__", None)
+            version = getattr(plugin, "__version__", None)
             loaded.append(LoadedPlugin(name, module_name, source, str(version) if version else None))
         else:
             loaded.append(LoadedPlugin(name, module_name, source, dist.version, dist.metadata["Name"], dist_location(dist)))
 
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         dist = getattr(ep, "dist", None)
-        if dist is None:
-            add(ep.name, ep.value.split(":")[0], "entry point")
-            continue
-        where = origin(dist)
-        source = f"entry point ({dist.metadata['Name']} {dist.version})" + (f", {where}" if where else "")
-        add(ep.name, ep.value.split(":")[0], source, dist)
+        where = origin(dist) if dist is not None else ""
+        source = f"entry point ({dist.metadata['Name']} {dist.version})" + (f", {where}" if where else "") if dist else "entry point"
+        add(ep.name, ep.module, ep.load, source, dist)
     for module_name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
-        add(module_name, module_name, PLUGINS_ENV)
+        add(module_name, module_name, partial(importlib.import_module, module_name), PLUGINS_ENV)
     if warn:
         for message in failures:
             _warn(message)
@@ -137,18 +135,40 @@ def load() -> PluginSet:
 
 
 def collect(plugin_set: PluginSet) -> Registry:
-    """Call every plugin's register_* hooks; a plugin whose hook fails is named in `problems`."""
+    """Call every plugin's register_* hooks through pluggy (so wrappers and tryfirst/trylast take
+    effect); a plugin whose hook raises is named in `problems`, and the hook is called again
+    without it, so the others' registrations stand."""
     registry = Registry()
+    rank = {p.name: i for i, p in enumerate(plugin_set.loaded)}
+    pm = plugin_set.manager
     for kind in KINDS:
-        caller = getattr(plugin_set.manager.hook, f"register_{kind}")
-        for impl in caller.get_hookimpls():
+        hook = f"register_{kind}"
+        impls = {getattr(inspect.unwrap(impl.function), "__code__", None): impl for impl in getattr(pm.hook, hook).get_hookimpls()}
+        broken: list[object] = []
+        while True:
+            register = Register(kind, impls, rank)
             try:
-                impl.function(register=registry.registrar(kind, impl.plugin_name))
+                (pm.subset_hook_caller(hook, broken) if broken else getattr(pm.hook, hook))(register=register)
+                break
             except Exception as exc:
-                registry.problems.append(
-                    f"plugin {impl.plugin_name!r} failed in register_{kind}: {type(exc).__name__}: {exc}"
-                )
+                culprit = _raised_in(exc, impls)
+                who = f"plugin {culprit.plugin_name!r}" if culprit else "a plugin"
+                registry.problems.append(f"{who} failed in {hook}: {type(exc).__name__}: {exc}")
+                if culprit is None:
+                    break
+                broken.append(culprit.plugin)
+        registry.entries[kind] = register.table
+        registry.problems.extend(register.problems)
     return registry
+
+
+def _raised_in(exc: BaseException, impls: dict[Any, pluggy.HookImpl]) -> pluggy.HookImpl | None:
+    """The hook implementation whose code raised `exc` (the innermost one on its traceback)."""
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        found = impls.get(tb.tb_frame.f_code, found)
+        tb = tb.tb_next
+    return found
 
 
 @lru_cache(maxsize=1)
@@ -181,7 +201,7 @@ def undeclared_identities(registry: Registry) -> list[str]:
 def registrations(registry: Registry, plugin: str) -> list[str]:
     """What one plugin registered, as `benchmark capitals`, `service sim`, ..."""
     return [
-        f"{kind[:-1]} {entry.name}"
+        f"{kind[:-1]} {entry.name}" + (f" (replaces {entry.replaces!r}'s, tryfirst)" if entry.replaces else "")
         for kind, table in registry.entries.items()
         for entry in table.values()
         if entry.plugin == plugin

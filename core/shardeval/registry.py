@@ -1,12 +1,22 @@
-"""What the loaded plugins registered: benchmarks, solvers, services, orchestrators, metrics."""
+"""What the loaded plugins registered: benchmarks, solvers, services, orchestrators, metrics.
+
+Precedence when two plugins register the same name: a registration made from a `tryfirst` hook
+implementation replaces the others on purpose (a site plugin overriding a built-in); otherwise
+the plugin loaded first keeps the name and the other is named in a warning.
+"""
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
-from typing import Any, Callable
+import sys
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping
 
 from shardeval.errors import UsageError
+
+if TYPE_CHECKING:
+    from pluggy import HookImpl
 
 KINDS = ("benchmarks", "solvers", "services", "orchestrators", "metrics")
 
@@ -17,27 +27,53 @@ class Entry:
     factory: Any
     plugin: str
     config: type | None = None
+    tryfirst: bool = False  # registered from a `tryfirst` hook: meant to replace others
+    replaces: str | None = None  # the plugin whose registration of this name it replaced on purpose
+
+
+class Register:
+    """The `register(name, factory, config=None)` callback of one `register_<kind>` hook call.
+
+    It attributes each registration to the plugin whose hook implementation is running (found on
+    the call stack), so clashes are reported by name. `registered` is a read-only view of what is
+    registered so far: a wrapper hook sees, after its `yield`, what every other plugin registered.
+    """
+
+    def __init__(self, kind: str, impls: Mapping[Any, HookImpl], rank: Mapping[str, int]) -> None:
+        self.kind, self._impls, self._rank = kind, impls, rank
+        self.table: dict[str, Entry] = {}
+        self.problems: list[str] = []
+        self.registered: Mapping[str, Entry] = MappingProxyType(self.table)
+
+    def _caller(self) -> HookImpl | None:
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code not in self._impls:
+            frame = frame.f_back
+        return None if frame is None else self._impls[frame.f_code]
+
+    def __call__(self, name: str, factory: Any, config: type | None = None) -> None:
+        impl = self._caller()
+        new = Entry(name, factory, impl.plugin_name if impl else "?", config, bool(impl and impl.tryfirst))
+        old = self.table.get(name)
+        if old is None:
+            self.table[name] = new
+        elif old.tryfirst != new.tryfirst:  # one of them replaces the other on purpose
+            keep, drop = (new, old) if new.tryfirst else (old, new)
+            self.table[name] = replace(keep, replaces=drop.plugin)
+        else:
+            first = self._rank.get(old.plugin, 0) <= self._rank.get(new.plugin, 0)
+            keep, drop = (old, new) if first else (new, old)
+            self.table[name] = keep
+            self.problems.append(
+                f"plugin {drop.plugin!r} registers {self.kind[:-1]} {name!r}, already registered by "
+                f"{keep.plugin!r}; the first one is kept"
+            )
 
 
 @dataclass
 class Registry:
     entries: dict[str, dict[str, Entry]] = field(default_factory=lambda: {k: {} for k in KINDS})
     problems: list[str] = field(default_factory=list)
-
-    def registrar(self, kind: str, plugin: str) -> Callable[..., None]:
-        """The `register` callback a plugin's hook receives; it records who registered what."""
-        table = self.entries[kind]
-
-        def register(name: str, factory: Any, config: type | None = None) -> None:
-            if name in table:
-                self.problems.append(
-                    f"plugin {plugin!r} registers {kind[:-1]} {name!r}, already registered by "
-                    f"{table[name].plugin!r}; the first one is kept"
-                )
-                return
-            table[name] = Entry(name=name, factory=factory, plugin=plugin, config=config)
-
-        return register
 
     def get(self, kind: str, name: str, where: str) -> Entry:
         """Look up a registration or fail with one line naming the value, the choices and the fix."""
@@ -51,3 +87,4 @@ class Registry:
             f"{where}: unknown {kind[:-1]} {name!r}; {hint}registered: {known} "
             f"(`shardeval plugins` lists what is loaded)"
         )
+

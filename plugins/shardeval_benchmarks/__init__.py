@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from shardeval.hookspecs import hookimpl
+from shardeval.api import hookimpl
 
 BUILTIN = {
     "arith": ("shardeval_benchmarks.arith", "ArithBenchmark"),

@@ -13,9 +13,7 @@ import random
 import re
 from typing import Any, Callable
 
-from shardeval.benchmark import Benchmark, Problem, Score
-from shardeval.errors import UsageError
-from shardeval_benchmarks.answers import as_number, final_answer
+from shardeval.api import Benchmark, Problem, Score, UsageError, as_number, final_answer
 
 GENERATOR_VERSION = "arith-v1"
 INSTRUCTION = "Solve the problem. End your reply with the final answer on its own line as '#### <number>'."

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from shardeval.errors import UsageError
+from shardeval.api import UsageError
 
 
 def _parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:

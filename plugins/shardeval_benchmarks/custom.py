@@ -46,12 +46,11 @@ import re
 import string
 from typing import Any, Literal
 
-from shardeval.benchmark import Problem, Score
-from shardeval.errors import UsageError
+from shardeval.api import (
+    ParamsStruct, Problem, RowsBenchmark, Score, UsageError, decode_params, extract_choice, extract_numeric,
+    final_answer, normalize, normalize_text, numbers_equal, open_rows,
+)
 import msgspec
-from shardeval_benchmarks.answers import extract_choice, extract_numeric, final_answer, normalize, normalize_text, numbers_equal
-from shardeval_benchmarks.datasets import RowsBenchmark, open_rows
-from shardeval_benchmarks.params import ParamsStruct, decode_params
 
 Scorer = Literal["exact", "numeric", "regex", "choice"]
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

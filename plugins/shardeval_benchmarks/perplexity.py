@@ -33,19 +33,11 @@ import os
 from array import array
 from typing import Annotated, Any, Iterable, Iterator
 
-from shardeval.benchmark import Problem, Score
-from shardeval.errors import UsageError
+from shardeval.api import DataParams, Problem, Rows, RowsBenchmark, Score, UsageError, decode_params, open_from_params
 import msgspec
-from shardeval_benchmarks.datasets import Rows, RowsBenchmark, open_from_params
-from shardeval_benchmarks.params import ParamsStruct, decode_params
 
 
-class PerplexityParams(ParamsStruct):
-    path: str | None = None
-    url: str | None = None
-    hf: str | None = None
-    sha256: str | None = None
-    format: str | None = None
+class PerplexityParams(DataParams):
     text_field: str = "text"
     id_field: str | None = None
     name: str = "perplexity"

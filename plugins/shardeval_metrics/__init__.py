@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-from shardeval.hookspecs import hookimpl
+from shardeval.api import hookimpl
 
 
 class _Lazy:

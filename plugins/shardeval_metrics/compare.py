@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from shardeval.metrics import MetricOptions, ScoreTable
+from shardeval.api import MetricOptions, ScoreTable
 from shardeval_metrics.dist import mcnemar_exact, normal_cdf, normal_ppf, t_ppf, t_sf
 from shardeval_metrics.stats import clustered_se, per_problem, score_matrix, view
 

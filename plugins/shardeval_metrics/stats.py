@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from shardeval.metrics import MetricOptions, MetricValue, ScoreTable
+from shardeval.api import MetricOptions, MetricValue, ScoreTable
 from shardeval_metrics.dist import normal_ppf, t_ppf, wilson_interval
 
 SE_IF_REPEATS = (1, 2, 4, 8, 16, 32)

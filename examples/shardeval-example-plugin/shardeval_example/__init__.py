@@ -7,7 +7,7 @@ its hooks. Keep the module light: import the benchmark class inside the hook, so
 
 from __future__ import annotations
 
-from shardeval.hookspecs import hookimpl
+from shardeval.api import hookimpl
 
 
 @hookimpl

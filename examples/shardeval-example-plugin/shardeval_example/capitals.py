@@ -1,33 +1,30 @@
 """`capitals`: name the capital of a country; data shipped in this package as JSONL.
 
-Shows the Benchmark API in full: rows come from the built-in data loader (`pkg://` reads a file
-inside an installed package; `params.path/url/hf` would point at another copy), problems are
-built by index so a shard reads only its own rows, and scoring is exact match after normalising.
+Shows the Benchmark API in full, all from `shardeval.api`: params are a Struct (unknown keys and
+wrong types become one-line errors), rows come from the data loader (`pkg://` reads a file inside
+an installed package; `path/url/hf` would point at another copy), problems are built by index so
+a shard reads only its own rows, and scoring is exact match after normalising.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from shardeval.benchmark import Problem, Score
-from shardeval.errors import UsageError
-from shardeval_benchmarks.answers import final_answer, normalize_text
-from shardeval_benchmarks.datasets import RowsBenchmark, open_from_params
+from shardeval.api import DataParams, Problem, RowsBenchmark, Score, decode_params, final_answer, normalize_text, open_from_params
 
-PARAMS = {"path", "url", "hf", "sha256", "format"}
+
+class CapitalsParams(DataParams):
+    """params: optional path/url/hf (+ sha256, format) to another copy of the data (DataParams);
+    a benchmark with its own params adds fields here, e.g. `shots: int = 0`."""
 
 
 class CapitalsBenchmark(RowsBenchmark):
-    """params: optional path/url/hf (+ sha256) to another copy of the data."""
-
     metrics = ("accuracy",)
 
     def __init__(self, params: dict[str, Any]) -> None:
-        unknown = sorted(set(params) - PARAMS)
-        if unknown:
-            raise UsageError(f"benchmark capitals: unknown param {unknown[0]!r}; known: {', '.join(sorted(PARAMS))}")
         self.name = "capitals"
-        self.rows = open_from_params(params, benchmark="capitals", default="pkg://shardeval_example/data/capitals.jsonl")
+        p = decode_params(params, CapitalsParams, source="benchmark capitals")
+        self.rows = open_from_params(p, benchmark="capitals", default="pkg://shardeval_example/data/capitals.jsonl")
         self.data_origin = self.rows.origin  # shown by `shardeval benchmarks`
 
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:

@@ -1,0 +1,83 @@
+"""shardeval's public SDK: the one module a plugin imports (`from shardeval.api import ...`).
+
+It is cheap to import (only pluggy, for `hookimpl`): everything else loads on first use through
+the module `__getattr__` (PEP 562), so a plugin module can import it at top level and
+`shardeval --help` stays fast. docs/plugins.md says what each group is for; the hooks are in
+shardeval.hookspecs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from shardeval.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from shardeval.answers import (NUMERIC_METHODS, as_number, extract_choice, extract_numeric, final_answer,
+                                   first_number, last_number, normalize, normalize_text, numbers_equal)
+    from shardeval.benchmark import Benchmark, BenchmarkFactory, Problem, Score
+    from shardeval.client import Completion
+    from shardeval.config import ClusterConfig, Generation, NonNegativeInt, ServiceConfig, SolverConfig
+    from shardeval.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
+                                    open_from_params, open_rows, package_data)
+    from shardeval.errors import UsageError
+    from shardeval.metrics import Metric, MetricOptions, MetricValue, ScoreTable
+    from shardeval.orchestrator import LaunchRequest, Orchestrator
+    from shardeval.params import DataParams, ParamsStruct, decode_params
+    from shardeval.records import BenchmarkManifest, Manifest, Message, ResultRecord, TrajectoryRecord
+    from shardeval.registry import Entry, Register
+    from shardeval.service import Endpoint, ServiceContext, ServiceFactory
+    from shardeval.solver import Attempt, ServiceHandle, Solver, SolverFactory
+
+_LAZY = {
+    "shardeval.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer first_number "
+    "last_number normalize normalize_text numbers_equal",
+    "shardeval.benchmark": "Benchmark BenchmarkFactory Problem Score",
+    "shardeval.client": "Completion",
+    "shardeval.config": "ClusterConfig Generation NonNegativeInt ServiceConfig SolverConfig",
+    "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row open_from_params "
+    "open_rows package_data",
+    "shardeval.errors": "UsageError",
+    "shardeval.metrics": "Metric MetricOptions MetricValue ScoreTable",
+    "shardeval.orchestrator": "LaunchRequest Orchestrator",
+    "shardeval.params": "DataParams ParamsStruct decode_params",
+    "shardeval.records": "BenchmarkManifest Manifest Message ResultRecord TrajectoryRecord",
+    "shardeval.registry": "Entry Register",
+    "shardeval.service": "Endpoint ServiceContext ServiceFactory",
+    "shardeval.solver": "Attempt ServiceHandle Solver SolverFactory",
+}
+_WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
+
+__all__ = [
+    "hookimpl",
+    # benchmarks: the base types, the row-backed base and the data loader (`pkg://` = package data)
+    "Benchmark", "BenchmarkFactory", "Problem", "Score", "RowsBenchmark", "Rows", "open_rows",
+    "open_from_params", "package_data", "cache_dir", "canonical_row", "SOURCE_PARAMS", "FORMATS",
+    # params as a Struct: validation and one-line errors like the main config's
+    "ParamsStruct", "DataParams", "decode_params", "NonNegativeInt",
+    # answer extraction
+    "final_answer", "normalize", "normalize_text", "as_number", "first_number", "last_number",
+    "extract_numeric", "extract_choice", "numbers_equal", "NUMERIC_METHODS",
+    # solvers, services, orchestrators, metrics
+    "Solver", "SolverFactory", "SolverConfig", "Generation", "ServiceHandle", "Attempt", "Completion",
+    "ServiceConfig", "Endpoint", "ServiceContext", "ServiceFactory",
+    "Orchestrator", "LaunchRequest", "ClusterConfig",
+    "Metric", "MetricOptions", "MetricValue", "ScoreTable",
+    # records, manifests, registration, errors
+    "ResultRecord", "TrajectoryRecord", "Message", "Manifest", "BenchmarkManifest",
+    "Register", "Entry", "UsageError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shardeval.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
