@@ -4,11 +4,13 @@ pip builds the example (its own pyproject.toml, setuptools backend from the runn
 no network) and installs it with `--target` into a fresh plugin directory, the way `shardeval
 plugins install` adds a plugin to an installed zipapp. shardeval then finds it only through the
 `shardeval` entry-point group of the installed dist-info, and a real run of its benchmark goes
-against the simulator.
+against the simulator. The example imports nothing of shardeval but `shardeval.api`.
 """
 
 from __future__ import annotations
 
+import ast
+import glob
 import importlib.metadata
 import json
 import os
@@ -21,6 +23,21 @@ import pytest
 from conftest import REPO, running_sim, shardeval_cmd
 
 EXAMPLE = os.path.join(REPO, "examples", "shardeval-example-plugin")
+
+
+def test_the_example_imports_nothing_of_shardeval_but_its_api():
+    sources = glob.glob(os.path.join(EXAMPLE, "shardeval_example", "*.py"))
+    imported = set()
+    for path in sources:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module or "")
+    ours = {name for name in imported if name.split(".")[0].startswith("shardeval")}
+    assert len(sources) == 2 and ours == {"shardeval.api", "shardeval_example.capitals"}
 
 
 def can_build_wheels() -> str | None:

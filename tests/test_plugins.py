@@ -1,13 +1,22 @@
-"""Plugin loading: built-ins come through entry points, a broken plugin is named once and the rest
-keep working, and the fast paths (--help, --version) import neither aiohttp nor msgspec."""
+"""Plugin loading: built-ins come through entry points, hooks run through pluggy (wrappers and
+tryfirst take effect), a broken plugin is named once and the rest keep working, and the fast paths
+(--help, --version, `import shardeval.api`) import neither aiohttp nor msgspec."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from conftest import shardeval_cmd
+
+
+def _path(tmp_path: Path) -> str:
+    """PYTHONPATH with the test's plugin modules first (and this checkout's, when set, after)."""
+    return os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
 
 
 def test_builtins_register_through_entry_points():
@@ -24,7 +33,7 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_rest_still_work(tmp_path
     (tmp_path / "hooky_plugin.py").write_text(
         textwrap.dedent(
             """
-            from shardeval.hookspecs import hookimpl
+            from shardeval.api import hookimpl
 
             @hookimpl
             def register_benchmarks(register):
@@ -32,7 +41,7 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_rest_still_work(tmp_path
             """
         )
     )
-    env = {"SHARDEVAL_PLUGINS": "broken_plugin,hooky_plugin", "PYTHONPATH": str(tmp_path)}
+    env = {"SHARDEVAL_PLUGINS": "broken_plugin,hooky_plugin", "PYTHONPATH": _path(tmp_path)}
     listing = shardeval_cmd("plugins", env=env)
     assert listing.returncode == 0
     warnings = [line for line in listing.stderr.splitlines() if "warning" in line]
@@ -65,3 +74,97 @@ def test_help_and_version_do_not_import_heavy_packages():
         out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip().endswith("HEAVY:"), (args, out.stdout[-200:])
+
+
+SITE_ARITH = """
+from shardeval.api import Benchmark, Problem, Score, hookimpl
+
+class SiteArith(Benchmark):
+    name = "arith"
+
+    def __init__(self, params):
+        pass
+
+    def size(self):
+        return 2
+
+    def problem(self, idx):
+        return Problem(idx=idx, id=f"site-{idx}", prompt=f"What is {idx} + 1?", reference=str(idx + 1))
+
+    def score(self, problem, response):
+        return Score(score=0.0)
+
+@hookimpl(tryfirst=True)
+def register_benchmarks(register):
+    register("arith", SiteArith)
+"""
+
+WRAPPER = """
+from shardeval.api import Benchmark, hookimpl
+
+@hookimpl(wrapper=True)
+def register_benchmarks(register):
+    result = yield  # every other plugin has registered by now
+    if register.registered["arith"].plugin == "site_arith":
+        register("wrapper-saw-site-arith", Benchmark)
+    return result
+"""
+
+OLD_STYLE_WRAPPER = """
+from shardeval.api import Benchmark, hookimpl
+
+@hookimpl(hookwrapper=True)
+def register_benchmarks(register):
+    register(f"hookwrapper-before-{len(register.registered)}", Benchmark)
+    yield
+    register(f"hookwrapper-after-gsm8k-{'gsm8k' in register.registered}", Benchmark)
+"""
+
+
+def _plugins(tmp_path: Path, **sources: str) -> dict[str, str]:
+    for name, source in sources.items():
+        (tmp_path / f"{name}.py").write_text(source)
+    return {"SHARDEVAL_PLUGINS": ",".join(sources), "PYTHONPATH": _path(tmp_path)}
+
+
+def test_wrappers_and_a_tryfirst_override_of_a_builtin_take_effect(tmp_path, sim):
+    env = _plugins(tmp_path, site_arith=SITE_ARITH, wrap_new=WRAPPER, wrap_old=OLD_STYLE_WRAPPER)
+    listing = shardeval_cmd("plugins", env=env)
+    assert listing.returncode == 0, listing.stderr
+    assert "warning" not in listing.stderr and "FAILED" not in listing.stdout  # on purpose: no clash reported
+    lines = listing.stdout.splitlines()
+    site = lines[next(i for i, x in enumerate(lines) if x.startswith("site_arith ")) + 1]
+    assert site.split("registers: ")[1] == "benchmark arith (tryfirst: replaces plugin 'benchmarks')"
+    builtin = lines[next(i for i, x in enumerate(lines) if x.startswith("benchmarks ")) + 1]
+    assert "benchmark gsm8k" in builtin and "benchmark arith" not in builtin
+    assert "registers: benchmark wrapper-saw-site-arith" in listing.stdout  # the wrapper saw the others' result
+    assert "benchmark hookwrapper-before-0, benchmark hookwrapper-after-gsm8k-True" in listing.stdout
+    run = shardeval_cmd("run", "--bench", "arith", "--model-url", sim, "--model-id", "sim", "-o", str(tmp_path / "out"), env=env)
+    assert run.returncode == 0, run.stderr
+    records = [json.loads(x) for x in (tmp_path / "out" / "arith" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["problem_id"] for r in records) == ["site-0", "site-1"]  # the site's arith is the one that ran
+
+
+def test_a_clash_without_intent_is_one_warning_naming_both(tmp_path):
+    clash = "from shardeval.api import Benchmark, hookimpl\n\n@hookimpl\ndef register_benchmarks(register):\n    register('arith', Benchmark)\n"
+    listing = shardeval_cmd("plugins", env=_plugins(tmp_path, clash=clash))
+    assert listing.returncode == 0, listing.stderr
+    warnings = [line for line in listing.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "shardeval: warning: plugin 'clash' registers benchmark 'arith', already registered by 'benchmarks'; "
+        "the first one is kept"
+    ]
+    builtin = listing.stdout.splitlines()[next(i for i, x in enumerate(listing.stdout.splitlines()) if x.startswith("benchmarks ")) + 1]
+    assert "benchmark arith" in builtin  # the plugin loaded first keeps the name
+
+
+def test_the_api_is_complete_and_cheap_to_import():
+    probe = (
+        "import sys, shardeval.api as api\n"
+        "heavy = sorted(m for m in ('aiohttp', 'msgspec', 'yaml', 'numpy') if m in sys.modules)\n"
+        "missing = [n for n in api.__all__ if getattr(api, n, None) is None]\n"
+        "print('HEAVY:' + ','.join(heavy), 'MISSING:' + ','.join(missing))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["HEAVY:", "MISSING:"]

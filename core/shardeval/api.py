@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from shardeval.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
                                     open_from_params, open_rows, package_data)
     from shardeval.errors import UsageError
-    from shardeval.metrics import Metric, MetricOptions, MetricValue, ScoreTable
+    from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
     from shardeval.orchestrator import LaunchRequest, Orchestrator
     from shardeval.params import DataParams, ParamsStruct, decode_params
     from shardeval.records import BenchmarkManifest, Manifest, Message, ResultRecord, TrajectoryRecord
@@ -39,7 +39,7 @@ _LAZY = {
     "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row open_from_params "
     "open_rows package_data",
     "shardeval.errors": "UsageError",
-    "shardeval.metrics": "Metric MetricOptions MetricValue ScoreTable",
+    "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
     "shardeval.orchestrator": "LaunchRequest Orchestrator",
     "shardeval.params": "DataParams ParamsStruct decode_params",
     "shardeval.records": "BenchmarkManifest Manifest Message ResultRecord TrajectoryRecord",
@@ -63,7 +63,7 @@ __all__ = [
     "Solver", "SolverFactory", "SolverConfig", "Generation", "ServiceHandle", "Attempt", "Completion",
     "ServiceConfig", "Endpoint", "ServiceContext", "ServiceFactory",
     "Orchestrator", "LaunchRequest", "ClusterConfig",
-    "Metric", "MetricOptions", "MetricValue", "ScoreTable",
+    "Metric", "MetricOptions", "MetricValue", "ScoreTable", "MISSING", "OK", "ERROR",  # ScoreTable.status codes
     # records, manifests, registration, errors
     "ResultRecord", "TrajectoryRecord", "Message", "Manifest", "BenchmarkManifest",
     "Register", "Entry", "UsageError",

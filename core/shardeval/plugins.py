@@ -201,7 +201,7 @@ def undeclared_identities(registry: Registry) -> list[str]:
 def registrations(registry: Registry, plugin: str) -> list[str]:
     """What one plugin registered, as `benchmark capitals`, `service sim`, ..."""
     return [
-        f"{kind[:-1]} {entry.name}" + (f" (replaces {entry.replaces!r}'s, tryfirst)" if entry.replaces else "")
+        f"{kind[:-1]} {entry.name}" + (f" (tryfirst: replaces plugin {entry.replaces!r})" if entry.replaces else "")
         for kind, table in registry.entries.items()
         for entry in table.values()
         if entry.plugin == plugin
