@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from shardeval.orchestrator import LaunchRequest, Orchestrator
     from shardeval.params import DataParams, ParamsStruct, decode_params
     from shardeval.records import BenchmarkManifest, Manifest, Message, ResultRecord, TrajectoryRecord
-    from shardeval.registry import Entry, Register
+    from shardeval.registry import Entry, Lazy, Register
     from shardeval.service import Endpoint, ServiceContext, ServiceFactory
     from shardeval.solver import Attempt, ServiceHandle, Solver, SolverFactory
 
@@ -43,7 +43,7 @@ _LAZY = {
     "shardeval.orchestrator": "LaunchRequest Orchestrator",
     "shardeval.params": "DataParams ParamsStruct decode_params",
     "shardeval.records": "BenchmarkManifest Manifest Message ResultRecord TrajectoryRecord",
-    "shardeval.registry": "Entry Register",
+    "shardeval.registry": "Entry Lazy Register",
     "shardeval.service": "Endpoint ServiceContext ServiceFactory",
     "shardeval.solver": "Attempt ServiceHandle Solver SolverFactory",
 }
@@ -66,7 +66,7 @@ __all__ = [
     "Metric", "MetricOptions", "MetricValue", "ScoreTable", "MISSING", "OK", "ERROR",  # ScoreTable.status codes
     # records, manifests, registration, errors
     "ResultRecord", "TrajectoryRecord", "Message", "Manifest", "BenchmarkManifest",
-    "Register", "Entry", "UsageError",
+    "Register", "Entry", "Lazy", "UsageError",
 ]
 
 

@@ -668,6 +668,11 @@ class RowsBenchmark(Benchmark):
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         raise NotImplementedError
 
+    @staticmethod
+    def first_field(row: dict[str, Any], names: tuple[str, ...]) -> str | None:
+        """The first of `names` that `row` has: a default for a `*_field` param left unset."""
+        return next((n for n in names if n in row), None)
+
     def size(self) -> int:
         return len(self.rows)
 

@@ -7,7 +7,7 @@ the plugin loaded first keeps the name and the other is named in a warning.
 
 from __future__ import annotations
 
-import difflib
+import importlib
 import sys
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -19,6 +19,24 @@ if TYPE_CHECKING:
     from pluggy import HookImpl
 
 KINDS = ("benchmarks", "solvers", "services", "orchestrators", "metrics")
+
+
+class Lazy:
+    """A factory named `"module:attr"` (a benchmark class, a metric function, ...), imported on its
+    first call: registering it costs nothing, so `--help` and `shardeval plugins` stay fast, and a
+    module that cannot import (a missing optional dependency) fails only when it is used."""
+
+    def __init__(self, target: str) -> None:
+        self.__module__, _, self.attr = target.partition(":")
+
+    def load(self) -> Any:
+        return getattr(importlib.import_module(self.__module__), self.attr)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.load()(*args)
+
+    def __repr__(self) -> str:
+        return f"<lazy {self.__module__}:{self.attr}>"
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,8 @@ class Registry:
 
     def get(self, kind: str, name: str, where: str) -> Entry:
         """Look up a registration or fail with one line naming the value, the choices and the fix."""
+        import difflib
+
         table = self.entries[kind]
         if name in table:
             return table[name]

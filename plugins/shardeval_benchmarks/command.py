@@ -27,7 +27,7 @@ def _parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 def _summary(factory: Any) -> str:
     """The first sentence of the benchmark module's docstring (what it is, in its author's words)."""
-    load = getattr(factory, "load", None)  # a LazyBenchmark: import its module to read the doc
+    load = getattr(factory, "load", None)  # a shardeval.api.Lazy: import its module to read the doc
     if callable(load):
         try:
             factory = load()

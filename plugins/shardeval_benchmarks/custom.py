@@ -119,8 +119,8 @@ class CustomBenchmark(RowsBenchmark):
         self.data_origin = self.rows.origin
         first = self.rows.row(0) if len(self.rows) else {}
         f = mapping.fields
-        self.input_field = f.input or _first_present(first, ("question", "prompt", "input"))
-        self.target_field = f.target or _first_present(first, ("answer", "target", "reference"))
+        self.input_field = f.input or self.first_field(first, ("question", "prompt", "input"))
+        self.target_field = f.target or self.first_field(first, ("answer", "target", "reference"))
         if mapping.scorer == "choice" and f.choices is None:
             raise UsageError(f"{where}: scorer choice needs fields.choices: a field holding a list, or a list of field names")
         if mapping.scorer == "regex" and self._regex is None:
@@ -276,7 +276,3 @@ def _template_fields(template: str, where: str, key: str) -> set[str]:
             raise UsageError(f"{where}: {key} uses {{{name}}}; use plain field names like {{input}} or {{question}}")
         names.add(name)
     return names
-
-
-def _first_present(row: dict[str, Any], names: tuple[str, ...]) -> str | None:
-    return next((n for n in names if n in row), None)

@@ -128,8 +128,8 @@ class Gsm8kBenchmark(RowsBenchmark):
         self.rows = open_from_params(p, benchmark="gsm8k", default=_sample_source)
         self.data_origin = self.rows.origin
         first = self.rows.row(0) if len(self.rows) else {}
-        self.question_field = p.question_field or _first_present(first, QUESTION_FIELDS)
-        self.answer_field = p.answer_field or _first_present(first, ANSWER_FIELDS)
+        self.question_field = p.question_field or self.first_field(first, QUESTION_FIELDS)
+        self.answer_field = p.answer_field or self.first_field(first, ANSWER_FIELDS)
         self.id_field = p.id_field or ("id" if "id" in first else None)
         if first and (self.question_field not in first or self.answer_field not in first):
             raise UsageError(
@@ -179,7 +179,3 @@ def _sample_source() -> str:
             "of the test split: params.path=test.jsonl, params.url=https://… or params.hf=openai/gsm8k/main:test"
         ) from None
     return f"pkg://{SAMPLE_PACKAGE}/{SAMPLE_FILE}"
-
-
-def _first_present(row: dict[str, Any], names: tuple[str, ...]) -> str | None:
-    return next((n for n in names if n in row), None)

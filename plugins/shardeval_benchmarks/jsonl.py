@@ -16,30 +16,34 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import (
-    SOURCE_PARAMS, Problem, RowsBenchmark, Score, UsageError, final_answer, normalize, open_from_params,
-)
+from shardeval.api import DataParams, Problem, RowsBenchmark, Score, UsageError, decode_params, final_answer, normalize, open_from_params
 
-PARAMS = {"name", "prompt_field", "messages_field", "reference_field", "id_field", "cluster_field", *SOURCE_PARAMS}
+
+class JsonlParams(DataParams):
+    name: str | None = None
+    prompt_field: str | None = None
+    messages_field: str | None = None
+    reference_field: str | None = None
+    id_field: str | None = None
+    cluster_field: str | None = None
 
 
 class JsonlBenchmark(RowsBenchmark):
     scorer_version = "1"  # bump when score() or its answer extraction changes
+
     def __init__(self, params: dict[str, Any]) -> None:
-        unknown = set(params) - PARAMS
-        if unknown:
-            raise UsageError(f"benchmark jsonl: unknown param {sorted(unknown)[0]!r}; known: {', '.join(sorted(PARAMS))}")
-        source = params.get("path") or params.get("url") or params.get("hf")
+        p = decode_params(params, JsonlParams, source="benchmark jsonl")
+        source = p.path or p.url or p.hf
         if not source:
             raise UsageError("benchmark jsonl: params.path is required: the JSONL file to read (or params.url / params.hf)")
-        self.name = params.get("name") or _stem(str(source))
-        self.params = params
-        self.rows = open_from_params(params, benchmark=self.name)
+        self.name = p.name or _stem(source)
+        self.params = p
+        self.rows = open_from_params(p, benchmark=self.name)
         self.data_origin = self.rows.origin
         first = self.rows.row(0) if len(self.rows) else {}
-        self.prompt_field = params.get("prompt_field") or _first_present(first, ("prompt", "question", "input"))
-        self.messages_field = params.get("messages_field")
-        self.reference_field = params.get("reference_field") or _first_present(first, ("answer", "reference", "target"))
+        self.prompt_field = p.prompt_field or self.first_field(first, ("prompt", "question", "input"))
+        self.messages_field = p.messages_field
+        self.reference_field = p.reference_field or self.first_field(first, ("answer", "reference", "target"))
         if len(self.rows) and not (self.prompt_field or self.messages_field):
             raise UsageError(
                 f"benchmark {self.name}: cannot tell which field holds the prompt in {self.rows.origin}; "
@@ -47,7 +51,7 @@ class JsonlBenchmark(RowsBenchmark):
             )
 
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
-        id_field, cluster_field = self.params.get("id_field"), self.params.get("cluster_field")
+        id_field, cluster_field = self.params.id_field, self.params.cluster_field
         reference = row.get(self.reference_field) if self.reference_field else None
         return Problem(
             idx=idx,
@@ -71,7 +75,3 @@ def _stem(source: str) -> str:
         source = source.split(":", 2)[1] if source.count(":") > 1 else source
     base = os.path.basename(source.split("?")[0].rstrip("/"))
     return base.split(".")[0] or "data"
-
-
-def _first_present(row: dict[str, Any], names: tuple[str, ...]) -> str | None:
-    return next((n for n in names if n in row), None)

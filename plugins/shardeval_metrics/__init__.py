@@ -14,32 +14,16 @@ so loading plugins (`shardeval --help`, `shardeval plugins`) never imports numpy
 
 from __future__ import annotations
 
-import importlib
-
-from shardeval.api import hookimpl
-
-
-class _Lazy:
-    """A metric whose module is imported on the first call."""
-
-    def __init__(self, module: str, attr: str) -> None:
-        self.module, self.attr = module, attr
-        self.__name__ = attr
-
-    def __call__(self, table, options):
-        return getattr(importlib.import_module(self.module), self.attr)(table, options)
-
-    def __repr__(self) -> str:
-        return f"<metric {self.module}.{self.attr}>"
+from shardeval.api import Lazy, hookimpl
 
 
 @hookimpl
 def register_metrics(register):
-    register("accuracy", _Lazy("shardeval_metrics.metrics", "accuracy"))
-    register("mean", _Lazy("shardeval_metrics.metrics", "mean"))
-    register("pass@k", _Lazy("shardeval_metrics.metrics", "pass_at_k"))
-    register("perplexity", _Lazy("shardeval_metrics.metrics", "perplexity"))
-    register("classification", _Lazy("shardeval_metrics.classification", "classification"))
+    register("accuracy", Lazy("shardeval_metrics.metrics:accuracy"))
+    register("mean", Lazy("shardeval_metrics.metrics:mean"))
+    register("pass@k", Lazy("shardeval_metrics.metrics:pass_at_k"))
+    register("perplexity", Lazy("shardeval_metrics.metrics:perplexity"))
+    register("classification", Lazy("shardeval_metrics.classification:classification"))
 
 
 @hookimpl
