@@ -1,7 +1,8 @@
 """Finding and loading plugins: entry points, the plugin directory, and SHARDEVAL_PLUGINS.
 
-Built-ins come through the same `shardeval` entry-point group as third-party packages. A plugin
-that fails to import or to register is named in one warning; everything else keeps working.
+Built-ins come through the same `shardeval` entry-point group as third-party packages (loaded
+with `ep.load()`). Hooks are called through pluggy. A plugin that fails to import or whose
+registration hook raises is named in one warning; everything else keeps working.
 Loading imports only plugin modules (which must stay light), so `--help` stays fast.
 """
 
@@ -116,9 +117,10 @@ def discover(warn: bool = True) -> PluginSet:
             loaded.append(LoadedPlugin(name, module_name, source, dist.version, dist.metadata["Name"], dist_location(dist)))
 
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        dist = getattr(ep, "dist", None)
-        where = origin(dist) if dist is not None else ""
-        source = f"entry point ({dist.metadata['Name']} {dist.version})" + (f", {where}" if where else "") if dist else "entry point"
+        dist, source = getattr(ep, "dist", None), "entry point"
+        if dist is not None:
+            where = origin(dist)
+            source = f"entry point ({dist.metadata['Name']} {dist.version})" + (f", {where}" if where else "")
         add(ep.name, ep.module, ep.load, source, dist)
     for module_name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
         add(module_name, module_name, partial(importlib.import_module, module_name), PLUGINS_ENV)
