@@ -168,3 +168,14 @@ def test_the_api_is_complete_and_cheap_to_import():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["HEAVY:", "MISSING:"]
+
+
+def test_the_api_declares_every_lazy_name_for_type_checkers():
+    import ast
+
+    import shardeval.api as api
+
+    tree = ast.parse(Path(api.__file__).read_text())
+    guarded = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    declared = {(node.module, alias.name) for node in guarded.body for alias in node.names}
+    assert declared == {(module, name) for name, module in api._WHERE.items()}

@@ -49,25 +49,7 @@ _LAZY = {
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
 
-__all__ = [
-    "hookimpl",
-    # benchmarks: the base types, the row-backed base and the data loader (`pkg://` = package data)
-    "Benchmark", "BenchmarkFactory", "Problem", "Score", "RowsBenchmark", "Rows", "open_rows",
-    "open_from_params", "package_data", "cache_dir", "canonical_row", "SOURCE_PARAMS", "FORMATS",
-    # params as a Struct: validation and one-line errors like the main config's
-    "ParamsStruct", "DataParams", "decode_params", "NonNegativeInt",
-    # answer extraction
-    "final_answer", "normalize", "normalize_text", "as_number", "first_number", "last_number",
-    "extract_numeric", "extract_choice", "numbers_equal", "NUMERIC_METHODS",
-    # solvers, services, orchestrators, metrics
-    "Solver", "SolverFactory", "SolverConfig", "Generation", "ServiceHandle", "Attempt", "Completion",
-    "ServiceConfig", "Endpoint", "ServiceContext", "ServiceFactory",
-    "Orchestrator", "LaunchRequest", "ClusterConfig",
-    "Metric", "MetricOptions", "MetricValue", "ScoreTable", "MISSING", "OK", "ERROR",  # ScoreTable.status codes
-    # records, manifests, registration, errors
-    "ResultRecord", "TrajectoryRecord", "Message", "Manifest", "BenchmarkManifest",
-    "Register", "Entry", "Lazy", "UsageError",
-]
+__all__ = ["hookimpl", *_WHERE]  # docs/plugins.md groups them by what they are for
 
 
 def __getattr__(name: str) -> Any:
