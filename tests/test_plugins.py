@@ -128,7 +128,8 @@ def _plugins(tmp_path: Path, **sources: str) -> dict[str, str]:
 
 
 def test_wrappers_and_a_tryfirst_override_of_a_builtin_take_effect(tmp_path, sim):
-    env = _plugins(tmp_path, site_arith=SITE_ARITH, wrap_new=WRAPPER, wrap_old=OLD_STYLE_WRAPPER)
+    fallback = "from shardeval.api import Benchmark, hookimpl\n\n@hookimpl(trylast=True)\ndef register_benchmarks(register):\n    register('gsm8k', Benchmark)\n"
+    env = _plugins(tmp_path, site_arith=SITE_ARITH, wrap_new=WRAPPER, wrap_old=OLD_STYLE_WRAPPER, fallback=fallback)
     listing = shardeval_cmd("plugins", env=env)
     assert listing.returncode == 0, listing.stderr
     assert "warning" not in listing.stderr and "FAILED" not in listing.stdout  # on purpose: no clash reported
@@ -136,7 +137,8 @@ def test_wrappers_and_a_tryfirst_override_of_a_builtin_take_effect(tmp_path, sim
     site = lines[next(i for i, x in enumerate(lines) if x.startswith("site_arith ")) + 1]
     assert site.split("registers: ")[1] == "benchmark arith (tryfirst: replaces plugin 'benchmarks')"
     builtin = lines[next(i for i, x in enumerate(lines) if x.startswith("benchmarks ")) + 1]
-    assert "benchmark gsm8k" in builtin and "benchmark arith" not in builtin
+    assert "benchmark gsm8k (replaces the trylast default of plugin 'fallback')" in builtin
+    assert "benchmark arith" not in builtin
     assert "registers: benchmark wrapper-saw-site-arith" in listing.stdout  # the wrapper saw the others' result
     assert "benchmark hookwrapper-before-0, benchmark hookwrapper-after-gsm8k-True" in listing.stdout
     run = shardeval_cmd("run", "--bench", "arith", "--model-url", sim, "--model-id", "sim", "-o", str(tmp_path / "out"), env=env)

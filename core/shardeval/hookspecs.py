@@ -7,10 +7,9 @@ A plugin is a module (found through the `shardeval` entry-point group, the plugi
 
 Registration hooks receive a `register` callback (a `shardeval.registry.Register`):
 `register(name, factory, config=None)`. The core attributes each registration to the calling
-plugin and reports a clash by name. Precedence: a registration made from a `tryfirst` hook
-replaces the same name registered by a plain one (a site plugin overriding a built-in on
-purpose); otherwise the plugin loaded first keeps the name and the other is named in a warning.
-`register.registered` maps each name registered so far to its Entry (a wrapper sees, after its
+plugin and reports a clash by name. Precedence (shardeval.registry): a registration from a
+`tryfirst` hook replaces a plain one on purpose, a plain one replaces a `trylast` one; otherwise
+the plugin loaded first keeps the name and the other is named in a warning. `register.registered` maps each name registered so far to its Entry (a wrapper sees, after its
 `yield`, what the others registered). Lifecycle hooks are named after events and receive plain values.
 """
 

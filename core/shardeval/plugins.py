@@ -19,7 +19,7 @@ from typing import Any, Callable
 import pluggy
 
 from shardeval import hookspecs
-from shardeval.registry import KINDS, Register, Registry
+from shardeval.registry import KINDS, Entry, Register, Registry
 
 ENTRY_POINT_GROUP = "shardeval"
 PLUGINS_ENV = "SHARDEVAL_PLUGINS"
@@ -202,12 +202,16 @@ def undeclared_identities(registry: Registry) -> list[str]:
 
 def registrations(registry: Registry, plugin: str) -> list[str]:
     """What one plugin registered, as `benchmark capitals`, `service sim`, ..."""
-    return [
-        f"{kind[:-1]} {entry.name}" + (f" (tryfirst: replaces plugin {entry.replaces!r})" if entry.replaces else "")
-        for kind, table in registry.entries.items()
-        for entry in table.values()
-        if entry.plugin == plugin
-    ]
+    return [f"{kind[:-1]} {entry.name}{_replacing(entry)}" for kind, table in registry.entries.items()
+            for entry in table.values() if entry.plugin == plugin]
+
+
+def _replacing(entry: Entry) -> str:
+    if entry.replaces is None:
+        return ""
+    if entry.precedence > 0:
+        return f" (tryfirst: replaces plugin {entry.replaces!r})"
+    return f" (replaces the trylast default of plugin {entry.replaces!r})"
 
 
 def plugin_version(name: str) -> str | None:

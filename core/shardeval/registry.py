@@ -1,8 +1,9 @@
 """What the loaded plugins registered: benchmarks, solvers, services, orchestrators, metrics.
 
-Precedence when two plugins register the same name: a registration made from a `tryfirst` hook
-implementation replaces the others on purpose (a site plugin overriding a built-in); otherwise
-the plugin loaded first keeps the name and the other is named in a warning.
+Precedence when two plugins register the same name follows the hook implementations' order
+marks: one made from a `tryfirst` hook replaces a plain one on purpose (a site plugin overriding a
+built-in), and a plain one replaces one made from a `trylast` hook (a default meant to yield).
+At equal precedence the plugin loaded first keeps the name and the other is named in a warning.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Entry:
     factory: Any
     plugin: str
     config: type | None = None
-    tryfirst: bool = False  # registered from a `tryfirst` hook: meant to replace others
+    precedence: int = 0  # 1: from a `tryfirst` hook, -1: from a `trylast` one, 0: plain
     replaces: str | None = None  # the plugin whose registration of this name it replaced on purpose
 
 
@@ -71,12 +72,13 @@ class Register:
 
     def __call__(self, name: str, factory: Any, config: type | None = None) -> None:
         impl = self._caller()
-        new = Entry(name, factory, impl.plugin_name if impl else "?", config, bool(impl and impl.tryfirst))
+        precedence = int(impl.tryfirst) - int(impl.trylast) if impl else 0
+        new = Entry(name, factory, impl.plugin_name if impl else "?", config, precedence)
         old = self.table.get(name)
         if old is None:
             self.table[name] = new
-        elif old.tryfirst != new.tryfirst:  # one of them replaces the other on purpose
-            keep, drop = (new, old) if new.tryfirst else (old, new)
+        elif old.precedence != new.precedence:  # one of them replaces the other on purpose
+            keep, drop = (new, old) if new.precedence > old.precedence else (old, new)
             self.table[name] = replace(keep, replaces=drop.plugin)
         else:
             first = self._rank.get(old.plugin, 0) <= self._rank.get(new.plugin, 0)
