@@ -37,6 +37,7 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_rest_still_work(tmp_path
 
             @hookimpl
             def register_benchmarks(register):
+                register("half-registered", object)
                 raise ValueError("boom in a hook")
             """
         )
@@ -48,6 +49,7 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_rest_still_work(tmp_path
     assert any("'broken_plugin'" in w and "boom at import" in w for w in warnings)
     assert any("'hooky_plugin'" in w and "register_benchmarks" in w for w in warnings)
     assert "benchmark arith" in listing.stdout  # the built-ins are unaffected
+    assert "half-registered" not in listing.stdout  # nothing of the failed call stands
     # and a real run still works with the broken plugins present
     run = shardeval_cmd(
         "run", "--bench", "arith", "--model-url", sim, "--model-id", "sim", "--max-problems", "3",
