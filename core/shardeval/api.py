@@ -18,10 +18,11 @@ if TYPE_CHECKING:
                                    first_number, last_number, normalize, normalize_text, numbers_equal)
     from shardeval.benchmark import Benchmark, BenchmarkFactory, Problem, Score
     from shardeval.client import Completion
-    from shardeval.config import ClusterConfig, Generation, NonNegativeInt, ServiceConfig, SolverConfig
+    from shardeval.config import (ClusterConfig, Config, Count, Generation, NonNegativeFloat, NonNegativeInt,
+                                  NonNegativeSeconds, Probability, Seconds, ServiceConfig, SolverConfig)
     from shardeval.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
                                     open_from_params, open_rows, package_data)
-    from shardeval.errors import UsageError
+    from shardeval.errors import ShardError, UsageError
     from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
     from shardeval.orchestrator import LaunchRequest, Orchestrator
     from shardeval.params import DataParams, ParamsStruct, decode_params
@@ -35,10 +36,11 @@ _LAZY = {
     "last_number normalize normalize_text numbers_equal",
     "shardeval.benchmark": "Benchmark BenchmarkFactory Problem Score",
     "shardeval.client": "Completion",
-    "shardeval.config": "ClusterConfig Generation NonNegativeInt ServiceConfig SolverConfig",
+    "shardeval.config": "ClusterConfig Config Count Generation NonNegativeFloat NonNegativeInt NonNegativeSeconds "
+    "Probability Seconds ServiceConfig SolverConfig",
     "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row open_from_params "
     "open_rows package_data",
-    "shardeval.errors": "UsageError",
+    "shardeval.errors": "ShardError UsageError",
     "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
     "shardeval.orchestrator": "LaunchRequest Orchestrator",
     "shardeval.params": "DataParams ParamsStruct decode_params",
