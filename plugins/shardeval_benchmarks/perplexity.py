@@ -114,7 +114,7 @@ class PerplexityBenchmark(RowsBenchmark):
         else:
             if p.format == "text":
                 raise UsageError(f"benchmark {p.name}: format text reads a local file; give it as params.path")
-            self.rows = open_from_params(params, benchmark=p.name)
+            self.rows = open_from_params(p, benchmark=p.name)
         self.data_origin = self.rows.origin
         self._metadata: dict[str, Any] = {"scoring": "loglikelihood"}
         if p.max_chars_per_request is not None:
