@@ -8,6 +8,7 @@ with `--shard I/N` and its own output directory, so a shard never re-submits the
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -46,3 +47,19 @@ class LaunchRequest:
 
 Orchestrator = Callable[[LaunchRequest], int]
 
+
+def merge_and_report(root: str) -> None:
+    """The step an orchestrator that waits for its shards ends with: merge what they wrote (also
+    after a failure: the report then says what is missing) and print the report."""
+    from shardeval.errors import UsageError
+    from shardeval.merge import merge_run, write_merged
+    from shardeval.report import render_report
+
+    try:
+        result = merge_run(root)
+    except UsageError as exc:
+        print(f"shardeval: nothing to merge: {exc}", file=sys.stderr)
+        return
+    out = write_merged(result)
+    print(render_report(result), end="")
+    print(f"\nmerged into {out}/ — `shardeval merge {root}` redoes it, `shardeval status {root}` shows progress")
