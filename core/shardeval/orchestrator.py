@@ -29,6 +29,14 @@ class LaunchRequest:
     def shard_dir(self, idx: int) -> str:
         return os.path.join(self.output_root, f"shard_{idx}")
 
+    def config_text(self) -> str | None:
+        """The config file as written, for orchestrators that ship it to their nodes (its ${VAR}s
+        expand there); None in quick mode, where the flags travel in the shard's arguments."""
+        if not self.config_path:
+            return None
+        with open(self.config_path, encoding="utf-8") as f:
+            return f.read()
+
     def shard_args(self, idx: int | str, total: int, output_dir: str | None = None) -> list[str]:
         """Arguments after `shardeval run` that make a node run exactly shard idx of total."""
         args: list[str] = []

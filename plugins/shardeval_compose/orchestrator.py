@@ -72,7 +72,7 @@ def commands(request: LaunchRequest, path: str) -> str:
     """The seed's loop over shards, then the merge: shardeval never drives Docker itself."""
     total = request.config.cluster.shards or 1
     f = shlex.quote(path)
-    keys = sorted(_pass_through(request, request.config.cluster, _config_text(request)))
+    keys = sorted(_pass_through(request, request.config.cluster, request.config_text()))
     lines = [f"# {total} shards, each its own container (export {', '.join(keys)} first: compose passes it by name)"
              if keys else f"# {total} shards, each its own container:"]
     lines.append(
@@ -98,7 +98,7 @@ def render(request: LaunchRequest) -> dict[str, str]:
         raise TypeError(f"expected ComposeClusterConfig, got {type(cluster).__name__}")
     total = cluster.shards or 1
     image = cluster.image or f"shardeval:{__version__}"
-    config_text = _config_text(request)
+    config_text = request.config_text()
 
     if cluster.results_volume is None:
         results = ".."  # the output root: the compose file lives in <root>/compose/
@@ -186,14 +186,6 @@ def shard_command(request: LaunchRequest) -> list[str]:
     if request.fresh:
         args.append("--fresh")
     return [*args, "-O", f"output.dir={RESULTS_DIR}"]
-
-
-def _config_text(request: LaunchRequest) -> str | None:
-    """The config file as written (its ${VAR}s expand in the container); None in quick mode."""
-    if not request.config_path:
-        return None
-    with open(request.config_path, encoding="utf-8") as f:
-        return f.read()
 
 
 def _pass_through(request: LaunchRequest, cluster: ComposeClusterConfig, config_text: str | None) -> set[str]:

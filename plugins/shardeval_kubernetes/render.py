@@ -92,7 +92,7 @@ def render(request: LaunchRequest) -> Rendered:
             "labels": {**base_labels, "app.kubernetes.io/component": component},
         }
 
-    config_text = _config_text(request)
+    config_text = request.config_text()
     secrets = _secret_env(request, cluster)
     env = _shard_env(cluster, total, secrets)
     warnings = _warnings(request, cluster, config_text, env)
@@ -250,14 +250,6 @@ def _names(cluster: KubernetesClusterConfig) -> dict[str, str]:
         if not _SUBDOMAIN.fullmatch(ref.secret):
             raise UsageError(f"cluster.secret_env.{var}.secret {ref.secret!r}: not a Kubernetes Secret name")
     return names
-
-
-def _config_text(request: LaunchRequest) -> str | None:
-    """The config file as written; None in quick mode (the flags travel in the pod's args)."""
-    if not request.config_path:
-        return None
-    with open(request.config_path, encoding="utf-8") as f:
-        return f.read()
 
 
 def _secret_env(request: LaunchRequest, cluster: KubernetesClusterConfig) -> dict[str, tuple[str, str]]:
