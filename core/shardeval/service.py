@@ -6,6 +6,7 @@ server and waits until it is healthy; leaving it stops whatever it started, on e
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable
 
@@ -40,6 +41,11 @@ class ServiceContext:
     logs_dir: str
     shard_idx: int
     total_shards: int
+
+    def log_path(self, service_type: str, name: str) -> str:
+        """Where a server this shard starts logs: `<type>.log` for the usual service name
+        `model`, `<type>-<name>.log` for any other."""
+        return os.path.join(self.logs_dir, f"{service_type}.log" if name == "model" else f"{service_type}-{name}.log")
 
 
 ServiceFactory = Callable[[str, ServiceConfig, ServiceContext], AsyncContextManager[Endpoint]]

@@ -7,7 +7,6 @@ and the server never share an event loop or a CPU core's time slices by accident
 from __future__ import annotations
 
 import json
-import os
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -34,14 +33,9 @@ def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list
     return argv
 
 
-def log_name(service_type: str, name: str) -> str:
-    """`sim.log` for the usual service name `model`, `sim-<name>.log` for any other."""
-    return f"{service_type}.log" if name == "model" else f"{service_type}-{name}.log"
-
-
 @asynccontextmanager
 async def sim_service(name: str, config: SimServiceConfig, ctx: ServiceContext) -> AsyncIterator[Endpoint]:
-    log_path = os.path.join(ctx.logs_dir, log_name("sim", name))
+    log_path = ctx.log_path("sim", name)
     async with ServerProcess(sim_argv(config), name=f"service {name!r} (sim)", log_path=log_path, stop_grace_s=5.0) as proc:
         match = await proc.wait_log_line(READY_LINE, timeout_s=config.startup_timeout_s)
         yield Endpoint(

@@ -86,12 +86,11 @@ async def vllm_service(name: str, config: VllmServiceConfig, ctx: ServiceContext
         raise UsageError(f"services.{name}.launch_command: must not be empty (default: vllm serve)")
     env = server_env(name, config)
     port = resolve_port(config.host if config.host not in _ANY_ADDRESS else "0.0.0.0", config.port, on_conflict=config.port_conflict, what=what)
-    log_name = "vllm.log" if name == "model" else f"vllm-{name}.log"
     host = connect_host(config.host)
     proc = ServerProcess(
         vllm_argv(config, port),
         name=what,
-        log_path=os.path.join(ctx.logs_dir, log_name),
+        log_path=ctx.log_path("vllm", name),
         env=env,
         stop_grace_s=config.stop_timeout_s,
     )
