@@ -37,20 +37,21 @@ class LaunchRequest:
         with open(self.config_path, encoding="utf-8") as f:
             return f.read()
 
-    def shard_args(self, idx: int | str, total: int, output_dir: str | None = None) -> list[str]:
-        """Arguments after `shardeval run` that make a node run exactly shard idx of total."""
-        args: list[str] = []
-        if self.config_path:
-            args.append(self.config_path)
+    def run_args(self, config_path: str | None = None, escape: Callable[[str], str] = str) -> list[str]:
+        """Arguments after `shardeval run` that repeat this run: the config file (`config_path`:
+        where the node sees it), the quick flags, the -O overrides and --fresh; `escape` makes each
+        value literal for the file the arguments are written into (Compose, Kubernetes)."""
+        args = [config_path or self.config_path] if self.config_path else []
         for flag, value in self.quick.items():
             if value is not None:
-                args += [f"--{flag.replace('_', '-')}", str(value)]
+                args += [f"--{flag.replace('_', '-')}", escape(str(value))]
         for override in self.overrides:
-            args += ["-O", override]
-        if self.fresh:
-            args.append("--fresh")
-        args += ["--shard", f"{idx}/{total}", "-o", output_dir or self.shard_dir(int(idx))]
-        return args
+            args += ["-O", escape(override)]
+        return args + (["--fresh"] if self.fresh else [])
+
+    def shard_args(self, idx: int | str, total: int, output_dir: str | None = None) -> list[str]:
+        """Arguments after `shardeval run` that make a node run exactly shard idx of total."""
+        return [*self.run_args(), "--shard", f"{idx}/{total}", "-o", output_dir or self.shard_dir(int(idx))]
 
 
 Orchestrator = Callable[[LaunchRequest], int]

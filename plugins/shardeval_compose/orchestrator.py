@@ -172,20 +172,10 @@ def render(request: LaunchRequest) -> dict[str, str]:
 
 
 def shard_command(request: LaunchRequest) -> list[str]:
-    """`run` arguments of every shard container: LaunchRequest.shard_args minus `--shard` and `-o`
+    """`run` arguments of every shard container: LaunchRequest.run_args, without `--shard` and `-o`
     (the shard comes from NEL_SHARD_IDX, the NeMo Evaluator contract; `output.dir=/results` puts it
     in /results/shard_<i>, with no interpolation needed in the command)."""
-    args = ["run"]
-    if request.config_path:
-        args.append(CONFIG_IN_CONTAINER)
-    for flag, value in request.quick.items():
-        if value is not None:
-            args += [f"--{flag.replace('_', '-')}", escape(str(value))]
-    for override in request.overrides:
-        args += ["-O", escape(override)]
-    if request.fresh:
-        args.append("--fresh")
-    return [*args, "-O", f"output.dir={RESULTS_DIR}"]
+    return ["run", *request.run_args(CONFIG_IN_CONTAINER, escape), "-O", f"output.dir={RESULTS_DIR}"]
 
 
 def _pass_through(request: LaunchRequest, cluster: ComposeClusterConfig, config_text: str | None) -> set[str]:

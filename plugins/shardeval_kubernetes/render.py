@@ -210,17 +210,7 @@ def shard_args(request: LaunchRequest) -> list[str]:
     """`run` arguments of every shard pod: the arguments LaunchRequest.shard_args builds, minus
     `--shard` (the pod's shard comes from NEL_SHARD_IDX / NEL_TOTAL_SHARDS, the NeMo Evaluator
     contract), with the config at /config and each shard's own directory on the volume."""
-    args = ["run"]
-    if request.config_path:
-        args.append(f"{CONFIG_DIR}/{CONFIG_FILE}")
-    for flag, value in request.quick.items():
-        if value is not None:
-            args += [f"--{flag.replace('_', '-')}", escape(str(value))]
-    for override in request.overrides:
-        args += ["-O", escape(override)]
-    if request.fresh:
-        args.append("--fresh")
-    return [*args, "-o", f"{RESULTS_DIR}/shard_$(NEL_SHARD_IDX)"]
+    return ["run", *request.run_args(f"{CONFIG_DIR}/{CONFIG_FILE}", escape), "-o", f"{RESULTS_DIR}/shard_$(NEL_SHARD_IDX)"]
 
 
 # --- pieces ------------------------------------------------------------------------------------
