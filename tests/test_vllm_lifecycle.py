@@ -1,4 +1,5 @@
 """The managed `vllm` service inside a real `shardeval run`: the server dying mid-run, and SIGTERM.
+A third-party managed service (tests/managed_service_plugin.py) dies the same way.
 
 The simulator stands in for vLLM (it accepts vLLM's flags), launched through a tiny wrapper
 that writes its pid to a file first, so the test can kill exactly that server and check that it is
@@ -17,13 +18,16 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import process_alive as alive
 
 N_PROBLEMS = 120
 
 
-def write_config(tmp_path: Path, pidfile: Path, itl_ms: float = 20.0) -> Path:
-    """A config whose `model` service is `type: vllm`, launching the simulator as vLLM would be."""
+def write_config(tmp_path: Path, pidfile: Path, itl_ms: float = 20.0, kind: str = "vllm") -> Path:
+    """A config whose `model` service is `type: vllm`, launching the simulator as vLLM would be
+    (or the third-party `type: wrapped`, launching it as written)."""
     wrapper = tmp_path / "pidwrap.py"
     wrapper.write_text(
         "import os, sys\n"
@@ -34,17 +38,11 @@ def write_config(tmp_path: Path, pidfile: Path, itl_ms: float = 20.0) -> Path:
         sys.executable, str(wrapper), "-m", "shardeval", "sim", "--bench", "arith", "--ttft-ms", "100",
         "--itl-ms", str(itl_ms), "--output-tokens", "16", "--model",
     ]  # fmt: skip
+    service = {"type": "vllm", "model": "sim", "launch_command": launch, "port": 0, "startup_timeout_s": 60, "stop_timeout_s": 5}
+    if kind == "wrapped":
+        service = {"type": "wrapped", "argv": [*launch, "sim", "--host", "127.0.0.1", "--port", "0"]}
     cfg = {
-        "services": {
-            "model": {
-                "type": "vllm",
-                "model": "sim",
-                "launch_command": launch,
-                "port": 0,
-                "startup_timeout_s": 60,
-                "stop_timeout_s": 5,
-            }
-        },
+        "services": {"model": service},
         "benchmarks": [{"name": "arith", "params": {"n": N_PROBLEMS}, "max_concurrent": 4}],
         "output": {"progress_interval_s": 0},
     }
@@ -54,11 +52,13 @@ def write_config(tmp_path: Path, pidfile: Path, itl_ms: float = 20.0) -> Path:
 
 
 def start_shard(config: Path, out: Path) -> subprocess.Popen[str]:
+    path = os.pathsep.join(p for p in (os.path.dirname(__file__), os.environ.get("PYTHONPATH")) if p)
     return subprocess.Popen(
         [sys.executable, "-m", "shardeval", "run", str(config), "--shard", "0/1", "-o", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env={**os.environ, "SHARDEVAL_PLUGINS": "managed_service_plugin", "PYTHONPATH": path},
     )
 
 
@@ -86,9 +86,10 @@ def wait_dead(pid: int, timeout: float = 15.0) -> bool:
     return not alive(pid)
 
 
-def test_server_killed_mid_run_fails_the_shard_with_the_reason(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["vllm", "wrapped"])
+def test_server_killed_mid_run_fails_the_shard_with_the_reason(tmp_path: Path, kind: str) -> None:
     pidfile = tmp_path / "server.pid"
-    config = write_config(tmp_path, pidfile)
+    config = write_config(tmp_path, pidfile, kind=kind)
     out = tmp_path / "shard0"
     proc = start_shard(config, out)
     wait_for_records(out, 8, proc)
@@ -100,7 +101,7 @@ def test_server_killed_mid_run_fails_the_shard_with_the_reason(tmp_path: Path) -
     assert proc.returncode == 1, output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["state"] == "failed"
-    assert manifest["reason"].startswith("service 'model' (vllm) exited with status -9 (killed by SIGKILL): ")
+    assert manifest["reason"].startswith(f"service 'model' ({kind}) exited with status -9 (killed by SIGKILL): ")
     assert "exited with status -9" in output  # one clear line for the user too
     records = read_records(out)  # every line whole; what finished is kept
     assert 8 <= len(records) < N_PROBLEMS

@@ -52,7 +52,7 @@ def test_seed_example_decodes() -> None:
         raw = yaml.safe_load(f)["services"]["model"]
     cfg = msgspec.convert(raw, VllmServiceConfig)
     assert (cfg.model, cfg.tensor_parallel_size, cfg.port, cfg.node_pool) == ("nvidia/Llama-3.1-70B-Instruct", 4, 8000, "compute")
-    assert cfg.protocol == "chat_completions" and cfg.served_name == cfg.model
+    assert cfg.protocol == "chat_completions" and cfg.served_model() == cfg.model
     assert cfg.startup_timeout_s == 1800 and cfg.launch_command is None
 
 

@@ -129,12 +129,35 @@ class ServiceConfig(_Section):
         for orchestrators that may put two shards on one node; None when it binds no fixed port."""
         return None
 
+    def managed(self) -> bool:
+        """Whether a shard starts this service as a process on its own node (a model server), as
+        opposed to reaching one that already runs, so orchestrators can say what a shard starts."""
+        return False
+
+    def served_model(self) -> str | None:
+        """The model name requests carry, known before the service starts: quick mode keeps it
+        when `--model-url` turns the service into one that reaches a running server. None: the
+        config does not say."""
+        return None
+
+    def launch_line(self, command: list[str]) -> str:
+        """One line for the comments of the scripts an orchestrator writes: what a shard starts
+        for this service (its command line, secrets redacted; `command` is how the script runs
+        shardeval on the node), or what it reaches instead. Orchestrators never test the type."""
+        return "started by its service plugin on the node" if self.managed() else "nothing to start"
+
 
 class ClusterConfig(_Section):
     """Keys every orchestrator shares; an orchestrator plugin subclasses this with its own keys."""
 
     type: str = "local"
     shards: Count | None = None
+
+    def runs_in_process(self) -> bool:
+        """Whether `shardeval run` with no shard selected evaluates the whole run right here
+        instead of handing it to the orchestrator (`local` with no `shards`: its one shard would
+        only be a child of this process)."""
+        return False
 
 
 class OutputConfig(_Section):

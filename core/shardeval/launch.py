@@ -46,7 +46,7 @@ def launch(
     output_dir = quick.pop("output_dir", None)
     config = load_config(config_path, overrides, quick)
     shard = detect_shard(shard_flag, os.environ, config.cluster.shards)
-    if shard is None and config.cluster.type == "local" and not config.cluster.shards:
+    if shard is None and config.cluster.runs_in_process():
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
         request = LaunchRequest(

@@ -1,6 +1,7 @@
 """Managed server processes: start a model server, wait until it answers, always stop it.
 
-Used by the `vllm` and `sim` services (and any third-party service that launches a server).
+Used by the `vllm` and `sim` services (and any third-party service that launches a server): the
+Endpoint such a service yields carries its ServerProcess (`process=`), which the runner watches.
 The child runs in its own process group with stdout and stderr appended to a log file, so
 stopping it reaches every worker it forked (vLLM forks one per GPU) and a failure can quote the
 log. Stopping is SIGTERM to the group, a grace period, then SIGKILL; it runs on every exit path
@@ -20,12 +21,10 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Iterator, Literal, Mapping, Sequence
 
 from shardeval.app import zipapp_path
 from shardeval.errors import ShardError
-from shardeval.service import Endpoint
 
 PortConflict = Literal["fail", "pick_free"]
 
@@ -425,16 +424,7 @@ def describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
-@dataclass(frozen=True)
-class ManagedEndpoint(Endpoint):
-    """An Endpoint served by a process this shard started: the runner can watch `process`
-    (`process.returncode`, `await process.wait_exit()`) and fail fast when the server dies."""
-
-    process: ServerProcess | None = field(default=None, compare=False, repr=False)
-
-
 __all__ = [
-    "ManagedEndpoint",
     "PortConflict",
     "ServerProcess",
     "describe_exit",

@@ -30,7 +30,7 @@ from shardeval.errors import ShardError, UsageError, os_error
 from shardeval.fingerprints import prompt_fingerprint, scorer_fingerprint
 from shardeval.liveness import ShardLease
 import msgspec
-from shardeval.process import ManagedEndpoint, ServerProcess, describe_exit
+from shardeval.process import ServerProcess, describe_exit
 from shardeval.progress import Progress
 from shardeval.records import (
     LOGS_DIR,
@@ -315,7 +315,7 @@ class ShardRun:
         service_config = self.config.services[name]
         factory = plugins.registry().get("services", service_config.type, f"services.{name}.type").factory
         endpoint = await stack.enter_async_context(factory(name, service_config, ctx))
-        if isinstance(endpoint, ManagedEndpoint) and endpoint.process is not None:
+        if endpoint.process is not None:
             watcher = asyncio.ensure_future(self._watch_service(endpoint.process))
             stack.callback(watcher.cancel)  # unwound before the service itself is stopped
         pool = max(p.config.max_concurrent for p in plans if p.config.solver.service == name)

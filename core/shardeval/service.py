@@ -6,22 +6,28 @@ server and waits until it is healthy; leaving it stops whatever it started, on e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, AsyncContextManager, Callable
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable
 
 from shardeval.config import Protocol, ServiceConfig
 import msgspec
+
+if TYPE_CHECKING:
+    from shardeval.process import ServerProcess
 
 
 @dataclass(frozen=True)
 class Endpoint:
     """Where requests go. `api_key_env` names a variable; the client reads the key from it, and
-    the key itself is never stored in a config, record or log."""
+    the key itself is never stored in a config, record or log. `process`: the server this shard
+    started for it, if any; the runner watches it and fails the shard fast when it dies."""
 
     base_url: str  # ends in /v1
     model: str
     protocol: Protocol
     api_key_env: str | None = None
+    process: ServerProcess | None = field(default=None, compare=False, repr=False)
 
     def url(self) -> str:
         path = "/chat/completions" if self.protocol == "chat_completions" else "/completions"
@@ -35,6 +41,11 @@ class ServiceContext:
     logs_dir: str
     shard_idx: int
     total_shards: int
+
+    def log_path(self, service_type: str, name: str) -> str:
+        """Where a server this shard starts logs: `<type>.log` for the usual service name
+        `model`, `<type>-<name>.log` for any other."""
+        return os.path.join(self.logs_dir, f"{service_type}.log" if name == "model" else f"{service_type}-{name}.log")
 
 
 ServiceFactory = Callable[[str, ServiceConfig, ServiceContext], AsyncContextManager[Endpoint]]

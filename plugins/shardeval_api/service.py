@@ -19,6 +19,12 @@ class ApiServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
         server says it runs (/v1/models) is checked apart, at every shard start."""
         return {"model": self.model}
 
+    def served_model(self) -> str:
+        return self.model
+
+    def launch_line(self, command: list[str]) -> str:
+        return f"nothing to start; requests go to {self.url}"
+
 
 @asynccontextmanager
 async def api_service(name: str, config: ApiServiceConfig, ctx: ServiceContext) -> AsyncIterator[Endpoint]:

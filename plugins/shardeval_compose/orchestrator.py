@@ -72,7 +72,7 @@ def commands(request: LaunchRequest, path: str) -> str:
     """The seed's loop over shards, then the merge: shardeval never drives Docker itself."""
     total = request.config.cluster.shards or 1
     f = shlex.quote(path)
-    keys = sorted(_pass_through(request, request.config.cluster, _config_text(request)))
+    keys = sorted(_pass_through(request, request.config.cluster, request.config_text()))
     lines = [f"# {total} shards, each its own container (export {', '.join(keys)} first: compose passes it by name)"
              if keys else f"# {total} shards, each its own container:"]
     lines.append(
@@ -98,7 +98,7 @@ def render(request: LaunchRequest) -> dict[str, str]:
         raise TypeError(f"expected ComposeClusterConfig, got {type(cluster).__name__}")
     total = cluster.shards or 1
     image = cluster.image or f"shardeval:{__version__}"
-    config_text = _config_text(request)
+    config_text = request.config_text()
 
     if cluster.results_volume is None:
         results = ".."  # the output root: the compose file lives in <root>/compose/
@@ -172,28 +172,10 @@ def render(request: LaunchRequest) -> dict[str, str]:
 
 
 def shard_command(request: LaunchRequest) -> list[str]:
-    """`run` arguments of every shard container: LaunchRequest.shard_args minus `--shard` and `-o`
+    """`run` arguments of every shard container: LaunchRequest.run_args, without `--shard` and `-o`
     (the shard comes from NEL_SHARD_IDX, the NeMo Evaluator contract; `output.dir=/results` puts it
     in /results/shard_<i>, with no interpolation needed in the command)."""
-    args = ["run"]
-    if request.config_path:
-        args.append(CONFIG_IN_CONTAINER)
-    for flag, value in request.quick.items():
-        if value is not None:
-            args += [f"--{flag.replace('_', '-')}", escape(str(value))]
-    for override in request.overrides:
-        args += ["-O", escape(override)]
-    if request.fresh:
-        args.append("--fresh")
-    return [*args, "-O", f"output.dir={RESULTS_DIR}"]
-
-
-def _config_text(request: LaunchRequest) -> str | None:
-    """The config file as written (its ${VAR}s expand in the container); None in quick mode."""
-    if not request.config_path:
-        return None
-    with open(request.config_path, encoding="utf-8") as f:
-        return f.read()
+    return ["run", *request.run_args(CONFIG_IN_CONTAINER, escape), "-O", f"output.dir={RESULTS_DIR}"]
 
 
 def _pass_through(request: LaunchRequest, cluster: ComposeClusterConfig, config_text: str | None) -> set[str]:

@@ -92,7 +92,7 @@ def render(request: LaunchRequest) -> Rendered:
             "labels": {**base_labels, "app.kubernetes.io/component": component},
         }
 
-    config_text = _config_text(request)
+    config_text = request.config_text()
     secrets = _secret_env(request, cluster)
     env = _shard_env(cluster, total, secrets)
     warnings = _warnings(request, cluster, config_text, env)
@@ -210,17 +210,7 @@ def shard_args(request: LaunchRequest) -> list[str]:
     """`run` arguments of every shard pod: the arguments LaunchRequest.shard_args builds, minus
     `--shard` (the pod's shard comes from NEL_SHARD_IDX / NEL_TOTAL_SHARDS, the NeMo Evaluator
     contract), with the config at /config and each shard's own directory on the volume."""
-    args = ["run"]
-    if request.config_path:
-        args.append(f"{CONFIG_DIR}/{CONFIG_FILE}")
-    for flag, value in request.quick.items():
-        if value is not None:
-            args += [f"--{flag.replace('_', '-')}", escape(str(value))]
-    for override in request.overrides:
-        args += ["-O", escape(override)]
-    if request.fresh:
-        args.append("--fresh")
-    return [*args, "-o", f"{RESULTS_DIR}/shard_$(NEL_SHARD_IDX)"]
+    return ["run", *request.run_args(f"{CONFIG_DIR}/{CONFIG_FILE}", escape), "-o", f"{RESULTS_DIR}/shard_$(NEL_SHARD_IDX)"]
 
 
 # --- pieces ------------------------------------------------------------------------------------
@@ -250,14 +240,6 @@ def _names(cluster: KubernetesClusterConfig) -> dict[str, str]:
         if not _SUBDOMAIN.fullmatch(ref.secret):
             raise UsageError(f"cluster.secret_env.{var}.secret {ref.secret!r}: not a Kubernetes Secret name")
     return names
-
-
-def _config_text(request: LaunchRequest) -> str | None:
-    """The config file as written; None in quick mode (the flags travel in the pod's args)."""
-    if not request.config_path:
-        return None
-    with open(request.config_path, encoding="utf-8") as f:
-        return f.read()
 
 
 def _secret_env(request: LaunchRequest, cluster: KubernetesClusterConfig) -> dict[str, tuple[str, str]]:

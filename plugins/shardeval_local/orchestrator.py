@@ -14,7 +14,7 @@ import signal
 import sys
 
 from shardeval.config import ClusterConfig, Count
-from shardeval.orchestrator import LaunchRequest, self_command
+from shardeval.orchestrator import LaunchRequest, merge_and_report, self_command
 from shardeval.process import die_with_parent
 
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
@@ -24,6 +24,10 @@ class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True
     """`parallel`: how many shards run at once (default: all of them)."""
 
     parallel: Count | None = None  # shard processes at once (default: all)
+
+    def runs_in_process(self) -> bool:
+        """Without `shards` the one shard runs right in `shardeval run` (see ClusterConfig)."""
+        return not self.shards
 
 
 def run_local(request: LaunchRequest) -> int:
@@ -53,22 +57,6 @@ def run_local(request: LaunchRequest) -> int:
         )
         return 1
     return 0
-
-
-def merge_and_report(root: str) -> None:
-    """Merge what the shards wrote (also after a failure: the report then says what is missing)."""
-    from shardeval.errors import UsageError
-    from shardeval.merge import merge_run, write_merged
-    from shardeval.report import render_report
-
-    try:
-        result = merge_run(root)
-    except UsageError as exc:
-        print(f"shardeval: nothing to merge: {exc}", file=sys.stderr)
-        return
-    out = write_merged(result)
-    print(render_report(result), end="")
-    print(f"\nmerged into {out}/ — `shardeval merge {root}` redoes it, `shardeval status {root}` shows progress")
 
 
 async def _run_all(commands: list[list[str]], parallel: int, stop: list[signal.Signals]) -> list[int | None]:

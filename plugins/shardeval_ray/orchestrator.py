@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from shardeval.errors import ShardError, UsageError
-from shardeval.orchestrator import LaunchRequest
+from shardeval.orchestrator import LaunchRequest, merge_and_report
 
 log = logging.getLogger("shardeval")
 
@@ -277,8 +277,6 @@ def _print_outcome(outcome: Outcome, total: int) -> None:
 
 def _finish(outcomes: list[Outcome], total: int, root: str, merge: bool) -> int:
     if merge:
-        from shardeval_local.orchestrator import merge_and_report
-
         merge_and_report(root)
     else:
         print(f"shardeval: not merged (merge: false); `shardeval merge {root}` merges the shards", file=sys.stderr)

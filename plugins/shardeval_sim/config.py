@@ -40,3 +40,18 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
         """The answer-shaping keys. `root` is left out on purpose: like a vLLM's weights behind an
         `api` service, it is checked from what the server reports, not from the config."""
         return {key: getattr(self, key) for key in self.RESULT_KEYS}
+
+    def served_model(self) -> str:
+        return self.model
+
+    def managed(self) -> bool:
+        return True
+
+    def launch_line(self, command: list[str]) -> str:
+        """The `shardeval sim` command line, run as `command` on the node."""
+        import shlex
+
+        from shardeval.process import redact
+        from shardeval_sim.service import sim_argv
+
+        return shlex.join(redact(sim_argv(self, command)))

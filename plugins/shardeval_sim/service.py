@@ -7,21 +7,21 @@ and the server never share an event loop or a CPU core's time slices by accident
 from __future__ import annotations
 
 import json
-import os
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from shardeval.process import ManagedEndpoint, ServerProcess, self_command
-from shardeval.service import ServiceContext
+from shardeval.process import ServerProcess, self_command
+from shardeval.service import Endpoint, ServiceContext
 from shardeval_sim.config import SimServiceConfig
 from shardeval_sim.settings import BEHAVIOUR_KEYS
 
 READY_LINE = r"shardeval sim listening on (http://\S+/v1)"
 
 
-def sim_argv(config: SimServiceConfig) -> list[str]:
-    """The `shardeval sim` command line that realises a service config (always port 0)."""
-    argv = [*self_command(), "sim", "--host", "127.0.0.1", "--port", "0"]
+def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list[str]:
+    """The `shardeval sim` command line that realises a service config (always port 0), run as
+    `command` (default: this process's own command)."""
+    argv = [*(command or self_command()), "sim", "--host", "127.0.0.1", "--port", "0"]
     for key in BEHAVIOUR_KEYS:
         value = getattr(config, key)
         flag = "--" + key.replace("_", "-")
@@ -33,16 +33,11 @@ def sim_argv(config: SimServiceConfig) -> list[str]:
     return argv
 
 
-def log_name(service_type: str, name: str) -> str:
-    """`sim.log` for the usual service name `model`, `sim-<name>.log` for any other."""
-    return f"{service_type}.log" if name == "model" else f"{service_type}-{name}.log"
-
-
 @asynccontextmanager
-async def sim_service(name: str, config: SimServiceConfig, ctx: ServiceContext) -> AsyncIterator[ManagedEndpoint]:
-    log_path = os.path.join(ctx.logs_dir, log_name("sim", name))
+async def sim_service(name: str, config: SimServiceConfig, ctx: ServiceContext) -> AsyncIterator[Endpoint]:
+    log_path = ctx.log_path("sim", name)
     async with ServerProcess(sim_argv(config), name=f"service {name!r} (sim)", log_path=log_path, stop_grace_s=5.0) as proc:
         match = await proc.wait_log_line(READY_LINE, timeout_s=config.startup_timeout_s)
-        yield ManagedEndpoint(
+        yield Endpoint(
             base_url=match.group(1), model=config.model, protocol=config.protocol, api_key_env=config.api_key_env, process=proc
         )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from shardeval_slurm.render import (
@@ -72,16 +73,8 @@ def launcher_args(request: LaunchRequest, total: int) -> list[str]:
     `cluster.*` overrides stay behind: the launcher replaces the cluster section with its own
     (type ray), where SLURM's keys would be unknown.
     """
-    args: list[str] = []
-    if request.config_path:
-        args.append(request.config_path)
-    for flag, value in request.quick.items():
-        if value is not None:
-            args += [f"--{flag.replace('_', '-')}", str(value)]
-    for override in request.overrides:
-        if not re.match(r"\s*cluster\s*(?:[.\[=]|$)", override):
-            args += ["-O", override]
-    return [*args, "--shards", str(total), "--output-dir", request.output_root]
+    kept = [o for o in request.overrides if not re.match(r"\s*cluster\s*(?:[.\[=]|$)", o)]
+    return [*replace(request, overrides=kept).run_args(), "--shards", str(total), "--output-dir", request.output_root]
 
 
 def render_ray(

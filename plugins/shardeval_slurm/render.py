@@ -161,7 +161,6 @@ def service_launch_lines(config: Config, command: list[str], free_ports: bool = 
     """What each task's `shardeval run` starts before evaluating, for the script's comment block
     (with `free_ports`, as each service's port_override() makes it)."""
     import msgspec
-    from shardeval.process import redact, self_command
 
     lines = []
     for name, service in config.used_services().items():
@@ -169,24 +168,7 @@ def service_launch_lines(config: Config, command: list[str], free_ports: bool = 
             service = msgspec.structs.replace(service, **service.port_override())
         pool = getattr(service, "node_pool", None)
         label = f"services.{name} ({service.type}{f', node pool {pool}' if pool else ''})"
-        if service.type == "vllm":
-            from shardeval_vllm.service import vllm_argv
-
-            port = getattr(service, "port", 0)
-            argv = vllm_argv(service, port)  # type: ignore[arg-type]
-            where = " (port 0: a free port picked on the node)" if port == 0 else ""
-            lines.append(f"{label}: {shlex.join(redact(argv))}{where}")
-        elif service.type == "sim":
-            from shardeval_sim.service import sim_argv
-
-            argv = sim_argv(service)  # type: ignore[arg-type]
-            prefix = self_command()
-            argv = command + argv[len(prefix):] if argv[: len(prefix)] == prefix else argv
-            lines.append(f"{label}: {shlex.join(redact(argv))}")
-        elif service.type == "api":
-            lines.append(f"{label}: nothing to start; requests go to {getattr(service, 'url', '?')}")
-        else:
-            lines.append(f"{label}: started by its service plugin on the node")
+        lines.append(f"{label}: {service.launch_line(command)}")
     return lines
 
 

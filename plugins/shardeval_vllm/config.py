@@ -52,9 +52,21 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     startup_timeout_s: Seconds = 1800.0
     stop_timeout_s: NonNegativeSeconds = 30.0
 
-    @property
-    def served_name(self) -> str:
+    def served_model(self) -> str:
         return self.served_model_name or self.model
+
+    def managed(self) -> bool:
+        return True
+
+    def launch_line(self, command: list[str]) -> str:
+        """The `vllm serve` command line as the shard runs it, secrets redacted."""
+        import shlex
+
+        from shardeval.process import redact
+        from shardeval_vllm.service import vllm_argv
+
+        where = " (port 0: a free port picked on the node)" if self.port == 0 else ""
+        return shlex.join(redact(vllm_argv(self, self.port))) + where
 
     def identity(self) -> dict[str, Any]:
         """The weights (path or repo id and revision), the name they are served under, every
@@ -63,7 +75,7 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
         false` the whole launch command is the engine's command line, so it counts too."""
         identity: dict[str, Any] = {
             "model": self.model,
-            "served_model_name": self.served_name,
+            "served_model_name": self.served_model(),
             "revision": self.revision,
             "dtype": self.dtype,
             "quantization": self.quantization,

@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from shardeval.errors import UsageError
-from shardeval.process import ManagedEndpoint, ServerProcess, resolve_port
-from shardeval.service import ServiceContext
+from shardeval.process import ServerProcess, resolve_port
+from shardeval.service import Endpoint, ServiceContext
 from shardeval_vllm.config import DEFAULT_LAUNCH_COMMAND, VllmServiceConfig
 
 _ANY_ADDRESS = ("", "0.0.0.0", "::")
@@ -29,7 +29,7 @@ def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:
     """The full server command line for `config` listening on `port` (see config.py for the rules)."""
     values = {
         "{model}": config.model,
-        "{served_model_name}": config.served_name,
+        "{served_model_name}": config.served_model(),
         "{host}": config.host,
         "{port}": str(port),
         "{tensor_parallel_size}": str(config.tensor_parallel_size),
@@ -46,7 +46,7 @@ def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:
         argv.append(config.model)
     if config.standard_args:
         argv += [
-            "--served-model-name", config.served_name,
+            "--served-model-name", config.served_model(),
             "--host", config.host,
             "--port", str(port),
             "--tensor-parallel-size", str(config.tensor_parallel_size),
@@ -80,26 +80,25 @@ def server_env(name: str, config: VllmServiceConfig) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def vllm_service(name: str, config: VllmServiceConfig, ctx: ServiceContext) -> AsyncIterator[ManagedEndpoint]:
+async def vllm_service(name: str, config: VllmServiceConfig, ctx: ServiceContext) -> AsyncIterator[Endpoint]:
     what = f"service {name!r} (vllm)"
     if not config.launch_command and config.launch_command is not None:
         raise UsageError(f"services.{name}.launch_command: must not be empty (default: vllm serve)")
     env = server_env(name, config)
     port = resolve_port(config.host if config.host not in _ANY_ADDRESS else "0.0.0.0", config.port, on_conflict=config.port_conflict, what=what)
-    log_name = "vllm.log" if name == "model" else f"vllm-{name}.log"
     host = connect_host(config.host)
     proc = ServerProcess(
         vllm_argv(config, port),
         name=what,
-        log_path=os.path.join(ctx.logs_dir, log_name),
+        log_path=ctx.log_path("vllm", name),
         env=env,
         stop_grace_s=config.stop_timeout_s,
     )
     async with proc:
         await proc.wait_http(f"http://{host}:{port}{config.health_path}", timeout_s=config.startup_timeout_s, interval_s=1.0)
-        yield ManagedEndpoint(
+        yield Endpoint(
             base_url=f"http://{host}:{port}/v1",
-            model=config.served_name,
+            model=config.served_model(),
             protocol=config.protocol,
             api_key_env=config.api_key_env,
             process=proc,
