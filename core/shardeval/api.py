@@ -24,11 +24,12 @@ if TYPE_CHECKING:
                                     open_from_params, open_rows, package_data)
     from shardeval.errors import ShardError, UsageError
     from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
-    from shardeval.orchestrator import LaunchRequest, Orchestrator
+    from shardeval.orchestrator import LaunchRequest, Orchestrator, merge_and_report
     from shardeval.params import DataParams, ParamsStruct, decode_params
+    from shardeval.process import ServerProcess, node_command, redact, resolve_port, self_command
     from shardeval.records import BenchmarkManifest, Manifest, Message, ResultRecord, TrajectoryRecord
     from shardeval.registry import Entry, Lazy, Register
-    from shardeval.service import Endpoint, ServiceContext, ServiceFactory
+    from shardeval.service import Endpoint, ServiceContext, ServiceFactory, split_endpoint_url
     from shardeval.solver import Attempt, ServiceHandle, Solver, SolverFactory
 
 _LAZY = {
@@ -42,11 +43,12 @@ _LAZY = {
     "open_rows package_data",
     "shardeval.errors": "ShardError UsageError",
     "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
-    "shardeval.orchestrator": "LaunchRequest Orchestrator",
+    "shardeval.orchestrator": "LaunchRequest Orchestrator merge_and_report",
     "shardeval.params": "DataParams ParamsStruct decode_params",
+    "shardeval.process": "ServerProcess node_command redact resolve_port self_command",
     "shardeval.records": "BenchmarkManifest Manifest Message ResultRecord TrajectoryRecord",
     "shardeval.registry": "Entry Lazy Register",
-    "shardeval.service": "Endpoint ServiceContext ServiceFactory",
+    "shardeval.service": "Endpoint ServiceContext ServiceFactory split_endpoint_url",
     "shardeval.solver": "Attempt ServiceHandle Solver SolverFactory",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}

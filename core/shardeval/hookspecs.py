@@ -43,7 +43,10 @@ def register_solvers(register: Register) -> None:
 def register_services(register: Register) -> None:
     """Register model services: `register(type, factory, config=ServiceConfig subclass)`.
 
-    factory(name, config, ServiceContext) returns an async context manager yielding an Endpoint.
+    factory(name, config, ServiceContext) returns an async context manager yielding an Endpoint
+    (with `process=` when it started a server here, so the shard watches it). Orchestrators never
+    test the type: they ask the config's `managed()`, `served_model()`, `launch_line()`, `gpus()`,
+    `port_override()` and `identity()` (shardeval.config.ServiceConfig documents each).
     """
 
 
