@@ -533,7 +533,7 @@ def _numeric_fields(struct: type, seen: set[type]) -> list[tuple[str, str, bool]
     nested Structs, lists and dicts of them."""
     import typing
 
-    from shardeval.config import _unwrap
+    from shardeval.config.explain import unwrap as _unwrap
 
     out = []
     if struct in seen:

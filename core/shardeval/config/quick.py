@@ -1,0 +1,69 @@
+"""Quick mode: the `run` flags (--bench, --model-url, --repeats, ...) with or without a config file."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import msgspec
+
+from shardeval.config.schema import BenchmarkConfig, RawConfig, ServiceConfig
+from shardeval.errors import UsageError
+
+QUICK_KEYS = ("bench", "model_url", "model_id", "api_key_env", "repeats", "max_problems", "max_concurrent", "output_dir")
+
+
+def check_numbers(flags: Mapping[str, Any]) -> None:
+    for key in ("repeats", "max_problems", "max_concurrent"):
+        value = flags.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise UsageError(f"--{key.replace('_', '-')} {value}: must be an integer >= 1")
+
+
+def base(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The config quick mode stands for when no file is given."""
+    missing = [f"--{k.replace('_', '-')}" for k in ("bench", "model_url", "model_id") if not flags.get(k)]
+    if missing:
+        raise UsageError(
+            "no config file given: pass CONFIG.yaml, or run quick mode with --bench NAME --model-url URL "
+            f"--model-id MODEL (missing: {', '.join(missing)})"
+        )
+    return {"services": {"model": {"type": "api"}}, "benchmarks": [{"name": flags["bench"]}]}
+
+
+def keep_benchmark(benchmarks: list[BenchmarkConfig], name: str, source: str) -> list[BenchmarkConfig]:
+    kept = [b for b in benchmarks if name in (b.name, b.id)]
+    if not kept:
+        defined = ", ".join(b.name for b in benchmarks) or "none"
+        raise UsageError(f"--bench {name}: {source} has no benchmark {name!r}; defined: {defined}")
+    return kept
+
+
+def apply(raw: RawConfig, flags: Mapping[str, Any]) -> None:
+    """Quick flags beat the file: numbers on every benchmark, the model on the services they use."""
+    numbers = {k: flags[k] for k in ("repeats", "max_problems", "max_concurrent") if k in flags}
+    if numbers:
+        raw.benchmarks = [msgspec.structs.replace(b, **numbers) for b in raw.benchmarks]
+    if any(k in flags for k in ("model_url", "model_id", "api_key_env")):
+        for name in dict.fromkeys(b.solver.service for b in raw.benchmarks):
+            if name in raw.services or "model_url" in flags:
+                raw.services[name] = _quick_service(name, raw.services.get(name), flags)
+    if "output_dir" in flags:
+        raw.output = msgspec.structs.replace(raw.output, dir=str(flags["output_dir"]))
+
+
+def _quick_service(name: str, section: dict[str, Any] | None, flags: Mapping[str, Any]) -> dict[str, Any]:
+    section = dict(section or {})
+    if "model_url" in flags:
+        if section.get("type") != "api":
+            shared = {f.encode_name for f in msgspec.structs.fields(ServiceConfig)} - {"type"}
+            model = section.get("served_model_name") or section.get("model")
+            section = {k: v for k, v in section.items() if k in shared}
+            section.update({"type": "api"}, **({"model": model} if model else {}))
+        section["url"] = flags["model_url"]
+    if "model_id" in flags:
+        section["model"] = flags["model_id"]
+    if "api_key_env" in flags:
+        section["api_key_env"] = flags["api_key_env"]
+    if section.get("type") == "api" and not section.get("model"):
+        raise UsageError(f"--model-url: service {name!r} is now an api service and needs the served model: pass --model-id")
+    return section
