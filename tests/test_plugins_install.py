@@ -255,21 +255,6 @@ def test_no_pip_for_the_interpreter_is_one_line(tmp_path, target):
     assert f"pip is not available for {python}" in line and "ensurepip" in line
 
 
-def test_requirements_are_checked_in_a_subprocess_when_packaging_cannot_be_imported(monkeypatch):
-    from shardeval import plugin_install
-
-    payload = {
-        "requires": ["click>=8", "numpy<1", "foo[x]>=2; python_version >= '3'", "bar; extra == 'gpu'", "baz", "not a req!"],
-        "extras": [""],
-        "pools": {"bundled": {"click": "8.1.0", "numpy": "2.0.0"}, "staged": {}, "have": {"foo": "1.0"}},
-    }
-    in_process = plugin_install._evaluate(payload)
-    monkeypatch.setattr(plugin_install, "_import_packaging", lambda: None)
-    assert plugin_install._evaluate(payload) == in_process
-    assert [r["status"] for r in in_process] == ["bundled", "bundled-mismatch", "have-mismatch", "skip", "need", "invalid"]
-    assert in_process[2]["extras"] == ["x"] and plugin_install._combine("foo", [in_process[2]]) == "foo[x]>=2"
-
-
 def test_zipapp_detection_is_one_function(tmp_path, monkeypatch):
     from shardeval import app, process
 
