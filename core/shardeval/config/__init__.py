@@ -91,24 +91,13 @@ def config_hash(config: Config) -> str:
 
     benchmarks = []
     for bench in config.benchmarks:
-        service = config.services.get(bench.solver.service)
-        solver = bench.solver
-        entry: dict[str, Any] = {} if bench.id is None else {"id": bench.id}  # absent: older hashes stay valid
-        benchmarks.append(
-            {
-                **entry,
-                "name": bench.name,
-                "params": bench.params,
-                "repeats": bench.repeats,
-                "max_problems": bench.max_problems,
-                "solver": {
-                    "type": solver.type,
-                    "system_prompt": solver.system_prompt,
-                    "generation": msgspec.to_builtins(solver.generation),
-                    "service": describe(service) if service is not None else None,
-                },
-            }
-        )
+        service, solver = config.services.get(bench.solver.service), bench.solver
+        benchmarks.append({
+            **({} if bench.id is None else {"id": bench.id}),  # absent: older hashes stay valid
+            "name": bench.name, "params": bench.params, "repeats": bench.repeats, "max_problems": bench.max_problems,
+            "solver": {"type": solver.type, "system_prompt": solver.system_prompt, "generation": solver.generation,
+                       "service": describe(service) if service is not None else None},
+        })
     payload = {"seed": config.seed, "shuffle_seed": config.shuffle_seed, "benchmarks": benchmarks}
     return f"sha256:{hashlib.sha256(canonical_json(payload)).hexdigest()[:16]}"
 
