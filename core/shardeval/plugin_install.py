@@ -51,7 +51,6 @@ class Dist:
     name: str
     version: str
     site: str  # the directory it is installed into
-    requires: list[str]
     entry_points: list[str]  # names in the `shardeval` group
     raw: Any = field(repr=False)
 
@@ -64,17 +63,17 @@ class Dist:
         return f"{self.name} {self.version}"
 
 
-def _dists(site: str) -> dict[str, Dist]:
-    """Distributions installed in one directory, by canonical name (the first of duplicates wins)."""
+def _dists(site: str | None = None) -> dict[str, Dist]:
+    """Distributions installed in one directory (None: the running environment), by canonical
+    name (the first of duplicates wins)."""
     found: dict[str, Dist] = {}
-    if not os.path.isdir(site):
+    if site is not None and not os.path.isdir(site):
         return found
-    for raw in metadata.distributions(path=[site]):
+    for raw in metadata.distributions(**({} if site is None else {"path": [site]})):
         name = raw.metadata["Name"]
-        if not name or canonical(name) in found:
-            continue
-        eps = [ep.name for ep in raw.entry_points if ep.group == ENTRY_POINT_GROUP]
-        found[canonical(name)] = Dist(name, raw.version, site, list(raw.requires or []), eps, raw)
+        if name and canonical(name) not in found:
+            eps = [ep.name for ep in raw.entry_points if ep.group == ENTRY_POINT_GROUP]
+            found[canonical(name)] = Dist(name, raw.version, site or plugins.dist_location(raw) or "", eps, raw)
     return found
 
 
@@ -372,23 +371,13 @@ def _pinned(item: dict[str, Any]) -> str:
     return f"{item['metadata']['name']} @ {url}"
 
 
-def _environment() -> dict[str, tuple[str, str | None]]:
-    importlib.invalidate_caches()
-    seen: dict[str, tuple[str, str | None]] = {}
-    for raw in metadata.distributions():
-        name = raw.metadata["Name"]
-        if name and canonical(name) not in seen:
-            seen[canonical(name)] = (raw.version, plugins.dist_location(raw))
-    return seen
-
-
 def _install_pip(specs: list[str], pip_options: list[str], echo: Callable[[str], None]) -> None:
     what = f"cannot install {' '.join(specs)}"
-    before = _environment()
+    importlib.invalidate_caches()
+    before = {key: (d.version, d.site) for key, d in _dists().items()}
     _pip(["install", "--no-warn-script-location", *pip_options, *specs], what)
-    after = _environment()
-    changed = [key for key, state in after.items() if before.get(key) != state]
-    dists = [d for key in changed for d in _dists(after[key][1] or "").values() if d.key == key]
+    importlib.invalidate_caches()
+    dists = [d for key, d in _dists().items() if before.get(key) != (d.version, d.site)]
     if not dists:
         echo(f"nothing changed in the environment of {sys.executable}: {' '.join(specs)} was already installed")
         return
@@ -464,13 +453,4 @@ def _installed_list(in_dir: dict[str, Dist], target: str) -> str:
 
 def _plugin_dists_in_environment() -> dict[str, Dist]:
     """Distributions of the running environment that declare `shardeval` entry points."""
-    found: dict[str, Dist] = {}
-    for raw in metadata.distributions():
-        name = raw.metadata["Name"]
-        if not name or canonical(name) in found or canonical(name) == "shardeval":
-            continue
-        eps = [ep.name for ep in raw.entry_points if ep.group == ENTRY_POINT_GROUP]
-        if eps:
-            site = plugins.dist_location(raw) or ""
-            found[canonical(name)] = Dist(name, raw.version, site, list(raw.requires or []), eps, raw)
-    return found
+    return {key: d for key, d in _dists().items() if d.entry_points and key != "shardeval"}
