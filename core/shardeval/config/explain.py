@@ -75,7 +75,7 @@ def unwrap(type_: Any, want: str) -> Any:
         return (typing.get_args(type_) or (Any,))[0]
     if want == "dict" and origin is dict:
         return (typing.get_args(type_) or (Any, Any))[1]
-    return None
+    return type_ if want == "literal" and origin is typing.Literal else None
 
 
 def decode(data: Any, type_: Any, where: Where, prefix: Sequence[PathSeg] = ()) -> Any:
@@ -124,6 +124,7 @@ def _first_misfit(value: Any, type_: Any, path: list[PathSeg]) -> tuple[list[Pat
 
 _NAMES = {mi.IntType: "int", mi.FloatType: "float", mi.StrType: "str", mi.BoolType: "bool", mi.NoneType: "null", mi.StructType:
           "mapping", mi.DictType: "mapping", mi.ListType: "list", mi.VarTupleType: "list", mi.SetType: "list"}
+_ORDER = ("bool", "int", "float", "str", "mapping", "list", "null")  # one order for "expected a or b", as msgspec lists them
 _BOUNDS = (("ge", ">=", operator.ge), ("gt", ">", operator.gt), ("le", "<=", operator.le), ("lt", "<", operator.lt))
 
 
@@ -142,10 +143,12 @@ def _misfit(value: Any, type_: Any) -> str:
                         what = "an integer" if number_type is int else "a number"
                         return f"must be {what} {op} {number_type(bound)}, got {value!r}"
         if isinstance(option, mi.LiteralType) and type(value) is type(option.values[0]):
-            return f"invalid value {value!r}; expected one of: {', '.join(map(str, option.values))}"
-    names = [_NAMES.get(type(o), type(o.values[0]).__name__ if isinstance(o, mi.LiteralType) else "valid") for o in options]
+            choices = typing.get_args(unwrap(type_, "literal")) or option.values  # as declared, not sorted
+            return f"invalid value {value!r}; expected one of: {', '.join(map(str, choices))}"
+    names = {_NAMES.get(type(o), type(o.values[0]).__name__ if isinstance(o, mi.LiteralType) else "valid") for o in options}
+    names = sorted(names, key=lambda n: _ORDER.index(n) if n in _ORDER else len(_ORDER))
     hint = "; quote the value in YAML" if names == ["str"] and isinstance(value, (int, float, bool)) else ""
-    return f"expected {' or '.join(dict.fromkeys(names))}, got {_got(value)}{hint}"
+    return f"expected {' or '.join(names)}, got {_got(value)}{hint}"
 
 
 def _got(value: Any) -> str:
