@@ -1,4 +1,4 @@
-"""The config loader (core/shardeval/config.py) and the slurm plugin's config section.
+"""The config loader (core/shardeval/config/) and the slurm plugin's config section.
 
 Every user mistake must be one line naming the file, the key path and the fix; the CLI tests at
 the end run the real `shardeval run` in a subprocess and check there is no traceback.

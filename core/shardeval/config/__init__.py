@@ -119,13 +119,10 @@ def _decode_service(name: str, section: dict[str, Any], where: Where) -> Service
 
     at = format_path(["services", name])
     service_type = section.get("type")
-    services = registry().entries["services"]
     if not isinstance(service_type, str):
-        known = ", ".join(sorted(services)) or "none"
-        message = f"missing required key 'type' (registered: {known})" if service_type is None else (
-            f"type: expected str, got {kind(service_type)} (registered: {known})"
-        )
-        raise where.error(message, at)
+        known = ", ".join(sorted(registry().entries["services"])) or "none"
+        what = "missing required key 'type'" if service_type is None else f"type: expected str, got {kind(service_type)}"
+        raise where.error(f"{what} (registered: {known})", at)
     entry = registry().get("services", service_type, where=f"{where.source}: {at}.type")
     service = decode(section, entry.config or ServiceConfig, where, ["services", name])
     return _split_url(service)
@@ -186,10 +183,7 @@ def _safe_id(name: str) -> str:
 
 
 def decode_section(data: Any, type_: Any, *, source: str, prefix: str = "") -> Any:
-    """Decode a plugin's own YAML section with the config's error wording (path, closest key).
-
-    For plugins whose params or mapping files are config-like: one line naming `source`, the key
-    path under `prefix`, and the fix.
-    """
+    """Decode a plugin's own config-like section (params, a mapping file) with the config's errors:
+    one line naming `source`, the key path under `prefix`, and the fix."""
     return decode(data, type_, Where(source=source), [prefix] if prefix else [])
 

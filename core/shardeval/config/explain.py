@@ -53,13 +53,7 @@ def format_path(path: Sequence[PathSeg]) -> str:
 
 
 def kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return type(value).__name__
+    return "null" if value is None else "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
 
 
 def unwrap(type_: Any, want: str) -> Any:
