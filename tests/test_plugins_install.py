@@ -175,6 +175,19 @@ def test_a_plugin_needing_another_version_of_a_bundled_package_is_refused(tmp_pa
     assert not list(tmp_path.glob(".install-*"))
 
 
+def test_a_dependency_needing_another_version_of_a_bundled_package_is_refused(tmp_path, target):
+    """pip's resolver sees the whole graph: a requirement two levels down is named just the same."""
+    plugin_dir, env = target
+    wheels = tmp_path / "wheels"
+    dep = project(tmp_path, "olddep", "2.0", deps=["click<1"], entry_point=None)
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *OFFLINE, "-w", str(wheels), dep],
+                           capture_output=True, text=True, env={**os.environ, **PIP_ENV}, timeout=120)
+    assert build.returncode == 0, build.stderr
+    line = one_error_line(shardeval_cmd("plugins", "install", *OFFLINE, "-f", str(wheels), project(tmp_path, "p", deps=["olddep"]), env=env))
+    assert "olddep 2.0 requires click<1, but this shardeval bundles click" in line and "nothing installed" in line
+    assert not plugin_dir.exists() and not list(tmp_path.glob(".install-*"))
+
+
 def test_a_plugin_that_does_not_load_leaves_the_previous_install_in_place(tmp_path, target):
     plugin_dir, env = target
     good = project(tmp_path / "v1", "flaky", "1.0", code="")
