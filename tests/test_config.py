@@ -1,4 +1,4 @@
-"""The config loader (core/shardeval/config.py) and the slurm plugin's config section.
+"""The config loader (core/shardeval/config/) and the slurm plugin's config section.
 
 Every user mistake must be one line naming the file, the key path and the fix; the CLI tests at
 the end run the real `shardeval run` in a subprocess and check there is no traceback.
@@ -437,6 +437,20 @@ def test_config_hash_form_and_stability(in_tmp: Path) -> None:
     assert digest == config_hash(load())
 
 
+def test_config_hash_of_a_run_started_before_canonical_json_is_unchanged() -> None:
+    """The hash moved from msgspec's sorted encoding to canonical JSON (json.dumps, sorted keys,
+    compact, UTF-8); runs started before must still resume. The value is what the old code wrote."""
+    config = load_config(None, ["benchmarks.0.params={n: 20, note: 'héllo ✓'}", "benchmarks.0.solver.generation.temperature=0.7", "seed=7"],
+                         quick={"bench": "arith", "model_url": "http://127.0.0.1:9/v1", "model_id": "m"})
+    assert config_hash(config) == "sha256:76de266e07a8fb79"
+
+
+def test_params_with_non_string_keys_load_and_hash(in_tmp: Path) -> None:
+    """YAML allows `{1: a}` inside params; the old hash stopped with a TypeError there."""
+    config = load(BASE, "benchmarks.0.params.m={1: a, b: [1.5, null]}")
+    assert config_hash(config) != config_hash(load(BASE))
+
+
 def test_config_for_manifest_is_plain_data_without_secrets(in_tmp: Path) -> None:
     config = load(BASE, "services.model.api_key_env=MY_API_KEY", env={"MY_API_KEY": "sk-secret"})
     data = config_for_manifest(config)
@@ -533,7 +547,7 @@ def _numeric_fields(struct: type, seen: set[type]) -> list[tuple[str, str, bool]
     nested Structs, lists and dicts of them."""
     import typing
 
-    from shardeval.config import _unwrap
+    from shardeval.config.explain import unwrap as _unwrap
 
     out = []
     if struct in seen:

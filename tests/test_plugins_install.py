@@ -175,6 +175,19 @@ def test_a_plugin_needing_another_version_of_a_bundled_package_is_refused(tmp_pa
     assert not list(tmp_path.glob(".install-*"))
 
 
+def test_a_dependency_needing_another_version_of_a_bundled_package_is_refused(tmp_path, target):
+    """pip's resolver sees the whole graph: a requirement two levels down is named just the same."""
+    plugin_dir, env = target
+    wheels = tmp_path / "wheels"
+    dep = project(tmp_path, "olddep", "2.0", deps=["click<1"], entry_point=None)
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *OFFLINE, "-w", str(wheels), dep],
+                           capture_output=True, text=True, env={**os.environ, **PIP_ENV}, timeout=120)
+    assert build.returncode == 0, build.stderr
+    line = one_error_line(shardeval_cmd("plugins", "install", *OFFLINE, "-f", str(wheels), project(tmp_path, "p", deps=["olddep"]), env=env))
+    assert "olddep 2.0 requires click<1, but this shardeval bundles click" in line and "nothing installed" in line
+    assert not plugin_dir.exists() and not list(tmp_path.glob(".install-*"))
+
+
 def test_a_plugin_that_does_not_load_leaves_the_previous_install_in_place(tmp_path, target):
     plugin_dir, env = target
     good = project(tmp_path / "v1", "flaky", "1.0", code="")
@@ -253,21 +266,6 @@ def test_no_pip_for_the_interpreter_is_one_line(tmp_path, target):
     python = throwaway_venv(tmp_path, with_pip=False)
     line = one_error_line(run_with(python, "plugins", "install", EXAMPLE, env=env))
     assert f"pip is not available for {python}" in line and "ensurepip" in line
-
-
-def test_requirements_are_checked_in_a_subprocess_when_packaging_cannot_be_imported(monkeypatch):
-    from shardeval import plugin_install
-
-    payload = {
-        "requires": ["click>=8", "numpy<1", "foo[x]>=2; python_version >= '3'", "bar; extra == 'gpu'", "baz", "not a req!"],
-        "extras": [""],
-        "pools": {"bundled": {"click": "8.1.0", "numpy": "2.0.0"}, "staged": {}, "have": {"foo": "1.0"}},
-    }
-    in_process = plugin_install._evaluate(payload)
-    monkeypatch.setattr(plugin_install, "_import_packaging", lambda: None)
-    assert plugin_install._evaluate(payload) == in_process
-    assert [r["status"] for r in in_process] == ["bundled", "bundled-mismatch", "have-mismatch", "skip", "need", "invalid"]
-    assert in_process[2]["extras"] == ["x"] and plugin_install._combine("foo", [in_process[2]]) == "foo[x]>=2"
 
 
 def test_zipapp_detection_is_one_function(tmp_path, monkeypatch):

@@ -15,10 +15,6 @@ from conftest import REPO
 ROOT = Path(REPO)
 HOOKS = ("register_services", "register_orchestrators")
 
-# Quick mode (`--model-url` makes a service `type: api`) still reads the raw section's type;
-# wired by integrator: it moves to ServiceConfig.served_model() with the config split.
-KNOWN = {("core/shardeval/config.py", "api")}
-
 
 def owner(path: Path) -> str:
     """The plugin package a source file belongs to, or "core"."""
@@ -93,7 +89,7 @@ def test_no_type_name_is_tested_outside_its_plugin() -> None:
     for path in sources():
         rel, here = str(path.relative_to(ROOT)), owner(path)
         for line, literal in type_tests(ast.parse(path.read_text())):
-            if names.get(literal, here) != here and (rel, literal) not in KNOWN:
+            if names.get(literal, here) != here:
                 offences.append(f"{rel}:{line} tests type {literal!r} (registered by {names[literal]})")
     assert offences == []
 

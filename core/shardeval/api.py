@@ -16,39 +16,50 @@ from shardeval.hookspecs import hookimpl
 if TYPE_CHECKING:
     from shardeval.answers import (NUMERIC_METHODS, as_number, extract_choice, extract_numeric, final_answer,
                                    first_number, last_number, normalize, normalize_text, numbers_equal)
+    from shardeval.atomic import atomic_write
     from shardeval.benchmark import Benchmark, BenchmarkFactory, Problem, Score
     from shardeval.client import Completion
-    from shardeval.config import (ClusterConfig, Config, Count, Generation, NonNegativeFloat, NonNegativeInt,
-                                  NonNegativeSeconds, Probability, Seconds, ServiceConfig, SolverConfig)
+    from shardeval.config import (ClusterConfig, Config, config_hash, Count, Generation, load_config,
+                                  NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, parse_key_values,
+                                  Probability, read_yaml, Seconds, ServiceConfig, SolverConfig)
     from shardeval.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
                                     open_from_params, open_rows, package_data)
     from shardeval.errors import ShardError, UsageError
     from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
     from shardeval.orchestrator import LaunchRequest, Orchestrator, merge_and_report
     from shardeval.params import DataParams, ParamsStruct, decode_params
-    from shardeval.process import ServerProcess, node_command, redact, resolve_port, self_command
-    from shardeval.records import BenchmarkManifest, Manifest, Message, ResultRecord, TrajectoryRecord
+    from shardeval.process import (die_with_parent, node_command, redact, resolve_port, self_command,
+                                   ServerProcess)
+    from shardeval.records import (BenchmarkManifest, Manifest, Message, read_manifest, ResultRecord,
+                                   RESULTS_FILE, TrajectoryRecord)
     from shardeval.registry import Entry, Lazy, Register
+    from shardeval.resume import check_submission, set_aside_shards
     from shardeval.service import Endpoint, ServiceContext, ServiceFactory, split_endpoint_url
+    from shardeval.shards import shard_indices, shard_range, ShardSpec
     from shardeval.solver import Attempt, ServiceHandle, Solver, SolverFactory
 
 _LAZY = {
-    "shardeval.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer first_number "
-    "last_number normalize normalize_text numbers_equal",
+    "shardeval.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer "
+    "first_number last_number normalize normalize_text numbers_equal",
+    "shardeval.atomic": "atomic_write",
     "shardeval.benchmark": "Benchmark BenchmarkFactory Problem Score",
     "shardeval.client": "Completion",
-    "shardeval.config": "ClusterConfig Config Count Generation NonNegativeFloat NonNegativeInt NonNegativeSeconds "
-    "Probability Seconds ServiceConfig SolverConfig",
-    "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row open_from_params "
-    "open_rows package_data",
+    "shardeval.config": "ClusterConfig Config config_hash Count Generation load_config NonNegativeFloat "
+    "NonNegativeInt NonNegativeSeconds parse_key_values Probability read_yaml Seconds ServiceConfig "
+    "SolverConfig",
+    "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row "
+    "open_from_params open_rows package_data",
     "shardeval.errors": "ShardError UsageError",
     "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
     "shardeval.orchestrator": "LaunchRequest Orchestrator merge_and_report",
     "shardeval.params": "DataParams ParamsStruct decode_params",
-    "shardeval.process": "ServerProcess node_command redact resolve_port self_command",
-    "shardeval.records": "BenchmarkManifest Manifest Message ResultRecord TrajectoryRecord",
+    "shardeval.process": "die_with_parent node_command redact resolve_port self_command ServerProcess",
+    "shardeval.records": "BenchmarkManifest Manifest Message read_manifest ResultRecord RESULTS_FILE "
+    "TrajectoryRecord",
     "shardeval.registry": "Entry Lazy Register",
+    "shardeval.resume": "check_submission set_aside_shards",
     "shardeval.service": "Endpoint ServiceContext ServiceFactory split_endpoint_url",
+    "shardeval.shards": "shard_indices shard_range ShardSpec",
     "shardeval.solver": "Attempt ServiceHandle Solver SolverFactory",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}

@@ -43,12 +43,12 @@ import csv
 import gzip
 import hashlib
 import os
-import tempfile
 from array import array
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from shardeval.benchmark import Benchmark, Problem
+from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError
 import msgspec
 
@@ -360,7 +360,7 @@ def package_data(package: str, resource: str, *, pip_name: str | None = None, wh
     target = os.path.join(target_dir, os.path.basename(resource))
     if not (os.path.isfile(target) and _file_sha256(target) == hashlib.sha256(data).hexdigest()):
         os.makedirs(target_dir, exist_ok=True)
-        _atomic_write(target, [data])
+        atomic_write(target, [data])
     return target
 
 
@@ -570,34 +570,12 @@ def _fetch(url: str, target: str, want: str | None, who: str) -> None:
                     h.update(chunk)
                     yield chunk
 
-            _atomic_write(target, chunks(), before_rename=check)
+            atomic_write(target, chunks(), before_rename=check)
     except urllib.error.HTTPError as exc:
         raise UsageError(f"{who}{url}: download failed: HTTP {exc.code} {exc.reason}; check the URL or give params.path") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise UsageError(f"{who}{url}: download failed: {reason}; check the network, or download it yourself and give params.path") from None
-
-
-def _atomic_write(target: str, chunks: Iterable[bytes], before_rename: Callable[[], None] | None = None) -> None:
-    """Write to a unique temp file in the target's directory, fsync, then rename over the target.
-
-    `before_rename` may raise to abandon the write (the temp file is removed, the target untouched)."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".part-", suffix="-" + os.path.basename(target))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        if before_rename is not None:
-            before_rename()
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 class _FileLock:

@@ -28,6 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError, os_error
 import msgspec
 from shardeval.records import HEARTBEAT_FILE, LOCK_FILE, Heartbeat
@@ -272,17 +273,11 @@ class ShardLease:
         if ended:
             self._me.ended_at = now
         data = msgspec.json.encode(self._me) + b"\n"
-        tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
+            atomic_write(self.path, data)
             return
         except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            pass
         try:  # a full disk has no block for a new file: rewrite in place (a reader may then see half
             with open(self.path, "r+b") as f:  # of it once, which it takes as no evidence either way)
                 f.write(data)

@@ -20,6 +20,7 @@ from typing import Any
 from shardeval.discover import MERGED_DIR, Run, Shard, load_run
 from shardeval.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
 import msgspec
+from shardeval.atomic import atomic_write
 from shardeval.errors import os_error
 from shardeval.records import (
     RESULTS_FILE,
@@ -27,9 +28,7 @@ from shardeval.records import (
     BenchmarkManifest,
     ReadReport,
     ResultRecord,
-    remove_quietly,
     scan_lines,
-    write_atomic,
 )
 from shardeval.shards import shard_indices
 from shardeval.standing import DUPLICATE, OTHER_BENCHMARK, OUTSIDE, SUPERSEDE, TAKE, Membership, decide
@@ -347,9 +346,9 @@ def write_merged(result: MergeResult, out_dir: str | None = None, confidence: fl
             scan_trajectories(b.cells, b.manifest.name, result.run.shards)
             _copy_winners(result.run.shards, b, RESULTS_FILE, b.cells.offset, b.cells.length, bench_dir)
             _copy_winners(result.run.shards, b, TRAJECTORIES_FILE, b.cells.traj_offset, b.cells.traj_length, bench_dir)
-        write_atomic(os.path.join(out_dir, "scores.json"), _pretty(scores_document(result)))
-        write_atomic(os.path.join(out_dir, "timing.json"), _pretty(timing_document(result)))
-        write_atomic(os.path.join(out_dir, "report.md"), render_report(result, confidence).encode())
+        atomic_write(os.path.join(out_dir, "scores.json"), _pretty(scores_document(result)))
+        atomic_write(os.path.join(out_dir, "timing.json"), _pretty(timing_document(result)))
+        atomic_write(os.path.join(out_dir, "report.md"), render_report(result, confidence).encode())
     except OSError as exc:  # a full disk, a read-only run directory: one line, no .tmp left behind
         raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
     return out_dir
@@ -357,25 +356,21 @@ def write_merged(result: MergeResult, out_dir: str | None = None, confidence: fl
 
 def _copy_winners(shards: list[Shard], b: BenchmarkMerge, name: str, offsets: array, lengths: array, bench_dir: str) -> None:
     files: dict[int, Any] = {}
-    target = os.path.join(bench_dir, name)
+
+    def winners() -> Any:
+        src_of = b.cells.src
+        for cell in range(len(offsets)):
+            src, offset = src_of[cell], offsets[cell]
+            if src < 0 or offset < 0:
+                continue
+            f = files.get(src)
+            if f is None:
+                f = files[src] = open(os.path.join(shards[src].abspath, b.manifest.name, name), "rb")
+            f.seek(offset)
+            yield f.read(lengths[cell])
+
     try:
-        with open(target + ".tmp", "wb") as out:
-            src_of = b.cells.src
-            for cell in range(len(offsets)):
-                src, offset = src_of[cell], offsets[cell]
-                if src < 0 or offset < 0:
-                    continue
-                f = files.get(src)
-                if f is None:
-                    f = files[src] = open(os.path.join(shards[src].abspath, b.manifest.name, name), "rb")
-                f.seek(offset)
-                out.write(f.read(lengths[cell]))
-        os.replace(target + ".tmp", target)
-    except BaseException as exc:
-        remove_quietly(target + ".tmp")
-        if isinstance(exc, OSError) and exc.filename in (None, target + ".tmp"):
-            exc.filename = target
-        raise
+        atomic_write(os.path.join(bench_dir, name), winners())
     finally:
         for f in files.values():
             f.close()

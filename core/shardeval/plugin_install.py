@@ -2,14 +2,14 @@
 
 Two modes (`shardeval.app.install_mode`):
 
-* target (the zipapp): pip installs into the plugin directory with `--target`. A plugin runs next
-  to the packages the app bundles, so it may never bring its own version of one of them: every
-  requirement is checked against the bundled distributions (a bundled one that fits is used, one
-  that does not refuses the install before anything changes), the rest are installed with
-  `--no-deps`, round by round, under a constraints file pinning every bundled distribution.
-  Everything is staged in a temporary directory first; the plugin directory changes only once
-  the whole set is known, an older install of the same distribution is removed per its RECORD,
-  and when the new plugin then fails to load, the previous state is put back.
+* target (the zipapp): a plugin runs next to the packages the app bundles, so it may never bring
+  its own version of one of them. pip's own resolver decides what to install: a dry run
+  (`--dry-run --report`) that sees the bundled distributions (and nothing else) as installed, each
+  pinned by a constraint, lists everything else the plugin needs; a requirement that excludes
+  a bundled version fails that run and is named in one line. Exactly the listed distributions are
+  then installed with `--no-deps --target` into a staging directory; the plugin directory changes
+  only once all of them are there, an older install of the same distribution is removed per its
+  RECORD, and when the new plugin then fails to load, the previous state is put back.
 * pip (the pip-installed package): plain `pip install` into the running environment, where the
   plugin is then an ordinary entry point.
 
@@ -30,7 +30,7 @@ import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from shardeval import plugins
 from shardeval.app import app_site_packages, install_mode
@@ -51,7 +51,6 @@ class Dist:
     name: str
     version: str
     site: str  # the directory it is installed into
-    requires: list[str]
     entry_points: list[str]  # names in the `shardeval` group
     raw: Any = field(repr=False)
 
@@ -64,17 +63,17 @@ class Dist:
         return f"{self.name} {self.version}"
 
 
-def _dists(site: str) -> dict[str, Dist]:
-    """Distributions installed in one directory, by canonical name (the first of duplicates wins)."""
+def _dists(site: str | None = None) -> dict[str, Dist]:
+    """Distributions installed in one directory (None: the running environment), by canonical
+    name (the first of duplicates wins)."""
     found: dict[str, Dist] = {}
-    if not os.path.isdir(site):
+    if site is not None and not os.path.isdir(site):
         return found
-    for raw in metadata.distributions(path=[site]):
+    for raw in metadata.distributions(**({} if site is None else {"path": [site]})):
         name = raw.metadata["Name"]
-        if not name or canonical(name) in found:
-            continue
-        eps = [ep.name for ep in raw.entry_points if ep.group == ENTRY_POINT_GROUP]
-        found[canonical(name)] = Dist(name, raw.version, site, list(raw.requires or []), eps, raw)
+        if name and canonical(name) not in found:
+            eps = [ep.name for ep in raw.entry_points if ep.group == ENTRY_POINT_GROUP]
+            found[canonical(name)] = Dist(name, raw.version, site or plugins.dist_location(raw) or "", eps, raw)
     return found
 
 
@@ -86,14 +85,18 @@ def bundled() -> dict[str, Dist]:
 # -- pip ------------------------------------------------------------------------------------------
 
 
-def _require_pip() -> None:
-    probe = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True)
+def _require_pip() -> tuple[tuple[int, ...], str]:
+    """(pip's version, its package directory) for sys.executable; no pip is one line, exit 2."""
+    probe = subprocess.run([sys.executable, "-c", "import os, pip; print(pip.__version__); print(os.path.dirname(pip.__file__))"],
+                           capture_output=True, text=True)
     if probe.returncode != 0:
         why = (probe.stderr.strip().splitlines() or ["no output"])[-1]
         raise UsageError(
             f"pip is not available for {sys.executable} ({why}); install it for that interpreter "
             f"(`{sys.executable} -m ensurepip --user`, or the OS package python3-pip) and retry"
         )
+    version, directory = probe.stdout.split("\n")[:2]
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:2]), directory
 
 
 def _pip_error(lines: Iterable[str]) -> str:
@@ -107,9 +110,13 @@ def _pip_error(lines: Iterable[str]) -> str:
     return text if len(text) <= 600 else text[:597] + "..."
 
 
-def _pip(args: list[str], what: str) -> None:
-    """Run `sys.executable -m pip ARGS` with its output on our stderr; failure: one line, exit 2."""
-    command = [sys.executable, "-m", "pip", *args]
+_CONFLICT = re.compile(r"\s*(\S+ \S+) depends on (([A-Za-z0-9._-]+).*)")  # pip's "The conflict is caused by:" lines
+
+
+def _pip(args: list[str], what: str, app: dict[str, Dist] | None = None, python: Sequence[str] = ()) -> None:
+    """Run pip (`python -m pip ARGS`, or `python` given) with its output on our stderr; failure: one
+    line, exit 2, naming the bundled distribution a requirement excludes when that is the cause."""
+    command = [*(python or [sys.executable, "-m", "pip"]), *args]
     tail: deque[str] = deque(maxlen=60)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     assert proc.stdout is not None
@@ -117,8 +124,15 @@ def _pip(args: list[str], what: str) -> None:
         sys.stderr.write(line)
         tail.append(line)
     sys.stderr.flush()
-    if proc.wait() != 0:
-        raise UsageError(f"{what}: pip failed: {_pip_error(tail)}")
+    if proc.wait() == 0:
+        return
+    for m in filter(None, (_CONFLICT.fullmatch(line.rstrip()) for line in tail)):
+        if app and canonical(m[3]) in app:
+            raise UsageError(
+                f"{what}: {m[1]} requires {m[2]}, but this shardeval bundles {app[canonical(m[3])].label}; plugins run "
+                "with the bundled versions (use a release of the plugin that accepts it); nothing installed"
+            )
+    raise UsageError(f"{what}: pip failed: {_pip_error(tail)}")
 
 
 def _check_paths(specs: Iterable[str]) -> None:
@@ -127,91 +141,6 @@ def _check_paths(specs: Iterable[str]) -> None:
         looks_local = spec.startswith((".", "/", "~")) or os.sep in spec or spec.endswith((".whl", ".tar.gz", ".zip"))
         if looks_local and "://" not in spec and " @ " not in spec and not os.path.exists(os.path.expanduser(spec)):
             raise UsageError(f"cannot install {spec}: no such file or directory (give a package name, a wheel, or a project directory)")
-
-
-# -- requirements ---------------------------------------------------------------------------------
-
-
-def _import_packaging() -> Any:
-    """`packaging` (or pip's vendored copy) in this process, or None (then a subprocess decides)."""
-    for prefix in ("packaging", "pip._vendor.packaging"):
-        try:
-            return importlib.import_module(f"{prefix}.requirements")
-        except ImportError:
-            continue
-    return None
-
-
-def evaluate(payload: dict[str, Any], requirements: Any) -> list[dict[str, Any]]:
-    """Sort a distribution's Requires-Dist into what is already there and what must be installed.
-
-    payload: requires (strings), extras (the extras asked for; "" is the base set), pools (pool
-    name -> {canonical name: version}, checked in order: `bundled`, `staged`, `have`).
-    Each result: req, name, extras, specifier, url, status (`skip` marker false; `<pool>` satisfied
-    by that pool; `<pool>-mismatch` present there at a version outside the specifier; `need` not
-    present anywhere; `invalid`), version (of the pool's copy).
-    """
-    results: list[dict[str, Any]] = []
-    extras = payload["extras"] or [""]
-    for text in payload["requires"]:
-        result: dict[str, Any] = {"req": text, "name": "", "extras": [], "specifier": "", "url": None, "version": None}
-        try:
-            req = requirements.Requirement(text)
-        except Exception as exc:  # InvalidRequirement: a broken plugin's metadata
-            results.append({**result, "status": "invalid", "specifier": str(exc)})
-            continue
-        result.update(name=canonical(req.name), extras=sorted(req.extras), specifier=str(req.specifier), url=req.url)
-        if req.marker is not None and not any(req.marker.evaluate({"extra": extra}) for extra in extras):
-            results.append({**result, "status": "skip"})
-            continue
-        result["status"] = "need"
-        for pool, versions in payload["pools"].items():
-            if result["name"] in versions:
-                version = versions[result["name"]]
-                try:
-                    fits = not req.url and req.specifier.contains(version, prereleases=True)
-                except Exception:  # a version packaging cannot parse fits nothing
-                    fits = False
-                result.update(status=pool if fits else f"{pool}-mismatch", version=version)
-                break
-        results.append(result)
-    return results
-
-
-def _evaluate(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    requirements = _import_packaging()
-    if requirements is not None:
-        return evaluate(payload, requirements)
-    # Neither packaging nor pip is importable here (a zipapp that bundles neither); the
-    # interpreter's own pip is (checked before), so the same function runs next to it.
-    code = (
-        "import site, sys; site.addsitedir(sys.argv[1]); "
-        "from shardeval.plugin_install import _evaluate_stdin; _evaluate_stdin()"
-    )
-    with tempfile.TemporaryDirectory() as cwd:  # nothing in the working directory is imported
-        out = subprocess.run(
-            [sys.executable, "-c", code, app_site_packages()], input=json.dumps(payload), capture_output=True, text=True, cwd=cwd
-        )
-    if out.returncode != 0:
-        raise UsageError(f"cannot read requirements with {sys.executable}: {_pip_error(out.stderr.splitlines())}")
-    return json.loads(out.stdout)
-
-
-def _evaluate_stdin() -> None:
-    requirements = _import_packaging()
-    if requirements is None:
-        raise SystemExit("ERROR: neither packaging nor pip._vendor.packaging can be imported")
-    print(json.dumps(evaluate(json.load(sys.stdin), requirements)))
-
-
-def _combine(name: str, reqs: list[dict[str, Any]]) -> str:
-    """One pip requirement for every requirement on one distribution (markers are evaluated)."""
-    extras = sorted({e for r in reqs for e in r["extras"]})
-    head = name + (f"[{','.join(extras)}]" if extras else "")
-    url = next((r["url"] for r in reqs if r["url"]), None)
-    if url:
-        return f"{head} @ {url}"
-    return head + ",".join(r["specifier"] for r in reqs if r["specifier"])
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -353,14 +282,17 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
     """Install plugins (names, wheels, project directories) the way this shardeval runs."""
     _check_paths(specs)
     mode = install_mode()
-    _require_pip()
+    pip_version, pip_dir = _require_pip()
     if mode == "target":
-        _install_target(specs, pip_options, echo)
+        if pip_version < (22, 2):
+            raise UsageError(f"pip {'.'.join(map(str, pip_version))} of {sys.executable} is too old: plugins install with "
+                             f"pip 22.2 or newer (its --report); `{sys.executable} -m pip install --user -U pip` updates it")
+        _install_target(specs, pip_options, echo, pip_dir)
     else:
         _install_pip(specs, pip_options, echo)
 
 
-def _install_target(specs: list[str], pip_options: list[str], echo: Callable[[str], None]) -> None:
+def _install_target(specs: list[str], pip_options: list[str], echo: Callable[[str], None], pip_dir: str) -> None:
     target = plugins.plugin_dir()
     what = f"cannot install {' '.join(specs)}"
     app = bundled()
@@ -371,92 +303,22 @@ def _install_target(specs: list[str], pip_options: list[str], echo: Callable[[st
     except OSError:
         work = tempfile.mkdtemp(prefix="shardeval-plugin-install-")
     try:
-        constraints = os.path.join(work, "constraints.txt")
-        with open(constraints, "w") as f:
-            f.writelines(f"{d.name}=={d.version}\n" for d in app.values())
-        pip_base = ["install", "--no-deps", "--no-warn-script-location", "-c", constraints, *pip_options]
-
-        stages: list[str] = []
-
-        def stage(requirements: list[str]) -> list[Dist]:
-            directory = os.path.join(work, f"stage{len(stages)}")
-            stages.append(directory)
-            _pip([*pip_base, "--target", directory, *requirements], what)
-            return list(_dists(directory).values())
-
-        top = stage(specs)
-        if not top:
-            raise UsageError(f"{what}: pip installed no distribution")
-        for dist in top:
-            if dist.key in app:
-                raise UsageError(
-                    f"{what}: {dist.name} is bundled with this shardeval ({app[dist.key].label}); "
-                    "a plugin cannot replace a bundled distribution"
-                )
+        wanted = _resolve(specs, pip_options, what, app, work, pip_dir)
+        if not any(item.get("requested") for item in wanted):
+            raise UsageError(f"{what}: pip finds nothing to install: a distribution this shardeval bundles is never installed again")
+        staging = os.path.join(work, "staging")
+        _pip(["install", "--no-deps", "--no-warn-script-location", "--target", staging, *pip_options, *map(_pinned, wanted)], what)
+        staged = _dists(staging)
+        top = [staged[canonical(item["metadata"]["name"])] for item in wanted if item.get("requested")]
         _entry_point_free(top, what)
-
-        staged = {d.key: d for d in top}
-        done: dict[str, set[str]] = {}  # canonical name -> extras whose requirements were checked
-        queue: list[tuple[Dist, set[str]]] = [(d, {""}) for d in top]
-        while queue:
-            need: dict[str, list[dict[str, Any]]] = {}
-            asked: dict[str, set[str]] = {}
-            pools = {
-                "bundled": {k: d.version for k, d in app.items()},
-                "staged": {k: d.version for k, d in staged.items()},
-                "have": {k: d.version for k, d in existing.items() if k not in staged},
-            }
-            follow: list[tuple[Dist, set[str]]] = []
-            for dist, extras in queue:
-                new_extras = extras - done.setdefault(dist.key, set())
-                done[dist.key] |= new_extras
-                if not new_extras:
-                    continue
-                for r in _evaluate({"requires": dist.requires, "extras": sorted(new_extras), "pools": pools}):
-                    status = r["status"]
-                    if status == "invalid":
-                        raise UsageError(f"{what}: {dist.label} has an invalid requirement {r['req']!r}: {r['specifier']}")
-                    if status == "bundled-mismatch":
-                        raise UsageError(
-                            f"{what}: {dist.label} requires {r['req']}, but this shardeval bundles "
-                            f"{app[r['name']].label}; plugins run with the bundled versions (use a release "
-                            "of the plugin that accepts it); nothing installed"
-                        )
-                    if status == "staged-mismatch":
-                        raise UsageError(
-                            f"{what}: {dist.label} requires {r['req']}, but {staged[r['name']].label} is "
-                            "being installed for another requirement; nothing installed"
-                        )
-                    if status in ("need", "have-mismatch"):
-                        need.setdefault(r["name"], []).append(r)
-                        asked.setdefault(r["name"], {""}).update(r["extras"])
-                    elif status in ("bundled", "staged", "have") and r["extras"]:
-                        pool = {"bundled": app, "staged": staged, "have": existing}[status]
-                        follow.append((pool[r["name"]], set(r["extras"])))
-            queue = follow
-            if need:
-                for dist in stage([_combine(name, reqs) for name, reqs in sorted(need.items())]):
-                    if dist.key in app:  # pinned by the constraints; the bundled copy is the one used
-                        continue
-                    staged[dist.key] = dist
-                    queue.append((dist, asked.get(dist.key, {""})))
-            if len(stages) > 50:
-                raise UsageError(f"{what}: the requirements do not settle after 50 rounds of pip")
 
         os.makedirs(target, exist_ok=True)
         change = _Change(target, os.path.join(work, "backup"))
-        replaced = [existing[k] for k in staged if k in existing]
         try:
-            for dist in replaced:
-                _remove_dist(dist, change)
-            for directory in stages:
-                for key, dist in _dists(directory).items():
-                    if key in app:  # a bundled distribution pip pulled in anyway: never shadow it
-                        for path in _dist_files(dist):
-                            os.remove(path)
-                change.add_tree(directory)
-            installed = [_dists(target)[d.key] for d in top]
-            lines, failures, warnings = _verify(installed)
+            for key in staged.keys() & existing.keys():
+                _remove_dist(existing[key], change)
+            change.add_tree(staging)
+            lines, failures, warnings = _verify([_dists(target)[d.key] for d in top])
             if failures:
                 raise UsageError(f"{what}: {'; '.join(failures)}; the plugin directory is left as it was")
         except BaseException:
@@ -465,10 +327,10 @@ def _install_target(specs: list[str], pip_options: list[str], echo: Callable[[st
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    deps = sorted((d for d in staged.values() if d.key not in {t.key for t in top}), key=lambda d: d.key)
     for dist in top:
         old = existing.get(dist.key)
         echo(f"installed {dist.label} into {target}" + (f" (replacing {old.version})" if old else ""))
+    deps = sorted((d for d in staged.values() if d.key not in {t.key for t in top}), key=lambda d: d.key)
     if deps:
         echo(f"  with: {', '.join(d.label for d in deps)}")
     for line in lines:
@@ -477,23 +339,45 @@ def _install_target(specs: list[str], pip_options: list[str], echo: Callable[[st
         print(f"shardeval: warning: {warning}", file=sys.stderr)
 
 
-def _environment() -> dict[str, tuple[str, str | None]]:
-    importlib.invalidate_caches()
-    seen: dict[str, tuple[str, str | None]] = {}
-    for raw in metadata.distributions():
-        name = raw.metadata["Name"]
-        if name and canonical(name) not in seen:
-            seen[canonical(name)] = (raw.version, plugins.dist_location(raw))
-    return seen
+# pip with nothing on sys.path but the app's site-packages and pip itself (linked alone into a
+# directory of its own; -I -S: no site-packages, no PYTHONPATH): only the bundled distributions
+# count as installed, not what the node happens to have.
+_ISOLATED_PIP = "import runpy, sys; sys.path[:0] = sys.argv[1:3]; del sys.argv[1:3]; runpy.run_module('pip', run_name='__main__', alter_sys=True)"
+
+
+def _resolve(specs: list[str], pip_options: list[str], what: str, app: dict[str, Dist], work: str, pip_dir: str) -> list[dict[str, Any]]:
+    """What pip's resolver would install for `specs` beyond the bundled distributions (its --report
+    `install` items), every bundled distribution pinned to its version. The plugin dir is not looked
+    at: what it holds of them is replaced, so one install is always complete on its own."""
+    constraints, report, pip_only = (os.path.join(work, n) for n in ("constraints.txt", "report.json", "pip"))
+    with open(constraints, "w") as f:
+        f.writelines(f"{d.name}=={d.version}\n" for d in app.values())
+    os.makedirs(pip_only)
+    os.symlink(pip_dir, os.path.join(pip_only, "pip"))
+    _pip(["install", "--dry-run", "--report", report, "--prefix", os.path.join(work, "prefix"), "-c", constraints, *pip_options, *specs],
+         what, app, python=[sys.executable, "-I", "-S", "-c", _ISOLATED_PIP, app_site_packages(), pip_only])
+    with open(report, encoding="utf-8") as f:
+        return json.load(f)["install"]
+
+
+def _pinned(item: dict[str, Any]) -> str:
+    """The artifact the resolver chose, as a direct reference: `name @ url` (PEP 610 to PEP 508)."""
+    info = item["download_info"]
+    url = info["url"]
+    if "vcs_info" in info:
+        url = f"{info['vcs_info']['vcs']}+{url}@{info['vcs_info']['commit_id']}"
+    if info.get("subdirectory"):
+        url += f"#subdirectory={info['subdirectory']}"
+    return f"{item['metadata']['name']} @ {url}"
 
 
 def _install_pip(specs: list[str], pip_options: list[str], echo: Callable[[str], None]) -> None:
     what = f"cannot install {' '.join(specs)}"
-    before = _environment()
+    importlib.invalidate_caches()
+    before = {key: (d.version, d.site) for key, d in _dists().items()}
     _pip(["install", "--no-warn-script-location", *pip_options, *specs], what)
-    after = _environment()
-    changed = [key for key, state in after.items() if before.get(key) != state]
-    dists = [d for key in changed for d in _dists(after[key][1] or "").values() if d.key == key]
+    importlib.invalidate_caches()
+    dists = [d for key, d in _dists().items() if before.get(key) != (d.version, d.site)]
     if not dists:
         echo(f"nothing changed in the environment of {sys.executable}: {' '.join(specs)} was already installed")
         return
@@ -569,13 +453,4 @@ def _installed_list(in_dir: dict[str, Dist], target: str) -> str:
 
 def _plugin_dists_in_environment() -> dict[str, Dist]:
     """Distributions of the running environment that declare `shardeval` entry points."""
-    found: dict[str, Dist] = {}
-    for raw in metadata.distributions():
-        name = raw.metadata["Name"]
-        if not name or canonical(name) in found or canonical(name) == "shardeval":
-            continue
-        eps = [ep.name for ep in raw.entry_points if ep.group == ENTRY_POINT_GROUP]
-        if eps:
-            site = plugins.dist_location(raw) or ""
-            found[canonical(name)] = Dist(name, raw.version, site, list(raw.requires or []), eps, raw)
-    return found
+    return {key: d for key, d in _dists().items() if d.entry_points and key != "shardeval"}

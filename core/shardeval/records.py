@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Type, TypeVar
 
+from shardeval.atomic import atomic_write
 from shardeval.errors import os_error
 import msgspec
 
@@ -280,32 +281,7 @@ def write_manifest(out_dir: str, manifest: Manifest) -> None:
     """Replace manifest.json atomically so a reader never sees half a manifest."""
     path = os.path.join(out_dir, MANIFEST_FILE)
     data = msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n"
-    write_atomic(path, data, sync=True)
-
-
-def write_atomic(path: str, data: bytes, sync: bool = False) -> None:
-    """Write `path` through `path.tmp` and a rename; on any failure (a full disk, a read-only
-    directory) the temporary file is removed before the OSError goes on, so none is left behind."""
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        remove_quietly(tmp)
-        if isinstance(exc, OSError) and exc.filename in (None, tmp):
-            exc.filename = path  # a failed write names no file; the user knows the real name
-        raise
-
-
-def remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+    atomic_write(path, data)
 
 
 def read_manifest(out_dir: str) -> Manifest | None:

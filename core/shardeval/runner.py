@@ -686,10 +686,6 @@ def write_final_manifest(out_dir: str, manifest: Manifest) -> None:
         first = exc
     path = os.path.join(out_dir, MANIFEST_FILE)
     try:
-        os.unlink(path + ".tmp")
-    except OSError:
-        pass
-    try:
         data = msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n"
         with open(path, "r+b") as f:
             f.write(data)

@@ -6,7 +6,7 @@ third-party package would be; copy it to start your own service plugin.
 
 from __future__ import annotations
 
-from shardeval.hookspecs import hookimpl
+from shardeval.api import hookimpl
 
 
 @hookimpl

@@ -5,9 +5,7 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
-from shardeval.config import ServiceConfig
-from shardeval.errors import UsageError
-from shardeval.service import Endpoint, ServiceContext, split_endpoint_url
+from shardeval.api import Endpoint, ServiceConfig, ServiceContext, split_endpoint_url, UsageError
 
 
 class ApiServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):

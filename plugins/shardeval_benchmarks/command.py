@@ -20,7 +20,7 @@ from shardeval.api import UsageError
 
 def _parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
     """`key=value` pairs with YAML values (one parser for every such flag: shardeval.config)."""
-    from shardeval.config import parse_key_values
+    from shardeval.api import parse_key_values
 
     return parse_key_values(pairs, "-p", "shots=8")
 

@@ -88,7 +88,7 @@ def load_mapping(params: dict[str, Any]) -> tuple[BenchmarkMapping, str, str | N
         if extra:
             raise UsageError(f"benchmark custom: params.spec names a mapping file; put {extra[0]!r} in that file instead")
         spec = str(params["spec"])
-        from shardeval.config import read_yaml  # the config's reader: same YAML errors, duplicate keys refused
+        from shardeval.api import read_yaml  # the config's reader: same YAML errors, duplicate keys refused
 
         if not os.path.isfile(spec):
             raise UsageError(f"benchmark custom: {spec}: no such mapping file (looked at {os.path.abspath(spec)}); give params.spec=path/to/mapping.yaml")

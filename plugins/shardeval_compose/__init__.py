@@ -9,7 +9,7 @@ It prints the commands to run; it never drives Docker itself. Registered through
 
 from __future__ import annotations
 
-from shardeval.hookspecs import hookimpl
+from shardeval.api import hookimpl
 
 
 @hookimpl

@@ -26,7 +26,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shardeval.orchestrator import LaunchRequest
+    from shardeval.api import LaunchRequest
     from shardeval_compose.config import ComposeClusterConfig
 
 PROJECT_DIR = "compose"
@@ -90,7 +90,7 @@ def commands(request: LaunchRequest, path: str) -> str:
 def render(request: LaunchRequest) -> dict[str, str]:
     """{file name: text} for the project folder: the compose file and, with a config file, its copy."""
     from shardeval import __version__
-    from shardeval.errors import UsageError
+    from shardeval.api import UsageError
     from shardeval_compose.config import ComposeClusterConfig
 
     cluster = request.config.cluster
@@ -180,7 +180,7 @@ def shard_command(request: LaunchRequest) -> list[str]:
 
 def _pass_through(request: LaunchRequest, cluster: ComposeClusterConfig, config_text: str | None) -> set[str]:
     """Variables passed by name: API keys, pass_env, and every ${VAR} the config file expands."""
-    from shardeval.errors import UsageError
+    from shardeval.api import UsageError
 
     names = set(cluster.pass_env)
     for name, service in request.config.services.items():

@@ -9,7 +9,7 @@ PyYAML are imported inside the hook and the orchestrator, so loading plugins sta
 
 from __future__ import annotations
 
-from shardeval.hookspecs import hookimpl
+from shardeval.api import hookimpl
 
 
 @hookimpl

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from shardeval.config import ClusterConfig
+from shardeval.api import ClusterConfig
 import msgspec
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]

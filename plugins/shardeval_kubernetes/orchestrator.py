@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from shardeval.orchestrator import LaunchRequest
+    from shardeval.api import LaunchRequest
 
 MANIFEST = os.path.join("k8s", "eval.yaml")
 
@@ -26,7 +26,7 @@ def manifest_path(request: LaunchRequest) -> str:
 
 def submit(request: LaunchRequest) -> int:
     """Render and write `<output root>/k8s/eval.yaml`; print it (--dry-run) or apply it."""
-    from shardeval.errors import UsageError
+    from shardeval.api import UsageError
     from shardeval_kubernetes.render import render
 
     rendered = render(request)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shardeval.config import Config
-    from shardeval.orchestrator import LaunchRequest
+    from shardeval.api import Config
+    from shardeval.api import LaunchRequest
     from shardeval_kubernetes.config import KubernetesClusterConfig, Resources
 
 CONFIG_DIR = "/config"
@@ -102,7 +102,7 @@ def render(request: LaunchRequest) -> Rendered:
     mounts: list[dict[str, Any]] = [{"name": "results", "mountPath": RESULTS_DIR}]
     if config_text is not None:
         if len(config_text.encode()) > CONFIGMAP_LIMIT:
-            from shardeval.errors import UsageError
+            from shardeval.api import UsageError
 
             raise UsageError(
                 f"{request.config_path}: {len(config_text.encode())} bytes is over the 1 MiB a ConfigMap holds; "
@@ -217,7 +217,7 @@ def shard_args(request: LaunchRequest) -> list[str]:
 
 
 def _names(cluster: KubernetesClusterConfig) -> dict[str, str]:
-    from shardeval.errors import UsageError
+    from shardeval.api import UsageError
 
     if len(cluster.name) > 57 or not _LABEL.fullmatch(cluster.name):
         raise UsageError(
@@ -245,7 +245,7 @@ def _names(cluster: KubernetesClusterConfig) -> dict[str, str]:
 def _secret_env(request: LaunchRequest, cluster: KubernetesClusterConfig) -> dict[str, tuple[str, str]]:
     """Variable -> (Secret, key): every service's api_key_env (key = the variable's name in
     cluster.api_key_secret), then cluster.secret_env. Only names and references, never values."""
-    from shardeval.errors import UsageError
+    from shardeval.api import UsageError
 
     refs: dict[str, tuple[str, str]] = {}
     for name, service in sorted(request.config.services.items()):
@@ -272,7 +272,7 @@ def _secrets_by_name(refs: dict[str, tuple[str, str]]) -> dict[str, dict[str, st
 
 
 def _shard_env(cluster: KubernetesClusterConfig, total: int, secrets: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
-    from shardeval.errors import UsageError
+    from shardeval.api import UsageError
 
     env: list[dict[str, Any]] = [
         {

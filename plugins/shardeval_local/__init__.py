@@ -6,7 +6,7 @@ the command a SLURM array task or an Indexed Job pod runs, so it is also the tem
 
 from __future__ import annotations
 
-from shardeval.hookspecs import hookimpl
+from shardeval.api import hookimpl
 
 
 @hookimpl

@@ -13,9 +13,7 @@ import shlex
 import signal
 import sys
 
-from shardeval.config import ClusterConfig, Count
-from shardeval.orchestrator import LaunchRequest, merge_and_report, self_command
-from shardeval.process import die_with_parent
+from shardeval.api import ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command
 
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 

@@ -50,9 +50,9 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
-    from shardeval.errors import UsageError
+    from shardeval.api import UsageError
     from shardeval.merge import merge_run
-    from shardeval.metrics import MetricOptions
+    from shardeval.api import MetricOptions
     from shardeval_metrics.compare import compare_tables
 
     options = MetricOptions(confidence=confidence)

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shardeval.hookspecs import hookimpl
+from shardeval.api import hookimpl
 
 if TYPE_CHECKING:
-    from shardeval.orchestrator import LaunchRequest
+    from shardeval.api import LaunchRequest
 
 __all__ = ["run_shard", "evaluate_shard", "run_ray"]
 

@@ -59,9 +59,9 @@ def main(
     **quick: Any,
 ) -> None:
     """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
-    from shardeval.config import load_config
+    from shardeval.api import load_config
     from shardeval.launch import setup_logging
-    from shardeval.orchestrator import LaunchRequest
+    from shardeval.api import LaunchRequest
     from shardeval_ray.orchestrator import run_ray
 
     setup_logging()

@@ -22,8 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from shardeval.errors import ShardError, UsageError
-from shardeval.orchestrator import LaunchRequest, merge_and_report
+from shardeval.api import LaunchRequest, merge_and_report, ShardError, UsageError
 
 log = logging.getLogger("shardeval")
 
@@ -295,7 +294,7 @@ def _finish(outcomes: list[Outcome], total: int, root: str, merge: bool) -> int:
 
 def _set_aside(root: str, total: int) -> None:
     """--fresh on the driver (shardeval.resume.set_aside_shards: leases first, then the move)."""
-    from shardeval.resume import set_aside_shards
+    from shardeval.api import set_aside_shards
 
     for i, where in set_aside_shards(root, total):
         log.info("--fresh: earlier results of shard %d moved to %s", i, where)

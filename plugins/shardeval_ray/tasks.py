@@ -25,11 +25,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import ray
 
-from shardeval.config import Config, load_config
-from shardeval.errors import ShardError, UsageError
-from shardeval.hookspecs import hookimpl
-from shardeval.records import RESULTS_FILE, read_manifest
-from shardeval.shards import ShardSpec, shard_indices, shard_range
+from shardeval.api import (Config, hookimpl, load_config, read_manifest, RESULTS_FILE, shard_indices,
+                           shard_range, ShardError, ShardSpec, UsageError)
 
 log = logging.getLogger("shardeval")
 

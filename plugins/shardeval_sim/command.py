@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from shardeval.errors import UsageError
+from shardeval.api import UsageError
 from shardeval_sim.settings import SIM_DEFAULTS as D
 from shardeval_sim.settings import SimSettings
 
@@ -17,7 +17,7 @@ NON_NEGATIVE = click.FloatRange(min=0.0)
 
 def parse_bench_params(pairs: tuple[str, ...]) -> dict[str, Any]:
     """`key=value` pairs with YAML values (one parser for every such flag: shardeval.config)."""
-    from shardeval.config import parse_key_values
+    from shardeval.api import parse_key_values
 
     return parse_key_values(pairs, "--bench-param", "n=500")
 

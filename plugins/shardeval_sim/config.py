@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from shardeval.config import Count, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig
+from shardeval.api import Count, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig
 from shardeval_sim.settings import SIM_DEFAULTS as D
 
 
@@ -51,7 +51,7 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
         """The `shardeval sim` command line, run as `command` on the node."""
         import shlex
 
-        from shardeval.process import redact
+        from shardeval.api import redact
         from shardeval_sim.service import sim_argv
 
         return shlex.join(redact(sim_argv(self, command)))

@@ -436,7 +436,7 @@ async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: 
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        from shardeval.errors import UsageError
+        from shardeval.api import UsageError
 
         raise UsageError(f"--port {settings.port}: cannot listen on {settings.host}: {exc.strerror or exc}") from None
     port = runner.addresses[0][1]

@@ -10,8 +10,7 @@ import json
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from shardeval.process import ServerProcess, self_command
-from shardeval.service import Endpoint, ServiceContext
+from shardeval.api import Endpoint, self_command, ServerProcess, ServiceContext
 from shardeval_sim.config import SimServiceConfig
 from shardeval_sim.settings import BEHAVIOUR_KEYS
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shardeval.hookspecs import hookimpl
+from shardeval.api import hookimpl
 
 if TYPE_CHECKING:
-    from shardeval.orchestrator import LaunchRequest
+    from shardeval.api import LaunchRequest
 
 
 @hookimpl

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from shardeval.config import ClusterConfig
+from shardeval.api import ClusterConfig
 import msgspec
 
 Positive = Annotated[int, msgspec.Meta(ge=1)]

@@ -44,7 +44,7 @@ from shardeval_slurm.render import (
 )
 
 if TYPE_CHECKING:
-    from shardeval.orchestrator import LaunchRequest
+    from shardeval.api import LaunchRequest
     from shardeval_slurm.config import SlurmClusterConfig
 
 

@@ -29,11 +29,11 @@ import sys
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
-from shardeval.errors import UsageError
+from shardeval.api import UsageError
 
 if TYPE_CHECKING:
-    from shardeval.config import Config
-    from shardeval.orchestrator import LaunchRequest
+    from shardeval.api import Config
+    from shardeval.api import LaunchRequest
     from shardeval_slurm.config import NodePool, SlurmClusterConfig
 
 EVAL_SCRIPT = "eval.sbatch"
@@ -113,7 +113,7 @@ def comment(text: str) -> str:
 def node_command(cluster: SlurmClusterConfig) -> list[str]:
     """How a node invokes shardeval: `cluster.command`, else this very shardeval (absolute path;
     the one file through its own launcher, so each node picks its own Python)."""
-    from shardeval.process import node_command as this_shardeval
+    from shardeval.api import node_command as this_shardeval
 
     if cluster.command is not None:
         if not cluster.command or not all(cluster.command):

@@ -27,11 +27,11 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from shardeval.errors import UsageError
+from shardeval.api import UsageError, atomic_write
 from shardeval_slurm.render import EVAL_SCRIPT, JOB_FILE, MERGE_SCRIPT, RAY_SCRIPT, Scripts, check_no_secrets, render
 
 if TYPE_CHECKING:
-    from shardeval.orchestrator import LaunchRequest
+    from shardeval.api import LaunchRequest
 
 log = logging.getLogger("shardeval")
 SBATCH_TIMEOUT_S = 120.0
@@ -84,8 +84,8 @@ def _refuse_another_run(root: str, request: LaunchRequest, total: int) -> None:
     """A changed config (say `-O benchmarks.0.repeats=3` on a finished run) is refused here, in one
     line, not by every task after queueing while the dependent merge reports the old run. A dry
     run only warns: it submits nothing."""
-    from shardeval.config import config_hash
-    from shardeval.resume import check_submission
+    from shardeval.api import config_hash
+    from shardeval.api import check_submission
 
     try:
         check_submission(root, config_hash(request.config), total)
@@ -104,7 +104,7 @@ def _make_dirs(root: str, total: int, ray: bool) -> None:
 
 def _set_aside_earlier_results(root: str, total: int) -> None:
     """--fresh at submission (shardeval.resume.set_aside_shards: leases first, then the move)."""
-    from shardeval.resume import set_aside_shards
+    from shardeval.api import set_aside_shards
 
     for i, where in set_aside_shards(root, total):
         log.info("--fresh: earlier results of shard_%d moved to %s", i, where)
@@ -153,11 +153,7 @@ def _write_record(root: str, record: dict) -> None:
     old = read_record(root)
     if old:
         record["previous"] = [*old.pop("previous", []), old]
-    tmp = os.path.join(root, JOB_FILE + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, os.path.join(root, JOB_FILE))
+    atomic_write(os.path.join(root, JOB_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
 
 
 def _refuse_if_still_queued(root: str) -> None:

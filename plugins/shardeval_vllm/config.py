@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from shardeval.config import Count, NonNegativeSeconds, Seconds, ServiceConfig
+from shardeval.api import Count, NonNegativeSeconds, Seconds, ServiceConfig
 import msgspec
 
 DEFAULT_LAUNCH_COMMAND = ("vllm", "serve")
@@ -62,7 +62,7 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
         """The `vllm serve` command line as the shard runs it, secrets redacted."""
         import shlex
 
-        from shardeval.process import redact
+        from shardeval.api import redact
         from shardeval_vllm.service import vllm_argv
 
         where = " (port 0: a free port picked on the node)" if self.port == 0 else ""

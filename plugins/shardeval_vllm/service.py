@@ -10,9 +10,7 @@ import os
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from shardeval.errors import UsageError
-from shardeval.process import ServerProcess, resolve_port
-from shardeval.service import Endpoint, ServiceContext
+from shardeval.api import Endpoint, resolve_port, ServerProcess, ServiceContext, UsageError
 from shardeval_vllm.config import DEFAULT_LAUNCH_COMMAND, VllmServiceConfig
 
 _ANY_ADDRESS = ("", "0.0.0.0", "::")

@@ -1,0 +1,44 @@
+"""One way to replace a file: a reader, or the node after a crash, sees the old content or the new, never half."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable, Iterable
+
+
+def atomic_write(path: str, data: bytes | Iterable[bytes], before_rename: Callable[[], None] | None = None) -> None:
+    """Write `data` (bytes, or an iterable of chunks) to a temp file beside `path`, fsync it, rename
+    it over `path`, fsync the directory. `before_rename` may raise to abandon the write. On any
+    failure the temp file is removed and `path` is untouched; a failed write's OSError names `path`,
+    the file the user knows, not the temp file."""
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"  # unique per writer; the umask sets its mode
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in [data] if isinstance(data, (bytes, bytearray, memoryview)) else data:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        if before_rename is not None:
+            before_rename()
+        os.replace(tmp, path)
+    except BaseException as exc:
+        remove_quietly(tmp)
+        if isinstance(exc, OSError) and exc.filename in (None, tmp):
+            exc.filename = path
+        raise
+    try:  # the rename itself survives a crash only once the directory is on disk
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # some filesystems cannot fsync a directory; the file is already in place
+        pass
+
+
+def remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

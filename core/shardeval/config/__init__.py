@@ -1,0 +1,189 @@
+"""The evaluation config: YAML → msgspec Structs, with ${VAR} expansion and -O overrides.
+
+schema: the sections as Structs; reading: YAML, expansion, overrides; quick: the `run` flags;
+explain: errors in our own words. This module runs them in order and fingerprints the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from typing import Any, Mapping, Sequence
+
+import msgspec
+
+from shardeval.config import quick as _quick
+from shardeval.config.explain import Where, decode, format_path, kind
+from shardeval.config.reading import apply_overrides, expand, parse_key_values, read_yaml, type_expansions  # noqa: F401
+from shardeval.config.schema import (  # the schema, re-exported: every module imports it from here
+    BenchmarkConfig, ClusterConfig, Config, Count, Generation, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds,
+    OutputConfig, Probability, Protocol, RawConfig, Retries, Seconds, ServiceConfig, SolverConfig, Timeouts,
+)
+
+
+def load_config(
+    path: str | None,
+    overrides: Sequence[str] = (),
+    quick: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Read, expand, override and validate a config; every user mistake is a one-line UsageError.
+
+    Order: YAML file → `${VAR}` / `${VAR:-default}` expansion (string values only, from `env`,
+    default os.environ; `$$` is a literal `$`; `:-` also applies when VAR is set but empty; a value
+    that is exactly one expansion in an untyped place, such as `params`, takes the YAML type of
+    the expanded text: `n: ${N:-500}` is an int) →
+    `-O key.path=value` overrides (the value is YAML: `5` is an int, `null` is null, `[a, b]` a
+    list, an empty value is null; `benchmarks.0.repeats` and `benchmarks[0].repeats` both index a
+    list) → quick-mode flags → msgspec decoding (lax: the string "5" from a variable decodes as an
+    int where an int is expected) → plugin sections (`services.<name>` with its service type's
+    Struct, `cluster` with its orchestrator's, default `local`) → cross-checks.
+
+    Quick mode (`quick` holds the `run` flags; None means not given, unknown keys are ignored):
+    - Without a config file, `--bench X --model-url U --model-id M` builds
+      `services: {model: {type: api, url: U, model: M, api_key_env: …}}` and `benchmarks: [{name: X}]`;
+      a missing one of those three is an error naming it.
+    - With a config file, `--repeats/--max-problems/--max-concurrent` override every benchmark;
+      `--bench X` keeps only benchmark X (an error if the file has none by that name);
+      `--model-url/--model-id/--api-key-env` override every service the kept benchmarks' solvers
+      use. `--model-url` turns such a service into `type: api` when it was another type (a `vllm`
+      service then is not launched): only the keys every service shares (protocol, stream,
+      timeouts, retries, api_key_env) are kept, and the model name comes from --model-id, else
+      from the old `served_model_name` or `model`.
+    - `--model-url` (like any service `url`) may be the base URL ending in /v1 or a full
+      …/chat/completions or …/completions URL; the latter is split into base URL and protocol.
+    - `--output-dir` sets `output.dir`; `run` decides whether that is a shard's own directory
+      (inside a shard) or the root that orchestrated shards write under.
+    """
+    env = os.environ if env is None else env
+    flags = {k: v for k, v in (quick or {}).items() if k in _quick.QUICK_KEYS and v is not None}
+    _quick.check_numbers(flags)
+    where = Where(source=path or "command line")
+    data: dict[str, Any] = expand(read_yaml(path), env, where, []) if path is not None else _quick.base(flags)
+    apply_overrides(data, overrides, where)
+    type_expansions(data, where)
+    raw = decode(data, RawConfig, where)
+    if path is not None and "bench" in flags:
+        raw.benchmarks = _quick.keep_benchmark(raw.benchmarks, flags["bench"], path)
+    _quick.apply(raw, flags)
+    config = Config(
+        services={name: _decode_service(name, section, where) for name, section in raw.services.items()},
+        benchmarks=raw.benchmarks,
+        cluster=_decode_cluster(raw.cluster, where),
+        output=raw.output,
+        seed=raw.seed,
+        shuffle_seed=raw.shuffle_seed,
+    )
+    _validate(config, where)
+    return config
+
+
+def config_hash(config: Config) -> str:
+    """A fingerprint of everything that changes results, and nothing else.
+
+    Shards and resumed runs compare it: URLs, ports, API key names, timeouts, retries, concurrency,
+    output settings and the cluster (shard count included) may differ between them; seeds,
+    prompts, generation parameters, repeats and the model may not.
+    """
+    from shardeval.service import describe
+
+    benchmarks = []
+    for bench in config.benchmarks:
+        service, solver = config.services.get(bench.solver.service), bench.solver
+        benchmarks.append({
+            **({} if bench.id is None else {"id": bench.id}),  # absent: older hashes stay valid
+            "name": bench.name, "params": bench.params, "repeats": bench.repeats, "max_problems": bench.max_problems,
+            "solver": {"type": solver.type, "system_prompt": solver.system_prompt, "generation": solver.generation,
+                       "service": describe(service) if service is not None else None},
+        })
+    payload = {"seed": config.seed, "shuffle_seed": config.shuffle_seed, "benchmarks": benchmarks}
+    return f"sha256:{hashlib.sha256(canonical_json(payload)).hexdigest()[:16]}"
+
+
+def canonical_json(data: Any) -> bytes:
+    """Sorted keys, no spaces, UTF-8, floats as Python writes them: the same bytes from any JSON
+    library that follows these rules, so a hash never depends on one encoder's quirks."""
+    plain = msgspec.to_builtins(data, str_keys=True)
+    return json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def config_for_manifest(config: Config) -> dict[str, Any]:
+    """The config as plain data for manifest.json; safe to write: keys are only ever env var names."""
+    return msgspec.to_builtins(config)
+
+
+def _decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:
+    from shardeval.plugins import registry
+
+    at = format_path(["services", name])
+    service_type = section.get("type")
+    if not isinstance(service_type, str):
+        known = ", ".join(sorted(registry().entries["services"])) or "none"
+        what = "missing required key 'type'" if service_type is None else f"type: expected str, got {kind(service_type)}"
+        raise where.error(f"{what} (registered: {known})", at)
+    entry = registry().get("services", service_type, where=f"{where.source}: {at}.type")
+    service = decode(section, entry.config or ServiceConfig, where, ["services", name])
+    return _split_url(service)
+
+
+def _split_url(service: ServiceConfig) -> ServiceConfig:
+    """A full …/chat/completions or …/completions `url` sets the protocol: keep the base URL."""
+    url = getattr(service, "url", None)
+    if not isinstance(url, str):
+        return service
+    from shardeval.service import split_endpoint_url
+
+    base, protocol = split_endpoint_url(url)
+    return msgspec.structs.replace(service, url=base, protocol=protocol) if protocol else service
+
+
+def _decode_cluster(section: dict[str, Any], where: Where) -> ClusterConfig:
+    from shardeval.plugins import registry
+
+    cluster_type = section.get("type", "local")
+    if not isinstance(cluster_type, str):
+        raise where.error(f"expected str, got {kind(cluster_type)}", "cluster.type")
+    entry = registry().get("orchestrators", cluster_type, where=f"{where.source}: cluster.type")
+    return decode(section, entry.config or ClusterConfig, where, ["cluster"])
+
+
+def _validate(config: Config, where: Where) -> None:
+    """What the types cannot say (their ranges are declared on the Structs): one entry per
+    benchmark, usable ids, solvers' services exist."""
+    from shardeval.plugins import registry
+
+    if not config.benchmarks:
+        raise where.error("no benchmarks: add a `benchmarks:` list (each entry with a name), or pass --bench NAME")
+    seen: dict[str, int] = {}
+    for i, bench in enumerate(config.benchmarks):
+        at = f"benchmarks[{i}]"
+        key = bench.id if bench.id is not None else bench.name
+        if key in seen:
+            raise where.error(
+                f"{key!r} is already benchmarks[{seen[key]}]; each benchmark writes <out>/{key}/, "
+                f"so list it once (use repeats or params), or give each a distinct `id` (e.g. id: {_safe_id(key)}_2)",
+                f"{at}.id" if bench.id is not None else f"{at}.name",
+            )
+        if bench.id is not None and not _ID.fullmatch(bench.id):
+            raise where.error(f"{bench.id!r} is not a usable folder name; use letters, digits, '.', '_' or '-'", f"{at}.id")
+        seen[key] = i
+        if bench.solver.service not in config.services:
+            defined = ", ".join(config.services) or "none"
+            raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
+        registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
+
+
+_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _safe_id(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name.rsplit("/", 1)[-1].split(".")[0]) or "bench"
+
+
+def decode_section(data: Any, type_: Any, *, source: str, prefix: str = "") -> Any:
+    """Decode a plugin's own config-like section (params, a mapping file) with the config's errors:
+    one line naming `source`, the key path under `prefix`, and the fix."""
+    return decode(data, type_, Where(source=source), [prefix] if prefix else [])
+

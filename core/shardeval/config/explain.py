@@ -1,0 +1,153 @@
+"""Config errors in our own words: which key does not fit its declared type, and why.
+
+msgspec tells only that a value does not decode. The place is found here by decoding the parts, in
+the order msgspec reads them, down to the first one that does not fit; why it does not fit comes from
+its declared type (msgspec.inspect: the type, its range, its choices), never from msgspec's wording.
+"""
+
+from __future__ import annotations
+
+import difflib
+import operator
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import msgspec
+import msgspec.inspect as mi
+
+from shardeval.errors import UsageError
+
+PathSeg = str | int  # one step of a key path: a mapping key or a list index
+
+
+@dataclass
+class Where:
+    """Where a config came from, so every error starts with the file and ends with the -O that caused it."""
+
+    source: str
+    origins: dict[str, str] = field(default_factory=dict)  # formatted key path -> "-O" text
+    # Values that were exactly one ${...} expansion: key path -> the expanded text (see type_expansions).
+    whole: dict[tuple[PathSeg, ...], str] = field(default_factory=dict)
+
+    def error(self, message: str, path: str = "", key: str | None = None) -> UsageError:
+        """`source: path: message`; `key` is the full path an -O may have set, when not `path`."""
+        blamed = key if key is not None else path
+        origin = next((text for p, text in self.origins.items() if blamed and _related(blamed, p)), None)
+        suffix = f" (from -O {origin})" if origin else ""
+        return UsageError(f"{self.source}: {path + ': ' if path else ''}{message}{suffix}")
+
+
+def _related(a: str, b: str) -> bool:
+    """One key path is the other or lies inside it (an -O that set or created either explains both)."""
+    return a == b or a.startswith((b + ".", b + "[")) or b.startswith((a + ".", a + "["))
+
+
+def format_path(path: Sequence[PathSeg]) -> str:
+    """['benchmarks', 0, 'repeats'] -> 'benchmarks[0].repeats' (the form every message uses)."""
+    text = ""
+    for seg in path:
+        text += f"[{seg}]" if isinstance(seg, int) else (f".{seg}" if text else str(seg))
+    return text
+
+
+def kind(value: Any) -> str:
+    return "null" if value is None else "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
+
+
+def unwrap(type_: Any, want: str) -> Any:
+    """Strip Annotated/Optional down to the struct, list item or dict value a path steps into."""
+    origin = typing.get_origin(type_)
+    if origin is typing.Annotated:
+        return unwrap(typing.get_args(type_)[0], want)
+    if origin in (typing.Union, types.UnionType):
+        return next((t for t in (unwrap(a, want) for a in typing.get_args(type_)) if t is not None), None)
+    if want == "struct":
+        return type_ if isinstance(type_, type) and issubclass(type_, msgspec.Struct) else None
+    if want == "list" and origin in (list, tuple, set, frozenset):
+        return (typing.get_args(type_) or (Any,))[0]
+    if want == "dict" and origin is dict:
+        return (typing.get_args(type_) or (Any, Any))[1]
+    return type_ if want == "literal" and origin is typing.Literal else None
+
+
+def decode(data: Any, type_: Any, where: Where, prefix: Sequence[PathSeg] = ()) -> Any:
+    """msgspec's lax decoding (the string "5" from a variable is an int where an int is declared);
+    a value that does not fit is one UsageError naming the key path, what fits there and the value."""
+    try:
+        return msgspec.convert(data, type_, strict=False)
+    except msgspec.ValidationError as exc:
+        path, message, unknown = _first_misfit(data, type_, [*prefix])
+        raise where.error(message or str(exc), format_path(path), key=unknown) from None
+
+
+def _fits(value: Any, type_: Any) -> bool:
+    try:
+        msgspec.convert(value, type_, strict=False)
+        return True
+    except msgspec.ValidationError:
+        return False
+
+
+def _first_misfit(value: Any, type_: Any, path: list[PathSeg]) -> tuple[list[PathSeg], str | None, str | None]:
+    """(key path, our sentence or None, the unknown key's full path) of the first part that does not fit."""
+    struct, items, values = unwrap(type_, "struct"), unwrap(type_, "list"), unwrap(type_, "dict")
+    if isinstance(value, dict) and (struct is not None or values is not None):
+        fields = {f.encode_name: f for f in msgspec.structs.fields(struct)} if struct is not None else {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return path, f"key {key!r} must be a string", None
+            if struct is not None and key not in fields:
+                if not struct.__struct_config__.forbid_unknown_fields:
+                    continue
+                close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}?" if close else f"valid keys here: {', '.join(fields) or 'none'}"
+                full = format_path([*path, key])
+                return [], f"unknown key {full!r}; {hint}", full
+            item_type = fields[key].type if struct is not None else values
+            if not _fits(item, item_type):
+                return _first_misfit(item, item_type, [*path, key])
+        missing = next((name for name, f in fields.items() if f.required and name not in value), None)
+        return path, (f"missing required key {missing!r}" if missing else None), None
+    if items is not None and isinstance(value, list):
+        bad = next((i for i, item in enumerate(value) if not _fits(item, items)), None)
+        return _first_misfit(value[bad], items, [*path, bad]) if bad is not None else (path, None, None)
+    return path, _misfit(value, type_), None
+
+
+_NAMES = {mi.IntType: "int", mi.FloatType: "float", mi.StrType: "str", mi.BoolType: "bool", mi.NoneType: "null", mi.StructType:
+          "mapping", mi.DictType: "mapping", mi.ListType: "list", mi.VarTupleType: "list", mi.SetType: "list"}
+_ORDER = ("bool", "int", "float", "str", "mapping", "list", "null")  # one order for "expected a or b", as msgspec lists them
+_BOUNDS = (("ge", ">=", operator.ge), ("gt", ">", operator.gt), ("le", "<=", operator.le), ("lt", "<", operator.lt))
+
+
+def _misfit(value: Any, type_: Any) -> str:
+    """Why one value does not fit its declared type: out of range, not a choice, or the wrong type."""
+    info = mi.type_info(type_)
+    options = info.types if isinstance(info, mi.UnionType) else (info,)
+    for option in options:
+        if isinstance(option, (mi.IntType, mi.FloatType)):
+            number_type = int if isinstance(option, mi.IntType) else float
+            if _fits(value, number_type):
+                number = msgspec.convert(value, number_type, strict=False)
+                for attr, op, holds in _BOUNDS:
+                    bound = getattr(option, attr)
+                    if bound is not None and not holds(number, bound):
+                        what = "an integer" if number_type is int else "a number"
+                        return f"must be {what} {op} {number_type(bound)}, got {value!r}"
+        if isinstance(option, mi.LiteralType) and type(value) is type(option.values[0]):
+            choices = typing.get_args(unwrap(type_, "literal")) or option.values  # as declared, not sorted
+            return f"invalid value {value!r}; expected one of: {', '.join(map(str, choices))}"
+    names = {_NAMES.get(type(o), type(o.values[0]).__name__ if isinstance(o, mi.LiteralType) else "valid") for o in options}
+    names = sorted(names, key=lambda n: _ORDER.index(n) if n in _ORDER else len(_ORDER))
+    hint = "; quote the value in YAML" if names == ["str"] and isinstance(value, (int, float, bool)) else ""
+    return f"expected {' or '.join(names)}, got {_got(value)}{hint}"
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        return f"{type(value).__name__} ({shown})"
+    return kind(value) if not isinstance(value, bool) else f"bool ({value})"
+

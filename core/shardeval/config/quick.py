@@ -1,0 +1,86 @@
+"""Quick mode: the `run` flags (--bench, --model-url, --repeats, ...) with or without a config file."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import msgspec
+
+from shardeval.config.schema import BenchmarkConfig, RawConfig, ServiceConfig
+from shardeval.errors import UsageError
+
+# The built-in service type that reaches a server already running at a URL: what --model-url makes
+# of a service. A default the core names, never a type it tests: a service's own config says
+# whether it starts a server (`managed()`) and which model it serves (`served_model()`).
+URL_SERVICE = "api"
+QUICK_KEYS = ("bench", "model_url", "model_id", "api_key_env", "repeats", "max_problems", "max_concurrent", "output_dir")
+
+
+def check_numbers(flags: Mapping[str, Any]) -> None:
+    for key in ("repeats", "max_problems", "max_concurrent"):
+        value = flags.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise UsageError(f"--{key.replace('_', '-')} {value}: must be an integer >= 1")
+
+
+def base(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The config quick mode stands for when no file is given."""
+    missing = [f"--{k.replace('_', '-')}" for k in ("bench", "model_url", "model_id") if not flags.get(k)]
+    if missing:
+        raise UsageError(
+            "no config file given: pass CONFIG.yaml, or run quick mode with --bench NAME --model-url URL "
+            f"--model-id MODEL (missing: {', '.join(missing)})"
+        )
+    return {"services": {"model": {"type": URL_SERVICE}}, "benchmarks": [{"name": flags["bench"]}]}
+
+
+def keep_benchmark(benchmarks: list[BenchmarkConfig], name: str, source: str) -> list[BenchmarkConfig]:
+    kept = [b for b in benchmarks if name in (b.name, b.id)]
+    if not kept:
+        defined = ", ".join(b.name for b in benchmarks) or "none"
+        raise UsageError(f"--bench {name}: {source} has no benchmark {name!r}; defined: {defined}")
+    return kept
+
+
+def apply(raw: RawConfig, flags: Mapping[str, Any]) -> None:
+    """Quick flags beat the file: numbers on every benchmark, the model on the services they use."""
+    numbers = {k: flags[k] for k in ("repeats", "max_problems", "max_concurrent") if k in flags}
+    if numbers:
+        raw.benchmarks = [msgspec.structs.replace(b, **numbers) for b in raw.benchmarks]
+    if any(k in flags for k in ("model_url", "model_id", "api_key_env")):
+        for name in dict.fromkeys(b.solver.service for b in raw.benchmarks):
+            if name in raw.services or "model_url" in flags:
+                raw.services[name] = _quick_service(name, raw.services.get(name), flags)
+    if "output_dir" in flags:
+        raw.output = msgspec.structs.replace(raw.output, dir=str(flags["output_dir"]))
+
+
+def _quick_service(name: str, section: dict[str, Any] | None, flags: Mapping[str, Any]) -> dict[str, Any]:
+    section = dict(section or {})
+    if "model_url" in flags:
+        current = _decoded(section)
+        if current is None or current.managed():  # it would start its own server: reach the URL instead
+            shared = {f.encode_name for f in msgspec.structs.fields(ServiceConfig)} - {"type"}
+            model = current.served_model() if current is not None else None
+            section = {k: v for k, v in section.items() if k in shared}
+            section.update({"type": URL_SERVICE}, **({"model": model} if model else {}))
+        section["url"] = flags["model_url"]
+    if "model_id" in flags:
+        section["model"] = flags["model_id"]
+    if "api_key_env" in flags:
+        section["api_key_env"] = flags["api_key_env"]
+    if "model_url" in flags and not section.get("model"):
+        raise UsageError(f"--model-url: service {name!r} now reaches that URL and needs the served model: pass --model-id")
+    return section
+
+
+def _decoded(section: dict[str, Any]) -> ServiceConfig | None:
+    """The section as its plugin's Struct, to ask it what it is; None when it does not decode
+    (its own errors are reported when the config is decoded for real)."""
+    from shardeval.plugins import registry
+
+    entry = registry().entries["services"].get(section.get("type"))  # type: ignore[arg-type]
+    try:
+        return msgspec.convert(section, entry.config or ServiceConfig, strict=False) if entry else None
+    except msgspec.ValidationError:
+        return None

@@ -1,0 +1,186 @@
+"""The config's schema: every section as a msgspec Struct, with declared ranges for its numbers.
+
+Top-level sections are fixed here; `services.<name>` and `cluster` are decoded in a second step
+with the Struct their plugin registered (a service's or orchestrator's own keys live in its
+plugin), so a third-party plugin brings its own validated config section.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+Protocol = Literal["chat_completions", "completions"]
+
+# Declared ranges for numeric limits: every int or float knob of a config section (plugins' too)
+# uses one of these or its own msgspec.Meta, so a nonsense value (a timeout of 0, no attempts, a
+# negative backoff) is a one-line error naming the key and the value, never a run that does nothing.
+Count = Annotated[int, msgspec.Meta(ge=1)]  # how many: at least one
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]  # a timeout or an interval: zero would fail or spin
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+NonNegativeSeconds = NonNegativeFloat  # a wait that may be none at all
+Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
+
+
+class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """Base for config sections: unknown keys are errors, defaults stay out of hashes and dumps."""
+
+
+class Generation(_Section):
+    """Sampling parameters sent with every request; `extra` passes server-specific ones through."""
+
+    temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=-1)] | None = None  # -1 (or 0): no top-k, as vLLM reads it
+    max_tokens: Count | None = None
+    stop: list[str] | None = None
+    extra: dict[str, Any] = {}
+
+
+class SolverConfig(_Section):
+    type: str = "simple"
+    service: str = "model"
+    system_prompt: str | None = None
+    generation: Generation = msgspec.field(default_factory=Generation)
+
+
+class BenchmarkConfig(_Section):
+    name: str
+    # The benchmark's name in records and its folder <out>/<id>/ (default: the benchmark's own name,
+    # a data file's stem); needed to list one benchmark twice, or two data files of one name.
+    id: str | None = None
+    solver: SolverConfig = msgspec.field(default_factory=SolverConfig)
+    repeats: Count = 1
+    max_problems: Count | None = None
+    max_concurrent: Count = 32
+    params: dict[str, Any] = {}
+    metrics: list[str] | None = None  # merge's metrics for it; None: the benchmark's own default
+
+
+class Timeouts(_Section):
+    """Split client timeouts in seconds; `total` is off by default so long reasoning streams survive."""
+
+    connect: Seconds = 30.0
+    first_token: Seconds = 600.0
+    idle: Seconds = 120.0
+    total: Seconds | None = None
+
+
+class Retries(_Section):
+    """Attempts per request (first try included) and full-jitter exponential backoff bounds."""
+
+    attempts: Count = 5
+    backoff_base: NonNegativeSeconds = 0.5
+    backoff_max: NonNegativeSeconds = 30.0
+
+
+class ServiceConfig(_Section):
+    """Keys every service type shares; a service plugin subclasses this with its own keys."""
+
+    type: str
+    protocol: Protocol = "chat_completions"
+    stream: bool = True
+    api_key_env: str | None = None
+    timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
+    retries: Retries = msgspec.field(default_factory=Retries)
+    # AIMD concurrency (shardeval.adaptive): halve the window on 429 bursts, grow it back on success;
+    # false keeps the fixed max_concurrent window. Transport only: not part of the config hash.
+    adaptive: bool = False
+    # The body bytes one attempt may receive (SSE framing included); past it the request ends as a
+    # `too_large` error, not retried. 64 MiB: about 300,000 streamed tokens of a vLLM chat stream
+    # (~220 bytes per token chunk), far above any real max_tokens; per-token logprobs in a stream
+    # take ~10x more per token, so raise it for those. Transport only: not part of the config hash.
+    max_response_bytes: Count = 64 * 1024 * 1024
+    # Stop the shard (failed, exit 1) when its first N requests to this service all end as
+    # `connection` errors: the endpoint is down, and asking the rest would only burn the allocation.
+    # Once any request got an answer from it (any HTTP reply), connection errors are just records.
+    # 0: never stop early. Transport only: not part of the config hash.
+    unreachable_after: NonNegativeInt = 8
+
+    def identity(self) -> dict[str, Any] | None:
+        """The keys of this service that change results: the model, its weights and the engine
+        settings that change what it answers. They join the run's identity (the config hash), so
+        a resume or merge across a change is refused. Never ports, hosts, keys or timeouts.
+
+        Every service plugin overrides this. The default, None, means "not declared": then every
+        key of the plugin's own section counts (a port change refuses a resume too: safe, never
+        mixed), and the plugin is named in a warning when plugins load.
+        """
+        return None
+
+    def gpus(self) -> int:
+        """GPUs one instance of this service needs on its node, so orchestrators can size what a
+        shard asks for (CPUs and memory per GPU, /dev/shm). 0: it runs no model here."""
+        return 0
+
+    def port_override(self) -> dict[str, Any] | None:
+        """Keys that make a managed service bind a free node-local port instead of a fixed one,
+        for orchestrators that may put two shards on one node; None when it binds no fixed port."""
+        return None
+
+    def managed(self) -> bool:
+        """Whether a shard starts this service as a process on its own node (a model server), as
+        opposed to reaching one that already runs, so orchestrators can say what a shard starts."""
+        return False
+
+    def served_model(self) -> str | None:
+        """The model name requests carry, known before the service starts: quick mode keeps it
+        when `--model-url` turns the service into one that reaches a running server. None: the
+        config does not say."""
+        return None
+
+    def launch_line(self, command: list[str]) -> str:
+        """One line for the comments of the scripts an orchestrator writes: what a shard starts
+        for this service (its command line, secrets redacted; `command` is how the script runs
+        shardeval on the node), or what it reaches instead. Orchestrators never test the type."""
+        return "started by its service plugin on the node" if self.managed() else "nothing to start"
+
+
+class ClusterConfig(_Section):
+    """Keys every orchestrator shares; an orchestrator plugin subclasses this with its own keys."""
+
+    type: str = "local"
+    shards: Count | None = None
+
+    def runs_in_process(self) -> bool:
+        """Whether `shardeval run` with no shard selected evaluates the whole run right here
+        instead of handing it to the orchestrator (`local` with no `shards`: its one shard would
+        only be a child of this process)."""
+        return False
+
+
+class OutputConfig(_Section):
+    dir: str = "./eval_results"
+    trajectories: bool = True
+    progress_interval_s: NonNegativeSeconds = 30.0  # 0: no progress lines
+    drain_timeout_s: NonNegativeSeconds = 10.0
+
+
+class RawConfig(_Section):
+    """The file as written: plugin-owned sections still undecoded."""
+
+    services: dict[str, dict[str, Any]] = {}
+    benchmarks: list[BenchmarkConfig] = []
+    cluster: dict[str, Any] = {}
+    output: OutputConfig = msgspec.field(default_factory=OutputConfig)
+    seed: int = 0
+    shuffle_seed: int | None = None
+
+
+class Config(msgspec.Struct, kw_only=True):
+    """The validated config: every section decoded with its plugin's Struct."""
+
+    services: dict[str, ServiceConfig]
+    benchmarks: list[BenchmarkConfig]
+    cluster: ClusterConfig
+    output: OutputConfig
+    seed: int = 0
+    shuffle_seed: int | None = None
+
+    def used_services(self) -> dict[str, ServiceConfig]:
+        """The services a shard starts: those the benchmarks' solvers use, in first-use order."""
+        names = dict.fromkeys(b.solver.service for b in self.benchmarks)
+        return {name: self.services[name] for name in names if name in self.services}
+
