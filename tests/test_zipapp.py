@@ -428,12 +428,13 @@ output: {{dir: {tmp_path / 'out'}}}
 def test_scripts_for_other_nodes_let_the_file_pick_each_nodes_python(pyz, tmp_path):
     """A SLURM script written from the one file names the file, not the submitting interpreter's
     path (which a compute node may not have): the file's own launcher picks the node's Python. Here
-    the "node" is a PATH whose only python3 is another version than the one that submitted."""
+    the "node" is a PATH whose newest Python is another version than the one that submitted
+    (newer than the system's /usr/bin one, which the launcher would otherwise prefer)."""
     found = interpreters()
     submit_version = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    node_version = next((v for v in ("3.12", "3.10", "3.13") if v in found and v != submit_version), None)
+    node_version = next((v for v in ("3.13", "3.12") if v in found and v != submit_version), None)
     if node_version is None:
-        pytest.skip("needs a second Python 3.10-3.14")
+        pytest.skip("needs a Python 3.12 or 3.13 besides the one running the tests")
     config = tmp_path / "slurm.yaml"
     config.write_text(
         "services: {model: {type: sim, bench: arith, accuracy: 0.7, ttft_ms: 2, itl_ms: 0, output_tokens: 8}}\n"
@@ -445,7 +446,7 @@ def test_scripts_for_other_nodes_let_the_file_pick_each_nodes_python(pyz, tmp_pa
     assert proc.returncode == 0, proc.stderr
     script = (out / "eval.sbatch").read_text()
     assert this_python() not in script and f"/bin/sh {pyz} run " in script
-    node = _bin_dir(tmp_path, {"python3": found[node_version]})
+    node = _bin_dir(tmp_path, {f"python{node_version}": found[node_version]})
     (tmp_path / "node").mkdir()
     env = {**pyz_env(tmp_path / "node"), "PATH": f"{node}:/usr/bin:/bin", "NEL_SHARD_IDX": "1"}
     proc = run(["bash", str(out / "eval.sbatch")], env=env)

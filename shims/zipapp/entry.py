@@ -4,14 +4,14 @@ Stored at the root of dist/shardeval.pyz as `_shardeval_entry.py` and run by its
 once the Python version is known to be >= 3.10. Stdlib only: nothing is extracted yet.
 
 Why not shiv's own extraction: the archive carries the compiled files of every CPython 3.10-3.14
-on x86_64 and aarch64, glibc and musl, side by side, and extracting all of them would cost seconds; and shiv
-extracts under ~/.shiv, which on a cluster is often an NFS home that hundreds of array tasks would
-hit at once, or read-only in a container. So `_shardeval_root` chooses a node-local root when the
-home is shared or read-only, `_shardeval_extract` unpacks (once per node, under a lock) only the
-files this interpreter and machine can use (or refuses, in one line, a target the file has no
-wheels for), and this module puts that site-packages on sys.path the way shiv's bootstrap would
-and runs the CLI. The warm path (already extracted) imports nothing
-beyond what Python has loaded anyway: every start pays for it.
+on x86_64 and aarch64, glibc and musl, side by side, and extracting all of them would cost
+seconds; and shiv extracts under ~/.shiv, which on a cluster is often an NFS home that hundreds of
+array tasks would hit at once, or read-only in a container. So `_shardeval_root` chooses a
+node-local root when the home is shared or read-only, `_shardeval_extract` unpacks (once per node,
+under a lock) only the files this interpreter and machine can use (a target the file has no wheels
+for is refused in one line), and this module puts that site-packages on sys.path the way shiv's
+bootstrap would and runs the CLI. The warm path (already extracted) imports nothing beyond what
+Python has loaded anyway: every start pays for it.
 """
 
 from __future__ import annotations
