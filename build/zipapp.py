@@ -340,7 +340,8 @@ def main() -> None:
         strip_and_drop(trees[target])
     served = merge_targets(trees, site, variants)
     compiled = compile_pycs(site, variants, served)
-    info = {"targets": list(trees), "variants": served, "pyc": [f"cp{py.replace('.', '')}" for py in compiled]}
+    info = {"targets": list(trees), "variants": served, "pyc": [f"cp{py.replace('.', '')}" for py in compiled],
+            "serves": f"CPython {', '.join(PYTHONS)} on {' and '.join(sorted(ARCHES))} Linux (glibc or musl)"}
     build_id = write_archive(out / "shardeval.pyz", site, info, source_date_epoch())
     size = (out / "shardeval.pyz").stat().st_size
     log(f"{out / 'shardeval.pyz'}: {size / 2**20:.1f} MiB, build {build_id[:12]}, pyc for {', '.join(compiled)}")

@@ -33,38 +33,31 @@ def notice(message: str) -> None:
 
 
 def machine() -> tuple[str, str]:
-    """(architecture, C library): what decides which compiled files load here. os.confstr names
-    the glibc version without touching the file system (packaging asks it too); musl has no such
-    name. Every start asks, so it must cost nothing."""
+    """(architecture, C library): they decide which compiled files load here. os.confstr knows
+    glibc without touching the file system (musl has no such name): every start asks."""
     arch = os.uname().machine.lower()
     try:
-        glibc = bool(os.confstr("CS_GNU_LIBC_VERSION"))
+        libc = "glibc" if os.confstr("CS_GNU_LIBC_VERSION") else "musl"
     except (ValueError, OSError):
-        glibc = False
-    return _ARCH_ALIASES.get(arch, arch), "glibc" if glibc else "musl"
+        libc = "musl"
+    return _ARCH_ALIASES.get(arch, arch), libc
 
 
 def this_target() -> str:
     """The build's name for this interpreter and machine: "cp311-x86_64", "cp312-musl-aarch64"."""
     arch, libc = machine()
     impl = "cp" if sys.implementation.name == "cpython" else sys.implementation.name
-    return f"{impl}{sys.version_info[0]}{sys.version_info[1]}-{'musl-' if libc == 'musl' else ''}{arch}"
+    return f"{impl}{sys.version_info[0]}{sys.version_info[1]}-{'musl-' * (libc == 'musl')}{arch}"
 
 
-def refuse(targets: list[str]) -> None:
-    """One line and exit 2 where the file has no wheels (msgspec, numpy, aiohttp are compiled)."""
+def refuse(serves: str) -> None:
+    """One line, exit 2: no wheels here, and msgspec, numpy and aiohttp are compiled."""
     import platform
 
-    versions = sorted({t.partition("-")[0] for t in targets}, key=lambda t: int(t[3:]))
-    arches = sorted({t.rpartition("-")[2] for t in targets})
-    libcs = "glibc or musl" if any("-musl-" in t for t in targets) else "glibc"
-    arch, libc = machine()
-    sys.stderr.write(
-        f"shardeval: error: this file serves CPython {', '.join(v[2] + '.' + v[3:] for v in versions)} on "
-        f"{' and '.join(arches)} Linux ({libcs}), not {platform.python_implementation()} "
-        f"{sys.version_info[0]}.{sys.version_info[1]} on {arch} ({libc}); run it with one of those "
-        "(set SHARDEVAL_PYTHON to its path), or `pip install shardeval` into an environment of this Python\n"
-    )
+    version = f"{platform.python_implementation()} {sys.version_info[0]}.{sys.version_info[1]}"
+    sys.stderr.write(f"shardeval: error: this file serves {serves}, not {version} on {' ('.join(machine())}); "
+                     "run it with one of those (set SHARDEVAL_PYTHON to its path), or `pip install shardeval` "
+                     "into an environment of this Python\n")
     sys.exit(2)
 
 
@@ -127,7 +120,7 @@ def main() -> None:
 
         info = json.loads(loader.get_data(os.path.join(loader.archive, "shardeval-build.json")))
         if target not in info["targets"]:
-            refuse(info["targets"])
+            refuse(info["serves"])
         if why and not os.environ.get(QUIET_ENV):  # said once, when extracting, not at every start
             notice(f"{why}: extracting to node-local {base} (set {ROOT_ENV} to choose)")
         try:
