@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-SUPPORTED = ("3.10", "3.11", "3.12", "3.13")
+SUPPORTED = ("3.10", "3.11", "3.12", "3.13", "3.14")
 
 
 def version_of(exe: str) -> str:

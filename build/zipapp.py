@@ -1,14 +1,14 @@
-"""Build dist/shardeval.pyz: one file for CPython 3.10-3.13 on x86_64 and aarch64 Linux.
+"""Build dist/shardeval.pyz: one file for CPython 3.10-3.14 on x86_64 and aarch64 Linux, glibc or musl.
 
 Run by build/build.sh inside the build venv (which has shiv and uv). Steps, and why:
 
 1. One locked resolution (build/requirements.lock, `uv pip compile --universal
-   --fork-strategy fewest`) so every target gets the same version of every package; a lock that
-   forks a package per Python version is refused, since one site-packages cannot hold two.
+   --fork-strategy fewest`) so every target gets the same version of every package, save where
+   no one version has wheels for all (build/wheel-constraints.txt says which and why).
 2. For each target, uv installs the locked wheels for that platform into its own folder; the
-   folders are merged into one site-packages. Extension files carry the interpreter and
-   architecture in their names, so they sit side by side; any other file that differs between
-   targets is an error (dist-info RECORD/WHEEL excepted: their lines are merged).
+   folders are merged: a file every target has identically goes in site-packages/ once, any
+   other in variants/GROUP/, one folder per set of targets sharing it, extracted only for them
+   (dist-info RECORD/WHEEL are merged instead).
 3. Debug symbols are stripped, numpy's own test suite is dropped, and every Python available here
    compiles unchecked-hash .pyc files (valid wherever the archive is extracted, so a
    PYTHONDONTWRITEBYTECODE=1 node never recompiles).
@@ -40,9 +40,11 @@ from shiv.bootstrap.environment import Environment
 
 REPO = Path(__file__).resolve().parent.parent
 LOCK = REPO / "build" / "requirements.lock"
+CONSTRAINTS = REPO / "build" / "wheel-constraints.txt"
 PYTHONS = pythons.SUPPORTED
 ARCHES = ("x86_64", "aarch64")
-ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
+# The oldest glibc with wheels for every locked package: numpy's cp314 wheels need 2.28.
+MANYLINUX = {"3.14": "manylinux_2_28"}
 ENTRY_POINT = "shardeval.cli:main"
 DROP_DIRS = ("numpy/tests", "numpy/*/tests", "numpy/*/*/tests")  # numpy's test suite: 8 MB a target
 # Files only compilers and type checkers read. Every file costs the first run on a node a create.
@@ -68,18 +70,8 @@ def source_date_epoch() -> int:
     return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else 315532800
 
 
-def check_lock() -> list[str]:
-    """The locked requirement lines; refuse a lock that gives one package two versions."""
-    lines = [l.strip() for l in LOCK.read_text().splitlines() if l.strip() and not l.startswith("#")]
-    names = [l.split("==")[0].strip().lower() for l in lines]
-    forked = sorted({n for n in names if names.count(n) > 1})
-    if forked:
-        sys.exit(f"build: error: {LOCK} forks {', '.join(forked)} by Python version; relock with --fork-strategy fewest")
-    return lines
-
-
 def lock(uv: str) -> None:
-    run([uv, "pip", "compile", str(REPO / "pyproject.toml"), "--universal", "--python-version", "3.10",
+    run([uv, "pip", "compile", str(REPO / "pyproject.toml"), "-c", str(CONSTRAINTS), "--universal", "--python-version", "3.10",
          "--fork-strategy", "fewest", "--no-annotate", "-q", "-o", str(LOCK),
          "--custom-compile-command", "bash build/build.sh --relock"])
 
@@ -90,19 +82,34 @@ def build_wheel(uv: str, out: Path) -> Path:
     return next(out.glob("shardeval-*.whl"))
 
 
-def install_target(uv: str, py: str, arch: str, wheel: Path, dest: Path) -> None:
+def targets() -> dict[str, tuple[str, str]]:
+    """{name: (Python version, uv platform)}: "cp312-x86_64" (glibc), "cp312-musl-x86_64" (musl).
+
+    The names tell a musl node from a glibc one even where the extension files do not (before
+    3.13 CPython on musl names them `...-x86_64-linux-gnu.so` too).
+    """
+    found = {}
+    for py in PYTHONS:
+        for arch in ARCHES:
+            tag = "cp" + py.replace(".", "")
+            found[f"{tag}-{arch}"] = (py, f"{arch}-{MANYLINUX.get(py, 'manylinux_2_17')}")
+            found[f"{tag}-musl-{arch}"] = (py, f"{arch}-unknown-linux-musl")  # musllinux_1_2
+    return found
+
+
+def install_target(uv: str, py: str, platform: str, wheel: Path, dest: Path) -> None:
     run([uv, "pip", "install", "-q", "--target", str(dest), "--python-version", py,
-         "--python-platform", f"{arch}-manylinux_2_17", "--only-binary", ":all:", "--no-deps",
+         "--python-platform", platform, "--only-binary", ":all:", "--no-deps",
          "--link-mode", "copy", "-r", str(LOCK), str(wheel)])
 
 
 def merge_targets(trees: dict[str, Path], site: Path, variants: Path) -> dict[str, list[str]]:
     """One site-packages from every target's tree; returns {variant folder: targets it serves}.
 
-    A file every target has identically (or only some have, like a tagged extension) goes in
-    once. A file whose content differs by target (numpy's build configuration, say) is kept once
-    per distinct content under `variants/DIGEST/` and extracted only for the targets that have
-    that content. dist-info RECORD and WHEEL are the exception: their lines are merged.
+    A file every target has identically goes in site-packages/ once. Any other (an extension, a
+    library auditwheel grafted, numpy's build configuration, a package only some Pythons get) goes
+    in variants/GROUP/, GROUP naming the set of targets that have that content, and is extracted
+    only for them. dist-info RECORD and WHEEL are the exception: their lines are merged.
     """
     digests: dict[str, dict[str, str]] = {}
     for target, tree in trees.items():
@@ -113,36 +120,28 @@ def merge_targets(trees: dict[str, Path], site: Path, variants: Path) -> dict[st
     served: dict[str, list[str]] = {}
     for rel in sorted(digests):
         seen = digests[rel]
-        first = trees[next(iter(seen))] / rel
-        if len(set(seen.values())) == 1:
-            _copy(first, site / rel)
-        elif Path(rel).parent.name.endswith(".dist-info") and Path(rel).name in MERGEABLE:
-            lines: set[str] = set()
-            for target in seen:
-                lines |= set((trees[target] / rel).read_text().splitlines())
-            (site / rel).parent.mkdir(parents=True, exist_ok=True)
-            (site / rel).write_text("\n".join(sorted(lines)) + "\n")
+        if Path(rel).parent.name.endswith(".dist-info") and Path(rel).name in MERGEABLE:
+            lines = set().union(*((trees[t] / rel).read_text().splitlines() for t in seen))
+            content = {"merged": ("\n".join(sorted(lines)) + "\n").encode()}
+            holders = {"merged": sorted(seen)}
         else:
-            for digest in sorted(set(seen.values())):
-                targets = sorted(t for t, d in seen.items() if d == digest)
-                folder = f"{digest[:16]}"
-                served[folder] = targets
-                _copy(trees[targets[0]] / rel, variants / folder / rel)
-    return served
+            holders = {d: sorted(t for t in seen if seen[t] == d) for d in set(seen.values())}
+            content = {d: (trees[ts[0]] / rel).read_bytes() for d, ts in holders.items()}
+        for key, group in holders.items():
+            folder = site
+            if len(group) < len(trees):
+                name = hashlib.sha256(" ".join(group).encode()).hexdigest()[:12]
+                served[name] = group
+                folder = variants / name
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_bytes(content[key])
+            (folder / rel).chmod((trees[group[0]] / rel).stat().st_mode & 0o777)
+    return dict(sorted(served.items()))
 
 
-def _copy(src: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(src, dest)
-
-
-def elf_arch(path: Path) -> str | None:
+def is_elf(path: Path) -> bool:
     with open(path, "rb") as f:
-        head = f.read(20)
-    if head[:4] != b"\x7fELF":
-        return None
-    machine = int.from_bytes(head[18:20], "little")
-    return ELF_MACHINES.get(machine, f"elf-{machine}")
+        return f.read(4) == b"\x7fELF"
 
 
 def drop_install_records(site: Path) -> None:
@@ -188,7 +187,7 @@ def strip_and_drop(site: Path) -> None:
         # breaks them ("ELF load command address/offset not page-aligned"): leave them alone.
         if path.parent.name.endswith(".libs"):
             continue
-        if path.is_file() and elf_arch(path) and strip:
+        if path.is_file() and is_elf(path) and strip:
             subprocess.run([strip, "--strip-debug", str(path)], check=False, stderr=subprocess.DEVNULL)
 
 
@@ -255,26 +254,6 @@ def compile_pycs(site: Path, variants: Path, served: dict[str, list[str]]) -> li
     return done
 
 
-def classify(site: Path, variants: Path, served: dict[str, list[str]]) -> dict:
-    """Which members belong to one architecture, one Python or a list of targets only."""
-    arch: dict[str, str] = {}
-    py: dict[str, str] = {}
-    for root, prefix in [(site, "site-packages/")] + [(variants / f, f"variants/{f}/") for f in sorted(served)]:
-        for path in sorted(root.rglob("*")):
-            if not path.is_file():
-                continue
-            name = prefix + path.relative_to(root).as_posix()
-            if path.suffix == ".pyc":
-                py[name] = "cp" + path.name.rsplit(".cpython-", 1)[1].split(".")[0].split("-")[0]
-                continue
-            machine = elf_arch(path) if ".so" in path.name else None
-            if machine:
-                arch[name] = machine
-                if ".cpython-" in path.name:
-                    py[name] = "cp" + path.name.split(".cpython-", 1)[1].split("-")[0]
-    return {"arch": arch, "py": py, "variants": served}
-
-
 def write_archive(target: Path, site: Path, info: dict, epoch: int) -> str:
     stamp = time.gmtime(max(epoch, 315532800))[:6]
     members: list[tuple[str, bytes, int]] = []
@@ -310,7 +289,9 @@ def write_archive(target: Path, site: Path, info: dict, epoch: int) -> str:
     outer.append((PAYLOAD, _zip_bytes(payload, stamp, zipfile.ZIP_DEFLATED), 0o644))
     tmp = target.with_suffix(".tmp")
     with open(tmp, "wb") as fd:
-        fd.write((REPO / "shims/zipapp/launcher.sh").read_bytes())
+        # The header tries the Pythons this file has wheels for, newest first, before python3.
+        tried = " ".join(f"python{py}" for py in reversed(PYTHONS))
+        fd.write((REPO / "shims/zipapp/launcher.sh").read_text().replace("@PYTHONS@", tried).encode())
         fd.write(_zip_bytes(outer, stamp, zipfile.ZIP_STORED, offset=fd.tell()))
     tmp.chmod(0o755)
     tmp.replace(target)
@@ -345,7 +326,6 @@ def main() -> None:
     out, work = Path(args.out), Path(args.work)
     if args.relock or not LOCK.exists():
         lock(args.uv)
-    check_lock()
     shutil.rmtree(work, ignore_errors=True)
     (work / "targets").mkdir(parents=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -354,17 +334,14 @@ def main() -> None:
     wheel = build_wheel(args.uv, out)
     site, variants = work / "site-packages", work / "variants"
     trees: dict[str, Path] = {}
-    for py in PYTHONS:
-        for arch in ARCHES:
-            target = f"cp{py.replace('.', '')}-{arch}"
-            trees[target] = work / "targets" / target
-            install_target(args.uv, py, arch, wheel, trees[target])
-            strip_and_drop(trees[target])
+    for target, (py, platform) in targets().items():
+        trees[target] = work / "targets" / target
+        install_target(args.uv, py, platform, wheel, trees[target])
+        strip_and_drop(trees[target])
     served = merge_targets(trees, site, variants)
     compiled = compile_pycs(site, variants, served)
-    info = classify(site, variants, served)
-    info["targets"] = list(trees)
-    info["pyc"] = [f"cp{py.replace('.', '')}" for py in compiled]
+    info = {"targets": list(trees), "variants": served, "pyc": [f"cp{py.replace('.', '')}" for py in compiled],
+            "serves": f"CPython {', '.join(PYTHONS)} on {' and '.join(sorted(ARCHES))} Linux (glibc or musl)"}
     build_id = write_archive(out / "shardeval.pyz", site, info, source_date_epoch())
     size = (out / "shardeval.pyz").stat().st_size
     log(f"{out / 'shardeval.pyz'}: {size / 2**20:.1f} MiB, build {build_id[:12]}, pyc for {', '.join(compiled)}")

@@ -15,11 +15,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PYZ = REPO / "dist" / "shardeval.pyz"
+LOCK = REPO / "build" / "requirements.lock"
 ARM64_ROOT = Path(os.environ.get("SHARDEVAL_CI_CACHE", "/var/cache/shardeval-ci")) / "arm64-bookworm"
 SOURCES = ("core", "plugins", "shims", "build/zipapp.py", "build/pythons.py", "build/requirements.lock", "pyproject.toml")
 
 sys.path.insert(0, str(REPO / "build"))
 import pythons  # noqa: E402  (build/pythons.py: the build and the tests agree on the interpreters)
+
+SUPPORTED = pythons.SUPPORTED
 
 
 def _newest_source() -> float:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare what tests/test_zipapp.py and tests/perf/test_startup.py use:
 #   dist/shardeval.pyz   built from this tree (build/build.sh; the target wheels come from PyPI
-#                        once, then from uv's cache: about 40 s)
+#                        once, then from uv's cache: about 80 s)
 #   an arm64 Debian root with python3, under ${SHARDEVAL_CI_CACHE:-/var/cache/shardeval-ci},
 #                        made by debootstrap once (about 3 minutes), and qemu-user-static
 #                        registered with binfmt_misc, so the aarch64 build runs for real here.

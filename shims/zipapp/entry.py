@@ -3,14 +3,15 @@
 Stored at the root of dist/shardeval.pyz as `_shardeval_entry.py` and run by its `__main__.py`
 once the Python version is known to be >= 3.10. Stdlib only: nothing is extracted yet.
 
-Why not shiv's own extraction: the archive carries the compiled files of every CPython 3.10-3.13
-on x86_64 and aarch64 side by side, and extracting all of them would cost seconds; and shiv
-extracts under ~/.shiv, which on a cluster is often an NFS home that hundreds of array tasks would
-hit at once, or read-only in a container. So `_shardeval_root` chooses a node-local root when the
-home is shared or read-only, `_shardeval_extract` unpacks (once per node, under a lock) only the
-files this interpreter and architecture can use, and this module puts that site-packages on sys.path the
-way shiv's bootstrap would and runs the CLI. The warm path (already extracted) imports nothing
-beyond what Python has loaded anyway: every start pays for it.
+Why not shiv's own extraction: the archive carries the compiled files of every CPython 3.10-3.14
+on x86_64 and aarch64, glibc and musl, side by side, and extracting all of them would cost
+seconds; and shiv extracts under ~/.shiv, which on a cluster is often an NFS home that hundreds of
+array tasks would hit at once, or read-only in a container. So `_shardeval_root` chooses a
+node-local root when the home is shared or read-only, `_shardeval_extract` unpacks (once per node,
+under a lock) only the files this interpreter and machine can use (a target the file has no wheels
+for is refused in one line), and this module puts that site-packages on sys.path the way shiv's
+bootstrap would and runs the CLI. The warm path (already extracted) imports nothing beyond what
+Python has loaded anyway: every start pays for it.
 """
 
 from __future__ import annotations
@@ -31,11 +32,33 @@ def notice(message: str) -> None:
     sys.stderr.write(f"shardeval: notice: {message}\n")
 
 
+def machine() -> tuple[str, str]:
+    """(architecture, C library): they decide which compiled files load here. os.confstr knows
+    glibc without touching the file system (musl has no such name): every start asks."""
+    arch = os.uname().machine.lower()
+    try:
+        libc = "glibc" if os.confstr("CS_GNU_LIBC_VERSION") else "musl"
+    except (ValueError, OSError):
+        libc = "musl"
+    return _ARCH_ALIASES.get(arch, arch), libc
+
+
 def this_target() -> str:
-    """The build's name for this interpreter and machine, e.g. "cp311-x86_64"."""
-    machine = os.uname().machine.lower()
+    """The build's name for this interpreter and machine: "cp311-x86_64", "cp312-musl-aarch64"."""
+    arch, libc = machine()
     impl = "cp" if sys.implementation.name == "cpython" else sys.implementation.name
-    return f"{impl}{sys.version_info[0]}{sys.version_info[1]}-{_ARCH_ALIASES.get(machine, machine)}"
+    return f"{impl}{sys.version_info[0]}{sys.version_info[1]}-{'musl-' * (libc == 'musl')}{arch}"
+
+
+def refuse(serves: str) -> None:
+    """One line, exit 2: no wheels here, and msgspec, numpy and aiohttp are compiled."""
+    import platform
+
+    version = f"{platform.python_implementation()} {sys.version_info[0]}.{sys.version_info[1]}"
+    sys.stderr.write(f"shardeval: error: this file serves {serves}, not {version} on {' ('.join(machine())}); "
+                     "run it with one of those (set SHARDEVAL_PYTHON to its path), or `pip install shardeval` "
+                     "into an environment of this Python\n")
+    sys.exit(2)
 
 
 def choose_base() -> tuple[str, str]:
@@ -93,16 +116,13 @@ def main() -> None:
     base, why = choose_base()
     site_parent = os.path.join(base, target, name)  # shiv's layout below the root: NAME_BUILDID/
     if not os.path.isdir(os.path.join(site_parent, "site-packages")):
-        if why and not os.environ.get(QUIET_ENV):  # said once, when extracting, not at every start
-            notice(f"{why}: extracting to node-local {base} (set {ROOT_ENV} to choose)")
-        import json
+        import json  # only here: a copy exists only for a target the file serves
 
         info = json.loads(loader.get_data(os.path.join(loader.archive, "shardeval-build.json")))
         if target not in info["targets"]:
-            notice(
-                f"this file was built for {', '.join(info['targets'])}, not {target}: "
-                "compiled packages fall back where they can (msgspec) or fail to load"
-            )
+            refuse(info["serves"])
+        if why and not os.environ.get(QUIET_ENV):  # said once, when extracting, not at every start
+            notice(f"{why}: extracting to node-local {base} (set {ROOT_ENV} to choose)")
         try:
             _extract(archive, site_parent, info, target)
         except OSError as exc:  # e.g. a pre-extracted image run by another Python, read-only

@@ -2,8 +2,8 @@
 
 Stored at the root of dist/shardeval.pyz as `_shardeval_extract.py`; imported by the entry
 preamble only when the extracted folder is missing. The payload (`payload.zip`, stored
-uncompressed inside the outer archive) holds site-packages/ for every target plus variants/DIGEST/
-for files whose content differs by target; shardeval-build.json says which member belongs where.
+uncompressed inside the outer archive) holds site-packages/ for every target plus variants/GROUP/
+for files only some targets have; shardeval-build.json says which targets each group serves.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ VARIANTS = "variants/"
 def destination(name: str, info: dict, target: str) -> str | None:
     """Where this payload member goes on this node (relative to the extraction folder), or None.
 
-    Shared files always go; a compiled file only for its architecture and Python; a per-target
-    variant (stored as variants/DIGEST/path) only for the targets that share that content.
+    site-packages/ goes everywhere; variants/GROUP/ (extensions, grafted libraries, files that
+    differ by target) only to the targets in that group; a .pyc only to the Python it is for.
     """
     if name.endswith("/"):
         return None
@@ -33,16 +33,12 @@ def destination(name: str, info: dict, target: str) -> str | None:
         folder, _, rel = name[len(VARIANTS):].partition("/")
         if target not in info["variants"].get(folder, ()):
             return None
-        dest = SITE + rel
-    elif name.startswith(SITE):
-        dest = name
-    else:
+        name = SITE + rel
+    elif not name.startswith(SITE):
         return None
-    tag, _, arch = target.partition("-")
-    want_arch, want_py = info["arch"].get(name), info["py"].get(name)
-    if (want_arch is None or want_arch == arch) and (want_py is None or want_py == tag):
-        return dest
-    return None
+    if name.endswith(".pyc") and not name.endswith(f".cpython-{target.partition('-')[0][2:]}.pyc"):
+        return None
+    return name
 
 
 class _Window(io.RawIOBase):
