@@ -66,17 +66,6 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-def _proc_start(pid: int) -> int | None:
-    """The process's start time (clock ticks after boot, /proc/PID/stat field 22); None if gone or not Linux."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
-
-
 def _ns_pid() -> str | None:
     try:
         return os.readlink("/proc/self/ns/pid")
@@ -85,6 +74,7 @@ def _ns_pid() -> str | None:
 
 
 def this_process(period_s: float, started_at: float) -> Heartbeat:
+    from shardeval.process import read_process  # not at the top: it imports asyncio, status need not
     now = time.time()
     return Heartbeat(
         host=socket.gethostname(),
@@ -95,7 +85,7 @@ def this_process(period_s: float, started_at: float) -> Heartbeat:
         stale_after_s=STALE_PERIODS * period_s,
         boot_id=_read_text("/proc/sys/kernel/random/boot_id"),
         pid_ns=_ns_pid(),
-        pid_start=_proc_start(os.getpid()),
+        pid_start=getattr(read_process(os.getpid()), "start", None),
         job=scheduler_job(os.environ),
     )
 
@@ -123,17 +113,11 @@ def same_machine(hb: Heartbeat) -> bool:
 
 def pid_alive(pid: int, start: int | None) -> bool:
     """Running (not a zombie) and the same process that wrote the heartbeat, not a reuse of its pid."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # cannot tell: alive
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields and fields[0] in (b"Z", b"X"):
-        return False
-    return start is None or len(fields) <= 19 or int(fields[19]) == start
+    from shardeval.process import read_process
+    proc = read_process(pid)
+    if proc is None:
+        return os.path.exists(f"/proc/{pid}")  # listed but unreadable: cannot tell, so alive
+    return proc.alive and (start is None or proc.start == start)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Iterator, Literal, Mapping, Sequence
+from typing import Iterator, Literal, Mapping, NamedTuple, Sequence
 
 from shardeval.app import zipapp_path
 from shardeval.errors import ShardError
@@ -86,42 +86,63 @@ def resolve_port(host: str, port: int, *, on_conflict: PortConflict, what: str) 
 
 def redact(argv: Sequence[str]) -> list[str]:
     """argv with the values of secret-bearing flags replaced, for log lines and errors."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-        elif arg in _SECRET_FLAGS:
-            out.append(arg)
-            hide_next = True
-        elif arg.startswith(tuple(f + "=" for f in _SECRET_FLAGS)):
-            out.append(arg.split("=", 1)[0] + "=***")
-        else:
-            out.append(arg)
+    out = list(argv)
+    for i, arg in enumerate(out):
+        flag, eq, _ = arg.partition("=")
+        if flag in _SECRET_FLAGS:
+            if eq:
+                out[i] = flag + "=***"
+            elif i + 1 < len(out):
+                out[i + 1] = "***"
     return out
 
 
-def process_table() -> dict[int, tuple[str, int, int]]:
-    """{pid: (state, parent pid, process group)} of every process now, from /proc (empty where
-    there is none). States `Z` and `X` are zombies and the dead, which an init that does not reap
-    may keep listed."""
-    table: dict[int, tuple[str, int, int]] = {}
-    if not os.path.isdir("/proc/self"):
-        return table
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # fields after the parenthesised command: state ppid pgrp ...
+class Proc(NamedTuple):
+    """One process as /proc lists it."""
+
+    pid: int
+    state: str  # `Z` and `X` are zombies and the dead, which an init that does not reap may keep listed
+    ppid: int
+    pgrp: int
+    session: int
+    start: int  # clock ticks after boot: tells the process from a later one given the same pid
+    uid: int | None  # the real uid, read only when asked for (one more file per process)
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("Z", "X")
+
+
+def read_process(pid: int, uid: bool = False) -> Proc | None:
+    """One process from /proc/PID/stat (and /proc/PID/status for `uid`); None when it is gone or
+    there is no /proc. The one reader of /proc's process table: process stops, liveness, sandbox."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        real_uid = None
+        if uid:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                real_uid = int(next(line for line in f if line.startswith(b"Uid:")).split()[1])
+        # fields after the parenthesised command: state ppid pgrp session ...; field 22 is starttime
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 3:
-            table[int(entry)] = (fields[0].decode(), int(fields[1]), int(fields[2]))
-    return table
+        return Proc(pid, fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]), real_uid)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def processes(uid: bool = False) -> list[Proc]:
+    """Every process now (empty where there is no /proc)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    found = (read_process(int(entry), uid) for entry in entries if entry.isdigit())
+    return [proc for proc in found if proc is not None]
+
+
+def process_table() -> dict[int, tuple[str, int, int]]:
+    """{pid: (state, parent pid, process group)} of every process now."""
+    return {p.pid: (p.state, p.ppid, p.pgrp) for p in processes()}
 
 
 def _group_alive(pgid: int) -> bool:
@@ -134,7 +155,7 @@ def _group_alive(pgid: int) -> bool:
         return True
     if not os.path.isdir("/proc/self"):
         return True
-    return any(group == pgid and state not in ("Z", "X") for state, _, group in process_table().values())
+    return any(p.pgrp == pgid and p.alive for p in processes())
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGTERM):
@@ -431,6 +452,8 @@ __all__ = [
     "die_with_parent",
     "free_port",
     "port_is_free",
+    "processes",
+    "read_process",
     "redact",
     "resolve_port",
     "self_command",

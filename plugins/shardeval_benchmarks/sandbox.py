@@ -1,7 +1,7 @@
 """Run untrusted Python (a model's code plus a benchmark's tests) in a contained subprocess.
 
-Stdlib only, Linux first, thread-safe: `run_sandboxed` may be called from many scoring threads
-at once. Whatever the program does, the result is a `SandboxResult`; a program that misbehaves
+Stdlib and shardeval's /proc reader only, Linux first, thread-safe: `run_sandboxed` may be called
+from many scoring threads at once. Whatever the program does, the result is a `SandboxResult`; a program that misbehaves
 fails, it never raises into the caller. Defence in depth, not a VM; the layers:
 
 1. A fresh interpreter, `python -I -S -B` (no user site, no PYTHON* variables, no .pth hooks),
@@ -65,6 +65,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
+
+from shardeval.process import Proc, processes, read_process
 
 log = logging.getLogger("shardeval")
 
@@ -464,6 +466,10 @@ def run_sandboxed(code: str, *, timeout_s: float, memory_mb: int, max_output_byt
     if timeout_s <= 0 or memory_mb < 32 or max_output_bytes < 0:
         raise ValueError(f"run_sandboxed: timeout_s={timeout_s!r} must be > 0, memory_mb={memory_mb!r} >= 32, max_output_bytes >= 0")
     sandbox_layers()  # probed (and logged) once per process
+    return _sandboxed(code, timeout_s, memory_mb, max_output_bytes)
+
+
+def _sandboxed(code: str, timeout_s: float, memory_mb: int, cap: int, probe: bool = False) -> SandboxResult:
     try:
         workdir = tempfile.mkdtemp(prefix="shardeval-sandbox-")
     except OSError as exc:
@@ -475,7 +481,7 @@ def run_sandboxed(code: str, *, timeout_s: float, memory_mb: int, max_output_byt
         return _not_run(f"could not start the program: {exc}")
     clean = False
     try:
-        result, clean = _run(code, workdir, uid, timeout_s, memory_mb, max_output_bytes)
+        result, clean = _run(code, workdir, uid, timeout_s, memory_mb, cap, probe)
         return result
     except OSError as exc:  # e.g. a full disk: the answer cannot be shown to pass
         return _not_run(f"sandbox error: {exc}")
@@ -500,23 +506,12 @@ def sandbox_layers() -> dict[str, bool]:
     global _LAYERS
     with _LAYERS_LOCK:
         if _LAYERS is None:
-            workdir = tempfile.mkdtemp(prefix="shardeval-sandbox-")
-            uid = None
-            try:
-                uid = _UID_POOL.acquire() if _root_mode() else None
-                prog = os.path.join(workdir, PROGRAM_NAME)
-                with open(prog, "w") as f:
-                    f.write("")
-                cfg = _config(workdir, uid, 5.0, 256) | {"probe": True}
-                proc = subprocess.run(
-                    _argv(cfg), cwd=workdir, env=_env(workdir), stdin=subprocess.DEVNULL,
-                    capture_output=True, timeout=30, start_new_session=True,
-                )
-                _LAYERS = {k: v == "1" for k, _, v in (item.partition("=") for item in proc.stdout.decode().split())}
-            except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
-                log.warning("sandbox: probing its layers failed (%s)", exc)
+            probe = _sandboxed("", 30.0, 256, 64_000, probe=True)
+            if not probe.passed:
+                log.warning("sandbox: probing its layers failed (%s)", probe.reason)
                 _LAYERS = {}
             else:
+                _LAYERS = {k: v == "1" for k, _, v in (item.partition("=") for item in probe.stdout.split())}
                 active = ", ".join(k for k, v in _LAYERS.items() if v) or "none"
                 log.info("sandbox: kernel layers in place: %s", active)
                 if not _LAYERS.get("uid"):
@@ -525,10 +520,6 @@ def sandbox_layers() -> dict[str, bool]:
                         "defeats the in-process guards could read this user's other processes' environments "
                         "(API keys) or files; run evaluations as root in a container for a per-run uid"
                     )
-            finally:
-                if uid is not None:
-                    _UID_POOL.release(uid, _kill_matching(lambda info: info.uid == uid))
-                _remove_tree(workdir)
         return dict(_LAYERS)
 
 
@@ -553,7 +544,7 @@ _ROOT_MODE: bool | None = None
 _ROOT_LOCK = threading.Lock()
 
 
-def _config(workdir: str, uid: int | None, timeout_s: float, memory_mb: int) -> dict:
+def _config(workdir: str, uid: int | None, timeout_s: float, memory_mb: int, probe: bool) -> dict:
     return {
         "prog": os.path.join(workdir, PROGRAM_NAME),
         "dir": os.path.realpath(workdir),
@@ -563,6 +554,7 @@ def _config(workdir: str, uid: int | None, timeout_s: float, memory_mb: int) -> 
         "nofile": NOFILE,
         "nproc": NPROC,
         "uid": uid,
+        "probe": probe or None,  # report the layers instead of running the program
     }
 
 
@@ -575,7 +567,7 @@ def _env(workdir: str) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
 
 
-def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: int, cap: int) -> tuple[SandboxResult, bool]:
+def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: int, cap: int, probe: bool) -> tuple[SandboxResult, bool]:
     """(the result, whether no process of the run is left, zombies included)."""
     prog = os.path.join(workdir, PROGRAM_NAME)
     with open(prog, "w", encoding="utf-8", errors="surrogatepass") as f:
@@ -584,7 +576,7 @@ def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: 
         os.chown(workdir, uid, uid)
     try:
         proc = subprocess.Popen(
-            _argv(_config(workdir, uid, timeout_s, memory_mb)),
+            _argv(_config(workdir, uid, timeout_s, memory_mb, probe)),
             cwd=workdir,
             env=_env(workdir),
             stdin=subprocess.DEVNULL,
@@ -719,7 +711,7 @@ def _kill_tree(proc: subprocess.Popen, uid: int | None) -> bool:
 
     pid = proc.pid
 
-    def ours(info: _ProcInfo) -> bool:
+    def ours(info: Proc) -> bool:
         return info.session == pid or info.pgrp == pid or (uid is not None and info.uid == uid)
 
     if not _has_exited(proc):
@@ -734,59 +726,14 @@ def _kill_tree(proc: subprocess.Popen, uid: int | None) -> bool:
     return _kill_matching(lambda info: info.pid != pid and ours(info))
 
 
-@dataclass(frozen=True)
-class _ProcInfo:
-    pid: int
-    uid: int  # real uid
-    pgrp: int
-    session: int
-    zombie: bool
-
-
-def _read_info(pid: int) -> _ProcInfo | None:
-    """One process from /proc/<pid>/status (one read; /proc/<pid>/stat on kernels before 4.1)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            status = f.read()
-        fields = dict(line.split(b":", 1) for line in status.splitlines() if b":" in line)
-        uid = int(fields[b"Uid"].split()[0])
-        zombie = fields[b"State"].split()[0] in (b"Z", b"X")
-        if b"NSsid" in fields:
-            pgrp, session = int(fields[b"NSpgid"].split()[-1]), int(fields[b"NSsid"].split()[-1])
-        else:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                raw = f.read()
-            stat_fields = raw[raw.rfind(b")") + 2 :].split()
-            pgrp, session = int(stat_fields[2]), int(stat_fields[3])
-    except (OSError, ValueError, KeyError, IndexError):
-        return None
-    return _ProcInfo(pid, uid, pgrp, session, zombie)
-
-
-def _processes() -> list[_ProcInfo]:
-    """A snapshot of /proc (Linux only; elsewhere it is empty and the group kill must do)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    me = os.getpid()
-    found = []
-    for name in entries:
-        if name.isdigit() and int(name) != me:
-            info = _read_info(int(name))
-            if info is not None:
-                found.append(info)
-    return found
-
-
-def _kill_matching(match: Callable[[_ProcInfo], bool], rounds: int = 200, zombies_ok: bool = False) -> bool:
+def _kill_matching(match: Callable[[Proc], bool], rounds: int = 200, zombies_ok: bool = False) -> bool:
     """SIGKILL live processes that `match` until none is left.
 
     True when none is left (zombies count unless `zombies_ok`); False if some survived.
     """
     for attempt in range(rounds):
-        procs = [p for p in _processes() if match(p)]
-        live = [p for p in procs if not p.zombie]
+        procs = [p for p in processes(uid=True) if match(p)]
+        live = [p for p in procs if p.alive]
         if not live:
             return zombies_ok or not procs
         for p in live:
@@ -795,7 +742,7 @@ def _kill_matching(match: Callable[[_ProcInfo], bool], rounds: int = 200, zombie
     return False
 
 
-def _kill_pid(pid: int, match: Callable[[_ProcInfo], bool]) -> None:
+def _kill_pid(pid: int, match: Callable[[Proc], bool]) -> None:
     """Kill one pid; with a pidfd, only if the process behind it still matches (no pid-reuse race)."""
     try:
         pidfd = os.pidfd_open(pid)
@@ -806,7 +753,7 @@ def _kill_pid(pid: int, match: Callable[[_ProcInfo], bool]) -> None:
             pass
         return
     try:
-        info = _read_info(pid)
+        info = read_process(pid, uid=True)
         if info is not None and match(info):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except OSError:
@@ -914,7 +861,7 @@ class _UidPool:
         tracked in `held`, and a uid comes back only when its sweep found nothing left)."""
         now = time.monotonic()
         if self._busy is None or now - self._busy[0] > BUSY_TTL_S:
-            self._busy = (now, {p.uid for p in _processes()})
+            self._busy = (now, {p.uid for p in processes(uid=True)})
         return self._busy[1]
 
     def release(self, uid: int, clean: bool) -> None:
