@@ -47,7 +47,7 @@ _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 def heartbeat_period() -> float:
     """Seconds between heartbeats: SHARDEVAL_HEARTBEAT_S, else 5."""
     raw = os.environ.get(PERIOD_ENV)
-    if raw is None or raw == "":
+    if not raw:
         return DEFAULT_PERIOD_S
     try:
         value = float(raw)
@@ -144,11 +144,11 @@ def judge(hb: Heartbeat, now: float | None = None) -> Liveness:
     return Liveness(False, hb.updated_at, f"{holder} beat {max(age, 0):.0f} s ago")
 
 
-def read_heartbeat(out_dir: str) -> Heartbeat | None:
-    """The shard's heartbeat; None when there is none (never started, or written before heartbeats
-    existed) or it cannot be read: no evidence either way."""
+def read_heartbeat(out_dir: str, name: str = HEARTBEAT_FILE) -> Heartbeat | None:
+    """The shard's heartbeat (or the lock file's holder); None when there is none (never started,
+    or written before heartbeats existed) or it cannot be read: no evidence either way."""
     try:
-        with open(os.path.join(out_dir, HEARTBEAT_FILE), "rb") as f:
+        with open(os.path.join(out_dir, name), "rb") as f:
             return msgspec.json.decode(f.read(), type=Heartbeat)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
@@ -226,14 +226,9 @@ class ShardLease:
     def _holder(self) -> Heartbeat | None:
         """Who holds the lock, from the lock file (which it writes just after locking: retry briefly)."""
         deadline = time.monotonic() + 2.0
-        while True:
-            try:
-                with open(self.lock_path, "rb") as f:
-                    return msgspec.json.decode(f.read(), type=Heartbeat)
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-                if time.monotonic() >= deadline:
-                    return None
-                time.sleep(0.05)
+        while (holder := read_heartbeat(self.out_dir, LOCK_FILE)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return holder
 
     def _refusal(self, holder: Heartbeat | None) -> str:
         hb = read_heartbeat(self.out_dir)

@@ -66,7 +66,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from shardeval.process import Proc, processes, read_process
+from shardeval.process import Proc, describe_exit, processes, read_process
 
 log = logging.getLogger("shardeval")
 
@@ -254,44 +254,35 @@ def _supervise(child):
     except (ValueError, OSError):
         pass
     status = None
-    while True:
-        if status is None:
-            try:
-                pid, st = os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
+    try:  # ends with ChildProcessError: no child left means no descendant left (orphans come to us)
+        while status is None:
+            pid, st = os.waitpid(-1, 0)
             if pid == child:
                 status = st
-            continue
-        try:  # no child left means no descendant left: orphans are re-parented to us
+        while True:
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
-        except ChildProcessError:
-            break
-        pidfds = {}
-        for pid in _live_descendants(os.getpid()):
-            try:
-                pidfds[pid] = os.pidfd_open(pid)
-            except (AttributeError, OSError):
+            pidfds = {}
+            for pid in _live_descendants(os.getpid()):
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    pidfds[pid] = os.pidfd_open(pid)
+                except (AttributeError, OSError):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            still = set(_live_descendants(os.getpid())) if pidfds else set()
+            for pid, pidfd in pidfds.items():
+                try:
+                    if pid in still:  # still ours behind this pidfd: no pid-reuse race
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 except OSError:
                     pass
-        still = set(_live_descendants(os.getpid())) if pidfds else set()
-        for pid, pidfd in pidfds.items():
-            try:
-                if pid in still:  # still ours behind this pidfd: no pid-reuse race
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            except OSError:
-                pass
-            finally:
-                os.close(pidfd)
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
-            break
-        time.sleep(0.002)
+                finally:
+                    os.close(pidfd)
+            time.sleep(0.002)
+    except ChildProcessError:
+        pass
     if status is not None and os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         try:
@@ -605,13 +596,9 @@ def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: 
         reason = f"output exceeded {cap} bytes"
     elif rc == 0:
         reason = "ok"
-    elif rc is not None and rc < 0:
-        sig = -rc
-        name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
-        hint = {"SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)", "SIGKILL": " (killed)"}.get(name, "")
-        reason = f"killed by {name}{hint}"
     else:
-        reason = f"exit status {rc}"
+        hint = {signal.SIGXCPU: " (CPU time limit)", signal.SIGXFSZ: " (file size limit)", signal.SIGKILL: " (killed)"}
+        reason = describe_exit(rc) + hint.get(-rc, "")
     passed = rc == 0 and not timed_out and not overflow
     return SandboxResult(passed, rc, timed_out, _text(out), _text(err), reason), clean
 
@@ -711,11 +698,11 @@ def _kill_tree(proc: subprocess.Popen, uid: int | None) -> bool:
 
     pid = proc.pid
 
-    def ours(info: Proc) -> bool:
-        return info.session == pid or info.pgrp == pid or (uid is not None and info.uid == uid)
+    def ours(info: Proc) -> bool:  # the supervisor itself spared
+        return info.pid != pid and (info.session == pid or info.pgrp == pid or (uid is not None and info.uid == uid))
 
     if not _has_exited(proc):
-        _kill_matching(lambda info: info.pid != pid and ours(info), zombies_ok=True)
+        _kill_matching(ours, zombies_ok=True)
         deadline = time.monotonic() + KILL_GRACE_S
         while not _has_exited(proc) and time.monotonic() < deadline:
             time.sleep(0.002)
@@ -723,7 +710,7 @@ def _kill_tree(proc: subprocess.Popen, uid: int | None) -> bool:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    return _kill_matching(lambda info: info.pid != pid and ours(info))
+    return _kill_matching(ours)
 
 
 def _kill_matching(match: Callable[[Proc], bool], rounds: int = 200, zombies_ok: bool = False) -> bool:
