@@ -220,8 +220,7 @@ class ServerProcess:
         if self.popen is not None:
             raise RuntimeError(f"{self.name} already started")
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-        env = dict(os.environ)
-        env.update(self.env)
+        env = {**os.environ, **self.env}
         with open(self.log_path, "ab") as log:
             self._log_start = log.tell()
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -263,11 +262,9 @@ class ServerProcess:
 
     async def wait_exit(self, poll_s: float = 0.25) -> int:
         """Return when the server process ends, with its exit status; run it as a watchdog task."""
-        while True:
-            code = self.returncode
-            if code is not None or self.popen is None:
-                return code if code is not None else 0
+        while self.popen is not None and self.returncode is None:
             await asyncio.sleep(poll_s)
+        return self.returncode or 0
 
     # --- readiness -------------------------------------------------------------------------
 
@@ -275,10 +272,8 @@ class ServerProcess:
         """The last lines this run wrote to its log (not earlier runs appended to the same file)."""
         try:
             with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                start = max(self._log_start, size - 64 * 1024)
-                f.seek(start)
+                end = f.seek(0, os.SEEK_END)
+                f.seek(max(self._log_start, end - 64 * 1024))
                 data = f.read()
         except OSError:
             return ""

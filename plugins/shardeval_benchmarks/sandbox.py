@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import logging
 import os
 import selectors
@@ -518,25 +519,19 @@ _LAYERS: dict[str, bool] | None = None
 _LAYERS_LOCK = threading.Lock()
 
 
+@functools.cache  # first asked by the layer probe, under _LAYERS_LOCK: decided once
 def _root_mode() -> bool:
     """Root with a usable uid pool: the strong mode (a per-run uid, NPROC enforced, uid sweep)."""
-    global _ROOT_MODE
-    if _ROOT_MODE is None:
-        with _ROOT_LOCK:
-            if _ROOT_MODE is None:
-                _ROOT_MODE = os.geteuid() == 0 and _UID_POOL.usable()
-                if os.geteuid() == 0 and not _ROOT_MODE:
-                    log.warning("sandbox: running as root but cannot switch to an unprivileged uid; "
-                                "sandboxed code keeps root's uid (only the prelude and namespaces contain it)")
-    return _ROOT_MODE
+    root_mode = os.geteuid() == 0 and _UID_POOL.usable()
+    if os.geteuid() == 0 and not root_mode:
+        log.warning("sandbox: running as root but cannot switch to an unprivileged uid; "
+                    "sandboxed code keeps root's uid (only the prelude and namespaces contain it)")
+    return root_mode
 
 
-_ROOT_MODE: bool | None = None
-_ROOT_LOCK = threading.Lock()
-
-
-def _config(workdir: str, uid: int | None, timeout_s: float, memory_mb: int, probe: bool) -> dict:
-    return {
+def _argv(workdir: str, uid: int | None, timeout_s: float, memory_mb: int, probe: bool) -> list[str]:
+    """The interpreter running BOOT with its key=value settings."""
+    cfg = {
         "prog": os.path.join(workdir, PROGRAM_NAME),
         "dir": os.path.realpath(workdir),
         "mem": int(memory_mb) << 20,
@@ -545,17 +540,9 @@ def _config(workdir: str, uid: int | None, timeout_s: float, memory_mb: int, pro
         "nofile": NOFILE,
         "nproc": NPROC,
         "uid": uid,
-        "probe": probe or None,  # report the layers instead of running the program
+        "probe": 1 if probe else None,  # report the layers instead of running the program
     }
-
-
-def _argv(cfg: dict) -> list[str]:
-    return [sys.executable, "-I", "-S", "-B", "-c", BOOT, *(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in cfg.items() if v is not None)]
-
-
-def _env(workdir: str) -> dict[str, str]:
-    """The whole environment of the program: nothing inherited, so no secret can leak through it."""
-    return {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
+    return [sys.executable, "-I", "-S", "-B", "-c", BOOT, *(f"{k}={v}" for k, v in cfg.items() if v is not None)]
 
 
 def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: int, cap: int, probe: bool) -> tuple[SandboxResult, bool]:
@@ -567,9 +554,10 @@ def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: 
         os.chown(workdir, uid, uid)
     try:
         proc = subprocess.Popen(
-            _argv(_config(workdir, uid, timeout_s, memory_mb, probe)),
+            _argv(workdir, uid, timeout_s, memory_mb, probe),
             cwd=workdir,
-            env=_env(workdir),
+            # the whole environment of the program: nothing inherited, so no secret can leak through it
+            env={"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -620,7 +608,6 @@ def _collect(proc: subprocess.Popen, timeout_s: float, cap: int) -> tuple[bytes,
     for fd in bufs:
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ, "pipe")
-    pidfd = None
     try:
         pidfd = os.pidfd_open(proc.pid)
         sel.register(pidfd, selectors.EVENT_READ, "exit")
@@ -656,12 +643,8 @@ def _collect(proc: subprocess.Popen, timeout_s: float, cap: int) -> tuple[bytes,
                     open_pipes -= 1
                     continue
                 buf = bufs[key.fd]
-                room = cap - len(buf)
-                if len(chunk) > room:
-                    buf += chunk[: max(0, room)]
-                    overflow = True
-                else:
-                    buf += chunk
+                overflow |= len(buf) + len(chunk) > cap
+                buf += chunk[: max(0, cap - len(buf))]
             if overflow:
                 break
     finally:
@@ -763,10 +746,7 @@ def _remove_tree(path: str) -> None:
         except OSError:
             pass
 
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=fix)
-    else:
-        shutil.rmtree(path, onerror=fix)
+    shutil.rmtree(path, **{"onexc" if sys.version_info >= (3, 12) else "onerror": fix})
     if os.path.exists(path):
         log.warning("sandbox: could not remove %s", path)
 
