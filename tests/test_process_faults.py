@@ -7,7 +7,6 @@ bounded (tens of requests, subprocess timeouts) and stops by itself.
 from __future__ import annotations
 
 import json
-import os
 import random
 import resource
 import signal

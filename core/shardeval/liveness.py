@@ -20,6 +20,7 @@ a shard whose node was lost leaves a manifest that says `running` forever. Both 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -191,11 +192,9 @@ class ShardLease:
             if other is not None and other.ended_at is None and (other.host, other.pid, other.pid_start) != (me.host, me.pid, me.pid_start):
                 if not judge(other).lost:  # no lock to ask: a live writer's heartbeat keeps us out
                     raise UsageError(self._refusal(other))
-            try:  # who holds it, for a refused second writer; not needed to hold it
+            with contextlib.suppress(OSError):  # who holds it, for a refused second writer; not needed to hold it
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, msgspec.json.encode(me) + b"\n", 0)
-            except OSError:
-                pass
         except BaseException:
             os.close(fd)
             raise

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import re
 import shlex
@@ -351,19 +352,15 @@ class ServerProcess:
             return
         pgid = popen.pid  # start_new_session: the child leads its own group
         self._stopping = True
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         deadline = time.monotonic() + self.stop_grace_s
         while time.monotonic() < deadline:
             if popen.poll() is not None and not _group_alive(pgid):
                 return
             yield 0.05
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         kill_deadline = time.monotonic() + 5.0
         while (popen.poll() is None or _group_alive(pgid)) and time.monotonic() < kill_deadline:
             yield 0.02
@@ -371,11 +368,8 @@ class ServerProcess:
     def _finish_stop(self) -> int | None:
         _LIVE.discard(self)
         code = self.returncode
-        try:
-            with open(self.log_path, "ab") as log:
-                log.write(f"# shardeval: {self.name} stopped (exit status {code})\n".encode())
-        except OSError:
-            pass
+        with contextlib.suppress(OSError), open(self.log_path, "ab") as log:
+            log.write(f"# shardeval: {self.name} stopped (exit status {code})\n".encode())
         return code
 
     def stop(self) -> int | None:

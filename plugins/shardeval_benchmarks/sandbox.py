@@ -50,6 +50,7 @@ What a determined attacker can still do:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
@@ -588,11 +589,7 @@ def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: 
         hint = {signal.SIGXCPU: " (CPU time limit)", signal.SIGXFSZ: " (file size limit)", signal.SIGKILL: " (killed)"}
         reason = describe_exit(rc) + hint.get(-rc, "")
     passed = rc == 0 and not timed_out and not overflow
-    return SandboxResult(passed, rc, timed_out, _text(out), _text(err), reason), clean
-
-
-def _text(data: bytes) -> str:
-    return data.decode("utf-8", "replace")
+    return SandboxResult(passed, rc, timed_out, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), reason), clean
 
 
 def _collect(proc: subprocess.Popen, timeout_s: float, cap: int) -> tuple[bytes, bytes, bool, bool]:
@@ -689,10 +686,8 @@ def _kill_tree(proc: subprocess.Popen, uid: int | None) -> bool:
         deadline = time.monotonic() + KILL_GRACE_S
         while not _has_exited(proc) and time.monotonic() < deadline:
             time.sleep(0.002)
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     return _kill_matching(ours)
 
 
@@ -717,10 +712,8 @@ def _kill_pid(pid: int, match: Callable[[Proc], bool]) -> None:
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
         return
     try:
         info = read_process(pid, uid=True)
@@ -766,35 +759,30 @@ class _UidPool:
         self.skip: set[int] = set()  # named in passwd/group, or left with survivors or zombies
         self.next = base
         self._dir: str | None = None
-        self._usable: bool | None = None
         self._busy: tuple[float, set[int]] | None = None
 
     def usable(self) -> bool:
-        """Can we switch to a pool uid here (root, a lock directory, a uid mapped in our namespace)?"""
-        if self._usable is None:
+        """Can we switch to a pool uid here (root, a lock directory, a uid mapped in our namespace)?
+        Asked once per process, by the cached _root_mode."""
+        try:
+            uid = self.acquire()
             try:
-                self._lock_dir()
-                uid = self.acquire()
-                try:
-                    probe = subprocess.run(
-                        [sys.executable, "-I", "-S", "-c", f"import os; os.setgroups([]); os.setresgid({uid},{uid},{uid}); os.setresuid({uid},{uid},{uid})"],
-                        env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
-                    )
-                    self._usable = probe.returncode == 0
-                finally:
-                    self.release(uid, True)
-            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-                log.debug("sandbox: uid pool unusable: %s", exc)
-                self._usable = False
-        return self._usable
+                probe = subprocess.run(
+                    [sys.executable, "-I", "-S", "-c", f"import os; os.setgroups([]); os.setresgid({uid},{uid},{uid}); os.setresuid({uid},{uid},{uid})"],
+                    env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+                )
+                return probe.returncode == 0
+            finally:
+                self.release(uid, True)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            log.debug("sandbox: uid pool unusable: %s", exc)
+            return False
 
     def _lock_dir(self) -> str:
         if self._dir is None:
             path = os.path.join(tempfile.gettempdir(), "shardeval-sandbox-uids")
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(path, 0o700)
-            except FileExistsError:
-                pass
             st = os.lstat(path)
             if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
                 raise OSError(errno.EPERM, f"{path} must be a directory owned by root with mode 0700")
