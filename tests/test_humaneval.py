@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import running_sim, shardeval_cmd
+from conftest import api_eval_config, running_sim, shardeval_cmd
 from shardeval.errors import UsageError
 from shardeval_benchmarks import humaneval as he
 from shardeval_benchmarks.code_extract import (
@@ -266,27 +266,12 @@ def test_simulated_replies_are_right_or_wrong_as_asked(bench):
 # -- end to end ------------------------------------------------------------------------------------
 
 
-def write_config(tmp: Path, url: str, style: str, repeats: int, protocol: str = "chat_completions", max_problems: str = "") -> Path:
-    path = tmp / f"humaneval-{style}.yaml"
-    path.write_text(
-        f"""
-services:
-  model:
-    type: api
-    url: {url}
-    model: sim
-    protocol: {protocol}
-benchmarks:
-  - name: humaneval
-    params: {{style: {style}, timeout_s: 10, memory_mb: 512}}
-    repeats: {repeats}
-    max_concurrent: 8
-    {max_problems}
-    solver: {{type: simple, service: model, generation: {{temperature: 0.8}}}}
-output: {{progress_interval_s: 0}}
-"""
+def write_config(tmp: Path, url: str, style: str, repeats: int, protocol: str = "chat_completions", **benchmark) -> Path:
+    return api_eval_config(
+        tmp / f"humaneval-{style}.yaml", url, bench="humaneval", repeats=repeats, concurrency=8, service={"protocol": protocol},
+        benchmark={"params": {"style": style, "timeout_s": 10, "memory_mb": 512}, **benchmark,
+                   "solver": {"type": "simple", "service": "model", "generation": {"temperature": 0.8}}},
     )
-    return path
 
 
 def read_records(path: Path) -> list[dict]:
@@ -300,7 +285,7 @@ def test_sharded_run_against_the_simulator_scores_every_answer_right(tmp_path):
     match whether the simulator meant it to be right, and the mean must be near 0.6."""
     p, repeats, n_problems = 0.6, 2, 82  # half the problems keeps the test under 20 s on 2 cores
     with running_sim("--bench", "humaneval", "--accuracy", str(p), "--ttft-ms", "0", "--itl-ms", "0") as url:
-        cfg = write_config(tmp_path, url, "chat", repeats, max_problems=f"max_problems: {n_problems}")
+        cfg = write_config(tmp_path, url, "chat", repeats, max_problems=n_problems)
         for i in range(2):
             result = shardeval_cmd("run", str(cfg), "--shard", f"{i}/2", "-o", str(tmp_path / "run" / f"shard_{i}"), timeout=240)
             assert result.returncode == 0, result.stderr
@@ -328,7 +313,7 @@ def test_sharded_run_against_the_simulator_scores_every_answer_right(tmp_path):
 
 def test_completion_style_run_against_the_simulator(tmp_path):
     with running_sim("--bench", "humaneval", "--bench-param", "style=completion", "--accuracy", "0.5", "--ttft-ms", "0", "--itl-ms", "0") as url:
-        cfg = write_config(tmp_path, url, "completion", 1, protocol="completions", max_problems="max_problems: 24")
+        cfg = write_config(tmp_path, url, "completion", 1, protocol="completions", max_problems=24)
         result = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out"), timeout=120)
         assert result.returncode == 0, result.stderr
     records = read_records(tmp_path / "out" / "humaneval" / "results.jsonl")

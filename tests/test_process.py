@@ -57,12 +57,6 @@ def script(tmp_path: Path, name: str, body: str) -> str:
     return str(path)
 
 
-
-
-def run(coro):  # noqa: ANN001, ANN201 - tiny helper
-    return asyncio.run(coro)
-
-
 def test_wait_http_succeeds_once_healthy_and_stops_on_exit(tmp_path: Path) -> None:
     port = free_port()
     proc = ServerProcess(
@@ -80,7 +74,7 @@ def test_wait_http_succeeds_once_healthy_and_stops_on_exit(tmp_path: Path) -> No
             assert proc.running and proc.returncode is None
             return time.monotonic() - t0
 
-    waited = run(go())
+    waited = asyncio.run(go())
     assert 0.3 < waited < 10
     assert proc.returncode is not None and not alive(proc.pid)
     log = (tmp_path / "logs" / "srv.log").read_text()
@@ -103,7 +97,7 @@ def test_crash_at_start_quotes_the_log(tmp_path: Path) -> None:
 
     t0 = time.monotonic()
     with pytest.raises(ShardError) as info:
-        run(go())
+        asyncio.run(go())
     message = str(info.value)
     assert time.monotonic() - t0 < 10
     assert "exited during start-up (exit status 3)" in message
@@ -122,7 +116,7 @@ def test_slow_start_past_the_deadline_fails_and_stops(tmp_path: Path) -> None:
 
     t0 = time.monotonic()
     with pytest.raises(ShardError, match=r"not healthy .* after 1 s[\s\S]*compiling graphs"):
-        run(go())
+        asyncio.run(go())
     assert time.monotonic() - t0 < 6
     assert not alive(holder["proc"].pid)
 
@@ -137,7 +131,7 @@ def test_wait_log_line_returns_the_match(tmp_path: Path) -> None:
             match = await proc.wait_log_line(r"listening on (http://\S+)", timeout_s=10)
             return match.group(1)
 
-    assert run(go()) == "http://127.0.0.1:1234/v1"
+    assert asyncio.run(go()) == "http://127.0.0.1:1234/v1"
 
 
 def test_wait_log_line_fails_on_early_exit(tmp_path: Path) -> None:
@@ -146,7 +140,7 @@ def test_wait_log_line_fails_on_early_exit(tmp_path: Path) -> None:
             await proc.wait_log_line("listening", timeout_s=10)
 
     with pytest.raises(ShardError, match=r"exit status 2[\s\S]*usage: bad flag"):
-        run(go())
+        asyncio.run(go())
 
 
 def test_missing_executable_is_a_clear_error(tmp_path: Path) -> None:
@@ -174,7 +168,7 @@ def test_stop_reaches_the_whole_group_term_then_kill(tmp_path: Path, mode: str) 
             await proc.astop()
             return worker, time.monotonic() - t0
 
-    worker, took = run(go())
+    worker, took = asyncio.run(go())
     assert 0.9 <= took < 8  # waited the grace period for the TERM-ignoring worker, then killed
     assert not alive(worker) and not alive(proc.pid)
     expected = -15 if mode == "leader-exits" else -9
@@ -184,7 +178,7 @@ def test_stop_reaches_the_whole_group_term_then_kill(tmp_path: Path, mode: str) 
 def test_well_behaved_server_stops_quickly(tmp_path: Path) -> None:
     proc = ServerProcess([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"], name="s", log_path=str(tmp_path / "s.log"), stop_grace_s=20)
     with proc:  # the sync form works too
-        run(proc.wait_log_line("up", timeout_s=10))
+        asyncio.run(proc.wait_log_line("up", timeout_s=10))
         t0 = time.monotonic()
     assert time.monotonic() - t0 < 3 and proc.returncode == -15
 
@@ -198,7 +192,7 @@ def test_stop_on_exception_inside_the_context(tmp_path: Path) -> None:
             raise KeyError("boom inside")
 
     with pytest.raises(KeyError, match="boom inside"):
-        run(go())
+        asyncio.run(go())
     assert not alive(holder["proc"].pid)
 
 
@@ -217,7 +211,7 @@ def test_stop_when_the_task_is_cancelled(tmp_path: Path) -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    run(go())
+    asyncio.run(go())
     assert not alive(holder["proc"].pid)
 
 
@@ -229,7 +223,7 @@ def test_wait_exit_reports_a_death_mid_run(tmp_path: Path) -> None:
             assert describe_exit(code) == "exit status 7" and not proc.stopping
             return code
 
-    assert run(go()) == 7
+    assert asyncio.run(go()) == 7
     assert describe_exit(-9) == "killed by SIGKILL" and describe_exit(None) == "still running"
 
 

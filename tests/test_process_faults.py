@@ -7,7 +7,6 @@ bounded (tens of requests, subprocess timeouts) and stops by itself.
 from __future__ import annotations
 
 import json
-import os
 import random
 import resource
 import signal
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import running_sim, shardeval_cmd
+from conftest import api_eval_config, running_sim, shardeval_cmd
 from shardeval.records import ReadReport, ResultRecord, TrajectoryRecord, read_jsonl
 
 N, REPEATS = 40, 2
@@ -27,25 +26,12 @@ SIM = ("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "15", "--itl-ms", "
 
 
 def write_config(tmp: Path, url: str, n: int = N, concurrency: int = 8) -> Path:
-    path = tmp / "config.yaml"
-    path.write_text(
-        f"""
-services:
-  model:
-    type: api
-    url: {url}
-    model: sim
-    retries: {{attempts: 3, backoff_base: 0.05, backoff_max: 0.2}}
-benchmarks:
-  - name: arith
-    params: {{n: {n}}}
-    repeats: {REPEATS}
-    max_concurrent: {concurrency}
-    solver: {{generation: {{temperature: 0.7, max_tokens: 64}}}}
-output: {{progress_interval_s: 5, drain_timeout_s: 5}}
-"""
+    return api_eval_config(
+        tmp / "config.yaml", url, n=n, repeats=REPEATS, concurrency=concurrency,
+        service={"retries": {"attempts": 3, "backoff_base": 0.05, "backoff_max": 0.2}},
+        benchmark={"solver": {"generation": {"temperature": 0.7, "max_tokens": 64}}},
+        output={"progress_interval_s": 5, "drain_timeout_s": 5},
     )
-    return path
 
 
 def records(shard_dir: Path) -> list[dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import REPO, process_alive
+from shardeval.process import processes
 from shardeval_benchmarks.sandbox import SandboxResult, run_sandboxed, sandbox_layers
 
 # Undo the prelude's import block and reach libc directly: what a determined attacker would do.
@@ -43,23 +45,8 @@ def assert_failed_then_goes_on(result: SandboxResult) -> None:
 
 def live_processes(session: int | None = None, uid: int | None = None) -> list[int]:
     """Running (not zombie) processes in `session` or owned by `uid`."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                raw = f.read()
-            with open(f"/proc/{name}/status", "rb") as f:
-                real_uid = int(next(line for line in f if line.startswith(b"Uid:")).split()[1])
-        except (OSError, StopIteration):
-            continue
-        fields = raw[raw.rfind(b")") + 2 :].split()
-        if fields[0] in (b"Z", b"X"):
-            continue
-        if (session is not None and int(fields[3]) == session) or (uid is not None and real_uid == uid):
-            found.append(int(name))
-    return found
+    return [p.pid for p in processes(uid=True)
+            if p.alive and (p.session == session or (uid is not None and p.uid == uid))]
 
 
 def ids_line(result: SandboxResult) -> dict[str, int]:
@@ -472,6 +459,7 @@ def test_an_unprivileged_user_still_gets_a_working_contained_sandbox(tmp_path):
         pytest.skip("no Python interpreter that the nobody user may run")
     import tempfile
 
+    import shardeval
     import shardeval_benchmarks.sandbox as module
 
     where = tempfile.mkdtemp(prefix="sandbox-nobody-")
@@ -479,6 +467,8 @@ def test_an_unprivileged_user_still_gets_a_working_contained_sandbox(tmp_path):
         os.chmod(where, 0o755)
         with open(module.__file__) as src, open(os.path.join(where, "sandbox.py"), "w") as dst:
             dst.write(src.read())
+        shutil.copytree(os.path.dirname(shardeval.__file__), os.path.join(where, "shardeval"),  # its /proc reader
+                        ignore=shutil.ignore_patterns("__pycache__"))
         with open(os.path.join(where, "driver.py"), "w") as f:
             f.write(UNPRIVILEGED_DRIVER % BYPASS)
         os.chmod(os.path.join(where, "sandbox.py"), 0o644)
@@ -486,8 +476,6 @@ def test_an_unprivileged_user_still_gets_a_working_contained_sandbox(tmp_path):
         proc = subprocess.run([python, os.path.join(where, "driver.py")], user=65534, group=65534, extra_groups=[],
                               capture_output=True, text=True, timeout=60, cwd=where, env={"PATH": "/usr/bin:/bin"})
     finally:
-        import shutil
-
         shutil.rmtree(where, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

@@ -20,6 +20,7 @@ a shard whose node was lost leaves a manifest that says `running` forever. Both 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -47,7 +48,7 @@ _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 def heartbeat_period() -> float:
     """Seconds between heartbeats: SHARDEVAL_HEARTBEAT_S, else 5."""
     raw = os.environ.get(PERIOD_ENV)
-    if raw is None or raw == "":
+    if not raw:
         return DEFAULT_PERIOD_S
     try:
         value = float(raw)
@@ -66,17 +67,6 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-def _proc_start(pid: int) -> int | None:
-    """The process's start time (clock ticks after boot, /proc/PID/stat field 22); None if gone or not Linux."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
-
-
 def _ns_pid() -> str | None:
     try:
         return os.readlink("/proc/self/ns/pid")
@@ -85,6 +75,7 @@ def _ns_pid() -> str | None:
 
 
 def this_process(period_s: float, started_at: float) -> Heartbeat:
+    from shardeval.process import read_process  # not at the top: it imports asyncio, status need not
     now = time.time()
     return Heartbeat(
         host=socket.gethostname(),
@@ -95,7 +86,7 @@ def this_process(period_s: float, started_at: float) -> Heartbeat:
         stale_after_s=STALE_PERIODS * period_s,
         boot_id=_read_text("/proc/sys/kernel/random/boot_id"),
         pid_ns=_ns_pid(),
-        pid_start=_proc_start(os.getpid()),
+        pid_start=getattr(read_process(os.getpid()), "start", None),
         job=scheduler_job(os.environ),
     )
 
@@ -123,17 +114,11 @@ def same_machine(hb: Heartbeat) -> bool:
 
 def pid_alive(pid: int, start: int | None) -> bool:
     """Running (not a zombie) and the same process that wrote the heartbeat, not a reuse of its pid."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # cannot tell: alive
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields and fields[0] in (b"Z", b"X"):
-        return False
-    return start is None or len(fields) <= 19 or int(fields[19]) == start
+    from shardeval.process import read_process
+    proc = read_process(pid)
+    if proc is None:
+        return os.path.exists(f"/proc/{pid}")  # listed but unreadable: cannot tell, so alive
+    return proc.alive and (start is None or proc.start == start)
 
 
 @dataclass(frozen=True)
@@ -160,11 +145,11 @@ def judge(hb: Heartbeat, now: float | None = None) -> Liveness:
     return Liveness(False, hb.updated_at, f"{holder} beat {max(age, 0):.0f} s ago")
 
 
-def read_heartbeat(out_dir: str) -> Heartbeat | None:
-    """The shard's heartbeat; None when there is none (never started, or written before heartbeats
-    existed) or it cannot be read: no evidence either way."""
+def read_heartbeat(out_dir: str, name: str = HEARTBEAT_FILE) -> Heartbeat | None:
+    """The shard's heartbeat (or the lock file's holder); None when there is none (never started,
+    or written before heartbeats existed) or it cannot be read: no evidence either way."""
     try:
-        with open(os.path.join(out_dir, HEARTBEAT_FILE), "rb") as f:
+        with open(os.path.join(out_dir, name), "rb") as f:
             return msgspec.json.decode(f.read(), type=Heartbeat)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
@@ -207,11 +192,9 @@ class ShardLease:
             if other is not None and other.ended_at is None and (other.host, other.pid, other.pid_start) != (me.host, me.pid, me.pid_start):
                 if not judge(other).lost:  # no lock to ask: a live writer's heartbeat keeps us out
                     raise UsageError(self._refusal(other))
-            try:  # who holds it, for a refused second writer; not needed to hold it
+            with contextlib.suppress(OSError):  # who holds it, for a refused second writer; not needed to hold it
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, msgspec.json.encode(me) + b"\n", 0)
-            except OSError:
-                pass
         except BaseException:
             os.close(fd)
             raise
@@ -242,14 +225,9 @@ class ShardLease:
     def _holder(self) -> Heartbeat | None:
         """Who holds the lock, from the lock file (which it writes just after locking: retry briefly)."""
         deadline = time.monotonic() + 2.0
-        while True:
-            try:
-                with open(self.lock_path, "rb") as f:
-                    return msgspec.json.decode(f.read(), type=Heartbeat)
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-                if time.monotonic() >= deadline:
-                    return None
-                time.sleep(0.05)
+        while (holder := read_heartbeat(self.out_dir, LOCK_FILE)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return holder
 
     def _refusal(self, holder: Heartbeat | None) -> str:
         hb = read_heartbeat(self.out_dir)

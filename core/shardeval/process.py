@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import re
 import shlex
@@ -21,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Iterator, Literal, Mapping, Sequence
+from typing import Iterator, Literal, Mapping, NamedTuple, Sequence
 
 from shardeval.app import zipapp_path
 from shardeval.errors import ShardError
@@ -86,42 +87,63 @@ def resolve_port(host: str, port: int, *, on_conflict: PortConflict, what: str) 
 
 def redact(argv: Sequence[str]) -> list[str]:
     """argv with the values of secret-bearing flags replaced, for log lines and errors."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-        elif arg in _SECRET_FLAGS:
-            out.append(arg)
-            hide_next = True
-        elif arg.startswith(tuple(f + "=" for f in _SECRET_FLAGS)):
-            out.append(arg.split("=", 1)[0] + "=***")
-        else:
-            out.append(arg)
+    out = list(argv)
+    for i, arg in enumerate(out):
+        flag, eq, _ = arg.partition("=")
+        if flag in _SECRET_FLAGS:
+            if eq:
+                out[i] = flag + "=***"
+            elif i + 1 < len(out):
+                out[i + 1] = "***"
     return out
 
 
-def process_table() -> dict[int, tuple[str, int, int]]:
-    """{pid: (state, parent pid, process group)} of every process now, from /proc (empty where
-    there is none). States `Z` and `X` are zombies and the dead, which an init that does not reap
-    may keep listed."""
-    table: dict[int, tuple[str, int, int]] = {}
-    if not os.path.isdir("/proc/self"):
-        return table
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # fields after the parenthesised command: state ppid pgrp ...
+class Proc(NamedTuple):
+    """One process as /proc lists it."""
+
+    pid: int
+    state: str  # `Z` and `X` are zombies and the dead, which an init that does not reap may keep listed
+    ppid: int
+    pgrp: int
+    session: int
+    start: int  # clock ticks after boot: tells the process from a later one given the same pid
+    uid: int | None  # the real uid, read only when asked for (one more file per process)
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("Z", "X")
+
+
+def read_process(pid: int, uid: bool = False) -> Proc | None:
+    """One process from /proc/PID/stat (and /proc/PID/status for `uid`); None when it is gone or
+    there is no /proc. The one reader of /proc's process table: process stops, liveness, sandbox."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        real_uid = None
+        if uid:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                real_uid = int(next(line for line in f if line.startswith(b"Uid:")).split()[1])
+        # fields after the parenthesised command: state ppid pgrp session ...; field 22 is starttime
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 3:
-            table[int(entry)] = (fields[0].decode(), int(fields[1]), int(fields[2]))
-    return table
+        return Proc(pid, fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]), real_uid)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def processes(uid: bool = False) -> list[Proc]:
+    """Every process now (empty where there is no /proc)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    found = (read_process(int(entry), uid) for entry in entries if entry.isdigit())
+    return [proc for proc in found if proc is not None]
+
+
+def process_table() -> dict[int, tuple[str, int, int]]:
+    """{pid: (state, parent pid, process group)} of every process now."""
+    return {p.pid: (p.state, p.ppid, p.pgrp) for p in processes()}
 
 
 def _group_alive(pgid: int) -> bool:
@@ -134,7 +156,7 @@ def _group_alive(pgid: int) -> bool:
         return True
     if not os.path.isdir("/proc/self"):
         return True
-    return any(group == pgid and state not in ("Z", "X") for state, _, group in process_table().values())
+    return any(p.pgrp == pgid and p.alive for p in processes())
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGTERM):
@@ -199,8 +221,7 @@ class ServerProcess:
         if self.popen is not None:
             raise RuntimeError(f"{self.name} already started")
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-        env = dict(os.environ)
-        env.update(self.env)
+        env = {**os.environ, **self.env}
         with open(self.log_path, "ab") as log:
             self._log_start = log.tell()
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -242,11 +263,9 @@ class ServerProcess:
 
     async def wait_exit(self, poll_s: float = 0.25) -> int:
         """Return when the server process ends, with its exit status; run it as a watchdog task."""
-        while True:
-            code = self.returncode
-            if code is not None or self.popen is None:
-                return code if code is not None else 0
+        while self.popen is not None and self.returncode is None:
             await asyncio.sleep(poll_s)
+        return self.returncode or 0
 
     # --- readiness -------------------------------------------------------------------------
 
@@ -254,10 +273,8 @@ class ServerProcess:
         """The last lines this run wrote to its log (not earlier runs appended to the same file)."""
         try:
             with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                start = max(self._log_start, size - 64 * 1024)
-                f.seek(start)
+                end = f.seek(0, os.SEEK_END)
+                f.seek(max(self._log_start, end - 64 * 1024))
                 data = f.read()
         except OSError:
             return ""
@@ -335,19 +352,15 @@ class ServerProcess:
             return
         pgid = popen.pid  # start_new_session: the child leads its own group
         self._stopping = True
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         deadline = time.monotonic() + self.stop_grace_s
         while time.monotonic() < deadline:
             if popen.poll() is not None and not _group_alive(pgid):
                 return
             yield 0.05
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         kill_deadline = time.monotonic() + 5.0
         while (popen.poll() is None or _group_alive(pgid)) and time.monotonic() < kill_deadline:
             yield 0.02
@@ -355,11 +368,8 @@ class ServerProcess:
     def _finish_stop(self) -> int | None:
         _LIVE.discard(self)
         code = self.returncode
-        try:
-            with open(self.log_path, "ab") as log:
-                log.write(f"# shardeval: {self.name} stopped (exit status {code})\n".encode())
-        except OSError:
-            pass
+        with contextlib.suppress(OSError), open(self.log_path, "ab") as log:
+            log.write(f"# shardeval: {self.name} stopped (exit status {code})\n".encode())
         return code
 
     def stop(self) -> int | None:
@@ -431,6 +441,8 @@ __all__ = [
     "die_with_parent",
     "free_port",
     "port_is_free",
+    "processes",
+    "read_process",
     "redact",
     "resolve_port",
     "self_command",

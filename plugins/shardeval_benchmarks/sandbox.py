@@ -1,7 +1,7 @@
 """Run untrusted Python (a model's code plus a benchmark's tests) in a contained subprocess.
 
-Stdlib only, Linux first, thread-safe: `run_sandboxed` may be called from many scoring threads
-at once. Whatever the program does, the result is a `SandboxResult`; a program that misbehaves
+Stdlib and shardeval's /proc reader only, Linux first, thread-safe: `run_sandboxed` may be called
+from many scoring threads at once. Whatever the program does, the result is a `SandboxResult`; a program that misbehaves
 fails, it never raises into the caller. Defence in depth, not a VM; the layers:
 
 1. A fresh interpreter, `python -I -S -B` (no user site, no PYTHON* variables, no .pth hooks),
@@ -50,8 +50,10 @@ What a determined attacker can still do:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import functools
 import logging
 import os
 import selectors
@@ -65,6 +67,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
+
+from shardeval.process import Proc, describe_exit, processes, read_process
 
 log = logging.getLogger("shardeval")
 
@@ -252,44 +256,35 @@ def _supervise(child):
     except (ValueError, OSError):
         pass
     status = None
-    while True:
-        if status is None:
-            try:
-                pid, st = os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
+    try:  # ends with ChildProcessError: no child left means no descendant left (orphans come to us)
+        while status is None:
+            pid, st = os.waitpid(-1, 0)
             if pid == child:
                 status = st
-            continue
-        try:  # no child left means no descendant left: orphans are re-parented to us
+        while True:
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
-        except ChildProcessError:
-            break
-        pidfds = {}
-        for pid in _live_descendants(os.getpid()):
-            try:
-                pidfds[pid] = os.pidfd_open(pid)
-            except (AttributeError, OSError):
+            pidfds = {}
+            for pid in _live_descendants(os.getpid()):
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    pidfds[pid] = os.pidfd_open(pid)
+                except (AttributeError, OSError):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            still = set(_live_descendants(os.getpid())) if pidfds else set()
+            for pid, pidfd in pidfds.items():
+                try:
+                    if pid in still:  # still ours behind this pidfd: no pid-reuse race
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 except OSError:
                     pass
-        still = set(_live_descendants(os.getpid())) if pidfds else set()
-        for pid, pidfd in pidfds.items():
-            try:
-                if pid in still:  # still ours behind this pidfd: no pid-reuse race
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            except OSError:
-                pass
-            finally:
-                os.close(pidfd)
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
-            break
-        time.sleep(0.002)
+                finally:
+                    os.close(pidfd)
+            time.sleep(0.002)
+    except ChildProcessError:
+        pass
     if status is not None and os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         try:
@@ -464,6 +459,10 @@ def run_sandboxed(code: str, *, timeout_s: float, memory_mb: int, max_output_byt
     if timeout_s <= 0 or memory_mb < 32 or max_output_bytes < 0:
         raise ValueError(f"run_sandboxed: timeout_s={timeout_s!r} must be > 0, memory_mb={memory_mb!r} >= 32, max_output_bytes >= 0")
     sandbox_layers()  # probed (and logged) once per process
+    return _sandboxed(code, timeout_s, memory_mb, max_output_bytes)
+
+
+def _sandboxed(code: str, timeout_s: float, memory_mb: int, cap: int, probe: bool = False) -> SandboxResult:
     try:
         workdir = tempfile.mkdtemp(prefix="shardeval-sandbox-")
     except OSError as exc:
@@ -475,7 +474,7 @@ def run_sandboxed(code: str, *, timeout_s: float, memory_mb: int, max_output_byt
         return _not_run(f"could not start the program: {exc}")
     clean = False
     try:
-        result, clean = _run(code, workdir, uid, timeout_s, memory_mb, max_output_bytes)
+        result, clean = _run(code, workdir, uid, timeout_s, memory_mb, cap, probe)
         return result
     except OSError as exc:  # e.g. a full disk: the answer cannot be shown to pass
         return _not_run(f"sandbox error: {exc}")
@@ -500,23 +499,12 @@ def sandbox_layers() -> dict[str, bool]:
     global _LAYERS
     with _LAYERS_LOCK:
         if _LAYERS is None:
-            workdir = tempfile.mkdtemp(prefix="shardeval-sandbox-")
-            uid = None
-            try:
-                uid = _UID_POOL.acquire() if _root_mode() else None
-                prog = os.path.join(workdir, PROGRAM_NAME)
-                with open(prog, "w") as f:
-                    f.write("")
-                cfg = _config(workdir, uid, 5.0, 256) | {"probe": True}
-                proc = subprocess.run(
-                    _argv(cfg), cwd=workdir, env=_env(workdir), stdin=subprocess.DEVNULL,
-                    capture_output=True, timeout=30, start_new_session=True,
-                )
-                _LAYERS = {k: v == "1" for k, _, v in (item.partition("=") for item in proc.stdout.decode().split())}
-            except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
-                log.warning("sandbox: probing its layers failed (%s)", exc)
+            probe = _sandboxed("", 30.0, 256, 64_000, probe=True)
+            if not probe.passed:
+                log.warning("sandbox: probing its layers failed (%s)", probe.reason)
                 _LAYERS = {}
             else:
+                _LAYERS = {k: v == "1" for k, _, v in (item.partition("=") for item in probe.stdout.split())}
                 active = ", ".join(k for k, v in _LAYERS.items() if v) or "none"
                 log.info("sandbox: kernel layers in place: %s", active)
                 if not _LAYERS.get("uid"):
@@ -525,10 +513,6 @@ def sandbox_layers() -> dict[str, bool]:
                         "defeats the in-process guards could read this user's other processes' environments "
                         "(API keys) or files; run evaluations as root in a container for a per-run uid"
                     )
-            finally:
-                if uid is not None:
-                    _UID_POOL.release(uid, _kill_matching(lambda info: info.uid == uid))
-                _remove_tree(workdir)
         return dict(_LAYERS)
 
 
@@ -536,25 +520,19 @@ _LAYERS: dict[str, bool] | None = None
 _LAYERS_LOCK = threading.Lock()
 
 
+@functools.cache  # first asked by the layer probe, under _LAYERS_LOCK: decided once
 def _root_mode() -> bool:
     """Root with a usable uid pool: the strong mode (a per-run uid, NPROC enforced, uid sweep)."""
-    global _ROOT_MODE
-    if _ROOT_MODE is None:
-        with _ROOT_LOCK:
-            if _ROOT_MODE is None:
-                _ROOT_MODE = os.geteuid() == 0 and _UID_POOL.usable()
-                if os.geteuid() == 0 and not _ROOT_MODE:
-                    log.warning("sandbox: running as root but cannot switch to an unprivileged uid; "
-                                "sandboxed code keeps root's uid (only the prelude and namespaces contain it)")
-    return _ROOT_MODE
+    root_mode = os.geteuid() == 0 and _UID_POOL.usable()
+    if os.geteuid() == 0 and not root_mode:
+        log.warning("sandbox: running as root but cannot switch to an unprivileged uid; "
+                    "sandboxed code keeps root's uid (only the prelude and namespaces contain it)")
+    return root_mode
 
 
-_ROOT_MODE: bool | None = None
-_ROOT_LOCK = threading.Lock()
-
-
-def _config(workdir: str, uid: int | None, timeout_s: float, memory_mb: int) -> dict:
-    return {
+def _argv(workdir: str, uid: int | None, timeout_s: float, memory_mb: int, probe: bool) -> list[str]:
+    """The interpreter running BOOT with its key=value settings."""
+    cfg = {
         "prog": os.path.join(workdir, PROGRAM_NAME),
         "dir": os.path.realpath(workdir),
         "mem": int(memory_mb) << 20,
@@ -563,19 +541,12 @@ def _config(workdir: str, uid: int | None, timeout_s: float, memory_mb: int) -> 
         "nofile": NOFILE,
         "nproc": NPROC,
         "uid": uid,
+        "probe": 1 if probe else None,  # report the layers instead of running the program
     }
+    return [sys.executable, "-I", "-S", "-B", "-c", BOOT, *(f"{k}={v}" for k, v in cfg.items() if v is not None)]
 
 
-def _argv(cfg: dict) -> list[str]:
-    return [sys.executable, "-I", "-S", "-B", "-c", BOOT, *(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in cfg.items() if v is not None)]
-
-
-def _env(workdir: str) -> dict[str, str]:
-    """The whole environment of the program: nothing inherited, so no secret can leak through it."""
-    return {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
-
-
-def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: int, cap: int) -> tuple[SandboxResult, bool]:
+def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: int, cap: int, probe: bool) -> tuple[SandboxResult, bool]:
     """(the result, whether no process of the run is left, zombies included)."""
     prog = os.path.join(workdir, PROGRAM_NAME)
     with open(prog, "w", encoding="utf-8", errors="surrogatepass") as f:
@@ -584,9 +555,10 @@ def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: 
         os.chown(workdir, uid, uid)
     try:
         proc = subprocess.Popen(
-            _argv(_config(workdir, uid, timeout_s, memory_mb)),
+            _argv(workdir, uid, timeout_s, memory_mb, probe),
             cwd=workdir,
-            env=_env(workdir),
+            # the whole environment of the program: nothing inherited, so no secret can leak through it
+            env={"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -613,19 +585,11 @@ def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: 
         reason = f"output exceeded {cap} bytes"
     elif rc == 0:
         reason = "ok"
-    elif rc is not None and rc < 0:
-        sig = -rc
-        name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
-        hint = {"SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)", "SIGKILL": " (killed)"}.get(name, "")
-        reason = f"killed by {name}{hint}"
     else:
-        reason = f"exit status {rc}"
+        hint = {signal.SIGXCPU: " (CPU time limit)", signal.SIGXFSZ: " (file size limit)", signal.SIGKILL: " (killed)"}
+        reason = describe_exit(rc) + hint.get(-rc, "")
     passed = rc == 0 and not timed_out and not overflow
-    return SandboxResult(passed, rc, timed_out, _text(out), _text(err), reason), clean
-
-
-def _text(data: bytes) -> str:
-    return data.decode("utf-8", "replace")
+    return SandboxResult(passed, rc, timed_out, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), reason), clean
 
 
 def _collect(proc: subprocess.Popen, timeout_s: float, cap: int) -> tuple[bytes, bytes, bool, bool]:
@@ -641,7 +605,6 @@ def _collect(proc: subprocess.Popen, timeout_s: float, cap: int) -> tuple[bytes,
     for fd in bufs:
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ, "pipe")
-    pidfd = None
     try:
         pidfd = os.pidfd_open(proc.pid)
         sel.register(pidfd, selectors.EVENT_READ, "exit")
@@ -677,12 +640,8 @@ def _collect(proc: subprocess.Popen, timeout_s: float, cap: int) -> tuple[bytes,
                     open_pipes -= 1
                     continue
                 buf = bufs[key.fd]
-                room = cap - len(buf)
-                if len(chunk) > room:
-                    buf += chunk[: max(0, room)]
-                    overflow = True
-                else:
-                    buf += chunk
+                overflow |= len(buf) + len(chunk) > cap
+                buf += chunk[: max(0, cap - len(buf))]
             if overflow:
                 break
     finally:
@@ -719,74 +678,27 @@ def _kill_tree(proc: subprocess.Popen, uid: int | None) -> bool:
 
     pid = proc.pid
 
-    def ours(info: _ProcInfo) -> bool:
-        return info.session == pid or info.pgrp == pid or (uid is not None and info.uid == uid)
+    def ours(info: Proc) -> bool:  # the supervisor itself spared
+        return info.pid != pid and (info.session == pid or info.pgrp == pid or (uid is not None and info.uid == uid))
 
     if not _has_exited(proc):
-        _kill_matching(lambda info: info.pid != pid and ours(info), zombies_ok=True)
+        _kill_matching(ours, zombies_ok=True)
         deadline = time.monotonic() + KILL_GRACE_S
         while not _has_exited(proc) and time.monotonic() < deadline:
             time.sleep(0.002)
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    return _kill_matching(lambda info: info.pid != pid and ours(info))
+    return _kill_matching(ours)
 
 
-@dataclass(frozen=True)
-class _ProcInfo:
-    pid: int
-    uid: int  # real uid
-    pgrp: int
-    session: int
-    zombie: bool
-
-
-def _read_info(pid: int) -> _ProcInfo | None:
-    """One process from /proc/<pid>/status (one read; /proc/<pid>/stat on kernels before 4.1)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            status = f.read()
-        fields = dict(line.split(b":", 1) for line in status.splitlines() if b":" in line)
-        uid = int(fields[b"Uid"].split()[0])
-        zombie = fields[b"State"].split()[0] in (b"Z", b"X")
-        if b"NSsid" in fields:
-            pgrp, session = int(fields[b"NSpgid"].split()[-1]), int(fields[b"NSsid"].split()[-1])
-        else:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                raw = f.read()
-            stat_fields = raw[raw.rfind(b")") + 2 :].split()
-            pgrp, session = int(stat_fields[2]), int(stat_fields[3])
-    except (OSError, ValueError, KeyError, IndexError):
-        return None
-    return _ProcInfo(pid, uid, pgrp, session, zombie)
-
-
-def _processes() -> list[_ProcInfo]:
-    """A snapshot of /proc (Linux only; elsewhere it is empty and the group kill must do)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    me = os.getpid()
-    found = []
-    for name in entries:
-        if name.isdigit() and int(name) != me:
-            info = _read_info(int(name))
-            if info is not None:
-                found.append(info)
-    return found
-
-
-def _kill_matching(match: Callable[[_ProcInfo], bool], rounds: int = 200, zombies_ok: bool = False) -> bool:
+def _kill_matching(match: Callable[[Proc], bool], rounds: int = 200, zombies_ok: bool = False) -> bool:
     """SIGKILL live processes that `match` until none is left.
 
     True when none is left (zombies count unless `zombies_ok`); False if some survived.
     """
     for attempt in range(rounds):
-        procs = [p for p in _processes() if match(p)]
-        live = [p for p in procs if not p.zombie]
+        procs = [p for p in processes(uid=True) if match(p)]
+        live = [p for p in procs if p.alive]
         if not live:
             return zombies_ok or not procs
         for p in live:
@@ -795,18 +707,16 @@ def _kill_matching(match: Callable[[_ProcInfo], bool], rounds: int = 200, zombie
     return False
 
 
-def _kill_pid(pid: int, match: Callable[[_ProcInfo], bool]) -> None:
+def _kill_pid(pid: int, match: Callable[[Proc], bool]) -> None:
     """Kill one pid; with a pidfd, only if the process behind it still matches (no pid-reuse race)."""
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
         return
     try:
-        info = _read_info(pid)
+        info = read_process(pid, uid=True)
         if info is not None and match(info):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except OSError:
@@ -829,10 +739,7 @@ def _remove_tree(path: str) -> None:
         except OSError:
             pass
 
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=fix)
-    else:
-        shutil.rmtree(path, onerror=fix)
+    shutil.rmtree(path, **{"onexc" if sys.version_info >= (3, 12) else "onerror": fix})
     if os.path.exists(path):
         log.warning("sandbox: could not remove %s", path)
 
@@ -852,35 +759,30 @@ class _UidPool:
         self.skip: set[int] = set()  # named in passwd/group, or left with survivors or zombies
         self.next = base
         self._dir: str | None = None
-        self._usable: bool | None = None
         self._busy: tuple[float, set[int]] | None = None
 
     def usable(self) -> bool:
-        """Can we switch to a pool uid here (root, a lock directory, a uid mapped in our namespace)?"""
-        if self._usable is None:
+        """Can we switch to a pool uid here (root, a lock directory, a uid mapped in our namespace)?
+        Asked once per process, by the cached _root_mode."""
+        try:
+            uid = self.acquire()
             try:
-                self._lock_dir()
-                uid = self.acquire()
-                try:
-                    probe = subprocess.run(
-                        [sys.executable, "-I", "-S", "-c", f"import os; os.setgroups([]); os.setresgid({uid},{uid},{uid}); os.setresuid({uid},{uid},{uid})"],
-                        env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
-                    )
-                    self._usable = probe.returncode == 0
-                finally:
-                    self.release(uid, True)
-            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-                log.debug("sandbox: uid pool unusable: %s", exc)
-                self._usable = False
-        return self._usable
+                probe = subprocess.run(
+                    [sys.executable, "-I", "-S", "-c", f"import os; os.setgroups([]); os.setresgid({uid},{uid},{uid}); os.setresuid({uid},{uid},{uid})"],
+                    env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+                )
+                return probe.returncode == 0
+            finally:
+                self.release(uid, True)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            log.debug("sandbox: uid pool unusable: %s", exc)
+            return False
 
     def _lock_dir(self) -> str:
         if self._dir is None:
             path = os.path.join(tempfile.gettempdir(), "shardeval-sandbox-uids")
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(path, 0o700)
-            except FileExistsError:
-                pass
             st = os.lstat(path)
             if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
                 raise OSError(errno.EPERM, f"{path} must be a directory owned by root with mode 0700")
@@ -914,7 +816,7 @@ class _UidPool:
         tracked in `held`, and a uid comes back only when its sweep found nothing left)."""
         now = time.monotonic()
         if self._busy is None or now - self._busy[0] > BUSY_TTL_S:
-            self._busy = (now, {p.uid for p in _processes()})
+            self._busy = (now, {p.uid for p in processes(uid=True)})
         return self._busy[1]
 
     def release(self, uid: int, clean: bool) -> None:
