@@ -45,8 +45,6 @@ class Reply:
 
     tokens: list[str]
     finish_reason: str  # "stop" | "length"
-    answer: str
-    correct: bool | None  # None: no reference known for this prompt
 
     @property
     def text(self) -> str:
@@ -130,18 +128,11 @@ class Answerer:
         rendered = self.render(ref, correct) if self.render is not None and ref is not None and correct is not None else None
         if rendered is not None:  # the benchmark shapes the whole reply (code, a letter, ...)
             tokens = _TOKEN.findall(rendered) or [rendered]
-            finish = "stop"
-            if max_tokens is not None and max_tokens < len(tokens):
-                tokens, finish = tokens[:max_tokens], "length"
-            return Reply(tokens=tokens, finish_reason=finish, answer=rendered, correct=correct)
-        tail = ["####", *(answer.split() or ["0"])]
-        n_filler = max(0, self.output_tokens - len(tail))
-        start, stride = digest[12], digest[13] | 1
-        words = [VOCAB[(start + i * stride) & 63] for i in range(n_filler)]
-        words += tail
-        tokens = [words[0]] + [" " + w for w in words[1:]]
-        finish = "stop"
+        else:
+            tail = ["####", *(answer.split() or ["0"])]
+            start, stride = digest[12], digest[13] | 1
+            words = [VOCAB[(start + i * stride) & 63] for i in range(max(0, self.output_tokens - len(tail)))] + tail
+            tokens = [words[0]] + [" " + w for w in words[1:]]
         if max_tokens is not None and max_tokens < len(tokens):
-            tokens = tokens[:max_tokens]
-            finish = "length"
-        return Reply(tokens=tokens, finish_reason=finish, answer=answer, correct=correct)
+            return Reply(tokens=tokens[:max_tokens], finish_reason="length")
+        return Reply(tokens=tokens, finish_reason="stop")

@@ -65,10 +65,7 @@ class Faults:
         if not self.bounds:
             return None
         u = self.rng.random()
-        for bound, kind in self.bounds:
-            if u < bound:
-                return kind
-        return None
+        return next((kind for bound, kind in self.bounds if u < bound), None)
 
     def next_5xx(self) -> int:
         return next(self._toggle)
@@ -122,22 +119,9 @@ class Simulator:
         self.n_limited = 0
         self._model_json = _json_encode(self.served)
         self._token_cache: dict[str, bytes] = {}
-        self._models_body = _json_encode(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": self.served,
-                        "object": "model",
-                        "created": int(time.time()),
-                        "owned_by": "shardeval-sim",
-                        "root": settings.root or self.served,
-                        "parent": None,
-                        "max_model_len": settings.max_model_len,
-                    }
-                ],
-            }
-        )
+        model = {"id": self.served, "object": "model", "created": int(time.time()), "owned_by": "shardeval-sim",
+                 "root": settings.root or self.served, "parent": None, "max_model_len": settings.max_model_len}
+        self._models_body = _json_encode({"object": "list", "data": [model]})
         retry = settings.retry_after
         self._retry_headers = {"Retry-After": f"{retry:g}"} if retry > 0 else None
 
@@ -223,27 +207,7 @@ class Simulator:
         if limit and self.inflight >= limit:  # a rate limiter in front of a busy server
             self.n_limited += 1
             return error_response(429, f"simulated rate limit: {limit} requests already in flight", "RateLimitError", headers=self._retry_headers)
-        self.inflight += 1
-        try:
-            return await self._answer(request, body, text, n_prompt, chat, stream, include_usage, max_tokens, seed, echo, logprobs)
-        finally:
-            self.inflight -= 1
-
-    async def _answer(
-        self,
-        request: web.Request,
-        body: dict[str, Any],
-        text: str,
-        n_prompt: int,
-        chat: bool,
-        stream: bool,
-        include_usage: bool,
-        max_tokens: int | None,
-        seed: int | None,
-        echo: bool,
-        logprobs: int | None,
-    ) -> web.StreamResponse:
-        """Draw this attempt's fault, then answer (or fail) as it says."""
+        # Draw this attempt's fault, then answer (or fail) as it says.
         fault = self.faults.draw()
         if fault == "429":
             return error_response(429, "simulated rate limit: slow down", "RateLimitError", headers=self._retry_headers)
@@ -251,11 +215,14 @@ class Simulator:
             status = self.faults.next_5xx()
             kind = "InternalServerError" if status == 500 else "ServiceUnavailableError"
             return error_response(status, f"simulated server error {status}", kind)
-
-        reply = self.answerer.reply(text, seed, max_tokens)
-        if stream:
-            return await self._stream(request, reply, chat, n_prompt, include_usage, fault)
-        return await self._respond(request, reply, chat, n_prompt, fault, echo=text if echo else None, logprobs=logprobs is not None)
+        self.inflight += 1
+        try:
+            reply = self.answerer.reply(text, seed, max_tokens)
+            if stream:
+                return await self._stream(request, reply, chat, n_prompt, include_usage, fault)
+            return await self._respond(request, reply, chat, n_prompt, fault, echo=text if echo else None, logprobs=logprobs is not None)
+        finally:
+            self.inflight -= 1
 
     @staticmethod
     def _logprob_fields(body: dict[str, Any], stream: bool) -> tuple[bool, int | None]:
@@ -271,9 +238,6 @@ class Simulator:
         if logprobs is not None and logprobs > 20:
             raise BadRequest(400, f"logprobs must be at most 20, got {logprobs}", param="logprobs")
         return echo, None if stream else logprobs
-
-    def _usage(self, n_prompt: int, n_completion: int) -> dict[str, int]:
-        return {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_completion, "completion_tokens": n_completion}
 
     async def _respond(
         self,
@@ -323,7 +287,7 @@ class Simulator:
             lp = _logprobs(tokenize(prefix), generated) if logprobs else None
             choice = {"index": 0, "text": prefix + text, "logprobs": lp, "finish_reason": reply.finish_reason, "stop_reason": None}
             out = {"id": f"cmpl-sim{rid:x}", "object": "text_completion", "created": created, "model": model, "choices": [choice]}
-        out["usage"] = self._usage(n_prompt, n)
+        out["usage"] = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n}
         return web.Response(body=_json_encode(out), content_type="application/json")
 
     def _token(self, token: str) -> bytes:
@@ -417,11 +381,7 @@ def _logprobs(prompt_tokens: list[str], generated: list[str]) -> dict[str, Any]:
     values: list[float | None] = [token_logprob(t) for t in tokens]
     if prompt_tokens:
         values[0] = None  # nothing precedes the prompt's first token
-    offsets = []
-    pos = 0
-    for t in tokens:
-        offsets.append(pos)
-        pos += len(t)
+    offsets = list(itertools.accumulate(map(len, tokens[:-1]), initial=0)) if tokens else []
     top = [None if v is None else {t: v} for t, v in zip(tokens, values)]
     return {"text_offset": offsets, "token_logprobs": values, "tokens": tokens, "top_logprobs": top}
 
