@@ -24,15 +24,9 @@ def normalize(text: str) -> str:
 
 
 def as_number(text: str | None) -> float | None:
-    if text is None:
-        return None
-    match = _NUMBER.search(text.replace("$", ""))
-    if not match:
-        return None
-    try:
-        return float(match.group().replace(",", ""))
-    except ValueError:
-        return None
+    """The first number in `text` as a float (`$` and thousands commas ignored), or None."""
+    match = _NUMBER.search(text.replace("$", "")) if text is not None else None
+    return float(match.group().replace(",", "")) if match else None
 
 
 # --- numeric answers (GSM8K and the BYO `numeric` scorer) --------------------------------------

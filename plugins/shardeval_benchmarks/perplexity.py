@@ -66,9 +66,7 @@ class TextLines(Rows):
         return len(self._offsets)
 
     def _read(self, i: int) -> dict[str, Any]:
-        with open(self.path, "rb") as f:
-            f.seek(self._offsets[i])
-            return {"text": self._decode(f.read(self._lengths[i]), i)}
+        return next(self.rows((i,)))
 
     def rows(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
         n = len(self)
