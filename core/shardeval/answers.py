@@ -88,17 +88,11 @@ def extract_numeric(text: str) -> tuple[str | None, str | None]:
 
 def numbers_equal(a: str | None, b: str | None) -> bool:
     """Numeric equality of two answers ("3.50" == "3.5", "1,000" == "1000"); False if either is not a number."""
-    x, y = _to_float(first_number(a)), _to_float(first_number(b))
-    if x is None or y is None:
+    a, b = first_number(a), first_number(b)
+    if a is None or b is None:
         return False
+    x, y = float(a), float(b)  # first_number's digits always parse
     return abs(x - y) <= 1e-9 * max(1.0, abs(x), abs(y))
-
-
-def _to_float(text: str | None) -> float | None:
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def _format(value: float) -> str:

@@ -52,16 +52,8 @@ from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError
 import msgspec
 
-__all__ = [
-    "Rows",
-    "open_rows",
-    "open_from_params",
-    "package_data",
-    "cache_dir",
-    "canonical_row",
-    "SOURCE_PARAMS",
-    "FORMATS",
-]
+__all__ = ["Rows", "RowsBenchmark", "open_rows", "open_from_params", "package_data", "cache_dir", "canonical_row",
+           "SOURCE_PARAMS", "FORMATS"]
 
 FORMATS = ("jsonl", "json", "csv", "parquet")
 SOURCE_PARAMS = ("path", "url", "hf", "sha256", "format")

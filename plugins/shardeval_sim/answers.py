@@ -99,16 +99,9 @@ class Answerer:
         or few-shot turns, also try what follows each blank line."""
         if self.key is None:
             return None
-        ref = self.key(text)
-        if ref is not None:
-            return ref
-        tail = text
-        for _ in range(8):
-            cut = tail.find("\n\n")
-            if cut < 0:
-                return None
-            tail = tail[cut + 2 :]
-            ref = self.key(tail)
+        parts = text.split("\n\n", 8)
+        for k in range(min(len(parts), 9)):  # the whole text, then up to 8 tails
+            ref = self.key("\n\n".join(parts[k:]))
             if ref is not None:
                 return ref
         return None
