@@ -11,27 +11,13 @@ reads only its own slice once the canonical order (the file's order) is fixed:
 
 Benchmarks whose params say where the data is use `open_from_params(params, benchmark=…)`,
 which understands `params.path | params.url | params.hf` (+ `sha256`, `format`) and a default.
-
-Sources
-- Local files, by suffix (or `format=`): `.jsonl`/`.ndjson` (optionally `.gz`), `.json` (a list of
-  objects, or `{"data": [...]}`, or JSON Lines under a .json name; optionally `.gz`), `.csv` (header row; optionally `.gz`; every
-  value a string), `.parquet` (needs pyarrow). Relative paths are relative to `base_dir` (default:
-  the working directory).
-- `http(s)://` URLs: downloaded once into `<user cache dir>/datasets/<sha256 of the URL>/<file name>`
-  (the cache root is `platformdirs.user_cache_dir("shardeval")`, or `$SHARDEVAL_CACHE_DIR`). The
-  download goes to a temporary file in the same directory and is renamed into place, under a file
-  lock, so concurrent shards on one node download once and never see a partial file.
-- `hf://NAME[:SPLIT]`, `hf://OWNER/NAME[:SPLIT]`, `hf://OWNER/NAME/CONFIG[:SPLIT]` (split default
-  `test`): `datasets.load_dataset`, with rows read lazily from its memory-mapped Arrow table.
-- `pkg://PACKAGE/PATH`: a data file shipped inside an installed Python package (see `package_data`).
+docs/benchmarks.md lists the sources and formats, the download cache (an atomic rename under a
+file lock, so concurrent shards on one node download once) and the fingerprint (over the rows
+only, so the same data as JSONL, JSON or a download has the same one).
 
 Memory: JSONL rows are never held in memory; one scan records each row's byte offset (a gzip file is
 sought in its decompressed stream). JSON and CSV are loaded once as a list of rows; Parquet and
 hub data stay in Arrow. No method copies the whole dataset per request.
-
-Fingerprint: `sha256:` + sha256 over every row's canonical JSON (keys sorted, compact, UTF-8) plus
-a newline, in order. It depends on the rows only, so the same data in JSONL and JSON files, or a
-local copy and a download, have the same fingerprint; any changed value changes it.
 
 Every user mistake (missing file, bad row, wrong checksum, missing optional package) is a one-line
 `UsageError` that says where it looked and how to point the benchmark at the data.
@@ -358,9 +344,7 @@ def cache_dir() -> str:
 
 
 def _format_of(path: str, who: str, source: str) -> str:
-    name = path.lower()
-    if name.endswith(".gz"):
-        name = name[:-3]
+    name = path.lower().removesuffix(".gz")
     for suffix, fmt in _SUFFIXES.items():
         if name.endswith(suffix):
             return fmt
@@ -573,8 +557,7 @@ def _file_lock(path: str) -> Iterator[None]:
 def _expected_sha(sha256: Any, who: str) -> str | None:
     if sha256 in (None, ""):
         return None
-    text = str(sha256).strip().lower()
-    text = text[len("sha256:") :] if text.startswith("sha256:") else text
+    text = str(sha256).strip().lower().removeprefix("sha256:")
     if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
         raise UsageError(f"{who}sha256 must be 64 hex digits (optionally prefixed sha256:), got {sha256!r}")
     return text

@@ -107,10 +107,7 @@ class HumanEvalBenchmark(Benchmark):
 
         def key(text: str) -> str | None:
             text = text.strip()
-            found = exact.get(text)
-            if found is None:
-                found = next((task for prompt, task in by_length if prompt in text), None)
-            return found
+            return exact.get(text) or next((task for prompt, task in by_length if prompt in text), None)
 
         return key
 

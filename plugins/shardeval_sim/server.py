@@ -59,16 +59,13 @@ class Faults:
             if rate > 0:
                 total += rate
                 self.bounds.append((total, kind))
-        self._toggle = itertools.cycle(int(s) for s in settings.fail_5xx_statuses.split(","))
+        self.statuses = itertools.cycle(int(s) for s in settings.fail_5xx_statuses.split(","))  # --fail-5xx's, in turn
 
     def draw(self) -> str | None:
         if not self.bounds:
             return None
         u = self.rng.random()
         return next((kind for bound, kind in self.bounds if u < bound), None)
-
-    def next_5xx(self) -> int:
-        return next(self._toggle)
 
 
 class BadRequest(Exception):
@@ -130,8 +127,8 @@ class Simulator:
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/version", self.version)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/completions", self._handle)
         return app
 
     # --- small routes ----------------------------------------------------------------------
@@ -149,12 +146,6 @@ class Simulator:
         return web.Response(body=_json_encode({"version": f"shardeval-sim {__version__}"}), content_type="application/json")
 
     # --- completions -----------------------------------------------------------------------
-
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, chat=True)
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, chat=False)
 
     def _parse(self, body: Any, chat: bool) -> tuple[str, int]:
         """(text the answer key sees, prompt token count) from a chat or completions body."""
@@ -183,7 +174,8 @@ class Simulator:
             raise BadRequest(400, "prompt must be a string (batched prompts are not simulated)", param="prompt")
         return prompt, count_tokens(prompt)
 
-    async def _handle(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        chat = request.path == "/v1/chat/completions"
         try:
             try:
                 body = _json_decode(await request.read())
@@ -212,7 +204,7 @@ class Simulator:
         if fault == "429":
             return error_response(429, "simulated rate limit: slow down", "RateLimitError", headers=self._retry_headers)
         if fault == "5xx":
-            status = self.faults.next_5xx()
+            status = next(self.faults.statuses)
             kind = "InternalServerError" if status == 500 else "ServiceUnavailableError"
             return error_response(status, f"simulated server error {status}", kind)
         self.inflight += 1
@@ -227,9 +219,8 @@ class Simulator:
     @staticmethod
     def _logprob_fields(body: dict[str, Any], stream: bool) -> tuple[bool, int | None]:
         """(echo, logprobs) of a completions request; None: no logprobs asked (or a stream: ignored)."""
-        echo = body.get("echo", False)
-        if echo is None:
-            echo = False
+        echo = body.get("echo")
+        echo = False if echo is None else echo
         if not isinstance(echo, bool):
             raise BadRequest(400, f"echo must be true or false, got {echo!r}", param="echo")
         if echo and stream:
@@ -239,17 +230,8 @@ class Simulator:
             raise BadRequest(400, f"logprobs must be at most 20, got {logprobs}", param="logprobs")
         return echo, None if stream else logprobs
 
-    async def _respond(
-        self,
-        request: web.Request,
-        reply: Reply,
-        chat: bool,
-        n_prompt: int,
-        fault: str | None,
-        *,
-        echo: str | None = None,
-        logprobs: bool = False,
-    ) -> web.StreamResponse:
+    async def _respond(self, request: web.Request, reply: Reply, chat: bool, n_prompt: int, fault: str | None, *,
+                       echo: str | None = None, logprobs: bool = False) -> web.StreamResponse:
         n = len(reply.tokens)
         delay = self.ttft + self.itl * max(0, n - 1)
         if fault == "stall":
