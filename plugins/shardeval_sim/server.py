@@ -28,6 +28,7 @@ coalesces events that are already due (all of them when `--itl-ms 0`) into one w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import signal
@@ -318,7 +319,7 @@ class Simulator:
 
         resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
         loop = asyncio.get_running_loop()
-        try:
+        with contextlib.suppress(ConnectionError):  # the client went away: nothing more to say
             await resp.prepare(request)
             t0 = loop.time()
             i = 0
@@ -352,8 +353,6 @@ class Simulator:
                     j += 1
                 await resp.write(events[i] if j == i + 1 else b"".join(events[i:j]))
                 i = j
-        except ConnectionError:  # the client went away: nothing more to say
-            return resp
         return resp
 
 
