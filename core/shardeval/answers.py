@@ -79,7 +79,8 @@ def extract_numeric(text: str) -> tuple[str | None, str | None]:
     for match in reversed(_BOXED.findall(text)):
         frac = _FRAC.search(match)
         if frac:
-            return _format(float(frac.group(1)) / float(frac.group(2))), "boxed"
+            value = float(frac.group(1)) / float(frac.group(2))
+            return (str(int(value)) if value.is_integer() else repr(value)), "boxed"
         if (n := first_number(match)) is not None:
             return n, "boxed"
     n = last_number(text)
@@ -93,10 +94,6 @@ def numbers_equal(a: str | None, b: str | None) -> bool:
         return False
     x, y = float(a), float(b)  # first_number's digits always parse
     return abs(x - y) <= 1e-9 * max(1.0, abs(x), abs(y))
-
-
-def _format(value: float) -> str:
-    return str(int(value)) if value.is_integer() else repr(value)
 
 
 # --- multiple-choice letters (the BYO `choice` scorer) -----------------------------------------
