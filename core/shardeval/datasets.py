@@ -193,7 +193,7 @@ class ArrowRows(Rows):
 
 
 class HubRows(ArrowRows):
-    """A Hugging Face `datasets.Dataset` (memory-mapped Arrow); rows are read on demand."""
+    """A Hugging Face `datasets.Dataset` (memory-mapped Arrow) as `_table`; rows are read on demand."""
 
     def __len__(self) -> int:
         return len(self._table)
