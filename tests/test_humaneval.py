@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import math
 import os
@@ -70,7 +71,7 @@ def test_loads_from_jsonl_and_jsonl_gz_files_with_the_same_fingerprint(tmp_path,
 
 
 def test_missing_package_data_is_a_one_line_usage_error(monkeypatch):
-    monkeypatch.setattr(he.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(UsageError) as err:
         HumanEvalBenchmark({})
     message = str(err.value)

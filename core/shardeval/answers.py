@@ -24,15 +24,9 @@ def normalize(text: str) -> str:
 
 
 def as_number(text: str | None) -> float | None:
-    if text is None:
-        return None
-    match = _NUMBER.search(text.replace("$", ""))
-    if not match:
-        return None
-    try:
-        return float(match.group().replace(",", ""))
-    except ValueError:
-        return None
+    """The first number in `text` as a float (`$` and thousands commas ignored), or None."""
+    match = _NUMBER.search(text.replace("$", "")) if text is not None else None
+    return float(match.group().replace(",", "")) if match else None
 
 
 # --- numeric answers (GSM8K and the BYO `numeric` scorer) --------------------------------------
@@ -85,7 +79,8 @@ def extract_numeric(text: str) -> tuple[str | None, str | None]:
     for match in reversed(_BOXED.findall(text)):
         frac = _FRAC.search(match)
         if frac:
-            return _format(float(frac.group(1)) / float(frac.group(2))), "boxed"
+            value = float(frac.group(1)) / float(frac.group(2))
+            return (str(int(value)) if value.is_integer() else repr(value)), "boxed"
         if (n := first_number(match)) is not None:
             return n, "boxed"
     n = last_number(text)
@@ -94,21 +89,11 @@ def extract_numeric(text: str) -> tuple[str | None, str | None]:
 
 def numbers_equal(a: str | None, b: str | None) -> bool:
     """Numeric equality of two answers ("3.50" == "3.5", "1,000" == "1000"); False if either is not a number."""
-    x, y = _to_float(first_number(a)), _to_float(first_number(b))
-    if x is None or y is None:
+    a, b = first_number(a), first_number(b)
+    if a is None or b is None:
         return False
+    x, y = float(a), float(b)  # first_number's digits always parse
     return abs(x - y) <= 1e-9 * max(1.0, abs(x), abs(y))
-
-
-def _to_float(text: str | None) -> float | None:
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def _format(value: float) -> str:
-    return str(int(value)) if value.is_integer() else repr(value)
 
 
 # --- multiple-choice letters (the BYO `choice` scorer) -----------------------------------------

@@ -26,10 +26,7 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
         """The text a simulator or log shows for this problem: the prompt or the last user turn."""
         if self.prompt is not None:
             return self.prompt
-        for m in reversed(self.messages or []):
-            if m.get("role") == "user":
-                return m.get("content", "")
-        return ""
+        return next((m.get("content", "") for m in reversed(self.messages or []) if m.get("role") == "user"), "")
 
 
 class Score(msgspec.Struct, kw_only=True):

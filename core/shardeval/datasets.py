@@ -11,27 +11,13 @@ reads only its own slice once the canonical order (the file's order) is fixed:
 
 Benchmarks whose params say where the data is use `open_from_params(params, benchmark=…)`,
 which understands `params.path | params.url | params.hf` (+ `sha256`, `format`) and a default.
-
-Sources
-- Local files, by suffix (or `format=`): `.jsonl`/`.ndjson` (optionally `.gz`), `.json` (a list of
-  objects, or `{"data": [...]}`, or JSON Lines under a .json name; optionally `.gz`), `.csv` (header row; optionally `.gz`; every
-  value a string), `.parquet` (needs pyarrow). Relative paths are relative to `base_dir` (default:
-  the working directory).
-- `http(s)://` URLs: downloaded once into `<user cache dir>/datasets/<sha256 of the URL>/<file name>`
-  (the cache root is `platformdirs.user_cache_dir("shardeval")`, or `$SHARDEVAL_CACHE_DIR`). The
-  download goes to a temporary file in the same directory and is renamed into place, under a file
-  lock, so concurrent shards on one node download once and never see a partial file.
-- `hf://NAME[:SPLIT]`, `hf://OWNER/NAME[:SPLIT]`, `hf://OWNER/NAME/CONFIG[:SPLIT]` (split default
-  `test`): `datasets.load_dataset`, with rows read lazily from its memory-mapped Arrow table.
-- `pkg://PACKAGE/PATH`: a data file shipped inside an installed Python package (see `package_data`).
+docs/benchmarks.md lists the sources and formats, the download cache (an atomic rename under a
+file lock, so concurrent shards on one node download once) and the fingerprint (over the rows
+only, so the same data as JSONL, JSON or a download has the same one).
 
 Memory: JSONL rows are never held in memory; one scan records each row's byte offset (a gzip file is
 sought in its decompressed stream). JSON and CSV are loaded once as a list of rows; Parquet and
 hub data stay in Arrow. No method copies the whole dataset per request.
-
-Fingerprint: `sha256:` + sha256 over every row's canonical JSON (keys sorted, compact, UTF-8) plus
-a newline, in order. It depends on the rows only, so the same data in JSONL and JSON files, or a
-local copy and a download, have the same fingerprint; any changed value changes it.
 
 Every user mistake (missing file, bad row, wrong checksum, missing optional package) is a one-line
 `UsageError` that says where it looked and how to point the benchmark at the data.
@@ -52,16 +38,8 @@ from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError
 import msgspec
 
-__all__ = [
-    "Rows",
-    "open_rows",
-    "open_from_params",
-    "package_data",
-    "cache_dir",
-    "canonical_row",
-    "SOURCE_PARAMS",
-    "FORMATS",
-]
+__all__ = ["Rows", "RowsBenchmark", "open_rows", "open_from_params", "package_data", "cache_dir", "canonical_row",
+           "SOURCE_PARAMS", "FORMATS"]
 
 FORMATS = ("jsonl", "json", "csv", "parquet")
 SOURCE_PARAMS = ("path", "url", "hf", "sha256", "format")
@@ -94,10 +72,12 @@ class Rows:
 
     def row(self, i: int) -> dict[str, Any]:
         """Row `i` (0-based, canonical order) as a fresh dict the caller may keep."""
-        n = len(self)
-        if not 0 <= i < n:
-            raise IndexError(f"{self.origin}: row {i} out of range (the data has {n} rows)")
+        self._check(i)
         return self._read(i)
+
+    def _check(self, i: int) -> None:
+        if not 0 <= i < len(self):
+            raise IndexError(f"{self.origin}: row {i} out of range (the data has {len(self)} rows)")
 
     def rows(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
         """The rows at `indices`, lazily, in the order given."""
@@ -150,23 +130,19 @@ class JsonlRows(Rows):
         self._fingerprint = "sha256:" + h.hexdigest()
 
     def _open(self) -> Any:
-        return gzip.open(self.path, "rb") if self.gz else open(self.path, "rb")
+        return (gzip.open if self.gz else open)(self.path, "rb")
 
     def __len__(self) -> int:
         return len(self._offsets)
 
     def _read(self, i: int) -> dict[str, Any]:
-        with self._open() as f:
-            f.seek(self._offsets[i])
-            return msgspec.json.decode(f.readline())
+        return next(self.rows((i,)))
 
     def rows(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
         """One open file for the whole slice; a contiguous range is one seek, then sequential reads."""
-        n = len(self)
         with self._open() as f:
             for i in indices:
-                if not 0 <= i < n:
-                    raise IndexError(f"{self.origin}: row {i} out of range (the data has {n} rows)")
+                self._check(i)
                 if f.tell() != self._offsets[i]:
                     f.seek(self._offsets[i])
                 yield msgspec.json.decode(f.readline())
@@ -199,45 +175,35 @@ class ArrowRows(Rows):
         return self._table.num_rows
 
     def _read(self, i: int) -> dict[str, Any]:
-        return self._table.slice(i, 1).to_pylist()[0]
+        return self._batch(i, i + 1)[0]
+
+    def _batch(self, lo: int, hi: int) -> list[dict[str, Any]]:
+        return self._table.slice(lo, hi - lo).to_pylist()
 
     def rows(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
-        if isinstance(indices, range) and indices.step == 1:
-            n = len(self)
-            if indices and not (0 <= indices.start and indices.stop <= n):
-                raise IndexError(f"{self.origin}: rows {indices.start}..{indices.stop - 1} out of range (the data has {n} rows)")
-            for lo in range(indices.start, indices.stop, self.BATCH):
-                yield from self._table.slice(lo, min(self.BATCH, indices.stop - lo)).to_pylist()
-        else:
-            yield from super().rows(indices)
-
-
-class HubRows(Rows):
-    """A Hugging Face `datasets.Dataset` (memory-mapped Arrow); rows are read on demand."""
-
-    def __init__(self, dataset: Any, origin: str) -> None:
-        self._ds = dataset
-        self.origin = origin
-
-    def __len__(self) -> int:
-        return len(self._ds)
-
-    def _read(self, i: int) -> dict[str, Any]:
-        return dict(self._ds[i])
-
-    def rows(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
-        """A contiguous range is read in column batches (`ds[a:b]`), much faster than row by row."""
+        """A contiguous range is read in column batches, much faster than row by row."""
         if not (isinstance(indices, range) and indices.step == 1):
             yield from super().rows(indices)
             return
         n = len(self)
         if indices and not (0 <= indices.start and indices.stop <= n):
             raise IndexError(f"{self.origin}: rows {indices.start}..{indices.stop - 1} out of range (the data has {n} rows)")
-        for lo in range(indices.start, indices.stop, ArrowRows.BATCH):
-            batch = self._ds[lo : min(lo + ArrowRows.BATCH, indices.stop)]
-            columns = list(batch)
-            for values in zip(*(batch[c] for c in columns)):
-                yield dict(zip(columns, values))
+        for lo in range(indices.start, indices.stop, self.BATCH):
+            yield from self._batch(lo, min(lo + self.BATCH, indices.stop))
+
+
+class HubRows(ArrowRows):
+    """A Hugging Face `datasets.Dataset` (memory-mapped Arrow) as `_table`; rows are read on demand."""
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def _read(self, i: int) -> dict[str, Any]:
+        return dict(self._table[i])
+
+    def _batch(self, lo: int, hi: int) -> list[dict[str, Any]]:
+        batch = self._table[lo:hi]  # a dict of columns
+        return [dict(zip(batch, values)) for values in zip(*batch.values())]
 
 
 # --- opening -----------------------------------------------------------------------------------
@@ -378,9 +344,7 @@ def cache_dir() -> str:
 
 
 def _format_of(path: str, who: str, source: str) -> str:
-    name = path.lower()
-    if name.endswith(".gz"):
-        name = name[:-3]
+    name = path.lower().removesuffix(".gz")
     for suffix, fmt in _SUFFIXES.items():
         if name.endswith(suffix):
             return fmt
@@ -419,8 +383,7 @@ def _reading(origin: str) -> Iterator[None]:
 
 def _is_json_lines(path: str) -> bool:
     """The first line is a whole JSON object and more lines follow."""
-    opener = gzip.open if _is_gzip(path) else open
-    with opener(path, "rb") as f:
+    with _open_data(path, "rb") as f:
         first = f.readline(1 << 24).strip()
         rest = f.read(4096).strip()
     try:
@@ -431,8 +394,7 @@ def _is_json_lines(path: str) -> bool:
 
 
 def _read_json(path: str, origin: str) -> list[dict[str, Any]]:
-    opener = gzip.open if _is_gzip(path) else open
-    with _reading(origin), opener(path, "rb") as f:
+    with _reading(origin), _open_data(path, "rb") as f:
         raw = f.read()
     try:
         data = msgspec.json.decode(raw)
@@ -457,9 +419,8 @@ def _read_json(path: str, origin: str) -> list[dict[str, Any]]:
 
 
 def _read_csv(path: str, origin: str) -> list[dict[str, Any]]:
-    opener = gzip.open if _is_gzip(path) else open
     try:
-        with opener(path, "rt", encoding="utf-8-sig", newline="") as f:
+        with _open_data(path, "rt", encoding="utf-8-sig", newline="") as f:
             reader = csv.reader(f)
             header = next(reader, None)
             if header is None:
@@ -540,10 +501,9 @@ def _download(url: str, want: str | None, who: str) -> str:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"{who}cannot create the download cache {directory}: {exc.strerror or exc}; set {CACHE_ENV}") from None
-    with _FileLock(os.path.join(directory, ".lock")):
-        if os.path.isfile(target) and (want is None or _file_sha256(target) == want):
-            return target
-        _fetch(url, target, want, who)
+    with _file_lock(os.path.join(directory, ".lock")):
+        if not (os.path.isfile(target) and (want is None or _file_sha256(target) == want)):
+            _fetch(url, target, want, who)
     return target
 
 
@@ -578,26 +538,17 @@ def _fetch(url: str, target: str, want: str | None, who: str) -> None:
         raise UsageError(f"{who}{url}: download failed: {reason}; check the network, or download it yourself and give params.path") from None
 
 
-class _FileLock:
+@contextmanager
+def _file_lock(path: str) -> Iterator[None]:
     """An exclusive advisory lock (flock) so concurrent shards on a node download once; no-op without fcntl."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._f: Any = None
-
-    def __enter__(self) -> _FileLock:
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: the atomic rename alone still keeps the cache whole
-            return self
-        self._f = open(self.path, "a+b")
-        fcntl.flock(self._f.fileno(), fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._f is not None:
-            self._f.close()  # closing releases the lock
-            self._f = None
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the atomic rename alone still keeps the cache whole
+        yield
+        return
+    with open(path, "a+b") as f:  # closing releases the lock
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        yield
 
 
 # --- small helpers -----------------------------------------------------------------------------
@@ -606,8 +557,7 @@ class _FileLock:
 def _expected_sha(sha256: Any, who: str) -> str | None:
     if sha256 in (None, ""):
         return None
-    text = str(sha256).strip().lower()
-    text = text[len("sha256:") :] if text.startswith("sha256:") else text
+    text = str(sha256).strip().lower().removeprefix("sha256:")
     if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
         raise UsageError(f"{who}sha256 must be 64 hex digits (optionally prefixed sha256:), got {sha256!r}")
     return text
@@ -626,6 +576,11 @@ def _is_gzip(path: str) -> bool:
         return f.read(2) == b"\x1f\x8b"
 
 
+def _open_data(path: str, mode: str, **kwargs: Any) -> Any:
+    """`path` opened for reading, through gzip when its first bytes say it is compressed."""
+    return (gzip.open if _is_gzip(path) else open)(path, mode, **kwargs)
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "null"
@@ -634,7 +589,6 @@ def _kind(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return f"a {type(value).__name__}"
-
 
 
 class RowsBenchmark(Benchmark):

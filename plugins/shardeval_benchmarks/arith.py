@@ -21,33 +21,29 @@ NAMES = ("Ada", "Bilal", "Chen", "Dara", "Emeka", "Farah", "Goran", "Hana", "Ivo
 ITEMS = ("apples", "marbles", "stamps", "pencils", "shells", "coins", "books", "tickets")
 
 
-def _templates() -> list[tuple[str, str, Callable[[int, int, int], int]]]:
-    """(template, regex that recovers a, b, c from it, answer) for each problem shape."""
-    return [
-        (
-            "{name} has {a} {item}. {name} gets {b} more and gives away {c}. How many {item} does {name} have now?",
-            r"has (\d+) \w+\. \w+ gets (\d+) more and gives away (\d+)\.",
-            lambda a, b, c: a + b - c,
-        ),
-        (
-            "A box holds {a} {item}. {name} buys {b} boxes and loses {c} {item}. How many {item} does {name} have?",
-            r"A box holds (\d+) \w+\. \w+ buys (\d+) boxes and loses (\d+) ",
-            lambda a, b, c: a * b - c,
-        ),
-        (
-            "{name} shares {a} {item} equally among {b} friends and keeps the {c} left over. How many {item} does each friend get?",
-            r"shares (\d+) \w+ equally among (\d+) friends and keeps the (\d+) left",
-            lambda a, b, c: (a - c) // b,
-        ),
-        (
-            "{name} had {a} dollars, spent {b} dollars on {item}, then earned {c} dollars. How many dollars does {name} have?",
-            r"had (\d+) dollars, spent (\d+) dollars on \w+, then earned (\d+) dollars",
-            lambda a, b, c: a - b + c,
-        ),
-    ]
-
-
-TEMPLATES = _templates()
+# (template, regex that recovers a, b, c from it, answer) for each problem shape.
+TEMPLATES: list[tuple[str, str, Callable[[int, int, int], int]]] = [
+    (
+        "{name} has {a} {item}. {name} gets {b} more and gives away {c}. How many {item} does {name} have now?",
+        r"has (\d+) \w+\. \w+ gets (\d+) more and gives away (\d+)\.",
+        lambda a, b, c: a + b - c,
+    ),
+    (
+        "A box holds {a} {item}. {name} buys {b} boxes and loses {c} {item}. How many {item} does {name} have?",
+        r"A box holds (\d+) \w+\. \w+ buys (\d+) boxes and loses (\d+) ",
+        lambda a, b, c: a * b - c,
+    ),
+    (
+        "{name} shares {a} {item} equally among {b} friends and keeps the {c} left over. How many {item} does each friend get?",
+        r"shares (\d+) \w+ equally among (\d+) friends and keeps the (\d+) left",
+        lambda a, b, c: (a - c) // b,
+    ),
+    (
+        "{name} had {a} dollars, spent {b} dollars on {item}, then earned {c} dollars. How many dollars does {name} have?",
+        r"had (\d+) dollars, spent (\d+) dollars on \w+, then earned (\d+) dollars",
+        lambda a, b, c: a - b + c,
+    ),
+]
 PATTERNS = [re.compile(regex) for _, regex, _ in TEMPLATES]
 
 

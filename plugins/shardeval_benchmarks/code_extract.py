@@ -70,21 +70,13 @@ def extract_chat_code(reply: str, entry_point: str) -> str:
         for block in candidates:
             if defines(block.code, entry_point):
                 return block.code
-    if python:
-        return python[0].code
-    if blocks:
-        return blocks[0].code
-    return reply
+    return (python or blocks or [Block("", reply)])[0].code
 
 
 def truncate_completion(completion: str, stops: tuple[str, ...] = STOP_SEQUENCES) -> str:
     """The completion up to the first stop sequence, as the Codex evaluation does."""
-    cut = len(completion)
-    for stop in stops:
-        at = completion.find(stop)
-        if 0 <= at < cut:
-            cut = at
-    return completion[:cut]
+    cuts = [at for stop in stops if (at := completion.find(stop)) >= 0]
+    return completion[: min(cuts, default=len(completion))]
 
 
 def as_function_body(code: str) -> str:

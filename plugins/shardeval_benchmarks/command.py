@@ -44,13 +44,6 @@ def _origin(benchmark: Any) -> str:
     return str(getattr(benchmark, "data_origin", "") or "")
 
 
-def _build(name: str, params: dict[str, Any], registry: Any) -> Any:
-    from shardeval.config import BenchmarkConfig
-    from shardeval.runner import make_benchmark
-
-    return make_benchmark(BenchmarkConfig(name=name, params=params), "benchmarks", registry)[0]
-
-
 @click.command("benchmarks")
 @click.argument("name", required=False)
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE", help="Benchmark parameter (YAML value), for NAME; repeatable.")
@@ -86,7 +79,10 @@ def benchmarks_command(name: str | None, params: tuple[str, ...], show: int, no_
 
 
 def _describe(name: str, params: dict[str, Any], show: int, registry: Any) -> None:
-    bench = _build(name, params, registry)
+    from shardeval.config import BenchmarkConfig
+    from shardeval.runner import make_benchmark
+
+    bench = make_benchmark(BenchmarkConfig(name=name, params=params), "benchmarks", registry)[0]
     entry = registry.entries["benchmarks"].get(name)
     plugin = entry.plugin if entry else ("benchmarks (custom)" if name.lower().endswith((".yaml", ".yml")) else "benchmarks (jsonl)")
     click.echo(f"name:        {bench.name}")

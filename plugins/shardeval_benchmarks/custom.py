@@ -212,12 +212,8 @@ class CustomBenchmark(RowsBenchmark):
 
     def _extract_regex(self, response: str) -> str | None:
         assert self._regex is not None
-        last = None
-        for last in self._regex.finditer(response):
-            pass
-        if last is None:
-            return None
-        return (last.group(1) if self._regex.groups else last.group()).strip()
+        matches = list(self._regex.finditer(response))
+        return matches[-1].group(1 if self._regex.groups else 0).strip() if matches else None
 
     def simulated_reply(self, reference: str, correct: bool) -> str | None:
         """For `choice`, a reply that names a letter (right, or the next one); else the simulator's default."""
@@ -232,9 +228,7 @@ def _extract_text(response: str) -> str:
     if marked is not None:
         return marked.strip()
     matches = _ANSWER_IS.findall(response)
-    if matches:
-        return matches[-1].strip()
-    return response.strip()
+    return (matches[-1] if matches else response).strip()
 
 
 def _letter(target: str, choices: list[str], where: str, idx: int) -> str:

@@ -92,17 +92,14 @@ class Gsm8kParams(DataParams):
     id_field: str | None = None
 
 
-def few_shot_prefix(shots: int) -> str:
-    """The first `shots` exemplars as "Q: …\\nA: … The answer is N.\\n\\n" blocks."""
-    return "".join(f"Q: {q}\nA: {reasoning} The answer is {n}.\n\n" for q, reasoning, n in EXEMPLARS[:shots])
-
-
 def render_prompt(question: str, shots: int) -> str:
-    """The user prompt for one question: zero-shot instruction, or the k-shot Q/A chain."""
+    """The user prompt for one question: zero-shot instruction, or the first `shots` exemplars as
+    "Q: …\\nA: … The answer is N.\\n\\n" blocks, then "Q: <question>\\nA:"."""
     question = question.strip()
     if shots == 0:
         return f"{question}\n\n{INSTRUCTION}"
-    return f"{few_shot_prefix(shots)}Q: {question}\nA:"
+    prefix = "".join(f"Q: {q}\nA: {reasoning} The answer is {n}.\n\n" for q, reasoning, n in EXEMPLARS[:shots])
+    return f"{prefix}Q: {question}\nA:"
 
 
 def question_of(text: str) -> str:

