@@ -87,7 +87,7 @@ class PluginSet:
     failures: list[str]
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
     print(f"shardeval: warning: {message}", file=sys.stderr)
 
 
@@ -126,7 +126,7 @@ def discover(warn: bool = True) -> PluginSet:
         add(module_name, module_name, partial(importlib.import_module, module_name), PLUGINS_ENV)
     if warn:
         for message in failures:
-            _warn(message)
+            warn(message)
     return PluginSet(manager=pm, loaded=loaded, failures=failures)
 
 
@@ -179,10 +179,10 @@ def registry() -> Registry:
     plugin_set = load()
     registry = collect(plugin_set)
     for message in registry.problems:
-        _warn(message)
+        warn(message)
     plugin_set.failures.extend(registry.problems)
     for message in undeclared_identities(registry):
-        _warn(message)
+        warn(message)
     return registry
 
 
