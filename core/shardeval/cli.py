@@ -17,19 +17,16 @@ class _Group(click.Group):
     _plugins_added = False
 
     def _add_plugin_commands(self) -> None:
-        if self._plugins_added:
-            return
-        self._plugins_added = True
-        from shardeval import plugins
+        if not self._plugins_added:
+            self._plugins_added = True
+            from shardeval import plugins
 
-        plugins.hooks().register_commands(cli=self)
+            plugins.hooks().register_commands(cli=self)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        command = super().get_command(ctx, cmd_name)
-        if command is None:
+        if cmd_name not in self.commands:
             self._add_plugin_commands()
-            command = super().get_command(ctx, cmd_name)
-        return command
+        return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         self._add_plugin_commands()

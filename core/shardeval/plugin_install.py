@@ -46,15 +46,12 @@ def canonical(name: str) -> str:
 class Dist:
     """An installed distribution, read from its metadata."""
 
+    key: str  # the canonical name
     name: str
     version: str
     site: str  # the directory it is installed into
     entry_points: list[str]  # names in the `shardeval` group
     raw: Any
-
-    @property
-    def key(self) -> str:
-        return canonical(self.name)
 
     @property
     def label(self) -> str:
@@ -65,13 +62,11 @@ def _dists(site: str | None = None) -> dict[str, Dist]:
     """Distributions installed in one directory (None: the running environment), by canonical
     name (the first of duplicates wins)."""
     found: dict[str, Dist] = {}
-    if site is not None and not os.path.isdir(site):
-        return found
-    for raw in metadata.distributions(**({} if site is None else {"path": [site]})):
+    for raw in metadata.distributions(path=sys.path if site is None else [site]):
         name = raw.metadata["Name"]
         if name and canonical(name) not in found:
             eps = [ep.name for ep in raw.entry_points if ep.group == plugins.ENTRY_POINT_GROUP]
-            found[canonical(name)] = Dist(name, raw.version, site or plugins.dist_location(raw) or "", eps, raw)
+            found[canonical(name)] = Dist(canonical(name), name, raw.version, site or plugins.dist_location(raw) or "", eps, raw)
     return found
 
 
@@ -198,11 +193,9 @@ def _move(source: str, dest: str, journal: list[tuple[str, str]]) -> None:
 def _verify(dists: list[Dist]) -> tuple[list[str], list[str], list[str]]:
     """Load every plugin as a real run would; return (lines to print, failures, warnings)."""
     importlib.invalidate_caches()
-    plugin_set = plugins.discover(warn=False)
+    plugin_set = plugins.discover()
     registry = plugins.collect(plugin_set)
-    lines: list[str] = []
-    failures: list[str] = []
-    warnings: list[str] = []
+    lines, failures, warnings = [], [], []
     for dist in dists:
         for name in dist.entry_points:
             loaded = next((p for p in plugin_set.loaded if p.name == name), None)

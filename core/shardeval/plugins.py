@@ -48,12 +48,6 @@ def plugin_dir() -> str:
     return os.path.join(user_data_dir("shardeval"), "plugins")
 
 
-def _add_plugin_dir_to_path() -> None:
-    path = plugin_dir()
-    if os.path.isdir(path) and path not in sys.path:
-        sys.path.append(path)  # after the app's own packages: a plugin never shadows them
-
-
 def dist_location(dist: Any) -> str | None:
     """The directory holding a distribution's metadata (a site-packages, the plugin dir), or None."""
     try:
@@ -91,15 +85,16 @@ def warn(message: str) -> None:
     print(f"shardeval: warning: {message}", file=sys.stderr)
 
 
-def discover(warn: bool = True) -> PluginSet:
-    """Import every plugin module and register it (uncached; most callers want `load()`)."""
+def discover() -> PluginSet:
+    """Import every plugin module and register it (uncached and silent; most callers want `load()`)."""
     from importlib.metadata import entry_points
 
     pm = pluggy.PluginManager("shardeval")
     pm.add_hookspecs(hookspecs)
     loaded: list[LoadedPlugin] = []
     failures: list[str] = []
-    _add_plugin_dir_to_path()
+    if os.path.isdir(plugin_dir()) and plugin_dir() not in sys.path:
+        sys.path.append(plugin_dir())  # after the app's own packages: a plugin never shadows them
 
     def add(name: str, module_name: str, load: Callable[[], object], source: str, dist: Any = None) -> None:
         if pm.has_plugin(name):
@@ -124,16 +119,17 @@ def discover(warn: bool = True) -> PluginSet:
         add(ep.name, ep.module, ep.load, source, dist)
     for module_name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
         add(module_name, module_name, partial(importlib.import_module, module_name), PLUGINS_ENV)
-    if warn:
-        for message in failures:
-            warn(message)
     return PluginSet(manager=pm, loaded=loaded, failures=failures)
 
 
 @lru_cache(maxsize=1)
 def load() -> PluginSet:
-    """Import every plugin module once per process (cheap: plugin modules import lazily)."""
-    return discover()
+    """Import every plugin module once per process (cheap: plugin modules import lazily); each
+    plugin that fails is named in a warning."""
+    plugin_set = discover()
+    for message in plugin_set.failures:
+        warn(message)
+    return plugin_set
 
 
 def collect(plugin_set: PluginSet) -> Registry:
