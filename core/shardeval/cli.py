@@ -122,11 +122,9 @@ def plugins_command(ctx: click.Context) -> None:
             click.echo(f"{'':<12} registers: {', '.join(mine)}")
     for failure in loaded.failures:
         click.echo(f"FAILED       {failure}")
-    where = plugins.plugin_dir()
-    if install_mode() == "target":
-        click.echo(f"plugin dir: {where} (`shardeval plugins install` adds plugins here, pinned to the bundled versions)")
-    else:
-        click.echo(f"plugin dir: {where} (searched too; `shardeval plugins install` uses pip in the environment of {sys.executable})")
+    how = ("`shardeval plugins install` adds plugins here, pinned to the bundled versions" if install_mode() == "target"
+           else f"searched too; `shardeval plugins install` uses pip in the environment of {sys.executable}")
+    click.echo(f"plugin dir: {plugins.plugin_dir()} ({how})")
 
 
 @plugins_command.command("install", short_help="Install plugins: names, wheels or project directories.")

@@ -19,6 +19,7 @@ failure a user can act on is one line and exit 2 (UsageError).
 
 from __future__ import annotations
 
+import glob
 import importlib
 import json
 import os
@@ -33,7 +34,7 @@ from importlib import metadata
 from typing import Any, Callable, Iterable, Sequence
 
 from shardeval import plugins
-from shardeval.app import app_site_packages, install_mode
+from shardeval.app import app_site_packages, dist_location, install_mode
 from shardeval.errors import UsageError
 
 
@@ -66,7 +67,7 @@ def _dists(site: str | None = None) -> dict[str, Dist]:
         name = raw.metadata["Name"]
         if name and canonical(name) not in found:
             eps = [ep.name for ep in raw.entry_points if ep.group == plugins.ENTRY_POINT_GROUP]
-            found[canonical(name)] = Dist(canonical(name), name, raw.version, site or plugins.dist_location(raw) or "", eps, raw)
+            found[canonical(name)] = Dist(canonical(name), name, raw.version, site or dist_location(raw) or "", eps, raw)
     return found
 
 
@@ -153,10 +154,8 @@ def _dist_files(dist: Dist) -> list[str]:
         if _inside(path, dist.site) and (os.path.isfile(path) or os.path.islink(path)):
             paths.add(path)
         if path.endswith(".py"):  # bytecode another Python version wrote after the install
-            cache = os.path.join(os.path.dirname(path), "__pycache__")
-            stem = os.path.basename(path)[:-3] + "."
-            if os.path.isdir(cache):
-                paths.update(os.path.join(cache, f) for f in os.listdir(cache) if f.startswith(stem) and f.endswith(".pyc"))
+            cached = os.path.join(os.path.dirname(path), "__pycache__", os.path.basename(path)[:-3])
+            paths.update(f for f in glob.glob(glob.escape(cached) + ".*") if f.endswith(".pyc"))
     if meta_dir and os.path.isdir(meta_dir) and _inside(meta_dir, dist.site):
         for root, _, names in os.walk(meta_dir):
             paths.update(os.path.join(root, n) for n in names)

@@ -19,6 +19,8 @@ from typing import Any, Callable
 import pluggy
 
 from shardeval import hookspecs
+from shardeval.app import app_site_packages, dist_location, install_mode
+from shardeval.errors import UsageError
 from shardeval.registry import KINDS, Entry, Register, Registry
 
 ENTRY_POINT_GROUP = "shardeval"
@@ -48,20 +50,9 @@ def plugin_dir() -> str:
     return os.path.join(user_data_dir("shardeval"), "plugins")
 
 
-def dist_location(dist: Any) -> str | None:
-    """The directory holding a distribution's metadata (a site-packages, the plugin dir), or None."""
-    try:
-        return os.path.realpath(str(dist.locate_file("")))
-    except (NotImplementedError, AttributeError, TypeError):
-        return None
-
-
 def origin(dist: Any) -> str:
     """Where an installed distribution comes from, for `shardeval plugins`: the plugin dir, the
     app itself (`bundled`: shardeval's own built-ins, or anything inside the zipapp), or ""."""
-    from shardeval.app import app_site_packages, install_mode
-    from shardeval.errors import UsageError
-
     location = dist_location(dist)
     if location and location == os.path.realpath(plugin_dir()):
         return f"plugin dir ({plugin_dir()})"
