@@ -42,8 +42,7 @@ class LoadedPlugin:
 
 def plugin_dir() -> str:
     """Where `shardeval plugins install` puts plugins for an installed zipapp (searched always)."""
-    override = os.environ.get(PLUGIN_DIR_ENV)
-    if override:
+    if override := os.environ.get(PLUGIN_DIR_ENV):
         return os.path.abspath(os.path.expanduser(override))
     from platformdirs import user_data_dir
 
@@ -51,18 +50,19 @@ def plugin_dir() -> str:
 
 
 def origin(dist: Any) -> str:
-    """Where an installed distribution comes from, for `shardeval plugins`: the plugin dir, the
-    app itself (`bundled`: shardeval's own built-ins, or anything inside the zipapp), or ""."""
-    location = dist_location(dist)
+    """An entry point's source for `shardeval plugins`: its distribution, and whether that is in the
+    plugin dir or part of the app (`bundled`: shardeval's own built-ins, or anything inside the zipapp)."""
+    if dist is None:
+        return "entry point"
+    source, location = f"entry point ({dist.metadata['Name']} {dist.version})", dist_location(dist)
     if location and location == os.path.realpath(plugin_dir()):
-        return f"plugin dir ({plugin_dir()})"
-    if (dist.metadata["Name"] or "").lower() == "shardeval":
-        return "bundled"
+        return f"{source}, plugin dir ({plugin_dir()})"
     try:
         bundling = install_mode() == "target"  # the app's site-packages is the zipapp's own
     except UsageError:
         bundling = False  # a bad SHARDEVAL_INSTALL_MODE is reported by `plugins install`
-    return "bundled" if bundling and location == app_site_packages() else ""
+    bundled = (dist.metadata["Name"] or "").lower() == "shardeval" or (bundling and location == app_site_packages())
+    return f"{source}, bundled" if bundled else source
 
 
 @dataclass
@@ -103,11 +103,7 @@ def discover() -> PluginSet:
             loaded.append(LoadedPlugin(name, module_name, source, dist.version, dist.metadata["Name"], dist_location(dist)))
 
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        dist, source = getattr(ep, "dist", None), "entry point"
-        if dist is not None:
-            where = origin(dist)
-            source = f"entry point ({dist.metadata['Name']} {dist.version})" + (f", {where}" if where else "")
-        add(ep.name, ep.module, ep.load, source, dist)
+        add(ep.name, ep.module, ep.load, origin(getattr(ep, "dist", None)), getattr(ep, "dist", None))
     for module_name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
         add(module_name, module_name, partial(importlib.import_module, module_name), PLUGINS_ENV)
     return PluginSet(manager=pm, loaded=loaded, failures=failures)
@@ -165,10 +161,8 @@ def registry() -> Registry:
     """Collect every plugin's registrations once; a plugin whose hook fails is named and skipped."""
     plugin_set = load()
     registry = collect(plugin_set)
-    for message in registry.problems:
-        warn(message)
     plugin_set.failures.extend(registry.problems)
-    for message in undeclared_identities(registry):
+    for message in registry.problems + undeclared_identities(registry):
         warn(message)
     return registry
 
@@ -203,10 +197,8 @@ def _replacing(entry: Entry) -> str:
 
 def plugin_version(name: str) -> str | None:
     """`dist version` of a loaded plugin (e.g. `shardeval 0.1.0`), or None if it says none."""
-    plugin = next((p for p in load().loaded if p.name == name), None)
-    if plugin is None or plugin.version is None:
-        return None
-    return f"{plugin.dist or plugin.module} {plugin.version}"
+    plugin = next((p for p in load().loaded if p.name == name and p.version is not None), None)
+    return f"{plugin.dist or plugin.module} {plugin.version}" if plugin else None
 
 
 def hooks() -> pluggy.HookRelay:
