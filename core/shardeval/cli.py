@@ -117,8 +117,7 @@ def plugins_command(ctx: click.Context) -> None:
     registry = plugins.registry()
     for p in loaded.loaded:
         click.echo(f"{p.name:<12} {p.module:<24} {p.version or '-':<10} {p.source}")
-        mine = plugins.registrations(registry, p.name)
-        if mine:
+        if mine := plugins.registrations(registry, p.name):
             click.echo(f"{'':<12} registers: {', '.join(mine)}")
     for failure in loaded.failures:
         click.echo(f"FAILED       {failure}")

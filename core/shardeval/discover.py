@@ -92,11 +92,8 @@ def load_run(root: str, allow_mixed_served: bool = False) -> Run:
     for path in paths:
         manifest = read_manifest(path)
         assert manifest is not None
-        shard = Shard(path=os.path.relpath(path, root), abspath=path, manifest=manifest)
-        if manifest.state == "running":
-            alive = check(path)
-            shard.lost = alive if alive is not None and alive.lost else None
-        shards.append(shard)
+        alive = check(path) if manifest.state == "running" else None  # lost: running, but its writer is gone
+        shards.append(Shard(os.path.relpath(path, root), path, manifest, lost=alive if alive is not None and alive.lost else None))
     check_consistency(root, shards)
     mixed = check_served(shards, allow_mixed_served)
     first = shards[0].manifest
