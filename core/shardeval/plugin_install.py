@@ -19,6 +19,7 @@ failure a user can act on is one line and exit 2 (UsageError).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib
 import json
@@ -166,12 +167,10 @@ def _prune(paths: Iterable[str], root: str) -> None:
     """Remove directories left empty by removing `paths`, up to (not including) root."""
     root = os.path.realpath(root)
     for directory in sorted({os.path.dirname(p) for p in paths}, key=len, reverse=True):
-        while os.path.realpath(directory) != root and _inside(directory, root):
-            try:
+        with contextlib.suppress(OSError):  # one not empty (or gone already) ends the climb
+            while os.path.realpath(directory) != root and _inside(directory, root):
                 os.rmdir(directory)
-            except OSError:
-                break
-            directory = os.path.dirname(directory)
+                directory = os.path.dirname(directory)
 
 
 def _remove_dist(dist: Dist, remove: Callable[[str], object] = os.remove) -> int:
@@ -230,14 +229,10 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
     what = f"cannot install {' '.join(specs)}"
     if mode == "pip":
         _install_pip(specs, pip_options, echo, what)
-    elif pip_version < (22, 2):
+        return
+    if pip_version < (22, 2):
         raise UsageError(f"pip {'.'.join(map(str, pip_version))} of {sys.executable} is too old: plugins install with "
                          f"pip 22.2 or newer (its --report); `{sys.executable} -m pip install --user -U pip` updates it")
-    else:
-        _install_target(specs, pip_options, echo, what, pip_dir)
-
-
-def _install_target(specs: list[str], pip_options: list[str], echo: Callable[[str], None], what: str, pip_dir: str) -> None:
     target = plugins.plugin_dir()
     app = _dists(app_site_packages())
     existing = _dists(target)
