@@ -1,17 +1,12 @@
-"""`shardeval plugins install` and `shardeval plugins uninstall`.
-
-Two modes (`shardeval.app.install_mode`):
+"""`shardeval plugins install` and `shardeval plugins uninstall`, in two modes (`app.install_mode`);
+docs/plugins.md ("Installing, listing, removing") has the details.
 
 * target (the zipapp): a plugin runs next to the packages the app bundles, so it may never bring
-  its own version of one of them. pip's own resolver decides what to install: a dry run
-  (`--dry-run --report`) that sees the bundled distributions (and nothing else) as installed, each
-  pinned by a constraint, lists everything else the plugin needs; a requirement that excludes
-  a bundled version fails that run and is named in one line. Exactly the listed distributions are
-  then installed with `--no-deps --target` into a staging directory; the plugin directory changes
-  only once all of them are there, an older install of the same distribution is removed per its
-  RECORD, and when the new plugin then fails to load, the previous state is put back.
-* pip (the pip-installed package): plain `pip install` into the running environment, where the
-  plugin is then an ordinary entry point.
+  its own version of one of them. pip's resolver (`--dry-run --report`, seeing only the bundled
+  distributions, each pinned) lists what else it needs, a requirement that excludes a bundled
+  version being named in one line; exactly that is installed with `--no-deps --target` into a
+  staging directory, then moved into the plugin dir, all undone if the plugin then fails to load.
+* pip (a pip-installed package): plain `pip install` into the running environment.
 
 pip's own output goes to stderr; what was installed and what it registers goes to stdout. Every
 failure a user can act on is one line and exit 2 (UsageError).
