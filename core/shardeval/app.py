@@ -11,7 +11,7 @@ import os
 import sys
 import zipfile
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 INSTALL_MODE_ENV = "SHARDEVAL_INSTALL_MODE"
 
@@ -44,12 +44,17 @@ def app_site_packages() -> str:
     # An editable install: the package is in the source tree, the dist-info an installer wrote
     # (with a RECORD, unlike a stray shardeval.egg-info in the source tree) in site-packages.
     for dist in metadata.distributions(name="shardeval"):
-        if dist.read_text("RECORD") is not None:
-            try:
-                return os.path.realpath(str(dist.locate_file("")))
-            except NotImplementedError:
-                continue
+        if dist.read_text("RECORD") is not None and (location := dist_location(dist)):
+            return location
     return os.path.realpath(package_parent)
+
+
+def dist_location(dist: Any) -> str | None:
+    """The directory holding a distribution's metadata (a site-packages, the plugin dir), or None."""
+    try:
+        return os.path.realpath(str(dist.locate_file("")))
+    except (NotImplementedError, AttributeError, TypeError):
+        return None
 
 
 def install_mode() -> InstallMode:

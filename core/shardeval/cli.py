@@ -17,19 +17,16 @@ class _Group(click.Group):
     _plugins_added = False
 
     def _add_plugin_commands(self) -> None:
-        if self._plugins_added:
-            return
-        self._plugins_added = True
-        from shardeval import plugins
+        if not self._plugins_added:
+            self._plugins_added = True
+            from shardeval import plugins
 
-        plugins.hooks().register_commands(cli=self)
+            plugins.hooks().register_commands(cli=self)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        command = super().get_command(ctx, cmd_name)
-        if command is None:
+        if cmd_name not in self.commands:
             self._add_plugin_commands()
-            command = super().get_command(ctx, cmd_name)
-        return command
+        return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         self._add_plugin_commands()
@@ -120,16 +117,13 @@ def plugins_command(ctx: click.Context) -> None:
     registry = plugins.registry()
     for p in loaded.loaded:
         click.echo(f"{p.name:<12} {p.module:<24} {p.version or '-':<10} {p.source}")
-        mine = plugins.registrations(registry, p.name)
-        if mine:
+        if mine := plugins.registrations(registry, p.name):
             click.echo(f"{'':<12} registers: {', '.join(mine)}")
     for failure in loaded.failures:
         click.echo(f"FAILED       {failure}")
-    where = plugins.plugin_dir()
-    if install_mode() == "target":
-        click.echo(f"plugin dir: {where} (`shardeval plugins install` adds plugins here, pinned to the bundled versions)")
-    else:
-        click.echo(f"plugin dir: {where} (searched too; `shardeval plugins install` uses pip in the environment of {sys.executable})")
+    how = ("`shardeval plugins install` adds plugins here, pinned to the bundled versions" if install_mode() == "target"
+           else f"searched too; `shardeval plugins install` uses pip in the environment of {sys.executable}")
+    click.echo(f"plugin dir: {plugins.plugin_dir()} ({how})")
 
 
 @plugins_command.command("install", short_help="Install plugins: names, wheels or project directories.")

@@ -92,11 +92,8 @@ def load_run(root: str, allow_mixed_served: bool = False) -> Run:
     for path in paths:
         manifest = read_manifest(path)
         assert manifest is not None
-        shard = Shard(path=os.path.relpath(path, root), abspath=path, manifest=manifest)
-        if manifest.state == "running":
-            alive = check(path)
-            shard.lost = alive if alive is not None and alive.lost else None
-        shards.append(shard)
+        alive = check(path) if manifest.state == "running" else None  # lost: running, but its writer is gone
+        shards.append(Shard(os.path.relpath(path, root), path, manifest, lost=alive if alive is not None and alive.lost else None))
     check_consistency(root, shards)
     mixed = check_served(shards, allow_mixed_served)
     first = shards[0].manifest
@@ -129,11 +126,9 @@ def check_consistency(root: str, shards: list[Shard]) -> None:
     _odd_one(shards, lambda s: s.manifest.config_hash, "config")
     _odd_one(shards, lambda s: s.manifest.total_shards, "total shards")
     _odd_one(shards, lambda s: tuple(b.name for b in s.manifest.benchmarks), "benchmarks")
-    for i in range(len(shards[0].manifest.benchmarks)):
-        _odd_one(shards, lambda s: s.manifest.benchmarks[i].dataset_fingerprint, f"{shards[0].manifest.benchmarks[i].name} data")
-        _odd_one(shards, lambda s: s.manifest.benchmarks[i].n_problems, f"{shards[0].manifest.benchmarks[i].name} size")
-        _odd_one(shards, lambda s: s.manifest.benchmarks[i].prompt_fingerprint, f"{shards[0].manifest.benchmarks[i].name} prompts")
-        _odd_one(shards, lambda s: s.manifest.benchmarks[i].scorer_fingerprint, f"{shards[0].manifest.benchmarks[i].name} scorer")
+    for i, bench in enumerate(shards[0].manifest.benchmarks):
+        for attr, what in (("dataset_fingerprint", "data"), ("n_problems", "size"), ("prompt_fingerprint", "prompts"), ("scorer_fingerprint", "scorer")):
+            _odd_one(shards, lambda s: getattr(s.manifest.benchmarks[i], attr), f"{bench.name} {what}")
 
 
 ALLOW_MIXED_FLAG = "--allow-mixed-models"
@@ -144,8 +139,7 @@ def check_served(shards: list[Shard], allow: bool) -> list[str]:
     naming the odd shard; with `allow`, return what differs so the report can say the run is mixed.
     A shard whose endpoint could not be read has nothing to compare and is not counted."""
     mixed: list[str] = []
-    services = sorted({name for s in shards for name in s.manifest.served})
-    for name in services:
+    for name in sorted({name for s in shards for name in s.manifest.served}):
         known = [s for s in shards if name in s.manifest.served and s.manifest.served[name].identity() is not None]
         values = Counter(s.manifest.served[name].identity() for s in known)
         if len(values) <= 1:

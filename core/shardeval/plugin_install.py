@@ -1,17 +1,12 @@
-"""`shardeval plugins install` and `shardeval plugins uninstall`.
-
-Two modes (`shardeval.app.install_mode`):
+"""`shardeval plugins install` and `shardeval plugins uninstall`, in two modes (`app.install_mode`);
+docs/plugins.md ("Installing, listing, removing") has the details.
 
 * target (the zipapp): a plugin runs next to the packages the app bundles, so it may never bring
-  its own version of one of them. pip's own resolver decides what to install: a dry run
-  (`--dry-run --report`) that sees the bundled distributions (and nothing else) as installed, each
-  pinned by a constraint, lists everything else the plugin needs; a requirement that excludes
-  a bundled version fails that run and is named in one line. Exactly the listed distributions are
-  then installed with `--no-deps --target` into a staging directory; the plugin directory changes
-  only once all of them are there, an older install of the same distribution is removed per its
-  RECORD, and when the new plugin then fails to load, the previous state is put back.
-* pip (the pip-installed package): plain `pip install` into the running environment, where the
-  plugin is then an ordinary entry point.
+  its own version of one of them. pip's resolver (`--dry-run --report`, seeing only the bundled
+  distributions, each pinned) lists what else it needs, a requirement that excludes a bundled
+  version being named in one line; exactly that is installed with `--no-deps --target` into a
+  staging directory, then moved into the plugin dir, all undone if the plugin then fails to load.
+* pip (a pip-installed package): plain `pip install` into the running environment.
 
 pip's own output goes to stderr; what was installed and what it registers goes to stdout. Every
 failure a user can act on is one line and exit 2 (UsageError).
@@ -19,6 +14,8 @@ failure a user can act on is one line and exit 2 (UsageError).
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import importlib
 import json
 import os
@@ -28,15 +25,13 @@ import subprocess
 import sys
 import tempfile
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable, Iterable, Sequence
 
 from shardeval import plugins
-from shardeval.app import app_site_packages, install_mode
+from shardeval.app import app_site_packages, dist_location, install_mode
 from shardeval.errors import UsageError
-
-ENTRY_POINT_GROUP = plugins.ENTRY_POINT_GROUP
 
 
 def canonical(name: str) -> str:
@@ -48,15 +43,12 @@ def canonical(name: str) -> str:
 class Dist:
     """An installed distribution, read from its metadata."""
 
+    key: str  # the canonical name
     name: str
     version: str
     site: str  # the directory it is installed into
     entry_points: list[str]  # names in the `shardeval` group
-    raw: Any = field(repr=False)
-
-    @property
-    def key(self) -> str:
-        return canonical(self.name)
+    raw: Any
 
     @property
     def label(self) -> str:
@@ -67,22 +59,17 @@ def _dists(site: str | None = None) -> dict[str, Dist]:
     """Distributions installed in one directory (None: the running environment), by canonical
     name (the first of duplicates wins)."""
     found: dict[str, Dist] = {}
-    if site is not None and not os.path.isdir(site):
-        return found
-    for raw in metadata.distributions(**({} if site is None else {"path": [site]})):
+    for raw in metadata.distributions(path=sys.path if site is None else [site]):
         name = raw.metadata["Name"]
         if name and canonical(name) not in found:
-            eps = [ep.name for ep in raw.entry_points if ep.group == ENTRY_POINT_GROUP]
-            found[canonical(name)] = Dist(name, raw.version, site or plugins.dist_location(raw) or "", eps, raw)
+            eps = [ep.name for ep in raw.entry_points if ep.group == plugins.ENTRY_POINT_GROUP]
+            found[canonical(name)] = Dist(canonical(name), name, raw.version, site or dist_location(raw) or "", eps, raw)
     return found
 
 
-def bundled() -> dict[str, Dist]:
-    """What the app bundles: every distribution next to shardeval's own."""
-    return _dists(app_site_packages())
-
-
-# -- pip ------------------------------------------------------------------------------------------
+def _find(name: str, dists: dict[str, Dist]) -> Dist | None:
+    """A distribution by its name or by one of its `shardeval` entry-point names."""
+    return dists.get(canonical(name)) or next((d for d in dists.values() if name in d.entry_points), None)
 
 
 def _require_pip() -> tuple[tuple[int, ...], str]:
@@ -143,9 +130,6 @@ def _check_paths(specs: Iterable[str]) -> None:
             raise UsageError(f"cannot install {spec}: no such file or directory (give a package name, a wheel, or a project directory)")
 
 
-# -- files ----------------------------------------------------------------------------------------
-
-
 def _inside(path: str, root: str) -> bool:
     return os.path.commonpath([os.path.realpath(path), os.path.realpath(root)]) == os.path.realpath(root)
 
@@ -161,15 +145,13 @@ def _dist_files(dist: Dist) -> list[str]:
         path = os.path.normpath(os.path.join(dist.site, str(entry)))
         if not _inside(path, dist.site):  # pip --target records scripts as ../../bin/NAME
             path = os.path.normpath(os.path.join(dist.site, "lib", "python", str(entry)))
-        if os.path.basename(path) == "RECORD" and path.endswith(".dist-info" + os.sep + "RECORD"):
+        if path.endswith(".dist-info" + os.sep + "RECORD"):
             meta_dir = os.path.dirname(path)
         if _inside(path, dist.site) and (os.path.isfile(path) or os.path.islink(path)):
             paths.add(path)
         if path.endswith(".py"):  # bytecode another Python version wrote after the install
-            cache = os.path.join(os.path.dirname(path), "__pycache__")
-            stem = os.path.basename(path)[:-3] + "."
-            if os.path.isdir(cache):
-                paths.update(os.path.join(cache, f) for f in os.listdir(cache) if f.startswith(stem) and f.endswith(".pyc"))
+            cached = os.path.join(os.path.dirname(path), "__pycache__", os.path.basename(path)[:-3])
+            paths.update(f for f in glob.glob(glob.escape(cached) + ".*") if f.endswith(".pyc"))
     if meta_dir and os.path.isdir(meta_dir) and _inside(meta_dir, dist.site):
         for root, _, names in os.walk(meta_dir):
             paths.update(os.path.join(root, n) for n in names)
@@ -180,72 +162,33 @@ def _prune(paths: Iterable[str], root: str) -> None:
     """Remove directories left empty by removing `paths`, up to (not including) root."""
     root = os.path.realpath(root)
     for directory in sorted({os.path.dirname(p) for p in paths}, key=len, reverse=True):
-        while os.path.realpath(directory) != root and _inside(directory, root):
-            try:
+        with contextlib.suppress(OSError):  # one not empty (or gone already) ends the climb
+            while os.path.realpath(directory) != root and _inside(directory, root):
                 os.rmdir(directory)
-            except OSError:
-                break
-            directory = os.path.dirname(directory)
+                directory = os.path.dirname(directory)
 
 
-class _Change:
-    """Moves into and out of the plugin directory, each undoable while the backup exists."""
-
-    def __init__(self, root: str, backup: str) -> None:
-        self.root, self.backup = root, backup
-        self.saved: list[str] = []  # relative paths moved into backup
-        self.added: list[str] = []  # absolute paths moved into root
-
-    def remove(self, path: str) -> None:
-        rel = os.path.relpath(path, self.root)
-        os.makedirs(os.path.dirname(os.path.join(self.backup, rel)), exist_ok=True)
-        shutil.move(path, os.path.join(self.backup, rel))
-        self.saved.append(rel)
-
-    def add_tree(self, staging: str) -> None:
-        for directory, _, names in os.walk(staging):
-            for name in names:
-                source = os.path.join(directory, name)
-                dest = os.path.join(self.root, os.path.relpath(source, staging))
-                if os.path.lexists(dest):
-                    self.remove(dest)
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                shutil.move(source, dest)
-                self.added.append(dest)
-
-    def undo(self) -> None:
-        for path in self.added:
-            if os.path.lexists(path):
-                os.remove(path)
-        _prune(self.added, self.root)
-        for rel in self.saved:
-            os.makedirs(os.path.dirname(os.path.join(self.root, rel)), exist_ok=True)
-            shutil.move(os.path.join(self.backup, rel), os.path.join(self.root, rel))
-        self.added, self.saved = [], []
-
-
-def _remove_dist(dist: Dist, change: _Change | None = None) -> int:
+def _remove_dist(dist: Dist, remove: Callable[[str], object] = os.remove) -> int:
     paths = _dist_files(dist)
     for path in paths:
-        if change is not None:
-            change.remove(path)
-        else:
-            os.remove(path)
+        remove(path)
     _prune(paths, dist.site)
     return len(paths)
 
 
-# -- checking a freshly installed plugin ----------------------------------------------------------
+def _move(source: str, dest: str, journal: list[tuple[str, str]]) -> None:
+    """Move one file (making its directory), noted in `journal` so that it can be moved back."""
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    shutil.move(source, dest)
+    journal.append((source, dest))
 
 
 def _verify(dists: list[Dist]) -> tuple[list[str], list[str], list[str]]:
     """Load every plugin as a real run would; return (lines to print, failures, warnings)."""
     importlib.invalidate_caches()
-    plugin_set = plugins.discover(warn=False)
+    plugin_set = plugins.discover()
     registry = plugins.collect(plugin_set)
-    lines: list[str] = []
-    failures: list[str] = []
-    warnings: list[str] = []
+    lines, failures, warnings = [], [], []
     for dist in dists:
         for name in dist.entry_points:
             loaded = next((p for p in plugin_set.loaded if p.name == name), None)
@@ -266,16 +209,11 @@ def _verify(dists: list[Dist]) -> tuple[list[str], list[str], list[str]]:
     return lines, failures, warnings
 
 
-def _entry_point_free(dists: Iterable[Dist], what: str) -> None:
-    for dist in dists:
-        if not dist.entry_points:
-            raise UsageError(
-                f"{what}: {dist.label} is not a shardeval plugin: it declares no entry point in the "
-                f"`{ENTRY_POINT_GROUP}` group (see docs/plugins.md); nothing installed"
-            )
-
-
-# -- install --------------------------------------------------------------------------------------
+def _show(lines: list[str], warnings: list[str], echo: Callable[[str], None]) -> None:
+    for line in lines:
+        echo(line)
+    for warning in warnings:
+        plugins.warn(warning)
 
 
 def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None]) -> None:
@@ -283,19 +221,15 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
     _check_paths(specs)
     mode = install_mode()
     pip_version, pip_dir = _require_pip()
-    if mode == "target":
-        if pip_version < (22, 2):
-            raise UsageError(f"pip {'.'.join(map(str, pip_version))} of {sys.executable} is too old: plugins install with "
-                             f"pip 22.2 or newer (its --report); `{sys.executable} -m pip install --user -U pip` updates it")
-        _install_target(specs, pip_options, echo, pip_dir)
-    else:
-        _install_pip(specs, pip_options, echo)
-
-
-def _install_target(specs: list[str], pip_options: list[str], echo: Callable[[str], None], pip_dir: str) -> None:
-    target = plugins.plugin_dir()
     what = f"cannot install {' '.join(specs)}"
-    app = bundled()
+    if mode == "pip":
+        _install_pip(specs, pip_options, echo, what)
+        return
+    if pip_version < (22, 2):
+        raise UsageError(f"pip {'.'.join(map(str, pip_version))} of {sys.executable} is too old: plugins install with "
+                         f"pip 22.2 or newer (its --report); `{sys.executable} -m pip install --user -U pip` updates it")
+    target = plugins.plugin_dir()
+    app = _dists(app_site_packages())
     existing = _dists(target)
     try:  # staging next to the plugin dir: the final moves are renames
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -310,19 +244,38 @@ def _install_target(specs: list[str], pip_options: list[str], echo: Callable[[st
         _pip(["install", "--no-deps", "--no-warn-script-location", "--target", staging, *pip_options, *map(_pinned, wanted)], what)
         staged = _dists(staging)
         top = [staged[canonical(item["metadata"]["name"])] for item in wanted if item.get("requested")]
-        _entry_point_free(top, what)
+        for dist in top:
+            if not dist.entry_points:
+                raise UsageError(
+                    f"{what}: {dist.label} is not a shardeval plugin: it declares no entry point in the "
+                    f"`{plugins.ENTRY_POINT_GROUP}` group (see docs/plugins.md); nothing installed"
+                )
 
+        # Old files go aside into the work dir, new ones move in; each move is undone, last first,
+        # when anything fails (the plugin's own import and hooks included).
         os.makedirs(target, exist_ok=True)
-        change = _Change(target, os.path.join(work, "backup"))
+        journal: list[tuple[str, str]] = []
+
+        def aside(path: str) -> None:
+            _move(path, os.path.join(work, "backup", os.path.relpath(path, target)), journal)
+
         try:
             for key in staged.keys() & existing.keys():
-                _remove_dist(existing[key], change)
-            change.add_tree(staging)
+                _remove_dist(existing[key], aside)
+            for directory, _, names in os.walk(staging):
+                for name in names:
+                    dest = os.path.normpath(os.path.join(target, os.path.relpath(directory, staging), name))
+                    if os.path.lexists(dest):
+                        aside(dest)
+                    _move(os.path.join(directory, name), dest, journal)
             lines, failures, warnings = _verify([_dists(target)[d.key] for d in top])
             if failures:
                 raise UsageError(f"{what}: {'; '.join(failures)}; the plugin directory is left as it was")
         except BaseException:
-            change.undo()
+            for source, dest in reversed(journal):
+                if os.path.lexists(dest):
+                    _move(dest, source, [])
+            _prune([dest for _, dest in journal], target)
             raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -333,10 +286,7 @@ def _install_target(specs: list[str], pip_options: list[str], echo: Callable[[st
     deps = sorted((d for d in staged.values() if d.key not in {t.key for t in top}), key=lambda d: d.key)
     if deps:
         echo(f"  with: {', '.join(d.label for d in deps)}")
-    for line in lines:
-        echo(line)
-    for warning in warnings:
-        print(f"shardeval: warning: {warning}", file=sys.stderr)
+    _show(lines, warnings, echo)
 
 
 # pip with nothing on sys.path but the app's site-packages and pip itself (linked alone into a
@@ -371,8 +321,7 @@ def _pinned(item: dict[str, Any]) -> str:
     return f"{item['metadata']['name']} @ {url}"
 
 
-def _install_pip(specs: list[str], pip_options: list[str], echo: Callable[[str], None]) -> None:
-    what = f"cannot install {' '.join(specs)}"
+def _install_pip(specs: list[str], pip_options: list[str], echo: Callable[[str], None], what: str) -> None:
     importlib.invalidate_caches()
     before = {key: (d.version, d.site) for key, d in _dists().items()}
     _pip(["install", "--no-warn-script-location", *pip_options, *specs], what)
@@ -384,73 +333,40 @@ def _install_pip(specs: list[str], pip_options: list[str], echo: Callable[[str],
     echo(f"installed into the environment of {sys.executable}: {', '.join(d.label for d in dists)}")
     found = [d for d in dists if d.entry_points]
     if not found:
-        print(
-            f"shardeval: warning: none of {', '.join(d.name for d in dists)} declares an entry point in the "
-            f"`{ENTRY_POINT_GROUP}` group: they register nothing with shardeval",
-            file=sys.stderr,
-        )
+        plugins.warn(f"none of {', '.join(d.name for d in dists)} declares an entry point in the "
+                     f"`{plugins.ENTRY_POINT_GROUP}` group: they register nothing with shardeval")
         return
     lines, failures, warnings = _verify(found)
-    for line in lines:
-        echo(line)
-    for warning in warnings:
-        print(f"shardeval: warning: {warning}", file=sys.stderr)
+    _show(lines, warnings, echo)
     if failures:
         raise UsageError(f"installed, but {'; '.join(failures)} (`shardeval plugins uninstall NAME` removes it)")
 
 
-# -- uninstall ------------------------------------------------------------------------------------
-
-
-def _find(name: str, dists: dict[str, Dist]) -> Dist | None:
-    """A distribution by its name or by one of its `shardeval` entry-point names."""
-    if canonical(name) in dists:
-        return dists[canonical(name)]
-    return next((d for d in dists.values() if name in d.entry_points), None)
-
-
 def uninstall(names: list[str], echo: Callable[[str], None]) -> None:
     """Remove plugins from the plugin directory (any mode) or, pip mode, from the environment."""
-    target = plugins.plugin_dir()
-    mode = install_mode()
-    in_dir = _dists(target)
-    app = bundled()
-    plan: list[tuple[str, Dist]] = []
+    target, mode = plugins.plugin_dir(), install_mode()
+    in_dir, app = _dists(target), _dists(app_site_packages())
+    env: dict[str, Dist] = {}
+    if mode == "pip":  # the app is shardeval alone; the environment's other plugins pip removes
+        app = {k: d for k, d in app.items() if k == "shardeval"}
+        env = {k: d for k, d in _dists().items() if d.entry_points and k != "shardeval"}
+    listing = ", ".join(d.label for d in sorted(in_dir.values(), key=lambda d: d.key)) or "none"
+    where = f"installed in the plugin dir {target}: {listing}"
+    plan: list[tuple[Dist, bool]] = []  # (distribution, whether it is in the plugin dir)
     for name in names:
-        dist = _find(name, in_dir)
-        if dist is not None:
-            plan.append(("dir", dist))
-            continue
-        shardeval_itself = {k: d for k, d in app.items() if k == "shardeval"}
-        builtin = _find(name, app if mode == "target" else shardeval_itself)
-        if builtin is not None:
-            raise UsageError(
-                f"{name!r} is part of the app ({builtin.label}, bundled) and cannot be uninstalled; "
-                f"{_installed_list(in_dir, target)}"
-            )
-        env = {} if mode == "target" else _plugin_dists_in_environment()
-        dist = _find(name, env)
-        if dist is None:
-            where = f"{_installed_list(in_dir, target)}" + (
-                f"; plugins installed in the environment: {', '.join(d.label for d in env.values()) or 'none'}" if mode == "pip" else ""
-            )
-            raise UsageError(f"no installed plugin {name!r}; {where}")
-        plan.append(("pip", dist))
-    for how, dist in plan:
-        if how == "dir":
-            count = _remove_dist(dist)
-            echo(f"removed {dist.label} from {target} ({count} files)")
+        if (dist := _find(name, in_dir)) is not None:
+            plan.append((dist, True))
+        elif (builtin := _find(name, app)) is not None:
+            raise UsageError(f"{name!r} is part of the app ({builtin.label}, bundled) and cannot be uninstalled; {where}")
+        elif (dist := _find(name, env)) is not None:
+            plan.append((dist, False))
+        else:
+            also = f"; plugins installed in the environment: {', '.join(d.label for d in env.values()) or 'none'}" if mode == "pip" else ""
+            raise UsageError(f"no installed plugin {name!r}; {where}{also}")
+    for dist, in_plugin_dir in plan:
+        if in_plugin_dir:
+            echo(f"removed {dist.label} from {target} ({_remove_dist(dist)} files)")
         else:
             _require_pip()
             _pip(["uninstall", "-y", dist.name], f"cannot uninstall {dist.name}")
             echo(f"removed {dist.label} from the environment of {sys.executable}")
-
-
-def _installed_list(in_dir: dict[str, Dist], target: str) -> str:
-    listing = ", ".join(d.label for d in sorted(in_dir.values(), key=lambda d: d.key)) or "none"
-    return f"installed in the plugin dir {target}: {listing}"
-
-
-def _plugin_dists_in_environment() -> dict[str, Dist]:
-    """Distributions of the running environment that declare `shardeval` entry points."""
-    return {key: d for key, d in _dists().items() if d.entry_points and key != "shardeval"}

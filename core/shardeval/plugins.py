@@ -19,6 +19,8 @@ from typing import Any, Callable
 import pluggy
 
 from shardeval import hookspecs
+from shardeval.app import app_site_packages, dist_location, install_mode
+from shardeval.errors import UsageError
 from shardeval.registry import KINDS, Entry, Register, Registry
 
 ENTRY_POINT_GROUP = "shardeval"
@@ -40,44 +42,27 @@ class LoadedPlugin:
 
 def plugin_dir() -> str:
     """Where `shardeval plugins install` puts plugins for an installed zipapp (searched always)."""
-    override = os.environ.get(PLUGIN_DIR_ENV)
-    if override:
+    if override := os.environ.get(PLUGIN_DIR_ENV):
         return os.path.abspath(os.path.expanduser(override))
     from platformdirs import user_data_dir
 
     return os.path.join(user_data_dir("shardeval"), "plugins")
 
 
-def _add_plugin_dir_to_path() -> None:
-    path = plugin_dir()
-    if os.path.isdir(path) and path not in sys.path:
-        sys.path.append(path)  # after the app's own packages: a plugin never shadows them
-
-
-def dist_location(dist: Any) -> str | None:
-    """The directory holding a distribution's metadata (a site-packages, the plugin dir), or None."""
-    try:
-        return os.path.realpath(str(dist.locate_file("")))
-    except (NotImplementedError, AttributeError, TypeError):
-        return None
-
-
 def origin(dist: Any) -> str:
-    """Where an installed distribution comes from, for `shardeval plugins`: the plugin dir, the
-    app itself (`bundled`: shardeval's own built-ins, or anything inside the zipapp), or ""."""
-    from shardeval.app import app_site_packages, install_mode
-    from shardeval.errors import UsageError
-
-    location = dist_location(dist)
+    """An entry point's source for `shardeval plugins`: its distribution, and whether that is in the
+    plugin dir or part of the app (`bundled`: shardeval's own built-ins, or anything inside the zipapp)."""
+    if dist is None:
+        return "entry point"
+    source, location = f"entry point ({dist.metadata['Name']} {dist.version})", dist_location(dist)
     if location and location == os.path.realpath(plugin_dir()):
-        return f"plugin dir ({plugin_dir()})"
-    if (dist.metadata["Name"] or "").lower() == "shardeval":
-        return "bundled"
+        return f"{source}, plugin dir ({plugin_dir()})"
     try:
         bundling = install_mode() == "target"  # the app's site-packages is the zipapp's own
     except UsageError:
         bundling = False  # a bad SHARDEVAL_INSTALL_MODE is reported by `plugins install`
-    return "bundled" if bundling and location == app_site_packages() else ""
+    bundled = (dist.metadata["Name"] or "").lower() == "shardeval" or (bundling and location == app_site_packages())
+    return f"{source}, bundled" if bundled else source
 
 
 @dataclass
@@ -87,19 +72,20 @@ class PluginSet:
     failures: list[str]
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
     print(f"shardeval: warning: {message}", file=sys.stderr)
 
 
-def discover(warn: bool = True) -> PluginSet:
-    """Import every plugin module and register it (uncached; most callers want `load()`)."""
+def discover() -> PluginSet:
+    """Import every plugin module and register it (uncached and silent; most callers want `load()`)."""
     from importlib.metadata import entry_points
 
     pm = pluggy.PluginManager("shardeval")
     pm.add_hookspecs(hookspecs)
     loaded: list[LoadedPlugin] = []
     failures: list[str] = []
-    _add_plugin_dir_to_path()
+    if os.path.isdir(plugin_dir()) and plugin_dir() not in sys.path:
+        sys.path.append(plugin_dir())  # after the app's own packages: a plugin never shadows them
 
     def add(name: str, module_name: str, load: Callable[[], object], source: str, dist: Any = None) -> None:
         if pm.has_plugin(name):
@@ -117,23 +103,20 @@ def discover(warn: bool = True) -> PluginSet:
             loaded.append(LoadedPlugin(name, module_name, source, dist.version, dist.metadata["Name"], dist_location(dist)))
 
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        dist, source = getattr(ep, "dist", None), "entry point"
-        if dist is not None:
-            where = origin(dist)
-            source = f"entry point ({dist.metadata['Name']} {dist.version})" + (f", {where}" if where else "")
-        add(ep.name, ep.module, ep.load, source, dist)
+        add(ep.name, ep.module, ep.load, origin(getattr(ep, "dist", None)), getattr(ep, "dist", None))
     for module_name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
         add(module_name, module_name, partial(importlib.import_module, module_name), PLUGINS_ENV)
-    if warn:
-        for message in failures:
-            _warn(message)
     return PluginSet(manager=pm, loaded=loaded, failures=failures)
 
 
 @lru_cache(maxsize=1)
 def load() -> PluginSet:
-    """Import every plugin module once per process (cheap: plugin modules import lazily)."""
-    return discover()
+    """Import every plugin module once per process (cheap: plugin modules import lazily); each
+    plugin that fails is named in a warning."""
+    plugin_set = discover()
+    for message in plugin_set.failures:
+        warn(message)
+    return plugin_set
 
 
 def collect(plugin_set: PluginSet) -> Registry:
@@ -178,11 +161,9 @@ def registry() -> Registry:
     """Collect every plugin's registrations once; a plugin whose hook fails is named and skipped."""
     plugin_set = load()
     registry = collect(plugin_set)
-    for message in registry.problems:
-        _warn(message)
     plugin_set.failures.extend(registry.problems)
-    for message in undeclared_identities(registry):
-        _warn(message)
+    for message in registry.problems + undeclared_identities(registry):
+        warn(message)
     return registry
 
 
@@ -216,10 +197,8 @@ def _replacing(entry: Entry) -> str:
 
 def plugin_version(name: str) -> str | None:
     """`dist version` of a loaded plugin (e.g. `shardeval 0.1.0`), or None if it says none."""
-    plugin = next((p for p in load().loaded if p.name == name), None)
-    if plugin is None or plugin.version is None:
-        return None
-    return f"{plugin.dist or plugin.module} {plugin.version}"
+    plugin = next((p for p in load().loaded if p.name == name and p.version is not None), None)
+    return f"{plugin.dist or plugin.module} {plugin.version}" if plugin else None
 
 
 def hooks() -> pluggy.HookRelay:

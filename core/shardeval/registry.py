@@ -81,8 +81,7 @@ class Register:
             keep, drop = (new, old) if new.precedence > old.precedence else (old, new)
             self.table[name] = replace(keep, replaces=drop.plugin)
         else:
-            first = self._rank.get(old.plugin, 0) <= self._rank.get(new.plugin, 0)
-            keep, drop = (old, new) if first else (new, old)
+            keep, drop = (old, new) if self._rank.get(old.plugin, 0) <= self._rank.get(new.plugin, 0) else (new, old)
             self.table[name] = keep
             self.problems.append(
                 f"plugin {drop.plugin!r} registers {self.kind[:-1]} {name!r}, already registered by "

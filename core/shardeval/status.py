@@ -44,19 +44,15 @@ def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
             n_ok, n_err, report = count_cells(os.path.join(shard.abspath, b.name, RESULTS_FILE), own)
             records, errors = records + n_ok + n_err, errors + n_err
             expected += own.n_cells
-            skipped = report.describe(os.path.join(shard.path, b.name, RESULTS_FILE))
-            if skipped:
+            if skipped := report.describe(os.path.join(shard.path, b.name, RESULTS_FILE)):
                 warnings.append(f"warning: {skipped}")
         lost = shard.lost
         end = m.finished_at or (lost.since if lost else now)
         elapsed = end - m.started_at if m.started_at else 0.0
         rate = records / elapsed if elapsed > 0 and records else None
-        left = max(0, expected - records)
-        eta = left / rate if rate and shard.state == "running" else None
-        note = None
-        if lost is not None:
-            note = (f"shard {m.shard_idx} lost since {clock(lost.since)} ({max(0.0, now - lost.since):.0f} s ago): "
-                    f"{lost.why}; rerun it, it resumes")
+        eta = max(0, expected - records) / rate if rate and shard.state == "running" else None
+        note = (f"shard {m.shard_idx} lost since {clock(lost.since)} ({max(0.0, now - lost.since):.0f} s ago): "
+                f"{lost.why}; rerun it, it resumes") if lost is not None else None
         out.append(ShardProgress(shard.path, m.shard_idx, shard.state, records, errors, expected, rate, eta, warnings, note))
     return sorted(out, key=lambda p: (p.idx, p.path))
 
