@@ -54,10 +54,6 @@ class ResultRecord(msgspec.Struct, kw_only=True):
     # are told apart by their seed (shardeval.standing.Membership).
     run: str | None = None
 
-    @property
-    def key(self) -> tuple[str, int, int]:
-        return (self.benchmark, self.problem_idx, self.repeat)
-
 
 class Message(msgspec.Struct):
     role: str
@@ -177,6 +173,11 @@ def encode_line(obj: Any) -> bytes:
     return _encoder.encode(obj) + b"\n"
 
 
+def pretty_json(obj: Any) -> bytes:
+    """Indented JSON with a final newline: manifest.json and merge's scores.json and timing.json."""
+    return msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n"
+
+
 @dataclass
 class ReadReport:
     """What a tolerant read skipped: torn last lines, lines that do not decode, and records that
@@ -279,9 +280,7 @@ def seal_torn_tail(path: str) -> bool:
 
 def write_manifest(out_dir: str, manifest: Manifest) -> None:
     """Replace manifest.json atomically so a reader never sees half a manifest."""
-    path = os.path.join(out_dir, MANIFEST_FILE)
-    data = msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n"
-    atomic_write(path, data)
+    atomic_write(os.path.join(out_dir, MANIFEST_FILE), pretty_json(manifest))
 
 
 def read_manifest(out_dir: str) -> Manifest | None:

@@ -18,14 +18,8 @@ if TYPE_CHECKING:
     from shardeval.merge import BenchmarkMerge, MergeResult
 
 
-def _error_kinds(b: "BenchmarkMerge") -> dict[str, int]:
-    cells = b.cells
-    return {kind: cells.error_kind.count(code + 1) for kind, code in sorted(cells.kinds.items())
-            if cells.error_kind.count(code + 1)}
-
-
 def counts(b: "BenchmarkMerge") -> dict[str, Any]:
-    status = b.cells.status
+    status, error_kind = b.cells.status, b.cells.error_kind
     n_missing, n_errors = status.count(MISSING), status.count(ERROR)
     n_records = len(status) - n_missing
     return {
@@ -37,7 +31,7 @@ def counts(b: "BenchmarkMerge") -> dict[str, Any]:
         "n_missing": n_missing,
         "n_errors": n_errors,
         "error_rate": n_errors / n_records if n_records else 0.0,
-        "error_kinds": _error_kinds(b),
+        "error_kinds": {kind: n for kind, code in sorted(b.cells.kinds.items()) if (n := error_kind.count(code + 1))},
         "n_duplicates": b.cells.n_duplicates,
         "n_conflicts": b.cells.n_conflicts,
         "n_superseded_errors": b.cells.n_superseded_errors,

@@ -46,10 +46,6 @@ def decide(current: int, ok: bool) -> str:
     return SUPERSEDE if ok else TAKE
 
 
-def cell_state(ok: bool) -> int:
-    return OK if ok else ERROR
-
-
 # Why a record is not the shard's own (the keys of ReadReport.foreign).
 OTHER_BENCHMARK = "another benchmark"
 OTHER_RUN = "another run"
@@ -114,10 +110,7 @@ class Membership:
             return OTHER_RUN
         if record.shard != self.shard:
             return OTHER_SHARD
-        if self._mine is None:  # holds(), inlined for the common contiguous share: merge calls this per record
-            if not (0 <= record.repeat < self.repeats and record.problem_idx in self.indices):
-                return OUTSIDE
-        elif not self.holds(record.problem_idx, record.repeat):
+        if not self.holds(record.problem_idx, record.repeat):
             return OUTSIDE
         if record.run is None and self.run_seed is not None and record.seed != request_seed(
             self.run_seed, record.benchmark, record.problem_id, record.repeat
@@ -146,5 +139,5 @@ def count_cells(path: str, own: Membership) -> tuple[int, int, ReadReport]:
         cell = record.problem_idx * own.repeats + record.repeat
         ok = record.status == "ok"
         if decide(states[cell], ok) in (TAKE, SUPERSEDE):
-            states[cell] = cell_state(ok)
+            states[cell] = OK if ok else ERROR
     return states.count(OK), states.count(ERROR), report
