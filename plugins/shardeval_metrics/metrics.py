@@ -22,7 +22,6 @@ from shardeval_metrics.stats import (
     score_matrix,
     summarize_mean,
     variance_split,
-    view,
 )
 from shardeval_metrics.stats import pass_at_k as _pass_at_k
 
@@ -58,7 +57,7 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
     if stats.n_flagged:
         details["flagged_note"] = f"{stats.n_flagged} problem(s) have no valid sample and are left out"
     codes = cluster_codes(table, stats.index) if stats.n else None
-    if codes is not None and stats.n:
+    if codes is not None:
         n_groups = int(codes.max()) + 1
         if n_groups <= PER_CLUSTER_LIMIT:
             details["per_cluster"] = per_cluster_means(table, stats, stats.means)
@@ -131,22 +130,21 @@ def _ratio_core(table: ScoreTable, numerator_key: str, denominator_key: str, opt
     """(ratio, stderr, critical value, ci_method, n, details) from the global sums; None if not applicable."""
     if numerator_key not in table.extra or denominator_key not in table.extra:
         return None
-    num = view(table.extra[numerator_key], np.float64, table.n_cells, numerator_key).reshape(table.n_problems, table.repeats)
-    den = view(table.extra[denominator_key], np.float64, table.n_cells, denominator_key).reshape(table.n_problems, table.repeats)
+    num, den = score_matrix(table, numerator_key), score_matrix(table, denominator_key)
     valid = np.isfinite(num) & np.isfinite(den)
-    details: dict[str, Any] = {
-        "numerator": numerator_key,
-        "denominator": denominator_key,
-        "n_cells": int(valid.sum()),
-    }
     # canonical (problem, repeat) order; math.fsum is exactly rounded, so any sharding gives the same float
     total_num = math.fsum(num[valid].tolist())
     total_den = math.fsum(den[valid].tolist())
     has = valid.any(axis=1)
     n = int(has.sum())
-    details["sum_numerator"] = total_num
-    details["sum_denominator"] = total_den
-    details["n_flagged_problems"] = int(table.n_problems - n)
+    details: dict[str, Any] = {
+        "numerator": numerator_key,
+        "denominator": denominator_key,
+        "n_cells": int(valid.sum()),
+        "sum_numerator": total_num,
+        "sum_denominator": total_den,
+        "n_flagged_problems": int(table.n_problems - n),
+    }
     if n == 0 or total_den == 0.0:
         details["reason"] = "no valid cells" if n == 0 else f"sum of {denominator_key!r} is 0"
         return None, None, None, "none", n, details

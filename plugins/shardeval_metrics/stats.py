@@ -41,9 +41,10 @@ def view(arr: Any, dtype: Any, size: int, what: str) -> np.ndarray:
     return out.astype(dtype, copy=False)
 
 
-def score_matrix(table: ScoreTable) -> np.ndarray:
-    """The primary scores as a (n_problems, repeats) float64 matrix; NaN = no valid sample."""
-    return view(table.score, np.float64, table.n_cells, "score").reshape(table.n_problems, table.repeats)
+def score_matrix(table: ScoreTable, key: str | None = None) -> np.ndarray:
+    """The primary scores (or the named extra[key]) as a (n_problems, repeats) float64 matrix; NaN = no valid sample."""
+    values = table.score if key is None else table.extra[key]
+    return view(values, np.float64, table.n_cells, key or "score").reshape(table.n_problems, table.repeats)
 
 
 @dataclass
