@@ -51,12 +51,9 @@ DENSE_LIMIT = 1 << 24  # per-problem count matrix (problems x 3 labels) held as 
 
 def _cell_slots(gold: np.ndarray, pred: np.ndarray, n_labels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per cell, the class slot each count goes to (n_labels = the cell adds nothing there)."""
-    trash = n_labels
-    valid = gold >= 0
-    g_slot = np.where(valid, gold, trash)
-    p_slot = np.where(valid & (pred >= 0), pred, trash)
+    trash, valid = n_labels, gold >= 0
     hit_slot = np.where(valid & (pred == gold), gold, trash)
-    return hit_slot, g_slot, p_slot
+    return hit_slot, np.where(valid, gold, trash), np.where(valid & (pred >= 0), pred, trash)
 
 
 def _row_counts(x: np.ndarray, width: int) -> np.ndarray:

@@ -24,7 +24,7 @@ import numpy as np
 
 from shardeval.api import MetricOptions, ScoreTable
 from shardeval_metrics.dist import mcnemar_exact, normal_cdf, normal_ppf, t_ppf, t_sf
-from shardeval_metrics.stats import cluster_codes, clustered_se, per_problem, score_matrix
+from shardeval_metrics.stats import cluster_codes, clustered_se, is_binary, per_problem, score_matrix
 
 POWER = 0.80
 
@@ -118,9 +118,7 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
         r = float(np.corrcoef(sa, sb)[0, 1])
         result["correlation"] = r if math.isfinite(r) else None
 
-    ya, yb = xa[ia], xb[ib]
-    fa, fb = ya[np.isfinite(ya)], yb[np.isfinite(yb)]
-    binary = bool(np.all((fa == 0) | (fa == 1)) and np.all((fb == 0) | (fb == 1)))
+    binary = is_binary(xa[ia]) and is_binary(xb[ib])
     single = bool(np.all(sa_stats.counts == 1) and np.all(sb_stats.counts == 1))
     if binary and single:
         right_a, right_b = sa == 1.0, sb == 1.0

@@ -17,6 +17,7 @@ from shardeval.api import MetricOptions, MetricValue, ScoreTable
 from shardeval_metrics.dist import normal_ppf, t_ppf
 from shardeval_metrics.stats import (
     cluster_codes,
+    is_binary,
     per_cluster_means,
     per_problem,
     score_matrix,
@@ -26,10 +27,6 @@ from shardeval_metrics.stats import (
 from shardeval_metrics.stats import pass_at_k as _pass_at_k
 
 PER_CLUSTER_LIMIT = 1000  # accuracy's details list per-cluster means up to this many clusters
-
-
-def _is_binary(values: np.ndarray) -> bool:
-    return bool(np.all((values == 0.0) | (values == 1.0)))
 
 
 def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy") -> dict[str, MetricValue]:
@@ -45,8 +42,7 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
     """
     x = score_matrix(table)
     stats = per_problem(x)
-    valid_scores = x[np.isfinite(x)]
-    binary = _is_binary(valid_scores)
+    binary = is_binary(x)
     single = bool(np.all(stats.counts == 1))
     details: dict[str, Any] = {
         "n_problems_with_samples": stats.n,
@@ -89,7 +85,7 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
     """
     x = score_matrix(table)
     valid = np.isfinite(x)
-    if not _is_binary(x[valid]):
+    if not is_binary(x):
         return {
             "pass@k": MetricValue(
                 value=None,

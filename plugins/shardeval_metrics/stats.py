@@ -47,6 +47,12 @@ def score_matrix(table: ScoreTable, key: str | None = None) -> np.ndarray:
     return view(values, np.float64, table.n_cells, key or "score").reshape(table.n_problems, table.repeats)
 
 
+def is_binary(x: np.ndarray) -> bool:
+    """Whether every finite value (valid sample) of x is 0 or 1."""
+    valid = x[np.isfinite(x)]
+    return bool(np.all((valid == 0.0) | (valid == 1.0)))
+
+
 @dataclass
 class ProblemStats:
     """One row per problem with at least one valid sample (in problem order)."""
