@@ -338,7 +338,8 @@ def _copy_winners(shards: list[Shard], b: BenchmarkMerge, name: str, offsets: ar
                 continue
             f = files.get(src)
             if f is None:
-                f = files[src] = opened.enter_context(open(os.path.join(shards[src].abspath, b.manifest.name, name), "rb"))
+                path = os.path.join(shards[src].abspath, b.manifest.name, name)
+                f = files[src] = opened.enter_context(open(path, "rb"))
             f.seek(offset)
             yield f.read(lengths[cell])
 

@@ -264,14 +264,12 @@ def seal_torn_tail(path: str) -> bool:
     """
     try:
         with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            if f.tell() == 0:
+            if f.seek(0, os.SEEK_END) == 0:  # empty
                 return False
             f.seek(-1, os.SEEK_END)
-            last = f.read(1)
+            if f.read(1) == b"\n":
+                return False
     except FileNotFoundError:
-        return False
-    if last == b"\n":
         return False
     with open(path, "ab") as f:
         f.write(b"\n")

@@ -140,12 +140,10 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
         lines.append(f"- to complete the run, rerun shard(s) {','.join(map(str, rerun))}: {rerun_how(run, rerun)}")
     for idx, paths in run.duplicated_shards().items():
         lines.append(f"- shard {idx} appears in {len(paths)} directories ({', '.join(paths)}): deduplicated")
-    for orphan in run.orphans:
-        lines.append(f"- ignored {orphan}: results without a manifest.json beside them")
+    lines += [f"- ignored {orphan}: results without a manifest.json beside them" for orphan in run.orphans]
     if result.errors_as_wrong:
         lines.append("- errors are scored as wrong answers (--errors-as-wrong)")
-    for text in run.mixed_served:
-        lines.append(f"- **MIXED MODELS** (merged with --allow-mixed-models): {text}")
+    lines += [f"- **MIXED MODELS** (merged with --allow-mixed-models): {text}" for text in run.mixed_served]
     for b in result.benchmarks:
         c = counts(b)
         lines += ["", f"## {b.manifest.name}", ""]
@@ -191,8 +189,7 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
                 f"- **refused {cells.n_refused} record(s) that are not their shard's own** (copied in, or written by "
                 f"another run): {'; '.join(cells.refused_files[:5])}" + (" …" if len(cells.refused_files) > 5 else "")
             )
-        for problem in b.metric_problems:
-            lines.append(f"- {problem}")
+        lines += [f"- {problem}" for problem in b.metric_problems]
     lines += ["", *render_provenance(run)]
     return "\n".join(lines) + "\n"
 

@@ -60,7 +60,8 @@ def _row_counts(x: np.ndarray, width: int) -> np.ndarray:
     """Per row of the integer matrix x (values 0..width-1), how often each value occurs: (rows, width) float64."""
     rows = x.shape[0]
     offset = (np.arange(rows, dtype=np.int64) * width)[:, None]
-    return np.bincount((x.reshape(rows, -1) + offset).ravel(), minlength=rows * width).reshape(rows, width).astype(np.float64)
+    flat = (x.reshape(rows, -1) + offset).ravel()
+    return np.bincount(flat, minlength=rows * width).reshape(rows, width).astype(np.float64)
 
 
 def _counts_per_cell(slots: tuple[np.ndarray, ...], idx: np.ndarray, n_labels: int) -> tuple[np.ndarray, ...]:

@@ -55,10 +55,12 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
     from shardeval_metrics.compare import compare_tables
 
     options = MetricOptions(confidence=confidence)
-    a, b = (
-        {x.manifest.name: x.table for x in merge_run(run, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True).benchmarks}
-        for run in (run_a, run_b)
-    )
+
+    def tables(run: str) -> dict[str, Any]:
+        merged = merge_run(run, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True)
+        return {x.manifest.name: x.table for x in merged.benchmarks}
+
+    a, b = tables(run_a), tables(run_b)
     shared = [name for name in a if name in b]
     if not shared:
         raise UsageError(

@@ -53,9 +53,7 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
     """Paired difference B − A over the problems both runs answered (rules in the module doc)."""
     xa, xb = score_matrix(a), score_matrix(b)
     ia, ib, only_a, only_b, matched_by = _match(a, b)
-    va = np.isfinite(xa).any(axis=1)
-    vb = np.isfinite(xb).any(axis=1)
-    both = va[ia] & vb[ib]
+    both = np.isfinite(xa[ia]).any(axis=1) & np.isfinite(xb[ib]).any(axis=1)
     n_no_sample = int((~both).sum())
     ia, ib = ia[both], ib[both]
     n = int(ia.size)
@@ -96,9 +94,7 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
         crit = t_ppf(1.0 - alpha / 2.0, df)
         q_power = t_ppf(POWER, df)
         result["ci_method"] = "clustered"
-        details["n_clusters"] = n_groups
-        details["df"] = df
-        details["clusters_from"] = "run A"
+        details.update(n_clusters=n_groups, df=df, clusters_from="run A")
         p_of = lambda t: min(1.0, 2.0 * t_sf(abs(t), df))  # noqa: E731
     elif n >= 2:
         se = float(np.std(d, ddof=1)) / math.sqrt(n)
@@ -111,7 +107,8 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
         details["reason"] = "stderr needs >= 2 shared problems"
     if se is not None:
         p_value = p_of(diff / se) if se > 0 else 1.0 if diff == 0 else 0.0
-        result.update(stderr=se, ci_low=diff - crit * se, ci_high=diff + crit * se, mde=(crit + q_power) * se, p_value=p_value)
+        result.update(stderr=se, ci_low=diff - crit * se, ci_high=diff + crit * se)
+        result.update(mde=(crit + q_power) * se, p_value=p_value)
         details["p_value"] = "two-sided test of diff = 0 on the interval's reference distribution"
 
     if n >= 2 and float(np.std(sa)) > 0 and float(np.std(sb)) > 0:

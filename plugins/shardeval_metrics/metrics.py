@@ -43,7 +43,6 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
     x = score_matrix(table)
     stats = per_problem(x)
     binary = is_binary(x)
-    single = bool(np.all(stats.counts == 1))
     details: dict[str, Any] = {
         "n_problems_with_samples": stats.n,
         "n_samples": stats.n_samples,
@@ -62,7 +61,7 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
     if stats.n:
         details.update(variance_split(x, stats))
     value = summarize_mean(
-        stats.means, options, codes=codes, bernoulli=binary and single,
+        stats.means, options, codes=codes, bernoulli=binary and bool(np.all(stats.counts == 1)),
         bounds=(0.0, 1.0) if binary else None, details=details,
     )
     return {name: value}
@@ -95,10 +94,8 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
     n_valid = valid.sum(axis=1)
     n_correct = np.where(valid, x, 0.0).sum(axis=1).astype(np.int64)
     out: dict[str, MetricValue] = {}
-    all_codes = cluster_codes(table, np.arange(table.n_problems)) if table.n_problems else None
     for k in range(1, table.repeats + 1):
-        eligible = n_valid >= k
-        index = np.flatnonzero(eligible)
+        index = np.flatnonzero(n_valid >= k)
         n_flagged = int(table.n_problems - index.size)
         details: dict[str, Any] = {
             "k": k,
@@ -108,13 +105,9 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
         if n_flagged:
             details["flagged_note"] = f"{n_flagged} problem(s) have fewer than {k} valid samples and are left out"
         values = _pass_at_k(n_valid[index], n_correct[index], k)
-        codes = None
-        if all_codes is not None and index.size:
-            _, codes = np.unique(all_codes[index], return_inverse=True)
-            codes = codes.reshape(-1)
-        bernoulli = bool(np.all(n_valid[index] == k))
         out[f"pass@{k}"] = summarize_mean(
-            values, options, codes=codes, bernoulli=bernoulli, bounds=(0.0, 1.0), details=details
+            values, options, codes=cluster_codes(table, index), bernoulli=bool(np.all(n_valid[index] == k)),
+            bounds=(0.0, 1.0), details=details,
         )
     return out
 
@@ -178,11 +171,9 @@ def _ratio_core(table: ScoreTable, numerator_key: str, denominator_key: str, opt
 def _ratio_value(core, transform: Callable[[float], float] | None) -> MetricValue:
     ratio, se, crit, method, n, details = core
     details = dict(details)
-    if ratio is None:
-        return MetricValue(value=None, n=n, details=details)
     f = transform or (lambda v: v)
-    value = f(ratio)
-    if se is None:
+    value = None if ratio is None else f(ratio)
+    if value is None or se is None:
         return MetricValue(value=value, n=n, details=details)
     if transform is None:
         slope = 1.0
