@@ -66,11 +66,7 @@ class Cells:
     @property
     def n_foreign(self) -> int:
         """Records of another benchmark (in this benchmark's files)."""
-        return self.refused.get(OTHER_BENCHMARK, 0)
-
-    @property
-    def n_refused(self) -> int:
-        return sum(self.refused.values())
+        return self.refused[OTHER_BENCHMARK]
 
     def __post_init__(self) -> None:
         n = self.n_problems * self.repeats
@@ -228,8 +224,7 @@ def missing_per_shard(cells: Cells, bm: BenchmarkManifest, total: int, shuffle_s
     for idx in range(total):
         indices = shard_indices(bm.n_problems, idx, total, shuffle_seed)
         if isinstance(indices, range):
-            lo, hi = indices.start * repeats, indices.stop * repeats
-            out[idx] = status[lo:hi].count(MISSING)
+            out[idx] = status[indices.start * repeats : indices.stop * repeats].count(MISSING)
         else:
             out[idx] = sum(status[p * repeats + r] == MISSING for p in indices for r in range(repeats))
     return out
@@ -300,10 +295,9 @@ def merge_run(
 
 def warnings(result: MergeResult) -> list[str]:
     """What merge skipped or refused in the shards' files, one line per file (for stderr)."""
-    out = [f"{where}: refused (not that shard's own records, never counted)" for b in result.benchmarks for where in b.cells.refused_files]
+    refused = [f"{where}: refused (not that shard's own records, never counted)" for b in result.benchmarks for where in b.cells.refused_files]
     unreadable = Counter(entry.rsplit(": ", 1)[0] for b in result.benchmarks for entry in b.cells.unreadable)
-    out += [f"{where}: {n} unreadable line(s) skipped" for where, n in unreadable.items()]
-    return out
+    return refused + [f"{where}: {n} unreadable line(s) skipped" for where, n in unreadable.items()]
 
 
 def write_merged(result: MergeResult, out_dir: str | None = None, confidence: float = 0.95) -> str:

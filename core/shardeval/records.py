@@ -190,10 +190,6 @@ class ReadReport:
     bad_offsets: list[int] = field(default_factory=list)  # byte offset of each bad line
     foreign: dict[str, int] = field(default_factory=dict)  # why a record is not this shard's -> count
 
-    @property
-    def n_foreign(self) -> int:
-        return sum(self.foreign.values())
-
     def describe(self, name: str | None = None) -> str | None:
         """One line of what was skipped, starting with `name` (default: the path); None if nothing."""
         parts = []
@@ -204,7 +200,7 @@ class ReadReport:
             parts.append(f"{len(self.bad_lines)} undecodable line(s) skipped (line {shown})")
         if self.foreign:
             why = ", ".join(f"{n} of {reason}" for reason, n in sorted(self.foreign.items()))
-            parts.append(f"{self.n_foreign} record(s) that are not this shard's own refused and never counted ({why})")
+            parts.append(f"{sum(self.foreign.values())} record(s) that are not this shard's own refused and never counted ({why})")
         return f"{name or self.path}: " + "; ".join(parts) if parts else None
 
 

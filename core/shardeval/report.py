@@ -35,17 +35,14 @@ def counts(b: "BenchmarkMerge") -> dict[str, Any]:
         "n_duplicates": b.cells.n_duplicates,
         "n_conflicts": b.cells.n_conflicts,
         "n_superseded_errors": b.cells.n_superseded_errors,
-        "n_refused": b.cells.n_refused,  # records in a shard's file that are not its own (another run, shard, benchmark)
+        "n_refused": b.cells.refused.total(),  # records in a shard's file that are not its own (another run, shard, benchmark)
     }
 
 
 def scores_document(result: "MergeResult") -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for b in result.benchmarks:
-        entry = counts(b)
-        entry["partial"] = result.partial
-        entry["errors_as_wrong"] = result.errors_as_wrong
-        entry["metrics"] = b.metrics
+        entry = {**counts(b), "partial": result.partial, "errors_as_wrong": result.errors_as_wrong, "metrics": b.metrics}
         if b.metric_problems:
             entry["metric_problems"] = b.metric_problems
         if result.run.mixed_served:
@@ -186,7 +183,7 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
             lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(cells.unreadable[:3])}")
         if cells.refused_files:
             lines.append(
-                f"- **refused {cells.n_refused} record(s) that are not their shard's own** (copied in, or written by "
+                f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or written by "
                 f"another run): {'; '.join(cells.refused_files[:5])}" + (" …" if len(cells.refused_files) > 5 else "")
             )
         lines += [f"- {problem}" for problem in b.metric_problems]

@@ -105,33 +105,29 @@ def classification(table: ScoreTable, options: MetricOptions) -> dict[str, Metri
     # dense: replicate counts = (how often each problem was drawn) @ (per-problem counts); integer-valued
     # float64 products and sums are exact, so the result does not depend on BLAS summation order
     per_problem_counts = np.concatenate(_counts_per_cell(slots, np.arange(n), n_labels), axis=1) if dense else None
-
-    def counts(idx: np.ndarray) -> list[np.ndarray] | tuple[np.ndarray, ...]:
-        if per_problem_counts is None:
-            return _counts_per_cell(slots, idx, n_labels)
-        return np.split(_row_counts(idx, n) @ per_problem_counts, 3, axis=1)
-
     tp, support, predicted = _counts_per_cell(slots, np.arange(n)[None, :], n_labels)
     point = _scores_from_counts(tp, support, predicted)
-    per_class = {}
-    for label in range(n_labels):
-        if support[0, label] > 0 or predicted[0, label] > 0:
-            name = table.labels[label] if label < len(table.labels) else str(label)
-            per_class[name] = {
-                "precision": float(point[4][0, label]),
-                "recall": float(point[5][0, label]),
-                "f1": float(point[6][0, label]),
-                "support": int(support[0, label]),
-            }
+    per_class = {
+        table.labels[label] if label < len(table.labels) else str(label): {
+            "precision": float(point[4][0, label]),
+            "recall": float(point[5][0, label]),
+            "f1": float(point[6][0, label]),
+            "support": int(support[0, label]),
+        }
+        for label in range(n_labels) if support[0, label] > 0 or predicted[0, label] > 0
+    }
 
     def statistic(idx: np.ndarray) -> np.ndarray:
-        return np.stack(_scores_from_counts(*counts(idx))[:4], axis=1)
+        if per_problem_counts is None:
+            counts = _counts_per_cell(slots, idx, n_labels)
+        else:
+            counts = tuple(np.split(_row_counts(idx, n) @ per_problem_counts, 3, axis=1))
+        return np.stack(_scores_from_counts(*counts)[:4], axis=1)
 
     per_draw = 2 if dense else table.repeats * 3  # elements held per drawn problem
     reps = bootstrap_over_problems(statistic, n, options, cells_per_problem=per_draw)
     out: dict[str, MetricValue] = {}
     for j, key in enumerate(KEYS):
-        value = float(point[j][0])
         low, high, se, dropped = percentile_interval(reps[:, j], options.confidence)
         d = {**details, "bootstrap_samples": int(options.bootstrap_samples), "seed": int(options.seed)}
         if dropped:
@@ -141,5 +137,5 @@ def classification(table: ScoreTable, options: MetricOptions) -> dict[str, Metri
         if low is None:
             d["reason"] = "interval needs >= 2 usable bootstrap replicates"
         method = "none" if low is None else "bootstrap"
-        out[key] = MetricValue(value=value, stderr=se, ci_low=low, ci_high=high, ci_method=method, n=n, details=d)
+        out[key] = MetricValue(value=float(point[j][0]), stderr=se, ci_low=low, ci_high=high, ci_method=method, n=n, details=d)
     return out

@@ -54,7 +54,6 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
     xa, xb = score_matrix(a), score_matrix(b)
     ia, ib, only_a, only_b, matched_by = _match(a, b)
     both = np.isfinite(xa[ia]).any(axis=1) & np.isfinite(xb[ib]).any(axis=1)
-    n_no_sample = int((~both).sum())
     ia, ib = ia[both], ib[both]
     n = int(ia.size)
     alpha = 1.0 - options.confidence
@@ -65,7 +64,7 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
         "n_shared": n,
         "n_only_a": int(only_a),
         "n_only_b": int(only_b),
-        "n_shared_without_samples": n_no_sample,
+        "n_shared_without_samples": int((~both).sum()),
         **dict.fromkeys(("a_mean", "b_mean", "diff", "stderr", "ci_low", "ci_high", "p_value", "correlation")),
         **dict.fromkeys(("mcnemar", "mcnemar_reason", "mde")),
         "ci_method": "none",

@@ -94,8 +94,7 @@ def cluster_codes(table: ScoreTable, index: np.ndarray) -> np.ndarray | None:
     raw = view(table.cluster, np.int64, table.n_problems, "cluster")[index]
     unknown = raw < 0
     raw[unknown] = raw.max(initial=-1) + 1 + np.arange(int(unknown.sum()))
-    _, codes = np.unique(raw, return_inverse=True)
-    return codes.reshape(-1)
+    return np.unique(raw, return_inverse=True)[1].reshape(-1)
 
 
 def clustered_se(values: np.ndarray, codes: np.ndarray) -> tuple[float | None, int]:
@@ -195,8 +194,7 @@ def variance_split(x: np.ndarray, stats: ProblemStats) -> dict[str, Any]:
     (E[var(s_i)] = σ²_b + σ²_w · mean(1/K_i); equals the plain mean when every K_i is the same);
     se_if_repeats[K'] = sqrt((σ²_b + σ²_w / K') / n).
     """
-    n = stats.n
-    counts = stats.counts
+    n, counts = stats.n, stats.counts
     multi = counts >= 2
     if n < 2 or not multi.any():
         return {"variance_split": None, "variance_split_reason": "needs >= 2 problems and some problem with >= 2 valid samples"}
