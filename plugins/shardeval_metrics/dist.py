@@ -108,9 +108,7 @@ def betainc(a: float, b: float, x: float, y: float | None = None) -> float:
 def _t_upper(t: float, df: float) -> float:
     """P(T > t) for t >= 0, without cancellation in either tail."""
     t2 = t * t
-    x = df / (df + t2)
-    y = t2 / (df + t2)
-    return 0.5 * betainc(df / 2.0, 0.5, x, y)
+    return 0.5 * betainc(df / 2.0, 0.5, df / (df + t2), t2 / (df + t2))
 
 
 def t_sf(t: float, df: float) -> float:

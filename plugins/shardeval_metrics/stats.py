@@ -267,8 +267,7 @@ def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     0.0 where c = 0. Each distinct (n, c) pair is computed once; the products use
     np.multiply.reduceat over the concatenated ranges j = n−c+1 … n.
     """
-    n = np.asarray(n, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
+    n, c = np.asarray(n, dtype=np.int64), np.asarray(c, dtype=np.int64)
     if n.size == 0:
         return np.zeros(0)
     if (n < k).any() or (c < 0).any() or (c > n).any():
@@ -282,8 +281,7 @@ def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     if prod.any():
         pn, pc = un[prod], uc[prod]
         starts = np.concatenate(([0], np.cumsum(pc)[:-1]))
-        total = int(pc.sum())
-        j = np.repeat(pn - pc + 1 - starts, pc) + np.arange(total)
+        j = np.repeat(pn - pc + 1 - starts, pc) + np.arange(int(pc.sum()))
         factors = 1.0 - k / j.astype(np.float64)
         out[prod] = 1.0 - np.multiply.reduceat(factors, starts)
     return out[inverse.reshape(-1)].reshape(n.shape)
