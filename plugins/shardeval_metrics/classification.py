@@ -83,7 +83,7 @@ def classification(table: ScoreTable, options: MetricOptions) -> dict[str, Metri
     pred = view(table.predicted, np.int64, table.n_cells, "predicted").reshape(shape)
     gold = view(table.gold, np.int64, table.n_cells, "gold").reshape(shape)
     score = view(table.score, np.float64, table.n_cells, "score").reshape(shape)
-    status = np.frombuffer(table.status, dtype=np.uint8).reshape(shape)
+    status = np.frombuffer(bytes(table.status), dtype=np.uint8).reshape(shape)
     if n_labels == 0:
         n_labels = int(max(pred.max(initial=-1), gold.max(initial=-1))) + 1
     counted = (gold >= 0) & (gold < n_labels) & ((status == OK) | np.isfinite(score))
