@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
+from collections import Counter
+from contextlib import ExitStack
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,35 +31,24 @@ from shardeval.records import (
     BenchmarkManifest,
     ReadReport,
     ResultRecord,
+    pretty_json,
     scan_lines,
 )
 from shardeval.shards import shard_indices
-from shardeval.standing import DUPLICATE, OTHER_BENCHMARK, OUTSIDE, SUPERSEDE, TAKE, Membership, decide
+from shardeval.standing import DUPLICATE, OTHER_BENCHMARK, SUPERSEDE, TAKE, Membership, decide
 
 NAN = float("nan")
 
 
 @dataclass
 class Cells:
-    """Per-cell state of one benchmark while scanning: the winner's location and its numbers."""
+    """Per-cell state of one benchmark while scanning: the winner's location and its numbers
+    (flat arrays over problem * repeats + repeat, made in __post_init__)."""
 
     n_problems: int
     repeats: int
     keep_labels: bool = False
     keep_ids: bool = False
-    status: bytearray = field(init=False)
-    score: array = field(init=False)
-    src: array = field(init=False)  # shard number (index into the sorted shard list) of the winner
-    offset: array = field(init=False)
-    length: array = field(init=False)
-    traj_offset: array = field(init=False)
-    traj_length: array = field(init=False)
-    ttft: array = field(init=False)
-    latency: array = field(init=False)
-    start: array = field(init=False)
-    tokens: array = field(init=False)
-    error_kind: bytearray = field(init=False)
-    cluster: array = field(init=False)
     extra: dict[str, array] = field(default_factory=dict)
     predicted: array | None = None
     gold: array | None = None
@@ -67,28 +59,20 @@ class Cells:
     n_duplicates: int = 0
     n_conflicts: int = 0
     n_superseded_errors: int = 0
-    refused: dict[str, int] = field(default_factory=dict)  # records not their shard's own, by reason
+    refused: Counter[str] = field(default_factory=Counter)  # records not their shard's own, by reason
     refused_files: list[str] = field(default_factory=list)  # "shard_1/arith/results.jsonl: 20 of another run"
     unreadable: list[str] = field(default_factory=list)
 
     @property
     def n_foreign(self) -> int:
         """Records of another benchmark (in this benchmark's files)."""
-        return self.refused.get(OTHER_BENCHMARK, 0)
-
-    @property
-    def n_out_of_range(self) -> int:
-        return self.refused.get(OUTSIDE, 0)
-
-    @property
-    def n_refused(self) -> int:
-        return sum(self.refused.values())
+        return self.refused[OTHER_BENCHMARK]
 
     def __post_init__(self) -> None:
         n = self.n_problems * self.repeats
-        self.status = bytearray(n)
+        self.status = bytearray(n)  # MISSING | OK | ERROR
         self.score = array("d", [NAN]) * n
-        self.src = array("i", [-1]) * n
+        self.src = array("i", [-1]) * n  # shard number (index into the sorted shard list) of the winner
         self.offset = array("q", [0]) * n
         self.length = array("i", [0]) * n
         self.traj_offset = array("q", [-1]) * n
@@ -106,10 +90,7 @@ class Cells:
             self.problem_ids = [""] * self.n_problems
 
     def code(self, table: dict[str, int], value: str) -> int:
-        code = table.get(value)
-        if code is None:
-            code = table[value] = len(table)
-        return code
+        return table.setdefault(value, len(table))
 
     def take(self, cell: int, row: ResultRecord, src: int, offset: int, length: int) -> None:
         """Make `row` the cell's standing record."""
@@ -164,8 +145,7 @@ def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
                 if not (kept == new or (math.isnan(kept) and math.isnan(new))):
                     cells.n_conflicts += 1
         where = f"{shard.path}/{bench}/{RESULTS_FILE}"
-        for why, n in report.foreign.items():
-            cells.refused[why] = cells.refused.get(why, 0) + n
+        cells.refused.update(report.foreign)
         if report.foreign:
             cells.refused_files.append(f"{where}: " + ", ".join(f"{n} of {why}" for why, n in sorted(report.foreign.items())))
         cells.unreadable.extend(f"{where}: byte {offset}" for offset in report.bad_offsets)
@@ -244,8 +224,7 @@ def missing_per_shard(cells: Cells, bm: BenchmarkManifest, total: int, shuffle_s
     for idx in range(total):
         indices = shard_indices(bm.n_problems, idx, total, shuffle_seed)
         if isinstance(indices, range):
-            lo, hi = indices.start * repeats, indices.stop * repeats
-            out[idx] = status[lo:hi].count(MISSING)
+            out[idx] = status[indices.start * repeats : indices.stop * repeats].count(MISSING)
         else:
             out[idx] = sum(status[p * repeats + r] == MISSING for p in indices for r in range(repeats))
     return out
@@ -255,8 +234,8 @@ def build_table(bench: str, cells: Cells, errors_as_wrong: bool) -> ScoreTable:
     score = cells.score
     if errors_as_wrong:
         score = array("d", score)
-        for cell in _positions(cells.status, ERROR):
-            score[cell] = 0.0
+        for error in re.finditer(bytes([ERROR]), cells.status):  # finds the error cells at C speed
+            score[error.start()] = 0.0
     return ScoreTable(
         benchmark=bench,
         n_problems=cells.n_problems,
@@ -271,13 +250,6 @@ def build_table(bench: str, cells: Cells, errors_as_wrong: bool) -> ScoreTable:
         labels=sorted(cells.labels, key=cells.labels.__getitem__),
         problem_ids=cells.problem_ids,
     )
-
-
-def _positions(data: bytearray, value: int):
-    i = data.find(value)
-    while i != -1:
-        yield i
-        i = data.find(value, i + 1)
 
 
 def compute_metrics(table: ScoreTable, names: list[str], options: MetricOptions) -> tuple[dict[str, MetricValue], list[str]]:
@@ -323,14 +295,9 @@ def merge_run(
 
 def warnings(result: MergeResult) -> list[str]:
     """What merge skipped or refused in the shards' files, one line per file (for stderr)."""
-    out = [f"{where}: refused (not that shard's own records, never counted)" for b in result.benchmarks for where in b.cells.refused_files]
-    unreadable: dict[str, int] = {}
-    for b in result.benchmarks:
-        for entry in b.cells.unreadable:
-            where = entry.rsplit(": ", 1)[0]
-            unreadable[where] = unreadable.get(where, 0) + 1
-    out += [f"{where}: {n} unreadable line(s) skipped" for where, n in unreadable.items()]
-    return out
+    refused = [f"{where}: refused (not that shard's own records, never counted)" for b in result.benchmarks for where in b.cells.refused_files]
+    unreadable = Counter(entry.rsplit(": ", 1)[0] for b in result.benchmarks for entry in b.cells.unreadable)
+    return refused + [f"{where}: {n} unreadable line(s) skipped" for where, n in unreadable.items()]
 
 
 def write_merged(result: MergeResult, out_dir: str | None = None, confidence: float = 0.95) -> str:
@@ -346,8 +313,8 @@ def write_merged(result: MergeResult, out_dir: str | None = None, confidence: fl
             scan_trajectories(b.cells, b.manifest.name, result.run.shards)
             _copy_winners(result.run.shards, b, RESULTS_FILE, b.cells.offset, b.cells.length, bench_dir)
             _copy_winners(result.run.shards, b, TRAJECTORIES_FILE, b.cells.traj_offset, b.cells.traj_length, bench_dir)
-        atomic_write(os.path.join(out_dir, "scores.json"), _pretty(scores_document(result)))
-        atomic_write(os.path.join(out_dir, "timing.json"), _pretty(timing_document(result)))
+        atomic_write(os.path.join(out_dir, "scores.json"), pretty_json(scores_document(result)))
+        atomic_write(os.path.join(out_dir, "timing.json"), pretty_json(timing_document(result)))
         atomic_write(os.path.join(out_dir, "report.md"), render_report(result, confidence).encode())
     except OSError as exc:  # a full disk, a read-only run directory: one line, no .tmp left behind
         raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
@@ -365,17 +332,10 @@ def _copy_winners(shards: list[Shard], b: BenchmarkMerge, name: str, offsets: ar
                 continue
             f = files.get(src)
             if f is None:
-                f = files[src] = open(os.path.join(shards[src].abspath, b.manifest.name, name), "rb")
+                path = os.path.join(shards[src].abspath, b.manifest.name, name)
+                f = files[src] = opened.enter_context(open(path, "rb"))
             f.seek(offset)
             yield f.read(lengths[cell])
 
-    try:
+    with ExitStack() as opened:
         atomic_write(os.path.join(bench_dir, name), winners())
-    finally:
-        for f in files.values():
-            f.close()
-
-
-def _pretty(doc: Any) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
-

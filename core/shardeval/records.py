@@ -54,10 +54,6 @@ class ResultRecord(msgspec.Struct, kw_only=True):
     # are told apart by their seed (shardeval.standing.Membership).
     run: str | None = None
 
-    @property
-    def key(self) -> tuple[str, int, int]:
-        return (self.benchmark, self.problem_idx, self.repeat)
-
 
 class Message(msgspec.Struct):
     role: str
@@ -177,6 +173,11 @@ def encode_line(obj: Any) -> bytes:
     return _encoder.encode(obj) + b"\n"
 
 
+def pretty_json(obj: Any) -> bytes:
+    """Indented JSON with a final newline: manifest.json and merge's scores.json and timing.json."""
+    return msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n"
+
+
 @dataclass
 class ReadReport:
     """What a tolerant read skipped: torn last lines, lines that do not decode, and records that
@@ -189,10 +190,6 @@ class ReadReport:
     bad_offsets: list[int] = field(default_factory=list)  # byte offset of each bad line
     foreign: dict[str, int] = field(default_factory=dict)  # why a record is not this shard's -> count
 
-    @property
-    def n_foreign(self) -> int:
-        return sum(self.foreign.values())
-
     def describe(self, name: str | None = None) -> str | None:
         """One line of what was skipped, starting with `name` (default: the path); None if nothing."""
         parts = []
@@ -203,7 +200,7 @@ class ReadReport:
             parts.append(f"{len(self.bad_lines)} undecodable line(s) skipped (line {shown})")
         if self.foreign:
             why = ", ".join(f"{n} of {reason}" for reason, n in sorted(self.foreign.items()))
-            parts.append(f"{self.n_foreign} record(s) that are not this shard's own refused and never counted ({why})")
+            parts.append(f"{sum(self.foreign.values())} record(s) that are not this shard's own refused and never counted ({why})")
         return f"{name or self.path}: " + "; ".join(parts) if parts else None
 
 
@@ -263,14 +260,12 @@ def seal_torn_tail(path: str) -> bool:
     """
     try:
         with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            if f.tell() == 0:
+            if f.seek(0, os.SEEK_END) == 0:  # empty
                 return False
             f.seek(-1, os.SEEK_END)
-            last = f.read(1)
+            if f.read(1) == b"\n":
+                return False
     except FileNotFoundError:
-        return False
-    if last == b"\n":
         return False
     with open(path, "ab") as f:
         f.write(b"\n")
@@ -279,9 +274,7 @@ def seal_torn_tail(path: str) -> bool:
 
 def write_manifest(out_dir: str, manifest: Manifest) -> None:
     """Replace manifest.json atomically so a reader never sees half a manifest."""
-    path = os.path.join(out_dir, MANIFEST_FILE)
-    data = msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n"
-    atomic_write(path, data)
+    atomic_write(os.path.join(out_dir, MANIFEST_FILE), pretty_json(manifest))
 
 
 def read_manifest(out_dir: str) -> Manifest | None:

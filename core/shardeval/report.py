@@ -18,14 +18,8 @@ if TYPE_CHECKING:
     from shardeval.merge import BenchmarkMerge, MergeResult
 
 
-def _error_kinds(b: "BenchmarkMerge") -> dict[str, int]:
-    cells = b.cells
-    return {kind: cells.error_kind.count(code + 1) for kind, code in sorted(cells.kinds.items())
-            if cells.error_kind.count(code + 1)}
-
-
 def counts(b: "BenchmarkMerge") -> dict[str, Any]:
-    status = b.cells.status
+    status, error_kind = b.cells.status, b.cells.error_kind
     n_missing, n_errors = status.count(MISSING), status.count(ERROR)
     n_records = len(status) - n_missing
     return {
@@ -37,21 +31,18 @@ def counts(b: "BenchmarkMerge") -> dict[str, Any]:
         "n_missing": n_missing,
         "n_errors": n_errors,
         "error_rate": n_errors / n_records if n_records else 0.0,
-        "error_kinds": _error_kinds(b),
+        "error_kinds": {kind: n for kind, code in sorted(b.cells.kinds.items()) if (n := error_kind.count(code + 1))},
         "n_duplicates": b.cells.n_duplicates,
         "n_conflicts": b.cells.n_conflicts,
         "n_superseded_errors": b.cells.n_superseded_errors,
-        "n_refused": b.cells.n_refused,  # records in a shard's file that are not its own (another run, shard, benchmark)
+        "n_refused": b.cells.refused.total(),  # records in a shard's file that are not its own (another run, shard, benchmark)
     }
 
 
 def scores_document(result: "MergeResult") -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for b in result.benchmarks:
-        entry = counts(b)
-        entry["partial"] = result.partial
-        entry["errors_as_wrong"] = result.errors_as_wrong
-        entry["metrics"] = b.metrics
+        entry = {**counts(b), "partial": result.partial, "errors_as_wrong": result.errors_as_wrong, "metrics": b.metrics}
         if b.metric_problems:
             entry["metric_problems"] = b.metric_problems
         if result.run.mixed_served:
@@ -76,12 +67,8 @@ def _finite_ok(values: array, status: bytearray) -> list[float]:
 
 def timing(b: "BenchmarkMerge") -> dict[str, Any]:
     """Pooled over every standing ok record: percentiles of all of them, never averaged ones."""
-    if b.timing_cache is None:
-        b.timing_cache = _timing(b)
-    return b.timing_cache
-
-
-def _timing(b: "BenchmarkMerge") -> dict[str, Any]:
+    if b.timing_cache is not None:
+        return b.timing_cache
     cells = b.cells
     ttft = _finite_ok(cells.ttft, cells.status)
     latency = _finite_ok(cells.latency, cells.status)
@@ -90,7 +77,7 @@ def _timing(b: "BenchmarkMerge") -> dict[str, Any]:
     span = last - first if first is not None and last is not None else None
     tokens = sum(t for t, s in zip(cells.tokens, cells.status) if s == OK)
     qs = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
-    return {
+    b.timing_cache = {
         "n": len(latency),
         "ttft_s": {k: percentile(ttft, q) for k, q in qs.items()},
         "latency_s": {k: percentile(latency, q) for k, q in qs.items()},
@@ -99,6 +86,7 @@ def _timing(b: "BenchmarkMerge") -> dict[str, Any]:
         "completion_tokens_per_s": tokens / span if span else None,
         "requests_per_s": len(latency) / span if span else None,
     }
+    return b.timing_cache
 
 
 def timing_document(result: "MergeResult") -> dict[str, Any]:
@@ -115,10 +103,6 @@ def _metric_rows(metrics: dict[str, MetricValue], confidence: float) -> list[str
         interval = f"[{_num(m.ci_low)}, {_num(m.ci_high)}]" if m.ci_low is not None else "—"
         rows.append(f"| {name} | {_num(m.value)} | {interval} | {_num(m.stderr)} | {m.ci_method} | {m.n} |")
     return rows
-
-
-def _shard_list(idxs: list[int]) -> str:
-    return ",".join(map(str, idxs))
 
 
 def rerun_how(run: "Run", shards: list[int]) -> str:
@@ -147,23 +131,20 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
             f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes"
         )
     if run.missing_shards():
-        lines.append(f"- never started or not found: shard(s) {_shard_list(run.missing_shards())}")
+        lines.append(f"- never started or not found: shard(s) {','.join(map(str, run.missing_shards()))}")
     rerun = result.rerun_shards()
     if rerun:
-        lines.append(f"- to complete the run, rerun shard(s) {_shard_list(rerun)}: {rerun_how(run, rerun)}")
+        lines.append(f"- to complete the run, rerun shard(s) {','.join(map(str, rerun))}: {rerun_how(run, rerun)}")
     for idx, paths in run.duplicated_shards().items():
         lines.append(f"- shard {idx} appears in {len(paths)} directories ({', '.join(paths)}): deduplicated")
-    for orphan in run.orphans:
-        lines.append(f"- ignored {orphan}: results without a manifest.json beside them")
+    lines += [f"- ignored {orphan}: results without a manifest.json beside them" for orphan in run.orphans]
     if result.errors_as_wrong:
         lines.append("- errors are scored as wrong answers (--errors-as-wrong)")
-    for text in run.mixed_served:
-        lines.append(f"- **MIXED MODELS** (merged with --allow-mixed-models): {text}")
+    lines += [f"- **MIXED MODELS** (merged with --allow-mixed-models): {text}" for text in run.mixed_served]
     for b in result.benchmarks:
         c = counts(b)
         lines += ["", f"## {b.manifest.name}", ""]
-        lines += _metric_rows(b.metrics, confidence)
-        lines.append("")
+        lines += [*_metric_rows(b.metrics, confidence), ""]
         lines.append(
             f"- coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded "
             f"({c['n_problems']} problems x {c['repeats']} repeats); {c['n_missing']} missing"
@@ -192,10 +173,9 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
             )
         t = timing(b)
         if t["n"]:
+            latency, ttft = ("/".join(_num(v, 3) for v in t[key].values()) for key in ("latency_s", "ttft_s"))
             lines.append(
-                f"- latency p50/p90/p99: {_num(t['latency_s']['p50'], 3)}/{_num(t['latency_s']['p90'], 3)}/"
-                f"{_num(t['latency_s']['p99'], 3)} s; TTFT p50/p90/p99: {_num(t['ttft_s']['p50'], 3)}/"
-                f"{_num(t['ttft_s']['p90'], 3)}/{_num(t['ttft_s']['p99'], 3)} s; "
+                f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
                 f"{_num(t['completion_tokens_per_s'], 1)} completion tokens/s over {_num(t['wall_span_s'], 1)} s"
             )
         cells = b.cells
@@ -203,11 +183,10 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
             lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(cells.unreadable[:3])}")
         if cells.refused_files:
             lines.append(
-                f"- **refused {cells.n_refused} record(s) that are not their shard's own** (copied in, or written by "
+                f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or written by "
                 f"another run): {'; '.join(cells.refused_files[:5])}" + (" …" if len(cells.refused_files) > 5 else "")
             )
-        for problem in b.metric_problems:
-            lines.append(f"- {problem}")
+        lines += [f"- {problem}" for problem in b.metric_problems]
     lines += ["", *render_provenance(run)]
     return "\n".join(lines) + "\n"
 

@@ -46,10 +46,6 @@ def decide(current: int, ok: bool) -> str:
     return SUPERSEDE if ok else TAKE
 
 
-def cell_state(ok: bool) -> int:
-    return OK if ok else ERROR
-
-
 # Why a record is not the shard's own (the keys of ReadReport.foreign).
 OTHER_BENCHMARK = "another benchmark"
 OTHER_RUN = "another run"
@@ -70,11 +66,8 @@ class Membership:
     run_seed: int | None = None  # to recognise this run's records that carry no `run` field
 
     def __post_init__(self) -> None:
-        self._mine: bytearray | None = None
-        if not isinstance(self.indices, range):
-            self._mine = bytearray(self.n_problems)
-            for p in self.indices:
-                self._mine[p] = 1
+        # a range answers `in` by arithmetic; a shuffled share is looked up in a set
+        self._members = self.indices if isinstance(self.indices, range) else frozenset(self.indices)
 
     @classmethod
     def of(cls, manifest: Manifest, bm: BenchmarkManifest) -> "Membership":
@@ -95,17 +88,13 @@ class Membership:
 
     def holds(self, problem_idx: int, repeat: int) -> bool:
         """Whether (problem, repeat) is in this shard's share."""
-        if not 0 <= repeat < self.repeats:
-            return False
-        if self._mine is None:
-            return problem_idx in self.indices
-        return 0 <= problem_idx < self.n_problems and self._mine[problem_idx] == 1
+        return 0 <= repeat < self.repeats and problem_idx in self._members
 
     def refuse(self, record: ResultRecord) -> str | None:
         """Why `record` is not this shard's own (None: it is)."""
         if (  # one expression for what nearly every record is (merge and resume call this per record)
             record.run == self.run and record.shard == self.shard and record.benchmark == self.benchmark
-            and self._mine is None and 0 <= record.repeat < self.repeats and record.problem_idx in self.indices
+            and 0 <= record.repeat < self.repeats and record.problem_idx in self._members
         ):
             return None
         if record.benchmark != self.benchmark:
@@ -114,10 +103,7 @@ class Membership:
             return OTHER_RUN
         if record.shard != self.shard:
             return OTHER_SHARD
-        if self._mine is None:  # holds(), inlined for the common contiguous share: merge calls this per record
-            if not (0 <= record.repeat < self.repeats and record.problem_idx in self.indices):
-                return OUTSIDE
-        elif not self.holds(record.problem_idx, record.repeat):
+        if not self.holds(record.problem_idx, record.repeat):
             return OUTSIDE
         if record.run is None and self.run_seed is not None and record.seed != request_seed(
             self.run_seed, record.benchmark, record.problem_id, record.repeat
@@ -146,5 +132,5 @@ def count_cells(path: str, own: Membership) -> tuple[int, int, ReadReport]:
         cell = record.problem_idx * own.repeats + record.repeat
         ok = record.status == "ok"
         if decide(states[cell], ok) in (TAKE, SUPERSEDE):
-            states[cell] = cell_state(ok)
+            states[cell] = OK if ok else ERROR
     return states.count(OK), states.count(ERROR), report

@@ -32,20 +32,17 @@ KEYS = ("macro_f1", "weighted_f1", "macro_precision", "macro_recall")
 
 def _scores_from_counts(tp: np.ndarray, support: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray, ...]:
     """(b, L) counts -> (macro_f1, weighted_f1, macro_precision, macro_recall, per-class p, r, f1), each (b,)."""
+
+    def ratio(num: np.ndarray, den: np.ndarray, empty: float) -> np.ndarray:
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), empty)
+
+    precision = ratio(tp, predicted, 0.0)
+    recall = ratio(tp, support, 0.0)
+    f1 = ratio(2.0 * tp, support + predicted, 0.0)
     present = (support > 0) | (predicted > 0)
-
-    def safe(x: np.ndarray) -> np.ndarray:
-        return np.where(x > 0, x, 1.0)
-
-    precision = np.where(predicted > 0, tp / safe(predicted), 0.0)
-    recall = np.where(support > 0, tp / safe(support), 0.0)
-    f1 = np.where(support + predicted > 0, 2.0 * tp / safe(support + predicted), 0.0)
     m = present.sum(axis=1).astype(np.float64)
-    total = support.sum(axis=1)
-    macro_f1 = np.where(m > 0, (f1 * present).sum(axis=1) / safe(m), np.nan)
-    macro_p = np.where(m > 0, (precision * present).sum(axis=1) / safe(m), np.nan)
-    macro_r = np.where(m > 0, (recall * present).sum(axis=1) / safe(m), np.nan)
-    weighted = np.where(total > 0, (f1 * support).sum(axis=1) / safe(total), np.nan)
+    macro_f1, macro_p, macro_r = (ratio((x * present).sum(axis=1), m, np.nan) for x in (f1, precision, recall))
+    weighted = ratio((f1 * support).sum(axis=1), support.sum(axis=1), np.nan)
     return macro_f1, weighted, macro_p, macro_r, precision, recall, f1
 
 
@@ -54,43 +51,24 @@ DENSE_LIMIT = 1 << 24  # per-problem count matrix (problems x 3 labels) held as 
 
 def _cell_slots(gold: np.ndarray, pred: np.ndarray, n_labels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per cell, the class slot each count goes to (n_labels = the cell adds nothing there)."""
-    trash = n_labels
-    valid = gold >= 0
-    g_slot = np.where(valid, gold, trash)
-    p_slot = np.where(valid & (pred >= 0), pred, trash)
+    trash, valid = n_labels, gold >= 0
     hit_slot = np.where(valid & (pred == gold), gold, trash)
-    return hit_slot, g_slot, p_slot
+    return hit_slot, np.where(valid, gold, trash), np.where(valid & (pred >= 0), pred, trash)
+
+
+def _row_counts(x: np.ndarray, width: int) -> np.ndarray:
+    """Per row of the integer matrix x (values 0..width-1), how often each value occurs: (rows, width) float64."""
+    rows = x.shape[0]
+    offset = (np.arange(rows, dtype=np.int64) * width)[:, None]
+    flat = (x.reshape(rows, -1) + offset).ravel()
+    return np.bincount(flat, minlength=rows * width).reshape(rows, width).astype(np.float64)
 
 
 def _counts_per_cell(slots: tuple[np.ndarray, ...], idx: np.ndarray, n_labels: int) -> tuple[np.ndarray, ...]:
-    """(tp, support, predicted) per replicate, (b, L) each, by np.bincount on (replicate, class)."""
-    b = idx.shape[0]
-    width = n_labels + 1  # the last slot collects cells that do not count
-    offset = (np.arange(b, dtype=np.int64) * width)[:, None, None]
-    size = b * width
-    return tuple(
-        np.bincount((slot[idx] + offset).ravel(), minlength=size).reshape(b, width)[:, :n_labels].astype(np.float64)
-        for slot in slots
-    )
+    """(tp, support, predicted) per replicate, (b, L) each, by np.bincount on (replicate, class).
 
-
-def _per_problem_counts(slots: tuple[np.ndarray, ...], n_labels: int) -> np.ndarray:
-    """(n, 3L) float64: each problem's tp, support and predicted counts per class."""
-    n = slots[0].shape[0]
-    width = n_labels + 1
-    rows = (np.arange(n, dtype=np.int64) * width)[:, None]
-    parts = [
-        np.bincount((slot + rows).ravel(), minlength=n * width).reshape(n, width)[:, :n_labels]
-        for slot in slots
-    ]
-    return np.concatenate(parts, axis=1).astype(np.float64)
-
-
-def _resample_weights(idx: np.ndarray, n: int) -> np.ndarray:
-    """How often each problem was drawn in each replicate: (b, n) float64."""
-    b = idx.shape[0]
-    offset = (np.arange(b, dtype=np.int64) * n)[:, None]
-    return np.bincount((idx + offset).ravel(), minlength=b * n).reshape(b, n).astype(np.float64)
+    The last slot (n_labels) collects the cells that do not count."""
+    return tuple(_row_counts(slot[idx], n_labels + 1)[:, :n_labels] for slot in slots)
 
 
 def classification(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValue]:
@@ -105,14 +83,13 @@ def classification(table: ScoreTable, options: MetricOptions) -> dict[str, Metri
     pred = view(table.predicted, np.int64, table.n_cells, "predicted").reshape(shape)
     gold = view(table.gold, np.int64, table.n_cells, "gold").reshape(shape)
     score = view(table.score, np.float64, table.n_cells, "score").reshape(shape)
-    status = np.frombuffer(bytes(table.status), dtype=np.uint8).reshape(shape) if table.n_cells else np.zeros(shape, np.uint8)
+    status = np.frombuffer(bytes(table.status), dtype=np.uint8).reshape(shape)
     if n_labels == 0:
         n_labels = int(max(pred.max(initial=-1), gold.max(initial=-1))) + 1
     counted = (gold >= 0) & (gold < n_labels) & ((status == OK) | np.isfinite(score))
     gold = np.where(counted, gold, -1)
     pred = np.where(pred < n_labels, pred, -1)
-    has = counted.any(axis=1)
-    keep = np.flatnonzero(has)
+    keep = np.flatnonzero(counted.any(axis=1))
     n = int(keep.size)
     details: dict[str, Any] = {
         "n_problems_with_samples": n,
@@ -125,52 +102,40 @@ def classification(table: ScoreTable, options: MetricOptions) -> dict[str, Metri
         return {key: MetricValue(value=None, details=dict(details)) for key in KEYS}
     slots = _cell_slots(gold[keep], pred[keep], n_labels)
     dense = n * 3 * n_labels <= DENSE_LIMIT
-    if dense:
-        # replicate counts = (how often each problem was drawn) @ (per-problem counts): integer-valued
-        # float64 products and sums are exact, so the result does not depend on BLAS summation order
-        per_problem_counts = _per_problem_counts(slots, n_labels)
-
-        def counts(idx: np.ndarray) -> tuple[np.ndarray, ...]:
-            c = _resample_weights(idx, n) @ per_problem_counts
-            return c[:, :n_labels], c[:, n_labels : 2 * n_labels], c[:, 2 * n_labels :]
-    else:
-
-        def counts(idx: np.ndarray) -> tuple[np.ndarray, ...]:
-            return _counts_per_cell(slots, idx, n_labels)
-
+    # dense: replicate counts = (how often each problem was drawn) @ (per-problem counts); integer-valued
+    # float64 products and sums are exact, so the result does not depend on BLAS summation order
+    per_problem_counts = np.concatenate(_counts_per_cell(slots, np.arange(n), n_labels), axis=1) if dense else None
     tp, support, predicted = _counts_per_cell(slots, np.arange(n)[None, :], n_labels)
     point = _scores_from_counts(tp, support, predicted)
-    per_class = {}
-    for label in range(n_labels):
-        if support[0, label] > 0 or predicted[0, label] > 0:
-            name = table.labels[label] if label < len(table.labels) else str(label)
-            per_class[name] = {
-                "precision": float(point[4][0, label]),
-                "recall": float(point[5][0, label]),
-                "f1": float(point[6][0, label]),
-                "support": int(support[0, label]),
-            }
+    per_class = {
+        table.labels[label] if label < len(table.labels) else str(label): {
+            "precision": float(point[4][0, label]),
+            "recall": float(point[5][0, label]),
+            "f1": float(point[6][0, label]),
+            "support": int(support[0, label]),
+        }
+        for label in range(n_labels) if support[0, label] > 0 or predicted[0, label] > 0
+    }
 
     def statistic(idx: np.ndarray) -> np.ndarray:
-        stats = _scores_from_counts(*counts(idx))
-        return np.stack(stats[:4], axis=1)
+        if per_problem_counts is None:
+            counts = _counts_per_cell(slots, idx, n_labels)
+        else:
+            counts = tuple(np.split(_row_counts(idx, n) @ per_problem_counts, 3, axis=1))
+        return np.stack(_scores_from_counts(*counts)[:4], axis=1)
 
     per_draw = 2 if dense else table.repeats * 3  # elements held per drawn problem
     reps = bootstrap_over_problems(statistic, n, options, cells_per_problem=per_draw)
     out: dict[str, MetricValue] = {}
     for j, key in enumerate(KEYS):
-        value = float(point[j][0])
         low, high, se, dropped = percentile_interval(reps[:, j], options.confidence)
-        d = dict(details)
-        d["bootstrap_samples"] = int(options.bootstrap_samples)
-        d["seed"] = int(options.seed)
+        d = {**details, "bootstrap_samples": int(options.bootstrap_samples), "seed": int(options.seed)}
         if dropped:
             d["bootstrap_dropped"] = dropped
         if key == "macro_f1":
             d["per_class"] = per_class
         if low is None:
             d["reason"] = "interval needs >= 2 usable bootstrap replicates"
-            out[key] = MetricValue(value=value, n=n, details=d)
-        else:
-            out[key] = MetricValue(value=value, stderr=se, ci_low=low, ci_high=high, ci_method="bootstrap", n=n, details=d)
+        method = "none" if low is None else "bootstrap"
+        out[key] = MetricValue(value=float(point[j][0]), stderr=se, ci_low=low, ci_high=high, ci_method=method, n=n, details=d)
     return out

@@ -50,14 +50,17 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
-    from shardeval.api import UsageError
+    from shardeval.api import MetricOptions, UsageError
     from shardeval.merge import merge_run
-    from shardeval.api import MetricOptions
     from shardeval_metrics.compare import compare_tables
 
     options = MetricOptions(confidence=confidence)
-    a = {b.manifest.name: b.table for b in merge_run(run_a, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True).benchmarks}
-    b = {x.manifest.name: x.table for x in merge_run(run_b, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True).benchmarks}
+
+    def tables(run: str) -> dict[str, Any]:
+        merged = merge_run(run, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True)
+        return {x.manifest.name: x.table for x in merged.benchmarks}
+
+    a, b = tables(run_a), tables(run_b)
     shared = [name for name in a if name in b]
     if not shared:
         raise UsageError(

@@ -24,52 +24,36 @@ import numpy as np
 
 from shardeval.api import MetricOptions, ScoreTable
 from shardeval_metrics.dist import mcnemar_exact, normal_cdf, normal_ppf, t_ppf, t_sf
-from shardeval_metrics.stats import clustered_se, per_problem, score_matrix, view
+from shardeval_metrics.stats import cluster_codes, clustered_se, is_binary, per_problem, score_matrix
 
 POWER = 0.80
 
 
-def _ids(table: ScoreTable) -> list[str]:
-    assert table.problem_ids is not None
-    return table.problem_ids
+def _first_rows(ids: list[str]) -> dict[str, int]:
+    """Each id's first row, in order of first appearance (a repeated id counts once)."""
+    out: dict[str, int] = {}
+    for i, pid in enumerate(ids):
+        out.setdefault(pid, i)
+    return out
 
 
 def _match(a: ScoreTable, b: ScoreTable) -> tuple[np.ndarray, np.ndarray, int, int, str]:
     """Row indices (ia, ib) of the problems in both runs (A's order), n_only_a, n_only_b, how matched."""
     if a.problem_ids is not None and b.problem_ids is not None:
-        pos_b: dict[str, int] = {}
-        for i, pid in enumerate(_ids(b)):
-            pos_b.setdefault(pid, i)
-        seen: set[str] = set()
-        ia, ib = [], []
-        for i, pid in enumerate(_ids(a)):
-            if pid in seen:
-                continue
-            seen.add(pid)
-            j = pos_b.get(pid)
-            if j is not None:
-                ia.append(i)
-                ib.append(j)
-        only_a = len(seen) - len(ia)
-        only_b = len(pos_b) - len(ib)
-        return np.asarray(ia, dtype=np.int64), np.asarray(ib, dtype=np.int64), only_a, only_b, "problem_ids"
+        pos_a, pos_b = _first_rows(a.problem_ids), _first_rows(b.problem_ids)
+        ia = np.asarray([i for pid, i in pos_a.items() if pid in pos_b], dtype=np.int64)
+        ib = np.asarray([pos_b[pid] for pid in pos_a if pid in pos_b], dtype=np.int64)
+        return ia, ib, len(pos_a) - ia.size, len(pos_b) - ib.size, "problem_ids"
     m = min(a.n_problems, b.n_problems)
     idx = np.arange(m, dtype=np.int64)
     return idx, idx, a.n_problems - m, b.n_problems - m, "index"
-
-
-def _none_if_nan(v: float) -> float | None:
-    return None if not math.isfinite(v) else float(v)
 
 
 def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict[str, Any]:
     """Paired difference B − A over the problems both runs answered (rules in the module doc)."""
     xa, xb = score_matrix(a), score_matrix(b)
     ia, ib, only_a, only_b, matched_by = _match(a, b)
-    va = np.isfinite(xa).any(axis=1)
-    vb = np.isfinite(xb).any(axis=1)
-    both = va[ia] & vb[ib]
-    n_no_sample = int((~both).sum())
+    both = np.isfinite(xa[ia]).any(axis=1) & np.isfinite(xb[ib]).any(axis=1)
     ia, ib = ia[both], ib[both]
     n = int(ia.size)
     alpha = 1.0 - options.confidence
@@ -80,19 +64,10 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
         "n_shared": n,
         "n_only_a": int(only_a),
         "n_only_b": int(only_b),
-        "n_shared_without_samples": n_no_sample,
-        "a_mean": None,
-        "b_mean": None,
-        "diff": None,
-        "stderr": None,
-        "ci_low": None,
-        "ci_high": None,
+        "n_shared_without_samples": int((~both).sum()),
+        **dict.fromkeys(("a_mean", "b_mean", "diff", "stderr", "ci_low", "ci_high", "p_value", "correlation")),
+        **dict.fromkeys(("mcnemar", "mcnemar_reason", "mde")),
         "ci_method": "none",
-        "p_value": None,
-        "correlation": None,
-        "mcnemar": None,
-        "mcnemar_reason": None,
-        "mde": None,
         "details": {
             "diff": "mean over shared problems of s_b - s_a (per-problem means of valid samples)",
             "a_mean_b_mean": "means over the shared problems only",
@@ -108,17 +83,9 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
     sa, sb = sa_stats.means, sb_stats.means
     d = sb - sa
     diff = float(d.mean())
-    result["a_mean"] = float(sa.mean())
-    result["b_mean"] = float(sb.mean())
-    result["diff"] = diff
+    result.update(a_mean=float(sa.mean()), b_mean=float(sb.mean()), diff=diff)
 
-    codes = None
-    if a.cluster is not None:
-        raw = view(a.cluster, np.int64, a.n_problems, "cluster")[ia].copy()
-        unknown = raw < 0
-        raw[unknown] = raw.max(initial=-1) + 1 + np.arange(int(unknown.sum()))
-        _, codes = np.unique(raw, return_inverse=True)
-        codes = codes.reshape(-1)
+    codes = cluster_codes(a, ia)
     n_groups = int(codes.max()) + 1 if codes is not None else n
     if codes is not None and 2 <= n_groups < n:
         se, _ = clustered_se(d, codes)
@@ -126,9 +93,7 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
         crit = t_ppf(1.0 - alpha / 2.0, df)
         q_power = t_ppf(POWER, df)
         result["ci_method"] = "clustered"
-        details["n_clusters"] = n_groups
-        details["df"] = df
-        details["clusters_from"] = "run A"
+        details.update(n_clusters=n_groups, df=df, clusters_from="run A")
         p_of = lambda t: min(1.0, 2.0 * t_sf(abs(t), df))  # noqa: E731
     elif n >= 2:
         se = float(np.std(d, ddof=1)) / math.sqrt(n)
@@ -140,22 +105,16 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
         se = None
         details["reason"] = "stderr needs >= 2 shared problems"
     if se is not None:
-        result["stderr"] = se
-        result["ci_low"] = diff - crit * se
-        result["ci_high"] = diff + crit * se
-        result["mde"] = (crit + q_power) * se
-        if se > 0:
-            result["p_value"] = p_of(diff / se)
-        else:
-            result["p_value"] = 1.0 if diff == 0 else 0.0
+        p_value = p_of(diff / se) if se > 0 else 1.0 if diff == 0 else 0.0
+        result.update(stderr=se, ci_low=diff - crit * se, ci_high=diff + crit * se)
+        result.update(mde=(crit + q_power) * se, p_value=p_value)
         details["p_value"] = "two-sided test of diff = 0 on the interval's reference distribution"
 
     if n >= 2 and float(np.std(sa)) > 0 and float(np.std(sb)) > 0:
-        result["correlation"] = _none_if_nan(float(np.corrcoef(sa, sb)[0, 1]))
+        r = float(np.corrcoef(sa, sb)[0, 1])
+        result["correlation"] = r if math.isfinite(r) else None
 
-    ya, yb = xa[ia], xb[ib]
-    fa, fb = ya[np.isfinite(ya)], yb[np.isfinite(yb)]
-    binary = bool(np.all((fa == 0) | (fa == 1)) and np.all((fb == 0) | (fb == 1)))
+    binary = is_binary(xa[ia]) and is_binary(xb[ib])
     single = bool(np.all(sa_stats.counts == 1) and np.all(sb_stats.counts == 1))
     if binary and single:
         right_a, right_b = sa == 1.0, sb == 1.0

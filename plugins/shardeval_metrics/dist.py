@@ -30,37 +30,26 @@ def normal_cdf(x: float) -> float:
     return _STD_NORMAL.cdf(x)
 
 
+def _nonzero(v: float) -> float:
+    """Lentz's guard: a value that would divide by (nearly) zero becomes _TINY."""
+    return _TINY if abs(v) < _TINY else v
+
+
 def _betacf(a: float, b: float, x: float) -> float:
     """The continued fraction of I_x(a, b) (modified Lentz); converges fast for x < (a+1)/(a+b+2)."""
     qab, qap, qam = a + b, a + 1.0, a - 1.0
     c = 1.0
-    d = 1.0 - qab * x / qap
-    if abs(d) < _TINY:
-        d = _TINY
-    d = 1.0 / d
+    d = 1.0 / _nonzero(1.0 - qab * x / qap)
     h = d
     max_iter = 300 + int(20 * math.sqrt(max(a, b)))
     for m in range(1, max_iter + 1):
         m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        if abs(d) < _TINY:
-            d = _TINY
-        c = 1.0 + aa / c
-        if abs(c) < _TINY:
-            c = _TINY
-        d = 1.0 / d
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        if abs(d) < _TINY:
-            d = _TINY
-        c = 1.0 + aa / c
-        if abs(c) < _TINY:
-            c = _TINY
-        d = 1.0 / d
-        delta = d * c
-        h *= delta
+        # two Lentz steps per m: the even and the odd coefficient of the fraction
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 / _nonzero(1.0 + aa * d)
+            c = _nonzero(1.0 + aa / c)
+            delta = d * c
+            h *= delta
         if abs(delta - 1.0) < _EPS:
             return h
     raise ArithmeticError(f"incomplete beta did not converge (a={a}, b={b}, x={x})")
@@ -119,9 +108,7 @@ def betainc(a: float, b: float, x: float, y: float | None = None) -> float:
 def _t_upper(t: float, df: float) -> float:
     """P(T > t) for t >= 0, without cancellation in either tail."""
     t2 = t * t
-    x = df / (df + t2)
-    y = t2 / (df + t2)
-    return 0.5 * betainc(df / 2.0, 0.5, x, y)
+    return 0.5 * betainc(df / 2.0, 0.5, df / (df + t2), t2 / (df + t2))
 
 
 def t_sf(t: float, df: float) -> float:
@@ -158,11 +145,9 @@ def _t_guess(q: float, df: float) -> float:
 @lru_cache(maxsize=4096)
 def t_ppf(p: float, df: float) -> float:
     """Student's t quantile: the t with P(T <= t) = p, for df > 0 (integer or not)."""
+    if p in (0.0, 1.0):
+        return math.copysign(math.inf, p - 0.5)
     if not 0.0 < p < 1.0:
-        if p == 0.0:
-            return -math.inf
-        if p == 1.0:
-            return math.inf
         raise ValueError(f"t_ppf needs 0 <= p <= 1, got {p}")
     if df <= 0:
         raise ValueError(f"t_ppf needs df > 0, got {df}")
@@ -180,10 +165,7 @@ def t_ppf(p: float, df: float) -> float:
     t = min(max(_t_guess(q, df), lo), hi)
     for _ in range(200):
         tail = _t_upper(t, df)
-        if tail > q:
-            lo = t
-        else:
-            hi = t
+        lo, hi = (t, hi) if tail > q else (lo, t)
         if tail <= 0.0:
             t_new = 0.5 * (lo + hi)
         else:
@@ -192,10 +174,10 @@ def t_ppf(p: float, df: float) -> float:
             t_new = t + (math.log(tail) - log_q) / slope
             if not lo < t_new < hi:
                 t_new = 0.5 * (lo + hi)
-        if abs(t_new - t) <= 1e-15 * max(1.0, abs(t_new)):
-            t = t_new
-            break
+        converged = abs(t_new - t) <= 1e-15 * max(1.0, abs(t_new))
         t = t_new
+        if converged:
+            break
     return t if upper else -t
 
 
@@ -217,6 +199,15 @@ def wilson_interval(successes: float, n: int, confidence: float) -> tuple[float,
 _EXACT_LIMIT = 20_000
 
 
+def _ways_at_most(m: int, n: int) -> int:
+    """Σ_{i<=m} C(n, i), exactly."""
+    term, total = 1, 1
+    for i in range(m):
+        term = term * (n - i) // (i + 1)
+        total += term
+    return total
+
+
 def binom_cdf_half(m: int, n: int) -> float:
     """P(X <= m) for X ~ Binomial(n, 1/2); exact (integers) for n <= 20,000, else I_{1/2}(n-m, m+1)."""
     if m < 0:
@@ -224,11 +215,7 @@ def binom_cdf_half(m: int, n: int) -> float:
     if m >= n:
         return 1.0
     if n <= _EXACT_LIMIT:
-        term, total = 1, 1
-        for i in range(m):
-            term = term * (n - i) // (i + 1)
-            total += term
-        return total / (1 << n)  # int / int: correctly rounded
+        return _ways_at_most(m, n) / (1 << n)  # int / int: correctly rounded
     return betainc(n - m, m + 1.0, 0.5, 0.5)
 
 
@@ -239,9 +226,5 @@ def mcnemar_exact(b: int, c: int) -> float:
         return 1.0
     m = min(b, c)
     if n <= _EXACT_LIMIT:
-        term, total = 1, 1
-        for i in range(m):
-            term = term * (n - i) // (i + 1)
-            total += term
-        return min(1.0, (2 * total) / (1 << n))
+        return min(1.0, (2 * _ways_at_most(m, n)) / (1 << n))
     return min(1.0, 2.0 * binom_cdf_half(m, n))

@@ -17,20 +17,16 @@ from shardeval.api import MetricOptions, MetricValue, ScoreTable
 from shardeval_metrics.dist import normal_ppf, t_ppf
 from shardeval_metrics.stats import (
     cluster_codes,
+    is_binary,
     per_cluster_means,
     per_problem,
     score_matrix,
     summarize_mean,
     variance_split,
-    view,
 )
 from shardeval_metrics.stats import pass_at_k as _pass_at_k
 
 PER_CLUSTER_LIMIT = 1000  # accuracy's details list per-cluster means up to this many clusters
-
-
-def _is_binary(values: np.ndarray) -> bool:
-    return bool(np.all((values == 0.0) | (values == 1.0)))
 
 
 def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy") -> dict[str, MetricValue]:
@@ -46,9 +42,7 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
     """
     x = score_matrix(table)
     stats = per_problem(x)
-    valid_scores = x[np.isfinite(x)]
-    binary = _is_binary(valid_scores)
-    single = bool(np.all(stats.counts == 1))
+    binary = is_binary(x)
     details: dict[str, Any] = {
         "n_problems_with_samples": stats.n,
         "n_samples": stats.n_samples,
@@ -58,7 +52,7 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
     if stats.n_flagged:
         details["flagged_note"] = f"{stats.n_flagged} problem(s) have no valid sample and are left out"
     codes = cluster_codes(table, stats.index) if stats.n else None
-    if codes is not None and stats.n:
+    if codes is not None:
         n_groups = int(codes.max()) + 1
         if n_groups <= PER_CLUSTER_LIMIT:
             details["per_cluster"] = per_cluster_means(table, stats, stats.means)
@@ -67,7 +61,7 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
     if stats.n:
         details.update(variance_split(x, stats))
     value = summarize_mean(
-        stats.means, options, codes=codes, bernoulli=binary and single,
+        stats.means, options, codes=codes, bernoulli=binary and bool(np.all(stats.counts == 1)),
         bounds=(0.0, 1.0) if binary else None, details=details,
     )
     return {name: value}
@@ -90,7 +84,7 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
     """
     x = score_matrix(table)
     valid = np.isfinite(x)
-    if not _is_binary(x[valid]):
+    if not is_binary(x):
         return {
             "pass@k": MetricValue(
                 value=None,
@@ -100,10 +94,8 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
     n_valid = valid.sum(axis=1)
     n_correct = np.where(valid, x, 0.0).sum(axis=1).astype(np.int64)
     out: dict[str, MetricValue] = {}
-    all_codes = cluster_codes(table, np.arange(table.n_problems)) if table.n_problems else None
     for k in range(1, table.repeats + 1):
-        eligible = n_valid >= k
-        index = np.flatnonzero(eligible)
+        index = np.flatnonzero(n_valid >= k)
         n_flagged = int(table.n_problems - index.size)
         details: dict[str, Any] = {
             "k": k,
@@ -113,13 +105,9 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
         if n_flagged:
             details["flagged_note"] = f"{n_flagged} problem(s) have fewer than {k} valid samples and are left out"
         values = _pass_at_k(n_valid[index], n_correct[index], k)
-        codes = None
-        if all_codes is not None and index.size:
-            _, codes = np.unique(all_codes[index], return_inverse=True)
-            codes = codes.reshape(-1)
-        bernoulli = bool(np.all(n_valid[index] == k))
         out[f"pass@{k}"] = summarize_mean(
-            values, options, codes=codes, bernoulli=bernoulli, bounds=(0.0, 1.0), details=details
+            values, options, codes=cluster_codes(table, index), bernoulli=bool(np.all(n_valid[index] == k)),
+            bounds=(0.0, 1.0), details=details,
         )
     return out
 
@@ -131,22 +119,21 @@ def _ratio_core(table: ScoreTable, numerator_key: str, denominator_key: str, opt
     """(ratio, stderr, critical value, ci_method, n, details) from the global sums; None if not applicable."""
     if numerator_key not in table.extra or denominator_key not in table.extra:
         return None
-    num = view(table.extra[numerator_key], np.float64, table.n_cells, numerator_key).reshape(table.n_problems, table.repeats)
-    den = view(table.extra[denominator_key], np.float64, table.n_cells, denominator_key).reshape(table.n_problems, table.repeats)
+    num, den = score_matrix(table, numerator_key), score_matrix(table, denominator_key)
     valid = np.isfinite(num) & np.isfinite(den)
-    details: dict[str, Any] = {
-        "numerator": numerator_key,
-        "denominator": denominator_key,
-        "n_cells": int(valid.sum()),
-    }
     # canonical (problem, repeat) order; math.fsum is exactly rounded, so any sharding gives the same float
     total_num = math.fsum(num[valid].tolist())
     total_den = math.fsum(den[valid].tolist())
     has = valid.any(axis=1)
     n = int(has.sum())
-    details["sum_numerator"] = total_num
-    details["sum_denominator"] = total_den
-    details["n_flagged_problems"] = int(table.n_problems - n)
+    details: dict[str, Any] = {
+        "numerator": numerator_key,
+        "denominator": denominator_key,
+        "n_cells": int(valid.sum()),
+        "sum_numerator": total_num,
+        "sum_denominator": total_den,
+        "n_flagged_problems": int(table.n_problems - n),
+    }
     if n == 0 or total_den == 0.0:
         details["reason"] = "no valid cells" if n == 0 else f"sum of {denominator_key!r} is 0"
         return None, None, None, "none", n, details
@@ -184,11 +171,9 @@ def _ratio_core(table: ScoreTable, numerator_key: str, denominator_key: str, opt
 def _ratio_value(core, transform: Callable[[float], float] | None) -> MetricValue:
     ratio, se, crit, method, n, details = core
     details = dict(details)
-    if ratio is None:
-        return MetricValue(value=None, n=n, details=details)
     f = transform or (lambda v: v)
-    value = f(ratio)
-    if se is None:
+    value = None if ratio is None else f(ratio)
+    if value is None or se is None:
         return MetricValue(value=value, n=n, details=details)
     if transform is None:
         slope = 1.0

@@ -16,7 +16,6 @@ cells to one number per problem, then `summarize_mean` turns those into a `Metri
 from __future__ import annotations
 
 import math
-from array import array
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -35,19 +34,23 @@ def wilson_rule(n: int, p_hat: float) -> bool:
 
 
 def view(arr: Any, dtype: Any, size: int, what: str) -> np.ndarray:
-    """A read-only numpy view of an `array.array` (or anything array-like), checked for length."""
-    if isinstance(arr, array):
-        out = np.frombuffer(arr, dtype=np.dtype(arr.typecode)) if len(arr) else np.empty(0, np.dtype(arr.typecode))
-    else:
-        out = np.asarray(arr)
+    """A numpy view of an `array.array` (no copy: numpy reads its buffer) or anything array-like, checked for length."""
+    out = np.asarray(arr)
     if out.shape != (size,):
         raise ValueError(f"{what}: expected {size} values, got shape {out.shape}")
     return out.astype(dtype, copy=False)
 
 
-def score_matrix(table: ScoreTable) -> np.ndarray:
-    """The primary scores as a (n_problems, repeats) float64 matrix; NaN = no valid sample."""
-    return view(table.score, np.float64, table.n_cells, "score").reshape(table.n_problems, table.repeats)
+def score_matrix(table: ScoreTable, key: str | None = None) -> np.ndarray:
+    """The primary scores (or the named extra[key]) as a (n_problems, repeats) float64 matrix; NaN = no valid sample."""
+    values = table.score if key is None else table.extra[key]
+    return view(values, np.float64, table.n_cells, key or "score").reshape(table.n_problems, table.repeats)
+
+
+def is_binary(x: np.ndarray) -> bool:
+    """Whether every finite value (valid sample) of x is 0 or 1."""
+    valid = x[np.isfinite(x)]
+    return bool(np.all((valid == 0.0) | (valid == 1.0)))
 
 
 @dataclass
@@ -90,16 +93,8 @@ def cluster_codes(table: ScoreTable, index: np.ndarray) -> np.ndarray | None:
         return None
     raw = view(table.cluster, np.int64, table.n_problems, "cluster")[index]
     unknown = raw < 0
-    raw = raw.copy()
     raw[unknown] = raw.max(initial=-1) + 1 + np.arange(int(unknown.sum()))
-    _, codes = np.unique(raw, return_inverse=True)
-    return codes.reshape(-1)
-
-
-def cluster_label(table: ScoreTable, code: int) -> str:
-    if 0 <= code < len(table.cluster_names):
-        return table.cluster_names[code]
-    return f"cluster {code}"
+    return np.unique(raw, return_inverse=True)[1].reshape(-1)
 
 
 def clustered_se(values: np.ndarray, codes: np.ndarray) -> tuple[float | None, int]:
@@ -112,13 +107,6 @@ def clustered_se(values: np.ndarray, codes: np.ndarray) -> tuple[float | None, i
     sums = np.bincount(codes, weights=resid, minlength=n_groups)
     var = n_groups / (n_groups - 1) * float(np.dot(sums, sums)) / (n * n)
     return math.sqrt(var), n_groups
-
-
-def clt_se(values: np.ndarray) -> float | None:
-    n = values.size
-    if n < 2:
-        return None
-    return float(np.std(values, ddof=1)) / math.sqrt(n)
 
 
 def summarize_mean(
@@ -151,14 +139,12 @@ def summarize_mean(
             crit = t_ppf(1.0 - alpha / 2.0, n_groups - 1)
             details["df"] = n_groups - 1
             details["ci_rule"] = "clustered SE (Miller 2024) with t quantile on G-1 degrees of freedom"
-            assert se is not None
-            low, high = _clip(mean - crit * se, mean + crit * se, bounds)
-            return MetricValue(value=mean, stderr=se, ci_low=low, ci_high=high, ci_method="clustered", n=n, details=details)
-        if n_groups < 2:
-            details["cluster_note"] = "all problems share one cluster: a clustered SE needs >= 2 clusters; CLT used"
-        else:
-            details["cluster_note"] = "every problem is its own cluster: the clustered SE equals the CLT one"
-    se = clt_se(values)
+            return _interval(mean, se, crit, "clustered", bounds, n, details)
+        details["cluster_note"] = (
+            "all problems share one cluster: a clustered SE needs >= 2 clusters; CLT used" if n_groups < 2
+            else "every problem is its own cluster: the clustered SE equals the CLT one"
+        )
+    se = float(np.std(values, ddof=1)) / math.sqrt(n) if n >= 2 else None
     if bernoulli and wilson_rule(n, mean):
         low, high = wilson_interval(float(values.sum()), n, options.confidence)
         details["ci_rule"] = "Wilson: binary single-sample problems with n < 30 or n*p < 10 or n*(1-p) < 10"
@@ -168,16 +154,17 @@ def summarize_mean(
     if se is None:
         details["reason"] = "stderr and interval need >= 2 problems"
         return MetricValue(value=mean, n=n, details=details)
-    z = normal_ppf(1.0 - alpha / 2.0)
     details["ci_rule"] = "CLT: mean ± z * sd(ddof=1)/sqrt(n)"
-    low, high = _clip(mean - z * se, mean + z * se, bounds)
-    return MetricValue(value=mean, stderr=se, ci_low=low, ci_high=high, ci_method="clt", n=n, details=details)
+    return _interval(mean, se, normal_ppf(1.0 - alpha / 2.0), "clt", bounds, n, details)
 
 
-def _clip(low: float, high: float, bounds: tuple[float, float] | None) -> tuple[float, float]:
-    if bounds is None:
-        return low, high
-    return max(bounds[0], low), min(bounds[1], high)
+def _interval(mean: float, se: float, crit: float, method: str, bounds: tuple[float, float] | None,
+              n: int, details: dict[str, Any]) -> MetricValue:
+    """mean ± crit · se, clipped to `bounds` (the range the mean cannot leave)."""
+    low, high = mean - crit * se, mean + crit * se
+    if bounds is not None:
+        low, high = max(bounds[0], low), min(bounds[1], high)
+    return MetricValue(value=mean, stderr=se, ci_low=low, ci_high=high, ci_method=method, n=n, details=details)
 
 
 def per_cluster_means(table: ScoreTable, stats: ProblemStats, values: np.ndarray) -> dict[str, dict[str, Any]]:
@@ -190,8 +177,10 @@ def per_cluster_means(table: ScoreTable, stats: ProblemStats, values: np.ndarray
         size = int(raw.max()) + 1
         n = np.bincount(raw[known], minlength=size)
         s = np.bincount(raw[known], weights=values[known], minlength=size)
-        for code in np.flatnonzero(n):
-            out[cluster_label(table, int(code))] = {"value": float(s[code] / n[code]), "n": int(n[code])}
+        names = table.cluster_names
+        for code in np.flatnonzero(n).tolist():
+            name = names[code] if code < len(names) else f"cluster {code}"
+            out[name] = {"value": float(s[code] / n[code]), "n": int(n[code])}
     if not known.all():
         out["(no cluster)"] = {"value": float(values[~known].mean()), "n": int((~known).sum())}
     return out
@@ -205,8 +194,7 @@ def variance_split(x: np.ndarray, stats: ProblemStats) -> dict[str, Any]:
     (E[var(s_i)] = σ²_b + σ²_w · mean(1/K_i); equals the plain mean when every K_i is the same);
     se_if_repeats[K'] = sqrt((σ²_b + σ²_w / K') / n).
     """
-    n = stats.n
-    counts = stats.counts
+    n, counts = stats.n, stats.counts
     multi = counts >= 2
     if n < 2 or not multi.any():
         return {"variance_split": None, "variance_split_reason": "needs >= 2 problems and some problem with >= 2 valid samples"}
@@ -248,13 +236,10 @@ def bootstrap_over_problems(statistic: Statistic, n: int, options: MetricOptions
     rng = np.random.default_rng(options.seed)
     total = int(options.bootstrap_samples)
     batch = max(1, min(total, BATCH_ELEMENTS // max(1, n * cells_per_problem)))
-    out = []
-    done = 0
-    while done < total:
-        b = min(batch, total - done)
-        idx = rng.integers(0, n, size=(b, n))
-        out.append(np.asarray(statistic(idx), dtype=np.float64))
-        done += b
+    out = [
+        np.asarray(statistic(rng.integers(0, n, size=(min(batch, total - done), n))), dtype=np.float64)
+        for done in range(0, total, batch)
+    ]
     return np.concatenate(out, axis=0)
 
 
@@ -282,8 +267,7 @@ def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     0.0 where c = 0. Each distinct (n, c) pair is computed once; the products use
     np.multiply.reduceat over the concatenated ranges j = n−c+1 … n.
     """
-    n = np.asarray(n, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
+    n, c = np.asarray(n, dtype=np.int64), np.asarray(c, dtype=np.int64)
     if n.size == 0:
         return np.zeros(0)
     if (n < k).any() or (c < 0).any() or (c > n).any():
@@ -297,8 +281,7 @@ def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     if prod.any():
         pn, pc = un[prod], uc[prod]
         starts = np.concatenate(([0], np.cumsum(pc)[:-1]))
-        total = int(pc.sum())
-        j = np.repeat(pn - pc + 1 - starts, pc) + np.arange(total)
+        j = np.repeat(pn - pc + 1 - starts, pc) + np.arange(int(pc.sum()))
         factors = 1.0 - k / j.astype(np.float64)
         out[prod] = 1.0 - np.multiply.reduceat(factors, starts)
     return out[inverse.reshape(-1)].reshape(n.shape)
