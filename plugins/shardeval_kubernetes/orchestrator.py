@@ -7,7 +7,6 @@ shard and never re-submits the Job (see shardeval.launch).
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
@@ -16,12 +15,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from shardeval.api import LaunchRequest
-
-MANIFEST = os.path.join("k8s", "eval.yaml")
-
-
-def manifest_path(request: LaunchRequest) -> str:
-    return os.path.join(request.output_root, MANIFEST)
 
 
 def submit(request: LaunchRequest) -> int:
@@ -32,11 +25,8 @@ def submit(request: LaunchRequest) -> int:
     rendered = render(request)
     for warning in rendered.warnings:
         print(f"shardeval: warning: {warning}", file=sys.stderr)
-    path = manifest_path(request)
     text = rendered.yaml()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    path = request.write("k8s", {"eval.yaml": text})["eval.yaml"]
     cluster = request.config.cluster
     if request.dry_run:
         print(text, end="")
@@ -48,11 +38,10 @@ def submit(request: LaunchRequest) -> int:
             f"kubectl is not on PATH; the manifests are written to {path}: apply them with "
             f"`kubectl apply -f {path}` where kubectl reaches the cluster (or use --dry-run to only render them)"
         )
-    context = getattr(cluster, "kube_context", None)
-    argv = [kubectl, *(["--context", context] if context else []), "apply", "-f", path]
+    argv = [kubectl, *(["--context", cluster.kube_context] if cluster.kube_context else []), "apply", "-f", path]
     print(f"shardeval: {shlex.join(['kubectl', *argv[1:]])}", file=sys.stderr)
     code = subprocess.run(argv).returncode
-    name, namespace = getattr(cluster, "name", "shardeval"), getattr(cluster, "namespace", "default")
+    name, namespace = cluster.name, cluster.namespace
     if code != 0:
         print(
             f"shardeval: kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
@@ -62,7 +51,7 @@ def submit(request: LaunchRequest) -> int:
         )
         return code
     print(
-        f"shardeval: submitted {cluster.shards or 1} shards as Job {namespace}/{name}. Follow: "
+        f"shardeval: submitted {request.total} shards as Job {namespace}/{name}. Follow: "
         f"kubectl get job -n {namespace} {name} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f",
         file=sys.stderr,
     )

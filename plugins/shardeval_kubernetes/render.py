@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shardeval.orchestrator import ENV_NAME, dump_yaml, escape_dollars as escape
+
 if TYPE_CHECKING:
     from shardeval.api import Config
     from shardeval.api import LaunchRequest
@@ -32,13 +34,13 @@ SHARD_CONTAINER = "shard"
 MERGE_CONTAINER = "merge"
 WAIT_CONTAINER = "wait-for-shards"
 CONFIGMAP_LIMIT = 1024 * 1024  # bytes; the API server refuses larger ConfigMaps
+RESULTS_MOUNT = {"name": "results", "mountPath": RESULTS_DIR}
+API_VERSIONS = {"ConfigMap": "v1", "PersistentVolumeClaim": "v1", "ServiceAccount": "v1", "Job": "batch/v1",
+                "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1"}
 
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
-# ${VAR} / ${VAR:-default} in the config text ($$ escapes), as shardeval.config expands them
-_REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}")
 
 
 @dataclass
@@ -51,7 +53,7 @@ class Rendered:
     warnings: list[str] = field(default_factory=list)
 
     def yaml(self) -> str:
-        return dump_yaml(self.documents, header=self.header())
+        return dump_yaml(self.documents, self.header())
 
     def header(self) -> str:
         lines = ["# Rendered by shardeval (cluster.type: kubernetes). Apply: kubectl apply -f <this file>"]
@@ -62,20 +64,17 @@ class Rendered:
         return "\n".join(lines) + "\n"
 
 
-def escape(text: str) -> str:
-    """Make text literal for the kubelet, which expands $(VAR) in command, args and env values."""
-    return text.replace("$", "$$")
-
-
 def render(request: LaunchRequest) -> Rendered:
     """All objects for one run; a bad name or a clash is a one-line UsageError."""
+    import msgspec
+
     from shardeval import __version__
     from shardeval_kubernetes.config import KubernetesClusterConfig
 
     cluster = request.config.cluster
     if not isinstance(cluster, KubernetesClusterConfig):  # decoded by another plugin's Struct
         raise TypeError(f"expected KubernetesClusterConfig, got {type(cluster).__name__}")
-    total = cluster.shards or 1
+    total = request.total
     names = _names(cluster)
     image = cluster.image or f"shardeval:{__version__}"
     base_labels = {
@@ -85,21 +84,19 @@ def render(request: LaunchRequest) -> Rendered:
         **cluster.labels,
     }
 
-    def meta(name: str, component: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "namespace": cluster.namespace,
-            "labels": {**base_labels, "app.kubernetes.io/component": component},
-        }
+    def obj(kind: str, name: str, component: str, **body: Any) -> dict[str, Any]:
+        labels = {**base_labels, "app.kubernetes.io/component": component}
+        metadata = {"name": name, "namespace": cluster.namespace, "labels": labels}
+        return {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": metadata, **body}
 
     config_text = request.config_text()
     secrets = _secret_env(request, cluster)
     env = _shard_env(cluster, total, secrets)
-    warnings = _warnings(request, cluster, config_text, env)
+    warnings = _warnings(request, cluster, env)
     docs: list[dict[str, Any]] = []
 
     volumes: list[dict[str, Any]] = [{"name": "results", "persistentVolumeClaim": {"claimName": names["pvc"]}}]
-    mounts: list[dict[str, Any]] = [{"name": "results", "mountPath": RESULTS_DIR}]
+    mounts: list[dict[str, Any]] = [RESULTS_MOUNT]
     if config_text is not None:
         if len(config_text.encode()) > CONFIGMAP_LIMIT:
             from shardeval.api import UsageError
@@ -108,14 +105,7 @@ def render(request: LaunchRequest) -> Rendered:
                 f"{request.config_path}: {len(config_text.encode())} bytes is over the 1 MiB a ConfigMap holds; "
                 "move large data (prompts, datasets) into the image or onto the results volume"
             )
-        docs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": meta(names["config_map"], "config"),
-                "data": {CONFIG_FILE: config_text},
-            }
-        )
+        docs.append(obj("ConfigMap", names["config_map"], "config", data={CONFIG_FILE: config_text}))
         volumes.insert(0, {"name": "config", "configMap": {"name": names["config_map"]}})
         mounts.insert(0, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
 
@@ -125,75 +115,55 @@ def render(request: LaunchRequest) -> Rendered:
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
 
     if cluster.pvc.create:
-        pvc_spec: dict[str, Any] = {
+        pvc_spec = {
             "accessModes": list(cluster.pvc.access_modes),
             "resources": {"requests": {"storage": cluster.pvc.size}},
+            **_present(storageClassName=cluster.pvc.storage_class),
         }
-        if cluster.pvc.storage_class is not None:
-            pvc_spec["storageClassName"] = cluster.pvc.storage_class
-        docs.append(
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta(names["pvc"], "results"), "spec": pvc_spec}
-        )
+        docs.append(obj("PersistentVolumeClaim", names["pvc"], "results", spec=pvc_spec))
 
     pull_secrets = [{"name": s} for s in cluster.image_pull_secrets]
-    shard_container: dict[str, Any] = {
-        "name": SHARD_CONTAINER,
-        "image": image,
-        **({"imagePullPolicy": cluster.image_pull_policy} if cluster.image_pull_policy else {}),
-        "command": [escape(c) for c in cluster.command],
-        "args": shard_args(request),
-        "env": env,
-        **_resources(cluster.resources),
-        **_security(cluster),
-        "volumeMounts": mounts,
+    pod = {
+        "restartPolicy": "Never",
+        **_present(
+            serviceAccountName=cluster.service_account or None,
+            # a shard never talks to the API server
+            automountServiceAccountToken=None if cluster.service_account else False,
+            nodeSelector=dict(cluster.node_selector),
+            tolerations=msgspec.to_builtins(cluster.tolerations),
+            imagePullSecrets=pull_secrets,
+        ),
+        "containers": [_container(cluster, SHARD_CONTAINER, image, shard_args(request), env, cluster.resources, mounts)],
+        "volumes": volumes,
     }
-    pod: dict[str, Any] = {"restartPolicy": "Never"}
-    if cluster.service_account:
-        pod["serviceAccountName"] = cluster.service_account
-    else:
-        pod["automountServiceAccountToken"] = False  # a shard never talks to the API server
-    if cluster.node_selector:
-        pod["nodeSelector"] = dict(cluster.node_selector)
-    if cluster.tolerations:
-        import msgspec
-
-        pod["tolerations"] = msgspec.to_builtins(cluster.tolerations)
-    if pull_secrets:
-        pod["imagePullSecrets"] = pull_secrets
-    pod["containers"] = [shard_container]
-    pod["volumes"] = volumes
-
-    job_spec: dict[str, Any] = {
+    job_spec = {
         "completionMode": "Indexed",
         "completions": total,
         "parallelism": cluster.parallelism or total,
         "backoffLimitPerIndex": cluster.backoff_limit_per_index,
+        **_present(maxFailedIndexes=cluster.max_failed_indexes),
+        # Exit 2 is a user mistake (bad config or variable): retrying the pod cannot fix it. A node
+        # drain or preemption is not the shard's fault and does not count against its retries.
+        "podFailurePolicy": {
+            "rules": [
+                {"action": "FailIndex", "onExitCodes": {"containerName": SHARD_CONTAINER, "operator": "In", "values": [2]}},
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            ]
+        },
+        **_present(
+            activeDeadlineSeconds=cluster.active_deadline_seconds,
+            ttlSecondsAfterFinished=cluster.ttl_seconds_after_finished,
+        ),
     }
-    if cluster.max_failed_indexes is not None:
-        job_spec["maxFailedIndexes"] = cluster.max_failed_indexes
-    # Exit 2 is a user mistake (bad config or variable): retrying the pod cannot fix it. A node
-    # drain or preemption is not the shard's fault and does not count against its retries.
-    job_spec["podFailurePolicy"] = {
-        "rules": [
-            {"action": "FailIndex", "onExitCodes": {"containerName": SHARD_CONTAINER, "operator": "In", "values": [2]}},
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-        ]
-    }
-    if cluster.active_deadline_seconds is not None:
-        job_spec["activeDeadlineSeconds"] = cluster.active_deadline_seconds
-    if cluster.ttl_seconds_after_finished is not None:
-        job_spec["ttlSecondsAfterFinished"] = cluster.ttl_seconds_after_finished
-    shard_meta = meta(cluster.name, "shard")
-    template_meta: dict[str, Any] = {"labels": shard_meta["labels"]}
-    if cluster.annotations:
-        template_meta["annotations"] = dict(cluster.annotations)
+    shard_job = obj("Job", cluster.name, "shard", spec=job_spec)
+    template_meta = {"labels": shard_job["metadata"]["labels"], **_present(annotations=dict(cluster.annotations))}
     job_spec["template"] = {"metadata": template_meta, "spec": pod}
 
     if cluster.merge.enabled:
-        docs += _merge_rbac(names, meta, cluster.namespace)
-    docs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": shard_meta, "spec": job_spec})
+        docs += _merge_rbac(names, obj, cluster.namespace)
+    docs.append(shard_job)
     if cluster.merge.enabled:
-        docs.append(_merge_job(cluster, names, meta, image, pull_secrets))
+        docs.append(_merge_job(cluster, names, obj, image, pull_secrets))
     return Rendered(documents=docs, secrets=_secrets_by_name(secrets), namespace=cluster.namespace, warnings=warnings)
 
 
@@ -252,11 +222,11 @@ def _secret_env(request: LaunchRequest, cluster: KubernetesClusterConfig) -> dic
         var = service.api_key_env
         if not var:
             continue
-        if not _ENV_NAME.fullmatch(var) or not _SECRET_KEY.fullmatch(var):
+        if not ENV_NAME.fullmatch(var) or not _SECRET_KEY.fullmatch(var):
             raise UsageError(f"services.{name}.api_key_env {var!r}: not an environment variable name, e.g. OPENAI_API_KEY")
         refs.setdefault(var, (cluster.api_key_secret, var))
     for var, ref in cluster.secret_env.items():
-        if not _ENV_NAME.fullmatch(var):
+        if not ENV_NAME.fullmatch(var):
             raise UsageError(f"cluster.secret_env: {var!r} is not an environment variable name")
         if not _SECRET_KEY.fullmatch(ref.key):
             raise UsageError(f"cluster.secret_env.{var}.key {ref.key!r}: not a Secret key (letters, digits, '-', '_', '.')")
@@ -283,7 +253,7 @@ def _shard_env(cluster: KubernetesClusterConfig, total: int, secrets: dict[str, 
     ]
     reserved = {"NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "JOB_COMPLETION_INDEX"}
     for var, value in cluster.env.items():
-        if not _ENV_NAME.fullmatch(var):
+        if not ENV_NAME.fullmatch(var):
             raise UsageError(f"cluster.env: {var!r} is not an environment variable name")
         if var in reserved or var in secrets:
             what = "set by shardeval from the completion index" if var in reserved else "read from a Secret"
@@ -296,51 +266,55 @@ def _shard_env(cluster: KubernetesClusterConfig, total: int, secrets: dict[str, 
     return env
 
 
-def _resources(resources: Resources) -> dict[str, Any]:
-    requests = {k: str(v) for k, v in resources.requests.items()}
-    limits = {k: str(v) for k, v in resources.limits.items()}
-    if resources.gpus is not None:
-        limits[resources.gpu_resource] = str(resources.gpus)  # extended resources: requests default to limits
-    out: dict[str, Any] = {}
-    if requests:
-        out["requests"] = requests
-    if limits:
-        out["limits"] = limits
-    return {"resources": out} if out else {}
+def _present(**fields: Any) -> dict[str, Any]:
+    """The optional fields that are set: None and empty ones stay out of a manifest."""
+    return {key: value for key, value in fields.items() if value is not None and value != {} and value != []}
 
 
-def _security(cluster: KubernetesClusterConfig) -> dict[str, Any]:
-    if cluster.security_context is None:
-        return {}
+def _container(
+    cluster: KubernetesClusterConfig, name: str, image: str, args: list[str], env: list[dict[str, Any]] | None,
+    resources: Resources, mounts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A shardeval container (shard or merge): how the image runs shardeval, its resources and
+    the cluster's securityContext."""
     import msgspec
 
-    context = msgspec.to_builtins(cluster.security_context)
-    return {"securityContext": context} if context else {}
+    limits = {k: str(v) for k, v in resources.limits.items()}
+    if resources.gpus is not None:  # extended resources: requests default to limits
+        limits[resources.gpu_resource] = str(resources.gpus)
+    return {
+        "name": name,
+        "image": image,
+        **_present(imagePullPolicy=cluster.image_pull_policy),
+        "command": [escape(c) for c in cluster.command],
+        "args": args,
+        **_present(
+            env=env,
+            resources=_present(requests={k: str(v) for k, v in resources.requests.items()}, limits=limits),
+            securityContext=msgspec.to_builtins(cluster.security_context),
+        ),
+        "volumeMounts": mounts,
+    }
 
 
-def _merge_rbac(names: dict[str, str], meta: Any, namespace: str) -> list[dict[str, Any]]:
+def _merge_rbac(names: dict[str, str], obj: Any, namespace: str) -> list[dict[str, Any]]:
     """The merge pod's identity: allowed to watch Jobs (what `kubectl wait` needs), nothing else."""
     account = names["merge"]
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(account, "merge")},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta(account, "merge"),
-            "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta(account, "merge"),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
-        },
+        obj("ServiceAccount", account, "merge"),
+        obj("Role", account, "merge", rules=[{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]}]),
+        obj(
+            "RoleBinding",
+            account,
+            "merge",
+            roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            subjects=[{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        ),
     ]
 
 
 def _merge_job(
-    cluster: KubernetesClusterConfig, names: dict[str, str], meta: Any, image: str, pull_secrets: list[dict[str, str]]
+    cluster: KubernetesClusterConfig, names: dict[str, str], obj: Any, image: str, pull_secrets: list[dict[str, str]]
 ) -> dict[str, Any]:
     """Waits on the Indexed Job's Complete condition (not on files), then merges the volume."""
     merge = cluster.merge
@@ -356,48 +330,33 @@ def _merge_job(
             f"--timeout={merge.wait_timeout}",
         ],
     }
-    main = {
-        "name": MERGE_CONTAINER,
-        "image": image,
-        **({"imagePullPolicy": cluster.image_pull_policy} if cluster.image_pull_policy else {}),
-        "command": [escape(c) for c in cluster.command],
-        "args": ["merge", RESULTS_DIR, *(escape(a) for a in merge.args)],
-        **_resources(merge.resources),
-        **_security(cluster),
-        "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
+    args = ["merge", RESULTS_DIR, *(escape(a) for a in merge.args)]
+    pod = {
+        "restartPolicy": "Never",
+        "serviceAccountName": names["merge"],
+        **_present(imagePullSecrets=pull_secrets),
+        "initContainers": [wait],
+        "containers": [_container(cluster, MERGE_CONTAINER, image, args, None, merge.resources, [RESULTS_MOUNT])],
+        "volumes": [{"name": "results", "persistentVolumeClaim": {"claimName": names["pvc"]}}],
     }
-    pod: dict[str, Any] = {"restartPolicy": "Never", "serviceAccountName": names["merge"]}
-    if pull_secrets:
-        pod["imagePullSecrets"] = pull_secrets
-    pod["initContainers"] = [wait]
-    pod["containers"] = [main]
-    pod["volumes"] = [{"name": "results", "persistentVolumeClaim": {"claimName": names["pvc"]}}]
-    metadata = meta(names["merge"], "merge")
-    spec: dict[str, Any] = {"backoffLimit": merge.backoff_limit}
-    if cluster.ttl_seconds_after_finished is not None:
-        spec["ttlSecondsAfterFinished"] = cluster.ttl_seconds_after_finished
-    spec["template"] = {"metadata": {"labels": metadata["labels"]}, "spec": pod}
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
+    job = obj("Job", names["merge"], "merge")
+    spec = {"backoffLimit": merge.backoff_limit, **_present(ttlSecondsAfterFinished=cluster.ttl_seconds_after_finished)}
+    spec["template"] = {"metadata": {"labels": job["metadata"]["labels"]}, "spec": pod}
+    return {**job, "spec": spec}
 
 
-def _warnings(
-    request: LaunchRequest, cluster: KubernetesClusterConfig, config_text: str | None, env: list[dict[str, Any]]
-) -> list[str]:
+def _warnings(request: LaunchRequest, cluster: KubernetesClusterConfig, env: list[dict[str, Any]]) -> list[str]:
     warnings = []
     if cluster.shards is None:
         warnings.append("cluster.shards is not set: rendering an Indexed Job with 1 completion (one shard)")
-    defined = {e["name"] for e in env} | {"JOB_COMPLETION_INDEX"}
-    if config_text is not None:
-        missing = sorted(
-            {m.group(1) for m in _REFERENCE.finditer(config_text) if m.group(1) and not m.group(2)} - defined
+    missing = sorted(request.config_variables(defaulted=False) - {e["name"] for e in env} - {"JOB_COMPLETION_INDEX"})
+    if missing:
+        warnings.append(
+            f"{request.config_path} uses ${{{missing[0]}}}"
+            + (f" (and {', '.join(missing[1:])})" if len(missing) > 1 else "")
+            + ", which the pods do not define: the config expands in the pod, so set it in cluster.env "
+            "(plain values) or cluster.secret_env, or give a default with ${VAR:-default}"
         )
-        if missing:
-            warnings.append(
-                f"{request.config_path} uses ${{{missing[0]}}}"
-                + (f" (and {', '.join(missing[1:])})" if len(missing) > 1 else "")
-                + ", which the pods do not define: the config expands in the pod, so set it in cluster.env "
-                "(plain values) or cluster.secret_env, or give a default with ${VAR:-default}"
-            )
     context = cluster.security_context
     if context is not None and context.run_as_non_root and context.run_as_user is None and cluster.image is None:
         warnings.append(
@@ -411,23 +370,3 @@ def _warnings(
             "at once, which needs ReadWriteMany"
         )
     return warnings
-
-
-# --- YAML --------------------------------------------------------------------------------------
-
-
-def dump_yaml(documents: list[dict[str, Any]], header: str = "") -> str:
-    """Multi-document YAML in insertion order; multi-line strings (the config) as `|` blocks."""
-    import yaml
-
-    class Dumper(yaml.SafeDumper):
-        pass
-
-    def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-        style = "|" if "\n" in value else None
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-    Dumper.add_representer(str, text)
-    Dumper.ignore_aliases = lambda self, data: True  # type: ignore[method-assign]  # no &id001 anchors
-    body = yaml.dump_all(documents, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=120, explicit_start=True)
-    return header + body
