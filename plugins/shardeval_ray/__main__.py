@@ -59,9 +59,8 @@ def main(
     **quick: Any,
 ) -> None:
     """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
-    from shardeval.api import load_config
+    from shardeval.api import LaunchRequest, load_config
     from shardeval.launch import setup_logging
-    from shardeval.api import LaunchRequest
     from shardeval_ray.orchestrator import run_ray
 
     setup_logging()
@@ -76,15 +75,7 @@ def main(
     all_overrides = [*_ray_cluster(config_path), *overrides, *cluster_overrides]
     output_dir = quick.pop("output_dir", None)
     config = load_config(config_path, all_overrides, quick)
-    request = LaunchRequest(
-        config=config,
-        config_path=config_path,
-        overrides=all_overrides,
-        quick={k: v for k, v in quick.items() if v is not None},
-        output_root=output_dir or config.output.dir,
-        dry_run=dry_run,
-        fresh=fresh,
-    )
+    request = LaunchRequest.create(config, config_path, all_overrides, quick, output_dir, dry_run=dry_run, fresh=fresh)
     sys.exit(run_ray(request))
 
 

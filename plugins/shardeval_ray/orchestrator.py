@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from shardeval.api import LaunchRequest, merge_and_report, ShardError, UsageError
+from shardeval.api import LaunchRequest, merge_and_report, set_aside_shards, ShardError, UsageError
 
 log = logging.getLogger("shardeval")
 
@@ -43,16 +43,8 @@ class Outcome:
     cancelled: bool = False
 
 
-@dataclass
-class RaySession:
-    """The Ray this run uses, in words for the log."""
-
-    description: str
-
-
 def run_ray(request: LaunchRequest) -> int:
-    cluster = request.config.cluster
-    total = cluster.shards or 1
+    cluster, total = request.config.cluster, request.total
     root = os.path.abspath(request.output_root)
     if not cluster.shards:
         log.info("cluster.shards is not set: running 1 shard (set --shards N or cluster.shards)")
@@ -65,9 +57,9 @@ def run_ray(request: LaunchRequest) -> int:
             root,
         )
     if request.fresh:
-        _set_aside(root, total)
-    with ray_session(cluster) as session:
-        log.info("ray: %s; %d shard task(s) -> %s", session.description, total, root)
+        set_aside_shards(root, total)  # on the driver, once: leases first, then the move
+    with ray_session(cluster) as description:
+        log.info("ray: %s; %d shard task(s) -> %s", description, total, root)
         outcomes = _run_tasks(request, cluster, total, root)
     code = _finish(outcomes, total, root, cluster.merge)
     return 130 if any(o.cancelled for o in outcomes) else code
@@ -146,11 +138,12 @@ def import_ray() -> Any:
 
 
 @contextlib.contextmanager
-def ray_session(cluster: Any) -> Iterator[RaySession]:
-    """Connect to (or start) the Ray this run uses; disconnect, and stop it if we started it."""
+def ray_session(cluster: Any) -> Iterator[str]:
+    """Connect to (or start) the Ray this run uses, in words for the log; disconnect, and stop it
+    if we started it."""
     node_ip = getattr(cluster, "node_ip_address", None) or os.environ.get("RAY_NODE_IP_ADDRESS")
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
-        yield RaySession("the Ray this process is already connected to")
+        yield "the Ray this process is already connected to"
         return
     address, why = resolve_address(getattr(cluster, "address", None), os.environ)
     start = address is None
@@ -182,8 +175,7 @@ def ray_session(cluster: Any) -> Iterator[RaySession]:
                 "ray: the local Ray uses %s, not loopback (ray was imported before %s=0 could be set)",
                 actual_ip, LOOPBACK_ENV,
             )
-        description = f"{why} on {actual_ip or node_ip or '?'} (up in {time.monotonic() - began:.1f} s)"
-        yield RaySession(description)
+        yield f"{why} on {actual_ip or node_ip or '?'} (up in {time.monotonic() - began:.1f} s)"
     finally:
         ray.shutdown()  # stops only the Ray this process started; a cluster we joined keeps running
 
@@ -290,14 +282,6 @@ def _finish(outcomes: list[Outcome], total: int, root: str, merge: bool) -> int:
     if all(o.usage_error for o in failed):
         return UsageError.exit_code
     return ShardError.exit_code
-
-
-def _set_aside(root: str, total: int) -> None:
-    """--fresh on the driver (shardeval.resume.set_aside_shards: leases first, then the move)."""
-    from shardeval.api import set_aside_shards
-
-    for i, where in set_aside_shards(root, total):
-        log.info("--fresh: earlier results of shard %d moved to %s", i, where)
 
 
 def _print_plan(request: LaunchRequest, cluster: Any, total: int, root: str) -> int:

@@ -13,26 +13,16 @@ Registered through the `shardeval` entry-point group like any third-party plugin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from shardeval.api import hookimpl
-
-if TYPE_CHECKING:
-    from shardeval.api import LaunchRequest
 
 
 @hookimpl
 def register_orchestrators(register):
+    from shardeval.api import Lazy
     from shardeval_slurm.config import SlurmClusterConfig
 
-    register("slurm", submit, config=SlurmClusterConfig)
-
-
-def submit(request: LaunchRequest) -> int:
-    """Write eval.sbatch and merge.sbatch under the output root and submit them (see submit.py)."""
-    from shardeval_slurm.submit import submit as run
-
-    return run(request)
+    # writes eval.sbatch and merge.sbatch under the output root and submits them (see submit.py)
+    register("slurm", Lazy("shardeval_slurm.submit:submit"), config=SlurmClusterConfig)
 
 
 @hookimpl
