@@ -86,6 +86,14 @@ class LaunchRequest:
             args += ["-O", escape(override)]
         return args + (["--fresh"] if self.fresh else [])
 
+    def report_failed(self, failed: list[int]) -> None:
+        """Name the shards that failed; rerunning resumes them (resume is the default)."""
+        print(
+            f"shardeval: {len(failed)} of {self.total} shards failed ({', '.join(map(str, failed))}); "
+            "rerun the same command to resume them",
+            file=sys.stderr,
+        )
+
     def shard_args(self, idx: int | str, total: int, output_dir: str | None = None) -> list[str]:
         """Arguments after `shardeval run` that make a node run exactly shard idx of total."""
         return [*self.run_args(), "--shard", f"{idx}/{total}", "-o", output_dir or self.shard_dir(int(idx))]

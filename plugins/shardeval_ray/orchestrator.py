@@ -61,7 +61,7 @@ def run_ray(request: LaunchRequest) -> int:
     with ray_session(cluster) as description:
         log.info("ray: %s; %d shard task(s) -> %s", description, total, root)
         outcomes = _run_tasks(request, cluster, total, root)
-    code = _finish(outcomes, total, root, cluster.merge)
+    code = _finish(request, outcomes, root)
     return 130 if any(o.cancelled for o in outcomes) else code
 
 
@@ -80,7 +80,11 @@ def resolve_address(configured: str | None, env: dict[str, str] | os._Environ[st
     if configured == "auto":
         return "auto", "an existing Ray on this machine (address auto)"
     current = _current_cluster_file(env)
-    address = _read(current)
+    try:
+        with open(current, encoding="utf-8") as f:
+            address = f.read().strip()
+    except OSError:
+        address = ""
     if address:
         if _listening(address):
             return address, f"the Ray started with `ray start` at {address} ({current})"
@@ -94,14 +98,6 @@ def _current_cluster_file(env: Any) -> str:
     return os.path.join(base, "ray", "ray_current_cluster")
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
 def _listening(address: str, timeout: float = 1.0) -> bool:
     host, _, port = address.rpartition(":")
     try:
@@ -112,12 +108,8 @@ def _listening(address: str, timeout: float = 1.0) -> bool:
 
 
 def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        return host == "localhost" or ipaddress.ip_address((host or "").strip("[]")).is_loopback
     except ValueError:
         return False
 
@@ -155,13 +147,11 @@ def ray_session(cluster: Any) -> Iterator[str]:
     if loopback and "ray" not in sys.modules:
         os.environ.setdefault(LOOPBACK_ENV, "0")
     ray = import_ray()
-    kwargs: dict[str, Any] = {"namespace": "shardeval", "log_to_driver": True}
+    kwargs: dict[str, Any] = {"namespace": "shardeval", "log_to_driver": True, "address": address or "local"}
     if node_ip:
         kwargs["_node_ip_address"] = node_ip
     if start:
-        kwargs.update(address="local", include_dashboard=False)
-    else:
-        kwargs["address"] = address
+        kwargs["include_dashboard"] = False
     began = time.monotonic()
     try:
         context = ray.init(**kwargs)
@@ -193,14 +183,11 @@ def task_options(cluster: Any, idx: int, total: int) -> dict[str, Any]:
 
 
 def _resource_options(cluster: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {"num_cpus": cluster.num_cpus, "num_gpus": cluster.num_gpus, "max_retries": cluster.max_retries}
-    if cluster.resources:
-        options["resources"] = dict(cluster.resources)
-    if cluster.memory is not None:
-        options["memory"] = cluster.memory
-    if cluster.runtime_env:
-        options["runtime_env"] = dict(cluster.runtime_env)
-    return options
+    options = {
+        "num_cpus": cluster.num_cpus, "num_gpus": cluster.num_gpus, "max_retries": cluster.max_retries,
+        "resources": dict(cluster.resources), "memory": cluster.memory, "runtime_env": dict(cluster.runtime_env),
+    }
+    return {key: value for key, value in options.items() if value is not None and value != {}}
 
 
 def _run_tasks(request: LaunchRequest, cluster: Any, total: int, root: str) -> list[Outcome]:
@@ -266,19 +253,15 @@ def _print_outcome(outcome: Outcome, total: int) -> None:
     )
 
 
-def _finish(outcomes: list[Outcome], total: int, root: str, merge: bool) -> int:
-    if merge:
+def _finish(request: LaunchRequest, outcomes: list[Outcome], root: str) -> int:
+    if request.config.cluster.merge:
         merge_and_report(root)
     else:
         print(f"shardeval: not merged (merge: false); `shardeval merge {root}` merges the shards", file=sys.stderr)
     failed = [o for o in outcomes if o.summary is None]
     if not failed:
         return 0
-    print(
-        f"shardeval: {len(failed)} of {total} shards failed ({', '.join(str(o.idx) for o in failed)}); "
-        "rerun the same command to resume them",
-        file=sys.stderr,
-    )
+    request.report_failed([o.idx for o in failed])
     if all(o.usage_error for o in failed):
         return UsageError.exit_code
     return ShardError.exit_code
