@@ -22,10 +22,9 @@ def submit(request: LaunchRequest) -> int:
     from shardeval.api import UsageError
     from shardeval_kubernetes.render import render
 
-    rendered = render(request)
-    for warning in rendered.warnings:
+    text, warnings = render(request)
+    for warning in warnings:
         print(f"shardeval: warning: {warning}", file=sys.stderr)
-    text = rendered.yaml()
     path = request.write("k8s", {"eval.yaml": text})["eval.yaml"]
     cluster = request.config.cluster
     if request.dry_run:

@@ -16,7 +16,6 @@ a manifest. API keys reach the pods only through `secretKeyRef`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shardeval.orchestrator import ENV_NAME, dump_yaml, escape_dollars as escape
@@ -43,29 +42,9 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 
-@dataclass
-class Rendered:
-    """The manifests, and what the user should hear about them (printed as warnings)."""
-
-    documents: list[dict[str, Any]]
-    secrets: dict[str, dict[str, str]]  # Secret name -> {key: the variable the pods read it into}
-    namespace: str = "default"
-    warnings: list[str] = field(default_factory=list)
-
-    def yaml(self) -> str:
-        return dump_yaml(self.documents, self.header())
-
-    def header(self) -> str:
-        lines = ["# Rendered by shardeval (cluster.type: kubernetes). Apply: kubectl apply -f <this file>"]
-        for secret, keys in self.secrets.items():
-            literals = " ".join(f'--from-literal={key}="${var}"' for key, var in keys.items())
-            lines.append(f"# The pods read {', '.join(keys.values())} from Secret {secret}; create it with:")
-            lines.append(f"#   kubectl create secret generic {secret} -n {self.namespace} {literals}")
-        return "\n".join(lines) + "\n"
-
-
-def render(request: LaunchRequest) -> Rendered:
-    """All objects for one run; a bad name or a clash is a one-line UsageError."""
+def render(request: LaunchRequest) -> tuple[str, list[str]]:
+    """All objects for one run as one multi-document YAML, and what the user should hear about
+    them (printed as warnings); a bad name or a clash is a one-line UsageError."""
     import msgspec
 
     from shardeval import __version__
@@ -164,7 +143,7 @@ def render(request: LaunchRequest) -> Rendered:
     docs.append(shard_job)
     if cluster.merge.enabled:
         docs.append(_merge_job(cluster, names, obj, image, pull_secrets))
-    return Rendered(documents=docs, secrets=_secrets_by_name(secrets), namespace=cluster.namespace, warnings=warnings)
+    return dump_yaml(docs, _header(secrets, cluster.namespace)), warnings
 
 
 def shm_size(config: Config, cluster: KubernetesClusterConfig) -> str | None:
@@ -234,11 +213,17 @@ def _secret_env(request: LaunchRequest, cluster: KubernetesClusterConfig) -> dic
     return refs
 
 
-def _secrets_by_name(refs: dict[str, tuple[str, str]]) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
+def _header(refs: dict[str, tuple[str, str]], namespace: str) -> str:
+    """How to apply the file, and to create each Secret the pods read (by variable, never a value)."""
+    by_secret: dict[str, dict[str, str]] = {}  # Secret name -> {key: the variable the pods read it into}
     for var, (secret, key) in refs.items():
-        out.setdefault(secret, {}).setdefault(key, var)
-    return out
+        by_secret.setdefault(secret, {}).setdefault(key, var)
+    lines = ["# Rendered by shardeval (cluster.type: kubernetes). Apply: kubectl apply -f <this file>"]
+    for secret, keys in by_secret.items():
+        literals = " ".join(f'--from-literal={key}="${var}"' for key, var in keys.items())
+        lines.append(f"# The pods read {', '.join(keys.values())} from Secret {secret}; create it with:")
+        lines.append(f"#   kubectl create secret generic {secret} -n {namespace} {literals}")
+    return "\n".join(lines) + "\n"
 
 
 def _shard_env(cluster: KubernetesClusterConfig, total: int, secrets: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:

@@ -154,6 +154,3 @@ def render_ray(request: LaunchRequest, pool: Pool, command: list[str], cwd: str)
         "",
     ]
     return "\n".join(lines)
-
-
-__all__ = ["render_ray", "ray_command", "launcher_command"]

@@ -26,7 +26,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from shardeval.api import UsageError
 from shardeval.orchestrator import ENV_NAME
@@ -187,21 +187,17 @@ def _common_head(cluster: SlurmClusterConfig, walltime: str, partition: str | No
 _GRES_GPUS = re.compile(r"(?:^|,)gpu(?::[^:,]+)?:(\d+)(?:,|$)")
 
 
-def pool_gpus(spec: NodePool) -> int | None:
-    """GPUs one array task gets (per node × nodes), from `gpus_per_node` or a `gpu[:type]:N` gres;
-    None when the pool asks for none we can read."""
-    per_node = spec.gpus_per_node
-    if per_node is None and spec.gres:
-        found = _GRES_GPUS.search(spec.gres)
-        per_node = int(found.group(1)) if found else None
-    return per_node * spec.nodes if per_node is not None else None
-
-
 def check_gpus(config: Config, pool: Pool) -> int | None:
-    """The task's GPUs; refuse a pool with fewer than a service needs (each service says, gpus())."""
-    have = pool_gpus(pool.spec)
-    if have is None:
+    """GPUs one array task gets (per node × nodes), from `gpus_per_node` or a `gpu[:type]:N` gres
+    (None when the pool asks for none we can read); refuse a pool with fewer than a service needs
+    (each service says, gpus())."""
+    spec = pool.spec
+    per_node = spec.gpus_per_node
+    if per_node is None and spec.gres and (found := _GRES_GPUS.search(spec.gres)):
+        per_node = int(found.group(1))
+    if per_node is None:
         return None
+    have = per_node * spec.nodes
     for name, service in config.used_services().items():
         need = service.gpus()
         if need > have:
@@ -417,19 +413,15 @@ def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], ro
 # --- secrets -----------------------------------------------------------------------------------
 
 
-def secret_values(config: Config, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Values that must never reach a file: api_key_env targets and secret-looking variables."""
-    env = os.environ if env is None else env
+def check_no_secrets(files: dict[str, str], config: Config) -> None:
+    """Refuse to write a script that would contain a secret's value (named, never shown): the value
+    of an api_key_env target or of a secret-looking variable."""
     names = {s.api_key_env for s in config.services.values() if s.api_key_env}
-    names |= {k for k in env if _SECRET_NAME.search(k)}
-    return {name: env[name] for name in sorted(names) if len(env.get(name, "")) >= 6}
-
-
-def check_no_secrets(files: dict[str, str], config: Config, env: Mapping[str, str] | None = None) -> None:
-    """Refuse to write a script that would contain a secret's value (named, never shown)."""
-    for name, value in secret_values(config, env).items():
+    names |= {k for k in os.environ if _SECRET_NAME.search(k)}
+    for name in sorted(names):
+        value = os.environ.get(name, "")
         for file, text in files.items():
-            if value in text:
+            if len(value) >= 6 and value in text:
                 raise UsageError(
                     f"refusing to write {file}: it would contain the value of ${name}, and generated scripts never hold "
                     "secrets; keep it in the submitting environment (sbatch passes it on) and refer to it by name "
