@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from shardeval.errors import ShardError, UsageError
+from shardeval.errors import ShardError
 
 log = logging.getLogger("shardeval")
 
@@ -93,6 +93,3 @@ def print_plan(config, shard, out_dir: str) -> int:
         )
         print(f"  data {plan.fingerprint}, prompts {plan.prompt_fingerprint}, scorer {plan.scorer_fingerprint}")
     return 0
-
-
-__all__ = ["launch", "UsageError"]

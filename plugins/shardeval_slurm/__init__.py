@@ -28,12 +28,6 @@ def register_orchestrators(register):
 @hookimpl
 def run_status(run_dir: str) -> str | None:
     """Each task's SLURM state, when this plugin submitted the run (ROOT/slurm_job.json exists)."""
-    import os
-
-    from shardeval_slurm.render import JOB_FILE
-
-    if not os.path.exists(os.path.join(run_dir, JOB_FILE)):
-        return None
     from shardeval_slurm.jobs import render_jobs
     from shardeval_slurm.submit import read_record
 

@@ -30,10 +30,8 @@ class TaskState:
 def parse_fields(line: str) -> dict[str, str]:
     """`Key=value Key2=value with spaces ...` (one `scontrol -o` line) as a dict."""
     matches = list(_FIELD.finditer(line))
-    out = {}
-    for m, nxt in zip(matches, [*matches[1:], None]):
-        out[m.group(1)] = line[m.end() : nxt.start() if nxt else len(line)].strip()
-    return out
+    ends = [m.start() for m in matches[1:]] + [len(line)]
+    return {m.group(1): line[m.end() : end].strip() for m, end in zip(matches, ends)}
 
 
 def expand_tasks(spec: str) -> list[str]:
