@@ -24,6 +24,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
+from shardeval.api import UsageError
 from shardeval.orchestrator import ENV_NAME, dump_yaml, escape_dollars as escape
 
 if TYPE_CHECKING:
@@ -74,7 +75,6 @@ def commands(request: LaunchRequest, path: str) -> str:
 def render(request: LaunchRequest) -> dict[str, str]:
     """{file name: text} for the project folder: the compose file and, with a config file, its copy."""
     from shardeval import __version__
-    from shardeval.api import UsageError
     from shardeval_compose.config import ComposeClusterConfig
 
     cluster = request.config.cluster
@@ -164,8 +164,6 @@ def shard_command(request: LaunchRequest) -> list[str]:
 
 def _pass_through(request: LaunchRequest) -> set[str]:
     """Variables passed by name: API keys, pass_env, and every ${VAR} the config file expands."""
-    from shardeval.api import UsageError
-
     names = set(request.config.cluster.pass_env) | request.config_variables()
     for name, service in request.config.services.items():
         if service.api_key_env:
