@@ -128,13 +128,9 @@ def render(request: LaunchRequest) -> dict[str, str]:
     }
     if plain:
         merge["environment"] = list(plain)
+    both = {"user": cluster.user, "read_only": cluster.read_only, "network_mode": cluster.network_mode}
     for service in (shard, merge):
-        if cluster.user:
-            service["user"] = cluster.user
-        if cluster.read_only:
-            service["read_only"] = True
-        if cluster.network_mode:
-            service["network_mode"] = cluster.network_mode
+        service.update({key: value for key, value in both.items() if value})  # unset ones stay out
     if cluster.shm_size:
         shard["shm_size"] = cluster.shm_size
     if cluster.gpus is not None:

@@ -61,8 +61,18 @@ def run_ray(request: LaunchRequest) -> int:
     with ray_session(cluster) as description:
         log.info("ray: %s; %d shard task(s) -> %s", description, total, root)
         outcomes = _run_tasks(request, cluster, total, root)
-    code = _finish(request, outcomes, root)
-    return 130 if any(o.cancelled for o in outcomes) else code
+    if cluster.merge:
+        merge_and_report(root)
+    else:
+        print(f"shardeval: not merged (merge: false); `shardeval merge {root}` merges the shards", file=sys.stderr)
+    failed = [o for o in outcomes if o.summary is None]
+    if failed:
+        request.report_failed([o.idx for o in failed])
+    if any(o.cancelled for o in outcomes):
+        return 130
+    if not failed:
+        return 0
+    return UsageError.exit_code if all(o.usage_error for o in failed) else ShardError.exit_code
 
 
 # --- connecting -------------------------------------------------------------------------------
@@ -119,16 +129,6 @@ def _address_host(address: str) -> str:
     return address.rpartition(":")[0] or address
 
 
-def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise UsageError(
-            "cluster.type ray needs Ray on this machine: pip install 'shardeval[ray]' (or scripts/setup/ray.sh)"
-        ) from None
-    return ray
-
-
 @contextlib.contextmanager
 def ray_session(cluster: Any) -> Iterator[str]:
     """Connect to (or start) the Ray this run uses, in words for the log; disconnect, and stop it
@@ -146,7 +146,12 @@ def ray_session(cluster: Any) -> Iterator[str]:
     loopback = _is_loopback(node_ip) or (address is not None and _is_loopback(_address_host(address)))
     if loopback and "ray" not in sys.modules:
         os.environ.setdefault(LOOPBACK_ENV, "0")
-    ray = import_ray()
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(
+            "cluster.type ray needs Ray on this machine: pip install 'shardeval[ray]' (or scripts/setup/ray.sh)"
+        ) from None
     kwargs: dict[str, Any] = {"namespace": "shardeval", "log_to_driver": True, "address": address or "local"}
     if node_ip:
         kwargs["_node_ip_address"] = node_ip
@@ -251,20 +256,6 @@ def _print_outcome(outcome: Outcome, total: int) -> None:
         f"[node {s['node_ip']} {(s['node_id'] or '?')[:8]}, pid {s['pid']}, {s['elapsed_s']:.1f} s]",
         file=sys.stderr,
     )
-
-
-def _finish(request: LaunchRequest, outcomes: list[Outcome], root: str) -> int:
-    if request.config.cluster.merge:
-        merge_and_report(root)
-    else:
-        print(f"shardeval: not merged (merge: false); `shardeval merge {root}` merges the shards", file=sys.stderr)
-    failed = [o for o in outcomes if o.summary is None]
-    if not failed:
-        return 0
-    request.report_failed([o.idx for o in failed])
-    if all(o.usage_error for o in failed):
-        return UsageError.exit_code
-    return ShardError.exit_code
 
 
 def _print_plan(request: LaunchRequest, cluster: Any, total: int, root: str) -> int:

@@ -245,9 +245,8 @@ def _registered(fault: _Fault | None) -> Iterator[None]:
     from shardeval import plugins
 
     manager = plugins.load().manager
-    name = f"shardeval_ray_test_fault_{id(fault)}"
-    manager.register(fault, name=name)
+    manager.register(fault, name=f"shardeval_ray_test_fault_{id(fault)}")
     try:
         yield
     finally:
-        manager.unregister(name=name)
+        manager.unregister(fault)

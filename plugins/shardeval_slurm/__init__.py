@@ -1,11 +1,7 @@
-"""Built-in plugin: the `slurm` orchestrator (`cluster.type: slurm`).
-
-`shardeval run cfg.yaml` writes `<root>/eval.sbatch` (one array task per shard) and
-`<root>/merge.sbatch`, submits the array and a merge job that waits for it (`afterany`), and
-records both job ids in `<root>/slurm_job.json`; `--dry-run` writes and prints, submits nothing.
-Each array task runs `shardeval run … --shard i/N` (which starts the model service itself), so a
-task never re-submits the array. With `ray: true` it writes `ray.sbatch` instead: a Ray cluster
-over the allocation, every shard a Ray task (shardeval_slurm.ray_template).
+"""Built-in plugin: the `slurm` orchestrator (`cluster.type: slurm`): an array job, one task per
+shard, each running `shardeval run … --shard i/N` (so a task never re-submits the array), then a
+merge job; render.py writes the scripts, submit.py submits them and records the job ids that
+`shardeval status` reads. With `ray: true`, one Ray job over the allocation (ray_template.py).
 
 Registered through the `shardeval` entry-point group like any third-party plugin. Heavy imports
 (msgspec via the config Struct) happen inside the hooks, so loading plugins for `--help` stays cheap.

@@ -49,7 +49,7 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.I)
 
 @dataclass(frozen=True)
 class Pool:
-    """The node pool the array runs on, and which services put it there (for messages)."""
+    """The node pool the array runs on (`name` None: the cluster's own resources), for messages too."""
 
     name: str | None
     spec: NodePool
@@ -222,27 +222,22 @@ def _pool_directives(pool: Pool, gpus: int | None = None) -> list[str]:
 
 
 def _extra_flags(cluster: SlurmClusterConfig) -> list[str]:
-    lines = []
     for i, flag in enumerate(cluster.sbatch_extra_flags):
         if not flag.startswith("-") or "\n" in flag or "\r" in flag:
             raise UsageError(
                 f"cluster.sbatch_extra_flags[{i}]: {flag!r} is not one sbatch flag; write it as on the command line, "
                 "e.g. --mail-type=END"
             )
-        lines.append(f"#SBATCH {flag}")
-    return lines
+    return [f"#SBATCH {flag}" for flag in cluster.sbatch_extra_flags]
 
 
 def _environment(cluster: SlurmClusterConfig) -> list[str]:
     """`cluster.setup` lines verbatim, then `cluster.env` as exports (values quoted, names checked)."""
-    lines = []
-    if cluster.setup:
-        lines += ["# cluster.setup", *cluster.setup]
-    for key, value in cluster.env.items():
+    for key in cluster.env:
         if not ENV_NAME.fullmatch(key):
             raise UsageError(f"cluster.env.{key}: not a shell variable name (letters, digits and _, not first a digit)")
-        lines.append(f"export {key}={shlex.quote(value)}")
-    return lines
+    setup = ["# cluster.setup", *cluster.setup] if cluster.setup else []
+    return setup + [f"export {key}={shlex.quote(value)}" for key, value in cluster.env.items()]
 
 
 def render(request: LaunchRequest, cwd: str | None = None) -> dict[str, str]:
