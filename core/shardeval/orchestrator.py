@@ -31,12 +31,14 @@ class LaunchRequest:
     fresh: bool = False
 
     @classmethod
-    def create(cls, config: Config, config_path: str | None, overrides: list[str], quick: dict[str, Any],
-               output_dir: str | None, *, dry_run: bool, fresh: bool) -> LaunchRequest:
-        """The request as the command line gives it: quick flags that are set; -o, else output.dir."""
+    def create(
+        cls, config: Config, config_path: str | None, overrides: list[str], quick: dict[str, Any],
+        output_dir: str | None, *, dry_run: bool, fresh: bool,
+    ) -> LaunchRequest:
+        """The request as the command line gives it: the quick flags that are set; -o, else output.dir."""
         quick = {k: v for k, v in quick.items() if v is not None}
-        return cls(config=config, config_path=config_path, overrides=overrides, quick=quick,
-                   output_root=output_dir or config.output.dir, dry_run=dry_run, fresh=fresh)
+        output_root = output_dir or config.output.dir
+        return cls(config, config_path, overrides, quick, output_root, dry_run=dry_run, fresh=fresh)
 
     @property
     def total(self) -> int:

@@ -144,6 +144,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
         docs.append(obj("PersistentVolumeClaim", names["pvc"], "results", spec=pvc_spec))
 
     pull_secrets = [{"name": s} for s in cluster.image_pull_secrets]
+    container = _container(cluster, SHARD_CONTAINER, image, shard_args(request), env, cluster.resources, mounts)
     pod = {
         "restartPolicy": "Never",
         **_present(
@@ -154,7 +155,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
             tolerations=msgspec.to_builtins(cluster.tolerations),
             imagePullSecrets=pull_secrets,
         ),
-        "containers": [_container(cluster, SHARD_CONTAINER, image, shard_args(request), env, cluster.resources, mounts)],
+        "containers": [container],
         "volumes": volumes,
     }
     job_spec = {
@@ -321,13 +322,12 @@ def _container(
 def _merge_rbac(names: dict[str, str], obj: Any, namespace: str) -> list[dict[str, Any]]:
     """The merge pod's identity: allowed to watch Jobs (what `kubectl wait` needs), nothing else."""
     account = names["merge"]
+    rules = [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]}]
     return [
         obj("ServiceAccount", account, "merge"),
-        obj("Role", account, "merge", rules=[{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]}]),
+        obj("Role", account, "merge", rules=rules),
         obj(
-            "RoleBinding",
-            account,
-            "merge",
+            "RoleBinding", account, "merge",
             roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
             subjects=[{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
         ),

@@ -101,8 +101,8 @@ def render_jobs(record: dict) -> str:
                 if str(i) not in known:  # cancelled while pending: slurmctld keeps no record of it
                     tasks.append(TaskState(str(i), "UNKNOWN", "no record (cancelled before it started?)", "", "", ""))
             tasks.sort(key=_by_index)
-            counts = Counter(t.state for t in tasks)
-            lines.append(f"slurm {label} {job}: {', '.join(f'{n} {state}' for state, n in sorted(counts.items()))}")
+            summary = ", ".join(f"{n} {state}" for state, n in sorted(Counter(t.state for t in tasks).items()))
+            lines.append(f"slurm {label} {job}: {summary}")
             lines.append(f"  {'task':<6} {'state':<12} {'time':>10} {'restarts':>8}  {'node':<12} reason")
             for t in tasks:
                 lines.append(f"  {t.task:<6} {t.state:<12} {t.run_time:>10} {t.restarts:>8}  {t.nodes:<12} {t.reason}")

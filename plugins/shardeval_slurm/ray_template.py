@@ -64,7 +64,8 @@ def launcher_args(request: LaunchRequest) -> list[str]:
     (type ray), where SLURM's keys would be unknown.
     """
     kept = [o for o in request.overrides if not re.match(r"\s*cluster\s*(?:[.\[=]|$)", o)]
-    return [*replace(request, overrides=kept).run_args(), "--shards", str(request.total), "--output-dir", request.output_root]
+    args = replace(request, overrides=kept).run_args()
+    return [*args, "--shards", str(request.total), "--output-dir", request.output_root]
 
 
 def render_ray(request: LaunchRequest, pool: Pool, command: list[str], cwd: str) -> str:
