@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from shardeval.errors import ShardError, UsageError
+from shardeval.errors import ShardError
 
 log = logging.getLogger("shardeval")
 
@@ -49,14 +49,8 @@ def launch(
     if shard is None and config.cluster.runs_in_process():
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
-        request = LaunchRequest(
-            config=config,
-            config_path=config_path,
-            overrides=overrides,
-            quick={k: v for k, v in quick.items() if v is not None},
-            output_root=output_dir or config.output.dir,
-            dry_run=dry_run,
-            fresh=fresh,
+        request = LaunchRequest.create(
+            config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh
         )
         entry = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type")
         code = entry.factory(request)
@@ -99,6 +93,3 @@ def print_plan(config, shard, out_dir: str) -> int:
         )
         print(f"  data {plan.fingerprint}, prompts {plan.prompt_fingerprint}, scorer {plan.scorer_fingerprint}")
     return 0
-
-
-__all__ = ["launch", "UsageError"]

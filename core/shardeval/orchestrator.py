@@ -8,12 +8,16 @@ with `--shard I/N` and its own output directory, so a shard never re-submits the
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from shardeval.config import Config
-from shardeval.process import self_command  # noqa: F401  (orchestrators build shard commands with it)
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# ${VAR} / ${VAR:-default} in the config text ($$ escapes), as shardeval.config expands them
+_REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}")
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,21 @@ class LaunchRequest:
     dry_run: bool = False
     fresh: bool = False
 
+    @classmethod
+    def create(
+        cls, config: Config, config_path: str | None, overrides: list[str], quick: dict[str, Any],
+        output_dir: str | None, *, dry_run: bool, fresh: bool,
+    ) -> LaunchRequest:
+        """The request as the command line gives it: the quick flags that are set; -o, else output.dir."""
+        quick = {k: v for k, v in quick.items() if v is not None}
+        output_root = output_dir or config.output.dir
+        return cls(config, config_path, overrides, quick, output_root, dry_run=dry_run, fresh=fresh)
+
+    @property
+    def total(self) -> int:
+        """How many shards the run has: `cluster.shards`, 1 when unset."""
+        return self.config.cluster.shards or 1
+
     def shard_dir(self, idx: int) -> str:
         return os.path.join(self.output_root, f"shard_{idx}")
 
@@ -36,6 +55,26 @@ class LaunchRequest:
             return None
         with open(self.config_path, encoding="utf-8") as f:
             return f.read()
+
+    def config_variables(self, defaulted: bool = True) -> set[str]:
+        """The ${VAR}s the config file expands on the node (with `defaulted` False, only those
+        without a `:-default`); none in quick mode."""
+        found = _REFERENCE.finditer(self.config_text() or "")
+        return {m.group(1) for m in found if m.group(1) and (defaulted or not m.group(2))}
+
+    def write(self, folder: str, files: dict[str, str], mode: int | None = None) -> dict[str, str]:
+        """Write {name: text} into `folder` (under the output root unless absolute), made if
+        missing, each file replaced whole; {name: its path}."""
+        from shardeval.atomic import atomic_write
+
+        folder = os.path.join(self.output_root, folder)
+        os.makedirs(folder, exist_ok=True)
+        paths = {name: os.path.join(folder, name) for name in files}
+        for name, path in paths.items():
+            atomic_write(path, files[name].encode())
+            if mode is not None:
+                os.chmod(path, mode)
+        return paths
 
     def run_args(self, config_path: str | None = None, escape: Callable[[str], str] = str) -> list[str]:
         """Arguments after `shardeval run` that repeat this run: the config file (`config_path`:
@@ -49,12 +88,45 @@ class LaunchRequest:
             args += ["-O", escape(override)]
         return args + (["--fresh"] if self.fresh else [])
 
+    def report_failed(self, failed: list[int]) -> None:
+        """Name the shards that failed; rerunning resumes them (resume is the default)."""
+        print(
+            f"shardeval: {len(failed)} of {self.total} shards failed ({', '.join(map(str, failed))}); "
+            "rerun the same command to resume them",
+            file=sys.stderr,
+        )
+
     def shard_args(self, idx: int | str, total: int, output_dir: str | None = None) -> list[str]:
         """Arguments after `shardeval run` that make a node run exactly shard idx of total."""
         return [*self.run_args(), "--shard", f"{idx}/{total}", "-o", output_dir or self.shard_dir(int(idx))]
 
 
 Orchestrator = Callable[[LaunchRequest], int]
+
+
+def escape_dollars(text: str) -> str:
+    """Make text literal for Compose (which interpolates ${VAR} and $VAR in every string) and for
+    the kubelet (which expands $(VAR) in a container's command, args and env values)."""
+    return text.replace("$", "$$")
+
+
+def dump_yaml(documents: list[dict[str, Any]], header: str = "", explicit_start: bool = True) -> str:
+    """YAML documents in insertion order, without anchors; multi-line strings (a config file) as
+    `|` blocks."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    Dumper.ignore_aliases = lambda self, data: True  # type: ignore[method-assign]  # no &id001 anchors
+    return header + yaml.dump_all(
+        documents, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=120, explicit_start=explicit_start
+    )
 
 
 def merge_and_report(root: str) -> None:

@@ -7,12 +7,14 @@ into `superseded/<time>/` inside the shard directory (merge ignores that folder)
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
 from shardeval.errors import UsageError, os_error
 from shardeval.records import HEARTBEAT_FILE, LOCK_FILE, Manifest, ServedModel, read_manifest
 
+log = logging.getLogger("shardeval")
 SUPERSEDED_DIR = "superseded"
 # The running writer's own files (shardeval.liveness): never set aside. A moved lock file would
 # let a second process lock a new one at the same path.
@@ -119,7 +121,7 @@ def set_aside_shards(root: str, total: int) -> list[tuple[int, str]]:
     """--fresh on an orchestrator's driver, once for the run (a retried or requeued task must then
     resume, not start over again): take every shard directory's lease first, so a shard still
     being written (by hand, by an earlier job) refuses in one line naming its writer and nothing
-    moves; then move each one's results aside. Returns (shard index, where they went)."""
+    moves; then move each one's results aside, logging where. Returns (shard index, where they went)."""
     from shardeval.liveness import ShardLease
 
     shards = [(i, os.path.join(root, f"shard_{i}")) for i in range(total)]
@@ -130,7 +132,10 @@ def set_aside_shards(root: str, total: int) -> list[tuple[int, str]]:
             lease = ShardLease(path)
             lease.acquire()
             leases.append(lease)
-        return [(i, set_aside(path)) for i, path in shards]
+        moved = [(i, set_aside(path)) for i, path in shards]
+        for i, where in moved:
+            log.info("--fresh: earlier results of shard_%d moved to %s", i, where)
+        return moved
     except OSError as exc:
         raise os_error(exc, "move aside the earlier results in", alternative="give this run another -o") from None
     finally:

@@ -14,7 +14,7 @@ from shardeval.api import hookimpl
 
 @hookimpl
 def register_orchestrators(register):
+    from shardeval.api import Lazy
     from shardeval_compose.config import ComposeClusterConfig
-    from shardeval_compose.orchestrator import submit
 
-    register("compose", submit, config=ComposeClusterConfig)
+    register("compose", Lazy("shardeval_compose.orchestrator:submit"), config=ComposeClusterConfig)

@@ -19,15 +19,16 @@ unset index reaches shardeval as an empty NEL_SHARD_IDX, a one-line error in the
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
+from shardeval.api import UsageError
+from shardeval.orchestrator import ENV_NAME, dump_yaml, escape_dollars as escape
+
 if TYPE_CHECKING:
     from shardeval.api import LaunchRequest
-    from shardeval_compose.config import ComposeClusterConfig
 
 PROJECT_DIR = "compose"
 COMPOSE_FILE = "docker-compose.yaml"
@@ -36,43 +37,27 @@ CONFIG_IN_CONTAINER = "/config/config.yaml"
 RESULTS_DIR = "/results"
 SHARD_SERVICE, MERGE_SERVICE = "eval-shard", "eval-merge"
 SHARD_PROFILE, MERGE_PROFILE = "sharded", "merge"
+SHARD_VARIABLES = {"NEL_SHARD_IDX", "NEL_TOTAL_SHARDS"}
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _VOLUME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
-# ${VAR} / ${VAR:-default} in the config text ($$ escapes), as shardeval.config expands them
-_REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}")
-
-
-def escape(text: str) -> str:
-    """Make text literal for Compose, which interpolates ${VAR} and $VAR in every string."""
-    return text.replace("$", "$$")
-
-
-def compose_path(request: LaunchRequest) -> str:
-    return os.path.join(request.output_root, PROJECT_DIR, COMPOSE_FILE)
 
 
 def submit(request: LaunchRequest) -> int:
     """Write the Compose project; print it (--dry-run) or the commands that run it."""
     files = render(request)
-    project = os.path.join(request.output_root, PROJECT_DIR)
-    os.makedirs(project, exist_ok=True)
-    for name, text in files.items():
-        with open(os.path.join(project, name), "w", encoding="utf-8") as f:
-            f.write(text)
-    path = compose_path(request)
+    paths = request.write(PROJECT_DIR, files)
     if request.dry_run:
         print(files[COMPOSE_FILE], end="")
-    print(f"shardeval: wrote {', '.join(os.path.join(project, n) for n in files)}", file=sys.stderr)
-    print(commands(request, path), end="", file=sys.stderr if request.dry_run else sys.stdout)
+    print(f"shardeval: wrote {', '.join(paths.values())}", file=sys.stderr)
+    print(commands(request, paths[COMPOSE_FILE]), end="", file=sys.stderr if request.dry_run else sys.stdout)
     return 0
 
 
 def commands(request: LaunchRequest, path: str) -> str:
     """The seed's loop over shards, then the merge: shardeval never drives Docker itself."""
-    total = request.config.cluster.shards or 1
+    total = request.total
     f = shlex.quote(path)
-    keys = sorted(_pass_through(request, request.config.cluster, request.config_text()))
+    keys = sorted(_pass_through(request))
     lines = [f"# {total} shards, each its own container (export {', '.join(keys)} first: compose passes it by name)"
              if keys else f"# {total} shards, each its own container:"]
     lines.append(
@@ -90,13 +75,12 @@ def commands(request: LaunchRequest, path: str) -> str:
 def render(request: LaunchRequest) -> dict[str, str]:
     """{file name: text} for the project folder: the compose file and, with a config file, its copy."""
     from shardeval import __version__
-    from shardeval.api import UsageError
     from shardeval_compose.config import ComposeClusterConfig
 
     cluster = request.config.cluster
     if not isinstance(cluster, ComposeClusterConfig):  # decoded by another plugin's Struct
         raise TypeError(f"expected ComposeClusterConfig, got {type(cluster).__name__}")
-    total = cluster.shards or 1
+    total = request.total
     image = cluster.image or f"shardeval:{__version__}"
     config_text = request.config_text()
 
@@ -110,15 +94,15 @@ def render(request: LaunchRequest) -> dict[str, str]:
             "leave it unset to bind-mount the output root"
         )
     for var in [*cluster.env, *cluster.pass_env]:
-        if not _ENV_NAME.fullmatch(var):
+        if not ENV_NAME.fullmatch(var):
             raise UsageError(f"cluster: {var!r} is not an environment variable name")
-        if var in ("NEL_SHARD_IDX", "NEL_TOTAL_SHARDS"):
+        if var in SHARD_VARIABLES:
             raise UsageError(
                 f"cluster: {var} comes from the `docker compose run` command line; remove it from cluster.env/pass_env"
             )
 
     plain = [f"{k}={escape(str(v))}" for k, v in cluster.env.items()]
-    passed = sorted(_pass_through(request, cluster, config_text))
+    passed = sorted(_pass_through(request))
     shard: dict[str, Any] = {
         "image": image,
         "profiles": [SHARD_PROFILE],
@@ -144,13 +128,9 @@ def render(request: LaunchRequest) -> dict[str, str]:
     }
     if plain:
         merge["environment"] = list(plain)
+    both = {"user": cluster.user, "read_only": cluster.read_only, "network_mode": cluster.network_mode}
     for service in (shard, merge):
-        if cluster.user:
-            service["user"] = cluster.user
-        if cluster.read_only:
-            service["read_only"] = True
-        if cluster.network_mode:
-            service["network_mode"] = cluster.network_mode
+        service.update({key: value for key, value in both.items() if value})  # unset ones stay out
     if cluster.shm_size:
         shard["shm_size"] = cluster.shm_size
     if cluster.gpus is not None:
@@ -165,7 +145,7 @@ def render(request: LaunchRequest) -> dict[str, str]:
         f"--profile {SHARD_PROFILE} run -d {SHARD_SERVICE}\n"
         f"# then: docker compose -f docker-compose.yaml --profile {MERGE_PROFILE} run --rm {MERGE_SERVICE}\n"
     )
-    files = {COMPOSE_FILE: header + dump_yaml(document)}
+    files = {COMPOSE_FILE: dump_yaml([document], header, explicit_start=False)}
     if config_text is not None:
         files[CONFIG_FILE] = config_text
     return files
@@ -178,26 +158,12 @@ def shard_command(request: LaunchRequest) -> list[str]:
     return ["run", *request.run_args(CONFIG_IN_CONTAINER, escape), "-O", f"output.dir={RESULTS_DIR}"]
 
 
-def _pass_through(request: LaunchRequest, cluster: ComposeClusterConfig, config_text: str | None) -> set[str]:
+def _pass_through(request: LaunchRequest) -> set[str]:
     """Variables passed by name: API keys, pass_env, and every ${VAR} the config file expands."""
-    from shardeval.api import UsageError
-
-    names = set(cluster.pass_env)
+    names = set(request.config.cluster.pass_env) | request.config_variables()
     for name, service in request.config.services.items():
         if service.api_key_env:
-            if not _ENV_NAME.fullmatch(service.api_key_env):
+            if not ENV_NAME.fullmatch(service.api_key_env):
                 raise UsageError(f"services.{name}.api_key_env {service.api_key_env!r}: not an environment variable name")
             names.add(service.api_key_env)
-    if config_text is not None:
-        names |= {m.group(1) for m in _REFERENCE.finditer(config_text) if m.group(1)}
-    return names - set(cluster.env) - {"NEL_SHARD_IDX", "NEL_TOTAL_SHARDS"}
-
-
-def dump_yaml(document: dict[str, Any]) -> str:
-    import yaml
-
-    class Dumper(yaml.SafeDumper):
-        pass
-
-    Dumper.ignore_aliases = lambda self, data: True  # type: ignore[method-assign]
-    return yaml.dump(document, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=120)
+    return names - set(request.config.cluster.env) - SHARD_VARIABLES

@@ -14,7 +14,7 @@ from shardeval.api import hookimpl
 
 @hookimpl
 def register_orchestrators(register):
+    from shardeval.api import Lazy
     from shardeval_kubernetes.config import KubernetesClusterConfig
-    from shardeval_kubernetes.orchestrator import submit
 
-    register("kubernetes", submit, config=KubernetesClusterConfig)
+    register("kubernetes", Lazy("shardeval_kubernetes.orchestrator:submit"), config=KubernetesClusterConfig)

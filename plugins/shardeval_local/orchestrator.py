@@ -29,8 +29,7 @@ class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True
 
 
 def run_local(request: LaunchRequest) -> int:
-    cluster = request.config.cluster
-    total = cluster.shards or 1
+    cluster, total = request.config.cluster, request.total
     commands = [self_command() + ["run", *request.shard_args(i, total)] for i in range(total)]
     if request.dry_run:
         for command in commands:
@@ -48,11 +47,7 @@ def run_local(request: LaunchRequest) -> int:
         print(f"shardeval: interrupted by {stop[0].name}; rerun the same command to resume the shards", file=sys.stderr)
         return STOP_CODES[stop[0]]
     if failed:
-        print(
-            f"shardeval: {len(failed)} of {total} shards failed ({', '.join(map(str, failed))}); "
-            "rerun the same command to resume them",
-            file=sys.stderr,
-        )
+        request.report_failed(failed)
         return 1
     return 0
 

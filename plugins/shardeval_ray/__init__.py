@@ -18,34 +18,27 @@ starts or when `run_shard` is first looked up:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import importlib
+from typing import Any
 
 from shardeval.api import hookimpl
-
-if TYPE_CHECKING:
-    from shardeval.api import LaunchRequest
 
 __all__ = ["run_shard", "evaluate_shard", "run_ray"]
 
 
 @hookimpl
 def register_orchestrators(register: Any) -> None:
+    from shardeval.api import Lazy
     from shardeval_ray.config import RayClusterConfig
 
-    register("ray", run_ray, config=RayClusterConfig)
-
-
-def run_ray(request: LaunchRequest) -> int:
-    """`cluster.type: ray`: run every shard as a Ray task, then merge (see orchestrator.py)."""
-    from shardeval_ray.orchestrator import run_ray as run
-
-    return run(request)
+    # `cluster.type: ray`: run every shard as a Ray task, then merge (see orchestrator.py)
+    register("ray", Lazy("shardeval_ray.orchestrator:run_ray"), config=RayClusterConfig)
 
 
 def __getattr__(name: str) -> Any:
-    """`run_shard` (the Ray remote function) and `evaluate_shard` import Ray only when asked for."""
-    if name in ("run_shard", "evaluate_shard"):
-        from shardeval_ray import tasks
-
-        return getattr(tasks, name)
+    """`run_shard` (the Ray remote function) and `evaluate_shard` import Ray only when asked for;
+    `run_ray`, the orchestrator, on first use too."""
+    if name in __all__:
+        module = "orchestrator" if name == "run_ray" else "tasks"
+        return getattr(importlib.import_module(f"shardeval_ray.{module}"), name)
     raise AttributeError(f"module 'shardeval_ray' has no attribute {name!r}")

@@ -22,6 +22,7 @@ import click
 log = logging.getLogger("shardeval")
 
 SHARD_VARIABLES = ("NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX")
+RAY_FLAGS = ("shards", "address", "node_ip_address", "num_cpus", "num_gpus", "max_retries")  # cluster.<flag>
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,46 +46,23 @@ SHARD_VARIABLES = ("NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "SLURM_ARRAY_TASK_ID", "
 @click.option("-O", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="Override a config value.")
 @click.option("--dry-run", is_flag=True, help="Show which Ray and which tasks would run; start nothing.")
 def main(
-    config_path: str | None,
-    overrides: tuple[str, ...],
-    shards: int | None,
-    address: str | None,
-    node_ip_address: str | None,
-    num_cpus: float | None,
-    num_gpus: float | None,
-    max_retries: int | None,
-    no_merge: bool,
-    fresh: bool,
-    dry_run: bool,
-    **quick: Any,
+    config_path: str | None, overrides: tuple[str, ...], no_merge: bool, fresh: bool, dry_run: bool, **quick: Any
 ) -> None:
     """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
-    from shardeval.api import load_config
+    from shardeval.api import LaunchRequest, load_config
     from shardeval.launch import setup_logging
-    from shardeval.api import LaunchRequest
     from shardeval_ray.orchestrator import run_ray
 
     setup_logging()
     ignored = [name for name in SHARD_VARIABLES if os.environ.get(name)]
     if ignored:
         log.warning("ignoring %s: python -m shardeval_ray runs every shard itself", ", ".join(ignored))
-    flags = {
-        "shards": shards, "address": address, "node_ip_address": node_ip_address, "num_cpus": num_cpus,
-        "num_gpus": num_gpus, "max_retries": max_retries, "merge": False if no_merge else None,
-    }
+    flags = {key: quick.pop(key) for key in RAY_FLAGS} | {"merge": False if no_merge else None}  # the rest: quick mode
     cluster_overrides = [f"cluster.{key}={_yaml(value)}" for key, value in flags.items() if value is not None]
     all_overrides = [*_ray_cluster(config_path), *overrides, *cluster_overrides]
     output_dir = quick.pop("output_dir", None)
     config = load_config(config_path, all_overrides, quick)
-    request = LaunchRequest(
-        config=config,
-        config_path=config_path,
-        overrides=all_overrides,
-        quick={k: v for k, v in quick.items() if v is not None},
-        output_root=output_dir or config.output.dir,
-        dry_run=dry_run,
-        fresh=fresh,
-    )
+    request = LaunchRequest.create(config, config_path, all_overrides, quick, output_dir, dry_run=dry_run, fresh=fresh)
     sys.exit(run_ray(request))
 
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from shardeval.api import LaunchRequest, merge_and_report, ShardError, UsageError
+from shardeval.api import LaunchRequest, merge_and_report, set_aside_shards, ShardError, UsageError
 
 log = logging.getLogger("shardeval")
 
@@ -43,16 +43,8 @@ class Outcome:
     cancelled: bool = False
 
 
-@dataclass
-class RaySession:
-    """The Ray this run uses, in words for the log."""
-
-    description: str
-
-
 def run_ray(request: LaunchRequest) -> int:
-    cluster = request.config.cluster
-    total = cluster.shards or 1
+    cluster, total = request.config.cluster, request.total
     root = os.path.abspath(request.output_root)
     if not cluster.shards:
         log.info("cluster.shards is not set: running 1 shard (set --shards N or cluster.shards)")
@@ -65,12 +57,22 @@ def run_ray(request: LaunchRequest) -> int:
             root,
         )
     if request.fresh:
-        _set_aside(root, total)
-    with ray_session(cluster) as session:
-        log.info("ray: %s; %d shard task(s) -> %s", session.description, total, root)
+        set_aside_shards(root, total)  # on the driver, once: leases first, then the move
+    with ray_session(cluster) as description:
+        log.info("ray: %s; %d shard task(s) -> %s", description, total, root)
         outcomes = _run_tasks(request, cluster, total, root)
-    code = _finish(outcomes, total, root, cluster.merge)
-    return 130 if any(o.cancelled for o in outcomes) else code
+    if cluster.merge:
+        merge_and_report(root)
+    else:
+        print(f"shardeval: not merged (merge: false); `shardeval merge {root}` merges the shards", file=sys.stderr)
+    failed = [o for o in outcomes if o.summary is None]
+    if failed:
+        request.report_failed([o.idx for o in failed])
+    if any(o.cancelled for o in outcomes):
+        return 130
+    if not failed:
+        return 0
+    return UsageError.exit_code if all(o.usage_error for o in failed) else ShardError.exit_code
 
 
 # --- connecting -------------------------------------------------------------------------------
@@ -88,7 +90,11 @@ def resolve_address(configured: str | None, env: dict[str, str] | os._Environ[st
     if configured == "auto":
         return "auto", "an existing Ray on this machine (address auto)"
     current = _current_cluster_file(env)
-    address = _read(current)
+    try:
+        with open(current, encoding="utf-8") as f:
+            address = f.read().strip()
+    except OSError:
+        address = ""
     if address:
         if _listening(address):
             return address, f"the Ray started with `ray start` at {address} ({current})"
@@ -102,14 +108,6 @@ def _current_cluster_file(env: Any) -> str:
     return os.path.join(base, "ray", "ray_current_cluster")
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
 def _listening(address: str, timeout: float = 1.0) -> bool:
     host, _, port = address.rpartition(":")
     try:
@@ -120,12 +118,8 @@ def _listening(address: str, timeout: float = 1.0) -> bool:
 
 
 def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        return host == "localhost" or ipaddress.ip_address((host or "").strip("[]")).is_loopback
     except ValueError:
         return False
 
@@ -135,22 +129,13 @@ def _address_host(address: str) -> str:
     return address.rpartition(":")[0] or address
 
 
-def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise UsageError(
-            "cluster.type ray needs Ray on this machine: pip install 'shardeval[ray]' (or scripts/setup/ray.sh)"
-        ) from None
-    return ray
-
-
 @contextlib.contextmanager
-def ray_session(cluster: Any) -> Iterator[RaySession]:
-    """Connect to (or start) the Ray this run uses; disconnect, and stop it if we started it."""
+def ray_session(cluster: Any) -> Iterator[str]:
+    """Connect to (or start) the Ray this run uses, in words for the log; disconnect, and stop it
+    if we started it."""
     node_ip = getattr(cluster, "node_ip_address", None) or os.environ.get("RAY_NODE_IP_ADDRESS")
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
-        yield RaySession("the Ray this process is already connected to")
+        yield "the Ray this process is already connected to"
         return
     address, why = resolve_address(getattr(cluster, "address", None), os.environ)
     start = address is None
@@ -161,14 +146,17 @@ def ray_session(cluster: Any) -> Iterator[RaySession]:
     loopback = _is_loopback(node_ip) or (address is not None and _is_loopback(_address_host(address)))
     if loopback and "ray" not in sys.modules:
         os.environ.setdefault(LOOPBACK_ENV, "0")
-    ray = import_ray()
-    kwargs: dict[str, Any] = {"namespace": "shardeval", "log_to_driver": True}
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(
+            "cluster.type ray needs Ray on this machine: pip install 'shardeval[ray]' (or scripts/setup/ray.sh)"
+        ) from None
+    kwargs: dict[str, Any] = {"namespace": "shardeval", "log_to_driver": True, "address": address or "local"}
     if node_ip:
         kwargs["_node_ip_address"] = node_ip
     if start:
-        kwargs.update(address="local", include_dashboard=False)
-    else:
-        kwargs["address"] = address
+        kwargs["include_dashboard"] = False
     began = time.monotonic()
     try:
         context = ray.init(**kwargs)
@@ -182,8 +170,7 @@ def ray_session(cluster: Any) -> Iterator[RaySession]:
                 "ray: the local Ray uses %s, not loopback (ray was imported before %s=0 could be set)",
                 actual_ip, LOOPBACK_ENV,
             )
-        description = f"{why} on {actual_ip or node_ip or '?'} (up in {time.monotonic() - began:.1f} s)"
-        yield RaySession(description)
+        yield f"{why} on {actual_ip or node_ip or '?'} (up in {time.monotonic() - began:.1f} s)"
     finally:
         ray.shutdown()  # stops only the Ray this process started; a cluster we joined keeps running
 
@@ -201,14 +188,11 @@ def task_options(cluster: Any, idx: int, total: int) -> dict[str, Any]:
 
 
 def _resource_options(cluster: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {"num_cpus": cluster.num_cpus, "num_gpus": cluster.num_gpus, "max_retries": cluster.max_retries}
-    if cluster.resources:
-        options["resources"] = dict(cluster.resources)
-    if cluster.memory is not None:
-        options["memory"] = cluster.memory
-    if cluster.runtime_env:
-        options["runtime_env"] = dict(cluster.runtime_env)
-    return options
+    options = {
+        "num_cpus": cluster.num_cpus, "num_gpus": cluster.num_gpus, "max_retries": cluster.max_retries,
+        "resources": dict(cluster.resources), "memory": cluster.memory, "runtime_env": dict(cluster.runtime_env),
+    }
+    return {key: value for key, value in options.items() if value is not None and value != {}}
 
 
 def _run_tasks(request: LaunchRequest, cluster: Any, total: int, root: str) -> list[Outcome]:
@@ -272,32 +256,6 @@ def _print_outcome(outcome: Outcome, total: int) -> None:
         f"[node {s['node_ip']} {(s['node_id'] or '?')[:8]}, pid {s['pid']}, {s['elapsed_s']:.1f} s]",
         file=sys.stderr,
     )
-
-
-def _finish(outcomes: list[Outcome], total: int, root: str, merge: bool) -> int:
-    if merge:
-        merge_and_report(root)
-    else:
-        print(f"shardeval: not merged (merge: false); `shardeval merge {root}` merges the shards", file=sys.stderr)
-    failed = [o for o in outcomes if o.summary is None]
-    if not failed:
-        return 0
-    print(
-        f"shardeval: {len(failed)} of {total} shards failed ({', '.join(str(o.idx) for o in failed)}); "
-        "rerun the same command to resume them",
-        file=sys.stderr,
-    )
-    if all(o.usage_error for o in failed):
-        return UsageError.exit_code
-    return ShardError.exit_code
-
-
-def _set_aside(root: str, total: int) -> None:
-    """--fresh on the driver (shardeval.resume.set_aside_shards: leases first, then the move)."""
-    from shardeval.api import set_aside_shards
-
-    for i, where in set_aside_shards(root, total):
-        log.info("--fresh: earlier results of shard %d moved to %s", i, where)
 
 
 def _print_plan(request: LaunchRequest, cluster: Any, total: int, root: str) -> int:

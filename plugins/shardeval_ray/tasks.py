@@ -94,7 +94,7 @@ def evaluate_shard(
     started = time.time()
     before = _records_on_disk(out_dir, [b.name for b in cfg.benchmarks])
     fault = _Fault.from_env()
-    with _signals_preserved(), _registered(fault):  # ShardRun writes its own logs/shard.log
+    with _signals_preserved(), fault or contextlib.nullcontext():  # ShardRun writes its own logs/shard.log
         run = ShardRun(cfg, shard, out_dir, fresh=fresh)
         if fault is not None:
             fault.run = run
@@ -202,7 +202,8 @@ def _signals_preserved() -> Iterator[None]:
 
 
 class _Fault:
-    """The test-only fault of FAULT_ENV, registered as a `record_written` plugin for one attempt."""
+    """The test-only fault of FAULT_ENV, registered as a `record_written` plugin for one attempt
+    (while `with` it: the shard's run is made inside, so it sees the plugin)."""
 
     def __init__(self, mode: str, after: int) -> None:
         self.mode, self.after = mode, after
@@ -225,6 +226,16 @@ class _Fault:
         log.warning("%s: this attempt will %s after %s records (test fault)", FAULT_ENV, mode, after)
         return cls(mode, int(after))
 
+    def __enter__(self) -> _Fault:
+        from shardeval import plugins
+
+        self.manager = plugins.load().manager
+        self.manager.register(self, name=f"shardeval_ray_test_fault_{id(self)}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.manager.unregister(self)
+
     @hookimpl
     def record_written(self, record: Any, out_dir: str) -> None:
         self.count += 1
@@ -235,19 +246,3 @@ class _Fault:
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.run is not None:
             self.run.stopping = f"test fault after {self.count} records"
-
-
-@contextlib.contextmanager
-def _registered(fault: _Fault | None) -> Iterator[None]:
-    if fault is None:
-        yield
-        return
-    from shardeval import plugins
-
-    manager = plugins.load().manager
-    name = f"shardeval_ray_test_fault_{id(fault)}"
-    manager.register(fault, name=name)
-    try:
-        yield
-    finally:
-        manager.unregister(name=name)

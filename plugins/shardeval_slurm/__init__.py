@@ -1,11 +1,7 @@
-"""Built-in plugin: the `slurm` orchestrator (`cluster.type: slurm`).
-
-`shardeval run cfg.yaml` writes `<root>/eval.sbatch` (one array task per shard) and
-`<root>/merge.sbatch`, submits the array and a merge job that waits for it (`afterany`), and
-records both job ids in `<root>/slurm_job.json`; `--dry-run` writes and prints, submits nothing.
-Each array task runs `shardeval run … --shard i/N` (which starts the model service itself), so a
-task never re-submits the array. With `ray: true` it writes `ray.sbatch` instead: a Ray cluster
-over the allocation, every shard a Ray task (shardeval_slurm.ray_template).
+"""Built-in plugin: the `slurm` orchestrator (`cluster.type: slurm`): an array job, one task per
+shard, each running `shardeval run … --shard i/N` (so a task never re-submits the array), then a
+merge job; render.py writes the scripts, submit.py submits them and records the job ids that
+`shardeval status` reads. With `ray: true`, one Ray job over the allocation (ray_template.py).
 
 Registered through the `shardeval` entry-point group like any third-party plugin. Heavy imports
 (msgspec via the config Struct) happen inside the hooks, so loading plugins for `--help` stays cheap.
@@ -13,37 +9,21 @@ Registered through the `shardeval` entry-point group like any third-party plugin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from shardeval.api import hookimpl
-
-if TYPE_CHECKING:
-    from shardeval.api import LaunchRequest
 
 
 @hookimpl
 def register_orchestrators(register):
+    from shardeval.api import Lazy
     from shardeval_slurm.config import SlurmClusterConfig
 
-    register("slurm", submit, config=SlurmClusterConfig)
-
-
-def submit(request: LaunchRequest) -> int:
-    """Write eval.sbatch and merge.sbatch under the output root and submit them (see submit.py)."""
-    from shardeval_slurm.submit import submit as run
-
-    return run(request)
+    # writes eval.sbatch and merge.sbatch under the output root and submits them (see submit.py)
+    register("slurm", Lazy("shardeval_slurm.submit:submit"), config=SlurmClusterConfig)
 
 
 @hookimpl
 def run_status(run_dir: str) -> str | None:
     """Each task's SLURM state, when this plugin submitted the run (ROOT/slurm_job.json exists)."""
-    import os
-
-    from shardeval_slurm.render import JOB_FILE
-
-    if not os.path.exists(os.path.join(run_dir, JOB_FILE)):
-        return None
     from shardeval_slurm.jobs import render_jobs
     from shardeval_slurm.submit import read_record
 

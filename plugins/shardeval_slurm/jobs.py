@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w:/.\-]*)=")
@@ -29,10 +30,8 @@ class TaskState:
 def parse_fields(line: str) -> dict[str, str]:
     """`Key=value Key2=value with spaces ...` (one `scontrol -o` line) as a dict."""
     matches = list(_FIELD.finditer(line))
-    out = {}
-    for m, nxt in zip(matches, [*matches[1:], None]):
-        out[m.group(1)] = line[m.end() : nxt.start() if nxt else len(line)].strip()
-    return out
+    ends = [m.start() for m in matches[1:]] + [len(line)]
+    return {m.group(1): line[m.end() : end].strip() for m, end in zip(matches, ends)}
 
 
 def expand_tasks(spec: str) -> list[str]:
@@ -78,7 +77,7 @@ def job_tasks(job_id: str, timeout: float = 30.0) -> list[TaskState] | str:
         )
         for task in expand_tasks(spec) if spec else ["-"]:
             tasks.append(TaskState(task=task, **common))
-    tasks.sort(key=lambda t: (0, int(t.task)) if t.task.isdigit() else (1, 0))
+    tasks.sort(key=_by_index)
     return tasks
 
 
@@ -92,25 +91,23 @@ def render_jobs(record: dict) -> str:
         tasks = job_tasks(str(job))
         if isinstance(tasks, str):
             lines.append(f"slurm {label} {job}: {tasks}")
-            continue
-        counts: dict[str, int] = {}
-        for t in tasks:
-            counts[t.state] = counts.get(t.state, 0) + 1
-        summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-        if key == "array_job_id":
+        elif key != "array_job_id":
+            t = tasks[0] if tasks else None
+            detail = f" ({t.reason})" if t and t.reason else ""
+            lines.append(f"slurm {label} {job}: {t.state if t else ''}{detail}")
+        else:
             known = {t.task for t in tasks}
             for i in range(int(record.get("total_shards") or 0)):
                 if str(i) not in known:  # cancelled while pending: slurmctld keeps no record of it
                     tasks.append(TaskState(str(i), "UNKNOWN", "no record (cancelled before it started?)", "", "", ""))
-                    counts["UNKNOWN"] = counts.get("UNKNOWN", 0) + 1
-            tasks.sort(key=lambda t: (0, int(t.task)) if t.task.isdigit() else (1, 0))
-            summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+            tasks.sort(key=_by_index)
+            summary = ", ".join(f"{n} {state}" for state, n in sorted(Counter(t.state for t in tasks).items()))
             lines.append(f"slurm {label} {job}: {summary}")
             lines.append(f"  {'task':<6} {'state':<12} {'time':>10} {'restarts':>8}  {'node':<12} reason")
             for t in tasks:
                 lines.append(f"  {t.task:<6} {t.state:<12} {t.run_time:>10} {t.restarts:>8}  {t.nodes:<12} {t.reason}")
-        else:
-            t = tasks[0] if tasks else None
-            detail = f" ({t.reason})" if t and t.reason else ""
-            lines.append(f"slurm {label} {job}: {t.state if t else summary}{detail}")
     return "\n".join(lines)
+
+
+def _by_index(t: TaskState) -> tuple[int, int]:
+    return (0, int(t.task)) if t.task.isdigit() else (1, 0)

@@ -26,22 +26,8 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from shardeval_slurm.render import (
-    RAY_SCRIPT,
-    Pool,
-    Scripts,
-    _common_head,
-    _directive,
-    _environment,
-    _extra_flags,
-    _pool_directives,
-    _python_of,
-    comment,
-    sbatch_value,
-    service_launch_lines,
-    shell_line,
-    slurm_path,
-)
+from shardeval_slurm.render import (Pool, _common_head, _environment, _extra_flags, _pool_directives, comment,
+                                    sbatch_value, service_launch_lines, shell_line, slurm_path)
 
 if TYPE_CHECKING:
     from shardeval.api import LaunchRequest
@@ -64,28 +50,32 @@ def launcher_command(cluster: SlurmClusterConfig, command: list[str]) -> list[st
     """The Ray launcher: cluster.ray_launcher, else `<python> -m shardeval_ray`."""
     if cluster.ray_launcher:
         return list(cluster.ray_launcher)
-    return [_python_of(command) if cluster.command is not None else sys.executable, "-m", "shardeval_ray"]
+    if cluster.command is None:
+        return [sys.executable, "-m", "shardeval_ray"]
+    # the interpreter of a node command, else python3 on the node
+    python = command[0] if os.path.basename(command[0]).startswith("python") else "python3"
+    return [python, "-m", "shardeval_ray"]
 
 
-def launcher_args(request: LaunchRequest, total: int) -> list[str]:
+def launcher_args(request: LaunchRequest) -> list[str]:
     """What follows the launcher: the config, quick flags and overrides of `shardeval run`.
 
     `cluster.*` overrides stay behind: the launcher replaces the cluster section with its own
     (type ray), where SLURM's keys would be unknown.
     """
     kept = [o for o in request.overrides if not re.match(r"\s*cluster\s*(?:[.\[=]|$)", o)]
-    return [*replace(request, overrides=kept).run_args(), "--shards", str(total), "--output-dir", request.output_root]
+    args = replace(request, overrides=kept).run_args()
+    return [*args, "--shards", str(request.total), "--output-dir", request.output_root]
 
 
-def render_ray(
-    request: LaunchRequest, cluster: SlurmClusterConfig, pool: Pool, command: list[str], total: int, cwd: str
-) -> Scripts:
+def render_ray(request: LaunchRequest, pool: Pool, command: list[str], cwd: str) -> str:
     from shardeval import __version__
 
-    root = request.output_root
+    cluster: SlurmClusterConfig = request.config.cluster  # type: ignore[assignment]
+    root, total = request.output_root, request.total
     logs = os.path.join(slurm_path(root), "logs")
     ray = ray_command(cluster)
-    launcher = [*launcher_command(cluster, command), *launcher_args(request, total)]
+    launcher = [*launcher_command(cluster, command), *launcher_args(request)]
     source = request.config_path or "the command line (quick mode)"
     lines = [
         "#!/bin/bash",
@@ -93,8 +83,7 @@ def render_ray(
         f"# A Ray cluster over this job's nodes runs {total} shards as Ray tasks into {comment(root)}/shard_i,",
         "# then merges them. Submit: sbatch ray.sbatch",
         f"#SBATCH --job-name={sbatch_value(cluster.job_name + '-ray', 'cluster.job_name')}",
-        *_directive("time", cluster.walltime, "cluster.walltime"),
-        *_common_head(cluster, pool.partition, cwd),
+        *_common_head(cluster, "walltime", pool.partition, cwd),
         *_pool_directives(pool),
         f"#SBATCH --output={sbatch_value(os.path.join(logs, 'ray-%j.out'), 'the output directory')}",
         f"#SBATCH --error={sbatch_value(os.path.join(logs, 'ray-%j.err'), 'the output directory')}",
@@ -165,7 +154,4 @@ def render_ray(
         'exit "$status"',
         "",
     ]
-    return Scripts(root=root, total=total, files={RAY_SCRIPT: "\n".join(lines)})
-
-
-__all__ = ["render_ray", "ray_command", "launcher_command"]
+    return "\n".join(lines)

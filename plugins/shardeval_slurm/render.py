@@ -25,11 +25,11 @@ import math
 import os
 import re
 import shlex
-import sys
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from shardeval.api import UsageError
+from shardeval.orchestrator import ENV_NAME
 
 if TYPE_CHECKING:
     from shardeval.api import Config
@@ -44,26 +44,16 @@ SHARD_VAR = "NEL_SHARD_IDX"
 # Stands for the shard index while argv is built; becomes "${NEL_SHARD_IDX}" in the script.
 _INDEX = "\x00shard-index\x00"
 _PLAIN = re.compile(r"[\w@%+=:,./\-]+")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.I)
 
 
 @dataclass(frozen=True)
 class Pool:
-    """The node pool the array runs on, and which services put it there (for messages)."""
+    """The node pool the array runs on (`name` None: the cluster's own resources), for messages too."""
 
     name: str | None
     spec: NodePool
     partition: str | None
-
-
-@dataclass
-class Scripts:
-    """What `submit` writes under the output root."""
-
-    root: str
-    total: int
-    files: dict[str, str]  # file name under root -> text
 
 
 # --- quoting -----------------------------------------------------------------------------------
@@ -181,32 +171,33 @@ def _directive(flag: str, value: str | int | None, what: str) -> list[str]:
     return [f"#SBATCH --{flag}={sbatch_value(str(value), what)}"]
 
 
-def _common_head(cluster: SlurmClusterConfig, partition: str | None, cwd: str) -> list[str]:
-    lines = _directive("partition", partition, "cluster.partition")
-    lines += _directive("account", cluster.account, "cluster.account")
-    lines += _directive("qos", cluster.qos, "cluster.qos")
-    lines += _directive("chdir", cwd, "the working directory")
-    return lines
+def _directives(section: object, keys: list[str], at: str) -> list[str]:
+    """`#SBATCH --key=value` for each of `keys` that the config `section` (at `at`) sets."""
+    return [line for key in keys for line in _directive(key.replace("_", "-"), getattr(section, key), f"{at}.{key}")]
+
+
+def _common_head(cluster: SlurmClusterConfig, walltime: str, partition: str | None, cwd: str) -> list[str]:
+    """--time (from `walltime`, a key of cluster), then where and as whom every job of the run runs."""
+    lines = _directive("time", getattr(cluster, walltime), f"cluster.{walltime}")
+    lines += _directive("partition", partition, "cluster.partition")
+    lines += _directives(cluster, ["account", "qos"], "cluster")
+    return lines + _directive("chdir", cwd, "the working directory")
 
 
 _GRES_GPUS = re.compile(r"(?:^|,)gpu(?::[^:,]+)?:(\d+)(?:,|$)")
 
 
-def pool_gpus(spec: NodePool) -> int | None:
-    """GPUs one array task gets (per node × nodes), from `gpus_per_node` or a `gpu[:type]:N` gres;
-    None when the pool asks for none we can read."""
-    per_node = spec.gpus_per_node
-    if per_node is None and spec.gres:
-        found = _GRES_GPUS.search(spec.gres)
-        per_node = int(found.group(1)) if found else None
-    return per_node * spec.nodes if per_node is not None else None
-
-
 def check_gpus(config: Config, pool: Pool) -> int | None:
-    """The task's GPUs; refuse a pool with fewer than a service needs (each service says, gpus())."""
-    have = pool_gpus(pool.spec)
-    if have is None:
+    """GPUs one array task gets (per node × nodes), from `gpus_per_node` or a `gpu[:type]:N` gres
+    (None when the pool asks for none we can read); refuse a pool with fewer than a service needs
+    (each service says, gpus())."""
+    spec = pool.spec
+    per_node = spec.gpus_per_node
+    if per_node is None and spec.gres and (found := _GRES_GPUS.search(spec.gres)):
+        per_node = int(found.group(1))
+    if per_node is None:
         return None
+    have = per_node * spec.nodes
     for name, service in config.used_services().items():
         need = service.gpus()
         if need > have:
@@ -220,74 +211,59 @@ def check_gpus(config: Config, pool: Pool) -> int | None:
 
 def _pool_directives(pool: Pool, gpus: int | None = None) -> list[str]:
     spec, at = pool.spec, f"cluster.node_pools.{pool.name}" if pool.name else "cluster"
-    lines = _directive("nodes", spec.nodes, f"{at}.nodes")
-    lines += _directive("ntasks-per-node", spec.ntasks_per_node, f"{at}.ntasks_per_node")
-    lines += _directive("gres", spec.gres, f"{at}.gres")
-    lines += _directive("gpus-per-node", spec.gpus_per_node, f"{at}.gpus_per_node")
-    lines += _directive("cpus-per-task", spec.cpus_per_task, f"{at}.cpus_per_task")
-    lines += _directive("mem", spec.mem, f"{at}.mem")
+    keys = ["nodes", "ntasks_per_node", "gres", "gpus_per_node", "cpus_per_task", "mem"]
     if gpus:  # SLURM takes one of --cpus-per-task / --cpus-per-gpu, and one of --mem / --mem-per-gpu
-        if spec.cpus_per_task is None:
-            lines += _directive("cpus-per-gpu", spec.cpus_per_gpu, f"{at}.cpus_per_gpu")
-        if spec.mem is None:
-            lines += _directive("mem-per-gpu", spec.mem_per_gpu, f"{at}.mem_per_gpu")
-    lines += _directive("constraint", spec.constraint, f"{at}.constraint")
+        keys += ["cpus_per_gpu"] if spec.cpus_per_task is None else []
+        keys += ["mem_per_gpu"] if spec.mem is None else []
+    lines = _directives(spec, [*keys, "constraint"], at)
     if spec.exclusive:
         lines.append("#SBATCH --exclusive")
     return lines
 
 
 def _extra_flags(cluster: SlurmClusterConfig) -> list[str]:
-    lines = []
     for i, flag in enumerate(cluster.sbatch_extra_flags):
         if not flag.startswith("-") or "\n" in flag or "\r" in flag:
             raise UsageError(
                 f"cluster.sbatch_extra_flags[{i}]: {flag!r} is not one sbatch flag; write it as on the command line, "
                 "e.g. --mail-type=END"
             )
-        lines.append(f"#SBATCH {flag}")
-    return lines
+    return [f"#SBATCH {flag}" for flag in cluster.sbatch_extra_flags]
 
 
 def _environment(cluster: SlurmClusterConfig) -> list[str]:
     """`cluster.setup` lines verbatim, then `cluster.env` as exports (values quoted, names checked)."""
-    lines = []
-    if cluster.setup:
-        lines += ["# cluster.setup", *cluster.setup]
-    for key, value in cluster.env.items():
-        if not _ENV_NAME.fullmatch(key):
+    for key in cluster.env:
+        if not ENV_NAME.fullmatch(key):
             raise UsageError(f"cluster.env.{key}: not a shell variable name (letters, digits and _, not first a digit)")
-        lines.append(f"export {key}={shlex.quote(value)}")
-    return lines
+    setup = ["# cluster.setup", *cluster.setup] if cluster.setup else []
+    return setup + [f"export {key}={shlex.quote(value)}" for key, value in cluster.env.items()]
 
 
-def render(request: LaunchRequest, cwd: str | None = None) -> Scripts:
-    """eval.sbatch and merge.sbatch (or ray.sbatch with `ray: true`) for `request`, as text."""
+def render(request: LaunchRequest, cwd: str | None = None) -> dict[str, str]:
+    """{file name: text} to write under the output root: eval.sbatch and merge.sbatch, or
+    ray.sbatch with `ray: true`."""
     cluster: SlurmClusterConfig = request.config.cluster  # type: ignore[assignment]
     cwd = cwd or os.getcwd()
-    root = os.path.abspath(request.output_root)
     config_path = os.path.abspath(request.config_path) if request.config_path else None
-    request = replace(request, output_root=root, config_path=config_path, fresh=False)
+    request = replace(request, output_root=os.path.abspath(request.output_root), config_path=config_path, fresh=False)
     pool = choose_pool(request.config)
     command = node_command(cluster)
-    total = cluster.shards or 1
     if cluster.ray:
         from shardeval_slurm.ray_template import render_ray
 
-        return render_ray(request, cluster, pool, command, total, cwd)
-    scripts = Scripts(root=root, total=total, files={})
-    scripts.files[EVAL_SCRIPT] = render_array(request, cluster, pool, command, total, cwd)
+        return {RAY_SCRIPT: render_ray(request, pool, command, cwd)}
+    files = {EVAL_SCRIPT: render_array(request, pool, command, cwd)}
     if cluster.merge:
-        scripts.files[MERGE_SCRIPT] = render_merge(cluster, pool, command, root, cwd)
-    return scripts
+        files[MERGE_SCRIPT] = render_merge(cluster, pool, command, request.output_root, cwd)
+    return files
 
 
-def render_array(
-    request: LaunchRequest, cluster: SlurmClusterConfig, pool: Pool, command: list[str], total: int, cwd: str
-) -> str:
+def render_array(request: LaunchRequest, pool: Pool, command: list[str], cwd: str) -> str:
     from shardeval import __version__
 
-    root = request.output_root
+    cluster: SlurmClusterConfig = request.config.cluster  # type: ignore[assignment]
+    root, total = request.output_root, request.total
     logs = os.path.join(slurm_path(root), "shard_%a", "logs")
     array = f"0-{total - 1}" + (f"%{cluster.max_parallel}" if cluster.max_parallel else "")
     gpus = check_gpus(request.config, pool)
@@ -302,8 +278,7 @@ def render_array(
         "# Submit: sbatch eval.sbatch. Rerun some shards (they resume): sbatch --array=3,7 eval.sbatch",
         f"#SBATCH --job-name={sbatch_value(cluster.job_name, 'cluster.job_name')}",
         f"#SBATCH --array={array}",
-        *_directive("time", cluster.walltime, "cluster.walltime"),
-        *_common_head(cluster, pool.partition, cwd),
+        *_common_head(cluster, "walltime", pool.partition, cwd),
         *_pool_directives(pool, gpus),
         f"#SBATCH --output={sbatch_value(os.path.join(logs, 'slurm-%A_%a.out'), 'the output directory')}",
         f"#SBATCH --error={sbatch_value(os.path.join(logs, 'slurm-%A_%a.err'), 'the output directory')}",
@@ -415,8 +390,7 @@ def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], ro
         "# Submitted with --dependency=afterany:<array job id>; run it again any time (merge is idempotent):",
         "#   sbatch merge.sbatch   or   shardeval merge <root>",
         f"#SBATCH --job-name={sbatch_value(cluster.job_name + '-merge', 'cluster.job_name')}",
-        *_directive("time", cluster.merge_walltime, "cluster.merge_walltime"),
-        *_common_head(cluster, partition, cwd),
+        *_common_head(cluster, "merge_walltime", partition, cwd),
         "#SBATCH --nodes=1",
         "#SBATCH --ntasks=1",
         f"#SBATCH --output={sbatch_value(os.path.join(logs, 'merge-%j.out'), 'the output directory')}",
@@ -434,27 +408,17 @@ def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], ro
 # --- secrets -----------------------------------------------------------------------------------
 
 
-def secret_values(config: Config, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Values that must never reach a file: api_key_env targets and secret-looking variables."""
-    env = os.environ if env is None else env
+def check_no_secrets(files: dict[str, str], config: Config) -> None:
+    """Refuse to write a script that would contain a secret's value (named, never shown): the value
+    of an api_key_env target or of a secret-looking variable."""
     names = {s.api_key_env for s in config.services.values() if s.api_key_env}
-    names |= {k for k in env if _SECRET_NAME.search(k)}
-    return {name: env[name] for name in sorted(names) if len(env.get(name, "")) >= 6}
-
-
-def check_no_secrets(scripts: Scripts, config: Config, env: Mapping[str, str] | None = None) -> None:
-    """Refuse to write a script that would contain a secret's value (named, never shown)."""
-    for name, value in secret_values(config, env).items():
-        for file, text in scripts.files.items():
-            if value in text:
+    names |= {k for k in os.environ if _SECRET_NAME.search(k)}
+    for name in sorted(names):
+        value = os.environ.get(name, "")
+        for file, text in files.items():
+            if len(value) >= 6 and value in text:
                 raise UsageError(
                     f"refusing to write {file}: it would contain the value of ${name}, and generated scripts never hold "
                     "secrets; keep it in the submitting environment (sbatch passes it on) and refer to it by name "
                     "(api_key_env, or ${" + name + "} in the config file, which expands on the node)"
                 )
-
-
-def _python_of(command: list[str]) -> str:
-    """The interpreter of a node command (for `python -m …` helpers), else python3 on the node."""
-    first = os.path.basename(command[0]) if command else ""
-    return command[0] if first.startswith("python") else ("python3" if command else sys.executable)

@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING
 
 from shardeval.api import UsageError, atomic_write
-from shardeval_slurm.render import EVAL_SCRIPT, JOB_FILE, MERGE_SCRIPT, RAY_SCRIPT, Scripts, check_no_secrets, render
+from shardeval_slurm.render import EVAL_SCRIPT, JOB_FILE, MERGE_SCRIPT, RAY_SCRIPT, check_no_secrets, render
 
 if TYPE_CHECKING:
     from shardeval.api import LaunchRequest
@@ -38,40 +38,47 @@ SBATCH_TIMEOUT_S = 120.0
 
 
 def submit(request: LaunchRequest) -> int:
-    scripts = render(request)
-    check_no_secrets(scripts, request.config)
-    root = scripts.root
+    from shardeval.api import check_submission, config_hash, set_aside_shards
+
+    files = render(request)
+    check_no_secrets(files, request.config)
+    root, total = os.path.abspath(request.output_root), request.total
     if not request.dry_run:
         _refuse_if_still_queued(root)  # before --fresh moves anything: a live task would write into superseded/
     if not request.fresh:
-        _refuse_another_run(root, request, scripts.total)
+        # A changed config (say `-O benchmarks.0.repeats=3` on a finished run) is refused here, in one
+        # line, not by every task after queueing while the dependent merge reports the old run. A dry
+        # run only warns: it submits nothing.
+        try:
+            check_submission(root, config_hash(request.config), total)
+        except UsageError as exc:
+            if not request.dry_run:
+                raise
+            log.warning("%s", exc)
     elif not request.dry_run:
-        _set_aside_earlier_results(root, scripts.total)
+        set_aside_shards(root, total)  # leases first, then the move
     else:
         log.info("--fresh: earlier results are set aside when the run is submitted; a dry run moves nothing")
-    _make_dirs(root, scripts.total, ray=RAY_SCRIPT in scripts.files)
-    paths = {}
-    for name, text in scripts.files.items():
-        path = os.path.join(root, name)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(path, 0o755)
-        paths[name] = path
+    os.makedirs(os.path.join(root, "logs"), exist_ok=True)
+    if RAY_SCRIPT not in files:
+        for i in range(total):
+            os.makedirs(os.path.join(root, f"shard_{i}", "logs"), exist_ok=True)
+    paths = request.write(root, files, mode=0o755)
     if request.dry_run:
-        return _print_dry_run(scripts, paths)
+        return _print_dry_run(files, paths)
     if shutil.which("sbatch") is None:
         raise UsageError(
             f"sbatch not found on PATH: run this on a SLURM login node, or pass --dry-run to only write the scripts "
             f"(written: {', '.join(paths.values())})"
         )
-    record: dict[str, object] = {"submitted_at": time.time(), "total_shards": scripts.total, "root": root}
+    record: dict[str, object] = {"submitted_at": time.time(), "total_shards": total, "root": root}
     if RAY_SCRIPT in paths:
         record["ray_job_id"] = _sbatch(paths[RAY_SCRIPT])
-        log.info("submitted Ray job %s (%s): %d shards as Ray tasks, merged in the job", record["ray_job_id"], paths[RAY_SCRIPT], scripts.total)
+        log.info("submitted Ray job %s (%s): %d shards as Ray tasks, merged in the job", record["ray_job_id"], paths[RAY_SCRIPT], total)
     else:
         array_id = _sbatch(paths[EVAL_SCRIPT])
         record["array_job_id"] = array_id
-        log.info("submitted array job %s (%s): %d tasks, shard_<i> under %s", array_id, paths[EVAL_SCRIPT], scripts.total, root)
+        log.info("submitted array job %s (%s): %d tasks, shard_<i> under %s", array_id, paths[EVAL_SCRIPT], total, root)
         if MERGE_SCRIPT in paths:
             record["merge_job_id"] = _sbatch(paths[MERGE_SCRIPT], f"--dependency=afterany:{array_id}")
             log.info("submitted merge job %s (%s), after the array ends", record["merge_job_id"], paths[MERGE_SCRIPT])
@@ -80,41 +87,11 @@ def submit(request: LaunchRequest) -> int:
     return 0
 
 
-def _refuse_another_run(root: str, request: LaunchRequest, total: int) -> None:
-    """A changed config (say `-O benchmarks.0.repeats=3` on a finished run) is refused here, in one
-    line, not by every task after queueing while the dependent merge reports the old run. A dry
-    run only warns: it submits nothing."""
-    from shardeval.api import config_hash
-    from shardeval.api import check_submission
-
-    try:
-        check_submission(root, config_hash(request.config), total)
-    except UsageError as exc:
-        if not request.dry_run:
-            raise
-        log.warning("%s", exc)
-
-
-def _make_dirs(root: str, total: int, ray: bool) -> None:
-    os.makedirs(os.path.join(root, "logs"), exist_ok=True)
-    if not ray:
-        for i in range(total):
-            os.makedirs(os.path.join(root, f"shard_{i}", "logs"), exist_ok=True)
-
-
-def _set_aside_earlier_results(root: str, total: int) -> None:
-    """--fresh at submission (shardeval.resume.set_aside_shards: leases first, then the move)."""
-    from shardeval.api import set_aside_shards
-
-    for i, where in set_aside_shards(root, total):
-        log.info("--fresh: earlier results of shard_%d moved to %s", i, where)
-
-
-def _print_dry_run(scripts: Scripts, paths: dict[str, str]) -> int:
+def _print_dry_run(files: dict[str, str], paths: dict[str, str]) -> int:
     for name, path in paths.items():
         if len(paths) > 1:
             print(f"# ===== {path} =====")
-        print(scripts.files[name], end="")
+        print(files[name], end="")
     if EVAL_SCRIPT in paths:
         merge = shlex.quote(paths[MERGE_SCRIPT]) if MERGE_SCRIPT in paths else ""
         follow = f", then sbatch --dependency=afterany:<array job id> {merge}" if merge else ""
