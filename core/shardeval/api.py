@@ -26,7 +26,7 @@ if TYPE_CHECKING:
                                     open_from_params, open_rows, package_data)
     from shardeval.errors import ShardError, UsageError
     from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
-    from shardeval.orchestrator import LaunchRequest, Orchestrator, merge_and_report
+    from shardeval.orchestrator import dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, Orchestrator, merge_and_report
     from shardeval.params import DataParams, ParamsStruct, decode_params
     from shardeval.process import (die_with_parent, node_command, redact, resolve_port, self_command,
                                    ServerProcess)
@@ -51,7 +51,7 @@ _LAZY = {
     "open_from_params open_rows package_data",
     "shardeval.errors": "ShardError UsageError",
     "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
-    "shardeval.orchestrator": "LaunchRequest Orchestrator merge_and_report",
+    "shardeval.orchestrator": "dump_yaml ENV_NAME escape_dollars LaunchRequest Orchestrator merge_and_report",
     "shardeval.params": "DataParams ParamsStruct decode_params",
     "shardeval.process": "die_with_parent node_command redact resolve_port self_command ServerProcess",
     "shardeval.records": "BenchmarkManifest Manifest Message read_manifest ResultRecord RESULTS_FILE "

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from shardeval.api import UsageError
-from shardeval.orchestrator import ENV_NAME
+from shardeval.api import ENV_NAME
 
 if TYPE_CHECKING:
     from shardeval.api import Config
