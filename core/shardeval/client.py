@@ -194,10 +194,7 @@ def _decode(decode: Any, data: bytes, what: str) -> Any:
     try:
         return decode(data)
     except UnicodeDecodeError:
-        try:
-            msg = decode(data.decode("utf-8", "replace").encode())
-        except _UNDECODABLE:
-            msg = None
+        msg = _decode_replacing(decode, data)
         if msg is not None and (msg.error is not None or msg.object == "error"):
             return msg
         raise _Failure("protocol", f"invalid UTF-8 in the {what}: {_snippet(data)}") from None
@@ -205,6 +202,14 @@ def _decode(decode: Any, data: bytes, what: str) -> Any:
         detail = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
         label = "undecodable stream chunk" if what == "stream chunk" else "response body is not a completion"
         raise _Failure("protocol", f"{label} ({detail}): {_snippet(data)}") from None
+
+
+def _decode_replacing(decode: Any, data: bytes) -> Any:
+    """`data` decoded with invalid UTF-8 as replacement characters (for text that is only shown), or None."""
+    try:
+        return decode(data.decode("utf-8", "replace").encode())
+    except _UNDECODABLE:
+        return None
 
 
 class _Failure(Exception):
@@ -225,32 +230,28 @@ class _Failure(Exception):
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP-date; else None."""
-    get = headers.get
-    ms = get("retry-after-ms")
-    if ms:
-        try:
-            value = float(ms) / 1000.0
-        except ValueError:
-            value = math.nan
-        if math.isfinite(value):
-            return max(0.0, value)
-    raw = get("Retry-After")
-    if not raw:
+    ms = _finite(headers.get("retry-after-ms"))
+    if ms is not None:
+        return max(0.0, ms / 1000.0)
+    raw = (headers.get("Retry-After") or "").strip()
+    seconds = _finite(raw)
+    if seconds is not None:
+        return max(0.0, seconds)
+    try:  # an HTTP-date (GMT when it names no zone); "nan", "soon" and the like raise here
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
         return None
-    raw = raw.strip()
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _finite(text: str | None) -> float | None:
     try:
-        value = float(raw)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(raw)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when is None:
-            return None
-        if when.tzinfo is None:  # HTTP-dates are GMT
-            when = when.replace(tzinfo=datetime.timezone.utc)
-        return max(0.0, when.timestamp() - (time.time() if now is None else now))
-    return max(0.0, value) if math.isfinite(value) else None
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
 
 
 def backoff_delay(retry: int, base: float, maximum: float, retry_after: float | None = None, rng: random.Random | None = None) -> float:
@@ -262,25 +263,16 @@ def backoff_delay(retry: int, base: float, maximum: float, retry_after: float | 
     return delay
 
 
-def _status_failure(status: int, reason: str | None, detail: str, retry_after: float | None) -> _Failure:
-    text = f"HTTP {status}" + (f" {reason}" if reason else "") + (f": {detail}" if detail else "")
+def _status_failure(status: int | None, text: str, retry_after: float | None = None, other: ErrorKind = "server_error") -> _Failure:
+    """408 and 429 are retried as `timeout` and `rate_limited`; another 4xx is `client`, not
+    retried; anything else is retried as `other`."""
     if status == 429:
         return _Failure("rate_limited", text, retry_after=retry_after)
     if status == 408:
         return _Failure("timeout", text, retry_after=retry_after)
-    if status >= 500:
-        return _Failure("server_error", text, retry_after=retry_after)
-    if 400 <= status < 500:
+    if status is not None and 400 <= status < 500:
         return _Failure("client", text, retryable=False)
-    return _Failure("protocol", text, retry_after=retry_after)
-
-
-def _code_status(code: int | str | None) -> int | None:
-    if isinstance(code, int):
-        return code if 100 <= code < 600 else None
-    if isinstance(code, str) and code.isdigit() and len(code) == 3:
-        return int(code)
-    return None
+    return _Failure(other, text, retry_after=retry_after)
 
 
 def _error_event(msg: _Chunk) -> _Failure:
@@ -292,15 +284,11 @@ def _error_event(msg: _Chunk) -> _Failure:
         message, code = err.message or err.type or "error", err.code
     else:
         message, code = msg.message or "error", msg.code
-    status = _code_status(code)
-    text = "error event in response" + (f" (code {code})" if code is not None else "") + f": {message}"
-    if status == 429:
-        return _Failure("rate_limited", text)
-    if status == 408:
-        return _Failure("timeout", text)
-    if status is not None and 400 <= status < 500:
-        return _Failure("client", text, retryable=False)
-    return _Failure("server_error", text)
+    if isinstance(code, str) and code.isdigit() and len(code) == 3:
+        status: int | None = int(code)
+    else:
+        status = code if isinstance(code, int) and 100 <= code < 600 else None
+    return _status_failure(status, "error event in response" + (f" (code {code})" if code is not None else "") + f": {message}")
 
 
 def _detail(body: bytes) -> str:
@@ -308,11 +296,8 @@ def _detail(body: bytes) -> str:
     text = ""
     try:
         obj = msgspec.json.decode(body)
-    except _UNDECODABLE:
-        try:  # only shown: invalid UTF-8 becomes replacement characters, the message stays
-            obj = msgspec.json.decode(body.decode("utf-8", "replace").encode())
-        except _UNDECODABLE:
-            obj = None
+    except _UNDECODABLE:  # only shown: invalid UTF-8 becomes replacement characters, the message stays
+        obj = _decode_replacing(msgspec.json.decode, body)
     if isinstance(obj, dict):
         err = obj.get("error")
         if isinstance(err, dict):
@@ -703,7 +688,8 @@ class Client:
             async with self._session.post(url, data=payload) as resp:
                 if not 200 <= resp.status < 300:
                     detail = await self._error_detail(resp, watchdog)
-                    raise _status_failure(resp.status, resp.reason, detail, parse_retry_after(resp.headers))
+                    text = f"HTTP {resp.status}" + (f" {resp.reason}" if resp.reason else "") + (f": {detail}" if detail else "")
+                    raise _status_failure(resp.status, text, parse_retry_after(resp.headers), "server_error" if resp.status >= 500 else "protocol")
                 ctype = resp.content_type
                 if ctype == "text/event-stream" or (streamed and ctype != "application/json"):
                     await self._read_stream(resp, watchdog, reading, ctype)
