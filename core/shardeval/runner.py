@@ -388,8 +388,7 @@ class ShardRun:
         status = f"{code} ({describe_exit(code)})" if code < 0 else str(code)
         self.service_failure = f"{process.name} exited with status {status}: {last}"
         log.error("%s; stopping the shard (see %s)", self.service_failure, process.log_path)
-        for task in list(self._inflight):
-            task.cancel()
+        self._cancel_inflight()
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -419,8 +418,7 @@ class ShardRun:
         Second signal: cancel what is in flight now."""
         if self.stopping:
             log.warning("second %s: cancelling requests in flight now", sig.name)
-            for task in list(self._inflight):
-                task.cancel()
+            self._cancel_inflight()
             return
         self.stopping = sig.name
         timeout = self.config.output.drain_timeout_s
@@ -520,16 +518,12 @@ class ShardRun:
                     return  # the disk already refused a record: this answer is asked again on rerun
                 try:
                     append_line(results, line)
+                    tally.add(record)  # on disk: counted even if its trajectory cannot be written
+                    if traj_line is not None:
+                        append_line(trajectories, traj_line)
                 except OSError as exc:
                     self._on_write_error(exc, bench_dir)
                     return
-                tally.add(record)  # on disk: counted even if its trajectory cannot be written
-                if traj_line is not None:
-                    try:
-                        append_line(trajectories, traj_line)
-                    except OSError as exc:
-                        self._on_write_error(exc, bench_dir)
-                        return
                 progress.advance(record.status == "ok")
                 unreachable = reach.observe(record.status, record.error_kind, record.error)
                 if unreachable:
@@ -571,10 +565,7 @@ class ShardRun:
             return
         self.service_failure = reason
         log.debug("%s", reason)  # the CLI prints it once, as the shard's error line
-        current = asyncio.current_task()
-        for task in list(self._inflight):
-            if task is not current:
-                task.cancel()
+        self._cancel_inflight()
 
     def _on_write_error(self, exc: OSError, where: str) -> None:
         """A record could not be written (a full disk, a quota, a lost mount): stop the shard.
@@ -592,6 +583,10 @@ class ShardRun:
             + "; the records already written are intact; free space and rerun the shard to resume"
         )
         log.debug("%s", self.write_failure)  # the CLI prints it once, as the shard's error line
+        self._cancel_inflight()
+
+    def _cancel_inflight(self) -> None:
+        """Cancel the requests in flight (unrecorded: a rerun asks them again), but not the caller's own."""
         current = asyncio.current_task()
         for task in list(self._inflight):
             if task is not current:
@@ -746,29 +741,8 @@ def internal_record(
     """The record of a pair whose handling raised: an error of kind `internal` with the exception
     (type and message, key scrubbed), never scored; what the request got, if it got that far."""
     c = getattr(attempt, "completion", None)
-    c = c if isinstance(c, Completion) else None
-    return ResultRecord(
-        benchmark=plan.name,
-        problem_idx=problem.idx,
-        problem_id=problem.id,
-        repeat=repeat,
-        seed=seed,
-        status="error",
-        error_kind="internal",
-        error=message,
-        attempts=c.attempts if c is not None else 0,
-        response=c.text if c is not None else "",
-        reference=problem.reference,
-        finish_reason=c.finish_reason if c is not None else None,
-        prompt_tokens=c.prompt_tokens if c is not None else None,
-        completion_tokens=c.completion_tokens if c is not None else None,
-        ttft_s=c.ttft_s if c is not None else None,
-        latency_s=c.latency_s if c is not None else None,
-        started_at=c.started_at if c is not None else time.time(),
-        shard=shard,
-        cluster=problem.cluster,
-        run=plan.run,
-    )
+    c = c if isinstance(c, Completion) else Completion(status="error", started_at=time.time())
+    return make_record(plan, problem, repeat, seed, msgspec.structs.replace(c, status="error", error_kind="internal", error=message), shard)
 
 
 def missing_pairs(plans: list[BenchmarkPlan], tallies: list[Tally]) -> str | None:
