@@ -289,6 +289,13 @@ class LoglikelihoodSolver:
             return _failed(c, str(exc)), None
         return c, logprobs
 
+    async def _score_all(self, prompts: list[tuple[str, int]], allow_empty: bool = False) -> tuple[list[Any], list[list[float]], int | None]:
+        """Score every (prompt, start) at once: their completions, their spans' logprobs, and which
+        failed first (None: none did)."""
+        results = await asyncio.gather(*(self._score(prompt, start, allow_empty) for prompt, start in prompts))
+        parts = [c for c, _ in results]
+        return parts, [lps or [] for _, lps in results], next((i for i, c in enumerate(parts) if c.status != "ok"), None)
+
     async def _multiple_choice(self, problem: Problem) -> Attempt:
         md = problem.metadata
         choices = [str(c) for c in md["choices"]]
@@ -297,15 +304,13 @@ class LoglikelihoodSolver:
             raise ValueError(f"problem {problem.id}: {len(choices)} choices, {len(labels)} labels; give one label per choice")
         context = "\n\n".join(m["content"] for m in conversation(self.config, problem))
         pairs = [split_trailing_space(context, choice) for choice in choices]
-        results = await asyncio.gather(*(self._score(ctx + cont, len(ctx)) for ctx, cont in pairs))
-        parts = [c for c, _ in results]
-        failed = next((i for i, (c, _) in enumerate(results) if c.status != "ok"), None)
+        parts, spans, failed = await self._score_all([(ctx + cont, len(ctx)) for ctx, cont in pairs])
         request = self.params(self.max_tokens)
         messages = [{"role": "user", "content": context}]
         if failed is not None:
             completion = _combine(parts, "", failure=(f"choice {labels[failed]}", parts[failed]))
             return Attempt(completion=completion, messages=messages, request=request)
-        sums = [math.fsum(lps or ()) for _, lps in results]
+        sums = [math.fsum(lps) for lps in spans]
         norms = [total / len(choice) if choice else total for total, choice in zip(sums, choices)]
         best = max(range(len(sums)), key=lambda i: (sums[i], -i))
         best_norm = max(range(len(norms)), key=lambda i: (norms[i], -i))
@@ -315,8 +320,8 @@ class LoglikelihoodSolver:
         request["loglikelihood"] = {
             "context_chars": len(pairs[0][0]),
             "choices": [
-                {"label": label, "continuation": choice, "logprob": total, "tokens": len(lps or ()), "logprob_per_char": norm}
-                for label, choice, total, norm, (_, lps) in zip(labels, choices, sums, norms, results)
+                {"label": label, "continuation": choice, "logprob": total, "tokens": len(lps), "logprob_per_char": norm}
+                for label, choice, total, norm, lps in zip(labels, choices, sums, norms, spans)
             ],
             "chosen": labels[best],
             "chosen_norm": labels[best_norm],
@@ -339,25 +344,21 @@ class LoglikelihoodSolver:
             scores = {"nll": 0.0, "tokens": 0.0}
             return Attempt(completion=empty, messages=turns, request=self.params(self.max_tokens), scores=scores)
         windows = rolling_windows(text, max_chars, context_chars)
-        prompts = []
-        for cs, s, e in windows:
-            ctx, cont = split_trailing_space((prefix if cs == 0 else "") + text[cs:s], text[s:e])
-            prompts.append((ctx + cont, len(ctx)))
-        results = await asyncio.gather(*(self._score(prompt, start, allow_empty=True) for prompt, start in prompts))
-        parts = [c for c, _ in results]
+        pairs = [split_trailing_space((prefix if cs == 0 else "") + text[cs:s], text[s:e]) for cs, s, e in windows]
+        prompts = [(ctx + cont, len(ctx)) for ctx, cont in pairs]
+        parts, spans, failed = await self._score_all(prompts, allow_empty=True)
         request = self.params(self.max_tokens)
         messages = [dict(m) for m in turns]
-        failed = next((i for i, (c, _) in enumerate(results) if c.status != "ok"), None)
         if failed is not None:
             where = f"window {failed + 1} of {len(windows)}" if len(windows) > 1 else "the text"
             return Attempt(completion=_combine(parts, "", failure=(where, parts[failed])), messages=messages, request=request)
-        logprobs = [lp for _, lps in results for lp in lps or ()]
+        logprobs = [lp for lps in spans for lp in lps]
         nll = -math.fsum(logprobs)
         n = len(logprobs)
         reply = repr(nll / n) if n else ""
         request["windows"] = [
-            {"context_start": cs, "start": s, "end": e, "tokens": len(lps or ()), "logprob": math.fsum(lps or ())}
-            for (cs, s, e), (_, lps) in zip(windows, results)
+            {"context_start": cs, "start": s, "end": e, "tokens": len(lps), "logprob": math.fsum(lps)}
+            for (cs, s, e), lps in zip(windows, spans)
         ]
         scores = {"nll": nll, "tokens": float(n)}
         return Attempt(
