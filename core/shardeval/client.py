@@ -186,22 +186,25 @@ _decode_body = msgspec.json.Decoder(_Body).decode
 
 
 def _decode(decode: Any, data: bytes, what: str) -> Any:
-    """Decode a chunk or a body with `decode`, or raise a `protocol` _Failure saying why not.
+    """Decode a chunk or a body with `decode`; raise the _Failure of an error object, or a
+    `protocol` one saying why it does not decode.
 
     Invalid UTF-8 spoils an answer, but not an error object: its text is only shown, so it is
-    decoded again with replacement characters and returned when it is one (its kind then stands).
+    decoded again with replacement characters, and when it is one its kind stands.
     """
     try:
-        return decode(data)
+        msg = decode(data)
     except UnicodeDecodeError:
         msg = _decode_replacing(decode, data)
-        if msg is not None and (msg.error is not None or msg.object == "error"):
-            return msg
-        raise _Failure("protocol", f"invalid UTF-8 in the {what}: {_snippet(data)}") from None
+        if msg is None or (msg.error is None and msg.object != "error"):
+            raise _Failure("protocol", f"invalid UTF-8 in the {what}: {_snippet(data)}") from None
     except _UNDECODABLE as exc:
         detail = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
         label = "undecodable stream chunk" if what == "stream chunk" else "response body is not a completion"
         raise _Failure("protocol", f"{label} ({detail}): {_snippet(data)}") from None
+    if msg.error is not None or msg.object == "error":
+        raise _error_event(msg)
+    return msg
 
 
 def _decode_replacing(decode: Any, data: bytes) -> Any:
@@ -438,8 +441,6 @@ class _Reading:
             self.progress += 1
             return
         msg = _decode(_decode_chunk, data, "stream chunk")
-        if msg.error is not None or msg.object == "error":
-            raise _error_event(msg)
         choices = msg.choices
         if choices:
             self.choices += 1
@@ -462,8 +463,6 @@ class _Reading:
     def body(self, data: bytes, now: float) -> None:
         """Apply a whole (non-streamed) JSON response body."""
         msg = _decode(_decode_body, data, "response body")
-        if msg.error is not None or msg.object == "error":
-            raise _error_event(msg)
         if not msg.choices:
             raise _Failure("protocol", f"response has no choices: {_snippet(data)}")
         self.choices += 1

@@ -261,21 +261,14 @@ class ShardRun:
                     tally = await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm))
                     tallies.append(tally)
                     bm.n_ok, bm.n_error = tally.counts()
-                if self.service_failure:
-                    raise ShardError(self.service_failure)
-                if self.write_failure:
-                    raise ShardError(self.write_failure)
-                unanswered = None if self.stopping else missing_pairs(plans, tallies)
-                if unanswered:
-                    raise ShardError(unanswered)
-        except ShardError as exc:
-            manifest.state, manifest.reason = "failed", str(exc)
-            raise
-        except OSError as exc:  # the machine, not the user: an infrastructure failure (exit 1)
-            manifest.state, manifest.reason = "failed", f"{type(exc).__name__}: {exc}"
-            raise ShardError(manifest.reason) from None
+                failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, tallies))
+                if failure:
+                    raise ShardError(failure)
         except BaseException as exc:
-            manifest.state, manifest.reason = "failed", f"{type(exc).__name__}: {exc}"
+            manifest.state = "failed"
+            manifest.reason = str(exc) if isinstance(exc, ShardError) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, OSError):  # the machine, not the user: an infrastructure failure (exit 1)
+                raise ShardError(manifest.reason) from None
             raise
         else:
             manifest.state = "interrupted" if self.stopping else "complete"
@@ -433,14 +426,13 @@ class ShardRun:
         """drain_timeout_s after the stop signal: cancel what is still in flight, unrecorded (a
         rerun asks it again)."""
         self._drain_timer = None
-        pending = [task for task in self._inflight if not task.done()]
+        pending = sum(not task.done() for task in self._inflight)
         if pending:
             log.warning(
                 "%d request(s) still unfinished %g s after %s: cancelled; a rerun will ask them again",
-                len(pending), self.config.output.drain_timeout_s, signame,
+                pending, self.config.output.drain_timeout_s, signame,
             )
-        for task in pending:
-            task.cancel()
+        self._cancel_inflight()
 
     # -- one benchmark ---------------------------------------------------------------------------
 
@@ -748,18 +740,13 @@ def internal_record(
 def missing_pairs(plans: list[BenchmarkPlan], tallies: list[Tally]) -> str | None:
     """Why a shard that ran to its end is not complete: pairs with no record at all (a request task
     that ended without writing one). None when every pair of every benchmark run has a record."""
-    total = missing = 0
-    parts = []
-    for plan, tally in zip(plans, tallies):
-        n_ok, n_err = tally.counts()
-        expected = len(plan.indices) * plan.config.repeats
-        total += expected
-        if expected - n_ok - n_err:
-            missing += expected - n_ok - n_err
-            parts.append(f"{plan.name} {expected - n_ok - n_err}")
+    expected = {plan.name: len(plan.indices) * plan.config.repeats for plan, _ in zip(plans, tallies)}
+    gaps = {plan.name: expected[plan.name] - sum(tally.counts()) for plan, tally in zip(plans, tallies)}
+    missing = sum(gaps.values())
     if not missing:
         return None
-    return (f"{missing} of {total} pair(s) have no record after the run ({', '.join(parts)}): their request tasks ended "
+    parts = ", ".join(f"{name} {gap}" for name, gap in gaps.items() if gap)
+    return (f"{missing} of {sum(expected.values())} pair(s) have no record after the run ({parts}): their request tasks ended "
             "without writing one; rerun the shard to ask them")
 
 
