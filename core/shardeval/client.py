@@ -577,9 +577,7 @@ class Client:
 
     def scrub(self, text: str) -> str:
         """Trim a message to one short line and make sure the API key can never be part of it."""
-        text = " ".join(text.split())
-        if self._secret:
-            text = text.replace(self._secret, "***")
+        text = self._hide(" ".join(text.split())) or ""
         return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
     def _hide(self, text: str | None) -> str | None:
@@ -654,26 +652,18 @@ class Client:
             feedback = getattr(slots, "feedback", None)  # adaptive concurrency (shardeval.adaptive)
             if feedback is not None:
                 feedback(attempt_start, isinstance(outcome, _Failure) and outcome.kind == "rate_limited")
-            if isinstance(outcome, Completion):
-                outcome.started_at = started_at
-                outcome.attempts = attempt
-                outcome.queued_s = queued
-                return self._hide_in_answer(outcome) if self._secret else outcome
-            message = self.scrub(outcome.message)
-            if not outcome.retryable or attempt >= attempts:
-                return Completion(
-                    status="error",
-                    error_kind=outcome.kind,
-                    error=message,
-                    ttft_s=outcome.ttft_s,
-                    latency_s=outcome.latency_s,
-                    started_at=started_at,
-                    attempts=attempt,
-                    queued_s=queued,
-                )
-            delay = backoff_delay(attempt - 1, retries.backoff_base, retries.backoff_max, outcome.retry_after)
-            log.debug("attempt %d/%d failed (%s: %s); retrying in %.2f s", attempt, attempts, outcome.kind, message, delay)
-            await asyncio.sleep(delay)
+            if isinstance(outcome, _Failure):
+                message = self.scrub(outcome.message)
+                if outcome.retryable and attempt < attempts:
+                    delay = backoff_delay(attempt - 1, retries.backoff_base, retries.backoff_max, outcome.retry_after)
+                    log.debug("attempt %d/%d failed (%s: %s); retrying in %.2f s", attempt, attempts, outcome.kind, message, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                outcome = Completion(status="error", error_kind=outcome.kind, error=message, ttft_s=outcome.ttft_s, latency_s=outcome.latency_s)
+            elif self._secret:
+                self._hide_in_answer(outcome)
+            outcome.started_at, outcome.attempts, outcome.queued_s = started_at, attempt, queued
+            return outcome
 
     async def _attempt(self, payload: bytes, loop: asyncio.AbstractEventLoop, url: str, streamed: bool) -> Completion | _Failure:
         """One HTTP exchange under the watchdog. Returns the answer or the reason there is none."""

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
+import msgspec
+
 from shardeval.benchmark import Problem
 from shardeval.config import Generation, SolverConfig
 from shardeval.service import Endpoint
@@ -53,13 +55,8 @@ SolverFactory = Callable[[SolverConfig, ServiceHandle], Solver]
 
 def generation_params(gen: Generation) -> dict[str, Any]:
     """The request fields a Generation section sets (unset ones are left to the server)."""
-    params: dict[str, Any] = {}
-    for key in ("temperature", "top_p", "top_k", "max_tokens", "stop"):
-        value = getattr(gen, key)
-        if value is not None:
-            params[key] = value
-    params.update(gen.extra)
-    return params
+    params = {key: getattr(gen, key) for key in ("temperature", "top_p", "top_k", "max_tokens", "stop")}
+    return {**{k: v for k, v in params.items() if v is not None}, **gen.extra}
 
 
 def conversation(config: SolverConfig, problem: Problem) -> list[dict[str, str]]:
@@ -368,8 +365,6 @@ class LoglikelihoodSolver:
 
 def _failed(c: Any, message: str) -> Any:
     """The completion `c` turned into a `protocol` error (the server answered, but not usably)."""
-    import msgspec
-
     return msgspec.structs.replace(c, status="error", error_kind="protocol", error=message)
 
 
