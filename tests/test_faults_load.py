@@ -24,7 +24,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import running_sim, shardeval_cmd
+from conftest import api_eval_config, running_sim, shardeval_cmd
 
 N, REPEATS, CONCURRENCY, ATTEMPTS = 200, 2, 256, 6
 WALL_FACTOR, WALL_SLACK_S = 4.0, 30.0
@@ -32,31 +32,15 @@ SIM = ("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "5", "--itl-ms", "1
 SAME = ("response", "extracted", "score", "reference", "seed", "finish_reason", "completion_tokens")
 
 
-def write_config(tmp: Path, url: str, *, n: int = N, attempts: int = ATTEMPTS, stream: bool = True, extra_service: str = "",
+def write_config(tmp: Path, url: str, *, n: int = N, attempts: int = ATTEMPTS, stream: bool = True, service: dict | None = None,
                  concurrency: int = CONCURRENCY, backoff_base: float = 0.05, backoff_max: float = 0.5) -> Path:
-    path = tmp / f"config-{time.monotonic_ns()}.yaml"
-    path.write_text(
-        f"""
-services:
-  model:
-    type: api
-    url: {url}
-    model: sim
-    stream: {str(stream).lower()}
-    timeouts: {{connect: 2, first_token: 5, idle: 0.5}}
-    retries: {{attempts: {attempts}, backoff_base: {backoff_base}, backoff_max: {backoff_max}}}
-{extra_service}
-benchmarks:
-  - name: arith
-    params: {{n: {n}}}
-    repeats: {REPEATS}
-    max_concurrent: {concurrency}
-    solver: {{generation: {{temperature: 0.7, max_tokens: 64}}}}
-output:
-  progress_interval_s: 5
-"""
+    return api_eval_config(
+        tmp / f"config-{time.monotonic_ns()}.yaml", url, n=n, repeats=REPEATS, concurrency=concurrency,
+        service={"stream": stream, "timeouts": {"connect": 2, "first_token": 5, "idle": 0.5},
+                 "retries": {"attempts": attempts, "backoff_base": backoff_base, "backoff_max": backoff_max}, **(service or {})},
+        benchmark={"solver": {"generation": {"temperature": 0.7, "max_tokens": 64}}},
+        output={"progress_interval_s": 5},
     )
-    return path
 
 
 def records(out: Path) -> list[dict]:
@@ -214,7 +198,7 @@ def run_limited(tmp: Path, adaptive: bool) -> tuple[list[dict], float]:
     with running_sim("--bench", "arith", "--ttft-ms", "30", "--itl-ms", "1", "--output-tokens", "12",
                      "--max-inflight", "16", "--retry-after", "0") as url:
         cfg = write_config(tmp, url, n=500, attempts=8, backoff_base=0.05, backoff_max=1.0,
-                           extra_service=f"    adaptive: {str(adaptive).lower()}")
+                           service={"adaptive": adaptive})
         out = tmp / ("adaptive" if adaptive else "fixed")
         result, wall = timed_run(cfg, out)
     assert result.returncode == 0, result.stderr
