@@ -89,9 +89,7 @@ class SSEParser:
         lines, self._lines = self._lines, []
         self._tail.clear()
         self._skip_lf = False
-        if not lines:
-            return []
-        return [lines[0] if len(lines) == 1 else b"\n".join(lines)]
+        return [b"\n".join(lines)] if lines else []
 
     @property
     def pending(self) -> bool:
