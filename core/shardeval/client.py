@@ -69,7 +69,6 @@ import os
 import random
 import sys
 import time
-from types import TracebackType
 from typing import Any, Literal, Mapping
 
 import aiohttp
@@ -450,9 +449,7 @@ class _Reading:
             piece = delta.content if delta is not None else choice.text
             if piece:
                 self.pieces.append(piece)
-                if self.ttft is None:
-                    self.ttft = now - self.start
-            elif self.ttft is None and delta is not None and (delta.reasoning_content or delta.reasoning):
+            if self.ttft is None and (piece or (delta is not None and (delta.reasoning_content or delta.reasoning))):
                 self.ttft = now - self.start
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
@@ -551,7 +548,7 @@ class Client:
         )
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
