@@ -197,14 +197,9 @@ def rolling_windows(text: str, max_chars: int | None, context_chars: int) -> lis
     while s < length:
         e = min(length, s + (step if s else max_chars))
         if e < length:
-            cut = next((i for i in range(e, s, -1) if text[i].isspace() and not text[i - 1].isspace()), None)
-            if cut is not None:
-                e = cut
-        cs = s
-        if s:
-            cs = max(0, s - context_chars)
-            cs = next((i for i in range(cs, s) if text[i].isspace()), cs)
-        windows.append((cs, s, e))
+            e = next((i for i in range(e, s, -1) if text[i].isspace() and not text[i - 1].isspace()), e)
+        cs = max(0, s - context_chars)  # the first window (s == 0) has no context
+        windows.append((next((i for i in range(cs, s) if text[i].isspace()), cs), s, e))
         s = e
     return windows
 
