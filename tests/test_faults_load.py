@@ -14,17 +14,15 @@ Every run is bounded (a few hundred requests, subprocess timeouts) and stops by 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from conftest import api_eval_config, running_sim, shardeval_cmd
+from test_hostile_server import closed_port, run_shard
 
 N, REPEATS, CONCURRENCY, ATTEMPTS = 200, 2, 256, 6
 WALL_FACTOR, WALL_SLACK_S = 4.0, 30.0
@@ -47,18 +45,12 @@ def records(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "arith" / "results.jsonl").read_text().splitlines() if line.strip()]
 
 
-def timed_run(cfg: Path, out: Path, timeout: float = 240) -> tuple[subprocess.CompletedProcess[str], float]:
-    t0 = time.monotonic()
-    result = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out), timeout=timeout)
-    return result, time.monotonic() - t0
-
-
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[tuple[int, int], dict], float]:
     """The fault-free run: every record keyed by (problem, repeat), and its wall time."""
     tmp = tmp_path_factory.mktemp("baseline")
     with running_sim(*SIM) as url:
-        result, wall = timed_run(write_config(tmp, url), tmp / "out")
+        result, wall = run_shard(write_config(tmp, url), tmp / "out", timeout=240)
     assert result.returncode == 0, result.stderr
     recs = records(tmp / "out")
     assert all(r["status"] == "ok" and r["attempts"] == 1 for r in recs)
@@ -105,7 +97,7 @@ def test_fault_under_load_keeps_records_complete_and_correct(tmp_path, baseline,
     flags, kinds, stream = FAULTS[fault]
     base, base_wall = baseline
     with running_sim(*SIM, *flags) as url:
-        result, wall = timed_run(write_config(tmp_path, url, stream=stream), tmp_path / "out")
+        result, wall = run_shard(write_config(tmp_path, url, stream=stream), tmp_path / "out", timeout=240)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     counts = check_against_baseline(records(tmp_path / "out"), base, ATTEMPTS, kinds)
@@ -117,12 +109,6 @@ def test_fault_under_load_keeps_records_complete_and_correct(tmp_path, baseline,
 
 
 # --- a server that disappears and comes back ---------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_sim(port: int, *args: str) -> subprocess.Popen[str]:
@@ -152,7 +138,7 @@ def test_server_that_disappears_and_comes_back(tmp_path, baseline):
     """SIGKILL the server mid-run, restart it on the same port 1.5 s later: requests retry through
     the gap; any that ran out of attempts are errors of kind `connection`, and a rerun completes."""
     base, _ = baseline
-    port = free_port()
+    port = closed_port()  # free now: the simulator is started on it below
     url = f"http://127.0.0.1:{port}/v1"
     slow = ("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "20", "--itl-ms", "2", "--output-tokens", "12")
     cfg = write_config(tmp_path, url, attempts=8, backoff_base=0.2, backoff_max=1.0, concurrency=64)
@@ -200,7 +186,7 @@ def run_limited(tmp: Path, adaptive: bool) -> tuple[list[dict], float]:
         cfg = write_config(tmp, url, n=500, attempts=8, backoff_base=0.05, backoff_max=1.0,
                            service={"adaptive": adaptive})
         out = tmp / ("adaptive" if adaptive else "fixed")
-        result, wall = timed_run(cfg, out)
+        result, wall = run_shard(cfg, out, timeout=240)
     assert result.returncode == 0, result.stderr
     return records(out), wall
 
