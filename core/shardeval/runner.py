@@ -162,15 +162,14 @@ def make_benchmark(bc: BenchmarkConfig, where: str, registry) -> tuple[Benchmark
     """A registered name; a data file path (read with the built-in `jsonl` benchmark); or a YAML
     mapping path (a bring-your-own benchmark, read with the built-in `custom` benchmark).
     Returns the benchmark and the registration that built it."""
-    if bc.name not in registry.entries["benchmarks"]:
-        if bc.name.lower().endswith(DATA_SUFFIXES):
-            entry = registry.get("benchmarks", "jsonl", where)
-            return entry.factory({"path": bc.name, **bc.params}), entry
-        if bc.name.lower().endswith(MAPPING_SUFFIXES):
-            entry = registry.get("benchmarks", "custom", where)
-            return entry.factory({"spec": bc.name, **bc.params}), entry
-    entry = registry.get("benchmarks", bc.name, where)
-    return entry.factory(dict(bc.params)), entry
+    name, params = bc.name, dict(bc.params)
+    if name not in registry.entries["benchmarks"]:
+        if name.lower().endswith(DATA_SUFFIXES):
+            name, params = "jsonl", {"path": bc.name, **params}
+        elif name.lower().endswith(MAPPING_SUFFIXES):
+            name, params = "custom", {"spec": bc.name, **params}
+    entry = registry.get("benchmarks", name, where)
+    return entry.factory(params), entry
 
 
 class ShardRun:
@@ -553,11 +552,10 @@ class ShardRun:
         """The service's endpoint never answered (shardeval.reachability): stop the shard as if its
         server had died. The connection error records written stay; requests in flight are
         cancelled unrecorded; run() marks the manifest failed with the reason and exits 1."""
-        if self.service_failure:
-            return
-        self.service_failure = reason
-        log.debug("%s", reason)  # the CLI prints it once, as the shard's error line
-        self._cancel_inflight()
+        if not self.service_failure:
+            self.service_failure = reason
+            log.debug("%s", reason)  # the CLI prints it once, as the shard's error line
+            self._cancel_inflight()
 
     def _on_write_error(self, exc: OSError, where: str) -> None:
         """A record could not be written (a full disk, a quota, a lost mount): stop the shard.
