@@ -656,7 +656,9 @@ class Client:
                     log.debug("attempt %d/%d failed (%s: %s); retrying in %.2f s", attempt, attempts, outcome.kind, message, delay)
                     await asyncio.sleep(delay)
                     continue
-                outcome = Completion(status="error", error_kind=outcome.kind, error=message, ttft_s=outcome.ttft_s, latency_s=outcome.latency_s)
+                outcome = Completion(
+                    status="error", error_kind=outcome.kind, error=message, ttft_s=outcome.ttft_s, latency_s=outcome.latency_s
+                )
             elif self._secret:
                 self._hide_in_answer(outcome)
             outcome.started_at, outcome.attempts, outcome.queued_s = started_at, attempt, queued
@@ -675,7 +677,8 @@ class Client:
                 if not 200 <= resp.status < 300:
                     detail = await self._error_detail(resp, watchdog)
                     text = f"HTTP {resp.status}" + (f" {resp.reason}" if resp.reason else "") + (f": {detail}" if detail else "")
-                    raise _status_failure(resp.status, text, parse_retry_after(resp.headers), "server_error" if resp.status >= 500 else "protocol")
+                    other: ErrorKind = "server_error" if resp.status >= 500 else "protocol"  # 1xx/3xx: not an answer
+                    raise _status_failure(resp.status, text, parse_retry_after(resp.headers), other)
                 ctype = resp.content_type
                 if ctype == "text/event-stream" or (streamed and ctype != "application/json"):
                     await self._read_stream(resp, watchdog, reading, ctype)

@@ -281,7 +281,9 @@ class LoglikelihoodSolver:
             return _failed(c, str(exc)), None
         return c, logprobs
 
-    async def _score_all(self, prompts: list[tuple[str, int]], allow_empty: bool = False) -> tuple[list[Any], list[list[float]], int | None]:
+    async def _score_all(
+        self, prompts: list[tuple[str, int]], allow_empty: bool = False
+    ) -> tuple[list[Any], list[list[float]], int | None]:
         """Score every (prompt, start) at once: their completions, their spans' logprobs, and which
         failed first (None: none did)."""
         results = await asyncio.gather(*(self._score(prompt, start, allow_empty) for prompt, start in prompts))
