@@ -16,6 +16,7 @@ import os
 import signal
 import time
 from array import array
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -107,7 +108,7 @@ class Tally:
     latencies: array = field(default_factory=lambda: array("f"))
     score_sum: float = 0.0
     n_scored: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
+    errors: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.status = bytearray(self.n_problems * self.repeats)
@@ -124,8 +125,7 @@ class Tally:
             if fresh and record.latency_s is not None:
                 self.latencies.append(record.latency_s)
         elif fresh:
-            kind = record.error_kind or "unknown"
-            self.errors[kind] = self.errors.get(kind, 0) + 1
+            self.errors[record.error_kind or "unknown"] += 1
 
     def counts(self) -> tuple[int, int]:
         return self.status.count(OK), self.status.count(ERROR)

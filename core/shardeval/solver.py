@@ -282,11 +282,11 @@ class LoglikelihoodSolver:
         return c, logprobs
 
     async def _score_all(
-        self, prompts: list[tuple[str, int]], allow_empty: bool = False
+        self, pairs: list[tuple[str, str]], allow_empty: bool = False
     ) -> tuple[list[Any], list[list[float]], int | None]:
-        """Score every (prompt, start) at once: their completions, their spans' logprobs, and which
-        failed first (None: none did)."""
-        results = await asyncio.gather(*(self._score(prompt, start, allow_empty) for prompt, start in prompts))
+        """Score every continuation after its context, all at once: their completions, their
+        logprobs, and which failed first (None: none did)."""
+        results = await asyncio.gather(*(self._score(ctx + cont, len(ctx), allow_empty) for ctx, cont in pairs))
         parts = [c for c, _ in results]
         return parts, [lps or [] for _, lps in results], next((i for i, c in enumerate(parts) if c.status != "ok"), None)
 
@@ -298,7 +298,7 @@ class LoglikelihoodSolver:
             raise ValueError(f"problem {problem.id}: {len(choices)} choices, {len(labels)} labels; give one label per choice")
         context = "\n\n".join(m["content"] for m in conversation(self.config, problem))
         pairs = [split_trailing_space(context, choice) for choice in choices]
-        parts, spans, failed = await self._score_all([(ctx + cont, len(ctx)) for ctx, cont in pairs])
+        parts, spans, failed = await self._score_all(pairs)
         request = self.params(self.max_tokens)
         messages = [{"role": "user", "content": context}]
         if failed is not None:
@@ -335,12 +335,10 @@ class LoglikelihoodSolver:
             from shardeval.client import Completion
 
             empty = Completion(status="ok", text="", completion_tokens=0, started_at=time.time(), latency_s=0.0)
-            scores = {"nll": 0.0, "tokens": 0.0}
-            return Attempt(completion=empty, messages=turns, request=self.params(self.max_tokens), scores=scores)
+            return Attempt(completion=empty, messages=turns, request=self.params(self.max_tokens), scores={"nll": 0.0, "tokens": 0.0})
         windows = rolling_windows(text, max_chars, context_chars)
         pairs = [split_trailing_space((prefix if cs == 0 else "") + text[cs:s], text[s:e]) for cs, s, e in windows]
-        prompts = [(ctx + cont, len(ctx)) for ctx, cont in pairs]
-        parts, spans, failed = await self._score_all(prompts, allow_empty=True)
+        parts, spans, failed = await self._score_all(pairs, allow_empty=True)
         request = self.params(self.max_tokens)
         messages = [dict(m) for m in turns]
         if failed is not None:
