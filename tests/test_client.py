@@ -345,12 +345,15 @@ def test_retries_exhausted_report_kind_and_attempts() -> None:
         assert c.latency_s is not None and c.text == ""
 
 
+def closed_port() -> int:
+    """A port nothing listens on (until someone starts a server on it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_connection_refused_is_connection_error() -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    c = run(ask(f"http://127.0.0.1:{port}/v1", config(attempts=3), 2))
+    c = run(ask(f"http://127.0.0.1:{closed_port()}/v1", config(attempts=3), 2))
     assert (c.status, c.error_kind, c.attempts) == ("error", "connection", 3)
 
 

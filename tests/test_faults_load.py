@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from conftest import api_eval_config, running_sim, shardeval_cmd
-from test_hostile_server import closed_port, run_shard
+from test_client import closed_port
+from test_hostile_server import run_shard
 
 N, REPEATS, CONCURRENCY, ATTEMPTS = 200, 2, 256, 6
 WALL_FACTOR, WALL_SLACK_S = 4.0, 30.0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -30,7 +29,7 @@ from shardeval.client import Completion
 from shardeval.config import Retries, ServiceConfig, Timeouts
 
 from conftest import api_eval_config, shardeval_cmd
-from test_client import DONE, run
+from test_client import DONE, closed_port, run
 from test_client import ask as client_ask
 
 
@@ -645,12 +644,6 @@ def test_pairs_still_missing_after_the_run_fail_the_shard(tmp_path: Path) -> Non
 # =================================================================================================
 # An endpoint unreachable from the start fails the shard fast
 # =================================================================================================
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("n,concurrency", [(200, 4), (3, 2), (40, 1)])
