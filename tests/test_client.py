@@ -105,9 +105,14 @@ def endpoint(url: str, protocol: str = "chat_completions", key_env: str | None =
     return Endpoint(base_url=url, model="m", protocol=protocol, api_key_env=key_env)  # type: ignore[arg-type]
 
 
-async def one(handler: Handler, cfg: ServiceConfig, body: dict[str, Any] | None = None, protocol: str = "chat_completions") -> Completion:
-    async with serve(handler) as url, Client(endpoint(url, protocol), cfg, 4) as client:
+async def ask(url: str, cfg: ServiceConfig, pool: int = 4, body: dict[str, Any] | None = None, protocol: str = "chat_completions") -> Completion:
+    async with Client(endpoint(url, protocol), cfg, pool) as client:
         return await client.request(body or BODY)
+
+
+async def one(handler: Handler, cfg: ServiceConfig, body: dict[str, Any] | None = None, protocol: str = "chat_completions") -> Completion:
+    async with serve(handler) as url:
+        return await ask(url, cfg, 4, body, protocol)
 
 
 def counting(*handlers: Handler) -> tuple[Handler, list[float]]:
@@ -252,12 +257,8 @@ def test_html_instead_of_a_stream_is_protocol_error() -> None:
 
 
 def test_bad_url_is_client_error_without_retry() -> None:
-    async def go(url: str) -> Completion:
-        async with Client(endpoint(url), config(attempts=3), 1) as client:
-            return await client.request(BODY)
-
     for url in ("http://127.0.0.1:99999/v1", "ftp://127.0.0.1/v1"):
-        c = run(go(url))
+        c = run(ask(url, config(attempts=3), 1))
         assert (c.error_kind, c.attempts) == ("client", 1), c.error
 
 
@@ -344,17 +345,15 @@ def test_retries_exhausted_report_kind_and_attempts() -> None:
         assert c.latency_s is not None and c.text == ""
 
 
+def closed_port() -> int:
+    """A port nothing listens on (until someone starts a server on it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_connection_refused_is_connection_error() -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-
-    async def go() -> Completion:
-        async with Client(endpoint(f"http://127.0.0.1:{port}/v1"), config(attempts=3), 2) as client:
-            return await client.request(BODY)
-
-    c = run(go())
+    c = run(ask(f"http://127.0.0.1:{closed_port()}/v1", config(attempts=3), 2))
     assert (c.status, c.error_kind, c.attempts) == ("error", "connection", 3)
 
 
@@ -386,27 +385,27 @@ def unresponsive_port() -> Iterator[int]:
 
 def test_connect_timeout_is_connection_error() -> None:
     with unresponsive_port() as port:
-
-        async def go() -> Completion:
-            async with Client(endpoint(f"http://127.0.0.1:{port}/v1"), config(attempts=2, connect=0.3), 2) as client:
-                return await client.request(BODY)
-
         start = time.monotonic()
-        c = run(go())
+        c = run(ask(f"http://127.0.0.1:{port}/v1", config(attempts=2, connect=0.3), 2))
     assert (c.status, c.error_kind, c.attempts) == ("error", "connection", 2)
     assert "connect timeout" in (c.error or "")
     assert time.monotonic() - start < 3
 
 
+async def sse_then_cut(request: web.Request, data: bytes) -> web.StreamResponse:
+    """Stream `data`, then drop the connection (a reset, not a clean end)."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(data)
+    await asyncio.sleep(0.05)
+    assert request.transport is not None
+    request.transport.abort()
+    return resp
+
+
 def test_cut_stream_is_retried_connection_error() -> None:
     async def cut(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(chunk("par"))
-        await asyncio.sleep(0.05)
-        assert request.transport is not None
-        request.transport.abort()
-        return resp
+        return await sse_then_cut(request, chunk("par"))
 
     c = run(one(cut, config()))
     assert (c.status, c.error_kind, c.attempts) == ("error", "connection", 1)
@@ -426,13 +425,7 @@ def test_clean_end_before_finish_is_connection_error() -> None:
 
 def test_cut_after_finish_reason_keeps_the_answer() -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(chunk("all") + chunk(" done", "stop"))
-        await asyncio.sleep(0.05)
-        assert request.transport is not None
-        request.transport.abort()
-        return resp
+        return await sse_then_cut(request, chunk("all") + chunk(" done", "stop"))
 
     c = run(one(handler, config()))
     assert (c.status, c.text, c.finish_reason) == ("ok", "all done", "stop")

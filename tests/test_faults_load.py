@@ -14,17 +14,16 @@ Every run is bounded (a few hundred requests, subprocess timeouts) and stops by 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from conftest import running_sim, shardeval_cmd
+from conftest import api_eval_config, running_sim, shardeval_cmd
+from test_client import closed_port
+from test_hostile_server import run_shard
 
 N, REPEATS, CONCURRENCY, ATTEMPTS = 200, 2, 256, 6
 WALL_FACTOR, WALL_SLACK_S = 4.0, 30.0
@@ -32,41 +31,19 @@ SIM = ("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "5", "--itl-ms", "1
 SAME = ("response", "extracted", "score", "reference", "seed", "finish_reason", "completion_tokens")
 
 
-def write_config(tmp: Path, url: str, *, n: int = N, attempts: int = ATTEMPTS, stream: bool = True, extra_service: str = "",
+def write_config(tmp: Path, url: str, *, n: int = N, attempts: int = ATTEMPTS, stream: bool = True, service: dict | None = None,
                  concurrency: int = CONCURRENCY, backoff_base: float = 0.05, backoff_max: float = 0.5) -> Path:
-    path = tmp / f"config-{time.monotonic_ns()}.yaml"
-    path.write_text(
-        f"""
-services:
-  model:
-    type: api
-    url: {url}
-    model: sim
-    stream: {str(stream).lower()}
-    timeouts: {{connect: 2, first_token: 5, idle: 0.5}}
-    retries: {{attempts: {attempts}, backoff_base: {backoff_base}, backoff_max: {backoff_max}}}
-{extra_service}
-benchmarks:
-  - name: arith
-    params: {{n: {n}}}
-    repeats: {REPEATS}
-    max_concurrent: {concurrency}
-    solver: {{generation: {{temperature: 0.7, max_tokens: 64}}}}
-output:
-  progress_interval_s: 5
-"""
+    return api_eval_config(
+        tmp / f"config-{time.monotonic_ns()}.yaml", url, n=n, repeats=REPEATS, concurrency=concurrency,
+        service={"stream": stream, "timeouts": {"connect": 2, "first_token": 5, "idle": 0.5},
+                 "retries": {"attempts": attempts, "backoff_base": backoff_base, "backoff_max": backoff_max}, **(service or {})},
+        benchmark={"solver": {"generation": {"temperature": 0.7, "max_tokens": 64}}},
+        output={"progress_interval_s": 5},
     )
-    return path
 
 
 def records(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "arith" / "results.jsonl").read_text().splitlines() if line.strip()]
-
-
-def timed_run(cfg: Path, out: Path, timeout: float = 240) -> tuple[subprocess.CompletedProcess[str], float]:
-    t0 = time.monotonic()
-    result = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out), timeout=timeout)
-    return result, time.monotonic() - t0
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +51,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[tuple[int, 
     """The fault-free run: every record keyed by (problem, repeat), and its wall time."""
     tmp = tmp_path_factory.mktemp("baseline")
     with running_sim(*SIM) as url:
-        result, wall = timed_run(write_config(tmp, url), tmp / "out")
+        result, wall = run_shard(write_config(tmp, url), tmp / "out", timeout=240)
     assert result.returncode == 0, result.stderr
     recs = records(tmp / "out")
     assert all(r["status"] == "ok" and r["attempts"] == 1 for r in recs)
@@ -121,7 +98,7 @@ def test_fault_under_load_keeps_records_complete_and_correct(tmp_path, baseline,
     flags, kinds, stream = FAULTS[fault]
     base, base_wall = baseline
     with running_sim(*SIM, *flags) as url:
-        result, wall = timed_run(write_config(tmp_path, url, stream=stream), tmp_path / "out")
+        result, wall = run_shard(write_config(tmp_path, url, stream=stream), tmp_path / "out", timeout=240)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     counts = check_against_baseline(records(tmp_path / "out"), base, ATTEMPTS, kinds)
@@ -133,12 +110,6 @@ def test_fault_under_load_keeps_records_complete_and_correct(tmp_path, baseline,
 
 
 # --- a server that disappears and comes back ---------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_sim(port: int, *args: str) -> subprocess.Popen[str]:
@@ -168,7 +139,7 @@ def test_server_that_disappears_and_comes_back(tmp_path, baseline):
     """SIGKILL the server mid-run, restart it on the same port 1.5 s later: requests retry through
     the gap; any that ran out of attempts are errors of kind `connection`, and a rerun completes."""
     base, _ = baseline
-    port = free_port()
+    port = closed_port()  # free now: the simulator is started on it below
     url = f"http://127.0.0.1:{port}/v1"
     slow = ("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "20", "--itl-ms", "2", "--output-tokens", "12")
     cfg = write_config(tmp_path, url, attempts=8, backoff_base=0.2, backoff_max=1.0, concurrency=64)
@@ -214,9 +185,9 @@ def run_limited(tmp: Path, adaptive: bool) -> tuple[list[dict], float]:
     with running_sim("--bench", "arith", "--ttft-ms", "30", "--itl-ms", "1", "--output-tokens", "12",
                      "--max-inflight", "16", "--retry-after", "0") as url:
         cfg = write_config(tmp, url, n=500, attempts=8, backoff_base=0.05, backoff_max=1.0,
-                           extra_service=f"    adaptive: {str(adaptive).lower()}")
+                           service={"adaptive": adaptive})
         out = tmp / ("adaptive" if adaptive else "fixed")
-        result, wall = timed_run(cfg, out)
+        result, wall = run_shard(cfg, out, timeout=240)
     assert result.returncode == 0, result.stderr
     return records(out), wall
 

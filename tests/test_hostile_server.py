@@ -11,30 +11,27 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import threading
 import time
 import tracemalloc
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any, Awaitable, Callable
 
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardeval.client import Client, Completion
+from shardeval.client import Completion
 from shardeval.config import Retries, ServiceConfig, Timeouts
-from shardeval.service import Endpoint
 
 from conftest import api_eval_config, shardeval_cmd
+from test_client import DONE, closed_port, run
+from test_client import ask as client_ask
 
-BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": 1}
-DONE = b"data: [DONE]\n\n"
 
 
 # --- a raw HTTP/1.1 server that sends exactly what a test tells it to ------------------------------
@@ -100,6 +97,12 @@ class RawServer:
         """Stop accepting connections: from now on a connect is refused."""
         self._loop.call_soon_threadsafe(self._server.close)
 
+    def __enter__(self) -> RawServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         async def shutdown() -> None:
             self._server.close()
@@ -130,15 +133,6 @@ class CountingWriter:
     @property
     def transport(self) -> asyncio.BaseTransport:
         return self._writer.transport
-
-
-@contextmanager
-def raw_server(reply: Reply, get: Reply | None = None) -> Iterator[RawServer]:
-    server = RawServer(reply, get)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def response(status: int, body: bytes, ctype: bytes = b"application/json", reason: bytes = b"X", extra: bytes = b"") -> bytes:
@@ -195,12 +189,7 @@ def config(*, attempts: int = 2, stream: bool = True, max_response_bytes: int | 
 
 def ask(url: str, cfg: ServiceConfig, timeout: float = 15.0) -> Completion:
     """One request through the real client, in one bounded event loop."""
-
-    async def go() -> Completion:
-        async with Client(Endpoint(base_url=url, model="m", protocol="chat_completions"), cfg, 4) as client:
-            return await client.request(BODY)
-
-    return asyncio.run(asyncio.wait_for(go(), timeout))
+    return run(client_ask(url, cfg), timeout)
 
 
 # --- shardeval run against such a server ---------------------------------------------------------
@@ -275,7 +264,7 @@ def test_undecodable_bytes_anywhere_are_a_typed_error_never_an_exception(case: s
     to decode) ends as a Completion with the right kind; where the text is only shown (errors)
     it is decoded with replacement characters, so the server's message survives."""
     reply, stream, kind, retried, shown = UNDECODABLE[case]
-    with raw_server(reply) as server:
+    with RawServer(reply) as server:
         c = ask(server.url, config(attempts=2, stream=stream))
     assert (c.status, c.error_kind) == ("error", kind), c
     assert c.attempts == (2 if retried else 1) == server.posts, c
@@ -296,7 +285,7 @@ def test_random_bytes_inside_json_strings_give_a_completion_or_a_typed_error(jun
         "body": whole(response(200, b'{"choices":[{"message":{"content":"' + junk + b'"},"finish_reason":"stop"}]}')),
         "error_body": whole(response(500, b'{"error":{"message":"' + junk + b'"}}')),
     }
-    with raw_server(parts[where]) as server:
+    with RawServer(parts[where]) as server:
         c = ask(server.url, config(attempts=1, stream=where != "body"))
     assert isinstance(c, Completion)
     assert c.status == "ok" or c.error_kind in ("protocol", "server_error", "client", "connection"), c
@@ -334,7 +323,7 @@ NO_CHOICE: dict[str, Reply] = {
 
 @pytest.mark.parametrize("case", list(NO_CHOICE))
 def test_a_stream_without_any_choice_is_a_protocol_error(case: str) -> None:
-    with raw_server(NO_CHOICE[case]) as server:
+    with RawServer(NO_CHOICE[case]) as server:
         t0 = time.monotonic()
         c = ask(server.url, config(attempts=2, idle=0.5))
     assert (c.status, c.error_kind, c.attempts) == ("error", "protocol", 2), c
@@ -346,7 +335,7 @@ def test_a_stream_without_any_choice_is_a_protocol_error(case: str) -> None:
                          ids=["role_chunk_then_done", "empty_content_with_finish", "finish_without_done"])
 def test_an_empty_answer_with_a_choice_is_still_an_answer(parts: tuple[bytes, ...]) -> None:
     """The rule is about choices, not text: a model may legitimately answer nothing."""
-    with raw_server(sse(*parts)) as server:
+    with RawServer(sse(*parts)) as server:
         c = ask(server.url, config(attempts=1))
     assert (c.status, c.text) == ("ok", ""), c
 
@@ -388,7 +377,7 @@ CAP = 1 << 20
 def test_a_response_without_end_is_cut_at_the_cap_as_too_large(reply: Reply, stream: bool) -> None:
     """64 KiB chunks forever: the request ends as `too_large` once the cap is passed, is not retried,
     holds about the cap in memory, and the server sees the connection closed soon after."""
-    with raw_server(reply) as server:
+    with RawServer(reply) as server:
         tracemalloc.start()
         try:
             t0 = time.monotonic()
@@ -408,7 +397,7 @@ def test_a_response_without_end_is_cut_at_the_cap_as_too_large(reply: Reply, str
 
 def test_a_large_answer_under_the_cap_is_kept_whole() -> None:
     words = [f"w{i} " * 1000 for i in range(100)]  # ~ 600 KB of text in 100 chunks
-    with raw_server(sse(delta(None), *(delta(w) for w in words), delta("!", "stop"), DONE)) as server:
+    with RawServer(sse(delta(None), *(delta(w) for w in words), delta("!", "stop"), DONE)) as server:
         c = ask(server.url, config(attempts=1, max_response_bytes=CAP))
     assert (c.status, c.text) == ("ok", "".join(words) + "!")
 
@@ -440,7 +429,7 @@ PINGS = {
 
 @pytest.mark.parametrize("ping", list(PINGS))
 def test_keepalive_pings_after_the_first_token_hit_the_idle_timeout(ping: str) -> None:
-    with raw_server(pinging(PINGS[ping])) as server:
+    with RawServer(pinging(PINGS[ping])) as server:
         t0 = time.monotonic()
         c = ask(server.url, config(attempts=1, idle=0.5, first_token=5))
         elapsed = time.monotonic() - t0
@@ -450,7 +439,7 @@ def test_keepalive_pings_after_the_first_token_hit_the_idle_timeout(ping: str) -
 
 @pytest.mark.parametrize("ping", ["comment", "empty_choices_event"])
 def test_keepalive_pings_before_the_first_token_hit_the_first_token_timeout(ping: str) -> None:
-    with raw_server(pinging(PINGS[ping], first=None)) as server:
+    with RawServer(pinging(PINGS[ping], first=None)) as server:
         t0 = time.monotonic()
         c = ask(server.url, config(attempts=1, idle=0.3, first_token=1.0))
         elapsed = time.monotonic() - t0
@@ -480,7 +469,7 @@ def test_shardeval_run_records_every_pair_with_the_right_kind(tmp_path: Path, ca
     manifest `complete`, exit 0); an empty stream was an `ok` record scored 0; pings and endless
     streams never ended."""
     reply, stream, kind, service = E2E[case]
-    with raw_server(reply) as server:
+    with RawServer(reply) as server:
         cfg = write_config(tmp_path, server.url, stream=stream, service=service, idle=0.5)
         result, wall = run_shard(cfg, tmp_path / "out")
     assert result.returncode == 0, result.stderr
@@ -497,7 +486,7 @@ def test_shardeval_run_records_every_pair_with_the_right_kind(tmp_path: Path, ca
 def test_the_shard_with_endless_streams_stays_small_in_memory(tmp_path: Path) -> None:
     """The issue's case: endless 64 KiB streams, 4 in flight. Peak RSS of the shard process stays
     far below what the streams sent (measured by a wrapper whose only child is the shard)."""
-    with raw_server(endless_stream) as server:
+    with RawServer(endless_stream) as server:
         cfg = write_config(tmp_path, server.url, n=4, repeats=1, service={"max_response_bytes": 4194304})
         wrapper = (
             "import resource, subprocess, sys\n"
@@ -611,7 +600,7 @@ def test_an_exception_in_a_request_task_becomes_an_internal_error_record(tmp_pat
     """A solver, scorer or record that raises: that pair gets an `internal` error record (type and
     message, the key scrubbed) and the others go on; a rerun without the fault asks only those."""
     out = tmp_path / "out"
-    with raw_server(good_answers()) as server:
+    with RawServer(good_answers()) as server:
         cfg = faulty_config(tmp_path, server.url)
         result, _ = run_shard(cfg, out, env=faulty_env(tmp_path, fault, 3))
         assert result.returncode == 0, result.stderr
@@ -637,7 +626,7 @@ def test_pairs_still_missing_after_the_run_fail_the_shard(tmp_path: Path) -> Non
     not an error to catch): the manifest is `failed`, the reason says how many pairs are missing
     and that a rerun asks them, exit 1. Before: `complete`, exit 0, and the pairs silently gone."""
     out = tmp_path / "out"
-    with raw_server(good_answers()) as server:
+    with RawServer(good_answers()) as server:
         cfg = faulty_config(tmp_path, server.url)
         result, _ = run_shard(cfg, out, env=faulty_env(tmp_path, "cancel", 4))
         assert result.returncode == 1, result.stderr
@@ -655,12 +644,6 @@ def test_pairs_still_missing_after_the_run_fail_the_shard(tmp_path: Path) -> Non
 # =================================================================================================
 # An endpoint unreachable from the start fails the shard fast
 # =================================================================================================
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("n,concurrency", [(200, 4), (3, 2), (40, 1)])
@@ -701,7 +684,7 @@ def test_connection_errors_after_a_first_answer_are_only_records(tmp_path: Path)
         else:
             writer.transport.abort()
 
-    with raw_server(then_gone) as server:
+    with RawServer(then_gone) as server:
         holder["server"] = server
         cfg = write_config(tmp_path, server.url, n=20, repeats=1, concurrency=1)
         result, _ = run_shard(cfg, tmp_path / "out")

@@ -12,7 +12,7 @@ import hashlib
 import math
 import re
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import msgspec
 import openai
@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 
 from conftest import running_sim
+from test_client import run, serve
 from shardeval.benchmark import Benchmark, Problem, Score
 from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Generation, Retries, ServiceConfig, SolverConfig, Timeouts
@@ -38,13 +39,6 @@ def logprob(token: str) -> float:
     """The simulator's documented logprob: -(1 + (blake2b-64(token) mod 1000) / 250)."""
     h = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "big")
     return -(1.0 + (h % 1000) / 250.0)
-
-
-def run(coro: Awaitable[Any], timeout: float = 20.0) -> Any:
-    async def bounded() -> Any:
-        return await asyncio.wait_for(coro, timeout)
-
-    return asyncio.run(bounded())
 
 
 def service_config(*, attempts: int = 1, protocol: str = "chat_completions", stream: bool = True) -> ServiceConfig:
@@ -266,24 +260,6 @@ def test_simple_solver_hands_scoring_problems_to_the_loglikelihood_solver(url: s
 
 
 # --- servers that differ from the simulator -------------------------------------------------------
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@asynccontextmanager
-async def serve(handler: Handler) -> AsyncIterator[str]:
-    app = web.Application()
-    app.router.add_post("/v1/completions", handler)
-    app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    finally:
-        await runner.cleanup()
-
 
 def vllm_like_body(prompt: str, n_generated: int) -> bytes:
     """A vLLM-shaped echo response: a BOS token "<s>" first (its text counted in the offsets)."""

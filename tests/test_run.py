@@ -17,37 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from conftest import running_sim, shardeval_cmd
+from conftest import api_eval_config, running_sim, shardeval_cmd
 
 TIMING = {"ttft_s", "latency_s", "started_at", "shard"}
 
 
-def write_config(tmp: Path, url: str, n: int = 60, repeats: int = 2, extra: str = "") -> Path:
-    path = tmp / "config.yaml"
-    path.write_text(
-        f"""
-services:
-  model:
-    type: api
-    url: {url}
-    model: sim
-    retries: {{attempts: 3, backoff_base: 0.05, backoff_max: 0.2}}
-benchmarks:
-  - name: arith
-    params: {{n: {n}}}
-    repeats: {repeats}
-    max_concurrent: 16
-    solver:
-      type: simple
-      service: model
-      system_prompt: You are careful.
-      generation: {{temperature: 0.7, max_tokens: 64}}
-output:
-  progress_interval_s: 0.5
-{extra}
-"""
+def write_config(tmp: Path, url: str, n: int = 60, repeats: int = 2, output: dict | None = None) -> Path:
+    return api_eval_config(
+        tmp / "config.yaml", url, n=n, repeats=repeats, concurrency=16,
+        service={"retries": {"attempts": 3, "backoff_base": 0.05, "backoff_max": 0.2}},
+        benchmark={"solver": {"type": "simple", "service": "model", "system_prompt": "You are careful.",
+                              "generation": {"temperature": 0.7, "max_tokens": 64}}},
+        output={"progress_interval_s": 0.5, **(output or {})},
     )
-    return path
 
 
 def records(shard_dir: Path, bench: str = "arith") -> list[dict]:
@@ -189,7 +171,7 @@ def test_errors_are_recorded_not_scored_and_retried_on_rerun(tmp_path):
 
 def test_sigterm_stops_cleanly_and_marks_interrupted(tmp_path):
     with running_sim("--ttft-ms", "200", "--itl-ms", "5") as url:
-        cfg = write_config(tmp_path, url, n=400, repeats=1, extra="  drain_timeout_s: 5")
+        cfg = write_config(tmp_path, url, n=400, repeats=1, output={"drain_timeout_s": 5})
         out = tmp_path / "out"
         proc = subprocess.Popen(
             [sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(out)],

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import running_sim, shardeval_cmd
+from conftest import api_eval_config, running_sim, shardeval_cmd
 
 KEY_VAR = "SHARDEVAL_FUZZ_API_KEY"
 SECRET = "sk-shardeval-" + secrets.token_hex(16)
@@ -119,27 +119,13 @@ def assert_no_secret(*texts: str, roots: tuple[Path, ...] = ()) -> int:
     return n
 
 
-def config(tmp: Path, url: str, cluster: str = "", stream: bool = True, name: str = "config.yaml") -> Path:
-    path = tmp / name
-    path.write_text(
-        f"""
-services:
-  model:
-    type: api
-    url: {url}
-    model: sim
-    api_key_env: {KEY_VAR}
-    stream: {str(stream).lower()}
-    retries: {{attempts: 2, backoff_base: 0.01, backoff_max: 0.05}}
-benchmarks:
-  - name: arith
-    params: {{n: 12}}
-    repeats: 2
-    max_concurrent: 8
-output: {{progress_interval_s: 0.2}}
-{cluster}
-"""
+def config(tmp: Path, url: str, cluster: dict | None = None, stream: bool = True) -> Path:
+    path = api_eval_config(
+        tmp / "config.yaml", url, n=12, repeats=2, concurrency=8, output={"progress_interval_s": 0.2},
+        service={"api_key_env": KEY_VAR, "stream": stream, "retries": {"attempts": 2, "backoff_base": 0.01, "backoff_max": 0.05}},
     )
+    if cluster:
+        path.write_text(json.dumps({**json.loads(path.read_text()), "cluster": cluster}))
     return path
 
 
@@ -191,9 +177,9 @@ def test_a_missing_key_variable_is_one_line_naming_the_variable(tmp_path):
 
 
 CLUSTERS = {
-    "slurm": "cluster: {type: slurm, shards: 4, walltime: '00:10:00', partition: debug}",
-    "kubernetes": "cluster: {type: kubernetes, name: secret-test, namespace: evals, shards: 4}",
-    "compose": "cluster: {type: compose, shards: 2}",
+    "slurm": {"type": "slurm", "shards": 4, "walltime": "00:10:00", "partition": "debug"},
+    "kubernetes": {"type": "kubernetes", "name": "secret-test", "namespace": "evals", "shards": 4},
+    "compose": {"type": "compose", "shards": 2},
 }
 
 

@@ -18,6 +18,7 @@ while an attempt is on the wire) plus `feedback()`, which the client calls after
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections import deque
 
@@ -60,10 +61,8 @@ class AdaptiveSlots:
                 self.in_use -= 1
                 self._wake()
             else:
-                try:
+                with contextlib.suppress(ValueError):
                     self._waiters.remove(fut)
-                except ValueError:
-                    pass
             raise
         return True
 

@@ -69,7 +69,6 @@ import os
 import random
 import sys
 import time
-from types import TracebackType
 from typing import Any, Literal, Mapping
 
 import aiohttp
@@ -186,25 +185,33 @@ _decode_body = msgspec.json.Decoder(_Body).decode
 
 
 def _decode(decode: Any, data: bytes, what: str) -> Any:
-    """Decode a chunk or a body with `decode`, or raise a `protocol` _Failure saying why not.
+    """Decode a chunk or a body with `decode`; raise the _Failure of an error object, or a
+    `protocol` one saying why it does not decode.
 
     Invalid UTF-8 spoils an answer, but not an error object: its text is only shown, so it is
-    decoded again with replacement characters and returned when it is one (its kind then stands).
+    decoded again with replacement characters, and when it is one its kind stands.
     """
     try:
-        return decode(data)
+        msg = decode(data)
     except UnicodeDecodeError:
-        try:
-            msg = decode(data.decode("utf-8", "replace").encode())
-        except _UNDECODABLE:
-            msg = None
-        if msg is not None and (msg.error is not None or msg.object == "error"):
-            return msg
-        raise _Failure("protocol", f"invalid UTF-8 in the {what}: {_snippet(data)}") from None
+        msg = _decode_replacing(decode, data)
+        if msg is None or (msg.error is None and msg.object != "error"):
+            raise _Failure("protocol", f"invalid UTF-8 in the {what}: {_snippet(data)}") from None
     except _UNDECODABLE as exc:
         detail = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
         label = "undecodable stream chunk" if what == "stream chunk" else "response body is not a completion"
         raise _Failure("protocol", f"{label} ({detail}): {_snippet(data)}") from None
+    if msg.error is not None or msg.object == "error":
+        raise _error_event(msg)
+    return msg
+
+
+def _decode_replacing(decode: Any, data: bytes) -> Any:
+    """`data` decoded with invalid UTF-8 as replacement characters (for text that is only shown), or None."""
+    try:
+        return decode(data.decode("utf-8", "replace").encode())
+    except _UNDECODABLE:
+        return None
 
 
 class _Failure(Exception):
@@ -225,32 +232,28 @@ class _Failure(Exception):
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP-date; else None."""
-    get = headers.get
-    ms = get("retry-after-ms")
-    if ms:
-        try:
-            value = float(ms) / 1000.0
-        except ValueError:
-            value = math.nan
-        if math.isfinite(value):
-            return max(0.0, value)
-    raw = get("Retry-After")
-    if not raw:
+    ms = _finite(headers.get("retry-after-ms"))
+    if ms is not None:
+        return max(0.0, ms / 1000.0)
+    raw = (headers.get("Retry-After") or "").strip()
+    seconds = _finite(raw)
+    if seconds is not None:
+        return max(0.0, seconds)
+    try:  # an HTTP-date (GMT when it names no zone); "nan", "soon" and the like raise here
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
         return None
-    raw = raw.strip()
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _finite(text: str | None) -> float | None:
     try:
-        value = float(raw)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(raw)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when is None:
-            return None
-        if when.tzinfo is None:  # HTTP-dates are GMT
-            when = when.replace(tzinfo=datetime.timezone.utc)
-        return max(0.0, when.timestamp() - (time.time() if now is None else now))
-    return max(0.0, value) if math.isfinite(value) else None
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
 
 
 def backoff_delay(retry: int, base: float, maximum: float, retry_after: float | None = None, rng: random.Random | None = None) -> float:
@@ -262,25 +265,16 @@ def backoff_delay(retry: int, base: float, maximum: float, retry_after: float | 
     return delay
 
 
-def _status_failure(status: int, reason: str | None, detail: str, retry_after: float | None) -> _Failure:
-    text = f"HTTP {status}" + (f" {reason}" if reason else "") + (f": {detail}" if detail else "")
+def _status_failure(status: int | None, text: str, retry_after: float | None = None, other: ErrorKind = "server_error") -> _Failure:
+    """408 and 429 are retried as `timeout` and `rate_limited`; another 4xx is `client`, not
+    retried; anything else is retried as `other`."""
     if status == 429:
         return _Failure("rate_limited", text, retry_after=retry_after)
     if status == 408:
         return _Failure("timeout", text, retry_after=retry_after)
-    if status >= 500:
-        return _Failure("server_error", text, retry_after=retry_after)
-    if 400 <= status < 500:
+    if status is not None and 400 <= status < 500:
         return _Failure("client", text, retryable=False)
-    return _Failure("protocol", text, retry_after=retry_after)
-
-
-def _code_status(code: int | str | None) -> int | None:
-    if isinstance(code, int):
-        return code if 100 <= code < 600 else None
-    if isinstance(code, str) and code.isdigit() and len(code) == 3:
-        return int(code)
-    return None
+    return _Failure(other, text, retry_after=retry_after)
 
 
 def _error_event(msg: _Chunk) -> _Failure:
@@ -292,15 +286,11 @@ def _error_event(msg: _Chunk) -> _Failure:
         message, code = err.message or err.type or "error", err.code
     else:
         message, code = msg.message or "error", msg.code
-    status = _code_status(code)
-    text = "error event in response" + (f" (code {code})" if code is not None else "") + f": {message}"
-    if status == 429:
-        return _Failure("rate_limited", text)
-    if status == 408:
-        return _Failure("timeout", text)
-    if status is not None and 400 <= status < 500:
-        return _Failure("client", text, retryable=False)
-    return _Failure("server_error", text)
+    if isinstance(code, str) and code.isdigit() and len(code) == 3:
+        status: int | None = int(code)
+    else:
+        status = code if isinstance(code, int) and 100 <= code < 600 else None
+    return _status_failure(status, "error event in response" + (f" (code {code})" if code is not None else "") + f": {message}")
 
 
 def _detail(body: bytes) -> str:
@@ -308,11 +298,8 @@ def _detail(body: bytes) -> str:
     text = ""
     try:
         obj = msgspec.json.decode(body)
-    except _UNDECODABLE:
-        try:  # only shown: invalid UTF-8 becomes replacement characters, the message stays
-            obj = msgspec.json.decode(body.decode("utf-8", "replace").encode())
-        except _UNDECODABLE:
-            obj = None
+    except _UNDECODABLE:  # only shown: invalid UTF-8 becomes replacement characters, the message stays
+        obj = _decode_replacing(msgspec.json.decode, body)
     if isinstance(obj, dict):
         err = obj.get("error")
         if isinstance(err, dict):
@@ -453,8 +440,6 @@ class _Reading:
             self.progress += 1
             return
         msg = _decode(_decode_chunk, data, "stream chunk")
-        if msg.error is not None or msg.object == "error":
-            raise _error_event(msg)
         choices = msg.choices
         if choices:
             self.choices += 1
@@ -464,9 +449,7 @@ class _Reading:
             piece = delta.content if delta is not None else choice.text
             if piece:
                 self.pieces.append(piece)
-                if self.ttft is None:
-                    self.ttft = now - self.start
-            elif self.ttft is None and delta is not None and (delta.reasoning_content or delta.reasoning):
+            if self.ttft is None and (piece or (delta is not None and (delta.reasoning_content or delta.reasoning))):
                 self.ttft = now - self.start
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
@@ -477,8 +460,6 @@ class _Reading:
     def body(self, data: bytes, now: float) -> None:
         """Apply a whole (non-streamed) JSON response body."""
         msg = _decode(_decode_body, data, "response body")
-        if msg.error is not None or msg.object == "error":
-            raise _error_event(msg)
         if not msg.choices:
             raise _Failure("protocol", f"response has no choices: {_snippet(data)}")
         self.choices += 1
@@ -567,7 +548,7 @@ class Client:
         )
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -593,9 +574,7 @@ class Client:
 
     def scrub(self, text: str) -> str:
         """Trim a message to one short line and make sure the API key can never be part of it."""
-        text = " ".join(text.split())
-        if self._secret:
-            text = text.replace(self._secret, "***")
+        text = self._hide(" ".join(text.split())) or ""
         return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
     def _hide(self, text: str | None) -> str | None:
@@ -670,26 +649,20 @@ class Client:
             feedback = getattr(slots, "feedback", None)  # adaptive concurrency (shardeval.adaptive)
             if feedback is not None:
                 feedback(attempt_start, isinstance(outcome, _Failure) and outcome.kind == "rate_limited")
-            if isinstance(outcome, Completion):
-                outcome.started_at = started_at
-                outcome.attempts = attempt
-                outcome.queued_s = queued
-                return self._hide_in_answer(outcome) if self._secret else outcome
-            message = self.scrub(outcome.message)
-            if not outcome.retryable or attempt >= attempts:
-                return Completion(
-                    status="error",
-                    error_kind=outcome.kind,
-                    error=message,
-                    ttft_s=outcome.ttft_s,
-                    latency_s=outcome.latency_s,
-                    started_at=started_at,
-                    attempts=attempt,
-                    queued_s=queued,
+            if isinstance(outcome, _Failure):
+                message = self.scrub(outcome.message)
+                if outcome.retryable and attempt < attempts:
+                    delay = backoff_delay(attempt - 1, retries.backoff_base, retries.backoff_max, outcome.retry_after)
+                    log.debug("attempt %d/%d failed (%s: %s); retrying in %.2f s", attempt, attempts, outcome.kind, message, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                outcome = Completion(
+                    status="error", error_kind=outcome.kind, error=message, ttft_s=outcome.ttft_s, latency_s=outcome.latency_s
                 )
-            delay = backoff_delay(attempt - 1, retries.backoff_base, retries.backoff_max, outcome.retry_after)
-            log.debug("attempt %d/%d failed (%s: %s); retrying in %.2f s", attempt, attempts, outcome.kind, message, delay)
-            await asyncio.sleep(delay)
+            elif self._secret:
+                self._hide_in_answer(outcome)
+            outcome.started_at, outcome.attempts, outcome.queued_s = started_at, attempt, queued
+            return outcome
 
     async def _attempt(self, payload: bytes, loop: asyncio.AbstractEventLoop, url: str, streamed: bool) -> Completion | _Failure:
         """One HTTP exchange under the watchdog. Returns the answer or the reason there is none."""
@@ -703,7 +676,9 @@ class Client:
             async with self._session.post(url, data=payload) as resp:
                 if not 200 <= resp.status < 300:
                     detail = await self._error_detail(resp, watchdog)
-                    raise _status_failure(resp.status, resp.reason, detail, parse_retry_after(resp.headers))
+                    text = f"HTTP {resp.status}" + (f" {resp.reason}" if resp.reason else "") + (f": {detail}" if detail else "")
+                    other: ErrorKind = "server_error" if resp.status >= 500 else "protocol"  # 1xx/3xx: not an answer
+                    raise _status_failure(resp.status, text, parse_retry_after(resp.headers), other)
                 ctype = resp.content_type
                 if ctype == "text/event-stream" or (streamed and ctype != "application/json"):
                     await self._read_stream(resp, watchdog, reading, ctype)

@@ -38,8 +38,7 @@ def _digest(payload: Any) -> str:
 
 def prompt_fingerprint(benchmark: Benchmark, n_problems: int) -> str:
     """How the benchmark renders its probe problems: the same on every shard of one run."""
-    problems = list(benchmark.problems(probe_indices(n_problems)))
-    return _digest([msgspec.to_builtins(p) for p in problems])
+    return _digest([msgspec.to_builtins(p) for p in benchmark.problems(probe_indices(n_problems))])
 
 
 def scorer_fingerprint(benchmark: Benchmark, n_problems: int, provider_version: str | None) -> str:

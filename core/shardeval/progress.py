@@ -32,10 +32,8 @@ class Progress:
 
     def line(self) -> str:
         elapsed = time.monotonic() - self._t0
-        fresh = self.done - self.start_done
-        rate = fresh / elapsed if elapsed > 0 else 0.0
-        left = self.total - self.done
-        eta = f"{left / rate:.0f} s" if rate > 0 else "?"
+        rate = (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0  # this run's answers only
+        eta = f"{(self.total - self.done) / rate:.0f} s" if rate > 0 else "?"
         pct = 100.0 * self.done / self.total if self.total else 100.0
         return (
             f"shard {self.shard.idx}/{self.shard.total} {self.name}: {self.done}/{self.total} ({pct:.1f}%) "

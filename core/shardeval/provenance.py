@@ -41,8 +41,9 @@ async def read_served(client: Any, base_url: str, model: str) -> ServedModel:
     and `max_model_len`) and `/version` where it exists. Never fatal: a server without these
     routes is recorded as unknown, and requests go on (they record their own errors)."""
     served = ServedModel(model=model)
+    base = base_url.rstrip("/")
     try:
-        listing = await client.get_json(base_url.rstrip("/") + "/models")
+        listing = await client.get_json(base + "/models")
         entries = listing.get("data") if isinstance(listing, dict) else None
         if not isinstance(entries, list):
             raise ValueError("no `data` list in the reply")
@@ -57,10 +58,8 @@ async def read_served(client: Any, base_url: str, model: str) -> ServedModel:
     except ValueError as exc:
         served.error = f"/v1/models: {exc}"
         log.warning("cannot read what %s serves (%s); its served identity is not recorded", base_url, served.error)
-    origin = base_url.rstrip("/")
-    origin = origin[: -len("/v1")] if origin.endswith("/v1") else origin
     try:
-        version = await client.get_json(origin + "/version", timeout_s=5.0)
+        version = await client.get_json(base.removesuffix("/v1") + "/version", timeout_s=5.0)
         served.server_version = _text(version.get("version")) if isinstance(version, dict) else None
     except ValueError:
         pass  # not every server has /version

@@ -26,7 +26,6 @@ class Reachability:
     limit: int  # trip after this many connection errors in a row from the start; 0: never
     failures: int = 0
     reachable: bool = False
-    last_error: str | None = None
 
     def observe(self, status: str, error_kind: str | None, error: str | None) -> str | None:
         """Count one finished request; return the failure reason when the endpoint is judged
@@ -37,11 +36,10 @@ class Reachability:
             self.reachable = True
             return None
         self.failures += 1
-        self.last_error = error
         if self.failures < self.limit:
             return None
         return (
             f"{self.url} is unreachable: the first {self.failures} request(s) all failed to connect, after every retry "
-            f"(last: {self.last_error or 'no detail'}); check the URL and that the server is up, then rerun the shard "
+            f"(last: {error or 'no detail'}); check the URL and that the server is up, then rerun the shard "
             "(`unreachable_after: 0` on the service turns this check off)"
         )

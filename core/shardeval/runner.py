@@ -16,6 +16,7 @@ import os
 import signal
 import time
 from array import array
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -107,7 +108,7 @@ class Tally:
     latencies: array = field(default_factory=lambda: array("f"))
     score_sum: float = 0.0
     n_scored: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
+    errors: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.status = bytearray(self.n_problems * self.repeats)
@@ -124,8 +125,7 @@ class Tally:
             if fresh and record.latency_s is not None:
                 self.latencies.append(record.latency_s)
         elif fresh:
-            kind = record.error_kind or "unknown"
-            self.errors[kind] = self.errors.get(kind, 0) + 1
+            self.errors[record.error_kind or "unknown"] += 1
 
     def counts(self) -> tuple[int, int]:
         return self.status.count(OK), self.status.count(ERROR)
@@ -162,15 +162,14 @@ def make_benchmark(bc: BenchmarkConfig, where: str, registry) -> tuple[Benchmark
     """A registered name; a data file path (read with the built-in `jsonl` benchmark); or a YAML
     mapping path (a bring-your-own benchmark, read with the built-in `custom` benchmark).
     Returns the benchmark and the registration that built it."""
-    if bc.name not in registry.entries["benchmarks"]:
-        if bc.name.lower().endswith(DATA_SUFFIXES):
-            entry = registry.get("benchmarks", "jsonl", where)
-            return entry.factory({"path": bc.name, **bc.params}), entry
-        if bc.name.lower().endswith(MAPPING_SUFFIXES):
-            entry = registry.get("benchmarks", "custom", where)
-            return entry.factory({"spec": bc.name, **bc.params}), entry
-    entry = registry.get("benchmarks", bc.name, where)
-    return entry.factory(dict(bc.params)), entry
+    name, params = bc.name, dict(bc.params)
+    if name not in registry.entries["benchmarks"]:
+        if name.lower().endswith(DATA_SUFFIXES):
+            name, params = "jsonl", {"path": bc.name, **params}
+        elif name.lower().endswith(MAPPING_SUFFIXES):
+            name, params = "custom", {"spec": bc.name, **params}
+    entry = registry.get("benchmarks", name, where)
+    return entry.factory(params), entry
 
 
 class ShardRun:
@@ -261,21 +260,14 @@ class ShardRun:
                     tally = await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm))
                     tallies.append(tally)
                     bm.n_ok, bm.n_error = tally.counts()
-                if self.service_failure:
-                    raise ShardError(self.service_failure)
-                if self.write_failure:
-                    raise ShardError(self.write_failure)
-                unanswered = None if self.stopping else missing_pairs(plans, tallies)
-                if unanswered:
-                    raise ShardError(unanswered)
-        except ShardError as exc:
-            manifest.state, manifest.reason = "failed", str(exc)
-            raise
-        except OSError as exc:  # the machine, not the user: an infrastructure failure (exit 1)
-            manifest.state, manifest.reason = "failed", f"{type(exc).__name__}: {exc}"
-            raise ShardError(manifest.reason) from None
+                failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, tallies))
+                if failure:
+                    raise ShardError(failure)
         except BaseException as exc:
-            manifest.state, manifest.reason = "failed", f"{type(exc).__name__}: {exc}"
+            manifest.state = "failed"
+            manifest.reason = str(exc) if isinstance(exc, ShardError) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, OSError):  # the machine, not the user: an infrastructure failure (exit 1)
+                raise ShardError(manifest.reason) from None
             raise
         else:
             manifest.state = "interrupted" if self.stopping else "complete"
@@ -388,8 +380,7 @@ class ShardRun:
         status = f"{code} ({describe_exit(code)})" if code < 0 else str(code)
         self.service_failure = f"{process.name} exited with status {status}: {last}"
         log.error("%s; stopping the shard (see %s)", self.service_failure, process.log_path)
-        for task in list(self._inflight):
-            task.cancel()
+        self._cancel_inflight()
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -419,8 +410,7 @@ class ShardRun:
         Second signal: cancel what is in flight now."""
         if self.stopping:
             log.warning("second %s: cancelling requests in flight now", sig.name)
-            for task in list(self._inflight):
-                task.cancel()
+            self._cancel_inflight()
             return
         self.stopping = sig.name
         timeout = self.config.output.drain_timeout_s
@@ -435,14 +425,13 @@ class ShardRun:
         """drain_timeout_s after the stop signal: cancel what is still in flight, unrecorded (a
         rerun asks it again)."""
         self._drain_timer = None
-        pending = [task for task in self._inflight if not task.done()]
+        pending = sum(not task.done() for task in self._inflight)
         if pending:
             log.warning(
                 "%d request(s) still unfinished %g s after %s: cancelled; a rerun will ask them again",
-                len(pending), self.config.output.drain_timeout_s, signame,
+                pending, self.config.output.drain_timeout_s, signame,
             )
-        for task in pending:
-            task.cancel()
+        self._cancel_inflight()
 
     # -- one benchmark ---------------------------------------------------------------------------
 
@@ -520,16 +509,12 @@ class ShardRun:
                     return  # the disk already refused a record: this answer is asked again on rerun
                 try:
                     append_line(results, line)
+                    tally.add(record)  # on disk: counted even if its trajectory cannot be written
+                    if traj_line is not None:
+                        append_line(trajectories, traj_line)
                 except OSError as exc:
                     self._on_write_error(exc, bench_dir)
                     return
-                tally.add(record)  # on disk: counted even if its trajectory cannot be written
-                if traj_line is not None:
-                    try:
-                        append_line(trajectories, traj_line)
-                    except OSError as exc:
-                        self._on_write_error(exc, bench_dir)
-                        return
                 progress.advance(record.status == "ok")
                 unreachable = reach.observe(record.status, record.error_kind, record.error)
                 if unreachable:
@@ -567,14 +552,10 @@ class ShardRun:
         """The service's endpoint never answered (shardeval.reachability): stop the shard as if its
         server had died. The connection error records written stay; requests in flight are
         cancelled unrecorded; run() marks the manifest failed with the reason and exits 1."""
-        if self.service_failure:
-            return
-        self.service_failure = reason
-        log.debug("%s", reason)  # the CLI prints it once, as the shard's error line
-        current = asyncio.current_task()
-        for task in list(self._inflight):
-            if task is not current:
-                task.cancel()
+        if not self.service_failure:
+            self.service_failure = reason
+            log.debug("%s", reason)  # the CLI prints it once, as the shard's error line
+            self._cancel_inflight()
 
     def _on_write_error(self, exc: OSError, where: str) -> None:
         """A record could not be written (a full disk, a quota, a lost mount): stop the shard.
@@ -592,6 +573,10 @@ class ShardRun:
             + "; the records already written are intact; free space and rerun the shard to resume"
         )
         log.debug("%s", self.write_failure)  # the CLI prints it once, as the shard's error line
+        self._cancel_inflight()
+
+    def _cancel_inflight(self) -> None:
+        """Cancel the requests in flight (unrecorded: a rerun asks them again), but not the caller's own."""
         current = asyncio.current_task()
         for task in list(self._inflight):
             if task is not current:
@@ -746,46 +731,20 @@ def internal_record(
     """The record of a pair whose handling raised: an error of kind `internal` with the exception
     (type and message, key scrubbed), never scored; what the request got, if it got that far."""
     c = getattr(attempt, "completion", None)
-    c = c if isinstance(c, Completion) else None
-    return ResultRecord(
-        benchmark=plan.name,
-        problem_idx=problem.idx,
-        problem_id=problem.id,
-        repeat=repeat,
-        seed=seed,
-        status="error",
-        error_kind="internal",
-        error=message,
-        attempts=c.attempts if c is not None else 0,
-        response=c.text if c is not None else "",
-        reference=problem.reference,
-        finish_reason=c.finish_reason if c is not None else None,
-        prompt_tokens=c.prompt_tokens if c is not None else None,
-        completion_tokens=c.completion_tokens if c is not None else None,
-        ttft_s=c.ttft_s if c is not None else None,
-        latency_s=c.latency_s if c is not None else None,
-        started_at=c.started_at if c is not None else time.time(),
-        shard=shard,
-        cluster=problem.cluster,
-        run=plan.run,
-    )
+    c = c if isinstance(c, Completion) else Completion(status="error", started_at=time.time())
+    return make_record(plan, problem, repeat, seed, msgspec.structs.replace(c, status="error", error_kind="internal", error=message), shard)
 
 
 def missing_pairs(plans: list[BenchmarkPlan], tallies: list[Tally]) -> str | None:
     """Why a shard that ran to its end is not complete: pairs with no record at all (a request task
     that ended without writing one). None when every pair of every benchmark run has a record."""
-    total = missing = 0
-    parts = []
-    for plan, tally in zip(plans, tallies):
-        n_ok, n_err = tally.counts()
-        expected = len(plan.indices) * plan.config.repeats
-        total += expected
-        if expected - n_ok - n_err:
-            missing += expected - n_ok - n_err
-            parts.append(f"{plan.name} {expected - n_ok - n_err}")
+    expected = {plan.name: len(plan.indices) * plan.config.repeats for plan, _ in zip(plans, tallies)}
+    gaps = {plan.name: expected[plan.name] - sum(tally.counts()) for plan, tally in zip(plans, tallies)}
+    missing = sum(gaps.values())
     if not missing:
         return None
-    return (f"{missing} of {total} pair(s) have no record after the run ({', '.join(parts)}): their request tasks ended "
+    parts = ", ".join(f"{name} {gap}" for name, gap in gaps.items() if gap)
+    return (f"{missing} of {sum(expected.values())} pair(s) have no record after the run ({parts}): their request tasks ended "
             "without writing one; rerun the shard to ask them")
 
 

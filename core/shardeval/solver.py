@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
+import msgspec
+
 from shardeval.benchmark import Problem
 from shardeval.config import Generation, SolverConfig
 from shardeval.service import Endpoint
@@ -53,13 +55,8 @@ SolverFactory = Callable[[SolverConfig, ServiceHandle], Solver]
 
 def generation_params(gen: Generation) -> dict[str, Any]:
     """The request fields a Generation section sets (unset ones are left to the server)."""
-    params: dict[str, Any] = {}
-    for key in ("temperature", "top_p", "top_k", "max_tokens", "stop"):
-        value = getattr(gen, key)
-        if value is not None:
-            params[key] = value
-    params.update(gen.extra)
-    return params
+    params = {key: getattr(gen, key) for key in ("temperature", "top_p", "top_k", "max_tokens", "stop")}
+    return {**{k: v for k, v in params.items() if v is not None}, **gen.extra}
 
 
 def conversation(config: SolverConfig, problem: Problem) -> list[dict[str, str]]:
@@ -200,14 +197,9 @@ def rolling_windows(text: str, max_chars: int | None, context_chars: int) -> lis
     while s < length:
         e = min(length, s + (step if s else max_chars))
         if e < length:
-            cut = next((i for i in range(e, s, -1) if text[i].isspace() and not text[i - 1].isspace()), None)
-            if cut is not None:
-                e = cut
-        cs = s
-        if s:
-            cs = max(0, s - context_chars)
-            cs = next((i for i in range(cs, s) if text[i].isspace()), cs)
-        windows.append((cs, s, e))
+            e = next((i for i in range(e, s, -1) if text[i].isspace() and not text[i - 1].isspace()), e)
+        cs = max(0, s - context_chars)  # the first window (s == 0) has no context
+        windows.append((next((i for i in range(cs, s) if text[i].isspace()), cs), s, e))
         s = e
     return windows
 
@@ -289,6 +281,15 @@ class LoglikelihoodSolver:
             return _failed(c, str(exc)), None
         return c, logprobs
 
+    async def _score_all(
+        self, pairs: list[tuple[str, str]], allow_empty: bool = False
+    ) -> tuple[list[Any], list[list[float]], int | None]:
+        """Score every continuation after its context, all at once: their completions, their
+        logprobs, and which failed first (None: none did)."""
+        results = await asyncio.gather(*(self._score(ctx + cont, len(ctx), allow_empty) for ctx, cont in pairs))
+        parts = [c for c, _ in results]
+        return parts, [lps or [] for _, lps in results], next((i for i, c in enumerate(parts) if c.status != "ok"), None)
+
     async def _multiple_choice(self, problem: Problem) -> Attempt:
         md = problem.metadata
         choices = [str(c) for c in md["choices"]]
@@ -297,15 +298,13 @@ class LoglikelihoodSolver:
             raise ValueError(f"problem {problem.id}: {len(choices)} choices, {len(labels)} labels; give one label per choice")
         context = "\n\n".join(m["content"] for m in conversation(self.config, problem))
         pairs = [split_trailing_space(context, choice) for choice in choices]
-        results = await asyncio.gather(*(self._score(ctx + cont, len(ctx)) for ctx, cont in pairs))
-        parts = [c for c, _ in results]
-        failed = next((i for i, (c, _) in enumerate(results) if c.status != "ok"), None)
+        parts, spans, failed = await self._score_all(pairs)
         request = self.params(self.max_tokens)
         messages = [{"role": "user", "content": context}]
         if failed is not None:
             completion = _combine(parts, "", failure=(f"choice {labels[failed]}", parts[failed]))
             return Attempt(completion=completion, messages=messages, request=request)
-        sums = [math.fsum(lps or ()) for _, lps in results]
+        sums = [math.fsum(lps) for lps in spans]
         norms = [total / len(choice) if choice else total for total, choice in zip(sums, choices)]
         best = max(range(len(sums)), key=lambda i: (sums[i], -i))
         best_norm = max(range(len(norms)), key=lambda i: (norms[i], -i))
@@ -315,8 +314,8 @@ class LoglikelihoodSolver:
         request["loglikelihood"] = {
             "context_chars": len(pairs[0][0]),
             "choices": [
-                {"label": label, "continuation": choice, "logprob": total, "tokens": len(lps or ()), "logprob_per_char": norm}
-                for label, choice, total, norm, (_, lps) in zip(labels, choices, sums, norms, results)
+                {"label": label, "continuation": choice, "logprob": total, "tokens": len(lps), "logprob_per_char": norm}
+                for label, choice, total, norm, lps in zip(labels, choices, sums, norms, spans)
             ],
             "chosen": labels[best],
             "chosen_norm": labels[best_norm],
@@ -336,28 +335,22 @@ class LoglikelihoodSolver:
             from shardeval.client import Completion
 
             empty = Completion(status="ok", text="", completion_tokens=0, started_at=time.time(), latency_s=0.0)
-            scores = {"nll": 0.0, "tokens": 0.0}
-            return Attempt(completion=empty, messages=turns, request=self.params(self.max_tokens), scores=scores)
+            return Attempt(completion=empty, messages=turns, request=self.params(self.max_tokens), scores={"nll": 0.0, "tokens": 0.0})
         windows = rolling_windows(text, max_chars, context_chars)
-        prompts = []
-        for cs, s, e in windows:
-            ctx, cont = split_trailing_space((prefix if cs == 0 else "") + text[cs:s], text[s:e])
-            prompts.append((ctx + cont, len(ctx)))
-        results = await asyncio.gather(*(self._score(prompt, start, allow_empty=True) for prompt, start in prompts))
-        parts = [c for c, _ in results]
+        pairs = [split_trailing_space((prefix if cs == 0 else "") + text[cs:s], text[s:e]) for cs, s, e in windows]
+        parts, spans, failed = await self._score_all(pairs, allow_empty=True)
         request = self.params(self.max_tokens)
         messages = [dict(m) for m in turns]
-        failed = next((i for i, (c, _) in enumerate(results) if c.status != "ok"), None)
         if failed is not None:
             where = f"window {failed + 1} of {len(windows)}" if len(windows) > 1 else "the text"
             return Attempt(completion=_combine(parts, "", failure=(where, parts[failed])), messages=messages, request=request)
-        logprobs = [lp for _, lps in results for lp in lps or ()]
+        logprobs = [lp for lps in spans for lp in lps]
         nll = -math.fsum(logprobs)
         n = len(logprobs)
         reply = repr(nll / n) if n else ""
         request["windows"] = [
-            {"context_start": cs, "start": s, "end": e, "tokens": len(lps or ()), "logprob": math.fsum(lps or ())}
-            for (cs, s, e), (_, lps) in zip(windows, results)
+            {"context_start": cs, "start": s, "end": e, "tokens": len(lps), "logprob": math.fsum(lps)}
+            for (cs, s, e), lps in zip(windows, spans)
         ]
         scores = {"nll": nll, "tokens": float(n)}
         return Attempt(
@@ -367,8 +360,6 @@ class LoglikelihoodSolver:
 
 def _failed(c: Any, message: str) -> Any:
     """The completion `c` turned into a `protocol` error (the server answered, but not usably)."""
-    import msgspec
-
     return msgspec.structs.replace(c, status="error", error_kind="protocol", error=message)
 
 

@@ -74,20 +74,11 @@ class SSEParser:
             elif line.startswith(b"data: "):  # the common case first
                 data.append(line[6:])
             elif line[:1] != b":":
-                self._field(line)
+                # `data:` without its space, or a field ignored on purpose (`event`, `id`, `retry`, unknown)
+                name, _, value = line.partition(b":")
+                if name == b"data":
+                    data.append(value[1:] if value[:1] == b" " else value)
         return events
-
-    def _field(self, line: bytes | bytearray) -> None:
-        colon = line.find(b":")
-        if colon < 0:
-            name, value = bytes(line), b""
-        else:
-            name, value = bytes(line[:colon]), bytes(line[colon + 1 :])
-            if value[:1] == b" ":
-                value = value[1:]
-        if name == b"data":
-            self._lines.append(value)
-        # `event`, `id`, `retry` and unknown fields are ignored on purpose.
 
     def finish(self) -> list[bytes]:
         """End of stream: return an event whose data lines arrived but whose blank line did not.
@@ -98,9 +89,7 @@ class SSEParser:
         lines, self._lines = self._lines, []
         self._tail.clear()
         self._skip_lf = False
-        if not lines:
-            return []
-        return [lines[0] if len(lines) == 1 else b"\n".join(lines)]
+        return [b"\n".join(lines)] if lines else []
 
     @property
     def pending(self) -> bool:
