@@ -24,8 +24,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from shardeval.api import UsageError
-from shardeval.api import ENV_NAME, dump_yaml, escape_dollars as escape
+from shardeval.api import ENV_NAME, UsageError, dump_yaml, escape_dollars as escape
 
 if TYPE_CHECKING:
     from shardeval.api import LaunchRequest

@@ -28,12 +28,10 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from shardeval.api import UsageError
-from shardeval.api import ENV_NAME
+from shardeval.api import ENV_NAME, UsageError
 
 if TYPE_CHECKING:
-    from shardeval.api import Config
-    from shardeval.api import LaunchRequest
+    from shardeval.api import Config, LaunchRequest
     from shardeval_slurm.config import NodePool, SlurmClusterConfig
 
 EVAL_SCRIPT = "eval.sbatch"
