@@ -32,6 +32,7 @@ import os
 from array import array
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Mapping
+from urllib.parse import urlsplit
 
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.atomic import atomic_write
@@ -89,8 +90,7 @@ class Rows:
         if self._fingerprint is None:
             h = hashlib.sha256()
             for row in self.rows(range(len(self))):
-                h.update(canonical_row(row))
-                h.update(b"\n")
+                h.update(canonical_row(row) + b"\n")
             self._fingerprint = "sha256:" + h.hexdigest()
         return self._fingerprint
 
@@ -124,8 +124,7 @@ class JsonlRows(Rows):
                     if not isinstance(row, dict):
                         raise UsageError(f"{origin}:{lineno}: expected a JSON object per line, got {_kind(row)}")
                     self._offsets.append(pos)
-                    h.update(canonical_row(row))
-                    h.update(b"\n")
+                    h.update(canonical_row(row) + b"\n")
                 pos += len(line)
         self._fingerprint = "sha256:" + h.hexdigest()
 
@@ -145,7 +144,11 @@ class JsonlRows(Rows):
                 self._check(i)
                 if f.tell() != self._offsets[i]:
                     f.seek(self._offsets[i])
-                yield msgspec.json.decode(f.readline())
+                yield self._decode(f.readline(), i)
+
+    def _decode(self, line: bytes, i: int) -> dict[str, Any]:
+        """Row `i` from its line (subclasses with another line format override this)."""
+        return msgspec.json.decode(line)
 
 
 class ListRows(Rows):
@@ -235,7 +238,7 @@ def open_rows(
         return _open_hub(source, who)
     if source.startswith(("http://", "https://")):
         path = _download(source, want, who)
-        return _open_file(path, format or _format_of(_url_path(source), who, source), f"{source} (cached at {path})", who)
+        return _open_file(path, format or _format_of(urlsplit(source).path, who, source), f"{source} (cached at {path})", who)
     if source.startswith("pkg://"):
         package, _, resource = source[len("pkg://") :].partition("/")
         path = package_data(package, resource, who=who)
@@ -332,12 +335,9 @@ def package_data(package: str, resource: str, *, pip_name: str | None = None, wh
 
 def cache_dir() -> str:
     """The cache root: `$SHARDEVAL_CACHE_DIR`, else platformdirs' user cache dir for shardeval."""
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return override
     from platformdirs import user_cache_dir
 
-    return user_cache_dir("shardeval")
+    return os.environ.get(CACHE_ENV) or user_cache_dir("shardeval")
 
 
 # --- formats -----------------------------------------------------------------------------------
@@ -355,11 +355,10 @@ def _format_of(path: str, who: str, source: str) -> str:
 
 
 def _open_file(path: str, fmt: str, origin: str, who: str) -> Rows:
-    if fmt == "jsonl":
+    # `.json` files written as JSON Lines are read as such (the Hugging Face export default)
+    if fmt == "jsonl" or (fmt == "json" and _is_json_lines(path)):
         return JsonlRows(path, origin)
     if fmt == "json":
-        if _is_json_lines(path):  # `.json` files written as JSON Lines (the Hugging Face export default)
-            return JsonlRows(path, origin)
         return ListRows(_read_json(path, origin), origin)
     if fmt == "csv":
         return ListRows(_read_csv(path, origin), origin)
@@ -486,16 +485,10 @@ def _open_hub(source: str, who: str) -> Rows:
 # --- downloads ---------------------------------------------------------------------------------
 
 
-def _url_path(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    return urlsplit(url).path
-
-
 def _download(url: str, want: str | None, who: str) -> str:
     """The cached copy of `url`, downloading it (once per node, atomically) when absent or stale."""
     directory = os.path.join(cache_dir(), "datasets", hashlib.sha256(url.encode()).hexdigest())
-    name = os.path.basename(_url_path(url)) or "data"
+    name = os.path.basename(urlsplit(url).path) or "data"
     target = os.path.join(directory, name)
     try:
         os.makedirs(directory, exist_ok=True)
@@ -582,13 +575,8 @@ def _open_data(path: str, mode: str, **kwargs: Any) -> Any:
 
 
 def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    return f"a {type(value).__name__}"
+    """What a decoded JSON value is, for messages (msgspec decodes to plain dict and list)."""
+    return {type(None): "null", dict: "an object", list: "a list"}.get(type(value)) or f"a {type(value).__name__}"
 
 
 class RowsBenchmark(Benchmark):

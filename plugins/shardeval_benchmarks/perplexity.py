@@ -31,10 +31,11 @@ import hashlib
 import math
 import os
 from array import array
-from typing import Annotated, Any, Iterable, Iterator
+from typing import Annotated, Any
 
 from shardeval.api import DataParams, Problem, Rows, RowsBenchmark, Score, UsageError, decode_params, open_from_params
 import msgspec
+from shardeval.datasets import JsonlRows  # a built-in plugin: the line-offset reader, not a public API
 
 
 class PerplexityParams(DataParams):
@@ -45,41 +46,23 @@ class PerplexityParams(DataParams):
     context_chars: Annotated[int, msgspec.Meta(ge=0)] | None = None  # and below max_chars_per_request
 
 
-class TextLines(Rows):
+class TextLines(JsonlRows):
     """A plain-text corpus, one document per non-empty line (without its line break), read by offset."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self.origin = path
+        self.path = self.origin = path
+        self.gz = False
         self._offsets = array("q")
-        self._lengths = array("q")
         pos = 0
         with open(path, "rb") as f:
             for line in f:
-                body = line.rstrip(b"\r\n")
-                if body.strip():
+                if line.strip():
                     self._offsets.append(pos)
-                    self._lengths.append(len(body))
                 pos += len(line)
 
-    def __len__(self) -> int:
-        return len(self._offsets)
-
-    def _read(self, i: int) -> dict[str, Any]:
-        return next(self.rows((i,)))
-
-    def rows(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
-        n = len(self)
-        with open(self.path, "rb") as f:
-            for i in indices:
-                if not 0 <= i < n:
-                    raise IndexError(f"{self.origin}: document {i} out of range (the corpus has {n})")
-                f.seek(self._offsets[i])
-                yield {"text": self._decode(f.read(self._lengths[i]), i)}
-
-    def _decode(self, data: bytes, i: int) -> str:
+    def _decode(self, line: bytes, i: int) -> dict[str, Any]:
         try:
-            return data.decode("utf-8")
+            return {"text": line.rstrip(b"\r\n").decode("utf-8")}
         except UnicodeDecodeError as exc:
             raise UsageError(f"{self.origin}: document {i} is not UTF-8 (bad byte at offset {exc.start}); save the corpus as UTF-8") from None
 
