@@ -48,17 +48,13 @@ def _clean(text: str) -> str:
 
 def first_number(text: str | None) -> str | None:
     """The first number in `text`, as written minus `$`, `%` and thousands commas ("1,234.50" -> "1234.50")."""
-    if not text:
-        return None
-    match = NUMBER_RE.search(_clean(text))
+    match = NUMBER_RE.search(_clean(text)) if text else None
     return match.group().replace(",", "") if match else None
 
 
 def last_number(text: str | None) -> str | None:
     """The last number in `text` (same form as `first_number`)."""
-    if not text:
-        return None
-    matches = NUMBER_RE.findall(_clean(text))
+    matches = NUMBER_RE.findall(_clean(text)) if text else None
     return matches[-1].replace(",", "") if matches else None
 
 

@@ -66,8 +66,7 @@ class Benchmark:
         """Hash of the canonical rows, so merge can tell two datasets apart (override when cheaper)."""
         h = hashlib.sha256()
         for p in self.problems(range(self.size())):
-            h.update(msgspec.json.encode(p))
-            h.update(b"\n")
+            h.update(msgspec.json.encode(p) + b"\n")
         return "sha256:" + h.hexdigest()
 
     def answer_key(self) -> Callable[[str], str | None]:
@@ -76,10 +75,8 @@ class Benchmark:
         The default indexes every problem's text; benchmarks that can solve their own prompts
         (like `arith`) override it to use no memory.
         """
-        key: dict[str, str] = {}
-        for p in self.problems(range(self.size())):
-            if p.reference is not None:
-                key[p.user_text().strip()] = p.reference
+        problems = self.problems(range(self.size()))
+        key = {p.user_text().strip(): p.reference for p in problems if p.reference is not None}
         return lambda text: key.get(text.strip())
 
     def simulated_reply(self, reference: str, correct: bool) -> str | None:
