@@ -33,25 +33,19 @@ def fenced_blocks(text: str) -> list[Block]:
     Markdown list still parses as top-level code.
     """
     blocks: list[Block] = []
-    lines = text.splitlines(keepends=True)
-    i = 0
-    while i < len(lines):
-        opening = _FENCE.match(lines[i].rstrip("\r\n"))
+    lines = iter(text.splitlines(keepends=True))
+    for line in lines:
+        opening = _FENCE.match(line.rstrip("\r\n"))
         if not opening:
-            i += 1
             continue
         indent, fence, tag = opening.group(1), opening.group(2), opening.group(3).lower()
         body: list[str] = []
-        i += 1
-        while i < len(lines):
-            stripped = lines[i].strip()
-            if stripped.startswith(fence[0] * len(fence)) and not stripped.strip(fence[0]):
+        for line in lines:  # the same iterator: the block's lines, then its closing fence
+            stripped = line.strip()
+            if stripped.startswith(fence) and not stripped.strip(fence[0]):
                 break
-            line = lines[i]
             body.append(line[len(indent) :] if indent and line.startswith(indent) else line)
-            i += 1
         blocks.append(Block(tag, "".join(body)))
-        i += 1
     return blocks
 
 

@@ -18,13 +18,6 @@ import click
 from shardeval.api import UsageError
 
 
-def _parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
-    """`key=value` pairs with YAML values (one parser for every such flag: shardeval.config)."""
-    from shardeval.api import parse_key_values
-
-    return parse_key_values(pairs, "-p", "shots=8")
-
-
 def _summary(factory: Any) -> str:
     """The first sentence of the benchmark module's docstring (what it is, in its author's words)."""
     load = getattr(factory, "load", None)  # a shardeval.api.Lazy: import its module to read the doc
@@ -52,10 +45,11 @@ def _origin(benchmark: Any) -> str:
 def benchmarks_command(name: str | None, params: tuple[str, ...], show: int, no_load: bool) -> None:
     """List registered benchmarks (plugin, size, data source), or describe NAME."""
     from shardeval import plugins
+    from shardeval.api import parse_key_values  # YAML values, one parser for every such flag
 
     registry = plugins.registry()
     if name is not None:
-        _describe(name, _parse_params(params), show, registry)
+        _describe(name, parse_key_values(params, "-p", "shots=8"), show, registry)
         return
     if params:
         raise UsageError("-p/--param needs a benchmark NAME: shardeval benchmarks NAME -p key=value")

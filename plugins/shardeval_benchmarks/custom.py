@@ -199,15 +199,14 @@ class CustomBenchmark(RowsBenchmark):
             return Score(score=0.0, extracted=None)
         if scorer == "numeric":
             extracted, _ = extract_numeric(response)
-            return Score(score=float(numbers_equal(extracted, problem.reference)), extracted=extracted)
-        if scorer == "choice":
+            right = numbers_equal(extracted, problem.reference)
+        elif scorer == "choice":
             extracted = extract_choice(response, int(problem.metadata.get("n_choices", 26)))
-            return Score(score=float(extracted == problem.reference), extracted=extracted)
-        extracted = self._extract_regex(response) if scorer == "regex" else _extract_text(response)
-        if extracted is None:
-            return Score(score=0.0, extracted=None)
-        accepted = problem.metadata.get("aliases") or [problem.reference]
-        right = normalize_text(extracted) in {normalize_text(a) for a in accepted}
+            right = extracted == problem.reference
+        else:
+            extracted = self._extract_regex(response) if scorer == "regex" else _extract_text(response)
+            accepted = problem.metadata.get("aliases") or [problem.reference]
+            right = extracted is not None and normalize_text(extracted) in {normalize_text(a) for a in accepted}
         return Score(score=float(right), extracted=extracted)
 
     def _extract_regex(self, response: str) -> str | None:
@@ -258,15 +257,11 @@ def _compile(mapping: BenchmarkMapping, where: str) -> re.Pattern[str] | None:
 
 def _template_fields(template: str, where: str, key: str) -> set[str]:
     """The `{names}` a str.format template uses; only plain names are allowed."""
-    names: set[str] = set()
     try:
-        parsed = list(string.Formatter().parse(template))
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as exc:
         raise UsageError(f"{where}: {key} is not a valid template ({exc}); write {{{{ and }}}} for literal braces") from None
-    for _, name, _, _ in parsed:
-        if name is None:
-            continue
-        if not name or not re.fullmatch(r"[^\W\d]\w*", name):
+    for name in names:
+        if not re.fullmatch(r"[^\W\d]\w*", name):  # "" ({}), a position or an attribute/index
             raise UsageError(f"{where}: {key} uses {{{name}}}; use plain field names like {{input}} or {{question}}")
-        names.add(name)
-    return names
+    return set(names)

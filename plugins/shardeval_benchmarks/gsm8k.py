@@ -148,8 +148,7 @@ class Gsm8kBenchmark(RowsBenchmark):
 
     def score(self, problem: Problem, response: str) -> Score:
         if self.shots:
-            cut = response.find("\nQ:")
-            response = response if cut < 0 else response[:cut]
+            response = response.split("\nQ:", 1)[0]
         extracted, method = extract_numeric(response)
         right = problem.reference is not None and numbers_equal(extracted, problem.reference)
         strict = right and method in ("####", "answer is")
@@ -157,11 +156,8 @@ class Gsm8kBenchmark(RowsBenchmark):
 
     def answer_key(self) -> Callable[[str], str | None]:
         """Question text -> reference, found in any gsm8k prompt (zero- or few-shot) or the bare question."""
-        key: dict[str, str] = {}
-        for idx, row in enumerate(self.rows.rows(range(len(self.rows)))):
-            problem = self.row_problem(idx, row)
-            if problem.reference is not None:
-                key[" ".join(str(row[self.question_field]).split())] = problem.reference  # type: ignore[index]
+        problems = self.problems(range(self.size()))
+        key = {question_of(p.prompt or ""): p.reference for p in problems if p.reference is not None}
         return lambda text: key.get(question_of(text))
 
 

