@@ -15,6 +15,7 @@ text, never of the seed or the prompt around it, so a test can compute a perplex
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import re
@@ -71,28 +72,23 @@ def token_logprob(token: str) -> float:
 def wrong_answer(reference: str) -> str:
     """A plausible wrong answer: the number plus one, else the text with an `x` appended."""
     plain = reference.strip().replace(",", "")
-    try:
+    with contextlib.suppress(ValueError):
         return str(int(plain) + 1)
-    except ValueError:
-        pass
-    try:
-        value = float(plain)
-    except ValueError:
-        return reference.strip() + "x"
-    return repr(value + 1) if math.isfinite(value) else reference.strip() + "x"
+    with contextlib.suppress(ValueError):
+        if math.isfinite(value := float(plain)):
+            return repr(value + 1)
+    return reference.strip() + "x"
 
 
+@dataclass(frozen=True)
 class Answerer:
     """Turns prompt text into a Reply; `key` maps a prompt to its reference (None if unknown)."""
 
-    def __init__(
-        self, key: AnswerKey | None, *, accuracy: float, output_tokens: int, seed: int, render: Render | None = None
-    ) -> None:
-        self.key = key
-        self.render = render
-        self.accuracy = accuracy
-        self.output_tokens = output_tokens
-        self.seed = seed
+    key: AnswerKey | None
+    accuracy: float
+    output_tokens: int
+    seed: int
+    render: Render | None = None
 
     def reference(self, text: str) -> str | None:
         """The gold answer for `text`; for a completions prompt that starts with a system prompt
@@ -100,11 +96,8 @@ class Answerer:
         if self.key is None:
             return None
         parts = text.split("\n\n", 8)
-        for k in range(min(len(parts), 9)):  # the whole text, then up to 8 tails
-            ref = self.key("\n\n".join(parts[k:]))
-            if ref is not None:
-                return ref
-        return None
+        tails = ("\n\n".join(parts[k:]) for k in range(len(parts)))  # the whole text, then up to 8 tails
+        return next((ref for tail in tails if (ref := self.key(tail)) is not None), None)
 
     def reply(self, text: str, request_seed: int | None, max_tokens: int | None) -> Reply:
         digest = hashlib.blake2b(

@@ -15,13 +15,6 @@ RATE = click.FloatRange(0.0, 1.0)
 NON_NEGATIVE = click.FloatRange(min=0.0)
 
 
-def parse_bench_params(pairs: tuple[str, ...]) -> dict[str, Any]:
-    """`key=value` pairs with YAML values (one parser for every such flag: shardeval.config)."""
-    from shardeval.api import parse_key_values
-
-    return parse_key_values(pairs, "--bench-param", "n=500")
-
-
 def load_answer_key(bench: str | None, params: dict[str, Any]):
     """(answer key: prompt text -> reference, reply renderer) of the registered benchmark, or
     (None, None) without --bench. The renderer lets a benchmark shape whole replies (code, letters)."""
@@ -65,9 +58,11 @@ def sim_command(served_model_name: str | None, tensor_parallel_size: int | None,
     Prints `shardeval sim listening on http://HOST:PORT/v1` once it accepts connections and runs
     until SIGTERM or Ctrl-C.
     """
+    from shardeval.api import parse_key_values  # YAML values, one parser for every such flag
+
     if served_model_name:
         opts["model"] = served_model_name
-    settings = SimSettings(bench_params=parse_bench_params(bench_params), **opts)
+    settings = SimSettings(bench_params=parse_key_values(bench_params, "--bench-param", "n=500"), **opts)
     total = sum(settings.fault_rates().values())
     if total > 1.0 + 1e-9:
         raise UsageError(

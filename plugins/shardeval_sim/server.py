@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import random
 import signal
@@ -54,17 +55,11 @@ class Faults:
 
     def __init__(self, settings: SimSettings) -> None:
         self.rng = random.Random(f"faults:{settings.seed}")
-        self.bounds: list[tuple[float, str]] = []
-        total = 0.0
-        for kind, rate in settings.fault_rates().items():
-            if rate > 0:
-                total += rate
-                self.bounds.append((total, kind))
+        rates = {kind: rate for kind, rate in settings.fault_rates().items() if rate > 0}
+        self.bounds = list(zip(itertools.accumulate(rates.values()), rates))  # (cumulative rate, kind)
         self.statuses = itertools.cycle(int(s) for s in settings.fail_5xx_statuses.split(","))  # --fail-5xx's, in turn
 
     def draw(self) -> str | None:
-        if not self.bounds:
-            return None
         u = self.rng.random()
         return next((kind for bound, kind in self.bounds if u < bound), None)
 
@@ -114,9 +109,8 @@ class Simulator:
         self.itl = settings.itl_ms / 1000.0
         self.ids = itertools.count(1)
         self.inflight = 0  # requests being answered now (for --max-inflight)
-        self.n_limited = 0
         self._model_json = _json_encode(self.served)
-        self._token_cache: dict[str, bytes] = {}
+        self._token = functools.lru_cache(maxsize=4096)(_json_encode)  # a token's JSON string, cached
         model = {"id": self.served, "object": "model", "created": int(time.time()), "owned_by": "shardeval-sim",
                  "root": settings.root or self.served, "parent": None, "max_model_len": settings.max_model_len}
         self._models_body = _json_encode({"object": "list", "data": [model]})
@@ -198,7 +192,6 @@ class Simulator:
 
         limit = self.settings.max_inflight
         if limit and self.inflight >= limit:  # a rate limiter in front of a busy server
-            self.n_limited += 1
             return error_response(429, f"simulated rate limit: {limit} requests already in flight", "RateLimitError", headers=self._retry_headers)
         # Draw this attempt's fault, then answer (or fail) as it says.
         fault = self.faults.draw()
@@ -248,9 +241,6 @@ class Simulator:
         if fault == "error_200":
             body = {"error": {"message": "simulated error inside an HTTP 200 response", "type": "InternalServerError", "param": None, "code": 500}}
             return web.Response(body=_json_encode(body), content_type="application/json")
-        rid = next(self.ids)
-        created = int(time.time())
-        model = self.served
         text = reply.text
         if chat:
             choice: dict[str, Any] = {
@@ -260,7 +250,7 @@ class Simulator:
                 "finish_reason": reply.finish_reason,
                 "stop_reason": None,
             }
-            out = {"id": f"chatcmpl-sim{rid:x}", "object": "chat.completion", "created": created, "model": model, "choices": [choice]}
+            rid, kind = f"chatcmpl-sim{next(self.ids):x}", "chat.completion"
         else:
             prefix = echo if echo is not None else ""
             generated = reply.tokens
@@ -269,17 +259,10 @@ class Simulator:
                 text = "".join(generated)
             lp = _logprobs(tokenize(prefix), generated) if logprobs else None
             choice = {"index": 0, "text": prefix + text, "logprobs": lp, "finish_reason": reply.finish_reason, "stop_reason": None}
-            out = {"id": f"cmpl-sim{rid:x}", "object": "text_completion", "created": created, "model": model, "choices": [choice]}
-        out["usage"] = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n}
+            rid, kind = f"cmpl-sim{next(self.ids):x}", "text_completion"
+        usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n}
+        out = {"id": rid, "object": kind, "created": int(time.time()), "model": self.served, "choices": [choice], "usage": usage}
         return web.Response(body=_json_encode(out), content_type="application/json")
-
-    def _token(self, token: str) -> bytes:
-        encoded = self._token_cache.get(token)
-        if encoded is None:
-            encoded = _json_encode(token)
-            if len(self._token_cache) < 4096:
-                self._token_cache[token] = encoded
-        return encoded
 
     def _events(self, reply: Reply, chat: bool, n_prompt: int, include_usage: bool) -> list[bytes]:
         """Every SSE event of one stream, built from byte templates."""

@@ -23,12 +23,11 @@ def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list
     argv = [*(command or self_command()), "sim", "--host", "127.0.0.1", "--port", "0"]
     for key in BEHAVIOUR_KEYS:
         value = getattr(config, key)
-        flag = "--" + key.replace("_", "-")
         if key == "bench_params":
             for k, v in sorted(value.items()):
                 argv += ["--bench-param", f"{k}={json.dumps(v)}"]  # JSON is YAML: the type survives
         elif value is not None:
-            argv += [flag, str(value)]
+            argv += ["--" + key.replace("_", "-"), str(value)]
     return argv
 
 
