@@ -488,8 +488,7 @@ def _open_hub(source: str, who: str) -> Rows:
 def _download(url: str, want: str | None, who: str) -> str:
     """The cached copy of `url`, downloading it (once per node, atomically) when absent or stale."""
     directory = os.path.join(cache_dir(), "datasets", hashlib.sha256(url.encode()).hexdigest())
-    name = os.path.basename(urlsplit(url).path) or "data"
-    target = os.path.join(directory, name)
+    target = os.path.join(directory, os.path.basename(urlsplit(url).path) or "data")
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:

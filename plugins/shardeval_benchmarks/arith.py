@@ -50,6 +50,7 @@ PATTERNS = [re.compile(regex) for _, regex, _ in TEMPLATES]
 class ArithBenchmark(Benchmark):
     """params: n (problems, default 1000), seed (default 0)."""
     scorer_version = "1"  # bump when score() or its answer extraction changes
+    name = "arith"
 
     def __init__(self, params: dict[str, Any]) -> None:
         unknown = set(params) - {"n", "seed"}
@@ -60,9 +61,7 @@ class ArithBenchmark(Benchmark):
             raise UsageError(f"benchmark arith: params.n must be a whole number >= 0, got {n!r}")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise UsageError(f"benchmark arith: params.seed must be an integer, got {seed!r}")
-        self.name = "arith"
-        self.n = n
-        self.seed = seed
+        self.n, self.seed = n, seed
 
     def size(self) -> int:
         return self.n

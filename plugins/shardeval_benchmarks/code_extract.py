@@ -8,7 +8,7 @@ and run on past the function, so they are cut at the first line that starts some
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3"})
 # The Codex paper's stop sequences (Chen et al. 2021), plus a closing fence from chat-tuned models.
@@ -18,8 +18,7 @@ _FENCE = re.compile(r"^([ \t]*)(`{3,}|~{3,})[ \t]*([^\s`]*)[^`\n]*$")
 _FUTURE = re.compile(r"^from[ \t]+__future__[ \t]+import[^\n]*\n?", re.M)
 
 
-@dataclass(frozen=True)
-class Block:
+class Block(NamedTuple):
     """One fenced code block: its info-string tag (lowercase, "" for a bare fence) and its code."""
 
     tag: str

@@ -31,12 +31,7 @@ The mapping (unknown keys are one-line errors naming the closest valid key):
     regex: "Final: (.+)"          # regex scorer: group 1 (or the whole match) of the LAST match
     metrics: [accuracy]           # merge's metrics for it unless the config's benchmarks[].metrics says so
 
-Scorers: `exact` compares normalised text (case, spaces, punctuation, the articles a/an/the, `$` and
-thousands commas do not count) of the reply's answer — after `####`, else after "answer is"/"answer:", else
-the whole reply — with the target or any alias. `numeric` extracts a number like gsm8k
-(answers.extract_numeric) and compares numerically. `regex` extracts with your pattern, then
-compares like `exact`. `choice` renders `{choices}` as "A. …" lines, takes the target as a letter,
-a 0-based index or the correct option's text, and extracts a letter (answers.extract_choice).
+What each scorer extracts and compares: docs/benchmarks.md, "Bring your own benchmark".
 """
 
 from __future__ import annotations

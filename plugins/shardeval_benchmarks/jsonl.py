@@ -5,10 +5,7 @@ works, JSONL being the usual one), name (default: the file's stem), prompt_field
 first of prompt/question/input present), messages_field, reference_field (default:
 answer/reference/target), id_field (default: the row index), cluster_field. Scoring is exact
 match after normalisation (answers.normalize); a GSM8K-style `#### x` in the reference or the
-response is reduced to x first.
-
-Rows come from `datasets.open_rows`: a JSONL file is scanned once for its fingerprint and each
-row's byte offset, so a shard seeks to its own rows and never holds the others in memory.
+response is reduced to x first. Rows come from `datasets.open_rows`, so a shard reads only its own.
 """
 
 from __future__ import annotations

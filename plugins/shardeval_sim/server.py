@@ -371,12 +371,9 @@ async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: 
         loop.add_signal_handler(sig, stop.set)
     faults = ", ".join(f"{k} {v:g}" for k, v in settings.fault_rates().items() if v) or "none"
     bench = f"{settings.bench} (accuracy {settings.accuracy:g})" if settings.bench else "none"
-    print(
-        f"shardeval sim: model {settings.model!r}, bench {bench}, ttft {settings.ttft_ms:g} ms, "
-        f"itl {settings.itl_ms:g} ms, {settings.output_tokens} tokens, faults: {faults}, seed {settings.seed}",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(f"shardeval sim: model {settings.model!r}, bench {bench}, ttft {settings.ttft_ms:g} ms, "
+          f"itl {settings.itl_ms:g} ms, {settings.output_tokens} tokens, faults: {faults}, seed {settings.seed}",
+          file=sys.stderr, flush=True)
     announce(f"shardeval sim listening on http://{host}:{port}/v1", flush=True)
     try:
         await stop.wait()
