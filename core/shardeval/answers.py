@@ -73,8 +73,7 @@ def extract_numeric(text: str) -> tuple[str | None, str | None]:
             if (n := first_number(rest[: nxt.start()] if nxt else rest)) is not None:
                 return n, method
     for match in reversed(_BOXED.findall(text)):
-        frac = _FRAC.search(match)
-        if frac:
+        if frac := _FRAC.search(match):
             value = float(frac.group(1)) / float(frac.group(2))
             return (str(int(value)) if value.is_integer() else repr(value)), "boxed"
         if (n := first_number(match)) is not None:
@@ -112,8 +111,7 @@ def extract_choice(text: str, n_choices: int) -> str | None:
     """
     letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[: max(1, min(n_choices, 26))]
     for pattern in _CHOICE_PATTERNS:
-        matches = re.findall(pattern.replace("{L}", letters), text, re.MULTILINE)
-        if matches:
+        if matches := re.findall(pattern.replace("{L}", letters), text, re.MULTILINE):
             return matches[-1].upper()
     return None
 

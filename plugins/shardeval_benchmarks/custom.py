@@ -163,7 +163,7 @@ class CustomBenchmark(RowsBenchmark):
         aliases = [str(t) for t in target] if isinstance(target, list) else ([] if target is None else [str(target)])
         if self.mapping.scorer == "choice" and aliases:
             aliases = [_letter(aliases[0], choices, self.where, idx)]
-        values = {**{k: v for k, v in row.items() if isinstance(k, str)}}
+        values = {k: v for k, v in row.items() if isinstance(k, str)}
         values["input"] = row.get(self.input_field, "") if self.input_field else ""
         values["target"] = aliases[0] if aliases else ""
         values["choices"] = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))

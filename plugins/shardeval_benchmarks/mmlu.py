@@ -144,17 +144,14 @@ def extract_letter(response: str) -> str | None:
         letter, hedged = statements[-1]
         return None if hedged or letter not in LETTERS else letter
     stripped = text.strip().strip("*_`'\" \t\n")
-    whole = _WHOLE.fullmatch(stripped)
-    if whole:
+    if whole := _WHOLE.fullmatch(stripped):
         letter = whole.group(1).upper()
         return letter if letter in LETTERS else None
-    lead = _LEADING.match(text)
-    if lead:
+    if lead := _LEADING.match(text):
         letter = (lead.group(1) or lead.group(2)).upper()
         listed = {(m.group(1) or m.group(2)).upper() for m in _OPTION_LINE.finditer(text)}
         return letter if letter in LETTERS and len(listed) < 2 else None
-    lead = _LEADING_VERB.match(text)
-    if lead:
+    if lead := _LEADING_VERB.match(text):
         return lead.group(1)
     seen = {m.group(1).upper() for m in _WRAPPED.finditer(text)}
     for m in _BARE.finditer(text):

@@ -101,9 +101,7 @@ class Simulator:
     def __init__(self, settings: SimSettings, answer_key: AnswerKey | None, render: Render | None = None) -> None:
         self.settings = settings
         self.served = settings.model
-        self.answerer = Answerer(
-            answer_key, accuracy=settings.accuracy, output_tokens=settings.output_tokens, seed=settings.seed, render=render
-        )
+        self.answerer = Answerer(answer_key, settings.accuracy, settings.output_tokens, settings.seed, render)
         self.faults = Faults(settings)
         self.ttft = settings.ttft_ms / 1000.0
         self.itl = settings.itl_ms / 1000.0
@@ -214,15 +212,14 @@ class Simulator:
     def _logprob_fields(body: dict[str, Any], stream: bool) -> tuple[bool, int | None]:
         """(echo, logprobs) of a completions request; None: no logprobs asked (or a stream: ignored)."""
         echo = body.get("echo")
-        echo = False if echo is None else echo
-        if not isinstance(echo, bool):
+        if echo is not None and not isinstance(echo, bool):
             raise BadRequest(400, f"echo must be true or false, got {echo!r}", param="echo")
         if echo and stream:
             raise BadRequest(400, "the simulator supports echo only with stream: false", param="echo")
         logprobs = _int_field(body, "logprobs", 0)
         if logprobs is not None and logprobs > 20:
             raise BadRequest(400, f"logprobs must be at most 20, got {logprobs}", param="logprobs")
-        return echo, None if stream else logprobs
+        return bool(echo), None if stream else logprobs
 
     async def _respond(self, request: web.Request, reply: Reply, chat: bool, n_prompt: int, fault: str | None, *,
                        echo: str | None = None, logprobs: bool = False) -> web.StreamResponse:
