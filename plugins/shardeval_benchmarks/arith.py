@@ -87,8 +87,7 @@ class ArithBenchmark(Benchmark):
 
     def fingerprint(self) -> str:
         """The rows are a pure function of (generator version, seed, n): hash that, not a million rows."""
-        digest = hashlib.sha256(f"{GENERATOR_VERSION}:{self.seed}:{self.n}".encode()).hexdigest()
-        return f"sha256:{digest}"
+        return "sha256:" + hashlib.sha256(f"{GENERATOR_VERSION}:{self.seed}:{self.n}".encode()).hexdigest()
 
     def score(self, problem: Problem, response: str) -> Score:
         extracted = final_answer(response)

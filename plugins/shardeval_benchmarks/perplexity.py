@@ -104,8 +104,7 @@ class PerplexityBenchmark(RowsBenchmark):
 
     def fingerprint(self) -> str:
         """The corpus's rows and the text field they are read from."""
-        digest = hashlib.sha256(f"{self.rows.fingerprint()}\n{self.params.text_field}".encode()).hexdigest()
-        return f"sha256:{digest}"
+        return "sha256:" + hashlib.sha256(f"{self.rows.fingerprint()}\n{self.params.text_field}".encode()).hexdigest()
 
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         field = self.params.text_field
