@@ -73,7 +73,7 @@ def render_ray(request: LaunchRequest, pool: Pool, command: list[str], cwd: str)
 
     cluster: SlurmClusterConfig = request.config.cluster  # type: ignore[assignment]
     root, total = request.output_root, request.total
-    logs = os.path.join(slurm_path(root), "logs")
+    logs = os.path.join(slurm_path(root), "logs", "ray-%j")
     ray = ray_command(cluster)
     launcher = [*launcher_command(cluster, command), *launcher_args(request)]
     source = request.config_path or "the command line (quick mode)"
@@ -83,11 +83,7 @@ def render_ray(request: LaunchRequest, pool: Pool, command: list[str], cwd: str)
         f"# A Ray cluster over this job's nodes runs {total} shards as Ray tasks into {comment(root)}/shard_i,",
         "# then merges them. Submit: sbatch ray.sbatch",
         f"#SBATCH --job-name={sbatch_value(cluster.job_name + '-ray', 'cluster.job_name')}",
-        *_common_head(cluster, "walltime", pool.partition, cwd),
-        *_pool_directives(pool),
-        f"#SBATCH --output={sbatch_value(os.path.join(logs, 'ray-%j.out'), 'the output directory')}",
-        f"#SBATCH --error={sbatch_value(os.path.join(logs, 'ray-%j.err'), 'the output directory')}",
-        "#SBATCH --open-mode=append",
+        *_common_head(cluster, "walltime", pool.partition, cwd, _pool_directives(pool), logs),
         "#SBATCH --requeue" if cluster.requeue else "#SBATCH --no-requeue",
         *_extra_flags(cluster),
         "#",
