@@ -121,7 +121,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
     mounts: list[dict[str, Any]] = [RESULTS_MOUNT]
     if config_text is not None:
         if len(config_text.encode()) > CONFIGMAP_LIMIT:
-                    raise UsageError(
+            raise UsageError(
                 f"{request.config_path}: {len(config_text.encode())} bytes is over the 1 MiB a ConfigMap holds; "
                 "move large data (prompts, datasets) into the image or onto the results volume"
             )
@@ -265,13 +265,8 @@ def _header(refs: dict[str, tuple[str, str]], namespace: str) -> str:
 
 
 def _shard_env(cluster: KubernetesClusterConfig, total: int, secrets: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
-        {
-            "name": "NEL_SHARD_IDX",
-            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}},
-        },
-        {"name": "NEL_TOTAL_SHARDS", "value": str(total)},
-    ]
+    index = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
+    env = [{"name": "NEL_SHARD_IDX", "valueFrom": index}, {"name": "NEL_TOTAL_SHARDS", "value": str(total)}]
     reserved = {"NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "JOB_COMPLETION_INDEX"}
     for var, value in cluster.env.items():
         if not ENV_NAME.fullmatch(var):
@@ -341,14 +336,8 @@ def _merge_job(
     wait = {
         "name": WAIT_CONTAINER,
         "image": merge.kubectl_image,
-        "command": [
-            "kubectl",
-            "wait",
-            "--for=condition=complete",
-            f"job/{cluster.name}",
-            f"--namespace={cluster.namespace}",
-            f"--timeout={merge.wait_timeout}",
-        ],
+        "command": ["kubectl", "wait", "--for=condition=complete", f"job/{cluster.name}",
+                    f"--namespace={cluster.namespace}", f"--timeout={merge.wait_timeout}"],
     }
     args = ["merge", RESULTS_DIR, *(escape(a) for a in merge.args)]
     pod = {
