@@ -90,11 +90,9 @@ def resolve_address(configured: str | None, env: dict[str, str] | os._Environ[st
     if configured == "auto":
         return "auto", "an existing Ray on this machine (address auto)"
     current = _current_cluster_file(env)
-    try:
-        with open(current, encoding="utf-8") as f:
-            address = f.read().strip()
-    except OSError:
-        address = ""
+    address = ""
+    with contextlib.suppress(OSError), open(current, encoding="utf-8") as f:
+        address = f.read().strip()
     if address:
         if _listening(address):
             return address, f"the Ray started with `ray start` at {address} ({current})"
@@ -153,10 +151,7 @@ def ray_session(cluster: Any) -> Iterator[str]:
             "cluster.type ray needs Ray on this machine: pip install 'shardeval[ray]' (or scripts/setup/ray.sh)"
         ) from None
     kwargs: dict[str, Any] = {"namespace": "shardeval", "log_to_driver": True, "address": address or "local"}
-    if node_ip:
-        kwargs["_node_ip_address"] = node_ip
-    if start:
-        kwargs["include_dashboard"] = False
+    kwargs |= ({"_node_ip_address": node_ip} if node_ip else {}) | ({"include_dashboard": False} if start else {})
     began = time.monotonic()
     try:
         context = ray.init(**kwargs)
@@ -237,8 +232,7 @@ def _collect(ray: Any, ref: Any, idx: int) -> Outcome:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = next((s.strip() for s in text.splitlines() if s.strip()), "")
+    line = next(filter(None, map(str.strip, str(exc).splitlines())), "")
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 

@@ -175,11 +175,8 @@ def _records_on_disk(out_dir: str, benchmarks: list[str]) -> int:
     """Result lines already written (a retry that resumes sees its earlier attempt's here)."""
     total = 0
     for name in benchmarks:
-        try:
-            with open(os.path.join(out_dir, name, RESULTS_FILE), "rb") as f:
-                total += sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-        except FileNotFoundError:
-            pass
+        with contextlib.suppress(FileNotFoundError), open(os.path.join(out_dir, name, RESULTS_FILE), "rb") as f:
+            total += sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
     return total
 
 
