@@ -92,12 +92,9 @@ def _print_dry_run(files: dict[str, str], paths: dict[str, str]) -> int:
         if len(paths) > 1:
             print(f"# ===== {path} =====")
         print(files[name], end="")
-    if EVAL_SCRIPT in paths:
-        merge = shlex.quote(paths[MERGE_SCRIPT]) if MERGE_SCRIPT in paths else ""
-        follow = f", then sbatch --dependency=afterany:<array job id> {merge}" if merge else ""
-        how = f"sbatch {shlex.quote(paths[EVAL_SCRIPT])}{follow}"
-    else:
-        how = f"sbatch {shlex.quote(paths[RAY_SCRIPT])}"
+    how = f"sbatch {shlex.quote(paths.get(EVAL_SCRIPT) or paths[RAY_SCRIPT])}"
+    if MERGE_SCRIPT in paths:
+        how += f", then sbatch --dependency=afterany:<array job id> {shlex.quote(paths[MERGE_SCRIPT])}"
     print(f"shardeval: dry run: wrote {', '.join(paths.values())}; nothing submitted (to submit: {how})", file=sys.stderr)
     return 0
 
