@@ -204,9 +204,6 @@ def shard_args(request: LaunchRequest) -> list[str]:
     return ["run", *request.run_args(f"{CONFIG_DIR}/{CONFIG_FILE}", escape), "-o", f"{RESULTS_DIR}/shard_$(NEL_SHARD_IDX)"]
 
 
-# --- pieces ------------------------------------------------------------------------------------
-
-
 def _names(cluster: KubernetesClusterConfig) -> dict[str, str]:
     if len(cluster.name) > 57 or not _LABEL.fullmatch(cluster.name):
         raise UsageError(

@@ -75,9 +75,6 @@ def run_ray(request: LaunchRequest) -> int:
     return UsageError.exit_code if all(o.usage_error for o in failed) else ShardError.exit_code
 
 
-# --- connecting -------------------------------------------------------------------------------
-
-
 def resolve_address(configured: str | None, env: dict[str, str] | os._Environ[str]) -> tuple[str | None, str]:
     """(address for ray.init, or None to start a local Ray; why) without importing Ray."""
     if configured == "local":
@@ -168,9 +165,6 @@ def ray_session(cluster: Any) -> Iterator[str]:
         yield f"{why} on {actual_ip or node_ip or '?'} (up in {time.monotonic() - began:.1f} s)"
     finally:
         ray.shutdown()  # stops only the Ray this process started; a cluster we joined keeps running
-
-
-# --- running ----------------------------------------------------------------------------------
 
 
 def task_options(cluster: Any, idx: int, total: int) -> dict[str, Any]:

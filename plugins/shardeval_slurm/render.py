@@ -54,9 +54,6 @@ class Pool:
     partition: str | None
 
 
-# --- quoting -----------------------------------------------------------------------------------
-
-
 def shell_word(arg: str) -> str:
     """One argv word for bash: static text quoted by shlex, the shard index as "${NEL_SHARD_IDX}"."""
     return f'"${{{SHARD_VAR}}}"'.join(shlex.quote(part) if part else "" for part in arg.split(_INDEX)) or "''"
@@ -87,9 +84,6 @@ def slurm_path(path: str) -> str:
 def comment(text: str) -> str:
     """Text inside a `#` comment line: one line, whatever it holds."""
     return " ".join(text.split())
-
-
-# --- what runs where ---------------------------------------------------------------------------
 
 
 def node_command(cluster: SlurmClusterConfig) -> list[str]:
@@ -152,9 +146,6 @@ def service_launch_lines(config: Config, command: list[str], free_ports: bool = 
         label = f"services.{name} ({service.type}{f', node pool {pool}' if pool else ''})"
         lines.append(f"{label}: {service.launch_line(command)}")
     return lines
-
-
-# --- the scripts -------------------------------------------------------------------------------
 
 
 def _directive(flag: str, value: str | int | None, what: str) -> list[str]:
@@ -390,9 +381,6 @@ def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], ro
         "",
     ]
     return "\n".join(lines)
-
-
-# --- secrets -----------------------------------------------------------------------------------
 
 
 def check_no_secrets(files: dict[str, str], config: Config) -> None:
