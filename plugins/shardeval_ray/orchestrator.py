@@ -235,9 +235,7 @@ def _print_outcome(outcome: Outcome, total: int) -> None:
         print(f"shardeval: shard {outcome.idx}/{total} failed: {outcome.error}", file=sys.stderr)
         return
     s = outcome.summary
-    parts = [
-        f"{name} {b['n_ok']}/{b['n_expected']} ok, {b['n_error']} error(s)" for name, b in s["benchmarks"].items()
-    ]
+    parts = [f"{name} {b['n_ok']}/{b['n_expected']} ok, {b['n_error']} error(s)" for name, b in s["benchmarks"].items()]
     resumed = f", resumed over {s['records_before']} record(s) on disk" if s["records_before"] else ""
     print(
         f"shardeval: shard {outcome.idx}/{total} {s['state']}: {'; '.join(parts)}{resumed} -> {s['out_dir']} "

@@ -112,24 +112,14 @@ def evaluate_shard(
         raise ShardAttemptFailed(
             f"shard {shard_idx}/{total_shards} stopped before its end ({why}); a retry resumes it from {out_dir}"
         )
+    counts = {
+        b.name: {"n_ok": b.n_ok, "n_error": b.n_error,
+                 "n_expected": len(shard_indices(b.n_problems, shard_idx, total_shards, cfg.shuffle_seed)) * b.repeats}
+        for b in manifest.benchmarks
+    }
     return {
-        "shard": shard_idx,
-        "total": total_shards,
-        "out_dir": out_dir,
-        "state": manifest.state,
-        "reason": manifest.reason,
-        "benchmarks": {
-            b.name: {
-                "n_ok": b.n_ok,
-                "n_error": b.n_error,
-                "n_expected": len(shard_indices(b.n_problems, shard_idx, total_shards, cfg.shuffle_seed)) * b.repeats,
-            }
-            for b in manifest.benchmarks
-        },
-        "records_before": before,
-        "node_ip": node_ip,
-        "node_id": node_id,
-        "pid": os.getpid(),
+        "shard": shard_idx, "total": total_shards, "out_dir": out_dir, "state": manifest.state, "reason": manifest.reason,
+        "benchmarks": counts, "records_before": before, "node_ip": node_ip, "node_id": node_id, "pid": os.getpid(),
         "elapsed_s": round(time.time() - started, 3),
     }
 
