@@ -129,8 +129,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
         volumes.insert(0, {"name": "config", "configMap": {"name": names["config_map"]}})
         mounts.insert(0, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
 
-    shm = shm_size(request.config, cluster)
-    if shm is not None:
+    if (shm := shm_size(request.config, cluster)) is not None:
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
 
@@ -256,8 +255,8 @@ def _header(refs: dict[str, tuple[str, str]], namespace: str) -> str:
     lines = ["# Rendered by shardeval (cluster.type: kubernetes). Apply: kubectl apply -f <this file>"]
     for secret, keys in by_secret.items():
         literals = " ".join(f'--from-literal={key}="${var}"' for key, var in keys.items())
-        lines.append(f"# The pods read {', '.join(keys.values())} from Secret {secret}; create it with:")
-        lines.append(f"#   kubectl create secret generic {secret} -n {namespace} {literals}")
+        lines += [f"# The pods read {', '.join(keys.values())} from Secret {secret}; create it with:",
+                  f"#   kubectl create secret generic {secret} -n {namespace} {literals}"]
     return "\n".join(lines) + "\n"
 
 

@@ -40,9 +40,7 @@ def ray_command(cluster: SlurmClusterConfig) -> list[str]:
         return list(cluster.ray_command)
     if cluster.command is None:
         beside = os.path.join(os.path.dirname(sys.executable), "ray")
-        if os.access(beside, os.X_OK):
-            return [beside]
-        return [sys.executable, "-m", "ray.scripts.scripts"]
+        return [beside] if os.access(beside, os.X_OK) else [sys.executable, "-m", "ray.scripts.scripts"]
     return ["ray"]
 
 

@@ -188,8 +188,7 @@ def check_gpus(config: Config, pool: Pool) -> int | None:
         return None
     have = per_node * spec.nodes
     for name, service in config.used_services().items():
-        need = service.gpus()
-        if need > have:
+        if (need := service.gpus()) > have:
             where = f"cluster.node_pools.{pool.name}" if pool.name else "cluster"
             raise UsageError(
                 f"services.{name} needs {need} GPUs on its node, and {where} asks for {have} per task; "

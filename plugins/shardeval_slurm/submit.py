@@ -76,13 +76,14 @@ def submit(request: LaunchRequest) -> int:
         record["ray_job_id"] = _sbatch(paths[RAY_SCRIPT])
         log.info("submitted Ray job %s (%s): %d shards as Ray tasks, merged in the job", record["ray_job_id"], paths[RAY_SCRIPT], total)
     else:
-        array_id = _sbatch(paths[EVAL_SCRIPT])
-        record["array_job_id"] = array_id
+        record["array_job_id"] = array_id = _sbatch(paths[EVAL_SCRIPT])
         log.info("submitted array job %s (%s): %d tasks, shard_<i> under %s", array_id, paths[EVAL_SCRIPT], total, root)
         if MERGE_SCRIPT in paths:
             record["merge_job_id"] = _sbatch(paths[MERGE_SCRIPT], f"--dependency=afterany:{array_id}")
             log.info("submitted merge job %s (%s), after the array ends", record["merge_job_id"], paths[MERGE_SCRIPT])
-    _write_record(root, record)
+    if old := read_record(root):  # slurm_job.json: the latest submission, earlier ones kept under `previous`
+        record["previous"] = [*old.pop("previous", []), old]
+    atomic_write(os.path.join(root, JOB_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     print(f"`shardeval status {root}` shows progress and each task's SLURM state; results: {os.path.join(root, 'merged')}/")
     return 0
 
@@ -120,14 +121,6 @@ def read_record(root: str) -> dict | None:
     except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def _write_record(root: str, record: dict) -> None:
-    """slurm_job.json: the latest submission, earlier ones kept under `previous`."""
-    old = read_record(root)
-    if old:
-        record["previous"] = [*old.pop("previous", []), old]
-    atomic_write(os.path.join(root, JOB_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
 
 
 def _refuse_if_still_queued(root: str) -> None:
