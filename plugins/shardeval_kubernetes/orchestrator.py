@@ -70,19 +70,14 @@ def submit(request: LaunchRequest) -> int:
     code = subprocess.run(argv).returncode
     name, namespace = cluster.name, cluster.namespace
     if code != 0:
-        print(
-            f"shardeval: kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
-            f"`kubectl delete job -n {namespace} {name} {name}-merge` and run again (the results volume is kept "
-            "and shards resume)",
-            file=sys.stderr,
-        )
-        return code
-    print(
-        f"shardeval: submitted {request.total} shards as Job {namespace}/{name}. Follow: "
-        f"kubectl get job -n {namespace} {name} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f",
-        file=sys.stderr,
-    )
-    return 0
+        said = (f"kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
+                f"`kubectl delete job -n {namespace} {name} {name}-merge` and run again (the results volume is kept "
+                "and shards resume)")
+    else:
+        said = (f"submitted {request.total} shards as Job {namespace}/{name}. Follow: kubectl get job -n {namespace} "
+                f"{name} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f")
+    print(f"shardeval: {said}", file=sys.stderr)
+    return code
 
 
 def render(request: LaunchRequest) -> tuple[str, list[str]]:

@@ -199,8 +199,7 @@ def _run_tasks(request: LaunchRequest, cluster: Any, total: int, root: str) -> l
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
-                outcome = _collect(ray, ref, refs[ref])
-                outcomes[outcome.idx] = outcome
+                outcomes[refs[ref]] = outcome = _collect(ray, ref, refs[ref])
                 _print_outcome(outcome, total)
     except KeyboardInterrupt:
         log.warning("interrupted: cancelling %d shard task(s); each stops and keeps what it wrote", len(pending))
