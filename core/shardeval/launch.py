@@ -29,7 +29,8 @@ def setup_logging() -> None:
 
 
 def launch(
-    config_path: str | None, quick: dict[str, Any], overrides: list[str], *, shard_flag: str | None, fresh: bool, dry_run: bool
+    config_path: str | None, quick: dict[str, Any], overrides: list[str],
+    *, shard_flag: str | None, fresh: bool, dry_run: bool,
 ) -> int:
     from shardeval import plugins
     from shardeval.config import load_config

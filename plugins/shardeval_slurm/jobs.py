@@ -66,8 +66,10 @@ def job_tasks(job_id: str, timeout: float = 30.0) -> list[TaskState] | str:
         if not f.get("JobId"):
             continue
         reason, nodes, spec = f.get("Reason", "None"), f.get("NodeList", ""), f.get("ArrayTaskId")
-        common = dict(state=f.get("JobState", "?"), reason="" if reason == "None" else reason, run_time=f.get("RunTime", ""),
-                      nodes="" if nodes == "(null)" else nodes, restarts=f.get("Restarts", "0"))
+        common = dict(
+            state=f.get("JobState", "?"), reason="" if reason == "None" else reason, run_time=f.get("RunTime", ""),
+            nodes="" if nodes == "(null)" else nodes, restarts=f.get("Restarts", "0"),
+        )
         tasks += [TaskState(task=task, **common) for task in (expand_tasks(spec) if spec else ["-"])]
     return sorted(tasks, key=_by_index)
 

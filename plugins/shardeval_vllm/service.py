@@ -78,7 +78,8 @@ async def vllm_service(name: str, config: VllmServiceConfig, ctx: ServiceContext
     env = server_env(name, config)
     port = resolve_port(config.host if config.host not in _ANY_ADDRESS else "0.0.0.0", config.port, on_conflict=config.port_conflict, what=what)
     base = f"http://{connect_host(config.host)}:{port}"
-    proc = ServerProcess(vllm_argv(config, port), name=what, log_path=ctx.log_path("vllm", name), env=env, stop_grace_s=config.stop_timeout_s)
+    log_path = ctx.log_path("vllm", name)
+    proc = ServerProcess(vllm_argv(config, port), name=what, log_path=log_path, env=env, stop_grace_s=config.stop_timeout_s)
     async with proc:
         await proc.wait_http(f"{base}{config.health_path}", timeout_s=config.startup_timeout_s, interval_s=1.0)
         yield Endpoint(f"{base}/v1", config.served_model(), config.protocol, config.api_key_env, process=proc)
