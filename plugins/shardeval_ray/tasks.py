@@ -102,10 +102,9 @@ def evaluate_shard(
             code = asyncio.run(run.run())
         except UsageError:
             raise  # e.g. a changed config: retrying cannot help, and Ray does not retry it
-        except ShardError as exc:
-            raise ShardAttemptFailed(f"shard {shard_idx}/{total_shards}: {exc}") from exc
-        except Exception as exc:
-            raise ShardAttemptFailed(f"shard {shard_idx}/{total_shards}: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # a ShardError says what failed; anything else is named by its type too
+            why = exc if isinstance(exc, ShardError) else f"{type(exc).__name__}: {exc}"
+            raise ShardAttemptFailed(f"shard {shard_idx}/{total_shards}: {why}") from exc
     manifest = read_manifest(out_dir)
     if code != 0 or manifest is None or manifest.state != "complete":
         why = (manifest.reason if manifest else None) or f"exit {code}"

@@ -26,6 +26,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from shardeval import __version__
 from shardeval_slurm.render import (Pool, _common_head, _environment, _extra_flags, _pool_directives, comment,
                                     sbatch_value, service_launch_lines, shell_line, slurm_path)
 
@@ -67,8 +68,6 @@ def launcher_args(request: LaunchRequest) -> list[str]:
 
 
 def render_ray(request: LaunchRequest, pool: Pool, command: list[str], cwd: str) -> str:
-    from shardeval import __version__
-
     cluster: SlurmClusterConfig = request.config.cluster  # type: ignore[assignment]
     root, total = request.output_root, request.total
     logs = os.path.join(slurm_path(root), "logs", "ray-%j")

@@ -28,6 +28,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from shardeval import __version__
 from shardeval.api import ENV_NAME, UsageError
 
 if TYPE_CHECKING:
@@ -248,8 +249,6 @@ def render(request: LaunchRequest, cwd: str | None = None) -> dict[str, str]:
 
 
 def render_array(request: LaunchRequest, pool: Pool, command: list[str], cwd: str) -> str:
-    from shardeval import __version__
-
     cluster: SlurmClusterConfig = request.config.cluster  # type: ignore[assignment]
     root, total = request.output_root, request.total
     logs = os.path.join(slurm_path(root), "shard_%a", "logs", "slurm-%A_%a")
@@ -274,10 +273,7 @@ def render_array(request: LaunchRequest, pool: Pool, command: list[str], cwd: st
         "# Each task's `shardeval run` starts these services itself, waits until they answer,",
         "# evaluates the shard and stops them (their logs go to shard_i/logs/):",
         *(f"#   {comment(line)}" for line in service_launch_lines(request.config, command, free_ports=bool(ports))),
-        *(
-            [f"# Tasks may share a node (no --exclusive), so each picks a free port: {', '.join(ports)}."]
-            if ports else []
-        ),
+        *([f"# Tasks may share a node (no --exclusive), so each picks a free port: {', '.join(ports)}."] if ports else []),
         "# API keys are not in this file: services name them with api_key_env, and sbatch passes the",
         "# submitting shell's environment on to the tasks (its default, --export=ALL).",
         "",
@@ -361,8 +357,6 @@ def run_and_stop_in_time(run_line: str, cluster: SlurmClusterConfig) -> list[str
 
 
 def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], root: str, cwd: str) -> str:
-    from shardeval import __version__
-
     logs = os.path.join(slurm_path(root), "logs", "merge-%j")
     one_task = ["#SBATCH --nodes=1", "#SBATCH --ntasks=1"]
     partition = cluster.merge_partition or cluster.partition or pool.partition
