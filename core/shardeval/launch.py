@@ -29,13 +29,8 @@ def setup_logging() -> None:
 
 
 def launch(
-    config_path: str | None,
-    quick: dict[str, Any],
-    overrides: list[str],
-    *,
-    shard_flag: str | None,
-    fresh: bool,
-    dry_run: bool,
+    config_path: str | None, quick: dict[str, Any], overrides: list[str],
+    *, shard_flag: str | None, fresh: bool, dry_run: bool,
 ) -> int:
     from shardeval import plugins
     from shardeval.config import load_config
@@ -49,9 +44,7 @@ def launch(
     if shard is None and config.cluster.runs_in_process():
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
-        request = LaunchRequest.create(
-            config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh
-        )
+        request = LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh)
         entry = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type")
         code = entry.factory(request)
         if dry_run and code == 0:

@@ -57,14 +57,14 @@ def commands(request: LaunchRequest, path: str) -> str:
     total = request.total
     f = shlex.quote(path)
     keys = sorted(_pass_through(request))
-    lines = [f"# {total} shards, each its own container (export {', '.join(keys)} first: compose passes it by name)"
-             if keys else f"# {total} shards, each its own container:"]
-    lines.append(
+    lines = [
+        f"# {total} shards, each its own container (export {', '.join(keys)} first: compose passes it by name)"
+        if keys else f"# {total} shards, each its own container:",
         f"for i in $(seq 0 {total - 1}); do NEL_SHARD_IDX=$i NEL_TOTAL_SHARDS={total} "
-        f"docker compose -f {f} --profile {SHARD_PROFILE} run -d {SHARD_SERVICE}; done"
-    )
-    lines.append(f"# when they have exited (docker ps -a --filter label=com.docker.compose.service={SHARD_SERVICE}):")
-    lines.append(f"docker compose -f {f} --profile {MERGE_PROFILE} run --rm {MERGE_SERVICE}")
+        f"docker compose -f {f} --profile {SHARD_PROFILE} run -d {SHARD_SERVICE}; done",
+        f"# when they have exited (docker ps -a --filter label=com.docker.compose.service={SHARD_SERVICE}):",
+        f"docker compose -f {f} --profile {MERGE_PROFILE} run --rm {MERGE_SERVICE}",
+    ]
     if getattr(request.config.cluster, "results_volume", None) is None:
         root = shlex.quote(request.output_root)
         lines.append(f"# the results are in {request.output_root}: shardeval status {root}; shardeval merge {root}")

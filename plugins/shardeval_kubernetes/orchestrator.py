@@ -70,19 +70,14 @@ def submit(request: LaunchRequest) -> int:
     code = subprocess.run(argv).returncode
     name, namespace = cluster.name, cluster.namespace
     if code != 0:
-        print(
-            f"shardeval: kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
-            f"`kubectl delete job -n {namespace} {name} {name}-merge` and run again (the results volume is kept "
-            "and shards resume)",
-            file=sys.stderr,
-        )
-        return code
-    print(
-        f"shardeval: submitted {request.total} shards as Job {namespace}/{name}. Follow: "
-        f"kubectl get job -n {namespace} {name} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f",
-        file=sys.stderr,
-    )
-    return 0
+        said = (f"kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
+                f"`kubectl delete job -n {namespace} {name} {name}-merge` and run again (the results volume is kept "
+                "and shards resume)")
+    else:
+        said = (f"submitted {request.total} shards as Job {namespace}/{name}. Follow: kubectl get job -n {namespace} "
+                f"{name} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f")
+    print(f"shardeval: {said}", file=sys.stderr)
+    return code
 
 
 def render(request: LaunchRequest) -> tuple[str, list[str]]:
@@ -121,7 +116,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
     mounts: list[dict[str, Any]] = [RESULTS_MOUNT]
     if config_text is not None:
         if len(config_text.encode()) > CONFIGMAP_LIMIT:
-                    raise UsageError(
+            raise UsageError(
                 f"{request.config_path}: {len(config_text.encode())} bytes is over the 1 MiB a ConfigMap holds; "
                 "move large data (prompts, datasets) into the image or onto the results volume"
             )
@@ -129,8 +124,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
         volumes.insert(0, {"name": "config", "configMap": {"name": names["config_map"]}})
         mounts.insert(0, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
 
-    shm = shm_size(request.config, cluster)
-    if shm is not None:
+    if (shm := shm_size(request.config, cluster)) is not None:
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
 
@@ -204,9 +198,6 @@ def shard_args(request: LaunchRequest) -> list[str]:
     return ["run", *request.run_args(f"{CONFIG_DIR}/{CONFIG_FILE}", escape), "-o", f"{RESULTS_DIR}/shard_$(NEL_SHARD_IDX)"]
 
 
-# --- pieces ------------------------------------------------------------------------------------
-
-
 def _names(cluster: KubernetesClusterConfig) -> dict[str, str]:
     if len(cluster.name) > 57 or not _LABEL.fullmatch(cluster.name):
         raise UsageError(
@@ -259,19 +250,14 @@ def _header(refs: dict[str, tuple[str, str]], namespace: str) -> str:
     lines = ["# Rendered by shardeval (cluster.type: kubernetes). Apply: kubectl apply -f <this file>"]
     for secret, keys in by_secret.items():
         literals = " ".join(f'--from-literal={key}="${var}"' for key, var in keys.items())
-        lines.append(f"# The pods read {', '.join(keys.values())} from Secret {secret}; create it with:")
-        lines.append(f"#   kubectl create secret generic {secret} -n {namespace} {literals}")
+        lines += [f"# The pods read {', '.join(keys.values())} from Secret {secret}; create it with:",
+                  f"#   kubectl create secret generic {secret} -n {namespace} {literals}"]
     return "\n".join(lines) + "\n"
 
 
 def _shard_env(cluster: KubernetesClusterConfig, total: int, secrets: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
-        {
-            "name": "NEL_SHARD_IDX",
-            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}},
-        },
-        {"name": "NEL_TOTAL_SHARDS", "value": str(total)},
-    ]
+    index = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
+    env = [{"name": "NEL_SHARD_IDX", "valueFrom": index}, {"name": "NEL_TOTAL_SHARDS", "value": str(total)}]
     reserved = {"NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "JOB_COMPLETION_INDEX"}
     for var, value in cluster.env.items():
         if not ENV_NAME.fullmatch(var):
@@ -341,14 +327,8 @@ def _merge_job(
     wait = {
         "name": WAIT_CONTAINER,
         "image": merge.kubectl_image,
-        "command": [
-            "kubectl",
-            "wait",
-            "--for=condition=complete",
-            f"job/{cluster.name}",
-            f"--namespace={cluster.namespace}",
-            f"--timeout={merge.wait_timeout}",
-        ],
+        "command": ["kubectl", "wait", "--for=condition=complete", f"job/{cluster.name}",
+                    f"--namespace={cluster.namespace}", f"--timeout={merge.wait_timeout}"],
     }
     args = ["merge", RESULTS_DIR, *(escape(a) for a in merge.args)]
     pod = {

@@ -1,10 +1,7 @@
 """Built-in plugin: the `ray` orchestrator (`cluster.type: ray`) and `python -m shardeval_ray`.
 
-Every shard is one `@ray.remote` task (`shardeval_ray.tasks.run_shard`) that evaluates its shard
-in the worker with the same code as `shardeval run --shard I/N`, so it writes the same
-`<output-dir>/shard_<i>/` a SLURM array task would; the driver then merges in-process. A retried
-task resumes from what its earlier attempt wrote (resume is the default), so a killed worker costs
-only the requests that were in flight.
+Every shard is one `@ray.remote` task (tasks.py: the same `<output-dir>/shard_<i>/` a SLURM array
+task writes, resumed by a retry); the driver then merges in-process (orchestrator.py).
 
 This module stays light: Ray (a heavy, optional extra) and msgspec are imported only when a Ray run
 starts or when `run_shard` is first looked up:

@@ -12,6 +12,7 @@ ignored, with a warning; `shardeval run --shard I/N` is the way to run one shard
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -68,8 +69,6 @@ def main(
 
 def _yaml(value: Any) -> str:
     """A flag's value as the YAML an -O override takes (strings quoted: an address has colons)."""
-    import json
-
     return json.dumps(value) if isinstance(value, (str, bool)) else str(value)
 
 

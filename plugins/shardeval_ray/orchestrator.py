@@ -75,9 +75,6 @@ def run_ray(request: LaunchRequest) -> int:
     return UsageError.exit_code if all(o.usage_error for o in failed) else ShardError.exit_code
 
 
-# --- connecting -------------------------------------------------------------------------------
-
-
 def resolve_address(configured: str | None, env: dict[str, str] | os._Environ[str]) -> tuple[str | None, str]:
     """(address for ray.init, or None to start a local Ray; why) without importing Ray."""
     if configured == "local":
@@ -90,11 +87,9 @@ def resolve_address(configured: str | None, env: dict[str, str] | os._Environ[st
     if configured == "auto":
         return "auto", "an existing Ray on this machine (address auto)"
     current = _current_cluster_file(env)
-    try:
-        with open(current, encoding="utf-8") as f:
-            address = f.read().strip()
-    except OSError:
-        address = ""
+    address = ""
+    with contextlib.suppress(OSError), open(current, encoding="utf-8") as f:
+        address = f.read().strip()
     if address:
         if _listening(address):
             return address, f"the Ray started with `ray start` at {address} ({current})"
@@ -153,10 +148,7 @@ def ray_session(cluster: Any) -> Iterator[str]:
             "cluster.type ray needs Ray on this machine: pip install 'shardeval[ray]' (or scripts/setup/ray.sh)"
         ) from None
     kwargs: dict[str, Any] = {"namespace": "shardeval", "log_to_driver": True, "address": address or "local"}
-    if node_ip:
-        kwargs["_node_ip_address"] = node_ip
-    if start:
-        kwargs["include_dashboard"] = False
+    kwargs |= ({"_node_ip_address": node_ip} if node_ip else {}) | ({"include_dashboard": False} if start else {})
     began = time.monotonic()
     try:
         context = ray.init(**kwargs)
@@ -173,9 +165,6 @@ def ray_session(cluster: Any) -> Iterator[str]:
         yield f"{why} on {actual_ip or node_ip or '?'} (up in {time.monotonic() - began:.1f} s)"
     finally:
         ray.shutdown()  # stops only the Ray this process started; a cluster we joined keeps running
-
-
-# --- running ----------------------------------------------------------------------------------
 
 
 def task_options(cluster: Any, idx: int, total: int) -> dict[str, Any]:
@@ -210,8 +199,7 @@ def _run_tasks(request: LaunchRequest, cluster: Any, total: int, root: str) -> l
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
-                outcome = _collect(ray, ref, refs[ref])
-                outcomes[outcome.idx] = outcome
+                outcomes[refs[ref]] = outcome = _collect(ray, ref, refs[ref])
                 _print_outcome(outcome, total)
     except KeyboardInterrupt:
         log.warning("interrupted: cancelling %d shard task(s); each stops and keeps what it wrote", len(pending))
@@ -237,8 +225,7 @@ def _collect(ray: Any, ref: Any, idx: int) -> Outcome:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = next((s.strip() for s in text.splitlines() if s.strip()), "")
+    line = next(filter(None, map(str.strip, str(exc).splitlines())), "")
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
@@ -247,9 +234,7 @@ def _print_outcome(outcome: Outcome, total: int) -> None:
         print(f"shardeval: shard {outcome.idx}/{total} failed: {outcome.error}", file=sys.stderr)
         return
     s = outcome.summary
-    parts = [
-        f"{name} {b['n_ok']}/{b['n_expected']} ok, {b['n_error']} error(s)" for name, b in s["benchmarks"].items()
-    ]
+    parts = [f"{name} {b['n_ok']}/{b['n_expected']} ok, {b['n_error']} error(s)" for name, b in s["benchmarks"].items()]
     resumed = f", resumed over {s['records_before']} record(s) on disk" if s["records_before"] else ""
     print(
         f"shardeval: shard {outcome.idx}/{total} {s['state']}: {'; '.join(parts)}{resumed} -> {s['out_dir']} "

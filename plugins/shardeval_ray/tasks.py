@@ -102,34 +102,23 @@ def evaluate_shard(
             code = asyncio.run(run.run())
         except UsageError:
             raise  # e.g. a changed config: retrying cannot help, and Ray does not retry it
-        except ShardError as exc:
-            raise ShardAttemptFailed(f"shard {shard_idx}/{total_shards}: {exc}") from exc
-        except Exception as exc:
-            raise ShardAttemptFailed(f"shard {shard_idx}/{total_shards}: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # a ShardError says what failed; anything else is named by its type too
+            why = exc if isinstance(exc, ShardError) else f"{type(exc).__name__}: {exc}"
+            raise ShardAttemptFailed(f"shard {shard_idx}/{total_shards}: {why}") from exc
     manifest = read_manifest(out_dir)
     if code != 0 or manifest is None or manifest.state != "complete":
         why = (manifest.reason if manifest else None) or f"exit {code}"
         raise ShardAttemptFailed(
             f"shard {shard_idx}/{total_shards} stopped before its end ({why}); a retry resumes it from {out_dir}"
         )
+    counts = {
+        b.name: {"n_ok": b.n_ok, "n_error": b.n_error,
+                 "n_expected": len(shard_indices(b.n_problems, shard_idx, total_shards, cfg.shuffle_seed)) * b.repeats}
+        for b in manifest.benchmarks
+    }
     return {
-        "shard": shard_idx,
-        "total": total_shards,
-        "out_dir": out_dir,
-        "state": manifest.state,
-        "reason": manifest.reason,
-        "benchmarks": {
-            b.name: {
-                "n_ok": b.n_ok,
-                "n_error": b.n_error,
-                "n_expected": len(shard_indices(b.n_problems, shard_idx, total_shards, cfg.shuffle_seed)) * b.repeats,
-            }
-            for b in manifest.benchmarks
-        },
-        "records_before": before,
-        "node_ip": node_ip,
-        "node_id": node_id,
-        "pid": os.getpid(),
+        "shard": shard_idx, "total": total_shards, "out_dir": out_dir, "state": manifest.state, "reason": manifest.reason,
+        "benchmarks": counts, "records_before": before, "node_ip": node_ip, "node_id": node_id, "pid": os.getpid(),
         "elapsed_s": round(time.time() - started, 3),
     }
 
@@ -175,11 +164,8 @@ def _records_on_disk(out_dir: str, benchmarks: list[str]) -> int:
     """Result lines already written (a retry that resumes sees its earlier attempt's here)."""
     total = 0
     for name in benchmarks:
-        try:
-            with open(os.path.join(out_dir, name, RESULTS_FILE), "rb") as f:
-                total += sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-        except FileNotFoundError:
-            pass
+        with contextlib.suppress(FileNotFoundError), open(os.path.join(out_dir, name, RESULTS_FILE), "rb") as f:
+            total += sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
     return total
 
 

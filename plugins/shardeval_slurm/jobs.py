@@ -61,24 +61,17 @@ def job_tasks(job_id: str, timeout: float = 30.0) -> list[TaskState] | str:
         if "Invalid job id" in said:
             return "no longer known to slurmctld (it forgets jobs MinJobAge after they end; `sacct -j " + job_id + "` where accounting runs)"
         return said or f"scontrol exit {proc.returncode}"
-    tasks = []
-    for line in proc.stdout.splitlines():
-        f = parse_fields(line)
+    tasks: list[TaskState] = []
+    for f in map(parse_fields, proc.stdout.splitlines()):
         if not f.get("JobId"):
             continue
-        spec = f.get("ArrayTaskId")
-        reason = f.get("Reason", "None")
+        reason, nodes, spec = f.get("Reason", "None"), f.get("NodeList", ""), f.get("ArrayTaskId")
         common = dict(
-            state=f.get("JobState", "?"),
-            reason="" if reason == "None" else reason,
-            run_time=f.get("RunTime", ""),
-            nodes=f.get("NodeList", "") if f.get("NodeList") not in (None, "(null)") else "",
-            restarts=f.get("Restarts", "0"),
+            state=f.get("JobState", "?"), reason="" if reason == "None" else reason, run_time=f.get("RunTime", ""),
+            nodes="" if nodes == "(null)" else nodes, restarts=f.get("Restarts", "0"),
         )
-        for task in expand_tasks(spec) if spec else ["-"]:
-            tasks.append(TaskState(task=task, **common))
-    tasks.sort(key=_by_index)
-    return tasks
+        tasks += [TaskState(task=task, **common) for task in (expand_tasks(spec) if spec else ["-"])]
+    return sorted(tasks, key=_by_index)
 
 
 def render_jobs(record: dict) -> str:

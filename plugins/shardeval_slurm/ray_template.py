@@ -26,6 +26,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from shardeval import __version__
 from shardeval_slurm.render import (Pool, _common_head, _environment, _extra_flags, _pool_directives, comment,
                                     sbatch_value, service_launch_lines, shell_line, slurm_path)
 
@@ -40,9 +41,7 @@ def ray_command(cluster: SlurmClusterConfig) -> list[str]:
         return list(cluster.ray_command)
     if cluster.command is None:
         beside = os.path.join(os.path.dirname(sys.executable), "ray")
-        if os.access(beside, os.X_OK):
-            return [beside]
-        return [sys.executable, "-m", "ray.scripts.scripts"]
+        return [beside] if os.access(beside, os.X_OK) else [sys.executable, "-m", "ray.scripts.scripts"]
     return ["ray"]
 
 
@@ -69,11 +68,9 @@ def launcher_args(request: LaunchRequest) -> list[str]:
 
 
 def render_ray(request: LaunchRequest, pool: Pool, command: list[str], cwd: str) -> str:
-    from shardeval import __version__
-
     cluster: SlurmClusterConfig = request.config.cluster  # type: ignore[assignment]
     root, total = request.output_root, request.total
-    logs = os.path.join(slurm_path(root), "logs")
+    logs = os.path.join(slurm_path(root), "logs", "ray-%j")
     ray = ray_command(cluster)
     launcher = [*launcher_command(cluster, command), *launcher_args(request)]
     source = request.config_path or "the command line (quick mode)"
@@ -83,11 +80,7 @@ def render_ray(request: LaunchRequest, pool: Pool, command: list[str], cwd: str)
         f"# A Ray cluster over this job's nodes runs {total} shards as Ray tasks into {comment(root)}/shard_i,",
         "# then merges them. Submit: sbatch ray.sbatch",
         f"#SBATCH --job-name={sbatch_value(cluster.job_name + '-ray', 'cluster.job_name')}",
-        *_common_head(cluster, "walltime", pool.partition, cwd),
-        *_pool_directives(pool),
-        f"#SBATCH --output={sbatch_value(os.path.join(logs, 'ray-%j.out'), 'the output directory')}",
-        f"#SBATCH --error={sbatch_value(os.path.join(logs, 'ray-%j.err'), 'the output directory')}",
-        "#SBATCH --open-mode=append",
+        *_common_head(cluster, "walltime", pool.partition, cwd, _pool_directives(pool), logs),
         "#SBATCH --requeue" if cluster.requeue else "#SBATCH --no-requeue",
         *_extra_flags(cluster),
         "#",

@@ -28,6 +28,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from shardeval import __version__
 from shardeval.api import ENV_NAME, UsageError
 
 if TYPE_CHECKING:
@@ -54,18 +55,9 @@ class Pool:
     partition: str | None
 
 
-# --- quoting -----------------------------------------------------------------------------------
-
-
 def shell_word(arg: str) -> str:
     """One argv word for bash: static text quoted by shlex, the shard index as "${NEL_SHARD_IDX}"."""
-    out = []
-    for i, part in enumerate(arg.split(_INDEX)):
-        if i:
-            out.append(f'"${{{SHARD_VAR}}}"')
-        if part:
-            out.append(shlex.quote(part))
-    return "".join(out) or "''"
+    return f'"${{{SHARD_VAR}}}"'.join(shlex.quote(part) if part else "" for part in arg.split(_INDEX)) or "''"
 
 
 def shell_line(argv: list[str]) -> str:
@@ -93,9 +85,6 @@ def slurm_path(path: str) -> str:
 def comment(text: str) -> str:
     """Text inside a `#` comment line: one line, whatever it holds."""
     return " ".join(text.split())
-
-
-# --- what runs where ---------------------------------------------------------------------------
 
 
 def node_command(cluster: SlurmClusterConfig) -> list[str]:
@@ -160,9 +149,6 @@ def service_launch_lines(config: Config, command: list[str], free_ports: bool = 
     return lines
 
 
-# --- the scripts -------------------------------------------------------------------------------
-
-
 def _directive(flag: str, value: str | int | None, what: str) -> list[str]:
     if value is None:
         return []
@@ -174,12 +160,18 @@ def _directives(section: object, keys: list[str], at: str) -> list[str]:
     return [line for key in keys for line in _directive(key.replace("_", "-"), getattr(section, key), f"{at}.{key}")]
 
 
-def _common_head(cluster: SlurmClusterConfig, walltime: str, partition: str | None, cwd: str) -> list[str]:
-    """--time (from `walltime`, a key of cluster), then where and as whom every job of the run runs."""
+def _common_head(
+    cluster: SlurmClusterConfig, walltime: str, partition: str | None, cwd: str, resources: list[str], logs: str
+) -> list[str]:
+    """--time (from `walltime`, a key of cluster), where and as whom every job of the run runs, its
+    `resources`, and its output and error files `logs`.out/.err (appended to across requeues)."""
     lines = _directive("time", getattr(cluster, walltime), f"cluster.{walltime}")
     lines += _directive("partition", partition, "cluster.partition")
     lines += _directives(cluster, ["account", "qos"], "cluster")
-    return lines + _directive("chdir", cwd, "the working directory")
+    lines += [*_directive("chdir", cwd, "the working directory"), *resources]
+    for flag, ext in (("output", "out"), ("error", "err")):
+        lines += _directive(flag, f"{logs}.{ext}", "the output directory")
+    return lines + ["#SBATCH --open-mode=append"]
 
 
 _GRES_GPUS = re.compile(r"(?:^|,)gpu(?::[^:,]+)?:(\d+)(?:,|$)")
@@ -197,8 +189,7 @@ def check_gpus(config: Config, pool: Pool) -> int | None:
         return None
     have = per_node * spec.nodes
     for name, service in config.used_services().items():
-        need = service.gpus()
-        if need > have:
+        if (need := service.gpus()) > have:
             where = f"cluster.node_pools.{pool.name}" if pool.name else "cluster"
             raise UsageError(
                 f"services.{name} needs {need} GPUs on its node, and {where} asks for {have} per task; "
@@ -258,11 +249,9 @@ def render(request: LaunchRequest, cwd: str | None = None) -> dict[str, str]:
 
 
 def render_array(request: LaunchRequest, pool: Pool, command: list[str], cwd: str) -> str:
-    from shardeval import __version__
-
     cluster: SlurmClusterConfig = request.config.cluster  # type: ignore[assignment]
     root, total = request.output_root, request.total
-    logs = os.path.join(slurm_path(root), "shard_%a", "logs")
+    logs = os.path.join(slurm_path(root), "shard_%a", "logs", "slurm-%A_%a")
     array = f"0-{total - 1}" + (f"%{cluster.max_parallel}" if cluster.max_parallel else "")
     gpus = check_gpus(request.config, pool)
     ports = [] if pool.spec.exclusive else free_port_overrides(request.config)
@@ -276,11 +265,7 @@ def render_array(request: LaunchRequest, pool: Pool, command: list[str], cwd: st
         "# Submit: sbatch eval.sbatch. Rerun some shards (they resume): sbatch --array=3,7 eval.sbatch",
         f"#SBATCH --job-name={sbatch_value(cluster.job_name, 'cluster.job_name')}",
         f"#SBATCH --array={array}",
-        *_common_head(cluster, "walltime", pool.partition, cwd),
-        *_pool_directives(pool, gpus),
-        f"#SBATCH --output={sbatch_value(os.path.join(logs, 'slurm-%A_%a.out'), 'the output directory')}",
-        f"#SBATCH --error={sbatch_value(os.path.join(logs, 'slurm-%A_%a.err'), 'the output directory')}",
-        "#SBATCH --open-mode=append",
+        *_common_head(cluster, "walltime", pool.partition, cwd, _pool_directives(pool, gpus), logs),
         "#SBATCH --requeue" if cluster.requeue else "#SBATCH --no-requeue",
         f"#SBATCH --signal=B:USR1@{stop_before_limit(request.config, cluster)}",
         *_extra_flags(cluster),
@@ -288,10 +273,7 @@ def render_array(request: LaunchRequest, pool: Pool, command: list[str], cwd: st
         "# Each task's `shardeval run` starts these services itself, waits until they answer,",
         "# evaluates the shard and stops them (their logs go to shard_i/logs/):",
         *(f"#   {comment(line)}" for line in service_launch_lines(request.config, command, free_ports=bool(ports))),
-        *(
-            [f"# Tasks may share a node (no --exclusive), so each picks a free port: {', '.join(ports)}."]
-            if ports else []
-        ),
+        *([f"# Tasks may share a node (no --exclusive), so each picks a free port: {', '.join(ports)}."] if ports else []),
         "# API keys are not in this file: services name them with api_key_env, and sbatch passes the",
         "# submitting shell's environment on to the tasks (its default, --export=ALL).",
         "",
@@ -318,11 +300,8 @@ def render_array(request: LaunchRequest, pool: Pool, command: list[str], cwd: st
 def free_port_overrides(config: Config) -> list[str]:
     """`-O` overrides that give each task's managed services a free port (as each service says,
     port_override()), so two tasks on one node never collide on a fixed one."""
-    out = []
-    for name, service in config.used_services().items():
-        for key, value in (service.port_override() or {}).items():
-            out.append(f"services.{name}.{key}={value}")
-    return out
+    services = config.used_services().items()
+    return [f"services.{name}.{key}={value}" for name, s in services for key, value in (s.port_override() or {}).items()]
 
 
 def stop_before_limit(config: Config, cluster: SlurmClusterConfig) -> int:
@@ -378,9 +357,8 @@ def run_and_stop_in_time(run_line: str, cluster: SlurmClusterConfig) -> list[str
 
 
 def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], root: str, cwd: str) -> str:
-    from shardeval import __version__
-
-    logs = slurm_path(os.path.join(root, "logs"))
+    logs = os.path.join(slurm_path(root), "logs", "merge-%j")
+    one_task = ["#SBATCH --nodes=1", "#SBATCH --ntasks=1"]
     partition = cluster.merge_partition or cluster.partition or pool.partition
     lines = [
         "#!/bin/bash",
@@ -388,12 +366,7 @@ def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], ro
         "# Submitted with --dependency=afterany:<array job id>; run it again any time (merge is idempotent):",
         "#   sbatch merge.sbatch   or   shardeval merge <root>",
         f"#SBATCH --job-name={sbatch_value(cluster.job_name + '-merge', 'cluster.job_name')}",
-        *_common_head(cluster, "merge_walltime", partition, cwd),
-        "#SBATCH --nodes=1",
-        "#SBATCH --ntasks=1",
-        f"#SBATCH --output={sbatch_value(os.path.join(logs, 'merge-%j.out'), 'the output directory')}",
-        f"#SBATCH --error={sbatch_value(os.path.join(logs, 'merge-%j.err'), 'the output directory')}",
-        "#SBATCH --open-mode=append",
+        *_common_head(cluster, "merge_walltime", partition, cwd, one_task, logs),
         "",
         "set -eo pipefail",
         *_environment(cluster),
@@ -401,9 +374,6 @@ def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], ro
         "",
     ]
     return "\n".join(lines)
-
-
-# --- secrets -----------------------------------------------------------------------------------
 
 
 def check_no_secrets(files: dict[str, str], config: Config) -> None:

@@ -76,13 +76,14 @@ def submit(request: LaunchRequest) -> int:
         record["ray_job_id"] = _sbatch(paths[RAY_SCRIPT])
         log.info("submitted Ray job %s (%s): %d shards as Ray tasks, merged in the job", record["ray_job_id"], paths[RAY_SCRIPT], total)
     else:
-        array_id = _sbatch(paths[EVAL_SCRIPT])
-        record["array_job_id"] = array_id
+        record["array_job_id"] = array_id = _sbatch(paths[EVAL_SCRIPT])
         log.info("submitted array job %s (%s): %d tasks, shard_<i> under %s", array_id, paths[EVAL_SCRIPT], total, root)
         if MERGE_SCRIPT in paths:
             record["merge_job_id"] = _sbatch(paths[MERGE_SCRIPT], f"--dependency=afterany:{array_id}")
             log.info("submitted merge job %s (%s), after the array ends", record["merge_job_id"], paths[MERGE_SCRIPT])
-    _write_record(root, record)
+    if old := read_record(root):  # slurm_job.json: the latest submission, earlier ones kept under `previous`
+        record["previous"] = [*old.pop("previous", []), old]
+    atomic_write(os.path.join(root, JOB_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     print(f"`shardeval status {root}` shows progress and each task's SLURM state; results: {os.path.join(root, 'merged')}/")
     return 0
 
@@ -92,12 +93,9 @@ def _print_dry_run(files: dict[str, str], paths: dict[str, str]) -> int:
         if len(paths) > 1:
             print(f"# ===== {path} =====")
         print(files[name], end="")
-    if EVAL_SCRIPT in paths:
-        merge = shlex.quote(paths[MERGE_SCRIPT]) if MERGE_SCRIPT in paths else ""
-        follow = f", then sbatch --dependency=afterany:<array job id> {merge}" if merge else ""
-        how = f"sbatch {shlex.quote(paths[EVAL_SCRIPT])}{follow}"
-    else:
-        how = f"sbatch {shlex.quote(paths[RAY_SCRIPT])}"
+    how = f"sbatch {shlex.quote(paths.get(EVAL_SCRIPT) or paths[RAY_SCRIPT])}"
+    if MERGE_SCRIPT in paths:
+        how += f", then sbatch --dependency=afterany:<array job id> {shlex.quote(paths[MERGE_SCRIPT])}"
     print(f"shardeval: dry run: wrote {', '.join(paths.values())}; nothing submitted (to submit: {how})", file=sys.stderr)
     return 0
 
@@ -123,14 +121,6 @@ def read_record(root: str) -> dict | None:
     except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def _write_record(root: str, record: dict) -> None:
-    """slurm_job.json: the latest submission, earlier ones kept under `previous`."""
-    old = read_record(root)
-    if old:
-        record["previous"] = [*old.pop("previous", []), old]
-    atomic_write(os.path.join(root, JOB_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
 
 
 def _refuse_if_still_queued(root: str) -> None:

@@ -73,18 +73,9 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
         engine setting that changes outputs (precision, quantization, parallelism, context length,
         the generation defaults vLLM applies) and the extra engine args. With `standard_args:
         false` the whole launch command is the engine's command line, so it counts too."""
-        identity: dict[str, Any] = {
-            "model": self.model,
-            "served_model_name": self.served_model(),
-            "revision": self.revision,
-            "dtype": self.dtype,
-            "quantization": self.quantization,
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "pipeline_parallel_size": self.pipeline_parallel_size,
-            "max_model_len": self.max_model_len,
-            "generation_config": self.generation_config,
-            "extra_args": self.extra_args,
-        }
+        keys = ("model", "served_model_name", "revision", "dtype", "quantization", "tensor_parallel_size",
+                "pipeline_parallel_size", "max_model_len", "generation_config", "extra_args")
+        identity = {key: getattr(self, key) for key in keys} | {"served_model_name": self.served_model()}
         if not self.standard_args:
             identity["launch_command"] = self.launch_command
         return identity

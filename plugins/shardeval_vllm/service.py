@@ -49,16 +49,9 @@ def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:
             "--port", str(port),
             "--tensor-parallel-size", str(config.tensor_parallel_size),
         ]  # fmt: skip
-        for flag, value in (
-            ("--revision", config.revision),
-            ("--dtype", config.dtype),
-            ("--quantization", config.quantization),
-            ("--max-model-len", config.max_model_len),
-            ("--pipeline-parallel-size", config.pipeline_parallel_size),
-            ("--generation-config", config.generation_config),
-        ):
-            if value is not None:
-                argv += [flag, str(value)]
+        for key in ("revision", "dtype", "quantization", "max_model_len", "pipeline_parallel_size", "generation_config"):
+            if (value := getattr(config, key)) is not None:
+                argv += [f"--{key.replace('_', '-')}", str(value)]
     argv += [fill(a) for a in config.extra_args]
     return argv
 
@@ -84,20 +77,9 @@ async def vllm_service(name: str, config: VllmServiceConfig, ctx: ServiceContext
         raise UsageError(f"services.{name}.launch_command: must not be empty (default: vllm serve)")
     env = server_env(name, config)
     port = resolve_port(config.host if config.host not in _ANY_ADDRESS else "0.0.0.0", config.port, on_conflict=config.port_conflict, what=what)
-    host = connect_host(config.host)
-    proc = ServerProcess(
-        vllm_argv(config, port),
-        name=what,
-        log_path=ctx.log_path("vllm", name),
-        env=env,
-        stop_grace_s=config.stop_timeout_s,
-    )
+    base = f"http://{connect_host(config.host)}:{port}"
+    log_path = ctx.log_path("vllm", name)
+    proc = ServerProcess(vllm_argv(config, port), name=what, log_path=log_path, env=env, stop_grace_s=config.stop_timeout_s)
     async with proc:
-        await proc.wait_http(f"http://{host}:{port}{config.health_path}", timeout_s=config.startup_timeout_s, interval_s=1.0)
-        yield Endpoint(
-            base_url=f"http://{host}:{port}/v1",
-            model=config.served_model(),
-            protocol=config.protocol,
-            api_key_env=config.api_key_env,
-            process=proc,
-        )
+        await proc.wait_http(f"{base}{config.health_path}", timeout_s=config.startup_timeout_s, interval_s=1.0)
+        yield Endpoint(f"{base}/v1", config.served_model(), config.protocol, config.api_key_env, process=proc)
