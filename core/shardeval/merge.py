@@ -70,18 +70,11 @@ class Cells:
 
     def __post_init__(self) -> None:
         n = self.n_problems * self.repeats
-        self.status = bytearray(n)  # MISSING | OK | ERROR
-        self.score = array("d", [NAN]) * n
+        self.status, self.error_kind = bytearray(n), bytearray(n)  # MISSING | OK | ERROR; 1 + code in kinds
+        self.score, self.ttft, self.latency, self.start = (array("d", [NAN]) * n for _ in range(4))
         self.src = array("i", [-1]) * n  # shard number (index into the sorted shard list) of the winner
-        self.offset = array("q", [0]) * n
-        self.length = array("i", [0]) * n
-        self.traj_offset = array("q", [-1]) * n
-        self.traj_length = array("i", [0]) * n
-        self.ttft = array("d", [NAN]) * n
-        self.latency = array("d", [NAN]) * n
-        self.start = array("d", [NAN]) * n
-        self.tokens = array("i", [0]) * n
-        self.error_kind = bytearray(n)
+        self.offset, self.traj_offset = array("q", [0]) * n, array("q", [-1]) * n
+        self.length, self.traj_length, self.tokens = (array("i", [0]) * n for _ in range(3))
         self.cluster = array("i", [-1]) * self.n_problems
         if self.keep_labels:
             self.predicted = array("i", [-1]) * n
@@ -133,10 +126,9 @@ def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
                 continue
             cell = row.problem_idx * repeats + row.repeat
             action = decide(status[cell], row.status == "ok")
-            if action == TAKE:
-                cells.take(cell, row, src, start, length)
-            elif action == SUPERSEDE:
+            if action == SUPERSEDE:
                 cells.n_superseded_errors += 1
+            if action == TAKE or action == SUPERSEDE:
                 cells.take(cell, row, src, start, length)
             elif action == DUPLICATE:
                 cells.n_duplicates += 1
