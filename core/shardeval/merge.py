@@ -182,10 +182,6 @@ class BenchmarkMerge:
     metric_problems: list[str]
     timing_cache: dict[str, Any] | None = None  # report.timing() fills it: three outputs, one pass
 
-    @property
-    def n_expected(self) -> int:
-        return self.cells.n_problems * self.cells.repeats
-
 
 @dataclass
 class MergeResult:

@@ -24,7 +24,7 @@ def counts(b: "BenchmarkMerge") -> dict[str, Any]:
     return {
         "n_problems": b.cells.n_problems,
         "repeats": b.cells.repeats,
-        "n_expected": b.n_expected,
+        "n_expected": len(status),
         "n_records": n_records,
         "n_ok": status.count(OK),
         "n_missing": n_missing,
@@ -193,9 +193,8 @@ def provenance_facts(run: "Run") -> list[tuple[str, dict[str, list[str]]]]:
         p = m.provenance
         add("shardeval", p.shardeval if p else m.version, path)
         add("build", p.build_id[:12] if p and p.build_id else None, path)
-        add("python", p.python if p else None, path)
-        add("platform", p.platform if p else None, path)
-        add("host", p.host if p else None, path)
+        for fact in ("python", "platform", "host"):
+            add(fact, getattr(p, fact, None), path)
         by_version: dict[str, list[str]] = {}
         for name, version in sorted((p.plugins if p else {}).items()):
             by_version.setdefault(version, []).append(name)
