@@ -109,9 +109,7 @@ def classification(table: ScoreTable, options: MetricOptions) -> dict[str, Metri
     point = _scores_from_counts(tp, support, predicted)
     per_class = {
         table.labels[label] if label < len(table.labels) else str(label): {
-            "precision": float(point[4][0, label]),
-            "recall": float(point[5][0, label]),
-            "f1": float(point[6][0, label]),
+            **{key: float(x[0, label]) for key, x in zip(("precision", "recall", "f1"), point[4:])},
             "support": int(support[0, label]),
         }
         for label in range(n_labels) if support[0, label] > 0 or predicted[0, label] > 0

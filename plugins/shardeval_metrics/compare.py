@@ -118,8 +118,7 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
     single = bool(np.all(sa_stats.counts == 1) and np.all(sb_stats.counts == 1))
     if binary and single:
         right_a, right_b = sa == 1.0, sb == 1.0
-        n_b = int((right_a & ~right_b).sum())
-        n_c = int((~right_a & right_b).sum())
+        n_b, n_c = int((right_a & ~right_b).sum()), int((~right_a & right_b).sum())
         result["mcnemar"] = {
             "a_right_b_wrong": n_b,
             "a_wrong_b_right": n_c,

@@ -32,10 +32,8 @@ PER_CLUSTER_LIMIT = 1000  # accuracy's details list per-cluster means up to this
 def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy") -> dict[str, MetricValue]:
     """Mean over problems of each problem's mean valid score, never a mean of shard means.
 
-    value = mean_i s_i over problems with >= 1 valid sample; stderr, interval and ci_method as in
-    `stats.summarize_mean` (clustered when the problems carry >= 2 clusters and some cluster has
-    >= 2 problems; Wilson for binary single-sample problems when n < 30 or n·p̂ < 10 or
-    n·(1−p̂) < 10; CLT otherwise; with binary scores the interval is clipped to [0, 1]).
+    value = mean_i s_i over problems with >= 1 valid sample; stderr, interval and ci_method by
+    the rules of `stats.summarize_mean` (with binary scores the interval is clipped to [0, 1]).
     details: n_problems_with_samples, n_samples, n_flagged_problems (no valid sample), binary,
     per_cluster (when the table has clusters), and variance_split: sigma2_within,
     sigma2_between, k_bar and se_if_repeats {"1": …, "32": …} (string keys, JSON-safe).
@@ -122,8 +120,7 @@ def _ratio_core(table: ScoreTable, numerator_key: str, denominator_key: str, opt
     num, den = score_matrix(table, numerator_key), score_matrix(table, denominator_key)
     valid = np.isfinite(num) & np.isfinite(den)
     # canonical (problem, repeat) order; math.fsum is exactly rounded, so any sharding gives the same float
-    total_num = math.fsum(num[valid].tolist())
-    total_den = math.fsum(den[valid].tolist())
+    total_num, total_den = (math.fsum(x[valid].tolist()) for x in (num, den))
     has = valid.any(axis=1)
     n = int(has.sum())
     details: dict[str, Any] = {
