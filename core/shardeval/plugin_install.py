@@ -49,10 +49,7 @@ class Dist:
     site: str  # the directory it is installed into
     entry_points: list[str]  # names in the `shardeval` group
     raw: Any
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} {self.version}"
+    label: str  # "name version"
 
 
 def _dists(site: str | None = None) -> dict[str, Dist]:
@@ -63,7 +60,8 @@ def _dists(site: str | None = None) -> dict[str, Dist]:
         name = raw.metadata["Name"]
         if name and canonical(name) not in found:
             eps = [ep.name for ep in raw.entry_points if ep.group == plugins.ENTRY_POINT_GROUP]
-            found[canonical(name)] = Dist(canonical(name), name, raw.version, site or dist_location(raw) or "", eps, raw)
+            found[canonical(name)] = Dist(canonical(name), name, raw.version, site or dist_location(raw) or "", eps, raw,
+                                          f"{name} {raw.version}")
     return found
 
 
@@ -283,8 +281,7 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
     for dist in top:
         old = existing.get(dist.key)
         echo(f"installed {dist.label} into {target}" + (f" (replacing {old.version})" if old else ""))
-    deps = sorted((d for d in staged.values() if d.key not in {t.key for t in top}), key=lambda d: d.key)
-    if deps:
+    if deps := sorted((d for d in staged.values() if d.key not in {t.key for t in top}), key=lambda d: d.key):
         echo(f"  with: {', '.join(d.label for d in deps)}")
     _show(lines, warnings, echo)
 
