@@ -15,8 +15,6 @@ from typing import Any, Literal
 
 INSTALL_MODE_ENV = "SHARDEVAL_INSTALL_MODE"
 
-InstallMode = Literal["target", "pip"]
-
 
 def zipapp_path() -> str | None:
     """The zipapp this process runs from, or None for an installed package.
@@ -57,7 +55,7 @@ def dist_location(dist: Any) -> str | None:
         return None
 
 
-def install_mode() -> InstallMode:
+def install_mode() -> Literal["target", "pip"]:
     """`target`: plugins go into the plugin directory (the zipapp); `pip`: into the running
     environment (the pip-installed package). SHARDEVAL_INSTALL_MODE=target|pip forces one."""
     forced = os.environ.get(INSTALL_MODE_ENV, "").strip().lower()
