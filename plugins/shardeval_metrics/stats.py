@@ -62,10 +62,7 @@ class ProblemStats:
     counts: np.ndarray  # K_i: number of valid samples (>= 1)
     n_flagged: int  # problems with no valid sample
     n_samples: int  # valid cells in all
-
-    @property
-    def n(self) -> int:
-        return int(self.index.size)
+    n: int  # problems with a valid sample (index.size)
 
 
 def per_problem(x: np.ndarray) -> ProblemStats:
@@ -81,6 +78,7 @@ def per_problem(x: np.ndarray) -> ProblemStats:
         counts=counts[keep],
         n_flagged=int(x.shape[0] - index.size),
         n_samples=int(counts.sum()),
+        n=int(index.size),
     )
 
 
