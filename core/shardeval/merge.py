@@ -313,9 +313,7 @@ def _copy_winners(shards: list[Shard], b: BenchmarkMerge, name: str, offsets: ar
     files: dict[int, Any] = {}
 
     def winners() -> Any:
-        src_of = b.cells.src
-        for cell in range(len(offsets)):
-            src, offset = src_of[cell], offsets[cell]
+        for cell, (src, offset) in enumerate(zip(b.cells.src, offsets)):
             if src < 0 or offset < 0:
                 continue
             f = files.get(src)

@@ -65,7 +65,7 @@ def timing(b: "BenchmarkMerge") -> dict[str, Any]:
     if b.timing_cache is not None:
         return b.timing_cache
     cells = b.cells
-    ttft, latency = (sorted(v for v, s in zip(values, cells.status) if s == OK and v == v) for values in (cells.ttft, cells.latency))
+    ttft, latency = (sorted(v for v, s in zip(col, cells.status) if s == OK and v == v) for col in (cells.ttft, cells.latency))
     first = min((v for v in cells.start if v == v), default=None)
     last = max((s + l for s, l in zip(cells.start, cells.latency) if s == s and l == l), default=None)
     span = last - first if first is not None and last is not None else None
@@ -119,10 +119,8 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
         lines.append(f"- still running: {', '.join(s.path for s in run.running())} (merge again when they finish)")
     for shard in run.lost():
         assert shard.lost is not None
-        lines.append(
-            f"- **LOST**: {shard.path} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
-            f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes"
-        )
+        lines.append(f"- **LOST**: {shard.path} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
+                     f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes")
     if run.missing_shards():
         lines.append(f"- never started or not found: shard(s) {','.join(map(str, run.missing_shards()))}")
     if rerun := result.rerun_shards():
@@ -144,34 +142,27 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
         treated = "scored as wrong" if result.errors_as_wrong else "excluded from scores"
         lines.append(f"- errors: {c['n_errors']} ({c['error_rate']:.2%} of records), {treated}" + (f": {kinds}" if kinds else ""))
         if c["n_duplicates"] or c["n_superseded_errors"]:
-            lines.append(
-                f"- duplicates: {c['n_duplicates']} extra ok record(s) ignored ({c['n_conflicts']} with a different score); "
-                f"{c['n_superseded_errors']} error(s) superseded by a later ok answer"
-            )
+            lines.append(f"- duplicates: {c['n_duplicates']} extra ok record(s) ignored ({c['n_conflicts']} with a "
+                         f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
         acc = b.metrics["accuracy"].details if "accuracy" in b.metrics else {}
         if per_cluster := acc.get("per_cluster"):
             rows = [f"| {name} | {_num(entry.get('value'))} | {entry.get('n', '')} |" for name, entry in per_cluster.items()]
             lines += ["", "| category | accuracy | n |", "|---|---|---|", *rows, ""]
         if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
             se = ", ".join(f"K={k}: {_num(v)}" for k, v in split["se_if_repeats"].items())
-            lines.append(
-                f"- variance: between problems {_num(split.get('sigma2_between'))}, within a problem "
-                f"{_num(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}"
-            )
+            lines.append(f"- variance: between problems {_num(split.get('sigma2_between'))}, within a problem "
+                         f"{_num(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}")
         if (t := timing(b))["n"]:
             latency, ttft = ("/".join(_num(v, 3) for v in t[key].values()) for key in ("latency_s", "ttft_s"))
-            lines.append(
-                f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
-                f"{_num(t['completion_tokens_per_s'], 1)} completion tokens/s over {_num(t['wall_span_s'], 1)} s"
-            )
+            lines.append(f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
+                         f"{_num(t['completion_tokens_per_s'], 1)} completion tokens/s over {_num(t['wall_span_s'], 1)} s")
         cells = b.cells
         if cells.unreadable:
             lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(cells.unreadable[:3])}")
         if cells.refused_files:
-            lines.append(
-                f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or written by "
-                f"another run): {'; '.join(cells.refused_files[:5])}" + (" …" if len(cells.refused_files) > 5 else "")
-            )
+            more = " …" if len(cells.refused_files) > 5 else ""
+            lines.append(f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or "
+                         f"written by another run): {'; '.join(cells.refused_files[:5])}{more}")
         lines += [f"- {problem}" for problem in b.metric_problems]
     lines += ["", *render_provenance(run)]
     return "\n".join(lines) + "\n"
