@@ -242,12 +242,11 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
         _pip(["install", "--no-deps", "--no-warn-script-location", "--target", staging, *pip_options, *map(_pinned, wanted)], what)
         staged = _dists(staging)
         top = [staged[canonical(item["metadata"]["name"])] for item in wanted if item.get("requested")]
-        for dist in top:
-            if not dist.entry_points:
-                raise UsageError(
-                    f"{what}: {dist.label} is not a shardeval plugin: it declares no entry point in the "
-                    f"`{plugins.ENTRY_POINT_GROUP}` group (see docs/plugins.md); nothing installed"
-                )
+        if bare := next((dist for dist in top if not dist.entry_points), None):
+            raise UsageError(
+                f"{what}: {bare.label} is not a shardeval plugin: it declares no entry point in the "
+                f"`{plugins.ENTRY_POINT_GROUP}` group (see docs/plugins.md); nothing installed"
+            )
 
         # Old files go aside into the work dir, new ones move in; each move is undone, last first,
         # when anything fails (the plugin's own import and hooks included).

@@ -142,9 +142,8 @@ def _ratio_core(table: ScoreTable, numerator_key: str, denominator_key: str, opt
     resid = n_i - ratio * d_i
     alpha = 1.0 - options.confidence
     codes = cluster_codes(table, np.flatnonzero(has))
-    n_groups = int(codes.max()) + 1 if codes is not None else n
     if codes is not None:
-        details["n_clusters"] = n_groups
+        details["n_clusters"] = n_groups = int(codes.max()) + 1
     if codes is not None and 2 <= n_groups < n:
         sums = np.bincount(codes, weights=resid, minlength=n_groups)
         se = math.sqrt(n_groups / (n_groups - 1) * float(np.dot(sums, sums))) / abs(total_den)

@@ -117,9 +117,7 @@ def main() -> None:
             notice(f"cannot extract under {site_parent} ({exc.strerror or exc}): using node-local {base}")
             site_parent = os.path.join(base, target, name)
             _shardeval_extract.extract(archive, site_parent, info, target)
-    os.environ[ROOT_ENV] = base  # children (shards, simulators) reuse the same copy, silently
-    os.environ[QUIET_ENV] = "1"
-    os.environ[BUILD_ID_ENV] = build_id
+    os.environ.update({ROOT_ENV: base, QUIET_ENV: "1", BUILD_ID_ENV: build_id})  # children reuse the same copy, silently
     if any(os.environ.get(v) for v in SHIV_OVERRIDES):
         # shiv's own switches (an interactive shell in the app's environment, another entry
         # point): hand over to shiv's runtime, which finds the copy just made.
