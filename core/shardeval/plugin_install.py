@@ -327,8 +327,7 @@ def _install_pip(specs: list[str], pip_options: list[str], echo: Callable[[str],
         echo(f"nothing changed in the environment of {sys.executable}: {' '.join(specs)} was already installed")
         return
     echo(f"installed into the environment of {sys.executable}: {', '.join(d.label for d in dists)}")
-    found = [d for d in dists if d.entry_points]
-    if not found:
+    if not (found := [d for d in dists if d.entry_points]):
         plugins.warn(f"none of {', '.join(d.name for d in dists)} declares an entry point in the "
                      f"`{plugins.ENTRY_POINT_GROUP}` group: they register nothing with shardeval")
         return

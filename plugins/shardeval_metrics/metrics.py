@@ -58,11 +58,10 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
             details["per_cluster_note"] = f"{n_groups} clusters: per-cluster means are listed up to {PER_CLUSTER_LIMIT}"
     if stats.n:
         details.update(variance_split(x, stats))
-    value = summarize_mean(
+    return {name: summarize_mean(
         stats.means, options, codes=codes, bernoulli=binary and bool(np.all(stats.counts == 1)),
         bounds=(0.0, 1.0) if binary else None, details=details,
-    )
-    return {name: value}
+    )}
 
 
 def mean(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValue]:
@@ -83,12 +82,8 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
     x = score_matrix(table)
     valid = np.isfinite(x)
     if not is_binary(x):
-        return {
-            "pass@k": MetricValue(
-                value=None,
-                details={"reason": "pass@k needs binary scores (each valid score 0 or 1); this table has other values"},
-            )
-        }
+        reason = "pass@k needs binary scores (each valid score 0 or 1); this table has other values"
+        return {"pass@k": MetricValue(value=None, details={"reason": reason})}
     n_valid = valid.sum(axis=1)
     n_correct = np.where(valid, x, 0.0).sum(axis=1).astype(np.int64)
     out: dict[str, MetricValue] = {}
@@ -102,10 +97,9 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
         }
         if n_flagged:
             details["flagged_note"] = f"{n_flagged} problem(s) have fewer than {k} valid samples and are left out"
-        values = _pass_at_k(n_valid[index], n_correct[index], k)
         out[f"pass@{k}"] = summarize_mean(
-            values, options, codes=cluster_codes(table, index), bernoulli=bool(np.all(n_valid[index] == k)),
-            bounds=(0.0, 1.0), details=details,
+            _pass_at_k(n_valid[index], n_correct[index], k), options, codes=cluster_codes(table, index),
+            bernoulli=bool(np.all(n_valid[index] == k)), bounds=(0.0, 1.0), details=details,
         )
     return out
 
