@@ -23,9 +23,7 @@ def zipapp_path() -> str | None:
     (shardeval among them) live in one site-packages directory that shiv extracted from it.
     """
     entry = sys.argv[0] if sys.argv else ""
-    if entry and os.path.isfile(entry) and zipfile.is_zipfile(entry):
-        return os.path.abspath(entry)
-    return None
+    return os.path.abspath(entry) if entry and os.path.isfile(entry) and zipfile.is_zipfile(entry) else None
 
 
 @lru_cache(maxsize=1)

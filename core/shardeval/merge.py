@@ -112,8 +112,7 @@ class Cells:
 
 def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
     """Decide every cell's standing record from every shard's results file (shardeval.standing's rule)."""
-    repeats = cells.repeats
-    status = cells.status
+    repeats, status = cells.repeats, cells.status
     for src, shard in enumerate(shards):
         path = os.path.join(shard.abspath, bench, RESULTS_FILE)
         report = ReadReport(path)
@@ -198,11 +197,8 @@ class MergeResult:
     def rerun_shards(self) -> list[int]:
         """Shards with missing cells (a shard that never started included, a lost one too), to run
         again; not those still running."""
-        need: set[int] = set(self.run.missing_shards())
-        for b in self.benchmarks:
-            need.update(i for i, n in b.missing_by_shard.items() if n)
-        running = {s.manifest.shard_idx for s in self.run.running()}
-        return sorted(need - running)
+        need = {*self.run.missing_shards(), *(i for b in self.benchmarks for i, n in b.missing_by_shard.items() if n)}
+        return sorted(need - {s.manifest.shard_idx for s in self.run.running()})
 
 
 def missing_per_shard(cells: Cells, bm: BenchmarkManifest, total: int, shuffle_seed: int | None) -> dict[int, int]:
@@ -248,8 +244,7 @@ def compute_metrics(table: ScoreTable, names: list[str], options: MetricOptions)
     values: dict[str, MetricValue] = {}
     problems: list[str] = []
     for name in names:
-        entry = registry.entries["metrics"].get(name)
-        if entry is None:
+        if (entry := registry.entries["metrics"].get(name)) is None:
             problems.append(f"metric {name!r} is not installed (`shardeval plugins` lists what is)")
             continue
         try:

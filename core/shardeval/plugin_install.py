@@ -227,8 +227,7 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
         raise UsageError(f"pip {'.'.join(map(str, pip_version))} of {sys.executable} is too old: plugins install with "
                          f"pip 22.2 or newer (its --report); `{sys.executable} -m pip install --user -U pip` updates it")
     target = plugins.plugin_dir()
-    app = _dists(app_site_packages())
-    existing = _dists(target)
+    app, existing = _dists(app_site_packages()), _dists(target)
     try:  # staging next to the plugin dir: the final moves are renames
         os.makedirs(os.path.dirname(target), exist_ok=True)
         work = tempfile.mkdtemp(prefix=".install-", dir=os.path.dirname(target))

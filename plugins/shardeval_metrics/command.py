@@ -55,8 +55,7 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
         return {x.manifest.name: x.table for x in merged.benchmarks}
 
     a, b = tables(run_a), tables(run_b)
-    shared = [name for name in a if name in b]
-    if not shared:
+    if not (shared := [name for name in a if name in b]):
         raise UsageError(
             f"{run_a} ({', '.join(a)}) and {run_b} ({', '.join(b)}) share no benchmark; compare runs of the same benchmark"
         )

@@ -65,8 +65,7 @@ def choose_base() -> tuple[str, str]:
     """(parent folder for extracted copies, why it is node-local or ""). An explicit setting
     needs no file system checks: every start of a container or a child process takes that path.
     Otherwise _shardeval_root picks the home's ~/.shiv or node-local storage."""
-    explicit = os.environ.get(ROOT_ENV) or os.environ.get(SHIV_ROOT_ENV)
-    if explicit:
+    if explicit := os.environ.get(ROOT_ENV) or os.environ.get(SHIV_ROOT_ENV):
         return os.path.expanduser(explicit), ""
     import _shardeval_root
 
