@@ -221,8 +221,7 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
     pip_version, pip_dir = _require_pip()
     what = f"cannot install {' '.join(specs)}"
     if mode == "pip":
-        _install_pip(specs, pip_options, echo, what)
-        return
+        return _install_pip(specs, pip_options, echo, what)
     if pip_version < (22, 2):
         raise UsageError(f"pip {'.'.join(map(str, pip_version))} of {sys.executable} is too old: plugins install with "
                          f"pip 22.2 or newer (its --report); `{sys.executable} -m pip install --user -U pip` updates it")

@@ -80,10 +80,8 @@ class Register:
         else:
             keep, drop = (old, new) if self._rank.get(old.plugin, 0) <= self._rank.get(new.plugin, 0) else (new, old)
             self.table[name] = keep
-            self.problems.append(
-                f"plugin {drop.plugin!r} registers {self.kind[:-1]} {name!r}, already registered by "
-                f"{keep.plugin!r}; the first one is kept"
-            )
+            self.problems.append(f"plugin {drop.plugin!r} registers {self.kind[:-1]} {name!r}, already registered by "
+                                 f"{keep.plugin!r}; the first one is kept")
 
 
 @dataclass

@@ -180,8 +180,7 @@ def provenance_facts(run: "Run") -> list[tuple[str, dict[str, list[str]]]]:
         facts.setdefault(name, {}).setdefault("—" if value in (None, "") else str(value), []).append(shard)
 
     for shard in run.shards:
-        m, path = shard.manifest, shard.path
-        p = m.provenance
+        m, p, path = shard.manifest, shard.manifest.provenance, shard.path
         add("shardeval", p.shardeval if p else m.version, path)
         add("build", p.build_id[:12] if p and p.build_id else None, path)
         for fact in ("python", "platform", "host"):

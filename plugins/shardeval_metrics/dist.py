@@ -93,8 +93,7 @@ def betainc(a: float, b: float, x: float, y: float | None = None) -> float:
     """Regularized incomplete beta I_x(a, b). Pass `y` = 1 - x when the caller has it exactly."""
     if a <= 0 or b <= 0:
         raise ValueError("betainc needs a > 0 and b > 0")
-    if y is None:
-        y = 1.0 - x
+    y = 1.0 - x if y is None else y
     if x <= 0.0:
         return 0.0
     if y <= 0.0:
