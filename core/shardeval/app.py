@@ -15,8 +15,6 @@ from typing import Any, Literal
 
 INSTALL_MODE_ENV = "SHARDEVAL_INSTALL_MODE"
 
-InstallMode = Literal["target", "pip"]
-
 
 def zipapp_path() -> str | None:
     """The zipapp this process runs from, or None for an installed package.
@@ -25,9 +23,7 @@ def zipapp_path() -> str | None:
     (shardeval among them) live in one site-packages directory that shiv extracted from it.
     """
     entry = sys.argv[0] if sys.argv else ""
-    if entry and os.path.isfile(entry) and zipfile.is_zipfile(entry):
-        return os.path.abspath(entry)
-    return None
+    return os.path.abspath(entry) if entry and os.path.isfile(entry) and zipfile.is_zipfile(entry) else None
 
 
 @lru_cache(maxsize=1)
@@ -57,7 +53,7 @@ def dist_location(dist: Any) -> str | None:
         return None
 
 
-def install_mode() -> InstallMode:
+def install_mode() -> Literal["target", "pip"]:
     """`target`: plugins go into the plugin directory (the zipapp); `pip`: into the running
     environment (the pip-installed package). SHARDEVAL_INSTALL_MODE=target|pip forces one."""
     forced = os.environ.get(INSTALL_MODE_ENV, "").strip().lower()

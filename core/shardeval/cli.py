@@ -174,8 +174,6 @@ def run_cli(command: click.Command, argv: list[str] | None, prog_name: str) -> N
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
 
 
 def main(argv: list[str] | None = None) -> None:

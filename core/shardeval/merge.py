@@ -70,18 +70,11 @@ class Cells:
 
     def __post_init__(self) -> None:
         n = self.n_problems * self.repeats
-        self.status = bytearray(n)  # MISSING | OK | ERROR
-        self.score = array("d", [NAN]) * n
+        self.status, self.error_kind = bytearray(n), bytearray(n)  # MISSING | OK | ERROR; 1 + code in kinds
+        self.score, self.ttft, self.latency, self.start = (array("d", [NAN]) * n for _ in range(4))
         self.src = array("i", [-1]) * n  # shard number (index into the sorted shard list) of the winner
-        self.offset = array("q", [0]) * n
-        self.length = array("i", [0]) * n
-        self.traj_offset = array("q", [-1]) * n
-        self.traj_length = array("i", [0]) * n
-        self.ttft = array("d", [NAN]) * n
-        self.latency = array("d", [NAN]) * n
-        self.start = array("d", [NAN]) * n
-        self.tokens = array("i", [0]) * n
-        self.error_kind = bytearray(n)
+        self.offset, self.traj_offset = array("q", [0]) * n, array("q", [-1]) * n
+        self.length, self.traj_length, self.tokens = (array("i", [0]) * n for _ in range(3))
         self.cluster = array("i", [-1]) * self.n_problems
         if self.keep_labels:
             self.predicted = array("i", [-1]) * n
@@ -119,8 +112,7 @@ class Cells:
 
 def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
     """Decide every cell's standing record from every shard's results file (shardeval.standing's rule)."""
-    repeats = cells.repeats
-    status = cells.status
+    repeats, status = cells.repeats, cells.status
     for src, shard in enumerate(shards):
         path = os.path.join(shard.abspath, bench, RESULTS_FILE)
         report = ReadReport(path)
@@ -133,10 +125,9 @@ def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
                 continue
             cell = row.problem_idx * repeats + row.repeat
             action = decide(status[cell], row.status == "ok")
-            if action == TAKE:
-                cells.take(cell, row, src, start, length)
-            elif action == SUPERSEDE:
+            if action == SUPERSEDE:
                 cells.n_superseded_errors += 1
+            if action == TAKE or action == SUPERSEDE:
                 cells.take(cell, row, src, start, length)
             elif action == DUPLICATE:
                 cells.n_duplicates += 1
@@ -190,10 +181,6 @@ class BenchmarkMerge:
     metric_problems: list[str]
     timing_cache: dict[str, Any] | None = None  # report.timing() fills it: three outputs, one pass
 
-    @property
-    def n_expected(self) -> int:
-        return self.cells.n_problems * self.cells.repeats
-
 
 @dataclass
 class MergeResult:
@@ -210,11 +197,8 @@ class MergeResult:
     def rerun_shards(self) -> list[int]:
         """Shards with missing cells (a shard that never started included, a lost one too), to run
         again; not those still running."""
-        need: set[int] = set(self.run.missing_shards())
-        for b in self.benchmarks:
-            need.update(i for i, n in b.missing_by_shard.items() if n)
-        running = {s.manifest.shard_idx for s in self.run.running()}
-        return sorted(need - running)
+        need = {*self.run.missing_shards(), *(i for b in self.benchmarks for i, n in b.missing_by_shard.items() if n)}
+        return sorted(need - {s.manifest.shard_idx for s in self.run.running()})
 
 
 def missing_per_shard(cells: Cells, bm: BenchmarkManifest, total: int, shuffle_seed: int | None) -> dict[int, int]:
@@ -260,8 +244,7 @@ def compute_metrics(table: ScoreTable, names: list[str], options: MetricOptions)
     values: dict[str, MetricValue] = {}
     problems: list[str] = []
     for name in names:
-        entry = registry.entries["metrics"].get(name)
-        if entry is None:
+        if (entry := registry.entries["metrics"].get(name)) is None:
             problems.append(f"metric {name!r} is not installed (`shardeval plugins` lists what is)")
             continue
         try:
@@ -325,9 +308,7 @@ def _copy_winners(shards: list[Shard], b: BenchmarkMerge, name: str, offsets: ar
     files: dict[int, Any] = {}
 
     def winners() -> Any:
-        src_of = b.cells.src
-        for cell in range(len(offsets)):
-            src, offset = src_of[cell], offsets[cell]
+        for cell, (src, offset) in enumerate(zip(b.cells.src, offsets)):
             if src < 0 or offset < 0:
                 continue
             f = files.get(src)

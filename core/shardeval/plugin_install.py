@@ -49,10 +49,7 @@ class Dist:
     site: str  # the directory it is installed into
     entry_points: list[str]  # names in the `shardeval` group
     raw: Any
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} {self.version}"
+    label: str  # "name version"
 
 
 def _dists(site: str | None = None) -> dict[str, Dist]:
@@ -63,7 +60,8 @@ def _dists(site: str | None = None) -> dict[str, Dist]:
         name = raw.metadata["Name"]
         if name and canonical(name) not in found:
             eps = [ep.name for ep in raw.entry_points if ep.group == plugins.ENTRY_POINT_GROUP]
-            found[canonical(name)] = Dist(canonical(name), name, raw.version, site or dist_location(raw) or "", eps, raw)
+            found[canonical(name)] = Dist(canonical(name), name, raw.version, site or dist_location(raw) or "", eps, raw,
+                                          f"{name} {raw.version}")
     return found
 
 
@@ -223,14 +221,12 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
     pip_version, pip_dir = _require_pip()
     what = f"cannot install {' '.join(specs)}"
     if mode == "pip":
-        _install_pip(specs, pip_options, echo, what)
-        return
+        return _install_pip(specs, pip_options, echo, what)
     if pip_version < (22, 2):
         raise UsageError(f"pip {'.'.join(map(str, pip_version))} of {sys.executable} is too old: plugins install with "
                          f"pip 22.2 or newer (its --report); `{sys.executable} -m pip install --user -U pip` updates it")
     target = plugins.plugin_dir()
-    app = _dists(app_site_packages())
-    existing = _dists(target)
+    app, existing = _dists(app_site_packages()), _dists(target)
     try:  # staging next to the plugin dir: the final moves are renames
         os.makedirs(os.path.dirname(target), exist_ok=True)
         work = tempfile.mkdtemp(prefix=".install-", dir=os.path.dirname(target))
@@ -244,12 +240,11 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
         _pip(["install", "--no-deps", "--no-warn-script-location", "--target", staging, *pip_options, *map(_pinned, wanted)], what)
         staged = _dists(staging)
         top = [staged[canonical(item["metadata"]["name"])] for item in wanted if item.get("requested")]
-        for dist in top:
-            if not dist.entry_points:
-                raise UsageError(
-                    f"{what}: {dist.label} is not a shardeval plugin: it declares no entry point in the "
-                    f"`{plugins.ENTRY_POINT_GROUP}` group (see docs/plugins.md); nothing installed"
-                )
+        if bare := next((dist for dist in top if not dist.entry_points), None):
+            raise UsageError(
+                f"{what}: {bare.label} is not a shardeval plugin: it declares no entry point in the "
+                f"`{plugins.ENTRY_POINT_GROUP}` group (see docs/plugins.md); nothing installed"
+            )
 
         # Old files go aside into the work dir, new ones move in; each move is undone, last first,
         # when anything fails (the plugin's own import and hooks included).
@@ -283,8 +278,7 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
     for dist in top:
         old = existing.get(dist.key)
         echo(f"installed {dist.label} into {target}" + (f" (replacing {old.version})" if old else ""))
-    deps = sorted((d for d in staged.values() if d.key not in {t.key for t in top}), key=lambda d: d.key)
-    if deps:
+    if deps := sorted((d for d in staged.values() if d.key not in {t.key for t in top}), key=lambda d: d.key):
         echo(f"  with: {', '.join(d.label for d in deps)}")
     _show(lines, warnings, echo)
 
@@ -331,8 +325,7 @@ def _install_pip(specs: list[str], pip_options: list[str], echo: Callable[[str],
         echo(f"nothing changed in the environment of {sys.executable}: {' '.join(specs)} was already installed")
         return
     echo(f"installed into the environment of {sys.executable}: {', '.join(d.label for d in dists)}")
-    found = [d for d in dists if d.entry_points]
-    if not found:
+    if not (found := [d for d in dists if d.entry_points]):
         plugins.warn(f"none of {', '.join(d.name for d in dists)} declares an entry point in the "
                      f"`{plugins.ENTRY_POINT_GROUP}` group: they register nothing with shardeval")
         return

@@ -64,14 +64,11 @@ class Register:
         self.problems: list[str] = []
         self.registered: Mapping[str, Entry] = MappingProxyType(self.table)
 
-    def _caller(self) -> HookImpl | None:
-        frame = sys._getframe(2)
+    def __call__(self, name: str, factory: Any, config: type | None = None) -> None:
+        frame = sys._getframe(1)
         while frame is not None and frame.f_code not in self._impls:
             frame = frame.f_back
-        return None if frame is None else self._impls[frame.f_code]
-
-    def __call__(self, name: str, factory: Any, config: type | None = None) -> None:
-        impl = self._caller()
+        impl = None if frame is None else self._impls[frame.f_code]
         precedence = int(impl.tryfirst) - int(impl.trylast) if impl else 0
         new = Entry(name, factory, impl.plugin_name if impl else "?", config, precedence)
         old = self.table.get(name)
@@ -83,10 +80,8 @@ class Register:
         else:
             keep, drop = (old, new) if self._rank.get(old.plugin, 0) <= self._rank.get(new.plugin, 0) else (new, old)
             self.table[name] = keep
-            self.problems.append(
-                f"plugin {drop.plugin!r} registers {self.kind[:-1]} {name!r}, already registered by "
-                f"{keep.plugin!r}; the first one is kept"
-            )
+            self.problems.append(f"plugin {drop.plugin!r} registers {self.kind[:-1]} {name!r}, already registered by "
+                                 f"{keep.plugin!r}; the first one is kept")
 
 
 @dataclass

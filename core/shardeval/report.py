@@ -7,7 +7,6 @@ evaluation give identical files; timings live apart in timing.json because they 
 from __future__ import annotations
 
 import math
-from array import array
 from typing import TYPE_CHECKING, Any
 
 from shardeval.liveness import clock
@@ -25,7 +24,7 @@ def counts(b: "BenchmarkMerge") -> dict[str, Any]:
     return {
         "n_problems": b.cells.n_problems,
         "repeats": b.cells.repeats,
-        "n_expected": b.n_expected,
+        "n_expected": len(status),
         "n_records": n_records,
         "n_ok": status.count(OK),
         "n_missing": n_missing,
@@ -61,17 +60,12 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def _finite_ok(values: array, status: bytearray) -> list[float]:
-    return sorted(v for v, s in zip(values, status) if s == OK and v == v)
-
-
 def timing(b: "BenchmarkMerge") -> dict[str, Any]:
     """Pooled over every standing ok record: percentiles of all of them, never averaged ones."""
     if b.timing_cache is not None:
         return b.timing_cache
     cells = b.cells
-    ttft = _finite_ok(cells.ttft, cells.status)
-    latency = _finite_ok(cells.latency, cells.status)
+    ttft, latency = (sorted(v for v, s in zip(col, cells.status) if s == OK and v == v) for col in (cells.ttft, cells.latency))
     first = min((v for v in cells.start if v == v), default=None)
     last = max((s + l for s, l in zip(cells.start, cells.latency) if s == s and l == l), default=None)
     span = last - first if first is not None and last is not None else None
@@ -115,25 +109,21 @@ def rerun_how(run: "Run", shards: list[int]) -> str:
 
 def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
     run = result.run
-    present = len(run.present())
-    lines = [f"# shardeval merge: {run.root}", ""]
-    state = "PARTIAL" if result.partial else "COMPLETE"
-    lines.append(
-        f"Run {run.config_hash}: {present}/{run.total_shards} shards present, {len(run.shards)} shard "
-        f"director{'y' if len(run.shards) == 1 else 'ies'} read. **{state}**"
-    )
+    lines = [
+        f"# shardeval merge: {run.root}",
+        "",
+        f"Run {run.config_hash}: {len(run.present())}/{run.total_shards} shards present, {len(run.shards)} shard "
+        f"director{'y' if len(run.shards) == 1 else 'ies'} read. **{'PARTIAL' if result.partial else 'COMPLETE'}**",
+    ]
     if run.running():
         lines.append(f"- still running: {', '.join(s.path for s in run.running())} (merge again when they finish)")
     for shard in run.lost():
         assert shard.lost is not None
-        lines.append(
-            f"- **LOST**: {shard.path} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
-            f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes"
-        )
+        lines.append(f"- **LOST**: {shard.path} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
+                     f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes")
     if run.missing_shards():
         lines.append(f"- never started or not found: shard(s) {','.join(map(str, run.missing_shards()))}")
-    rerun = result.rerun_shards()
-    if rerun:
+    if rerun := result.rerun_shards():
         lines.append(f"- to complete the run, rerun shard(s) {','.join(map(str, rerun))}: {rerun_how(run, rerun)}")
     for idx, paths in run.duplicated_shards().items():
         lines.append(f"- shard {idx} appears in {len(paths)} directories ({', '.join(paths)}): deduplicated")
@@ -143,49 +133,36 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
     lines += [f"- **MIXED MODELS** (merged with --allow-mixed-models): {text}" for text in run.mixed_served]
     for b in result.benchmarks:
         c = counts(b)
-        lines += ["", f"## {b.manifest.name}", ""]
-        lines += [*_metric_rows(b.metrics, confidence), ""]
-        lines.append(
+        lines += [
+            "", f"## {b.manifest.name}", "", *_metric_rows(b.metrics, confidence), "",
             f"- coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded "
-            f"({c['n_problems']} problems x {c['repeats']} repeats); {c['n_missing']} missing"
-        )
+            f"({c['n_problems']} problems x {c['repeats']} repeats); {c['n_missing']} missing",
+        ]
         kinds = ", ".join(f"{k} {v}" for k, v in c["error_kinds"].items())
         treated = "scored as wrong" if result.errors_as_wrong else "excluded from scores"
         lines.append(f"- errors: {c['n_errors']} ({c['error_rate']:.2%} of records), {treated}" + (f": {kinds}" if kinds else ""))
         if c["n_duplicates"] or c["n_superseded_errors"]:
-            lines.append(
-                f"- duplicates: {c['n_duplicates']} extra ok record(s) ignored ({c['n_conflicts']} with a different score); "
-                f"{c['n_superseded_errors']} error(s) superseded by a later ok answer"
-            )
-        acc = b.metrics.get("accuracy")
-        per_cluster = acc.details.get("per_cluster") if acc else None
-        if per_cluster:
-            lines += ["", "| category | accuracy | n |", "|---|---|---|"]
-            for name, entry in per_cluster.items():
-                lines.append(f"| {name} | {_num(entry.get('value'))} | {entry.get('n', '')} |")
-            lines.append("")
-        split = acc.details.get("variance_split") if acc else None
-        if split and split.get("se_if_repeats"):
+            lines.append(f"- duplicates: {c['n_duplicates']} extra ok record(s) ignored ({c['n_conflicts']} with a "
+                         f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
+        acc = b.metrics["accuracy"].details if "accuracy" in b.metrics else {}
+        if per_cluster := acc.get("per_cluster"):
+            rows = [f"| {name} | {_num(entry.get('value'))} | {entry.get('n', '')} |" for name, entry in per_cluster.items()]
+            lines += ["", "| category | accuracy | n |", "|---|---|---|", *rows, ""]
+        if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
             se = ", ".join(f"K={k}: {_num(v)}" for k, v in split["se_if_repeats"].items())
-            lines.append(
-                f"- variance: between problems {_num(split.get('sigma2_between'))}, within a problem "
-                f"{_num(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}"
-            )
-        t = timing(b)
-        if t["n"]:
+            lines.append(f"- variance: between problems {_num(split.get('sigma2_between'))}, within a problem "
+                         f"{_num(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}")
+        if (t := timing(b))["n"]:
             latency, ttft = ("/".join(_num(v, 3) for v in t[key].values()) for key in ("latency_s", "ttft_s"))
-            lines.append(
-                f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
-                f"{_num(t['completion_tokens_per_s'], 1)} completion tokens/s over {_num(t['wall_span_s'], 1)} s"
-            )
+            lines.append(f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
+                         f"{_num(t['completion_tokens_per_s'], 1)} completion tokens/s over {_num(t['wall_span_s'], 1)} s")
         cells = b.cells
         if cells.unreadable:
             lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(cells.unreadable[:3])}")
         if cells.refused_files:
-            lines.append(
-                f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or written by "
-                f"another run): {'; '.join(cells.refused_files[:5])}" + (" …" if len(cells.refused_files) > 5 else "")
-            )
+            more = " …" if len(cells.refused_files) > 5 else ""
+            lines.append(f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or "
+                         f"written by another run): {'; '.join(cells.refused_files[:5])}{more}")
         lines += [f"- {problem}" for problem in b.metric_problems]
     lines += ["", *render_provenance(run)]
     return "\n".join(lines) + "\n"
@@ -203,13 +180,11 @@ def provenance_facts(run: "Run") -> list[tuple[str, dict[str, list[str]]]]:
         facts.setdefault(name, {}).setdefault("—" if value in (None, "") else str(value), []).append(shard)
 
     for shard in run.shards:
-        m, path = shard.manifest, shard.path
-        p = m.provenance
+        m, p, path = shard.manifest, shard.manifest.provenance, shard.path
         add("shardeval", p.shardeval if p else m.version, path)
         add("build", p.build_id[:12] if p and p.build_id else None, path)
-        add("python", p.python if p else None, path)
-        add("platform", p.platform if p else None, path)
-        add("host", p.host if p else None, path)
+        for fact in ("python", "platform", "host"):
+            add(fact, getattr(p, fact, None), path)
         by_version: dict[str, list[str]] = {}
         for name, version in sorted((p.plugins if p else {}).items()):
             by_version.setdefault(version, []).append(name)

@@ -49,13 +49,6 @@ def _scores_from_counts(tp: np.ndarray, support: np.ndarray, predicted: np.ndarr
 DENSE_LIMIT = 1 << 24  # per-problem count matrix (problems x 3 labels) held as float64 up to 128 MiB
 
 
-def _cell_slots(gold: np.ndarray, pred: np.ndarray, n_labels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per cell, the class slot each count goes to (n_labels = the cell adds nothing there)."""
-    trash, valid = n_labels, gold >= 0
-    hit_slot = np.where(valid & (pred == gold), gold, trash)
-    return hit_slot, np.where(valid, gold, trash), np.where(valid & (pred >= 0), pred, trash)
-
-
 def _row_counts(x: np.ndarray, width: int) -> np.ndarray:
     """Per row of the integer matrix x (values 0..width-1), how often each value occurs: (rows, width) float64."""
     rows = x.shape[0]
@@ -100,7 +93,9 @@ def classification(table: ScoreTable, options: MetricOptions) -> dict[str, Metri
     if n == 0:
         details["reason"] = "no cell has a gold label and a counted outcome"
         return {key: MetricValue(value=None, details=dict(details)) for key in KEYS}
-    slots = _cell_slots(gold[keep], pred[keep], n_labels)
+    # per cell, the class slot each of (tp, support, predicted) counts in; slot n_labels: the cell adds nothing there
+    g, p, valid = gold[keep], pred[keep], gold[keep] >= 0
+    slots = (np.where(valid & (p == g), g, n_labels), np.where(valid, g, n_labels), np.where(valid & (p >= 0), p, n_labels))
     dense = n * 3 * n_labels <= DENSE_LIMIT
     # dense: replicate counts = (how often each problem was drawn) @ (per-problem counts); integer-valued
     # float64 products and sums are exact, so the result does not depend on BLAS summation order
@@ -109,9 +104,7 @@ def classification(table: ScoreTable, options: MetricOptions) -> dict[str, Metri
     point = _scores_from_counts(tp, support, predicted)
     per_class = {
         table.labels[label] if label < len(table.labels) else str(label): {
-            "precision": float(point[4][0, label]),
-            "recall": float(point[5][0, label]),
-            "f1": float(point[6][0, label]),
+            **{key: float(x[0, label]) for key, x in zip(("precision", "recall", "f1"), point[4:])},
             "support": int(support[0, label]),
         }
         for label in range(n_labels) if support[0, label] > 0 or predicted[0, label] > 0

@@ -7,38 +7,32 @@ the two share is compared pairwise by `compare_tables`.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import click
 
 
-def _fmt(x: Any, digits: int = 4) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
-
-
 def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
+    from shardeval.report import _num
+
     lines = [f"# shardeval compare: B = {name_b} vs A = {name_a}", ""]
     for r in results:
-        lines += [f"## {r['benchmark']}", ""]
-        lines.append(f"- problems compared: {r['n_shared']} (only in A: {r['n_only_a']}, only in B: {r['n_only_b']}, "
-                     f"shared but without a valid answer in one run: {r['n_shared_without_samples']})")
-        lines.append(f"- A mean {_fmt(r['a_mean'])}, B mean {_fmt(r['b_mean'])}")
-        lines.append(
-            f"- difference B − A: {_fmt(r['diff'])} ± {_fmt(r['stderr'])} (stderr); {confidence:.0%} interval "
-            f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] ({r['ci_method']}); p = {_fmt(r['p_value'])}"
-        )
-        lines.append(f"- correlation of per-problem scores: {_fmt(r['correlation'], 3)}")
-        if r.get("mcnemar") is not None:
-            m = r["mcnemar"]
-            lines.append(f"- McNemar exact test: p = {_fmt(m.get('p_value'))} "
-                         f"(A right, B wrong: {m.get('a_right_b_wrong')}; A wrong, B right: {m.get('a_wrong_b_right')})")
-        else:
-            lines.append(f"- McNemar: not applicable ({r.get('mcnemar_reason')})")
-        lines.append(f"- minimum detectable effect at 80 % power: {_fmt(r['mde'])} ({r['details'].get('mde_formula', '')})")
-        lines.append("")
+        m = r.get("mcnemar")
+        lines += [
+            f"## {r['benchmark']}",
+            "",
+            f"- problems compared: {r['n_shared']} (only in A: {r['n_only_a']}, only in B: {r['n_only_b']}, "
+            f"shared but without a valid answer in one run: {r['n_shared_without_samples']})",
+            f"- A mean {_num(r['a_mean'])}, B mean {_num(r['b_mean'])}",
+            f"- difference B − A: {_num(r['diff'])} ± {_num(r['stderr'])} (stderr); {confidence:.0%} interval "
+            f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}] ({r['ci_method']}); p = {_num(r['p_value'])}",
+            f"- correlation of per-problem scores: {_num(r['correlation'], 3)}",
+            f"- McNemar exact test: p = {_num(m.get('p_value'))} (A right, B wrong: {m.get('a_right_b_wrong')}; "
+            f"A wrong, B right: {m.get('a_wrong_b_right')})" if m is not None
+            else f"- McNemar: not applicable ({r.get('mcnemar_reason')})",
+            f"- minimum detectable effect at 80 % power: {_num(r['mde'])} ({r['details'].get('mde_formula', '')})",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -61,8 +55,7 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
         return {x.manifest.name: x.table for x in merged.benchmarks}
 
     a, b = tables(run_a), tables(run_b)
-    shared = [name for name in a if name in b]
-    if not shared:
+    if not (shared := [name for name in a if name in b]):
         raise UsageError(
             f"{run_a} ({', '.join(a)}) and {run_b} ({', '.join(b)}) share no benchmark; compare runs of the same benchmark"
         )

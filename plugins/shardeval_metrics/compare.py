@@ -106,8 +106,7 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
         details["reason"] = "stderr needs >= 2 shared problems"
     if se is not None:
         p_value = p_of(diff / se) if se > 0 else 1.0 if diff == 0 else 0.0
-        result.update(stderr=se, ci_low=diff - crit * se, ci_high=diff + crit * se)
-        result.update(mde=(crit + q_power) * se, p_value=p_value)
+        result.update(stderr=se, ci_low=diff - crit * se, ci_high=diff + crit * se, mde=(crit + q_power) * se, p_value=p_value)
         details["p_value"] = "two-sided test of diff = 0 on the interval's reference distribution"
 
     if n >= 2 and float(np.std(sa)) > 0 and float(np.std(sb)) > 0:
@@ -118,8 +117,7 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
     single = bool(np.all(sa_stats.counts == 1) and np.all(sb_stats.counts == 1))
     if binary and single:
         right_a, right_b = sa == 1.0, sb == 1.0
-        n_b = int((right_a & ~right_b).sum())
-        n_c = int((~right_a & right_b).sum())
+        n_b, n_c = int((right_a & ~right_b).sum()), int((~right_a & right_b).sum())
         result["mcnemar"] = {
             "a_right_b_wrong": n_b,
             "a_wrong_b_right": n_c,

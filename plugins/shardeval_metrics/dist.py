@@ -6,7 +6,7 @@
 - `t_sf`, `t_cdf`, `t_ppf`: Student's t from I_x(df/2, 1/2); the quantile by safeguarded Newton
   steps on log P(T > t) inside a bracket (agrees with scipy.stats.t.ppf to ~1e-12 relative).
 - `wilson_interval`: the Wilson score interval for a binomial proportion.
-- `binom_cdf_half`, `mcnemar_exact`: the exact two-sided McNemar test (a binomial test at 1/2 on
+- `mcnemar_exact`: the exact two-sided McNemar test (a binomial test at 1/2 on
   the discordant pairs), in exact integer arithmetic up to 20,000 discordant pairs.
 """
 
@@ -93,8 +93,7 @@ def betainc(a: float, b: float, x: float, y: float | None = None) -> float:
     """Regularized incomplete beta I_x(a, b). Pass `y` = 1 - x when the caller has it exactly."""
     if a <= 0 or b <= 0:
         raise ValueError("betainc needs a > 0 and b > 0")
-    if y is None:
-        y = 1.0 - x
+    y = 1.0 - x if y is None else y
     if x <= 0.0:
         return 0.0
     if y <= 0.0:
@@ -117,7 +116,7 @@ def t_sf(t: float, df: float) -> float:
 
 
 def t_cdf(t: float, df: float) -> float:
-    return 1.0 - _t_upper(t, df) if t >= 0 else _t_upper(-t, df)
+    return t_sf(-t, df)
 
 
 def _t_log_pdf(t: float, df: float) -> float:
@@ -196,9 +195,6 @@ def wilson_interval(successes: float, n: int, confidence: float) -> tuple[float,
     return max(0.0, center - half), min(1.0, center + half)
 
 
-_EXACT_LIMIT = 20_000
-
-
 def _ways_at_most(m: int, n: int) -> int:
     """Σ_{i<=m} C(n, i), exactly."""
     term, total = 1, 1
@@ -208,23 +204,13 @@ def _ways_at_most(m: int, n: int) -> int:
     return total
 
 
-def binom_cdf_half(m: int, n: int) -> float:
-    """P(X <= m) for X ~ Binomial(n, 1/2); exact (integers) for n <= 20,000, else I_{1/2}(n-m, m+1)."""
-    if m < 0:
-        return 0.0
-    if m >= n:
-        return 1.0
-    if n <= _EXACT_LIMIT:
-        return _ways_at_most(m, n) / (1 << n)  # int / int: correctly rounded
-    return betainc(n - m, m + 1.0, 0.5, 0.5)
-
-
 def mcnemar_exact(b: int, c: int) -> float:
-    """Exact two-sided McNemar p-value: min(1, 2 * P(X <= min(b, c))), X ~ Binomial(b + c, 1/2)."""
-    n = b + c
+    """Exact two-sided McNemar p-value: min(1, 2 * P(X <= min(b, c))), X ~ Binomial(b + c, 1/2).
+
+    P(X <= m) in exact integers (correctly rounded) up to 20,000 discordant pairs, else I_{1/2}(n-m, m+1)."""
+    n, m = b + c, min(b, c)
     if n == 0:
         return 1.0
-    m = min(b, c)
-    if n <= _EXACT_LIMIT:
+    if n <= 20_000:
         return min(1.0, (2 * _ways_at_most(m, n)) / (1 << n))
-    return min(1.0, 2.0 * binom_cdf_half(m, n))
+    return min(1.0, 2.0 * betainc(n - m, m + 1.0, 0.5, 0.5))

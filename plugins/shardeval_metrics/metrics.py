@@ -32,10 +32,8 @@ PER_CLUSTER_LIMIT = 1000  # accuracy's details list per-cluster means up to this
 def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy") -> dict[str, MetricValue]:
     """Mean over problems of each problem's mean valid score, never a mean of shard means.
 
-    value = mean_i s_i over problems with >= 1 valid sample; stderr, interval and ci_method as in
-    `stats.summarize_mean` (clustered when the problems carry >= 2 clusters and some cluster has
-    >= 2 problems; Wilson for binary single-sample problems when n < 30 or n·p̂ < 10 or
-    n·(1−p̂) < 10; CLT otherwise; with binary scores the interval is clipped to [0, 1]).
+    value = mean_i s_i over problems with >= 1 valid sample; stderr, interval and ci_method by
+    the rules of `stats.summarize_mean` (with binary scores the interval is clipped to [0, 1]).
     details: n_problems_with_samples, n_samples, n_flagged_problems (no valid sample), binary,
     per_cluster (when the table has clusters), and variance_split: sigma2_within,
     sigma2_between, k_bar and se_if_repeats {"1": …, "32": …} (string keys, JSON-safe).
@@ -60,11 +58,10 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
             details["per_cluster_note"] = f"{n_groups} clusters: per-cluster means are listed up to {PER_CLUSTER_LIMIT}"
     if stats.n:
         details.update(variance_split(x, stats))
-    value = summarize_mean(
+    return {name: summarize_mean(
         stats.means, options, codes=codes, bernoulli=binary and bool(np.all(stats.counts == 1)),
         bounds=(0.0, 1.0) if binary else None, details=details,
-    )
-    return {name: value}
+    )}
 
 
 def mean(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValue]:
@@ -85,12 +82,8 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
     x = score_matrix(table)
     valid = np.isfinite(x)
     if not is_binary(x):
-        return {
-            "pass@k": MetricValue(
-                value=None,
-                details={"reason": "pass@k needs binary scores (each valid score 0 or 1); this table has other values"},
-            )
-        }
+        reason = "pass@k needs binary scores (each valid score 0 or 1); this table has other values"
+        return {"pass@k": MetricValue(value=None, details={"reason": reason})}
     n_valid = valid.sum(axis=1)
     n_correct = np.where(valid, x, 0.0).sum(axis=1).astype(np.int64)
     out: dict[str, MetricValue] = {}
@@ -104,10 +97,9 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
         }
         if n_flagged:
             details["flagged_note"] = f"{n_flagged} problem(s) have fewer than {k} valid samples and are left out"
-        values = _pass_at_k(n_valid[index], n_correct[index], k)
         out[f"pass@{k}"] = summarize_mean(
-            values, options, codes=cluster_codes(table, index), bernoulli=bool(np.all(n_valid[index] == k)),
-            bounds=(0.0, 1.0), details=details,
+            _pass_at_k(n_valid[index], n_correct[index], k), options, codes=cluster_codes(table, index),
+            bernoulli=bool(np.all(n_valid[index] == k)), bounds=(0.0, 1.0), details=details,
         )
     return out
 
@@ -122,8 +114,7 @@ def _ratio_core(table: ScoreTable, numerator_key: str, denominator_key: str, opt
     num, den = score_matrix(table, numerator_key), score_matrix(table, denominator_key)
     valid = np.isfinite(num) & np.isfinite(den)
     # canonical (problem, repeat) order; math.fsum is exactly rounded, so any sharding gives the same float
-    total_num = math.fsum(num[valid].tolist())
-    total_den = math.fsum(den[valid].tolist())
+    total_num, total_den = (math.fsum(x[valid].tolist()) for x in (num, den))
     has = valid.any(axis=1)
     n = int(has.sum())
     details: dict[str, Any] = {
@@ -145,9 +136,8 @@ def _ratio_core(table: ScoreTable, numerator_key: str, denominator_key: str, opt
     resid = n_i - ratio * d_i
     alpha = 1.0 - options.confidence
     codes = cluster_codes(table, np.flatnonzero(has))
-    n_groups = int(codes.max()) + 1 if codes is not None else n
     if codes is not None:
-        details["n_clusters"] = n_groups
+        details["n_clusters"] = n_groups = int(codes.max()) + 1
     if codes is not None and 2 <= n_groups < n:
         sums = np.bincount(codes, weights=resid, minlength=n_groups)
         se = math.sqrt(n_groups / (n_groups - 1) * float(np.dot(sums, sums))) / abs(total_den)

@@ -62,10 +62,7 @@ class ProblemStats:
     counts: np.ndarray  # K_i: number of valid samples (>= 1)
     n_flagged: int  # problems with no valid sample
     n_samples: int  # valid cells in all
-
-    @property
-    def n(self) -> int:
-        return int(self.index.size)
+    n: int  # problems with a valid sample (index.size)
 
 
 def per_problem(x: np.ndarray) -> ProblemStats:
@@ -81,6 +78,7 @@ def per_problem(x: np.ndarray) -> ProblemStats:
         counts=counts[keep],
         n_flagged=int(x.shape[0] - index.size),
         n_samples=int(counts.sum()),
+        n=int(index.size),
     )
 
 
@@ -177,9 +175,8 @@ def per_cluster_means(table: ScoreTable, stats: ProblemStats, values: np.ndarray
         size = int(raw.max()) + 1
         n = np.bincount(raw[known], minlength=size)
         s = np.bincount(raw[known], weights=values[known], minlength=size)
-        names = table.cluster_names
         for code in np.flatnonzero(n).tolist():
-            name = names[code] if code < len(names) else f"cluster {code}"
+            name = table.cluster_names[code] if code < len(table.cluster_names) else f"cluster {code}"
             out[name] = {"value": float(s[code] / n[code]), "n": int(n[code])}
     if not known.all():
         out["(no cluster)"] = {"value": float(values[~known].mean()), "n": int((~known).sum())}
@@ -236,11 +233,10 @@ def bootstrap_over_problems(statistic: Statistic, n: int, options: MetricOptions
     rng = np.random.default_rng(options.seed)
     total = int(options.bootstrap_samples)
     batch = max(1, min(total, BATCH_ELEMENTS // max(1, n * cells_per_problem)))
-    out = [
+    return np.concatenate([
         np.asarray(statistic(rng.integers(0, n, size=(min(batch, total - done), n))), dtype=np.float64)
         for done in range(0, total, batch)
-    ]
-    return np.concatenate(out, axis=0)
+    ], axis=0)
 
 
 def percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[float | None, float | None, float | None, int]:

@@ -65,31 +65,11 @@ def choose_base() -> tuple[str, str]:
     """(parent folder for extracted copies, why it is node-local or ""). An explicit setting
     needs no file system checks: every start of a container or a child process takes that path.
     Otherwise _shardeval_root picks the home's ~/.shiv or node-local storage."""
-    explicit = os.environ.get(ROOT_ENV) or os.environ.get(SHIV_ROOT_ENV)
-    if explicit:
+    if explicit := os.environ.get(ROOT_ENV) or os.environ.get(SHIV_ROOT_ENV):
         return os.path.expanduser(explicit), ""
     import _shardeval_root
 
     return _shardeval_root.home_or_node_local()
-
-
-def node_local_dir() -> str:
-    import _shardeval_root
-
-    return _shardeval_root.node_local_dir()
-
-
-def _extract(archive: str, site_parent: str, info: dict, target: str) -> None:
-    import _shardeval_extract
-
-    _shardeval_extract.extract(archive, site_parent, info, target)
-
-
-def _first_site_index() -> int:
-    for index, part in enumerate(sys.path):
-        if os.path.basename(part.rstrip("/")) in ("site-packages", "dist-packages"):
-            return index
-    return len(sys.path)
 
 
 def activate(site_packages: str) -> None:
@@ -101,7 +81,9 @@ def activate(site_packages: str) -> None:
     """
     import site
 
-    index, length = _first_site_index(), len(sys.path)
+    length = len(sys.path)
+    index = next((i for i, part in enumerate(sys.path)
+                  if os.path.basename(part.rstrip("/")) in ("site-packages", "dist-packages")), length)
     site.addsitedir(site_packages)
     sys.path[:] = sys.path[:index] + sys.path[length:] + sys.path[index:length]
 
@@ -123,28 +105,28 @@ def main() -> None:
             refuse(info["serves"])
         if why and not os.environ.get(QUIET_ENV):  # said once, when extracting, not at every start
             notice(f"{why}: extracting to node-local {base} (set {ROOT_ENV} to choose)")
+        import _shardeval_extract
+
         try:
-            _extract(archive, site_parent, info, target)
+            _shardeval_extract.extract(archive, site_parent, info, target)
         except OSError as exc:  # e.g. a pre-extracted image run by another Python, read-only
-            base = node_local_dir()
+            import _shardeval_root
+
+            base = _shardeval_root.node_local_dir()
             notice(f"cannot extract under {site_parent} ({exc.strerror or exc}): using node-local {base}")
             site_parent = os.path.join(base, target, name)
-            _extract(archive, site_parent, info, target)
-    os.environ[ROOT_ENV] = base  # children (shards, simulators) reuse the same copy, silently
-    os.environ[QUIET_ENV] = "1"
-    os.environ[BUILD_ID_ENV] = build_id
-    root = os.path.join(base, target)
-    site_packages = os.path.join(site_parent, "site-packages")
+            _shardeval_extract.extract(archive, site_parent, info, target)
+    os.environ.update({ROOT_ENV: base, QUIET_ENV: "1", BUILD_ID_ENV: build_id})  # children reuse the same copy, silently
     if any(os.environ.get(v) for v in SHIV_OVERRIDES):
         # shiv's own switches (an interactive shell in the app's environment, another entry
         # point): hand over to shiv's runtime, which finds the copy just made.
         import _bootstrap
 
-        os.environ[SHIV_ROOT_ENV] = root
+        os.environ[SHIV_ROOT_ENV] = os.path.join(base, target)
         _bootstrap.bootstrap()
         return
     # The plain path does shiv's bootstrap steps itself: importing shiv's runtime (compileall,
     # hashlib, pathlib, zipfile) would cost every start ~16 ms, a third of the CLI's own time.
-    activate(site_packages)
+    activate(os.path.join(site_parent, "site-packages"))
     module, _, function = entry_point.partition(":")
     sys.exit(getattr(__import__(module, fromlist=[function]), function)())

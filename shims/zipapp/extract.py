@@ -54,9 +54,6 @@ class _Window(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
-    def tell(self) -> int:
-        return self._pos
-
     def seek(self, offset: int, whence: int = 0) -> int:
         base = {0: 0, 1: self._pos, 2: self._size}[whence]
         self._pos = max(0, min(self._size, base + offset))
@@ -93,8 +90,7 @@ def _write_share(archive: str, share: list, into: Path) -> None:
             dest = into / rel
             with payload.open(member) as src, open(dest, "wb") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
-            mode = (member.external_attr >> 16) & 0o777
-            if mode:
+            if mode := (member.external_attr >> 16) & 0o777:
                 os.chmod(dest, mode)
 
 

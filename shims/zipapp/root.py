@@ -35,8 +35,7 @@ def mount_of(path: str, mounts_file: str = "/proc/self/mounts") -> tuple[str, se
         if len(parts) < 4:
             continue
         point = _unescape_mount(parts[1])
-        inside = path == point or path.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
             best, found = point, (parts[2], set(parts[3].split(",")))
     return found
 
@@ -73,9 +72,7 @@ def home_or_node_local() -> tuple[str, str]:
     """(~/.shiv, "") when the home is local and writable, else (a private node-local folder, why)."""
     home = os.path.expanduser("~")
     usable, why = home_is_usable(home)
-    if usable:
-        return os.path.join(home, ".shiv"), ""
-    return node_local_dir(), why
+    return (os.path.join(home, ".shiv"), "") if usable else (node_local_dir(), why)
 
 
 def node_local_dir() -> str:
