@@ -113,6 +113,17 @@ try:
 except Exception:
     ctypes = _libc = None
 
+def _ok(fn, *args):
+    """Whether fn(*args) succeeded: every kernel layer is best effort, and the probe reports which held."""
+    try:
+        fn(*args)
+        return True
+    except (OSError, ValueError):
+        return False
+
+def _limit(res, soft, hard=None):
+    _ok(resource.setrlimit, res, (soft, soft if hard is None else hard))
+
 def _call(name, *args):
     """A libc call that returns 0 on success; OSError otherwise (or where libc lacks it)."""
     fn = getattr(_libc, name, None) if _libc is not None else None
@@ -129,17 +140,11 @@ def _mount(src, target, flags):
     enc = lambda s: None if s is None else os.fsencode(s)
     _call("mount", enc(src), enc(target), None, ctypes.c_ulong(flags) if ctypes else flags, None)
 
-def _prctl(option, value):
-    try:
-        _call("prctl", option, value, 0, 0, 0)
-        return True
-    except OSError:
-        return False
-
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 
 def _readonly_except(keep):
-    """Every mount read-only in this (private) mount namespace, except the sandbox directory."""
+    """A private mount namespace where every mount is read-only except the sandbox directory."""
+    _unshare(0x00020000)  # CLONE_NEWNS
     keep_flags = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024, "nodiratime": 2048, "relatime": 1 << 21}
     _mount(None, "/", MS_REC | MS_PRIVATE)  # first: nothing below may propagate to the host
     _mount(keep, keep, MS_BIND)
@@ -155,10 +160,8 @@ def _readonly_except(keep):
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY
         for opt in row[5].decode().split(","):
             flags |= keep_flags.get(opt, 0)
-        try:
-            _mount(None, target, flags)
-        except OSError:
-            pass
+        _ok(_mount, None, target, flags)
+    os.chdir(keep)  # the old cwd is the directory on the read-only mount below
 
 def _reachable(path):
     """Can a uid with no groups (an "other") list and enter `path`? Needs o+x on every ancestor."""
@@ -194,34 +197,14 @@ def _expose(hidden, workdir):
     sys.path_importer_cache.clear()
 
 if os.geteuid() == 0:
-    try:
-        _unshare(0x40000000)  # CLONE_NEWNET: no interface is up, not even loopback
-        layers["netns"] = True
-    except OSError:
-        pass
-    try:
-        _unshare(0x00020000)  # CLONE_NEWNS
-        _readonly_except(cfg["dir"])
-        os.chdir(cfg["dir"])  # the old cwd is the directory on the read-only mount below
-        layers["mountns"] = True
-    except OSError:
-        pass
+    layers["netns"] = _ok(_unshare, 0x40000000)  # CLONE_NEWNET: no interface is up, not even loopback
+    layers["mountns"] = _ok(_readonly_except, cfg["dir"])
     if cfg.get("uid") is not None:
         _hidden = [p for p in sys.path if p and os.path.isdir(p) and not _reachable(p)]
-        if _hidden and layers["mountns"]:
-            try:
-                _expose(_hidden, cfg["dir"])
-                _hidden = []
-            except OSError:
-                pass
-        if _hidden:  # the unprivileged uid could not even import the standard library
-            cfg["uid"] = None
+        if _hidden and not (layers["mountns"] and _ok(_expose, _hidden, cfg["dir"])):
+            cfg["uid"] = None  # the unprivileged uid could not even import the standard library
 elif cfg.get("userns", True):
-    try:
-        _unshare(0x10000000 | 0x40000000)  # CLONE_NEWUSER | CLONE_NEWNET
-        layers["netns"] = True
-    except OSError:
-        pass
+    layers["netns"] = _ok(_unshare, 0x10000000 | 0x40000000)  # CLONE_NEWUSER | CLONE_NEWNET
 
 def _live_descendants(root):
     """Pids below `root` in the process tree (zombies left out), from one /proc snapshot."""
@@ -251,10 +234,7 @@ def _supervise(child):
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)  # hold no pipe: the parent sees EOF once the program's tree is gone
-    try:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ValueError, OSError):
-        pass
+    _limit(resource.RLIMIT_CORE, 0)
     status = None
     try:  # ends with ChildProcessError: no child left means no descendant left (orphans come to us)
         while status is None:
@@ -269,42 +249,26 @@ def _supervise(child):
                 try:
                     pidfds[pid] = os.pidfd_open(pid)
                 except (AttributeError, OSError):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
+                    _ok(os.kill, pid, signal.SIGKILL)
             still = set(_live_descendants(os.getpid())) if pidfds else set()
             for pid, pidfd in pidfds.items():
-                try:
-                    if pid in still:  # still ours behind this pidfd: no pid-reuse race
-                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                except OSError:
-                    pass
-                finally:
-                    os.close(pidfd)
+                if pid in still:  # still ours behind this pidfd: no pid-reuse race
+                    _ok(signal.pidfd_send_signal, pidfd, signal.SIGKILL)
+                os.close(pidfd)
             time.sleep(0.002)
     except ChildProcessError:
         pass
     if status is not None and os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        try:
-            signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass
+        _ok(signal.signal, sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) if status is not None and os.WIFEXITED(status) else 1)
 
-if _prctl(36, 1):  # PR_SET_CHILD_SUBREAPER
-    layers["subreaper"] = True
+layers["subreaper"] = _ok(_call, "prctl", 36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+if layers["subreaper"]:
     _child = os.fork()
     if _child:
         _supervise(_child)
-
-def _limit(res, soft, hard=None):
-    try:
-        resource.setrlimit(res, (soft, soft if hard is None else hard))
-    except (ValueError, OSError):
-        pass
 
 _limit(resource.RLIMIT_CORE, 0)
 _limit(resource.RLIMIT_FSIZE, cfg["fsize"])
@@ -322,8 +286,7 @@ if cfg.get("uid") is not None:
         sys.stderr.write("sandbox: could not switch to uid %d: %s\n" % (cfg["uid"], exc))
         os._exit(125)
     layers["uid"] = os.getuid() == cfg["uid"] and os.geteuid() == cfg["uid"]
-if _prctl(38, 1):  # PR_SET_NO_NEW_PRIVS
-    layers["no_new_privs"] = True
+layers["no_new_privs"] = _ok(_call, "prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
 if cfg.get("probe"):
     print(" ".join("%s=%d" % item for item in layers.items()))
     sys.exit(0)
@@ -496,28 +459,28 @@ def sandbox_layers() -> dict[str, bool]:
     Probed once per process by booting a sandbox that reports instead of running code; tests
     and `shardeval` logs use it to say what protection is really in place.
     """
-    global _LAYERS
-    with _LAYERS_LOCK:
-        if _LAYERS is None:
-            probe = _sandboxed("", 30.0, 256, 64_000, probe=True)
-            if not probe.passed:
-                log.warning("sandbox: probing its layers failed (%s)", probe.reason)
-                _LAYERS = {}
-            else:
-                _LAYERS = {k: v == "1" for k, _, v in (item.partition("=") for item in probe.stdout.split())}
-                active = ", ".join(k for k, v in _LAYERS.items() if v) or "none"
-                log.info("sandbox: kernel layers in place: %s", active)
-                if not _LAYERS.get("uid"):
-                    log.warning(
-                        "sandbox: evaluated code runs under this process's own uid (not root); code that "
-                        "defeats the in-process guards could read this user's other processes' environments "
-                        "(API keys) or files; run evaluations as root in a container for a per-run uid"
-                    )
-        return dict(_LAYERS)
+    with _LAYERS_LOCK:  # many scoring threads may ask at once: one probe
+        return dict(_probe_layers())
 
 
-_LAYERS: dict[str, bool] | None = None
 _LAYERS_LOCK = threading.Lock()
+
+
+@functools.cache
+def _probe_layers() -> dict[str, bool]:
+    probe = _sandboxed("", 30.0, 256, 64_000, probe=True)
+    if not probe.passed:
+        log.warning("sandbox: probing its layers failed (%s)", probe.reason)
+        return {}
+    layers = {k: v == "1" for k, _, v in (item.partition("=") for item in probe.stdout.split())}
+    log.info("sandbox: kernel layers in place: %s", ", ".join(k for k, v in layers.items() if v) or "none")
+    if not layers.get("uid"):
+        log.warning(
+            "sandbox: evaluated code runs under this process's own uid (not root); code that "
+            "defeats the in-process guards could read this user's other processes' environments "
+            "(API keys) or files; run evaluations as root in a container for a per-run uid"
+        )
+    return layers
 
 
 @functools.cache  # first asked by the layer probe, under _LAYERS_LOCK: decided once
@@ -567,17 +530,13 @@ def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: 
         )
     except OSError as exc:  # e.g. EAGAIN under a process limit: the answer cannot pass
         return _not_run(f"could not start the program: {exc}"), True
-    clean = False
-    try:
-        out, err, timed_out, overflow = _collect(proc, timeout_s, cap)
-    finally:
-        # Kill the group (and the uid) while our unreaped child still holds the pid, so the
-        # group and session ids cannot have been reused by an unrelated process.
-        clean = _kill_tree(proc, uid)
-        proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+    with proc:  # leaving closes the pipes and reaps the supervisor, after the kill below
+        try:
+            out, err, timed_out, overflow = _collect(proc, timeout_s, cap)
+        finally:
+            # Kill the group (and the uid) while our unreaped child still holds the pid, so the
+            # group and session ids cannot have been reused by an unrelated process.
+            clean = _kill_tree(proc, uid)
     rc = proc.returncode
     if timed_out:
         reason = f"timed out after {timeout_s:g} s"
@@ -715,29 +674,24 @@ def _kill_pid(pid: int, match: Callable[[Proc], bool]) -> None:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
         return
-    try:
+    with contextlib.suppress(OSError):
         info = read_process(pid, uid=True)
         if info is not None and match(info):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    except OSError:
-        pass
-    finally:
-        os.close(pidfd)
+    os.close(pidfd)
 
 
 def _remove_tree(path: str) -> None:
     """Remove the sandbox directory even if the program made parts of it unreadable."""
 
-    def fix(func, p, exc_info) -> None:
-        try:
+    def fix(func, p, exc) -> None:
+        with contextlib.suppress(OSError):
             os.chmod(os.path.dirname(p), stat.S_IRWXU)
             if os.path.isdir(p) and not os.path.islink(p):
                 os.chmod(p, stat.S_IRWXU)
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 os.unlink(p)
-        except OSError:
-            pass
 
     shutil.rmtree(path, **{"onexc" if sys.version_info >= (3, 12) else "onerror": fix})
     if os.path.exists(path):
@@ -834,11 +788,8 @@ def _uid_named(uid: int) -> bool:
     import pwd
 
     for lookup in (pwd.getpwuid, grp.getgrgid):
-        try:
-            lookup(uid)
-            return True
-        except KeyError:
-            pass
+        with contextlib.suppress(KeyError):
+            return bool(lookup(uid))
     return False
 
 
