@@ -73,11 +73,9 @@ def resolve_port(host: str, port: int, *, on_conflict: PortConflict, what: str) 
 
     Port 0 always means "pick a free one".
     """
-    if port == 0:
-        return free_port(host)
-    if port_is_free(host, port):
+    if port != 0 and port_is_free(host, port):
         return port
-    if on_conflict == "pick_free":
+    if port == 0 or on_conflict == "pick_free":
         return free_port(host)
     raise ShardError(
         f"{what}: port {port} on {host} is already in use (a server left over from an earlier run?); "
@@ -212,7 +210,7 @@ class ServerProcess:
         self.die_with_parent = die_with_parent
         self.popen: subprocess.Popen[bytes] | None = None
         self._log_start = 0
-        self._stopping = False
+        self.stopping = False  # True once stop() began: an exit after this is ours, not a crash
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -253,11 +251,6 @@ class ServerProcess:
         return self.popen.poll() if self.popen else None
 
     @property
-    def stopping(self) -> bool:
-        """True once stop() began: an exit after this is ours, not a crash."""
-        return self._stopping
-
-    @property
     def running(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
@@ -282,8 +275,7 @@ class ServerProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def _failure(self, reason: str) -> ShardError:
-        tail = self.log_tail(20)
-        quoted = "\n".join("    " + line for line in tail.splitlines()) or "    (empty)"
+        quoted = "\n".join("    " + line for line in self.log_tail(20).splitlines()) or "    (empty)"
         return ShardError(f"{self.name}: {reason}; last lines of {self.log_path}:\n{quoted}")
 
     def _check_alive(self) -> None:
@@ -351,7 +343,7 @@ class ServerProcess:
         if popen is None:
             return
         pgid = popen.pid  # start_new_session: the child leads its own group
-        self._stopping = True
+        self.stopping = True
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_grace_s
@@ -415,11 +407,9 @@ class ServerProcess:
 def _stop_leftovers() -> None:
     """Safety net: an interpreter exiting normally never leaves a managed server running."""
     for proc in list(_LIVE):
-        try:
+        with contextlib.suppress(Exception):  # best effort at exit
             proc.stop_grace_s = min(proc.stop_grace_s, 5.0)
             proc.stop()
-        except Exception:  # pragma: no cover - best effort at exit
-            pass
 
 
 def describe_exit(code: int | None) -> str:
@@ -434,16 +424,5 @@ def describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
-__all__ = [
-    "PortConflict",
-    "ServerProcess",
-    "describe_exit",
-    "die_with_parent",
-    "free_port",
-    "port_is_free",
-    "processes",
-    "read_process",
-    "redact",
-    "resolve_port",
-    "self_command",
-]
+__all__ = ["PortConflict", "ServerProcess", "describe_exit", "die_with_parent", "free_port", "port_is_free", "processes",
+           "read_process", "redact", "resolve_port", "self_command"]

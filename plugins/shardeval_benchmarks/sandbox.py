@@ -571,13 +571,13 @@ def _collect(proc: subprocess.Popen, timeout_s: float, cap: int) -> tuple[bytes,
         pidfd = None
     timed_out = overflow = False
     exited_at: float | None = None
-    open_pipes = len(bufs)
     try:
         while True:
             now = time.monotonic()
             if exited_at is None and pidfd is None and _has_exited(proc):
                 exited_at = now
-            if exited_at is not None and (open_pipes == 0 or now - exited_at > KILL_GRACE_S):
+            # once it has exited, only the pipes still open are registered
+            if exited_at is not None and (not sel.get_map() or now - exited_at > KILL_GRACE_S):
                 break
             if exited_at is None and now >= deadline:
                 timed_out = True
@@ -596,7 +596,6 @@ def _collect(proc: subprocess.Popen, timeout_s: float, cap: int) -> tuple[bytes,
                     continue
                 if not chunk:
                     sel.unregister(key.fd)
-                    open_pipes -= 1
                     continue
                 buf = bufs[key.fd]
                 overflow |= len(buf) + len(chunk) > cap
@@ -712,7 +711,6 @@ class _UidPool:
         self.held: dict[int, int] = {}  # uid -> lock file descriptor
         self.skip: set[int] = set()  # named in passwd/group, or left with survivors or zombies
         self.next = base
-        self._dir: str | None = None
         self._busy: tuple[float, set[int]] | None = None
 
     def usable(self) -> bool:
@@ -732,19 +730,18 @@ class _UidPool:
             log.debug("sandbox: uid pool unusable: %s", exc)
             return False
 
+    @functools.cached_property
     def _lock_dir(self) -> str:
-        if self._dir is None:
-            path = os.path.join(tempfile.gettempdir(), "shardeval-sandbox-uids")
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(path, 0o700)
-            st = os.lstat(path)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
-                raise OSError(errno.EPERM, f"{path} must be a directory owned by root with mode 0700")
-            self._dir = path
-        return self._dir
+        path = os.path.join(tempfile.gettempdir(), "shardeval-sandbox-uids")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
+            raise OSError(errno.EPERM, f"{path} must be a directory owned by root with mode 0700")
+        return path
 
     def acquire(self) -> int:
-        lock_dir = self._lock_dir()
+        lock_dir = self._lock_dir
         busy = self._busy_uids()
         with self.lock:
             for step in range(self.count):
