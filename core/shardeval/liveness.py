@@ -50,13 +50,10 @@ def heartbeat_period() -> float:
     raw = os.environ.get(PERIOD_ENV)
     if not raw:
         return DEFAULT_PERIOD_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 3600:
-        raise UsageError(f"{PERIOD_ENV}={raw!r}: must be seconds between heartbeats, above 0 and below 3600 (default {DEFAULT_PERIOD_S:g})")
-    return value
+    with contextlib.suppress(ValueError):
+        if 0 < (value := float(raw)) < 3600:
+            return value
+    raise UsageError(f"{PERIOD_ENV}={raw!r}: must be seconds between heartbeats, above 0 and below 3600 (default {DEFAULT_PERIOD_S:g})")
 
 
 def _machine() -> tuple[str | None, str | None]:

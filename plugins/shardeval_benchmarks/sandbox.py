@@ -34,18 +34,8 @@ fails, it never raises into the caller. Defence in depth, not a VM; the layers:
    the program once `max_output_bytes` is exceeded) and, on timeout and after every exit, kills
    the process group and sweeps /proc for anything left in the session (and, as root, of the uid).
 
-What a determined attacker can still do:
-- The prelude is plain Python: code that digs the originals out of closures or frames, or calls
-  libc another way, undoes layer 5. As root, layers 1-4 and 6 still hold (tests prove it with
-  the prelude bypassed: no network, no write outside the directory, no secret, no survivor).
-- Not root, the uid and mount layers are missing (and the network one without user
-  namespaces): a bypassed prelude can read the environment of the user's other processes
-  (/proc/<pid>/environ holds e.g. OPENAI_API_KEY), signal them (the supervisor too, after which
-  an escaped process can outlive the run), reach the network, and write wherever the user can.
-  Run untrusted code as root in a container (the usual cluster setup) or as a user without secrets.
-- As root: world-readable files stay readable; a process stuck in the kernel may outlive the kill
-  (its uid is then not reused); zombies orphaned past a killed supervisor wait for PID 1.
-- CPU, memory bandwidth and disk I/O are not isolated (no cgroups); kernel bugs are out of scope.
+The prelude is plain Python that determined code can undo; what then still holds, as root and
+not, is docs/benchmarks.md's "What it does not stop" (the one place it is written).
 """
 
 from __future__ import annotations
@@ -167,10 +157,8 @@ def _reachable(path):
     """Can a uid with no groups (an "other") list and enter `path`? Needs o+x on every ancestor."""
     import stat
     parts = os.path.realpath(path).split("/")
-    for i in range(1, len(parts) + 1):
-        mode = os.stat("/".join(parts[:i]) or "/").st_mode
-        if not mode & stat.S_IXOTH:
-            return False
+    if not all(os.stat("/".join(parts[:i]) or "/").st_mode & stat.S_IXOTH for i in range(1, len(parts) + 1)):
+        return False
     return bool(os.stat(path).st_mode & stat.S_IROTH)
 
 def _expose(hidden, workdir):
@@ -412,9 +400,7 @@ exec(_code, _main.__dict__)
 '''
 
 
-# --------------------------------------------------------------------------------------------
-# The parent side.
-# --------------------------------------------------------------------------------------------
+# ---- the parent side ---------------------------------------------------------------------
 
 
 def run_sandboxed(code: str, *, timeout_s: float, memory_mb: int, max_output_bytes: int = 64_000) -> SandboxResult:
