@@ -264,15 +264,11 @@ class ServerProcess:
 
     def log_tail(self, lines: int = 20) -> str:
         """The last lines this run wrote to its log (not earlier runs appended to the same file)."""
-        try:
-            with open(self.log_path, "rb") as f:
-                end = f.seek(0, os.SEEK_END)
-                f.seek(max(self._log_start, end - 64 * 1024))
-                data = f.read()
-        except OSError:
-            return ""
-        text = data.decode("utf-8", "replace")
-        return "\n".join(text.splitlines()[-lines:])
+        data = b""
+        with contextlib.suppress(OSError), open(self.log_path, "rb") as f:
+            f.seek(max(self._log_start, f.seek(0, os.SEEK_END) - 64 * 1024))
+            data = f.read()
+        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
     def _failure(self, reason: str) -> ShardError:
         quoted = "\n".join("    " + line for line in self.log_tail(20).splitlines()) or "    (empty)"
@@ -316,12 +312,10 @@ class ServerProcess:
         pending = b""
         while True:
             exited = self.returncode is not None
-            try:
-                with open(self.log_path, "rb") as f:
-                    f.seek(offset)
-                    data = f.read()
-            except OSError:
-                data = b""
+            data = b""
+            with contextlib.suppress(OSError), open(self.log_path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
             offset += len(data)
             pending += data
             *complete, pending = pending.split(b"\n")
@@ -340,7 +334,7 @@ class ServerProcess:
     def _stop_steps(self) -> Iterator[float]:
         """The stop procedure as a generator of waits, shared by the sync and async drivers."""
         popen = self.popen
-        if popen is None:
+        if popen is None or self not in _LIVE:  # never started, or stopped already
             return
         pgid = popen.pid  # start_new_session: the child leads its own group
         self.stopping = True
@@ -358,24 +352,21 @@ class ServerProcess:
             yield 0.02
 
     def _finish_stop(self) -> int | None:
-        _LIVE.discard(self)
         code = self.returncode
-        with contextlib.suppress(OSError), open(self.log_path, "ab") as log:
-            log.write(f"# shardeval: {self.name} stopped (exit status {code})\n".encode())
+        if self in _LIVE:
+            _LIVE.discard(self)
+            with contextlib.suppress(OSError), open(self.log_path, "ab") as log:
+                log.write(f"# shardeval: {self.name} stopped (exit status {code})\n".encode())
         return code
 
     def stop(self) -> int | None:
         """SIGTERM the group, wait `stop_grace_s`, SIGKILL what is left; return the exit status."""
-        if self.popen is None or self not in _LIVE:
-            return self.returncode
         for wait in self._stop_steps():
             time.sleep(wait)
         return self._finish_stop()
 
     async def astop(self) -> int | None:
         """`stop()` without blocking the event loop; if cancelled, finishes the stop synchronously."""
-        if self.popen is None or self not in _LIVE:
-            return self.returncode
         steps = self._stop_steps()
         try:
             for wait in steps:
