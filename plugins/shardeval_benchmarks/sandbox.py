@@ -191,7 +191,7 @@ if os.geteuid() == 0:
         _hidden = [p for p in sys.path if p and os.path.isdir(p) and not _reachable(p)]
         if _hidden and not (layers["mountns"] and _ok(_expose, _hidden, cfg["dir"])):
             cfg["uid"] = None  # the unprivileged uid could not even import the standard library
-elif cfg.get("userns", True):
+else:
     layers["netns"] = _ok(_unshare, 0x10000000 | 0x40000000)  # CLONE_NEWUSER | CLONE_NEWNET
 
 def _live_descendants(root):
