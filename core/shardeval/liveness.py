@@ -68,13 +68,12 @@ def _machine() -> tuple[str | None, str | None]:
 
 def this_process(period_s: float, started_at: float) -> Heartbeat:
     from shardeval.process import read_process  # not at the top: it imports asyncio, status need not
-    now = time.time()
     boot_id, pid_ns = _machine()
     return Heartbeat(
         host=socket.gethostname(),
         pid=os.getpid(),
         started_at=started_at,
-        updated_at=now,
+        updated_at=time.time(),
         period_s=period_s,
         stale_after_s=STALE_PERIODS * period_s,
         boot_id=boot_id,

@@ -516,12 +516,10 @@ def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: 
         )
     except OSError as exc:  # e.g. EAGAIN under a process limit: the answer cannot pass
         return _not_run(f"could not start the program: {exc}"), True
-    with proc:  # leaving closes the pipes and reaps the supervisor, after the kill below
+    with proc:  # leaving closes the pipes and reaps the supervisor: after _kill_tree, which needs its pid held
         try:
             out, err, timed_out, overflow = _collect(proc, timeout_s, cap)
         finally:
-            # Kill the group (and the uid) while our unreaped child still holds the pid, so the
-            # group and session ids cannot have been reused by an unrelated process.
             clean = _kill_tree(proc, uid)
     rc = proc.returncode
     if timed_out:
@@ -569,9 +567,7 @@ def _collect(proc: subprocess.Popen, timeout_s: float, cap: int) -> tuple[bytes,
                 timed_out = True
                 break
             wait = (deadline - now) if exited_at is None else (exited_at + KILL_GRACE_S - now)
-            if pidfd is None:
-                wait = min(wait, 0.05)
-            for key, _ in sel.select(max(0.0, wait)):
+            for key, _ in sel.select(max(0.0, wait if pidfd is not None else min(wait, 0.05))):  # no pidfd: poll
                 if key.data == "exit":  # the supervisor has killed and reaped the program's tree
                     sel.unregister(key.fd)
                     exited_at = time.monotonic()
@@ -616,10 +612,9 @@ def _kill_tree(proc: subprocess.Popen, uid: int | None) -> bool:
     (its uid, session or group; the supervisor spared) are killed first, so the supervisor can
     reap them (an init that does not reap would keep them as zombies); then, once it has exited
     or after a grace period, the supervisor's group and anything left. Called before the
-    supervisor is reaped, so its pid (the group and session id) cannot have been reused.
-    Returns whether nothing of the run is left, zombies included.
+    supervisor is reaped, so its pid (the group and session id) cannot have been reused by an
+    unrelated process. Returns whether nothing of the run is left, zombies included.
     """
-
     pid = proc.pid
 
     def ours(info: Proc) -> bool:  # the supervisor itself spared
