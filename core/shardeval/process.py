@@ -219,7 +219,6 @@ class ServerProcess:
         if self.popen is not None:
             raise RuntimeError(f"{self.name} already started")
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-        env = {**os.environ, **self.env}
         with open(self.log_path, "ab") as log:
             self._log_start = log.tell()
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -231,7 +230,7 @@ class ServerProcess:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env=env,
+                    env={**os.environ, **self.env},
                     cwd=self.cwd,
                     start_new_session=True,  # own process group: stop() reaches its workers too
                     preexec_fn=die_with_parent() if self.die_with_parent else None,
