@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from shardeval.errors import UsageError
-from shardeval.liveness import Liveness, check
+from shardeval.liveness import Liveness, judge, read_heartbeat
 from shardeval.records import MANIFEST_FILE, RESULTS_FILE, BenchmarkManifest, Manifest, read_manifest
 from shardeval.resume import SUPERSEDED_DIR
 
@@ -92,7 +92,8 @@ def load_run(root: str, allow_mixed_served: bool = False) -> Run:
     for path in paths:
         manifest = read_manifest(path)
         assert manifest is not None
-        alive = check(path) if manifest.state == "running" else None  # lost: running, but its writer is gone
+        hb = read_heartbeat(path) if manifest.state == "running" else None
+        alive = judge(hb) if hb is not None else None  # lost: running, but its writer is gone
         shards.append(Shard(os.path.relpath(path, root), path, manifest, lost=alive if alive is not None and alive.lost else None))
     check_consistency(root, shards)
     mixed = check_served(shards, allow_mixed_served)

@@ -50,42 +50,34 @@ def heartbeat_period() -> float:
     raw = os.environ.get(PERIOD_ENV)
     if not raw:
         return DEFAULT_PERIOD_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 3600:
-        raise UsageError(f"{PERIOD_ENV}={raw!r}: must be seconds between heartbeats, above 0 and below 3600 (default {DEFAULT_PERIOD_S:g})")
-    return value
+    with contextlib.suppress(ValueError):
+        if 0 < (value := float(raw)) < 3600:
+            return value
+    raise UsageError(f"{PERIOD_ENV}={raw!r}: must be seconds between heartbeats, above 0 and below 3600 (default {DEFAULT_PERIOD_S:g})")
 
 
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _ns_pid() -> str | None:
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return None
+def _machine() -> tuple[str | None, str | None]:
+    """(boot id, pid namespace) of this process: with the host name, where a heartbeat's pid can be checked."""
+    boot_id = pid_ns = None
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+        boot_id = f.read().strip()
+    with contextlib.suppress(OSError):
+        pid_ns = os.readlink("/proc/self/ns/pid")
+    return boot_id, pid_ns
 
 
 def this_process(period_s: float, started_at: float) -> Heartbeat:
     from shardeval.process import read_process  # not at the top: it imports asyncio, status need not
-    now = time.time()
+    boot_id, pid_ns = _machine()
     return Heartbeat(
         host=socket.gethostname(),
         pid=os.getpid(),
         started_at=started_at,
-        updated_at=now,
+        updated_at=time.time(),
         period_s=period_s,
         stale_after_s=STALE_PERIODS * period_s,
-        boot_id=_read_text("/proc/sys/kernel/random/boot_id"),
-        pid_ns=_ns_pid(),
+        boot_id=boot_id,
+        pid_ns=pid_ns,
         pid_start=getattr(read_process(os.getpid()), "start", None),
         job=scheduler_job(os.environ),
     )
@@ -105,11 +97,8 @@ def scheduler_job(env: "os._Environ[str] | dict[str, str]") -> str | None:
 
 def same_machine(hb: Heartbeat) -> bool:
     """Can this process check `hb.pid` itself? Same host name, same boot, same pid namespace."""
-    return (
-        hb.host == socket.gethostname()
-        and hb.boot_id is not None and hb.boot_id == _read_text("/proc/sys/kernel/random/boot_id")
-        and hb.pid_ns is not None and hb.pid_ns == _ns_pid()
-    )
+    known = None not in (hb.boot_id, hb.pid_ns)
+    return known and hb.host == socket.gethostname() and (hb.boot_id, hb.pid_ns) == _machine()
 
 
 def pid_alive(pid: int, start: int | None) -> bool:
@@ -153,12 +142,6 @@ def read_heartbeat(out_dir: str, name: str = HEARTBEAT_FILE) -> Heartbeat | None
             return msgspec.json.decode(f.read(), type=Heartbeat)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
-
-
-def check(out_dir: str, now: float | None = None) -> Liveness | None:
-    """The liveness of the shard writing `out_dir`, or None without a readable heartbeat."""
-    hb = read_heartbeat(out_dir)
-    return judge(hb, now) if hb is not None else None
 
 
 def clock(ts: float) -> str:
@@ -251,11 +234,8 @@ class ShardLease:
         if ended:
             self._me.ended_at = now
         data = msgspec.json.encode(self._me) + b"\n"
-        try:
-            atomic_write(self.path, data)
-            return
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            return atomic_write(self.path, data)
         try:  # a full disk has no block for a new file: rewrite in place (a reader may then see half
             with open(self.path, "r+b") as f:  # of it once, which it takes as no evidence either way)
                 f.write(data)

@@ -73,11 +73,9 @@ def resolve_port(host: str, port: int, *, on_conflict: PortConflict, what: str) 
 
     Port 0 always means "pick a free one".
     """
-    if port == 0:
-        return free_port(host)
-    if port_is_free(host, port):
+    if port != 0 and port_is_free(host, port):
         return port
-    if on_conflict == "pick_free":
+    if port == 0 or on_conflict == "pick_free":
         return free_port(host)
     raise ShardError(
         f"{what}: port {port} on {host} is already in use (a server left over from an earlier run?); "
@@ -212,7 +210,7 @@ class ServerProcess:
         self.die_with_parent = die_with_parent
         self.popen: subprocess.Popen[bytes] | None = None
         self._log_start = 0
-        self._stopping = False
+        self.stopping = False  # True once stop() began: an exit after this is ours, not a crash
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -221,7 +219,6 @@ class ServerProcess:
         if self.popen is not None:
             raise RuntimeError(f"{self.name} already started")
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-        env = {**os.environ, **self.env}
         with open(self.log_path, "ab") as log:
             self._log_start = log.tell()
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -233,7 +230,7 @@ class ServerProcess:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env=env,
+                    env={**os.environ, **self.env},
                     cwd=self.cwd,
                     start_new_session=True,  # own process group: stop() reaches its workers too
                     preexec_fn=die_with_parent() if self.die_with_parent else None,
@@ -253,11 +250,6 @@ class ServerProcess:
         return self.popen.poll() if self.popen else None
 
     @property
-    def stopping(self) -> bool:
-        """True once stop() began: an exit after this is ours, not a crash."""
-        return self._stopping
-
-    @property
     def running(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
@@ -271,19 +263,14 @@ class ServerProcess:
 
     def log_tail(self, lines: int = 20) -> str:
         """The last lines this run wrote to its log (not earlier runs appended to the same file)."""
-        try:
-            with open(self.log_path, "rb") as f:
-                end = f.seek(0, os.SEEK_END)
-                f.seek(max(self._log_start, end - 64 * 1024))
-                data = f.read()
-        except OSError:
-            return ""
-        text = data.decode("utf-8", "replace")
-        return "\n".join(text.splitlines()[-lines:])
+        data = b""
+        with contextlib.suppress(OSError), open(self.log_path, "rb") as f:
+            f.seek(max(self._log_start, f.seek(0, os.SEEK_END) - 64 * 1024))
+            data = f.read()
+        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
     def _failure(self, reason: str) -> ShardError:
-        tail = self.log_tail(20)
-        quoted = "\n".join("    " + line for line in tail.splitlines()) or "    (empty)"
+        quoted = "\n".join("    " + line for line in self.log_tail(20).splitlines()) or "    (empty)"
         return ShardError(f"{self.name}: {reason}; last lines of {self.log_path}:\n{quoted}")
 
     def _check_alive(self) -> None:
@@ -324,12 +311,10 @@ class ServerProcess:
         pending = b""
         while True:
             exited = self.returncode is not None
-            try:
-                with open(self.log_path, "rb") as f:
-                    f.seek(offset)
-                    data = f.read()
-            except OSError:
-                data = b""
+            data = b""
+            with contextlib.suppress(OSError), open(self.log_path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
             offset += len(data)
             pending += data
             *complete, pending = pending.split(b"\n")
@@ -348,10 +333,10 @@ class ServerProcess:
     def _stop_steps(self) -> Iterator[float]:
         """The stop procedure as a generator of waits, shared by the sync and async drivers."""
         popen = self.popen
-        if popen is None:
+        if popen is None or self not in _LIVE:  # never started, or stopped already
             return
         pgid = popen.pid  # start_new_session: the child leads its own group
-        self._stopping = True
+        self.stopping = True
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_grace_s
@@ -366,24 +351,21 @@ class ServerProcess:
             yield 0.02
 
     def _finish_stop(self) -> int | None:
-        _LIVE.discard(self)
         code = self.returncode
-        with contextlib.suppress(OSError), open(self.log_path, "ab") as log:
-            log.write(f"# shardeval: {self.name} stopped (exit status {code})\n".encode())
+        if self in _LIVE:
+            _LIVE.discard(self)
+            with contextlib.suppress(OSError), open(self.log_path, "ab") as log:
+                log.write(f"# shardeval: {self.name} stopped (exit status {code})\n".encode())
         return code
 
     def stop(self) -> int | None:
         """SIGTERM the group, wait `stop_grace_s`, SIGKILL what is left; return the exit status."""
-        if self.popen is None or self not in _LIVE:
-            return self.returncode
         for wait in self._stop_steps():
             time.sleep(wait)
         return self._finish_stop()
 
     async def astop(self) -> int | None:
         """`stop()` without blocking the event loop; if cancelled, finishes the stop synchronously."""
-        if self.popen is None or self not in _LIVE:
-            return self.returncode
         steps = self._stop_steps()
         try:
             for wait in steps:
@@ -415,11 +397,9 @@ class ServerProcess:
 def _stop_leftovers() -> None:
     """Safety net: an interpreter exiting normally never leaves a managed server running."""
     for proc in list(_LIVE):
-        try:
+        with contextlib.suppress(Exception):  # best effort at exit
             proc.stop_grace_s = min(proc.stop_grace_s, 5.0)
             proc.stop()
-        except Exception:  # pragma: no cover - best effort at exit
-            pass
 
 
 def describe_exit(code: int | None) -> str:
@@ -434,16 +414,5 @@ def describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
-__all__ = [
-    "PortConflict",
-    "ServerProcess",
-    "describe_exit",
-    "die_with_parent",
-    "free_port",
-    "port_is_free",
-    "processes",
-    "read_process",
-    "redact",
-    "resolve_port",
-    "self_command",
-]
+__all__ = ["PortConflict", "ServerProcess", "describe_exit", "die_with_parent", "free_port", "port_is_free", "processes",
+           "read_process", "redact", "resolve_port", "self_command"]

@@ -28,6 +28,7 @@ def mismatch(old: Manifest, new: Manifest) -> str | None:
     if (old.shard_idx, old.total_shards) != (new.shard_idx, new.total_shards):
         return f"it holds shard {old.shard_idx}/{old.total_shards}, this run is shard {new.shard_idx}/{new.total_shards}"
     old_b = {b.name: b for b in old.benchmarks}
+    versions = f"written by shardeval {old.version}, this is {new.version}"
     for b in new.benchmarks:
         prev = old_b.get(b.name)
         if prev and prev.dataset_fingerprint != b.dataset_fingerprint:
@@ -35,15 +36,11 @@ def mismatch(old: Manifest, new: Manifest) -> str | None:
         if prev and tuple(prev.range) != tuple(b.range):
             return f"benchmark {b.name}'s problem range changed ({list(prev.range)} → {list(b.range)})"
         if prev and prev.prompt_fingerprint != b.prompt_fingerprint:
-            return (
-                f"benchmark {b.name}'s prompts are rendered differently ({prev.prompt_fingerprint} → {b.prompt_fingerprint}; "
-                f"written by shardeval {old.version}, this is {new.version})"
-            )
+            change = f"{prev.prompt_fingerprint} → {b.prompt_fingerprint}; {versions}"
+            return f"benchmark {b.name}'s prompts are rendered differently ({change})"
         if prev and prev.scorer_fingerprint != b.scorer_fingerprint:
-            return (
-                f"benchmark {b.name} is scored differently ({prev.scorer_fingerprint} → {b.scorer_fingerprint}; "
-                f"written by shardeval {old.version}, this is {new.version})"
-            )
+            change = f"{prev.scorer_fingerprint} → {b.scorer_fingerprint}; {versions}"
+            return f"benchmark {b.name} is scored differently ({change})"
     return None
 
 
@@ -74,13 +71,10 @@ def prepare_output_dir(out_dir: str, manifest: Manifest, fresh: bool) -> Manifes
     The directory exists already: the shard made it to take its lease (`make_output_dir`).
     """
     old = read_manifest(out_dir)
-    if old is None:
-        return None
-    reason = mismatch(old, manifest)
-    if fresh:
+    if old is not None and fresh:
         set_aside(out_dir)
         return None
-    if reason:
+    if old is not None and (reason := mismatch(old, manifest)):
         raise refuse(out_dir, reason)
     return old
 

@@ -86,24 +86,18 @@ class Membership:
     def n_cells(self) -> int:
         return len(self.indices) * self.repeats
 
-    def holds(self, problem_idx: int, repeat: int) -> bool:
-        """Whether (problem, repeat) is in this shard's share."""
-        return 0 <= repeat < self.repeats and problem_idx in self._members
-
     def refuse(self, record: ResultRecord) -> str | None:
         """Why `record` is not this shard's own (None: it is)."""
-        if (  # one expression for what nearly every record is (merge and resume call this per record)
-            record.run == self.run and record.shard == self.shard and record.benchmark == self.benchmark
-            and 0 <= record.repeat < self.repeats and record.problem_idx in self._members
-        ):
-            return None
+        in_share = 0 <= record.repeat < self.repeats and record.problem_idx in self._members
+        if record.run == self.run and record.shard == self.shard and record.benchmark == self.benchmark and in_share:
+            return None  # what nearly every record is (merge and resume call this per record): one test
         if record.benchmark != self.benchmark:
             return OTHER_BENCHMARK
         if record.run is not None and record.run != self.run:
             return OTHER_RUN
         if record.shard != self.shard:
             return OTHER_SHARD
-        if not self.holds(record.problem_idx, record.repeat):
+        if not in_share:
             return OUTSIDE
         if record.run is None and self.run_seed is not None and record.seed != request_seed(
             self.run_seed, record.benchmark, record.problem_id, record.repeat

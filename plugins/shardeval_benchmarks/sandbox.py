@@ -34,18 +34,8 @@ fails, it never raises into the caller. Defence in depth, not a VM; the layers:
    the program once `max_output_bytes` is exceeded) and, on timeout and after every exit, kills
    the process group and sweeps /proc for anything left in the session (and, as root, of the uid).
 
-What a determined attacker can still do:
-- The prelude is plain Python: code that digs the originals out of closures or frames, or calls
-  libc another way, undoes layer 5. As root, layers 1-4 and 6 still hold (tests prove it with
-  the prelude bypassed: no network, no write outside the directory, no secret, no survivor).
-- Not root, the uid and mount layers are missing (and the network one without user
-  namespaces): a bypassed prelude can read the environment of the user's other processes
-  (/proc/<pid>/environ holds e.g. OPENAI_API_KEY), signal them (the supervisor too, after which
-  an escaped process can outlive the run), reach the network, and write wherever the user can.
-  Run untrusted code as root in a container (the usual cluster setup) or as a user without secrets.
-- As root: world-readable files stay readable; a process stuck in the kernel may outlive the kill
-  (its uid is then not reused); zombies orphaned past a killed supervisor wait for PID 1.
-- CPU, memory bandwidth and disk I/O are not isolated (no cgroups); kernel bugs are out of scope.
+The prelude is plain Python that determined code can undo; what then still holds, as root and
+not, is docs/benchmarks.md's "What it does not stop" (the one place it is written).
 """
 
 from __future__ import annotations
@@ -113,6 +103,17 @@ try:
 except Exception:
     ctypes = _libc = None
 
+def _ok(fn, *args):
+    """Whether fn(*args) succeeded: every kernel layer is best effort, and the probe reports which held."""
+    try:
+        fn(*args)
+        return True
+    except (OSError, ValueError):
+        return False
+
+def _limit(res, soft, hard=None):
+    _ok(resource.setrlimit, res, (soft, soft if hard is None else hard))
+
 def _call(name, *args):
     """A libc call that returns 0 on success; OSError otherwise (or where libc lacks it)."""
     fn = getattr(_libc, name, None) if _libc is not None else None
@@ -129,17 +130,11 @@ def _mount(src, target, flags):
     enc = lambda s: None if s is None else os.fsencode(s)
     _call("mount", enc(src), enc(target), None, ctypes.c_ulong(flags) if ctypes else flags, None)
 
-def _prctl(option, value):
-    try:
-        _call("prctl", option, value, 0, 0, 0)
-        return True
-    except OSError:
-        return False
-
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 
 def _readonly_except(keep):
-    """Every mount read-only in this (private) mount namespace, except the sandbox directory."""
+    """A private mount namespace where every mount is read-only except the sandbox directory."""
+    _unshare(0x00020000)  # CLONE_NEWNS
     keep_flags = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024, "nodiratime": 2048, "relatime": 1 << 21}
     _mount(None, "/", MS_REC | MS_PRIVATE)  # first: nothing below may propagate to the host
     _mount(keep, keep, MS_BIND)
@@ -155,19 +150,15 @@ def _readonly_except(keep):
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY
         for opt in row[5].decode().split(","):
             flags |= keep_flags.get(opt, 0)
-        try:
-            _mount(None, target, flags)
-        except OSError:
-            pass
+        _ok(_mount, None, target, flags)
+    os.chdir(keep)  # the old cwd is the directory on the read-only mount below
 
 def _reachable(path):
     """Can a uid with no groups (an "other") list and enter `path`? Needs o+x on every ancestor."""
     import stat
     parts = os.path.realpath(path).split("/")
-    for i in range(1, len(parts) + 1):
-        mode = os.stat("/".join(parts[:i]) or "/").st_mode
-        if not mode & stat.S_IXOTH:
-            return False
+    if not all(os.stat("/".join(parts[:i]) or "/").st_mode & stat.S_IXOTH for i in range(1, len(parts) + 1)):
+        return False
     return bool(os.stat(path).st_mode & stat.S_IROTH)
 
 def _expose(hidden, workdir):
@@ -194,34 +185,14 @@ def _expose(hidden, workdir):
     sys.path_importer_cache.clear()
 
 if os.geteuid() == 0:
-    try:
-        _unshare(0x40000000)  # CLONE_NEWNET: no interface is up, not even loopback
-        layers["netns"] = True
-    except OSError:
-        pass
-    try:
-        _unshare(0x00020000)  # CLONE_NEWNS
-        _readonly_except(cfg["dir"])
-        os.chdir(cfg["dir"])  # the old cwd is the directory on the read-only mount below
-        layers["mountns"] = True
-    except OSError:
-        pass
+    layers["netns"] = _ok(_unshare, 0x40000000)  # CLONE_NEWNET: no interface is up, not even loopback
+    layers["mountns"] = _ok(_readonly_except, cfg["dir"])
     if cfg.get("uid") is not None:
         _hidden = [p for p in sys.path if p and os.path.isdir(p) and not _reachable(p)]
-        if _hidden and layers["mountns"]:
-            try:
-                _expose(_hidden, cfg["dir"])
-                _hidden = []
-            except OSError:
-                pass
-        if _hidden:  # the unprivileged uid could not even import the standard library
-            cfg["uid"] = None
-elif cfg.get("userns", True):
-    try:
-        _unshare(0x10000000 | 0x40000000)  # CLONE_NEWUSER | CLONE_NEWNET
-        layers["netns"] = True
-    except OSError:
-        pass
+        if _hidden and not (layers["mountns"] and _ok(_expose, _hidden, cfg["dir"])):
+            cfg["uid"] = None  # the unprivileged uid could not even import the standard library
+else:
+    layers["netns"] = _ok(_unshare, 0x10000000 | 0x40000000)  # CLONE_NEWUSER | CLONE_NEWNET
 
 def _live_descendants(root):
     """Pids below `root` in the process tree (zombies left out), from one /proc snapshot."""
@@ -251,10 +222,7 @@ def _supervise(child):
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)  # hold no pipe: the parent sees EOF once the program's tree is gone
-    try:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ValueError, OSError):
-        pass
+    _limit(resource.RLIMIT_CORE, 0)
     status = None
     try:  # ends with ChildProcessError: no child left means no descendant left (orphans come to us)
         while status is None:
@@ -269,42 +237,26 @@ def _supervise(child):
                 try:
                     pidfds[pid] = os.pidfd_open(pid)
                 except (AttributeError, OSError):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
+                    _ok(os.kill, pid, signal.SIGKILL)
             still = set(_live_descendants(os.getpid())) if pidfds else set()
             for pid, pidfd in pidfds.items():
-                try:
-                    if pid in still:  # still ours behind this pidfd: no pid-reuse race
-                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                except OSError:
-                    pass
-                finally:
-                    os.close(pidfd)
+                if pid in still:  # still ours behind this pidfd: no pid-reuse race
+                    _ok(signal.pidfd_send_signal, pidfd, signal.SIGKILL)
+                os.close(pidfd)
             time.sleep(0.002)
     except ChildProcessError:
         pass
     if status is not None and os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        try:
-            signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass
+        _ok(signal.signal, sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) if status is not None and os.WIFEXITED(status) else 1)
 
-if _prctl(36, 1):  # PR_SET_CHILD_SUBREAPER
-    layers["subreaper"] = True
+layers["subreaper"] = _ok(_call, "prctl", 36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+if layers["subreaper"]:
     _child = os.fork()
     if _child:
         _supervise(_child)
-
-def _limit(res, soft, hard=None):
-    try:
-        resource.setrlimit(res, (soft, soft if hard is None else hard))
-    except (ValueError, OSError):
-        pass
 
 _limit(resource.RLIMIT_CORE, 0)
 _limit(resource.RLIMIT_FSIZE, cfg["fsize"])
@@ -322,8 +274,7 @@ if cfg.get("uid") is not None:
         sys.stderr.write("sandbox: could not switch to uid %d: %s\n" % (cfg["uid"], exc))
         os._exit(125)
     layers["uid"] = os.getuid() == cfg["uid"] and os.geteuid() == cfg["uid"]
-if _prctl(38, 1):  # PR_SET_NO_NEW_PRIVS
-    layers["no_new_privs"] = True
+layers["no_new_privs"] = _ok(_call, "prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
 if cfg.get("probe"):
     print(" ".join("%s=%d" % item for item in layers.items()))
     sys.exit(0)
@@ -449,9 +400,7 @@ exec(_code, _main.__dict__)
 '''
 
 
-# --------------------------------------------------------------------------------------------
-# The parent side.
-# --------------------------------------------------------------------------------------------
+# ---- the parent side ---------------------------------------------------------------------
 
 
 def run_sandboxed(code: str, *, timeout_s: float, memory_mb: int, max_output_bytes: int = 64_000) -> SandboxResult:
@@ -496,28 +445,28 @@ def sandbox_layers() -> dict[str, bool]:
     Probed once per process by booting a sandbox that reports instead of running code; tests
     and `shardeval` logs use it to say what protection is really in place.
     """
-    global _LAYERS
-    with _LAYERS_LOCK:
-        if _LAYERS is None:
-            probe = _sandboxed("", 30.0, 256, 64_000, probe=True)
-            if not probe.passed:
-                log.warning("sandbox: probing its layers failed (%s)", probe.reason)
-                _LAYERS = {}
-            else:
-                _LAYERS = {k: v == "1" for k, _, v in (item.partition("=") for item in probe.stdout.split())}
-                active = ", ".join(k for k, v in _LAYERS.items() if v) or "none"
-                log.info("sandbox: kernel layers in place: %s", active)
-                if not _LAYERS.get("uid"):
-                    log.warning(
-                        "sandbox: evaluated code runs under this process's own uid (not root); code that "
-                        "defeats the in-process guards could read this user's other processes' environments "
-                        "(API keys) or files; run evaluations as root in a container for a per-run uid"
-                    )
-        return dict(_LAYERS)
+    with _LAYERS_LOCK:  # many scoring threads may ask at once: one probe
+        return dict(_probe_layers())
 
 
-_LAYERS: dict[str, bool] | None = None
 _LAYERS_LOCK = threading.Lock()
+
+
+@functools.cache
+def _probe_layers() -> dict[str, bool]:
+    probe = _sandboxed("", 30.0, 256, 64_000, probe=True)
+    if not probe.passed:
+        log.warning("sandbox: probing its layers failed (%s)", probe.reason)
+        return {}
+    layers = {k: v == "1" for k, _, v in (item.partition("=") for item in probe.stdout.split())}
+    log.info("sandbox: kernel layers in place: %s", ", ".join(k for k, v in layers.items() if v) or "none")
+    if not layers.get("uid"):
+        log.warning(
+            "sandbox: evaluated code runs under this process's own uid (not root); code that "
+            "defeats the in-process guards could read this user's other processes' environments "
+            "(API keys) or files; run evaluations as root in a container for a per-run uid"
+        )
+    return layers
 
 
 @functools.cache  # first asked by the layer probe, under _LAYERS_LOCK: decided once
@@ -567,17 +516,11 @@ def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: 
         )
     except OSError as exc:  # e.g. EAGAIN under a process limit: the answer cannot pass
         return _not_run(f"could not start the program: {exc}"), True
-    clean = False
-    try:
-        out, err, timed_out, overflow = _collect(proc, timeout_s, cap)
-    finally:
-        # Kill the group (and the uid) while our unreaped child still holds the pid, so the
-        # group and session ids cannot have been reused by an unrelated process.
-        clean = _kill_tree(proc, uid)
-        proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+    with proc:  # leaving closes the pipes and reaps the supervisor: after _kill_tree, which needs its pid held
+        try:
+            out, err, timed_out, overflow = _collect(proc, timeout_s, cap)
+        finally:
+            clean = _kill_tree(proc, uid)
     rc = proc.returncode
     if timed_out:
         reason = f"timed out after {timeout_s:g} s"
@@ -612,21 +555,19 @@ def _collect(proc: subprocess.Popen, timeout_s: float, cap: int) -> tuple[bytes,
         pidfd = None
     timed_out = overflow = False
     exited_at: float | None = None
-    open_pipes = len(bufs)
     try:
         while True:
             now = time.monotonic()
             if exited_at is None and pidfd is None and _has_exited(proc):
                 exited_at = now
-            if exited_at is not None and (open_pipes == 0 or now - exited_at > KILL_GRACE_S):
+            # once it has exited, only the pipes still open are registered
+            if exited_at is not None and (not sel.get_map() or now - exited_at > KILL_GRACE_S):
                 break
             if exited_at is None and now >= deadline:
                 timed_out = True
                 break
             wait = (deadline - now) if exited_at is None else (exited_at + KILL_GRACE_S - now)
-            if pidfd is None:
-                wait = min(wait, 0.05)
-            for key, _ in sel.select(max(0.0, wait)):
+            for key, _ in sel.select(max(0.0, wait if pidfd is not None else min(wait, 0.05))):  # no pidfd: poll
                 if key.data == "exit":  # the supervisor has killed and reaped the program's tree
                     sel.unregister(key.fd)
                     exited_at = time.monotonic()
@@ -637,7 +578,6 @@ def _collect(proc: subprocess.Popen, timeout_s: float, cap: int) -> tuple[bytes,
                     continue
                 if not chunk:
                     sel.unregister(key.fd)
-                    open_pipes -= 1
                     continue
                 buf = bufs[key.fd]
                 overflow |= len(buf) + len(chunk) > cap
@@ -672,10 +612,9 @@ def _kill_tree(proc: subprocess.Popen, uid: int | None) -> bool:
     (its uid, session or group; the supervisor spared) are killed first, so the supervisor can
     reap them (an init that does not reap would keep them as zombies); then, once it has exited
     or after a grace period, the supervisor's group and anything left. Called before the
-    supervisor is reaped, so its pid (the group and session id) cannot have been reused.
-    Returns whether nothing of the run is left, zombies included.
+    supervisor is reaped, so its pid (the group and session id) cannot have been reused by an
+    unrelated process. Returns whether nothing of the run is left, zombies included.
     """
-
     pid = proc.pid
 
     def ours(info: Proc) -> bool:  # the supervisor itself spared
@@ -715,29 +654,24 @@ def _kill_pid(pid: int, match: Callable[[Proc], bool]) -> None:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
         return
-    try:
+    with contextlib.suppress(OSError):
         info = read_process(pid, uid=True)
         if info is not None and match(info):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    except OSError:
-        pass
-    finally:
-        os.close(pidfd)
+    os.close(pidfd)
 
 
 def _remove_tree(path: str) -> None:
     """Remove the sandbox directory even if the program made parts of it unreadable."""
 
-    def fix(func, p, exc_info) -> None:
-        try:
+    def fix(func, p, exc) -> None:
+        with contextlib.suppress(OSError):
             os.chmod(os.path.dirname(p), stat.S_IRWXU)
             if os.path.isdir(p) and not os.path.islink(p):
                 os.chmod(p, stat.S_IRWXU)
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 os.unlink(p)
-        except OSError:
-            pass
 
     shutil.rmtree(path, **{"onexc" if sys.version_info >= (3, 12) else "onerror": fix})
     if os.path.exists(path):
@@ -758,7 +692,6 @@ class _UidPool:
         self.held: dict[int, int] = {}  # uid -> lock file descriptor
         self.skip: set[int] = set()  # named in passwd/group, or left with survivors or zombies
         self.next = base
-        self._dir: str | None = None
         self._busy: tuple[float, set[int]] | None = None
 
     def usable(self) -> bool:
@@ -778,19 +711,18 @@ class _UidPool:
             log.debug("sandbox: uid pool unusable: %s", exc)
             return False
 
+    @functools.cached_property
     def _lock_dir(self) -> str:
-        if self._dir is None:
-            path = os.path.join(tempfile.gettempdir(), "shardeval-sandbox-uids")
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(path, 0o700)
-            st = os.lstat(path)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
-                raise OSError(errno.EPERM, f"{path} must be a directory owned by root with mode 0700")
-            self._dir = path
-        return self._dir
+        path = os.path.join(tempfile.gettempdir(), "shardeval-sandbox-uids")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
+            raise OSError(errno.EPERM, f"{path} must be a directory owned by root with mode 0700")
+        return path
 
     def acquire(self) -> int:
-        lock_dir = self._lock_dir()
+        lock_dir = self._lock_dir
         busy = self._busy_uids()
         with self.lock:
             for step in range(self.count):
@@ -834,11 +766,8 @@ def _uid_named(uid: int) -> bool:
     import pwd
 
     for lookup in (pwd.getpwuid, grp.getgrgid):
-        try:
-            lookup(uid)
-            return True
-        except KeyError:
-            pass
+        with contextlib.suppress(KeyError):
+            return bool(lookup(uid))
     return False
 
 
