@@ -68,14 +68,8 @@ def load_config(
     if path is not None and "bench" in flags:
         raw.benchmarks = _quick.keep_benchmark(raw.benchmarks, flags["bench"], path)
     _quick.apply(raw, flags)
-    config = Config(
-        services={name: _decode_service(name, section, where) for name, section in raw.services.items()},
-        benchmarks=raw.benchmarks,
-        cluster=_decode_cluster(raw.cluster, where),
-        output=raw.output,
-        seed=raw.seed,
-        shuffle_seed=raw.shuffle_seed,
-    )
+    services = {name: _decode_service(name, section, where) for name, section in raw.services.items()}
+    config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": _decode_cluster(raw.cluster, where)})
     _validate(config, where)
     return config
 
@@ -115,7 +109,9 @@ def config_for_manifest(config: Config) -> dict[str, Any]:
 
 
 def _decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:
+    """With its type's Struct; a full …/chat/completions or …/completions `url` sets the protocol."""
     from shardeval.plugins import registry
+    from shardeval.service import split_endpoint_url
 
     at = format_path(["services", name])
     service_type = section.get("type")
@@ -125,17 +121,8 @@ def _decode_service(name: str, section: dict[str, Any], where: Where) -> Service
         raise where.error(f"{what} (registered: {known})", at)
     entry = registry().get("services", service_type, where=f"{where.source}: {at}.type")
     service = decode(section, entry.config or ServiceConfig, where, ["services", name])
-    return _split_url(service)
-
-
-def _split_url(service: ServiceConfig) -> ServiceConfig:
-    """A full …/chat/completions or …/completions `url` sets the protocol: keep the base URL."""
     url = getattr(service, "url", None)
-    if not isinstance(url, str):
-        return service
-    from shardeval.service import split_endpoint_url
-
-    base, protocol = split_endpoint_url(url)
+    base, protocol = split_endpoint_url(url) if isinstance(url, str) else (url, None)
     return msgspec.structs.replace(service, url=base, protocol=protocol) if protocol else service
 
 
@@ -180,10 +167,3 @@ _ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 def _safe_id(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name.rsplit("/", 1)[-1].split(".")[0]) or "bench"
-
-
-def decode_section(data: Any, type_: Any, *, source: str, prefix: str = "") -> Any:
-    """Decode a plugin's own config-like section (params, a mapping file) with the config's errors:
-    one line naming `source`, the key path under `prefix`, and the fix."""
-    return decode(data, type_, Where(source=source), [prefix] if prefix else [])
-

@@ -132,21 +132,14 @@ def type_expansions(data: dict[str, Any], where: Where) -> None:
     import yaml
 
     for path, text in where.whole.items():
-        parent = _node_at(data, path[:-1])
-        last = path[-1]
-        try:
-            if parent is None or parent[last] != text:  # replaced by an -O override since
-                continue
-        except (KeyError, IndexError, TypeError):
-            continue
-        if _schema_at(data, path) is not Any:
+        if _node_at(data, path) != text or _schema_at(data, path) is not Any:  # != text: an -O replaced it
             continue
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError:
             continue
         if isinstance(value, (bool, int, float)):
-            parent[last] = value
+            _node_at(data, path[:-1])[path[-1]] = value
 
 
 def _node_at(data: Any, path: Sequence[PathSeg]) -> Any:
