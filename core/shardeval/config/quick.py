@@ -56,9 +56,18 @@ def apply(raw: RawConfig, flags: Mapping[str, Any]) -> None:
 
 
 def _quick_service(name: str, section: dict[str, Any] | None, flags: Mapping[str, Any]) -> dict[str, Any]:
+    from shardeval.plugins import registry
+
     section = dict(section or {})
     if "model_url" in flags:
-        current = _decoded(section)
+        # The section as its plugin's Struct, to ask it what it is; None when it does not decode
+        # (its own errors are reported when the config is decoded for real).
+        service_type = section.get("type")
+        entry = registry().entries["services"].get(service_type) if isinstance(service_type, str) else None
+        try:
+            current = msgspec.convert(section, entry.config or ServiceConfig, strict=False) if entry else None
+        except msgspec.ValidationError:
+            current = None
         if current is None or current.managed():  # it would start its own server: reach the URL instead
             shared = {f.encode_name for f in msgspec.structs.fields(ServiceConfig)} - {"type"}
             model = current.served_model() if current is not None else None
@@ -72,15 +81,3 @@ def _quick_service(name: str, section: dict[str, Any] | None, flags: Mapping[str
     if "model_url" in flags and not section.get("model"):
         raise UsageError(f"--model-url: service {name!r} now reaches that URL and needs the served model: pass --model-id")
     return section
-
-
-def _decoded(section: dict[str, Any]) -> ServiceConfig | None:
-    """The section as its plugin's Struct, to ask it what it is; None when it does not decode
-    (its own errors are reported when the config is decoded for real)."""
-    from shardeval.plugins import registry
-
-    entry = registry().entries["services"].get(section.get("type"))  # type: ignore[arg-type]
-    try:
-        return msgspec.convert(section, entry.config or ServiceConfig, strict=False) if entry else None
-    except msgspec.ValidationError:
-        return None

@@ -194,41 +194,36 @@ def _override_value(raw: str) -> Any:
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str], where: Where) -> None:
+    """Set data[a][b]… = value for each `-O a.b=value`, creating missing mappings; list items are
+    addressed by index."""
     for text in overrides:
         key, sep, raw = text.partition("=")
         parts = re.sub(r"\[(\d+)\]", r".\1", key.strip()).split(".")
         if not sep or not all(parts):
             raise UsageError(f"-O {text!r} is not KEY.PATH=VALUE, e.g. -O benchmarks.0.repeats=5")
-        path = _set_path(data, parts, _override_value(raw), text)
+        node: Any = data
+        path: list[PathSeg] = []
+        for i, part in enumerate(parts):
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise UsageError(
+                        f"-O {text}: {format_path(path)} is a list of {len(node)}; index it with 0..{len(node) - 1}"
+                        if node
+                        else f"-O {text}: {format_path(path)} is an empty list"
+                    )
+                step: PathSeg = int(part)
+            elif isinstance(node, dict):
+                step = part
+            else:
+                raise UsageError(f"-O {text}: {format_path(path)} is {kind(node)}, not a mapping or list")
+            path.append(step)
+            if i == len(parts) - 1:
+                node[step] = _override_value(raw)
+            else:
+                if isinstance(node, dict) and node.get(step) is None:
+                    node[step] = {}
+                node = node[step]
         where.origins[format_path(path)] = text
-
-
-def _set_path(data: dict[str, Any], parts: list[str], value: Any, text: str) -> list[PathSeg]:
-    """Set data[a][b]… = value, creating missing mappings; list items are addressed by index."""
-    node: Any = data
-    path: list[PathSeg] = []
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise UsageError(
-                    f"-O {text}: {format_path(path)} is a list of {len(node)}; index it with 0..{len(node) - 1}"
-                    if node
-                    else f"-O {text}: {format_path(path)} is an empty list"
-                )
-            step: PathSeg = int(part)
-        elif isinstance(node, dict):
-            step = part
-            if not last and node.get(part) is None:
-                node[part] = {}
-        else:
-            raise UsageError(f"-O {text}: {format_path(path)} is {kind(node)}, not a mapping or list")
-        path.append(step)
-        if last:
-            node[step] = value
-        else:
-            node = node[step]
-    return path
 
 
 def parse_key_values(pairs: tuple[str, ...] | list[str], flag: str, example: str) -> dict[str, Any]:
