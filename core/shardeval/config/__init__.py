@@ -58,16 +58,13 @@ def load_config(
       (inside a shard) or the root that orchestrated shards write under.
     """
     env = os.environ if env is None else env
-    flags = {k: v for k, v in (quick or {}).items() if k in _quick.QUICK_KEYS and v is not None}
-    _quick.check_numbers(flags)
+    flags = _quick.given(quick)
     where = Where(source=path or "command line")
     data: dict[str, Any] = expand(read_yaml(path), env, where, []) if path is not None else _quick.base(flags)
     apply_overrides(data, overrides, where)
     type_expansions(data, where)
     raw = decode(data, RawConfig, where)
-    if path is not None and "bench" in flags:
-        raw.benchmarks = _quick.keep_benchmark(raw.benchmarks, flags["bench"], path)
-    _quick.apply(raw, flags)
+    _quick.apply(raw, flags, path)
     services = {name: _decode_service(name, section, where) for name, section in raw.services.items()}
     config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": _decode_cluster(raw.cluster, where)})
     _validate(config, where)

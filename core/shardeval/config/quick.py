@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import msgspec
 
-from shardeval.config.schema import BenchmarkConfig, RawConfig, ServiceConfig
+from shardeval.config.schema import RawConfig, ServiceConfig
 from shardeval.errors import UsageError
 
 # The built-in service type that reaches a server already running at a URL: what --model-url makes
@@ -16,11 +16,14 @@ URL_SERVICE = "api"
 QUICK_KEYS = ("bench", "model_url", "model_id", "api_key_env", "repeats", "max_problems", "max_concurrent", "output_dir")
 
 
-def check_numbers(flags: Mapping[str, Any]) -> None:
+def given(quick: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The flags given (None: not given; unknown keys are ignored), their numbers checked."""
+    flags = {k: v for k, v in (quick or {}).items() if k in QUICK_KEYS and v is not None}
     for key in ("repeats", "max_problems", "max_concurrent"):
         value = flags.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise UsageError(f"--{key.replace('_', '-')} {value}: must be an integer >= 1")
+    return flags
 
 
 def base(flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -34,16 +37,16 @@ def base(flags: Mapping[str, Any]) -> dict[str, Any]:
     return {"services": {"model": {"type": URL_SERVICE}}, "benchmarks": [{"name": flags["bench"]}]}
 
 
-def keep_benchmark(benchmarks: list[BenchmarkConfig], name: str, source: str) -> list[BenchmarkConfig]:
-    kept = [b for b in benchmarks if name in (b.name, b.id)]
-    if not kept:
-        defined = ", ".join(b.name for b in benchmarks) or "none"
-        raise UsageError(f"--bench {name}: {source} has no benchmark {name!r}; defined: {defined}")
-    return kept
-
-
-def apply(raw: RawConfig, flags: Mapping[str, Any]) -> None:
-    """Quick flags beat the file: numbers on every benchmark, the model on the services they use."""
+def apply(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -> None:
+    """Quick flags beat the file `source` (None: there is none): --bench keeps one benchmark,
+    numbers go on every benchmark, the model on the services they use."""
+    if source is not None and "bench" in flags:
+        name = flags["bench"]
+        kept = [b for b in raw.benchmarks if name in (b.name, b.id)]
+        if not kept:
+            defined = ", ".join(b.name for b in raw.benchmarks) or "none"
+            raise UsageError(f"--bench {name}: {source} has no benchmark {name!r}; defined: {defined}")
+        raw.benchmarks = kept
     numbers = {k: flags[k] for k in ("repeats", "max_problems", "max_concurrent") if k in flags}
     if numbers:
         raw.benchmarks = [msgspec.structs.replace(b, **numbers) for b in raw.benchmarks]
