@@ -145,12 +145,13 @@ def _validate(config: Config, where: Where) -> None:
         at = f"benchmarks[{i}]"
         key = bench.id if bench.id is not None else bench.name
         if key in seen:
+            safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key.rsplit("/", 1)[-1].split(".")[0]) or "bench"
             raise where.error(
                 f"{key!r} is already benchmarks[{seen[key]}]; each benchmark writes <out>/{key}/, "
-                f"so list it once (use repeats or params), or give each a distinct `id` (e.g. id: {_safe_id(key)}_2)",
+                f"so list it once (use repeats or params), or give each a distinct `id` (e.g. id: {safe}_2)",
                 f"{at}.id" if bench.id is not None else f"{at}.name",
             )
-        if bench.id is not None and not _ID.fullmatch(bench.id):
+        if bench.id is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", bench.id):
             raise where.error(f"{bench.id!r} is not a usable folder name; use letters, digits, '.', '_' or '-'", f"{at}.id")
         seen[key] = i
         if bench.solver.service not in config.services:
@@ -158,9 +159,3 @@ def _validate(config: Config, where: Where) -> None:
             raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
         registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
 
-
-_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-
-
-def _safe_id(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name.rsplit("/", 1)[-1].split(".")[0]) or "bench"
