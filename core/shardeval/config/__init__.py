@@ -66,7 +66,8 @@ def load_config(
     raw = decode(data, RawConfig, where)
     _quick.apply(raw, flags, path)
     services = {name: _decode_service(name, section, where) for name, section in raw.services.items()}
-    config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": _decode_cluster(raw.cluster, where)})
+    cluster = _decode_cluster(raw.cluster, where)
+    config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
     _validate(config, where)
     return config
 
