@@ -508,32 +508,23 @@ def test_cli_missing_config_file(tmp_path: Path) -> None:
     assert_one_line_error(shardeval_cmd("run", str(tmp_path / "nope.yaml")), "nope.yaml: no such config file")
 
 
-def test_cli_malformed_yaml(tmp_path: Path) -> None:
-    (tmp_path / "config.yaml").write_text("services:\n  model: [1,\n")
-    assert_one_line_error(cli(tmp_path, "config.yaml"), "config.yaml:", "invalid YAML")
-
-
-def test_cli_unknown_key(tmp_path: Path) -> None:
-    (tmp_path / "config.yaml").write_text(BASE.replace("repeats: 2", "repets: 2"))
-    assert_one_line_error(cli(tmp_path, "config.yaml"), "unknown key 'benchmarks[0].repets'; did you mean 'repeats'?")
-
-
-def test_cli_wrong_type(tmp_path: Path) -> None:
-    (tmp_path / "config.yaml").write_text(BASE)
-    assert_one_line_error(
-        cli(tmp_path, "config.yaml", "-O", "benchmarks.0.repeats=five"), "benchmarks[0].repeats: expected int, got str ('five')"
-    )
-
-
-def test_cli_bad_shard_flag(tmp_path: Path) -> None:
-    (tmp_path / "config.yaml").write_text(BASE)
-    assert_one_line_error(cli(tmp_path, "config.yaml", "--shard", "5/4", "-o", "out"), "--shard 5/4")
-
-
-def test_cli_bad_nel_shard_idx(tmp_path: Path) -> None:
-    (tmp_path / "config.yaml").write_text(BASE)
-    result = cli(tmp_path, "config.yaml", "-o", "out", env={"NEL_SHARD_IDX": "abc", "NEL_TOTAL_SHARDS": "4"})
-    assert_one_line_error(result, "NEL_SHARD_IDX='abc'")
+@pytest.mark.parametrize(
+    ("text", "args", "env", "needles"),
+    [
+        ("services:\n  model: [1,\n", (), {}, ("config.yaml:", "invalid YAML")),
+        (BASE.replace("repeats: 2", "repets: 2"), (), {}, ("unknown key 'benchmarks[0].repets'; did you mean 'repeats'?",)),
+        (BASE, ("-O", "benchmarks.0.repeats=five"), {}, ("benchmarks[0].repeats: expected int, got str ('five')",)),
+        (BASE, ("--shard", "5/4", "-o", "out"), {}, ("--shard 5/4",)),
+        (BASE, ("-o", "out"), {"NEL_SHARD_IDX": "abc", "NEL_TOTAL_SHARDS": "4"}, ("NEL_SHARD_IDX='abc'",)),
+        # a service type that is not a name, with --model-url (quick mode asks the service's Struct): a TypeError before
+        (BASE.replace("type: api\n    url: http://127.0.0.1:9/v1\n    model: llama", "type: [api]"), ("--model-url", "http://h/v1"), {},
+         ("--model-url: service 'model' now reaches that URL and needs the served model: pass --model-id",)),
+    ],
+    ids=["malformed_yaml", "unknown_key", "wrong_type", "bad_shard_flag", "bad_nel_shard_idx", "type_list_with_model_url"],
+)
+def test_cli_errors(tmp_path: Path, text: str, args: tuple[str, ...], env: dict[str, str], needles: tuple[str, ...]) -> None:
+    (tmp_path / "config.yaml").write_text(text)
+    assert_one_line_error(cli(tmp_path, "config.yaml", *args, env=env), *needles)
 
 
 # --- declared ranges for every numeric limit (hardening, round two) ----------------------------

@@ -30,8 +30,8 @@ class DataParams(ParamsStruct):
 
 def decode_params(data: Mapping[str, Any] | Any, type_: type[T], *, source: str, prefix: str = "params") -> T:
     """`data` as `type_`; a mistake is a UsageError like `SOURCE: unknown key 'params.shot'; did you mean 'shots'?`."""
-    from shardeval.config import decode_section  # the config loader's error wording, shared on purpose
+    from shardeval.config.explain import Where, decode  # the config loader's error wording, shared on purpose
 
     if not isinstance(data, Mapping):
         raise UsageError(f"{source}: {prefix or 'the mapping'} must be a mapping of keys to values, not {type(data).__name__}")
-    return decode_section(dict(data), type_, source=source, prefix=prefix)
+    return decode(dict(data), type_, Where(source=source), [prefix] if prefix else [])

@@ -33,10 +33,6 @@ class ShardSpec:
     def describe(self) -> str:
         return f"shard {self.idx}/{self.total} (from {self.source})"
 
-    def range(self, n: int) -> tuple[int, int]:
-        """This shard's [start, end) over n problems."""
-        return shard_range(n, self.idx, self.total)
-
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -88,11 +84,12 @@ def _total(name: str, raw: str) -> int:
     return total
 
 
-def _index(name: str, raw: str, total: int, total_label: str) -> int:
+def _index(name: str, raw: str, total: int, total_label: str) -> ShardSpec:
+    """The shard that `name=raw` selects out of `total` (which `total_label` names)."""
     idx = _integer(name, raw, f"set it to the 0-based shard index, 0..{total - 1}")
     if not 0 <= idx < total:
         raise UsageError(f"{name}={raw} is out of range for {total_label}: use 0..{total - 1}")
-    return idx
+    return ShardSpec(idx, total, f"{name}={raw}, {total_label}")
 
 
 def _from_flag(flag: str) -> ShardSpec:
@@ -109,25 +106,19 @@ def _from_flag(flag: str) -> ShardSpec:
     return ShardSpec(idx, total, f"--shard {idx}/{total}")
 
 
-def _total_from(env: Mapping[str, str], config_total: int | None, needed_by: str) -> tuple[int, str]:
-    """The shard count for a source that gives only an index: NEL_TOTAL_SHARDS, else cluster.shards."""
+def _from_index(env: Mapping[str, str], name: str, config_total: int | None) -> ShardSpec:
+    """A source that gives only an index: the shard count is NEL_TOTAL_SHARDS, else cluster.shards."""
+    raw = env[name]
     if "NEL_TOTAL_SHARDS" in env:
-        raw = env["NEL_TOTAL_SHARDS"]
-        return _total("NEL_TOTAL_SHARDS", raw), f"NEL_TOTAL_SHARDS={raw}"
-    if config_total is not None:
-        if not _is_int(config_total) or config_total < 1:
-            raise UsageError(f"cluster.shards={config_total!r} is invalid: the number of shards must be >= 1")
-        return config_total, f"cluster.shards={config_total}"
-    raise UsageError(
-        f"{needed_by} is set but the number of shards is not: set NEL_TOTAL_SHARDS or cluster.shards in the config"
-    )
-
-
-def _from_nel(env: Mapping[str, str], config_total: int | None) -> ShardSpec:
-    raw = env["NEL_SHARD_IDX"]
-    total, total_label = _total_from(env, config_total, f"NEL_SHARD_IDX={raw}")
-    idx = _index("NEL_SHARD_IDX", raw, total, total_label)
-    return ShardSpec(idx, total, f"NEL_SHARD_IDX={raw}, {total_label}")
+        raw_total = env["NEL_TOTAL_SHARDS"]
+        return _index(name, raw, _total("NEL_TOTAL_SHARDS", raw_total), f"NEL_TOTAL_SHARDS={raw_total}")
+    if config_total is None:
+        raise UsageError(
+            f"{name}={raw} is set but the number of shards is not: set NEL_TOTAL_SHARDS or cluster.shards in the config"
+        )
+    if not _is_int(config_total) or config_total < 1:
+        raise UsageError(f"cluster.shards={config_total!r} is invalid: the number of shards must be >= 1")
+    return _index(name, raw, config_total, f"cluster.shards={config_total}")
 
 
 def _from_slurm(env: Mapping[str, str]) -> ShardSpec:
@@ -156,20 +147,6 @@ def _from_slurm(env: Mapping[str, str]) -> ShardSpec:
     return ShardSpec(offset // step, count, f"{label}, SLURM_ARRAY_TASK_COUNT={raw_count}")
 
 
-def _from_k8s(env: Mapping[str, str], config_total: int | None) -> ShardSpec:
-    raw = env["JOB_COMPLETION_INDEX"]
-    total, total_label = _total_from(env, config_total, f"JOB_COMPLETION_INDEX={raw}")
-    idx = _index("JOB_COMPLETION_INDEX", raw, total, total_label)
-    return ShardSpec(idx, total, f"JOB_COMPLETION_INDEX={raw}, {total_label}")
-
-
-def _from_torchrun(env: Mapping[str, str]) -> ShardSpec:
-    raw_rank, raw_size = env["RANK"], env["WORLD_SIZE"]
-    total = _total("WORLD_SIZE", raw_size)
-    idx = _index("RANK", raw_rank, total, f"WORLD_SIZE={raw_size}")
-    return ShardSpec(idx, total, f"RANK={raw_rank}, WORLD_SIZE={raw_size}")
-
-
 def detect_shard(flag: str | None, env: Mapping[str, str], config_total: int | None = None) -> ShardSpec | None:
     """Which shard this process runs, or None when nothing selects one (the orchestrator takes over).
 
@@ -179,13 +156,14 @@ def detect_shard(flag: str | None, env: Mapping[str, str], config_total: int | N
     if flag is not None:
         return _from_flag(flag)
     if "NEL_SHARD_IDX" in env:
-        return _from_nel(env, config_total)
+        return _from_index(env, "NEL_SHARD_IDX", config_total)
     if "SLURM_ARRAY_TASK_ID" in env:
         return _from_slurm(env)
     if "JOB_COMPLETION_INDEX" in env:
-        return _from_k8s(env, config_total)
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return _from_torchrun(env)
+        return _from_index(env, "JOB_COMPLETION_INDEX", config_total)
+    if "RANK" in env and "WORLD_SIZE" in env:  # torchrun
+        raw_size = env["WORLD_SIZE"]
+        return _index("RANK", env["RANK"], _total("WORLD_SIZE", raw_size), f"WORLD_SIZE={raw_size}")
     if "NEL_TOTAL_SHARDS" in env:
         raw = env["NEL_TOTAL_SHARDS"]
         raise UsageError(

@@ -58,24 +58,16 @@ def load_config(
       (inside a shard) or the root that orchestrated shards write under.
     """
     env = os.environ if env is None else env
-    flags = {k: v for k, v in (quick or {}).items() if k in _quick.QUICK_KEYS and v is not None}
-    _quick.check_numbers(flags)
+    flags = _quick.given(quick)
     where = Where(source=path or "command line")
     data: dict[str, Any] = expand(read_yaml(path), env, where, []) if path is not None else _quick.base(flags)
     apply_overrides(data, overrides, where)
     type_expansions(data, where)
     raw = decode(data, RawConfig, where)
-    if path is not None and "bench" in flags:
-        raw.benchmarks = _quick.keep_benchmark(raw.benchmarks, flags["bench"], path)
-    _quick.apply(raw, flags)
-    config = Config(
-        services={name: _decode_service(name, section, where) for name, section in raw.services.items()},
-        benchmarks=raw.benchmarks,
-        cluster=_decode_cluster(raw.cluster, where),
-        output=raw.output,
-        seed=raw.seed,
-        shuffle_seed=raw.shuffle_seed,
-    )
+    _quick.apply(raw, flags, path)
+    services = {name: _decode_service(name, section, where) for name, section in raw.services.items()}
+    cluster = _decode_cluster(raw.cluster, where)
+    config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
     _validate(config, where)
     return config
 
@@ -115,7 +107,9 @@ def config_for_manifest(config: Config) -> dict[str, Any]:
 
 
 def _decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:
+    """With its type's Struct; a full …/chat/completions or …/completions `url` sets the protocol."""
     from shardeval.plugins import registry
+    from shardeval.service import split_endpoint_url
 
     at = format_path(["services", name])
     service_type = section.get("type")
@@ -125,17 +119,8 @@ def _decode_service(name: str, section: dict[str, Any], where: Where) -> Service
         raise where.error(f"{what} (registered: {known})", at)
     entry = registry().get("services", service_type, where=f"{where.source}: {at}.type")
     service = decode(section, entry.config or ServiceConfig, where, ["services", name])
-    return _split_url(service)
-
-
-def _split_url(service: ServiceConfig) -> ServiceConfig:
-    """A full …/chat/completions or …/completions `url` sets the protocol: keep the base URL."""
     url = getattr(service, "url", None)
-    if not isinstance(url, str):
-        return service
-    from shardeval.service import split_endpoint_url
-
-    base, protocol = split_endpoint_url(url)
+    base, protocol = split_endpoint_url(url) if isinstance(url, str) else (url, None)
     return msgspec.structs.replace(service, url=base, protocol=protocol) if protocol else service
 
 
@@ -161,29 +146,17 @@ def _validate(config: Config, where: Where) -> None:
         at = f"benchmarks[{i}]"
         key = bench.id if bench.id is not None else bench.name
         if key in seen:
+            safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key.rsplit("/", 1)[-1].split(".")[0]) or "bench"
             raise where.error(
                 f"{key!r} is already benchmarks[{seen[key]}]; each benchmark writes <out>/{key}/, "
-                f"so list it once (use repeats or params), or give each a distinct `id` (e.g. id: {_safe_id(key)}_2)",
+                f"so list it once (use repeats or params), or give each a distinct `id` (e.g. id: {safe}_2)",
                 f"{at}.id" if bench.id is not None else f"{at}.name",
             )
-        if bench.id is not None and not _ID.fullmatch(bench.id):
+        if bench.id is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", bench.id):
             raise where.error(f"{bench.id!r} is not a usable folder name; use letters, digits, '.', '_' or '-'", f"{at}.id")
         seen[key] = i
         if bench.solver.service not in config.services:
             defined = ", ".join(config.services) or "none"
             raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
         registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
-
-
-_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-
-
-def _safe_id(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name.rsplit("/", 1)[-1].split(".")[0]) or "bench"
-
-
-def decode_section(data: Any, type_: Any, *, source: str, prefix: str = "") -> Any:
-    """Decode a plugin's own config-like section (params, a mapping file) with the config's errors:
-    one line naming `source`, the key path under `prefix`, and the fix."""
-    return decode(data, type_, Where(source=source), [prefix] if prefix else [])
 

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import msgspec
 
-from shardeval.config.schema import BenchmarkConfig, RawConfig, ServiceConfig
+from shardeval.config.schema import RawConfig, ServiceConfig
 from shardeval.errors import UsageError
 
 # The built-in service type that reaches a server already running at a URL: what --model-url makes
@@ -16,11 +16,14 @@ URL_SERVICE = "api"
 QUICK_KEYS = ("bench", "model_url", "model_id", "api_key_env", "repeats", "max_problems", "max_concurrent", "output_dir")
 
 
-def check_numbers(flags: Mapping[str, Any]) -> None:
+def given(quick: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The flags given (None: not given; unknown keys are ignored), their numbers checked."""
+    flags = {k: v for k, v in (quick or {}).items() if k in QUICK_KEYS and v is not None}
     for key in ("repeats", "max_problems", "max_concurrent"):
         value = flags.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise UsageError(f"--{key.replace('_', '-')} {value}: must be an integer >= 1")
+    return flags
 
 
 def base(flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -34,16 +37,16 @@ def base(flags: Mapping[str, Any]) -> dict[str, Any]:
     return {"services": {"model": {"type": URL_SERVICE}}, "benchmarks": [{"name": flags["bench"]}]}
 
 
-def keep_benchmark(benchmarks: list[BenchmarkConfig], name: str, source: str) -> list[BenchmarkConfig]:
-    kept = [b for b in benchmarks if name in (b.name, b.id)]
-    if not kept:
-        defined = ", ".join(b.name for b in benchmarks) or "none"
-        raise UsageError(f"--bench {name}: {source} has no benchmark {name!r}; defined: {defined}")
-    return kept
-
-
-def apply(raw: RawConfig, flags: Mapping[str, Any]) -> None:
-    """Quick flags beat the file: numbers on every benchmark, the model on the services they use."""
+def apply(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -> None:
+    """Quick flags beat the file `source` (None: there is none): --bench keeps one benchmark,
+    numbers go on every benchmark, the model on the services they use."""
+    if source is not None and "bench" in flags:
+        name = flags["bench"]
+        kept = [b for b in raw.benchmarks if name in (b.name, b.id)]
+        if not kept:
+            defined = ", ".join(b.name for b in raw.benchmarks) or "none"
+            raise UsageError(f"--bench {name}: {source} has no benchmark {name!r}; defined: {defined}")
+        raw.benchmarks = kept
     numbers = {k: flags[k] for k in ("repeats", "max_problems", "max_concurrent") if k in flags}
     if numbers:
         raw.benchmarks = [msgspec.structs.replace(b, **numbers) for b in raw.benchmarks]
@@ -56,9 +59,18 @@ def apply(raw: RawConfig, flags: Mapping[str, Any]) -> None:
 
 
 def _quick_service(name: str, section: dict[str, Any] | None, flags: Mapping[str, Any]) -> dict[str, Any]:
+    from shardeval.plugins import registry
+
     section = dict(section or {})
     if "model_url" in flags:
-        current = _decoded(section)
+        # The section as its plugin's Struct, to ask it what it is; None when it does not decode
+        # (its own errors are reported when the config is decoded for real).
+        service_type = section.get("type")
+        entry = registry().entries["services"].get(service_type) if isinstance(service_type, str) else None
+        try:
+            current = msgspec.convert(section, entry.config or ServiceConfig, strict=False) if entry else None
+        except msgspec.ValidationError:
+            current = None
         if current is None or current.managed():  # it would start its own server: reach the URL instead
             shared = {f.encode_name for f in msgspec.structs.fields(ServiceConfig)} - {"type"}
             model = current.served_model() if current is not None else None
@@ -72,15 +84,3 @@ def _quick_service(name: str, section: dict[str, Any] | None, flags: Mapping[str
     if "model_url" in flags and not section.get("model"):
         raise UsageError(f"--model-url: service {name!r} now reaches that URL and needs the served model: pass --model-id")
     return section
-
-
-def _decoded(section: dict[str, Any]) -> ServiceConfig | None:
-    """The section as its plugin's Struct, to ask it what it is; None when it does not decode
-    (its own errors are reported when the config is decoded for real)."""
-    from shardeval.plugins import registry
-
-    entry = registry().entries["services"].get(section.get("type"))  # type: ignore[arg-type]
-    try:
-        return msgspec.convert(section, entry.config or ServiceConfig, strict=False) if entry else None
-    except msgspec.ValidationError:
-        return None

@@ -58,8 +58,13 @@ def read_yaml(path: str) -> dict[str, Any]:
         raise UsageError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
     try:
         data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a safe loader
-    except yaml.MarkedYAMLError as exc:
-        raise UsageError(_yaml_error(path, exc)) from None
+    except yaml.MarkedYAMLError as exc:  # `file:line:col: invalid YAML: problem (context at line L, column C)`
+        mark, context = exc.problem_mark or exc.context_mark, exc.context_mark
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        message = f"{path}{at}: invalid YAML: {exc.problem or exc.context or 'cannot parse'}"
+        if exc.problem and exc.context and context is not None and (context.line, context.column) != (mark.line, mark.column):
+            message += f" ({exc.context} at line {context.line + 1}, column {context.column + 1})"  # often the cause
+        raise UsageError(message) from None
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: invalid YAML: {exc}") from None
     if data is None:
@@ -72,16 +77,6 @@ def read_yaml(path: str) -> dict[str, Any]:
     return data
 
 
-def _yaml_error(path: str, exc: Any) -> str:
-    """`file:line:col: invalid YAML: problem (context at line L, column C)`; the context often is the cause."""
-    mark, context = exc.problem_mark or exc.context_mark, exc.context_mark
-    at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-    message = f"{path}{at}: invalid YAML: {exc.problem or exc.context or 'cannot parse'}"
-    if exc.problem and exc.context and context is not None and (context.line, context.column) != (mark.line, mark.column):
-        message += f" ({exc.context} at line {context.line + 1}, column {context.column + 1})"
-    return message
-
-
 _REFERENCE = re.compile(r"\$\$|\$\{([^}]*)\}|\$\{")
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WHOLE = re.compile(r"\$\{[^}]*\}")  # a value that is one expansion and nothing else
@@ -89,27 +84,20 @@ _WHOLE = re.compile(r"\$\{[^}]*\}")  # a value that is one expansion and nothing
 
 def expand(node: Any, env: Mapping[str, str], where: Where, path: list[PathSeg]) -> Any:
     """Expand ${VAR} in every string value (keys are left alone)."""
-    if isinstance(node, str):
-        if "$" not in node:
-            return node
-        value = _expand_string(node, env, where, format_path(path))
-        if _WHOLE.fullmatch(node):
-            where.whole[tuple(path)] = value
-        return value
     if isinstance(node, dict):
         return {key: expand(value, env, where, [*path, key]) for key, value in node.items()}
     if isinstance(node, list):
         return [expand(value, env, where, [*path, i]) for i, value in enumerate(node)]
-    return node
+    if not isinstance(node, str) or "$" not in node:
+        return node
+    at = format_path(path)
 
-
-def _expand_string(text: str, env: Mapping[str, str], where: Where, at: str) -> str:
     def substitute(match: re.Match[str]) -> str:
         if match.group(0) == "$$":
             return "$"
         body = match.group(1)
         if body is None:
-            raise where.error(f"unterminated '${{' in {text!r}; write $$ for a literal $", at)
+            raise where.error(f"unterminated '${{' in {node!r}; write $$ for a literal $", at)
         name, has_default, default = body.partition(":-")
         if not _VAR_NAME.fullmatch(name):
             raise where.error(f"'${{{body}}}' is not ${{VAR}} or ${{VAR:-default}}; write $$ for a literal $", at)
@@ -120,7 +108,10 @@ def _expand_string(text: str, env: Mapping[str, str], where: Where, at: str) -> 
             )
         return default if has_default and not value else value  # type: ignore[return-value]
 
-    return _REFERENCE.sub(substitute, text)
+    expanded = _REFERENCE.sub(substitute, node)
+    if _WHOLE.fullmatch(node):
+        where.whole[tuple(path)] = expanded
+    return expanded
 
 
 def type_expansions(data: dict[str, Any], where: Where) -> None:
@@ -132,21 +123,14 @@ def type_expansions(data: dict[str, Any], where: Where) -> None:
     import yaml
 
     for path, text in where.whole.items():
-        parent = _node_at(data, path[:-1])
-        last = path[-1]
-        try:
-            if parent is None or parent[last] != text:  # replaced by an -O override since
-                continue
-        except (KeyError, IndexError, TypeError):
-            continue
-        if _schema_at(data, path) is not Any:
+        if _node_at(data, path) != text or _schema_at(data, path) is not Any:  # != text: an -O replaced it
             continue
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError:
             continue
         if isinstance(value, (bool, int, float)):
-            parent[last] = value
+            _node_at(data, path[:-1])[path[-1]] = value
 
 
 def _node_at(data: Any, path: Sequence[PathSeg]) -> Any:
@@ -201,41 +185,36 @@ def _override_value(raw: str) -> Any:
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str], where: Where) -> None:
+    """Set data[a][b]… = value for each `-O a.b=value`, creating missing mappings; list items are
+    addressed by index."""
     for text in overrides:
         key, sep, raw = text.partition("=")
         parts = re.sub(r"\[(\d+)\]", r".\1", key.strip()).split(".")
         if not sep or not all(parts):
             raise UsageError(f"-O {text!r} is not KEY.PATH=VALUE, e.g. -O benchmarks.0.repeats=5")
-        path = _set_path(data, parts, _override_value(raw), text)
+        node: Any = data
+        path: list[PathSeg] = []
+        for i, part in enumerate(parts):
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise UsageError(
+                        f"-O {text}: {format_path(path)} is a list of {len(node)}; index it with 0..{len(node) - 1}"
+                        if node
+                        else f"-O {text}: {format_path(path)} is an empty list"
+                    )
+                step: PathSeg = int(part)
+            elif isinstance(node, dict):
+                step = part
+            else:
+                raise UsageError(f"-O {text}: {format_path(path)} is {kind(node)}, not a mapping or list")
+            path.append(step)
+            if i == len(parts) - 1:
+                node[step] = _override_value(raw)
+            else:
+                if isinstance(node, dict) and node.get(step) is None:
+                    node[step] = {}
+                node = node[step]
         where.origins[format_path(path)] = text
-
-
-def _set_path(data: dict[str, Any], parts: list[str], value: Any, text: str) -> list[PathSeg]:
-    """Set data[a][b]… = value, creating missing mappings; list items are addressed by index."""
-    node: Any = data
-    path: list[PathSeg] = []
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise UsageError(
-                    f"-O {text}: {format_path(path)} is a list of {len(node)}; index it with 0..{len(node) - 1}"
-                    if node
-                    else f"-O {text}: {format_path(path)} is an empty list"
-                )
-            step: PathSeg = int(part)
-        elif isinstance(node, dict):
-            step = part
-            if not last and node.get(part) is None:
-                node[part] = {}
-        else:
-            raise UsageError(f"-O {text}: {format_path(path)} is {kind(node)}, not a mapping or list")
-        path.append(step)
-        if last:
-            node[step] = value
-        else:
-            node = node[step]
-    return path
 
 
 def parse_key_values(pairs: tuple[str, ...] | list[str], flag: str, example: str) -> dict[str, Any]:

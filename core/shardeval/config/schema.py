@@ -100,14 +100,10 @@ class ServiceConfig(_Section):
     unreachable_after: NonNegativeInt = 8
 
     def identity(self) -> dict[str, Any] | None:
-        """The keys of this service that change results: the model, its weights and the engine
-        settings that change what it answers. They join the run's identity (the config hash), so
-        a resume or merge across a change is refused. Never ports, hosts, keys or timeouts.
-
-        Every service plugin overrides this. The default, None, means "not declared": then every
-        key of the plugin's own section counts (a port change refuses a resume too: safe, never
-        mixed), and the plugin is named in a warning when plugins load.
-        """
+        """The keys that change results (the model, its weights, engine settings that change its
+        answers; never ports, hosts, keys or timeouts): they join the config hash, so a resume or
+        merge across a change is refused. None, "not declared": every key of the section counts
+        (safe, never mixed) and the plugin is named in a warning; see docs/plugins.md."""
         return None
 
     def gpus(self) -> int:
@@ -126,9 +122,8 @@ class ServiceConfig(_Section):
         return False
 
     def served_model(self) -> str | None:
-        """The model name requests carry, known before the service starts: quick mode keeps it
-        when `--model-url` turns the service into one that reaches a running server. None: the
-        config does not say."""
+        """The model name requests carry, as the config says it (None: it does not): quick mode
+        keeps it when `--model-url` turns the service into one that reaches a running server."""
         return None
 
     def launch_line(self, command: list[str]) -> str:
