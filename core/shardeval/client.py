@@ -333,8 +333,7 @@ class _Watchdog:
         self._first = timeouts.first_token
         self._idle = timeouts.idle
         self._total = timeouts.total
-        self.start = start
-        self.last = start
+        self.start = self.last = start
         self.phase = _FIRST
         self.expired: str | None = None
         self._when = min(self._deadline()[0], start + self._idle)

@@ -239,8 +239,7 @@ class ShardRun:
             provenance=collect_provenance(),
         )
         try:  # preparing the output: what fails here is the output directory (one line, exit 2 or 1)
-            # become the one writer of out_dir (refused in one line naming the holder, exit 2) and
-            # start proving it is alive, before anything in it is read, moved or written
+            # become its one writer (another is refused, named) before anything in it is read or moved
             make_output_dir(self.out_dir)
             self._lease = ShardLease(self.out_dir)
             self._lease.acquire()
@@ -292,9 +291,7 @@ class ShardRun:
                 self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
         for plan, tally in zip(plans, tallies):
             print_summary(plan, tally, self.shard, manifest.finished_at - manifest.started_at)
-        if self.stopping:
-            return 143 if self.stopping == "SIGTERM" else 130
-        return 0
+        return (143 if self.stopping == "SIGTERM" else 130) if self.stopping else 0
 
     async def _start_services(self, plans: list[BenchmarkPlan], stack: AsyncExitStack) -> dict[str, ServiceHandle]:
         """Start (or locate) every service the plans use. A stop signal abandons a start-up at once
@@ -302,10 +299,7 @@ class ShardRun:
         server being started is stopped, and run() sees `stopping` before using any handle."""
         ctx = ServiceContext(os.path.join(self.out_dir, LOGS_DIR), self.shard.idx, self.shard.total)
         handles: dict[str, ServiceHandle] = {}
-        for plan in plans:
-            name = plan.config.solver.service
-            if name in handles:
-                continue
+        for name in dict.fromkeys(plan.config.solver.service for plan in plans):  # each once, in order
             handle = await self._unless_stopped(self._start_service(name, plans, stack, ctx))
             if handle is None:
                 break
@@ -460,8 +454,13 @@ class ShardRun:
                     record = await loop.run_in_executor(scorer, make_record, *args) if scorer else make_record(*args)
                     return record, encode_line(record), trajectory(problem, repeat, record, attempt.messages, attempt.request)
                 except Exception as exc:  # CancelledError is not an Exception: a cancel still cancels
+                    # an error of kind `internal`: the exception (type and message, key scrubbed), never
+                    # scored, with what the request got if it got that far
                     message = handle.client.scrub(f"{type(exc).__name__}: {exc}")
-                    record = internal_record(plan, problem, repeat, seed, self.shard.idx, message, attempt)
+                    c = getattr(attempt, "completion", None)
+                    c = c if isinstance(c, Completion) else Completion(status="error", started_at=time.time())
+                    c = msgspec.structs.replace(c, status="error", error_kind="internal", error=message)
+                    record = make_record(plan, problem, repeat, seed, c, self.shard.idx)
                     if not tally.errors["internal"]:  # the first is logged (a record is counted as it is written)
                         log.warning("%s: problem %s repeat %d: %s; recorded as an `internal` error, asked again on rerun "
                                     "(later ones are counted in the summary)", plan.name, problem.id, repeat, message)
@@ -554,11 +553,10 @@ class ShardRun:
         that are not its own (another run's or shard's: those cells are asked again). Returns ok count."""
         for path in (results_path, traj_path):
             try:
-                sealed = seal_torn_tail(path)
+                if seal_torn_tail(path):
+                    log.warning("%s: its last line was cut off by an interrupted write; it is ignored", path)
             except OSError as exc:
                 raise os_error(exc, "seal the torn last line of") from None
-            if sealed:
-                log.warning("%s: its last line was cut off by an interrupted write; it is ignored", path)
         report = ReadReport(results_path)
         for _, _, record in own_records(results_path, own, report):
             current = tally.status[tally.slot(record.problem_idx, record.repeat)]
@@ -671,16 +669,6 @@ def make_record(
         if extra:
             record.scores = {**record.scores, **extra}
     return record
-
-
-def internal_record(
-    plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, shard: int, message: str, attempt: object = None
-) -> ResultRecord:
-    """The record of a pair whose handling raised: an error of kind `internal` with the exception
-    (type and message, key scrubbed), never scored; what the request got, if it got that far."""
-    c = getattr(attempt, "completion", None)
-    c = c if isinstance(c, Completion) else Completion(status="error", started_at=time.time())
-    return make_record(plan, problem, repeat, seed, msgspec.structs.replace(c, status="error", error_kind="internal", error=message), shard)
 
 
 def missing_pairs(plans: list[BenchmarkPlan], tallies: list[Tally]) -> str | None:
