@@ -226,9 +226,6 @@ class _Failure(Exception):
         self.latency_s: float | None = None
 
 
-# --- helpers (pure, unit-tested) ----------------------------------------------------------------
-
-
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP-date; else None."""
     ms = _finite(headers.get("retry-after-ms"))
@@ -309,9 +306,7 @@ def _own_cancel(task: asyncio.Task[object] | None) -> bool:
     return True  # Python 3.10 cannot tell; a simultaneous outside cancel reads as our timeout
 
 
-# --- the watchdog ------------------------------------------------------------------------------
-
-_FIRST, _IDLE, _DRAIN = 0, 1, 2
+_FIRST, _IDLE, _DRAIN = 0, 1, 2  # the watchdog's phases
 
 
 class _Watchdog:
@@ -379,9 +374,6 @@ class _Watchdog:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-
-
-# --- one attempt's accumulated state ------------------------------------------------------------
 
 
 class _Reading:
@@ -453,8 +445,7 @@ class _Reading:
             self.pieces.append(text)
         lp = choice.logprobs
         if lp is not None and lp.tokens is not None:
-            n = len(lp.tokens)
-            if (lp.token_logprobs is not None and len(lp.token_logprobs) != n) or (lp.text_offset is not None and len(lp.text_offset) != n):
+            if len({len(x) for x in (lp.tokens, lp.token_logprobs, lp.text_offset) if x is not None}) > 1:
                 raise _Failure("protocol", f"logprobs lists of different lengths (tokens, token_logprobs, text_offset): {_snippet(data)}")
             self.logprobs = lp
         self.finish_reason = choice.finish_reason
@@ -491,9 +482,6 @@ def _too_large(limit: int, received: int) -> _Failure:
 def _snippet(data: bytes | bytearray, limit: int = 200) -> str:
     text = bytes(data[:limit]).decode("utf-8", "replace")
     return repr(text) + ("…" if len(data) > limit else "")
-
-
-# --- the client ---------------------------------------------------------------------------------
 
 
 class Client:

@@ -194,8 +194,6 @@ class ShardRun:
         # holds the lines until logs/shard.log can open (`_open_log`), then that file
         self._log: logging.Handler = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.CRITICAL + 1)
 
-    # -- lifecycle -------------------------------------------------------------------------------
-
     async def run(self) -> int:
         """Run the shard (`_run`); whatever happens, then close its log and give up the directory.
 
@@ -392,13 +390,9 @@ class ShardRun:
         self._drain_timer = None
         pending = sum(not task.done() for task in self._inflight)
         if pending:
-            log.warning(
-                "%d request(s) still unfinished %g s after %s: cancelled; a rerun will ask them again",
-                pending, self.config.output.drain_timeout_s, signame,
-            )
+            log.warning("%d request(s) still unfinished %g s after %s: cancelled; a rerun will ask them again",
+                        pending, self.config.output.drain_timeout_s, signame)
         self._cancel_inflight()
-
-    # -- one benchmark ---------------------------------------------------------------------------
 
     async def _run_benchmark(self, plan: BenchmarkPlan, handle: ServiceHandle, own: Membership) -> Tally:
         """Ask every pair of the shard's share not yet answered; `own` says which records on disk are

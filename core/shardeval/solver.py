@@ -104,9 +104,6 @@ class SimpleSolver:
         return Attempt(completion=completion, messages=turns, request=request)
 
 
-# --- log-likelihood scoring ----------------------------------------------------------------------
-
-
 def default_labels(n: int) -> list[str]:
     """A, B, C, … for n choices (AA, AB, … past Z, which no benchmark needs but nothing breaks)."""
     letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -148,24 +145,16 @@ def span_logprobs(
             f"for a prompt of {prompt_len} characters"
         )
     shift = offsets[n - 1] + len(tokens[n - 1]) - prompt_len
-    out_tokens: list[str] = []
-    out_logprobs: list[float] = []
-    for i in range(n):
-        if offsets[i] - shift < start:
-            continue
-        lp = logprobs[i]
-        if lp is None:
-            if i == 0:
-                continue
-            raise ValueError(f"the server sent no logprob for prompt token {i} ({tokens[i]!r})")
-        out_tokens.append(tokens[i])
-        out_logprobs.append(float(lp))
-    if not out_tokens and not allow_empty:
+    span = [i for i in range(n) if offsets[i] - shift >= start and (i or logprobs[0] is not None)]
+    missing = next((i for i in span if logprobs[i] is None), None)
+    if missing is not None:
+        raise ValueError(f"the server sent no logprob for prompt token {missing} ({tokens[missing]!r})")
+    if not span and not allow_empty:
         raise ValueError(
             f"no scored token starts at or after character {start} of the prompt (the tokenizer merged the continuation "
             "into the context, or the text to score is a single token with nothing before it)"
         )
-    return out_tokens, out_logprobs
+    return [tokens[i] for i in span], [float(logprobs[i]) for i in span]  # type: ignore[arg-type]
 
 
 def rolling_windows(text: str, max_chars: int | None, context_chars: int) -> list[tuple[int, int, int]]:
