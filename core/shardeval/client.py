@@ -67,6 +67,7 @@ import os
 import random
 import sys
 import time
+from contextlib import suppress
 from typing import Any, Literal, Mapping
 
 import aiohttp
@@ -229,10 +230,8 @@ class _Failure(Exception):
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP-date; else None."""
     ms = _finite(headers.get("retry-after-ms"))
-    if ms is not None:
-        return max(0.0, ms / 1000.0)
     raw = (headers.get("Retry-After") or "").strip()
-    seconds = _finite(raw)
+    seconds = ms / 1000.0 if ms is not None else _finite(raw)
     if seconds is not None:
         return max(0.0, seconds)
     try:  # an HTTP-date (GMT when it names no zone); "nan", "soon" and the like raise here
@@ -362,10 +361,7 @@ class _Watchdog:
     def drain(self) -> None:
         """[DONE] arrived: allow the body only a short while to end."""
         self.phase = _DRAIN
-        if self._handle is None:
-            return
-        when = self._deadline()[0]
-        if when < self._when:
+        if self._handle is not None and (when := self._deadline()[0]) < self._when:
             self._handle.cancel()
             self._when = when
             self._handle = self._loop.call_at(when, self._check)
@@ -744,13 +740,11 @@ class Client:
         """The server's error message from a non-2xx response (first 64 KiB), for Completion.error."""
         buf = bytearray()
         clock = watchdog._loop.time
-        try:
+        with suppress(aiohttp.ClientError, OSError):  # the status alone is enough to classify it
             while len(buf) < _ERROR_BODY_BYTES:
                 chunk = await resp.content.read(_ERROR_BODY_BYTES - len(buf))
                 if not chunk:
                     break
                 watchdog.last = clock()
                 buf += chunk
-        except (aiohttp.ClientError, OSError):
-            pass  # the status alone is enough to classify it
         return _detail(bytes(buf))

@@ -113,11 +113,8 @@ class Tally:
     def __post_init__(self) -> None:
         self.status = bytearray(self.n_problems * self.repeats)
 
-    def slot(self, problem_idx: int, repeat: int) -> int:
-        return problem_idx * self.repeats + repeat
-
     def add(self, record: ResultRecord, fresh: bool = True) -> None:
-        self.status[self.slot(record.problem_idx, record.repeat)] = OK if record.status == "ok" else ERROR
+        self.status[record.problem_idx * self.repeats + record.repeat] = OK if record.status == "ok" else ERROR
         if record.status == "ok":
             if record.score is not None:
                 self.score_sum += record.score
@@ -191,7 +188,7 @@ class ShardRun:
         self._stop_signal: asyncio.Future[None] | None = None  # done at the first stop signal
         self._drain_timer: asyncio.TimerHandle | None = None  # drain_timeout_s after that signal
         self._window: asyncio.Semaphore | None = None  # the benchmark being dispatched: its request places
-        # holds the lines until logs/shard.log can open (`_open_log`), then that file
+        # holds the lines until logs/shard.log can open (in `_run`), then that file
         self._log: logging.Handler = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.CRITICAL + 1)
 
     async def run(self) -> int:
@@ -245,7 +242,14 @@ class ShardRun:
             if resumed is not None:
                 manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
             os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
-            self._open_log()
+            # logs/shard.log opens now, after --fresh moved an earlier run's logs aside, and gets the lines held so far
+            handler = QuietFileHandler(os.path.join(self.out_dir, LOGS_DIR, "shard.log"))
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            early, self._log = self._log, handler
+            early.setTarget(handler)  # type: ignore[attr-defined]
+            early.flush()
+            log.removeHandler(early)
+            log.addHandler(handler)
             write_manifest(self.out_dir, manifest)
         except OSError as exc:
             raise os_error(exc, "write", alternative="give another output directory with -o") from None
@@ -337,17 +341,6 @@ class ShardRun:
             if task.cancelled():
                 return None
         return task.result()
-
-    def _open_log(self) -> None:
-        """Open logs/shard.log now, after --fresh moved an earlier run's logs into superseded/,
-        and hand it the lines logged before."""
-        handler = QuietFileHandler(os.path.join(self.out_dir, LOGS_DIR, "shard.log"))
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        early, self._log = self._log, handler
-        early.setTarget(handler)  # type: ignore[union-attr]
-        early.flush()
-        log.removeHandler(early)
-        log.addHandler(handler)
 
     async def _watch_service(self, process: ServerProcess) -> None:
         """Fail fast when a server this shard launched dies mid-run (OOM, a crash, someone's kill).
@@ -553,7 +546,7 @@ class ShardRun:
                 raise os_error(exc, "seal the torn last line of") from None
         report = ReadReport(results_path)
         for _, _, record in own_records(results_path, own, report):
-            current = tally.status[tally.slot(record.problem_idx, record.repeat)]
+            current = tally.status[record.problem_idx * tally.repeats + record.repeat]
             if decide(current, record.status == "ok") in (TAKE, SUPERSEDE):  # shardeval.standing's rule
                 tally.add(record, fresh=False)
         if report.bad_lines or report.foreign:
@@ -594,10 +587,8 @@ def append_line(f, data: bytes) -> None:
             written += n
     except OSError:
         if written:
-            try:
+            with suppress(OSError):  # a torn tail left behind is skipped on read and sealed on resume
                 os.ftruncate(f.fileno(), os.fstat(f.fileno()).st_size - written)
-            except OSError:
-                pass  # a torn tail left behind is skipped on read and sealed on resume
         raise
 
 

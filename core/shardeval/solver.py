@@ -61,14 +61,9 @@ def generation_params(gen: Generation) -> dict[str, Any]:
 
 def conversation(config: SolverConfig, problem: Problem) -> list[dict[str, str]]:
     """The turns sent for `problem`: the optional system prompt, then the problem's own."""
-    messages: list[dict[str, str]] = []
-    if config.system_prompt:
-        messages.append({"role": "system", "content": config.system_prompt})
-    if problem.messages is not None:
-        messages.extend(problem.messages)
-    else:
-        messages.append({"role": "user", "content": problem.prompt or ""})
-    return messages
+    system = [{"role": "system", "content": config.system_prompt}] if config.system_prompt else []
+    turns = problem.messages if problem.messages is not None else [{"role": "user", "content": problem.prompt or ""}]
+    return [*system, *turns]
 
 
 class SimpleSolver:
