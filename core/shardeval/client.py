@@ -263,13 +263,9 @@ def backoff_delay(retry: int, base: float, maximum: float, retry_after: float | 
 def _status_failure(status: int | None, text: str, retry_after: float | None = None, other: ErrorKind = "server_error") -> _Failure:
     """408 and 429 are retried as `timeout` and `rate_limited`; another 4xx is `client`, not
     retried; anything else is retried as `other`."""
-    if status == 429:
-        return _Failure("rate_limited", text, retry_after=retry_after)
-    if status == 408:
-        return _Failure("timeout", text, retry_after=retry_after)
-    if status is not None and 400 <= status < 500:
+    if status is not None and 400 <= status < 500 and status not in (408, 429):
         return _Failure("client", text, retryable=False)
-    return _Failure(other, text, retry_after=retry_after)
+    return _Failure({429: "rate_limited", 408: "timeout"}.get(status, other), text, retry_after=retry_after)  # type: ignore[arg-type]
 
 
 def _error_event(msg: _Chunk) -> _Failure:
