@@ -234,7 +234,7 @@ class ShardRun:
             provenance=collect_provenance(),
         )
         try:  # preparing the output: what fails here is the output directory (one line, exit 2 or 1)
-            # become its one writer (another is refused, named) before anything in it is read or moved
+            # become its one writer (a second is refused, naming the holder) before anything in it is read
             make_output_dir(self.out_dir)
             self._lease = ShardLease(self.out_dir)
             self._lease.acquire()
