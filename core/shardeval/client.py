@@ -5,11 +5,9 @@ choice keeps its text (`delta.content` / `message.content` versus `text`), which
 below reads uniformly. A caller may pick the protocol and streaming per request (the
 log-likelihood solver asks `/v1/completions`, unstreamed, whatever the service's own protocol).
 
-Log-probabilities: a non-streamed completions response's `choices[0].logprobs` (`tokens`,
-`token_logprobs`, `text_offset`) lands in `Completion.prompt_tokens_text`, `.prompt_logprobs` and
-`.text_offsets`. With `echo: true` these cover the prompt's tokens (the first one's logprob is
-null: nothing precedes it) followed by any generated ones. Only whole bodies are decoded with the
-logprobs Struct; the streaming hot path never looks at logprobs.
+Log-probabilities: a non-streamed completions response's `choices[0].logprobs` lands in the
+Completion's `prompt_tokens_text`, `prompt_logprobs` and `text_offsets` (see there). Only whole
+bodies are decoded with the logprobs Struct; the streaming hot path never looks at logprobs.
 
 Failures are data, not exceptions: after the last attempt the Completion says `status="error"`
 with a typed `error_kind`, so the runner can record it and the merge can count it apart from
@@ -26,9 +24,8 @@ Timeouts (all from `ServiceConfig.timeouts`, seconds)
                  lines, events with no choice (`{"choices": []}`, `{}`). So a stream that keeps
                  producing runs for as long as it needs, and one that only pings times out.
     total        optional cap on one attempt (None: no cap).
-    One lazy watchdog timer per attempt enforces them: each chunk only stores a timestamp, and
-    the timer, when it fires, re-arms itself at the next deadline instead of being reset per
-    chunk. No task is created per chunk (asyncio.wait_for creates one on Python < 3.12).
+    One lazy watchdog timer per attempt enforces them (`_Watchdog`), never a task per chunk (as
+    asyncio.wait_for would create on Python < 3.12).
 
 Size (`ServiceConfig.max_response_bytes`)
     The body bytes one attempt may receive (SSE framing included). Past it the attempt ends as
@@ -63,12 +60,14 @@ from __future__ import annotations
 import asyncio
 import datetime
 import email.utils
+import itertools
 import logging
 import math
 import os
 import random
 import sys
 import time
+from contextlib import suppress
 from typing import Any, Literal, Mapping
 
 import aiohttp
@@ -114,8 +113,9 @@ class Completion(msgspec.Struct, kw_only=True):
     error_kind: str | None = None  # timeout | rate_limited | server_error | connection | protocol | client | too_large
     error: str | None = None
     queued_s: float = 0.0  # waiting for a concurrency slot: client-side queueing, apart from the server
-    # From a non-streamed completions response's `logprobs` (None when the server sent none):
-    prompt_logprobs: list[float | None] | None = None  # `token_logprobs`; with echo, the prompt's first
+    # From a non-streamed completions response's `logprobs` (None when the server sent none); with
+    # `echo: true` they cover the prompt's tokens, then any generated ones:
+    prompt_logprobs: list[float | None] | None = None  # `token_logprobs`; the prompt's first is null (nothing precedes it)
     prompt_tokens_text: list[str] | None = None  # `tokens`, as text
     text_offsets: list[int] | None = None  # `text_offset`: where each token starts in `choices[0].text`
 
@@ -227,16 +227,11 @@ class _Failure(Exception):
         self.latency_s: float | None = None
 
 
-# --- helpers (pure, unit-tested) ----------------------------------------------------------------
-
-
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP-date; else None."""
     ms = _finite(headers.get("retry-after-ms"))
-    if ms is not None:
-        return max(0.0, ms / 1000.0)
     raw = (headers.get("Retry-After") or "").strip()
-    seconds = _finite(raw)
+    seconds = ms / 1000.0 if ms is not None else _finite(raw)
     if seconds is not None:
         return max(0.0, seconds)
     try:  # an HTTP-date (GMT when it names no zone); "nan", "soon" and the like raise here
@@ -268,13 +263,9 @@ def backoff_delay(retry: int, base: float, maximum: float, retry_after: float | 
 def _status_failure(status: int | None, text: str, retry_after: float | None = None, other: ErrorKind = "server_error") -> _Failure:
     """408 and 429 are retried as `timeout` and `rate_limited`; another 4xx is `client`, not
     retried; anything else is retried as `other`."""
-    if status == 429:
-        return _Failure("rate_limited", text, retry_after=retry_after)
-    if status == 408:
-        return _Failure("timeout", text, retry_after=retry_after)
-    if status is not None and 400 <= status < 500:
+    if status is not None and 400 <= status < 500 and status not in (408, 429):
         return _Failure("client", text, retryable=False)
-    return _Failure(other, text, retry_after=retry_after)
+    return _Failure({429: "rate_limited", 408: "timeout"}.get(status, other), text, retry_after=retry_after)  # type: ignore[arg-type]
 
 
 def _error_event(msg: _Chunk) -> _Failure:
@@ -286,31 +277,21 @@ def _error_event(msg: _Chunk) -> _Failure:
         message, code = err.message or err.type or "error", err.code
     else:
         message, code = msg.message or "error", msg.code
-    if isinstance(code, str) and code.isdigit() and len(code) == 3:
-        status: int | None = int(code)
-    else:
-        status = code if isinstance(code, int) and 100 <= code < 600 else None
+    # only 408, 429 and the other 4xx decide the kind: a 3-digit string counts as its number
+    status = int(code) if isinstance(code, str) and code.isdigit() and len(code) == 3 else code if isinstance(code, int) else None
     return _status_failure(status, "error event in response" + (f" (code {code})" if code is not None else "") + f": {message}")
 
 
 def _detail(body: bytes) -> str:
     """The human part of an error body: error.message, message, detail, or the raw text."""
-    text = ""
     try:
         obj = msgspec.json.decode(body)
     except _UNDECODABLE:  # only shown: invalid UTF-8 becomes replacement characters, the message stays
         obj = _decode_replacing(msgspec.json.decode, body)
-    if isinstance(obj, dict):
-        err = obj.get("error")
-        if isinstance(err, dict):
-            text = str(err.get("message") or err)
-        elif err:
-            text = str(err)
-        else:
-            text = str(obj.get("message") or obj.get("detail") or "")
-    if not text:
-        text = body.decode("utf-8", "replace")
-    return " ".join(text.split())
+    obj = obj if isinstance(obj, dict) else {}
+    err = obj.get("error")
+    text = str(err.get("message") or err if isinstance(err, dict) else err or obj.get("message") or obj.get("detail") or "")
+    return " ".join((text or body.decode("utf-8", "replace")).split())
 
 
 def _own_cancel(task: asyncio.Task[object] | None) -> bool:
@@ -320,9 +301,7 @@ def _own_cancel(task: asyncio.Task[object] | None) -> bool:
     return True  # Python 3.10 cannot tell; a simultaneous outside cancel reads as our timeout
 
 
-# --- the watchdog ------------------------------------------------------------------------------
-
-_FIRST, _IDLE, _DRAIN = 0, 1, 2
+_FIRST, _IDLE, _DRAIN = 0, 1, 2  # the watchdog's phases
 
 
 class _Watchdog:
@@ -344,8 +323,7 @@ class _Watchdog:
         self._first = timeouts.first_token
         self._idle = timeouts.idle
         self._total = timeouts.total
-        self.start = start
-        self.last = start
+        self.start = self.last = start
         self.phase = _FIRST
         self.expired: str | None = None
         self._when = min(self._deadline()[0], start + self._idle)
@@ -376,17 +354,10 @@ class _Watchdog:
         self._when = when
         self._handle = self._loop.call_at(when, self._check)
 
-    def idle(self) -> None:
-        """The first token arrived: from now on only gaps count (the pending check is early enough)."""
-        self.phase = _IDLE
-
     def drain(self) -> None:
         """[DONE] arrived: allow the body only a short while to end."""
         self.phase = _DRAIN
-        if self._handle is None:
-            return
-        when = self._deadline()[0]
-        if when < self._when:
+        if self._handle is not None and (when := self._deadline()[0]) < self._when:
             self._handle.cancel()
             self._when = when
             self._handle = self._loop.call_at(when, self._check)
@@ -395,9 +366,6 @@ class _Watchdog:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-
-
-# --- one attempt's accumulated state ------------------------------------------------------------
 
 
 class _Reading:
@@ -469,8 +437,7 @@ class _Reading:
             self.pieces.append(text)
         lp = choice.logprobs
         if lp is not None and lp.tokens is not None:
-            n = len(lp.tokens)
-            if (lp.token_logprobs is not None and len(lp.token_logprobs) != n) or (lp.text_offset is not None and len(lp.text_offset) != n):
+            if len({len(x) for x in (lp.tokens, lp.token_logprobs, lp.text_offset) if x is not None}) > 1:
                 raise _Failure("protocol", f"logprobs lists of different lengths (tokens, token_logprobs, text_offset): {_snippet(data)}")
             self.logprobs = lp
         self.finish_reason = choice.finish_reason
@@ -509,9 +476,6 @@ def _snippet(data: bytes | bytearray, limit: int = 200) -> str:
     return repr(text) + ("…" if len(data) > limit else "")
 
 
-# --- the client ---------------------------------------------------------------------------------
-
-
 class Client:
     """One per shard: a pooled aiohttp session plus the retry and timeout policy of a service."""
 
@@ -539,9 +503,8 @@ class Client:
         return f"Client({self._url!r}, protocol={self.endpoint.protocol!r}, pool_size={self.pool_size})"
 
     async def __aenter__(self) -> Client:
-        connector = aiohttp.TCPConnector(limit=self.pool_size, keepalive_timeout=KEEPALIVE_S)
         self._session = aiohttp.ClientSession(
-            connector=connector,
+            connector=aiohttp.TCPConnector(limit=self.pool_size, keepalive_timeout=KEEPALIVE_S),
             headers=self._headers,
             timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=self.config.timeouts.connect, sock_read=None),
             cookie_jar=aiohttp.DummyCookieJar(),
@@ -629,11 +592,8 @@ class Client:
         retries = self.config.retries
         attempts = max(1, retries.attempts)
         loop = asyncio.get_running_loop()
-        started_at = 0.0
-        queued = 0.0
-        attempt = 0
-        while True:
-            attempt += 1
+        started_at = queued = 0.0
+        for attempt in itertools.count(1):
             if slots is not None:
                 waited_from = loop.time()
                 await slots.acquire()
@@ -733,9 +693,9 @@ class Client:
                 handle(data, now)
             if reading.progress != progress:  # content, not a keep-alive: the idle clock restarts
                 watchdog.last = now
-                if waiting_first:
+                if waiting_first:  # the first token: from now on only gaps count (the pending check is early enough)
                     waiting_first = False
-                    watchdog.idle()
+                    watchdog.phase = _IDLE
             if reading.done:
                 if at_eof():  # the usual case: [DONE] and the end of the body came together
                     break
@@ -768,7 +728,7 @@ class Client:
                 raise _too_large(limit, len(buf) + len(chunk))
             watchdog.last = clock()
             if not buf:
-                watchdog.idle()
+                watchdog.phase = _IDLE
             buf += chunk
         reading.body(bytes(buf), clock())
 
@@ -776,13 +736,11 @@ class Client:
         """The server's error message from a non-2xx response (first 64 KiB), for Completion.error."""
         buf = bytearray()
         clock = watchdog._loop.time
-        try:
+        with suppress(aiohttp.ClientError, OSError):  # the status alone is enough to classify it
             while len(buf) < _ERROR_BODY_BYTES:
                 chunk = await resp.content.read(_ERROR_BODY_BYTES - len(buf))
                 if not chunk:
                     break
                 watchdog.last = clock()
                 buf += chunk
-        except (aiohttp.ClientError, OSError):
-            pass  # the status alone is enough to classify it
         return _detail(bytes(buf))

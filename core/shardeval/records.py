@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Type, TypeVar
 
 from shardeval.atomic import atomic_write
-from shardeval.errors import os_error
+from shardeval.errors import UsageError, os_error
 import msgspec
 
 RESULTS_FILE = "results.jsonl"
@@ -219,7 +219,6 @@ def scan_lines(path: str, kind: Type[T], report: ReadReport) -> Iterator[tuple[i
         return
     except OSError as exc:
         raise os_error(exc, "read", fix="check that it is a readable file, or move it aside") from None
-    bad = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, ValueError, RecursionError)
     offset = lineno = n_read = 0
     try:
         with f:
@@ -233,7 +232,7 @@ def scan_lines(path: str, kind: Type[T], report: ReadReport) -> Iterator[tuple[i
                     break
                 try:
                     record = decode(line)
-                except bad:
+                except (ValueError, RecursionError):  # msgspec's errors and invalid UTF-8 are ValueErrors
                     if line.strip():  # a blank line is no record, and no damage either
                         report.bad_lines.append(lineno)
                         report.bad_offsets.append(start)
@@ -288,9 +287,5 @@ def read_manifest(out_dir: str) -> Manifest | None:
         raise os_error(exc, "read", fix="check that it is a readable file") from None
     try:
         return msgspec.json.decode(data, type=Manifest)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, ValueError) as exc:
-        from shardeval.errors import UsageError
-
-        raise UsageError(
-            f"{path} is not a valid shardeval manifest ({exc}); move that directory aside or pass --fresh"
-        ) from None
+    except ValueError as exc:  # msgspec's errors and invalid UTF-8 are ValueErrors
+        raise UsageError(f"{path} is not a valid shardeval manifest ({exc}); move that directory aside or pass --fresh") from None

@@ -18,7 +18,7 @@ import time
 from array import array
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from typing import Awaitable, Iterator, TypeVar
 
@@ -44,6 +44,7 @@ from shardeval.records import (
     ResultRecord,
     TrajectoryRecord,
     encode_line,
+    pretty_json,
     run_id,
     seal_torn_tail,
     write_manifest,
@@ -60,7 +61,6 @@ from shardeval.solver import ServiceHandle, Solver
 
 log = logging.getLogger("shardeval")
 T = TypeVar("T")
-
 
 
 @dataclass
@@ -113,11 +113,8 @@ class Tally:
     def __post_init__(self) -> None:
         self.status = bytearray(self.n_problems * self.repeats)
 
-    def slot(self, problem_idx: int, repeat: int) -> int:
-        return problem_idx * self.repeats + repeat
-
     def add(self, record: ResultRecord, fresh: bool = True) -> None:
-        self.status[self.slot(record.problem_idx, record.repeat)] = OK if record.status == "ok" else ERROR
+        self.status[record.problem_idx * self.repeats + record.repeat] = OK if record.status == "ok" else ERROR
         if record.status == "ok":
             if record.score is not None:
                 self.score_sum += record.score
@@ -191,10 +188,8 @@ class ShardRun:
         self._stop_signal: asyncio.Future[None] | None = None  # done at the first stop signal
         self._drain_timer: asyncio.TimerHandle | None = None  # drain_timeout_s after that signal
         self._window: asyncio.Semaphore | None = None  # the benchmark being dispatched: its request places
-        self._early_log: logging.handlers.MemoryHandler | None = None  # lines before logs/ can open
-        self._log_file: logging.Handler | None = None
-
-    # -- lifecycle -------------------------------------------------------------------------------
+        # holds the lines until logs/shard.log can open (in `_run`), then that file
+        self._log: logging.Handler = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.CRITICAL + 1)
 
     async def run(self) -> int:
         """Run the shard (`_run`); whatever happens, then close its log and give up the directory.
@@ -202,20 +197,27 @@ class ShardRun:
         Stop signals are handled from the first moment; log lines are held in memory until
         logs/shard.log can be opened (after --fresh has moved an earlier run's logs aside).
         """
-        self._early_log = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.CRITICAL + 1)
-        log.addHandler(self._early_log)
-        self._install_signal_handlers()
+        log.addHandler(self._log)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with suppress(NotImplementedError, RuntimeError):  # not the main thread (e.g. a Ray worker)
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                self._stop_signal = self._stop_signal or loop.create_future()
         try:
             return await self._run()
         except ShardError as exc:
             log.error("shard %d/%d failed: %s", self.shard.idx, self.shard.total, exc)
             raise
         finally:
-            self._remove_signal_handlers()
-            self._close_log()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+            if self._drain_timer is not None:
+                self._drain_timer.cancel()
+            log.removeHandler(self._log)
+            self._log.close()
             if self._lease is not None:
                 self._lease.release()
-                self._lease = None
 
     async def _run(self) -> int:
         plans = plan_benchmarks(self.config, self.shard)
@@ -232,12 +234,22 @@ class ShardRun:
             provenance=collect_provenance(),
         )
         try:  # preparing the output: what fails here is the output directory (one line, exit 2 or 1)
-            self._claim_directory()
+            # become its one writer (a second is refused, naming the holder) before anything in it is read
+            make_output_dir(self.out_dir)
+            self._lease = ShardLease(self.out_dir)
+            self._lease.acquire()
             resumed = prepare_output_dir(self.out_dir, manifest, self.fresh)
             if resumed is not None:
                 manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
             os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
-            self._open_log()
+            # logs/shard.log opens now, after --fresh moved an earlier run's logs aside, and gets the lines held so far
+            handler = QuietFileHandler(os.path.join(self.out_dir, LOGS_DIR, "shard.log"))
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            early, self._log = self._log, handler
+            early.setTarget(handler)  # type: ignore[attr-defined]
+            early.flush()
+            log.removeHandler(early)
+            log.addHandler(handler)
             write_manifest(self.out_dir, manifest)
         except OSError as exc:
             raise os_error(exc, "write", alternative="give another output directory with -o") from None
@@ -281,22 +293,15 @@ class ShardRun:
                 self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
         for plan, tally in zip(plans, tallies):
             print_summary(plan, tally, self.shard, manifest.finished_at - manifest.started_at)
-        if self.stopping:
-            return 143 if self.stopping == "SIGTERM" else 130
-        return 0
+        return (143 if self.stopping == "SIGTERM" else 130) if self.stopping else 0
 
     async def _start_services(self, plans: list[BenchmarkPlan], stack: AsyncExitStack) -> dict[str, ServiceHandle]:
         """Start (or locate) every service the plans use. A stop signal abandons a start-up at once
         (a server loading weights may take many minutes): the handles so far are returned, the
         server being started is stopped, and run() sees `stopping` before using any handle."""
-        ctx = ServiceContext(
-            logs_dir=os.path.join(self.out_dir, LOGS_DIR), shard_idx=self.shard.idx, total_shards=self.shard.total
-        )
+        ctx = ServiceContext(os.path.join(self.out_dir, LOGS_DIR), self.shard.idx, self.shard.total)
         handles: dict[str, ServiceHandle] = {}
-        for plan in plans:
-            name = plan.config.solver.service
-            if name in handles:
-                continue
+        for name in dict.fromkeys(plan.config.solver.service for plan in plans):  # each once, in order
             handle = await self._unless_stopped(self._start_service(name, plans, stack, ctx))
             if handle is None:
                 break
@@ -337,34 +342,6 @@ class ShardRun:
                 return None
         return task.result()
 
-    def _claim_directory(self) -> None:
-        """Become the one writer of out_dir (refused in one line naming the holder, exit 2) and
-        start proving it is alive; before anything in it is read, moved or written."""
-        make_output_dir(self.out_dir)
-        lease = ShardLease(self.out_dir)
-        lease.acquire()
-        self._lease = lease
-
-    def _open_log(self) -> None:
-        """Open logs/shard.log now, after --fresh moved an earlier run's logs into superseded/,
-        and hand it the lines logged before."""
-        handler = QuietFileHandler(os.path.join(self.out_dir, LOGS_DIR, "shard.log"))
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        if self._early_log is not None:
-            self._early_log.setTarget(handler)
-            self._early_log.flush()
-            log.removeHandler(self._early_log)
-            self._early_log = None
-        log.addHandler(handler)
-        self._log_file = handler
-
-    def _close_log(self) -> None:
-        for handler in (self._early_log, self._log_file):
-            if handler is not None:
-                log.removeHandler(handler)
-                handler.close()
-        self._early_log = self._log_file = None
-
     async def _watch_service(self, process: ServerProcess) -> None:
         """Fail fast when a server this shard launched dies mid-run (OOM, a crash, someone's kill).
 
@@ -381,27 +358,6 @@ class ShardRun:
         self.service_failure = f"{process.name} exited with status {status}: {last}"
         log.error("%s; stopping the shard (see %s)", self.service_failure, process.log_path)
         self._cancel_inflight()
-
-    def _install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self._on_signal, sig)
-            except (NotImplementedError, RuntimeError):  # not the main thread (e.g. a Ray worker)
-                continue
-            if self._stop_signal is None:
-                self._stop_signal = loop.create_future()
-
-    def _remove_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
-        if self._drain_timer is not None:
-            self._drain_timer.cancel()
-            self._drain_timer = None
 
     def _on_signal(self, sig: signal.Signals) -> None:
         """First signal: no new requests, and drain_timeout_s from now, not from whenever the shard
@@ -427,13 +383,9 @@ class ShardRun:
         self._drain_timer = None
         pending = sum(not task.done() for task in self._inflight)
         if pending:
-            log.warning(
-                "%d request(s) still unfinished %g s after %s: cancelled; a rerun will ask them again",
-                pending, self.config.output.drain_timeout_s, signame,
-            )
+            log.warning("%d request(s) still unfinished %g s after %s: cancelled; a rerun will ask them again",
+                        pending, self.config.output.drain_timeout_s, signame)
         self._cancel_inflight()
-
-    # -- one benchmark ---------------------------------------------------------------------------
 
     async def _run_benchmark(self, plan: BenchmarkPlan, handle: ServiceHandle, own: Membership) -> Tally:
         """Ask every pair of the shard's share not yet answered; `own` says which records on disk are
@@ -446,7 +398,9 @@ class ShardRun:
         n_resumed = self._resume(results_path, traj_path, tally, own)
         max_concurrent = plan.config.max_concurrent
         slots = make_slots(max_concurrent, handle.client.config.adaptive)
-        solver = self._make_solver(plan, ServiceHandle(handle.endpoint, handle.client, slots, handle.served))
+        where = f"benchmarks[{self.config.benchmarks.index(plan.config)}].solver.type"
+        solver_factory = plugins.registry().get("solvers", plan.config.solver.type, where).factory
+        solver: Solver = solver_factory(plan.config.solver, ServiceHandle(handle.endpoint, handle.client, slots, handle.served))
         total = len(plan.indices) * plan.config.repeats
         progress = Progress(plan.name, self.shard, total, done=n_resumed, interval=self.config.output.progress_interval_s)
         if n_resumed:
@@ -476,8 +430,6 @@ class ShardRun:
                     )
                 )
 
-            internal_seen = [0]  # `internal` errors so far: the first one is logged
-
             async def answer(problem: Problem, repeat: int, seed: int) -> tuple[ResultRecord, bytes, bytes | None]:
                 """The pair's record and its encoded lines. Any exception on the way (the solver, the
                 client, the scorer, a value that cannot be encoded) becomes an `internal` error record
@@ -489,12 +441,16 @@ class ShardRun:
                     record = await loop.run_in_executor(scorer, make_record, *args) if scorer else make_record(*args)
                     return record, encode_line(record), trajectory(problem, repeat, record, attempt.messages, attempt.request)
                 except Exception as exc:  # CancelledError is not an Exception: a cancel still cancels
+                    # an error of kind `internal`: the exception (type and message, key scrubbed), never
+                    # scored, with what the request got if it got that far
                     message = handle.client.scrub(f"{type(exc).__name__}: {exc}")
-                    record = internal_record(plan, problem, repeat, seed, self.shard.idx, message, attempt)
-                    if not internal_seen[0]:
+                    c = getattr(attempt, "completion", None)
+                    c = c if isinstance(c, Completion) else Completion(status="error", started_at=time.time())
+                    c = msgspec.structs.replace(c, status="error", error_kind="internal", error=message)
+                    record = make_record(plan, problem, repeat, seed, c, self.shard.idx)
+                    if not tally.errors["internal"]:  # the first is logged (a record is counted as it is written)
                         log.warning("%s: problem %s repeat %d: %s; recorded as an `internal` error, asked again on rerun "
                                     "(later ones are counted in the summary)", plan.name, problem.id, repeat, message)
-                    internal_seen[0] += 1
                     return record, encode_line(record), trajectory(problem, repeat, record, [], {})
 
             reach = self._reachability.get(plan.config.solver.service)
@@ -538,7 +494,8 @@ class ShardRun:
                     task = asyncio.ensure_future(one(problem, repeat))
                     self._inflight.add(task)
                     task.add_done_callback(finished)
-                await self._drain()
+                while self._inflight:  # what ends them early cancels them: the stop signal's deadline,
+                    await asyncio.wait(set(self._inflight))  # a second signal, a dead server, a refused write
             finally:
                 progress.stop()
                 if scorer:
@@ -566,12 +523,8 @@ class ShardRun:
         """
         if self.write_failure:
             return
-        why = exc.strerror or str(exc)
-        code = errno.errorcode.get(exc.errno or 0, "")
-        self.write_failure = (
-            f"cannot write records under {where}: {why}" + (f" ({code})" if code else "")
-            + "; the records already written are intact; free space and rerun the shard to resume"
-        )
+        fix = "the records already written are intact; free space and rerun the shard to resume"
+        self.write_failure = str(os_error(OSError(exc.errno, exc.strerror or str(exc), where), "write records under", fix=fix))
         log.debug("%s", self.write_failure)  # the CLI prints it once, as the shard's error line
         self._cancel_inflight()
 
@@ -582,29 +535,18 @@ class ShardRun:
             if task is not current:
                 task.cancel()
 
-    async def _drain(self) -> None:
-        """Wait for the requests in flight. Whatever ends them early cancels them: the stop
-        signal's deadline (`_drain_expired`), a second signal, a dead server, a refused write."""
-        while self._inflight:
-            await asyncio.wait(set(self._inflight))
-
-    def _make_solver(self, plan: BenchmarkPlan, handle: ServiceHandle) -> Solver:
-        where = f"benchmarks[{self.config.benchmarks.index(plan.config)}].solver.type"
-        return plugins.registry().get("solvers", plan.config.solver.type, where).factory(plan.config.solver, handle)
-
     def _resume(self, results_path: str, traj_path: str, tally: Tally, own: Membership) -> int:
         """Load what earlier runs of this shard recorded; report torn or bad lines and refuse records
         that are not its own (another run's or shard's: those cells are asked again). Returns ok count."""
         for path in (results_path, traj_path):
             try:
-                sealed = seal_torn_tail(path)
+                if seal_torn_tail(path):
+                    log.warning("%s: its last line was cut off by an interrupted write; it is ignored", path)
             except OSError as exc:
                 raise os_error(exc, "seal the torn last line of") from None
-            if sealed:
-                log.warning("%s: its last line was cut off by an interrupted write; it is ignored", path)
         report = ReadReport(results_path)
         for _, _, record in own_records(results_path, own, report):
-            current = tally.status[tally.slot(record.problem_idx, record.repeat)]
+            current = tally.status[record.problem_idx * tally.repeats + record.repeat]
             if decide(current, record.status == "ok") in (TAKE, SUPERSEDE):  # shardeval.standing's rule
                 tally.add(record, fresh=False)
         if report.bad_lines or report.foreign:
@@ -625,13 +567,7 @@ class QuietFileHandler(logging.FileHandler):
     def handleError(self, record: logging.LogRecord) -> None:
         self.broken = True
 
-    def flush(self) -> None:  # closing flushes too: on a full disk that must not raise either
-        try:
-            super().flush()
-        except OSError:
-            self.broken = True
-
-    def close(self) -> None:
+    def close(self) -> None:  # a write that failed in emit is flushed again here: on a full disk, no raise
         try:
             super().close()
         except OSError:
@@ -651,10 +587,8 @@ def append_line(f, data: bytes) -> None:
             written += n
     except OSError:
         if written:
-            try:
+            with suppress(OSError):  # a torn tail left behind is skipped on read and sealed on resume
                 os.ftruncate(f.fileno(), os.fstat(f.fileno()).st_size - written)
-            except OSError:
-                pass  # a torn tail left behind is skipped on read and sealed on resume
         raise
 
 
@@ -666,17 +600,14 @@ def write_final_manifest(out_dir: str, manifest: Manifest) -> None:
     """
     try:
         write_manifest(out_dir, manifest)
-        return
-    except OSError as exc:
-        first = exc
-    path = os.path.join(out_dir, MANIFEST_FILE)
-    try:
-        data = msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n"
-        with open(path, "r+b") as f:
-            f.write(data)
-            f.truncate()
-    except OSError as exc:
-        log.error("cannot write %s: %s (and in place: %s)", path, first.strerror or first, exc.strerror or exc)
+    except OSError as first:
+        path = os.path.join(out_dir, MANIFEST_FILE)
+        try:
+            with open(path, "r+b") as f:
+                f.write(pretty_json(manifest))
+                f.truncate()
+        except OSError as exc:
+            log.error("cannot write %s: %s (and in place: %s)", path, first.strerror or first, exc.strerror or exc)
 
 
 def pending_work(plan: BenchmarkPlan, tally: Tally) -> Iterator[tuple[Problem, int]]:
@@ -725,16 +656,6 @@ def make_record(
     return record
 
 
-def internal_record(
-    plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, shard: int, message: str, attempt: object = None
-) -> ResultRecord:
-    """The record of a pair whose handling raised: an error of kind `internal` with the exception
-    (type and message, key scrubbed), never scored; what the request got, if it got that far."""
-    c = getattr(attempt, "completion", None)
-    c = c if isinstance(c, Completion) else Completion(status="error", started_at=time.time())
-    return make_record(plan, problem, repeat, seed, msgspec.structs.replace(c, status="error", error_kind="internal", error=message), shard)
-
-
 def missing_pairs(plans: list[BenchmarkPlan], tallies: list[Tally]) -> str | None:
     """Why a shard that ran to its end is not complete: pairs with no record at all (a request task
     that ended without writing one). None when every pair of every benchmark run has a record."""
@@ -757,10 +678,9 @@ def print_summary(plan: BenchmarkPlan, tally: Tally, shard: ShardSpec, elapsed: 
     p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))] if lat else float("nan")
     rate = len(lat) / elapsed if elapsed > 0 else 0.0
     errors = ", ".join(f"{k} {v}" for k, v in sorted(tally.errors.items())) or "none"
-    lo_hi = plan.manifest().range
     log.info(
         "shard %d/%d %s: problems [%d, %d) x %d repeats: %d/%d ok, %d error(s) (%s), missing %d; "
         "mean score %.4f over %d ok; latency p50 %.3f s p95 %.3f s; %.1f req/s",
-        shard.idx, shard.total, plan.name, lo_hi[0], lo_hi[1], plan.config.repeats,
+        shard.idx, shard.total, plan.name, *plan.manifest().range, plan.config.repeats,
         n_ok, total, n_err, errors, total - n_ok - n_err, mean, tally.n_scored, p50, p95, rate,
     )

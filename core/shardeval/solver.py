@@ -61,14 +61,9 @@ def generation_params(gen: Generation) -> dict[str, Any]:
 
 def conversation(config: SolverConfig, problem: Problem) -> list[dict[str, str]]:
     """The turns sent for `problem`: the optional system prompt, then the problem's own."""
-    messages: list[dict[str, str]] = []
-    if config.system_prompt:
-        messages.append({"role": "system", "content": config.system_prompt})
-    if problem.messages is not None:
-        messages.extend(problem.messages)
-    else:
-        messages.append({"role": "user", "content": problem.prompt or ""})
-    return messages
+    system = [{"role": "system", "content": config.system_prompt}] if config.system_prompt else []
+    turns = problem.messages if problem.messages is not None else [{"role": "user", "content": problem.prompt or ""}]
+    return [*system, *turns]
 
 
 class SimpleSolver:
@@ -85,20 +80,12 @@ class SimpleSolver:
         self.params = generation_params(config.generation)
         self._scorer: LoglikelihoodSolver | None = None
 
-    def conversation(self, problem: Problem) -> list[dict[str, str]]:
-        return conversation(self.config, problem)
-
     def payload(self, problem: Problem, seed: int) -> tuple[dict[str, Any], list[dict[str, str]]]:
         endpoint = self.service.endpoint
-        messages = self.conversation(problem)
-        body: dict[str, Any] = {"model": endpoint.model}
-        if endpoint.protocol == "chat_completions":
-            body["messages"] = messages
-        else:
-            body["prompt"] = "\n\n".join(m["content"] for m in messages)
-        body["seed"] = seed
-        body.update(self.params)
-        return body, messages
+        messages = conversation(self.config, problem)
+        chat = endpoint.protocol == "chat_completions"
+        turns = {"messages": messages} if chat else {"prompt": "\n\n".join(m["content"] for m in messages)}
+        return {"model": endpoint.model, **turns, "seed": seed, **self.params}, messages  # the generation params win a clash
 
     async def solve(self, problem: Problem, seed: int) -> Attempt:
         if problem.metadata.get("scoring") == "loglikelihood":
@@ -112,9 +99,6 @@ class SimpleSolver:
         return Attempt(completion=completion, messages=turns, request=request)
 
 
-# --- log-likelihood scoring ----------------------------------------------------------------------
-
-
 def default_labels(n: int) -> list[str]:
     """A, B, C, … for n choices (AA, AB, … past Z, which no benchmark needs but nothing breaks)."""
     letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -124,10 +108,8 @@ def default_labels(n: int) -> list[str]:
 def split_trailing_space(context: str, continuation: str) -> tuple[str, str]:
     """Move the context's trailing whitespace onto the continuation (as lm-evaluation-harness does),
     so "Answer: " + "A" is scored as "Answer:" + " A": tokenizers put the space on the next word."""
-    n = len(context) - len(context.rstrip())
-    if n == 0:
-        return context, continuation
-    return context[:-n], context[-n:] + continuation
+    stripped = context.rstrip()
+    return stripped, context[len(stripped):] + continuation
 
 
 def span_logprobs(
@@ -158,24 +140,16 @@ def span_logprobs(
             f"for a prompt of {prompt_len} characters"
         )
     shift = offsets[n - 1] + len(tokens[n - 1]) - prompt_len
-    out_tokens: list[str] = []
-    out_logprobs: list[float] = []
-    for i in range(n):
-        if offsets[i] - shift < start:
-            continue
-        lp = logprobs[i]
-        if lp is None:
-            if i == 0:
-                continue
-            raise ValueError(f"the server sent no logprob for prompt token {i} ({tokens[i]!r})")
-        out_tokens.append(tokens[i])
-        out_logprobs.append(float(lp))
-    if not out_tokens and not allow_empty:
+    span = [i for i in range(n) if offsets[i] - shift >= start and (i or logprobs[0] is not None)]
+    missing = next((i for i in span if logprobs[i] is None), None)
+    if missing is not None:
+        raise ValueError(f"the server sent no logprob for prompt token {missing} ({tokens[missing]!r})")
+    if not span and not allow_empty:
         raise ValueError(
             f"no scored token starts at or after character {start} of the prompt (the tokenizer merged the continuation "
             "into the context, or the text to score is a single token with nothing before it)"
         )
-    return out_tokens, out_logprobs
+    return [tokens[i] for i in span], [float(logprobs[i]) for i in span]  # type: ignore[arg-type]
 
 
 def rolling_windows(text: str, max_chars: int | None, context_chars: int) -> list[tuple[int, int, int]]:
@@ -332,10 +306,8 @@ class LoglikelihoodSolver:
         max_chars = md.get("max_chars_per_request")
         context_chars = md.get("context_chars", max_chars // 4 if max_chars else 0)
         if not text:  # nothing to score, and servers refuse an empty prompt
-            from shardeval.client import Completion
-
-            empty = Completion(status="ok", text="", completion_tokens=0, started_at=time.time(), latency_s=0.0)
-            return Attempt(completion=empty, messages=turns, request=self.params(self.max_tokens), scores={"nll": 0.0, "tokens": 0.0})
+            scores = {"nll": 0.0, "tokens": 0.0}
+            return Attempt(completion=_combine([], ""), messages=turns, request=self.params(self.max_tokens), scores=scores)
         windows = rolling_windows(text, max_chars, context_chars)
         pairs = [split_trailing_space((prefix if cs == 0 else "") + text[cs:s], text[s:e]) for cs, s, e in windows]
         parts, spans, failed = await self._score_all(pairs, allow_empty=True)
@@ -364,19 +336,20 @@ def _failed(c: Any, message: str) -> Any:
 
 
 def _combine(parts: list[Any], text: str, failure: tuple[str, Any] | None = None) -> Any:
-    """One Completion for several requests: attempts and queueing summed, the span of their times;
-    an error (the first failed request's kind, its message prefixed with which part) if any failed."""
+    """One Completion for several requests (none: an empty text, answered now): attempts and queueing
+    summed, the span of their times; an error (the first failed request's kind, its message prefixed
+    with which part) if any failed."""
     from shardeval.client import Completion
 
-    start = min(c.started_at for c in parts)
-    end = max(c.started_at + (c.latency_s or 0.0) for c in parts)
+    start = min((c.started_at for c in parts), default=time.time())
+    end = max((c.started_at + (c.latency_s or 0.0) for c in parts), default=start)
     tokens = [c.prompt_tokens for c in parts]
     common: dict[str, Any] = {
         "started_at": start,
         "latency_s": end - start,
         "attempts": sum(c.attempts for c in parts),
-        "queued_s": sum(c.queued_s for c in parts),
-        "prompt_tokens": sum(tokens) if all(t is not None for t in tokens) else None,  # type: ignore[misc]
+        "queued_s": sum((c.queued_s for c in parts), 0.0),
+        "prompt_tokens": sum(tokens) if tokens and all(t is not None for t in tokens) else None,  # type: ignore[misc]
     }
     if failure is not None:
         where, c = failure
