@@ -87,15 +87,15 @@ def timing_document(result: "MergeResult") -> dict[str, Any]:
     return {b.manifest.name: timing(b) for b in result.benchmarks}
 
 
-def _num(x: float | None, digits: int = 4) -> str:
+def fmt(x: float | None, digits: int = 4) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 def _metric_rows(metrics: dict[str, MetricValue], confidence: float) -> list[str]:
     rows = [f"| metric | value | {confidence:.0%} interval | stderr | method | n |", "|---|---|---|---|---|---|"]
     for name, m in metrics.items():
-        interval = f"[{_num(m.ci_low)}, {_num(m.ci_high)}]" if m.ci_low is not None else "—"
-        rows.append(f"| {name} | {_num(m.value)} | {interval} | {_num(m.stderr)} | {m.ci_method} | {m.n} |")
+        interval = f"[{fmt(m.ci_low)}, {fmt(m.ci_high)}]" if m.ci_low is not None else "—"
+        rows.append(f"| {name} | {fmt(m.value)} | {interval} | {fmt(m.stderr)} | {m.ci_method} | {m.n} |")
     return rows
 
 
@@ -146,16 +146,16 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
                          f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
         acc = b.metrics["accuracy"].details if "accuracy" in b.metrics else {}
         if per_cluster := acc.get("per_cluster"):
-            rows = [f"| {name} | {_num(entry.get('value'))} | {entry.get('n', '')} |" for name, entry in per_cluster.items()]
+            rows = [f"| {name} | {fmt(entry.get('value'))} | {entry.get('n', '')} |" for name, entry in per_cluster.items()]
             lines += ["", "| category | accuracy | n |", "|---|---|---|", *rows, ""]
         if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
-            se = ", ".join(f"K={k}: {_num(v)}" for k, v in split["se_if_repeats"].items())
-            lines.append(f"- variance: between problems {_num(split.get('sigma2_between'))}, within a problem "
-                         f"{_num(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}")
+            se = ", ".join(f"K={k}: {fmt(v)}" for k, v in split["se_if_repeats"].items())
+            lines.append(f"- variance: between problems {fmt(split.get('sigma2_between'))}, within a problem "
+                         f"{fmt(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}")
         if (t := timing(b))["n"]:
-            latency, ttft = ("/".join(_num(v, 3) for v in t[key].values()) for key in ("latency_s", "ttft_s"))
+            latency, ttft = ("/".join(fmt(v, 3) for v in t[key].values()) for key in ("latency_s", "ttft_s"))
             lines.append(f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
-                         f"{_num(t['completion_tokens_per_s'], 1)} completion tokens/s over {_num(t['wall_span_s'], 1)} s")
+                         f"{fmt(t['completion_tokens_per_s'], 1)} completion tokens/s over {fmt(t['wall_span_s'], 1)} s")
         cells = b.cells
         if cells.unreadable:
             lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(cells.unreadable[:3])}")

@@ -13,7 +13,7 @@ import click
 
 
 def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
-    from shardeval.report import _num
+    from shardeval.report import fmt
 
     lines = [f"# shardeval compare: B = {name_b} vs A = {name_a}", ""]
     for r in results:
@@ -23,14 +23,14 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
             "",
             f"- problems compared: {r['n_shared']} (only in A: {r['n_only_a']}, only in B: {r['n_only_b']}, "
             f"shared but without a valid answer in one run: {r['n_shared_without_samples']})",
-            f"- A mean {_num(r['a_mean'])}, B mean {_num(r['b_mean'])}",
-            f"- difference B − A: {_num(r['diff'])} ± {_num(r['stderr'])} (stderr); {confidence:.0%} interval "
-            f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}] ({r['ci_method']}); p = {_num(r['p_value'])}",
-            f"- correlation of per-problem scores: {_num(r['correlation'], 3)}",
-            f"- McNemar exact test: p = {_num(m.get('p_value'))} (A right, B wrong: {m.get('a_right_b_wrong')}; "
+            f"- A mean {fmt(r['a_mean'])}, B mean {fmt(r['b_mean'])}",
+            f"- difference B − A: {fmt(r['diff'])} ± {fmt(r['stderr'])} (stderr); {confidence:.0%} interval "
+            f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}] ({r['ci_method']}); p = {fmt(r['p_value'])}",
+            f"- correlation of per-problem scores: {fmt(r['correlation'], 3)}",
+            f"- McNemar exact test: p = {fmt(m.get('p_value'))} (A right, B wrong: {m.get('a_right_b_wrong')}; "
             f"A wrong, B right: {m.get('a_wrong_b_right')})" if m is not None
             else f"- McNemar: not applicable ({r.get('mcnemar_reason')})",
-            f"- minimum detectable effect at 80 % power: {_num(r['mde'])} ({r['details'].get('mde_formula', '')})",
+            f"- minimum detectable effect at 80 % power: {fmt(r['mde'])} ({r['details'].get('mde_formula', '')})",
             "",
         ]
     return "\n".join(lines)
