@@ -13,12 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
+
 from conftest import shardeval_cmd
 
 from shardeval.config import Config, config_for_manifest, config_hash, load_config
 from shardeval.errors import UsageError
-import msgspec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED = FIXTURES / "seed_slurm_gsm8k_sharded.yaml"

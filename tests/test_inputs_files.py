@@ -17,10 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from conftest import running_sim, shardeval_cmd
-import msgspec
 from shardeval.records import ResultRecord, read_jsonl
 
 N = 12

@@ -71,11 +71,11 @@ from contextlib import suppress
 from typing import Any, Literal, Mapping
 
 import aiohttp
+import msgspec
 
 from shardeval.adaptive import AdaptiveSlots
 from shardeval.config import Protocol, ServiceConfig, Timeouts
 from shardeval.errors import UsageError
-import msgspec
 from shardeval.service import Endpoint
 from shardeval.sse import SSEParser
 

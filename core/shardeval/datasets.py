@@ -34,10 +34,11 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import urlsplit
 
+import msgspec
+
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError
-import msgspec
 
 __all__ = ["Rows", "RowsBenchmark", "open_rows", "open_from_params", "package_data", "cache_dir", "canonical_row",
            "SOURCE_PARAMS", "FORMATS"]

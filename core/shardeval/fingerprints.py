@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from shardeval.benchmark import Benchmark
 import msgspec
+
+from shardeval.benchmark import Benchmark
 
 N_PROBES = 8
 

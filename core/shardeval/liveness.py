@@ -29,9 +29,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+import msgspec
+
 from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError, os_error
-import msgspec
 from shardeval.records import HEARTBEAT_FILE, LOCK_FILE, Heartbeat
 
 log = logging.getLogger("shardeval")

@@ -20,9 +20,10 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from shardeval.discover import MERGED_DIR, Run, Shard, load_run
 from shardeval.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
-import msgspec
 from shardeval.atomic import atomic_write
 from shardeval.errors import os_error
 from shardeval.records import (

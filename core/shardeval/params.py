@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, TypeVar
 
-from shardeval.errors import UsageError
 import msgspec
+
+from shardeval.errors import UsageError
 
 T = TypeVar("T", bound=msgspec.Struct)
 

@@ -10,9 +10,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Type, TypeVar
 
+import msgspec
+
 from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError, os_error
-import msgspec
 
 RESULTS_FILE = "results.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"

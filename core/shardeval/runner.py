@@ -22,6 +22,8 @@ from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from typing import Awaitable, Iterator, TypeVar
 
+import msgspec
+
 from shardeval import __version__, plugins
 from shardeval.adaptive import make_slots
 from shardeval.benchmark import Benchmark, Problem
@@ -30,7 +32,6 @@ from shardeval.config import BenchmarkConfig, Config, config_for_manifest, confi
 from shardeval.errors import ShardError, UsageError, os_error
 from shardeval.fingerprints import prompt_fingerprint, scorer_fingerprint
 from shardeval.liveness import ShardLease
-import msgspec
 from shardeval.process import ServerProcess, describe_exit
 from shardeval.progress import Progress
 from shardeval.records import (

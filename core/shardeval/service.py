@@ -10,8 +10,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable
 
-from shardeval.config import Protocol, ServiceConfig
 import msgspec
+
+from shardeval.config import Protocol, ServiceConfig
 
 if TYPE_CHECKING:
     from shardeval.process import ServerProcess

@@ -41,11 +41,12 @@ import re
 import string
 from typing import Any, Literal
 
+import msgspec
+
 from shardeval.api import (
     ParamsStruct, Problem, RowsBenchmark, Score, UsageError, decode_params, extract_choice, extract_numeric,
     final_answer, normalize, normalize_text, numbers_equal, open_rows,
 )
-import msgspec
 
 Scorer = Literal["exact", "numeric", "regex", "choice"]
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -23,8 +23,9 @@ import hashlib
 import os
 from typing import Annotated, Any, Callable
 
-from shardeval.api import Benchmark, ParamsStruct, Problem, Score, UsageError, decode_params, package_data
 import msgspec
+
+from shardeval.api import Benchmark, ParamsStruct, Problem, Score, UsageError, decode_params, package_data
 from shardeval_benchmarks.code_extract import chat_program, clip, completion_program, with_tests
 from shardeval_benchmarks.sandbox import run_sandboxed
 

@@ -33,8 +33,9 @@ import os
 from array import array
 from typing import Annotated, Any
 
-from shardeval.api import DataParams, Problem, Rows, RowsBenchmark, Score, UsageError, decode_params, open_from_params
 import msgspec
+
+from shardeval.api import DataParams, Problem, Rows, RowsBenchmark, Score, UsageError, decode_params, open_from_params
 from shardeval.datasets import JsonlRows  # a built-in plugin: the line-offset reader, not a public API
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from shardeval.api import ClusterConfig
 import msgspec
+
+from shardeval.api import ClusterConfig
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from shardeval.api import ClusterConfig
 import msgspec
+
+from shardeval.api import ClusterConfig
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 

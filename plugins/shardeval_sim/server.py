@@ -38,7 +38,6 @@ import time
 from typing import Any
 
 from aiohttp import web
-
 import msgspec
 from shardeval_sim.answers import Answerer, AnswerKey, Render, Reply, count_tokens, token_logprob, tokenize
 from shardeval_sim.settings import SimSettings

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from shardeval.api import ClusterConfig
 import msgspec
+
+from shardeval.api import ClusterConfig
 
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 Port = Annotated[int, msgspec.Meta(ge=1, le=65535)]

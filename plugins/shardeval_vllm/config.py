@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from shardeval.api import Count, NonNegativeSeconds, Seconds, ServiceConfig
 import msgspec
+
+from shardeval.api import Count, NonNegativeSeconds, Seconds, ServiceConfig
 
 DEFAULT_LAUNCH_COMMAND = ("vllm", "serve")
 
