@@ -95,9 +95,9 @@ def api_eval_config(
 
 def process_table() -> dict[int, tuple[int, int]]:
     """{pid: (parent pid, process group)} of every process now (shardeval.process reads /proc)."""
-    from shardeval.process import process_table as table
+    from shardeval.process import processes
 
-    return {pid: (parent, group) for pid, (_, parent, group) in table().items()}
+    return {p.pid: (p.ppid, p.pgrp) for p in processes()}
 
 
 def descendants(pid: int) -> list[int]:

@@ -139,11 +139,6 @@ def processes(uid: bool = False) -> list[Proc]:
     return [proc for proc in found if proc is not None]
 
 
-def process_table() -> dict[int, tuple[str, int, int]]:
-    """{pid: (state, parent pid, process group)} of every process now."""
-    return {p.pid: (p.state, p.ppid, p.pgrp) for p in processes()}
-
-
 def _group_alive(pgid: int) -> bool:
     """Does any non-zombie process remain in the group? (Orphaned zombies may never be reaped.)"""
     try:
