@@ -81,9 +81,8 @@ class LaunchRequest:
         where the node sees it), the quick flags, the -O overrides and --fresh; `escape` makes each
         value literal for the file the arguments are written into (Compose, Kubernetes)."""
         args = [config_path or self.config_path] if self.config_path else []
-        for flag, value in self.quick.items():
-            if value is not None:
-                args += [f"--{flag.replace('_', '-')}", escape(str(value))]
+        for flag, value in self.quick.items():  # only the flags given (create drops the rest)
+            args += [f"--{flag.replace('_', '-')}", escape(str(value))]
         for override in self.overrides:
             args += ["-O", escape(override)]
         return args + (["--fresh"] if self.fresh else [])
