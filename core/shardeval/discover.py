@@ -98,15 +98,8 @@ def load_run(root: str, allow_mixed_served: bool = False) -> Run:
     check_consistency(root, shards)
     mixed = check_served(shards, allow_mixed_served)
     first = shards[0].manifest
-    return Run(
-        root=root,
-        shards=shards,
-        total_shards=first.total_shards,
-        config_hash=first.config_hash,
-        benchmarks=first.benchmarks,
-        orphans=[os.path.relpath(o, root) for o in orphans],
-        mixed_served=mixed,
-    )
+    orphans = [os.path.relpath(o, root) for o in orphans]
+    return Run(root, shards, first.total_shards, first.config_hash, first.benchmarks, orphans, mixed)
 
 
 def _odd(shards: list[Shard], key, describe) -> tuple[object, list[Shard], str]:
