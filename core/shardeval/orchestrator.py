@@ -37,8 +37,7 @@ class LaunchRequest:
     ) -> LaunchRequest:
         """The request as the command line gives it: the quick flags that are set; -o, else output.dir."""
         quick = {k: v for k, v in quick.items() if v is not None}
-        output_root = output_dir or config.output.dir
-        return cls(config, config_path, overrides, quick, output_root, dry_run=dry_run, fresh=fresh)
+        return cls(config, config_path, overrides, quick, output_dir or config.output.dir, dry_run=dry_run, fresh=fresh)
 
     @property
     def total(self) -> int:
