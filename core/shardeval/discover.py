@@ -95,7 +95,7 @@ def load_run(root: str, allow_mixed_served: bool = False) -> Run:
         hb = read_heartbeat(path) if manifest.state == "running" else None
         alive = judge(hb) if hb is not None else None  # lost: running, but its writer is gone
         shards.append(Shard(os.path.relpath(path, root), path, manifest, lost=alive if alive is not None and alive.lost else None))
-    check_consistency(root, shards)
+    check_consistency(shards)
     mixed = check_served(shards, allow_mixed_served)
     first = shards[0].manifest
     orphans = [os.path.relpath(o, root) for o in orphans]
@@ -120,7 +120,7 @@ def _odd_one(shards: list[Shard], key, what: str) -> None:
         )
 
 
-def check_consistency(root: str, shards: list[Shard]) -> None:
+def check_consistency(shards: list[Shard]) -> None:
     _odd_one(shards, lambda s: s.manifest.config_hash, "config")
     _odd_one(shards, lambda s: s.manifest.total_shards, "total shards")
     _odd_one(shards, lambda s: tuple(b.name for b in s.manifest.benchmarks), "benchmarks")

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from shardeval.atomic import atomic_write
 from shardeval.config import Config
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -64,8 +65,6 @@ class LaunchRequest:
     def write(self, folder: str, files: dict[str, str], mode: int | None = None) -> dict[str, str]:
         """Write {name: text} into `folder` (under the output root unless absolute), made if
         missing, each file replaced whole; {name: its path}."""
-        from shardeval.atomic import atomic_write
-
         folder = os.path.join(self.output_root, folder)
         os.makedirs(folder, exist_ok=True)
         paths = {name: os.path.join(folder, name) for name in files}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from shardeval.api import Count, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig
@@ -47,8 +48,6 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
 
     def launch_line(self, command: list[str]) -> str:
         """The `shardeval sim` command line, run as `command` on the node."""
-        import shlex
-
         from shardeval.api import redact
         from shardeval_sim.service import sim_argv
 
