@@ -11,6 +11,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from shardeval.atomic import atomic_write
@@ -51,10 +52,7 @@ class LaunchRequest:
     def config_text(self) -> str | None:
         """The config file as written, for orchestrators that ship it to their nodes (its ${VAR}s
         expand there); None in quick mode, where the flags travel in the shard's arguments."""
-        if not self.config_path:
-            return None
-        with open(self.config_path, encoding="utf-8") as f:
-            return f.read()
+        return Path(self.config_path).read_text(encoding="utf-8") if self.config_path else None
 
     def config_variables(self, defaulted: bool = True) -> set[str]:
         """The ${VAR}s the config file expands on the node (with `defaulted` False, only those
