@@ -45,8 +45,7 @@ def launch(
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
         request = LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh)
-        entry = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type")
-        code = entry.factory(request)
+        code = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory(request)
         if dry_run and code == 0:
             print_identity(config)
         return code

@@ -26,10 +26,9 @@ BUILD_ID_ENV = "SHARDEVAL_BUILD_ID"  # set by the one-file app's entry (shims/zi
 def collect_provenance() -> Provenance:
     from shardeval import app, plugins
 
-    build_id = os.environ.get(BUILD_ID_ENV) if app.zipapp_path() else None
     return Provenance(
         shardeval=__version__,
-        build_id=build_id,
+        build_id=os.environ.get(BUILD_ID_ENV) if app.zipapp_path() else None,
         python=f"{platform.python_implementation()} {platform.python_version()}",
         platform=f"{sys.platform}-{platform.machine()}",
         host=socket.gethostname(),
