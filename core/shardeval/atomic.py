@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Callable, Iterable
@@ -23,22 +24,16 @@ def atomic_write(path: str, data: bytes | Iterable[bytes], before_rename: Callab
             before_rename()
         os.replace(tmp, path)
     except BaseException as exc:
-        remove_quietly(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         if isinstance(exc, OSError) and exc.filename in (None, tmp):
             exc.filename = path
         raise
-    try:  # the rename itself survives a crash only once the directory is on disk
+    # The rename itself survives a crash only once the directory is on disk; some filesystems
+    # cannot fsync a directory, and the file is already in place.
+    with contextlib.suppress(OSError):
         fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-    except OSError:  # some filesystems cannot fsync a directory; the file is already in place
-        pass
-
-
-def remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

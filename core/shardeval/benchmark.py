@@ -59,8 +59,7 @@ class Benchmark:
 
     def problems(self, indices: range | list[int]) -> Iterator[Problem]:
         """Yield the problems at `indices` lazily; override when sequential reads are cheaper."""
-        for i in indices:
-            yield self.problem(i)
+        yield from map(self.problem, indices)
 
     def fingerprint(self) -> str:
         """Hash of the canonical rows, so merge can tell two datasets apart (override when cheaper)."""

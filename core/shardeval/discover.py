@@ -95,35 +95,32 @@ def load_run(root: str, allow_mixed_served: bool = False) -> Run:
         hb = read_heartbeat(path) if manifest.state == "running" else None
         alive = judge(hb) if hb is not None else None  # lost: running, but its writer is gone
         shards.append(Shard(os.path.relpath(path, root), path, manifest, lost=alive if alive is not None and alive.lost else None))
-    check_consistency(root, shards)
+    check_consistency(shards)
     mixed = check_served(shards, allow_mixed_served)
     first = shards[0].manifest
-    return Run(
-        root=root,
-        shards=shards,
-        total_shards=first.total_shards,
-        config_hash=first.config_hash,
-        benchmarks=first.benchmarks,
-        orphans=[os.path.relpath(o, root) for o in orphans],
-        mixed_served=mixed,
-    )
+    orphans = [os.path.relpath(o, root) for o in orphans]
+    return Run(root, shards, first.total_shards, first.config_hash, first.benchmarks, orphans, mixed)
+
+
+def _odd(shards: list[Shard], key, describe) -> tuple[object, list[Shard], str]:
+    """(the majority's `key`, the shards that differ from it, the first three of those named with
+    `describe`); no odd shards when they all agree."""
+    majority = Counter(key(s) for s in shards).most_common(1)[0][0] if shards else None
+    odd = [s for s in shards if key(s) != majority]
+    return majority, odd, ", ".join(f"{s.path} ({describe(s)})" for s in odd[:3]) + (" …" if len(odd) > 3 else "")
 
 
 def _odd_one(shards: list[Shard], key, what: str) -> None:
     """Refuse when shards disagree on `key`; name the minority and the majority's value."""
-    values = Counter(key(s) for s in shards)
-    if len(values) <= 1:
-        return
-    majority, count = values.most_common(1)[0]
-    odd = [s for s in shards if key(s) != majority]
-    shown = ", ".join(f"{s.path} ({what} {key(s)})" for s in odd[:3]) + (" …" if len(odd) > 3 else "")
-    raise UsageError(
-        f"shards from different runs: {shown} differ from the other {count} shard(s) ({what} {majority}); "
-        "merge each run separately, or move the odd directories out"
-    )
+    majority, odd, shown = _odd(shards, key, lambda s: f"{what} {key(s)}")
+    if odd:
+        raise UsageError(
+            f"shards from different runs: {shown} differ from the other {len(shards) - len(odd)} shard(s) ({what} {majority}); "
+            "merge each run separately, or move the odd directories out"
+        )
 
 
-def check_consistency(root: str, shards: list[Shard]) -> None:
+def check_consistency(shards: list[Shard]) -> None:
     _odd_one(shards, lambda s: s.manifest.config_hash, "config")
     _odd_one(shards, lambda s: s.manifest.total_shards, "total shards")
     _odd_one(shards, lambda s: tuple(b.name for b in s.manifest.benchmarks), "benchmarks")
@@ -141,15 +138,13 @@ def check_served(shards: list[Shard], allow: bool) -> list[str]:
     A shard whose endpoint could not be read has nothing to compare and is not counted."""
     mixed: list[str] = []
     for name in sorted({name for s in shards for name in s.manifest.served}):
-        known = [s for s in shards if name in s.manifest.served and s.manifest.served[name].identity() is not None]
-        values = Counter(s.manifest.served[name].identity() for s in known)
-        if len(values) <= 1:
+        served = {s.path: s.manifest.served[name] for s in shards if name in s.manifest.served}
+        known = [s for s in shards if s.path in served and served[s.path].identity() is not None]
+        majority, odd, shown = _odd(known, lambda s: served[s.path].identity(), lambda s: served[s.path].describe())
+        if not odd:
             continue
-        majority = values.most_common(1)[0][0]
-        first = next(s for s in known if s.manifest.served[name].identity() == majority)
-        odd = [s for s in known if s.manifest.served[name].identity() != majority]
-        shown = ", ".join(f"{s.path} ({s.manifest.served[name].describe()})" for s in odd[:3]) + (" …" if len(odd) > 3 else "")
-        text = f"service {name!r}: {shown} served other weights than the other {len(known) - len(odd)} shard(s) ({first.manifest.served[name].describe()})"
+        first = next(served[s.path] for s in known if served[s.path].identity() == majority)
+        text = f"service {name!r}: {shown} served other weights than the other {len(known) - len(odd)} shard(s) ({first.describe()})"
         if not allow:
             raise UsageError(
                 f"shards served by different models: {text}; rerun the odd shard(s) against the same weights "

@@ -26,10 +26,8 @@ N_PROBES = 8
 
 def probe_indices(n_problems: int, k: int = N_PROBES) -> list[int]:
     """Up to k indices spread evenly over [0, n_problems), first and last included."""
-    if n_problems <= 0:
-        return []
     if n_problems <= k:
-        return list(range(n_problems))
+        return list(range(n_problems))  # empty for no problems
     return sorted({round(i * (n_problems - 1) / (k - 1)) for i in range(k)})
 
 

@@ -45,17 +45,16 @@ def launch(
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
         request = LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh)
-        entry = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type")
-        code = entry.factory(request)
+        code = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory(request)
         if dry_run and code == 0:
             print_identity(config)
         return code
     log.info("%s", shard.describe())
     out_dir = output_dir or os.path.join(config.output.dir, f"shard_{shard.idx}")
     if dry_run:
-        code = print_plan(config, shard, out_dir)
+        print_plan(config, shard, out_dir)
         print_identity(config)
-        return code
+        return 0
     from shardeval.runner import ShardRun
 
     try:  # the shard opens its own logs/shard.log once its directory is ready
@@ -73,7 +72,7 @@ def print_identity(config) -> None:
     print(f"shardeval: run identity: {config_hash(config)} (a resume or merge needs the same identity)", file=sys.stderr)
 
 
-def print_plan(config, shard, out_dir: str) -> int:
+def print_plan(config, shard, out_dir: str) -> None:
     """--dry-run inside a shard: which problems this shard would ask, where it would write, and the
     fingerprints its manifest would carry."""
     from shardeval.runner import plan_benchmarks
@@ -85,4 +84,3 @@ def print_plan(config, shard, out_dir: str) -> int:
             f"x {plan.config.repeats} repeats -> {os.path.join(out_dir, plan.name)}"
         )
         print(f"  data {plan.fingerprint}, prompts {plan.prompt_fingerprint}, scorer {plan.scorer_fingerprint}")
-    return 0

@@ -11,8 +11,10 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
+from shardeval.atomic import atomic_write
 from shardeval.config import Config
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -37,8 +39,7 @@ class LaunchRequest:
     ) -> LaunchRequest:
         """The request as the command line gives it: the quick flags that are set; -o, else output.dir."""
         quick = {k: v for k, v in quick.items() if v is not None}
-        output_root = output_dir or config.output.dir
-        return cls(config, config_path, overrides, quick, output_root, dry_run=dry_run, fresh=fresh)
+        return cls(config, config_path, overrides, quick, output_dir or config.output.dir, dry_run=dry_run, fresh=fresh)
 
     @property
     def total(self) -> int:
@@ -51,10 +52,7 @@ class LaunchRequest:
     def config_text(self) -> str | None:
         """The config file as written, for orchestrators that ship it to their nodes (its ${VAR}s
         expand there); None in quick mode, where the flags travel in the shard's arguments."""
-        if not self.config_path:
-            return None
-        with open(self.config_path, encoding="utf-8") as f:
-            return f.read()
+        return Path(self.config_path).read_text(encoding="utf-8") if self.config_path else None
 
     def config_variables(self, defaulted: bool = True) -> set[str]:
         """The ${VAR}s the config file expands on the node (with `defaulted` False, only those
@@ -65,8 +63,6 @@ class LaunchRequest:
     def write(self, folder: str, files: dict[str, str], mode: int | None = None) -> dict[str, str]:
         """Write {name: text} into `folder` (under the output root unless absolute), made if
         missing, each file replaced whole; {name: its path}."""
-        from shardeval.atomic import atomic_write
-
         folder = os.path.join(self.output_root, folder)
         os.makedirs(folder, exist_ok=True)
         paths = {name: os.path.join(folder, name) for name in files}
@@ -81,9 +77,8 @@ class LaunchRequest:
         where the node sees it), the quick flags, the -O overrides and --fresh; `escape` makes each
         value literal for the file the arguments are written into (Compose, Kubernetes)."""
         args = [config_path or self.config_path] if self.config_path else []
-        for flag, value in self.quick.items():
-            if value is not None:
-                args += [f"--{flag.replace('_', '-')}", escape(str(value))]
+        for flag, value in self.quick.items():  # only the flags given (create drops the rest)
+            args += [f"--{flag.replace('_', '-')}", escape(str(value))]
         for override in self.overrides:
             args += ["-O", escape(override)]
         return args + (["--fresh"] if self.fresh else [])

@@ -7,6 +7,7 @@ merge across different served weights is refused (shardeval.resume, shardeval.di
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
@@ -25,10 +26,9 @@ BUILD_ID_ENV = "SHARDEVAL_BUILD_ID"  # set by the one-file app's entry (shims/zi
 def collect_provenance() -> Provenance:
     from shardeval import app, plugins
 
-    build_id = os.environ.get(BUILD_ID_ENV) if app.zipapp_path() else None
     return Provenance(
         shardeval=__version__,
-        build_id=build_id,
+        build_id=os.environ.get(BUILD_ID_ENV) if app.zipapp_path() else None,
         python=f"{platform.python_implementation()} {platform.python_version()}",
         platform=f"{sys.platform}-{platform.machine()}",
         host=socket.gethostname(),
@@ -58,11 +58,9 @@ async def read_served(client: Any, base_url: str, model: str) -> ServedModel:
     except ValueError as exc:
         served.error = f"/v1/models: {exc}"
         log.warning("cannot read what %s serves (%s); its served identity is not recorded", base_url, served.error)
-    try:
+    with contextlib.suppress(ValueError):  # not every server has /version
         version = await client.get_json(base.removesuffix("/v1") + "/version", timeout_s=5.0)
         served.server_version = _text(version.get("version")) if isinstance(version, dict) else None
-    except ValueError:
-        pass  # not every server has /version
     return served
 
 

@@ -106,7 +106,9 @@ def render(request: LaunchRequest) -> dict[str, str]:
         "image": image,
         "profiles": [SHARD_PROFILE],
         "entrypoint": [escape(e) for e in cluster.entrypoint],
-        "command": shard_command(request),
+        # run_args without `--shard` and `-o`: the shard comes from NEL_SHARD_IDX (the NeMo Evaluator
+        # contract), and `output.dir=/results` puts it in /results/shard_<i> with no interpolation
+        "command": ["run", *request.run_args(CONFIG_IN_CONTAINER, escape), "-O", f"output.dir={RESULTS_DIR}"],
         "environment": [
             "NEL_SHARD_IDX=${NEL_SHARD_IDX:-}",
             f"NEL_TOTAL_SHARDS=${{NEL_TOTAL_SHARDS:-{total}}}",
@@ -148,13 +150,6 @@ def render(request: LaunchRequest) -> dict[str, str]:
     if config_text is not None:
         files[CONFIG_FILE] = config_text
     return files
-
-
-def shard_command(request: LaunchRequest) -> list[str]:
-    """`run` arguments of every shard container: LaunchRequest.run_args, without `--shard` and `-o`
-    (the shard comes from NEL_SHARD_IDX, the NeMo Evaluator contract; `output.dir=/results` puts it
-    in /results/shard_<i>, with no interpolation needed in the command)."""
-    return ["run", *request.run_args(CONFIG_IN_CONTAINER, escape), "-O", f"output.dir={RESULTS_DIR}"]
 
 
 def _pass_through(request: LaunchRequest) -> set[str]:

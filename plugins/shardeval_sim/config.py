@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import shlex
+from typing import Any
 
 from shardeval.api import Count, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig
 from shardeval_sim.settings import SIM_DEFAULTS as D
@@ -10,9 +11,6 @@ from shardeval_sim.settings import SIM_DEFAULTS as D
 
 class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """Keys mirror `shardeval sim` flags (`ttft_ms` is `--ttft-ms`); the service picks the port."""
-
-    # What the simulated "model" answers depends on these; latency and fault knobs change no answer.
-    RESULT_KEYS: ClassVar[tuple[str, ...]] = ("model", "bench", "bench_params", "accuracy", "output_tokens", "seed")
 
     model: str = D.model
     bench: str | None = None
@@ -37,9 +35,10 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     startup_timeout_s: Seconds = 60.0
 
     def identity(self) -> dict[str, Any]:
-        """The answer-shaping keys. `root` is left out on purpose: like a vLLM's weights behind an
-        `api` service, it is checked from what the server reports, not from the config."""
-        return {key: getattr(self, key) for key in self.RESULT_KEYS}
+        """What the simulated "model" answers depends on; latency and fault knobs change no answer.
+        `root` is left out on purpose: like a vLLM's weights behind an `api` service, it is checked
+        from what the server reports, not from the config."""
+        return {key: getattr(self, key) for key in ("model", "bench", "bench_params", "accuracy", "output_tokens", "seed")}
 
     def served_model(self) -> str:
         return self.model
@@ -49,8 +48,6 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
 
     def launch_line(self, command: list[str]) -> str:
         """The `shardeval sim` command line, run as `command` on the node."""
-        import shlex
-
         from shardeval.api import redact
         from shardeval_sim.service import sim_argv
 

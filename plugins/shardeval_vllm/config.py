@@ -22,6 +22,7 @@ so a resume or a merge across a change of any of them is refused.
 
 from __future__ import annotations
 
+import shlex
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -61,8 +62,6 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
 
     def launch_line(self, command: list[str]) -> str:
         """The `vllm serve` command line as the shard runs it, secrets redacted."""
-        import shlex
-
         from shardeval.api import redact
         from shardeval_vllm.service import vllm_argv
 

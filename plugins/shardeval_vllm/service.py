@@ -56,10 +56,13 @@ def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:
     return argv
 
 
-def server_env(name: str, config: VllmServiceConfig) -> dict[str, str]:
-    """Variables added to the server's environment; the API key travels here, never on argv."""
+@asynccontextmanager
+async def vllm_service(name: str, config: VllmServiceConfig, ctx: ServiceContext) -> AsyncIterator[Endpoint]:
+    what = f"service {name!r} (vllm)"
+    if not config.launch_command and config.launch_command is not None:
+        raise UsageError(f"services.{name}.launch_command: must not be empty (default: vllm serve)")
     env = dict(config.env)
-    if config.api_key_env:
+    if config.api_key_env:  # the API key travels in the server's environment, never on argv
         key = os.environ.get(config.api_key_env)
         if not key:
             raise UsageError(
@@ -67,15 +70,6 @@ def server_env(name: str, config: VllmServiceConfig) -> dict[str, str]:
                 "(it holds the key the server will require)"
             )
         env["VLLM_API_KEY"] = key
-    return env
-
-
-@asynccontextmanager
-async def vllm_service(name: str, config: VllmServiceConfig, ctx: ServiceContext) -> AsyncIterator[Endpoint]:
-    what = f"service {name!r} (vllm)"
-    if not config.launch_command and config.launch_command is not None:
-        raise UsageError(f"services.{name}.launch_command: must not be empty (default: vllm serve)")
-    env = server_env(name, config)
     port = resolve_port(config.host if config.host not in _ANY_ADDRESS else "0.0.0.0", config.port, on_conflict=config.port_conflict, what=what)
     base = f"http://{connect_host(config.host)}:{port}"
     log_path = ctx.log_path("vllm", name)

@@ -77,10 +77,9 @@ def _quick_service(name: str, section: dict[str, Any] | None, flags: Mapping[str
             section = {k: v for k, v in section.items() if k in shared}
             section.update({"type": URL_SERVICE}, **({"model": model} if model else {}))
         section["url"] = flags["model_url"]
-    if "model_id" in flags:
-        section["model"] = flags["model_id"]
-    if "api_key_env" in flags:
-        section["api_key_env"] = flags["api_key_env"]
+    for flag, key in (("model_id", "model"), ("api_key_env", "api_key_env")):
+        if flag in flags:
+            section[key] = flags[flag]
     if "model_url" in flags and not section.get("model"):
         raise UsageError(f"--model-url: service {name!r} now reaches that URL and needs the served model: pass --model-id")
     return section
