@@ -219,6 +219,17 @@ def test_user_mistakes_are_one_line_and_exit_2(tmp_path, target):
     assert not plugin_dir.exists()  # failed installs do not even create it
 
 
+def test_a_plugin_dir_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, target):
+    _, env = target
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for plugin_dir in (blocker / "plugins", blocker):  # under a file, and a file itself
+        result = shardeval_cmd("plugins", "install", *OFFLINE, str(EXAMPLE), env={**env, "SHARDEVAL_PLUGIN_DIR": str(plugin_dir)})
+        line = one_error_line(result)
+        assert str(plugin_dir) in line and "SHARDEVAL_PLUGIN_DIR" in line, line
+    assert blocker.read_text() == ""
+
+
 def throwaway_venv(tmp_path, with_pip: bool = True) -> str:
     """A venv (no pip of its own: fast) that sees this venv's packages through a .pth file, so it
     runs shardeval and pip while installs land in its own site-packages. Without pip: a stub

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from shardeval import plugins
 from shardeval.app import app_site_packages, dist_location, install_mode
-from shardeval.errors import UsageError
+from shardeval.errors import UsageError, os_error
 
 
 def canonical(name: str) -> str:
@@ -118,6 +118,16 @@ def _pip(args: list[str], what: str, app: dict[str, Dist] | None = None, python:
                 "with the bundled versions (use a release of the plugin that accepts it); nothing installed"
             )
     raise UsageError(f"{what}: pip failed: {_pip_error(tail)}")
+
+
+@contextlib.contextmanager
+def _file_errors(verb: str):
+    """A file operation that fails (a plugin dir under a file, read-only, full) is one line naming
+    the path and the fix, exit 2 or 1, never a traceback, whichever step hit it."""
+    try:
+        yield
+    except OSError as exc:
+        raise os_error(exc, verb, alternative=f"set {plugins.PLUGIN_DIR_ENV} to a directory you may write to") from None
 
 
 def _check_paths(specs: Iterable[str]) -> None:
@@ -214,6 +224,7 @@ def _show(lines: list[str], warnings: list[str], echo: Callable[[str], None]) ->
         plugins.warn(warning)
 
 
+@_file_errors("install a plugin at")
 def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None]) -> None:
     """Install plugins (names, wheels, project directories) the way this shardeval runs."""
     _check_paths(specs)
@@ -335,6 +346,7 @@ def _install_pip(specs: list[str], pip_options: list[str], echo: Callable[[str],
         raise UsageError(f"installed, but {'; '.join(failures)} (`shardeval plugins uninstall NAME` removes it)")
 
 
+@_file_errors("remove a plugin at")
 def uninstall(names: list[str], echo: Callable[[str], None]) -> None:
     """Remove plugins from the plugin directory (any mode) or, pip mode, from the environment."""
     target, mode = plugins.plugin_dir(), install_mode()
