@@ -50,14 +50,21 @@ def cli() -> None:
 @click.option("--max-concurrent", type=int, help="Requests in flight per shard.")
 @click.option("-o", "--output-dir", help="This shard's output directory (default: output.dir/shard_<i>).")
 @click.option("--shard", "shard_flag", metavar="I/N", help="Run shard I of N (beats every environment variable).")
+@click.option("--sweep-services", metavar="NAMES", help="Sweep: evaluate only these models (comma-separated), in this order.")
 @click.option("--fresh", is_flag=True, help="Start over: move earlier results aside instead of resuming.")
 @click.option("-O", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="Override a config value.")
 @click.option("--dry-run", is_flag=True, help="Show what would run or be submitted; run nothing.")
-def run(config_path: str | None, shard_flag: str | None, overrides: tuple[str, ...], dry_run: bool, fresh: bool, **quick: object) -> None:
-    """Evaluate one shard, or hand the whole run to the configured orchestrator."""
+def run(config_path: str | None, shard_flag: str | None, sweep_services: str | None, overrides: tuple[str, ...], dry_run: bool,
+        fresh: bool, **quick: object) -> None:
+    """Evaluate one shard, or hand the whole run to the configured orchestrator.
+
+    A sweep config (a `sweep:` section) runs every model's shards; each model writes the
+    ordinary run directory OUTPUT/<service>/, and a shard index counts models × shards.
+    """
     from shardeval.launch import launch
 
-    sys.exit(launch(config_path, quick, list(overrides), shard_flag=shard_flag, fresh=fresh, dry_run=dry_run))
+    sys.exit(launch(config_path, quick, list(overrides), shard_flag=shard_flag, fresh=fresh, dry_run=dry_run,
+                    sweep_services=sweep_services))
 
 
 @cli.command()
@@ -74,14 +81,27 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     """Merge every shard directory under RUN_DIR into RUN_DIR/merged/ and print the report.
 
     Safe to run any time, also while shards are still running (the report then says PARTIAL).
-    Shard files are only read; running it twice gives byte-identical output.
+    Shard files are only read; running it twice gives byte-identical output. A sweep's directory
+    merges each model into <model>/merged/, then writes merged/sweep.json and sweep.md.
     """
     from shardeval.merge import merge_run, warnings, write_merged
     from shardeval.metrics import MetricOptions
     from shardeval.report import render_report
+    from shardeval.sweep import read_plan
+    from shardeval.sweep_merge import merge_sweep, render_sweep, write_sweep
 
     options = MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed)
-    result = merge_run(run_dir, errors_as_wrong=errors_as_wrong, options=options, allow_mixed_models=allow_mixed_models)
+    kwargs = dict(errors_as_wrong=errors_as_wrong, options=options, allow_mixed_models=allow_mixed_models)
+    if (plan := read_plan(run_dir)) is not None:
+        sweep = merge_sweep(run_dir, plan, **kwargs)
+        for line in (f"{m.service}: {line}" for m in sweep.models if m.result is not None for line in warnings(m.result)):
+            click.echo(f"shardeval: warning: {line}", err=True)
+        out = write_sweep(sweep, output_dir, confidence=confidence)
+        if not quiet:
+            click.echo(render_sweep(sweep, confidence), nl=False)
+            click.echo(f"\nwritten: {out}/ (sweep.json, sweep.md); each model's merge in <model>/merged/")
+        return
+    result = merge_run(run_dir, **kwargs)
     for line in warnings(result):
         click.echo(f"shardeval: warning: {line}", err=True)
     out = write_merged(result, output_dir, confidence=confidence)

@@ -30,27 +30,40 @@ def setup_logging() -> None:
 
 def launch(
     config_path: str | None, quick: dict[str, Any], overrides: list[str],
-    *, shard_flag: str | None, fresh: bool, dry_run: bool,
+    *, shard_flag: str | None, fresh: bool, dry_run: bool, sweep_services: str | None = None,
 ) -> int:
     from shardeval import plugins
     from shardeval.config import load_config
+    from shardeval.errors import UsageError
     from shardeval.orchestrator import LaunchRequest
     from shardeval.shards import ShardSpec, detect_shard
+    from shardeval.sweep import SWEEP_FLAG, plan_sweep
 
     setup_logging()
     output_dir = quick.pop("output_dir", None)
     config = load_config(config_path, overrides, quick)
-    shard = detect_shard(shard_flag, os.environ, config.cluster.shards)
-    if shard is None and config.cluster.runs_in_process():
+    if sweep_services is not None and config.sweep is None:
+        raise UsageError(f"{SWEEP_FLAG} {sweep_services}: {config_path or 'the config'} has no `sweep:` section; drop the flag")
+    sweep = plan_sweep(config, sweep_services) if config.sweep is not None else None
+    shard = detect_shard(shard_flag, os.environ, sweep.n_cells if sweep else config.cluster.shards)
+    if shard is None and sweep is None and config.cluster.runs_in_process():
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
-        request = LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh)
+        request = LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
+        if sweep is not None and not dry_run:
+            sweep.write_plan(request.output_root)
         code = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory(request)
         if dry_run and code == 0:
             print_identity(config)
         return code
+    plan = None
+    if sweep is not None:  # -o is the sweep's root: the cell writes <root>/<service>/shard_<i>/
+        name, shard = sweep.select(shard)
+        config, plan = sweep.configs[name], sweep.plan(name)
+        out_dir = os.path.join(output_dir or config.output.dir, name, f"shard_{shard.idx}")
+    else:
+        out_dir = output_dir or os.path.join(config.output.dir, f"shard_{shard.idx}")
     log.info("%s", shard.describe())
-    out_dir = output_dir or os.path.join(config.output.dir, f"shard_{shard.idx}")
     if dry_run:
         print_plan(config, shard, out_dir)
         print_identity(config)
@@ -58,18 +71,21 @@ def launch(
     from shardeval.runner import ShardRun
 
     try:  # the shard opens its own logs/shard.log once its directory is ready
-        return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh).run())
+        return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh, sweep=plan).run())
     except ShardError as exc:  # already logged by the shard, in its log too
         return exc.exit_code
 
 
 def print_identity(config) -> None:
-    """--dry-run: the run's identity, so two configs can be told the same run (or not) up front.
-    Printed last, once the dry run succeeded: a mistake stays one line."""
+    """--dry-run: the run's identity, so two configs can be told the same run (or not) up front
+    (a sweep: each model's run). Printed last, once the dry run succeeded: a mistake stays one line."""
     from shardeval.config import config_hash
+    from shardeval.sweep import model_config
 
     # stderr: a dry run's stdout is the rendered script or manifest (`… --dry-run | kubectl apply -f -`)
-    print(f"shardeval: run identity: {config_hash(config)} (a resume or merge needs the same identity)", file=sys.stderr)
+    runs = {f" of {name}": model_config(config, name) for name in config.sweep.services} if config.sweep else {"": config}
+    for label, run in runs.items():
+        print(f"shardeval: run identity{label}: {config_hash(run)} (a resume or merge needs the same identity)", file=sys.stderr)
 
 
 def print_plan(config, shard, out_dir: str) -> None:

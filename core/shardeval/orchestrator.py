@@ -12,14 +12,42 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from shardeval.atomic import atomic_write
 from shardeval.config import Config
 
+if TYPE_CHECKING:
+    from shardeval.sweep import Sweep
+
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # ${VAR} / ${VAR:-default} in the config text ($$ escapes), as shardeval.config expands them
 _REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of a launch: a shard of a run (of one model, in a sweep)."""
+
+    index: int  # its place in the launch's numbering: the shard, or model-major in a sweep
+    service: str | None  # the sweep model it evaluates; None outside a sweep
+    shard: int
+    shards: int
+    dir: str  # its output directory
+
+    @property
+    def label(self) -> str:
+        """`shard 3/4`, or `step1 shard 1/2` in a sweep: for messages."""
+        return f"{self.service + ' ' if self.service else ''}shard {self.shard}/{self.shards}"
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """One ordinary run of a launch: the whole run, or one model of a sweep in <root>/<service>/."""
+
+    service: str | None
+    root: str
+    config: Config
 
 
 @dataclass(frozen=True)
@@ -31,15 +59,44 @@ class LaunchRequest:
     output_root: str = "./eval_results"
     dry_run: bool = False
     fresh: bool = False
+    sweep: Sweep | None = None  # set: the config is a sweep; these are its models, in cell order
 
     @classmethod
     def create(
         cls, config: Config, config_path: str | None, overrides: list[str], quick: dict[str, Any],
-        output_dir: str | None, *, dry_run: bool, fresh: bool,
+        output_dir: str | None, *, dry_run: bool, fresh: bool, sweep: Sweep | None = None,
     ) -> LaunchRequest:
         """The request as the command line gives it: the quick flags that are set; -o, else output.dir."""
         quick = {k: v for k, v in quick.items() if v is not None}
-        return cls(config, config_path, overrides, quick, output_dir or config.output.dir, dry_run=dry_run, fresh=fresh)
+        return cls(config, config_path, overrides, quick, output_dir or config.output.dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
+
+    def runs(self) -> list[ModelRun]:
+        """The ordinary runs this launch writes: one, or one per sweep model (in cell order)."""
+        if self.sweep is None:
+            return [ModelRun(None, self.output_root, self.config)]
+        return [ModelRun(name, os.path.join(self.output_root, name), self.sweep.configs[name]) for name in self.sweep.services]
+
+    def cells(self) -> list[Cell]:
+        """Every shard of every run, in launch order (model-major in a sweep)."""
+        total = self.total
+        return [Cell(i * total + k, run.service, k, total, os.path.join(run.root, f"shard_{k}"))
+                for i, run in enumerate(self.runs()) for k in range(total)]
+
+    def cell_args(self, cell: Cell) -> list[str]:
+        """Arguments after `shardeval run` that make a node run exactly this cell."""
+        if cell.service is None:
+            return self.shard_args(cell.shard, cell.shards, cell.dir)
+        return [*self.run_args(), "--sweep-services", cell.service, "--shard", f"{cell.shard}/{cell.shards}", "-o", self.output_root]
+
+    def indexed_args(self, index: str, services: list[str] | None = None) -> list[str]:
+        """Arguments after `shardeval run` for a node that knows only its index in the launch (a
+        SLURM array task, an Indexed Job pod): `index` is how the node's command line spells it
+        (a shell variable). In a sweep, the index runs over `services` (default: all) × shards."""
+        if self.sweep is None:
+            return self.shard_args(index, self.total, os.path.join(self.output_root, f"shard_{index}"))
+        names = services or list(self.sweep.services)
+        total = len(names) * self.total
+        return [*self.run_args(), "--sweep-services", ",".join(names), "--shard", f"{index}/{total}", "-o", self.output_root]
 
     @property
     def total(self) -> int:
@@ -83,13 +140,12 @@ class LaunchRequest:
             args += ["-O", escape(override)]
         return args + (["--fresh"] if self.fresh else [])
 
-    def report_failed(self, failed: list[int]) -> None:
-        """Name the shards that failed; rerunning resumes them (resume is the default)."""
-        print(
-            f"shardeval: {len(failed)} of {self.total} shards failed ({', '.join(map(str, failed))}); "
-            "rerun the same command to resume them",
-            file=sys.stderr,
-        )
+    def report_failed(self, failed: list[Cell] | list[int]) -> None:
+        """Name the shards (cells, or shard numbers of a single run) that failed; rerunning resumes them."""
+        failed = [self.cells()[c] if isinstance(c, int) else c for c in failed]
+        what = f"{len(failed)} of {len(self.cells())} {'cells' if self.sweep else 'shards'}"
+        names = ", ".join(c.label if c.service else str(c.shard) for c in failed)
+        print(f"shardeval: {what} failed ({names}); rerun the same command to resume them", file=sys.stderr)
 
     def shard_args(self, idx: int | str, total: int, output_dir: str | None = None) -> list[str]:
         """Arguments after `shardeval run` that make a node run exactly shard idx of total."""
@@ -126,16 +182,15 @@ def dump_yaml(documents: list[dict[str, Any]], header: str = "", explicit_start:
 
 def merge_and_report(root: str) -> None:
     """The step an orchestrator that waits for its shards ends with: merge what they wrote (also
-    after a failure: the report then says what is missing) and print the report."""
+    after a failure: the report then says what is missing) and print the report (of a sweep: the
+    models × benchmarks table)."""
     from shardeval.errors import UsageError
-    from shardeval.merge import merge_run, write_merged
-    from shardeval.report import render_report
+    from shardeval.sweep_merge import merge_any
 
     try:
-        result = merge_run(root)
+        text, out = merge_any(root)
     except UsageError as exc:
         print(f"shardeval: nothing to merge: {exc}", file=sys.stderr)
         return
-    out = write_merged(result)
-    print(render_report(result), end="")
+    print(text, end="")
     print(f"\nmerged into {out}/ — `shardeval merge {root}` redoes it, `shardeval status {root}` shows progress")

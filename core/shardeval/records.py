@@ -144,6 +144,16 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True):
     job: str | None = None  # the scheduler's job that runs it (SLURM `123_4`), for a refused second writer
 
 
+class SweepPlan(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A sweep's models in table order, its baseline and shards per model: <out>/sweep_plan.json,
+    and in each of its shards' manifests with `service`, the model that shard evaluates."""
+
+    services: list[str]
+    baseline: str
+    shards: int
+    service: str | None = None
+
+
 class Manifest(msgspec.Struct, kw_only=True):
     version: str
     shard_idx: int
@@ -159,6 +169,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     config: dict[str, Any] = {}
     served: dict[str, ServedModel] = {}  # service name -> what its endpoint reported at start
     provenance: Provenance | None = None
+    sweep: SweepPlan | None = None  # set when the shard is one cell of a sweep (not part of the run's identity)
 
 
 def run_id(config_hash: str) -> str:

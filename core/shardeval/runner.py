@@ -43,6 +43,7 @@ from shardeval.records import (
     Manifest,
     ReadReport,
     ResultRecord,
+    SweepPlan,
     TrajectoryRecord,
     encode_line,
     pretty_json,
@@ -57,7 +58,7 @@ from shardeval.resume import make_output_dir, prepare_output_dir, refuse, served
 from shardeval.seeds import request_seed
 from shardeval.service import ServiceContext
 from shardeval.shards import ShardSpec, shard_indices
-from shardeval.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide, own_records
+from shardeval.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, count_cells, decide, own_records
 from shardeval.solver import ServiceHandle, Solver
 
 log = logging.getLogger("shardeval")
@@ -173,8 +174,9 @@ def make_benchmark(bc: BenchmarkConfig, where: str, registry) -> tuple[Benchmark
 class ShardRun:
     """Everything one shard does, from its output directory to its final manifest."""
 
-    def __init__(self, config: Config, shard: ShardSpec, out_dir: str, fresh: bool = False) -> None:
+    def __init__(self, config: Config, shard: ShardSpec, out_dir: str, fresh: bool = False, sweep: SweepPlan | None = None) -> None:
         self.config = config
+        self.sweep = sweep  # the sweep this shard is a cell of, for its manifest
         self.shard = shard
         self.out_dir = out_dir
         self.fresh = fresh
@@ -233,6 +235,7 @@ class ShardRun:
             permutation_seed=self.config.shuffle_seed,
             config=config_for_manifest(self.config),
             provenance=collect_provenance(),
+            sweep=self.sweep,
         )
         try:  # preparing the output: what fails here is the output directory (one line, exit 2 or 1)
             # become its one writer (a second is refused, naming the holder) before anything in it is read
@@ -259,6 +262,9 @@ class ShardRun:
         refused = False
         try:
             async with AsyncExitStack() as stack:
+                if resumed is not None and nothing_to_ask(self.out_dir, manifest):
+                    log.info("every pair of this shard already has an ok record: nothing to ask, no service started")
+                    plans = []  # the manifest's counts stay as the resumed run left them
                 handles = await self._start_services(plans, stack)
                 served = {name: handle.served for name, handle in handles.items() if handle.served is not None}
                 reason = served_mismatch(resumed, served) if resumed is not None else None
@@ -655,6 +661,18 @@ def make_record(
         if extra:
             record.scores = {**record.scores, **extra}
     return record
+
+
+def nothing_to_ask(out_dir: str, manifest: Manifest) -> bool:
+    """Whether every pair of the shard has an ok record on disk (by shardeval.standing's rule), so
+    a rerun of a finished shard (a sweep relaunched for a new model) starts no server at all."""
+    for bm in manifest.benchmarks:
+        own = Membership.of(manifest, bm)
+        n_ok, _, _ = count_cells(os.path.join(out_dir, bm.name, RESULTS_FILE), own)
+        if n_ok < own.n_cells:
+            return False
+        bm.n_ok, bm.n_error = n_ok, 0
+    return True
 
 
 def missing_pairs(plans: list[BenchmarkPlan], tallies: list[Tally]) -> str | None:

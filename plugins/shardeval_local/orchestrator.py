@@ -19,9 +19,10 @@ STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 
 
 class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """`parallel`: how many shards run at once (default: all of them)."""
+    """`parallel`: how many shards run at once (default: all of them; in a sweep, as many as one
+    model has, since each starts its own model server)."""
 
-    parallel: Count | None = None  # shard processes at once (default: all)
+    parallel: Count | None = None  # shard processes at once
 
     def runs_in_process(self) -> bool:
         """Without `shards` the one shard runs right in `shardeval run` (see ClusterConfig)."""
@@ -29,19 +30,20 @@ class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True
 
 
 def run_local(request: LaunchRequest) -> int:
-    cluster, total = request.config.cluster, request.total
-    commands = [self_command() + ["run", *request.shard_args(i, total)] for i in range(total)]
+    """Every cell (a shard; in a sweep, a shard of one model) as a child process, `parallel` at a time."""
+    cells = request.cells()
+    commands = [self_command() + ["run", *request.cell_args(cell)] for cell in cells]
     if request.dry_run:
         for command in commands:
             print(shlex.join(command))
         return 0
-    parallel = getattr(cluster, "parallel", None) or total
+    parallel = getattr(request.config.cluster, "parallel", None) or request.total * (1 if request.sweep else len(cells))
     stop: list[signal.Signals] = []
-    codes = asyncio.run(_run_all(commands, parallel, stop))
-    failed = [i for i, code in enumerate(codes) if code != 0]
-    for i, code in enumerate(codes):
+    codes = asyncio.run(_run_all(commands, [cell.label for cell in cells], parallel, stop))
+    failed = [cell for cell, code in zip(cells, codes) if code != 0]
+    for cell, code in zip(cells, codes):
         outcome = "not started (stopped before its turn)" if code is None else f"exit {code}"
-        print(f"shardeval: shard {i}/{total}: {outcome} -> {request.shard_dir(i)}", file=sys.stderr)
+        print(f"shardeval: {cell.label}: {outcome} -> {cell.dir}", file=sys.stderr)
     merge_and_report(request.output_root)
     if stop:
         print(f"shardeval: interrupted by {stop[0].name}; rerun the same command to resume the shards", file=sys.stderr)
@@ -52,7 +54,7 @@ def run_local(request: LaunchRequest) -> int:
     return 0
 
 
-async def _run_all(commands: list[list[str]], parallel: int, stop: list[signal.Signals]) -> list[int | None]:
+async def _run_all(commands: list[list[str]], labels: list[str], parallel: int, stop: list[signal.Signals]) -> list[int | None]:
     """Run the shard commands, `parallel` at a time; their exit codes (None: never started
     because a stop signal came first, which is then appended to `stop`)."""
     gate = asyncio.Semaphore(parallel)
@@ -69,7 +71,7 @@ async def _run_all(commands: list[list[str]], parallel: int, stop: list[signal.S
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, forward, sig)
 
-    async def one(i: int, command: list[str]) -> int | None:
+    async def one(label: str, command: list[str]) -> int | None:
         async with gate:
             if stop:
                 return None
@@ -83,7 +85,7 @@ async def _run_all(commands: list[list[str]], parallel: int, stop: list[signal.S
                 proc.send_signal(stop[0])
             assert proc.stdout is not None
             async for line in proc.stdout:
-                sys.stderr.write(f"[shard {i}] {line.decode(errors='replace')}")
+                sys.stderr.write(f"[{label}] {line.decode(errors='replace')}")
             return await proc.wait()
 
-    return list(await asyncio.gather(*(one(i, c) for i, c in enumerate(commands))))
+    return list(await asyncio.gather(*(one(label, c) for label, c in zip(labels, commands))))

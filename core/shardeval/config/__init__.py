@@ -19,7 +19,8 @@ from shardeval.config.explain import Where, decode, format_path, kind
 from shardeval.config.reading import apply_overrides, expand, parse_key_values, read_yaml, type_expansions  # noqa: F401
 from shardeval.config.schema import (  # the schema, re-exported: every module imports it from here
     BenchmarkConfig, ClusterConfig, Config, Count, Generation, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds,
-    OutputConfig, Probability, Protocol, RawConfig, Retries, Seconds, ServiceConfig, SolverConfig, Timeouts,
+    CheckpointsConfig, OutputConfig, Probability, Protocol, RawConfig, Retries, Seconds, ServiceConfig, SolverConfig,
+    SweepConfig, Timeouts,
 )
 
 
@@ -64,11 +65,15 @@ def load_config(
     apply_overrides(data, overrides, where)
     type_expansions(data, where)
     raw = decode(data, RawConfig, where)
+    from shardeval import sweep
+
+    sweep.resolve(raw, where)  # benchmarks' default service; a sweep's generated checkpoint services
     _quick.apply(raw, flags, path)
     services = {name: _decode_service(name, section, where) for name, section in raw.services.items()}
     cluster = _decode_cluster(raw.cluster, where)
     config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
     _validate(config, where)
+    sweep.check(config, where)
     return config
 
 
@@ -81,6 +86,11 @@ def config_hash(config: Config) -> str:
     """
     from shardeval.service import describe
 
+    if config.sweep is not None:  # a sweep's identity: that of each model's run, in order
+        from shardeval.sweep import model_config
+
+        runs = {name: config_hash(model_config(config, name)) for name in config.sweep.services}
+        return f"sha256:{hashlib.sha256(canonical_json(runs)).hexdigest()[:16]}"
     benchmarks = []
     for bench in config.benchmarks:
         service, solver = config.services.get(bench.solver.service), bench.solver
@@ -136,7 +146,7 @@ def _decode_cluster(section: dict[str, Any], where: Where) -> ClusterConfig:
 
 def _validate(config: Config, where: Where) -> None:
     """What the types cannot say (their ranges are declared on the Structs): one entry per
-    benchmark, usable ids, solvers' services exist."""
+    benchmark, usable ids, solver types exist (solvers' services: shardeval.sweep.check)."""
     from shardeval.plugins import registry
 
     if not config.benchmarks:
@@ -155,8 +165,5 @@ def _validate(config: Config, where: Where) -> None:
         if bench.id is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", bench.id):
             raise where.error(f"{bench.id!r} is not a usable folder name; use letters, digits, '.', '_' or '-'", f"{at}.id")
         seen[key] = i
-        if bench.solver.service not in config.services:
-            defined = ", ".join(config.services) or "none"
-            raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
         registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
 

@@ -41,7 +41,8 @@ class Generation(_Section):
 
 class SolverConfig(_Section):
     type: str = "simple"
-    service: str = "model"
+    # The service the solver asks. Unset: `model` in a single run; every model of a sweep in a sweep.
+    service: str | None = None
     system_prompt: str | None = None
     generation: Generation = msgspec.field(default_factory=Generation)
 
@@ -153,6 +154,25 @@ class OutputConfig(_Section):
     drain_timeout_s: NonNegativeSeconds = 10.0
 
 
+class CheckpointsConfig(_Section):
+    """Sweep services made from one template: one per model path, so "every checkpoint so far" is
+    one line, and a rerun picks up checkpoints written since."""
+
+    template: str | dict[str, Any]  # the name of a service to copy, or a service section
+    paths: str | list[str]  # model paths and globs (`/ckpt/step*/`), resolved when the config is read
+    key: str = "model"  # the template key that receives each path
+    prefix: str = ""  # put before each generated service name (the path's last part)
+
+
+class SweepConfig(_Section):
+    """Evaluate every benchmark without a `solver.service` against each of these models, each as
+    an ordinary run in <out>/<service>/, and compare each against the baseline."""
+
+    services: list[str] = []  # service names, in table order; generated checkpoints follow
+    checkpoints: CheckpointsConfig | None = None
+    baseline: str | None = None  # default: the first service of the sweep
+
+
 class RawConfig(_Section):
     """The file as written: plugin-owned sections still undecoded."""
 
@@ -162,6 +182,7 @@ class RawConfig(_Section):
     output: OutputConfig = msgspec.field(default_factory=OutputConfig)
     seed: int = 0
     shuffle_seed: int | None = None
+    sweep: SweepConfig | None = None
 
 
 class Config(msgspec.Struct, kw_only=True):
@@ -173,9 +194,12 @@ class Config(msgspec.Struct, kw_only=True):
     output: OutputConfig
     seed: int = 0
     shuffle_seed: int | None = None
+    sweep: SweepConfig | None = None  # set: the config stands for one run per sweep service
 
     def used_services(self) -> dict[str, ServiceConfig]:
-        """The services a shard starts: those the benchmarks' solvers use, in first-use order."""
-        names = dict.fromkeys(b.solver.service for b in self.benchmarks)
+        """The services a shard starts: those the benchmarks' solvers use, in first-use order (in
+        a sweep, those of any of its runs: a benchmark without a service uses every sweep model)."""
+        sweep = self.sweep.services if self.sweep is not None else []
+        names = dict.fromkeys(n for b in self.benchmarks for n in ([b.solver.service] if b.solver.service else sweep))
         return {name: self.services[name] for name in names if name in self.services}
 

@@ -1,0 +1,180 @@
+"""`shardeval merge` of a sweep: every model's run merged as any run, then one table.
+
+Each model's directory is merged exactly as `shardeval merge <out>/<service>` would (duplicates,
+missing cells, lost shards and mixed identities handled by the one merge), into its own merged/.
+Then <out>/merged/sweep.json and sweep.md: models × benchmarks with every metric's value and
+interval, and each non-baseline model's paired difference against the baseline on the
+(problem, repeat) cells both answered, Holm-adjusted across the table (the statistics come from
+the `paired_differences` hook: the metrics plugin). A cell short of full coverage, or a pair
+compared on fewer cells than either model has, is marked, never silently compared.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from shardeval.errors import UsageError, os_error
+from shardeval.metrics import MetricOptions
+from shardeval.records import SweepPlan, pretty_json
+
+SWEEP_JSON, SWEEP_MD = "sweep.json", "sweep.md"
+PAIRED_METRICS = ("accuracy", "mean")  # the metrics that are the mean of the cells' scores, which the pairing compares
+
+
+@dataclass
+class ModelMerge:
+    service: str
+    result: Any | None  # shardeval.merge.MergeResult; None: no shard of it has written yet
+    note: str | None = None
+
+
+@dataclass
+class SweepMerge:
+    root: str
+    plan: SweepPlan
+    models: list[ModelMerge]
+    document: dict[str, Any]
+
+    @property
+    def partial(self) -> bool:
+        return any(m.result is None or m.result.partial for m in self.models)
+
+
+def merge_sweep(root: str, plan: SweepPlan, *, errors_as_wrong: bool = False, options: MetricOptions | None = None,
+                allow_mixed_models: bool = False) -> SweepMerge:
+    """Merge every model of the sweep (writes nothing) and compare each against the baseline."""
+    from shardeval.discover import find_shard_dirs
+    from shardeval.merge import merge_run
+
+    options = options or MetricOptions()
+    models = []
+    for name in plan.services:
+        run_root = os.path.join(root, name)
+        if not os.path.isdir(run_root) or not find_shard_dirs(run_root)[0]:
+            models.append(ModelMerge(name, None, "no shard has written yet"))
+            continue
+        try:
+            result = merge_run(run_root, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True,
+                               allow_mixed_models=allow_mixed_models)
+        except UsageError as exc:
+            raise UsageError(f"sweep model {name!r}: {exc}") from None
+        models.append(ModelMerge(name, result))
+    return SweepMerge(root, plan, models, sweep_document(plan, models, options, errors_as_wrong))
+
+
+def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOptions, errors_as_wrong: bool) -> dict[str, Any]:
+    """sweep.json: the table's cells, the paired differences against the baseline, what is missing."""
+    from shardeval import plugins
+    from shardeval.report import counts
+
+    cells, labels, pairs = [], [], []
+    merged = {m.service: {b.manifest.name: b for b in m.result.benchmarks} for m in models if m.result is not None}
+    base = merged.get(plan.baseline, {})
+    for m in models:
+        for bench, b in merged.get(m.service, {}).items():
+            c = counts(b)
+            coverage = {"n_ok": c["n_ok"], "n_expected": c["n_expected"], "n_errors": c["n_errors"], "n_missing": c["n_missing"],
+                        "complete": c["n_ok"] == c["n_expected"]}
+            cells += [{"service": m.service, "benchmark": bench, "metric": name, "value": v.value, "ci_low": v.ci_low,
+                       "ci_high": v.ci_high, "n": v.n, "ci_method": v.ci_method, **coverage} for name, v in b.metrics.items()]
+            if m.service != plan.baseline and bench in base:
+                metric = next((n for n in PAIRED_METRICS if n in b.manifest.metrics), "score")
+                labels.append({"service": m.service, "benchmark": bench, "metric": metric})
+                pairs.append((base[bench].table, b.table))
+    hook = getattr(plugins.hooks(), "paired_differences", None)  # TEMP
+    found = hook(pairs=pairs, options=options) if pairs and hook else None
+    vs = [{**label, **row} for label, row in zip(labels, found or [])]
+    missing = [{"service": m.service, "why": m.note} for m in models if m.result is None]
+    missing += [{"service": m.service, "benchmark": bench, "why": "the baseline has no results for it"}
+                for m in models if m.service != plan.baseline for bench in merged.get(m.service, {}) if bench not in base]
+    doc: dict[str, Any] = {
+        "baseline": plan.baseline, "services": plan.services, "confidence": options.confidence,
+        "errors_as_wrong": errors_as_wrong, "partial": any(m.result is None or m.result.partial for m in models),
+        "cells": cells, "vs_baseline": vs, "missing": missing,
+    }
+    if pairs and found is None:
+        doc["vs_baseline_note"] = "no installed plugin computes paired differences (the built-in `metrics` plugin does)"
+    return doc
+
+
+def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float = 0.95) -> str:
+    """Each model's merged/ (or OUT/<service>/ with `out_dir`), then sweep.json and sweep.md."""
+    from shardeval.atomic import atomic_write
+    from shardeval.discover import MERGED_DIR
+    from shardeval.merge import write_merged
+
+    for m in sweep.models:
+        if m.result is not None:
+            write_merged(m.result, os.path.join(out_dir, m.service) if out_dir else None, confidence=confidence)
+    out_dir = out_dir or os.path.join(sweep.root, MERGED_DIR)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        atomic_write(os.path.join(out_dir, SWEEP_JSON), pretty_json(sweep.document))
+        atomic_write(os.path.join(out_dir, SWEEP_MD), render_sweep(sweep, confidence).encode())
+    except OSError as exc:
+        raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
+    return out_dir
+
+
+def _cell_text(cell: dict[str, Any]) -> str:
+    from shardeval.report import fmt
+
+    text = f"{fmt(cell['value'])} [{fmt(cell['ci_low'])}, {fmt(cell['ci_high'])}]"
+    return text if cell["complete"] else f"{text} ‡ {cell['n_ok']}/{cell['n_expected']}"
+
+
+def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
+    """sweep.md: for each metric a models × benchmarks table, then the differences against the baseline."""
+    from shardeval.report import fmt
+
+    doc, plan = sweep.document, sweep.plan
+    benches = list(dict.fromkeys(c["benchmark"] for c in doc["cells"]))
+    lines = [
+        f"# shardeval sweep: {sweep.root}", "",
+        f"{len(plan.services)} models × {len(benches)} benchmarks, baseline **{plan.baseline}**, {confidence:.0%} intervals. "
+        f"**{'PARTIAL' if doc['partial'] else 'COMPLETE'}**",
+    ]
+    lines += [f"- {m['service']}: {m['why']}" + (f" ({m['benchmark']})" if "benchmark" in m else "") for m in doc["missing"]]
+    lines += [f"- {m.service}: partial (see {m.service}/merged/report.md)" for m in sweep.models if m.result is not None and m.result.partial]
+    for metric in dict.fromkeys(c["metric"] for c in doc["cells"]):
+        table = {(c["service"], c["benchmark"]): c for c in doc["cells"] if c["metric"] == metric}
+        lines += ["", f"## {metric}", "", f"| model | {' | '.join(benches)} |", "|---" * (len(benches) + 1) + "|"]
+        for name in plan.services:
+            label = f"{name} (baseline)" if name == plan.baseline else name
+            lines.append(f"| {label} | " + " | ".join(_cell_text(table[name, b]) if (name, b) in table else "—" for b in benches) + " |")
+    if any(not c["complete"] for c in doc["cells"]):
+        lines += ["", "‡ not every (problem, repeat) pair has an ok record: the value covers the ones shown (ok/expected)."]
+    if doc["vs_baseline"]:
+        lines += ["", f"## vs baseline: model − {plan.baseline}, paired on the same (problem, repeat) cells", "",
+                  f"| model | benchmark | metric | difference | {confidence:.0%} interval | p | p (Holm) | test | cells |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for row in doc["vs_baseline"]:
+            mark = "" if row.get("complete") else " †"
+            lines.append(f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
+                         f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {fmt(row['p_value'])} | {fmt(row['p_holm'])} | "
+                         f"{row.get('test', '—')} | {row.get('n', '—')} |")
+        if any(not row.get("complete") for row in doc["vs_baseline"]):
+            lines += ["", "† compared only on the cells both models answered; the rest (missing, errors, other problems) "
+                          "is left out of the pair and counted in sweep.json (n_only_baseline, n_only_other)."]
+    if note := doc.get("vs_baseline_note"):
+        lines += ["", f"- {note}"]
+    lines += ["", "Each model's full report: `<model>/merged/report.md`."]
+    return "\n".join(lines) + "\n"
+
+
+def merge_any(root: str, **options: Any) -> tuple[str, str]:
+    """Merge a run or a sweep at `root` and write the files; (the report text, where they went).
+    `options`: merge_run's (errors_as_wrong, options, allow_mixed_models) and `out_dir`, `confidence`."""
+    from shardeval.merge import merge_run, write_merged
+    from shardeval.report import render_report
+    from shardeval.sweep import read_plan
+
+    out_dir, confidence = options.pop("out_dir", None), options.pop("confidence", 0.95)
+    plan = read_plan(root)
+    if plan is not None:
+        sweep = merge_sweep(root, plan, **options)
+        return render_sweep(sweep, confidence), write_sweep(sweep, out_dir, confidence)
+    result = merge_run(root, **options)
+    return render_report(result, confidence), write_merged(result, out_dir, confidence=confidence)
