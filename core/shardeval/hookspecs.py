@@ -22,6 +22,7 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
+    from shardeval.metrics import MetricOptions, ScoreTable
     from shardeval.records import Manifest, ResultRecord
     from shardeval.registry import Register
 
@@ -62,6 +63,11 @@ def register_orchestrators(register: Register) -> None:
 @hookspec
 def register_metrics(register: Register) -> None:
     """Register metrics: `register(name, metric)`, metric(ScoreTable, MetricOptions) -> {name: MetricValue}; used by `shardeval merge`."""
+
+
+@hookspec(firstresult=True)
+def paired_differences(pairs: list[tuple[ScoreTable, ScoreTable]], options: MetricOptions) -> list[dict] | None:
+    """For each (baseline, other) pair of one benchmark's tables: the paired difference other − baseline on the (problem, repeat) cells valid in both, with interval, p-value and the Holm-adjusted p-value across all pairs given (one call = one family). None: no plugin computes it."""
 
 
 @hookspec

@@ -10,6 +10,7 @@ so loading plugins (`shardeval --help`, `shardeval plugins`) never imports numpy
     perplexity       shardeval_metrics.metrics         exp(Σ nll / Σ tokens), token_nll; delta method
     classification   shardeval_metrics.classification  macro/weighted F1, macro P/R; bootstrap
     (compare)        shardeval_metrics.compare         compare_tables(a, b, options)
+    (sweep)          shardeval_metrics.paired          hook paired_differences(pairs, options)
 """
 
 from __future__ import annotations
@@ -31,3 +32,10 @@ def register_commands(cli):
     from shardeval_metrics.command import compare_command
 
     cli.add_command(compare_command)
+
+
+@hookimpl
+def paired_differences(pairs, options):
+    from shardeval_metrics.paired import paired_differences as compute
+
+    return compute(pairs, options)

@@ -24,35 +24,15 @@ import numpy as np
 
 from shardeval.api import MetricOptions, ScoreTable
 from shardeval_metrics.dist import mcnemar_exact, normal_cdf, normal_ppf, t_ppf, t_sf
-from shardeval_metrics.stats import cluster_codes, clustered_se, is_binary, per_problem, score_matrix
+from shardeval_metrics.stats import cluster_codes, clustered_se, is_binary, match_problems, per_problem, score_matrix
 
 POWER = 0.80
-
-
-def _first_rows(ids: list[str]) -> dict[str, int]:
-    """Each id's first row, in order of first appearance (a repeated id counts once)."""
-    out: dict[str, int] = {}
-    for i, pid in enumerate(ids):
-        out.setdefault(pid, i)
-    return out
-
-
-def _match(a: ScoreTable, b: ScoreTable) -> tuple[np.ndarray, np.ndarray, int, int, str]:
-    """Row indices (ia, ib) of the problems in both runs (A's order), n_only_a, n_only_b, how matched."""
-    if a.problem_ids is not None and b.problem_ids is not None:
-        pos_a, pos_b = _first_rows(a.problem_ids), _first_rows(b.problem_ids)
-        ia = np.asarray([i for pid, i in pos_a.items() if pid in pos_b], dtype=np.int64)
-        ib = np.asarray([pos_b[pid] for pid in pos_a if pid in pos_b], dtype=np.int64)
-        return ia, ib, len(pos_a) - ia.size, len(pos_b) - ib.size, "problem_ids"
-    m = min(a.n_problems, b.n_problems)
-    idx = np.arange(m, dtype=np.int64)
-    return idx, idx, a.n_problems - m, b.n_problems - m, "index"
 
 
 def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict[str, Any]:
     """Paired difference B − A over the problems both runs answered (rules in the module doc)."""
     xa, xb = score_matrix(a), score_matrix(b)
-    ia, ib, only_a, only_b, matched_by = _match(a, b)
+    ia, ib, only_a, only_b, matched_by = match_problems(a, b)
     both = np.isfinite(xa[ia]).any(axis=1) & np.isfinite(xb[ib]).any(axis=1)
     ia, ib = ia[both], ib[both]
     n = int(ia.size)

@@ -53,6 +53,30 @@ def is_binary(x: np.ndarray) -> bool:
     return bool(np.all((valid == 0.0) | (valid == 1.0)))
 
 
+def _first_rows(ids: list[str]) -> dict[str, int]:
+    """Each id's first row, in order of first appearance (a repeated id counts once)."""
+    out: dict[str, int] = {}
+    for i, pid in enumerate(ids):
+        out.setdefault(pid, i)
+    return out
+
+
+def match_problems(a: ScoreTable, b: ScoreTable) -> tuple[np.ndarray, np.ndarray, int, int, str]:
+    """Row indices (ia, ib) of the problems in both tables (A's order), n_only_a, n_only_b, how matched.
+
+    By `problem_ids` when both tables carry them (a repeated id counts once), else by index up to
+    the smaller count: a pairing never puts two different ids side by side.
+    """
+    if a.problem_ids is not None and b.problem_ids is not None:
+        pos_a, pos_b = _first_rows(a.problem_ids), _first_rows(b.problem_ids)
+        ia = np.asarray([i for pid, i in pos_a.items() if pid in pos_b], dtype=np.int64)
+        ib = np.asarray([pos_b[pid] for pid in pos_a if pid in pos_b], dtype=np.int64)
+        return ia, ib, len(pos_a) - ia.size, len(pos_b) - ib.size, "problem_ids"
+    m = min(a.n_problems, b.n_problems)
+    idx = np.arange(m, dtype=np.int64)
+    return idx, idx, a.n_problems - m, b.n_problems - m, "index"
+
+
 @dataclass
 class ProblemStats:
     """One row per problem with at least one valid sample (in problem order)."""

@@ -1,0 +1,103 @@
+"""Paired differences against a baseline for the sweep table (hook `paired_differences`).
+
+Each (baseline a, other b) pair of one benchmark's tables is compared on the (problem, repeat)
+cells valid in both: problems matched by `stats.match_problems` (ids when both tables have them,
+else index), repeats 0..min(repeats)−1, a cell counting when both scores are finite. So two
+different problems are never compared; what the pairing leaves out is counted instead.
+
+- diff = mean over the n shared cells of d = b − a.
+- stderr: the cells of one problem are not independent (same question, same difficulty), so the
+  cell differences are clustered by problem: SE² = G/(G−1) · Σ_g (Σ_{c∈g} (d_c − d̄))² / n² over
+  the G problems (`stats.clustered_se`; exactly sd(d, ddof=1)/sqrt(n) when each problem has one
+  cell). Interval diff ± t_{G−1, 1−α/2} · SE; paired t test t = diff/SE on G−1 df.
+- p-value: McNemar's exact test on the discordant cells when both tables are binary and every
+  shared problem has exactly one shared cell; the paired t test otherwise. McNemar treats each
+  discordant pair as an independent coin flip. Two repeats of one problem are not independent
+  draws, so with several cells per problem McNemar would count one problem's repeats as separate
+  evidence and its p-value would be too small. The clustered t test accounts for that.
+- p_holm: Holm's step-down adjustment across every pair of one call (one call = one family).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shardeval.api import MetricOptions, ScoreTable
+from shardeval_metrics.dist import mcnemar_exact, t_ppf, t_sf
+from shardeval_metrics.stats import clustered_se, is_binary, match_problems, score_matrix
+
+
+def holm(p_values: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values, in the input order; None stays None (not counted in m).
+
+    Sorted ascending, p_holm_(i) = max_{j<=i} min(1, (m − j) · p_(j)), j 0-based.
+    Written here because nothing in the zipapp provides it (statsmodels would pull in scipy).
+    """
+    order = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    out: list[float | None] = [None] * len(p_values)
+    running, m = 0.0, len(order)
+    for j, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (m - j) * p))
+        out[i] = running
+    return out
+
+
+def paired_difference(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict[str, Any]:
+    """The paired difference b − a (the baseline is a) by the rules of the module doc; never raises."""
+    xa, xb = score_matrix(a), score_matrix(b)
+    ia, ib, only_a, only_b, matched_by = match_problems(a, b)
+    repeats = min(a.repeats, b.repeats)
+    ca, cb = xa[ia, :repeats], xb[ib, :repeats]
+    both = np.isfinite(ca) & np.isfinite(cb)
+    rows = np.nonzero(both)[0]  # the matched problem of each shared cell, in (problem, repeat) order
+    problems, codes = np.unique(rows, return_inverse=True)
+    codes = codes.reshape(-1)  # dense 0..G−1: the clusters of clustered_se
+    da, db = ca[both], cb[both]
+    d = db - da
+    n, n_problems = int(d.size), int(problems.size)
+    valid_a, valid_b = int(np.isfinite(xa).sum()), int(np.isfinite(xb).sum())
+    result: dict[str, Any] = {
+        "benchmark": b.benchmark,
+        "confidence": options.confidence,
+        "matched_by": matched_by,
+        "n": n,
+        "n_problems": n_problems,
+        "n_cells_baseline": a.n_cells,
+        "n_cells_other": b.n_cells,
+        "n_only_baseline": valid_a - n,
+        "n_only_other": valid_b - n,
+        "n_problems_unmatched": int(only_a + only_b),
+        "complete": n > 0 and n == a.n_cells == b.n_cells,
+        **dict.fromkeys(("diff", "baseline_mean", "other_mean", "stderr", "ci_low", "ci_high", "df", "p_value",
+                         "p_holm", "discordant")),
+        "test": "none",
+    }
+    if n == 0:
+        result["reason"] = "no (problem, repeat) cell is valid in both tables"
+        return result
+    diff = float(d.mean())
+    result.update(diff=diff, baseline_mean=float(da.mean()), other_mean=float(db.mean()))
+    se, n_groups = clustered_se(d, codes)
+    if se is not None:
+        df = n_groups - 1
+        half = t_ppf(0.5 + options.confidence / 2.0, df) * se
+        p = min(1.0, 2.0 * t_sf(abs(diff) / se, df)) if se > 0 else 1.0 if diff == 0 else 0.0
+        result.update(stderr=se, ci_low=diff - half, ci_high=diff + half, df=df, p_value=p, test="paired_t")
+    else:
+        result["reason"] = "stderr and interval need >= 2 problems with a shared cell"
+    if is_binary(da) and is_binary(db) and n == n_problems:
+        right_a, right_b = da == 1.0, db == 1.0
+        n_b, n_c = int((right_a & ~right_b).sum()), int((~right_a & right_b).sum())
+        result.update(p_value=mcnemar_exact(n_b, n_c), test="mcnemar_exact",
+                      discordant={"baseline_right_other_wrong": n_b, "baseline_wrong_other_right": n_c})
+    return result
+
+
+def paired_differences(pairs: list[tuple[ScoreTable, ScoreTable]], options: MetricOptions) -> list[dict[str, Any]]:
+    """`paired_difference` of every (baseline, other) pair, with p_holm across all of them (one family)."""
+    results = [paired_difference(a, b, options) for a, b in pairs]
+    for result, p in zip(results, holm([r["p_value"] for r in results])):
+        result["p_holm"] = p
+    return results
