@@ -83,8 +83,7 @@ def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOpt
                 metric = next((n for n in PAIRED_METRICS if n in b.manifest.metrics), "score")
                 labels.append({"service": m.service, "benchmark": bench, "metric": metric})
                 pairs.append((base[bench].table, b.table))
-    hook = getattr(plugins.hooks(), "paired_differences", None)  # TEMP
-    found = hook(pairs=pairs, options=options) if pairs and hook else None
+    found = plugins.hooks().paired_differences(pairs=pairs, options=options) if pairs else []
     vs = [{**label, **row} for label, row in zip(labels, found or [])]
     missing = [{"service": m.service, "why": m.note} for m in models if m.result is None]
     missing += [{"service": m.service, "benchmark": bench, "why": "the baseline has no results for it"}
