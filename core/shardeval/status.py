@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from shardeval.discover import Run, load_run
 from shardeval.liveness import clock
-from shardeval.records import RESULTS_FILE
+from shardeval.records import RESULTS_FILE, SweepPlan
 from shardeval.standing import Membership, count_cells
 
 
@@ -30,6 +31,7 @@ class ShardProgress:
     eta_s: float | None
     warnings: list[str] = field(default_factory=list)  # lines skipped or refused in its files
     note: str | None = None  # why a `lost` shard is lost, and since when
+    by_benchmark: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # name -> (records, errors, expected)
 
 
 def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
@@ -39,11 +41,13 @@ def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
         m = shard.manifest
         records = errors = expected = 0
         warnings = []
+        by_benchmark = {}
         for b in m.benchmarks:
             own = Membership.of(m, b)
             n_ok, n_err, report = count_cells(os.path.join(shard.abspath, b.name, RESULTS_FILE), own)
             records, errors = records + n_ok + n_err, errors + n_err
             expected += own.n_cells
+            by_benchmark[b.name] = (n_ok + n_err, n_err, own.n_cells)
             if skipped := report.describe(os.path.join(shard.path, b.name, RESULTS_FILE)):
                 warnings.append(f"warning: {skipped}")
         lost = shard.lost
@@ -53,7 +57,8 @@ def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
         eta = max(0, expected - records) / rate if rate and shard.state == "running" else None
         note = (f"shard {m.shard_idx} lost since {clock(lost.since)} ({max(0.0, now - lost.since):.0f} s ago): "
                 f"{lost.why}; rerun it, it resumes") if lost is not None else None
-        out.append(ShardProgress(shard.path, m.shard_idx, shard.state, records, errors, expected, rate, eta, warnings, note))
+        out.append(ShardProgress(shard.path, m.shard_idx, shard.state, records, errors, expected, rate, eta, warnings, note,
+                                 by_benchmark))
     return sorted(out, key=lambda p: (p.idx, p.path))
 
 
@@ -78,12 +83,53 @@ def render_status(run: Run, progress: list[ShardProgress]) -> str:
     return "\n".join(lines)
 
 
-def status(root: str) -> str:
-    """The shards' progress, then what plugins add (the SLURM plugin: each array task's state)."""
-    from shardeval import plugins
+def render_sweep_status(root: str, plan: SweepPlan) -> str:
+    """The grid of a sweep: per (model, benchmark) records, errors and ETA, each model's shard
+    states, and what stands out (lost or missing shards), from each model's ordinary run."""
     from shardeval.errors import UsageError
 
+    lines = [f"sweep: {len(plan.services)} models x {plan.shards} shard(s), baseline {plan.baseline}",
+             f"{'model':<16} {'benchmark':<16} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  shards"]
+    done = total = 0
+    notes: list[str] = []
+    for name in plan.services:
+        try:
+            run = load_run(os.path.join(root, name), allow_mixed_served=True)
+        except UsageError:
+            lines.append(f"{name:<16} {'—':<16} {'':>17} {'':>7} {'':>8} {'':>8}  not started")
+            continue
+        progress = shard_progress(run)
+        states = Counter(p.state for p in progress) + Counter({"not started": len(run.missing_shards())})
+        summary = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        rate = sum(p.rate or 0.0 for p in progress if p.state == "running")
+        for b in run.benchmarks:
+            best: dict[int, tuple[int, int, int]] = {}  # a shard copied twice counts once
+            for p in progress:
+                got = p.by_benchmark.get(b.name, (0, 0, 0))
+                best[p.idx] = max(best.get(p.idx, got), got)
+            records, errors = sum(min(r, e) for r, _, e in best.values()), sum(err for _, err, _ in best.values())
+            expected = b.n_problems * b.repeats
+            done, total = done + records, total + expected
+            eta = f"{(expected - records) / rate:.0f}s" if rate and records < expected else "—"
+            lines.append(f"{name:<16} {b.name:<16} {records:>8}/{expected:<8} {errors:>7} {f'{rate:.1f}' if rate else '—':>8} "
+                         f"{eta:>8}  {summary}")
+        notes += [f"{name}: {p.note}" for p in progress if p.note]
+        notes += [f"{name}: shard {idx} not started" for idx in run.missing_shards()]
+        notes += [f"{name}: {w}" for p in progress for w in p.warnings]
+    lines.append(f"total: {done}/{total} records ({done / total:.1%}) of the models started" if total else "total: no model has started")
+    return "\n".join(lines + notes)
+
+
+def status(root: str) -> str:
+    """The shards' progress (of a sweep: the models × benchmarks grid), then what plugins add
+    (the SLURM plugin: each array task's state)."""
+    from shardeval import plugins
+    from shardeval.errors import UsageError
+    from shardeval.sweep import read_plan
+
     extra = [text for text in plugins.hooks().run_status(run_dir=root) if text]
+    if (plan := read_plan(root)) is not None:
+        return "\n".join([render_sweep_status(root, plan), *extra])
     try:
         run = load_run(root, allow_mixed_served=True)  # progress is worth showing; merge refuses the mixture
     except UsageError:

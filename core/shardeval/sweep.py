@@ -120,17 +120,18 @@ def model_config(config: Config, name: str) -> Config:
 class Sweep:
     """The models one launch evaluates, in cell order, and each one's run config."""
 
-    services: tuple[str, ...]
+    services: tuple[str, ...]  # this launch's models (all, or those --sweep-services picks)
     baseline: str
     shards: int  # per model
     configs: dict[str, Config]
+    listed: tuple[str, ...] = ()  # every model the config lists, for the plan a shard records
 
     @property
     def n_cells(self) -> int:
         return len(self.services) * self.shards
 
     def plan(self, service: str | None = None) -> SweepPlan:
-        return SweepPlan(services=list(self.services), baseline=self.baseline, shards=self.shards, service=service)
+        return SweepPlan(services=list(self.listed or self.services), baseline=self.baseline, shards=self.shards, service=service)
 
     def select(self, spec: ShardSpec) -> tuple[str, ShardSpec]:
         """The model and the shard of it that a launch index selects (see the module doc)."""
@@ -165,7 +166,7 @@ def plan_sweep(config: Config, only: str | None = None) -> Sweep:
             raise UsageError(f"{SWEEP_FLAG} {only}: {what}; its models: {', '.join(services)}")
         services = picked
     configs = {name: model_config(config, name) for name in services}
-    return Sweep(tuple(services), config.sweep.baseline, config.cluster.shards or 1, configs)
+    return Sweep(tuple(services), config.sweep.baseline, config.cluster.shards or 1, configs, tuple(config.sweep.services))
 
 
 def read_plan(root: str) -> SweepPlan | None:

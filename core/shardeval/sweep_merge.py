@@ -124,6 +124,13 @@ def _cell_text(cell: dict[str, Any]) -> str:
     return text if cell["complete"] else f"{text} ‡ {cell['n_ok']}/{cell['n_expected']}"
 
 
+def _p(p: float | None) -> str:
+    """A p-value as people read it: 4 decimals, or `<0.0001` (never a bare 0.0000)."""
+    from shardeval.report import fmt
+
+    return "<0.0001" if p is not None and p < 0.0001 else fmt(p)
+
+
 def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
     """sweep.md: for each metric a models × benchmarks table, then the differences against the baseline."""
     from shardeval.report import fmt
@@ -152,7 +159,7 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
         for row in doc["vs_baseline"]:
             mark = "" if row.get("complete") else " †"
             lines.append(f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
-                         f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {fmt(row['p_value'])} | {fmt(row['p_holm'])} | "
+                         f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {_p(row['p_value'])} | {_p(row['p_holm'])} | "
                          f"{row.get('test', '—')} | {row.get('n', '—')} |")
         if any(not row.get("complete") for row in doc["vs_baseline"]):
             lines += ["", "† compared only on the cells both models answered; the rest (missing, errors, other problems) "

@@ -54,10 +54,12 @@ def is_binary(x: np.ndarray) -> bool:
 
 
 def _first_rows(ids: list[str]) -> dict[str, int]:
-    """Each id's first row, in order of first appearance (a repeated id counts once)."""
+    """Each id's first row, in order of first appearance (a repeated id counts once). An empty id
+    is merge's placeholder for a problem no record reached: it matches nothing."""
     out: dict[str, int] = {}
     for i, pid in enumerate(ids):
-        out.setdefault(pid, i)
+        if pid:
+            out.setdefault(pid, i)
     return out
 
 
