@@ -84,6 +84,11 @@ def find_shard_dirs(root: str) -> tuple[list[str], list[str]]:
 def load_run(root: str, allow_mixed_served: bool = False) -> Run:
     if not os.path.isdir(root):
         raise UsageError(f"{root}: no such directory; give the directory that holds the shard directories")
+    from shardeval.sweep import read_plan
+
+    if (plan := read_plan(root)) is not None:
+        raise UsageError(f"{root} is a sweep of {len(plan.services)} models ({', '.join(plan.services)}): give one model's "
+                         f"directory, {os.path.join(root, plan.services[0])}, or merge the whole sweep with `shardeval merge {root}`")
     paths, orphans = find_shard_dirs(root)
     if not paths:
         hint = f" ({len(orphans)} folder(s) hold results but no manifest.json, e.g. {orphans[0]})" if orphans else ""

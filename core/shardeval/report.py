@@ -7,6 +7,7 @@ evaluation give identical files; timings live apart in timing.json because they 
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING, Any
 
 from shardeval.liveness import clock
@@ -104,7 +105,10 @@ def rerun_how(run: "Run", shards: list[int]) -> str:
     from shardeval import plugins
 
     hints = [hint for hint in plugins.hooks().rerun_hint(run_dir=run.root, shards=shards) if hint]
-    return ", or ".join([*hints, f"`shardeval run CONFIG --shard I/{run.total_shards}` for each (they resume)"])
+    sweep = run.shards[0].manifest.sweep if run.shards else None
+    select = f"--sweep-services {sweep.service} " if sweep is not None and sweep.service else ""
+    where = f" -o {os.path.dirname(os.path.normpath(run.root))}" if select else ""
+    return ", or ".join([*hints, f"`shardeval run CONFIG {select}--shard I/{run.total_shards}{where}` for each (they resume)"])
 
 
 def render_report(result: "MergeResult", confidence: float = 0.95) -> str:

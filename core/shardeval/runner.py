@@ -243,6 +243,15 @@ class ShardRun:
             self._lease = ShardLease(self.out_dir)
             self._lease.acquire()
             resumed = prepare_output_dir(self.out_dir, manifest, self.fresh)
+            if resumed is not None and nothing_to_ask(self.out_dir, manifest):
+                # A finished shard run again (a sweep relaunched for a new model): no server, no request,
+                # and a complete manifest left as it is; one that stopped after its last record is closed.
+                log.info("every pair of this shard already has an ok record: nothing to ask, no service started")
+                if resumed.state != "complete":
+                    resumed.state, resumed.reason, resumed.finished_at = "complete", None, time.time()
+                    resumed.benchmarks = manifest.benchmarks
+                    write_manifest(self.out_dir, resumed)
+                return 0
             if resumed is not None:
                 manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
             os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
@@ -262,9 +271,6 @@ class ShardRun:
         refused = False
         try:
             async with AsyncExitStack() as stack:
-                if resumed is not None and nothing_to_ask(self.out_dir, manifest):
-                    log.info("every pair of this shard already has an ok record: nothing to ask, no service started")
-                    plans = []  # the manifest's counts stay as the resumed run left them
                 handles = await self._start_services(plans, stack)
                 served = {name: handle.served for name, handle in handles.items() if handle.served is not None}
                 reason = served_mismatch(resumed, served) if resumed is not None else None
