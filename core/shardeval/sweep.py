@@ -98,15 +98,6 @@ def _generate(raw: RawConfig, where: Where) -> list[str]:
     return names
 
 
-def check(config: Config, where: Where) -> None:
-    """What only the decoded config can say: services named by benchmarks exist (a sweep's own
-    benchmarks use its models)."""
-    for i, bench in enumerate(config.benchmarks):
-        if bench.solver.service is not None and bench.solver.service not in config.services:
-            defined = ", ".join(config.services) or "none"
-            raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"benchmarks[{i}].solver.service")
-
-
 def model_config(config: Config, name: str) -> Config:
     """The ordinary run config of one sweep model: its benchmarks ask `name`, only the services
     they use are kept, and no sweep section is left (so its hash is that of the single run)."""

@@ -73,7 +73,6 @@ def load_config(
     cluster = _decode_cluster(raw.cluster, where)
     config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
     _validate(config, where)
-    sweep.check(config, where)
     return config
 
 
@@ -146,7 +145,7 @@ def _decode_cluster(section: dict[str, Any], where: Where) -> ClusterConfig:
 
 def _validate(config: Config, where: Where) -> None:
     """What the types cannot say (their ranges are declared on the Structs): one entry per
-    benchmark, usable ids, solver types exist (solvers' services: shardeval.sweep.check)."""
+    benchmark, usable ids, solvers' services exist."""
     from shardeval.plugins import registry
 
     if not config.benchmarks:
@@ -165,5 +164,8 @@ def _validate(config: Config, where: Where) -> None:
         if bench.id is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", bench.id):
             raise where.error(f"{bench.id!r} is not a usable folder name; use letters, digits, '.', '_' or '-'", f"{at}.id")
         seen[key] = i
+        if bench.solver.service is not None and bench.solver.service not in config.services:  # None: a sweep's models
+            defined = ", ".join(config.services) or "none"
+            raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
         registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
 
