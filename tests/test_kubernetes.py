@@ -636,7 +636,8 @@ output: {{progress_interval_s: 0}}
 
 def test_a_sweep_is_one_indexed_job_over_model_shard_cells_and_its_pods_run(tmp_path, kubernetes_validate):
     """2 models x 2 shards: one Indexed Job of 4 completions (cell c = shard c mod 2 of model c div 2),
-    each pod's exact command run here for its index, then the merge Job merges the sweep root."""
+    each pod's exact command run here for its index, then the merge Job merges the sweep root. No
+    API server is available here: the Job controller's and kubelet's parts are the module's stand-ins."""
     docs, path, _ = render(tmp_path, sim_sweep_config())
     validate(kubernetes_validate, path)
     assert manifest_problems(docs) == []

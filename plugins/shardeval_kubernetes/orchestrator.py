@@ -172,14 +172,14 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
         docs += _merge_rbac(names, obj, cluster.namespace)
     for job in jobs:
         shm = shm_size(job.gpus, cluster)
-        dshm = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}] if shm else []
+        shm_volume = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}] if shm else []
+        shm_mount = [{"name": "dshm", "mountPath": "/dev/shm"}] if shm else []
         resources = cluster.resources
         if resources.gpus is None and job.gpus:  # unset: what the services declare
             resources = msgspec.structs.replace(resources, gpus=job.gpus)
-        shm_mount = [{"name": "dshm", "mountPath": "/dev/shm"}] if shm else []
         env = _shard_env(cluster, job.completions, secrets)
         container = _container(cluster, SHARD_CONTAINER, image, job.args, env, resources, [*mounts, *shm_mount])
-        docs.append(_shard_job(cluster, job, obj, container, [*volumes, *dshm], pull_secrets))
+        docs.append(_shard_job(cluster, job, obj, container, [*volumes, *shm_volume], pull_secrets))
     if cluster.merge.enabled:
         docs.append(_merge_job(cluster, names, obj, image, pull_secrets, [job.name for job in jobs]))
     return dump_yaml(docs, _header(secrets, cluster.namespace)), warnings
@@ -395,7 +395,8 @@ def _merge_job(
 def _warnings(request: LaunchRequest, cluster: KubernetesClusterConfig, env: list[dict[str, Any]]) -> list[str]:
     warnings = []
     if cluster.shards is None:
-        warnings.append("cluster.shards is not set: rendering an Indexed Job with 1 completion (one shard)")
+        warnings.append("cluster.shards is not set: one shard per model" if request.sweep else
+                        "cluster.shards is not set: rendering an Indexed Job with 1 completion (one shard)")
     missing = sorted(request.config_variables(defaulted=False) - {e["name"] for e in env} - {"JOB_COMPLETION_INDEX"})
     if missing:
         warnings.append(
@@ -411,7 +412,7 @@ def _warnings(request: LaunchRequest, cluster: KubernetesClusterConfig, env: lis
             "so the kubelet would refuse to start it; set runAsUser (any uid works, e.g. 65534)"
         )
     modes = cluster.pvc.access_modes
-    if (cluster.parallelism or cluster.shards or 1) > 1 and "ReadWriteMany" not in modes:
+    if (cluster.parallelism or len(request.cells())) > 1 and "ReadWriteMany" not in modes:
         warnings.append(
             f"cluster.pvc.access_modes {list(modes)}: shard pods on different nodes mount the results volume "
             "at once, which needs ReadWriteMany"
