@@ -259,3 +259,51 @@ def test_commands_escaping_and_user_mistakes(tmp_path, docker_compose):
         bad = shardeval_cmd("run", str(cfg), "--dry-run", "-o", str(tmp_path / "bad"))
         assert bad.returncode == 2, (extra, bad.stderr)
         assert bad.stderr.strip().count("\n") == 0 and words in bad.stderr, (extra, bad.stderr)
+
+
+def test_a_sweep_is_one_service_per_model_shard_cell_and_the_merge_depends_on_all(tmp_path, docker_compose):
+    """2 simulated models x 2 shards: services shard-<model>-<i>, each with its cell's arguments (no
+    variables to set), run here as `docker compose up` would, then eval-merge merges the sweep."""
+    sim = "type: sim, bench: arith, ttft_ms: 1, itl_ms: 0, output_tokens: 8"
+    config = f"""
+services:
+  base: {{{sim}, accuracy: 0.3}}
+  step1: {{{sim}, accuracy: 0.9}}
+benchmarks:
+  - {{name: arith, params: {{n: 12}}, max_concurrent: 8}}
+sweep: {{services: [base, step1], baseline: base}}
+cluster: {{type: compose, shards: 2, env: {{NOTE: "costs $5"}}}}
+output: {{progress_interval_s: 0}}
+"""
+    path, result = render(tmp_path, config)
+    assert "docker compose -f" in result.stderr and " up" in result.stderr and "run --rm --no-deps eval-merge" in result.stderr
+    resolved = compose_config(docker_compose, path, {})
+    cells = [f"shard-{model}-{k}" for model in ("base", "step1") for k in range(2)]
+    assert set(resolved["services"]) == {*cells, "eval-merge"}
+    merge = resolved["services"]["eval-merge"]
+    assert merge["depends_on"] == {name: {"condition": "service_completed_successfully"} for name in cells}
+    assert "profiles" not in merge  # `docker compose up` starts it
+    for name in cells:
+        model, k = name.split("-")[1:]
+        service = resolved["services"][name]
+        assert "profiles" not in service and "NEL_SHARD_IDX" not in service.get("environment", {})
+        assert service["command"] == ["run", "/config/config.yaml", "--sweep-services", model, "--shard", f"{k}/2", "-o", "/results"]
+        assert service["environment"]["NOTE"].replace("$$", "$") == "costs $5"
+
+    procs = {name: service_process(resolved["services"][name], None, tmp_path / "workdir" / name) for name in cells}
+    for name, proc in procs.items():
+        out = proc.communicate(timeout=240)[0]
+        assert proc.returncode == 0, f"{name}:\n{out}"
+    root = tmp_path / "out"  # the output root, bind-mounted at /results
+    for name in cells:
+        model, k = name.split("-")[1:]
+        manifest = json.loads((root / model / f"shard_{k}" / "manifest.json").read_text())
+        assert (manifest["state"], manifest["sweep"]["service"]) == ("complete", model)
+    proc = service_process(merge, None, tmp_path / "workdir" / "merge")
+    out = proc.communicate(timeout=240)[0]
+    assert proc.returncode == 0, out
+    sweep = json.loads((root / "merged" / "sweep.json").read_text())
+    accuracy = {c["service"]: c for c in sweep["cells"] if c["metric"] == "accuracy"}
+    assert set(accuracy) == {"base", "step1"} and all(c["n"] == 12 for c in accuracy.values())
+    (diff,) = [d for d in sweep["vs_baseline"] if d["metric"] == "accuracy"]
+    assert diff["service"] == "step1" and diff["diff"] > 0  # the 0.9 simulator beats the 0.3 one

@@ -181,10 +181,13 @@ def manifest_problems(docs: list[dict[str, Any]], secret_vars: set[str] = frozen
             command = init.get("command", [])
             if command[:2] != ["kubectl", "wait"]:
                 continue
-            target = next((a.split("/", 1)[1] for a in command if a.startswith("job/")), None)
+            targets = [a.split("/", 1)[1] for a in command if a.startswith("job/")]
             namespace = next((a.split("=", 1)[1] for a in command if a.startswith("--namespace=")), None)
-            if "--for=condition=complete" not in command or ("Job", target) not in names:
+            indexed = {j["metadata"]["name"] for j in by_kind(docs, "Job") if j["spec"].get("completionMode") == "Indexed"}
+            if "--for=condition=complete" not in command or not targets or not {("Job", t) for t in targets} <= names:
                 problems.append(f"Job {job['metadata']['name']}: initContainer does not wait for an rendered Job's Complete condition")
+            if not indexed <= set(targets):
+                problems.append(f"Job {job['metadata']['name']}: does not wait for Indexed Job(s) {sorted(indexed - set(targets))}")
             if namespace != job["metadata"]["namespace"]:
                 problems.append(f"Job {job['metadata']['name']}: kubectl wait in namespace {namespace!r}")
             if not any(a.startswith("--timeout=") for a in command):
@@ -254,7 +257,8 @@ def container_env(container: dict[str, Any], index: int, secrets: dict[tuple[str
 
 
 def mount_folders(docs: list[dict[str, Any]], pod: dict[str, Any], container: dict[str, Any], tmp: Path) -> dict[str, Path]:
-    """mountPath -> a local folder: a ConfigMap's data as files, a PVC as a folder (shared by claim name)."""
+    """mountPath -> a local folder: a ConfigMap's data as files, a PVC as a folder (shared by claim name),
+    an emptyDir as a folder."""
     volumes = {v["name"]: v for v in pod["volumes"]}
     folders = {}
     for mount in container.get("volumeMounts", []):
@@ -265,6 +269,9 @@ def mount_folders(docs: list[dict[str, Any]], pod: dict[str, Any], container: di
             folder.mkdir(parents=True, exist_ok=True)
             for key, value in cm["data"].items():
                 (folder / key).write_text(value)
+        elif "emptyDir" in volume:  # /dev/shm: a folder of its own
+            folder = tmp / "emptydirs" / mount["name"]
+            folder.mkdir(parents=True, exist_ok=True)
         else:
             folder = tmp / "pvcs" / volume["persistentVolumeClaim"]["claimName"]
             folder.mkdir(parents=True, exist_ok=True)
@@ -607,3 +614,101 @@ cluster:
         (volume,) = shm_volumes
         assert volume["emptyDir"]["sizeLimit"] == expected
         assert [m["name"] for m in shm_mounts] == [volume["name"]]
+
+
+# --- sweeps ------------------------------------------------------------------------------------
+
+
+def sim_sweep_config(shards: int = 2, n: int = 12) -> str:
+    """Two simulated models of different accuracy; every pod starts its cell's own simulator."""
+    sim = "type: sim, bench: arith, ttft_ms: 1, itl_ms: 0, output_tokens: 8"
+    return f"""
+services:
+  base: {{{sim}, accuracy: 0.3}}
+  step1: {{{sim}, accuracy: 0.9}}
+benchmarks:
+  - {{name: arith, params: {{n: {n}}}, max_concurrent: 8}}
+sweep: {{services: [base, step1], baseline: base}}
+cluster: {{type: kubernetes, name: sweep-test, namespace: evals, shards: {shards}}}
+output: {{progress_interval_s: 0}}
+"""
+
+
+def test_a_sweep_is_one_indexed_job_over_model_shard_cells_and_its_pods_run(tmp_path, kubernetes_validate):
+    """2 models x 2 shards: one Indexed Job of 4 completions (cell c = shard c mod 2 of model c div 2),
+    each pod's exact command run here for its index, then the merge Job merges the sweep root. No
+    API server is available here: the Job controller's and kubelet's parts are the module's stand-ins."""
+    docs, path, _ = render(tmp_path, sim_sweep_config())
+    validate(kubernetes_validate, path)
+    assert manifest_problems(docs) == []
+    job = indexed_job(docs)
+    assert (job["metadata"]["name"], job["spec"]["completions"], job["spec"]["parallelism"]) == ("sweep-test", 4, 4)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["run", "/config/config.yaml", "--sweep-services", "base,step1",
+                                 "--shard", "$(NEL_SHARD_IDX)/4", "-o", "/results"]
+    assert {e["name"]: e.get("value") for e in container["env"]}["NEL_TOTAL_SHARDS"] == "4"
+    outputs = run_indexed_job(docs, tmp_path / "cluster", {})
+    for index, out in enumerate(outputs):
+        model, shard = ("base", "step1")[index // 2], index % 2
+        assert f"shard {shard}/2 (from --shard {index}/4; sweep cell {index} of 4: {model})" in out, out
+    results = claim_folder(docs, tmp_path / "cluster")
+    for index in range(4):
+        model, shard = ("base", "step1")[index // 2], index % 2
+        manifest = json.loads((results / model / f"shard_{shard}" / "manifest.json").read_text())
+        assert (manifest["shard_idx"], manifest["total_shards"], manifest["state"]) == (shard, 2, "complete")
+
+    report = run_merge_job(docs, tmp_path / "cluster")
+    assert "base" in report and "step1" in report
+    sweep = json.loads((results / "merged" / "sweep.json").read_text())
+    assert sweep["baseline"] == "base"
+    accuracy = {c["service"]: c for c in sweep["cells"] if c["metric"] == "accuracy"}
+    assert set(accuracy) == {"base", "step1"} and all(c["n"] == 12 for c in accuracy.values())
+    (diff,) = [d for d in sweep["vs_baseline"] if d["metric"] == "accuracy"]
+    assert diff["service"] == "step1" and diff["diff"] > 0  # the 0.9 simulator beats the 0.3 one
+    for model in ("base", "step1"):  # each model's folder is an ordinary run, merged as one
+        assert json.loads((results / model / "merged" / "scores.json").read_text())["arith"]["n_missing"] == 0
+
+
+def test_sweep_models_needing_different_gpus_get_one_indexed_job_each(tmp_path, kubernetes_validate):
+    """Pods are sized from the GPUs a model's services declare: models of one size share a Job
+    (<name>-g0, <name>-g1, in sweep order), and the merge Job waits for every one. Each pod's
+    command, run here with --dry-run (no vLLM), evaluates the cell its index names."""
+    config = """
+services:
+  base: {type: vllm, model: /ckpt/base, tensor_parallel_size: 4}
+  big: {type: vllm, model: /ckpt/big, tensor_parallel_size: 8}
+  step1: {type: vllm, model: /ckpt/step1, tensor_parallel_size: 4}
+benchmarks:
+  - {name: arith, params: {n: 9}}
+sweep: {services: [base, big, step1], baseline: base}
+cluster: {type: kubernetes, name: sweep-gpu, shards: 3, parallelism: 2}
+"""
+    docs, path, _ = render(tmp_path, config)
+    validate(kubernetes_validate, path)
+    assert manifest_problems(docs) == []
+    jobs = {j["metadata"]["name"]: j for j in by_kind(docs, "Job")}
+    assert list(jobs) == ["sweep-gpu-g0", "sweep-gpu-g1", "sweep-gpu-merge"]
+    wait = jobs["sweep-gpu-merge"]["spec"]["template"]["spec"]["initContainers"][0]["command"]
+    assert [a for a in wait if a.startswith("job/")] == ["job/sweep-gpu-g0", "job/sweep-gpu-g1"]
+    expected = {"sweep-gpu-g0": (["base", "step1"], "4", "8Gi"), "sweep-gpu-g1": (["big"], "8", "16Gi")}
+    for name, (models, gpus, shm) in expected.items():
+        spec = jobs[name]["spec"]
+        pod = spec["template"]["spec"]
+        (container,) = pod["containers"]
+        assert (spec["completions"], spec["parallelism"]) == (3 * len(models), 2)
+        assert container["args"][2:6] == ["--sweep-services", ",".join(models), "--shard", f"$(NEL_SHARD_IDX)/{3 * len(models)}"]
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": gpus}
+        assert [v["emptyDir"]["sizeLimit"] for v in pod["volumes"] if "emptyDir" in v] == [shm]
+        folders = mount_folders(docs, pod, container, tmp_path / "cluster")
+        for index in range(spec["completions"]):
+            env = container_env(container, index, {})
+            argv = [rewrite_paths(kubelet_expand(a, env), folders) for a in [*container["command"], *container["args"]]]
+            ran = subprocess.run([*argv, "--dry-run"], env=local_process_env(env), capture_output=True, text=True, timeout=120)
+            assert ran.returncode == 0, ran.stderr
+            model, shard = models[index // 3], index % 3
+            assert f"shard {shard}/3 arith: problems [{3 * shard}, {3 * shard + 3}) of 9" in ran.stdout, ran.stdout
+            assert str(folders["/results"] / model / f"shard_{shard}" / "arith") in ran.stdout
+    # an explicit resources.gpus is what every Job asks for
+    docs, _, _ = render(tmp_path, config.replace("parallelism: 2", "resources: {gpus: 8}"))
+    limits = [j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] for j in by_kind(docs, "Job")[:2]]
+    assert limits == [{"nvidia.com/gpu": "8"}] * 2

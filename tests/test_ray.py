@@ -339,6 +339,51 @@ def test_cluster_type_ray_through_shardeval_run_joins_a_running_ray(tmp_path: Pa
     assert ray.is_initialized() and ray.get(ray.put(1)) == 1
 
 
+def sweep_config(models: dict[str, float]) -> str:
+    sim = "type: sim, bench: arith, ttft_ms: 1, itl_ms: 0, output_tokens: 8"
+    services = "".join(f"  {name}: {{{sim}, accuracy: {accuracy}}}\n" for name, accuracy in models.items())
+    return f"""services:
+{services}benchmarks:
+  - {{name: arith, params: {{n: 12}}, max_concurrent: 8}}
+sweep: {{services: [{', '.join(models)}], baseline: base}}
+cluster: {{type: ray, shards: 2, num_cpus: 0.5}}
+output: {{progress_interval_s: 0}}
+"""
+
+
+def test_a_sweep_is_one_task_per_model_shard_cell_and_a_new_model_costs_only_its_cells(tmp_path: Path, ray_address: str) -> None:
+    """2 simulated models x 2 shards through `shardeval run`: four tasks, each starting its cell's
+    own simulator, writing <out>/<model>/shard_<i>/, then the sweep merge. Adding a third model and
+    rerunning runs its two cells; the finished cells start no server."""
+    cfg, out = tmp_path / "sweep.yaml", tmp_path / "out"
+    cfg.write_text(sweep_config({"base": 0.3, "step1": 0.9}))
+    result = shardeval_cmd("run", str(cfg), "-o", str(out), env={"RAY_ADDRESS": ray_address}, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "4 shard task(s)" in result.stderr
+    for model in ("base", "step1"):
+        for k in range(2):
+            assert f"shardeval: {model} shard {k}/2 complete: arith 6/6 ok" in result.stderr
+            manifest = json.loads((out / model / f"shard_{k}" / "manifest.json").read_text())
+            assert manifest["state"] == "complete" and manifest["shard_source"].startswith("ray task ")
+            assert manifest["sweep"] == {"services": ["base", "step1"], "baseline": "base", "shards": 2, "service": model}
+    sweep = json.loads((out / "merged" / "sweep.json").read_text())
+    accuracy = {c["service"]: c for c in sweep["cells"] if c["metric"] == "accuracy"}
+    assert set(accuracy) == {"base", "step1"} and all(c["n"] == 12 for c in accuracy.values())
+    (diff,) = [d for d in sweep["vs_baseline"] if d["metric"] == "accuracy"]
+    assert diff["service"] == "step1" and diff["diff"] > 0  # the 0.9 simulator beats the 0.3 one
+
+    cfg.write_text(sweep_config({"base": 0.3, "step1": 0.9, "top": 0.6}))
+    again = shardeval_cmd("run", str(cfg), "-o", str(out), env={"RAY_ADDRESS": ray_address}, timeout=240)
+    assert again.returncode == 0, again.stderr[-3000:]
+    for model in ("base", "step1"):
+        for k in range(2):
+            log = (out / model / f"shard_{k}" / "logs" / "shard.log").read_text()
+            assert log.count("nothing to ask, no service started") == 1, log
+    assert "top shard 0/2 complete: arith 6/6 ok" in again.stderr and "top shard 1/2 complete" in again.stderr
+    sweep = json.loads((out / "merged" / "sweep.json").read_text())
+    assert {c["service"] for c in sweep["cells"]} == {"base", "step1", "top"}
+
+
 def test_every_port_of_the_test_ray_listens_on_loopback_only(ray_address: str, ray_env: str) -> None:
     """`_node_ip_address="127.0.0.1"` alone is not enough with Ray 2.60 (it binds every interface);
     with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 too, every listening socket is on 127.0.0.1."""

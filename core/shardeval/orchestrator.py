@@ -82,21 +82,25 @@ class LaunchRequest:
         return [Cell(i * total + k, run.service, k, total, os.path.join(run.root, f"shard_{k}"))
                 for i, run in enumerate(self.runs()) for k in range(total)]
 
-    def cell_args(self, cell: Cell) -> list[str]:
-        """Arguments after `shardeval run` that make a node run exactly this cell."""
+    def cell_args(self, cell: Cell, root: str | None = None, **run: Any) -> list[str]:
+        """Arguments after `shardeval run` that make a node run exactly this cell; `root`: where
+        the node sees the output root, `run`: run_args' config_path/escape."""
+        root = root or self.output_root
         if cell.service is None:
-            return self.shard_args(cell.shard, cell.shards, cell.dir)
-        return [*self.run_args(), "--sweep-services", cell.service, "--shard", f"{cell.shard}/{cell.shards}", "-o", self.output_root]
+            return self.shard_args(cell.shard, cell.shards, os.path.join(root, f"shard_{cell.shard}"), **run)
+        return [*self.run_args(**run), "--sweep-services", cell.service, "--shard", f"{cell.shard}/{cell.shards}", "-o", root]
 
-    def indexed_args(self, index: str, services: list[str] | None = None) -> list[str]:
+    def indexed_args(self, index: str, services: list[str] | None = None, root: str | None = None, **run: Any) -> list[str]:
         """Arguments after `shardeval run` for a node that knows only its index in the launch (a
         SLURM array task, an Indexed Job pod): `index` is how the node's command line spells it
-        (a shell variable). In a sweep, the index runs over `services` (default: all) × shards."""
+        (a shell variable). In a sweep, the index runs over `services` (default: all) × shards.
+        `root` and `run` as in cell_args."""
+        root = root or self.output_root
         if self.sweep is None:
-            return self.shard_args(index, self.total, os.path.join(self.output_root, f"shard_{index}"))
+            return self.shard_args(index, self.total, os.path.join(root, f"shard_{index}"), **run)
         names = services or list(self.sweep.services)
         total = len(names) * self.total
-        return [*self.run_args(), "--sweep-services", ",".join(names), "--shard", f"{index}/{total}", "-o", self.output_root]
+        return [*self.run_args(**run), "--sweep-services", ",".join(names), "--shard", f"{index}/{total}", "-o", root]
 
     @property
     def total(self) -> int:
@@ -147,9 +151,9 @@ class LaunchRequest:
         names = ", ".join(c.label if c.service else str(c.shard) for c in failed)
         print(f"shardeval: {what} failed ({names}); rerun the same command to resume them", file=sys.stderr)
 
-    def shard_args(self, idx: int | str, total: int, output_dir: str | None = None) -> list[str]:
+    def shard_args(self, idx: int | str, total: int, output_dir: str | None = None, **run: Any) -> list[str]:
         """Arguments after `shardeval run` that make a node run exactly shard idx of total."""
-        return [*self.run_args(), "--shard", f"{idx}/{total}", "-o", output_dir or self.shard_dir(int(idx))]
+        return [*self.run_args(**run), "--shard", f"{idx}/{total}", "-o", output_dir or self.shard_dir(int(idx))]
 
 
 Orchestrator = Callable[[LaunchRequest], int]

@@ -15,6 +15,9 @@ seed's:
 NEL_SHARD_IDX is written as `${NEL_SHARD_IDX:-}`, not `${NEL_SHARD_IDX:?…}`: Compose interpolates
 every service, profiles or not, so a required variable would also break the merge command. An
 unset index reaches shardeval as an empty NEL_SHARD_IDX, a one-line error in the container.
+
+A sweep has one service per (model, shard) cell, `shard-<model>-<i>`, each with its cell's own
+arguments, and `eval-merge` depends on all of them completing: `docker compose up` runs the lot.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from shardeval.api import ENV_NAME, UsageError, dump_yaml, escape_dollars as esc
 
 if TYPE_CHECKING:
     from shardeval.api import LaunchRequest
+    from shardeval.orchestrator import Cell
 
 PROJECT_DIR = "compose"
 COMPOSE_FILE = "docker-compose.yaml"
@@ -53,18 +57,27 @@ def submit(request: LaunchRequest) -> int:
 
 
 def commands(request: LaunchRequest, path: str) -> str:
-    """The seed's loop over shards, then the merge: shardeval never drives Docker itself."""
+    """The seed's loop over shards, then the merge (a sweep: `up`): shardeval never drives Docker itself."""
     total = request.total
     f = shlex.quote(path)
     keys = sorted(_pass_through(request))
-    lines = [
-        f"# {total} shards, each its own container (export {', '.join(keys)} first: compose passes it by name)"
-        if keys else f"# {total} shards, each its own container:",
-        f"for i in $(seq 0 {total - 1}); do NEL_SHARD_IDX=$i NEL_TOTAL_SHARDS={total} "
-        f"docker compose -f {f} --profile {SHARD_PROFILE} run -d {SHARD_SERVICE}; done",
-        f"# when they have exited (docker ps -a --filter label=com.docker.compose.service={SHARD_SERVICE}):",
-        f"docker compose -f {f} --profile {MERGE_PROFILE} run --rm {MERGE_SERVICE}",
-    ]
+    export = f" (export {', '.join(keys)} first: compose passes it by name)" if keys else ""
+    if request.sweep is not None:
+        lines = [
+            f"# {len(request.cells())} cells ({len(request.sweep.services)} models x {total} shards), each its own container; "
+            f"the merge runs once all exited 0{export}:",
+            f"docker compose -f {f} up",
+            f"# after a failure: the same `up` again (finished cells end at once), or merge what exists:",
+            f"docker compose -f {f} run --rm --no-deps {MERGE_SERVICE}",
+        ]
+    else:
+        lines = [
+            f"# {total} shards, each its own container{export or ':'}",
+            f"for i in $(seq 0 {total - 1}); do NEL_SHARD_IDX=$i NEL_TOTAL_SHARDS={total} "
+            f"docker compose -f {f} --profile {SHARD_PROFILE} run -d {SHARD_SERVICE}; done",
+            f"# when they have exited (docker ps -a --filter label=com.docker.compose.service={SHARD_SERVICE}):",
+            f"docker compose -f {f} --profile {MERGE_PROFILE} run --rm {MERGE_SERVICE}",
+        ]
     if getattr(request.config.cluster, "results_volume", None) is None:
         root = shlex.quote(request.output_root)
         lines.append(f"# the results are in {request.output_root}: shardeval status {root}; shardeval merge {root}")
@@ -101,55 +114,76 @@ def render(request: LaunchRequest) -> dict[str, str]:
             )
 
     plain = [f"{k}={escape(str(v))}" for k, v in cluster.env.items()]
-    passed = sorted(_pass_through(request))
-    shard: dict[str, Any] = {
-        "image": image,
-        "profiles": [SHARD_PROFILE],
-        "entrypoint": [escape(e) for e in cluster.entrypoint],
+    passed = sorted(_pass_through(request))  # by name only: compose copies the value from the caller's environment
+    both = {"user": cluster.user, "read_only": cluster.read_only, "network_mode": cluster.network_mode}
+    both = {key: value for key, value in both.items() if value}  # unset ones stay out
+
+    def shard_service(command: list[str], environment: list[str], profiles: list[str]) -> dict[str, Any]:
+        shard: dict[str, Any] = {
+            "image": image,
+            **({"profiles": profiles} if profiles else {}),
+            "entrypoint": [escape(e) for e in cluster.entrypoint],
+            "command": command,
+            **({"environment": environment} if environment else {}),
+            "volumes": [
+                *([f"./{CONFIG_FILE}:{CONFIG_IN_CONTAINER}:ro"] if config_text is not None else []),
+                f"{results}:{RESULTS_DIR}",
+            ],
+            **both,
+        }
+        if cluster.shm_size:
+            shard["shm_size"] = cluster.shm_size
+        if cluster.gpus is not None:
+            device = {"driver": cluster.gpu_driver, "count": cluster.gpus, "capabilities": ["gpu"]}
+            shard["deploy"] = {"resources": {"reservations": {"devices": [device]}}}
+        return shard
+
+    services: dict[str, Any] = {}
+    if request.sweep is None:
         # run_args without `--shard` and `-o`: the shard comes from NEL_SHARD_IDX (the NeMo Evaluator
         # contract), and `output.dir=/results` puts it in /results/shard_<i> with no interpolation
-        "command": ["run", *request.run_args(CONFIG_IN_CONTAINER, escape), "-O", f"output.dir={RESULTS_DIR}"],
-        "environment": [
-            "NEL_SHARD_IDX=${NEL_SHARD_IDX:-}",
-            f"NEL_TOTAL_SHARDS=${{NEL_TOTAL_SHARDS:-{total}}}",
-            *plain,
-            *passed,  # by name only: compose copies the value from the caller's environment
-        ],
-        "volumes": [
-            *([f"./{CONFIG_FILE}:{CONFIG_IN_CONTAINER}:ro"] if config_text is not None else []),
-            f"{results}:{RESULTS_DIR}",
-        ],
-    }
+        command = ["run", *request.run_args(CONFIG_IN_CONTAINER, escape), "-O", f"output.dir={RESULTS_DIR}"]
+        index = ["NEL_SHARD_IDX=${NEL_SHARD_IDX:-}", f"NEL_TOTAL_SHARDS=${{NEL_TOTAL_SHARDS:-{total}}}"]
+        services[SHARD_SERVICE] = shard_service(command, [*index, *plain, *passed], [SHARD_PROFILE])
+    else:  # a sweep: one service per cell, with its own arguments, no variables to set
+        for cell in request.cells():
+            args = request.cell_args(cell, RESULTS_DIR, config_path=CONFIG_IN_CONTAINER, escape=escape)
+            services[cell_service(cell)] = shard_service(["run", *args], [*plain, *passed], [])
     merge: dict[str, Any] = {
         "image": image,
-        "profiles": [MERGE_PROFILE],
+        **({} if request.sweep else {"profiles": [MERGE_PROFILE]}),
         "entrypoint": [escape(e) for e in cluster.entrypoint],
         "command": ["merge", RESULTS_DIR],
         "volumes": [f"{results}:{RESULTS_DIR}"],
+        **({"environment": list(plain)} if plain else {}),
+        **both,
     }
-    if plain:
-        merge["environment"] = list(plain)
-    both = {"user": cluster.user, "read_only": cluster.read_only, "network_mode": cluster.network_mode}
-    for service in (shard, merge):
-        service.update({key: value for key, value in both.items() if value})  # unset ones stay out
-    if cluster.shm_size:
-        shard["shm_size"] = cluster.shm_size
-    if cluster.gpus is not None:
-        device = {"driver": cluster.gpu_driver, "count": cluster.gpus, "capabilities": ["gpu"]}
-        shard["deploy"] = {"resources": {"reservations": {"devices": [device]}}}
-    document: dict[str, Any] = {"services": {SHARD_SERVICE: shard, MERGE_SERVICE: merge}}
+    if request.sweep is not None:  # `up` starts it once every cell exited 0
+        merge["depends_on"] = {name: {"condition": "service_completed_successfully"} for name in services}
+    document: dict[str, Any] = {"services": {**services, MERGE_SERVICE: merge}}
     if cluster.results_volume is not None:
         document["volumes"] = {cluster.results_volume: {}}
-    header = (
-        "# Rendered by shardeval (cluster.type: compose). One container per shard, i = 0 … shards-1:\n"
-        f"#   NEL_SHARD_IDX=$i NEL_TOTAL_SHARDS={total} docker compose -f docker-compose.yaml "
-        f"--profile {SHARD_PROFILE} run -d {SHARD_SERVICE}\n"
-        f"# then: docker compose -f docker-compose.yaml --profile {MERGE_PROFILE} run --rm {MERGE_SERVICE}\n"
-    )
+    if request.sweep is not None:
+        header = (
+            "# Rendered by shardeval (cluster.type: compose). A sweep: one container per (model, shard) cell, then\n"
+            f"# the merge once every cell exited 0: docker compose -f docker-compose.yaml up\n"
+        )
+    else:
+        header = (
+            "# Rendered by shardeval (cluster.type: compose). One container per shard, i = 0 … shards-1:\n"
+            f"#   NEL_SHARD_IDX=$i NEL_TOTAL_SHARDS={total} docker compose -f docker-compose.yaml "
+            f"--profile {SHARD_PROFILE} run -d {SHARD_SERVICE}\n"
+            f"# then: docker compose -f docker-compose.yaml --profile {MERGE_PROFILE} run --rm {MERGE_SERVICE}\n"
+        )
     files = {COMPOSE_FILE: dump_yaml([document], header, explicit_start=False)}
     if config_text is not None:
         files[CONFIG_FILE] = config_text
     return files
+
+
+def cell_service(cell: Cell) -> str:
+    """`shard-<model>-<i>`: a sweep cell's service name (a model name is already a safe one)."""
+    return f"shard-{re.sub(r'[^A-Za-z0-9_.-]', '-', cell.service or '')}-{cell.shard}"
 
 
 def _pass_through(request: LaunchRequest) -> set[str]:

@@ -12,6 +12,9 @@ What gets rendered, in apply order:
 
 The pods run `shardeval run /config/config.yaml -o /results/shard_$(NEL_SHARD_IDX)`, so inside the
 cluster every pod evaluates exactly its shard and never re-submits the Job (see shardeval.launch).
+A sweep is one Indexed Job over its (model, shard) cells, each pod `run … --sweep-services <models>
+--shard $(NEL_SHARD_IDX)/<models × shards> -o /results`; models whose pods differ (the GPUs their
+services declare) get one Indexed Job each, `<name>-g0`, `<name>-g1`, …, all awaited by the merge.
 The config file is shipped as written (not expanded): `${VAR}` references expand in the pod from
 its environment, so nothing from the submitting shell's environment, secrets included, lands in
 a manifest. API keys reach the pods only through `secretKeyRef`.
@@ -23,6 +26,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shardeval.api import ENV_NAME, UsageError, dump_yaml, escape_dollars as escape
@@ -48,6 +52,36 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 
+@dataclass(frozen=True)
+class ShardJob:
+    """One Indexed Job: the shards of a run, or the cells of some models of a sweep."""
+
+    name: str
+    completions: int
+    args: list[str]  # the pod's `run …` arguments
+    gpus: int  # the most any service of its models declares (gpus())
+
+
+def shard_jobs(request: LaunchRequest, cluster: KubernetesClusterConfig) -> list[ShardJob]:
+    """The run's Indexed Job, or a sweep's: one, or one per pod shape (the GPUs the models'
+    services declare), models kept in sweep order."""
+    config = f"{CONFIG_DIR}/{CONFIG_FILE}"
+    if request.sweep is None:
+        return [ShardJob(cluster.name, request.total, shard_args(request), _gpus([request.config]))]
+    groups: dict[int, list[str]] = {}
+    for name in request.sweep.services:
+        groups.setdefault(_gpus([request.sweep.configs[name]]), []).append(name)
+    return [
+        ShardJob(cluster.name if len(groups) == 1 else f"{cluster.name}-g{k}", len(models) * request.total,
+                 ["run", *request.indexed_args("$(NEL_SHARD_IDX)", models, RESULTS_DIR, config_path=config, escape=escape)], gpus)
+        for k, (gpus, models) in enumerate(groups.items())
+    ]
+
+
+def _gpus(configs: list[Config]) -> int:
+    return max((service.gpus() for config in configs for service in config.used_services().values()), default=0)
+
+
 def submit(request: LaunchRequest) -> int:
     """Render and write `<output root>/k8s/eval.yaml`; print it (--dry-run) or apply it."""
     text, warnings = render(request)
@@ -69,13 +103,15 @@ def submit(request: LaunchRequest) -> int:
     print(f"shardeval: {shlex.join(['kubectl', *argv[1:]])}", file=sys.stderr)
     code = subprocess.run(argv).returncode
     name, namespace = cluster.name, cluster.namespace
+    jobs = " ".join(job.name for job in shard_jobs(request, cluster))
+    what = f"{len(request.cells())} {'cells' if request.sweep else 'shards'}"
     if code != 0:
         said = (f"kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
-                f"`kubectl delete job -n {namespace} {name} {name}-merge` and run again (the results volume is kept "
+                f"`kubectl delete job -n {namespace} {jobs} {name}-merge` and run again (the results volume is kept "
                 "and shards resume)")
     else:
-        said = (f"submitted {request.total} shards as Job {namespace}/{name}. Follow: kubectl get job -n {namespace} "
-                f"{name} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f")
+        said = (f"submitted {what} as Job {namespace}/{jobs.replace(' ', ', ')}. Follow: kubectl get job -n {namespace} "
+                f"{jobs} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f")
     print(f"shardeval: {said}", file=sys.stderr)
     return code
 
@@ -91,8 +127,8 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
     cluster = request.config.cluster
     if not isinstance(cluster, KubernetesClusterConfig):  # decoded by another plugin's Struct
         raise TypeError(f"expected KubernetesClusterConfig, got {type(cluster).__name__}")
-    total = request.total
     names = _names(cluster)
+    jobs = shard_jobs(request, cluster)
     image = cluster.image or f"shardeval:{__version__}"
     base_labels = {
         "app.kubernetes.io/name": "shardeval",
@@ -108,8 +144,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
 
     config_text = request.config_text()
     secrets = _secret_env(request, cluster)
-    env = _shard_env(cluster, total, secrets)
-    warnings = _warnings(request, cluster, env)
+    warnings = _warnings(request, cluster, _shard_env(cluster, jobs[0].completions, secrets))
     docs: list[dict[str, Any]] = []
 
     volumes: list[dict[str, Any]] = [{"name": "results", "persistentVolumeClaim": {"claimName": names["pvc"]}}]
@@ -124,10 +159,6 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
         volumes.insert(0, {"name": "config", "configMap": {"name": names["config_map"]}})
         mounts.insert(0, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
 
-    if (shm := shm_size(request.config, cluster)) is not None:
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
-        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-
     if cluster.pvc.create:
         pvc_spec = {
             "accessModes": list(cluster.pvc.access_modes),
@@ -137,7 +168,28 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
         docs.append(obj("PersistentVolumeClaim", names["pvc"], "results", spec=pvc_spec))
 
     pull_secrets = [{"name": s} for s in cluster.image_pull_secrets]
-    container = _container(cluster, SHARD_CONTAINER, image, shard_args(request), env, cluster.resources, mounts)
+    if cluster.merge.enabled:
+        docs += _merge_rbac(names, obj, cluster.namespace)
+    for job in jobs:
+        shm = shm_size(job.gpus, cluster)
+        shm_volume = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}] if shm else []
+        shm_mount = [{"name": "dshm", "mountPath": "/dev/shm"}] if shm else []
+        resources = cluster.resources
+        if resources.gpus is None and job.gpus:  # unset: what the services declare
+            resources = msgspec.structs.replace(resources, gpus=job.gpus)
+        env = _shard_env(cluster, job.completions, secrets)
+        container = _container(cluster, SHARD_CONTAINER, image, job.args, env, resources, [*mounts, *shm_mount])
+        docs.append(_shard_job(cluster, job, obj, container, [*volumes, *shm_volume], pull_secrets))
+    if cluster.merge.enabled:
+        docs.append(_merge_job(cluster, names, obj, image, pull_secrets, [job.name for job in jobs]))
+    return dump_yaml(docs, _header(secrets, cluster.namespace)), warnings
+
+
+def _shard_job(cluster: KubernetesClusterConfig, job: ShardJob, obj: Any, container: dict[str, Any],
+               volumes: list[dict[str, Any]], pull_secrets: list[dict[str, str]]) -> dict[str, Any]:
+    """One Indexed Job: a pod per completion index, NEL_SHARD_IDX from the index."""
+    import msgspec
+
     pod = {
         "restartPolicy": "Never",
         **_present(
@@ -153,8 +205,8 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
     }
     job_spec = {
         "completionMode": "Indexed",
-        "completions": total,
-        "parallelism": cluster.parallelism or total,
+        "completions": job.completions,
+        "parallelism": cluster.parallelism or job.completions,
         "backoffLimitPerIndex": cluster.backoff_limit_per_index,
         **_present(maxFailedIndexes=cluster.max_failed_indexes),
         # Exit 2 is a user mistake (bad config or variable): retrying the pod cannot fix it. A node
@@ -170,24 +222,17 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
             ttlSecondsAfterFinished=cluster.ttl_seconds_after_finished,
         ),
     }
-    shard_job = obj("Job", cluster.name, "shard", spec=job_spec)
+    shard_job = obj("Job", job.name, "shard", spec=job_spec)
     template_meta = {"labels": shard_job["metadata"]["labels"], **_present(annotations=dict(cluster.annotations))}
     job_spec["template"] = {"metadata": template_meta, "spec": pod}
-
-    if cluster.merge.enabled:
-        docs += _merge_rbac(names, obj, cluster.namespace)
-    docs.append(shard_job)
-    if cluster.merge.enabled:
-        docs.append(_merge_job(cluster, names, obj, image, pull_secrets))
-    return dump_yaml(docs, _header(secrets, cluster.namespace)), warnings
+    return shard_job
 
 
-def shm_size(config: Config, cluster: KubernetesClusterConfig) -> str | None:
-    """The shard pods' /dev/shm size (see KubernetesClusterConfig.shm_size), from the GPUs each
-    service says it uses."""
+def shm_size(gpus: int, cluster: KubernetesClusterConfig) -> str | None:
+    """The shard pods' /dev/shm size (see KubernetesClusterConfig.shm_size), from the most GPUs
+    one of their services says it uses."""
     if cluster.shm_size != "auto":
         return cluster.shm_size
-    gpus = max((service.gpus() for service in config.used_services().values()), default=0)
     return f"{max(8, 2 * gpus)}Gi" if gpus >= 2 else None
 
 
@@ -320,14 +365,16 @@ def _merge_rbac(names: dict[str, str], obj: Any, namespace: str) -> list[dict[st
 
 
 def _merge_job(
-    cluster: KubernetesClusterConfig, names: dict[str, str], obj: Any, image: str, pull_secrets: list[dict[str, str]]
+    cluster: KubernetesClusterConfig, names: dict[str, str], obj: Any, image: str, pull_secrets: list[dict[str, str]],
+    jobs: list[str],
 ) -> dict[str, Any]:
-    """Waits on the Indexed Job's Complete condition (not on files), then merges the volume."""
+    """Waits on every Indexed Job's Complete condition (not on files), then merges the volume (a
+    sweep root: every model)."""
     merge = cluster.merge
     wait = {
         "name": WAIT_CONTAINER,
         "image": merge.kubectl_image,
-        "command": ["kubectl", "wait", "--for=condition=complete", f"job/{cluster.name}",
+        "command": ["kubectl", "wait", "--for=condition=complete", *(f"job/{job}" for job in jobs),
                     f"--namespace={cluster.namespace}", f"--timeout={merge.wait_timeout}"],
     }
     args = ["merge", RESULTS_DIR, *(escape(a) for a in merge.args)]
@@ -348,7 +395,8 @@ def _merge_job(
 def _warnings(request: LaunchRequest, cluster: KubernetesClusterConfig, env: list[dict[str, Any]]) -> list[str]:
     warnings = []
     if cluster.shards is None:
-        warnings.append("cluster.shards is not set: rendering an Indexed Job with 1 completion (one shard)")
+        warnings.append("cluster.shards is not set: one shard per model" if request.sweep else
+                        "cluster.shards is not set: rendering an Indexed Job with 1 completion (one shard)")
     missing = sorted(request.config_variables(defaulted=False) - {e["name"] for e in env} - {"JOB_COMPLETION_INDEX"})
     if missing:
         warnings.append(
@@ -364,7 +412,7 @@ def _warnings(request: LaunchRequest, cluster: KubernetesClusterConfig, env: lis
             "so the kubelet would refuse to start it; set runAsUser (any uid works, e.g. 65534)"
         )
     modes = cluster.pvc.access_modes
-    if (cluster.parallelism or cluster.shards or 1) > 1 and "ReadWriteMany" not in modes:
+    if (cluster.parallelism or len(request.cells())) > 1 and "ReadWriteMany" not in modes:
         warnings.append(
             f"cluster.pvc.access_modes {list(modes)}: shard pods on different nodes mount the results volume "
             "at once, which needs ReadWriteMany"

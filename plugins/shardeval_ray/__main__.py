@@ -52,6 +52,7 @@ def main(
     """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
     from shardeval.api import LaunchRequest, load_config
     from shardeval.launch import setup_logging
+    from shardeval.sweep import plan_sweep
     from shardeval_ray.orchestrator import run_ray
 
     setup_logging()
@@ -63,7 +64,10 @@ def main(
     all_overrides = [*_ray_cluster(config_path), *overrides, *cluster_overrides]
     output_dir = quick.pop("output_dir", None)
     config = load_config(config_path, all_overrides, quick)
-    request = LaunchRequest.create(config, config_path, all_overrides, quick, output_dir, dry_run=dry_run, fresh=fresh)
+    sweep = plan_sweep(config) if config.sweep is not None else None  # a sweep: one task per (model, shard)
+    request = LaunchRequest.create(config, config_path, all_overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
+    if sweep is not None and not dry_run:
+        sweep.write_plan(request.output_root)
     sys.exit(run_ray(request))
 
 

@@ -7,7 +7,8 @@ process is already connected to (ray.init() in a notebook) is used as it is and 
 
 The driver passes the loaded config to every task, so workers need shardeval installed but not
 the config file; they write `<output-dir>/shard_<i>/` with absolute paths, so on several machines
-the output directory must be shared storage (the driver merges it).
+the output directory must be shared storage (the driver merges it). A sweep is one task per
+(model, shard) cell, each given its model's run config and writing `<output-dir>/<model>/shard_<i>/`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from shardeval.api import LaunchRequest, merge_and_report, set_aside_shards, ShardError, UsageError
+
+if TYPE_CHECKING:
+    from shardeval.orchestrator import Cell
 
 log = logging.getLogger("shardeval")
 
@@ -34,9 +38,9 @@ LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 @dataclass
 class Outcome:
-    """What became of one shard task."""
+    """What became of one shard task (a cell of a sweep)."""
 
-    idx: int
+    cell: Cell
     summary: dict[str, Any] | None = None
     error: str | None = None
     usage_error: bool = False
@@ -49,25 +53,26 @@ def run_ray(request: LaunchRequest) -> int:
     if not cluster.shards:
         log.info("cluster.shards is not set: running 1 shard (set --shards N or cluster.shards)")
     if request.dry_run:
-        return _print_plan(request, cluster, total, root)
+        return _print_plan(request, cluster, root)
     if f"{os.sep}runtime_resources{os.sep}" in root:
         log.warning(
             "output directory %s lies inside Ray's runtime_env copy of the working dir, which Ray deletes; "
             "pass an absolute --output-dir on storage that outlives the job",
             root,
         )
-    if request.fresh:
-        set_aside_shards(root, total)  # on the driver, once: leases first, then the move
+    if request.fresh:  # on the driver, once per model's run: leases first, then the move
+        for run in request.runs():
+            set_aside_shards(os.path.abspath(run.root), total)
     with ray_session(cluster) as description:
-        log.info("ray: %s; %d shard task(s) -> %s", description, total, root)
-        outcomes = _run_tasks(request, cluster, total, root)
+        log.info("ray: %s; %d shard task(s) -> %s", description, len(request.cells()), root)
+        outcomes = _run_tasks(request, cluster)
     if cluster.merge:
         merge_and_report(root)
     else:
         print(f"shardeval: not merged (merge: false); `shardeval merge {root}` merges the shards", file=sys.stderr)
     failed = [o for o in outcomes if o.summary is None]
     if failed:
-        request.report_failed([o.idx for o in failed])
+        request.report_failed([o.cell for o in failed])
     if any(o.cancelled for o in outcomes):
         return 130
     if not failed:
@@ -167,11 +172,12 @@ def ray_session(cluster: Any) -> Iterator[str]:
         ray.shutdown()  # stops only the Ray this process started; a cluster we joined keeps running
 
 
-def task_options(cluster: Any, idx: int, total: int) -> dict[str, Any]:
+def task_options(cluster: Any, cell: Cell) -> dict[str, Any]:
     """Ray options of one shard task, from the config (every key passed through as it is)."""
     from shardeval_ray.tasks import ShardAttemptFailed  # imports Ray
 
-    options = {"name": f"shardeval-shard-{idx}-of-{total}", **_resource_options(cluster)}
+    model = f"{cell.service}-" if cell.service else ""
+    options = {"name": f"shardeval-{model}shard-{cell.shard}-of-{cell.shards}", **_resource_options(cluster)}
     options["retry_exceptions"] = [ShardAttemptFailed] if cluster.retry_exceptions else False
     return options
 
@@ -184,23 +190,35 @@ def _resource_options(cluster: Any) -> dict[str, Any]:
     return {key: value for key, value in options.items() if value is not None and value != {}}
 
 
-def _run_tasks(request: LaunchRequest, cluster: Any, total: int, root: str) -> list[Outcome]:
+def task_call(request: LaunchRequest, cell: Cell) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """run_shard's arguments for one cell: its (model's) run config, the run's root (absolute, as
+    the workers see it) and, in a sweep, the plan its manifest records."""
+    sweep = request.sweep
+    kwargs: dict[str, Any] = {"config": sweep.configs[cell.service] if sweep and cell.service else request.config,
+                              "output_dir": os.path.dirname(os.path.abspath(cell.dir))}
+    if sweep is not None:
+        kwargs["sweep"] = sweep.plan(cell.service)
+    return (None, cell.shard, cell.shards), kwargs
+
+
+def _run_tasks(request: LaunchRequest, cluster: Any) -> list[Outcome]:
     import ray
 
     from shardeval_ray.tasks import run_shard
 
-    refs = {
-        run_shard.options(**task_options(cluster, i, total)).remote(None, i, total, config=request.config, output_dir=root): i
-        for i in range(total)
-    }
+    cells = request.cells()
+    refs = {}
+    for cell in cells:
+        args, kwargs = task_call(request, cell)
+        refs[run_shard.options(**task_options(cluster, cell)).remote(*args, **kwargs)] = cell
     outcomes: dict[int, Outcome] = {}
     pending = list(refs)
     try:
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
-                outcomes[refs[ref]] = outcome = _collect(ray, ref, refs[ref])
-                _print_outcome(outcome, total)
+                outcomes[refs[ref].index] = outcome = _collect(ray, ref, refs[ref])
+                _print_outcome(outcome)
     except KeyboardInterrupt:
         log.warning("interrupted: cancelling %d shard task(s); each stops and keeps what it wrote", len(pending))
         for ref in pending:
@@ -209,19 +227,19 @@ def _run_tasks(request: LaunchRequest, cluster: Any, total: int, root: str) -> l
         with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C skips the wait
             ray.wait(pending, num_returns=len(pending), timeout=grace)
         for ref in pending:
-            outcomes[refs[ref]] = Outcome(refs[ref], error="cancelled (interrupted)", cancelled=True)
-    return [outcomes[i] for i in range(total)]
+            outcomes[refs[ref].index] = Outcome(refs[ref], error="cancelled (interrupted)", cancelled=True)
+    return [outcomes[cell.index] for cell in cells]
 
 
-def _collect(ray: Any, ref: Any, idx: int) -> Outcome:
+def _collect(ray: Any, ref: Any, cell: Cell) -> Outcome:
     try:
-        return Outcome(idx, summary=ray.get(ref))
+        return Outcome(cell, summary=ray.get(ref))
     except UsageError as exc:  # RayTaskError is also an instance of its cause
-        return Outcome(idx, error=_first_line(getattr(exc, "cause", exc)), usage_error=True)
+        return Outcome(cell, error=_first_line(getattr(exc, "cause", exc)), usage_error=True)
     except ray.exceptions.TaskCancelledError:
-        return Outcome(idx, error="cancelled", cancelled=True)
+        return Outcome(cell, error="cancelled", cancelled=True)
     except ray.exceptions.RayError as exc:
-        return Outcome(idx, error=_first_line(getattr(exc, "cause", None) or exc))
+        return Outcome(cell, error=_first_line(getattr(exc, "cause", None) or exc))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -229,28 +247,31 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
-def _print_outcome(outcome: Outcome, total: int) -> None:
+def _print_outcome(outcome: Outcome) -> None:
     if outcome.summary is None:
-        print(f"shardeval: shard {outcome.idx}/{total} failed: {outcome.error}", file=sys.stderr)
+        print(f"shardeval: {outcome.cell.label} failed: {outcome.error}", file=sys.stderr)
         return
     s = outcome.summary
     parts = [f"{name} {b['n_ok']}/{b['n_expected']} ok, {b['n_error']} error(s)" for name, b in s["benchmarks"].items()]
     resumed = f", resumed over {s['records_before']} record(s) on disk" if s["records_before"] else ""
     print(
-        f"shardeval: shard {outcome.idx}/{total} {s['state']}: {'; '.join(parts)}{resumed} -> {s['out_dir']} "
+        f"shardeval: {outcome.cell.label} {s['state']}: {'; '.join(parts)}{resumed} -> {s['out_dir']} "
         f"[node {s['node_ip']} {(s['node_id'] or '?')[:8]}, pid {s['pid']}, {s['elapsed_s']:.1f} s]",
         file=sys.stderr,
     )
 
 
-def _print_plan(request: LaunchRequest, cluster: Any, total: int, root: str) -> int:
+def _print_plan(request: LaunchRequest, cluster: Any, root: str) -> int:
     address, why = resolve_address(cluster.address, os.environ)
     if address is None:
         why += f" on {cluster.node_ip_address or os.environ.get('RAY_NODE_IP_ADDRESS') or LOOPBACK}, no dashboard"
     print(f"ray: would use {why}")
     shown = {**_resource_options(cluster), "retry_exceptions": cluster.retry_exceptions}
     print("ray: each shard task: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
-    for i in range(total):
-        print(f"run_shard.remote(None, {i}, {total}, config=<loaded config>, output_dir={root!r}) -> {os.path.join(root, f'shard_{i}')}")
+    for cell in request.cells():
+        (_, idx, total), kwargs = task_call(request, cell)
+        plan = f", sweep=<plan of {cell.service}>" if cell.service else ""
+        print(f"run_shard.remote(None, {idx}, {total}, config=<{cell.service or 'loaded'} config>, "
+              f"output_dir={kwargs['output_dir']!r}{plan}) -> {os.path.abspath(cell.dir)}")
     print(f"then: merge {root} -> {os.path.join(root, 'merged')}" if cluster.merge else "then: no merge (merge: false)")
     return 0

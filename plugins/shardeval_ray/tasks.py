@@ -21,12 +21,15 @@ import signal
 import tempfile
 import threading
 import time
-from typing import Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import ray
 
 from shardeval.api import (Config, hookimpl, load_config, read_manifest, RESULTS_FILE, shard_indices,
                            shard_range, ShardError, ShardSpec, UsageError)
+
+if TYPE_CHECKING:
+    from shardeval.records import SweepPlan
 
 log = logging.getLogger("shardeval")
 
@@ -56,6 +59,7 @@ def evaluate_shard(
     max_concurrent: int | None = None,
     output_dir: str | None = None,
     fresh: bool = False,
+    sweep: SweepPlan | None = None,
 ) -> dict[str, Any]:
     """Evaluate shard `shard_idx` of `total_shards` into `<output_dir>/shard_<shard_idx>/`.
 
@@ -66,6 +70,8 @@ def evaluate_shard(
     `output_dir` is the run's root (default: the config's output.dir); pass an absolute path on
     storage the driver sees, since a relative one resolves in the worker's working directory.
     `fresh` sets earlier results aside on every attempt, so a retry would start over too.
+    `sweep`: the sweep this shard is a cell of (the orchestrator passes the model's run config and
+    `<sweep root>/<model>` as output_dir), recorded in its manifest for `merge` and `status`.
 
     Returns a small summary: shard, total, out_dir, state, reason, per-benchmark counts
     (n_ok, n_error, n_expected), records_before (lines already on disk when this attempt started:
@@ -95,7 +101,7 @@ def evaluate_shard(
     before = _records_on_disk(out_dir, [b.name for b in cfg.benchmarks])
     fault = _Fault.from_env()
     with _signals_preserved(), fault or contextlib.nullcontext():  # ShardRun writes its own logs/shard.log
-        run = ShardRun(cfg, shard, out_dir, fresh=fresh)
+        run = ShardRun(cfg, shard, out_dir, fresh=fresh, sweep=sweep)
         if fault is not None:
             fault.run = run
         try:
@@ -117,7 +123,7 @@ def evaluate_shard(
         for b in manifest.benchmarks
     }
     return {
-        "shard": shard_idx, "total": total_shards, "out_dir": out_dir, "state": manifest.state, "reason": manifest.reason,
+        **({"service": sweep.service} if sweep else {}), "shard": shard_idx, "total": total_shards, "out_dir": out_dir, "state": manifest.state, "reason": manifest.reason,
         "benchmarks": counts, "records_before": before, "node_ip": node_ip, "node_id": node_id, "pid": os.getpid(),
         "elapsed_s": round(time.time() - started, 3),
     }
