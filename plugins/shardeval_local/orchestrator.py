@@ -12,6 +12,7 @@ import asyncio
 import shlex
 import signal
 import sys
+import time
 
 from shardeval.api import ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command
 
@@ -39,11 +40,16 @@ def run_local(request: LaunchRequest) -> int:
         return 0
     parallel = getattr(request.config.cluster, "parallel", None) or request.total * (1 if request.sweep else len(cells))
     stop: list[signal.Signals] = []
-    codes = asyncio.run(_run_all(commands, [cell.label for cell in cells], parallel, stop))
-    failed = [cell for cell, code in zip(cells, codes) if code != 0]
-    for cell, code in zip(cells, codes):
-        outcome = "not started (stopped before its turn)" if code is None else f"exit {code}"
+    start = time.monotonic()
+    ends = asyncio.run(_run_all(commands, [cell.label for cell in cells], parallel, stop))
+    wall = time.monotonic() - start
+    failed = [cell for cell, (code, _) in zip(cells, ends) if code != 0]
+    for cell, (code, seconds) in zip(cells, ends):
+        outcome = "not started (stopped before its turn)" if code is None else f"exit {code} after {seconds:.2f} s"
         print(f"shardeval: {cell.label}: {outcome} -> {cell.dir}", file=sys.stderr)
+    busy, slots = sum(seconds for _, seconds in ends), min(parallel, len(cells))
+    print(f"shardeval: {len(cells)} {'cells' if request.sweep else 'shards'} ran in {wall:.2f} s, {slots} at a time: "
+          f"busy {busy:.2f} s, {busy / (slots * wall or 1):.0%} of the slots' time", file=sys.stderr)
     merge_and_report(request.output_root)
     if stop:
         print(f"shardeval: interrupted by {stop[0].name}; rerun the same command to resume the shards", file=sys.stderr)
@@ -54,9 +60,10 @@ def run_local(request: LaunchRequest) -> int:
     return 0
 
 
-async def _run_all(commands: list[list[str]], labels: list[str], parallel: int, stop: list[signal.Signals]) -> list[int | None]:
-    """Run the shard commands, `parallel` at a time; their exit codes (None: never started
-    because a stop signal came first, which is then appended to `stop`)."""
+async def _run_all(commands: list[list[str]], labels: list[str], parallel: int,
+                   stop: list[signal.Signals]) -> list[tuple[int | None, float]]:
+    """Run the shard commands, `parallel` at a time; (exit code, seconds from start to exit) of
+    each (None, 0: never started because a stop signal came first, which is then in `stop`)."""
     gate = asyncio.Semaphore(parallel)
     procs: list[asyncio.subprocess.Process] = []
     loop = asyncio.get_running_loop()
@@ -71,10 +78,11 @@ async def _run_all(commands: list[list[str]], labels: list[str], parallel: int, 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, forward, sig)
 
-    async def one(label: str, command: list[str]) -> int | None:
+    async def one(label: str, command: list[str]) -> tuple[int | None, float]:
         async with gate:
             if stop:
-                return None
+                return None, 0.0
+            start = time.monotonic()
             proc = await asyncio.create_subprocess_exec(
                 *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # signals reach shards only through forward()
@@ -86,6 +94,6 @@ async def _run_all(commands: list[list[str]], labels: list[str], parallel: int, 
             assert proc.stdout is not None
             async for line in proc.stdout:
                 sys.stderr.write(f"[{label}] {line.decode(errors='replace')}")
-            return await proc.wait()
+            return await proc.wait(), time.monotonic() - start
 
     return list(await asyncio.gather(*(one(label, c) for label, c in zip(labels, commands))))
