@@ -159,6 +159,46 @@ def test_timing_ttft_and_itl() -> None:
     assert total >= 0.2 + 10 * 0.02 - 0.02
 
 
+def test_heavy_tailed_lengths_follow_pareto_and_are_capped() -> None:
+    from shardeval_sim.answers import output_length, TAIL_CAP
+
+    alpha, base, n = 1.2, 10, 20_000
+    lengths = [output_length(f"problem {i}", base, alpha) for i in range(n)]
+    assert lengths == [output_length(f"problem {i}", base, alpha) for i in range(n)]  # a pure function of the prompt
+    assert min(lengths) == base and max(lengths) == TAIL_CAP * base  # never shorter than output_tokens; the cap bites
+    median = sorted(lengths)[n // 2]
+    assert abs(median - base * 2 ** (1 / alpha)) <= 1  # P(X > x) = x**-alpha: median 2**(1/alpha)
+    for times in (4, 30):  # the tail: P(length >= times × base) = times**-alpha
+        share, truth = sum(length >= times * base for length in lengths) / n, times**-alpha
+        assert abs(share - truth) <= 4 * math.sqrt(truth * (1 - truth) / n), (times, share, truth)
+    assert {output_length(f"problem {i}", base, None) for i in range(100)} == {base}  # unset: fixed, as before
+
+
+def test_heavy_tailed_lengths_on_the_wire_are_the_same_for_every_model() -> None:
+    from shardeval_sim.answers import output_length
+
+    prompts = [f"Question {i}: how long is this answer?" for i in range(30)]
+    tail = ("--output-tokens", "4", "--output-tokens-tail", "1.1")
+    with running_sim(*FAST, *tail, "--seed", "1") as one, running_sim(*FAST, *tail, "--seed", "2", "--model", "other") as two:
+        got = [ask(one, p, seed=3).usage.completion_tokens for p in prompts]
+        other = [client(two).chat.completions.create(model="other", messages=[{"role": "user", "content": p}], seed=9).usage.completion_tokens
+                 for p in prompts]
+        streamed = [c for c in ask(one, prompts[0], seed=3, stream=True) if c.choices and c.choices[0].delta.content]
+    truth = [output_length(p, 4, 1.1) for p in prompts]
+    assert got == other == truth and len(set(truth)) > 5  # another seed, another model: the same lengths
+    assert len(streamed) == truth[0]
+
+
+def test_tail_counts_in_the_identity_only_when_set() -> None:
+    from shardeval_sim.config import SimServiceConfig
+
+    plain = SimServiceConfig(type="sim").identity()
+    assert "output_tokens_tail" not in plain  # runs from before the knob keep their config hash
+    assert SimServiceConfig(type="sim", output_tokens_tail=1.5).identity() == {**plain, "output_tokens_tail": 1.5}
+    with pytest.raises(msgspec.ValidationError, match="output_tokens_tail"):
+        msgspec.convert({"type": "sim", "output_tokens_tail": 0}, SimServiceConfig)
+
+
 # --- answers: accuracy against a known truth --------------------------------------------------
 
 

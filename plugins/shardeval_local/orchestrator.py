@@ -9,9 +9,11 @@ the kernel sends each shard SIGTERM (PR_SET_PDEATHSIG), and each shard stops its
 from __future__ import annotations
 
 import asyncio
+import math
 import shlex
 import signal
 import sys
+import time
 
 from shardeval.api import ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command
 
@@ -30,7 +32,8 @@ class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True
 
 
 def run_local(request: LaunchRequest) -> int:
-    """Every cell (a shard; in a sweep, a shard of one model) as a child process, `parallel` at a time."""
+    """Every cell (a shard; in a sweep, a shard of one model) as a child process, `parallel` at a
+    time, the one expected to take longest first (next_cell)."""
     cells = request.cells()
     commands = [self_command() + ["run", *request.cell_args(cell)] for cell in cells]
     if request.dry_run:
@@ -39,11 +42,16 @@ def run_local(request: LaunchRequest) -> int:
         return 0
     parallel = getattr(request.config.cluster, "parallel", None) or request.total * (1 if request.sweep else len(cells))
     stop: list[signal.Signals] = []
-    codes = asyncio.run(_run_all(commands, [cell.label for cell in cells], parallel, stop))
-    failed = [cell for cell, code in zip(cells, codes) if code != 0]
-    for cell, code in zip(cells, codes):
-        outcome = "not started (stopped before its turn)" if code is None else f"exit {code}"
+    start = time.monotonic()
+    ends = asyncio.run(_run_all(commands, [cell.label for cell in cells], [cell.shard for cell in cells], parallel, stop))
+    wall = time.monotonic() - start
+    failed = [cell for cell, (code, _) in zip(cells, ends) if code != 0]
+    for cell, (code, seconds) in zip(cells, ends):
+        outcome = "not started (stopped before its turn)" if code is None else f"exit {code} after {seconds:.2f} s"
         print(f"shardeval: {cell.label}: {outcome} -> {cell.dir}", file=sys.stderr)
+    busy, slots = sum(seconds for _, seconds in ends), min(parallel, len(cells))
+    print(f"shardeval: {len(cells)} {'cells' if request.sweep else 'shards'} ran in {wall:.2f} s, {slots} at a time: "
+          f"busy {busy:.2f} s, {busy / (slots * wall or 1):.0%} of the slots' time", file=sys.stderr)
     merge_and_report(request.output_root)
     if stop:
         print(f"shardeval: interrupted by {stop[0].name}; rerun the same command to resume the shards", file=sys.stderr)
@@ -54,12 +62,29 @@ def run_local(request: LaunchRequest) -> int:
     return 0
 
 
-async def _run_all(commands: list[list[str]], labels: list[str], parallel: int, stop: list[signal.Signals]) -> list[int | None]:
-    """Run the shard commands, `parallel` at a time; their exit codes (None: never started
-    because a stop signal came first, which is then appended to `stop`)."""
-    gate = asyncio.Semaphore(parallel)
+def next_cell(pending: list[int], shard_of: list[int], started: dict[int, float], took: dict[int, float], now: float) -> int:
+    """The pending cell to start next: the one expected to take longest, so that no long cell is
+    left for the end of a sweep while the other slots sit idle. Every model of a sweep asks the
+    same problems at the same shard index, so a cell is expected to take as long as the longest
+    finished cell of its shard index, or at least as long as one still running has so far. Cells
+    of an index not seen yet come first (they may be the long ones, and they teach the estimate),
+    and ties keep the launch order; a plain run (each index once) keeps its order."""
+    expected: dict[int, float] = {}  # shard index -> seconds
+    for j, seconds in [*took.items(), *((j, now - t) for j, t in started.items())]:
+        expected[shard_of[j]] = max(expected.get(shard_of[j], 0.0), seconds)
+    return max(pending, key=lambda i: (expected.get(shard_of[i], math.inf), -i))
+
+
+async def _run_all(commands: list[list[str]], labels: list[str], shard_of: list[int], parallel: int,
+                   stop: list[signal.Signals]) -> list[tuple[int | None, float]]:
+    """Run the cell commands, `parallel` at a time, longest expected first (next_cell); (exit
+    code, seconds from start to exit) of each (None, 0: never started because a stop signal came
+    first, which is then in `stop`)."""
     procs: list[asyncio.subprocess.Process] = []
     loop = asyncio.get_running_loop()
+    ends: list[tuple[int | None, float]] = [(None, 0.0)] * len(commands)
+    started: dict[int, float] = {}  # running cells: when they started
+    took: dict[int, float] = {}  # finished cells: how long they took
 
     def forward(sig: signal.Signals) -> None:
         if not stop:
@@ -71,21 +96,30 @@ async def _run_all(commands: list[list[str]], labels: list[str], parallel: int, 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, forward, sig)
 
-    async def one(label: str, command: list[str]) -> int | None:
-        async with gate:
-            if stop:
-                return None
-            proc = await asyncio.create_subprocess_exec(
-                *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,  # signals reach shards only through forward()
-                preexec_fn=die_with_parent(),  # and SIGTERM if this process is killed outright
-            )
-            procs.append(proc)
-            if stop:  # the signal came while it was being started
-                proc.send_signal(stop[0])
-            assert proc.stdout is not None
-            async for line in proc.stdout:
-                sys.stderr.write(f"[{label}] {line.decode(errors='replace')}")
-            return await proc.wait()
+    async def one(i: int) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *commands[i], stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # signals reach shards only through forward()
+            preexec_fn=die_with_parent(),  # and SIGTERM if this process is killed outright
+        )
+        procs.append(proc)
+        if stop:  # the signal came while it was being started
+            proc.send_signal(stop[0])
+        assert proc.stdout is not None
+        async for line in proc.stdout:
+            sys.stderr.write(f"[{labels[i]}] {line.decode(errors='replace')}")
+        code = await proc.wait()
+        took[i] = time.monotonic() - started.pop(i)
+        ends[i] = code, took[i]
 
-    return list(await asyncio.gather(*(one(label, c) for label, c in zip(labels, commands))))
+    pending, running = list(range(len(commands))), set()
+    while running or (pending and not stop):
+        while pending and len(running) < parallel and not stop:
+            i = next_cell(pending, shard_of, started, took, time.monotonic())
+            pending.remove(i)
+            started[i] = time.monotonic()
+            running.add(asyncio.create_task(one(i)))
+        done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()  # a cell that could not be started at all raises here, as before
+    return ends

@@ -11,6 +11,17 @@ text, never of the seed or the prompt around it, so a test can compute a perplex
                           it ("a b\n" -> ["a", " b", "\n"]); the pieces concatenate to the text
     token_logprob(tok)  = -(1 + (h % 1000) / 250), h = int.from_bytes(blake2b(tok UTF-8,
                           digest_size=8).digest(), "big"); so every logprob is in [-4.996, -1]
+
+Reply lengths are `output_tokens` words, or with a tail (`--output-tokens-tail ALPHA`) heavy-tailed
+per prompt, as real models write far more on some problems than on others. The length is a pure
+function of the prompt text (never of the seed or the server), so every simulated model writes
+the same length on the same problem and a test can compute it:
+
+    output_length(text) = min(TAIL_CAP * output_tokens, floor(output_tokens * v ** (-1 / ALPHA))),
+                          v = (h + 1) / 2**64, h = int.from_bytes(blake2b(text UTF-8, digest_size=8,
+                          person=b"sim-length").digest(), "big")
+
+that is output_tokens × Pareto(ALPHA) (minimum 1, median 2 ** (1 / ALPHA)), capped at TAIL_CAP times.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ VOCAB: tuple[str, ...] = tuple(
     """.split()
 )
 assert len(VOCAB) == 64, len(VOCAB)
+TAIL_CAP = 100  # a heavy-tailed reply is at most this many times output_tokens
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,16 @@ def token_logprob(token: str) -> float:
     return -(1.0 + (h % 1000) / 250.0)
 
 
+def output_length(text: str, output_tokens: int, tail: float | None) -> int:
+    """Words in the reply to `text`: `output_tokens`, or with a tail alpha output_tokens × Pareto(alpha),
+    capped at TAIL_CAP × output_tokens (see the module doc)."""
+    if tail is None:
+        return output_tokens
+    h = int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8, person=b"sim-length").digest(), "big")
+    scale = ((h + 1) / 2.0**64) ** (-1.0 / tail)
+    return int(min(TAIL_CAP * output_tokens, output_tokens * scale))
+
+
 def wrong_answer(reference: str) -> str:
     """A plausible wrong answer: the number plus one, else the text with an `x` appended."""
     plain = reference.strip().replace(",", "")
@@ -89,6 +111,7 @@ class Answerer:
     output_tokens: int
     seed: int
     render: Render | None = None
+    tail: float | None = None  # Pareto shape of the reply lengths (None: always output_tokens)
 
     def reference(self, text: str) -> str | None:
         """The gold answer for `text`; for a completions prompt that starts with a system prompt
@@ -117,7 +140,7 @@ class Answerer:
         else:
             tail = ["####", *(answer.split() or ["0"])]
             start, stride = digest[12], digest[13] | 1
-            words = [VOCAB[(start + i * stride) & 63] for i in range(max(0, self.output_tokens - len(tail)))] + tail
+            words = [VOCAB[(start + i * stride) & 63] for i in range(max(0, output_length(text, self.output_tokens, self.tail) - len(tail)))] + tail
             tokens = [words[0]] + [" " + w for w in words[1:]]
         if max_tokens is not None and max_tokens < len(tokens):
             return Reply(tokens=tokens[:max_tokens], finish_reason="length")

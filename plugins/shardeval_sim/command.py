@@ -38,6 +38,10 @@ def load_answer_key(bench: str | None, params: dict[str, Any]):
 @click.option("--ttft-ms", type=NON_NEGATIVE, default=D.ttft_ms, show_default=True, help="Time to first token.")
 @click.option("--itl-ms", type=NON_NEGATIVE, default=D.itl_ms, show_default=True, help="Time between tokens.")
 @click.option("--output-tokens", type=click.IntRange(min=1), default=D.output_tokens, show_default=True, help="Words per answer, the final `#### <answer>` included.")
+@click.option("--output-tokens-tail", type=click.FloatRange(min=0.0, min_open=True), metavar="ALPHA",
+              help="Heavy-tailed answer lengths: --output-tokens × Pareto(ALPHA) words, drawn from the prompt alone (the same "
+                   "on every server), at most 100 × --output-tokens (unset: all --output-tokens long; benchmark-shaped "
+                   "replies such as code keep their own length).")
 @click.option("--fail-429", type=RATE, default=D.fail_429, show_default=True, help="Rate of 429 responses.")
 @click.option("--retry-after", type=NON_NEGATIVE, default=D.retry_after, show_default=True, help="Retry-After seconds on a 429 (0: no header).")
 @click.option("--fail-5xx", type=RATE, default=D.fail_5xx, show_default=True, help="Rate of 500/503 responses (alternating).")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from shardeval.api import Count, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig
 from shardeval_sim.settings import SIM_DEFAULTS as D
@@ -19,6 +21,7 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     ttft_ms: NonNegativeFloat = D.ttft_ms
     itl_ms: NonNegativeFloat = D.itl_ms
     output_tokens: Count = D.output_tokens
+    output_tokens_tail: Annotated[float, msgspec.Meta(gt=0)] | None = D.output_tokens_tail
     fail_429: Probability = D.fail_429
     retry_after: NonNegativeSeconds = D.retry_after
     fail_5xx: Probability = D.fail_5xx
@@ -37,8 +40,12 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     def identity(self) -> dict[str, Any]:
         """What the simulated "model" answers depends on; latency and fault knobs change no answer.
         `root` is left out on purpose: like a vLLM's weights behind an `api` service, it is checked
-        from what the server reports, not from the config."""
-        return {key: getattr(self, key) for key in ("model", "bench", "bench_params", "accuracy", "output_tokens", "seed")}
+        from what the server reports, not from the config.
+        `output_tokens_tail` changes the replies' words (and completion_tokens) as `output_tokens`
+        does; it counts only when set, so runs from before it existed keep their identity."""
+        keys = ("model", "bench", "bench_params", "accuracy", "output_tokens", "seed")
+        tail = {} if self.output_tokens_tail is None else {"output_tokens_tail": self.output_tokens_tail}
+        return {**{key: getattr(self, key) for key in keys}, **tail}
 
     def served_model(self) -> str:
         return self.model

@@ -100,7 +100,7 @@ class Simulator:
     def __init__(self, settings: SimSettings, answer_key: AnswerKey | None, render: Render | None = None) -> None:
         self.settings = settings
         self.served = settings.model
-        self.answerer = Answerer(answer_key, settings.accuracy, settings.output_tokens, settings.seed, render)
+        self.answerer = Answerer(answer_key, settings.accuracy, settings.output_tokens, settings.seed, render, settings.output_tokens_tail)
         self.faults = Faults(settings)
         self.ttft = settings.ttft_ms / 1000.0
         self.itl = settings.itl_ms / 1000.0
@@ -367,8 +367,9 @@ async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: 
         loop.add_signal_handler(sig, stop.set)
     faults = ", ".join(f"{k} {v:g}" for k, v in settings.fault_rates().items() if v) or "none"
     bench = f"{settings.bench} (accuracy {settings.accuracy:g})" if settings.bench else "none"
+    tail = f" × Pareto({settings.output_tokens_tail:g})" if settings.output_tokens_tail else ""
     print(f"shardeval sim: model {settings.model!r}, bench {bench}, ttft {settings.ttft_ms:g} ms, "
-          f"itl {settings.itl_ms:g} ms, {settings.output_tokens} tokens, faults: {faults}, seed {settings.seed}",
+          f"itl {settings.itl_ms:g} ms, {settings.output_tokens} tokens{tail}, faults: {faults}, seed {settings.seed}",
           file=sys.stderr, flush=True)
     announce(f"shardeval sim listening on http://{host}:{port}/v1", flush=True)
     try:

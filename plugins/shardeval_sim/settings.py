@@ -23,6 +23,7 @@ class SimSettings:
     ttft_ms: float = 50.0
     itl_ms: float = 5.0
     output_tokens: int = 32
+    output_tokens_tail: float | None = None  # Pareto shape of per-prompt reply lengths (None: fixed)
     fail_429: float = 0.0
     retry_after: float = 1.0
     fail_5xx: float = 0.0
