@@ -11,6 +11,11 @@ output root:
 The array task id *is* the shard index (not normalised by SLURM_ARRAY_TASK_MIN), so resubmitting
 a subset with `sbatch --array=3,7 eval.sbatch` reruns exactly shards 3 and 7, which resume.
 
+A sweep is the same array over (model, shard) cells, model-major (task c = shard c mod S of model
+c div S): each task runs `shardeval run CONFIG --sweep-services <models, in order> --shard c/(M·S)
+-o ROOT` (LaunchRequest.indexed_args), writing ROOT/<model>/shard_<i>; SLURM's own output goes
+to ROOT/logs/, since the task learns its model only when it runs.
+
 Quoting: every static word goes through shlex; the one dynamic part, the shard index, is written
 as "${NEL_SHARD_IDX}". `#SBATCH` lines are not shell: sbatch splits them on whitespace and honours
 quotes, so values with spaces are double-quoted there. Secrets are never written: the scripts
