@@ -391,6 +391,19 @@ def test_sweep_is_one_array_of_cells_and_one_dependent_merge(slurm: str, tmp_pat
     assert again.returncode == 0 and "already complete: nothing submitted" in again.stdout, again.stderr
     assert json.loads((root / "slurm_job.json").read_text())["array_job_id"] == array
 
+    # a fourth model: only its 2 cells are queued (tasks 6 and 7); the finished cells are left alone
+    finished = {p: p.read_bytes() for p in root.glob("*/shard_*/manifest.json")}
+    fourth = ("-O", "services.new={type: sim, bench: arith, accuracy: 0.85, ttft_ms: 5}", "-O", "sweep.services=[base, mid, top, new]")
+    record = submit(root, *small, *fourth, example=SWEEP_EXAMPLE)
+    array, merge = record["array_job_id"], record["merge_job_id"]
+    jobs += [array, merge]
+    assert record["tasks"] == [6, 7] and record["sweep"]["services"] == ["base", "mid", "top", "new"]
+    wait_until("the fourth model's merge job to finish", lambda: done(merge), root=root)
+    assert tasks(array) == {"6": "COMPLETED", "7": "COMPLETED"}, logs(root)
+    assert {p: p.read_bytes() for p in finished} == finished  # no old cell ran again
+    sweep = json.loads((root / "merged" / "sweep.json").read_text())
+    assert {c["service"] for c in sweep["cells"]} == {"base", "mid", "top", "new"} and not sweep["partial"]
+
 
 def test_sweep_cancelled_cells_are_named_with_the_array_to_resubmit(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
     """One task cancelled while it runs, one while it is still pending: `status` names both by

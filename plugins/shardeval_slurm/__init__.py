@@ -1,7 +1,7 @@
 """Built-in plugin: the `slurm` orchestrator (`cluster.type: slurm`): an array job, one task per
 shard (in a sweep, per (model, shard) cell), each running `shardeval run … --shard i/N` (so a task
-never re-submits the array), then a merge job; render.py writes the scripts, submit.py submits them and records the job ids that
-`shardeval status` reads. With `ray: true`, one Ray job over the allocation (ray_template.py).
+never re-submits the array), then a merge job; render.py writes the scripts, submit.py submits
+them and records the job ids that `shardeval status` reads. With `ray: true`, one Ray job over the allocation (ray_template.py).
 
 Registered through the `shardeval` entry-point group like any third-party plugin. Heavy imports
 (msgspec via the config Struct) happen inside the hooks, so loading plugins for `--help` stays cheap.

@@ -58,7 +58,7 @@ def submit(request: LaunchRequest) -> int:
     root, total, runs = request.output_root, request.total, request.runs()
     if not request.dry_run:
         _refuse_if_still_queued(root)  # before --fresh moves anything: a live task would write into superseded/
-    for run in runs:
+    for run in runs:  # one run, or each model of a sweep in ROOT/<model>/
         if not request.fresh:
             # A changed config (say `-O benchmarks.0.repeats=3` on a finished run) is refused here, in one
             # line, not by every task after queueing while the dependent merge reports the old run. A dry
