@@ -29,6 +29,8 @@ from conftest import REPO, shardeval_cmd
 
 EXAMPLE = Path(REPO) / "examples" / "slurm_arith_sim.yaml"
 RAY_EXAMPLE = Path(REPO) / "examples" / "slurm_ray_arith_sim.yaml"
+SWEEP_EXAMPLE = Path(REPO) / "examples" / "slurm_sweep_sim.yaml"
+TRUE_ACCURACY = {"base": 0.55, "mid": 0.65, "top": 0.75}  # slurm_sweep_sim.yaml's simulators
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
 pytestmark = pytest.mark.timeout(300)
@@ -89,8 +91,8 @@ def logs(root: Path) -> str:
     return "\n".join(parts)
 
 
-def submit(root: Path, *args: str) -> dict:
-    result = shardeval_cmd("run", str(EXAMPLE), "-o", str(root), *args, timeout=120)
+def submit(root: Path, *args: str, example: Path = EXAMPLE) -> dict:
+    result = shardeval_cmd("run", str(example), "-o", str(root), *args, timeout=120)
     assert result.returncode == 0, result.stderr
     record = json.loads((root / "slurm_job.json").read_text())
     assert "submitted array job" in result.stderr
@@ -346,3 +348,104 @@ def test_ray_on_slurm_one_node(slurm: str, tmp_path: Path, jobs: list[str]) -> N
     leftover = subprocess.run(["pgrep", "-f", f"ray-shardeval-{job}/"], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", "Ray processes of the job outlived it"
     assert not os.path.exists(f"/tmp/ray-shardeval-{job}"), "the job's Ray temp dir (sessions, sockets, logs) was left behind"
+
+
+def test_sweep_is_one_array_of_cells_and_one_dependent_merge(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    """3 models × 2 shards: ONE array job of 6 tasks (task c = shard c mod 2 of model c div 2) and
+    ONE merge job after it, which writes the 3 × 2 sweep table; resubmitting the finished sweep
+    queues nothing."""
+    root = tmp_path / "sweep run"
+    small: tuple[str, ...] = ()  # the example as written: n=300 per benchmark, 150 a shard
+    record = submit(root, *small, example=SWEEP_EXAMPLE)
+    array, merge = record["array_job_id"], record["merge_job_id"]
+    jobs += [array, merge]
+    assert record["sweep"] == {"services": ["base", "mid", "top"], "shards": 2} and record["tasks"] == list(range(6))
+    dependency = subprocess.run(["scontrol", "-o", "show", "job", merge], capture_output=True, text=True, timeout=60).stdout
+    assert f"Dependency=afterany:{array}_*" in dependency or "JobState=COMPLETED" in dependency, dependency
+    wait_until("the merge job to finish", lambda: done(merge), root=root)
+    assert tasks(array) == {str(c): "COMPLETED" for c in range(6)}, logs(root)  # one array, every cell a task of it
+    assert tasks(merge) == {"-": "COMPLETED"}, logs(root)
+    for c in range(6):
+        model, k = ["base", "mid", "top"][c // 2], c % 2
+        manifest = json.loads((root / model / f"shard_{k}" / "manifest.json").read_text())
+        assert (manifest["shard_idx"], manifest["total_shards"], manifest["state"], manifest["sweep"]["service"]) == (k, 2, "complete", model)
+        err = (root / "logs" / f"slurm-{array}_{c}.err").read_text()
+        assert f"(array {array}_{c}, restart 0)" in err and f"cell {c} = {model} shard {k}/2" in err, err
+    sweep = json.loads((root / "merged" / "sweep.json").read_text())
+    cells = {(c["service"], c["benchmark"]): c for c in sweep["cells"] if c["metric"] == "accuracy"}
+    assert set(cells) == {(m, b) for m in TRUE_ACCURACY for b in ("arith", "arith_b")} and not sweep["partial"]
+    for bench in ("arith", "arith_b"):  # the simulators' accuracies 0.55 < 0.65 < 0.75, in each column
+        column = [cells[model, bench] for model in TRUE_ACCURACY]
+        assert all(c["n"] == 300 and c["ci_low"] <= c["value"] <= c["ci_high"] for c in column), column
+        assert column[0]["value"] < column[1]["value"] < column[2]["value"], column
+    pairs = {(r["service"], r["benchmark"]): r for r in sweep["vs_baseline"]}
+    assert set(pairs) == {(m, b) for m in ("mid", "top") for b in ("arith", "arith_b")}
+    assert all(r["diff"] > 0 and r["ci_low"] > 0 for r in pairs.values()), pairs  # better than the baseline, paired
+    assert "COMPLETE" in (root / "logs" / f"merge-{merge}.out").read_text()
+    status = shardeval_cmd("status", str(root))
+    assert status.returncode == 0, status.stderr
+    assert f"slurm array job {array}: 6 COMPLETED" in status.stdout and "top shard 1/2" in status.stdout, status.stdout
+    assert "resubmit" not in status.stdout
+
+    again = shardeval_cmd("run", str(SWEEP_EXAMPLE), "-o", str(root), *small)
+    assert again.returncode == 0 and "already complete: nothing submitted" in again.stdout, again.stderr
+    assert json.loads((root / "slurm_job.json").read_text())["array_job_id"] == array
+
+    # a fourth model: only its 2 cells are queued (tasks 6 and 7); the finished cells are left alone
+    finished = {p: p.read_bytes() for p in root.glob("*/shard_*/manifest.json")}
+    fourth = ("-O", "services.new={type: sim, bench: arith, accuracy: 0.85, ttft_ms: 5}", "-O", "sweep.services=[base, mid, top, new]")
+    record = submit(root, *small, *fourth, example=SWEEP_EXAMPLE)
+    array, merge = record["array_job_id"], record["merge_job_id"]
+    jobs += [array, merge]
+    assert record["tasks"] == [6, 7] and record["sweep"]["services"] == ["base", "mid", "top", "new"]
+    wait_until("the fourth model's merge job to finish", lambda: done(merge), root=root)
+    assert tasks(array) == {"6": "COMPLETED", "7": "COMPLETED"}, logs(root)
+    assert {p: p.read_bytes() for p in finished} == finished  # no old cell ran again
+    sweep = json.loads((root / "merged" / "sweep.json").read_text())
+    assert {c["service"] for c in sweep["cells"]} == {"base", "mid", "top", "new"} and not sweep["partial"]
+
+
+def test_sweep_cancelled_cells_are_named_with_the_array_to_resubmit(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    """One task cancelled while it runs, one while it is still pending: `status` names both by
+    their cells with the `sbatch --array=` line that resubmits them, the partial merge says the
+    same per model, and running that line completes the sweep."""
+    root = tmp_path / "run"
+    record = submit(
+        root, "-O", "benchmarks.0.params.n=40", "-O", "benchmarks.1.params.n=40", "-O", "benchmarks.0.max_concurrent=1",
+        "-O", "benchmarks.1.max_concurrent=1", "-O", "services.base.ttft_ms=150", "-O", "cluster.max_parallel=2",
+        "-O", "output.drain_timeout_s=2", example=SWEEP_EXAMPLE,
+    )  # fmt: skip
+    array, merge = record["array_job_id"], record["merge_job_id"]
+    jobs += [array, merge]
+    subprocess.run(["scancel", f"{array}_5"], check=True, timeout=60)  # top shard 1/2: pending behind %2
+    results = root / "base" / "shard_0" / "arith" / "results.jsonl"
+    wait_until("base shard 0 to write some records", lambda: lines(results) >= 3, root=root)
+    subprocess.run(["scancel", f"{array}_0"], check=True, timeout=60)
+    wait_until("the merge job to finish", lambda: done(merge), timeout=240, root=root)
+    states = tasks(array)
+    assert states.get("0") == "CANCELLED" and "5" not in states, states
+    assert all(states[str(c)] == "COMPLETED" for c in (1, 2, 3, 4)), logs(root)
+
+    status = shardeval_cmd("status", str(root))
+    assert status.returncode == 0, status.stderr
+    (row,) = [line.split() for line in status.stdout.splitlines() if line.split()[:1] == ["0"] and "CANCELLED" in line]
+    assert row[:5] == ["0", "base", "shard", "0/2", "CANCELLED"], status.stdout
+    assert any(line.split()[:5] == ["5", "top", "shard", "1/2", "UNKNOWN"] for line in status.stdout.splitlines()), status.stdout
+    resubmit = f"sbatch --array=0,5 {root}/eval.sbatch"
+    assert "task 0 = base shard 0/2; task 5 = top shard 1/2" in status.stdout and resubmit in status.stdout, status.stdout
+    assert "PARTIAL" in (root / "logs" / f"merge-{merge}.out").read_text()
+    assert f"`sbatch --array=5 {root}/eval.sbatch`" in (root / "top" / "merged" / "report.md").read_text()
+    assert f"`sbatch --array=0 {root}/eval.sbatch`" in (root / "base" / "merged" / "report.md").read_text()
+
+    again = subprocess.run(["sbatch", "--parsable", "--array=0,5", str(root / "eval.sbatch")], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    rerun = again.stdout.strip().split(";")[0]
+    jobs.append(rerun)
+    wait_until("the resubmitted cells to finish", lambda: done(rerun), timeout=180, root=root)
+    assert tasks(rerun) == {"0": "COMPLETED", "5": "COMPLETED"}, logs(root)
+    assert "resuming" in (root / "logs" / f"slurm-{rerun}_0.err").read_text()
+    merged = shardeval_cmd("merge", str(root))
+    assert merged.returncode == 0, merged.stderr
+    sweep = json.loads((root / "merged" / "sweep.json").read_text())
+    assert not sweep["partial"] and len([c for c in sweep["cells"] if c["metric"] == "accuracy"]) == 6
+    assert all(c["n_ok"] == c["n_expected"] == 40 for c in sweep["cells"])

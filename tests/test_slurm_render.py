@@ -387,3 +387,114 @@ def test_fresh_at_submission_refuses_a_shard_still_being_written(tmp_path: Path)
     finally:
         by_hand.terminate()
         by_hand.wait(timeout=60)
+
+
+SWEEP = Path(REPO) / "examples" / "slurm_sweep_sim.yaml"
+SMALL = ("-O", "benchmarks.0.params.n=8", "-O", "benchmarks.1.params.n=8")
+
+
+def test_sweep_is_one_array_over_model_shard_cells_and_one_merge(tmp_path: Path) -> None:
+    """3 models × 2 shards: one array of 6 tasks, model-major, the models frozen in the script in
+    the config's order (a glob re-resolved on a node cannot shift the cells); SLURM's own files go
+    to ROOT/logs/ (a task knows its model only once it runs); one merge of the sweep root."""
+    out = tmp_path / "sweep out"
+    result = dry_run(SWEEP, out, "-O", "sweep.services=[top, base, mid]")
+    assert result.returncode == 0, result.stderr
+    script = (out / "eval.sbatch").read_text()
+    directives = sbatch_lines(script)
+    assert "#SBATCH --array=0-5%4" in directives and "#SBATCH --partition=debug" in directives
+    assert f'#SBATCH --output="{out}/logs/slurm-%A_%a.out"' in directives
+    (command,) = [line for line in script.splitlines() if " run " in line and line.endswith(" &")]
+    assert f" --sweep-services top,base,mid --shard \"${{NEL_SHARD_IDX}}\"/6 -o '{out}' &" in command
+    assert "models=(top base mid)" in script and "export NEL_SHARD_IDX=$idx NEL_TOTAL_SHARDS=6" in script
+    assert "checked against the services of every model (top, base, mid)" in script
+    assert sum("services." in line and "(sim)" in line for line in script.splitlines()) == 3  # every model's server
+    merge = (out / "merge.sbatch").read_text()
+    assert merge.rstrip().endswith(f"merge '{out}'") and "afterany:<array job id>" in result.stderr
+    assert "--array" not in result.stderr.split("to submit:")[1]  # every cell: the script's own line
+    assert not list(out.glob("shard_*")) and (out / "logs").is_dir()  # no run-level shard dirs in a sweep root
+    assert subprocess.run(["bash", "-n", str(out / "eval.sbatch")]).returncode == 0
+    assert [line for line in result.stderr.splitlines() if "run identity of" in line][0].startswith("shardeval: run identity of top:")
+
+
+def test_sweep_cell_runs_under_bash_and_submission_leaves_complete_cells_out(tmp_path: Path) -> None:
+    """Task 3 of the array (bash, NEL_SHARD_IDX=3) is shard 1 of the second model; once it is
+    complete a new submission asks only for the other cells; a model whose config changed is
+    refused by that model's directory before anything is queued; --fresh sets aside per model."""
+    out = tmp_path / "out"
+    assert dry_run(SWEEP, out, *SMALL).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NEL_"))}
+    run = subprocess.run(["bash", str(out / "eval.sbatch")], env={**env, "NEL_SHARD_IDX": "3"}, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "cell 3 = mid shard 1/2" in run.stderr
+    manifest = json.loads((out / "mid" / "shard_1" / "manifest.json").read_text())
+    assert (manifest["shard_idx"], manifest["total_shards"], manifest["state"], manifest["sweep"]["service"]) == (1, 2, "complete", "mid")
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["logs", "mid"]
+
+    again = dry_run(SWEEP, out, *SMALL)
+    assert again.returncode == 0, again.stderr
+    assert f"to submit: sbatch --array=0-2,4-5%4 {out}/eval.sbatch" in again.stderr
+    # a cell that is complete but holds an error record is asked again (its task retries the error)
+    lines = (out / "mid" / "shard_1" / "arith" / "results.jsonl").read_text().splitlines()
+    bad = json.loads(lines[0]) | {"status": "error", "error_kind": "http", "error": "boom", "score": None}
+    (out / "mid" / "shard_1" / "arith" / "results.jsonl").write_text("\n".join([json.dumps(bad), *lines[1:]]) + "\n")
+    from shardeval.api import read_manifest
+    from shardeval.standing import Membership, count_cells
+
+    m = read_manifest(str(out / "mid" / "shard_1"))
+    assert count_cells(str(out / "mid" / "shard_1" / "arith" / "results.jsonl"), Membership.of(m, m.benchmarks[0]))[:2] == (3, 1)
+    assert "to submit: sbatch " + str(out) in dry_run(SWEEP, out, *SMALL).stderr
+    (out / "mid" / "shard_1" / "arith" / "results.jsonl").write_text("\n".join(lines) + "\n")
+
+    no_slurm = {"PATH": str(tmp_path / "empty")}
+    changed = shardeval_cmd("run", str(SWEEP), "-o", str(out), *SMALL, "-O", "services.mid.accuracy=0.9", env=no_slurm)
+    line = one_line_error(changed)
+    assert f"{out}/mid/shard_1 cannot be resumed: it was written with config" in line and "nothing submitted" in line
+    unchanged = shardeval_cmd("run", str(SWEEP), "-o", str(out), *SMALL, "-O", "services.top.accuracy=0.9", env=no_slurm)
+    assert "sbatch not found on PATH" in one_line_error(unchanged)  # only top's identity changed: it has no shard yet
+    fresh = shardeval_cmd("run", str(SWEEP), "-o", str(out), *SMALL, "--fresh", env=no_slurm)
+    assert fresh.returncode == 2 and "sbatch not found on PATH" in fresh.stderr, fresh.stderr
+    assert "--fresh: earlier results of shard_1 moved to " + str(out / "mid" / "shard_1" / "superseded") in fresh.stderr
+    assert (out / "mid" / "shard_1" / "superseded").is_dir() and not (out / "mid" / "shard_1" / "manifest.json").exists()
+
+
+def test_sweep_resources_cover_every_model_and_secrets_stay_out(tmp_path: Path) -> None:
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(
+        """
+services:
+  small: {type: vllm, model: /ckpt/s, tensor_parallel_size: 2, api_key_env: OPENAI_API_KEY, extra_args: ["--hf-token", "${HF_TOKEN}"]}
+  big: {type: vllm, model: /ckpt/b, tensor_parallel_size: 8, api_key_env: OPENAI_API_KEY}
+benchmarks: [{name: arith}]
+sweep: {services: [small, big]}
+cluster: {type: slurm, walltime: "1:00:00", shards: 3, node_pools: {gpu: {gres: "gpu:8"}}}
+"""
+    )
+    out = tmp_path / "out"
+    result = dry_run(cfg, out)
+    assert result.returncode == 0, result.stderr
+    script = (out / "eval.sbatch").read_text()
+    assert "#SBATCH --gres=gpu:8" in sbatch_lines(script) and "#SBATCH --array=0-5" in sbatch_lines(script)
+    assert "--tensor-parallel-size 2" in script and "--tensor-parallel-size 8" in script
+    assert_no_secret_in(tmp_path)
+    line = one_line_error(dry_run(cfg, tmp_path / "o2", "-O", "cluster.node_pools.gpu.gres=gpu:4"))
+    assert "services.big needs 8 GPUs on its node, and cluster.node_pools.gpu asks for 4 per task" in line
+    line = one_line_error(dry_run(cfg, tmp_path / "o3", "-O", "cluster.ray=true"))
+    assert "cluster.ray: true does not run sweeps" in line and "cluster.ray: false" in line
+    assert not (tmp_path / "o3").exists()
+
+
+def test_sweep_status_and_merge_hints_name_cells(tmp_path: Path) -> None:
+    """What slurm_job.json recorded maps a task to its cell, for `status` and for the rerun line
+    a model's merge report gives (its shards are cells of the sweep's one script)."""
+    from shardeval_slurm import rerun_hint
+    from shardeval_slurm.jobs import Layout
+
+    record = {"array_job_id": "41", "total_shards": 2, "tasks": [4, 5], "sweep": {"services": ["base", "step1", "step2"], "shards": 2}}
+    (tmp_path / "slurm_job.json").write_text(json.dumps(record))
+    layout = Layout.of(record, str(tmp_path))
+    assert [layout.label(i) for i in (0, 3, 5)] == ["base shard 0/2", "step1 shard 1/2", "step2 shard 1/2"]
+    assert layout.resubmit([5, 1, 2, 3]) == f"sbatch --array=1-3,5 {tmp_path}/eval.sbatch"
+    assert rerun_hint(run_dir=str(tmp_path / "step1"), shards=[1]) == f"`sbatch --array=3 {tmp_path}/eval.sbatch`"
+    assert rerun_hint(run_dir=str(tmp_path / "other"), shards=[1]) is None
+    assert rerun_hint(run_dir=str(tmp_path), shards=[1]) is None  # the sweep root: hinted per model

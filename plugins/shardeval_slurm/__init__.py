@@ -1,7 +1,7 @@
 """Built-in plugin: the `slurm` orchestrator (`cluster.type: slurm`): an array job, one task per
-shard, each running `shardeval run … --shard i/N` (so a task never re-submits the array), then a
-merge job; render.py writes the scripts, submit.py submits them and records the job ids that
-`shardeval status` reads. With `ray: true`, one Ray job over the allocation (ray_template.py).
+shard (in a sweep, per (model, shard) cell), each running `shardeval run … --shard i/N` (so a task
+never re-submits the array), then a merge job; render.py writes the scripts, submit.py submits
+them and records the job ids that `shardeval status` reads. With `ray: true`, one Ray job over the allocation (ray_template.py).
 
 Registered through the `shardeval` entry-point group like any third-party plugin. Heavy imports
 (msgspec via the config Struct) happen inside the hooks, so loading plugins for `--help` stays cheap.
@@ -28,21 +28,25 @@ def run_status(run_dir: str) -> str | None:
     from shardeval_slurm.submit import read_record
 
     record = read_record(run_dir)
-    return render_jobs(record) if record else None
+    return render_jobs(record, run_dir) if record else None
 
 
 @hookimpl
 def rerun_hint(run_dir: str, shards: list[int]) -> str | None:
-    """`sbatch --array=…` of this run's own script, when this plugin submitted it."""
+    """`sbatch --array=…` of this run's own script, when this plugin submitted it (of a sweep
+    model's directory: the sweep's script, with the model's cells)."""
     import os
     import shlex
 
+    from shardeval_slurm.jobs import sweep_rerun_hint
     from shardeval_slurm.render import EVAL_SCRIPT, RAY_SCRIPT
     from shardeval_slurm.submit import read_record
 
     record = read_record(run_dir)
     if not record:
-        return None
+        return sweep_rerun_hint(run_dir, shards)
+    if record.get("sweep"):
+        return None  # a sweep root: its shards are its models' (hinted per model directory)
     if record.get("ray_job_id"):
         return f"`sbatch {shlex.quote(os.path.join(run_dir, RAY_SCRIPT))}` (Ray on SLURM; complete shards finish at once)"
     listed = ",".join(map(str, shards))

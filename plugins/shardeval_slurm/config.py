@@ -35,7 +35,8 @@ class NodePool(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
 
 
 class SlurmClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """`cluster:` for SLURM. `shards` (inherited) is the array size: `#SBATCH --array=0-<shards-1>`."""
+    """`cluster:` for SLURM. `shards` (inherited) is the array size, `#SBATCH --array=0-<shards-1>`;
+    in a sweep, shards per model: the array has models × shards tasks."""
 
     type: str = "slurm"
     walltime: str  # --time, any SLURM form: "MM", "HH:MM:SS", "D-HH:MM:SS" (quote it in YAML)

@@ -4,16 +4,24 @@
 one line with a range such as `ArrayTaskId=4-15%4`) for as long as slurmctld remembers the job
 (MinJobAge, 300 s by default, after it ends). Without slurmdbd there is no `sacct`, so past that
 the status says the controller forgot the job; the shard directories still tell the whole story.
+
+Each task is named by its cell (in a sweep, `step1 shard 1/2`: task c is shard c mod S of model
+c div S, in the models' order slurm_job.json recorded), and tasks that ended cancelled, failed or
+out of time, whose cell is not complete on disk, get the one line that resubmits them.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import shutil
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
 
+# end states after which a task's cell needs running again (UNKNOWN: cancelled while pending, no record)
+RESUBMIT = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "UNKNOWN"}
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w:/.\-]*)=")
 
 
@@ -74,9 +82,59 @@ def job_tasks(job_id: str, timeout: float = 30.0) -> list[TaskState] | str:
     return sorted(tasks, key=_by_index)
 
 
-def render_jobs(record: dict) -> str:
-    """The `slurm:` block of `shardeval status` for what slurm_job.json recorded."""
+@dataclass(frozen=True)
+class Layout:
+    """Which cell an array task id is, from slurm_job.json: a shard of the run, or in a sweep
+    shard `id mod shards` of model `id div shards` (`services` in the submitted order)."""
+
+    root: str
+    shards: int
+    services: list[str] | None = None
+
+    @classmethod
+    def of(cls, record: dict, root: str) -> Layout:
+        sweep = record.get("sweep") or {}
+        return cls(root, int(sweep.get("shards") or record.get("total_shards") or 1), sweep.get("services"))
+
+    def label(self, task: int) -> str:
+        if self.services is None:
+            return f"shard {task}/{self.shards}"
+        model = self.services[task // self.shards] if task // self.shards < len(self.services) else "?"
+        return f"{model} shard {task % self.shards}/{self.shards}"
+
+    def complete(self, task: int) -> bool:
+        from shardeval.api import read_manifest
+
+        if self.services is None:
+            where = os.path.join(self.root, f"shard_{task}")
+        elif task // self.shards < len(self.services):
+            where = os.path.join(self.root, self.services[task // self.shards], f"shard_{task % self.shards}")
+        else:
+            return False
+        manifest = read_manifest(where)
+        return manifest is not None and manifest.state == "complete"
+
+    def resubmit(self, tasks: list[int]) -> str:
+        from shardeval_slurm.render import EVAL_SCRIPT
+
+        return f"sbatch --array={array_spec(tasks)} {shlex.quote(os.path.join(self.root, EVAL_SCRIPT))}"
+
+
+def array_spec(ids: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] → '0-2,5,7-8': an --array list."""
+    spans: list[list[int]] = []
+    for i in sorted(set(ids)):
+        if spans and spans[-1][1] == i - 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in spans)
+
+
+def render_jobs(record: dict, run_dir: str) -> str:
+    """The `slurm:` block of `shardeval status` for what slurm_job.json (in run_dir) recorded."""
     lines = []
+    layout = Layout.of(record, run_dir)
     for key, label in (("array_job_id", "array job"), ("ray_job_id", "Ray job"), ("merge_job_id", "merge job")):
         job = record.get(key)
         if not job:
@@ -89,17 +147,45 @@ def render_jobs(record: dict) -> str:
             detail = f" ({t.reason})" if t and t.reason else ""
             lines.append(f"slurm {label} {job}: {t.state if t else ''}{detail}")
         else:
-            known = {t.task for t in tasks}
-            for i in range(int(record.get("total_shards") or 0)):
-                if str(i) not in known:  # cancelled while pending: slurmctld keeps no record of it
-                    tasks.append(TaskState(str(i), "UNKNOWN", "no record (cancelled before it started?)", "", "", ""))
-            tasks.sort(key=_by_index)
-            summary = ", ".join(f"{n} {state}" for state, n in sorted(Counter(t.state for t in tasks).items()))
-            lines.append(f"slurm {label} {job}: {summary}")
-            lines.append(f"  {'task':<6} {'state':<12} {'time':>10} {'restarts':>8}  {'node':<12} reason")
-            for t in tasks:
-                lines.append(f"  {t.task:<6} {t.state:<12} {t.run_time:>10} {t.restarts:>8}  {t.nodes:<12} {t.reason}")
+            lines += _array_lines(job, tasks, record, layout)
     return "\n".join(lines)
+
+
+def _array_lines(job: str, tasks: list[TaskState], record: dict, layout: Layout) -> list[str]:
+    known = {t.task for t in tasks}
+    submitted = record.get("tasks")
+    for i in submitted if isinstance(submitted, list) else range(int(record.get("total_shards") or 0)):
+        if str(i) not in known:  # cancelled while pending: slurmctld keeps no record of it
+            tasks.append(TaskState(str(i), "UNKNOWN", "no record (cancelled before it started?)", "", "", ""))
+    tasks.sort(key=_by_index)
+    summary = ", ".join(f"{n} {state}" for state, n in sorted(Counter(t.state for t in tasks).items()))
+    cells = {t.task: layout.label(int(t.task)) if t.task.isdigit() else "" for t in tasks}
+    width = max(map(len, cells.values()), default=0) if layout.services else 0
+    cell = (lambda text: f" {text:<{width}}") if width else (lambda text: "")  # noqa: E731
+    lines = [f"slurm array job {job}: {summary}",
+             f"  {'task':<6}{cell('cell')} {'state':<12} {'time':>10} {'restarts':>8}  {'node':<12} reason"]
+    for t in tasks:
+        lines.append(f"  {t.task:<6}{cell(cells[t.task])} {t.state:<12} {t.run_time:>10} {t.restarts:>8}  {t.nodes:<12} {t.reason}")
+    again = [int(t.task) for t in tasks if t.state in RESUBMIT and t.task.isdigit() and not layout.complete(int(t.task))]
+    if again:
+        names = "; ".join(f"task {i} = {layout.label(i)}" for i in again[:8]) + ("; …" if len(again) > 8 else "")
+        lines.append(f"  {len(again)} task(s) ended without completing their {'cell' if layout.services else 'shard'} "
+                     f"({names}); resubmit them (they resume): {layout.resubmit(again)}")
+    return lines
+
+
+def sweep_rerun_hint(run_dir: str, shards: list[int]) -> str | None:
+    """For a sweep model's directory ROOT/<model>: `sbatch --array=<its cells> ROOT/eval.sbatch`,
+    when this plugin submitted the sweep (ROOT/slurm_job.json names the model)."""
+    from shardeval_slurm.submit import read_record
+
+    root, model = os.path.split(os.path.normpath(run_dir))
+    record = read_record(root)
+    layout = Layout.of(record, root) if record and record.get("array_job_id") else None
+    if layout is None or not layout.services or model not in layout.services:
+        return None
+    first = layout.services.index(model) * layout.shards
+    return f"`{layout.resubmit([first + k for k in shards])}`"
 
 
 def _by_index(t: TaskState) -> tuple[int, int]:

@@ -7,6 +7,15 @@
    `sbatch --parsable --dependency=afterany:<array id> merge.sbatch`, and record both ids in
    ROOT/slurm_job.json, which `shardeval status ROOT` reads to show the tasks' SLURM states.
 
+Only the cells not yet complete are submitted (`sbatch --array=<list>` overrides the script's own
+line): a shard whose manifest says complete, of this config, with an ok record for every pair, is
+left out, so rerunning a finished sweep with a model added queues only that model's cells.
+
+A sweep (`sweep:`) is one array over (model, shard) cells, model-major, each task running
+`shardeval run … --sweep-services <the models, in order> --shard c/(M·S) -o ROOT`; the checks
+above run for each model's directory ROOT/<model>/, and slurm_job.json records the models' order
+and the tasks submitted, so `status` names each task by its cell.
+
 Submitting again while this run's array still has tasks queued or running is refused (checked
 before `--fresh` moves anything): two arrays appending to the same shard directories would race.
 A root whose shards hold another run (another config hash or shard count) is refused before
@@ -25,13 +34,16 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from shardeval.api import UsageError, atomic_write
+from shardeval_slurm.jobs import array_spec
 from shardeval_slurm.render import EVAL_SCRIPT, JOB_FILE, MERGE_SCRIPT, RAY_SCRIPT, check_no_secrets, render
 
 if TYPE_CHECKING:
     from shardeval.api import LaunchRequest
+    from shardeval_slurm.config import SlurmClusterConfig
 
 log = logging.getLogger("shardeval")
 SBATCH_TIMEOUT_S = 120.0
@@ -42,42 +54,57 @@ def submit(request: LaunchRequest) -> int:
 
     files = render(request)
     check_no_secrets(files, request.config)
-    root, total = os.path.abspath(request.output_root), request.total
+    request = replace(request, output_root=os.path.abspath(request.output_root))
+    root, total, runs = request.output_root, request.total, request.runs()
     if not request.dry_run:
         _refuse_if_still_queued(root)  # before --fresh moves anything: a live task would write into superseded/
-    if not request.fresh:
-        # A changed config (say `-O benchmarks.0.repeats=3` on a finished run) is refused here, in one
-        # line, not by every task after queueing while the dependent merge reports the old run. A dry
-        # run only warns: it submits nothing.
-        try:
-            check_submission(root, config_hash(request.config), total)
-        except UsageError as exc:
-            if not request.dry_run:
-                raise
-            log.warning("%s", exc)
-    elif not request.dry_run:
-        set_aside_shards(root, total)  # leases first, then the move
-    else:
+    for run in runs:  # one run, or each model of a sweep in ROOT/<model>/
+        if not request.fresh:
+            # A changed config (say `-O benchmarks.0.repeats=3` on a finished run) is refused here, in one
+            # line, not by every task after queueing while the dependent merge reports the old run. A dry
+            # run only warns: it submits nothing.
+            try:
+                check_submission(run.root, config_hash(run.config), total)
+            except UsageError as exc:
+                if not request.dry_run:
+                    raise
+                log.warning("%s", exc)
+        elif not request.dry_run:
+            set_aside_shards(run.root, total)  # leases first, then the move
+    if request.fresh and request.dry_run:
         log.info("--fresh: earlier results are set aside when the run is submitted; a dry run moves nothing")
     os.makedirs(os.path.join(root, "logs"), exist_ok=True)
-    if RAY_SCRIPT not in files:
+    if RAY_SCRIPT not in files and request.sweep is None:
         for i in range(total):
             os.makedirs(os.path.join(root, f"shard_{i}", "logs"), exist_ok=True)
     paths = request.write(root, files, mode=0o755)
+    cells, hashes = request.cells(), [config_hash(run.config) for run in runs]
+    todo = [c.index for c in cells if request.fresh or not cell_complete(c.dir, hashes[c.index // total])]
+    array = array_flag(todo, len(cells), request.config.cluster)  # type: ignore[arg-type]
     if request.dry_run:
-        return _print_dry_run(files, paths)
+        return _print_dry_run(files, paths, array)
     if shutil.which("sbatch") is None:
         raise UsageError(
             f"sbatch not found on PATH: run this on a SLURM login node, or pass --dry-run to only write the scripts "
             f"(written: {', '.join(paths.values())})"
         )
+    what = "cells" if request.sweep else "shards"
+    if not todo and RAY_SCRIPT not in paths:
+        print(f"every one of the {len(cells)} {what} under {root} is already complete: nothing submitted; "
+              f"`shardeval merge {root}` merges them")
+        return 0
     record: dict[str, object] = {"submitted_at": time.time(), "total_shards": total, "root": root}
     if RAY_SCRIPT in paths:
         record["ray_job_id"] = _sbatch(paths[RAY_SCRIPT])
         log.info("submitted Ray job %s (%s): %d shards as Ray tasks, merged in the job", record["ray_job_id"], paths[RAY_SCRIPT], total)
     else:
-        record["array_job_id"] = array_id = _sbatch(paths[EVAL_SCRIPT])
-        log.info("submitted array job %s (%s): %d tasks, shard_<i> under %s", array_id, paths[EVAL_SCRIPT], total, root)
+        record["array_job_id"] = array_id = _sbatch(paths[EVAL_SCRIPT], *array)
+        record["tasks"] = todo
+        if request.sweep is not None:
+            record["sweep"] = {"services": list(request.sweep.services), "shards": total}
+        skipped = f", {len(cells) - len(todo)} complete {what} left out" if len(todo) < len(cells) else ""
+        layout = "<model>/shard_<i>" if request.sweep else "shard_<i>"
+        log.info("submitted array job %s (%s): %d tasks%s, %s under %s", array_id, paths[EVAL_SCRIPT], len(todo), skipped, layout, root)
         if MERGE_SCRIPT in paths:
             record["merge_job_id"] = _sbatch(paths[MERGE_SCRIPT], f"--dependency=afterany:{array_id}")
             log.info("submitted merge job %s (%s), after the array ends", record["merge_job_id"], paths[MERGE_SCRIPT])
@@ -88,12 +115,30 @@ def submit(request: LaunchRequest) -> int:
     return 0
 
 
-def _print_dry_run(files: dict[str, str], paths: dict[str, str]) -> int:
+def cell_complete(cell_dir: str, config_hash: str) -> bool:
+    """Whether a cell's task would find nothing to do: its manifest says complete, of this config,
+    and every pair has an ok record (the core's own rule for starting no server)."""
+    from shardeval.api import read_manifest
+    from shardeval.runner import nothing_to_ask
+
+    manifest = read_manifest(cell_dir)
+    return (manifest is not None and manifest.state == "complete" and manifest.config_hash == config_hash
+            and nothing_to_ask(cell_dir, manifest))
+
+
+def array_flag(todo: list[int], cells: int, cluster: SlurmClusterConfig) -> list[str]:
+    """`--array=<the cells to run>[%max_parallel]` when that is not the script's own 0-<cells-1>."""
+    if todo == list(range(cells)):
+        return []
+    return [f"--array={array_spec(todo)}" + (f"%{cluster.max_parallel}" if cluster.max_parallel else "")]
+
+
+def _print_dry_run(files: dict[str, str], paths: dict[str, str], array: list[str]) -> int:
     for name, path in paths.items():
         if len(paths) > 1:
             print(f"# ===== {path} =====")
         print(files[name], end="")
-    how = f"sbatch {shlex.quote(paths.get(EVAL_SCRIPT) or paths[RAY_SCRIPT])}"
+    how = shlex.join(["sbatch", *(array if EVAL_SCRIPT in paths else []), paths.get(EVAL_SCRIPT) or paths[RAY_SCRIPT]])
     if MERGE_SCRIPT in paths:
         how += f", then sbatch --dependency=afterany:<array job id> {shlex.quote(paths[MERGE_SCRIPT])}"
     print(f"shardeval: dry run: wrote {', '.join(paths.values())}; nothing submitted (to submit: {how})", file=sys.stderr)
