@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from shardeval.service import Endpoint, ServiceContext, ServiceFactory, split_endpoint_url
     from shardeval.shards import shard_indices, shard_range, ShardSpec
     from shardeval.solver import Attempt, ServiceHandle, Solver, SolverFactory
+    from shardeval.standing import nothing_to_ask
 
 _LAZY = {
     "shardeval.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer "
@@ -61,6 +62,7 @@ _LAZY = {
     "shardeval.service": "Endpoint ServiceContext ServiceFactory split_endpoint_url",
     "shardeval.shards": "shard_indices shard_range ShardSpec",
     "shardeval.solver": "Attempt ServiceHandle Solver SolverFactory",
+    "shardeval.standing": "nothing_to_ask",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
 

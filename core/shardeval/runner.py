@@ -58,7 +58,7 @@ from shardeval.resume import make_output_dir, prepare_output_dir, refuse, served
 from shardeval.seeds import request_seed
 from shardeval.service import ServiceContext
 from shardeval.shards import ShardSpec, shard_indices
-from shardeval.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, count_cells, decide, own_records
+from shardeval.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide, nothing_to_ask, own_records
 from shardeval.solver import ServiceHandle, Solver
 
 log = logging.getLogger("shardeval")
@@ -667,18 +667,6 @@ def make_record(
         if extra:
             record.scores = {**record.scores, **extra}
     return record
-
-
-def nothing_to_ask(out_dir: str, manifest: Manifest) -> bool:
-    """Whether every pair of the shard has an ok record on disk (by shardeval.standing's rule), so
-    a rerun of a finished shard (a sweep relaunched for a new model) starts no server at all."""
-    for bm in manifest.benchmarks:
-        own = Membership.of(manifest, bm)
-        n_ok, _, _ = count_cells(os.path.join(out_dir, bm.name, RESULTS_FILE), own)
-        if n_ok < own.n_cells:
-            return False
-        bm.n_ok, bm.n_error = n_ok, 0
-    return True
 
 
 def missing_pairs(plans: list[BenchmarkPlan], tallies: list[Tally]) -> str | None:

@@ -20,11 +20,12 @@ scored: `own_records` is the one way resume, merge and status read a shard's res
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Iterator
 
 from shardeval.metrics import ERROR, MISSING, OK  # the cell codes ScoreTable uses too
-from shardeval.records import BenchmarkManifest, Manifest, ReadReport, ResultRecord, run_id, scan_lines
+from shardeval.records import RESULTS_FILE, BenchmarkManifest, Manifest, ReadReport, ResultRecord, run_id, scan_lines
 from shardeval.seeds import request_seed
 from shardeval.shards import shard_indices
 
@@ -128,3 +129,15 @@ def count_cells(path: str, own: Membership) -> tuple[int, int, ReadReport]:
         if decide(states[cell], ok) in (TAKE, SUPERSEDE):
             states[cell] = OK if ok else ERROR
     return states.count(OK), states.count(ERROR), report
+
+
+def nothing_to_ask(out_dir: str, manifest: Manifest) -> bool:
+    """Whether every pair of the shard has an ok record on disk (by shardeval.standing's rule), so
+    a rerun of a finished shard (a sweep relaunched for a new model) starts no server at all."""
+    for bm in manifest.benchmarks:
+        own = Membership.of(manifest, bm)
+        n_ok, _, _ = count_cells(os.path.join(out_dir, bm.name, RESULTS_FILE), own)
+        if n_ok < own.n_cells:
+            return False
+        bm.n_ok, bm.n_error = n_ok, 0
+    return True

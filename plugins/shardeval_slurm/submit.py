@@ -118,8 +118,7 @@ def submit(request: LaunchRequest) -> int:
 def cell_complete(cell_dir: str, config_hash: str) -> bool:
     """Whether a cell's task would find nothing to do: its manifest says complete, of this config,
     and every pair has an ok record (the core's own rule for starting no server)."""
-    from shardeval.api import read_manifest
-    from shardeval.runner import nothing_to_ask
+    from shardeval.api import nothing_to_ask, read_manifest
 
     manifest = read_manifest(cell_dir)
     return (manifest is not None and manifest.state == "complete" and manifest.config_hash == config_hash
