@@ -52,6 +52,8 @@ def cli() -> None:
 @click.option("--shard", "shard_flag", metavar="I/N", help="Run shard I of N (beats every environment variable).")
 @click.option("--sweep-services", metavar="NAMES", help="Sweep: evaluate only these models (comma-separated), in this order.")
 @click.option("--fresh", is_flag=True, help="Start over: move earlier results aside instead of resuming.")
+@click.option("--cache-dir", metavar="PATH", help="Response cache directory (beats `cache.dir`; see docs/cache.md).")
+@click.option("--no-cache", is_flag=True, help="Bypass the response cache: read nothing from it, write nothing to it.")
 @click.option("-O", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="Override a config value.")
 @click.option("--dry-run", is_flag=True, help="Show what would run or be submitted; run nothing.")
 def run(config_path: str | None, shard_flag: str | None, sweep_services: str | None, overrides: tuple[str, ...], dry_run: bool,

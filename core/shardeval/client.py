@@ -44,6 +44,12 @@ Secrets
     (answer text, finish reason, tokens, error messages) and in what `get_json` returns, so no
     server text with the key in it reaches a record, a trajectory, a manifest or a log.
 
+Cache (`use_cache`, shardeval.cache; opt-in)
+    Before anything is sent, a request's key (the service's declared identity, the protocol and
+    the body as it would be sent) is looked up; a hit returns the stored answer as a Completion
+    with `cached=True`, `attempts=0`, no ttft and the lookup's time as latency, taking no slot.
+    After the last attempt, an `ok` Completion (a whole answer, key scrubbed) is stored.
+
 Retries (`ServiceConfig.retries`: attempts including the first)
     Retried: 408, 429, 5xx, connection errors and resets, streams cut before a finish_reason or
     [DONE], timeouts, undecodable chunks, error events in a 200 stream unless 4xx-like. Not
@@ -118,6 +124,7 @@ class Completion(msgspec.Struct, kw_only=True):
     prompt_logprobs: list[float | None] | None = None  # `token_logprobs`; the prompt's first is null (nothing precedes it)
     prompt_tokens_text: list[str] | None = None  # `tokens`, as text
     text_offsets: list[int] | None = None  # `text_offset`: where each token starts in `choices[0].text`
+    cached: bool = False  # served from the response cache (shardeval.cache): no request was sent
 
 
 # --- wire shapes: only the fields we read. Measured: decoding into these Structs beats
@@ -498,6 +505,15 @@ class Client:
             self._secret = key.strip()
             self._headers["Authorization"] = f"Bearer {self._secret}"
         self._session: aiohttp.ClientSession | None = None
+        self.cache: Any = None  # shardeval.cache.ClientCache, set by `use_cache`
+
+    def use_cache(self, store: Any, served: Any = None) -> None:
+        """Answer from and into the response cache `store` (a shardeval.cache.ResponseCache; None:
+        no cache); `served` is what the endpoint said it serves (a hit stored for another is refused)."""
+        from shardeval.cache import ClientCache
+        from shardeval.service import describe
+
+        self.cache = None if store is None else ClientCache(store, describe(self.config), served)
 
     def __repr__(self) -> str:  # never shows the headers: they hold the key
         return f"Client({self._url!r}, protocol={self.endpoint.protocol!r}, pool_size={self.pool_size})"
@@ -588,6 +604,18 @@ class Client:
         elif "stream" in body or "stream_options" in body:
             body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         url = self._url if protocol is None else self._urls[protocol]
+        cache, key = self.cache, None
+        if cache is not None:  # a hit is no request: no slot, no attempt, nothing on the wire
+            key = cache.key(protocol or self.endpoint.protocol, body)
+            looked_up = time.perf_counter()
+            entry = cache.lookup(key)
+            if entry is not None:
+                return Completion(
+                    status="ok", text=entry.text, finish_reason=entry.finish_reason, prompt_tokens=entry.prompt_tokens,
+                    completion_tokens=entry.completion_tokens, prompt_logprobs=entry.prompt_logprobs,
+                    prompt_tokens_text=entry.prompt_tokens_text, text_offsets=entry.text_offsets,
+                    started_at=time.time(), latency_s=time.perf_counter() - looked_up, attempts=0, cached=True,
+                )
         payload = msgspec.json.encode(body)
         retries = self.config.retries
         attempts = max(1, retries.attempts)
@@ -619,8 +647,11 @@ class Client:
                 outcome = Completion(
                     status="error", error_kind=outcome.kind, error=message, ttft_s=outcome.ttft_s, latency_s=outcome.latency_s
                 )
-            elif self._secret:
-                self._hide_in_answer(outcome)
+            else:
+                if self._secret:
+                    self._hide_in_answer(outcome)
+                if key is not None:  # only a final, whole answer is stored (errors and cut streams never)
+                    cache.store_answer(key, outcome)
             outcome.started_at, outcome.attempts, outcome.queued_s = started_at, attempt, queued
             return outcome
 

@@ -41,6 +41,9 @@ def launch(
 
     setup_logging()
     output_dir = quick.pop("output_dir", None)
+    if quick.pop("no_cache", False):  # as an override, so it travels to the shards an orchestrator starts
+        quick.pop("cache_dir", None)
+        overrides = [*overrides, "cache=null"]
     config = load_config(config_path, overrides, quick)
     if sweep_services is not None and config.sweep is None:
         raise UsageError(f"{SWEEP_FLAG} {sweep_services}: {config_path or 'the config'} has no `sweep:` section; drop the flag")

@@ -72,6 +72,7 @@ class Cells:
     def __post_init__(self) -> None:
         n = self.n_problems * self.repeats
         self.status, self.error_kind = bytearray(n), bytearray(n)  # MISSING | OK | ERROR; 1 + code in kinds
+        self.cached = bytearray(n)  # 1: the standing record came from the response cache (shardeval.cache)
         self.score, self.ttft, self.latency, self.start = (array("d", [NAN]) * n for _ in range(4))
         self.src = array("i", [-1]) * n  # shard number (index into the sorted shard list) of the winner
         self.offset, self.traj_offset = array("q", [0]) * n, array("q", [-1]) * n
@@ -96,6 +97,7 @@ class Cells:
         self.ttft[cell] = row.ttft_s if row.ttft_s is not None else NAN
         self.latency[cell] = row.latency_s if row.latency_s is not None else NAN
         self.start[cell] = row.started_at or NAN
+        self.cached[cell] = row.cached is True
         self.tokens[cell] = min(max(row.completion_tokens or 0, 0), 2**31 - 1)  # a wild value is clamped, not fatal
         for name, value in row.scores.items():
             column = self.extra.get(name)

@@ -27,6 +27,7 @@ import msgspec
 from shardeval import __version__, plugins
 from shardeval.adaptive import make_slots
 from shardeval.benchmark import Benchmark, Problem
+from shardeval.cache import ResponseCache
 from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash
 from shardeval.errors import ShardError, UsageError, os_error
@@ -191,6 +192,7 @@ class ShardRun:
         self._stop_signal: asyncio.Future[None] | None = None  # done at the first stop signal
         self._drain_timer: asyncio.TimerHandle | None = None  # drain_timeout_s after that signal
         self._window: asyncio.Semaphore | None = None  # the benchmark being dispatched: its request places
+        self.cache: ResponseCache | None = None  # the response cache, when the config names one (opened in `_run`)
         # holds the lines until logs/shard.log can open (in `_run`), then that file
         self._log: logging.Handler = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.CRITICAL + 1)
 
@@ -217,6 +219,9 @@ class ShardRun:
                     loop.remove_signal_handler(sig)
             if self._drain_timer is not None:
                 self._drain_timer.cancel()
+            if self.cache is not None:
+                log.info("%s", self.cache.summary())
+                self.cache.close()
             log.removeHandler(self._log)
             self._log.close()
             if self._lease is not None:
@@ -252,6 +257,9 @@ class ShardRun:
                     resumed.benchmarks = manifest.benchmarks
                     write_manifest(self.out_dir, resumed)
                 return 0
+            if self.config.cache is not None:  # a directory that cannot be used is one line, exit 2, before anything is asked
+                self.cache = ResponseCache(self.config.cache.dir).open()
+                log.info("%s", self.cache.describe())
             if resumed is not None:
                 manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
             os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
@@ -331,6 +339,8 @@ class ShardRun:
         pool = max(p.config.max_concurrent for p in plans if p.config.solver.service == name)
         client = await stack.enter_async_context(Client(endpoint, service_config, pool))
         served = await read_served(client, endpoint.base_url, endpoint.model)
+        if self.cache is not None:
+            client.use_cache(self.cache, served)
         log.info("service %s: %s model %s (%s), serving %s", name, endpoint.base_url, endpoint.model, endpoint.protocol, served.describe())
         return ServiceHandle(endpoint=endpoint, client=client, served=served)
 
@@ -661,6 +671,8 @@ def make_record(
         cluster=problem.cluster,
         run=plan.run,
     )
+    if c.cached:
+        record.cached = True
     if c.status == "ok":  # errors are never scored: they are not wrong answers
         score = plan.benchmark.score(problem, c.text)
         record.score, record.extracted, record.scores = score.score, score.extracted, score.scores

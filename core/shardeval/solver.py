@@ -337,8 +337,8 @@ def _failed(c: Any, message: str) -> Any:
 
 def _combine(parts: list[Any], text: str, failure: tuple[str, Any] | None = None) -> Any:
     """One Completion for several requests (none: an empty text, answered now): attempts and queueing
-    summed, the span of their times; an error (the first failed request's kind, its message prefixed
-    with which part) if any failed."""
+    summed, the span of their times, cached when every part came from the response cache; an error
+    (the first failed request's kind, its message prefixed with which part) if any failed."""
     from shardeval.client import Completion
 
     start = min((c.started_at for c in parts), default=time.time())
@@ -354,4 +354,4 @@ def _combine(parts: list[Any], text: str, failure: tuple[str, Any] | None = None
     if failure is not None:
         where, c = failure
         return Completion(status="error", error_kind=c.error_kind, error=f"{where}: {c.error}", **common)
-    return Completion(status="ok", text=text, completion_tokens=0, **common)
+    return Completion(status="ok", text=text, completion_tokens=0, cached=bool(parts) and all(c.cached for c in parts), **common)

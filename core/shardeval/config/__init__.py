@@ -18,7 +18,7 @@ from shardeval.config import quick as _quick
 from shardeval.config.explain import Where, decode, format_path, kind
 from shardeval.config.reading import apply_overrides, expand, parse_key_values, read_yaml, type_expansions  # noqa: F401
 from shardeval.config.schema import (  # the schema, re-exported: every module imports it from here
-    BenchmarkConfig, ClusterConfig, Config, Count, Generation, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds,
+    BenchmarkConfig, CacheConfig, ClusterConfig, Config, Count, Generation, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds,
     CheckpointsConfig, OutputConfig, Probability, Protocol, RawConfig, Retries, Seconds, ServiceConfig, SolverConfig,
     SweepConfig, Timeouts,
 )
@@ -80,7 +80,7 @@ def config_hash(config: Config) -> str:
     """A fingerprint of everything that changes results, and nothing else.
 
     Shards and resumed runs compare it: URLs, ports, API key names, timeouts, retries, concurrency,
-    output settings and the cluster (shard count included) may differ between them; seeds,
+    output settings, the cluster (shard count included) and the response cache may differ between them; seeds,
     prompts, generation parameters, repeats and the model may not.
     """
     from shardeval.service import describe
@@ -111,8 +111,12 @@ def canonical_json(data: Any) -> bytes:
 
 
 def config_for_manifest(config: Config) -> dict[str, Any]:
-    """The config as plain data for manifest.json; safe to write: keys are only ever env var names."""
-    return msgspec.to_builtins(config)
+    """The config as plain data for manifest.json; safe to write: keys are only ever env var names.
+    No cache: no `cache` key, so manifests of runs without one are what they were."""
+    data = msgspec.to_builtins(config)
+    if data.get("cache", 0) is None:
+        del data["cache"]
+    return data
 
 
 def _decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:

@@ -6,14 +6,14 @@ from typing import Any, Mapping
 
 import msgspec
 
-from shardeval.config.schema import RawConfig, ServiceConfig
+from shardeval.config.schema import CacheConfig, RawConfig, ServiceConfig
 from shardeval.errors import UsageError
 
 # The built-in service type that reaches a server already running at a URL: what --model-url makes
 # of a service. A default the core names, never a type it tests: a service's own config says
 # whether it starts a server (`managed()`) and which model it serves (`served_model()`).
 URL_SERVICE = "api"
-QUICK_KEYS = ("bench", "model_url", "model_id", "api_key_env", "repeats", "max_problems", "max_concurrent", "output_dir")
+QUICK_KEYS = ("bench", "model_url", "model_id", "api_key_env", "repeats", "max_problems", "max_concurrent", "output_dir", "cache_dir")
 
 
 def given(quick: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -60,6 +60,8 @@ def apply(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -> None:
                 raw.services[name] = _quick_service(name, raw.services.get(name), flags)
     if "output_dir" in flags:
         raw.output = msgspec.structs.replace(raw.output, dir=str(flags["output_dir"]))
+    if flags.get("cache_dir"):  # --cache-dir beats the file's `cache.dir`
+        raw.cache = CacheConfig(dir=str(flags["cache_dir"]))
 
 
 def _quick_service(name: str, section: dict[str, Any] | None, flags: Mapping[str, Any]) -> dict[str, Any]:

@@ -173,6 +173,14 @@ class SweepConfig(_Section):
     baseline: str | None = None  # default: the first service of the sweep
 
 
+class CacheConfig(_Section):
+    """The response cache (shardeval.cache, docs/cache.md): where its segments live, usually a
+    shared filesystem path. Not part of the run's identity: a cache changes where an answer comes
+    from, never what it is."""
+
+    dir: Annotated[str, msgspec.Meta(min_length=1)]
+
+
 class RawConfig(_Section):
     """The file as written: plugin-owned sections still undecoded."""
 
@@ -183,6 +191,7 @@ class RawConfig(_Section):
     seed: int = 0
     shuffle_seed: int | None = None
     sweep: SweepConfig | None = None
+    cache: CacheConfig | None = None
 
 
 class Config(msgspec.Struct, kw_only=True):
@@ -195,6 +204,7 @@ class Config(msgspec.Struct, kw_only=True):
     seed: int = 0
     shuffle_seed: int | None = None
     sweep: SweepConfig | None = None  # set: the config stands for one run per sweep service
+    cache: CacheConfig | None = None  # the response cache; None: off (never part of the config hash)
 
     def used_services(self) -> dict[str, ServiceConfig]:
         """The services a shard starts: those the benchmarks' solvers use, in first-use order (in
