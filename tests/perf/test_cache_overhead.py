@@ -1,0 +1,118 @@
+"""Response cache cost and gain (docs/cache.md): the full shard path in this process, against one
+simulator process, at concurrency 256 with 32-token streamed answers.
+
+- Miss-heavy: a run whose every request misses an empty cache (looked up, asked, then stored)
+  against the same run without a cache; rounds alternate so drift hits both. Target >= 0.90.
+- Fully cached: the same run again over a filled cache (no request sent): its rate, and its ratio
+  to the uncached run.
+- Index memory: bytes the index holds per entry for a cache of large responses (it keeps where an
+  entry is, never the entry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import tracemalloc
+
+from conftest import running_sim
+
+CONCURRENCY = 256
+N_REQUESTS = 3000
+ROUNDS = 3
+TARGET = 0.90
+
+
+async def shard(base_url: str, out_dir: str, cache_dir: str | None) -> int:
+    from shardeval.config import load_config
+    from shardeval.runner import ShardRun
+    from shardeval.shards import ShardSpec
+
+    os.makedirs(out_dir, exist_ok=True)
+    cfg = os.path.join(out_dir, "config.yaml")
+    with open(cfg, "w") as f:
+        f.write(
+            f"""
+services:
+  model: {{type: api, url: "{base_url}", model: sim}}
+benchmarks:
+  - name: arith
+    params: {{n: {N_REQUESTS}}}
+    max_concurrent: {CONCURRENCY}
+    solver: {{generation: {{max_tokens: 64}}}}
+output: {{progress_interval_s: 0}}
+"""
+            + (f'cache: {{dir: "{cache_dir}"}}\n' if cache_dir else "")
+        )
+    code = await ShardRun(load_config(cfg, [], {}), ShardSpec(0, 1, "perf"), os.path.join(out_dir, "shard_0")).run()
+    assert code == 0
+    with open(os.path.join(out_dir, "shard_0", "arith", "results.jsonl"), "rb") as f:
+        lines = f.readlines()
+    assert len(lines) == N_REQUESTS
+    return sum(b'"cached":true' in line for line in lines)
+
+
+def rate(base_url: str, out_dir: str, cache_dir: str | None) -> tuple[float, int]:
+    """(requests per second, how many were cache hits) of one shard run."""
+    t0 = time.perf_counter()
+    hits = asyncio.run(shard(base_url, out_dir, cache_dir))
+    return N_REQUESTS / (time.perf_counter() - t0), hits
+
+
+def test_cache_lookup_overhead_and_a_fully_cached_run(tmp_path):
+    logging.getLogger("shardeval").setLevel(logging.WARNING)
+    plain, missing, cached = [], [], []
+    with running_sim("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "0", "--itl-ms", "0", "--output-tokens", "32") as url:
+        rate(url, str(tmp_path / "warm"), None)  # warm up the server and the imports
+        for r in range(ROUNDS):  # which goes first alternates, so a slow spell of a shared machine hits both
+            if r % 2:
+                plain.append(rate(url, str(tmp_path / f"plain{r}"), None))
+            missing.append(rate(url, str(tmp_path / f"miss{r}"), str(tmp_path / f"cache{r}")))  # a new, empty cache
+            if not r % 2:
+                plain.append(rate(url, str(tmp_path / f"plain{r}"), None))
+            cached.append(rate(url, str(tmp_path / f"hit{r}"), str(tmp_path / f"cache{r}")))  # the one just filled
+    assert all(hits == 0 for _, hits in plain + missing) and all(hits == N_REQUESTS for _, hits in cached)
+    base, miss, hit = (max(r for r, _ in runs) for runs in (plain, missing, cached))
+    print(
+        f"\nresponse cache @ concurrency {CONCURRENCY}, {N_REQUESTS} x 32-token streams, best of {ROUNDS}:\n"
+        f"  no cache:          {base:8.1f} req/s\n"
+        f"  every request a miss (looked up, asked, stored): {miss:8.1f} req/s, ratio {miss / base:.3f} (target >= {TARGET})\n"
+        f"  fully cached (no request sent): {hit:8.1f} req/s, {hit / base:.1f}x the uncached run"
+    )
+    assert miss / base >= TARGET
+    assert hit > base
+
+
+def test_the_index_holds_locations_not_responses(tmp_path):
+    """The index of a cache of 50,000 entries of ~2 KB each, measured with tracemalloc."""
+    import hashlib
+
+    from shardeval.cache import SEGMENTS_DIR, CacheEntry, ResponseCache
+
+    n, text = 50_000, "word " * 400
+    seg = tmp_path / "cache" / SEGMENTS_DIR
+    seg.mkdir(parents=True)
+    import msgspec
+
+    encode = msgspec.json.Encoder().encode
+    with open(seg / "writer.jsonl", "wb") as f:
+        for i in range(n):
+            f.write(encode(CacheEntry(key=hashlib.sha256(str(i).encode()).hexdigest(), text=text, completion_tokens=400)) + b"\n")
+    size = (seg / "writer.jsonl").stat().st_size
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    store = ResponseCache(str(tmp_path / "cache")).open()
+    elapsed = time.perf_counter() - t0
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    try:
+        assert len(store.index) == n
+        assert store.get(hashlib.sha256(b"123").hexdigest()).text == text
+    finally:
+        store.close()
+    per_entry = held / n
+    print(f"\ncache index: {n} entries, {size / 1e6:.0f} MB on disk; index {per_entry:.0f} bytes/entry "
+          f"({held / 1e6:.1f} MB), built in {elapsed:.2f} s ({size / 1e6 / elapsed:.0f} MB/s)")
+    assert per_entry < 300  # where each entry is, never its ~2 KB response
