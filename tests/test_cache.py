@@ -246,3 +246,20 @@ def test_the_cache_is_not_part_of_the_run_identity(tmp_path: Path) -> None:
     assert "run identity" in ids[0] and ids[0] == ids[1] == ids[2]
     bad = shardeval_cmd("run", str(cfg), "--dry-run", "-O", "cache.dir=")
     assert bad.returncode == 2 and "cache.dir" in bad.stderr
+
+
+def test_the_flags_travel_to_the_shards_an_orchestrator_starts(tmp_path: Path) -> None:
+    """`--cache-dir` and `--no-cache` given to the launching command reach every local shard."""
+    cache = tmp_path / "cache"
+    cfg = write_config(tmp_path, "http://127.0.0.1:9/v1", None, attempts=1)
+    two = ("-O", "cluster={type: local, shards: 2}")
+    with running_sim(*FAST) as url:
+        first = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "a"), "-O", f"services.model.url={url}", *two, "--cache-dir", str(cache))
+        assert first.returncode == 0, first.stderr
+    assert len(segments(cache)) == 2
+    down = ("-O", f"services.model.url={url}", *two, "--cache-dir", str(cache))
+    second = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "b"), *down)
+    assert second.returncode == 0, second.stderr
+    assert all(r.get("cached") for i in range(2) for b in ("arith", "perplexity") for r in records(tmp_path / "b" / f"shard_{i}", b))
+    third = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "c"), *down, "--no-cache")
+    assert third.returncode != 0 and "unreachable" in third.stderr
