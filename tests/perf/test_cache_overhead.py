@@ -12,10 +12,13 @@ simulator process, at concurrency 256 with 32-token streamed answers.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import time
 import tracemalloc
+
+import msgspec
 
 from conftest import running_sim
 
@@ -87,15 +90,11 @@ def test_cache_lookup_overhead_and_a_fully_cached_run(tmp_path):
 
 def test_the_index_holds_locations_not_responses(tmp_path):
     """The index of a cache of 50,000 entries of ~2 KB each, measured with tracemalloc."""
-    import hashlib
-
     from shardeval.cache import SEGMENTS_DIR, CacheEntry, ResponseCache
 
     n, text = 50_000, "word " * 400
     seg = tmp_path / "cache" / SEGMENTS_DIR
     seg.mkdir(parents=True)
-    import msgspec
-
     encode = msgspec.json.Encoder().encode
     with open(seg / "writer.jsonl", "wb") as f:
         for i in range(n):
