@@ -77,6 +77,7 @@ def test_unchanged_scorer_gives_byte_identical_merge_and_leaves_the_originals_al
     assert (info.benchmark, info.scorer) == ("arith", "arith")
     assert info.fingerprint == info.replaces == rescored.benchmarks[0].scorer_fingerprint == source.benchmarks[0].scorer_fingerprint
     assert b'"rescored"' not in (finished / "run" / "shard_0" / "manifest.json").read_bytes()  # other manifests unchanged
+    assert "| arith: rescored with | arith from shardeval " in (finished / "merged_same" / "report.md").read_text()
 
     again = tree_digest(new)
     r = shardeval_cmd("rescore", str(finished / "run"), "-o", str(new))
@@ -116,6 +117,8 @@ def test_another_scorer_changes_the_scores_and_is_named(finished):
             per_problem.setdefault(rec.problem_idx, []).append(rec.score)
     want = sum(sum(v) / len(v) for v in per_problem.values()) / len(per_problem)  # accuracy: mean of problem means
     assert merged["metrics"]["accuracy"]["value"] == pytest.approx(want)
+    report = (finished / "merged_lengths" / "report.md").read_text()
+    assert "| arith: rescored with | length_multiple from rescore_scorer_plugin" in report, report
     original = json.loads((finished / "merged_run" / "scores.json").read_text())["arith"]
     assert merged["metrics"]["accuracy"]["value"] != original["metrics"]["accuracy"]["value"]
 
@@ -171,3 +174,19 @@ def test_bad_input_is_one_line_and_exit_2(finished, case):
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
     assert tree_digest(finished / "run") == before
+
+
+def test_a_sweep_keeps_its_layout_and_merges_to_the_same_table(tmp_path):
+    """<service>/shard_<i>/ of every model, and the sweep's plan: merge reads NEW_DIR as the same sweep."""
+    example = os.path.join(os.path.dirname(TESTS), "examples", "sweep_sim.yaml")
+    small = ["-O", "benchmarks.0.params.n=40", "-O", "benchmarks.1.params.n=40", "-O", "cluster.shards=1"]
+    r = shardeval_cmd("run", example, *small, "-o", str(tmp_path / "sweep"), timeout=180)
+    assert r.returncode == 0, r.stderr
+    for i in range(3):  # an array of three tasks over the three models' shards
+        r = shardeval_cmd("rescore", str(tmp_path / "sweep"), "-o", str(tmp_path / "again"), "--shard", f"{i}/3")
+        assert r.returncode == 0, r.stderr
+    assert sorted(p.parent.name + "/" + p.name for p in (tmp_path / "again").glob("*/shard_*")) == ["base/shard_0", "step1/shard_0", "step2/shard_0"]
+    for name in ("sweep", "again"):
+        r = shardeval_cmd("merge", str(tmp_path / name), "-q", "-o", str(tmp_path / f"merged_{name}"))
+        assert r.returncode == 0, r.stderr
+    assert (tmp_path / "merged_again" / "sweep.json").read_bytes() == (tmp_path / "merged_sweep" / "sweep.json").read_bytes()
