@@ -147,6 +147,8 @@ def test_a_killed_rescore_resumes_without_redoing_records(finished):
     n_whole = whole.count(b"\n")
     n_source = len(records(finished / "run" / "shard_0" / "arith" / "results.jsonl"))
     assert 0 < n_whole < n_source and manifest(new / "shard_0").state == "running"
+    with open(out, "ab") as f:  # what a write cut off by the kill leaves: a torn last line, cut off on resume
+        f.write(b'{"benchmark":"arith","problem_i')
 
     r = subprocess.run(args, env={**os.environ, **SCORER_ENV}, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -174,6 +176,7 @@ def test_bad_input_is_one_line_and_exit_2(finished, case):
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
     assert tree_digest(finished / "run") == before
+    assert not (finished / "x").exists()  # nothing written on a refusal
 
 
 def test_a_sweep_keeps_its_layout_and_merges_to_the_same_table(tmp_path):

@@ -150,16 +150,15 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
     units = sorted(paths, key=lambda p: (getattr(read_manifest(p), "shard_idx", 0), p))
     spec = detect_shard(shard_flag, os.environ, len(units))
     mine = units if spec is None else units[spec.idx :: spec.total]
+    for path in mine:
+        rescore_shard(path, os.path.join(out_dir, os.path.relpath(path, run_dir)), choice)
+    plan_file = os.path.join(run_dir, PLAN_FILE)
     try:
-        os.makedirs(out_dir, exist_ok=True)
-        plan_file = os.path.join(run_dir, PLAN_FILE)
-        if os.path.exists(plan_file) and not os.path.exists(os.path.join(out_dir, PLAN_FILE)):
+        if mine and os.path.exists(plan_file) and not os.path.exists(os.path.join(out_dir, PLAN_FILE)):
             with open(plan_file, "rb") as f:  # a sweep's model list, so merge reads NEW_DIR as the same sweep
                 atomic_write(os.path.join(out_dir, PLAN_FILE), f.read())
     except OSError as exc:
         raise os_error(exc, "write", alternative="give another directory with -o") from None
-    for path in mine:
-        rescore_shard(path, os.path.join(out_dir, os.path.relpath(path, run_dir)), choice)
     return 0
 
 
