@@ -114,14 +114,15 @@ def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[B
         raise UsageError(f"{where}/manifest.json holds no config for its benchmarks (written by an old shardeval?); it cannot be rescored")
     out = []
     for i, (bm, original, wanted) in enumerate(zip(manifest.benchmarks, stored, scored.get("benchmarks", stored))):
-        data, entry = make_benchmark(BenchmarkConfig(name=original["name"], params=original.get("params") or {}), f"benchmarks[{i}].name", registry)
+        run_config = BenchmarkConfig(name=original["name"], params=original.get("params") or {})
+        data, entry = make_benchmark(run_config, f"benchmarks[{i}].name", registry)
         if (found := data.fingerprint()) != bm.dataset_fingerprint:
             raise UsageError(f"{where}: the data of {bm.name} changed since the run ({found}, the run had {bm.dataset_fingerprint}); "
                              "rescore needs the data the answers were given for")
         name = choice.names.get(bm.name, choice.names.get(None, original["name"]))
         params = wanted.get("params") or {}
         scorer = data
-        if name != original["name"] or params != (original.get("params") or {}):
+        if name != run_config.name or params != run_config.params:
             scorer, entry = make_benchmark(BenchmarkConfig(name=name, params=params), SCORER_FLAG, registry)
         version = plugins.plugin_version(entry.plugin)
         fingerprint = scorer_fingerprint(data, bm.n_problems, version, scorer=scorer)
