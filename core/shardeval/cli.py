@@ -114,6 +114,26 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
 
 @cli.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("-o", "--output-dir", required=True, help="Where the rescored shard directories go (outside RUN_DIR).")
+@click.option("--shard", "shard_flag", metavar="I/N", help="Rescore every N-th shard directory from the I-th (also the shard variables).")
+@click.option("--scorer", "scorers", multiple=True, metavar="[BENCH=]NAME",
+              help="Score with registered benchmark NAME's scorer (for BENCH only, or all).")
+@click.option("-O", "overrides", multiple=True, metavar="benchmarks.N.params.KEY=VALUE", help="A param the scorer is built with.")
+def rescore(run_dir: str, output_dir: str, shard_flag: str | None, scorers: tuple[str, ...], overrides: tuple[str, ...]) -> None:
+    """Score RUN_DIR's saved answers again into new shard directories; ask no model anything.
+
+    Records keep their answers; `extracted`, `score` and `scores` come from the current scorer or
+    the one chosen. RUN_DIR is only read; a rerun resumes. Merge NEW_DIR as any run. See docs/rescore.md.
+    """
+    from shardeval.launch import setup_logging
+    from shardeval.rescore import ScorerChoice, rescore_run
+
+    setup_logging()
+    sys.exit(rescore_run(run_dir, output_dir, shard_flag, ScorerChoice.parse(scorers, overrides)))
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
 def status(run_dir: str) -> None:
     """Per-shard state, progress, errors, rate and ETA of a run (also while it runs)."""
     from shardeval.status import status as render

@@ -40,13 +40,17 @@ def prompt_fingerprint(benchmark: Benchmark, n_problems: int) -> str:
     return _digest([msgspec.to_builtins(p) for p in benchmark.problems(probe_indices(n_problems))])
 
 
-def scorer_fingerprint(benchmark: Benchmark, n_problems: int, provider_version: str | None) -> str:
-    """The scorer's declared version and, where cheap, its behaviour on fixed probe answers."""
-    version = benchmark.scorer_version or provider_version
-    payload: dict[str, Any] = {"scorer": f"{type(benchmark).__module__}.{type(benchmark).__qualname__}", "version": version}
-    if not benchmark.score_in_thread:
+def scorer_fingerprint(benchmark: Benchmark, n_problems: int, provider_version: str | None, scorer: Any = None) -> str:
+    """The scorer's declared version and, where cheap, its behaviour on fixed probe answers.
+
+    `scorer` (default: the benchmark itself) is whatever scores the benchmark's problems: another
+    benchmark's `score` when `shardeval rescore` is given one."""
+    scorer = benchmark if scorer is None else scorer
+    version = scorer.scorer_version or provider_version
+    payload: dict[str, Any] = {"scorer": f"{type(scorer).__module__}.{type(scorer).__qualname__}", "version": version}
+    if not scorer.score_in_thread:
         payload["probes"] = [
-            [_probe_score(benchmark, p, text) for text in (p.reference or "", "")]
+            [_probe_score(scorer, p, text) for text in (p.reference or "", "")]
             for p in benchmark.problems(probe_indices(n_problems))
         ]
     return _digest(payload)

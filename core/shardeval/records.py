@@ -157,6 +157,29 @@ class SweepPlan(msgspec.Struct, kw_only=True, omit_defaults=True):
     service: str | None = None
 
 
+class ScorerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Which scorer gave one benchmark's scores in a rescored shard (`shardeval rescore`)."""
+
+    benchmark: str  # its name in the run (its folder)
+    scorer: str  # the registered benchmark (or data file) whose `score` was used
+    params: dict[str, Any] = {}  # what that scorer was built with
+    plugin: str | None = None  # the plugin that registered it
+    plugin_version: str | None = None
+    scorer_version: str | None = None  # the scorer's declared version (Benchmark.scorer_version)
+    fingerprint: str | None = None  # shardeval.fingerprints: also the benchmark's `scorer_fingerprint` here
+    replaces: str | None = None  # the source shard's scorer fingerprint
+
+
+class RescoreProvenance(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Set in a shard written by `shardeval rescore`: the shard whose saved answers it scored again
+    (asking no model anything), when, and with which scorers."""
+
+    source: str  # the source shard directory (absolute)
+    at: float = 0.0
+    shardeval: str = ""  # the version that rescored
+    scorers: list[ScorerInfo] = []
+
+
 class Manifest(msgspec.Struct, kw_only=True):
     version: str
     shard_idx: int
@@ -173,6 +196,8 @@ class Manifest(msgspec.Struct, kw_only=True):
     served: dict[str, ServedModel] = {}  # service name -> what its endpoint reported at start
     provenance: Provenance | None = None
     sweep: SweepPlan | None = None  # set when the shard is one cell of a sweep (not part of the run's identity)
+    # Set by `shardeval rescore` (absent, not null, elsewhere: other manifests are unchanged).
+    rescored: RescoreProvenance | msgspec.UnsetType = msgspec.UNSET
 
 
 def run_id(config_hash: str) -> str:

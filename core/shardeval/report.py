@@ -212,6 +212,8 @@ def provenance_facts(run: "Run") -> list[tuple[str, dict[str, list[str]]]]:
             add(f"{b.name}: data", b.dataset_fingerprint, path)
             add(f"{b.name}: prompts", b.prompt_fingerprint, path)
             add(f"{b.name}: scorer", b.scorer_fingerprint, path)
+        for s in getattr(m.rescored, "scorers", ()):  # a shard written by `shardeval rescore`: its scores' scorer
+            add(f"{s.benchmark}: rescored with", f"{s.scorer} from {s.plugin_version or s.plugin} (the run's scorer: {s.replaces})", path)
     return list(facts.items())
 
 

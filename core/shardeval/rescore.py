@@ -1,0 +1,318 @@
+"""`shardeval rescore`: score a finished run's saved answers again, asking no model anything.
+
+Each shard directory of RUN_DIR becomes an ordinary shard directory under NEW_DIR (same relative
+path, so a sweep keeps its <service>/shard_<i>/ layout). Its results are the source's, line for
+line and in the same order: an `ok` record of the shard's own gets `extracted`, `score` and
+`scores` from the scorer; errors and records that are not the shard's own (shardeval.standing)
+are copied unchanged, so merge decides every cell, duplicate and refusal exactly as it did for
+RUN_DIR. Trajectories are copied. The manifest is the source's with the scorer's fingerprint and
+`rescored` (which scorer, from which shard): merge never mixes shards scored differently.
+
+One output line per readable source record is what makes a rescore resumable: a rerun counts the
+whole lines already written and goes on from the next source record. The scorer is anything with
+`score(problem, text)`, `score_in_thread` and `scorer_version`: today a registered benchmark.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import re
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import islice
+from typing import Iterator
+
+import msgspec
+
+from shardeval import __version__, plugins
+from shardeval.atomic import atomic_write
+from shardeval.benchmark import Benchmark, Problem
+from shardeval.config import BenchmarkConfig
+from shardeval.config.explain import Where
+from shardeval.config.reading import apply_overrides
+from shardeval.errors import UsageError, os_error
+from shardeval.fingerprints import scorer_fingerprint
+from shardeval.records import (
+    RESULTS_FILE,
+    TRAJECTORIES_FILE,
+    BenchmarkManifest,
+    Manifest,
+    ReadReport,
+    RescoreProvenance,
+    ResultRecord,
+    ScorerInfo,
+    encode_line,
+    read_manifest,
+    scan_lines,
+    write_manifest,
+)
+from shardeval.standing import Membership
+
+log = logging.getLogger("shardeval")
+
+SCORER_FLAG = "--scorer"
+PARAM_OVERRIDE = re.compile(r"benchmarks\.\d+\.params\..+")
+
+
+class WholeLine(msgspec.Struct):
+    """Any JSON object: counts the whole lines a rescore already wrote, decoding nothing else."""
+
+
+@dataclass(frozen=True)
+class ScorerChoice:
+    """What the command line says to score with: `--scorer [BENCH=]NAME` (another registered
+    benchmark's `score`, for one benchmark of the run or all) and `-O benchmarks.N.params.KEY=VALUE`
+    (params the scorer is built with). Nothing given: each benchmark's own scorer, as it is now."""
+
+    names: dict[str | None, str]  # benchmark in the run (None: every one) -> scorer name
+    overrides: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, scorers: tuple[str, ...], overrides: tuple[str, ...]) -> "ScorerChoice":
+        names: dict[str | None, str] = {}
+        for text in scorers:
+            bench, sep, name = text.rpartition("=")
+            if not name or (sep and not bench):
+                raise UsageError(f"{SCORER_FLAG} {text!r}: expected NAME or BENCH=NAME, e.g. {SCORER_FLAG} arith=my_scorer")
+            names[bench or None] = name
+        for text in overrides:
+            key = re.sub(r"\[(\d+)\]", r".\1", text.partition("=")[0].strip())
+            if not PARAM_OVERRIDE.fullmatch(key):
+                raise UsageError(f"-O {text}: rescore changes only how answers are scored; give -O benchmarks.N.params.KEY=VALUE, "
+                                 f"or {SCORER_FLAG} NAME for another scorer")
+        return cls(names, overrides)
+
+
+@dataclass
+class BenchmarkRescore:
+    """One benchmark of a shard: its problems come from the run's own benchmark, its scores from `scorer`."""
+
+    manifest: BenchmarkManifest
+    data: Benchmark
+    scorer: Benchmark  # `data` itself unless another scorer was chosen
+    info: ScorerInfo
+
+
+def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[BenchmarkRescore]:
+    """Rebuild each benchmark from the config in the shard's manifest (its data must be unchanged:
+    the problems give the references) and the scorer chosen for it, with its fingerprint."""
+    from shardeval.runner import make_benchmark
+
+    registry = plugins.registry()
+    stored = manifest.config.get("benchmarks", []) if isinstance(manifest.config, dict) else []
+    scored = copy.deepcopy(manifest.config) if isinstance(manifest.config, dict) else {}
+    apply_overrides(scored, choice.overrides, Where(source=f"{where}/manifest.json"))
+    names = [bm.name for bm in manifest.benchmarks]
+    if unknown := [b for b in choice.names if b is not None and b not in names]:
+        raise UsageError(f"{SCORER_FLAG} {unknown[0]}=…: {where} has no benchmark {unknown[0]!r} (it has: {', '.join(names)})")
+    if len(stored) != len(manifest.benchmarks):
+        raise UsageError(f"{where}/manifest.json holds no config for its benchmarks (written by an old shardeval?); it cannot be rescored")
+    out = []
+    for i, (bm, original, wanted) in enumerate(zip(manifest.benchmarks, stored, scored.get("benchmarks", stored))):
+        run_config = BenchmarkConfig(name=original["name"], params=original.get("params") or {})
+        data, entry = make_benchmark(run_config, f"benchmarks[{i}].name", registry)
+        if (found := data.fingerprint()) != bm.dataset_fingerprint:
+            raise UsageError(f"{where}: the data of {bm.name} changed since the run ({found}, the run had {bm.dataset_fingerprint}); "
+                             "rescore needs the data the answers were given for")
+        name = choice.names.get(bm.name, choice.names.get(None, original["name"]))
+        params = wanted.get("params") or {}
+        scorer = data
+        if name != run_config.name or params != run_config.params:
+            scorer, entry = make_benchmark(BenchmarkConfig(name=name, params=params), SCORER_FLAG, registry)
+        version = plugins.plugin_version(entry.plugin)
+        fingerprint = scorer_fingerprint(data, bm.n_problems, version, scorer=scorer)
+        info = ScorerInfo(benchmark=bm.name, scorer=name, params=params, plugin=entry.plugin, plugin_version=version,
+                          scorer_version=scorer.scorer_version, fingerprint=fingerprint, replaces=bm.scorer_fingerprint)
+        out.append(BenchmarkRescore(msgspec.structs.replace(bm, scorer_fingerprint=fingerprint), data, scorer, info))
+    return out
+
+
+def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: ScorerChoice) -> int:
+    """Rescore this task's shard directories of RUN_DIR into NEW_DIR (all of them without a shard
+    selection; with `--shard I/N` or a shard variable every N-th one from the I-th)."""
+    from shardeval.discover import find_shard_dirs
+    from shardeval.shards import detect_shard
+    from shardeval.sweep import PLAN_FILE
+
+    if not os.path.isdir(run_dir):
+        raise UsageError(f"{run_dir}: no such directory; give the run's output directory (the one that holds shard_<i>/)")
+    src, dst = os.path.realpath(run_dir), os.path.realpath(out_dir)
+    if dst == src or dst.startswith(src + os.sep) or src.startswith(dst + os.sep):
+        raise UsageError(f"-o {out_dir}: the rescored shards must go outside {run_dir} (and not around it), or a merge "
+                         f"would read both; give another directory, e.g. -o {run_dir.rstrip('/')}_rescored")
+    paths, _ = find_shard_dirs(run_dir)
+    if not paths:
+        raise UsageError(f"{run_dir}: no shard directories (folders with a manifest.json) found; point at a run's output directory")
+    units = sorted(paths, key=lambda p: (getattr(read_manifest(p), "shard_idx", 0), p))
+    spec = detect_shard(shard_flag, os.environ, len(units))
+    mine = units if spec is None else units[spec.idx :: spec.total]
+    for path in mine:
+        rescore_shard(path, os.path.join(out_dir, os.path.relpath(path, run_dir)), choice)
+    plan_file = os.path.join(run_dir, PLAN_FILE)
+    try:
+        if mine and os.path.exists(plan_file) and not os.path.exists(os.path.join(out_dir, PLAN_FILE)):
+            with open(plan_file, "rb") as f:  # a sweep's model list, so merge reads NEW_DIR as the same sweep
+                atomic_write(os.path.join(out_dir, PLAN_FILE), f.read())
+    except OSError as exc:
+        raise os_error(exc, "write", alternative="give another directory with -o") from None
+    return 0
+
+
+def rescore_shard(src: str, dst: str, choice: ScorerChoice) -> None:
+    """Rescore one shard directory into `dst`, resuming what an earlier rescore of it left there."""
+    from shardeval.liveness import ShardLease
+
+    manifest = read_manifest(src)
+    assert manifest is not None  # found by its manifest
+    if manifest.state == "running":
+        raise UsageError(f"{src}: the shard is still running (or its process was lost): let it finish, or rerun it, then rescore")
+    benches = plan_scorers(manifest, choice, src)
+    new = msgspec.structs.replace(
+        manifest, state="running", reason=None, benchmarks=[b.manifest for b in benches],
+        rescored=RescoreProvenance(source=os.path.realpath(src), at=time.time(), shardeval=__version__, scorers=[b.info for b in benches]),
+    )
+    try:
+        os.makedirs(dst, exist_ok=True)
+    except OSError as exc:
+        raise os_error(exc, "write", alternative="give another directory with -o") from None
+    lease = ShardLease(dst)
+    lease.acquire()  # one writer per directory, as for a run: a second rescore of it is refused
+    try:
+        earlier = read_manifest(dst)
+        if earlier is not None:
+            if (why := _not_resumable(earlier, new)) is not None:
+                raise UsageError(f"-o {dst}: {why}; give another -o (or move that directory aside)")
+            if earlier.state != "running":
+                log.info("%s: already rescored (%s); nothing to do", dst, earlier.state)
+                return
+        write_manifest(dst, new)
+        for b in benches:
+            log.info("%s: rescoring %s", dst, describe(b.info))
+            n_error = rescore_benchmark(src, dst, b, Membership.of(manifest, b.manifest))
+            b.manifest.n_ok, b.manifest.n_error = b.manifest.n_ok - n_error, b.manifest.n_error + n_error
+        new.state, new.reason, new.finished_at = manifest.state, manifest.reason, manifest.finished_at
+        write_manifest(dst, new)
+    except OSError as exc:
+        raise os_error(exc, "write rescored records under", fix="the source is untouched; free space and rerun to resume") from None
+    finally:
+        lease.release()
+
+
+def _not_resumable(earlier: Manifest, new: Manifest) -> str | None:
+    """Why what `dst` holds is not an earlier rescore of the same shard with the same scorers."""
+    if isinstance(earlier.rescored, msgspec.UnsetType):
+        return "it holds a shard that no rescore wrote"
+    if earlier.rescored.source != new.rescored.source:  # type: ignore[union-attr]
+        return f"it holds a rescore of another shard ({earlier.rescored.source})"
+    if [b.scorer_fingerprint for b in earlier.benchmarks] != [b.scorer_fingerprint for b in new.benchmarks]:
+        used = ", ".join(f"{s.benchmark}: {s.scorer}" for s in earlier.rescored.scorers)
+        return f"it was rescored with another scorer ({used})"
+    return None
+
+
+def rescore_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership) -> int:
+    """Stream one results file through the scorer (in a thread pool if the scorer asks for one),
+    appending in source order after what an earlier rescore wrote; copy the trajectories. Returns
+    how many ok records the scorer failed on (they become `internal` errors, as in a run)."""
+    name = b.manifest.name
+    src_path, out_path = os.path.join(src, name, RESULTS_FILE), os.path.join(dst, name, RESULTS_FILE)
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    done = _lines_written(out_path)
+    if done:
+        log.info("%s/%s: resuming: %d record(s) already rescored", dst, name, done)
+    problem = lru_cache(maxsize=4096)(b.data.problem)  # repeats of one problem are read once
+    report = ReadReport(src_path)
+    tally = {"ok": 0, "changed": 0, "copied": 0, "failed": 0}
+
+    def score(item: tuple[ResultRecord, Problem | None]) -> tuple[bytes, bool, bool]:
+        """(the record's line, whether its score changed, whether the scorer failed on it)."""
+        record, p = item
+        if p is None:
+            return encode_line(record), False, False
+        before, failed = record.score, False
+        try:
+            rescore_record(record, p, b.scorer, b.data)
+        except Exception as exc:  # as in a run: the scorer's failure is an `internal` error, never a score
+            record.status, record.error_kind, record.error = "error", "internal", f"rescore: {type(exc).__name__}: {exc}"
+            record.score, record.extracted, record.scores, failed = None, None, {}, True
+        return encode_line(record), record.score != before, failed
+
+    def items() -> Iterator[tuple[ResultRecord, Problem | None]]:
+        for _, _, record in islice(scan_lines(src_path, ResultRecord, report), done, None):
+            mine = record.status == "ok" and own.refuse(record) is None  # errors and others' records: copied
+            tally["ok" if mine else "copied"] += 1
+            yield record, problem(record.problem_idx) if mine else None  # problems are read here, in one thread
+
+    started = time.perf_counter()
+    workers = os.cpu_count() or 1
+    pool = ThreadPoolExecutor(workers, "rescore") if b.scorer.score_in_thread else None
+    try:
+        with open(out_path, "ab") as out:
+            stream = items()  # in source order: one batch in the pool at a time, one record at a time without
+            while batch := list(islice(stream, 4 * workers if pool else 1)):
+                for line, changed, failed in pool.map(score, batch) if pool else map(score, batch):
+                    out.write(line)
+                    tally["changed"] += changed
+                    tally["failed"] += failed
+    finally:
+        if pool:
+            pool.shutdown(wait=True)
+    elapsed = time.perf_counter() - started
+    _copy_trajectories(os.path.join(src, name, TRAJECTORIES_FILE), os.path.join(dst, name, TRAJECTORIES_FILE))
+    n = tally["ok"] + tally["copied"]
+    log.info("%s/%s: %d record(s): %d rescored with %s (%d changed score, %d failed: `internal` errors), %d copied "
+             "(errors, not this shard's own); %.3f s, %.0f records/s", dst, name, n, tally["ok"], b.info.scorer,
+             tally["changed"], tally["failed"], tally["copied"], elapsed, n / elapsed if elapsed > 0 else 0.0)
+    if (skipped := report.describe()) is not None:
+        log.warning("%s (copied as merge reads them)", skipped)
+    return tally["failed"]
+
+
+_ABSENT = object()
+
+
+def rescore_record(record: ResultRecord, problem: Problem, scorer: Benchmark, data: Benchmark) -> None:
+    """Replace the record's `extracted`, `score` and `scores` with the scorer's. Named scores the
+    solver measured (not the run's own scorer: log-probabilities, nll) are kept and win on a clash,
+    as when the record was made: they are the keys whose value the run's scorer does not give."""
+    new = scorer.score(problem, record.response)
+    measured: dict[str, float] = {}
+    if record.scores:
+        own = new if scorer is data else data.score(problem, record.response)
+        measured = {k: v for k, v in record.scores.items() if own.scores.get(k, _ABSENT) != v}
+    record.score, record.extracted = new.score, new.extracted
+    record.scores = {**new.scores, **measured} if measured else new.scores
+
+
+def _lines_written(path: str) -> int:
+    """The whole lines an interrupted rescore wrote; a torn last line (its interrupted write) is cut
+    off, since this file is derived and the next record rewrites it in full."""
+    report, end, n = ReadReport(path), 0, 0
+    for start, length, _ in scan_lines(path, WholeLine, report):
+        n, end = n + 1, start + length
+    if report.torn_tail or report.bad_lines:
+        log.info("%s: cutting an interrupted write after its %d whole line(s)", path, n)
+        os.truncate(path, end)
+    return n
+
+
+def _copy_trajectories(src: str, dst: str) -> None:
+    """Copy the trajectories file as it is (replaced atomically, so a rerun copies it again whole)."""
+    if not os.path.exists(src):
+        return
+    tmp = f"{dst}.tmp"
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def describe(info: ScorerInfo) -> str:
+    """One line naming a scorer, for logs and the report."""
+    by = f" from {info.plugin_version or info.plugin}" if info.plugin else ""
+    params = f" with {msgspec.json.encode(info.params).decode()}" if info.params else ""
+    return f"{info.benchmark}: {info.scorer}{params}{by} (scorer {info.fingerprint})"
+
