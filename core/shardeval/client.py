@@ -74,7 +74,7 @@ import random
 import sys
 import time
 from contextlib import suppress
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import aiohttp
 import msgspec
@@ -588,12 +588,15 @@ class Client:
         *,
         stream: bool | None = None,
         protocol: Protocol | None = None,
+        cache_if: Callable[[Completion], bool] | None = None,
     ) -> Completion:
         """Send one request with retries; return its Completion. Raises only CancelledError.
 
         `slots`, when given, is held only while an HTTP attempt is in flight, never during backoff.
         `stream` and `protocol` override the service's for this request (None: the service's);
-        retries, timeouts and error kinds are the same either way.
+        retries, timeouts and error kinds are the same either way. `cache_if`, when given, says
+        whether an ok answer may be stored in the response cache (a judge's reply without a
+        verdict is not, so a rerun asks the judge again instead of reading it back).
         """
         if self._session is None:
             raise RuntimeError("Client.request() called outside `async with Client(...)`")
@@ -650,7 +653,7 @@ class Client:
             else:
                 if self._secret:
                     self._hide_in_answer(outcome)
-                if key is not None:  # only a final, whole answer is stored (errors and cut streams never)
+                if key is not None and (cache_if is None or cache_if(outcome)):  # only a final, whole answer (errors and cut streams never)
                     cache.store_answer(key, outcome)
             outcome.started_at, outcome.attempts, outcome.queued_s = started_at, attempt, queued
             return outcome

@@ -26,6 +26,23 @@ Status = Literal["ok", "error"]
 State = Literal["running", "complete", "failed", "interrupted"]
 
 
+class JudgeRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What the judge said about one answer (shardeval.judging): its raw reply, the parsed verdict
+    (None: none could be parsed, or the judge could not be asked), who judged and at what cost."""
+
+    service: str  # the judge's service name in the config
+    model: str  # the model the judge's endpoint serves
+    mode: str  # single | pairwise
+    reply: str = ""
+    verdict: str | None = None
+    error_kind: str | None = None  # the transport's kind when the judge could not be asked
+    attempts: int = 0
+    latency_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached: bool = False  # served from the response cache
+
+
 class ResultRecord(msgspec.Struct, kw_only=True):
     """One answer to one (problem, repeat). Error records carry no score: errors are not wrong answers."""
 
@@ -57,6 +74,8 @@ class ResultRecord(msgspec.Struct, kw_only=True):
     # True when the answer came from the response cache (shardeval.cache), asked of no server now.
     # Absent (UNSET) otherwise, so records without a cache stay byte-for-byte what they were.
     cached: bool | msgspec.UnsetType = msgspec.UNSET
+    # The judge's reply and verdict, for a benchmark scored by a judge (absent otherwise).
+    judge: JudgeRecord | msgspec.UnsetType = msgspec.UNSET
 
 
 class Message(msgspec.Struct):

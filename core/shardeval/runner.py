@@ -31,7 +31,8 @@ from shardeval.cache import ResponseCache
 from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash
 from shardeval.errors import ShardError, UsageError, os_error
-from shardeval.fingerprints import prompt_fingerprint, scorer_fingerprint
+from shardeval.fingerprints import _digest, prompt_fingerprint, scorer_fingerprint
+from shardeval.judging import Judge, Rubric, Verdict, rubric_for
 from shardeval.liveness import ShardLease
 from shardeval.process import ServerProcess, describe_exit
 from shardeval.progress import Progress
@@ -60,7 +61,7 @@ from shardeval.seeds import request_seed
 from shardeval.service import ServiceContext
 from shardeval.shards import ShardSpec, shard_indices
 from shardeval.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide, nothing_to_ask, own_records
-from shardeval.solver import ServiceHandle, Solver
+from shardeval.solver import Attempt, ServiceHandle, Solver
 
 log = logging.getLogger("shardeval")
 T = TypeVar("T")
@@ -78,6 +79,7 @@ class BenchmarkPlan:
     prompt_fingerprint: str | None = None
     scorer_fingerprint: str | None = None
     run: str | None = None  # run_id(config hash): every record carries it, so a copied-in file is told apart
+    rubric: Rubric | None = None  # how its judge is asked and read, when a judge scores it (shardeval.judging)
 
     @property
     def name(self) -> str:
@@ -150,6 +152,9 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
             )
         plan.prompt_fingerprint = prompt_fingerprint(benchmark, n)
         plan.scorer_fingerprint = scorer_fingerprint(benchmark, n, plugins.plugin_version(entry.plugin))
+        if bc.judge is not None:  # the judge scores it: its rubric is the scorer (the judge's identity is in the run's)
+            plan.rubric = rubric_for(bc.judge, benchmark)
+            plan.scorer_fingerprint = _digest({"benchmark": plan.scorer_fingerprint, "judge": plan.rubric.identity()})
         plans.append(plan)
     return plans
 
@@ -290,7 +295,8 @@ class ShardRun:
                 for plan, bm in zip(plans, manifest.benchmarks):
                     if self.stopping or self.service_failure or self.write_failure:
                         break
-                    tally = await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm))
+                    judge = self._judge(plan, handles)
+                    tally = await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm), judge)
                     tallies.append(tally)
                     bm.n_ok, bm.n_error = tally.counts()
                 failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, tallies))
@@ -322,7 +328,8 @@ class ShardRun:
         server being started is stopped, and run() sees `stopping` before using any handle."""
         ctx = ServiceContext(os.path.join(self.out_dir, LOGS_DIR), self.shard.idx, self.shard.total)
         handles: dict[str, ServiceHandle] = {}
-        for name in dict.fromkeys(plan.config.solver.service for plan in plans):  # each once, in order
+        judges = [plan.config.judge.service for plan in plans if plan.config.judge is not None]
+        for name in dict.fromkeys([*(plan.config.solver.service for plan in plans), *judges]):  # each once: models, then judges
             handle = await self._unless_stopped(self._start_service(name, plans, stack, ctx))
             if handle is None:
                 break
@@ -336,7 +343,7 @@ class ShardRun:
         if endpoint.process is not None:
             watcher = asyncio.ensure_future(self._watch_service(endpoint.process))
             stack.callback(watcher.cancel)  # unwound before the service itself is stopped
-        pool = max(p.config.max_concurrent for p in plans if p.config.solver.service == name)
+        pool = max(p.config.max_concurrent for p in plans if name in (p.config.solver.service, p.config.judge and p.config.judge.service))
         client = await stack.enter_async_context(Client(endpoint, service_config, pool))
         served = await read_served(client, endpoint.base_url, endpoint.model)
         if self.cache is not None:
@@ -410,15 +417,29 @@ class ShardRun:
                         pending, self.config.output.drain_timeout_s, signame)
         self._cancel_inflight()
 
-    async def _run_benchmark(self, plan: BenchmarkPlan, handle: ServiceHandle, own: Membership) -> Tally:
+    def _judge(self, plan: BenchmarkPlan, handles: dict[str, ServiceHandle]) -> Judge | None:
+        """The benchmark's judge (None: its own scorer scores it), with its own window of requests."""
+        jc = plan.config.judge
+        if jc is None or plan.rubric is None:
+            return None
+        handle = handles[jc.service]
+        from shardeval.solver import generation_params
+
+        slots = make_slots(plan.config.max_concurrent, handle.client.config.adaptive)
+        return Judge(jc.service, plan.rubric, ServiceHandle(handle.endpoint, handle.client, slots, handle.served), generation_params(jc.generation))
+
+    async def _run_benchmark(self, plan: BenchmarkPlan, handle: ServiceHandle, own: Membership, judge: Judge | None = None) -> Tally:
         """Ask every pair of the shard's share not yet answered; `own` says which records on disk are
-        this shard's (shardeval.standing: merge and status build the same from the manifest)."""
+        this shard's (shardeval.standing: merge and status build the same from the manifest). A pair
+        whose standing record is a `judge` error is not asked again: its saved answer goes to the
+        judge again."""
         bench_dir = os.path.join(self.out_dir, plan.name)
         os.makedirs(bench_dir, exist_ok=True)
         results_path = os.path.join(bench_dir, RESULTS_FILE)
         traj_path = os.path.join(bench_dir, TRAJECTORIES_FILE)
         tally = Tally(plan.n_problems, plan.config.repeats)
-        n_resumed = self._resume(results_path, traj_path, tally, own)
+        rejudge: dict[tuple[int, int], ResultRecord] = {}  # (problem, repeat) -> its judge error record
+        n_resumed = self._resume(results_path, traj_path, tally, own, rejudge if judge is not None else None)
         max_concurrent = plan.config.max_concurrent
         slots = make_slots(max_concurrent, handle.client.config.adaptive)
         where = f"benchmarks[{self.config.benchmarks.index(plan.config)}].solver.type"
@@ -459,9 +480,16 @@ class ShardRun:
                 instead, so that no pair is ever left without one; a rerun asks it again."""
                 attempt = None
                 try:
-                    attempt = await solver.solve(problem, seed)
-                    args = (plan, problem, repeat, seed, attempt.completion, self.shard.idx, attempt.scores)
+                    saved = rejudge.pop((problem.idx, repeat), None)
+                    # a judge error's saved answer goes to the judge again; the model is not asked
+                    attempt = Attempt(saved_completion(saved), [], {}) if saved is not None else await solver.solve(problem, seed)
+                    verdict = None
+                    if judge is not None and attempt.completion.status == "ok":
+                        verdict = await judge.grade(problem, attempt.completion.text, seed)
+                    args = (plan, problem, repeat, seed, attempt.completion, self.shard.idx, attempt.scores, verdict)
                     record = await loop.run_in_executor(scorer, make_record, *args) if scorer else make_record(*args)
+                    if saved is not None:  # its conversation is already in trajectories.jsonl, from the first time
+                        return record, encode_line(record), None
                     return record, encode_line(record), trajectory(problem, repeat, record, attempt.messages, attempt.request)
                 except Exception as exc:  # CancelledError is not an Exception: a cancel still cancels
                     # an error of kind `internal`: the exception (type and message, key scrubbed), never
@@ -558,9 +586,12 @@ class ShardRun:
             if task is not current:
                 task.cancel()
 
-    def _resume(self, results_path: str, traj_path: str, tally: Tally, own: Membership) -> int:
+    def _resume(self, results_path: str, traj_path: str, tally: Tally, own: Membership,
+                rejudge: dict[tuple[int, int], ResultRecord] | None = None) -> int:
         """Load what earlier runs of this shard recorded; report torn or bad lines and refuse records
-        that are not its own (another run's or shard's: those cells are asked again). Returns ok count."""
+        that are not its own (another run's or shard's: those cells are asked again). Returns ok count.
+        `rejudge` (a judged benchmark) receives the standing `judge` error records: their answers
+        are judged again without asking the model."""
         for path in (results_path, traj_path):
             try:
                 if seal_torn_tail(path):
@@ -572,6 +603,12 @@ class ShardRun:
             current = tally.status[record.problem_idx * tally.repeats + record.repeat]
             if decide(current, record.status == "ok") in (TAKE, SUPERSEDE):  # shardeval.standing's rule
                 tally.add(record, fresh=False)
+                if rejudge is not None:
+                    cell = (record.problem_idx, record.repeat)
+                    if record.error_kind == "judge" and record.status == "error":
+                        rejudge[cell] = record
+                    else:
+                        rejudge.pop(cell, None)
         if report.bad_lines or report.foreign:
             log.warning("%s", report.describe())
         return tally.status.count(OK)
@@ -644,11 +681,22 @@ def pending_work(plan: BenchmarkPlan, tally: Tally) -> Iterator[tuple[Problem, i
                 yield problem, repeat
 
 
+def saved_completion(record: ResultRecord) -> Completion:
+    """The model's answer as a `judge` error record saved it, to be judged again."""
+    return Completion(
+        status="ok", text=record.response, finish_reason=record.finish_reason, prompt_tokens=record.prompt_tokens,
+        completion_tokens=record.completion_tokens, ttft_s=record.ttft_s, latency_s=record.latency_s,
+        started_at=record.started_at, attempts=record.attempts, cached=record.cached is True,
+    )
+
+
 def make_record(
-    plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, c: Completion, shard: int, extra: dict[str, float] | None = None
+    plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, c: Completion, shard: int,
+    extra: dict[str, float] | None = None, verdict: Verdict | None = None,
 ) -> ResultRecord:
     """The record of one answer; `extra` (the solver's own scores, e.g. log-probabilities) joins the
-    benchmark's named scores and wins on a clash: the solver measured it."""
+    benchmark's named scores and wins on a clash: the solver measured it. With a judge's `verdict`,
+    the judge scores it, or makes it an error of kind `judge` (the answer is kept)."""
     record = ResultRecord(
         benchmark=plan.name,
         problem_idx=problem.idx,
@@ -673,6 +721,13 @@ def make_record(
     )
     if c.cached:
         record.cached = True
+    if verdict is not None:
+        record.judge = verdict.record
+        if verdict.error is not None:  # never a score: a rerun asks the judge again, not the model
+            record.status, record.error_kind, record.error = "error", "judge", verdict.error
+            return record
+        record.score, record.extracted, record.scores = verdict.score, verdict.record.verdict, {**(verdict.scores or {}), **(extra or {})}
+        return record
     if c.status == "ok":  # errors are never scored: they are not wrong answers
         score = plan.benchmark.score(problem, c.text)
         record.score, record.extracted, record.scores = score.score, score.extracted, score.scores

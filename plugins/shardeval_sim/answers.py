@@ -145,3 +145,68 @@ class Answerer:
         if max_tokens is not None and max_tokens < len(tokens):
             return Reply(tokens=tokens[:max_tokens], finish_reason="length")
         return Reply(tokens=tokens, finish_reason="stop")
+
+
+# Judge mode: a prompt that asks for the MT-Bench verdict forms is answered as a judge would.
+_SINGLE_ASK = "Rating: [["
+_PAIRWISE_ASK = "[[A]]"
+_SECTIONS = (("[Question]\n", "[User Question]\n"), ("[The Start of Assistant's Answer]\n", "[The Start of Assistant A's Answer]\n"))
+Grade = Callable[[str, str, str], bool]  # (question, reference, answer) -> is the answer right
+
+
+def _between(text: str, starts: tuple[str, ...], end: str = "\n[") -> str | None:
+    for start in starts:
+        i = text.find(start)
+        if i >= 0:
+            j = text.find(end, i + len(start))
+            return text[i + len(start): j if j >= 0 else len(text)].strip()
+    return None
+
+
+@dataclass(frozen=True)
+class Judger:
+    """Answers judge prompts (shardeval.judging's default rubrics, or any prompt asking for
+    `Rating: [[N]]` or `[[A]]`/`[[B]]`/`[[C]]`) with a verdict drawn from the prompt and seed.
+
+    With probability `quality` the verdict is the right one, when the judger can tell: the question
+    is one of the known benchmark's (`key`) and `grade` says whether the answer is right; then a
+    right answer gets a rating of 8..10 (pairwise against the reference: [[C]], a tie) and a
+    wrong one 1..3 ([[B]], the reference is better). Otherwise the verdict is uniform over 1..10
+    (or A, B, C). Unparseable replies (`garbage`) are the server's per-attempt draw, not this."""
+
+    key: AnswerKey | None
+    grade: Grade | None
+    quality: float
+    seed: int
+
+    @staticmethod
+    def mode(text: str) -> str | None:
+        """single / pairwise when `text` is a judge prompt, else None."""
+        if _SINGLE_ASK in text:
+            return "single"
+        return "pairwise" if _PAIRWISE_ASK in text and "[[B]]" in text else None
+
+    def correct(self, text: str) -> bool | None:
+        question, answer = _between(text, _SECTIONS[0], "\n\n["), _between(text, _SECTIONS[1])
+        if question is None or answer is None or self.key is None or self.grade is None:
+            return None
+        ref = self.key(question)
+        return None if ref is None else self.grade(question, ref, answer)
+
+    def verdict(self, text: str, request_seed: int | None) -> str:
+        mode = self.mode(text)
+        digest = hashlib.blake2b(f"judge\x1f{self.seed}\x1f{request_seed}\x1f{text}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        coin, draw = int.from_bytes(digest[:8], "big") / 2.0**64, int.from_bytes(digest[8:], "big")
+        right = self.correct(text) if coin < self.quality else None
+        if mode == "pairwise":
+            choice = "ABC"[draw % 3] if right is None else ("C" if right else "B")
+            return f"Comparing both answers with the question, my verdict is [[{choice}]]"
+        rating = 1 + draw % 10 if right is None else (8 + draw % 3 if right else 1 + draw % 3)
+        return f"The answer was checked against the question step by step.\n\nRating: [[{rating}]]"
+
+    def reply(self, text: str, request_seed: int | None, max_tokens: int | None, garbage: bool) -> Reply:
+        said = "I cannot judge this answer without more context." if garbage else self.verdict(text, request_seed)
+        tokens = _TOKEN.findall(said)
+        if max_tokens is not None and max_tokens < len(tokens):
+            return Reply(tokens=tokens[:max_tokens], finish_reason="length")
+        return Reply(tokens=tokens, finish_reason="stop")

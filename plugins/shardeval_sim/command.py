@@ -16,14 +16,20 @@ NON_NEGATIVE = click.FloatRange(min=0.0)
 
 
 def load_answer_key(bench: str | None, params: dict[str, Any]):
-    """(answer key: prompt text -> reference, reply renderer) of the registered benchmark, or
-    (None, None) without --bench. The renderer lets a benchmark shape whole replies (code, letters)."""
+    """(answer key: prompt text -> reference, reply renderer, grader) of the registered benchmark,
+    or (None, None, None) without --bench. The renderer lets a benchmark shape whole replies (code,
+    letters); the grader (question, reference, answer) -> right? is its own scorer, for judge mode."""
     if not bench:
-        return None, None
+        return None, None, None
     from shardeval import plugins
+    from shardeval.api import Problem
 
     benchmark = plugins.registry().get("benchmarks", bench, where="--bench").factory(params)
-    return benchmark.answer_key(), benchmark.simulated_reply
+
+    def grade(question: str, reference: str, answer: str) -> bool:
+        return benchmark.score(Problem(idx=0, id="judged", prompt=question, reference=reference), answer).score >= 1.0
+
+    return benchmark.answer_key(), benchmark.simulated_reply, grade
 
 
 @click.command("sim")
@@ -52,6 +58,9 @@ def load_answer_key(bench: str | None, params: dict[str, Any]):
 @click.option("--error-200", type=RATE, default=D.error_200, show_default=True, help='Rate of HTTP 200 streams carrying `data: {"error": ...}`.')
 @click.option("--truncate-json", type=RATE, default=D.truncate_json, show_default=True, help="Rate of responses cut off in the middle of a JSON chunk.")
 @click.option("--max-inflight", type=click.IntRange(min=0), default=D.max_inflight, show_default=True, help="A rate limiter: 429 (with --retry-after) when this many requests are already in flight (0: no limit).")
+@click.option("--judge-quality", type=RATE, default=D.judge_quality, show_default=True,
+              help="Judge mode (prompts asking for `Rating: [[N]]` or [[A]]/[[B]]/[[C]]): probability of the right verdict, else a random one.")
+@click.option("--judge-garbage", type=RATE, default=D.judge_garbage, show_default=True, help="Rate of judge replies with no verdict (drawn per attempt).")
 @click.option("--seed", type=int, default=D.seed, show_default=True, help="Seed for answers and fault draws.")
 @click.option("--root", metavar="PATH", help="The weights /v1/models reports as `root`, as vLLM does (default: the model name).")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=D.max_model_len, show_default=True, help="The context length /v1/models reports.")
@@ -79,10 +88,10 @@ def sim_command(served_model_name: str | None, tensor_parallel_size: int | None,
         statuses = []
     if not statuses or not all(500 <= s <= 599 for s in statuses):
         raise UsageError(f"--fail-5xx-statuses {settings.fail_5xx_statuses!r}: expected comma-separated statuses 500-599, e.g. 500,502,503")
-    answer_key, render = load_answer_key(settings.bench, settings.bench_params)
+    answer_key, render, grade = load_answer_key(settings.bench, settings.bench_params)
 
     import asyncio
 
     from shardeval_sim.server import serve
 
-    asyncio.run(serve(settings, answer_key, render=render))
+    asyncio.run(serve(settings, answer_key, render=render, grade=grade))

@@ -35,6 +35,8 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     seed: int = D.seed
     root: str | None = D.root  # what /v1/models reports as the loaded weights (default: model)
     max_model_len: Count = D.max_model_len
+    judge_quality: Probability = D.judge_quality  # judge mode: probability of the right verdict
+    judge_garbage: Probability = D.judge_garbage  # judge replies with no verdict (a fault: not identity)
     startup_timeout_s: Seconds = 60.0
 
     def identity(self) -> dict[str, Any]:
@@ -42,10 +44,12 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
         `root` is left out on purpose: like a vLLM's weights behind an `api` service, it is checked
         from what the server reports, not from the config.
         `output_tokens_tail` changes the replies' words (and completion_tokens) as `output_tokens`
-        does; it counts only when set, so runs from before it existed keep their identity."""
+        does; it counts only when set, so runs from before it existed keep their identity, and so
+        does `judge_quality` (the verdicts of judge mode) when it is not the default."""
         keys = ("model", "bench", "bench_params", "accuracy", "output_tokens", "seed")
         tail = {} if self.output_tokens_tail is None else {"output_tokens_tail": self.output_tokens_tail}
-        return {**{key: getattr(self, key) for key in keys}, **tail}
+        judge = {} if self.judge_quality == D.judge_quality else {"judge_quality": self.judge_quality}
+        return {**{key: getattr(self, key) for key in keys}, **tail, **judge}
 
     def served_model(self) -> str:
         return self.model

@@ -39,7 +39,7 @@ from typing import Any
 
 from aiohttp import web
 import msgspec
-from shardeval_sim.answers import Answerer, AnswerKey, Render, Reply, count_tokens, token_logprob, tokenize
+from shardeval_sim.answers import Answerer, AnswerKey, Grade, Judger, Render, Reply, count_tokens, token_logprob, tokenize
 from shardeval_sim.settings import SimSettings
 
 _json_encode = msgspec.json.encode
@@ -97,8 +97,10 @@ def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
 class Simulator:
     """Request handling for one server process; `app()` wires it into aiohttp."""
 
-    def __init__(self, settings: SimSettings, answer_key: AnswerKey | None, render: Render | None = None) -> None:
+    def __init__(self, settings: SimSettings, answer_key: AnswerKey | None, render: Render | None = None, grade: Grade | None = None) -> None:
         self.settings = settings
+        self.judger = Judger(answer_key, grade, settings.judge_quality, settings.seed)
+        self.garbage = random.Random(f"judge-garbage:{settings.seed}")  # a per-attempt draw, so a retry or rerun can differ
         self.served = settings.model
         self.answerer = Answerer(answer_key, settings.accuracy, settings.output_tokens, settings.seed, render, settings.output_tokens_tail)
         self.faults = Faults(settings)
@@ -200,7 +202,11 @@ class Simulator:
             return error_response(status, f"simulated server error {status}", kind)
         self.inflight += 1
         try:
-            reply = self.answerer.reply(text, seed, max_tokens)
+            if Judger.mode(text) is not None:  # a judge prompt: a verdict (or, at --judge-garbage, none)
+                garbage = self.settings.judge_garbage > 0 and self.garbage.random() < self.settings.judge_garbage
+                reply = self.judger.reply(text, seed, max_tokens, garbage)
+            else:
+                reply = self.answerer.reply(text, seed, max_tokens)
             if stream:
                 return await self._stream(request, reply, chat, n_prompt, include_usage, fault)
             return await self._respond(request, reply, chat, n_prompt, fault, echo=text if echo else None, logprobs=logprobs is not None)
@@ -346,9 +352,10 @@ def _logprobs(prompt_tokens: list[str], generated: list[str]) -> dict[str, Any]:
     return {"text_offset": offsets, "token_logprobs": values, "tokens": tokens, "top_logprobs": top}
 
 
-async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: Render | None = None, announce: Any = print) -> None:
+async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: Render | None = None, grade: Grade | None = None,
+                announce: Any = print) -> None:
     """Run until SIGTERM or SIGINT; print the one readiness line once connections are accepted."""
-    sim = Simulator(settings, answer_key, render)
+    sim = Simulator(settings, answer_key, render, grade)
     runner = web.AppRunner(sim.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=2048, shutdown_timeout=0.5)

@@ -37,6 +37,8 @@ class SimSettings:
     seed: int = 0
     root: str | None = None  # reported by /v1/models as the loaded weights, as vLLM does (None: the model name)
     max_model_len: int = 1 << 20  # reported by /v1/models
+    judge_quality: float = 0.8  # a judge prompt's verdict is the right one with this probability, else random
+    judge_garbage: float = 0.0  # rate of judge replies with no verdict in them (drawn per attempt)
 
     def fault_rates(self) -> dict[str, float]:
         """Per-attempt probabilities of each fault; they are exclusive, so they must sum to <= 1."""

@@ -18,7 +18,7 @@ from shardeval.config import quick as _quick
 from shardeval.config.explain import Where, decode, format_path, kind
 from shardeval.config.reading import apply_overrides, expand, parse_key_values, read_yaml, type_expansions  # noqa: F401
 from shardeval.config.schema import (  # the schema, re-exported: every module imports it from here
-    BenchmarkConfig, CacheConfig, ClusterConfig, Config, Count, Generation, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds,
+    BenchmarkConfig, CacheConfig, ClusterConfig, Config, Count, Generation, JudgeConfig, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds,
     CheckpointsConfig, OutputConfig, Probability, Protocol, RawConfig, Retries, Seconds, ServiceConfig, SolverConfig,
     SweepConfig, Timeouts,
 )
@@ -98,9 +98,19 @@ def config_hash(config: Config) -> str:
             "name": bench.name, "params": bench.params, "repeats": bench.repeats, "max_problems": bench.max_problems,
             "solver": {"type": solver.type, "system_prompt": solver.system_prompt, "generation": solver.generation,
                        "service": describe(service) if service is not None else None},
+            **({} if bench.judge is None else {"judge": judge_identity(bench.judge, config.services.get(bench.judge.service))}),
         })
     payload = {"seed": config.seed, "shuffle_seed": config.shuffle_seed, "benchmarks": benchmarks}
     return f"sha256:{hashlib.sha256(canonical_json(payload)).hexdigest()[:16]}"
+
+
+def judge_identity(judge: JudgeConfig, service: ServiceConfig | None) -> dict[str, Any]:
+    """What of a benchmark's judge changes its scores: the judge service's declared identity, the
+    mode, rubric, verdict pattern and generation. Absent for benchmarks without a judge."""
+    from shardeval.service import describe
+
+    return {"service": describe(service) if service is not None else judge.service, "mode": judge.mode,
+            "rubric": judge.rubric, "verdict": judge.verdict, "generation": judge.generation}
 
 
 def canonical_json(data: Any) -> bytes:
@@ -172,4 +182,23 @@ def _validate(config: Config, where: Where) -> None:
             defined = ", ".join(config.services) or "none"
             raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
         registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
+        if bench.judge is not None:
+            _validate_judge(bench.judge, config, where, f"{at}.judge")
+
+
+def _validate_judge(judge: JudgeConfig, config: Config, where: Where, at: str) -> None:
+    """The judge's service exists; its rubric and pattern are usable (one line each)."""
+    from shardeval.errors import UsageError
+    from shardeval.judging import check_template, compile_pattern
+
+    if judge.service not in config.services:
+        defined = ", ".join(config.services) or "none"
+        raise where.error(f"no service {judge.service!r} to judge with; defined: {defined} (add it under services:)", f"{at}.service")
+    try:
+        if judge.rubric is not None:
+            check_template(judge.rubric, "rubric")
+        if judge.verdict is not None:
+            compile_pattern(judge.verdict, "verdict")
+    except UsageError as exc:
+        raise where.error(str(exc), at) from None
 

@@ -47,6 +47,18 @@ class SolverConfig(_Section):
     generation: Generation = msgspec.field(default_factory=Generation)
 
 
+class JudgeConfig(_Section):
+    """Score a benchmark by asking a judge service (shardeval.judging, docs/judges.md). `rubric`
+    and `verdict` (a regex) override the benchmark's own and the defaults; `mode` unset: the
+    benchmark's own, else single."""
+
+    service: str
+    mode: Literal["single", "pairwise"] | None = None
+    rubric: str | None = None
+    verdict: str | None = None
+    generation: Generation = msgspec.field(default_factory=Generation)  # temperature 0 unless set
+
+
 class BenchmarkConfig(_Section):
     name: str
     # The benchmark's name in records and its folder <out>/<id>/ (default: the benchmark's own name,
@@ -58,6 +70,7 @@ class BenchmarkConfig(_Section):
     max_concurrent: Count = 32
     params: dict[str, Any] = {}
     metrics: list[str] | None = None  # merge's metrics for it; None: the benchmark's own default
+    judge: JudgeConfig | None = None  # scored by a judge service instead of the benchmark's own scorer
 
 
 class Timeouts(_Section):
@@ -211,5 +224,6 @@ class Config(msgspec.Struct, kw_only=True):
         a sweep, those of any of its runs: a benchmark without a service uses every sweep model)."""
         sweep = self.sweep.services if self.sweep is not None else []
         names = dict.fromkeys(n for b in self.benchmarks for n in ([b.solver.service] if b.solver.service else sweep))
+        names.update(dict.fromkeys(b.judge.service for b in self.benchmarks if b.judge is not None))  # judges after models
         return {name: self.services[name] for name in names if name in self.services}
 

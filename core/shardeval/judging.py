@@ -1,0 +1,206 @@
+"""LLM-as-judge: the default rubrics, the verdict parsers, and the judge step of a shard.
+
+A benchmark with `judge: {service: NAME, mode: single|pairwise}` is scored by asking a second
+service (the judge) about each answer. Conventions (MT-Bench's):
+
+- single: the judge rates the answer 1..10 and ends with `Rating: [[N]]`; `score` = N / 10 and
+  `scores.rating` = N.
+- pairwise: the judge compares the model's answer (assistant A) with the problem's reference
+  (assistant B) and ends with `[[A]]` (the model's is better), `[[B]]` (the reference is better)
+  or `[[C]]` (a tie); `score` = 1, 0 or 0.5, `scores.preference` the same.
+
+Rubric templates are `str.format` templates over {question}, {answer} and {reference}; a
+benchmark may bring its own (`Benchmark.judge_rubric`, e.g. a BYO YAML benchmark) and the
+config's `judge.rubric` wins over both. A custom verdict pattern is a regex whose group 1 (or
+whole match) is the verdict: a number 1..10 (single) or A/B/C (pairwise); its last match counts.
+
+A judge that cannot be asked (a transport error after its retries) or whose reply holds no
+verdict makes the record an error of kind `judge` (never a score); the record keeps the model's
+answer, and a rerun asks the judge again for it, not the model (docs/judges.md).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from shardeval.errors import UsageError
+
+SINGLE = (
+    "Please act as an impartial judge and evaluate the quality of the response provided by an AI assistant to the "
+    "user question displayed below. Consider its correctness, helpfulness, relevance, depth and level of detail. "
+    "Begin your evaluation with a short explanation. Be as objective as possible. After your explanation, you must "
+    'rate the response on a scale of 1 to 10 by strictly following this format: "Rating: [[5]]".\n\n'
+    "[Question]\n{question}\n\n[The Start of Assistant's Answer]\n{answer}\n[The End of Assistant's Answer]"
+)
+SINGLE_REF = (
+    "Please act as an impartial judge and evaluate the quality of the response provided by an AI assistant to the "
+    "user question displayed below. Your evaluation should consider correctness above all: compare the assistant's "
+    "answer with the reference answer and identify any mistakes. Begin your evaluation with a short explanation. "
+    "Be as objective as possible. After your explanation, you must rate the response on a scale of 1 to 10 by "
+    'strictly following this format: "Rating: [[5]]".\n\n'
+    "[Question]\n{question}\n\n[The Start of Reference Answer]\n{reference}\n[The End of Reference Answer]\n\n"
+    "[The Start of Assistant's Answer]\n{answer}\n[The End of Assistant's Answer]"
+)
+PAIRWISE = (
+    "Please act as an impartial judge and evaluate the quality of the responses provided by two AI assistants to "
+    "the user question displayed below. Choose the assistant that follows the user's instructions and answers the "
+    "question better. Do not let the order or the length of the responses influence you. Begin with a short "
+    "explanation, then output your final verdict by strictly following this format: \"[[A]]\" if assistant A is "
+    'better, "[[B]]" if assistant B is better, and "[[C]]" for a tie.\n\n'
+    "[User Question]\n{question}\n\n[The Start of Assistant A's Answer]\n{answer}\n[The End of Assistant A's Answer]\n\n"
+    "[The Start of Assistant B's Answer]\n{reference}\n[The End of Assistant B's Answer]"
+)
+RATING = re.compile(r"Rating:\s*\[\[\s*(\d+(?:\.\d+)?)\s*\]\]")
+PREFERENCE = re.compile(r"\[\[([ABC])\]\]")
+PAIRWISE_SCORE = {"A": 1.0, "B": 0.0, "C": 0.5}
+FIELDS = {"question", "answer", "reference"}
+# Bump when a default rubric or parser changes: it joins the scorer fingerprint of judged benchmarks.
+JUDGING_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """How one benchmark is judged: its mode, template (None: the default for the mode) and pattern."""
+
+    mode: str = "single"
+    template: str | None = None
+    pattern: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.template is not None:
+            check_template(self.template, "judge rubric")
+        if self.pattern is not None:
+            compile_pattern(self.pattern, "judge verdict pattern")
+
+    def identity(self) -> dict[str, Any]:
+        """What changes verdicts: it joins the benchmark's scorer fingerprint."""
+        return {"judging": JUDGING_VERSION, "mode": self.mode, "template": self.template, "pattern": self.pattern}
+
+    def prompt(self, question: str, answer: str, reference: str | None) -> str:
+        """The judge's prompt. Pairwise needs a reference (the other answer); single uses the
+        reference-guided rubric when the problem has one."""
+        if self.mode == "pairwise" and reference is None:
+            raise ValueError("pairwise judging needs the problem's reference answer, and this problem has none")
+        template = self.template or (PAIRWISE if self.mode == "pairwise" else SINGLE if reference is None else SINGLE_REF)
+        return template.format(question=question, answer=answer, reference=reference if reference is not None else "")
+
+    def verdict(self, reply: str) -> tuple[str, float, dict[str, float]]:
+        """(verdict, score, scores) parsed from the judge's reply; ValueError saying why not."""
+        if self.mode == "single":
+            found = _last(compile_pattern(self.pattern, "") if self.pattern else RATING, reply)
+            try:
+                rating = float(found) if found is not None else None
+            except ValueError:
+                rating = None
+            if rating is None or not 1 <= rating <= 10:
+                raise ValueError(f"no rating 1..10 in the judge's reply (expected `Rating: [[N]]`): {_tail(reply)}")
+            verdict = f"{rating:g}"
+            return verdict, rating / 10, {"rating": rating}
+        if self.pattern:
+            found = _last(compile_pattern(self.pattern, ""), reply)
+            verdicts = {found.strip().strip("[]").upper()} if found is not None else set()
+        else:
+            verdicts = set(PREFERENCE.findall(reply))
+        if len(verdicts) != 1 or (choice := verdicts.pop()) not in PAIRWISE_SCORE:
+            raise ValueError(f"no single verdict [[A]], [[B]] or [[C]] in the judge's reply: {_tail(reply)}")
+        return choice, PAIRWISE_SCORE[choice], {"preference": PAIRWISE_SCORE[choice]}
+
+
+def _last(pattern: re.Pattern[str], text: str) -> str | None:
+    matches = list(pattern.finditer(text))
+    if not matches:
+        return None
+    return matches[-1].group(1 if pattern.groups else 0)
+
+
+def _tail(reply: str) -> str:
+    text = " ".join(reply.split())
+    return repr(text if len(text) <= 80 else "…" + text[-79:])
+
+
+def check_template(template: str, where: str) -> None:
+    """A rubric may use only {question}, {answer} and {reference}: one line naming the culprit."""
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise UsageError(f"{where} is not a valid template ({exc}); write {{{{ and }}}} for literal braces") from None
+    unknown = sorted(names - FIELDS)
+    if unknown:
+        raise UsageError(f"{where} uses {{{unknown[0]}}}; a rubric may use {{question}}, {{answer}} and {{reference}}")
+
+
+def compile_pattern(pattern: str, where: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, re.MULTILINE)
+    except re.error as exc:
+        raise UsageError(f"{where} {pattern!r} is not a valid regular expression: {exc}") from None
+
+
+def rubric_for(config: Any, benchmark: Any) -> Rubric:
+    """The rubric of a judged benchmark: the config's `judge` keys win over the benchmark's own
+    (`judge_rubric`: a Rubric a BYO benchmark declares), which win over the defaults."""
+    own: Rubric | None = getattr(benchmark, "judge_rubric", None)
+    where = "the benchmark's judge section"
+    mode = config.mode or (own.mode if own else "single")
+    template = config.rubric if config.rubric is not None else (own.template if own else None)
+    pattern = config.verdict if config.verdict is not None else (own.pattern if own else None)
+    try:
+        return Rubric(mode=mode, template=template, pattern=pattern)
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judge step's outcome for one answer: the record's `judge` and either a score or why not."""
+
+    record: Any  # shardeval.records.JudgeRecord
+    score: float | None = None
+    scores: dict[str, float] | None = None
+    error: str | None = None  # set: the record is an error of kind `judge`
+
+
+@dataclass(frozen=True)
+class Judge:
+    """A benchmark's judge as a shard uses it: its service (its own client and window) and rubric."""
+
+    service: str
+    rubric: Rubric
+    handle: Any  # shardeval.solver.ServiceHandle: the judge's endpoint, client and slots
+    params: dict[str, Any]  # generation parameters of the judge's requests
+
+    async def grade(self, problem: Any, answer: str, seed: int) -> Verdict:
+        """Ask the judge about `answer`; a transport error or a reply with no verdict is an error."""
+        from shardeval.records import JudgeRecord
+
+        endpoint = self.handle.endpoint
+        served = getattr(self.handle.served, "model", None) or endpoint.model
+        record = JudgeRecord(service=self.service, model=served, mode=self.rubric.mode)
+        try:
+            prompt = self.rubric.prompt(problem.user_text(), answer, problem.reference)
+        except (ValueError, KeyError, IndexError) as exc:
+            return Verdict(record, error=f"cannot write the judge's prompt: {exc}")
+        turns = ({"messages": [{"role": "user", "content": prompt}]} if endpoint.protocol == "chat_completions"
+                 else {"prompt": prompt})
+        body = {"model": endpoint.model, **turns, "seed": seed, "temperature": 0.0, **self.params}
+        c = await self.handle.client.request(body, self.handle.slots, cache_if=self._parses)
+        record.reply, record.attempts, record.latency_s, record.cached = c.text, c.attempts, c.latency_s, c.cached
+        record.prompt_tokens, record.completion_tokens = c.prompt_tokens, c.completion_tokens
+        if c.status != "ok":
+            record.error_kind = c.error_kind
+            return Verdict(record, error=f"judge {self.service!r} could not be asked: {c.error_kind}: {c.error}")
+        try:
+            record.verdict, score, scores = self.rubric.verdict(c.text)
+        except ValueError as exc:
+            return Verdict(record, error=f"judge {self.service!r}: {exc}")
+        return Verdict(record, score=score, scores=scores)
+
+    def _parses(self, c: Any) -> bool:
+        try:
+            self.rubric.verdict(c.text)
+        except ValueError:
+            return False
+        return True
