@@ -26,7 +26,7 @@ Status = Literal["ok", "error"]
 State = Literal["running", "complete", "failed", "interrupted"]
 
 
-class JudgeRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+class JudgeRecord(msgspec.Struct, kw_only=True):
     """What the judge said about one answer (shardeval.judging): its raw reply, the parsed verdict
     (None: none could be parsed, or the judge could not be asked), who judged and at what cost."""
 

@@ -86,6 +86,12 @@ class BenchmarkPlan:
         """Its name in records and its folder: the config's `id`, else the benchmark's own name."""
         return self.config.id if self.config.id is not None else self.benchmark.name
 
+    def default_metrics(self) -> tuple[str, ...]:
+        """The benchmark's own metrics; a judge's graded scores are not right/wrong, so a benchmark
+        judged without saying how (no `judge_rubric` of its own) reports their `mean`."""
+        judged = self.rubric is not None and getattr(self.benchmark, "judge_rubric", None) is None
+        return ("mean",) if judged else tuple(self.benchmark.metrics)
+
     def manifest(self) -> BenchmarkManifest:
         lo, hi = (self.indices.start, self.indices.stop) if isinstance(self.indices, range) else (
             (min(self.indices), max(self.indices) + 1) if self.indices else (0, 0)
@@ -96,7 +102,7 @@ class BenchmarkPlan:
             repeats=self.config.repeats,
             n_problems=self.n_problems,
             dataset_fingerprint=self.fingerprint,
-            metrics=list(self.config.metrics if self.config.metrics is not None else self.benchmark.metrics),
+            metrics=list(self.config.metrics if self.config.metrics is not None else self.default_metrics()),
             prompt_fingerprint=self.prompt_fingerprint,
             scorer_fingerprint=self.scorer_fingerprint,
             service=self.config.solver.service,
@@ -152,6 +158,9 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
             )
         plan.prompt_fingerprint = prompt_fingerprint(benchmark, n)
         plan.scorer_fingerprint = scorer_fingerprint(benchmark, n, plugins.plugin_version(entry.plugin))
+        if bc.judge is None and getattr(benchmark, "judge_rubric", None) is not None:
+            raise UsageError(f"benchmarks[{i}] ({bc.name}) is scored by a judge (it has a judge section); name the judge service, "
+                             f"e.g. `judge: {{service: judge}}` in benchmarks[{i}], with `judge:` under services:")
         if bc.judge is not None:  # the judge scores it: its rubric is the scorer (the judge's identity is in the run's)
             plan.rubric = rubric_for(bc.judge, benchmark)
             plan.scorer_fingerprint = _digest({"benchmark": plan.scorer_fingerprint, "judge": plan.rubric.identity()})

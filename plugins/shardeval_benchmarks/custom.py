@@ -30,6 +30,10 @@ The mapping (unknown keys are one-line errors naming the closest valid key):
     scorer: exact                 # exact | numeric | regex | choice
     regex: "Final: (.+)"          # regex scorer: group 1 (or the whole match) of the LAST match
     metrics: [accuracy]           # merge's metrics for it unless the config's benchmarks[].metrics says so
+    judge:                        # a judged benchmark (docs/judges.md): the config names the judge service
+      mode: single                # single (`Rating: [[N]]`, score N/10) | pairwise (against the target)
+      rubric: "…{question}…{answer}…{reference}…"   # the judge's prompt (default: MT-Bench's)
+      verdict: "Rating: \\[\\[(\\d+)\\]\\]"       # regex; group 1 is the verdict (default: the mode's form)
 
 What each scorer extracts and compares: docs/benchmarks.md, "Bring your own benchmark".
 """
@@ -44,7 +48,7 @@ from typing import Any, Literal
 import msgspec
 
 from shardeval.api import (
-    ParamsStruct, Problem, RowsBenchmark, Score, UsageError, decode_params, extract_choice, extract_numeric,
+    ParamsStruct, Problem, RowsBenchmark, Rubric, Score, UsageError, decode_params, extract_choice, extract_numeric,
     final_answer, normalize, normalize_text, numbers_equal, open_rows,
 )
 
@@ -61,6 +65,14 @@ class Fields(ParamsStruct):
     choices: str | list[str] | None = None
 
 
+class JudgeMapping(ParamsStruct):
+    """How a BYO benchmark is judged; the config's `judge: {service: …}` names who judges."""
+
+    mode: Literal["single", "pairwise"] = "single"
+    rubric: str | None = None  # over {question} {answer} {reference}; None: the mode's default
+    verdict: str | None = None  # a regex whose group 1 (or whole match) is the verdict
+
+
 class BenchmarkMapping(ParamsStruct):
     """A BYO benchmark: where the rows are, which field is what, the prompt, the scorer."""
 
@@ -75,6 +87,7 @@ class BenchmarkMapping(ParamsStruct):
     scorer: Scorer = "exact"
     regex: str | None = None
     metrics: list[str] | None = None
+    judge: JudgeMapping | None = None
 
 
 def load_mapping(params: dict[str, Any]) -> tuple[BenchmarkMapping, str, str | None]:
@@ -101,6 +114,7 @@ def load_mapping(params: dict[str, Any]) -> tuple[BenchmarkMapping, str, str | N
 class CustomBenchmark(RowsBenchmark):
     """A benchmark defined by a mapping (see the module docstring)."""
     scorer_version = "1"  # bump when score() or its answer extraction changes
+    judge_rubric: Rubric | None = None  # set by a mapping's `judge:` section
 
     def __init__(self, params: dict[str, Any]) -> None:
         mapping, where, base_dir = load_mapping(params)
@@ -110,6 +124,14 @@ class CustomBenchmark(RowsBenchmark):
         if mapping.metrics is not None:
             self.metrics = tuple(mapping.metrics)
         self._regex = _compile(mapping, where)
+        if mapping.judge is not None:  # shardeval.judging reads it: the config's judge service asks with it
+            j = mapping.judge
+            try:
+                self.judge_rubric = Rubric(mode=j.mode, template=j.rubric, pattern=j.verdict)
+            except UsageError as exc:
+                raise UsageError(f"{where}: {exc}") from None
+            if mapping.metrics is None:
+                self.metrics = ("mean",)  # graded scores, not right/wrong
         self._fields_used = _template_fields(mapping.prompt, where, "prompt")
         self.rows = open_rows(mapping.data, sha256=mapping.sha256, name_hint=self.name, format=mapping.format, base_dir=base_dir)
         self.data_origin = self.rows.origin

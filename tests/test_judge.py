@@ -1,0 +1,227 @@
+"""LLM-as-judge benchmarks (shardeval.judging, docs/judges.md) against real simulator processes:
+the model and the judge are two `shardeval sim` servers, the shard a real `shardeval run`."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, running_sim, shardeval_cmd
+from shardeval.config import config_hash, load_config
+
+FAST = ("--ttft-ms", "0", "--itl-ms", "0")
+RETRY_ONCE = {"attempts": 1, "backoff_base": 0.01, "backoff_max": 0.01}  # a 5xx from the judge is final at once
+
+
+def write_config(tmp: Path, model_url: str, judge_url: str, *, mode: str = "single", n: int = 40, repeats: int = 2,
+                 cache: Path | None = None, bench: dict | None = None) -> Path:
+    config = {
+        "services": {
+            "model": {"type": "api", "url": model_url, "model": "sim"},
+            "judge": {"type": "api", "url": judge_url, "model": "judge", "retries": RETRY_ONCE, "max_response_bytes": 65536},
+        },
+        "benchmarks": [{"name": "arith", "params": {"n": n}, "repeats": repeats, "max_concurrent": 8,
+                        "solver": {"service": "model", "generation": {"temperature": 0.7, "max_tokens": 64}},
+                        "judge": {"service": "judge", "mode": mode}, **(bench or {})}],
+        "output": {"progress_interval_s": 0},
+        **({"cache": {"dir": str(cache)}} if cache is not None else {}),
+    }
+    path = tmp / "config.yaml"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def records(out: Path, bench: str = "arith") -> list[dict]:
+    return [json.loads(line) for line in (out / bench / "results.jsonl").read_text().splitlines()]
+
+
+def standing(out: Path, bench: str = "arith") -> dict[tuple[int, int], dict]:
+    """The standing record of each cell (shardeval.standing: ok beats error, the last error stands)."""
+    cells: dict[tuple[int, int], dict] = {}
+    for r in records(out, bench):
+        key = (r["problem_idx"], r["repeat"])
+        if key not in cells or (cells[key]["status"] != "ok"):
+            cells[key] = r
+    return cells
+
+
+def model_answer(response: str) -> str:
+    return response.rsplit("####", 1)[-1].strip()
+
+
+def check_verdicts(recs: list[dict], mode: str) -> int:
+    """Every ok record's score is what the judge's raw reply says (parsed here independently), and
+    with a judge that is always right (quality 1), the verdict matches the answer's truth."""
+    n = 0
+    for r in recs:
+        if r["status"] != "ok":
+            continue
+        reply = r["judge"]["reply"]
+        right = model_answer(r["response"]) == r["reference"]
+        if mode == "single":
+            rating = int(re.findall(r"Rating: \[\[(\d+)\]\]", reply)[-1])
+            assert r["score"] == rating / 10 and r["scores"]["rating"] == rating and r["judge"]["verdict"] == str(rating)
+            assert (rating >= 8) == right, (rating, r["response"], r["reference"])
+        else:
+            choice = re.findall(r"\[\[([ABC])\]\]", reply)[-1]
+            assert r["score"] == {"A": 1.0, "B": 0.0, "C": 0.5}[choice] == r["scores"]["preference"]
+            assert choice == ("C" if right else "B")
+        assert r["judge"]["service"] == "judge" and r["judge"]["model"] == "judge" and r["judge"]["mode"] == mode
+        assert r["judge"]["latency_s"] is not None and r["judge"]["completion_tokens"] > 0
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("mode", ["single", "pairwise"])
+def test_scores_are_what_the_judge_said(tmp_path: Path, mode: str) -> None:
+    """Acceptance 1: 100 % of parseable verdicts become the record's score; merge reports them."""
+    with running_sim("--bench", "arith", "--accuracy", "0.5", *FAST) as model, \
+         running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "1", *FAST) as judge:
+        cfg = write_config(tmp_path, model, judge, mode=mode)
+        out = tmp_path / "out"
+        done = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out))
+        assert done.returncode == 0, done.stderr
+    recs = records(out)
+    assert len(recs) == 80 and check_verdicts(recs, mode) == 80
+    scores = {r["score"] for r in recs}
+    assert len(scores) > 1  # right and wrong answers both seen: the verdicts are not constant
+    merged = shardeval_cmd("merge", str(tmp_path / "out"), "-o", str(tmp_path / "merged"))
+    assert merged.returncode == 0, merged.stderr
+    summary = json.loads((tmp_path / "merged" / "scores.json").read_text())["arith"]
+    assert summary["metrics"]["mean"]["value"] == pytest.approx(sum(r["score"] for r in recs) / len(recs))
+
+
+def test_judge_failures_are_judge_errors_and_a_rerun_asks_only_the_judge(tmp_path: Path) -> None:
+    """5xx storms and replies with no verdict end as `judge` errors (never scores, the answer
+    kept), counted apart by merge; a rerun with the model's server stopped judges them again."""
+    cache = tmp_path / "cache"
+    out = tmp_path / "out"
+    with running_sim("--bench", "arith", *FAST) as model:
+        with running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "1", "--fail-5xx", "0.25",
+                         "--judge-garbage", "0.25", *FAST) as judge:
+            cfg = write_config(tmp_path, model, judge, cache=cache)
+            first = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out))
+        assert first.returncode == 0, first.stderr
+        before = records(out)
+        errors = [r for r in before if r["status"] == "error"]
+        kinds = {r["error_kind"] for r in errors}
+        assert kinds == {"judge"}, kinds
+        assert any("server_error" in r["error"] for r in errors) and any("no rating" in r["error"] for r in errors)
+        for r in errors:  # never scored; the model's answer is kept, and the judge's reply or failure
+            assert r["score"] is None and "####" in r["response"]
+            assert r["judge"]["verdict"] is None
+        merged = shardeval_cmd("merge", str(out), "-o", str(tmp_path / "m1"))
+        assert merged.returncode == 0, merged.stderr
+        summary = json.loads((tmp_path / "m1" / "scores.json").read_text())["arith"]
+        assert summary["error_kinds"] == {"judge": len(errors)} and summary["n_errors"] == len(errors)
+    # the model's server is gone: a rerun must not ask it (a request would be a connection error)
+    with running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "1", *FAST) as judge:
+        cfg = write_config(tmp_path, "http://127.0.0.1:9/v1", judge, cache=cache)
+        second = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out))
+    assert second.returncode == 0, second.stderr + second.stdout
+    after = records(out)
+    new = after[len(before):]
+    assert len(new) == len(errors) and all(r["status"] == "ok" for r in new)
+    old = {(r["problem_idx"], r["repeat"]): r for r in errors}
+    for r in new:  # the same answer, now judged; none came from a cached garbage reply
+        was = old[(r["problem_idx"], r["repeat"])]
+        assert r["response"] == was["response"] and r["started_at"] == was["started_at"] and not r["judge"]["cached"]
+    assert check_verdicts(list(standing(out).values()), "single") == 80
+
+
+def test_a_judged_run_from_the_cache_asks_no_judge(tmp_path: Path) -> None:
+    """The judge's answers go through the response cache like any service's."""
+    cache = tmp_path / "cache"
+    with running_sim("--bench", "arith", *FAST) as model, running_sim("--model", "judge", "--bench", "arith", *FAST) as judge:
+        cfg = write_config(tmp_path, model, judge, n=10, repeats=1, cache=cache)
+        assert shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "a")).returncode == 0
+    cfg = write_config(tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", n=10, repeats=1, cache=cache)
+    again = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "b"))
+    assert again.returncode == 0, again.stderr
+    a, b = records(tmp_path / "a"), records(tmp_path / "b")
+    assert all(r["judge"]["cached"] and r["cached"] for r in b)
+    assert [(r["score"], r["judge"]["reply"]) for r in a] == [(r["score"], r["judge"]["reply"]) for r in b]
+
+
+def test_judge_sim_example_runs_offline_and_merges(tmp_path: Path) -> None:
+    """Acceptance 0: examples/judge_sim.yaml, the simulator as model and judge, 2 shards, merged."""
+    out = tmp_path / "out"
+    done = shardeval_cmd("run", str(Path(REPO) / "examples" / "judge_sim.yaml"), "-O", f"output.dir={out}",
+                         "-O", "benchmarks.0.params.n=30", "-O", "benchmarks.1.params.n=30", timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    scores = json.loads((out / "merged" / "scores.json").read_text())
+    for name in ("arith", "arith_pairwise"):
+        assert scores[name]["n_ok"] == 30 and scores[name]["metrics"]["mean"]["value"] is not None
+
+
+def test_byo_judged_benchmark_from_yaml(tmp_path: Path) -> None:
+    """examples/byo/open_qa.yaml: a judged benchmark with its own rubric and verdict pattern, no Python."""
+    with running_sim(*FAST) as model, running_sim("--model", "judge", *FAST) as judge:
+        cfg = write_config(tmp_path, model, judge, bench={"name": str(Path(REPO) / "examples/byo/open_qa.yaml"), "params": {}, "repeats": 1})
+        config = json.loads(cfg.read_text())
+        del config["benchmarks"][0]["judge"]["mode"]  # the mapping's own mode (single)
+        cfg.write_text(json.dumps(config))
+        done = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    recs = records(tmp_path / "out", "open_qa")
+    assert len(recs) == 8 and all(r["status"] == "ok" for r in recs)
+    for r in recs:
+        prompt_rating = int(re.findall(r"Rating: \[\[(\d+)\]\]", r["judge"]["reply"])[-1])
+        assert r["score"] == prompt_rating / 10 and r["judge"]["mode"] == "single"
+
+
+def config_file(tmp: Path, text: str) -> Path:
+    path = tmp / "c.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+BASE = """
+services:
+  model: {type: api, url: "http://127.0.0.1:9/v1", model: m}
+  judge: {type: api, url: "http://127.0.0.1:9/v1", model: judge-70b}
+benchmarks:
+  - name: arith
+    solver: {service: model}
+    judge: JUDGE
+"""
+
+
+@pytest.mark.parametrize("judge, says", [
+    ("{service: nobody}", "benchmarks[0].judge.service: no service 'nobody' to judge with; defined: model, judge"),
+    ("{service: judge, mode: triple}", "benchmarks[0].judge.mode"),
+    ("{service: judge, rubric: 'Rate {answr}'}", "rubric uses {answr}; a rubric may use {question}, {answer} and {reference}"),
+    ("{service: judge, verdict: '([0-9'}", "verdict '([0-9' is not a valid regular expression"),
+])
+def test_judge_config_errors_are_one_line(tmp_path: Path, judge: str, says: str) -> None:
+    done = shardeval_cmd("run", str(config_file(tmp_path, BASE.replace("JUDGE", judge))), "--shard", "0/1", "-o", str(tmp_path / "o"))
+    assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_judged_byo_benchmark_needs_a_judge(tmp_path: Path) -> None:
+    text = BASE.replace("    judge: JUDGE\n", "").replace("name: arith", f"name: {REPO}/examples/byo/open_qa.yaml")
+    done = shardeval_cmd("run", str(config_file(tmp_path, text)), "--shard", "0/1", "-o", str(tmp_path / "o"))
+    errors = [line for line in done.stderr.splitlines() if line.startswith("shardeval: error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "is scored by a judge" in errors[0] and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_judge_is_part_of_the_run_identity(tmp_path: Path) -> None:
+    def hash_of(judge: str | None, model: str = "judge-70b") -> str:
+        text = BASE.replace("judge-70b", model)
+        text = text.replace("    judge: JUDGE\n", "") if judge is None else text.replace("JUDGE", judge)
+        return config_hash(load_config(str(config_file(tmp_path, text))))
+
+    plain = hash_of("{service: judge}")
+    assert plain == hash_of("{service: judge}")
+    others = [hash_of(None), hash_of("{service: judge}", model="judge-8b"), hash_of("{service: judge, mode: pairwise}"),
+              hash_of("{service: judge, rubric: 'Rate {answer}: Rating: [[N]]'}"), hash_of("{service: judge, verdict: '(\\d+)'}"),
+              hash_of("{service: judge, generation: {temperature: 0.5}}")]
+    assert len({plain, *others}) == 1 + len(others)
+    # where the judge runs is not its identity
+    moved = config_file(tmp_path, BASE.replace("JUDGE", "{service: judge}").replace(
+        'judge: {type: api, url: "http://127.0.0.1:9/v1"', 'judge: {type: api, url: "http://10.0.0.1:8000/v1", retries: {attempts: 9}'))
+    assert config_hash(load_config(str(moved))) == plain
