@@ -120,6 +120,9 @@ def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[B
             raise UsageError(f"{where}: the data of {bm.name} changed since the run ({found}, the run had {bm.dataset_fingerprint}); "
                              "rescore needs the data the answers were given for")
         name = choice.names.get(bm.name, choice.names.get(None, original["name"]))
+        if original.get("judge") and name == original["name"]:  # its scores are a judge's: its own scorer would replace them
+            raise UsageError(f"{where}: {bm.name} was scored by a judge (service {original['judge'].get('service')!r}); rescore does "
+                             f"not ask judges yet: give {SCORER_FLAG} {bm.name}=NAME to score its answers with another scorer")
         params = wanted.get("params") or {}
         scorer = data
         if name != run_config.name or params != run_config.params:
