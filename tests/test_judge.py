@@ -225,3 +225,14 @@ def test_the_judge_is_part_of_the_run_identity(tmp_path: Path) -> None:
     moved = config_file(tmp_path, BASE.replace("JUDGE", "{service: judge}").replace(
         'judge: {type: api, url: "http://127.0.0.1:9/v1"', 'judge: {type: api, url: "http://10.0.0.1:8000/v1", retries: {attempts: 9}'))
     assert config_hash(load_config(str(moved))) == plain
+
+
+def test_rescore_refuses_a_judged_benchmark(tmp_path: Path) -> None:
+    """Its own scorer would silently replace the judge's scores: one line, exit 2, nothing written."""
+    with running_sim("--bench", "arith", *FAST) as model, running_sim("--model", "judge", *FAST) as judge:
+        cfg = write_config(tmp_path, model, judge, n=4, repeats=1)
+        assert shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "run" / "shard_0")).returncode == 0
+    done = shardeval_cmd("rescore", str(tmp_path / "run"), "-o", str(tmp_path / "new"))
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert done.returncode == 2 and len(errors) == 1 and "was scored by a judge" in errors[0], done.stderr
+    assert not (tmp_path / "new" / "shard_0" / "arith" / "results.jsonl").exists()
