@@ -236,3 +236,40 @@ def test_rescore_refuses_a_judged_benchmark(tmp_path: Path) -> None:
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert done.returncode == 2 and len(errors) == 1 and "was scored by a judge" in errors[0], done.stderr
     assert not (tmp_path / "new" / "shard_0" / "arith" / "results.jsonl").exists()
+
+
+@pytest.mark.timeout(900)
+def test_a_real_cpu_vllm_as_the_judge(tmp_path: Path) -> None:
+    """A managed real vLLM (CPU, SmolLM2-135M, `completions`) judges the simulator's answers, with a
+    few-shot rubric that ends where the rating starts and a verdict pattern for the number it writes. A 135M
+    model's taste is not asserted, the contract is: every record is `ok` with the score its raw
+    reply says, or a `judge` error whose reply holds no rating 1..10; and some are `ok`."""
+    from vllm_real import SERVED_NAME, managed_service, require_vllm
+
+    python, model = require_vllm()
+    rubric = ("Rate each answer from 1 to 10.\n\nQuestion: What is 2 + 2?\nAnswer: 4\nRating: [[10]]\n\n"
+              "Question: What is 3 + 5?\nAnswer: 9\nRating: [[1]]\n\nQuestion: {question}\nAnswer: {answer}\nRating: [[")
+    verdict = r"\A\s*(\d+)"
+    config = {
+        "services": {"model": {"type": "sim", "bench": "arith", "ttft_ms": 0, "itl_ms": 0},
+                     "judge": managed_service(python, model, protocol="completions")},
+        "benchmarks": [{"name": "arith", "params": {"n": 6}, "max_concurrent": 4, "solver": {"service": "model"},
+                        "judge": {"service": "judge", "rubric": rubric, "verdict": verdict, "generation": {"max_tokens": 8}}}],
+        "output": {"progress_interval_s": 0},
+    }
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(json.dumps(config))
+    done = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "out"), timeout=800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    recs = records(tmp_path / "out")
+    assert len(recs) == 6
+    for r in recs:
+        j = r["judge"]
+        assert j["model"] == SERVED_NAME and j["completion_tokens"] and j["latency_s"] > 0
+        found = [int(n) for n in re.findall(verdict, j["reply"])]
+        if r["status"] == "ok":
+            assert found and 1 <= found[-1] <= 10 and r["score"] == found[-1] / 10 and r["scores"]["rating"] == found[-1]
+        else:
+            assert r["error_kind"] == "judge" and r["score"] is None and "####" in r["response"]
+            assert not found or not 1 <= found[-1] <= 10
+    assert any(r["status"] == "ok" for r in recs), [r["judge"]["reply"] for r in recs]

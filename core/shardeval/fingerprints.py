@@ -56,6 +56,12 @@ def scorer_fingerprint(benchmark: Benchmark, n_problems: int, provider_version: 
     return _digest(payload)
 
 
+def judged_fingerprint(scorer: str, judge: dict[str, Any]) -> str:
+    """The scorer fingerprint of a benchmark a judge scores: its own scorer's and the rubric in
+    effect (shardeval.judging.Rubric.identity), so a changed rubric never mixes with the old one."""
+    return _digest({"benchmark": scorer, "judge": judge})
+
+
 def _probe_score(benchmark: Benchmark, problem: Any, text: str) -> Any:
     try:
         score = benchmark.score(problem, text)

@@ -31,7 +31,7 @@ from shardeval.cache import ResponseCache
 from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash
 from shardeval.errors import ShardError, UsageError, os_error
-from shardeval.fingerprints import _digest, prompt_fingerprint, scorer_fingerprint
+from shardeval.fingerprints import judged_fingerprint, prompt_fingerprint, scorer_fingerprint
 from shardeval.judging import Judge, Rubric, Verdict, rubric_for
 from shardeval.liveness import ShardLease
 from shardeval.process import ServerProcess, describe_exit
@@ -163,7 +163,7 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
                              f"e.g. `judge: {{service: judge}}` in benchmarks[{i}], with `judge:` under services:")
         if bc.judge is not None:  # the judge scores it: its rubric is the scorer (the judge's identity is in the run's)
             plan.rubric = rubric_for(bc.judge, benchmark)
-            plan.scorer_fingerprint = _digest({"benchmark": plan.scorer_fingerprint, "judge": plan.rubric.identity()})
+            plan.scorer_fingerprint = judged_fingerprint(plan.scorer_fingerprint, plan.rubric.identity())
         plans.append(plan)
     return plans
 
