@@ -227,15 +227,30 @@ def test_the_judge_is_part_of_the_run_identity(tmp_path: Path) -> None:
     assert config_hash(load_config(str(moved))) == plain
 
 
-def test_rescore_refuses_a_judged_benchmark(tmp_path: Path) -> None:
-    """Its own scorer would silently replace the judge's scores: one line, exit 2, nothing written."""
-    with running_sim("--bench", "arith", *FAST) as model, running_sim("--model", "judge", *FAST) as judge:
-        cfg = write_config(tmp_path, model, judge, n=4, repeats=1)
-        assert shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "run" / "shard_0")).returncode == 0
-    done = shardeval_cmd("rescore", str(tmp_path / "run"), "-o", str(tmp_path / "new"))
-    errors = [line for line in done.stderr.splitlines() if "error" in line]
-    assert done.returncode == 2 and len(errors) == 1 and "was scored by a judge" in errors[0], done.stderr
-    assert not (tmp_path / "new" / "shard_0" / "arith" / "results.jsonl").exists()
+def test_rescore_judges_saved_answers_again_and_asks_no_model(tmp_path: Path) -> None:
+    """`shardeval rescore` of a judged run asks its judge again (the model's server is stopped):
+    the same judge merges to byte-identical scores; `--judge judge:pairwise` re-judges every
+    answer pairwise, and the manifest names that judge."""
+    run, new, other = tmp_path / "run", tmp_path / "new", tmp_path / "pairwise"
+    with running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "1", *FAST) as judge:
+        with running_sim("--bench", "arith", *FAST) as model:
+            cfg = write_config(tmp_path, model, judge, n=12)
+            for i in range(2):
+                done = shardeval_cmd("run", str(cfg), "--shard", f"{i}/2", "-o", str(run / f"shard_{i}"))
+                assert done.returncode == 0, done.stderr
+        for args in ((str(run), "-o", str(new)), (str(run), "-o", str(other), "--judge", "judge:pairwise")):
+            done = shardeval_cmd("rescore", *args)
+            assert done.returncode == 0, done.stderr
+    for d in (run, new, other):
+        assert shardeval_cmd("merge", str(d), "-o", str(d / "merged")).returncode == 0
+    assert (new / "merged" / "scores.json").read_bytes() == (run / "merged" / "scores.json").read_bytes()
+    recs = [r for i in range(2) for r in records(other / f"shard_{i}")]
+    assert len(recs) == 24 and check_verdicts(recs, "pairwise") == 24
+    manifest = json.loads((other / "shard_0" / "manifest.json").read_text())
+    assert manifest["rescored"]["scorers"][0]["scorer"] == "judge judge (pairwise)"
+    bad = shardeval_cmd("rescore", str(run), "-o", str(tmp_path / "x"), "--judge", "nobody")
+    errors = [line for line in bad.stderr.splitlines() if "error" in line]
+    assert bad.returncode == 2 and len(errors) == 1 and "no service 'nobody'" in errors[0], bad.stderr
 
 
 @pytest.mark.timeout(900)

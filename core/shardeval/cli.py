@@ -119,17 +119,21 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
 @click.option("--scorer", "scorers", multiple=True, metavar="[BENCH=]NAME",
               help="Score with registered benchmark NAME's scorer (for BENCH only, or all).")
 @click.option("-O", "overrides", multiple=True, metavar="benchmarks.N.params.KEY=VALUE", help="A param the scorer is built with.")
-def rescore(run_dir: str, output_dir: str, shard_flag: str | None, scorers: tuple[str, ...], overrides: tuple[str, ...]) -> None:
+@click.option("--judge", "judges", multiple=True, metavar="[BENCH=]SERVICE[:MODE]",
+              help="Judge the saved answers again with SERVICE (one of the run's services), single or pairwise.")
+def rescore(run_dir: str, output_dir: str, shard_flag: str | None, scorers: tuple[str, ...], overrides: tuple[str, ...],
+            judges: tuple[str, ...]) -> None:
     """Score RUN_DIR's saved answers again into new shard directories; ask no model anything.
 
     Records keep their answers; `extracted`, `score` and `scores` come from the current scorer or
-    the one chosen. RUN_DIR is only read; a rerun resumes. Merge NEW_DIR as any run. See docs/rescore.md.
+    the one chosen; a judged benchmark's answers are judged again (docs/judges.md). RUN_DIR is only
+    read; a rerun resumes. Merge NEW_DIR as any run. See docs/rescore.md.
     """
     from shardeval.launch import setup_logging
     from shardeval.rescore import ScorerChoice, rescore_run
 
     setup_logging()
-    sys.exit(rescore_run(run_dir, output_dir, shard_flag, ScorerChoice.parse(scorers, overrides)))
+    sys.exit(rescore_run(run_dir, output_dir, shard_flag, ScorerChoice.parse(scorers, overrides, judges)))
 
 
 @cli.command()

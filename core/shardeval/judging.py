@@ -163,6 +163,18 @@ class Verdict:
     error: str | None = None  # set: the record is an error of kind `judge`
 
 
+def apply_verdict(record: Any, verdict: Verdict, extra: dict[str, float] | None = None) -> None:
+    """Make `record` (a ResultRecord whose answer the judge saw) what the verdict says: scored by
+    it, or an error of kind `judge` that keeps the answer. The one rule of a run and a rescore."""
+    record.judge = verdict.record
+    if verdict.error is not None:  # never a score: a rerun asks the judge again, not the model
+        record.status, record.error_kind, record.error = "error", "judge", verdict.error
+        record.score, record.extracted, record.scores = None, None, {}
+        return
+    record.status, record.error_kind, record.error = "ok", None, None
+    record.score, record.extracted, record.scores = verdict.score, verdict.record.verdict, {**(verdict.scores or {}), **(extra or {})}
+
+
 @dataclass(frozen=True)
 class Judge:
     """A benchmark's judge as a shard uses it: its service (its own client and window) and rubric."""
@@ -204,3 +216,19 @@ class Judge:
         except ValueError:
             return False
         return True
+
+
+async def start_judge(name: str, config: Any, rubric: Rubric, params: dict[str, Any], max_concurrent: int, stack: Any, ctx: Any) -> Judge:
+    """Start (or reach) a judge service outside a shard run (`shardeval rescore`): its own client
+    and window; `stack` (an AsyncExitStack) stops it. A shard starts its judges as any service."""
+    from shardeval import plugins
+    from shardeval.adaptive import make_slots
+    from shardeval.client import Client
+    from shardeval.provenance import read_served
+    from shardeval.solver import ServiceHandle
+
+    factory = plugins.registry().get("services", config.type, f"services.{name}.type").factory
+    endpoint = await stack.enter_async_context(factory(name, config, ctx))
+    client = await stack.enter_async_context(Client(endpoint, config, max_concurrent))
+    served = await read_served(client, endpoint.base_url, endpoint.model)
+    return Judge(name, rubric, ServiceHandle(endpoint, client, make_slots(max_concurrent, config.adaptive), served), params)

@@ -22,10 +22,10 @@ import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
-from typing import Iterator
+from typing import Any, Iterator
 
 import msgspec
 
@@ -56,6 +56,7 @@ from shardeval.standing import Membership
 log = logging.getLogger("shardeval")
 
 SCORER_FLAG = "--scorer"
+JUDGE_FLAG = "--judge"
 PARAM_OVERRIDE = re.compile(r"benchmarks\.\d+\.params\..+")
 
 
@@ -71,9 +72,17 @@ class ScorerChoice:
 
     names: dict[str | None, str]  # benchmark in the run (None: every one) -> scorer name
     overrides: tuple[str, ...]
+    judges: dict[str | None, tuple[str, str | None]] = field(default_factory=dict)  # benchmark -> (judge service, mode)
 
     @classmethod
-    def parse(cls, scorers: tuple[str, ...], overrides: tuple[str, ...]) -> "ScorerChoice":
+    def parse(cls, scorers: tuple[str, ...], overrides: tuple[str, ...], judges: tuple[str, ...] = ()) -> "ScorerChoice":
+        chosen: dict[str | None, tuple[str, str | None]] = {}
+        for text in judges:
+            bench, sep, rest = text.rpartition("=")
+            service, _, mode = rest.partition(":")
+            if not service or (sep and not bench) or mode not in ("", "single", "pairwise"):
+                raise UsageError(f"{JUDGE_FLAG} {text!r}: expected [BENCH=]SERVICE[:single|pairwise], e.g. {JUDGE_FLAG} judge:pairwise")
+            chosen[bench or None] = (service, mode or None)
         names: dict[str | None, str] = {}
         for text in scorers:
             bench, sep, name = text.rpartition("=")
@@ -85,7 +94,10 @@ class ScorerChoice:
             if not PARAM_OVERRIDE.fullmatch(key):
                 raise UsageError(f"-O {text}: rescore changes only how answers are scored; give -O benchmarks.N.params.KEY=VALUE, "
                                  f"or {SCORER_FLAG} NAME for another scorer")
-        return cls(names, overrides)
+        if both := sorted(str(b) for b in set(names) & set(chosen)):
+            raise UsageError(f"{SCORER_FLAG} and {JUDGE_FLAG} both name {both[0] if both[0] != 'None' else 'every benchmark'}; "
+                             "give one scorer or one judge per benchmark")
+        return cls(names, overrides, chosen)
 
 
 @dataclass
@@ -96,6 +108,18 @@ class BenchmarkRescore:
     data: Benchmark
     scorer: Benchmark  # `data` itself unless another scorer was chosen
     info: ScorerInfo
+    judge: "JudgeSpec | None" = None  # set: a judge scores it again (asked now; the model never)
+
+
+@dataclass
+class JudgeSpec:
+    """The judge a rescore asks for one benchmark: a service of the run's config, its rubric."""
+
+    service: str
+    config: Any  # its ServiceConfig
+    rubric: Any  # shardeval.judging.Rubric
+    params: dict[str, Any]  # generation parameters
+    max_concurrent: int
 
 
 def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[BenchmarkRescore]:
@@ -120,9 +144,10 @@ def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[B
             raise UsageError(f"{where}: the data of {bm.name} changed since the run ({found}, the run had {bm.dataset_fingerprint}); "
                              "rescore needs the data the answers were given for")
         name = choice.names.get(bm.name, choice.names.get(None, original["name"]))
-        if original.get("judge") and name == original["name"]:  # its scores are a judge's: its own scorer would replace them
-            raise UsageError(f"{where}: {bm.name} was scored by a judge (service {original['judge'].get('service')!r}); rescore does "
-                             f"not ask judges yet: give {SCORER_FLAG} {bm.name}=NAME to score its answers with another scorer")
+        asked = choice.judges.get(bm.name, choice.judges.get(None))
+        if asked is not None or (original.get("judge") and bm.name not in choice.names and None not in choice.names):
+            out.append(_judged(manifest, bm, data, entry, original, asked, where))  # its judge, or the one named, asked again
+            continue
         params = wanted.get("params") or {}
         scorer = data
         if name != run_config.name or params != run_config.params:
@@ -133,6 +158,37 @@ def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[B
                           scorer_version=scorer.scorer_version, fingerprint=fingerprint, replaces=bm.scorer_fingerprint)
         out.append(BenchmarkRescore(msgspec.structs.replace(bm, scorer_fingerprint=fingerprint), data, scorer, info))
     return out
+
+
+def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: Any, original: dict[str, Any],
+            asked: tuple[str, str | None] | None, where: str) -> BenchmarkRescore:
+    """A benchmark scored again by a judge: the run's own (its `judge` section), or the service
+    `--judge` names (a service of the run's config), with the mode given or the run's."""
+    from shardeval.config import JudgeConfig, judge_identity
+    from shardeval.config.explain import Where as At
+    from shardeval.judging import rubric_for
+    from shardeval.fingerprints import judged_fingerprint
+    from shardeval.solver import generation_params
+
+    services = manifest.config.get("services", {}) if isinstance(manifest.config, dict) else {}
+    judge = msgspec.convert(original.get("judge") or {"service": ""}, JudgeConfig)
+    if asked is not None:
+        judge = msgspec.structs.replace(judge, service=asked[0], mode=asked[1] or judge.mode)
+    if judge.service not in services:
+        raise UsageError(f"{JUDGE_FLAG} {judge.service}: {where} has no service {judge.service!r} in its config "
+                         f"(it has: {', '.join(services) or 'none'}); a judge must be one of the run's services")
+    from shardeval.config import _decode_service
+
+    config = _decode_service(judge.service, services[judge.service], At(source=f"{where}/manifest.json"))
+    rubric = rubric_for(judge, data)
+    version = plugins.plugin_version(entry.plugin)
+    fingerprint = judged_fingerprint(scorer_fingerprint(data, bm.n_problems, version), rubric.identity())
+    identity = msgspec.to_builtins(judge_identity(judge, config))
+    info = ScorerInfo(benchmark=bm.name, scorer=f"judge {judge.service} ({rubric.mode})", params=identity, plugin=entry.plugin,
+                      plugin_version=version, fingerprint=fingerprint, replaces=bm.scorer_fingerprint)
+    max_concurrent = int(original.get("max_concurrent") or 32)
+    spec = JudgeSpec(judge.service, config, rubric, generation_params(judge.generation), max_concurrent)
+    return BenchmarkRescore(msgspec.structs.replace(bm, scorer_fingerprint=fingerprint), data, data, info, spec)
 
 
 def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: ScorerChoice) -> int:
@@ -196,7 +252,8 @@ def rescore_shard(src: str, dst: str, choice: ScorerChoice) -> None:
         write_manifest(dst, new)
         for b in benches:
             log.info("%s: rescoring %s", dst, describe(b.info))
-            n_error = rescore_benchmark(src, dst, b, Membership.of(manifest, b.manifest))
+            own = Membership.of(manifest, b.manifest)
+            n_error = rejudge_benchmark(src, dst, b, own, manifest) if b.judge else rescore_benchmark(src, dst, b, own)
             b.manifest.n_ok, b.manifest.n_error = b.manifest.n_ok - n_error, b.manifest.n_error + n_error
         new.state, new.reason, new.finished_at = manifest.state, manifest.reason, manifest.finished_at
         write_manifest(dst, new)
@@ -274,6 +331,56 @@ def rescore_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership) 
     if (skipped := report.describe()) is not None:
         log.warning("%s (copied as merge reads them)", skipped)
     return tally["failed"]
+
+
+def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, manifest: Manifest) -> int:
+    """Ask the judge again about every saved answer of the shard's own (`ok` records and `judge`
+    errors; other errors and others' records are copied), in source order and resumable as
+    `rescore_benchmark`. Returns how many more errors there are than in the source (may be < 0)."""
+    import asyncio
+    from contextlib import AsyncExitStack
+
+    from shardeval.judging import apply_verdict, start_judge
+    from shardeval.service import ServiceContext
+
+    assert b.judge is not None
+    name, spec = b.manifest.name, b.judge
+    src_path, out_path = os.path.join(src, name, RESULTS_FILE), os.path.join(dst, name, RESULTS_FILE)
+    os.makedirs(os.path.join(dst, "logs"), exist_ok=True)
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    done = _lines_written(out_path)
+    problem = lru_cache(maxsize=4096)(b.data.problem)
+    report = ReadReport(src_path)
+    tally = {"judged": 0, "copied": 0, "delta": 0}
+
+    async def go() -> None:
+        async with AsyncExitStack() as stack:
+            ctx = ServiceContext(os.path.join(dst, "logs"), manifest.shard_idx, manifest.total_shards)
+            judge = await start_judge(spec.service, spec.config, spec.rubric, spec.params, spec.max_concurrent, stack, ctx)
+
+            async def one(record: ResultRecord) -> bytes:
+                if not (own.refuse(record) is None and (record.status == "ok" or record.error_kind == "judge")):
+                    tally["copied"] += 1
+                    return encode_line(record)
+                was_ok = record.status == "ok"
+                verdict = await judge.grade(problem(record.problem_idx), record.response, record.seed)
+                apply_verdict(record, verdict)
+                tally["judged"] += 1
+                tally["delta"] += (record.status != "ok") - (not was_ok)
+                return encode_line(record)
+
+            with open(out_path, "ab") as out:
+                stream = islice(scan_lines(src_path, ResultRecord, report), done, None)
+                while batch := [record for _, _, record in islice(stream, 2 * spec.max_concurrent)]:
+                    for line in await asyncio.gather(*map(one, batch)):
+                        out.write(line)
+
+    started = time.perf_counter()
+    asyncio.run(go())
+    _copy_trajectories(os.path.join(src, name, TRAJECTORIES_FILE), os.path.join(dst, name, TRAJECTORIES_FILE))
+    log.info("%s/%s: %d answer(s) judged again by %s, %d record(s) copied; %+d error(s); %.3f s", dst, name, tally["judged"],
+             spec.service, tally["copied"], tally["delta"], time.perf_counter() - started)
+    return tally["delta"]
 
 
 _ABSENT = object()

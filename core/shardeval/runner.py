@@ -32,7 +32,7 @@ from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash
 from shardeval.errors import ShardError, UsageError, os_error
 from shardeval.fingerprints import judged_fingerprint, prompt_fingerprint, scorer_fingerprint
-from shardeval.judging import Judge, Rubric, Verdict, rubric_for
+from shardeval.judging import Judge, Rubric, Verdict, apply_verdict, rubric_for
 from shardeval.liveness import ShardLease
 from shardeval.process import ServerProcess, describe_exit
 from shardeval.progress import Progress
@@ -731,11 +731,7 @@ def make_record(
     if c.cached:
         record.cached = True
     if verdict is not None:
-        record.judge = verdict.record
-        if verdict.error is not None:  # never a score: a rerun asks the judge again, not the model
-            record.status, record.error_kind, record.error = "error", "judge", verdict.error
-            return record
-        record.score, record.extracted, record.scores = verdict.score, verdict.record.verdict, {**(verdict.scores or {}), **(extra or {})}
+        apply_verdict(record, verdict, extra)
         return record
     if c.status == "ok":  # errors are never scored: they are not wrong answers
         score = plan.benchmark.score(problem, c.text)
