@@ -61,7 +61,7 @@ from shardeval.seeds import request_seed
 from shardeval.service import ServiceContext
 from shardeval.shards import ShardSpec, shard_indices
 from shardeval.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide, nothing_to_ask, own_records
-from shardeval.solver import Attempt, ServiceHandle, Solver
+from shardeval.solver import Attempt, ServiceHandle, Solver, generation_params
 
 log = logging.getLogger("shardeval")
 T = TypeVar("T")
@@ -432,8 +432,6 @@ class ShardRun:
         if jc is None or plan.rubric is None:
             return None
         handle = handles[jc.service]
-        from shardeval.solver import generation_params
-
         slots = make_slots(plan.config.max_concurrent, handle.client.config.adaptive)
         return Judge(jc.service, plan.rubric, ServiceHandle(handle.endpoint, handle.client, slots, handle.served), generation_params(jc.generation))
 
