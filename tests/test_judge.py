@@ -95,6 +95,20 @@ def test_scores_are_what_the_judge_said(tmp_path: Path, mode: str) -> None:
     assert summary["metrics"]["mean"]["value"] == pytest.approx(sum(r["score"] for r in recs) / len(recs))
 
 
+def test_the_simulated_judge_is_deterministic_and_its_quality_counts(tmp_path: Path) -> None:
+    """The same run twice gets the same verdicts; at `--judge-quality 0` they are drawn, not the truth."""
+    with running_sim("--bench", "arith", *FAST) as model, \
+         running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "0", *FAST) as judge:
+        cfg = write_config(tmp_path, model, judge, n=60, repeats=1)
+        for out in ("a", "b"):
+            assert shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / out)).returncode == 0
+    a, b = records(tmp_path / "a"), records(tmp_path / "b")
+    assert [r["judge"]["reply"] for r in a] == [r["judge"]["reply"] for r in b]
+    ratings = [r["scores"]["rating"] for r in a]
+    assert len(set(ratings)) >= 6  # uniform over 1..10, not 8..10 / 1..3 by the answer's truth
+    assert any((rating >= 8) != (model_answer(r["response"]) == r["reference"]) for r, rating in zip(a, ratings))
+
+
 def test_judge_failures_are_judge_errors_and_a_rerun_asks_only_the_judge(tmp_path: Path) -> None:
     """5xx storms and replies with no verdict end as `judge` errors (never scores, the answer
     kept), counted apart by merge; a rerun with the model's server stopped judges them again."""

@@ -12,7 +12,11 @@ from typing import AsyncIterator
 
 from shardeval.api import Endpoint, self_command, ServerProcess, ServiceContext
 from shardeval_sim.config import SimServiceConfig
-from shardeval_sim.settings import BEHAVIOUR_KEYS
+from shardeval_sim.settings import BEHAVIOUR_KEYS, SIM_DEFAULTS
+
+# Knobs passed only when they differ from the default, so the command line of a sim that does not
+# judge is what it was, and a node with an older shardeval still starts it.
+ONLY_WHEN_SET = ("judge_quality", "judge_garbage")
 
 READY_LINE = r"shardeval sim listening on (http://\S+/v1)"
 
@@ -26,7 +30,7 @@ def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list
         if key == "bench_params":
             for k, v in sorted(value.items()):
                 argv += ["--bench-param", f"{k}={json.dumps(v)}"]  # JSON is YAML: the type survives
-        elif value is not None:
+        elif value is not None and not (key in ONLY_WHEN_SET and value == getattr(SIM_DEFAULTS, key)):
             argv += ["--" + key.replace("_", "-"), str(value)]
     return argv
 
