@@ -221,7 +221,8 @@ class Config(msgspec.Struct, kw_only=True):
 
     def used_services(self) -> dict[str, ServiceConfig]:
         """The services a shard starts: those the benchmarks' solvers use, in first-use order (in
-        a sweep, those of any of its runs: a benchmark without a service uses every sweep model)."""
+        a sweep, those of any of its runs: a benchmark without a service uses every sweep model),
+        then their judges."""
         sweep = self.sweep.services if self.sweep is not None else []
         names = dict.fromkeys(n for b in self.benchmarks for n in ([b.solver.service] if b.solver.service else sweep))
         names.update(dict.fromkeys(b.judge.service for b in self.benchmarks if b.judge is not None))  # judges after models
