@@ -96,7 +96,8 @@ class Rubric:
             except ValueError:
                 rating = None
             if rating is None or not 1 <= rating <= 10:
-                raise ValueError(f"no rating 1..10 in the judge's reply (expected `Rating: [[N]]`): {_tail(reply)}")
+                expected = f"matching {self.pattern!r}" if self.pattern else "`Rating: [[N]]`"
+                raise ValueError(f"no rating 1..10 in the judge's reply (expected {expected}): {_tail(reply)}")
             verdict = f"{rating:g}"
             return verdict, rating / 10, {"rating": rating}
         if self.pattern:
