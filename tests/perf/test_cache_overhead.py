@@ -24,36 +24,17 @@ import tracemalloc
 import msgspec
 
 from conftest import running_sim
+from test_client_overhead import shardeval_client
 
 CONCURRENCY = 256
-N_REQUESTS = 3000
-ROUNDS = 3
+N_REQUESTS = 6000
+ROUNDS = 5
 TARGET = 0.90
 
 
 async def shard(base_url: str, out_dir: str, cache_dir: str | None) -> int:
-    from shardeval.config import load_config
-    from shardeval.runner import ShardRun
-    from shardeval.shards import ShardSpec
-
-    os.makedirs(out_dir, exist_ok=True)
-    cfg = os.path.join(out_dir, "config.yaml")
-    with open(cfg, "w") as f:
-        f.write(
-            f"""
-services:
-  model: {{type: api, url: "{base_url}", model: sim}}
-benchmarks:
-  - name: arith
-    params: {{n: {N_REQUESTS}}}
-    max_concurrent: {CONCURRENCY}
-    solver: {{generation: {{max_tokens: 64}}}}
-output: {{progress_interval_s: 0}}
-"""
-            + (f'cache: {{dir: "{cache_dir}"}}\n' if cache_dir else "")
-        )
-    code = await ShardRun(load_config(cfg, [], {}), ShardSpec(0, 1, "perf"), os.path.join(out_dir, "shard_0")).run()
-    assert code == 0
+    """One shard of N_REQUESTS through the whole path (test_client_overhead's); how many were cache hits."""
+    await shardeval_client(base_url, N_REQUESTS, CONCURRENCY, out_dir, f'cache: {{dir: "{cache_dir}"}}\n' if cache_dir else "")
     with open(os.path.join(out_dir, "shard_0", "arith", "results.jsonl"), "rb") as f:
         lines = f.readlines()
     assert len(lines) == N_REQUESTS

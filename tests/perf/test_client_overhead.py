@@ -60,7 +60,9 @@ async def raw_client(base_url: str, n: int, concurrency: int) -> int:
     return done
 
 
-async def shardeval_client(base_url: str, n: int, concurrency: int, out_dir: str) -> int:
+async def shardeval_client(base_url: str, n: int, concurrency: int, out_dir: str, extra: str = "") -> int:
+    """One shard over the whole path (records, trajectories, scoring) against `base_url`; `extra`
+    is more config text (a `cache:` section). Returns how many records it wrote."""
     from shardeval.config import load_config
     from shardeval.runner import ShardRun
     from shardeval.shards import ShardSpec
@@ -79,6 +81,7 @@ benchmarks:
     solver: {{generation: {{max_tokens: 64}}}}
 output: {{progress_interval_s: 0}}
 """
+            + extra
         )
     config = load_config(cfg, [], {})
     code = await ShardRun(config, ShardSpec(0, 1, "perf"), os.path.join(out_dir, "shard_0")).run()
