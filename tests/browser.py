@@ -1,0 +1,96 @@
+"""Headless Debian chromium for the page tests, driven through Playwright's Python API.
+
+Playwright's own browser download cannot run here; `executable_path` points it at Debian's
+chromium (scripts/setup/chromium.sh installs it). A `Visit` records everything a page did while it
+was open: console messages, uncaught exceptions and every request it made, so a test can assert
+"no console errors, no network" as well as what the page shows.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+CHROMIUM = shutil.which("chromium")
+
+# Every chart is a vega-embed view rendered as SVG; its marks are the shapes Vega draws for the
+# data (children of `g.role-mark`: bars, rules, points, lines, text), not axes or legends.
+COUNT_MARKS = """() => Array.from(document.querySelectorAll('.chart')).map(chart => ({
+  id: chart.id,
+  svgs: chart.querySelectorAll('svg').length,
+  marks: chart.querySelectorAll('g.role-mark > *').length,
+}))"""
+
+
+@dataclass
+class Visit:
+    page: Any  # playwright.sync_api.Page
+    url: str
+    console: list[tuple[str, str]] = field(default_factory=list)  # (type, text)
+    exceptions: list[str] = field(default_factory=list)  # uncaught errors in the page's scripts
+    requests: list[str] = field(default_factory=list)  # every URL the page asked for, itself included
+
+    def errors(self) -> list[str]:
+        """Console errors and uncaught exceptions: a page that works has none."""
+        return [text for kind, text in self.console if kind == "error"] + self.exceptions
+
+    def foreign_requests(self) -> list[str]:
+        """Requests that leave the page's own origin (for a file:// page: anything but itself
+        and inline data/blob URLs)."""
+        own = urlsplit(self.url)
+        out = []
+        for url in self.requests:
+            u = urlsplit(url)
+            if u.scheme in ("data", "blob", "about"):
+                continue
+            if own.scheme == "file" and url.split("#")[0] == self.url.split("#")[0]:
+                continue
+            if own.scheme != "file" and (u.scheme, u.netloc) == (own.scheme, own.netloc):
+                continue
+            out.append(url)
+        return out
+
+    def chart_marks(self) -> list[dict[str, Any]]:
+        """[{id, svgs, marks}] for every `.chart` element on the page."""
+        return self.page.evaluate(COUNT_MARKS)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One headless chromium for the session (starting one costs about a second)."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: run scripts/setup/chromium.sh (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@contextmanager
+def visit(browser: Any, url: str, *, ready: str | None = None, timeout_ms: int = 15_000,
+          viewport: tuple[int, int] = (1280, 900)) -> Iterator[Visit]:
+    """Open `url` in a fresh context (no shared cache or storage), wait for the load event and,
+    when given, for the JavaScript expression `ready` to be truthy; record what the page did."""
+    context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    page = context.new_page()
+    v = Visit(page, url)
+    page.on("console", lambda m: v.console.append((m.type, m.text)))
+    page.on("pageerror", lambda e: v.exceptions.append(str(e)))
+    page.on("request", lambda r: v.requests.append(r.url))
+    try:
+        page.goto(url, wait_until="load", timeout=timeout_ms)
+        if ready is not None:
+            page.wait_for_function(ready, timeout=timeout_ms)
+        yield v
+    finally:
+        context.close()
