@@ -135,11 +135,15 @@ def test_accuracy_clusters_details() -> None:
     plain(v)
     assert v.ci_method == "clustered"
     assert v.details["n_clusters"] == 3  # alg, geo, and the unclustered problem on its own
-    assert v.details["per_cluster"] == {
-        "alg": {"value": pytest.approx(2 / 3), "n": 3},
-        "geo": {"value": 0.5, "n": 2},
-        "(no cluster)": {"value": 0.0, "n": 1},
+    per = v.details["per_cluster"]
+    assert {k: (e["value"], e["n"]) for k, e in per.items()} == {
+        "alg": (pytest.approx(2 / 3), 3), "geo": (0.5, 2), "(no cluster)": (0.0, 1),
     }
+    # each cluster's own interval, by accuracy's rules (Wilson: binary, one sample, small n)
+    for name, entry in per.items():
+        assert entry["ci_method"] == "wilson" and entry["ci_low"] <= entry["value"] <= entry["ci_high"], (name, entry)
+    assert per["geo"]["stderr"] == pytest.approx(math.sqrt(0.5 / 2))  # sd(ddof=1) of [1, 0] / sqrt(2)
+    assert "stderr" not in per["(no cluster)"]  # one problem: no stderr
     # SE² = G/(G−1) Σ_g (Σ_{i∈g} (s_i − s̄))² / n²; s̄ = 0.5: sums 0.5, 0, −0.5
     se = math.sqrt(3 / 2 * (0.25 + 0 + 0.25) / 36)
     assert v.stderr == pytest.approx(se)

@@ -209,6 +209,7 @@ def test_sharded_generative_run_gives_clustered_per_subject_accuracy(tmp_path: P
     for s in SUBJECTS:
         mine = [r["score"] for r in recs if r["cluster"] == s]
         assert per_subject[s]["value"] == pytest.approx(sum(mine) / len(mine))
+        assert per_subject[s]["ci_low"] < per_subject[s]["value"] < per_subject[s]["ci_high"]  # each subject's own interval
     print(f"\nmmlu (3 subjects, sim accuracy 0.6): {acc['value']:.4f} [{acc['ci_low']:.4f}, {acc['ci_high']:.4f}] {acc['ci_method']}; "
           + ", ".join(f"{s} {v['value']:.3f}" for s, v in per_subject.items()))
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -86,7 +87,7 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     Shard files are only read; running it twice gives byte-identical output. A sweep's directory
     merges each model into <model>/merged/, then writes merged/sweep.json and sweep.md.
     """
-    from shardeval.merge import merge_run, warnings, write_merged
+    from shardeval.merge import REPORT_HTML, merge_run, warnings, write_merged
     from shardeval.metrics import MetricOptions
     from shardeval.report import render_report
     from shardeval.sweep import read_plan
@@ -107,9 +108,13 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     for line in warnings(result):
         click.echo(f"shardeval: warning: {line}", err=True)
     out = write_merged(result, output_dir, confidence=confidence)
+    for notice in result.notices:
+        click.echo(f"shardeval: {notice}", err=True)
     if not quiet:
         click.echo(render_report(result, confidence), nl=False)
         click.echo(f"\nwritten: {out}/ (scores.json, timing.json, report.md, <benchmark>/results.jsonl, trajectories.jsonl)")
+        if not result.notices:
+            click.echo(f"open {os.path.join(out, REPORT_HTML)} in a browser: the charts and the items to read (it works offline)")
 
 
 @cli.command()

@@ -39,6 +39,7 @@ from shardeval.shards import shard_indices
 from shardeval.standing import DUPLICATE, OTHER_BENCHMARK, SUPERSEDE, TAKE, Membership, decide
 
 NAN = float("nan")
+REPORT_HTML = "report.html"
 
 
 @dataclass
@@ -190,6 +191,7 @@ class MergeResult:
     run: Run
     benchmarks: list[BenchmarkMerge]
     errors_as_wrong: bool
+    notices: list[str] = field(default_factory=list)  # what writing it left out (for stderr): no report.html
 
     @property
     def partial(self) -> bool:
@@ -288,8 +290,11 @@ def warnings(result: MergeResult) -> list[str]:
 
 def write_merged(result: MergeResult, out_dir: str | None = None, confidence: float = 0.95) -> str:
     """Write merged/<bench>/{results,trajectories}.jsonl in (problem, repeat) order, scores.json,
-    timing.json and report.md. Every file is replaced atomically; shard files are only read."""
+    timing.json, report.md and report.html (when the plotting extra is installed; otherwise a line
+    in result.notices says how to get it). Every file is replaced atomically; shard files are only read."""
+    from shardeval.html_page import write_html
     from shardeval.report import render_report, scores_document, timing_document
+    from shardeval.report_html import render_report_html
 
     out_dir = out_dir or os.path.join(result.run.root, MERGED_DIR)
     try:
@@ -302,6 +307,8 @@ def write_merged(result: MergeResult, out_dir: str | None = None, confidence: fl
         atomic_write(os.path.join(out_dir, "scores.json"), pretty_json(scores_document(result)))
         atomic_write(os.path.join(out_dir, "timing.json"), pretty_json(timing_document(result)))
         atomic_write(os.path.join(out_dir, "report.md"), render_report(result, confidence).encode())
+        if notice := write_html(os.path.join(out_dir, REPORT_HTML), lambda: render_report_html(result, confidence)):
+            result.notices.append(notice)
     except OSError as exc:  # a full disk, a read-only run directory: one line, no .tmp left behind
         raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
     return out_dir

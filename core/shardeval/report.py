@@ -100,11 +100,14 @@ def fmt(x: float | None, digits: int = 4) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _interval(entry: dict[str, Any]) -> str:
+    return f"[{fmt(entry['ci_low'])}, {fmt(entry['ci_high'])}]" if entry.get("ci_low") is not None else "—"
+
+
 def _metric_rows(metrics: dict[str, MetricValue], confidence: float) -> list[str]:
     rows = [f"| metric | value | {confidence:.0%} interval | stderr | method | n |", "|---|---|---|---|---|---|"]
     for name, m in metrics.items():
-        interval = f"[{fmt(m.ci_low)}, {fmt(m.ci_high)}]" if m.ci_low is not None else "—"
-        rows.append(f"| {name} | {fmt(m.value)} | {interval} | {fmt(m.stderr)} | {m.ci_method} | {m.n} |")
+        rows.append(f"| {name} | {fmt(m.value)} | {_interval({'ci_low': m.ci_low, 'ci_high': m.ci_high})} | {fmt(m.stderr)} | {m.ci_method} | {m.n} |")
     return rows
 
 
@@ -119,6 +122,30 @@ def rerun_how(run: "Run", shards: list[int]) -> str:
     return ", or ".join([*hints, f"`shardeval run CONFIG {select}--shard I/{run.total_shards}{where}` for each (they resume)"])
 
 
+def run_notes(result: "MergeResult") -> list[str]:
+    """What a reader must know about the run before its numbers (Markdown; report.md and
+    report.html both list them)."""
+    run = result.run
+    lines = []
+    if run.running():
+        lines.append(f"still running: {', '.join(s.path for s in run.running())} (merge again when they finish)")
+    for shard in run.lost():
+        assert shard.lost is not None
+        lines.append(f"**LOST**: {shard.path} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
+                     f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes")
+    if run.missing_shards():
+        lines.append(f"never started or not found: shard(s) {','.join(map(str, run.missing_shards()))}")
+    if rerun := result.rerun_shards():
+        lines.append(f"to complete the run, rerun shard(s) {','.join(map(str, rerun))}: {rerun_how(run, rerun)}")
+    for idx, paths in run.duplicated_shards().items():
+        lines.append(f"shard {idx} appears in {len(paths)} directories ({', '.join(paths)}): deduplicated")
+    lines += [f"ignored {orphan}: results without a manifest.json beside them" for orphan in run.orphans]
+    if result.errors_as_wrong:
+        lines.append("errors are scored as wrong answers (--errors-as-wrong)")
+    lines += [f"**MIXED MODELS** (merged with --allow-mixed-models): {text}" for text in run.mixed_served]
+    return lines
+
+
 def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
     run = result.run
     lines = [
@@ -126,23 +153,8 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
         "",
         f"Run {run.config_hash}: {len(run.present())}/{run.total_shards} shards present, {len(run.shards)} shard "
         f"director{'y' if len(run.shards) == 1 else 'ies'} read. **{'PARTIAL' if result.partial else 'COMPLETE'}**",
+        *(f"- {note}" for note in run_notes(result)),
     ]
-    if run.running():
-        lines.append(f"- still running: {', '.join(s.path for s in run.running())} (merge again when they finish)")
-    for shard in run.lost():
-        assert shard.lost is not None
-        lines.append(f"- **LOST**: {shard.path} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
-                     f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes")
-    if run.missing_shards():
-        lines.append(f"- never started or not found: shard(s) {','.join(map(str, run.missing_shards()))}")
-    if rerun := result.rerun_shards():
-        lines.append(f"- to complete the run, rerun shard(s) {','.join(map(str, rerun))}: {rerun_how(run, rerun)}")
-    for idx, paths in run.duplicated_shards().items():
-        lines.append(f"- shard {idx} appears in {len(paths)} directories ({', '.join(paths)}): deduplicated")
-    lines += [f"- ignored {orphan}: results without a manifest.json beside them" for orphan in run.orphans]
-    if result.errors_as_wrong:
-        lines.append("- errors are scored as wrong answers (--errors-as-wrong)")
-    lines += [f"- **MIXED MODELS** (merged with --allow-mixed-models): {text}" for text in run.mixed_served]
     for b in result.benchmarks:
         c = counts(b)
         lines += [
@@ -158,8 +170,8 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
                          f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
         acc = b.metrics["accuracy"].details if "accuracy" in b.metrics else {}
         if per_cluster := acc.get("per_cluster"):
-            rows = [f"| {name} | {fmt(entry.get('value'))} | {entry.get('n', '')} |" for name, entry in per_cluster.items()]
-            lines += ["", "| category | accuracy | n |", "|---|---|---|", *rows, ""]
+            rows = [f"| {name} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('n', '')} |" for name, e in per_cluster.items()]
+            lines += ["", f"| category | accuracy | {confidence:.0%} interval | n |", "|---|---|---|---|", *rows, ""]
         if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
             se = ", ".join(f"K={k}: {fmt(v)}" for k, v in split["se_if_repeats"].items())
             lines.append(f"- variance: between problems {fmt(split.get('sigma2_between'))}, within a problem "

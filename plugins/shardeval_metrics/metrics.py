@@ -35,7 +35,7 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
     value = mean_i s_i over problems with >= 1 valid sample; stderr, interval and ci_method by
     the rules of `stats.summarize_mean` (with binary scores the interval is clipped to [0, 1]).
     details: n_problems_with_samples, n_samples, n_flagged_problems (no valid sample), binary,
-    per_cluster (when the table has clusters), and variance_split: sigma2_within,
+    per_cluster (when the table has clusters: each cluster's mean with its own interval), and variance_split: sigma2_within,
     sigma2_between, k_bar and se_if_repeats {"1": …, "32": …} (string keys, JSON-safe).
     """
     x = score_matrix(table)
@@ -50,18 +50,16 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
     if stats.n_flagged:
         details["flagged_note"] = f"{stats.n_flagged} problem(s) have no valid sample and are left out"
     codes = cluster_codes(table, stats.index) if stats.n else None
+    bernoulli, bounds = binary and bool(np.all(stats.counts == 1)), (0.0, 1.0) if binary else None
     if codes is not None:
         n_groups = int(codes.max()) + 1
         if n_groups <= PER_CLUSTER_LIMIT:
-            details["per_cluster"] = per_cluster_means(table, stats, stats.means)
+            details["per_cluster"] = per_cluster_means(table, stats, stats.means, options, bernoulli=bernoulli, bounds=bounds)
         else:
             details["per_cluster_note"] = f"{n_groups} clusters: per-cluster means are listed up to {PER_CLUSTER_LIMIT}"
     if stats.n:
         details.update(variance_split(x, stats))
-    return {name: summarize_mean(
-        stats.means, options, codes=codes, bernoulli=binary and bool(np.all(stats.counts == 1)),
-        bounds=(0.0, 1.0) if binary else None, details=details,
-    )}
+    return {name: summarize_mean(stats.means, options, codes=codes, bernoulli=bernoulli, bounds=bounds, details=details)}
 
 
 def mean(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValue]:

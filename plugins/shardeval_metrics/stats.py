@@ -191,21 +191,31 @@ def _interval(mean: float, se: float, crit: float, method: str, bounds: tuple[fl
     return MetricValue(value=mean, stderr=se, ci_low=low, ci_high=high, ci_method=method, n=n, details=details)
 
 
-def per_cluster_means(table: ScoreTable, stats: ProblemStats, values: np.ndarray) -> dict[str, dict[str, Any]]:
-    """{cluster name: {"value": mean of the per-problem values, "n": problems}}, in cluster order."""
+def per_cluster_means(table: ScoreTable, stats: ProblemStats, values: np.ndarray, options: MetricOptions, *,
+                      bernoulli: bool = False, bounds: tuple[float, float] | None = None) -> dict[str, dict[str, Any]]:
+    """{cluster name: {"value", "n", "stderr", "ci_low", "ci_high", "ci_method"}}, in cluster order.
+
+    Each cluster's interval treats its problems as a sample of their own, by summarize_mean's
+    rules (CLT, or Wilson for small binary single-sample clusters); keys without a value (one
+    problem: no stderr) are left out."""
     assert table.cluster is not None
     raw = view(table.cluster, np.int64, table.n_problems, "cluster")[stats.index]
+
+    def entry(selected: np.ndarray) -> dict[str, Any]:
+        m = summarize_mean(selected, options, bernoulli=bernoulli, bounds=bounds)
+        return {"value": m.value, "n": m.n, **{k: v for k in ("stderr", "ci_low", "ci_high", "ci_method")
+                                               if (v := getattr(m, k)) is not None}}
+
     out: dict[str, dict[str, Any]] = {}
     known = raw >= 0
     if known.any():
-        size = int(raw.max()) + 1
-        n = np.bincount(raw[known], minlength=size)
-        s = np.bincount(raw[known], weights=values[known], minlength=size)
-        for code in np.flatnonzero(n).tolist():
-            name = table.cluster_names[code] if code < len(table.cluster_names) else f"cluster {code}"
-            out[name] = {"value": float(s[code] / n[code]), "n": int(n[code])}
+        order = np.argsort(raw[known], kind="stable")  # one sort, then each cluster is a slice
+        groups = np.split(values[known][order], np.cumsum(np.bincount(raw[known]))[:-1])
+        for code, group in enumerate(groups):
+            if group.size:
+                out[table.cluster_names[code] if code < len(table.cluster_names) else f"cluster {code}"] = entry(group)
     if not known.all():
-        out["(no cluster)"] = {"value": float(values[~known].mean()), "n": int((~known).sum())}
+        out["(no cluster)"] = entry(values[~known])
     return out
 
 

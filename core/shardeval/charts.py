@@ -1,0 +1,88 @@
+"""Vega-Lite specifications of the report's charts, as plain dicts (Vega draws them in the page).
+
+Every chart gets its numbers already aggregated (a few hundred rows at most, whatever the run's
+size), so a report of millions of records stays small and opens fast. Intervals come from
+scores.json; nothing here computes a statistic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WIDTH = 440
+ROW = 16  # pixels per row of a chart with one row per category
+
+
+def _tip(nominal: list[str], numbers: list[str], fmt: str = ".4f") -> list[dict[str, Any]]:
+    return [*({"field": f, "type": "nominal"} for f in nominal), *({"field": f, "type": "quantitative", "format": fmt} for f in numbers)]
+
+
+def _base(rows: list[dict[str, Any]], title: str, **extra: Any) -> dict[str, Any]:
+    return {"title": title, "data": {"values": rows}, "config": {"view": {"stroke": None}}, **extra}
+
+
+def forest(rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", color: str | None = None) -> dict[str, Any]:
+    """One row per `y` (and colour), a point at `value` and a rule over [low, high], one panel per
+    metric with its own x scale: rows {metric, <y>, value, low, high[, <color>]}."""
+    enc_y = {"field": y, "type": "nominal", "title": None, "sort": None}
+    tooltip = _tip(["metric", y, *([color] if color else [])], ["value", "low", "high"])
+    shared = {"y": enc_y, "tooltip": tooltip, **({"color": {"field": color, "type": "nominal"}, "yOffset": {"field": color}} if color else {})}
+    return _base(rows, title, facet={"row": {"field": "metric", "type": "nominal", "title": None, "sort": None,
+                                      "header": {"labelAngle": 0, "labelAlign": "left", "labelFontWeight": "bold"}}},
+                 spec={"width": WIDTH, "layer": [
+                     {"mark": {"type": "rule", "strokeWidth": 2},
+                      "encoding": {**shared, "x": {"field": "low", "type": "quantitative", "title": None, "scale": {"zero": False}},
+                                   "x2": {"field": "high"}}},
+                     {"mark": {"type": "point", "filled": True, "size": 50},
+                      "encoding": {**shared, "x": {"field": "value", "type": "quantitative"}}},
+                 ]},
+                 resolve={"scale": {"x": "independent"}})
+
+
+def interval_rows(rows: list[dict[str, Any]], title: str, *, y: str, x_title: str, zero_rule: bool = False) -> dict[str, Any]:
+    """One row per `y`, sorted as given: a point at value, a rule over [low, high]; rows
+    {<y>, value, low, high, n}. `zero_rule` draws x = 0 (for differences)."""
+    tooltip = _tip([y], ["value", "low", "high"]) + _tip([], ["n"], "d")
+    enc = {"y": {"field": y, "type": "nominal", "sort": None, "title": None}, "tooltip": tooltip}
+    layers = [
+        {"mark": {"type": "rule", "strokeWidth": 2}, "encoding": {**enc, "x": {"field": "low", "type": "quantitative", "title": x_title,
+                                                                           "scale": {"zero": False}}, "x2": {"field": "high"}}},
+        {"mark": {"type": "point", "filled": True}, "encoding": {**enc, "x": {"field": "value", "type": "quantitative"}}},
+    ]
+    if zero_rule:
+        layers.append({"data": {"values": [{"zero": 0}]}, "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#888"},
+                       "encoding": {"x": {"field": "zero", "type": "quantitative"}}})
+    return _base(rows, title, width=WIDTH, height=max(ROW * len(rows), 40), layer=layers)
+
+
+def pass_at_k(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
+    """pass@k against k of one benchmark, its interval as a band: rows {benchmark, k, value, low, high}."""
+    x = {"field": "k", "type": "quantitative", "axis": {"tickMinStep": 1}}
+    tooltip = _tip(["benchmark"], ["value", "low", "high"]) + _tip([], ["k"], "d")
+    return _base(rows, title, width=WIDTH, height=220, layer=[
+        {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative"}, "y2": {"field": "high"}}},
+        {"mark": {"type": "line", "point": True}, "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": "pass@k"},
+                                                              "tooltip": tooltip}},
+    ])
+
+
+def ecdf(rows: list[dict[str, Any]], title: str, x_title: str) -> dict[str, Any]:
+    """One benchmark's distribution as its empirical CDF from percentiles: rows {benchmark, q,
+    seconds}; the tail shows as the curve's last stretch."""
+    return _base(rows, title, width=WIDTH, height=200, mark={"type": "line", "interpolate": "step-after", "point": False},
+                 encoding={"x": {"field": "seconds", "type": "quantitative", "title": x_title},
+                           "y": {"field": "q", "type": "quantitative", "title": "fraction of requests", "scale": {"domain": [0, 1]}},
+                           "tooltip": _tip(["benchmark"], ["q", "seconds"], ".3f")})
+
+
+def stacked_counts(rows: list[dict[str, Any]], title: str, *, y: str, color: str, domain: list[str] | None = None) -> dict[str, Any]:
+    """Counts per `y`, stacked by `color`: rows {<y>, <color>, n} (coverage per shard, errors by
+    shard and kind)."""
+    scale: dict[str, Any] = {"domain": domain} if domain else {}
+    if domain == ["ok", "error", "missing"]:
+        scale["range"] = ["#4c9a2a", "#d1495b", "#bbbbbb"]
+    return _base(rows, title, width=WIDTH, height=max(ROW * len({r[y] for r in rows}), 40), mark="bar",
+                 encoding={"y": {"field": y, "type": "nominal", "sort": None, "title": None},
+                           "x": {"field": "n", "type": "quantitative", "title": "records", "stack": True},
+                           "color": {"field": color, "type": "nominal", "scale": scale, "title": None},
+                           "tooltip": _tip([y, color], ["n"], "d")})

@@ -1,0 +1,170 @@
+"""One self-contained HTML page: text escaped, Vega-Lite charts drawn by Vega's own JavaScript
+inlined, nothing fetched at view time (it opens from a shared filesystem or an attachment).
+
+The JavaScript (Vega, Vega-Lite, vega-embed) comes from vl-convert-python, the optional extra
+`shardeval[report]`, which ships and bundles it; the bundle is kept in shardeval's cache dir so
+only the first page pays its 1-2 s of bundling. Without the extra, `vega_bundle` raises
+`PlottingMissing` and callers write their Markdown only.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+INSTALL_HINT = "pip install 'shardeval[report]' (vl-convert-python) to get report.html"
+
+
+class PlottingMissing(Exception):
+    """The optional plotting dependency is not installed: no HTML, and one line saying how."""
+
+
+def vega_bundle() -> str:
+    """Vega + Vega-Lite + vega-embed as one script, from vl-convert (cached per its version)."""
+    try:
+        import vl_convert
+    except ImportError:
+        raise PlottingMissing(INSTALL_HINT) from None
+    from shardeval.atomic import atomic_write
+    from shardeval.datasets import cache_dir
+
+    version = getattr(vl_convert, "__version__", None) or vl_convert.get_vega_embed_version()
+    path = os.path.join(cache_dir(), "vega", f"vl-convert-{version}.js")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        pass
+    bundle = vl_convert.javascript_bundle()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write(path, bundle.encode())
+    except OSError:  # a read-only cache costs time on the next page, never the page
+        pass
+    return bundle
+
+
+def write_html(path: str, render: Callable[[], bytes]) -> str | None:
+    """Write the page `render` makes to `path`; without the plotting extra write nothing and
+    return the one line that says how to get it (and that a page already there is older)."""
+    from shardeval.atomic import atomic_write
+
+    try:
+        page = render()
+    except PlottingMissing as missing:
+        stale = f"; the {os.path.basename(path)} there is from an earlier merge" if os.path.exists(path) else ""
+        return f"{os.path.basename(path)} not written: {missing}{stale}"
+    atomic_write(path, page)
+    return None
+
+
+# C0 controls other than tab/newline/CR are drawn as their Unicode "control pictures" (NUL -> ␀),
+# so a reply holding them stays visible and copyable instead of vanishing or breaking the page.
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def esc(value: Any) -> str:
+    """Any value as HTML text: never markup, whatever it holds."""
+    text = "" if value is None else str(value)
+    return html.escape(_CONTROLS.sub(_picture, text), quote=True)
+
+
+def _picture(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return chr(0x2421 if code == 0x7F else 0x2400 + code)
+
+
+def json_for_script(data: Any) -> str:
+    """JSON safe inside <script type="application/json">: no `</script>`, `<!--` or line
+    separators can end or bend the element."""
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, sort_keys=False, separators=(",", ":"))
+    return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def table(headers: list[str], rows: list[list[str]], *, cls: str = "") -> str:
+    """A table from already-escaped cells (callers build cells with esc/cell)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{esc(cls)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def num(value: Any, key: str, digits: int = 4) -> str:
+    """A numeric cell carrying the exact value in data-value (tests and readers compare it with
+    the JSON files) and a rounded one as text."""
+    if value is None or (isinstance(value, float) and value != value):
+        return f'<td class="num" data-key="{esc(key)}" data-value="null">—</td>'
+    shown = f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+    return f'<td class="num" data-key="{esc(key)}" data-value="{esc(json.dumps(value))}">{shown}</td>'
+
+
+@dataclass
+class Page:
+    """A page under construction: sections of HTML and the charts they place."""
+
+    title: str
+    parts: list[str] = field(default_factory=list)
+    charts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, *html_parts: str) -> None:
+        self.parts.extend(html_parts)
+
+    def chart(self, chart_id: str, spec: dict[str, Any], caption: str = "") -> str:
+        """Place a Vega-Lite chart; returns its container's HTML."""
+        self.charts[chart_id] = spec
+        note = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
+        return f'<figure><div class="chart" id="{esc(chart_id)}"></div>{note}</figure>'
+
+    def render(self) -> bytes:
+        """The whole page. Raises PlottingMissing when the charts' JavaScript is not installed."""
+        bundle = vega_bundle().replace("</script", "<\\/script")
+        specs = json_for_script(self.charts)
+        return (f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:">
+<title>{esc(self.title)}</title>
+<style>{STYLE}</style>
+</head><body>
+{''.join(self.parts)}
+<script type="application/json" id="chart-specs">{specs}</script>
+<script>{bundle}</script>
+<script>{DRAW}</script>
+</body></html>
+""").encode()
+
+
+# Vega needs 'unsafe-eval' (it compiles expressions); the policy forbids every fetch, so a page
+# that tried to load anything would fail loudly in the console instead of leaking a request.
+DRAW = """(function () {
+  var specs = JSON.parse(document.getElementById('chart-specs').textContent);
+  var drawn = Object.keys(specs).map(function (id) {
+    return vegaEmbed('#' + CSS.escape(id), specs[id], {renderer: 'svg', actions: false});
+  });
+  function openTarget() {  // a link to an item opens its folded <details>
+    var el = location.hash && document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    if (el && el.tagName === 'DETAILS') { el.open = true; el.scrollIntoView(); }
+  }
+  window.addEventListener('hashchange', openTarget);
+  openTarget();
+  Promise.all(drawn).then(function () { document.body.dataset.charts = 'drawn'; },
+    function (err) { document.body.dataset.charts = 'failed'; console.error('chart failed: ' + err); });
+})();"""
+
+STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1200px;padding:0 24px 48px;color:#1d1d1f}
+h1{font-size:22px;margin:24px 0 4px}h2{font-size:18px;margin:32px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:20px 0 6px}
+.verdict{font-weight:600}.partial{color:#b35900}.complete{color:#1a7f37}.warn{color:#b35900}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+th,td{border:1px solid #e3e3e3;padding:3px 8px;text-align:left;vertical-align:top;unicode-bidi:isolate}
+th{background:#f6f6f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
+figure{margin:8px 16px 16px 0;display:inline-block;vertical-align:top}figcaption{color:#666;font-size:12px}
+.text{white-space:pre-wrap;word-break:break-word;unicode-bidi:plaintext;font-family:ui-monospace,Menlo,monospace;font-size:12px;max-height:24em;overflow:auto;background:#fafafa;padding:6px;margin:4px 0}
+details{margin:4px 0}summary{cursor:pointer}details.item{border-left:3px solid #ddd;padding-left:8px}.role{font-weight:600;color:#555}
+.muted{color:#666}a{color:#0b5cad}
+"""

@@ -1,0 +1,260 @@
+"""report.html: the merge's numbers drawn, for people who decide by looking.
+
+Built from the same documents as scores.json and timing.json (so the page cannot disagree with
+them) plus the merge's per-cell arrays for what those files do not hold: errors and coverage per
+shard, latency percentiles, and the items to read (worst, most disagreeing, errored) with their
+standing record and conversation. Every chart's data is aggregated; the page's size does not grow
+with the run's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from shardeval import charts
+from shardeval.html_page import Page, esc, num, table
+from shardeval.metrics import ERROR, MISSING, OK
+from shardeval.records import RESULTS_FILE, TRAJECTORIES_FILE, ResultRecord, TrajectoryRecord
+from shardeval.report import counts, percentile, provenance_facts, run_notes, scores_document, timing
+
+if TYPE_CHECKING:
+    from shardeval.merge import BenchmarkMerge, MergeResult
+
+ITEMS = 20  # rows per table of items to read
+TEXT_LIMIT = 6000  # characters of one message shown; the rest is in trajectories.jsonl
+PASS_AT = re.compile(r"pass@(\d+)$")
+QUANTILES = [i / 100 for i in range(100)] + [0.995, 0.999, 1.0]
+
+
+def plain(markdown: str) -> str:
+    """A note written for report.md, as text."""
+    return markdown.replace("**", "").replace("`", "")
+
+
+def slug(*parts: Any) -> str:
+    """An element id from names that may hold anything."""
+    return "-".join(re.sub(r"[^A-Za-z0-9_.-]", lambda m: f"_{ord(m.group()):x}", str(p)) for p in parts)
+
+
+def metric_table(name: str, metrics: dict[str, Any], confidence: float) -> str:
+    rows = [[esc(m), num(v.get("value"), f"{name}/{m}/value"), num(v.get("ci_low"), f"{name}/{m}/ci_low"),
+             num(v.get("ci_high"), f"{name}/{m}/ci_high"), num(v.get("stderr"), f"{name}/{m}/stderr"), esc(v.get("ci_method") or "—"),
+             num(v.get("n"), f"{name}/{m}/n")] for m, v in metrics.items()]
+    return table(["metric", "value", f"{confidence:.0%} low", f"{confidence:.0%} high", "stderr", "method", "n"], rows, cls="metrics")
+
+
+def interval_rows(metrics: dict[str, Any], **labels: Any) -> list[dict[str, Any]]:
+    """Chart rows for metrics that have a value (an interval where they have one)."""
+    return [{**labels, "metric": m, "value": v["value"], "low": v.get("ci_low", v["value"]) if v.get("ci_low") is not None else v["value"],
+             "high": v["ci_high"] if v.get("ci_high") is not None else v["value"], "n": v.get("n")}
+            for m, v in metrics.items() if isinstance(v.get("value"), (int, float)) and math.isfinite(v["value"])]
+
+
+def _as_dicts(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m: msgspec.to_builtins(v) for m, v in metrics.items()}
+
+
+def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes:
+    """The page. Raises html_page.PlottingMissing without the plotting extra."""
+    run = result.run
+    scores = scores_document(result)
+    page = Page(f"shardeval report: {os.path.basename(os.path.normpath(run.root))}")
+    verdict = "PARTIAL" if result.partial else "COMPLETE"
+    page.add(f"<h1>shardeval report: {esc(run.root)}</h1>",
+             f'<p>Run <code>{esc(run.config_hash)}</code>: {len(run.present())}/{run.total_shards} shards present. '
+             f'<span class="verdict {verdict.lower()}" id="verdict">{verdict}</span></p>')
+    if notes := run_notes(result):
+        page.add("<ul class=\"notes\">" + "".join(f'<li class="warn">{esc(plain(n))}</li>' for n in notes) + "</ul>")
+    every = [row for b in result.benchmarks for row in interval_rows(
+        {m: v for m, v in _as_dicts(b.metrics).items() if not (PASS_AT.match(m) and m != "pass@1")}, benchmark=b.manifest.name)]
+    page.add("<h2>Summary</h2>",
+             page.chart("forest", charts.forest(every, f"Every metric with its {confidence:.0%} interval")) if every else "",
+             *(f"<h3>{esc(name)}</h3>" + metric_table(name, _as_dicts(entry["metrics"]), confidence) for name, entry in scores.items()))
+    for b in result.benchmarks:
+        page.add(*benchmark_section(page, result, b, confidence))
+    page.add("<h2>Provenance</h2>", provenance_table(run))
+    return page.render()
+
+
+def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", confidence: float) -> list[str]:
+    name, c, metrics = b.manifest.name, counts(b), _as_dicts(b.metrics)
+    key = slug(name)
+    out = [f'<h2 id="b-{key}">{esc(name)}</h2>',
+           f"<p>coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded ({c['n_problems']} problems × "
+           f"{c['repeats']} repeats), {c['n_missing']} missing; errors: {c['n_errors']} "
+           f"({'scored as wrong' if result.errors_as_wrong else 'excluded from scores'})</p>"]
+    out += [f'<p class="warn">{esc(problem)}</p>' for problem in b.metric_problems]
+    per_cluster = (metrics.get("accuracy") or {}).get("details", {}).get("per_cluster")
+    if per_cluster:
+        rows = [{"category": k, "value": e["value"], "low": e.get("ci_low", e["value"]), "high": e.get("ci_high", e["value"]), "n": e["n"]}
+                for k, e in sorted(per_cluster.items(), key=lambda kv: -kv[1]["value"])]
+        out.append(page.chart(f"categories-{key}", charts.interval_rows(rows, f"{name}: accuracy per category, {confidence:.0%} intervals",
+                                                                      y="category", x_title="accuracy")))
+    passk = sorted((int(PASS_AT.match(m).group(1)), v) for m, v in metrics.items() if PASS_AT.match(m) and v.get("value") is not None)
+    if len(passk) > 1:
+        rows = [{"benchmark": name, "k": k, "value": v["value"], "low": v.get("ci_low", v["value"]), "high": v.get("ci_high", v["value"])}
+                for k, v in passk]
+        out.append(page.chart(f"passk-{key}", charts.pass_at_k(rows, f"{name}: pass@k against k")))
+    cells = b.cells
+    for label, column in (("latency", cells.latency), ("TTFT", cells.ttft)):
+        values = sorted(v for v, s, cached in zip(column, cells.status, cells.cached) if s == OK and not cached and v == v)
+        if values:
+            rows = [{"benchmark": name, "q": q, "seconds": percentile(values, q)} for q in QUANTILES]
+            t = timing(b)[f"{'latency' if label == 'latency' else 'ttft'}_s"]
+            out.append(page.chart(f"{label.lower()}-{key}", charts.ecdf(rows, f"{name}: {label} distribution", "seconds"),
+                                  f"p50 {t['p50']:.3f} s · p90 {t['p90']:.3f} s · p99 {t['p99']:.3f} s"))
+    shard_of = [s.manifest.shard_idx for s in result.run.shards]
+    states: Counter[tuple[int, str]] = Counter()
+    kinds = {code + 1: kind for kind, code in cells.kinds.items()}
+    errors: Counter[tuple[int, str]] = Counter()
+    for status, src, kind in zip(cells.status, cells.src, cells.error_kind):
+        if status != MISSING:
+            states[(shard_of[src], "ok" if status == OK else "error")] += 1
+            if status == ERROR:
+                errors[(shard_of[src], kinds.get(kind, "unknown"))] += 1
+    for idx, n in b.missing_by_shard.items():
+        if n:
+            states[(idx, "missing")] += n
+    coverage = [{"shard": f"shard {i}", "state": st, "n": states[(i, st)]}
+                for i in range(result.run.total_shards) for st in ("ok", "error", "missing") if states[(i, st)]]
+    out.append(page.chart(f"coverage-{key}", charts.stacked_counts(coverage, f"{name}: coverage per shard", y="shard", color="state",
+                                                                   domain=["ok", "error", "missing"])))
+    if errors:
+        by_kind = Counter()
+        for (_, kind), n in errors.items():
+            by_kind[kind] += n
+        out.append(page.chart(f"errors-{key}", charts.stacked_counts(
+            [{"shard": f"shard {i}", "kind": k, "n": n} for (i, k), n in sorted(errors.items())],
+            f"{name}: errors by shard and kind ({', '.join(f'{k} {n}' for k, n in by_kind.most_common())})", y="shard", color="kind")))
+    out += items_section(result, b)
+    return out
+
+
+def _problem_scores(b: "BenchmarkMerge") -> list[tuple[int, list[float], int]]:
+    """(problem, its valid scores, its error count) for every problem with a standing record."""
+    cells, repeats = b.cells, b.cells.repeats
+    out = []
+    for p in range(cells.n_problems):
+        span = range(p * repeats, (p + 1) * repeats)
+        scores = [cells.score[i] for i in span if cells.status[i] == OK and cells.score[i] == cells.score[i]]
+        errors = sum(1 for i in span if cells.status[i] == ERROR)
+        if scores or errors:
+            out.append((p, scores, errors))
+    return out
+
+
+def items_section(result: "MergeResult", b: "BenchmarkMerge") -> list[str]:
+    """The items worth reading: lowest mean score, most disagreement between repeats, errors;
+    each links to its standing records and one conversation, shown escaped."""
+    problems = _problem_scores(b)
+    worst = sorted(((sum(s) / len(s), p) for p, s, _ in problems if s and sum(s) / len(s) < 1), key=lambda t: t)[:ITEMS]
+    spread = sorted(((-_variance(s), p) for p, s, _ in problems if len(s) > 1 and _variance(s) > 0))[:ITEMS]
+    errored = [p for p, _, e in problems if e][:ITEMS]
+    groups = [("Lowest mean score", [p for _, p in worst]), ("Most disagreement between repeats", [p for _, p in spread]),
+              ("With errors", errored)]
+    chosen = sorted({p for _, ps in groups for p in ps})
+    if not chosen:
+        return []
+    records = read_items(result, b, chosen)
+    name, key = b.manifest.name, slug(b.manifest.name)
+    out = [f"<h3>{esc(name)}: items to read</h3>"]
+    scores_of = {p: s for p, s, _ in problems}
+    for title, ps in groups:
+        if not ps:
+            continue
+        rows = []
+        for p in ps:
+            recs = records[p]
+            first = recs[0][0]
+            s = scores_of.get(p, [])
+            rows.append([f'<a href="#i-{key}-{p}">{esc(first.problem_id)}</a>', esc(first.cluster or ""),
+                         num(sum(s) / len(s) if s else None, f"{name}/item/{p}/mean"), esc(f"{len(s)}/{b.cells.repeats}"),
+                         f'<td class="text-cell">{esc(first.reference)}</td>',
+                         f'<td class="text-cell">{esc(" | ".join(str(r.extracted) if r.status == "ok" else f"[{r.error_kind}]" for r, _ in recs))}</td>'])
+        out.append(f"<h4>{esc(title)}</h4>" + table(["problem", "category", "mean score", "valid", "reference", "extracted per repeat"], rows,
+                                                      cls="items"))
+    out += [item_detail(key, p, records[p]) for p in chosen]
+    return out
+
+
+def _variance(s: list[float]) -> float:
+    m = sum(s) / len(s)
+    return sum((x - m) ** 2 for x in s) / len(s)
+
+
+def read_items(result: "MergeResult", b: "BenchmarkMerge", problems: list[int]) -> dict[int, list[tuple[ResultRecord, TrajectoryRecord | None]]]:
+    """The standing records (and their trajectories) of `problems`, read back from the shards."""
+    cells, shards, name = b.cells, result.run.shards, b.manifest.name
+    out: dict[int, list[tuple[ResultRecord, TrajectoryRecord | None]]] = {}
+    files: dict[tuple[int, str], Any] = {}
+    try:
+        for p in problems:
+            for cell in range(p * cells.repeats, (p + 1) * cells.repeats):
+                src = cells.src[cell]
+                if src < 0:
+                    continue
+                record = msgspec.json.decode(_read(files, shards[src].abspath, src, name, RESULTS_FILE, cells.offset[cell], cells.length[cell]),
+                                             type=ResultRecord)
+                traj = None
+                if cells.traj_offset[cell] >= 0:
+                    try:
+                        traj = msgspec.json.decode(_read(files, shards[src].abspath, src, name, TRAJECTORIES_FILE,
+                                                         cells.traj_offset[cell], cells.traj_length[cell]), type=TrajectoryRecord)
+                    except msgspec.DecodeError:
+                        traj = None
+                out.setdefault(p, []).append((record, traj))
+    finally:
+        for f in files.values():
+            f.close()
+    return out
+
+
+def _read(files: dict[tuple[int, str], Any], root: str, src: int, bench: str, name: str, offset: int, length: int) -> bytes:
+    f = files.get((src, name))
+    if f is None:
+        f = files[(src, name)] = open(os.path.join(root, bench, name), "rb")
+    f.seek(offset)
+    return f.read(length)
+
+
+def _clip(text: str, where: str) -> str:
+    if len(text) <= TEXT_LIMIT:
+        return esc(text)
+    return esc(text[:TEXT_LIMIT]) + f'<span class="muted">… {len(text) - TEXT_LIMIT} more characters in {esc(where)}</span>'
+
+
+def item_detail(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecord | None]]) -> str:
+    """One problem's standing records and the conversation of its first one that is not right."""
+    first = recs[0][0]
+    rows = [[num(r.repeat, f"item/{p}/repeat"), esc(r.status), num(r.score, f"item/{p}/{r.repeat}/score"),
+             f'<td class="text-cell">{esc(r.extracted)}</td>', esc(r.error_kind or ""), f'<td class="text-cell">{esc(r.error or "")}</td>']
+            for r, _ in recs]
+    shown = next(((r, t) for r, t in recs if t is not None and r.score != 1.0), next(((r, t) for r, t in recs if t is not None), None))
+    where = f"merged/{first.benchmark}/{TRAJECTORIES_FILE}"
+    conversation = ""
+    if shown is not None:
+        r, t = shown
+        assert t is not None
+        conversation = f"<p class=\"muted\">repeat {r.repeat}:</p>" + "".join(
+            f'<div class="role">{esc(m.role)}</div><div class="text">{_clip(m.content, where)}</div>' for m in t.messages)
+        if r.status == "ok" and r.response and not any(m.role == "assistant" for m in t.messages):
+            conversation += f'<div class="role">reply</div><div class="text">{_clip(r.response, where)}</div>'
+    return (f'<details class="item" id="i-{key}-{p}"><summary>{esc(first.problem_id)} <span class="muted">(problem {p}'
+            f'{", " + esc(first.cluster) if first.cluster else ""})</span></summary>'
+            f"<p>reference: <span class=\"text-inline\">{esc(first.reference)}</span></p>"
+            + table(["repeat", "status", "score", "extracted", "error kind", "error"], rows) + conversation + "</details>")
+
+
+def provenance_table(run: Any) -> str:
+    rows = []
+    for name, values in provenance_facts(run):
+        shown = "; ".join(f"{v} ({', '.join(paths[:3])}{' …' if len(paths) > 3 else ''})" for v, paths in values.items()) \
+            if len(values) > 1 else next(iter(values))
+        rows.append([esc(name), f'<td class="{"warn" if len(values) > 1 and name != "host" else ""}">{esc(shown)}</td>'])
+    return table(["fact", "value"], rows, cls="provenance")
