@@ -47,6 +47,7 @@ def make_shard(
     name: str | None = None,
     records: Iterable[ResultRecord] | None = None,
     metrics: list[str] | None = None,
+    prompt: Callable[[int], str] = lambda p: f"q{p}",
 ) -> str:
     """Write shard idx/total of a run; records default to every (problem, repeat) of its range."""
     out = os.path.join(root, name or f"shard_{idx}")
@@ -75,7 +76,7 @@ def make_shard(
                 encode_line(
                     TrajectoryRecord(
                         benchmark=rec.benchmark, problem_idx=rec.problem_idx, problem_id=rec.problem_id,
-                        repeat=rec.repeat, messages=[{"role": "user", "content": f"q{rec.problem_idx}"},
+                        repeat=rec.repeat, messages=[{"role": "user", "content": prompt(rec.problem_idx)},
                                                      {"role": "assistant", "content": rec.response}],
                         status=rec.status,
                     )

@@ -9,11 +9,13 @@ with the run's.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import os
 import re
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
@@ -136,26 +138,25 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", co
     return out
 
 
-def _problem_scores(b: "BenchmarkMerge") -> list[tuple[int, list[float], int]]:
-    """(problem, its valid scores, its error count) for every problem with a standing record."""
+def _problem_scores(b: "BenchmarkMerge") -> Iterator[tuple[int, list[float], int]]:
+    """(problem, its valid scores, its error count) for every problem with a standing record,
+    one at a time: a million-cell run never holds them all."""
     cells, repeats = b.cells, b.cells.repeats
-    out = []
+    status, score = cells.status, cells.score
     for p in range(cells.n_problems):
         span = range(p * repeats, (p + 1) * repeats)
-        scores = [cells.score[i] for i in span if cells.status[i] == OK and cells.score[i] == cells.score[i]]
-        errors = sum(1 for i in span if cells.status[i] == ERROR)
+        scores = [score[i] for i in span if status[i] == OK and score[i] == score[i]]
+        errors = sum(1 for i in span if status[i] == ERROR)
         if scores or errors:
-            out.append((p, scores, errors))
-    return out
+            yield p, scores, errors
 
 
 def items_section(result: "MergeResult", b: "BenchmarkMerge") -> list[str]:
     """The items worth reading: lowest mean score, most disagreement between repeats, errors;
     each links to its standing records and one conversation, shown escaped."""
-    problems = _problem_scores(b)
-    worst = sorted(((sum(s) / len(s), p) for p, s, _ in problems if s and sum(s) / len(s) < 1), key=lambda t: t)[:ITEMS]
-    spread = sorted(((-_variance(s), p) for p, s, _ in problems if len(s) > 1 and _variance(s) > 0))[:ITEMS]
-    errored = [p for p, _, e in problems if e][:ITEMS]
+    worst = heapq.nsmallest(ITEMS, ((sum(s) / len(s), p) for p, s, _ in _problem_scores(b) if s and sum(s) < len(s)))
+    spread = heapq.nsmallest(ITEMS, ((-v, p) for p, s, _ in _problem_scores(b) if len(s) > 1 and (v := _variance(s)) > 0))
+    errored = [p for p, _, e in itertools.islice((t for t in _problem_scores(b) if t[2]), ITEMS)]
     groups = [("Lowest mean score", [p for _, p in worst]), ("Most disagreement between repeats", [p for _, p in spread]),
               ("With errors", errored)]
     chosen = sorted({p for _, ps in groups for p in ps})
@@ -164,7 +165,7 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge") -> list[str]:
     records = read_items(result, b, chosen)
     name, key = b.manifest.name, slug(b.manifest.name)
     out = [f"<h3>{esc(name)}: items to read</h3>"]
-    scores_of = {p: s for p, s, _ in problems}
+    categories = bool(b.cells.clusters)
     for title, ps in groups:
         if not ps:
             continue
@@ -172,12 +173,12 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge") -> list[str]:
         for p in ps:
             recs = records[p]
             first = recs[0][0]
-            s = scores_of.get(p, [])
-            rows.append([f'<a href="#i-{key}-{p}">{esc(first.problem_id)}</a>', esc(first.cluster or ""),
+            s = [r.score for r, _ in recs if r.status == "ok" and r.score is not None]
+            rows.append([f'<a href="#i-{key}-{p}">{esc(first.problem_id)}</a>', *([esc(first.cluster or "")] if categories else []),
                          num(sum(s) / len(s) if s else None, f"{name}/item/{p}/mean"), esc(f"{len(s)}/{b.cells.repeats}"),
                          f'<td class="text-cell">{esc(first.reference)}</td>',
                          f'<td class="text-cell">{esc(" | ".join(str(r.extracted) if r.status == "ok" else f"[{r.error_kind}]" for r, _ in recs))}</td>'])
-        out.append(f"<h4>{esc(title)}</h4>" + table(["problem", "category", "mean score", "valid", "reference", "extracted per repeat"], rows,
+        out.append(f"<h4>{esc(title)}</h4>" + table(["problem", *(["category"] if categories else []), "mean score", "valid", "reference", "extracted per repeat"], rows,
                                                       cls="items"))
     out += [item_detail(key, p, records[p]) for p in chosen]
     return out
