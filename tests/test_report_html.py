@@ -77,6 +77,10 @@ def test_report_of_a_real_run_draws_every_chart_offline_with_the_numbers_of_scor
                 if isinstance(value, float):
                     assert text == f"{value:.4f}"
         assert v.page.inner_text("#verdict") == "COMPLETE"
+        timing = json.loads((run / "merged" / "timing.json").read_text())["arith"]
+        for field in ("latency_s", "ttft_s"):
+            for q in ("p50", "p90", "p99"):
+                assert shown[f"arith/timing/{field}/{q}"][0] == timing[field][q]
         # the errors chart counts what scores.json counts
         errors = v.page.evaluate("""() => { const view = document.querySelector('#errors-arith'); return view.textContent; }""")
         for kind, n in scores["arith"]["error_kinds"].items():

@@ -75,12 +75,14 @@ def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes
         page.add("<ul class=\"notes\">" + "".join(f'<li class="warn">{esc(plain(n))}</li>' for n in notes) + "</ul>")
     every = [row for b in result.benchmarks for row in interval_rows(
         {m: v for m, v in _as_dicts(b.metrics).items() if not (PASS_AT.match(m) and m != "pass@1")}, benchmark=b.manifest.name)]
+    page.add('<nav class="muted">' + " · ".join(f'<a href="#b-{slug(b.manifest.name)}">{esc(b.manifest.name)}</a>' for b in result.benchmarks)
+             + ' · <a href="#provenance">provenance</a></nav>')
     page.add("<h2>Summary</h2>",
              page.chart("forest", charts.forest(every, f"Every metric with its {confidence:.0%} interval")) if every else "",
              *(f"<h3>{esc(name)}</h3>" + metric_table(name, _as_dicts(entry["metrics"]), confidence) for name, entry in scores.items()))
     for b in result.benchmarks:
         page.add(*benchmark_section(page, result, b, confidence))
-    page.add("<h2>Provenance</h2>", provenance_table(run))
+    page.add('<h2 id="provenance">Provenance</h2>', provenance_table(run))
     return page.render()
 
 
@@ -104,13 +106,18 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", co
                 for k, v in passk]
         out.append(page.chart(f"passk-{key}", charts.pass_at_k(rows, f"{name}: pass@k against k")))
     cells = b.cells
+    t = timing(b)
     for label, column in (("latency", cells.latency), ("TTFT", cells.ttft)):
         values = sorted(v for v, s, cached in zip(column, cells.status, cells.cached) if s == OK and not cached and v == v)
         if values:
             rows = [{"benchmark": name, "q": q, "seconds": percentile(values, q)} for q in QUANTILES]
-            t = timing(b)[f"{'latency' if label == 'latency' else 'ttft'}_s"]
-            out.append(page.chart(f"{label.lower()}-{key}", charts.ecdf(rows, f"{name}: {label} distribution", "seconds"),
-                                  f"p50 {t['p50']:.3f} s · p90 {t['p90']:.3f} s · p99 {t['p99']:.3f} s"))
+            out.append(page.chart(f"{label.lower()}-{key}", charts.ecdf(rows, f"{name}: {label} distribution", "seconds")))
+    if t["n"]:
+        rows = [[esc(label), *(num(t[field][q], f"{name}/timing/{field}/{q}", 3) for q in ("p50", "p90", "p99"))]
+                for label, field in (("latency (s)", "latency_s"), ("TTFT (s)", "ttft_s"))]
+        out.append(table(["", "p50", "p90", "p99"], rows, cls="timing")
+                   + f"<p class=\"muted\">{t['n']} answers asked of the model; {t['n_cached']} from the response cache (left out); "
+                     f"{t['completion_tokens_per_s'] or 0:.1f} completion tokens/s over {t['wall_span_s'] or 0:.1f} s</p>")
     shard_of = [s.manifest.shard_idx for s in result.run.shards]
     states: Counter[tuple[int, str]] = Counter()
     kinds = {code + 1: kind for kind, code in cells.kinds.items()}
