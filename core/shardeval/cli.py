@@ -151,9 +151,11 @@ def status(run_dir: str) -> None:
 @click.option("--format", "fmt", metavar="parquet|csv|jsonl", help="Default: from FILE's suffix (.parquet, .csv, .jsonl).")
 @click.option("--allow-mixed-models", is_flag=True, help="Export shards whose endpoints served different weights (the weights column tells them apart).")
 def export_command(run_dir: str, output: str, fmt: str | None, allow_mixed_models: bool) -> None:
-    """Write one row per standing record of RUN_DIR (the record merge keeps per problem and
-    repeat), in merge order, with the run's identity columns. A sweep's directory exports every
-    model into one file. Parquet needs pyarrow: pip install 'shardeval[parquet]'. See docs/export.md.
+    """Export RUN_DIR's records to one Parquet, CSV or JSONL file.
+
+    One row per standing record (the one merge keeps per problem and repeat), in merge order,
+    with the run's identity columns; a sweep's directory exports every model into one file.
+    Parquet needs pyarrow: pip install 'shardeval[parquet]'. See docs/export.md.
     """
     from shardeval.export import export
 

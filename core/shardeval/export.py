@@ -124,7 +124,8 @@ def row(ident: Identity, rec: Any, names: list[str]) -> tuple:
     return (*ident, *_fields(rec), rec.cached is True, *[rec.scores.get(n) for n in names])
 
 
-def batches(rows: Iterator[tuple], size: int = BATCH) -> Iterator[list[tuple]]:
+def batches(rows: Iterator[tuple], size: int | None = None) -> Iterator[list[tuple]]:
+    size = size or BATCH
     batch = []
     for r in rows:
         batch.append(r)
