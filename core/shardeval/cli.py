@@ -149,7 +149,8 @@ def status(run_dir: str) -> None:
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("-o", "--output", required=True, metavar="FILE", help="The file to write (replaced atomically).")
 @click.option("--format", "fmt", metavar="parquet|csv|jsonl", help="Default: from FILE's suffix (.parquet, .csv, .jsonl).")
-@click.option("--allow-mixed-models", is_flag=True, help="Export shards whose endpoints served different weights (the weights column tells them apart).")
+@click.option("--allow-mixed-models", is_flag=True,
+              help="Export shards whose endpoints served different weights (the weights column tells them apart).")
 def export_command(run_dir: str, output: str, fmt: str | None, allow_mixed_models: bool) -> None:
     """Export RUN_DIR's records to one Parquet, CSV or JSONL file.
 
@@ -162,7 +163,8 @@ def export_command(run_dir: str, output: str, fmt: str | None, allow_mixed_model
     done = export(run_dir, output, fmt, allow_mixed_models=allow_mixed_models)
     for line in done.warnings:
         click.echo(f"shardeval: warning: {line}", err=True)
-    click.echo(f"written: {output} ({done.format}, {done.rows} rows" + (f"; {done.missing} cells have no record yet" if done.missing else "") + ")")
+    missing = f"; {done.missing} cells have no record yet" if done.missing else ""
+    click.echo(f"written: {output} ({done.format}, {done.rows} rows{missing})")
 
 
 @cli.group("plugins", invoke_without_command=True)

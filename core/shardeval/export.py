@@ -90,7 +90,7 @@ def scan(root: str, allow_mixed_models: bool = False) -> list[Scanned]:
             cells = Cells(bm.n_problems, bm.repeats)
             scan_results(cells, bm.name, run.shards)
             out.append(Scanned(run, bm.name, cells, [identity(run, s.manifest, i) for s in run.shards], f"{name}: " if name else ""))
-    if not out:
+    if plan is not None and not out:
         raise UsageError(f"{root}: no model of the sweep has a shard yet; export it once one has written records")
     return out
 
@@ -160,15 +160,15 @@ def need_pyarrow() -> Any:
     return pq
 
 
-def jsonl_chunks(names: list[str], rows: Iterator[tuple]) -> Iterator[bytes]:
+def jsonl_chunks(names: Iterable[str], rows: Iterator[tuple]) -> Iterator[bytes]:
     import msgspec
 
-    encode = msgspec.json.Encoder().encode
+    encode, names = msgspec.json.Encoder().encode, list(names)
     for batch in batches(rows):
         yield b"".join(encode(dict(zip(names, r))) + b"\n" for r in batch)
 
 
-def csv_chunks(names: list[str], rows: Iterator[tuple]) -> Iterator[bytes]:
+def csv_chunks(names: Iterable[str], rows: Iterator[tuple]) -> Iterator[bytes]:
     """RFC 4180 CSV in UTF-8: a null and an empty string are both an empty field."""
     import csv
     import io
@@ -231,7 +231,8 @@ def parquet_chunks(kinds: dict[str, str], rows: Iterator[tuple]) -> Iterator[byt
     schema, sink = arrow_schema(kinds), _Chunks()
     with pq.ParquetWriter(sink, schema) as writer:
         for batch in batches(rows):
-            writer.write_batch(pa.RecordBatch.from_arrays([pa.array(col, type=f.type) for col, f in zip(zip(*batch), schema)], schema=schema))
+            arrays = [pa.array(column, type=field.type) for column, field in zip(zip(*batch), schema)]
+            writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
             yield sink.drain()
     yield sink.drain()
 
@@ -256,7 +257,7 @@ def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: b
     scanned = scan(root, allow_mixed_models)
     target = os.path.realpath(out)
     for shard in (shard for s in scanned for shard in s.run.shards):
-        if os.path.commonpath([target, os.path.realpath(shard.abspath)]) == os.path.realpath(shard.abspath):
+        if os.path.commonpath([target, where := os.path.realpath(shard.abspath)]) == where:
             raise UsageError(f"-o {out} is inside the shard directory {shard.abspath}, which export only reads; write it elsewhere")
     names = score_names(scanned)
     kinds = columns(names)
@@ -267,13 +268,13 @@ def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: b
             counted[0] += 1
             yield row(ident, rec, names)
 
-    chunks = {"parquet": lambda: parquet_chunks(kinds, rows()), "csv": lambda: csv_chunks(list(kinds), rows()),
-              "jsonl": lambda: jsonl_chunks(list(kinds), rows())}[fmt]()
+    write = {"parquet": parquet_chunks, "csv": csv_chunks, "jsonl": jsonl_chunks}[fmt]
     try:
-        atomic_write(out, chunks)
+        atomic_write(out, write(kinds, rows()))
     except OSError as exc:
         raise os_error(exc, "write the export to") from None
-    lines = [f"{s.label}{where}: refused (not that shard's own records, never exported)" for s in scanned for where in s.cells.refused_files]
+    lines = [f"{s.label}{where}: refused (not that shard's own records, never exported)"
+             for s in scanned for where in s.cells.refused_files]
     lines += [f"{s.label}{where}: unreadable line skipped" for s in scanned for where in s.cells.unreadable]
     return Exported(fmt, counted[0], sum(s.cells.status.count(MISSING) for s in scanned), lines)
 
