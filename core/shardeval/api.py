@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from shardeval.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
                                     open_from_params, open_rows, package_data)
     from shardeval.errors import ShardError, UsageError
+    from shardeval.export import load_run
     from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
     from shardeval.orchestrator import dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, Orchestrator, merge_and_report
     from shardeval.params import DataParams, ParamsStruct, decode_params
@@ -52,6 +53,7 @@ _LAZY = {
     "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row "
     "open_from_params open_rows package_data",
     "shardeval.errors": "ShardError UsageError",
+    "shardeval.export": "load_run",
     "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
     "shardeval.orchestrator": "dump_yaml ENV_NAME escape_dollars LaunchRequest Orchestrator merge_and_report",
     "shardeval.judging": "Rubric",

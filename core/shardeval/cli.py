@@ -150,6 +150,28 @@ def status(run_dir: str) -> None:
     click.echo(render(run_dir))
 
 
+@cli.command("export")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("-o", "--output", required=True, metavar="FILE", help="The file to write (replaced atomically).")
+@click.option("--format", "fmt", metavar="parquet|csv|jsonl", help="Default: from FILE's suffix (.parquet, .csv, .jsonl).")
+@click.option("--allow-mixed-models", is_flag=True,
+              help="Export shards whose endpoints served different weights (the weights column tells them apart).")
+def export_command(run_dir: str, output: str, fmt: str | None, allow_mixed_models: bool) -> None:
+    """Export RUN_DIR's records to one Parquet, CSV or JSONL file.
+
+    One row per standing record (the one merge keeps per problem and repeat), in merge order,
+    with the run's identity columns; a sweep's directory exports every model into one file.
+    Parquet needs pyarrow: pip install 'shardeval[parquet]'. See docs/export.md.
+    """
+    from shardeval.export import export
+
+    done = export(run_dir, output, fmt, allow_mixed_models=allow_mixed_models)
+    for line in done.warnings:
+        click.echo(f"shardeval: warning: {line}", err=True)
+    missing = f"; {done.missing} cells have no record yet" if done.missing else ""
+    click.echo(f"written: {output} ({done.format}, {done.rows} rows{missing})")
+
+
 @cli.group("plugins", invoke_without_command=True)
 @click.pass_context
 def plugins_command(ctx: click.Context) -> None:
