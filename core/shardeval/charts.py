@@ -86,3 +86,14 @@ def stacked_counts(rows: list[dict[str, Any]], title: str, *, y: str, color: str
                            "x": {"field": "n", "type": "quantitative", "title": "records", "stack": True},
                            "color": {"field": color, "type": "nominal", "scale": scale, "title": None},
                            "tooltip": _tip([y, color], ["n"], "d")})
+
+
+def ordered_forest(rows: list[dict[str, Any]], title: str, *, color: str, order: list[str]) -> dict[str, Any]:
+    """`forest` with y = benchmark and one colour per `color` value, in `order` (a sweep's models
+    as listed: step2 before step10, not alphabetically; compare's A before B)."""
+    spec = forest(rows, title, y="benchmark", color=color)
+    for layer in spec["spec"]["layer"]:
+        enc = layer["encoding"]
+        enc["color"] = {**enc["color"], "scale": {"domain": order}, "sort": order, "title": None}
+        enc["yOffset"] = {**enc["yOffset"], "sort": order}
+    return spec
