@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from shardeval.standing import nothing_to_ask
     from shardeval.html_page import esc, num, Page, PlottingMissing, table, write_html
     from shardeval.charts import forest, interval_rows, ordered_forest
-    from shardeval.sweep_html import p_cell, span
+    from shardeval.sweep_html import finite, p_cell, span
 
 _LAZY = {
     "shardeval.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer "
@@ -70,7 +70,7 @@ _LAZY = {
     "shardeval.standing": "nothing_to_ask",
     "shardeval.html_page": "esc num Page PlottingMissing table write_html",
     "shardeval.charts": "forest interval_rows ordered_forest",
-    "shardeval.sweep_html": "p_cell span",
+    "shardeval.sweep_html": "finite p_cell span",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
 

@@ -38,7 +38,7 @@ def p_cell(p: Any, key: str) -> str:
     """A p-value cell as people read it: 4 decimals, or <0.0001 (never a bare 0.0000); the exact
     value stays in data-value."""
     cell = num(p, key)
-    return cell.replace(">0.0000</td>", ">&lt;0.0001</td>") if finite(p) and p < 0.0001 else cell
+    return cell.replace(f">{p:.4f}</td>", ">&lt;0.0001</td>") if finite(p) and p < 0.0001 else cell
 
 
 def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, str]) -> bytes:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import Page, esc, interval_rows, num, ordered_forest, p_cell, span, table
+from shardeval.api import Page, esc, finite, interval_rows, num, ordered_forest, p_cell, span, table
 
 MEANS = ("accuracy", "mean")  # the metric that is a run's mean score, as the sweep pairs it
 
 
 def own_mean(metrics: dict[str, Any]) -> tuple[str, Any] | None:
     """(name, MetricValue) of the run's mean score, when it has one."""
-    return next(((m, metrics[m]) for m in MEANS if m in metrics and metrics[m].value is not None), None)
+    return next(((m, metrics[m]) for m in MEANS if m in metrics and finite(metrics[m].value)), None)
 
 
 def render_compare_html(run_a: str, run_b: str, a: dict[str, Any], b: dict[str, Any], results: list[dict[str, Any]],
@@ -57,7 +57,7 @@ def render_compare_html(run_a: str, run_b: str, a: dict[str, Any], b: dict[str, 
              "the difference below is over the problems both runs answered.</p>")
 
     diffs = [{"benchmark": r["benchmark"], **span(r["diff"], r["ci_low"], r["ci_high"]), "n": r["n_shared"]}
-             for r in results if r["diff"] is not None]
+             for r in results if finite(r["diff"])]
     page.add("<h2>Difference B − A, paired on the shared problems</h2>",
              page.chart("diff", interval_rows(diffs, f"B − A with its {level} interval", y="benchmark", x_title="B − A",
                                               zero_rule=True)) if diffs else "",
