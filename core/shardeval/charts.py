@@ -86,3 +86,16 @@ def stacked_counts(rows: list[dict[str, Any]], title: str, *, y: str, color: str
                            "x": {"field": "n", "type": "quantitative", "title": "records", "stack": True},
                            "color": {"field": color, "type": "nominal", "scale": scale, "title": None},
                            "tooltip": _tip([y, color], ["n"], "d")})
+
+
+def ordered_forest(rows: list[dict[str, Any]], title: str, *, color: str, order: list[str]) -> dict[str, Any]:
+    """`forest` with y = benchmark and one colour per `color` value, in `order` (a sweep's models
+    as listed: step2 before step10, not alphabetically; compare's A before B). Beyond 10 values
+    the default palette repeats: 20 distinct colours, then a ramp in the given order."""
+    spec = forest(rows, title, y="benchmark", color=color)
+    scale = {"domain": order, **({} if len(order) <= 10 else {"scheme": "tableau20" if len(order) <= 20 else "viridis"})}
+    for layer in spec["spec"]["layer"]:
+        enc = layer["encoding"]
+        enc["color"] = {**enc["color"], "scale": scale, "sort": order, "title": None}
+        enc["yOffset"] = {**enc["yOffset"], "sort": order}
+    return spec

@@ -91,7 +91,7 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     from shardeval.metrics import MetricOptions
     from shardeval.report import render_report
     from shardeval.sweep import read_plan
-    from shardeval.sweep_merge import merge_sweep, render_sweep, write_sweep
+    from shardeval.sweep_merge import SWEEP_HTML, merge_sweep, render_sweep, write_sweep
 
     options = MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed)
     kwargs = dict(errors_as_wrong=errors_as_wrong, options=options, allow_mixed_models=allow_mixed_models)
@@ -100,9 +100,13 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
         for line in (f"{m.service}: {line}" for m in sweep.models if m.result is not None for line in warnings(m.result)):
             click.echo(f"shardeval: warning: {line}", err=True)
         out = write_sweep(sweep, output_dir, confidence=confidence)
+        for notice in sweep.notices:
+            click.echo(f"shardeval: {notice}", err=True)
         if not quiet:
             click.echo(render_sweep(sweep, confidence), nl=False)
             click.echo(f"\nwritten: {out}/ (sweep.json, sweep.md); each model's merge in <model>/merged/")
+            if not sweep.notices:
+                click.echo(f"open {os.path.join(out, SWEEP_HTML)} in a browser: the grid, the differences, a link to each model's report")
         return
     result = merge_run(run_dir, **kwargs)
     for line in warnings(result):

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-INSTALL_HINT = "pip install 'shardeval[report]' (vl-convert-python) to get report.html"
+INSTALL_HINT = "pip install 'shardeval[report]' (vl-convert-python) to get the HTML pages"
 
 
 class PlottingMissing(Exception):

@@ -187,14 +187,17 @@ def dump_yaml(documents: list[dict[str, Any]], header: str = "", explicit_start:
 def merge_and_report(root: str) -> None:
     """The step an orchestrator that waits for its shards ends with: merge what they wrote (also
     after a failure: the report then says what is missing) and print the report (of a sweep: the
-    models × benchmarks table)."""
+    models × benchmarks table). What the merge left out (no HTML without the plotting extra) is
+    said on stderr, once per reason, not once per model."""
     from shardeval.errors import UsageError
     from shardeval.sweep_merge import merge_any
 
     try:
-        text, out = merge_any(root)
+        text, out, notices = merge_any(root)
     except UsageError as exc:
         print(f"shardeval: nothing to merge: {exc}", file=sys.stderr)
         return
+    for notice in notices:
+        print(f"shardeval: {notice}", file=sys.stderr)
     print(text, end="")
     print(f"\nmerged into {out}/ — `shardeval merge {root}` redoes it, `shardeval status {root}` shows progress")

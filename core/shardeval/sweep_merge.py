@@ -2,24 +2,25 @@
 
 Each model's directory is merged exactly as `shardeval merge <out>/<service>` would (duplicates,
 missing cells, lost shards and mixed identities handled by the one merge), into its own merged/.
-Then <out>/merged/sweep.json and sweep.md: models × benchmarks with every metric's value and
-interval, and each non-baseline model's paired difference against the baseline on the
-(problem, repeat) cells both answered, Holm-adjusted across the table (the statistics come from
-the `paired_differences` hook: the metrics plugin). A cell short of full coverage, or a pair
-compared on fewer cells than either model has, is marked, never silently compared.
+Then <out>/merged/sweep.json, sweep.md and sweep.html (drawn by shardeval.sweep_html): models ×
+benchmarks with every metric's value and interval, and each non-baseline model's paired
+difference against the baseline on the (problem, repeat) cells both answered, Holm-adjusted
+across the table (the statistics come from the `paired_differences` hook: the metrics plugin).
+A cell short of full coverage, or a pair compared on fewer cells than either model has, is
+marked, never silently compared.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardeval.errors import UsageError, os_error
 from shardeval.metrics import MetricOptions
 from shardeval.records import SweepPlan, pretty_json
 
-SWEEP_JSON, SWEEP_MD = "sweep.json", "sweep.md"
+SWEEP_JSON, SWEEP_MD, SWEEP_HTML = "sweep.json", "sweep.md", "sweep.html"
 PAIRED_METRICS = ("accuracy", "mean")  # the metrics that are the mean of the cells' scores, which the pairing compares
 
 
@@ -36,6 +37,7 @@ class SweepMerge:
     plan: SweepPlan
     models: list[ModelMerge]
     document: dict[str, Any]
+    notices: list[str] = field(default_factory=list)  # what writing it left out (for stderr), one line per reason
 
     @property
     def partial(self) -> bool:
@@ -99,22 +101,43 @@ def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOpt
 
 
 def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float = 0.95) -> str:
-    """Each model's merged/ (or OUT/<service>/ with `out_dir`), then sweep.json and sweep.md."""
+    """Each model's merged/ (or OUT/<service>/ with `out_dir`), then sweep.json, sweep.md and
+    sweep.html (without the plotting extra: one line in sweep.notices says how to get it)."""
     from shardeval.atomic import atomic_write
     from shardeval.discover import MERGED_DIR
-    from shardeval.merge import write_merged
+    from shardeval.html_page import write_html
+    from shardeval.merge import REPORT_HTML, write_merged
+    from shardeval.sweep_html import render_sweep_html
 
-    for m in sweep.models:
-        if m.result is not None:
-            write_merged(m.result, os.path.join(out_dir, m.service) if out_dir else None, confidence=confidence)
+    pages = {m.service: os.path.join(write_merged(m.result, os.path.join(out_dir, m.service) if out_dir else None,
+                                                  confidence=confidence), REPORT_HTML)
+             for m in sweep.models if m.result is not None}
     out_dir = out_dir or os.path.join(sweep.root, MERGED_DIR)
     try:
         os.makedirs(out_dir, exist_ok=True)
         atomic_write(os.path.join(out_dir, SWEEP_JSON), pretty_json(sweep.document))
         atomic_write(os.path.join(out_dir, SWEEP_MD), render_sweep(sweep, confidence).encode())
+        links = {name: os.path.relpath(path, out_dir) for name, path in pages.items() if os.path.exists(path)}
+        page = os.path.join(out_dir, SWEEP_HTML)
+        missing = write_html(page, lambda: render_sweep_html(sweep, confidence, links))
     except OSError as exc:
         raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
+    sweep.notices = fold_notices(missing, [(m.service, n) for m in sweep.models if m.result is not None for n in m.result.notices],
+                                 [page, *pages.values()])
     return out_dir
+
+
+def fold_notices(missing: str | None, of_models: list[tuple[str, str]], pages: list[str]) -> list[str]:
+    """The lines for stderr. Without the plotting extra neither sweep.html nor any model's
+    report.html is written, for the one reason: one line says so, not one per model."""
+    from shardeval.html_page import INSTALL_HINT
+    from shardeval.merge import REPORT_HTML
+
+    if missing is None:
+        return [f"{name}: {line}" for name, line in of_models]
+    stale = "; the pages there are from an earlier merge" if any(os.path.exists(p) for p in pages) else ""
+    return [f"{SWEEP_HTML} and the models' {REPORT_HTML} not written: {INSTALL_HINT}{stale}",
+            *(f"{name}: {line}" for name, line in of_models if not line.startswith(f"{REPORT_HTML} not written"))]
 
 
 def _cell_text(cell: dict[str, Any]) -> str:
@@ -170,9 +193,10 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
     return "\n".join(lines) + "\n"
 
 
-def merge_any(root: str, **options: Any) -> tuple[str, str]:
-    """Merge a run or a sweep at `root` and write the files; (the report text, where they went).
-    `options`: merge_run's (errors_as_wrong, options, allow_mixed_models) and `out_dir`, `confidence`."""
+def merge_any(root: str, **options: Any) -> tuple[str, str, list[str]]:
+    """Merge a run or a sweep at `root` and write the files; (the report text, where they went,
+    the notices for stderr). `options`: merge_run's (errors_as_wrong, options, allow_mixed_models)
+    and `out_dir`, `confidence`."""
     from shardeval.merge import merge_run, write_merged
     from shardeval.report import render_report
     from shardeval.sweep import read_plan
@@ -181,6 +205,8 @@ def merge_any(root: str, **options: Any) -> tuple[str, str]:
     plan = read_plan(root)
     if plan is not None:
         sweep = merge_sweep(root, plan, **options)
-        return render_sweep(sweep, confidence), write_sweep(sweep, out_dir, confidence)
+        out = write_sweep(sweep, out_dir, confidence)
+        return render_sweep(sweep, confidence), out, sweep.notices
     result = merge_run(root, **options)
-    return render_report(result, confidence), write_merged(result, out_dir, confidence=confidence)
+    out = write_merged(result, out_dir, confidence=confidence)
+    return render_report(result, confidence), out, result.notices

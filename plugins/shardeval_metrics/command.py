@@ -42,7 +42,9 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True, help="Interval level.")
 @click.option("--errors-as-wrong", is_flag=True, help="Score errors as wrong answers in both runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool) -> None:
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also write the comparison as one self-contained HTML page with charts (needs shardeval[report]).")
+def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool, html_path: str | None) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
     from shardeval.api import MetricOptions, UsageError
     from shardeval.merge import merge_run
@@ -50,17 +52,35 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
 
     options = MetricOptions(confidence=confidence)
 
-    def tables(run: str) -> dict[str, Any]:
-        merged = merge_run(run, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True)
-        return {x.manifest.name: x.table for x in merged.benchmarks}
+    def merged(run: str) -> dict[str, Any]:
+        return {x.manifest.name: x for x in merge_run(run, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True).benchmarks}
 
-    a, b = tables(run_a), tables(run_b)
+    a, b = merged(run_a), merged(run_b)
     if not (shared := [name for name in a if name in b]):
         raise UsageError(
             f"{run_a} ({', '.join(a)}) and {run_b} ({', '.join(b)}) share no benchmark; compare runs of the same benchmark"
         )
-    results = [compare_tables(a[name], b[name], options) for name in shared]
+    results = [compare_tables(a[name].table, b[name].table, options) for name in shared]
     if as_json:
         click.echo(json.dumps(results, indent=2, sort_keys=True))
     else:
         click.echo(render(run_a, run_b, results, confidence))
+    if html_path:
+        from shardeval_metrics.compare_html import render_compare_html
+
+        write_page(html_path, lambda: render_compare_html(run_a, run_b, a, b, results, confidence, errors_as_wrong))
+
+
+def write_page(path: str, render_page: Any) -> None:
+    """Write the page; without the plotting extra the comparison above stands and one line on
+    stderr says how to get the page (exit 0). A path that cannot be written is one line, exit 2."""
+    from shardeval.api import write_html
+    from shardeval.errors import os_error
+
+    try:
+        notice = write_html(path, render_page)
+    except OSError as exc:
+        raise os_error(exc, "write the comparison page to", alternative="pass --html a writable FILE") from None
+    if notice:
+        click.echo(f"shardeval: {notice}", err=True)
+
