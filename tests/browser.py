@@ -8,6 +8,7 @@ was open: console messages, uncaught exceptions and every request it made, so a 
 
 from __future__ import annotations
 
+import atexit
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,19 +62,28 @@ class Visit:
         return self.page.evaluate(COUNT_MARKS)
 
 
+_STARTED: list[Any] = []  # [playwright, browser] once started
+
+
+def _stop() -> None:
+    playwright, b = _STARTED
+    b.close()
+    playwright.stop()
+
+
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    """One headless chromium for the session (starting one costs about a second)."""
+def browser() -> Any:
+    """One headless chromium for the whole session (starting one costs about a second), shared by
+    every module that imports this fixture: a second Playwright in one process cannot start."""
     if CHROMIUM is None:
         pytest.fail("chromium is not installed: run scripts/setup/chromium.sh (apt-get install -y chromium)")
-    from playwright.sync_api import sync_playwright
+    if not _STARTED:
+        from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield b
-        finally:
-            b.close()
+        playwright = sync_playwright().start()
+        _STARTED[:] = [playwright, playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])]
+        atexit.register(_stop)
+    return _STARTED[1]
 
 
 @contextmanager
