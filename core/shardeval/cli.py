@@ -85,7 +85,7 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
 
     Safe to run any time, also while shards are still running (the report then says PARTIAL).
     Shard files are only read; running it twice gives byte-identical output. A sweep's directory
-    merges each model into <model>/merged/, then writes merged/sweep.json and sweep.md.
+    merges each model into <model>/merged/, then writes merged/sweep.json, sweep.md and sweep.html.
     """
     from shardeval.merge import REPORT_HTML, merge_run, warnings, write_merged
     from shardeval.metrics import MetricOptions

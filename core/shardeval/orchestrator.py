@@ -193,7 +193,7 @@ def merge_and_report(root: str) -> None:
     from shardeval.sweep_merge import merge_any
 
     try:
-        text, out, notices = merge_any(root)
+        text, out, notices, page = merge_any(root)
     except UsageError as exc:
         print(f"shardeval: nothing to merge: {exc}", file=sys.stderr)
         return
@@ -201,3 +201,5 @@ def merge_and_report(root: str) -> None:
         print(f"shardeval: {notice}", file=sys.stderr)
     print(text, end="")
     print(f"\nmerged into {out}/ — `shardeval merge {root}` redoes it, `shardeval status {root}` shows progress")
+    if not notices:
+        print(f"open {page} in a browser: the numbers drawn, and what to read (it works offline)")

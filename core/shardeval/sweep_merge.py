@@ -193,11 +193,11 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
     return "\n".join(lines) + "\n"
 
 
-def merge_any(root: str, **options: Any) -> tuple[str, str, list[str]]:
+def merge_any(root: str, **options: Any) -> tuple[str, str, list[str], str]:
     """Merge a run or a sweep at `root` and write the files; (the report text, where they went,
-    the notices for stderr). `options`: merge_run's (errors_as_wrong, options, allow_mixed_models)
-    and `out_dir`, `confidence`."""
-    from shardeval.merge import merge_run, write_merged
+    the notices for stderr, the page to open). `options`: merge_run's (errors_as_wrong, options,
+    allow_mixed_models) and `out_dir`, `confidence`."""
+    from shardeval.merge import REPORT_HTML, merge_run, write_merged
     from shardeval.report import render_report
     from shardeval.sweep import read_plan
 
@@ -206,7 +206,7 @@ def merge_any(root: str, **options: Any) -> tuple[str, str, list[str]]:
     if plan is not None:
         sweep = merge_sweep(root, plan, **options)
         out = write_sweep(sweep, out_dir, confidence)
-        return render_sweep(sweep, confidence), out, sweep.notices
+        return render_sweep(sweep, confidence), out, sweep.notices, os.path.join(out, SWEEP_HTML)
     result = merge_run(root, **options)
     out = write_merged(result, out_dir, confidence=confidence)
-    return render_report(result, confidence), out, result.notices
+    return render_report(result, confidence), out, result.notices, os.path.join(out, REPORT_HTML)
