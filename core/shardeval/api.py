@@ -40,9 +40,8 @@ if TYPE_CHECKING:
     from shardeval.shards import shard_indices, shard_range, ShardSpec
     from shardeval.solver import Attempt, ServiceHandle, Solver, SolverFactory
     from shardeval.standing import nothing_to_ask
-    from shardeval.html_page import esc, num, Page, PlottingMissing, table, write_html
+    from shardeval.html_page import esc, finite, num, p_cell, Page, PlottingMissing, span, table, write_html
     from shardeval.charts import forest, interval_rows, ordered_forest
-    from shardeval.sweep_html import finite, p_cell, span
 
 _LAZY = {
     "shardeval.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer "
@@ -70,9 +69,8 @@ _LAZY = {
     "shardeval.shards": "shard_indices shard_range ShardSpec",
     "shardeval.solver": "Attempt ServiceHandle Solver SolverFactory",
     "shardeval.standing": "nothing_to_ask",
-    "shardeval.html_page": "esc num Page PlottingMissing table write_html",
+    "shardeval.html_page": "esc finite num p_cell Page PlottingMissing span table write_html",
     "shardeval.charts": "forest interval_rows ordered_forest",
-    "shardeval.sweep_html": "finite p_cell span",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -100,6 +101,22 @@ def num(value: Any, key: str, digits: int = 4) -> str:
         return f'<td class="num" data-key="{esc(key)}" data-value="null">—</td>'
     shown = f"{value:.{digits}f}" if isinstance(value, float) else str(value)
     return f'<td class="num" data-key="{esc(key)}" data-value="{esc(json.dumps(value))}">{shown}</td>'
+
+
+def finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def span(value: float, low: Any, high: Any) -> dict[str, float]:
+    """A chart row's point and interval; a value without an interval is drawn as a point."""
+    return {"value": value, "low": low if finite(low) else value, "high": high if finite(high) else value}
+
+
+def p_cell(p: Any, key: str) -> str:
+    """A p-value cell as people read it: 4 decimals, or <0.0001 (never a bare 0.0000); the exact
+    value stays in data-value."""
+    cell = num(p, key)
+    return cell.replace(f">{p:.4f}</td>", ">&lt;0.0001</td>") if finite(p) and p < 0.0001 else cell
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 import os
 import re
 from collections import Counter
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgspec
 
 from shardeval import charts
-from shardeval.html_page import Page, esc, num, table
+from shardeval.html_page import Page, esc, finite, num, span, table
 from shardeval.metrics import ERROR, MISSING, OK
 from shardeval.records import RESULTS_FILE, TRAJECTORIES_FILE, ResultRecord, TrajectoryRecord
 from shardeval.report import counts, percentile, provenance_facts, run_notes, scores_document, timing
@@ -53,9 +52,8 @@ def metric_table(name: str, metrics: dict[str, Any], confidence: float) -> str:
 
 def interval_rows(metrics: dict[str, Any], **labels: Any) -> list[dict[str, Any]]:
     """Chart rows for metrics that have a value (an interval where they have one)."""
-    return [{**labels, "metric": m, "value": v["value"], "low": v.get("ci_low", v["value"]) if v.get("ci_low") is not None else v["value"],
-             "high": v["ci_high"] if v.get("ci_high") is not None else v["value"], "n": v.get("n")}
-            for m, v in metrics.items() if isinstance(v.get("value"), (int, float)) and math.isfinite(v["value"])]
+    return [{**labels, "metric": m, **span(v["value"], v.get("ci_low"), v.get("ci_high")), "n": v.get("n")}
+            for m, v in metrics.items() if finite(v.get("value"))]
 
 
 def _as_dicts(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -96,13 +94,13 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", co
     out += [f'<p class="warn">{esc(problem)}</p>' for problem in b.metric_problems]
     per_cluster = (metrics.get("accuracy") or {}).get("details", {}).get("per_cluster")
     if per_cluster:
-        rows = [{"category": k, "value": e["value"], "low": e.get("ci_low", e["value"]), "high": e.get("ci_high", e["value"]), "n": e["n"]}
+        rows = [{"category": k, **span(e["value"], e.get("ci_low"), e.get("ci_high")), "n": e["n"]}
                 for k, e in sorted(per_cluster.items(), key=lambda kv: -kv[1]["value"])]
         out.append(page.chart(f"categories-{key}", charts.interval_rows(rows, f"{name}: accuracy per category, {confidence:.0%} intervals",
                                                                       y="category", x_title="accuracy")))
     passk = sorted((int(PASS_AT.match(m).group(1)), v) for m, v in metrics.items() if PASS_AT.match(m) and v.get("value") is not None)
     if len(passk) > 1:
-        rows = [{"benchmark": name, "k": k, "value": v["value"], "low": v.get("ci_low", v["value"]), "high": v.get("ci_high", v["value"])}
+        rows = [{"benchmark": name, "k": k, **span(v["value"], v.get("ci_low"), v.get("ci_high"))}
                 for k, v in passk]
         out.append(page.chart(f"passk-{key}", charts.pass_at_k(rows, f"{name}: pass@k against k")))
     cells = b.cells

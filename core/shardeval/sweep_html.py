@@ -8,13 +8,12 @@ Each model's own report.html is one relative link away (the folder can be moved 
 
 from __future__ import annotations
 
-import math
 import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from shardeval import charts
-from shardeval.html_page import Page, esc, num, table
+from shardeval.html_page import Page, esc, finite, num, p_cell, span, table
 from shardeval.report_html import slug
 
 if TYPE_CHECKING:
@@ -23,22 +22,6 @@ if TYPE_CHECKING:
 PARTIAL_CELL = "‡ not every (problem, repeat) pair has an ok record: the value covers the ok ones (ok/expected)."
 PARTIAL_PAIR = ("† compared only on the cells both models answered; the cells left out are counted in sweep.json "
                 "(n_only_baseline, n_only_other).")
-
-
-def finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def span(value: float, low: Any, high: Any) -> dict[str, float]:
-    """A chart row's point and interval; a value without an interval is drawn as a point."""
-    return {"value": value, "low": low if finite(low) else value, "high": high if finite(high) else value}
-
-
-def p_cell(p: Any, key: str) -> str:
-    """A p-value cell as people read it: 4 decimals, or <0.0001 (never a bare 0.0000); the exact
-    value stays in data-value."""
-    cell = num(p, key)
-    return cell.replace(f">{p:.4f}</td>", ">&lt;0.0001</td>") if finite(p) and p < 0.0001 else cell
 
 
 def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, str]) -> bytes:
