@@ -114,9 +114,10 @@ def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
             if skipped := report.describe(os.path.join(shard.path, b.name, RESULTS_FILE)):
                 warnings.append(f"warning: {skipped}")
         lost = shard.lost
-        end = m.finished_at or (lost.since if lost else now)
-        elapsed = end - m.started_at if m.started_at else 0.0
-        rate = records / elapsed if elapsed > 0 and records else None
+        elapsed = (m.finished_at or now) - m.started_at if m.started_at else 0.0
+        # a lost shard has no rate: it writes nothing now, and its last heartbeat can be up to a
+        # period older than its last record (a shard killed within 5 s showed thousands of req/s)
+        rate = records / elapsed if elapsed > 0 and records and lost is None else None
         eta = max(0, expected - records) / rate if rate and shard.state == "running" else None
         note = (f"shard {m.shard_idx} lost since {clock(lost.since)} ({max(0.0, now - lost.since):.0f} s ago): "
                 f"{lost.why}; rerun it, it resumes") if lost is not None else None

@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import signal
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -40,7 +41,7 @@ h1{font-size:1.3em;margin:0 .6em 0 0;display:inline}header{margin-bottom:.8em}
 th,td{border:1px solid #dde1e6;padding:.25em .6em;text-align:right;vertical-align:top}th{background:#f0f2f5}
 td.l,th.l{text-align:left}progress{width:9em;vertical-align:middle}.ci{color:#556;font-size:.9em}
 .s-running{color:#0b62c4}.s-complete{color:#17803d}.s-lost,.s-failed{color:#c4210b;font-weight:600}
-.s-interrupted{color:#b86e00}.s-not\\ started{color:#889}ul.notes{padding-left:1.2em}ul.notes li{white-space:pre-wrap}
+.s-interrupted{color:#b86e00}.s-not-started{color:#889}.err{color:#c4210b}ul.notes{padding-left:1.2em}ul.notes li{white-space:pre-wrap}
 pre{background:#fff;border:1px solid #dde1e6;padding:.5em}h2{font-size:1.1em;margin:.6em 0 .2em}
 """
 
@@ -64,7 +65,8 @@ const bar = (done, total) => el("progress", {value: Math.min(done, total), max: 
 const row = (key, cells) => el("tr", {"data-row": key}, ...cells.map((c) => (c instanceof Node && c.tagName === "TD" ? c : el("td", {}, c))));
 const td = (cls, ...kids) => el("td", {className: cls}, ...kids);
 const table = (heads, rows) => el("table", {}, el("tr", {}, ...heads.map((h, i) => el("th", {className: i ? "" : "l"}, h))), ...rows);
-const state = (s) => el("span", {className: "s-" + s, "data-k": "state"}, s);
+const state = (s) => el("span", {className: "s-" + s.replace(" ", "-"), "data-k": "state"}, s);
+const errors = (n) => el("span", {className: n ? "err" : "", "data-k": "errors"}, n);
 const counts = (x) => [bar(x.records, x.expected), el("span", {}, k("records", x.records), "/", k("expected", x.expected))];
 
 function accuracy(b) {
@@ -76,7 +78,7 @@ function accuracy(b) {
 
 function shardTable(run, prefix) {
   const rows = run.shards.map((p) => row(prefix + "shard:" + p.idx + ":" + p.path, [
-    td("l", k("idx", p.idx)), td("l", state(p.state)), ...counts(p), k("errors", p.errors), k("rate", rate(p.rate)),
+    td("l", k("idx", p.idx)), td("l", state(p.state)), ...counts(p), errors(p.errors), k("rate", rate(p.rate)),
     k("eta", eta(p.eta_s)), td("l", text(p.path))]));
   for (const m of run.missing) rows.push(row(prefix + "shard:" + m.idx + ":", [td("l", k("idx", m.idx)), td("l", state("not started")),
     "", "", "", "", "", td("l", text(m.where))]));
@@ -98,7 +100,7 @@ function total(done, all, suffix) {
 }
 
 function runView(run) {
-  const benches = run.benchmarks.map((b) => row("bench:" + b.name, [td("l", text(b.name)), ...counts(b), k("errors", b.errors),
+  const benches = run.benchmarks.map((b) => row("bench:" + b.name, [td("l", text(b.name)), ...counts(b), errors(b.errors),
     ...accuracy(b), k("rate", rate(b.rate)), k("eta", eta(b.eta_s))]));
   return [total(run.done, run.total, ""),
           el("h2", {}, "benchmarks"), table(["benchmark", "progress", "records", "errors", "running accuracy [" + CONFIDENCE + " interval]", "method", "req/s", "eta"], benches),
@@ -114,7 +116,7 @@ function sweepView(sw, open) {
     const cells = names.map((n) => {
       const b = byName[n];
       if (!b) return td("", "—");
-      return el("td", {"data-row": "grid:" + m.name + ":" + n}, ...counts(b), el("br"), "errors ", k("errors", b.errors), el("br"), ...accuracy(b));
+      return el("td", {"data-row": "grid:" + m.name + ":" + n}, ...counts(b), el("br"), "errors ", errors(b.errors), el("br"), ...accuracy(b));
     });
     const summary = Object.entries(m.run.states).map(([s, n]) => n + " " + s).join(", ");
     const rate0 = m.run.benchmarks.length ? m.run.benchmarks[0].rate : null;
@@ -264,6 +266,8 @@ async def serve(root: str, host: str, port: int, interval: float, announce: Call
 
 
 def run_server(root: str, host: str, port: int, interval: float) -> None:
+    """Serve the page; a directory that does not exist yet (the run is being launched) is waited for."""
     if not os.path.isdir(root):
-        raise UsageError(f"{root}: no such directory; give the run's (or sweep's) output directory")
+        print(f"shardeval status: warning: {root} does not exist yet; the page shows the run once a shard writes there",
+              file=sys.stderr, flush=True)
     asyncio.run(serve(root, host, port, interval, lambda line: print(line, flush=True)))
