@@ -175,13 +175,15 @@ HOSTILE_ROOT = "<script>alert(1)</script>\"'\u200f\u202e"
 
 
 def test_hostile_names_and_warnings_are_shown_as_text(browser, tmp_path: Path) -> None:
-    """A benchmark named with markup, quotes and RTL marks, and an endpoint that reported markup as
-    its weights (the mixed-models warning quotes it): all shown as text, nothing injected or run."""
+    """A benchmark named with markup, quotes and RTL marks, an endpoint that reported markup as its
+    weights (the mixed-models warning quotes it), a shard directory whose name is not UTF-8: all
+    shown as text, nothing injected or run."""
     from shardeval.records import ServedModel, read_manifest, write_manifest
 
     root = tmp_path / "run"
     for i, weights in ((0, "/w/a"), (1, HOSTILE_ROOT)):
-        path = make_shard(str(root), i, 2, n_problems=20, bench=HOSTILE_BENCH)
+        # shard 1's directory name is not UTF-8 (byte 0xff): Python holds it as a lone surrogate
+        path = make_shard(str(root), i, 2, n_problems=20, bench=HOSTILE_BENCH, name=None if i == 0 else "shard_1_\udcff")
         m = read_manifest(path)
         write_manifest(path, msgspec.structs.replace(m, served={"model": ServedModel(model="m", root=weights)}))
     with serving(root) as url, visit(browser, url, viewport=VIEW) as v:
@@ -195,6 +197,7 @@ def test_hostile_names_and_warnings_are_shown_as_text(browser, tmp_path: Path) -
         shown = v.page.evaluate("name => Array.from(document.querySelectorAll('[data-row]')).find(r => r.dataset.row === 'bench:' + name)"
                                 ".querySelector('bdi').textContent", HOSTILE_BENCH)
         assert shown == HOSTILE_BENCH
+        assert rows(v)["shard:1:shard_1_\udcff"]["state"] == "complete"  # shown (the byte as a lone surrogate)
         doc = fetch_json(url)
         assert doc["run"]["benchmarks"][0]["name"] == HOSTILE_BENCH and HOSTILE_ROOT in doc["run"]["mixed"][0]
         assert v.errors() == [] and v.foreign_requests() == [] and dialogs == []
@@ -340,3 +343,5 @@ def test_a_directory_not_there_yet_is_waited_for_and_bad_input_is_one_line(tmp_p
     assert f"--port {port}: cannot listen" in taken.stderr and "Traceback" not in taken.stderr
     bad = shardeval_cmd("status", str(tmp_path), "--serve", "--interval", "0", timeout=30)
     assert bad.returncode == 2 and "--interval" in bad.stderr
+    alone = shardeval_cmd("status", str(tmp_path), "--port", "8080", timeout=30)
+    assert alone.returncode == 2 and alone.stderr.count("\n") == 1 and "--port: only with --serve" in alone.stderr

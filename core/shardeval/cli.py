@@ -143,12 +143,16 @@ def rescore(run_dir: str, output_dir: str, shard_flag: str | None, scorers: tupl
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="With --serve: the port (0: a free one).")
 @click.option("--interval", type=click.FloatRange(0.1, 3600), default=2.0, show_default=True,
               help="With --serve: seconds between reads of the shard files (and the page's refreshes).")
-def status(run_dir: str, serve: bool, host: str, port: int, interval: float) -> None:
+@click.pass_context
+def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, interval: float) -> None:
     """Per-shard state, progress, errors, rate and ETA of a run (also while it runs).
 
     With --serve: a web page that refreshes them, with each benchmark's running accuracy and its
     interval (of a sweep: the models x benchmarks grid); it prints its URL and serves until Ctrl-C.
     """
+    given = [f"--{name}" for name in ("host", "port", "interval") if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if given and not serve:
+        raise UsageError(f"{', '.join(given)}: only with --serve (the live page); add --serve, or drop {'them' if len(given) > 1 else 'it'}")
     if serve:
         from shardeval.status_serve import run_server
 

@@ -214,7 +214,12 @@ class Snapshots:
             log.warning("status of %s: %s: %s", self.root, type(exc).__name__, exc)
             doc["error"] = f"reading {self.root} failed: {type(exc).__name__}: {exc} (retrying)"
         doc["compute_s"] = time.perf_counter() - t0
-        return msgspec.json.encode(doc)
+        try:
+            return msgspec.json.encode(doc)
+        except UnicodeEncodeError:  # a file name that is not UTF-8 (kept as surrogates): JSON escapes them
+            import json
+
+            return json.dumps(msgspec.to_builtins(doc)).encode()
 
     async def get(self) -> bytes:
         async with self._lock:  # requests that arrive during a computation wait for its result
