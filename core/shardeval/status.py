@@ -25,9 +25,6 @@ from shardeval.standing import Membership, count_cells
 if TYPE_CHECKING:
     from shardeval.metrics import MetricValue
 
-__all__ = ["ShardProgress", "RunStatus", "SweepStatus", "collect", "load_run", "render", "shard_progress", "status"]
-
-
 NOTHING_YET = "no shard has started writing yet"
 
 
