@@ -116,7 +116,9 @@ function sweepView(sw, open) {
     const cells = names.map((n) => {
       const b = byName[n];
       if (!b) return td("", "—");
-      return el("td", {"data-row": "grid:" + m.name + ":" + n}, ...counts(b), el("br"), "errors ", errors(b.errors), el("br"), ...accuracy(b));
+      const [value, method] = accuracy(b);
+      return el("td", {"data-row": "grid:" + m.name + ":" + n, className: "l"}, counts(b)[0], " ", counts(b)[1], el("br"),
+                "errors ", errors(b.errors), " · eta ", k("eta", eta(b.eta_s)), el("br"), value, el("br"), method);
     });
     const summary = Object.entries(m.run.states).map(([s, n]) => n + " " + s).join(", ");
     const rate0 = m.run.benchmarks.length ? m.run.benchmarks[0].rate : null;
