@@ -263,6 +263,10 @@ async def serve(root: str, host: str, port: int, interval: float, announce: Call
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if host in ("0.0.0.0", "::", ""):  # every interface: name the machine, which others can reach
+        import socket
+
+        host = socket.gethostname()
     shown = f"[{host}]" if ":" in host else host
     announce(f"shardeval status: {root} on http://{shown}:{runner.addresses[0][1]}/ (Ctrl-C stops)")
     try:
