@@ -147,8 +147,25 @@ def rescore(run_dir: str, output_dir: str, shard_flag: str | None, scorers: tupl
 
 @cli.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
-def status(run_dir: str) -> None:
-    """Per-shard state, progress, errors, rate and ETA of a run (also while it runs)."""
+@click.option("--serve", is_flag=True, help="Serve a live page instead (progress, rate, ETA, running accuracy with its interval).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="With --serve: the address to listen on (0.0.0.0 exposes it).")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="With --serve: the port (0: a free one).")
+@click.option("--interval", type=click.FloatRange(0.1, 3600), default=2.0, show_default=True,
+              help="With --serve: seconds between reads of the shard files (and the page's refreshes).")
+@click.pass_context
+def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, interval: float) -> None:
+    """Per-shard state, progress, errors, rate and ETA of a run (also while it runs).
+
+    With --serve: a web page that refreshes them, with each benchmark's running accuracy and its
+    interval (of a sweep: the models x benchmarks grid); it prints its URL and serves until Ctrl-C.
+    """
+    given = [f"--{name}" for name in ("host", "port", "interval") if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if given and not serve:
+        raise UsageError(f"{', '.join(given)}: only with --serve (the live page); add --serve, or drop {'them' if len(given) > 1 else 'it'}")
+    if serve:
+        from shardeval.status_serve import run_server
+
+        return run_server(run_dir, host, port, interval)
     from shardeval.status import status as render
 
     click.echo(render(run_dir))
