@@ -8,7 +8,6 @@ was open: console messages, uncaught exceptions and every request it made, so a 
 
 from __future__ import annotations
 
-import atexit
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,28 +61,21 @@ class Visit:
         return self.page.evaluate(COUNT_MARKS)
 
 
-_STARTED: list[Any] = []  # [playwright, browser] once started
-
-
-def _stop() -> None:
-    playwright, b = _STARTED
-    b.close()
-    playwright.stop()
-
-
-@pytest.fixture(scope="session")
-def browser() -> Any:
-    """One headless chromium for the whole session (starting one costs about a second), shared by
-    every module that imports this fixture: a second Playwright in one process cannot start."""
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless chromium per test module (starting one costs about a second). Not per
+    session: while Playwright's sync API runs, its event loop is the thread's running loop, and
+    every later test calling asyncio.run() would fail."""
     if CHROMIUM is None:
         pytest.fail("chromium is not installed: run scripts/setup/chromium.sh (apt-get install -y chromium)")
-    if not _STARTED:
-        from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright
 
-        playwright = sync_playwright().start()
-        _STARTED[:] = [playwright, playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])]
-        atexit.register(_stop)
-    return _STARTED[1]
+    with sync_playwright() as playwright:
+        b = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield b
+        finally:
+            b.close()
 
 
 @contextmanager
