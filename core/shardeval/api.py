@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from shardeval.solver import Attempt, ServiceHandle, Solver, SolverFactory
     from shardeval.standing import nothing_to_ask
     from shardeval.html_page import esc, finite, num, p_cell, Page, PlottingMissing, span, table, write_html
-    from shardeval.charts import forest, interval_rows, ordered_forest
+    from shardeval.charts import forest, interval_rows
 
 _LAZY = {
     "shardeval.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer "
@@ -70,7 +70,7 @@ _LAZY = {
     "shardeval.solver": "Attempt ServiceHandle Solver SolverFactory",
     "shardeval.standing": "nothing_to_ask",
     "shardeval.html_page": "esc finite num p_cell Page PlottingMissing span table write_html",
-    "shardeval.charts": "forest interval_rows ordered_forest",
+    "shardeval.charts": "forest interval_rows",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
 

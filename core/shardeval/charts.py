@@ -21,12 +21,19 @@ def _base(rows: list[dict[str, Any]], title: str, **extra: Any) -> dict[str, Any
     return {"title": title, "data": {"values": rows}, "config": {"view": {"stroke": None}}, **extra}
 
 
-def forest(rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", color: str | None = None) -> dict[str, Any]:
+def forest(rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", color: str | None = None,
+           order: list[str] | None = None) -> dict[str, Any]:
     """One row per `y` (and colour), a point at `value` and a rule over [low, high], one panel per
-    metric with its own x scale: rows {metric, <y>, value, low, high[, <color>]}."""
+    metric with its own x scale: rows {metric, <y>, value, low, high[, <color>]}. `order` keeps the
+    colours in the given order (a sweep's models as listed, step2 before step10; compare's A before
+    B); beyond 10 values the default palette would repeat: 20 distinct colours, then a ramp."""
     enc_y = {"field": y, "type": "nominal", "title": None, "sort": None}
     tooltip = _tip(["metric", y, *([color] if color else [])], ["value", "low", "high"])
-    shared = {"y": enc_y, "tooltip": tooltip, **({"color": {"field": color, "type": "nominal"}, "yOffset": {"field": color}} if color else {})}
+    shared: dict[str, Any] = {"y": enc_y, "tooltip": tooltip}
+    if color:
+        scale = {} if order is None else {"domain": order, **({} if len(order) <= 10 else {"scheme": "tableau20" if len(order) <= 20 else "viridis"})}
+        shared["color"] = {"field": color, "type": "nominal", "title": None, **({"scale": scale, "sort": order} if order else {})}
+        shared["yOffset"] = {"field": color, **({"sort": order} if order else {})}
     return _base(rows, title, facet={"row": {"field": "metric", "type": "nominal", "title": None, "sort": None,
                                       "header": {"labelAngle": 0, "labelAlign": "left", "labelFontWeight": "bold"}}},
                  spec={"width": WIDTH, "layer": [
@@ -75,27 +82,12 @@ def ecdf(rows: list[dict[str, Any]], title: str, x_title: str) -> dict[str, Any]
                            "tooltip": _tip(["benchmark"], ["q", "seconds"], ".3f")})
 
 
-def stacked_counts(rows: list[dict[str, Any]], title: str, *, y: str, color: str, domain: list[str] | None = None) -> dict[str, Any]:
+def stacked_counts(rows: list[dict[str, Any]], title: str, *, y: str, color: str, colors: dict[str, str] | None = None) -> dict[str, Any]:
     """Counts per `y`, stacked by `color`: rows {<y>, <color>, n} (coverage per shard, errors by
-    shard and kind)."""
-    scale: dict[str, Any] = {"domain": domain} if domain else {}
-    if domain == ["ok", "error", "missing"]:
-        scale["range"] = ["#4c9a2a", "#d1495b", "#bbbbbb"]
+    shard and kind); `colors` fixes each value's colour, in that order."""
+    scale: dict[str, Any] = {"domain": list(colors), "range": list(colors.values())} if colors else {}
     return _base(rows, title, width=WIDTH, height=max(ROW * len({r[y] for r in rows}), 40), mark="bar",
                  encoding={"y": {"field": y, "type": "nominal", "sort": None, "title": None},
                            "x": {"field": "n", "type": "quantitative", "title": "records", "stack": True},
                            "color": {"field": color, "type": "nominal", "scale": scale, "title": None},
                            "tooltip": _tip([y, color], ["n"], "d")})
-
-
-def ordered_forest(rows: list[dict[str, Any]], title: str, *, color: str, order: list[str]) -> dict[str, Any]:
-    """`forest` with y = benchmark and one colour per `color` value, in `order` (a sweep's models
-    as listed: step2 before step10, not alphabetically; compare's A before B). Beyond 10 values
-    the default palette repeats: 20 distinct colours, then a ramp in the given order."""
-    spec = forest(rows, title, y="benchmark", color=color)
-    scale = {"domain": order, **({} if len(order) <= 10 else {"scheme": "tableau20" if len(order) <= 20 else "viridis"})}
-    for layer in spec["spec"]["layer"]:
-        enc = layer["encoding"]
-        enc["color"] = {**enc["color"], "scale": scale, "sort": order, "title": None}
-        enc["yOffset"] = {**enc["yOffset"], "sort": order}
-    return spec

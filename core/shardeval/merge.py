@@ -184,6 +184,7 @@ class BenchmarkMerge:
     metrics: dict[str, MetricValue]
     metric_problems: list[str]
     timing_cache: dict[str, Any] | None = None  # report.timing() fills it: three outputs, one pass
+    distributions: dict[str, list[float | None]] | None = None  # and this: latency/TTFT at report.DISTRIBUTION_QUANTILES
 
 
 @dataclass

@@ -61,6 +61,9 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+DISTRIBUTION_QUANTILES = [i / 100 for i in range(100)] + [0.995, 0.999, 1.0]
+
+
 def timing(b: "BenchmarkMerge") -> dict[str, Any]:
     """Pooled over every standing ok record: percentiles of all of them, never averaged ones.
 
@@ -73,6 +76,9 @@ def timing(b: "BenchmarkMerge") -> dict[str, Any]:
     cells = b.cells
     asked = [s == OK and not c for s, c in zip(cells.status, cells.cached)]
     ttft, latency = (sorted(v for v, a in zip(col, asked) if a and v == v) for col in (cells.ttft, cells.latency))
+    # report.html's distributions come from the same sorted columns: sorted once, never kept
+    b.distributions = {name: [percentile(values, q) for q in DISTRIBUTION_QUANTILES] if values else []
+                       for name, values in (("latency_s", latency), ("ttft_s", ttft))}
     n_cached = sum(1 for s, c in zip(cells.status, cells.cached) if s == OK and c)
     first = min((v for v in cells.start if v == v), default=None)
     last = max((s + l for s, l in zip(cells.start, cells.latency) if s == s and l == l), default=None)

@@ -10,7 +10,6 @@ with the run's.
 from __future__ import annotations
 
 import heapq
-import itertools
 import os
 import re
 from collections import Counter
@@ -22,7 +21,7 @@ from shardeval import charts
 from shardeval.html_page import Page, esc, finite, num, span, table
 from shardeval.metrics import ERROR, MISSING, OK
 from shardeval.records import RESULTS_FILE, TRAJECTORIES_FILE, ResultRecord, TrajectoryRecord
-from shardeval.report import counts, percentile, provenance_facts, run_notes, scores_document, timing
+from shardeval.report import DISTRIBUTION_QUANTILES, counts, provenance_facts, run_notes, timing
 
 if TYPE_CHECKING:
     from shardeval.merge import BenchmarkMerge, MergeResult
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
 ITEMS = 20  # rows per table of items to read
 TEXT_LIMIT = 6000  # characters of one message shown; the rest is in trajectories.jsonl
 PASS_AT = re.compile(r"pass@(\d+)$")
-QUANTILES = [i / 100 for i in range(100)] + [0.995, 0.999, 1.0]
+COVERAGE_COLORS = {"ok": "#4c9a2a", "error": "#d1495b", "missing": "#bbbbbb"}
 
 
 def plain(markdown: str) -> str:
@@ -50,7 +49,7 @@ def metric_table(name: str, metrics: dict[str, Any], confidence: float) -> str:
     return table(["metric", "value", f"{confidence:.0%} low", f"{confidence:.0%} high", "stderr", "method", "n"], rows, cls="metrics")
 
 
-def interval_rows(metrics: dict[str, Any], **labels: Any) -> list[dict[str, Any]]:
+def metric_rows(metrics: dict[str, Any], **labels: Any) -> list[dict[str, Any]]:
     """Chart rows for metrics that have a value (an interval where they have one)."""
     return [{**labels, "metric": m, **span(v["value"], v.get("ci_low"), v.get("ci_high")), "n": v.get("n")}
             for m, v in metrics.items() if finite(v.get("value"))]
@@ -63,7 +62,7 @@ def _as_dicts(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes:
     """The page. Raises html_page.PlottingMissing without the plotting extra."""
     run = result.run
-    scores = scores_document(result)
+    metrics = {b.manifest.name: _as_dicts(b.metrics) for b in result.benchmarks}  # scores.json's "metrics", as JSON values
     page = Page(f"shardeval report: {os.path.basename(os.path.normpath(run.root))}")
     verdict = "PARTIAL" if result.partial else "COMPLETE"
     page.add(f"<h1>shardeval report: {esc(run.root)}</h1>",
@@ -71,21 +70,22 @@ def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes
              f'<span class="verdict {verdict.lower()}" id="verdict">{verdict}</span></p>')
     if notes := run_notes(result):
         page.add("<ul class=\"notes\">" + "".join(f'<li class="warn">{esc(plain(n))}</li>' for n in notes) + "</ul>")
-    every = [row for b in result.benchmarks for row in interval_rows(
-        {m: v for m, v in _as_dicts(b.metrics).items() if not (PASS_AT.match(m) and m != "pass@1")}, benchmark=b.manifest.name)]
+    every = [row for name, ms in metrics.items() for row in metric_rows(
+        {m: v for m, v in ms.items() if not (PASS_AT.match(m) and m != "pass@1")}, benchmark=name)]
     page.add('<nav class="muted">' + " · ".join(f'<a href="#b-{slug(b.manifest.name)}">{esc(b.manifest.name)}</a>' for b in result.benchmarks)
              + ' · <a href="#provenance">provenance</a></nav>')
     page.add("<h2>Summary</h2>",
              page.chart("forest", charts.forest(every, f"Every metric with its {confidence:.0%} interval")) if every else "",
-             *(f"<h3>{esc(name)}</h3>" + metric_table(name, _as_dicts(entry["metrics"]), confidence) for name, entry in scores.items()))
+             *(f"<h3>{esc(name)}</h3>" + metric_table(name, ms, confidence) for name, ms in metrics.items()))
     for b in result.benchmarks:
-        page.add(*benchmark_section(page, result, b, confidence))
+        page.add(*benchmark_section(page, result, b, metrics[b.manifest.name], confidence))
     page.add('<h2 id="provenance">Provenance</h2>', provenance_table(run))
     return page.render()
 
 
-def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", confidence: float) -> list[str]:
-    name, c, metrics = b.manifest.name, counts(b), _as_dicts(b.metrics)
+def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", metrics: dict[str, dict[str, Any]],
+                      confidence: float) -> list[str]:
+    name, c = b.manifest.name, counts(b)
     key = slug(name)
     out = [f'<h2 id="b-{key}">{esc(name)}</h2>',
            f"<p>coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded ({c['n_problems']} problems × "
@@ -105,10 +105,9 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", co
         out.append(page.chart(f"passk-{key}", charts.pass_at_k(rows, f"{name}: pass@k against k")))
     cells = b.cells
     t = timing(b)
-    for label, column in (("latency", cells.latency), ("TTFT", cells.ttft)):
-        values = sorted(v for v, s, cached in zip(column, cells.status, cells.cached) if s == OK and not cached and v == v)
-        if values:
-            rows = [{"benchmark": name, "q": q, "seconds": percentile(values, q)} for q in QUANTILES]
+    for label, field in (("latency", "latency_s"), ("TTFT", "ttft_s")):
+        if points := (b.distributions or {}).get(field):
+            rows = [{"benchmark": name, "q": q, "seconds": v} for q, v in zip(DISTRIBUTION_QUANTILES, points)]
             out.append(page.chart(f"{label.lower()}-{key}", charts.ecdf(rows, f"{name}: {label} distribution", "seconds")))
     if t["n"]:
         rows = [[esc(label), *(num(t[field][q], f"{name}/timing/{field}/{q}", 3) for q in ("p50", "p90", "p99"))]
@@ -131,7 +130,7 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", co
     coverage = [{"shard": f"shard {i}", "state": st, "n": states[(i, st)]}
                 for i in range(result.run.total_shards) for st in ("ok", "error", "missing") if states[(i, st)]]
     out.append(page.chart(f"coverage-{key}", charts.stacked_counts(coverage, f"{name}: coverage per shard", y="shard", color="state",
-                                                                   domain=["ok", "error", "missing"])))
+                                                                   colors=COVERAGE_COLORS)))
     if errors:
         by_kind = Counter()
         for (_, kind), n in errors.items():
@@ -159,9 +158,18 @@ def _problem_scores(b: "BenchmarkMerge") -> Iterator[tuple[int, list[float], int
 def items_section(result: "MergeResult", b: "BenchmarkMerge") -> list[str]:
     """The items worth reading: lowest mean score, most disagreement between repeats, errors;
     each links to its standing records and one conversation, shown escaped."""
-    worst = heapq.nsmallest(ITEMS, ((sum(s) / len(s), p) for p, s, _ in _problem_scores(b) if s and sum(s) < len(s)))
-    spread = heapq.nsmallest(ITEMS, ((-v, p) for p, s, _ in _problem_scores(b) if len(s) > 1 and (v := _variance(s)) > 0))
-    errored = [p for p, _, e in itertools.islice((t for t in _problem_scores(b) if t[2]), ITEMS)]
+    worst: list[tuple[float, int]] = []  # the ITEMS lowest (mean, problem), the ITEMS largest (spread, lowest problem)
+    spread: list[tuple[float, int]] = []
+    errored: list[int] = []
+    for p, s, errors in _problem_scores(b):
+        if s and sum(s) < len(s):
+            _keep(worst, (-sum(s) / len(s), -p))
+        if len(s) > 1 and (v := _variance(s)) > 0:
+            _keep(spread, (v, -p))
+        if errors and len(errored) < ITEMS:
+            errored.append(p)
+    worst = sorted((-m, -p) for m, p in worst)
+    spread = sorted((-v, -p) for v, p in spread)
     groups = [("Lowest mean score", [p for _, p in worst]), ("Most disagreement between repeats", [p for _, p in spread]),
               ("With errors", errored)]
     chosen = sorted({p for _, ps in groups for p in ps})
@@ -187,6 +195,15 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge") -> list[str]:
                                                       cls="items"))
     out += [item_detail(key, p, records[p]) for p in chosen]
     return out
+
+
+def _keep(heap: list[tuple[float, int]], negated: tuple[float, int]) -> None:
+    """Keep the ITEMS smallest keys seen, one pass: `heap` is a min-heap of the negated keys, so
+    its top is the largest key kept, the one a smaller key replaces."""
+    if len(heap) < ITEMS:
+        heapq.heappush(heap, negated)
+    elif negated > heap[0]:
+        heapq.heapreplace(heap, negated)
 
 
 def _variance(s: list[float]) -> float:

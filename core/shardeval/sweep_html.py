@@ -65,7 +65,7 @@ def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric:
     shown = [s for s in services if any(r["model"] == s for r in rows)]
     out = [f'<h2 id="m-{slug(metric)}">{esc(metric)}</h2>']
     if rows:
-        out.append(page.chart(f"grid-{slug(metric)}", charts.ordered_forest(
+        out.append(page.chart(f"grid-{slug(metric)}", charts.forest(
             rows, f"{metric} per benchmark and model, {confidence:.0%} intervals", color="model", order=shown)))
     level = f"{confidence:.0%}"
     head = ('<tr><th rowspan="2">model</th>' + "".join(f'<th colspan="4">{esc(b)}</th>' for b in benches) + "</tr><tr>"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import Page, esc, finite, interval_rows, num, ordered_forest, p_cell, span, table
+from shardeval.api import Page, esc, finite, forest, interval_rows, num, p_cell, span, table
 
 MEANS = ("accuracy", "mean")  # the metric that is a run's mean score, as the sweep pairs it
 
@@ -49,7 +49,7 @@ def render_compare_html(run_a: str, run_b: str, a: dict[str, Any], b: dict[str, 
             cells.append([esc(bench), esc(label), esc(metric), num(v.value, f"{key}/value"), num(v.ci_low, f"{key}/ci_low"),
                           num(v.ci_high, f"{key}/ci_high"), num(v.n, f"{key}/n"), num(shared, f"{bench}/{label.lower()}_mean")])
     page.add("<h2>Each run's mean</h2>",
-             page.chart("means", ordered_forest(rows, f"each run's mean with its {level} interval", color="run", order=["A", "B"]))
+             page.chart("means", forest(rows, f"each run's mean with its {level} interval", color="run", order=["A", "B"]))
              if rows else "",
              table(["benchmark", "run", "metric", "value", f"{level} low", f"{level} high", "n", "mean over the shared problems"], cells,
                    cls="means"),
