@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from shardeval.shards import shard_indices, shard_range, ShardSpec
     from shardeval.solver import Attempt, ServiceHandle, Solver, SolverFactory
     from shardeval.standing import nothing_to_ask
+    from shardeval.sweep_merge import PAIRED_METRICS
     from shardeval.html_page import esc, finite, num, p_cell, Page, PlottingMissing, span, table, write_html
     from shardeval.charts import forest, interval_rows
 
@@ -69,6 +70,7 @@ _LAZY = {
     "shardeval.shards": "shard_indices shard_range ShardSpec",
     "shardeval.solver": "Attempt ServiceHandle Solver SolverFactory",
     "shardeval.standing": "nothing_to_ask",
+    "shardeval.sweep_merge": "PAIRED_METRICS",
     "shardeval.html_page": "esc finite num p_cell Page PlottingMissing span table write_html",
     "shardeval.charts": "forest interval_rows",
 }

@@ -104,7 +104,8 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
             click.echo(f"shardeval: {notice}", err=True)
         if not quiet:
             click.echo(render_sweep(sweep, confidence), nl=False)
-            click.echo(f"\nwritten: {out}/ (sweep.json, sweep.md); each model's merge in <model>/merged/")
+            models = os.path.join(output_dir, "<model>") if output_dir else os.path.join(run_dir, "<model>", "merged")
+            click.echo(f"\nwritten: {out}/ (sweep.json, sweep.md{'' if sweep.notices else ', sweep.html'}); each model's merge in {models}/")
             if not sweep.notices:
                 click.echo(f"open {os.path.join(out, SWEEP_HTML)} in a browser: the grid, the differences, a link to each model's report")
         return

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Iterable, Iterator, NamedTuple
@@ -76,7 +75,7 @@ def scan(root: str, allow_mixed_models: bool = False) -> list[Scanned]:
     from shardeval.merge import Cells, scan_results
     from shardeval.sweep import read_plan
 
-    plan = read_plan(root) if os.path.isdir(root) else None
+    plan = read_plan(root)
     roots = [(None, root)] if plan is None else [(name, os.path.join(root, name)) for name in plan.services]
     out = []
     for name, run_root in roots:
@@ -99,21 +98,18 @@ def standing(scanned: list[Scanned]) -> Iterator[tuple[Identity, Any]]:
     """(identity, ResultRecord) of every standing record, in merge order, read back where the scan found it."""
     import msgspec
 
+    from shardeval.errors import os_error
+    from shardeval.merge import read_winners
     from shardeval.records import RESULTS_FILE, ResultRecord
 
     decode = msgspec.json.Decoder(ResultRecord).decode
     for s in scanned:
-        with ExitStack() as opened:
-            files: dict[int, Any] = {}
-            cells = s.cells
-            for cell, src in enumerate(cells.src):
-                if src < 0:
-                    continue
-                f = files.get(src)
-                if f is None:
-                    f = files[src] = opened.enter_context(open(os.path.join(s.run.shards[src].abspath, s.bench, RESULTS_FILE), "rb"))
-                f.seek(cells.offset[cell])
-                yield s.identities[src], decode(f.read(cells.length[cell]))
+        c = s.cells
+        try:
+            for _, src, line in read_winners(s.run.shards, s.bench, RESULTS_FILE, c.src, c.offset, c.length):
+                yield s.identities[src], decode(line)
+        except OSError as exc:  # a shard file moved or deleted since the scan: not the output's fault
+            raise os_error(exc, "read", fix="a shard changed while exporting; export again") from None
 
 
 def score_names(scanned: list[Scanned]) -> list[str]:
@@ -124,12 +120,11 @@ def row(ident: Identity, rec: Any, names: list[str]) -> tuple:
     return (*ident, *_fields(rec), rec.cached is True, *[rec.scores.get(n) for n in names])
 
 
-def batches(rows: Iterator[tuple], size: int | None = None) -> Iterator[list[tuple]]:
-    size = size or BATCH
+def batches(rows: Iterator[tuple]) -> Iterator[list[tuple]]:
     batch = []
     for r in rows:
         batch.append(r)
-        if len(batch) == size:
+        if len(batch) == BATCH:
             yield batch
             batch = []
     if batch:
@@ -250,6 +245,7 @@ def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: b
     from shardeval.atomic import atomic_write
     from shardeval.errors import os_error
     from shardeval.metrics import MISSING
+    from shardeval.merge import cell_warnings
 
     fmt = pick_format(fmt, out)
     if fmt == "parquet":
@@ -273,9 +269,7 @@ def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: b
         atomic_write(out, write(kinds, rows()))
     except OSError as exc:
         raise os_error(exc, "write the export to") from None
-    lines = [f"{s.label}{where}: refused (not that shard's own records, never exported)"
-             for s in scanned for where in s.cells.refused_files]
-    lines += [f"{s.label}{where}: unreadable line skipped" for s in scanned for where in s.cells.unreadable]
+    lines = [line for s in scanned for line in cell_warnings(s.cells, s.label, never="exported")]
     return Exported(fmt, counted[0], sum(s.cells.status.count(MISSING) for s in scanned), lines)
 
 

@@ -18,7 +18,7 @@ from collections import Counter
 from contextlib import ExitStack
 from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import msgspec
 
@@ -284,9 +284,14 @@ def merge_run(
 
 def warnings(result: MergeResult) -> list[str]:
     """What merge skipped or refused in the shards' files, one line per file (for stderr)."""
-    refused = [f"{where}: refused (not that shard's own records, never counted)" for b in result.benchmarks for where in b.cells.refused_files]
-    unreadable = Counter(entry.rsplit(": ", 1)[0] for b in result.benchmarks for entry in b.cells.unreadable)
-    return refused + [f"{where}: {n} unreadable line(s) skipped" for where, n in unreadable.items()]
+    return [line for b in result.benchmarks for line in cell_warnings(b.cells)]
+
+
+def cell_warnings(cells: Cells, label: str = "", never: str = "counted") -> list[str]:
+    """What a scan skipped or refused, one line per file: a file with many bad lines says so once."""
+    refused = [f"{label}{where}: refused (not that shard's own records, never {never})" for where in cells.refused_files]
+    unreadable = Counter(entry.rsplit(": ", 1)[0] for entry in cells.unreadable)
+    return refused + [f"{label}{where}: {n} unreadable line(s) skipped" for where, n in unreadable.items()]
 
 
 def write_merged(result: MergeResult, out_dir: str | None = None, confidence: float = 0.95) -> str:
@@ -315,19 +320,24 @@ def write_merged(result: MergeResult, out_dir: str | None = None, confidence: fl
     return out_dir
 
 
-def _copy_winners(shards: list[Shard], b: BenchmarkMerge, name: str, offsets: array, lengths: array, bench_dir: str) -> None:
-    files: dict[int, Any] = {}
-
-    def winners() -> Any:
-        for cell, (src, offset) in enumerate(zip(b.cells.src, offsets)):
+def read_winners(shards: list[Shard], bench: str, name: str, src_of: array, offsets: array, lengths: array,
+                 cells: Iterable[int] | None = None) -> Iterator[tuple[int, int, bytes]]:
+    """(cell, shard number, line) of each standing record's line in the shards' `bench`/`name`
+    file (results or trajectories), for every cell or the given ones, in that order; each shard
+    file is opened once and closed when the generator ends."""
+    with ExitStack() as opened:
+        files: dict[int, Any] = {}
+        for cell in range(len(src_of)) if cells is None else cells:
+            src, offset = src_of[cell], offsets[cell]
             if src < 0 or offset < 0:
                 continue
             f = files.get(src)
             if f is None:
-                path = os.path.join(shards[src].abspath, b.manifest.name, name)
-                f = files[src] = opened.enter_context(open(path, "rb"))
+                f = files[src] = opened.enter_context(open(os.path.join(shards[src].abspath, bench, name), "rb"))
             f.seek(offset)
-            yield f.read(lengths[cell])
+            yield cell, src, f.read(lengths[cell])
 
-    with ExitStack() as opened:
-        atomic_write(os.path.join(bench_dir, name), winners())
+
+def _copy_winners(shards: list[Shard], b: BenchmarkMerge, name: str, offsets: array, lengths: array, bench_dir: str) -> None:
+    lines = read_winners(shards, b.manifest.name, name, b.cells.src, offsets, lengths)
+    atomic_write(os.path.join(bench_dir, name), (line for _, _, line in lines))

@@ -213,37 +213,20 @@ def _variance(s: list[float]) -> float:
 
 def read_items(result: "MergeResult", b: "BenchmarkMerge", problems: list[int]) -> dict[int, list[tuple[ResultRecord, TrajectoryRecord | None]]]:
     """The standing records (and their trajectories) of `problems`, read back from the shards."""
-    cells, shards, name = b.cells, result.run.shards, b.manifest.name
+    from shardeval.merge import read_winners
+
+    c, shards, name = b.cells, result.run.shards, b.manifest.name
+    wanted = [cell for p in problems for cell in range(p * c.repeats, (p + 1) * c.repeats)]
+    trajectories = {}
+    for cell, _, line in read_winners(shards, name, TRAJECTORIES_FILE, c.src, c.traj_offset, c.traj_length, wanted):
+        try:
+            trajectories[cell] = msgspec.json.decode(line, type=TrajectoryRecord)
+        except msgspec.DecodeError:  # a conversation that cannot be shown is left out, not the item
+            pass
     out: dict[int, list[tuple[ResultRecord, TrajectoryRecord | None]]] = {}
-    files: dict[tuple[int, str], Any] = {}
-    try:
-        for p in problems:
-            for cell in range(p * cells.repeats, (p + 1) * cells.repeats):
-                src = cells.src[cell]
-                if src < 0:
-                    continue
-                record = msgspec.json.decode(_read(files, shards[src].abspath, src, name, RESULTS_FILE, cells.offset[cell], cells.length[cell]),
-                                             type=ResultRecord)
-                traj = None
-                if cells.traj_offset[cell] >= 0:
-                    try:
-                        traj = msgspec.json.decode(_read(files, shards[src].abspath, src, name, TRAJECTORIES_FILE,
-                                                         cells.traj_offset[cell], cells.traj_length[cell]), type=TrajectoryRecord)
-                    except msgspec.DecodeError:
-                        traj = None
-                out.setdefault(p, []).append((record, traj))
-    finally:
-        for f in files.values():
-            f.close()
+    for cell, _, line in read_winners(shards, name, RESULTS_FILE, c.src, c.offset, c.length, wanted):
+        out.setdefault(cell // c.repeats, []).append((msgspec.json.decode(line, type=ResultRecord), trajectories.get(cell)))
     return out
-
-
-def _read(files: dict[tuple[int, str], Any], root: str, src: int, bench: str, name: str, offset: int, length: int) -> bytes:
-    f = files.get((src, name))
-    if f is None:
-        f = files[(src, name)] = open(os.path.join(root, bench, name), "rb")
-    f.seek(offset)
-    return f.read(length)
 
 
 def _clip(text: str, where: str) -> str:

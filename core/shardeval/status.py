@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from shardeval.discover import Run, load_run
 from shardeval.liveness import clock
 from shardeval.records import RESULTS_FILE, SweepPlan
+from shardeval.report import fmt
 from shardeval.standing import Membership, count_cells
 
 if TYPE_CHECKING:
@@ -145,11 +146,8 @@ def run_status(run: Run, metrics: bool = False) -> RunStatus:
         benchmarks.append(BenchmarkProgress(b.name, records, errors, expected, rate or None, eta))
     if metrics:
         running_metrics(run, benchmarks)
-    best_total: dict[int, int] = {}
-    for p in progress:
-        best_total[p.idx] = max(best_total.get(p.idx, 0), min(p.records, p.expected))
-    total = sum(b.n_problems * b.repeats for b in run.benchmarks)
-    return RunStatus(run.root, progress, missing, benchmarks, dict(sorted(states.items())), sum(best_total.values()), total,
+    total = sum(b.expected for b in benchmarks)
+    return RunStatus(run.root, progress, missing, benchmarks, dict(sorted(states.items())), sum(b.records for b in benchmarks), total,
                      list(run.mixed_served))
 
 
@@ -160,10 +158,11 @@ def running_metrics(run: Run, benchmarks: list[BenchmarkProgress]) -> None:
 
     from shardeval.merge import Cells, build_table, compute_metrics, scan_results
     from shardeval.metrics import MetricOptions
+    from shardeval.sweep_merge import PAIRED_METRICS
 
     for bp, bm in zip(benchmarks, run.benchmarks):
-        name = "mean" if "mean" in bm.metrics and "accuracy" not in bm.metrics else "accuracy"
-        if name not in bm.metrics and "pass@k" not in bm.metrics:
+        name = next((n for n in PAIRED_METRICS if n in bm.metrics), "accuracy" if "pass@k" in bm.metrics else None)
+        if name is None:
             continue  # e.g. perplexity: no accuracy to speak of
         cells = Cells(bm.n_problems, bm.repeats)
         scan_results(cells, bm.name, run.shards)
@@ -201,11 +200,11 @@ def collect(root: str, metrics: bool = False) -> RunStatus | SweepStatus:
 
 
 def _rate(rate: float | None) -> str:
-    return f"{rate:.1f}" if rate else "—"
+    return fmt(rate or None, 1)
 
 
 def _eta(eta: float | None) -> str:
-    return f"{eta:.0f}s" if eta is not None else "—"
+    return "—" if eta is None else f"{fmt(eta, 0)}s"
 
 
 def render_status(s: RunStatus) -> str:
@@ -253,15 +252,21 @@ def plugin_status(root: str) -> list[str]:
     return [text for text in plugins.hooks().run_status(run_dir=root) if text]
 
 
-def status(root: str) -> str:
-    """The shards' progress (of a sweep: the models × benchmarks grid), then what plugins add."""
+def collect_or_nothing(root: str, extra: list[str], metrics: bool = False) -> "RunStatus | SweepStatus | None":
+    """collect(root), or None where no shard has written yet but plugins report on the run (e.g.
+    every array task still pending): the text and the live page then both say NOTHING_YET."""
     from shardeval.errors import UsageError
 
-    extra = plugin_status(root)
     try:
-        text = render(collect(root))
+        return collect(root, metrics)
     except UsageError:
-        if not (extra and os.path.isdir(root)):
-            raise
-        text = NOTHING_YET  # e.g. every array task still pending
-    return "\n".join([text, *extra])
+        if extra and os.path.isdir(root):
+            return None
+        raise
+
+
+def status(root: str) -> str:
+    """The shards' progress (of a sweep: the models × benchmarks grid), then what plugins add."""
+    extra = plugin_status(root)
+    s = collect_or_nothing(root, extra)
+    return "\n".join([NOTHING_YET if s is None else render(s), *extra])

@@ -29,7 +29,7 @@ from aiohttp import web
 
 from shardeval.errors import UsageError
 from shardeval.metrics import MetricOptions
-from shardeval.status import SweepStatus, collect, plugin_status
+from shardeval.status import NOTHING_YET, SweepStatus, collect_or_nothing, plugin_status
 
 log = logging.getLogger("shardeval")
 
@@ -143,7 +143,7 @@ function show(doc) {
   if (doc.error) { view.classList.add("stale"); return; }
   view.classList.remove("stale");
   const open = new Set(Array.from(view.querySelectorAll("details[open]")).map((d) => d.dataset.model));
-  const parts = doc.sweep ? sweepView(doc.sweep, open) : runView(doc.run);
+  const parts = doc.sweep ? sweepView(doc.sweep, open) : doc.run ? runView(doc.run) : [el("p", {}, doc.waiting || ""), []];
   const lines = parts.pop().concat(doc.extra);
   if (lines.length) parts.push(el("h2", {}, "notes"), el("ul", {className: "notes"}, ...lines.map((t) => el("li", {}, text(t)))));
   view.replaceChildren(...parts);
@@ -201,15 +201,19 @@ class Snapshots:
         self._body, self._at = b"", float("-inf")
 
     def compute(self) -> bytes:
-        """The JSON document: {root, interval_s, confidence, updated_at, compute_s, error, run | sweep, extra}."""
+        """The JSON document: {root, interval_s, confidence, updated_at, compute_s, error, run | sweep |
+        waiting (nothing written yet, while plugins report), extra}."""
         t0 = time.perf_counter()
         doc: dict[str, Any] = {"root": self.root, "interval_s": self.interval, "confidence": MetricOptions().confidence,
                                "updated_at": time.time(), "error": None,
-                               "run": None, "sweep": None, "extra": []}
+                               "run": None, "sweep": None, "waiting": None, "extra": []}
         try:
             doc["extra"] = plugin_status(self.root)
-            s = collect(self.root, metrics=True)
-            doc["sweep" if isinstance(s, SweepStatus) else "run"] = s
+            s = collect_or_nothing(self.root, doc["extra"], metrics=True)
+            if s is None:
+                doc["waiting"] = NOTHING_YET
+            else:
+                doc["sweep" if isinstance(s, SweepStatus) else "run"] = s
         except UsageError as exc:  # no shard yet, or not a run: said on the page, asked again next time
             doc["error"] = str(exc)
         except Exception as exc:  # a shard moved or half-written while read: the next read will see it whole
@@ -255,10 +259,13 @@ async def serve(root: str, host: str, port: int, interval: float, announce: Call
     try:
         await web.TCPSite(runner, host, port, shutdown_timeout=0.5).start()
     except OSError as exc:
+        import errno
+
         await runner.cleanup()
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise UsageError(f"--host {host} --port {port}: cannot listen: {why}; "
-                         "pick another port (--port 0 takes a free one)") from None
+        why = exc.strerror or str(exc) or type(exc).__name__
+        fix = ("pick another port (--port 0 takes a free one)" if exc.errno in (errno.EADDRINUSE, errno.EACCES)
+               else "give --host an address of this machine (127.0.0.1, 0.0.0.0 for every interface, or one of its own)")
+        raise UsageError(f"--host {host} --port {port}: cannot listen: {why}; {fix}") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -128,16 +128,15 @@ def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float
 
 
 def fold_notices(missing: str | None, of_models: list[tuple[str, str]], pages: list[str]) -> list[str]:
-    """The lines for stderr. Without the plotting extra neither sweep.html nor any model's
-    report.html is written, for the one reason: one line says so, not one per model."""
+    """The lines for stderr. A model's notices can only say its report.html was not written, for
+    the reason sweep.html was not (the plotting extra): then one line says so, not one per model."""
     from shardeval.html_page import INSTALL_HINT
     from shardeval.merge import REPORT_HTML
 
     if missing is None:
         return [f"{name}: {line}" for name, line in of_models]
     stale = "; the pages there are from an earlier merge" if any(os.path.exists(p) for p in pages) else ""
-    return [f"{SWEEP_HTML} and the models' {REPORT_HTML} not written: {INSTALL_HINT}{stale}",
-            *(f"{name}: {line}" for name, line in of_models if not line.startswith(f"{REPORT_HTML} not written"))]
+    return [f"{SWEEP_HTML} and the models' {REPORT_HTML} not written: {INSTALL_HINT}{stale}"]
 
 
 def _cell_text(cell: dict[str, Any]) -> str:

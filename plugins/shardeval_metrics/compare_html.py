@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import Page, esc, finite, forest, interval_rows, num, p_cell, span, table
+from shardeval.api import PAIRED_METRICS, Page, esc, finite, forest, interval_rows, num, p_cell, span, table
 
-MEANS = ("accuracy", "mean")  # the metric that is a run's mean score, as the sweep pairs it
 
 
 def own_mean(metrics: dict[str, Any]) -> tuple[str, Any] | None:
     """(name, MetricValue) of the run's mean score, when it has one."""
-    return next(((m, metrics[m]) for m in MEANS if m in metrics and finite(metrics[m].value)), None)
+    return next(((m, metrics[m]) for m in PAIRED_METRICS if m in metrics and finite(metrics[m].value)), None)
 
 
 def render_compare_html(run_a: str, run_b: str, a: dict[str, Any], b: dict[str, Any], results: list[dict[str, Any]],
