@@ -107,9 +107,15 @@ def test_another_sampling_parameter_seed_or_served_identity_is_a_miss(tmp_path: 
     with running_sim(*FAST, "--root", "/ckpt/other-weights") as other:  # same model name, other weights
         result = run(cfg, tmp_path / "other", "-O", f"services.model.url={other}", "--cache-dir", str(cache))
         assert result.returncode == 0, result.stderr
+        # the answers just stored for the new weights are the ones found next time (the newest
+        # entry of a key wins), in this process's own index and in a fresh one's
+        again = run(cfg, tmp_path / "other_again", "-O", f"services.model.url={other}", "--cache-dir", str(cache))
+        assert again.returncode == 0, again.stderr
     assert not any("cached" in r for r in records(tmp_path / "other"))
     assert result.stderr.count("are not used for") == 1 and "('/ckpt/other-weights', 1048576)" in result.stderr
     assert "(26 for another served identity)" in result.stderr
+    assert all(r.get("cached") for r in records(tmp_path / "other_again"))
+    assert "cache: 26 hit(s), 0 miss(es)" in again.stderr and "are not used for" not in again.stderr
 
 
 def test_no_cache_reads_and_writes_nothing(tmp_path: Path) -> None:
@@ -124,6 +130,18 @@ def test_no_cache_reads_and_writes_nothing(tmp_path: Path) -> None:
     assert {p: p.read_bytes() for p in segments(cache)} == filled  # nothing written, no segment made
     down = run(cfg, tmp_path / "down", "-O", f"services.model.url={url}", "--no-cache", "--cache-dir", str(cache))
     assert down.returncode == 1 and "unreachable" in down.stderr  # nothing read: the dead server was asked
+
+
+def test_cache_hits_say_nothing_of_whether_the_endpoint_can_be_reached(tmp_path: Path) -> None:
+    """A run half answered from the cache, its server gone: the hits asked nothing of the endpoint,
+    so the failures to connect still add up to `unreachable` and the shard stops, as without a cache."""
+    cache = tmp_path / "cache"
+    cfg = write_config(tmp_path, "http://127.0.0.1:9/v1", cache, n=3, attempts=1)
+    with running_sim(*FAST) as url:
+        assert run(cfg, tmp_path / "filled", "-O", f"services.model.url={url}").returncode == 0
+    more = run(cfg, tmp_path / "more", "-O", f"services.model.url={url}", "-O", "benchmarks.0.params.n=40")
+    assert any(r.get("cached") for r in records(tmp_path / "more"))  # the cached answers did come first
+    assert more.returncode == 1 and "unreachable" in more.stderr, more.stderr
 
 
 def test_errors_and_cut_streams_are_never_cached(tmp_path: Path) -> None:

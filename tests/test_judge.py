@@ -209,6 +209,8 @@ benchmarks:
     ("{service: nobody}", "benchmarks[0].judge.service: no service 'nobody' to judge with; defined: model, judge"),
     ("{service: judge, mode: triple}", "benchmarks[0].judge.mode"),
     ("{service: judge, rubric: 'Rate {answr}'}", "rubric uses {answr}; a rubric may use {question}, {answer} and {reference}"),
+    ("{service: judge, rubric: 'Rate {answer!x}'}", "rubric cannot be filled with text"),  # fails only when filled
+    ("{service: judge, rubric: 'Rate {answer:d}'}", "rubric cannot be filled with text"),
     ("{service: judge, verdict: '([0-9'}", "verdict '([0-9' is not a valid regular expression"),
 ])
 def test_judge_config_errors_are_one_line(tmp_path: Path, judge: str, says: str) -> None:
@@ -265,6 +267,47 @@ def test_rescore_judges_saved_answers_again_and_asks_no_model(tmp_path: Path) ->
     bad = shardeval_cmd("rescore", str(run), "-o", str(tmp_path / "x"), "--judge", "nobody")
     errors = [line for line in bad.stderr.splitlines() if "error" in line]
     assert bad.returncode == 2 and len(errors) == 1 and "no service 'nobody'" in errors[0], bad.stderr
+
+
+def test_rescore_keeps_judges_apart_and_says_what_a_judge_changes(tmp_path: Path) -> None:
+    """Who judged is part of the scorer fingerprint, so a shard judged again by another service
+    never pools with one its original judge scored; a benchmark judged for the first time by a
+    rescore reports `mean`, as a run judged so would; a plain --scorer takes the judge's verdict
+    and rating off a judged record; params for a benchmark that is judged again are refused, and a
+    scorer named for the benchmark beats a judge named for all."""
+    run, again, plain = tmp_path / "run", tmp_path / "by_model", tmp_path / "plain"
+    with running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "1", *FAST) as judge:
+        with running_sim("--bench", "arith", *FAST) as model:
+            cfg = write_config(tmp_path, model, judge, n=8, repeats=1)
+            for i in range(2):
+                assert shardeval_cmd("run", str(cfg), "--shard", f"{i}/2", "-o", str(run / f"shard_{i}")).returncode == 0
+            done = shardeval_cmd("rescore", str(run), "-o", str(again), "--judge", "arith=model", "--shard", "0/2")
+            assert done.returncode == 0, done.stderr
+        unjudged = tmp_path / "unjudged"
+        cfg2 = write_config(tmp_path, "http://127.0.0.1:9/v1", judge, n=8, repeats=1)
+        text = json.loads(cfg2.read_text())
+        del text["benchmarks"][0]["judge"]
+        cfg2.write_text(json.dumps(text))
+        with running_sim("--bench", "arith", *FAST) as model:
+            done = shardeval_cmd("run", str(cfg2), "--shard", "0/1", "-o", str(unjudged / "shard_0"), "-O", f"services.model.url={model}")
+            assert done.returncode == 0, done.stderr
+        first = shardeval_cmd("rescore", str(unjudged), "-o", str(tmp_path / "first_judged"), "--judge", "judge")
+        assert first.returncode == 0, first.stderr
+        both = shardeval_cmd("rescore", str(unjudged), "-o", str(tmp_path / "scorer_wins"), "--judge", "judge", "--scorer", "arith=arith")
+        assert both.returncode == 0, both.stderr
+    import shutil
+
+    shutil.copytree(run / "shard_1", again / "shard_1")  # the original judge's shard beside one the model judged
+    mixed = shardeval_cmd("merge", str(again))
+    assert mixed.returncode == 2 and "scorer" in mixed.stderr and len(mixed.stderr.strip().splitlines()) == 1, mixed.stderr
+    assert json.loads((tmp_path / "first_judged" / "shard_0" / "manifest.json").read_text())["benchmarks"][0]["metrics"] == ["mean"]
+    assert all("judge" not in r for r in records(tmp_path / "scorer_wins" / "shard_0"))
+    done = shardeval_cmd("rescore", str(run), "-o", str(plain), "--scorer", "arith=arith")
+    assert done.returncode == 0, done.stderr
+    recs = [r for i in range(2) for r in records(plain / f"shard_{i}")]
+    assert recs and all("judge" not in r and "rating" not in r["scores"] and r["score"] in (0.0, 1.0) for r in recs if r["status"] == "ok")
+    bad = shardeval_cmd("rescore", str(run), "-o", str(tmp_path / "x"), "-O", "benchmarks.0.params.n=9")
+    assert bad.returncode == 2 and "a judge takes no scorer params" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
 @pytest.mark.timeout(900)

@@ -103,7 +103,10 @@ class ResponseCache:
         except OSError as exc:
             raise os_error(exc, "use the response cache at", alternative="give another `cache.dir` / --cache-dir, or pass --no-cache") from None
         try:
-            names = sorted(e.name for e in os.scandir(seg_dir) if e.name.endswith(".jsonl") and e.name != name)
+            # oldest first: a key's newest entry wins (after the weights change, the answers stored
+            # for the new weights are the ones found, not the refused old ones)
+            names = [n for _, n in sorted((_mtime(e), e.name) for e in os.scandir(seg_dir)
+                                          if e.name.endswith(".jsonl") and e.name != name)]
         except OSError as exc:
             raise os_error(exc, "list the response cache's segments in", alternative="pass --no-cache") from None
         for other in names:
@@ -136,7 +139,7 @@ class ResponseCache:
                         except (ValueError, RecursionError):
                             short = b""
                     try:
-                        index.setdefault(int(short, 16), (offset << shift) | (length << _SEG_BITS) | seg)
+                        index[int(short, 16)] = (offset << shift) | (length << _SEG_BITS) | seg
                     except ValueError:
                         if line.strip():
                             report.bad_lines.append(lineno)
@@ -194,8 +197,7 @@ class ResponseCache:
                         self.segments[self._own], exc.strerror or exc)
             self._close_out()
             return
-        self.index.setdefault(int(entry.key[:16], 16),
-                              (self._pos << (_LEN_BITS + _SEG_BITS)) | (len(line) << _SEG_BITS) | self._own)
+        self.index[int(entry.key[:16], 16)] = (self._pos << (_LEN_BITS + _SEG_BITS)) | (len(line) << _SEG_BITS) | self._own
         self._pos += len(line)
         self.written += 1
 
@@ -245,10 +247,11 @@ class ClientCache:
         self._prefix = canonical_json(identity) + b"\n"
         self.served = served.identity() if served is not None else None  # (root, max_model_len) or None
 
-    def key(self, protocol: str, body: dict[str, Any]) -> str:
+    def key(self, protocol: str, payload: bytes) -> str:
+        """`payload`: the request body as sent, encoded with sorted keys (the same body, the same bytes)."""
         digest = hashlib.sha256(self._prefix)
         digest.update(protocol.encode() + b"\n")
-        digest.update(msgspec.json.encode(body, order="sorted"))
+        digest.update(payload)
         return digest.hexdigest()
 
     def lookup(self, key: str) -> CacheEntry | None:
@@ -270,3 +273,10 @@ class ClientCache:
             prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens, prompt_logprobs=c.prompt_logprobs,
             prompt_tokens_text=c.prompt_tokens_text, text_offsets=c.text_offsets,
         ))
+
+
+def _mtime(entry: os.DirEntry) -> int:
+    try:
+        return entry.stat().st_mtime_ns
+    except OSError:  # removed since it was listed: indexing it finds nothing either
+        return 0

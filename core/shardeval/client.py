@@ -608,8 +608,10 @@ class Client:
             body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         url = self._url if protocol is None else self._urls[protocol]
         cache, key = self.cache, None
+        # with a cache, the body is encoded once, keys sorted: the key hashes the bytes that are sent
+        payload = msgspec.json.encode(body) if cache is None else msgspec.json.encode(body, order="sorted")
         if cache is not None:  # a hit is no request: no slot, no attempt, nothing on the wire
-            key = cache.key(protocol or self.endpoint.protocol, body)
+            key = cache.key(protocol or self.endpoint.protocol, payload)
             looked_up = time.perf_counter()
             entry = cache.lookup(key)
             if entry is not None:
@@ -619,7 +621,6 @@ class Client:
                     prompt_tokens_text=entry.prompt_tokens_text, text_offsets=entry.text_offsets,
                     started_at=time.time(), latency_s=time.perf_counter() - looked_up, attempts=0, cached=True,
                 )
-        payload = msgspec.json.encode(body)
         retries = self.config.retries
         attempts = max(1, retries.attempts)
         loop = asyncio.get_running_loop()

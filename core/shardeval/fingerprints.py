@@ -56,10 +56,12 @@ def scorer_fingerprint(benchmark: Benchmark, n_problems: int, provider_version: 
     return _digest(payload)
 
 
-def judged_fingerprint(scorer: str, judge: dict[str, Any]) -> str:
-    """The scorer fingerprint of a benchmark a judge scores: its own scorer's and the rubric in
-    effect (shardeval.judging.Rubric.identity), so a changed rubric never mixes with the old one."""
-    return _digest({"benchmark": scorer, "judge": judge})
+def judged_fingerprint(scorer: str, rubric: dict[str, Any], judge: dict[str, Any]) -> str:
+    """The scorer fingerprint of a benchmark a judge scores: its own scorer's, the rubric in
+    effect (shardeval.judging.Rubric.identity) and who judges (config.judge_identity), so answers
+    judged differently never mix, in a run (whose config hash has the judge too) or a rescore
+    (which keeps its source's config hash)."""
+    return _digest({"benchmark": scorer, "judge": rubric, "judged_by": judge})
 
 
 def _probe_score(benchmark: Benchmark, problem: Any, text: str) -> Any:

@@ -122,6 +122,12 @@ def _tail(reply: str) -> str:
     return repr(text if len(text) <= 80 else "…" + text[-79:])
 
 
+def metrics_when_judged(benchmark: Any) -> tuple[str, ...]:
+    """A judged benchmark's metrics when the config names none: its own when it says how it is
+    judged (a `judge_rubric`), else `mean` (a judge's graded scores are not right/wrong)."""
+    return tuple(benchmark.metrics) if getattr(benchmark, "judge_rubric", None) is not None else ("mean",)
+
+
 def check_template(template: str, where: str) -> None:
     """A rubric may use only {question}, {answer} and {reference}: one line naming the culprit."""
     try:
@@ -131,6 +137,11 @@ def check_template(template: str, where: str) -> None:
     unknown = sorted(names - FIELDS)
     if unknown:
         raise UsageError(f"{where} uses {{{unknown[0]}}}; a rubric may use {{question}}, {{answer}} and {{reference}}")
+    try:  # a conversion or format spec ({answer!x}, {answer:d}) fails only when filled: fill it now, with text
+        template.format(**{name: "text" for name in FIELDS})
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise UsageError(f"{where} cannot be filled with text ({type(exc).__name__}: {exc}); "
+                         "write the fields plainly, e.g. {answer}, and {{ }} for literal braces") from None
 
 
 def compile_pattern(pattern: str, where: str) -> re.Pattern[str]:

@@ -38,6 +38,7 @@ from shardeval.config.reading import apply_overrides
 from shardeval.errors import UsageError, os_error
 from shardeval.fingerprints import scorer_fingerprint
 from shardeval.records import (
+    LOGS_DIR,
     RESULTS_FILE,
     TRAJECTORIES_FILE,
     BenchmarkManifest,
@@ -51,7 +52,7 @@ from shardeval.records import (
     scan_lines,
     write_manifest,
 )
-from shardeval.standing import Membership
+from shardeval.standing import Membership, count_cells
 
 log = logging.getLogger("shardeval")
 
@@ -144,11 +145,15 @@ def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[B
             raise UsageError(f"{where}: the data of {bm.name} changed since the run ({found}, the run had {bm.dataset_fingerprint}); "
                              "rescore needs the data the answers were given for")
         name = choice.names.get(bm.name, choice.names.get(None, original["name"]))
-        asked = choice.judges.get(bm.name, choice.judges.get(None))
+        # a scorer named for this benchmark beats a judge named for all of them
+        asked = choice.judges.get(bm.name) or (None if bm.name in choice.names else choice.judges.get(None))
+        params = wanted.get("params") or {}
         if asked is not None or (original.get("judge") and bm.name not in choice.names and None not in choice.names):
+            if params != (original.get("params") or {}):
+                raise UsageError(f"-O benchmarks.{i}.params: {bm.name} is judged again, and a judge takes no scorer params; "
+                                 f"drop the -O, or name a scorer with {SCORER_FLAG} {bm.name}=NAME")
             out.append(_judged(manifest, bm, data, entry, original, asked, where))  # its judge, or the one named, asked again
             continue
-        params = wanted.get("params") or {}
         scorer = data
         if name != run_config.name or params != run_config.params:
             scorer, entry = make_benchmark(BenchmarkConfig(name=name, params=params), SCORER_FLAG, registry)
@@ -164,9 +169,8 @@ def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: A
             asked: tuple[str, str | None] | None, where: str) -> BenchmarkRescore:
     """A benchmark scored again by a judge: the run's own (its `judge` section), or the service
     `--judge` names (a service of the run's config), with the mode given or the run's."""
-    from shardeval.config import JudgeConfig, judge_identity
-    from shardeval.config.explain import Where as At
-    from shardeval.judging import rubric_for
+    from shardeval.config import JudgeConfig, decode_service, judge_identity
+    from shardeval.judging import metrics_when_judged, rubric_for
     from shardeval.fingerprints import judged_fingerprint
     from shardeval.solver import generation_params
 
@@ -177,18 +181,18 @@ def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: A
     if judge.service not in services:
         raise UsageError(f"{JUDGE_FLAG} {judge.service}: {where} has no service {judge.service!r} in its config "
                          f"(it has: {', '.join(services) or 'none'}); a judge must be one of the run's services")
-    from shardeval.config import _decode_service
 
-    config = _decode_service(judge.service, services[judge.service], At(source=f"{where}/manifest.json"))
+    config = decode_service(judge.service, services[judge.service], Where(source=f"{where}/manifest.json"))
     rubric = rubric_for(judge, data)
     version = plugins.plugin_version(entry.plugin)
-    fingerprint = judged_fingerprint(scorer_fingerprint(data, bm.n_problems, version), rubric.identity())
     identity = msgspec.to_builtins(judge_identity(judge, config))
+    fingerprint = judged_fingerprint(scorer_fingerprint(data, bm.n_problems, version), rubric.identity(), identity)
     info = ScorerInfo(benchmark=bm.name, scorer=f"judge {judge.service} ({rubric.mode})", params=identity, plugin=entry.plugin,
                       plugin_version=version, fingerprint=fingerprint, replaces=bm.scorer_fingerprint)
     max_concurrent = int(original.get("max_concurrent") or 32)
     spec = JudgeSpec(judge.service, config, rubric, generation_params(judge.generation), max_concurrent)
-    return BenchmarkRescore(msgspec.structs.replace(bm, scorer_fingerprint=fingerprint), data, data, info, spec)
+    metrics = bm.metrics if original.get("metrics") else list(metrics_when_judged(data))  # as a run judged so would report
+    return BenchmarkRescore(msgspec.structs.replace(bm, scorer_fingerprint=fingerprint, metrics=metrics), data, data, info, spec)
 
 
 def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: ScorerChoice) -> int:
@@ -253,8 +257,9 @@ def rescore_shard(src: str, dst: str, choice: ScorerChoice) -> None:
         for b in benches:
             log.info("%s: rescoring %s", dst, describe(b.info))
             own = Membership.of(manifest, b.manifest)
-            n_error = rejudge_benchmark(src, dst, b, own, manifest) if b.judge else rescore_benchmark(src, dst, b, own)
-            b.manifest.n_ok, b.manifest.n_error = b.manifest.n_ok - n_error, b.manifest.n_error + n_error
+            (rejudge_benchmark(src, dst, b, own, manifest) if b.judge else rescore_benchmark(src, dst, b, own))
+            # counted from what the file now holds, by the rule merge uses: right after a resume too
+            b.manifest.n_ok, b.manifest.n_error, _ = count_cells(os.path.join(dst, b.manifest.name, RESULTS_FILE), own)
         new.state, new.reason, new.finished_at = manifest.state, manifest.reason, manifest.finished_at
         write_manifest(dst, new)
     except OSError as exc:
@@ -275,10 +280,10 @@ def _not_resumable(earlier: Manifest, new: Manifest) -> str | None:
     return None
 
 
-def rescore_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership) -> int:
+def rescore_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership) -> None:
     """Stream one results file through the scorer (in a thread pool if the scorer asks for one),
-    appending in source order after what an earlier rescore wrote; copy the trajectories. Returns
-    how many ok records the scorer failed on (they become `internal` errors, as in a run)."""
+    appending in source order after what an earlier rescore wrote; copy the trajectories. An ok
+    record the scorer fails on becomes an `internal` error, as in a run."""
     name = b.manifest.name
     src_path, out_path = os.path.join(src, name, RESULTS_FILE), os.path.join(dst, name, RESULTS_FILE)
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
@@ -330,13 +335,12 @@ def rescore_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership) 
              tally["changed"], tally["failed"], tally["copied"], elapsed, n / elapsed if elapsed > 0 else 0.0)
     if (skipped := report.describe()) is not None:
         log.warning("%s (copied as merge reads them)", skipped)
-    return tally["failed"]
 
 
-def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, manifest: Manifest) -> int:
+def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, manifest: Manifest) -> None:
     """Ask the judge again about every saved answer of the shard's own (`ok` records and `judge`
     errors; other errors and others' records are copied), in source order and resumable as
-    `rescore_benchmark`. Returns how many more errors there are than in the source (may be < 0)."""
+    `rescore_benchmark`."""
     import asyncio
     from contextlib import AsyncExitStack
 
@@ -346,7 +350,7 @@ def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, 
     assert b.judge is not None
     name, spec = b.manifest.name, b.judge
     src_path, out_path = os.path.join(src, name, RESULTS_FILE), os.path.join(dst, name, RESULTS_FILE)
-    os.makedirs(os.path.join(dst, "logs"), exist_ok=True)
+    os.makedirs(os.path.join(dst, LOGS_DIR), exist_ok=True)
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     done = _lines_written(out_path)
     problem = lru_cache(maxsize=4096)(b.data.problem)
@@ -355,7 +359,7 @@ def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, 
 
     async def go() -> None:
         async with AsyncExitStack() as stack:
-            ctx = ServiceContext(os.path.join(dst, "logs"), manifest.shard_idx, manifest.total_shards)
+            ctx = ServiceContext(os.path.join(dst, LOGS_DIR), manifest.shard_idx, manifest.total_shards)
             judge = await start_judge(spec.service, spec.config, spec.rubric, spec.params, spec.max_concurrent, stack, ctx)
 
             async def one(record: ResultRecord) -> bytes:
@@ -380,7 +384,6 @@ def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, 
     _copy_trajectories(os.path.join(src, name, TRAJECTORIES_FILE), os.path.join(dst, name, TRAJECTORIES_FILE))
     log.info("%s/%s: %d answer(s) judged again by %s, %d record(s) copied; %+d error(s); %.3f s", dst, name, tally["judged"],
              spec.service, tally["copied"], tally["delta"], time.perf_counter() - started)
-    return tally["delta"]
 
 
 _ABSENT = object()
@@ -391,6 +394,8 @@ def rescore_record(record: ResultRecord, problem: Problem, scorer: Benchmark, da
     solver measured (not the run's own scorer: log-probabilities, nll) are kept and win on a clash,
     as when the record was made: they are the keys whose value the run's scorer does not give."""
     new = scorer.score(problem, record.response)
+    if not isinstance(record.judge, msgspec.UnsetType):  # a judge scored it: its verdict and scores go, not kept as measured
+        record.judge, record.scores = msgspec.UNSET, {}
     measured: dict[str, float] = {}
     if record.scores:
         own = new if scorer is data else data.score(problem, record.response)

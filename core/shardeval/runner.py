@@ -29,10 +29,10 @@ from shardeval.adaptive import make_slots
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.cache import ResponseCache
 from shardeval.client import Client, Completion
-from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash
+from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash, judge_identity
 from shardeval.errors import ShardError, UsageError, os_error
 from shardeval.fingerprints import judged_fingerprint, prompt_fingerprint, scorer_fingerprint
-from shardeval.judging import Judge, Rubric, Verdict, apply_verdict, rubric_for
+from shardeval.judging import Judge, Rubric, Verdict, apply_verdict, metrics_when_judged, rubric_for
 from shardeval.liveness import ShardLease
 from shardeval.process import ServerProcess, describe_exit
 from shardeval.progress import Progress
@@ -87,10 +87,8 @@ class BenchmarkPlan:
         return self.config.id if self.config.id is not None else self.benchmark.name
 
     def default_metrics(self) -> tuple[str, ...]:
-        """The benchmark's own metrics; a judge's graded scores are not right/wrong, so a benchmark
-        judged without saying how (no `judge_rubric` of its own) reports their `mean`."""
-        judged = self.rubric is not None and getattr(self.benchmark, "judge_rubric", None) is None
-        return ("mean",) if judged else tuple(self.benchmark.metrics)
+        """The benchmark's own metrics, or those of its judging (judging.metrics_when_judged)."""
+        return tuple(self.benchmark.metrics) if self.rubric is None else metrics_when_judged(self.benchmark)
 
     def manifest(self) -> BenchmarkManifest:
         lo, hi = (self.indices.start, self.indices.stop) if isinstance(self.indices, range) else (
@@ -163,7 +161,8 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
                              f"e.g. `judge: {{service: judge}}` in benchmarks[{i}], with `judge:` under services:")
         if bc.judge is not None:  # the judge scores it: its rubric is the scorer (the judge's identity is in the run's)
             plan.rubric = rubric_for(bc.judge, benchmark)
-            plan.scorer_fingerprint = judged_fingerprint(plan.scorer_fingerprint, plan.rubric.identity())
+            plan.scorer_fingerprint = judged_fingerprint(plan.scorer_fingerprint, plan.rubric.identity(),
+                                                         judge_identity(bc.judge, config.services.get(bc.judge.service)))
         plans.append(plan)
     return plans
 
@@ -530,9 +529,11 @@ class ShardRun:
                     self._on_write_error(exc, bench_dir)
                     return
                 progress.advance(record.status == "ok")
-                unreachable = reach.observe(record.status, record.error_kind, record.error)
-                if unreachable:
-                    self._on_unreachable(unreachable)
+                # an answer from the cache, or a saved one judged again (no new trajectory), asked
+                # nothing of the model's endpoint: it says nothing of whether it can be reached
+                if record.cached is not True and traj_line is not None:
+                    if unreachable := reach.observe(record.status, record.error_kind, record.error):
+                        self._on_unreachable(unreachable)
                 if self.record_hook:
                     self.hooks.record_written(record=record, out_dir=self.out_dir)
 

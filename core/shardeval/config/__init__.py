@@ -69,7 +69,7 @@ def load_config(
 
     sweep.resolve(raw, where)  # benchmarks' default service; a sweep's generated checkpoint services
     _quick.apply(raw, flags, path)
-    services = {name: _decode_service(name, section, where) for name, section in raw.services.items()}
+    services = {name: decode_service(name, section, where) for name, section in raw.services.items()}
     cluster = _decode_cluster(raw.cluster, where)
     config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
     _validate(config, where)
@@ -129,7 +129,7 @@ def config_for_manifest(config: Config) -> dict[str, Any]:
     return data
 
 
-def _decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:
+def decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:
     """With its type's Struct; a full …/chat/completions or …/completions `url` sets the protocol."""
     from shardeval.plugins import registry
     from shardeval.service import split_endpoint_url
