@@ -29,6 +29,7 @@ from shardeval.client import Completion
 from shardeval.config import Retries, ServiceConfig, Timeouts
 
 from conftest import api_eval_config, shardeval_cmd
+from peak_rss import run_measured
 from test_client import DONE, closed_port, run
 from test_client import ask as client_ask
 
@@ -485,23 +486,16 @@ def test_shardeval_run_records_every_pair_with_the_right_kind(tmp_path: Path, ca
 
 def test_the_shard_with_endless_streams_stays_small_in_memory(tmp_path: Path) -> None:
     """The issue's case: endless 64 KiB streams, 4 in flight. Peak RSS of the shard process stays
-    far below what the streams sent (measured by a wrapper whose only child is the shard)."""
+    far below what the streams sent (the shard's own peak, tests/peak_rss.py)."""
     with RawServer(endless_stream) as server:
         cfg = write_config(tmp_path, server.url, n=4, repeats=1, service={"max_response_bytes": 4194304})
-        wrapper = (
-            "import resource, subprocess, sys\n"
-            f"r = subprocess.run([sys.executable, '-m', 'shardeval', 'run', {str(cfg)!r}, '--shard', '0/1', '-o', "
-            f"{str(tmp_path / 'out')!r}], capture_output=True, text=True, timeout=60)\n"
-            "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-        )
-        probe = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=90)
+        done = run_measured([sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "out")], timeout=60)
         sent = server.sent
-    code, rss_kib = (int(x) for x in probe.stdout.split())
-    print(f"4 endless streams, cap 4 MiB: the server sent {sent >> 20} MiB, shard peak RSS {rss_kib >> 10} MiB")
-    assert code == 0, probe.stderr
+    print(f"4 endless streams, cap 4 MiB: the server sent {sent >> 20} MiB, shard peak RSS {done.peak_mib:.0f} MiB")
+    assert done.returncode == 0, done.stderr
     recs = records(tmp_path / "out")
     assert len(recs) == 4 and all(r["error_kind"] == "too_large" for r in recs), recs
-    assert rss_kib < 300 * 1024, f"peak RSS {rss_kib} KiB"
+    assert done.peak_mib < 300, f"peak RSS {done.peak_mib:.0f} MiB"
     assert sent >= 4 * (4 << 20), sent
 
 

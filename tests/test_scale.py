@@ -5,8 +5,8 @@ CI runs a reduced but real form (20,000 problems x 64 shards, 4 shards at a time
 
     .venv/bin/python tests/test_scale.py --problems 1000000 --shards 64 --parallel 4 --out /tmp/scale
 
-It prints wall time, peak RSS per shard (from wait4) and merge time. Figures are in
-docs/guarantees.md (G16).
+It prints wall time, peak RSS per shard (each shard's own, tests/peak_rss.py) and merge time. Figures are in
+docs/guarantees.md (G17).
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import running_sim  # noqa: E402
+from peak_rss import run_measured  # noqa: E402
 
 
 @dataclass
@@ -71,35 +73,24 @@ def run_scale(root: Path, problems: int, shards: int, parallel: int, timeout_s: 
     deadline = time.monotonic() + timeout_s
     with running_sim("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "0", "--itl-ms", "0", "--output-tokens", "8") as url:
         cfg = write_config(root, url, problems)
-        todo = list(range(shards))
-        running: dict[int, tuple[int, subprocess.Popen[bytes]]] = {}
-        rss: list[float] = []
         t0 = time.monotonic()
+
+        def shard(i: int) -> float:
+            """Run shard i; its own peak RSS in MiB (the trampoline keeps pytest's out of it)."""
+            with open(root / f"shard_{i}.log", "wb") as log:
+                done = run_measured(
+                    [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", f"{i}/{shards}", "-o", str(root / "run" / f"shard_{i}")],
+                    timeout=max(1.0, deadline - time.monotonic()), stdout=log, stderr=subprocess.STDOUT,
+                )
+            if done.returncode != 0:
+                raise RuntimeError(f"shard {i} exited {done.returncode}: {(root / f'shard_{i}.log').read_text()[-2000:]}")
+            return done.peak_mib
+
+        pool = ThreadPoolExecutor(parallel)
         try:
-            while todo or running:
-                while todo and len(running) < parallel:
-                    i = todo.pop(0)
-                    log = open(root / f"shard_{i}.log", "wb")
-                    proc = subprocess.Popen(
-                        [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", f"{i}/{shards}", "-o", str(root / "run" / f"shard_{i}")],
-                        stdout=log, stderr=subprocess.STDOUT,
-                    )
-                    log.close()
-                    running[proc.pid] = (i, proc)
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"scale run past {timeout_s} s with {len(todo)} shard(s) not started")
-                pid, status, usage = os.wait4(-1, 0)
-                if pid not in running:
-                    continue  # some other child of ours (not ours to judge)
-                i, proc = running.pop(pid)
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"shard {i} exited {proc.returncode}: {(root / f'shard_{i}.log').read_text()[-2000:]}")
-                rss.append(usage.ru_maxrss / 1024)  # KiB on Linux
+            rss = list(pool.map(shard, range(shards)))
         finally:
-            for _, proc in running.values():
-                proc.kill()
-                proc.wait()
+            pool.shutdown(cancel_futures=True)  # a failed shard stops the rest from starting
         wall = time.monotonic() - t0
     t1 = time.monotonic()
     merged = subprocess.run([sys.executable, "-m", "shardeval", "merge", str(root / "run")], capture_output=True, text=True, timeout=max(60.0, deadline - t1 + 60))
@@ -116,7 +107,9 @@ def test_20000_problems_in_64_shards_run_and_merge_in_bounded_time(tmp_path):
     arith = result.scores["arith"]
     assert (arith["n_expected"], arith["n_records"], arith["n_missing"], arith["n_errors"], arith["n_duplicates"]) == (20_000, 20_000, 0, 0, 0)
     assert 0.65 < arith["metrics"]["accuracy"]["value"] < 0.75  # the simulator's 0.7, n = 20,000
-    assert len(result.peak_rss_mb) == 64 and max(result.peak_rss_mb) < 400, result.summary()
+    # A shard measures 42 MB here (G17); 150 leaves room for another allocator or Python, and still
+    # catches a shard whose memory follows its share of the dataset.
+    assert len(result.peak_rss_mb) == 64 and max(result.peak_rss_mb) < 150, result.summary()
 
 
 def main() -> None:

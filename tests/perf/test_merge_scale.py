@@ -2,7 +2,7 @@
 
 The shards are written with the project's own writer (tests/shard_factory.py), trajectories
 included. `shardeval merge` runs as a real process pinned to one CPU; wall time and peak RSS come
-from the kernel (os.wait4). Memory is bounded by the per-cell arrays: a second merge over a
+from the kernel, for the merge alone (tests/peak_rss.py). Memory is bounded by the per-cell arrays: a second merge over a
 quarter of the cells shows how much RSS grows per cell, and that growth must stay within the
 stated bound of MAX_BYTES_PER_CELL.
 """
@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 
+from peak_rss import run_measured
 from shard_factory import make_shard
 
 SHARDS = 16
@@ -30,18 +29,9 @@ def build_run(root: str, n_problems: int) -> None:
 
 def merge_on_one_core(root: str) -> tuple[float, float]:
     """(wall seconds, peak RSS MiB) of `shardeval merge ROOT` pinned to one CPU."""
-    cpu = min(os.sched_getaffinity(0))
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shardeval", "merge", "--quiet", root],
-        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    assert os.waitstatus_to_exitcode(status) == 0, proc.stderr.read().decode() if proc.stderr else ""
-    return wall, usage.ru_maxrss / 1024
+    done = run_measured([sys.executable, "-m", "shardeval", "merge", "--quiet", root], cpu=min(os.sched_getaffinity(0)))
+    assert done.returncode == 0, done.stderr
+    return done.wall_s, done.peak_mib
 
 
 def test_merge_a_million_records_on_one_core(tmp_path):

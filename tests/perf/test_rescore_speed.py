@@ -9,10 +9,9 @@ never held in memory: RSS stays near merge's, whose per-cell arrays are small).
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 
+from peak_rss import run_measured
 from shard_factory import make_shard
 from shardeval import plugins
 from shardeval.records import read_manifest, write_manifest
@@ -23,14 +22,9 @@ MAX_RSS_MIB = 300
 
 def on_one_core(*args: str) -> tuple[float, float]:
     """(wall seconds, peak RSS MiB) of `shardeval ARGS` pinned to one CPU."""
-    cpu = min(os.sched_getaffinity(0))
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "shardeval", *args], preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    assert os.waitstatus_to_exitcode(status) == 0, proc.stderr.read().decode() if proc.stderr else ""
-    return wall, usage.ru_maxrss / 1024
+    done = run_measured([sys.executable, "-m", "shardeval", *args], cpu=min(os.sched_getaffinity(0)))
+    assert done.returncode == 0, done.stderr
+    return done.wall_s, done.peak_mib
 
 def test_rescore_rate_against_merge(tmp_path):
     run = str(tmp_path / "run")

@@ -1,30 +1,23 @@
 """Memory: a shard's peak RSS must not grow with the dataset (DESIGN.md §10: within 1.25x).
 
 Two real `shardeval run` processes against one simulator, over 1,000 and 100,000 `arith`
-problems; peak RSS of each comes from the kernel's rusage for that child (os.wait4).
+problems; peak RSS of each comes from the kernel's rusage for that process alone (tests/peak_rss.py).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 from conftest import running_sim
+from peak_rss import run_measured
 
 TARGET = 1.25
 
 
 def peak_rss_mib(config: str, out: str) -> float:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shardeval", "run", config, "--shard", "0/1", "-o", out],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    assert proc.returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
-    return usage.ru_maxrss / 1024  # KiB on Linux
+    done = run_measured([sys.executable, "-m", "shardeval", "run", config, "--shard", "0/1", "-o", out])
+    assert done.returncode == 0, done.stderr
+    return done.peak_mib
 
 
 def write_config(path: str, url: str, n: int) -> str:
