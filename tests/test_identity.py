@@ -288,7 +288,8 @@ def test_runner_merge_and_status_agree_on_the_standing_record(tmp_path: Path) ->
     from shardeval.records import read_manifest
     from shardeval.runner import ShardRun, Tally
     from shardeval.standing import Membership
-    from shardeval.status import load_run, shard_progress
+    from shardeval.discover import load_shards
+    from shardeval.status import shard_progress
 
     lines = [
         record("arith", 0, 0, 0, score=1.0),
@@ -322,7 +323,7 @@ def test_runner_merge_and_status_agree_on_the_standing_record(tmp_path: Path) ->
         assert json.loads(f.read(b.cells.length[1]))["error"] == "latest"
 
     # status: cells, not lines
-    progress = shard_progress(load_run(str(tmp_path / "run")))[0]
+    progress = shard_progress(load_shards(str(tmp_path / "run")))[0]
     assert (progress.records, progress.errors) == (3, 1)
 
 

@@ -81,7 +81,10 @@ def find_shard_dirs(root: str) -> tuple[list[str], list[str]]:
     return sorted(shards), sorted(orphans)
 
 
-def load_run(root: str, allow_mixed_served: bool = False) -> Run:
+def load_shards(root: str, allow_mixed_served: bool = False) -> Run:
+    """The shards of the ordinary run at `root` (not a sweep), refused unless they are one run:
+    one config, shard count, benchmark list and data, and one model per service unless
+    `allow_mixed_served`."""
     if not os.path.isdir(root):
         raise UsageError(f"{root}: no such directory; give the directory that holds the shard directories")
     from shardeval.sweep import read_plan

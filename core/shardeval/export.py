@@ -71,20 +71,18 @@ def identity(run: Any, manifest: Any, i: int) -> Identity:
 
 def scan(root: str, allow_mixed_models: bool = False) -> list[Scanned]:
     """Locate every standing record of a run, or of each model of a sweep (merge's scan, no metrics)."""
-    from shardeval.discover import find_shard_dirs, load_run as load_shards
+    from shardeval.discover import load_shards
     from shardeval.merge import Cells, scan_results
-    from shardeval.sweep import read_plan
+    from shardeval.sweep import model_roots, naming_model, read_plan
 
     plan = read_plan(root)
-    roots = [(None, root)] if plan is None else [(name, os.path.join(root, name)) for name in plan.services]
+    roots = [(None, root)] if plan is None else model_roots(root, plan)
     out = []
     for name, run_root in roots:
-        if name is not None and not find_shard_dirs(run_root)[0]:
+        if run_root is None:
             continue  # a model of the sweep with no shard yet: nothing stands
-        try:
+        with naming_model(name):
             run = load_shards(run_root, allow_mixed_served=allow_mixed_models)
-        except UsageError as exc:
-            raise UsageError(f"sweep model {name!r}: {exc}" if name else str(exc)) from None
         for i, bm in enumerate(run.benchmarks):
             cells = Cells(bm.n_problems, bm.repeats)
             scan_results(cells, bm.name, run.shards)

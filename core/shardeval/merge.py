@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator
 
 import msgspec
 
-from shardeval.discover import MERGED_DIR, Run, Shard, load_run
+from shardeval.discover import MERGED_DIR, Run, Shard, load_shards
 from shardeval.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
 from shardeval.atomic import atomic_write
 from shardeval.errors import os_error
@@ -268,7 +268,7 @@ def merge_run(
 
     Shards whose endpoints served different weights are refused unless `allow_mixed_models`; then
     the result (and the report, and scores.json) says the run is mixed."""
-    run = load_run(root, allow_mixed_served=allow_mixed_models)
+    run = load_shards(root, allow_mixed_served=allow_mixed_models)
     options = options or MetricOptions()
     shuffle_seed = run.shards[0].manifest.permutation_seed
     merged = []

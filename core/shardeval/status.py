@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from shardeval.discover import Run, load_run
+from shardeval.discover import Run, load_shards
 from shardeval.liveness import clock
 from shardeval.records import RESULTS_FILE, SweepPlan
 from shardeval.report import fmt
@@ -175,15 +175,15 @@ def running_metrics(run: Run, benchmarks: list[BenchmarkProgress]) -> None:
 def sweep_status(root: str, plan: SweepPlan, metrics: bool = False) -> SweepStatus:
     """Each model's ordinary run, in the plan's order; a model with no shard yet is `run=None`."""
     from shardeval.errors import UsageError
+    from shardeval.sweep import model_roots
 
     models = []
-    for name in plan.services:
+    for name, run_root in model_roots(root, plan):
         try:
-            run = load_run(os.path.join(root, name), allow_mixed_served=True)
+            run = load_shards(run_root, allow_mixed_served=True) if run_root else None
         except UsageError:
-            models.append(ModelStatus(name, None))
-            continue
-        models.append(ModelStatus(name, run_status(run, metrics)))
+            run = None  # a model that cannot be read yet is shown as not started; merge names what is wrong
+        models.append(ModelStatus(name, run_status(run, metrics) if run else None))
     started = [m.run for m in models if m.run is not None]
     return SweepStatus(root, list(plan.services), plan.shards, plan.baseline, models,
                        sum(b.records for r in started for b in r.benchmarks), sum(b.expected for r in started for b in r.benchmarks))
@@ -196,7 +196,7 @@ def collect(root: str, metrics: bool = False) -> RunStatus | SweepStatus:
 
     if (plan := read_plan(root)) is not None:
         return sweep_status(root, plan, metrics)
-    return run_status(load_run(root, allow_mixed_served=True), metrics)  # progress is worth showing; merge refuses the mixture
+    return run_status(load_shards(root, allow_mixed_served=True), metrics)  # progress is worth showing; merge refuses the mixture
 
 
 def _rate(rate: float | None) -> str:

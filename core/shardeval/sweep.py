@@ -17,8 +17,9 @@ from __future__ import annotations
 import glob
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import msgspec
 
@@ -180,6 +181,27 @@ def read_plan(root: str) -> SweepPlan | None:
     widest = max(plans, key=lambda p: len(p.services))
     extra = [p.service for p in plans if p.service not in widest.services]
     return msgspec.structs.replace(widest, services=[*widest.services, *extra], service=None)
+
+
+def model_roots(root: str, plan: SweepPlan) -> Iterator[tuple[str, str | None]]:
+    """Each model of the sweep at `root`, in the plan's order: (name, its run directory, or None
+    while no shard of that model has written). Merge, export and status all walk a sweep this way."""
+    from shardeval.discover import find_shard_dirs
+
+    for name in plan.services:
+        run_root = os.path.join(root, name)
+        yield name, run_root if os.path.isdir(run_root) and find_shard_dirs(run_root)[0] else None
+
+
+@contextmanager
+def naming_model(name: str | None) -> Iterator[None]:
+    """A usage error about one model of a sweep says which model it is about."""
+    try:
+        yield
+    except UsageError as exc:
+        if name is None:
+            raise
+        raise UsageError(f"sweep model {name!r}: {exc}") from None
 
 
 def _subdirs(path: str) -> list[str]:

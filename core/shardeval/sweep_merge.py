@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardeval.errors import UsageError, os_error
+from shardeval.errors import os_error
 from shardeval.metrics import MetricOptions
 from shardeval.records import SweepPlan, pretty_json
 
@@ -47,21 +47,18 @@ class SweepMerge:
 def merge_sweep(root: str, plan: SweepPlan, *, errors_as_wrong: bool = False, options: MetricOptions | None = None,
                 allow_mixed_models: bool = False) -> SweepMerge:
     """Merge every model of the sweep (writes nothing) and compare each against the baseline."""
-    from shardeval.discover import find_shard_dirs
     from shardeval.merge import merge_run
+    from shardeval.sweep import model_roots, naming_model
 
     options = options or MetricOptions()
     models = []
-    for name in plan.services:
-        run_root = os.path.join(root, name)
-        if not os.path.isdir(run_root) or not find_shard_dirs(run_root)[0]:
+    for name, run_root in model_roots(root, plan):
+        if run_root is None:
             models.append(ModelMerge(name, None, "no shard has written yet"))
             continue
-        try:
+        with naming_model(name):
             result = merge_run(run_root, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True,
                                allow_mixed_models=allow_mixed_models)
-        except UsageError as exc:
-            raise UsageError(f"sweep model {name!r}: {exc}") from None
         models.append(ModelMerge(name, result))
     return SweepMerge(root, plan, models, sweep_document(plan, models, options, errors_as_wrong))
 
