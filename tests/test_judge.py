@@ -269,6 +269,34 @@ def test_rescore_judges_saved_answers_again_and_asks_no_model(tmp_path: Path) ->
     assert bad.returncode == 2 and len(errors) == 1 and "no service 'nobody'" in errors[0], bad.stderr
 
 
+def test_rescore_starts_a_managed_judge_once_for_all_its_shards_and_benchmarks(tmp_path: Path) -> None:
+    """A judge the rescore starts itself (`type: sim`: a server process, as a managed vLLM is)
+    starts once for a rescore of 2 shards x 2 judged benchmarks, not once per benchmark of each
+    shard (a vLLM judge would load its model four times); every answer is judged by it, and the
+    server is stopped when the rescore ends."""
+    run, new = tmp_path / "run", tmp_path / "new"
+    with running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "1", *FAST) as judge:
+        with running_sim("--bench", "arith", *FAST) as model:
+            cfg = write_config(tmp_path, model, judge, n=6, repeats=1)
+            config = json.loads(cfg.read_text())
+            bench = {**config["benchmarks"][0], "judge": {"service": "first", "mode": "single"}}
+            config["benchmarks"] = [{**bench, "id": "arith_a"}, {**bench, "id": "arith_b"}]
+            config["services"]["first"] = config["services"]["judge"]  # the run's judge; the rescore's is managed
+            config["services"]["judge"] = {"type": "sim", "model": "judge", "bench": "arith", "judge_quality": 1, "ttft_ms": 0, "itl_ms": 0}
+            cfg.write_text(json.dumps(config))
+            for i in range(2):
+                done = shardeval_cmd("run", str(cfg), "--shard", f"{i}/2", "-o", str(run / f"shard_{i}"))
+                assert done.returncode == 0, done.stderr
+    done = shardeval_cmd("rescore", str(run), "-o", str(new), "--judge", "judge")  # the model and the run's judge are gone
+    assert done.returncode == 0, done.stderr
+    logs = sorted(new.rglob("sim-judge.log"))
+    starts = [line for log in logs for line in log.read_text().splitlines() if ": starting service 'judge'" in line]
+    assert len(starts) == 1, (logs, starts)
+    recs = [r for i in range(2) for b in ("arith_a", "arith_b") for r in records(new / f"shard_{i}", b)]
+    assert len(recs) == 12 and check_verdicts(recs, "single") == 12  # each asked the managed judge (service "judge")
+    assert logs[0].read_text().count("service 'judge' (sim) stopped") == 1
+
+
 def test_rescore_keeps_judges_apart_and_says_what_a_judge_changes(tmp_path: Path) -> None:
     """Who judged is part of the scorer fingerprint, so a shard judged again by another service
     never pools with one its original judge scored; a benchmark judged for the first time by a

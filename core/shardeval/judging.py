@@ -230,17 +230,71 @@ class Judge:
         return True
 
 
-async def start_judge(name: str, config: Any, rubric: Rubric, params: dict[str, Any], max_concurrent: int, stack: Any, ctx: Any) -> Judge:
-    """Start (or reach) a judge service outside a shard run (`shardeval rescore`): its own client
-    and window; `stack` (an AsyncExitStack) stops it. A shard starts its judges as any service."""
-    from shardeval import plugins
-    from shardeval.adaptive import make_slots
-    from shardeval.client import Client
-    from shardeval.provenance import read_served
-    from shardeval.solver import ServiceHandle
+class JudgeServices:
+    """The judge services one `shardeval rescore` asks, each started (or reached) once for all the
+    shards and benchmarks it judges: a managed vLLM judge loads its model once, not once per
+    benchmark of every shard. They live on one event loop, which `run` enters for each judged
+    benchmark; leaving the `with` stops them. A shard run starts its judges as any service."""
 
-    factory = plugins.registry().get("services", config.type, f"services.{name}.type").factory
-    endpoint = await stack.enter_async_context(factory(name, config, ctx))
-    client = await stack.enter_async_context(Client(endpoint, config, max_concurrent))
-    served = await read_served(client, endpoint.base_url, endpoint.model)
-    return Judge(name, rubric, ServiceHandle(endpoint, client, make_slots(max_concurrent, config.adaptive), served), params)
+    def __init__(self) -> None:
+        self._loop: Any = None
+        self._stack: Any = None
+        self._endpoints: dict[tuple[str, bytes], Any] = {}  # (name, its config) -> Endpoint
+        self._served: dict[tuple[str, bytes], Any] = {}  # what the endpoint said it serves
+        self._clients: dict[tuple[str, bytes, int], Any] = {}  # one per window size asked for
+
+    def __enter__(self) -> "JudgeServices":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is None:
+            return
+        try:
+            self._loop.run_until_complete(self._close())
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.run_until_complete(self._loop.shutdown_default_executor())
+        finally:
+            self._loop.close()
+            self._loop = None
+
+    async def _close(self) -> None:
+        """Cancel what an interrupted benchmark left pending (as asyncio.run does), then stop the judges."""
+        import asyncio
+
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        await self._stack.aclose()
+
+    def run(self, coro: Any) -> Any:
+        """Run `coro` to its end on the judges' loop."""
+        import asyncio
+        from contextlib import AsyncExitStack
+
+        if self._loop is None:
+            self._loop, self._stack = asyncio.new_event_loop(), AsyncExitStack()
+        return self._loop.run_until_complete(coro)
+
+    async def judge(self, name: str, config: Any, rubric: Rubric, params: dict[str, Any], max_concurrent: int, ctx: Any) -> Judge:
+        """A judge for one benchmark: its own rubric and window of `max_concurrent` requests, on the
+        service `name` as `config` declares it, started with `ctx` (where its log goes) the first time."""
+        import msgspec
+
+        from shardeval import plugins
+        from shardeval.adaptive import make_slots
+        from shardeval.client import Client
+        from shardeval.provenance import read_served
+        from shardeval.solver import ServiceHandle
+
+        key = (name, msgspec.json.encode(config))
+        if key not in self._endpoints:
+            factory = plugins.registry().get("services", config.type, f"services.{name}.type").factory
+            self._endpoints[key] = await self._stack.enter_async_context(factory(name, config, ctx))
+        endpoint = self._endpoints[key]
+        if (client := self._clients.get((*key, max_concurrent))) is None:
+            client = self._clients[(*key, max_concurrent)] = await self._stack.enter_async_context(Client(endpoint, config, max_concurrent))
+        if key not in self._served:
+            self._served[key] = await read_served(client, endpoint.base_url, endpoint.model)
+        served = self._served[key]
+        return Judge(name, rubric, ServiceHandle(endpoint, client, make_slots(max_concurrent, config.adaptive), served), params)

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
@@ -53,6 +53,9 @@ from shardeval.records import (
     write_manifest,
 )
 from shardeval.standing import Membership, count_cells
+
+if TYPE_CHECKING:
+    from shardeval.judging import JudgeServices
 
 log = logging.getLogger("shardeval")
 
@@ -199,6 +202,7 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
     """Rescore this task's shard directories of RUN_DIR into NEW_DIR (all of them without a shard
     selection; with `--shard I/N` or a shard variable every N-th one from the I-th)."""
     from shardeval.discover import find_shard_dirs
+    from shardeval.judging import JudgeServices
     from shardeval.shards import detect_shard
     from shardeval.sweep import PLAN_FILE
 
@@ -214,8 +218,9 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
     units = sorted(paths, key=lambda p: (getattr(read_manifest(p), "shard_idx", 0), p))
     spec = detect_shard(shard_flag, os.environ, len(units))
     mine = units if spec is None else units[spec.idx :: spec.total]
-    for path in mine:
-        rescore_shard(path, os.path.join(out_dir, os.path.relpath(path, run_dir)), choice)
+    with JudgeServices() as judges:  # a judge is started once for every shard of this task
+        for path in mine:
+            rescore_shard(path, os.path.join(out_dir, os.path.relpath(path, run_dir)), choice, judges)
     plan_file = os.path.join(run_dir, PLAN_FILE)
     try:
         if mine and os.path.exists(plan_file) and not os.path.exists(os.path.join(out_dir, PLAN_FILE)):
@@ -226,7 +231,7 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
     return 0
 
 
-def rescore_shard(src: str, dst: str, choice: ScorerChoice) -> None:
+def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServices") -> None:
     """Rescore one shard directory into `dst`, resuming what an earlier rescore of it left there."""
     from shardeval.liveness import ShardLease
 
@@ -257,7 +262,7 @@ def rescore_shard(src: str, dst: str, choice: ScorerChoice) -> None:
         for b in benches:
             log.info("%s: rescoring %s", dst, describe(b.info))
             own = Membership.of(manifest, b.manifest)
-            (rejudge_benchmark(src, dst, b, own, manifest) if b.judge else rescore_benchmark(src, dst, b, own))
+            (rejudge_benchmark(src, dst, b, own, manifest, judges) if b.judge else rescore_benchmark(src, dst, b, own))
             # counted from what the file now holds, by the rule merge uses: right after a resume too
             b.manifest.n_ok, b.manifest.n_error, _ = count_cells(os.path.join(dst, b.manifest.name, RESULTS_FILE), own)
         new.state, new.reason, new.finished_at = manifest.state, manifest.reason, manifest.finished_at
@@ -337,14 +342,13 @@ def rescore_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership) 
         log.warning("%s (copied as merge reads them)", skipped)
 
 
-def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, manifest: Manifest) -> None:
+def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, manifest: Manifest, judges: "JudgeServices") -> None:
     """Ask the judge again about every saved answer of the shard's own (`ok` records and `judge`
     errors; other errors and others' records are copied), in source order and resumable as
-    `rescore_benchmark`."""
+    `rescore_benchmark`. `judges` starts the judge the first time any shard asks for it."""
     import asyncio
-    from contextlib import AsyncExitStack
 
-    from shardeval.judging import apply_verdict, start_judge
+    from shardeval.judging import apply_verdict
     from shardeval.service import ServiceContext
 
     assert b.judge is not None
@@ -358,29 +362,28 @@ def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, 
     tally = {"judged": 0, "copied": 0, "delta": 0}
 
     async def go() -> None:
-        async with AsyncExitStack() as stack:
-            ctx = ServiceContext(os.path.join(dst, LOGS_DIR), manifest.shard_idx, manifest.total_shards)
-            judge = await start_judge(spec.service, spec.config, spec.rubric, spec.params, spec.max_concurrent, stack, ctx)
+        ctx = ServiceContext(os.path.join(dst, LOGS_DIR), manifest.shard_idx, manifest.total_shards)  # the log of a judge started here
+        judge = await judges.judge(spec.service, spec.config, spec.rubric, spec.params, spec.max_concurrent, ctx)
 
-            async def one(record: ResultRecord) -> bytes:
-                if not (own.refuse(record) is None and (record.status == "ok" or record.error_kind == "judge")):
-                    tally["copied"] += 1
-                    return encode_line(record)
-                was_ok = record.status == "ok"
-                verdict = await judge.grade(problem(record.problem_idx), record.response, record.seed)
-                apply_verdict(record, verdict)
-                tally["judged"] += 1
-                tally["delta"] += (record.status != "ok") - (not was_ok)
+        async def one(record: ResultRecord) -> bytes:
+            if not (own.refuse(record) is None and (record.status == "ok" or record.error_kind == "judge")):
+                tally["copied"] += 1
                 return encode_line(record)
+            was_ok = record.status == "ok"
+            verdict = await judge.grade(problem(record.problem_idx), record.response, record.seed)
+            apply_verdict(record, verdict)
+            tally["judged"] += 1
+            tally["delta"] += (record.status != "ok") - (not was_ok)
+            return encode_line(record)
 
-            with open(out_path, "ab") as out:
-                stream = islice(scan_lines(src_path, ResultRecord, report), done, None)
-                while batch := [record for _, _, record in islice(stream, 2 * spec.max_concurrent)]:
-                    for line in await asyncio.gather(*map(one, batch)):
-                        out.write(line)
+        with open(out_path, "ab") as out:
+            stream = islice(scan_lines(src_path, ResultRecord, report), done, None)
+            while batch := [record for _, _, record in islice(stream, 2 * spec.max_concurrent)]:
+                for line in await asyncio.gather(*map(one, batch)):
+                    out.write(line)
 
     started = time.perf_counter()
-    asyncio.run(go())
+    judges.run(go())
     _copy_trajectories(os.path.join(src, name, TRAJECTORIES_FILE), os.path.join(dst, name, TRAJECTORIES_FILE))
     log.info("%s/%s: %d answer(s) judged again by %s, %d record(s) copied; %+d error(s); %.3f s", dst, name, tally["judged"],
              spec.service, tally["copied"], tally["delta"], time.perf_counter() - started)
