@@ -112,6 +112,24 @@ def test_torn_and_undecodable_lines_are_reported_not_fatal(tmp_path):
     assert len(cells.unreadable) == 2 and any("torn" in u for u in cells.unreadable)
 
 
+def test_the_end_of_a_launch_warns_as_merge_does(tmp_path, capsys):
+    """A local or Ray launch ends with merge_and_report: what the merge could not read is said
+    there too, in the same lines `shardeval merge` prints (it used to be said by merge alone)."""
+    from shardeval.orchestrator import merge_and_report
+
+    make_shard(str(tmp_path), 0, 1, n_problems=10)
+    path = tmp_path / "shard_0" / "arith" / "results.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:5]) + b"garbage that is not json\n" + b"".join(lines[5:]))
+    merge_and_report(str(tmp_path))
+    launch = capsys.readouterr()
+    merged = shardeval_cmd("merge", str(tmp_path))
+    said = [line for line in merged.stderr.splitlines() if "warning" in line]
+    assert merged.returncode == 0 and said == ["shardeval: warning: shard_0/arith/results.jsonl: 1 unreadable line(s) skipped"], merged.stderr
+    assert [line for line in launch.err.splitlines() if "warning" in line] == said
+    assert f"merged into {tmp_path / 'merged'}/" in launch.out
+
+
 def test_mixed_configs_are_refused_naming_the_odd_shard(tmp_path):
     for i in range(4):
         make_shard(str(tmp_path), i, 4, n_problems=8, config_hash="sha256:aaaa" if i != 2 else "sha256:bbbb")

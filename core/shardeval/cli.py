@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -87,39 +86,21 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     Shard files are only read; running it twice gives byte-identical output. A sweep's directory
     merges each model into <model>/merged/, then writes merged/sweep.json, sweep.md and sweep.html.
     """
-    from shardeval.merge import REPORT_HTML, merge_run, warnings, write_merged
     from shardeval.metrics import MetricOptions
-    from shardeval.report import render_report
-    from shardeval.sweep import read_plan
-    from shardeval.sweep_merge import SWEEP_HTML, merge_sweep, render_sweep, write_sweep
+    from shardeval.sweep_merge import merge_any
 
     options = MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed)
-    kwargs = dict(errors_as_wrong=errors_as_wrong, options=options, allow_mixed_models=allow_mixed_models)
-    if (plan := read_plan(run_dir)) is not None:
-        sweep = merge_sweep(run_dir, plan, **kwargs)
-        for line in (f"{m.service}: {line}" for m in sweep.models if m.result is not None for line in warnings(m.result)):
-            click.echo(f"shardeval: warning: {line}", err=True)
-        out = write_sweep(sweep, output_dir, confidence=confidence)
-        for notice in sweep.notices:
-            click.echo(f"shardeval: {notice}", err=True)
-        if not quiet:
-            click.echo(render_sweep(sweep, confidence), nl=False)
-            models = os.path.join(output_dir, "<model>") if output_dir else os.path.join(run_dir, "<model>", "merged")
-            click.echo(f"\nwritten: {out}/ (sweep.json, sweep.md{'' if sweep.notices else ', sweep.html'}); each model's merge in {models}/")
-            if not sweep.notices:
-                click.echo(f"open {os.path.join(out, SWEEP_HTML)} in a browser: the grid, the differences, a link to each model's report")
-        return
-    result = merge_run(run_dir, **kwargs)
-    for line in warnings(result):
+    merged = merge_any(run_dir, out_dir=output_dir, confidence=confidence, errors_as_wrong=errors_as_wrong, options=options,
+                       allow_mixed_models=allow_mixed_models)
+    for line in merged.warnings:
         click.echo(f"shardeval: warning: {line}", err=True)
-    out = write_merged(result, output_dir, confidence=confidence)
-    for notice in result.notices:
+    for notice in merged.notices:
         click.echo(f"shardeval: {notice}", err=True)
     if not quiet:
-        click.echo(render_report(result, confidence), nl=False)
-        click.echo(f"\nwritten: {out}/ (scores.json, timing.json, report.md, <benchmark>/results.jsonl, trajectories.jsonl)")
-        if not result.notices:
-            click.echo(f"open {os.path.join(out, REPORT_HTML)} in a browser: the charts and the items to read (it works offline)")
+        click.echo(merged.text, nl=False)
+        click.echo(f"\nwritten: {merged.written}")
+        if not merged.notices:
+            click.echo(f"open {merged.page} in a browser: {merged.page_shows}")
 
 
 @cli.command()

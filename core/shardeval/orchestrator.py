@@ -187,19 +187,21 @@ def dump_yaml(documents: list[dict[str, Any]], header: str = "", explicit_start:
 def merge_and_report(root: str) -> None:
     """The step an orchestrator that waits for its shards ends with: merge what they wrote (also
     after a failure: the report then says what is missing) and print the report (of a sweep: the
-    models × benchmarks table). What the merge left out (no HTML without the plotting extra) is
-    said on stderr, once per reason, not once per model."""
+    models × benchmarks table). What could not be read, and what the merge left out (no HTML
+    without the plotting extra), are said on stderr as `shardeval merge` says them."""
     from shardeval.errors import UsageError
     from shardeval.sweep_merge import merge_any
 
     try:
-        text, out, notices, page = merge_any(root)
+        merged = merge_any(root)
     except UsageError as exc:
         print(f"shardeval: nothing to merge: {exc}", file=sys.stderr)
         return
-    for notice in notices:
+    for line in merged.warnings:
+        print(f"shardeval: warning: {line}", file=sys.stderr)
+    for notice in merged.notices:
         print(f"shardeval: {notice}", file=sys.stderr)
-    print(text, end="")
-    print(f"\nmerged into {out}/ — `shardeval merge {root}` redoes it, `shardeval status {root}` shows progress")
-    if not notices:
-        print(f"open {page} in a browser: the numbers drawn, and what to read (it works offline)")
+    print(merged.text, end="")
+    print(f"\nmerged into {merged.out}/ — `shardeval merge {root}` redoes it, `shardeval status {root}` shows progress")
+    if not merged.notices:
+        print(f"open {merged.page} in a browser: {merged.page_shows}")

@@ -189,20 +189,38 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
     return "\n".join(lines) + "\n"
 
 
-def merge_any(root: str, **options: Any) -> tuple[str, str, list[str], str]:
-    """Merge a run or a sweep at `root` and write the files; (the report text, where they went,
-    the notices for stderr, the page to open). `options`: merge_run's (errors_as_wrong, options,
-    allow_mixed_models) and `out_dir`, `confidence`."""
-    from shardeval.merge import REPORT_HTML, merge_run, write_merged
+@dataclass
+class Merged:
+    """What `merge_any` wrote, and what to tell the user about it."""
+
+    text: str  # the report (a sweep's: its table)
+    out: str  # where the files went
+    written: str  # which files, for the "written:" line
+    page: str  # the HTML page to open
+    page_shows: str  # what the page shows, for the "open …" line
+    warnings: list[str]  # what could not be read in the shards' files, one line per file
+    notices: list[str]  # what writing left out (no HTML without the plotting extra), one line per reason
+
+
+def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95, **options: Any) -> Merged:
+    """Merge the run or the sweep at `root` and write its files. `options`: merge_run's
+    (errors_as_wrong, options, allow_mixed_models). Every command that merges (`merge`, the end
+    of a launch) goes through here, so they say the same things."""
+    from shardeval.merge import REPORT_HTML, merge_run, warnings, write_merged
     from shardeval.report import render_report
     from shardeval.sweep import read_plan
 
-    out_dir, confidence = options.pop("out_dir", None), options.pop("confidence", 0.95)
     plan = read_plan(root)
     if plan is not None:
         sweep = merge_sweep(root, plan, **options)
+        found = [f"{m.service}: {line}" for m in sweep.models if m.result is not None for line in warnings(m.result)]
         out = write_sweep(sweep, out_dir, confidence)
-        return render_sweep(sweep, confidence), out, sweep.notices, os.path.join(out, SWEEP_HTML)
+        models = os.path.join(out_dir, "<model>") if out_dir else os.path.join(root, "<model>", "merged")
+        written = f"{out}/ (sweep.json, sweep.md{'' if sweep.notices else ', sweep.html'}); each model's merge in {models}/"
+        return Merged(render_sweep(sweep, confidence), out, written, os.path.join(out, SWEEP_HTML),
+                      "the grid, the differences, a link to each model's report", found, sweep.notices)
     result = merge_run(root, **options)
     out = write_merged(result, out_dir, confidence=confidence)
-    return render_report(result, confidence), out, result.notices, os.path.join(out, REPORT_HTML)
+    written = f"{out}/ (scores.json, timing.json, report.md, <benchmark>/results.jsonl, trajectories.jsonl)"
+    return Merged(render_report(result, confidence), out, written, os.path.join(out, REPORT_HTML),
+                  "the charts and the items to read (it works offline)", warnings(result), result.notices)
