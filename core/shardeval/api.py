@@ -24,6 +24,7 @@ if TYPE_CHECKING:
                                   Probability, read_yaml, Seconds, ServiceConfig, SolverConfig)
     from shardeval.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
                                     open_from_params, open_rows, package_data)
+    from shardeval.discover import refuse_inside_shard
     from shardeval.errors import ShardError, UsageError
     from shardeval.export import load_run
     from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
@@ -55,6 +56,7 @@ _LAZY = {
     "SolverConfig",
     "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row "
     "open_from_params open_rows package_data",
+    "shardeval.discover": "refuse_inside_shard",
     "shardeval.errors": "ShardError UsageError",
     "shardeval.export": "load_run",
     "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",

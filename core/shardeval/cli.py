@@ -75,7 +75,7 @@ def run(config_path: str | None, shard_flag: str | None, sweep_services: str | N
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True, help="Interval level.")
 @click.option("--bootstrap", "bootstrap_samples", type=click.IntRange(100), default=1000, show_default=True, help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
-@click.option("-o", "--output-dir", help="Where merged/ goes (default: RUN_DIR/merged).")
+@click.option("-o", "--output-dir", help="Where merged/ goes (default: RUN_DIR/merged; never inside a shard directory).")
 @click.option("-q", "--quiet", is_flag=True, help="Write the files; print nothing.")
 @click.option("--allow-mixed-models", is_flag=True, help="Pool shards whose endpoints served different weights (the report then says MIXED).")
 def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samples: int, seed: int, output_dir: str | None, quiet: bool,

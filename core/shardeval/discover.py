@@ -81,6 +81,32 @@ def find_shard_dirs(root: str) -> tuple[list[str], list[str]]:
     return sorted(shards), sorted(orphans)
 
 
+def refuse_inside_shard(path: str, flag: str) -> None:
+    """Refuse an output path (a merge's or export's -o, compare's --html) inside a shard
+    directory other than in its merged/ folder: written there, a merged results.jsonl would
+    replace the shard's own records. Any shard counts, the ones being read or another run's: a
+    directory holding a shardeval manifest.json, at the path or above it."""
+    target = os.path.realpath(path)
+    where = target
+    while True:
+        below = os.path.relpath(target, where).split(os.sep)[0]
+        if below != MERGED_DIR and _is_shard_dir(where):
+            raise UsageError(f"{flag} {path} is inside the shard directory {where}, whose files only its own run writes; "
+                             f"give a path outside every shard directory, such as RUN_DIR/{MERGED_DIR}/")
+        parent = os.path.dirname(where)
+        if parent == where:
+            return
+        where = parent
+
+
+def _is_shard_dir(path: str) -> bool:
+    """A shardeval manifest.json is there (a file of that name that is not one does not count)."""
+    try:
+        return read_manifest(path) is not None
+    except UsageError:
+        return False
+
+
 def load_shards(root: str, allow_mixed_served: bool = False) -> Run:
     """The shards of the ordinary run at `root` (not a sweep), refused unless they are one run:
     one config, shard count, benchmark list and data, and one model per service unless

@@ -241,6 +241,7 @@ class Exported:
 def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: bool = False) -> Exported:
     """Write every standing record of the run (or sweep) at `root` to `out`."""
     from shardeval.atomic import atomic_write
+    from shardeval.discover import refuse_inside_shard
     from shardeval.errors import os_error
     from shardeval.metrics import MISSING
     from shardeval.merge import cell_warnings
@@ -249,10 +250,7 @@ def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: b
     if fmt == "parquet":
         need_pyarrow()  # before reading any shard
     scanned = scan(root, allow_mixed_models)
-    target = os.path.realpath(out)
-    for shard in (shard for s in scanned for shard in s.run.shards):
-        if os.path.commonpath([target, where := os.path.realpath(shard.abspath)]) == where:
-            raise UsageError(f"-o {out} is inside the shard directory {shard.abspath}, which export only reads; write it elsewhere")
+    refuse_inside_shard(out, "-o")
     names = score_names(scanned)
     kinds = columns(names)
     counted = [0]

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator
 
 import msgspec
 
-from shardeval.discover import MERGED_DIR, Run, Shard, load_shards
+from shardeval.discover import MERGED_DIR, Run, Shard, load_shards, refuse_inside_shard
 from shardeval.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
 from shardeval.atomic import atomic_write
 from shardeval.errors import os_error
@@ -303,6 +303,7 @@ def write_merged(result: MergeResult, out_dir: str | None = None, confidence: fl
     from shardeval.report_html import render_report_html
 
     out_dir = out_dir or os.path.join(result.run.root, MERGED_DIR)
+    refuse_inside_shard(out_dir, "-o")
     try:
         for b in result.benchmarks:
             bench_dir = os.path.join(out_dir, b.manifest.name)

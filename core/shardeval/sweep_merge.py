@@ -101,11 +101,12 @@ def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float
     """Each model's merged/ (or OUT/<service>/ with `out_dir`), then sweep.json, sweep.md and
     sweep.html (without the plotting extra: one line in sweep.notices says how to get it)."""
     from shardeval.atomic import atomic_write
-    from shardeval.discover import MERGED_DIR
+    from shardeval.discover import MERGED_DIR, refuse_inside_shard
     from shardeval.html_page import write_html
     from shardeval.merge import REPORT_HTML, write_merged
     from shardeval.sweep_html import render_sweep_html
 
+    refuse_inside_shard(out_dir or os.path.join(sweep.root, MERGED_DIR), "-o")
     pages = {m.service: os.path.join(write_merged(m.result, os.path.join(out_dir, m.service) if out_dir else None,
                                                   confidence=confidence), REPORT_HTML)
              for m in sweep.models if m.result is not None}
