@@ -236,6 +236,10 @@ def plugins_uninstall(names: tuple[str, ...]) -> None:
     uninstall(list(names), click.echo)
 
 
+# click >= 8.2 raises this (a UsageError) for a group run bare, to show its help; older click has none
+_HELP_AS_ERROR = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def run_cli(command: click.Command, argv: list[str] | None, prog_name: str) -> None:
     """Run a click command the shardeval way: user mistakes become one line and exit 2, an
     infrastructure failure one line and exit 1, Ctrl-C exit 130, never a traceback for any of them."""
@@ -247,6 +251,14 @@ def run_cli(command: click.Command, argv: list[str] | None, prog_name: str) -> N
     except click.exceptions.Abort:
         click.echo("shardeval: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:  # a bad flag or value: click's own words (which name the range or choices), one line
+        if isinstance(exc, _HELP_AS_ERROR):  # a group run with no command: its help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
+        where = exc.ctx.command_path if exc.ctx is not None else prog_name
+        message = " ".join(exc.format_message().split())
+        click.echo(f"shardeval: error: {message} (see '{where} --help')", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
