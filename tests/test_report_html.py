@@ -139,6 +139,28 @@ def test_an_item_link_opens_its_conversation(tmp_path, browser):
         assert "reply" in body or "assistant" in body
 
 
+def axis_labels(v, chart_id: str) -> list[str]:
+    return v.page.eval_on_selector_all(f"[id={json.dumps(chart_id)}] g.role-axis-label text", "ts => ts.map(t => t.textContent)")
+
+
+def test_a_chart_of_one_repeated_value_labels_that_value_and_equal_repeats_are_no_disagreement(tmp_path, browser):
+    """Every score 0.1 (an interval of width 0) and every TTFT 0.1 s: Vega labelled such an axis
+    with its step's precision, so 0.1 read "0" and 0.7 read "1". Three repeats of 0.1 have a
+    float variance of 1e-34, which listed them as the most disagreeing items."""
+    for i in range(2):
+        make_shard(str(tmp_path / "run"), i, 2, n_problems=6, repeats=3, score=lambda p, r: 0.1, metrics=["accuracy"])
+    assert shardeval_cmd("merge", str(tmp_path / "run"), "-q").returncode == 0
+    accuracy = json.loads((tmp_path / "run" / "merged" / "scores.json").read_text())["arith"]["metrics"]["accuracy"]
+    assert accuracy["ci_low"] == accuracy["ci_high"] == accuracy["value"]  # the degenerate interval this test is about
+    with visit(browser, (tmp_path / "run" / "merged" / "report.html").as_uri(), ready=READY) as v:
+        assert_drawn_and_offline(v)
+        assert f"{accuracy['value']:.6g}" in axis_labels(v, "forest")
+        assert "0.1" in axis_labels(v, "ttft-arith") and "0" not in axis_labels(v, "ttft-arith")
+        headings = v.page.eval_on_selector_all("h4", "hs => hs.map(h => h.textContent)")
+        assert "Lowest mean score" in headings and "Most disagreement between repeats" not in headings
+        assert "None" not in v.page.inner_text("table.items")  # nothing extracted reads —
+
+
 def test_merge_without_the_plotting_extra_writes_report_md_and_says_how_to_get_html(tmp_path):
     for i in range(2):
         make_shard(str(tmp_path / "run"), i, 2, n_problems=10)

@@ -11,6 +11,10 @@ from typing import Any
 
 WIDTH = 440
 ROW = 16  # pixels per row of a chart with one row per category
+# Tick labels as the values they stand at (up to 6 significant digits). Vega's default format
+# takes its precision from the tick step, which is 0 when every value is the same (a category
+# whose answers were all right, a server with one TTFT): 0.7 alone was labelled "1", 0.1 "0".
+VALUE_AXIS = {"format": ".6~g"}
 
 
 def _tip(nominal: list[str], numbers: list[str], fmt: str = ".4f") -> list[dict[str, Any]]:
@@ -38,7 +42,8 @@ def forest(rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", colo
                                       "header": {"labelAngle": 0, "labelAlign": "left", "labelFontWeight": "bold"}}},
                  spec={"width": WIDTH, "layer": [
                      {"mark": {"type": "rule", "strokeWidth": 2},
-                      "encoding": {**shared, "x": {"field": "low", "type": "quantitative", "title": None, "scale": {"zero": False}},
+                      "encoding": {**shared, "x": {"field": "low", "type": "quantitative", "title": None, "scale": {"zero": False},
+                                         "axis": VALUE_AXIS},
                                    "x2": {"field": "high"}}},
                      {"mark": {"type": "point", "filled": True, "size": 50},
                       "encoding": {**shared, "x": {"field": "value", "type": "quantitative"}}},
@@ -53,7 +58,7 @@ def interval_rows(rows: list[dict[str, Any]], title: str, *, y: str, x_title: st
     enc = {"y": {"field": y, "type": "nominal", "sort": None, "title": None}, "tooltip": tooltip}
     layers = [
         {"mark": {"type": "rule", "strokeWidth": 2}, "encoding": {**enc, "x": {"field": "low", "type": "quantitative", "title": x_title,
-                                                                           "scale": {"zero": False}}, "x2": {"field": "high"}}},
+                                                                           "scale": {"zero": False}, "axis": VALUE_AXIS}, "x2": {"field": "high"}}},
         {"mark": {"type": "point", "filled": True}, "encoding": {**enc, "x": {"field": "value", "type": "quantitative"}}},
     ]
     if zero_rule:
@@ -64,7 +69,7 @@ def interval_rows(rows: list[dict[str, Any]], title: str, *, y: str, x_title: st
 
 def pass_at_k(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
     """pass@k against k of one benchmark, its interval as a band: rows {benchmark, k, value, low, high}."""
-    x = {"field": "k", "type": "quantitative", "axis": {"tickMinStep": 1}}
+    x = {"field": "k", "type": "quantitative", "axis": {"values": sorted({r["k"] for r in rows}), "format": "d"}}  # ticks at the k's, never 1.5
     tooltip = _tip(["benchmark"], ["value", "low", "high"]) + _tip([], ["k"], "d")
     return _base(rows, title, width=WIDTH, height=220, layer=[
         {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative"}, "y2": {"field": "high"}}},
@@ -77,7 +82,7 @@ def ecdf(rows: list[dict[str, Any]], title: str, x_title: str) -> dict[str, Any]
     """One benchmark's distribution as its empirical CDF from percentiles: rows {benchmark, q,
     seconds}; the tail shows as the curve's last stretch."""
     return _base(rows, title, width=WIDTH, height=200, mark={"type": "line", "interpolate": "step-after", "point": False},
-                 encoding={"x": {"field": "seconds", "type": "quantitative", "title": x_title},
+                 encoding={"x": {"field": "seconds", "type": "quantitative", "title": x_title, "axis": VALUE_AXIS},
                            "y": {"field": "q", "type": "quantitative", "title": "fraction of requests", "scale": {"domain": [0, 1]}},
                            "tooltip": _tip(["benchmark"], ["q", "seconds"], ".3f")})
 

@@ -164,8 +164,8 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge") -> list[str]:
     for p, s, errors in _problem_scores(b):
         if s and sum(s) < len(s):
             _keep(worst, (-sum(s) / len(s), -p))
-        if len(s) > 1 and (v := _variance(s)) > 0:
-            _keep(spread, (v, -p))
+        if len(s) > 1 and min(s) != max(s):  # not the variance's float noise: 3 x 0.1 is not a disagreement
+            _keep(spread, (_variance(s), -p))
         if errors and len(errored) < ITEMS:
             errored.append(p)
     worst = sorted((-m, -p) for m, p in worst)
@@ -190,11 +190,18 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge") -> list[str]:
             rows.append([f'<a href="#i-{key}-{p}">{esc(first.problem_id)}</a>', *([esc(first.cluster or "")] if categories else []),
                          num(sum(s) / len(s) if s else None, f"{name}/item/{p}/mean"), esc(f"{len(s)}/{b.cells.repeats}"),
                          f'<td class="text-cell">{esc(first.reference)}</td>',
-                         f'<td class="text-cell">{esc(" | ".join(str(r.extracted) if r.status == "ok" else f"[{r.error_kind}]" for r, _ in recs))}</td>'])
+                         f'<td class="text-cell">{esc(" | ".join(_extracted(r) for r, _ in recs))}</td>'])
         out.append(f"<h4>{esc(title)}</h4>" + table(["problem", *(["category"] if categories else []), "mean score", "valid", "reference", "extracted per repeat"], rows,
                                                       cls="items"))
     out += [item_detail(key, p, records[p]) for p in chosen]
     return out
+
+
+def _extracted(r: ResultRecord) -> str:
+    """What a repeat answered, as the items table shows it: — where nothing was extracted."""
+    if r.status != "ok":
+        return f"[{r.error_kind}]"
+    return "—" if r.extracted is None else str(r.extracted)
 
 
 def _keep(heap: list[tuple[float, int]], negated: tuple[float, int]) -> None:
