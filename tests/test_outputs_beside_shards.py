@@ -94,4 +94,7 @@ def test_a_shards_own_merged_folder_and_paths_beside_shards_are_allowed(tmp_path
     (tmp_path / "unrelated" / "manifest.json").write_text('{"name": "a web app, not a shard"}')
     foreign = shardeval_cmd("merge", "-q", str(run), "-o", str(tmp_path / "unrelated" / "out"))
     assert foreign.returncode == 0, foreign.stderr  # a manifest.json that is not shardeval's is no shard
-    assert {k: v for k, v in digest(tmp_path).items() if not k.startswith(("run/elsewhere", "unrelated"))} == before
+    (tmp_path / "odd" / "manifest.json").mkdir(parents=True)  # one that cannot be read is none either
+    odd = shardeval_cmd("merge", "-q", str(run), "-o", str(tmp_path / "odd" / "out"))
+    assert odd.returncode == 0, odd.stderr
+    assert {k: v for k, v in digest(tmp_path).items() if not k.startswith(("run/elsewhere", "unrelated", "odd"))} == before

@@ -100,10 +100,13 @@ def refuse_inside_shard(path: str, flag: str) -> None:
 
 
 def _is_shard_dir(path: str) -> bool:
-    """A shardeval manifest.json is there (a file of that name that is not one does not count)."""
+    """A shardeval manifest.json is there. A file of that name that is not one, or cannot be read
+    (a folder called manifest.json), does not count: it says nothing about the path below it."""
+    from shardeval.errors import ShardError
+
     try:
         return read_manifest(path) is not None
-    except UsageError:
+    except (UsageError, ShardError):
         return False
 
 

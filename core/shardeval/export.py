@@ -249,8 +249,8 @@ def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: b
     fmt = pick_format(fmt, out)
     if fmt == "parquet":
         need_pyarrow()  # before reading any shard
+    refuse_inside_shard(out, "-o")  # likewise: a refused path costs no scan
     scanned = scan(root, allow_mixed_models)
-    refuse_inside_shard(out, "-o")
     names = score_names(scanned)
     kinds = columns(names)
     counted = [0]
