@@ -42,10 +42,10 @@ def serving(root: Path, *args: str) -> Iterator[tuple[str, int]]:
     assert proc.returncode == 0 and "Traceback" not in err, err
 
 
-def ask(port: int, host: str | None, path: str = "/", version: str = "1.1") -> tuple[int, bytes]:
-    """(status, body) of a GET sent as raw bytes to 127.0.0.1:port with `Host: host` (None: no Host header)."""
+def ask(port: int, host: str | None, path: str = "/", version: str = "1.1", to: str = "127.0.0.1") -> tuple[int, bytes]:
+    """(status, body) of a GET sent as raw bytes to to:port with `Host: host` (None: no Host header)."""
     head = f"GET {path} HTTP/{version}\r\n" + (f"Host: {host}\r\n" if host is not None else "") + "Connection: close\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+    with socket.create_connection((to, port), timeout=10) as s:
         s.sendall(head.encode("latin-1"))
         data = b""
         while chunk := s.recv(65536):
@@ -91,3 +91,27 @@ def test_every_interface_answers_the_printed_name_and_addresses_not_other_names(
             assert ask(port, host)[0] == 200, host
         for host in (f"evil.example:{port}", f"{shown}.evil.example:{port}", f"10.1.2.3.nip.io:{port}"):
             assert ask(port, host)[0] == 421, host
+
+
+def own_address() -> str | None:
+    """A non-loopback IPv4 address of this machine (the one its default route leaves from), if any."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # UDP: no packet is sent, only a route chosen
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def test_another_address_answers_itself_and_the_machines_names(run_dir: Path) -> None:
+    """--host naming one address of the machine: that address, the machine's names; not another name."""
+    address = own_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address")
+    with serving(run_dir, "--host", address) as (shown, port):
+        assert shown == address
+        for host in (f"{address}:{port}", f"{socket.gethostname()}:{port}", f"{socket.getfqdn()}:{port}", address):
+            assert ask(port, host, to=address)[0] == 200, host
+        for host in (f"evil.example:{port}", f"{address}.evil.example:{port}", f"{socket.gethostname()}.evil.example:{port}"):
+            assert ask(port, host, to=address)[0] == 421, host
