@@ -165,6 +165,8 @@ def test_the_named_cases_read_as_fastchat_reads_them() -> None:
         assert shardeval_single(reply) == rating, reply
     for reply in ("Rating: [[ 7 ]]", "Rating: [[0]]", "Rating: [[11]]", "Rating: seven"):
         assert shardeval_single(reply) is None, reply  # FastChat: -1, 0, 11, -1
+    with pytest.raises(ValueError, match=r"rating 11 is outside 1\.\.10"):  # said as what it is, not as "no rating"
+        Rubric("single").verdict("Rating: [[11]] then Rating: [[7]]")
 
 
 def test_leading_zero_which_fastchat_cannot_read_is_the_number_it_spells() -> None:

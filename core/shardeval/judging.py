@@ -104,7 +104,9 @@ class Rubric:
                 rating = float(found) if found is not None else None
             except ValueError:
                 rating = None
-            if rating is None or not 1 <= rating <= 10:
+            if rating is not None and not 1 <= rating <= 10:  # MT-Bench would keep it; the rubric asks for 1..10
+                raise ValueError(f"the judge's rating {found} is outside 1..10, no verdict: {_tail(reply)}")
+            if rating is None:
                 expected = f"matching {self.pattern!r}" if self.pattern else "`Rating: [[N]]`"
                 raise ValueError(f"no rating 1..10 in the judge's reply (expected {expected}): {_tail(reply)}")
             verdict = f"{rating:g}"
