@@ -127,6 +127,8 @@ def shown(name: str) -> str:
 
 def test_report_md_tables_keep_their_columns_and_quote_every_name(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run|`r`\n# root")
+    with open(run / "shard_1|\n#1" / "<script>b" / "results.jsonl", "ab") as torn:  # a skipped line names its file
+        torn.write(b'{"benchmark": "<b>\\n# x|y", \n')
     done = shardeval_cmd("merge", str(run), "-o", str(tmp_path / "merged"))
     assert done.returncode == 0, done.stderr
     md = (tmp_path / "merged" / "report.md").read_text()
@@ -142,6 +144,7 @@ def test_report_md_tables_keep_their_columns_and_quote_every_name(tmp_path: Path
     assert any(shown("3.10|<i>\r\n") in c and shown(f"shard_0|\n#0") in c for c in varies), varies  # a fact that varies
     assert shown("svc|x\n<b>") in " ".join(text)
     assert "<script>" not in md.replace("\\<script\\>", "") and "\n# host" not in md
+    assert "unreadable line" in md
 
 
 def test_sweep_md_tables_keep_their_columns(tmp_path: Path) -> None:

@@ -193,11 +193,11 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
                          "no model asked (left out of the latency figures)")
         cells = b.cells
         if cells.unreadable:
-            lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(cells.unreadable[:3])}")
+            lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(map(md_text, cells.unreadable[:3]))}")
         if cells.refused_files:
             more = " …" if len(cells.refused_files) > 5 else ""
             lines.append(f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or "
-                         f"written by another run): {'; '.join(cells.refused_files[:5])}{more}")
+                         f"written by another run): {'; '.join(map(md_text, cells.refused_files[:5]))}{more}")
         lines += [f"- {problem}" for problem in b.metric_problems]
     lines += ["", *render_provenance(run)]
     return "\n".join(lines) + "\n"
