@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from shardeval.orchestrator import dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, Orchestrator, merge_and_report
     from shardeval.params import DataParams, ParamsStruct, decode_params
     from shardeval.judging import Rubric
+    from shardeval.quoting import md_text, plain_text
     from shardeval.process import (die_with_parent, node_command, redact, resolve_port, self_command,
                                    ServerProcess)
     from shardeval.records import (BenchmarkManifest, Manifest, Message, read_manifest, ResultRecord,
@@ -63,6 +64,7 @@ _LAZY = {
     "shardeval.orchestrator": "dump_yaml ENV_NAME escape_dollars LaunchRequest Orchestrator merge_and_report",
     "shardeval.judging": "Rubric",
     "shardeval.params": "DataParams ParamsStruct decode_params",
+    "shardeval.quoting": "md_text plain_text",
     "shardeval.process": "die_with_parent node_command redact resolve_port self_command ServerProcess",
     "shardeval.records": "BenchmarkManifest Manifest Message read_manifest ResultRecord RESULTS_FILE "
     "TrajectoryRecord",

@@ -9,6 +9,12 @@ service (the judge) about each answer. Conventions (MT-Bench's):
   (assistant B) and ends with `[[A]]` (the model's is better), `[[B]]` (the reference is better)
   or `[[C]]` (a tie); `score` = 1, 0 or 0.5, `scores.preference` the same.
 
+The default parsers read a reply as FastChat's MT-Bench judge does (fastchat/llm_judge/common.py),
+so a rating means what it means in published MT-Bench numbers: the FIRST `[[N]]` anywhere (no
+`Rating:` needed), else the first `[N]`; pairwise `[[A]]` if present, else `[[B]]`, else `[[C]]`.
+One difference, on purpose: a rating outside 1..10 is no verdict (FastChat keeps 0 or 11 as a
+score), since the rubric asks for 1..10 and a grade outside it is a judge's mistake, not a grade.
+
 Rubric templates are `str.format` templates over {question}, {answer} and {reference}; a
 benchmark may bring its own (`Benchmark.judge_rubric`, e.g. a BYO YAML benchmark) and the
 config's `judge.rubric` wins over both. A custom verdict pattern is a regex whose group 1 (or
@@ -53,12 +59,15 @@ PAIRWISE = (
     "[User Question]\n{question}\n\n[The Start of Assistant A's Answer]\n{answer}\n[The End of Assistant A's Answer]\n\n"
     "[The Start of Assistant B's Answer]\n{reference}\n[The End of Assistant B's Answer]"
 )
-RATING = re.compile(r"Rating:\s*\[\[\s*(\d+(?:\.\d+)?)\s*\]\]")
-PREFERENCE = re.compile(r"\[\[([ABC])\]\]")
+# MT-Bench's rating forms, tried in this order, first match of the first form that matches:
+# `[[N]]`, then `[N]`; N is digits with at most one dot (`7`, `7.5`, `7.`). ASCII digits only.
+RATINGS = (re.compile(r"\[\[([0-9]+\.?[0-9]*)\]\]"), re.compile(r"\[([0-9]+\.?[0-9]*)\]"))
+# MT-Bench's pairwise forms, in order of precedence: the first one the reply holds is the verdict.
+PREFERENCES = ("A", "B", "C")
 PAIRWISE_SCORE = {"A": 1.0, "B": 0.0, "C": 0.5}
 FIELDS = {"question", "answer", "reference"}
 # Bump when a default rubric or parser changes: it joins the scorer fingerprint of judged benchmarks.
-JUDGING_VERSION = "1"
+JUDGING_VERSION = "2"  # 2: the default parsers read replies as FastChat does
 
 
 @dataclass(frozen=True)
@@ -90,24 +99,39 @@ class Rubric:
     def verdict(self, reply: str) -> tuple[str, float, dict[str, float]]:
         """(verdict, score, scores) parsed from the judge's reply; ValueError saying why not."""
         if self.mode == "single":
-            found = _last(compile_pattern(self.pattern, "") if self.pattern else RATING, reply)
+            found = _last(compile_pattern(self.pattern, ""), reply) if self.pattern else first_rating(reply)
             try:
                 rating = float(found) if found is not None else None
             except ValueError:
                 rating = None
-            if rating is None or not 1 <= rating <= 10:
+            if rating is not None and not 1 <= rating <= 10:  # MT-Bench would keep it; the rubric asks for 1..10
+                raise ValueError(f"the judge's rating {found} is outside 1..10, no verdict: {_tail(reply)}")
+            if rating is None:
                 expected = f"matching {self.pattern!r}" if self.pattern else "`Rating: [[N]]`"
                 raise ValueError(f"no rating 1..10 in the judge's reply (expected {expected}): {_tail(reply)}")
             verdict = f"{rating:g}"
             return verdict, rating / 10, {"rating": rating}
         if self.pattern:
             found = _last(compile_pattern(self.pattern, ""), reply)
-            verdicts = {found.strip().strip("[]").upper()} if found is not None else set()
+            choice = found.strip().strip("[]").upper() if found is not None else None
         else:
-            verdicts = set(PREFERENCE.findall(reply))
-        if len(verdicts) != 1 or (choice := verdicts.pop()) not in PAIRWISE_SCORE:
-            raise ValueError(f"no single verdict [[A]], [[B]] or [[C]] in the judge's reply: {_tail(reply)}")
+            choice = first_preference(reply)
+        if choice not in PAIRWISE_SCORE:
+            raise ValueError(f"no verdict [[A]], [[B]] or [[C]] in the judge's reply: {_tail(reply)}")
         return choice, PAIRWISE_SCORE[choice], {"preference": PAIRWISE_SCORE[choice]}
+
+
+def first_rating(reply: str) -> str | None:
+    """The rating MT-Bench reads: the first `[[N]]`, else the first `[N]`; None: neither."""
+    for form in RATINGS:
+        if (found := form.search(reply)) is not None:
+            return found.group(1)
+    return None
+
+
+def first_preference(reply: str) -> str | None:
+    """The pairwise verdict MT-Bench reads: `[[A]]` if the reply holds it, else `[[B]]`, else `[[C]]`."""
+    return next((choice for choice in PREFERENCES if f"[[{choice}]]" in reply), None)
 
 
 def _last(pattern: re.Pattern[str], text: str) -> str | None:

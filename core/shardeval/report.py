@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardeval.liveness import clock
 from shardeval.metrics import ERROR, MISSING, OK, MetricValue
+from shardeval.quoting import md_text
 
 if TYPE_CHECKING:
     from shardeval.discover import Run
@@ -113,7 +114,7 @@ def _interval(entry: dict[str, Any]) -> str:
 def _metric_rows(metrics: dict[str, MetricValue], confidence: float) -> list[str]:
     rows = [f"| metric | value | {confidence:.0%} interval | stderr | method | n |", "|---|---|---|---|---|---|"]
     for name, m in metrics.items():
-        rows.append(f"| {name} | {fmt(m.value)} | {_interval({'ci_low': m.ci_low, 'ci_high': m.ci_high})} | {fmt(m.stderr)} | {m.ci_method} | {m.n} |")
+        rows.append(f"| {md_text(name)} | {fmt(m.value)} | {_interval({'ci_low': m.ci_low, 'ci_high': m.ci_high})} | {fmt(m.stderr)} | {md_text(m.ci_method)} | {m.n} |")
     return rows
 
 
@@ -132,30 +133,31 @@ def run_notes(result: "MergeResult") -> list[str]:
     """What a reader must know about the run before its numbers (Markdown; report.md and
     report.html both list them)."""
     run = result.run
+    q = md_text  # paths and names are quoted as text: a `<` or a line break in one is not markup
     lines = []
     if run.running():
-        lines.append(f"still running: {', '.join(s.path for s in run.running())} (merge again when they finish)")
+        lines.append(f"still running: {', '.join(q(s.path) for s in run.running())} (merge again when they finish)")
     for shard in run.lost():
         assert shard.lost is not None
-        lines.append(f"**LOST**: {shard.path} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
+        lines.append(f"**LOST**: {q(shard.path)} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
                      f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes")
     if run.missing_shards():
         lines.append(f"never started or not found: shard(s) {','.join(map(str, run.missing_shards()))}")
     if rerun := result.rerun_shards():
         lines.append(f"to complete the run, rerun shard(s) {','.join(map(str, rerun))}: {rerun_how(run, rerun)}")
     for idx, paths in run.duplicated_shards().items():
-        lines.append(f"shard {idx} appears in {len(paths)} directories ({', '.join(paths)}): deduplicated")
-    lines += [f"ignored {orphan}: results without a manifest.json beside them" for orphan in run.orphans]
+        lines.append(f"shard {idx} appears in {len(paths)} directories ({', '.join(map(q, paths))}): deduplicated")
+    lines += [f"ignored {q(orphan)}: results without a manifest.json beside them" for orphan in run.orphans]
     if result.errors_as_wrong:
         lines.append("errors are scored as wrong answers (--errors-as-wrong)")
-    lines += [f"**MIXED MODELS** (merged with --allow-mixed-models): {text}" for text in run.mixed_served]
+    lines += [f"**MIXED MODELS** (merged with --allow-mixed-models): {q(text)}" for text in run.mixed_served]
     return lines
 
 
 def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
     run = result.run
     lines = [
-        f"# shardeval merge: {run.root}",
+        f"# shardeval merge: {md_text(run.root)}",
         "",
         f"Run {run.config_hash}: {len(run.present())}/{run.total_shards} shards present, {len(run.shards)} shard "
         f"director{'y' if len(run.shards) == 1 else 'ies'} read. **{'PARTIAL' if result.partial else 'COMPLETE'}**",
@@ -164,7 +166,7 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
     for b in result.benchmarks:
         c = counts(b)
         lines += [
-            "", f"## {b.manifest.name}", "", *_metric_rows(b.metrics, confidence), "",
+            "", f"## {md_text(b.manifest.name)}", "", *_metric_rows(b.metrics, confidence), "",
             f"- coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded "
             f"({c['n_problems']} problems x {c['repeats']} repeats); {c['n_missing']} missing",
         ]
@@ -176,7 +178,7 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
                          f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
         acc = b.metrics["accuracy"].details if "accuracy" in b.metrics else {}
         if per_cluster := acc.get("per_cluster"):
-            rows = [f"| {name} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('n', '')} |" for name, e in per_cluster.items()]
+            rows = [f"| {md_text(name)} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('n', '')} |" for name, e in per_cluster.items()]
             lines += ["", f"| category | accuracy | {confidence:.0%} interval | n |", "|---|---|---|---|", *rows, ""]
         if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
             se = ", ".join(f"K={k}: {fmt(v)}" for k, v in split["se_if_repeats"].items())
@@ -191,11 +193,11 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
                          "no model asked (left out of the latency figures)")
         cells = b.cells
         if cells.unreadable:
-            lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(cells.unreadable[:3])}")
+            lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(map(md_text, cells.unreadable[:3]))}")
         if cells.refused_files:
             more = " …" if len(cells.refused_files) > 5 else ""
             lines.append(f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or "
-                         f"written by another run): {'; '.join(cells.refused_files[:5])}{more}")
+                         f"written by another run): {'; '.join(map(md_text, cells.refused_files[:5]))}{more}")
         lines += [f"- {problem}" for problem in b.metric_problems]
     lines += ["", *render_provenance(run)]
     return "\n".join(lines) + "\n"
@@ -240,10 +242,11 @@ def render_provenance(run: "Run") -> list[str]:
     lines = ["## Provenance", "", "| | |", "|---|---|"]
     for name, values in provenance_facts(run):
         if len(values) == 1:
-            shown = next(iter(values))
+            shown = md_text(next(iter(values)))
         elif name in PER_NODE:
-            shown = ", ".join(sorted(values))
+            shown = ", ".join(md_text(v) for v in sorted(values))
         else:
-            shown = "**varies**: " + "; ".join(f"{v} ({', '.join(paths[:3])}{' …' if len(paths) > 3 else ''})" for v, paths in values.items())
-        lines.append(f"| {name} | {shown.replace('|', '/')} |")
+            shown = "**varies**: " + "; ".join(f"{md_text(v)} ({', '.join(md_text(p) for p in paths[:3])}{' …' if len(paths) > 3 else ''})"
+                                               for v, paths in values.items())
+        lines.append(f"| {md_text(name)} | {shown} |")
     return lines

@@ -32,9 +32,13 @@ PASS_AT = re.compile(r"pass@(\d+)$")
 COVERAGE_COLORS = {"ok": "#4c9a2a", "error": "#d1495b", "missing": "#bbbbbb"}
 
 
+_MARKUP = re.compile(r"\\([!-/:-@\[-`{-~])|\*\*|`")
+
+
 def plain(markdown: str) -> str:
-    """A note written for report.md, as text."""
-    return markdown.replace("**", "").replace("`", "")
+    """A note written for report.md, as text: its `**` and backticks dropped, the characters
+    md_text escaped (`\\|`, `\\<`) as themselves."""
+    return _MARKUP.sub(lambda m: m.group(1) or "", markdown)
 
 
 def slug(*parts: Any) -> str:

@@ -208,34 +208,40 @@ def _eta(eta: float | None) -> str:
 
 
 def render_status(s: RunStatus) -> str:
+    """The text table; every name and path in it through plain_text (a newline in a directory's
+    name cannot fake a row)."""
+    from shardeval.quoting import plain_text as q
+
     lines = [f"{'shard':<8} {'state':<12} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  directory"]
     for p in s.shards:
-        lines.append(f"{p.idx:<8} {p.state:<12} {p.records:>8}/{p.expected:<8} {p.errors:>7} {_rate(p.rate):>8} {_eta(p.eta_s):>8}  {p.path}")
-    lines += [f"{m.idx:<8} {'not started':<12} {'':>17} {'':>7} {'':>8} {'':>8}  {m.where}" for m in s.missing]
-    lines += [p.note for p in s.shards if p.note]
+        lines.append(f"{p.idx:<8} {p.state:<12} {p.records:>8}/{p.expected:<8} {p.errors:>7} {_rate(p.rate):>8} {_eta(p.eta_s):>8}  {q(p.path)}")
+    lines += [f"{m.idx:<8} {'not started':<12} {'':>17} {'':>7} {'':>8} {'':>8}  {q(m.where)}" for m in s.missing]
+    lines += [q(p.note) for p in s.shards if p.note]
     lines.append(f"total: {s.done}/{s.total} records ({s.done / s.total:.1%})" if s.total else "total: nothing to do")
-    lines += [w for p in s.shards for w in p.warnings]
-    lines += [f"warning: shards served by different models: {text} (merge refuses them)" for text in s.mixed]
+    lines += [q(w) for p in s.shards for w in p.warnings]
+    lines += [f"warning: shards served by different models: {q(text)} (merge refuses them)" for text in s.mixed]
     return "\n".join(lines)
 
 
 def render_sweep_status(s: SweepStatus) -> str:
     """The grid of a sweep: per (model, benchmark) records, errors and ETA, each model's shard
     states, and what stands out (lost or missing shards), from each model's ordinary run."""
-    lines = [f"sweep: {len(s.services)} models x {s.shards} shard(s), baseline {s.baseline}",
+    from shardeval.quoting import plain_text as q
+
+    lines = [f"sweep: {len(s.services)} models x {s.shards} shard(s), baseline {q(s.baseline)}",
              f"{'model':<16} {'benchmark':<16} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  shards"]
     notes: list[str] = []
     for m in s.models:
         if (run := m.run) is None:
-            lines.append(f"{m.name:<16} {'—':<16} {'':>17} {'':>7} {'':>8} {'':>8}  not started")
+            lines.append(f"{q(m.name):<16} {'—':<16} {'':>17} {'':>7} {'':>8} {'':>8}  not started")
             continue
         summary = ", ".join(f"{n} {state}" for state, n in run.states.items())
         for b in run.benchmarks:
-            lines.append(f"{m.name:<16} {b.name:<16} {b.records:>8}/{b.expected:<8} {b.errors:>7} {_rate(b.rate):>8} "
+            lines.append(f"{q(m.name):<16} {q(b.name):<16} {b.records:>8}/{b.expected:<8} {b.errors:>7} {_rate(b.rate):>8} "
                          f"{_eta(b.eta_s):>8}  {summary}")
-        notes += [f"{m.name}: {p.note}" for p in run.shards if p.note]
-        notes += [f"{m.name}: shard {x.idx} not started" for x in run.missing]
-        notes += [f"{m.name}: {w}" for p in run.shards for w in p.warnings]
+        notes += [q(f"{m.name}: {p.note}") for p in run.shards if p.note]
+        notes += [q(f"{m.name}: shard {x.idx} not started") for x in run.missing]
+        notes += [q(f"{m.name}: {w}") for p in run.shards for w in p.warnings]
     lines.append(f"total: {s.done}/{s.total} records ({s.done / s.total:.1%}) of the models started" if s.total
                  else "total: no model has started")
     return "\n".join(lines + notes)

@@ -8,7 +8,9 @@ computation at a time, and reuses the result for `interval` seconds: ten open ta
 does, and a closed page costs nothing. A directory with no shard yet, a shard that vanishes
 mid-read: the JSON carries `error` (HTTP 200) and the page shows it and keeps polling.
 Every string reaches the page's DOM as text, never as markup; the Content-Security-Policy allows
-only this page's own script and style, and requests to its own origin.
+only this page's own script and style, and requests to its own origin. A request whose Host header
+names another host is refused (421): a web page on evil.example whose name an attacker rebinds to
+127.0.0.1 would otherwise read the run from the visitor's browser (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -238,14 +240,105 @@ class Snapshots:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def make_app(snapshots: Snapshots) -> web.Application:
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def allowed_hosts(host: str) -> tuple[frozenset[str], bool]:
+    """The host names a request may carry in its Host header when the server listens on `host`,
+    and whether any IP literal is allowed too (listening on every interface: any of the machine's
+    addresses may be used, and an address typed as such cannot be rebound by DNS).
+
+    Loopback: 127.0.0.1, localhost and [::1]. Another address or name: itself and the machine's
+    names (the one `--serve` prints, its fully qualified one), plus the loopback names."""
+    import ipaddress
+    import socket
+
+    name = _normal(host)
+    try:
+        loopback = name == "localhost" or ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return LOOPBACK_NAMES | {name}, False
+    machine = {_normal(socket.gethostname()), _normal(socket.getfqdn())}
+    every = name in ("0.0.0.0", "::", "")
+    return frozenset(LOOPBACK_NAMES | machine | ({name} if not every else set())), every
+
+
+def _normal(name: str) -> str:
+    """Host names compare without case and without the root's trailing dot (`LOCALHOST.` = localhost)."""
+    name = name.strip().lower()
+    return name[:-1] if name.endswith(".") and not name.endswith("..") else name
+
+
+def host_of(header: str | None) -> str | None:
+    """The host name of a Host header value (`name`, `name:port`, `[v6]:port`), or None when it is
+    missing or not of that form. The port is not checked: a tunnel may map another one, and a
+    rebinding attack is in the name."""
+    if not header:
+        return None
+    if header.startswith("["):
+        name, bracket, rest = header[1:].partition("]")
+        if not bracket or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            return None
+        return _normal(name)
+    name, colon, port = header.partition(":")
+    if (colon and not port.isdigit()) or not name or any(c in name for c in " /\\@"):
+        return None
+    return _normal(name)
+
+
+def host_guard(host: str) -> Any:
+    """aiohttp middleware: 421 for a request whose Host header names no host this server answers as."""
+    import ipaddress
+
+    names, any_ip = allowed_hosts(host)
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+        name = host_of(request.headers.get("Host"))
+        ok = name is not None and name in names
+        if not ok and name is not None and any_ip:
+            try:
+                ipaddress.ip_address(name)
+                ok = True
+            except ValueError:
+                pass
+        if not ok:
+            shown = request.headers.get("Host")
+            return web.Response(status=421, text=f"shardeval status: refused: Host {shown!r} is not a name of this server "
+                                                 "(a guard against DNS rebinding); open the URL `status --serve` printed\n",
+                                headers=HEADERS)
+        return await handler(request)
+
+    return guard
+
+
+class _OneLineBadRequests(logging.Filter):
+    """A malformed request (no Host header in HTTP/1.1, bad syntax) is answered 400 by aiohttp, which
+    logs it with a traceback: a client's mistake is one line on our stderr, not a stack."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                "shardeval status: answered a malformed request with %s: %s", (exc.code, " ".join(str(exc.message).split())), None, None)
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def make_app(snapshots: Snapshots, host: str = "127.0.0.1") -> web.Application:
+    """The page and its JSON, answering only requests addressed to `host` (the address listened on)."""
+
     async def page(request: web.Request) -> web.Response:
         return web.Response(body=PAGE, content_type="text/html", charset="utf-8", headers=HEADERS)
 
     async def status_json(request: web.Request) -> web.Response:
         return web.Response(body=await snapshots.get(), content_type="application/json", headers=HEADERS)
 
-    app = web.Application()
+    app = web.Application(middlewares=[host_guard(host)])
     app.router.add_get("/", page)
     app.router.add_get("/status.json", status_json)
     return app
@@ -254,7 +347,9 @@ def make_app(snapshots: Snapshots) -> web.Application:
 async def serve(root: str, host: str, port: int, interval: float, announce: Callable[[str], None]) -> None:
     """Serve until SIGTERM or SIGINT; announce the URL once connections are accepted."""
     snapshots = Snapshots(root, interval)
-    runner = web.AppRunner(make_app(snapshots), access_log=None, handle_signals=False)
+    bad_requests = _OneLineBadRequests()
+    logging.getLogger("aiohttp.server").addFilter(bad_requests)
+    runner = web.AppRunner(make_app(snapshots, host), access_log=None, handle_signals=False)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, shutdown_timeout=0.5).start()
@@ -281,6 +376,7 @@ async def serve(root: str, host: str, port: int, interval: float, announce: Call
     finally:
         snapshots.close()
         await runner.cleanup()
+        logging.getLogger("aiohttp.server").removeFilter(bad_requests)
 
 
 def run_server(root: str, host: str, port: int, interval: float) -> None:

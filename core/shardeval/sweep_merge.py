@@ -153,30 +153,32 @@ def _p(p: float | None) -> str:
 
 def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
     """sweep.md: for each metric a models × benchmarks table, then the differences against the baseline."""
+    from shardeval.quoting import md_text
     from shardeval.report import fmt
 
     doc, plan = sweep.document, sweep.plan
     benches = list(dict.fromkeys(c["benchmark"] for c in doc["cells"]))
     lines = [
-        f"# shardeval sweep: {sweep.root}", "",
-        f"{len(plan.services)} models × {len(benches)} benchmarks, baseline **{plan.baseline}**, {confidence:.0%} intervals. "
+        f"# shardeval sweep: {md_text(sweep.root)}", "",
+        f"{len(plan.services)} models × {len(benches)} benchmarks, baseline **{md_text(plan.baseline)}**, {confidence:.0%} intervals. "
         f"**{'PARTIAL' if doc['partial'] else 'COMPLETE'}**",
     ]
-    lines += [f"- {m['service']}: {m['why']}" + (f" ({m['benchmark']})" if "benchmark" in m else "") for m in doc["missing"]]
-    lines += [f"- {m.service}: partial (see {m.service}/merged/report.md)" for m in sweep.models if m.result is not None and m.result.partial]
+    lines += [f"- {md_text(m['service'])}: {md_text(m['why'])}" + (f" ({md_text(m['benchmark'])})" if "benchmark" in m else "") for m in doc["missing"]]
+    lines += [f"- {md_text(m.service)}: partial (see {md_text(m.service)}/merged/report.md)" for m in sweep.models if m.result is not None and m.result.partial]
     for metric in dict.fromkeys(c["metric"] for c in doc["cells"]):
         table = {(c["service"], c["benchmark"]): c for c in doc["cells"] if c["metric"] == metric}
-        lines += ["", f"## {metric}", "", f"| model | {' | '.join(benches)} |", "|---" * (len(benches) + 1) + "|"]
+        lines += ["", f"## {md_text(metric)}", "", f"| model | {' | '.join(map(md_text, benches))} |", "|---" * (len(benches) + 1) + "|"]
         for name in plan.services:
-            label = f"{name} (baseline)" if name == plan.baseline else name
+            label = f"{md_text(name)} (baseline)" if name == plan.baseline else md_text(name)
             lines.append(f"| {label} | " + " | ".join(_cell_text(table[name, b]) if (name, b) in table else "—" for b in benches) + " |")
     if any(not c["complete"] for c in doc["cells"]):
         lines += ["", "‡ not every (problem, repeat) pair has an ok record: the value covers the ones shown (ok/expected)."]
     if doc["vs_baseline"]:
-        lines += ["", f"## vs baseline: model − {plan.baseline}, paired on the same (problem, repeat) cells", "",
+        lines += ["", f"## vs baseline: model − {md_text(plan.baseline)}, paired on the same (problem, repeat) cells", "",
                   f"| model | benchmark | metric | difference | {confidence:.0%} interval | p | p (Holm) | test | cells |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for row in doc["vs_baseline"]:
+            row = {**row, **{key: md_text(row[key]) for key in ("service", "benchmark", "metric", "test") if key in row}}
             mark = "" if row.get("complete") else " †"
             lines.append(f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
                          f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {_p(row['p_value'])} | {_p(row['p_holm'])} | "

@@ -13,13 +13,14 @@ import click
 
 
 def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
+    from shardeval.api import md_text
     from shardeval.report import fmt
 
-    lines = [f"# shardeval compare: B = {name_b} vs A = {name_a}", ""]
+    lines = [f"# shardeval compare: B = {md_text(name_b)} vs A = {md_text(name_a)}", ""]
     for r in results:
         m = r.get("mcnemar")
         lines += [
-            f"## {r['benchmark']}",
+            f"## {md_text(r['benchmark'])}",
             "",
             f"- problems compared: {r['n_shared']} (only in A: {r['n_only_a']}, only in B: {r['n_only_b']}, "
             f"shared but without a valid answer in one run: {r['n_shared_without_samples']})",
