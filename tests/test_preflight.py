@@ -271,3 +271,22 @@ def test_set_aside_shards_checks_every_shard_before_moving_any(finished) -> None
     with pytest.raises(UsageError, match="shard_1/superseded is not a directory"):
         set_aside_shards(str(out), 2)
     assert snapshot(out) == before
+
+
+def test_the_diff_is_general_over_nested_values() -> None:
+    """H3d: the key-by-key diff is one mechanism over any plain value: nested dicts and lists by
+    path, a missing key and null both `unset`, True never equal to 1, long values cut, and only
+    what the run identity covers (concurrency or a timeout is no change)."""
+    from shardeval.config import config_for_manifest, load_config
+    from shardeval.config.diff import changes, identity_changes, summary
+
+    old = {"a": {"b": [1, {"c": None}], "d": True}, "e": "x" * 100}
+    new = {"a": {"b": [1, {"c": 2}, 3], "d": 1}, "f": None}
+    found = changes(old, new)
+    assert found[:4] == ["a.b[1].c: unset -> 2", "a.b[2]: unset -> 3", "a.d: true -> 1", 'e: "' + "x" * 58 + "… -> unset"]
+    assert len(found) == 4 and changes({"k": None}, {}) == [] and summary([str(i) for i in range(9)]).endswith("; and 3 more")
+    quick = {"bench": "arith", "model_url": "http://127.0.0.1:9/v1", "model_id": "sim"}
+    one = config_for_manifest(load_config(None, [], quick))
+    two = config_for_manifest(load_config(None, ["benchmarks[0].max_concurrent=3", "services.model.timeouts.connect=3",
+                                                 "benchmarks[0].solver.generation.stop=[x]"], quick))
+    assert identity_changes(one, two) == ['benchmarks[0].solver.generation.stop: unset -> ["x"]']

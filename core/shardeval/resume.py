@@ -51,8 +51,8 @@ def another_config(old: Manifest, new_hash: str, new_config: dict[str, Any]) -> 
     from shardeval.config.diff import identity_changes, summary
 
     found = identity_changes(old.config, new_config) if old.config and new_config else []
-    what = f": {summary(found)}" if found else ""
-    return f"it holds another run (config {old.config_hash}, this config is {new_hash}), changed{what or ' in what the config does not record'}"
+    changed = f", changed: {summary(found)}" if found else ""
+    return f"it holds another run (config {old.config_hash}, this config is {new_hash}){changed}"
 
 
 def served_mismatch(old: Manifest, served: dict[str, ServedModel]) -> str | None:
@@ -97,8 +97,8 @@ def check_submission(root: str, config_hash: str, total: int, config: Any = None
     refuse, in one line, a root whose shard directories hold another run (another config hash or
     shard count), which every shard would refuse to resume only after starting, while the merge
     after them reported the old run as this one. `config` (this run's Config) names what changed
-    key by key. Reads manifests only, never the benchmarks' data
-    (it may live on the nodes alone). --fresh sets such results aside instead."""
+    key by key. Reads manifests only, never the benchmarks' data (it may live on the nodes
+    alone). --fresh sets such results aside instead."""
     if not os.path.isdir(root):
         return
     from shardeval.config import config_for_manifest
