@@ -136,10 +136,11 @@ def test_every_shard_refusing_merges_nothing(tmp_path: Path) -> None:
     ({"name": "gsm8k", "params": {"path": "no/such/gsm8k.jsonl"}}, "no/such/gsm8k.jsonl"),
     ({"name": "mmlu", "params": {"path": "no/such/mmlu.csv"}}, "no/such/mmlu.csv"),
     ({"name": "no/such/spec.yaml", "params": {}}, "no/such/spec.yaml"),
+    ({"name": "mmlu", "params": {"subjects": ["astronomy", "astrology"]}}, "unknown subject 'astrology'"),
 ])
 def test_a_missing_data_file_is_one_line_before_any_shard(tmp_path: Path, bench: dict, says: str) -> None:
     """H4: the data file of a built-in or bring-your-own benchmark is looked for once, by the
-    launch, not by every shard after it started."""
+    launch, not by every shard after it started; so are the task names its params select."""
     cfg = write(tmp_path, "http://127.0.0.1:9/v1", bench=bench)
     done = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out"), cwd=str(tmp_path))
     assert says in one_error_line(done)
