@@ -167,8 +167,8 @@ def rubric_for(config: Any, benchmark: Any) -> Rubric:
     template = config.rubric if config.rubric is not None else (own.template if own else None)
     pattern = config.verdict if config.verdict is not None else (own.pattern if own else None)
     if own is not None and mode != own.mode:
-        kept = [what for what, mine, theirs in (("rubric", config.rubric, own.template), ("verdict pattern", config.verdict, own.pattern))
-                if mine is None and theirs is not None]
+        inherited = (("rubric", config.rubric, own.template), ("verdict pattern", config.verdict, own.pattern))
+        kept = [what for what, mine, theirs in inherited if mine is None and theirs is not None]
         if kept:  # written for the other mode: every verdict would be a judge error
             raise UsageError(
                 f"{where}: {mode} judging with the benchmark's own {' and '.join(kept)}, written for {own.mode} judging, "

@@ -156,7 +156,7 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
             )
         plan.prompt_fingerprint = prompt_fingerprint(benchmark, n)
         plan.scorer_fingerprint = scorer_fingerprint(benchmark, n, plugins.plugin_version(entry.plugin))
-        if bc.judge is not None and rubric is not None:  # the judge scores it: its rubric is the scorer (the judge's identity is in the run's)
+        if bc.judge is not None and rubric is not None:  # a judge scores it: its rubric is the scorer
             plan.rubric = rubric
             plan.scorer_fingerprint = judged_fingerprint(plan.scorer_fingerprint, plan.rubric.identity(),
                                                          judge_identity(bc.judge, config.services.get(bc.judge.service)))
