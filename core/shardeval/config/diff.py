@@ -80,10 +80,10 @@ def identity_changes(old_config: dict[str, Any], new_config: dict[str, Any]) -> 
     from shardeval.config import config_from_data
 
     try:
-        old, new = config_from_data(old_config), config_from_data(new_config)
+        old, new = identity_view(config_from_data(old_config)), identity_view(config_from_data(new_config))
     except Exception:  # noqa: BLE001 - any reason it does not read back: compare what was recorded
         return changes(old_config, new_config)
-    return changes(identity_view(old), identity_view(new))
+    return changes(old, new)
 
 
 def config_changes(old_config: dict[str, Any], new_config: Any) -> str:
