@@ -141,7 +141,8 @@ def test_array_job_end_to_end_with_dependent_merge(slurm: str, tmp_path: Path, j
     before = (root / "slurm_job.json").read_text()
     changed = shardeval_cmd("run", str(EXAMPLE), "-o", str(root), "-O", "benchmarks.0.params.n=60", "-O", "benchmarks.0.repeats=3")
     assert changed.returncode == 2 and "Traceback" not in changed.stderr, changed.stderr
-    assert "cannot be resumed: it was written with config" in changed.stderr and "nothing submitted" in changed.stderr
+    assert "cannot be resumed: it holds another run" in changed.stderr and "nothing submitted" in changed.stderr
+    assert "benchmarks[0].repeats: 1 -> 3" in changed.stderr  # what changed, key by key
     assert (root / "slurm_job.json").read_text() == before  # nothing submitted
     assert not (root / "shard_0" / "superseded").exists()
 

@@ -449,7 +449,8 @@ def test_sweep_cell_runs_under_bash_and_submission_leaves_complete_cells_out(tmp
     no_slurm = {"PATH": str(tmp_path / "empty")}
     changed = shardeval_cmd("run", str(SWEEP), "-o", str(out), *SMALL, "-O", "services.mid.accuracy=0.9", env=no_slurm)
     line = one_line_error(changed)
-    assert f"{out}/mid/shard_1 cannot be resumed: it was written with config" in line and "nothing submitted" in line
+    assert f"{out}/mid/shard_1 cannot be resumed: it holds another run" in line and "nothing submitted" in line
+    assert "services.mid.accuracy: " in line  # what changed, key by key
     unchanged = shardeval_cmd("run", str(SWEEP), "-o", str(out), *SMALL, "-O", "services.top.accuracy=0.9", env=no_slurm)
     assert "sbatch not found on PATH" in one_line_error(unchanged)  # only top's identity changed: it has no shard yet
     fresh = shardeval_cmd("run", str(SWEEP), "-o", str(out), *SMALL, "--fresh", env=no_slurm)

@@ -57,6 +57,14 @@ class Benchmark:
     def score(self, problem: Problem, response: str) -> Score:
         raise NotImplementedError
 
+    def preflight(self) -> None:
+        """Check, once, what would otherwise fail every request or every shard: the images or
+        tools it runs, the task names its params select. Raise shardeval.errors.UsageError (one
+        line: the thing, the value, the fix). Called after the factory (which reads the data, so
+        a missing data file is already its one line), before any shard starts: by `run` in the
+        launching process when the shards run on this machine, and by each shard before it
+        touches its output directory. The default checks nothing more."""
+
     def problems(self, indices: range | list[int]) -> Iterator[Problem]:
         """Yield the problems at `indices` lazily; override when sequential reads are cheaper."""
         yield from map(self.problem, indices)

@@ -72,6 +72,24 @@ _PREFIX = b'{"key":"'
 _encode = msgspec.json.Encoder().encode
 
 
+def check_usable(directory: str) -> None:
+    """That a cache directory can be used (made, and a segment written in it), without opening it:
+    the launch checks this once before any shard starts, and --fresh before it moves anything
+    aside. The same one line, exit 2, as `ResponseCache.open` gives; nothing is left behind."""
+    import tempfile
+
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(f"cache dir {directory}: is not a directory; give a directory (`cache.dir` or --cache-dir), or --no-cache")
+    try:
+        seg_dir = os.path.join(directory, SEGMENTS_DIR)
+        os.makedirs(seg_dir, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=seg_dir, prefix=".probe-", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise os_error(exc, "use the response cache at", alternative="give another `cache.dir` / --cache-dir, or pass --no-cache") from None
+
+
 class ResponseCache:
     """One process's view of a cache directory: the index of every segment, and its own segment."""
 

@@ -64,6 +64,10 @@ PAIRWISE = (
 RATINGS = (re.compile(r"\[\[([0-9]+\.?[0-9]*)\]\]"), re.compile(r"\[([0-9]+\.?[0-9]*)\]"))
 # MT-Bench's pairwise forms, in order of precedence: the first one the reply holds is the verdict.
 PREFERENCES = ("A", "B", "C")
+# What a rubric must ask the judge to write for the mode's default parser to find a verdict: a
+# single rubric some `[[N]]` (not a pairwise `[[A]]`), a pairwise one `[[A]]`/`[[B]]`/`[[C]]`.
+ASKS = {"single": re.compile(r"\[\[(?![ABC]\]\])"), "pairwise": re.compile(r"\[\[[ABC]\]\]")}
+ASKED = {"single": "`[[N]]` (as in `Rating: [[5]]`)", "pairwise": "`[[A]]`/`[[B]]`/`[[C]]`"}
 PAIRWISE_SCORE = {"A": 1.0, "B": 0.0, "C": 0.5}
 FIELDS = {"question", "answer", "reference"}
 # Bump when a default rubric or parser changes: it joins the scorer fingerprint of judged benchmarks.
@@ -83,6 +87,10 @@ class Rubric:
             check_template(self.template, "judge rubric")
         if self.pattern is not None:
             compile_pattern(self.pattern, "judge verdict pattern")
+        elif self.template is not None and self.mode in ASKS and not ASKS[self.mode].search(self.template):
+            # read with the mode's own parser: a rubric that never asks for that verdict gets none
+            raise UsageError(f"judge rubric never asks for {ASKED[self.mode]}, the verdict {self.mode} judging reads; "
+                             f"ask for it in the rubric, or give a `verdict` pattern for what the rubric asks")
 
     def identity(self) -> dict[str, Any]:
         """What changes verdicts: it joins the benchmark's scorer fingerprint."""
@@ -183,6 +191,15 @@ def rubric_for(config: Any, benchmark: Any) -> Rubric:
     mode = config.mode or (own.mode if own else "single")
     template = config.rubric if config.rubric is not None else (own.template if own else None)
     pattern = config.verdict if config.verdict is not None else (own.pattern if own else None)
+    if own is not None and mode != own.mode:
+        inherited = (("rubric", config.rubric, own.template), ("verdict pattern", config.verdict, own.pattern))
+        kept = [what for what, mine, theirs in inherited if mine is None and theirs is not None]
+        if kept:  # written for the other mode: every verdict would be a judge error
+            raise UsageError(
+                f"{where}: {mode} judging with the benchmark's own {' and '.join(kept)}, written for {own.mode} judging, "
+                f"would make every verdict a judge error; judge it {own.mode}, or give a {mode} "
+                f"{' and '.join(kept)} (judge.{'rubric' if 'rubric' in kept else 'verdict'})"
+            )
     try:
         return Rubric(mode=mode, template=template, pattern=pattern)
     except UsageError as exc:

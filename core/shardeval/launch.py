@@ -53,6 +53,9 @@ def launch(
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
         request = LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
+        from shardeval.preflight import preflight
+
+        preflight(request)  # once, before any shard starts: one line, exit 2, nothing started or moved
         if sweep is not None and not dry_run:
             sweep.write_plan(request.output_root)
         code = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory(request)

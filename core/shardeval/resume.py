@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 from shardeval.errors import UsageError, os_error
 from shardeval.records import HEARTBEAT_FILE, LOCK_FILE, Manifest, ServedModel, read_manifest
@@ -24,7 +25,7 @@ KEPT_IN_PLACE = {SUPERSEDED_DIR, LOCK_FILE, HEARTBEAT_FILE}
 def mismatch(old: Manifest, new: Manifest) -> str | None:
     """Why results written under `old` cannot be continued under `new` (None: they can)."""
     if old.config_hash != new.config_hash:
-        return f"it was written with config {old.config_hash}, this config is {new.config_hash}"
+        return another_config(old, new.config_hash, new.config)
     if (old.shard_idx, old.total_shards) != (new.shard_idx, new.total_shards):
         return f"it holds shard {old.shard_idx}/{old.total_shards}, this run is shard {new.shard_idx}/{new.total_shards}"
     old_b = {b.name: b for b in old.benchmarks}
@@ -42,6 +43,16 @@ def mismatch(old: Manifest, new: Manifest) -> str | None:
             change = f"{prev.scorer_fingerprint} → {b.scorer_fingerprint}; {versions}"
             return f"benchmark {b.name} is scored differently ({change})"
     return None
+
+
+def another_config(old: Manifest, new_hash: str, new_config: dict[str, Any]) -> str:
+    """Why a directory written under another config hash is another run: what changed, key by
+    key, as far as the recorded configs say (shardeval.config.diff), then the two hashes."""
+    from shardeval.config.diff import identity_changes, summary
+
+    found = identity_changes(old.config, new_config) if old.config and new_config else []
+    changed = f", changed: {summary(found)}" if found else ""
+    return f"it holds another run (config {old.config_hash}, this config is {new_hash}){changed}"
 
 
 def served_mismatch(old: Manifest, served: dict[str, ServedModel]) -> str | None:
@@ -72,6 +83,7 @@ def prepare_output_dir(out_dir: str, manifest: Manifest, fresh: bool) -> Manifes
     """
     old = read_manifest(out_dir)
     if old is not None and fresh:
+        check_set_aside(out_dir)
         set_aside(out_dir)
         return None
     if old is not None and (reason := mismatch(old, manifest)):
@@ -79,13 +91,19 @@ def prepare_output_dir(out_dir: str, manifest: Manifest, fresh: bool) -> Manifes
     return old
 
 
-def check_submission(root: str, config_hash: str, total: int) -> None:
-    """Before an orchestrator submits shards into `root`: refuse, in one line, a root whose shard
-    directories hold another run (another config hash or shard count), which every queued task
-    would refuse to resume only after waiting for its node. Reads manifests only, never the
-    benchmarks' data (it may live on the nodes alone). --fresh sets such results aside instead."""
+def check_submission(root: str, config_hash: str, total: int, config: Any = None,
+                     *, started: str = "nothing submitted (every task would fail after queueing)") -> None:
+    """Before an orchestrator submits shards into `root` (and before `run` starts any shard):
+    refuse, in one line, a root whose shard directories hold another run (another config hash or
+    shard count), which every shard would refuse to resume only after starting, while the merge
+    after them reported the old run as this one. `config` (this run's Config) names what changed
+    key by key. Reads manifests only, never the benchmarks' data (it may live on the nodes
+    alone). --fresh sets such results aside instead."""
     if not os.path.isdir(root):
         return
+    from shardeval.config import config_for_manifest
+
+    plain = config_for_manifest(config) if config is not None else {}
     for entry in sorted(os.listdir(root)):
         shard = os.path.join(root, entry)
         if not (entry.startswith("shard_") and entry[6:].isdigit() and os.path.isdir(shard)):
@@ -94,14 +112,15 @@ def check_submission(root: str, config_hash: str, total: int) -> None:
         if old is None:
             continue
         if old.config_hash != config_hash:
-            reason = f"it was written with config {old.config_hash}, this config is {config_hash}"
+            reason = another_config(old, config_hash, plain)
         elif old.total_shards != total:
             reason = f"it holds shard {old.shard_idx}/{old.total_shards}, this run has {total} shards"
         else:
             continue
         raise UsageError(
-            f"{shard} cannot be resumed: {reason}; nothing submitted (every task would fail after queueing): "
-            "submit the original config, choose another -o, or pass --fresh to set the old results aside"
+            f"{shard} cannot be resumed: {reason}; {started}: "
+            f"rerun with the original config, choose another -o, or pass --fresh to move the old results into "
+            f"{os.path.join(root, 'shard_*', SUPERSEDED_DIR)}/"
         )
 
 
@@ -126,6 +145,8 @@ def set_aside_shards(root: str, total: int) -> list[tuple[int, str]]:
             lease = ShardLease(path)
             lease.acquire()
             leases.append(lease)
+        for _, path in shards:  # every one can be moved, before any is
+            check_set_aside(path)
         moved = [(i, set_aside(path)) for i, path in shards]
         for i, where in moved:
             log.info("--fresh: earlier results of shard_%d moved to %s", i, where)
@@ -135,6 +156,22 @@ def set_aside_shards(root: str, total: int) -> list[tuple[int, str]]:
     finally:
         for lease in leases:
             lease.release()
+
+
+def check_set_aside(out_dir: str) -> None:
+    """--fresh, before anything moves: that `out_dir`'s results can be moved into its
+    superseded/ (a superseded that is not a directory, a directory that cannot be written),
+    one line, exit 2; nothing is left behind."""
+    import tempfile
+
+    target = os.path.join(out_dir, SUPERSEDED_DIR)
+    if os.path.lexists(target) and not os.path.isdir(target):
+        raise UsageError(f"--fresh: cannot move the earlier results of {out_dir} aside: {target} is not a directory; "
+                         "remove or rename it, or give this run another -o")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=target if os.path.isdir(target) else out_dir, prefix=".fresh-"))
+    except OSError as exc:
+        raise os_error(exc, "move the earlier results aside in", alternative="give this run another -o") from None
 
 
 def set_aside(out_dir: str) -> str:

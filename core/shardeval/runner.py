@@ -27,7 +27,7 @@ import msgspec
 from shardeval import __version__, plugins
 from shardeval.adaptive import make_slots
 from shardeval.benchmark import Benchmark, Problem
-from shardeval.cache import ResponseCache
+from shardeval.cache import ResponseCache, check_usable
 from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash, judge_identity
 from shardeval.errors import ShardError, UsageError, os_error
@@ -144,7 +144,7 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
     plans: list[BenchmarkPlan] = []
     run = run_id(config_hash(config))
     for i, bc in enumerate(config.benchmarks):
-        benchmark, entry = make_benchmark(bc, f"benchmarks[{i}].name", registry)
+        benchmark, entry, rubric = build_benchmark(config, i, registry)
         n = benchmark.size() if bc.max_problems is None else min(bc.max_problems, benchmark.size())
         indices = shard_indices(n, shard.idx, shard.total, config.shuffle_seed)
         plan = BenchmarkPlan(bc, benchmark, n, indices, benchmark.fingerprint(), run=run)
@@ -156,15 +156,27 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
             )
         plan.prompt_fingerprint = prompt_fingerprint(benchmark, n)
         plan.scorer_fingerprint = scorer_fingerprint(benchmark, n, plugins.plugin_version(entry.plugin))
-        if bc.judge is None and getattr(benchmark, "judge_rubric", None) is not None:
-            raise UsageError(f"benchmarks[{i}] ({bc.name}) is scored by a judge (it has a judge section); name the judge service, "
-                             f"e.g. `judge: {{service: judge}}` in benchmarks[{i}], with `judge:` under services:")
-        if bc.judge is not None:  # the judge scores it: its rubric is the scorer (the judge's identity is in the run's)
-            plan.rubric = rubric_for(bc.judge, benchmark)
+        if bc.judge is not None and rubric is not None:  # a judge scores it: its rubric is the scorer
+            plan.rubric = rubric
             plan.scorer_fingerprint = judged_fingerprint(plan.scorer_fingerprint, plan.rubric.identity(),
                                                          judge_identity(bc.judge, config.services.get(bc.judge.service)))
         plans.append(plan)
     return plans
+
+
+def build_benchmark(config: Config, i: int, registry) -> tuple[Benchmark, Entry, Rubric | None]:
+    """benchmarks[i] built and checked as far as it can be without asking anything: its data
+    (the factory reads it), its own pre-flight (`Benchmark.preflight`), and for a judged one the
+    rubric in effect against its mode. What a shard does first, and what `run` does once for every
+    benchmark before it starts shards on this machine (shardeval.preflight)."""
+    bc = config.benchmarks[i]
+    benchmark, entry = make_benchmark(bc, f"benchmarks[{i}].name", registry)
+    benchmark.preflight()
+    if bc.judge is None and getattr(benchmark, "judge_rubric", None) is not None:
+        raise UsageError(f"benchmarks[{i}] ({bc.name}) is scored by a judge (it has a judge section); name the judge service, "
+                         f"e.g. `judge: {{service: judge}}` in benchmarks[{i}], with `judge:` under services:")
+    rubric = rubric_for(bc.judge, benchmark) if bc.judge is not None else None
+    return benchmark, entry, rubric
 
 
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".json", ".json.gz", ".csv", ".csv.gz", ".parquet")
@@ -260,6 +272,8 @@ class ShardRun:
             make_output_dir(self.out_dir)
             self._lease = ShardLease(self.out_dir)
             self._lease.acquire()
+            if self.fresh and self.config.cache is not None:  # what it can check before --fresh moves anything aside
+                check_usable(self.config.cache.dir)
             resumed = prepare_output_dir(self.out_dir, manifest, self.fresh)
             if resumed is not None and nothing_to_ask(self.out_dir, manifest):
                 # A finished shard run again (a sweep relaunched for a new model): no server, no request,

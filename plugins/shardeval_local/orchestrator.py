@@ -15,9 +15,10 @@ import signal
 import sys
 import time
 
-from shardeval.api import ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command
+from shardeval.api import ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command, UsageError
 
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
+REFUSED = UsageError.exit_code  # a shard that refused its arguments, config or output directory
 
 
 class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -29,6 +30,10 @@ class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True
     def runs_in_process(self) -> bool:
         """Without `shards` the one shard runs right in `shardeval run` (see ClusterConfig)."""
         return not self.shards
+
+    def shards_read_local_files(self) -> bool:
+        """Every shard is a process on this machine: `run` checks the benchmarks' data once, first."""
+        return True
 
 
 def run_local(request: LaunchRequest) -> int:
@@ -52,6 +57,11 @@ def run_local(request: LaunchRequest) -> int:
     busy, slots = sum(seconds for _, seconds in ends), min(parallel, len(cells))
     print(f"shardeval: {len(cells)} {'cells' if request.sweep else 'shards'} ran in {wall:.2f} s, {slots} at a time: "
           f"busy {busy:.2f} s, {busy / (slots * wall or 1):.0%} of the slots' time", file=sys.stderr)
+    if not stop and all(code == REFUSED for code, _ in ends):
+        # each refused before it wrote anything (its reason is above): what the output holds is not this run's
+        print(f"shardeval: every {'cell' if request.sweep else 'shard'} refused to start (exit {REFUSED}, the reason above); "
+              f"nothing merged: what {request.output_root} holds is not this run", file=sys.stderr)
+        return REFUSED
     merge_and_report(request.output_root)
     if stop:
         print(f"shardeval: interrupted by {stop[0].name}; rerun the same command to resume the shards", file=sys.stderr)

@@ -64,7 +64,7 @@ def submit(request: LaunchRequest) -> int:
             # line, not by every task after queueing while the dependent merge reports the old run. A dry
             # run only warns: it submits nothing.
             try:
-                check_submission(run.root, config_hash(run.config), total)
+                check_submission(run.root, config_hash(run.config), total, run.config)
             except UsageError as exc:
                 if not request.dry_run:
                     raise

@@ -76,6 +76,17 @@ def load_config(
     return config
 
 
+def config_from_data(data: dict[str, Any]) -> Config:
+    """A Config back from the plain data a manifest records (`config_for_manifest`): decoded as
+    `load_config` decodes a file, without expansion, overrides or a sweep (a shard's config has
+    none left). For comparing an earlier run with this one (shardeval.config.diff)."""
+    where = Where(source="manifest.json")
+    raw = decode(dict(data), RawConfig, where)
+    services = {name: decode_service(name, section, where) for name, section in raw.services.items()}
+    cluster = _decode_cluster(raw.cluster, where)
+    return Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
+
+
 def config_hash(config: Config) -> str:
     """A fingerprint of everything that changes results, and nothing else.
 

@@ -159,6 +159,12 @@ class ClusterConfig(_Section):
         only be a child of this process)."""
         return False
 
+    def shards_read_local_files(self) -> bool:
+        """Whether the shards read the files this process sees (their data files): `run` then
+        builds and checks every benchmark once before it starts them (shardeval.preflight). False
+        by default: a cluster's data may live on its nodes alone, where each shard checks it."""
+        return False
+
 
 class OutputConfig(_Section):
     dir: str = "./eval_results"

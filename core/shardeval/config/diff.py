@@ -1,0 +1,122 @@
+"""What differs between two runs' configs, key by key, in the words a config file uses.
+
+A resume refused for a changed config hash should say what changed
+(`benchmarks[0].solver.generation.temperature: unset -> 0.2`), not only that two hashes differ.
+`changes` compares any two plain values (nested dicts and lists; a missing key and null both
+read `unset`); `identity_changes` applies it to the part of two configs that the config hash
+covers (`identity_view`), so a changed URL or timeout, which a resume accepts, is never named as
+the reason. The configs compared are a manifest's recorded `config` and the new one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+UNSET = object()
+MAX_SHOWN = 6  # changes named in one line; the rest are counted
+MAX_VALUE = 60  # characters of one value shown
+
+
+def changes(old: Any, new: Any, path: str = "") -> list[str]:
+    """Every leaf where `old` and `new` differ, as `path: old -> new`, in key order (dict keys
+    sorted, list items by index). A key that is missing or null on one side is `unset` there."""
+    old, new = _unset(old), _unset(new)
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += changes(old.get(key, UNSET), new.get(key, UNSET), f"{path}.{key}" if path else str(key))
+        return out
+    if isinstance(old, list) and isinstance(new, list):
+        out = []
+        for i in range(max(len(old), len(new))):
+            out += changes(old[i] if i < len(old) else UNSET, new[i] if i < len(new) else UNSET, f"{path}[{i}]")
+        return out
+    if old is UNSET and new is UNSET or (old is not UNSET and new is not UNSET and _same(old, new)):
+        return []
+    return [f"{path or '(the whole config)'}: {_show(old)} -> {_show(new)}"]
+
+
+def summary(found: list[str]) -> str:
+    """The changes for one line: the first MAX_SHOWN, then how many more."""
+    shown = "; ".join(found[:MAX_SHOWN])
+    return shown + (f"; and {len(found) - MAX_SHOWN} more" if len(found) > MAX_SHOWN else "")
+
+
+def identity_view(config: Any) -> dict[str, Any]:
+    """The parts of a Config that its hash covers (shardeval.config.config_hash), laid out as the
+    config file lays them out: seed, shuffle_seed, each benchmark's identity keys, and the
+    identity (`service.describe`) of each service a benchmark's solver or judge uses."""
+    import msgspec
+
+    from shardeval.service import describe
+
+    used: dict[str, Any] = {}
+    benchmarks = []
+    for bench in config.benchmarks:
+        solver = bench.solver
+        entry = {"id": bench.id, "name": bench.name, "params": bench.params, "repeats": bench.repeats,
+                 "max_problems": bench.max_problems,
+                 "solver": {"type": solver.type, "service": solver.service, "system_prompt": solver.system_prompt,
+                            "generation": solver.generation}}
+        names = [solver.service]
+        if bench.judge is not None:
+            judge = bench.judge
+            entry["judge"] = {"service": judge.service, "mode": judge.mode, "rubric": judge.rubric,
+                              "verdict": judge.verdict, "generation": judge.generation}
+            names.append(judge.service)
+        for name in names:
+            if name is not None and name in config.services:
+                used[name] = describe(config.services[name])
+        benchmarks.append(entry)
+    view = {"seed": config.seed, "shuffle_seed": config.shuffle_seed, "services": used, "benchmarks": benchmarks}
+    return msgspec.to_builtins(view, str_keys=True)
+
+
+def identity_changes(old_config: dict[str, Any], new_config: dict[str, Any]) -> list[str]:
+    """What of the run identity differs between two recorded configs (plain data, as a manifest
+    holds them). Both are read back as Configs; one that no longer reads (written by another
+    version, a plugin gone) is compared whole, as recorded."""
+    from shardeval.config import config_from_data
+
+    try:
+        old, new = identity_view(config_from_data(old_config)), identity_view(config_from_data(new_config))
+    except Exception:  # noqa: BLE001 - any reason it does not read back: compare what was recorded
+        return changes(old_config, new_config)
+    return changes(old, new)
+
+
+def config_changes(old_config: dict[str, Any], new_config: Any) -> str:
+    """One phrase for a refusal: what changed between an earlier run's recorded config and this
+    Config, key by key (empty when the recorded config says nothing: an old manifest)."""
+    from shardeval.config import config_for_manifest
+
+    if not old_config:
+        return ""
+    return summary(identity_changes(old_config, config_for_manifest(new_config)))
+
+
+def _unset(value: Any) -> Any:
+    return UNSET if value is None else value
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return a == b
+
+
+def _pruned(value: Any) -> Any:
+    """A value as shown: unset (null) keys left out, as a config file leaves them out."""
+    if isinstance(value, dict):
+        return {k: _pruned(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def _show(value: Any) -> str:
+    if value is UNSET:
+        return "unset"
+    text = json.dumps(_pruned(value), sort_keys=True, ensure_ascii=False, default=str)
+    return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
