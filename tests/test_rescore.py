@@ -282,3 +282,22 @@ def test_a_rescore_that_recorded_no_source_is_not_resumed_blind(finished, tmp_pa
     (new / "shard_0" / "manifest.json").write_text(json.dumps(data))
     r = shardeval_cmd("rescore", str(finished / "run"), "-o", str(new), "--shard", "0/2")
     assert r.returncode == 2 and "recorded no identity of its source" in r.stderr, r.stderr
+
+
+def test_a_rescore_refuses_a_source_directory_that_now_holds_another_run(finished, tmp_path):
+    """H7 variant: the source shard started over (`run --fresh` with another seed: its results moved
+    aside, new ones written) after it was rescored: the rerun names the other run, exit 2."""
+    run = _copy_run(finished, tmp_path)
+    new = tmp_path / "new"
+    r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")
+    assert r.returncode == 0, r.stderr
+    before = (new / "shard_0" / "arith" / "results.jsonl").read_bytes()
+    with running_sim("--bench", "arith", "--accuracy", "0.6", "--ttft-ms", "1", "--itl-ms", "0") as url:
+        cfg = api_eval_config(tmp_path / "eval.yaml", url, n=N, repeats=REPEATS, concurrency=8)
+        config = json.loads(cfg.read_text())
+        cfg.write_text(json.dumps({**config, "seed": 11}))
+        r = shardeval_cmd("run", str(cfg), "--shard", "0/2", "--fresh", "-o", str(run / "shard_0"))
+        assert r.returncode == 0, r.stderr
+    r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")
+    assert r.returncode == 2 and "now holds another run (config sha256:" in r.stderr, r.stderr
+    assert (new / "shard_0" / "arith" / "results.jsonl").read_bytes() == before
