@@ -91,14 +91,14 @@ def warn_greedy_repeats(config) -> None:
 
 def print_identity(config) -> None:
     """--dry-run: the sampling each benchmark's requests carry, and the run's identity, so two
-    configs can be told the same run (or not) up front (a sweep: each model's run). Printed last, once the dry run succeeded: a mistake stays one line."""
+    configs can be told the same run (or not) up front (a sweep: each model's run). Printed last,
+    once the dry run succeeded: a mistake stays one line."""
     from shardeval.config import config_hash
+    from shardeval.plugins import registry
+    from shardeval.sampling import describe
     from shardeval.sweep import model_config
 
     # stderr: a dry run's stdout is the rendered script or manifest (`… --dry-run | kubectl apply -f -`)
-    from shardeval.plugins import registry
-    from shardeval.sampling import describe
-
     for line in describe(config, registry()):  # what every request carries, so no key is left to a server
         print(f"shardeval: {line}", file=sys.stderr)
     runs = {f" of {name}": model_config(config, name) for name in config.sweep.services} if config.sweep else {"": config}

@@ -290,7 +290,7 @@ def _not_resumable(earlier: Manifest, new: Manifest) -> str | None:
     if earlier.rescored.source != new.rescored.source:  # type: ignore[union-attr]
         return f"it holds a rescore of another shard ({earlier.rescored.source})"
     if earlier.config_hash != new.config_hash:  # the source directory holds another run now (--fresh, another config)
-        return f"its source {new.rescored.source} now holds another run (config {earlier.config_hash} -> {new.config_hash})"  # type: ignore[union-attr]
+        return f"its source {earlier.rescored.source} now holds another run (config {earlier.config_hash} -> {new.config_hash})"
     if [b.scorer_fingerprint for b in earlier.benchmarks] != [b.scorer_fingerprint for b in new.benchmarks]:
         used = ", ".join(f"{s.benchmark}: {s.scorer}" for s in earlier.rescored.scorers)
         return f"it was rescored with another scorer ({used})"
