@@ -7,7 +7,9 @@ benchmarks with every metric's value and interval, and each non-baseline model's
 difference against the baseline on the (problem, repeat) cells both answered, Holm-adjusted
 across the table (the statistics come from the `paired_differences` hook: the metrics plugin).
 A cell short of full coverage, or a pair compared on fewer cells than either model has, is
-marked, never silently compared.
+marked, never silently compared. A model whose benchmark was asked or scored otherwise than the
+baseline's (data, prompt or scorer fingerprint: shardeval.fingerprints.incomparable) is shown and
+marked, and never paired with it.
 """
 
 from __future__ import annotations

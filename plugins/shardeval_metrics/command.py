@@ -1,7 +1,8 @@
 """`shardeval compare RUN_A RUN_B`: is B better than A on the problems both answered, and how sure?
 
 Each run is read the way merge reads it (deduplicated, errors kept apart), then every benchmark
-the two share is compared pairwise by `compare_tables`.
+the two share and ask the same way (the same data, prompt and scorer fingerprints) is compared
+pairwise by `compare_tables`; one asked otherwise is named, never compared.
 """
 
 from __future__ import annotations
