@@ -65,7 +65,9 @@ def finished(tmp_path: Path):
 
 
 @pytest.mark.parametrize("args, names", [
-    (("-O", "benchmarks[0].solver.generation.temperature=0.2"), ["benchmarks[0].solver.generation.temperature: unset -> 0.2"]),
+    # temperature is filled with the benchmark's declared default (greedy) when unset, so it changes from 0.0
+    (("-O", "benchmarks[0].solver.generation.temperature=0.2"), ["benchmarks[0].solver.generation.temperature: 0.0 -> 0.2"]),
+    (("-O", "benchmarks[0].solver.generation.top_p=0.9"), ["benchmarks[0].solver.generation.top_p: unset -> 0.9"]),
     (("--model-id", "other", "-O", "benchmarks.0.repeats=3"), ['services.model.model: "sim" -> "other"', "benchmarks[0].repeats: 1 -> 3"]),
     (("-O", "benchmarks[0].params.n=8"), ["benchmarks[0].params.n: 6 -> 8"]),
     (("-O", "benchmarks=[{name: arith, params: {n: 6}}, {name: arith, id: again, params: {n: 2}}]"),

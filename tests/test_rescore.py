@@ -193,3 +193,111 @@ def test_a_sweep_keeps_its_layout_and_merges_to_the_same_table(tmp_path):
         r = shardeval_cmd("merge", str(tmp_path / name), "-q", "-o", str(tmp_path / f"merged_{name}"))
         assert r.returncode == 0, r.stderr
     assert (tmp_path / "merged_again" / "sweep.json").read_bytes() == (tmp_path / "merged_sweep" / "sweep.json").read_bytes()
+
+
+# --- a source that changed between a rescore and its rerun (guarantee H7) ---------------------------
+
+
+def _copy_run(finished: Path, tmp_path: Path) -> Path:
+    """A private copy of the finished run, so a test may change its files."""
+    shutil.copytree(finished / "run", tmp_path / "run")
+    return tmp_path / "run"
+
+
+def _kill_midway(args: list[str], out: Path) -> int:
+    """Start a slow rescore, kill it once it wrote something: the whole lines it left."""
+    proc = subprocess.Popen(args, env={**os.environ, **SCORER_ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not (out.exists() and out.read_bytes().count(b"\n") >= 2) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    return out.read_bytes().count(b"\n")
+
+
+def test_a_resumed_rescore_refuses_a_source_rewritten_with_the_same_size(finished, tmp_path):
+    """H7: the source's results rewritten between a killed rescore and its resume, with the same
+    lines in another order (same line count, same size: counting lines cannot see it) is refused,
+    naming the file; nothing is appended to the half-done rescore."""
+    run = _copy_run(finished, tmp_path)
+    new = tmp_path / "new"
+    args = [sys.executable, "-m", "shardeval", "rescore", str(run), "-o", str(new), "--shard", "0/2",
+            "--scorer", "length_multiple", "-O", "benchmarks.0.params.delay_s=0.05"]
+    out = new / "shard_0" / "arith" / "results.jsonl"
+    n_whole = _kill_midway(args, out)
+    source = run / "shard_0" / "arith" / "results.jsonl"
+    lines = source.read_bytes().splitlines(keepends=True)
+    assert 0 < n_whole < len(lines) and manifest(new / "shard_0").state == "running"
+    size = source.stat().st_size
+    source.write_bytes(b"".join(reversed(lines)))
+    assert source.stat().st_size == size
+    partial = out.read_bytes()
+    r = subprocess.run(args, env={**os.environ, **SCORER_ENV}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"its source {source.resolve()} was rewritten" in r.stderr and f"remove {new / 'shard_0'}" in r.stderr, r.stderr
+    assert out.read_bytes() == partial
+
+
+def test_a_rerun_rescore_refuses_a_truncated_source_and_catches_up_with_an_appended_one(finished, tmp_path):
+    """H7 variants: after a finished rescore, a source cut short is refused (its records would be
+    gaps); a source only appended to (its shard resumed) is the same source grown, and the rerun
+    scores just the new records, ending with one line per source line."""
+    run = _copy_run(finished, tmp_path)
+    source = run / "shard_0" / "arith" / "results.jsonl"
+    lines = source.read_bytes().splitlines(keepends=True)
+    for name, change in (("cut", lambda: source.write_bytes(b"".join(lines[:-3]))),
+                         ("grown", lambda: source.write_bytes(b"".join(lines + lines[:3])))):
+        source.write_bytes(b"".join(lines))
+        new = tmp_path / name
+        r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")
+        assert r.returncode == 0, r.stderr
+        out = new / "shard_0" / "arith" / "results.jsonl"
+        assert out.read_bytes().count(b"\n") == len(lines)
+        change()
+        r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")
+        if name == "cut":
+            assert r.returncode == 2 and "was truncated since it was rescored" in r.stderr, r.stderr
+            assert out.read_bytes().count(b"\n") == len(lines)
+        else:
+            assert r.returncode == 0, r.stderr
+            assert f"resuming: {len(lines)} record(s) already rescored" in r.stderr
+            assert out.read_bytes().count(b"\n") == len(lines) + 3
+            sources = manifest(new / "shard_0").rescored.sources
+            assert sources["arith"].bytes == source.stat().st_size
+            r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")  # and now it is done
+            assert r.returncode == 0 and "nothing to do" in r.stderr, r.stderr
+
+
+def test_a_rescore_that_recorded_no_source_is_not_resumed_blind(finished, tmp_path):
+    """H7 variant: a rescore directory whose manifest holds no identity of its source (written
+    before it was recorded) cannot be checked, so it is refused rather than continued."""
+    new = tmp_path / "new"
+    r = shardeval_cmd("rescore", str(finished / "run"), "-o", str(new), "--shard", "0/2")
+    assert r.returncode == 0, r.stderr
+    data = json.loads((new / "shard_0" / "manifest.json").read_text())
+    del data["rescored"]["sources"]
+    (new / "shard_0" / "manifest.json").write_text(json.dumps(data))
+    r = shardeval_cmd("rescore", str(finished / "run"), "-o", str(new), "--shard", "0/2")
+    assert r.returncode == 2 and "recorded no identity of its source" in r.stderr, r.stderr
+
+
+def test_a_rescore_refuses_a_source_directory_that_now_holds_another_run(finished, tmp_path):
+    """H7 variant: the source shard started over (`run --fresh` with another seed: its results moved
+    aside, new ones written) after it was rescored: the rerun names the other run, exit 2."""
+    run = _copy_run(finished, tmp_path)
+    new = tmp_path / "new"
+    r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")
+    assert r.returncode == 0, r.stderr
+    before = (new / "shard_0" / "arith" / "results.jsonl").read_bytes()
+    with running_sim("--bench", "arith", "--accuracy", "0.6", "--ttft-ms", "1", "--itl-ms", "0") as url:
+        cfg = api_eval_config(tmp_path / "eval.yaml", url, n=N, repeats=REPEATS, concurrency=8)
+        config = json.loads(cfg.read_text())
+        cfg.write_text(json.dumps({**config, "seed": 11}))
+        r = shardeval_cmd("run", str(cfg), "--shard", "0/2", "--fresh", "-o", str(run / "shard_0"))
+        assert r.returncode == 0, r.stderr
+    r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")
+    assert r.returncode == 2 and "now holds another run (config sha256:" in r.stderr, r.stderr
+    assert (new / "shard_0" / "arith" / "results.jsonl").read_bytes() == before

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from shardeval.discover import refuse_inside_shard
     from shardeval.errors import ShardError, UsageError
     from shardeval.export import load_run
+    from shardeval.fingerprints import incomparable
     from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
     from shardeval.orchestrator import dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, Orchestrator, merge_and_report
     from shardeval.params import DataParams, ParamsStruct, decode_params
@@ -60,6 +61,7 @@ _LAZY = {
     "shardeval.discover": "refuse_inside_shard",
     "shardeval.errors": "ShardError UsageError",
     "shardeval.export": "load_run",
+    "shardeval.fingerprints": "incomparable",
     "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
     "shardeval.orchestrator": "dump_yaml ENV_NAME escape_dollars LaunchRequest Orchestrator merge_and_report",
     "shardeval.judging": "Rubric",

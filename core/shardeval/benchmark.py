@@ -48,6 +48,18 @@ class Benchmark:
     # plugin that provides the benchmark (every release then counts as a change).
     scorer_version: str | None = None
 
+    @classmethod
+    def default_sampling(cls, repeats: int) -> dict[str, Any]:
+        """The sampling a request carries for each `Generation` key the config leaves unset, so no
+        result depends on a server's hidden default (vLLM: temperature 1.0 unless the model's
+        generation_config says otherwise). Declared on the class: the config is completed, and
+        its identity computed, without loading any data (shardeval.sampling).
+
+        Default, for benchmarks with one right answer: greedy for one answer per problem; with
+        repeats, the model's own distribution (temperature 1.0), since pass@k and majority votes
+        need distinct samples. Override it where the literature fixes other settings."""
+        return {"temperature": 0.0} if repeats == 1 else {"temperature": 1.0}
+
     def size(self) -> int:
         raise NotImplementedError
 

@@ -70,3 +70,18 @@ def _probe_score(benchmark: Benchmark, problem: Any, text: str) -> Any:
     except Exception as exc:  # a scorer that rejects a probe answer: how it fails is behaviour too
         return f"raises {type(exc).__name__}"
     return msgspec.to_builtins(score)
+
+
+# What a fingerprint attests, as a refusal names it.
+COMPARED = (("dataset_fingerprint", "data"), ("prompt_fingerprint", "prompts"), ("scorer_fingerprint", "scorer"))
+
+
+def incomparable(a: Any, b: Any, label_a: str = "A", label_b: str = "B") -> str | None:
+    """Why two runs of one benchmark (their BenchmarkManifests) are not the same questions asked
+    and scored the same way, so a paired difference between them would mean nothing; None when
+    every fingerprint both record agrees. A fingerprint one of them lacks (a shard written before
+    it existed) cannot be compared and is passed over."""
+    parts = [f"the {label} differ{'s' if label == 'scorer' else ''} ({label_a} {x}, {label_b} {y})"
+             for attr, label in COMPARED
+             if (x := getattr(a, attr, None)) is not None and (y := getattr(b, attr, None)) is not None and x != y]
+    return "; ".join(parts) or None

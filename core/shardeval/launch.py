@@ -58,6 +58,7 @@ def launch(
         preflight(request)  # once, before any shard starts: one line, exit 2, nothing started or moved
         if sweep is not None and not dry_run:
             sweep.write_plan(request.output_root)
+        warn_greedy_repeats(config)
         code = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory(request)
         if dry_run and code == 0:
             print_identity(config)
@@ -70,6 +71,7 @@ def launch(
     else:
         out_dir = output_dir or os.path.join(config.output.dir, f"shard_{shard.idx}")
     log.info("%s", shard.describe())
+    warn_greedy_repeats(config)
     if dry_run:
         print_plan(config, shard, out_dir)
         print_identity(config)
@@ -82,13 +84,26 @@ def launch(
         return exc.exit_code
 
 
+def warn_greedy_repeats(config) -> None:
+    """Once the launch is checked (a mistake stays one line): repeats asked greedily, as written."""
+    from shardeval.sampling import greedy_repeats
+
+    for warning in greedy_repeats(config):
+        log.warning("warning: %s", warning)
+
+
 def print_identity(config) -> None:
-    """--dry-run: the run's identity, so two configs can be told the same run (or not) up front
-    (a sweep: each model's run). Printed last, once the dry run succeeded: a mistake stays one line."""
+    """--dry-run: the sampling each benchmark's requests carry, and the run's identity, so two
+    configs can be told the same run (or not) up front (a sweep: each model's run). Printed last,
+    once the dry run succeeded: a mistake stays one line."""
     from shardeval.config import config_hash
+    from shardeval.plugins import registry
+    from shardeval.sampling import describe
     from shardeval.sweep import model_config
 
     # stderr: a dry run's stdout is the rendered script or manifest (`… --dry-run | kubectl apply -f -`)
+    for line in describe(config, registry()):  # what every request carries, so no key is left to a server
+        print(f"shardeval: {line}", file=sys.stderr)
     runs = {f" of {name}": model_config(config, name) for name in config.sweep.services} if config.sweep else {"": config}
     for label, run in runs.items():
         print(f"shardeval: run identity{label}: {config_hash(run)} (a resume or merge needs the same identity)", file=sys.stderr)

@@ -189,6 +189,14 @@ class ScorerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     replaces: str | None = None  # the source shard's scorer fingerprint
 
 
+class SourceFile(msgspec.Struct, kw_only=True):
+    """A source results file as a rescore began reading it: its size and the hash of those bytes,
+    so a resumed rescore can tell the records it already scored are still the source's."""
+
+    bytes: int
+    sha256: str
+
+
 class RescoreProvenance(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Set in a shard written by `shardeval rescore`: the shard whose saved answers it scored again
     (asking no model anything), when, and with which scorers."""
@@ -197,6 +205,8 @@ class RescoreProvenance(msgspec.Struct, kw_only=True, omit_defaults=True):
     at: float = 0.0
     shardeval: str = ""  # the version that rescored
     scorers: list[ScorerInfo] = []
+    # benchmark -> its source results file as this rescore last read it (empty: a rescore that recorded none)
+    sources: dict[str, SourceFile] = {}
 
 
 class Manifest(msgspec.Struct, kw_only=True):

@@ -9,7 +9,10 @@ RUN_DIR. Trajectories are copied. The manifest is the source's with the scorer's
 `rescored` (which scorer, from which shard): merge never mixes shards scored differently.
 
 One output line per readable source record is what makes a rescore resumable: a rerun counts the
-whole lines already written and goes on from the next source record. The scorer is anything with
+whole lines already written and goes on from the next source record. That count means something
+only while the source still starts with the records rescored, so the manifest records each source
+file's size and hash (`rescored.sources`) and a rerun refuses a source truncated or rewritten since
+(an appended one is the same source grown: the rerun catches up). The scorer is anything with
 `score(problem, text)`, `score_in_thread` and `scorer_version`: today a registered benchmark.
 """
 
@@ -47,6 +50,7 @@ from shardeval.records import (
     RescoreProvenance,
     ResultRecord,
     ScorerInfo,
+    SourceFile,
     encode_line,
     read_manifest,
     scan_lines,
@@ -244,6 +248,7 @@ def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServic
         manifest, state="running", reason=None, benchmarks=[b.manifest for b in benches],
         rescored=RescoreProvenance(source=os.path.realpath(src), at=time.time(), shardeval=__version__, scorers=[b.info for b in benches]),
     )
+    results = {b.manifest.name: os.path.join(src, b.manifest.name, RESULTS_FILE) for b in benches}
     try:
         os.makedirs(dst, exist_ok=True)
     except OSError as exc:
@@ -252,12 +257,17 @@ def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServic
     lease.acquire()  # one writer per directory, as for a run: a second rescore of it is refused
     try:
         earlier = read_manifest(dst)
-        if earlier is not None:
-            if (why := _not_resumable(earlier, new)) is not None:
-                raise UsageError(f"-o {dst}: {why}; give another -o (or move that directory aside)")
-            if earlier.state != "running":
-                log.info("%s: already rescored (%s); nothing to do", dst, earlier.state)
-                return
+        if earlier is not None and (why := _not_resumable(earlier, new)) is not None:
+            raise UsageError(f"-o {dst}: {why}; give another -o (or move that directory aside)")
+        consumed = earlier.rescored.sources if earlier is not None else {}  # type: ignore[union-attr]
+        new.rescored.sources, changed = read_sources(results, consumed)  # type: ignore[union-attr]
+        if earlier is not None and (changed or not consumed):
+            why = changed or "it was written by a rescore that recorded no identity of its source, so what it holds cannot be checked"
+            raise UsageError(f"-o {dst}: {why}; the records rescored so far may no longer be the source's: remove {dst} "
+                             f"to rescore it again, or give another -o")
+        if earlier is not None and earlier.state != "running" and consumed == new.rescored.sources:  # type: ignore[union-attr]
+            log.info("%s: already rescored (%s); nothing to do", dst, earlier.state)
+            return
         write_manifest(dst, new)
         for b in benches:
             log.info("%s: rescoring %s", dst, describe(b.info))
@@ -279,6 +289,8 @@ def _not_resumable(earlier: Manifest, new: Manifest) -> str | None:
         return "it holds a shard that no rescore wrote"
     if earlier.rescored.source != new.rescored.source:  # type: ignore[union-attr]
         return f"it holds a rescore of another shard ({earlier.rescored.source})"
+    if earlier.config_hash != new.config_hash:  # the source directory holds another run now (--fresh, another config)
+        return f"its source {earlier.rescored.source} now holds another run (config {earlier.config_hash} -> {new.config_hash})"
     if [b.scorer_fingerprint for b in earlier.benchmarks] != [b.scorer_fingerprint for b in new.benchmarks]:
         used = ", ".join(f"{s.benchmark}: {s.scorer}" for s in earlier.rescored.scorers)
         return f"it was rescored with another scorer ({used})"
@@ -405,6 +417,48 @@ def rescore_record(record: ResultRecord, problem: Problem, scorer: Benchmark, da
         measured = {k: v for k, v in record.scores.items() if own.scores.get(k, _ABSENT) != v}
     record.score, record.extracted = new.score, new.extracted
     record.scores = {**new.scores, **measured} if measured else new.scores
+
+
+def read_sources(paths: dict[str, str], consumed: dict[str, SourceFile]) -> tuple[dict[str, SourceFile], str | None]:
+    """Each source results file as it is now, and why one is not what an earlier rescore read
+    (None: each still starts with the bytes it read). A file only appended to is the same source
+    grown (its shard resumed after the rescore began): the rescore goes on into the new records.
+    A file shorter, or whose first bytes differ, was truncated or rewritten (its run restarted
+    with --fresh): the lines rescored so far would be duplicates or gaps, so it is refused."""
+    now, why = {}, None
+    for name, path in paths.items():
+        before = consumed.get(name)
+        now[name], prefix = source_file(path, before.bytes if before is not None else None)
+        if before is None or why is not None:
+            continue
+        if now[name].bytes < before.bytes:
+            why = f"its source {path} was truncated since it was rescored ({before.bytes} bytes then, {now[name].bytes} now)"
+        elif prefix != before.sha256:
+            why = f"its source {path} was rewritten since it was rescored (its first {before.bytes} bytes differ)"
+    return now, why
+
+
+def source_file(path: str, prefix: int | None = None) -> tuple[SourceFile, str | None]:
+    """The file's size and hash, and the hash of its first `prefix` bytes (None when it is shorter).
+    A missing file (a benchmark with no record) is empty."""
+    import hashlib
+
+    h, size, at_prefix = hashlib.sha256(), 0, None
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                if prefix is not None and size <= prefix < size + len(chunk):
+                    head = h.copy()
+                    head.update(chunk[: prefix - size])
+                    at_prefix = "sha256:" + head.hexdigest()
+                h.update(chunk)
+                size += len(chunk)
+    except FileNotFoundError:
+        pass
+    digest = "sha256:" + h.hexdigest()
+    if prefix is not None and prefix == size:
+        at_prefix = digest
+    return SourceFile(bytes=size, sha256=digest), at_prefix
 
 
 def _lines_written(path: str) -> int:

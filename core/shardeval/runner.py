@@ -55,6 +55,7 @@ from shardeval.records import (
 )
 from shardeval.provenance import collect_provenance, read_served
 from shardeval.reachability import Reachability
+from shardeval.sampling import registered_name
 from shardeval.registry import Entry
 from shardeval.resume import make_output_dir, prepare_output_dir, refuse, served_mismatch
 from shardeval.seeds import request_seed
@@ -179,20 +180,11 @@ def build_benchmark(config: Config, i: int, registry) -> tuple[Benchmark, Entry,
     return benchmark, entry, rubric
 
 
-DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".json", ".json.gz", ".csv", ".csv.gz", ".parquet")
-MAPPING_SUFFIXES = (".yaml", ".yml")
-
-
 def make_benchmark(bc: BenchmarkConfig, where: str, registry) -> tuple[Benchmark, Entry]:
     """A registered name; a data file path (read with the built-in `jsonl` benchmark); or a YAML
     mapping path (a bring-your-own benchmark, read with the built-in `custom` benchmark).
     Returns the benchmark and the registration that built it."""
-    name, params = bc.name, dict(bc.params)
-    if name not in registry.entries["benchmarks"]:
-        if name.lower().endswith(DATA_SUFFIXES):
-            name, params = "jsonl", {"path": bc.name, **params}
-        elif name.lower().endswith(MAPPING_SUFFIXES):
-            name, params = "custom", {"spec": bc.name, **params}
+    name, params = registered_name(bc.name, dict(bc.params), registry)
     entry = registry.get("benchmarks", name, where)
     return entry.factory(params), entry
 

@@ -15,6 +15,7 @@ from urllib.parse import quote
 from shardeval import charts
 from shardeval.html_page import Page, esc, finite, num, p_cell, span, table
 from shardeval.report_html import slug
+from shardeval.sweep_merge import NOT_COMPARED, not_compared_notes
 
 if TYPE_CHECKING:
     from shardeval.sweep_merge import SweepMerge
@@ -36,6 +37,7 @@ def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, s
              f"{confidence:.0%} intervals; errors {'scored as wrong' if doc['errors_as_wrong'] else 'excluded from scores'}. "
              f'<span class="verdict {verdict.lower()}" id="verdict">{verdict}</span></p>')
     notes = [f"{m['service']}: {m['why']}" + (f" ({m['benchmark']})" if "benchmark" in m else "") for m in doc["missing"]]
+    notes += not_compared_notes(doc)
     notes += [note] if (note := doc.get("vs_baseline_note")) else []
     if notes:
         page.add('<ul class="notes">' + "".join(f'<li class="warn">{esc(n)}</li>' for n in notes) + "</ul>")
@@ -78,7 +80,7 @@ def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric:
             if c is None:
                 tds.append('<td class="muted" colspan="4">—</td>')
                 continue
-            mark = "" if c["complete"] else " ‡"
+            mark = ("" if c["complete"] else " ‡") + (" ≠" if c.get("differs_from_baseline") else "")
             tds += [num(c["value"], f"{key}/value"), num(c["ci_low"], f"{key}/ci_low"), num(c["ci_high"], f"{key}/ci_high"),
                     f'<td class="num{"" if c["complete"] else " partial"}" data-key="{esc(key)}/n_ok" data-value="{c["n_ok"]}">'
                     f'{c["n_ok"]}/{c["n_expected"]}{mark}</td>']
@@ -86,6 +88,8 @@ def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric:
     out.append(f'<table class="grid"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>')
     if any(not c["complete"] for c in cells.values()):
         out.append(f'<p class="muted">{esc(PARTIAL_CELL)}</p>')
+    if any(c.get("differs_from_baseline") for c in cells.values()):
+        out.append(f'<p class="muted">{esc(NOT_COMPARED)}</p>')
     return out
 
 

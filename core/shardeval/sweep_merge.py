@@ -7,7 +7,9 @@ benchmarks with every metric's value and interval, and each non-baseline model's
 difference against the baseline on the (problem, repeat) cells both answered, Holm-adjusted
 across the table (the statistics come from the `paired_differences` hook: the metrics plugin).
 A cell short of full coverage, or a pair compared on fewer cells than either model has, is
-marked, never silently compared.
+marked, never silently compared. A model whose benchmark was asked or scored otherwise than the
+baseline's (data, prompt or scorer fingerprint: shardeval.fingerprints.incomparable) is shown and
+marked, and never paired with it.
 """
 
 from __future__ import annotations
@@ -68,7 +70,9 @@ def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOpt
     from shardeval import plugins
     from shardeval.report import counts
 
-    cells, labels, pairs = [], [], []
+    from shardeval.fingerprints import incomparable
+
+    cells, labels, pairs, apart = [], [], [], []
     merged = {m.service: {b.manifest.name: b for b in m.result.benchmarks} for m in models if m.result is not None}
     base = merged.get(plan.baseline, {})
     for m in models:
@@ -76,9 +80,14 @@ def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOpt
             c = counts(b)
             coverage = {"n_ok": c["n_ok"], "n_expected": c["n_expected"], "n_errors": c["n_errors"], "n_missing": c["n_missing"],
                         "complete": c["n_ok"] == c["n_expected"]}
+            # other questions, or scored otherwise, than the baseline's: shown, marked, never paired with it
+            why = incomparable(base[bench].manifest, b.manifest, plan.baseline, m.service) if bench in base else None
+            coverage |= {"differs_from_baseline": why} if why else {}
             cells += [{"service": m.service, "benchmark": bench, "metric": name, "value": v.value, "ci_low": v.ci_low,
                        "ci_high": v.ci_high, "n": v.n, "ci_method": v.ci_method, **coverage} for name, v in b.metrics.items()]
-            if m.service != plan.baseline and bench in base:
+            if why:
+                apart.append({"service": m.service, "benchmark": bench, "why": f"not compared with {plan.baseline}: {why}"})
+            elif m.service != plan.baseline and bench in base:
                 metric = next((n for n in PAIRED_METRICS if n in b.manifest.metrics), "score")
                 labels.append({"service": m.service, "benchmark": bench, "metric": metric})
                 pairs.append((base[bench].table, b.table))
@@ -92,6 +101,8 @@ def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOpt
         "errors_as_wrong": errors_as_wrong, "partial": any(m.result is None or m.result.partial for m in models),
         "cells": cells, "vs_baseline": vs, "missing": missing,
     }
+    if apart:  # absent when every pair is comparable: sweep.json of such a sweep is what it was
+        doc["not_compared"] = apart
     if pairs and found is None:
         doc["vs_baseline_note"] = "no installed plugin computes paired differences (the built-in `metrics` plugin does)"
     return doc
@@ -141,7 +152,16 @@ def _cell_text(cell: dict[str, Any]) -> str:
     from shardeval.report import fmt
 
     text = f"{fmt(cell['value'])} [{fmt(cell['ci_low'])}, {fmt(cell['ci_high'])}]"
-    return text if cell["complete"] else f"{text} ‡ {cell['n_ok']}/{cell['n_expected']}"
+    text = text if cell["complete"] else f"{text} ‡ {cell['n_ok']}/{cell['n_expected']}"
+    return f"{text} ≠" if cell.get("differs_from_baseline") else text
+
+
+NOT_COMPARED = "≠ asked or scored otherwise than the baseline (data, prompts or scorer): shown apart, never compared with it."
+
+
+def not_compared_notes(doc: dict[str, Any]) -> list[str]:
+    """One line per model × benchmark left out of the comparison for having other questions."""
+    return [f"{m['service']} ({m['benchmark']}): {m['why']}" for m in doc.get("not_compared", [])]
 
 
 def _p(p: float | None) -> str:
@@ -165,6 +185,7 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
     ]
     lines += [f"- {md_text(m['service'])}: {md_text(m['why'])}" + (f" ({md_text(m['benchmark'])})" if "benchmark" in m else "") for m in doc["missing"]]
     lines += [f"- {md_text(m.service)}: partial (see {md_text(m.service)}/merged/report.md)" for m in sweep.models if m.result is not None and m.result.partial]
+    lines += [f"- {md_text(note)}" for note in not_compared_notes(doc)]
     for metric in dict.fromkeys(c["metric"] for c in doc["cells"]):
         table = {(c["service"], c["benchmark"]): c for c in doc["cells"] if c["metric"] == metric}
         lines += ["", f"## {md_text(metric)}", "", f"| model | {' | '.join(map(md_text, benches))} |", "|---" * (len(benches) + 1) + "|"]
@@ -173,6 +194,8 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
             lines.append(f"| {label} | " + " | ".join(_cell_text(table[name, b]) if (name, b) in table else "—" for b in benches) + " |")
     if any(not c["complete"] for c in doc["cells"]):
         lines += ["", "‡ not every (problem, repeat) pair has an ok record: the value covers the ones shown (ok/expected)."]
+    if doc.get("not_compared"):
+        lines += ["", NOT_COMPARED]
     if doc["vs_baseline"]:
         lines += ["", f"## vs baseline: model − {md_text(plan.baseline)}, paired on the same (problem, repeat) cells", "",
                   f"| model | benchmark | metric | difference | {confidence:.0%} interval | p | p (Holm) | test | cells |",

@@ -55,6 +55,13 @@ class HumanEvalBenchmark(Benchmark):
     name = "humaneval"
     score_in_thread = True  # each score runs a subprocess for up to timeout_s
 
+    @classmethod
+    def default_sampling(cls, repeats: int) -> dict[str, Any]:
+        """One answer per problem: greedy (pass@1 as leaderboards report it). With repeats, for
+        pass@k: Chen et al. (2021)'s setting for large k, temperature 0.8 with nucleus top_p 0.95
+        (their pass@1 from samples used 0.2: set `temperature: 0.2` for that)."""
+        return {"temperature": 0.0} if repeats == 1 else {"temperature": 0.8, "top_p": 0.95}
+
     def __init__(self, params: dict[str, Any]) -> None:
         p = decode_params(params, HumanEvalParams, source="benchmark humaneval")
         if p.style not in STYLES:

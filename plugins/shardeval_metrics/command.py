@@ -1,7 +1,8 @@
 """`shardeval compare RUN_A RUN_B`: is B better than A on the problems both answered, and how sure?
 
 Each run is read the way merge reads it (deduplicated, errors kept apart), then every benchmark
-the two share is compared pairwise by `compare_tables`.
+the two share and ask the same way (the same data, prompt and scorer fingerprints) is compared
+pairwise by `compare_tables`; one asked otherwise is named, never compared.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
 
     lines = [f"# shardeval compare: B = {md_text(name_b)} vs A = {md_text(name_a)}", ""]
     for r in results:
+        if "not_compared" in r:
+            lines += [f"## {r['benchmark']}", "", f"- not compared: {r['not_compared']}", ""]
+            continue
         m = r.get("mcnemar")
         lines += [
             f"## {md_text(r['benchmark'])}",
@@ -47,7 +51,7 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
               help="Also write the comparison as one self-contained HTML page with charts (needs shardeval[report]).")
 def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool, html_path: str | None) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
-    from shardeval.api import MetricOptions, UsageError, refuse_inside_shard
+    from shardeval.api import MetricOptions, UsageError, incomparable, refuse_inside_shard
     from shardeval.merge import merge_run
     from shardeval_metrics.compare import compare_tables
 
@@ -63,7 +67,14 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
         raise UsageError(
             f"{run_a} ({', '.join(a)}) and {run_b} ({', '.join(b)}) share no benchmark; compare runs of the same benchmark"
         )
-    results = [compare_tables(a[name].table, b[name].table, options) for name in shared]
+    # only the same questions, asked and scored the same way, are paired (docs/merge.md)
+    apart = {name: why for name in shared if (why := incomparable(a[name].manifest, b[name].manifest))}
+    if len(apart) == len(shared):
+        listed = "; ".join(f"{name}: {why}" for name, why in apart.items())
+        raise UsageError(f"{run_a} and {run_b} do not ask the same questions ({listed}); a difference between them would "
+                         "not be the models' — compare runs of the same data, prompts and scorer (rescore one with the other's scorer)")
+    results = [{"benchmark": name, "not_compared": apart[name]} if name in apart
+               else compare_tables(a[name].table, b[name].table, options) for name in shared]
     if as_json:
         click.echo(json.dumps(results, indent=2, sort_keys=True))
     else:

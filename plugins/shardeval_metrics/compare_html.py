@@ -32,6 +32,8 @@ def render_compare_html(run_a: str, run_b: str, a: dict[str, Any], b: dict[str, 
              f"{'scored as wrong in both runs' if errors_as_wrong else 'left out of the scores'}.</p>")
     alone = [f"only in {label}: {', '.join(sorted(set(mine) - set(other)))}" for label, mine, other in (("A", a, b), ("B", b, a))
              if set(mine) - set(other)]
+    alone += [f"{r['benchmark']}: {r['not_compared']}" for r in results if "not_compared" in r]
+    results = [r for r in results if "not_compared" not in r]  # other questions: named above, never drawn as a difference
     if alone:
         page.add('<ul class="notes">' + "".join(f'<li class="warn">{esc(n)} (not compared)</li>' for n in alone) + "</ul>")
 

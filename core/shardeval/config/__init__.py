@@ -73,7 +73,10 @@ def load_config(
     cluster = _decode_cluster(raw.cluster, where)
     config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
     _validate(config, where)
-    return config
+    from shardeval import sampling
+    from shardeval.plugins import registry
+
+    return sampling.complete(config, registry())  # no key left to a server's default (docs/benchmarks.md)
 
 
 def config_from_data(data: dict[str, Any]) -> Config:

@@ -1,7 +1,7 @@
 """What differs between two runs' configs, key by key, in the words a config file uses.
 
 A resume refused for a changed config hash should say what changed
-(`benchmarks[0].solver.generation.temperature: unset -> 0.2`), not only that two hashes differ.
+(`benchmarks[0].solver.generation.top_p: unset -> 0.9`), not only that two hashes differ.
 `changes` compares any two plain values (nested dicts and lists; a missing key and null both
 read `unset`); `identity_changes` applies it to the part of two configs that the config hash
 covers (`identity_view`), so a changed URL or timeout, which a resume accepts, is never named as
