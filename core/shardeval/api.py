@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from shardeval.judging import Rubric
     from shardeval.process import (die_with_parent, node_command, redact, resolve_port, self_command,
                                    ServerProcess)
+    from shardeval.regular import open_regular, read_regular
     from shardeval.records import (BenchmarkManifest, Manifest, Message, read_manifest, ResultRecord,
                                    RESULTS_FILE, TrajectoryRecord)
     from shardeval.registry import Entry, Lazy, Register
@@ -66,6 +67,7 @@ _LAZY = {
     "shardeval.process": "die_with_parent node_command redact resolve_port self_command ServerProcess",
     "shardeval.records": "BenchmarkManifest Manifest Message read_manifest ResultRecord RESULTS_FILE "
     "TrajectoryRecord",
+    "shardeval.regular": "open_regular read_regular",
     "shardeval.registry": "Entry Lazy Register",
     "shardeval.resume": "check_submission set_aside_shards",
     "shardeval.service": "Endpoint ServiceContext ServiceFactory split_endpoint_url",

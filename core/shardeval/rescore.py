@@ -37,6 +37,7 @@ from shardeval.config.explain import Where
 from shardeval.config.reading import apply_overrides
 from shardeval.errors import UsageError, os_error
 from shardeval.fingerprints import scorer_fingerprint
+from shardeval.regular import read_regular
 from shardeval.records import (
     LOGS_DIR,
     RESULTS_FILE,
@@ -224,8 +225,8 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
     plan_file = os.path.join(run_dir, PLAN_FILE)
     try:
         if mine and os.path.exists(plan_file) and not os.path.exists(os.path.join(out_dir, PLAN_FILE)):
-            with open(plan_file, "rb") as f:  # a sweep's model list, so merge reads NEW_DIR as the same sweep
-                atomic_write(os.path.join(out_dir, PLAN_FILE), f.read())
+            # a sweep's model list, so merge reads NEW_DIR as the same sweep
+            atomic_write(os.path.join(out_dir, PLAN_FILE), read_regular(plan_file))
     except OSError as exc:
         raise os_error(exc, "write", alternative="give another directory with -o") from None
     return 0

@@ -14,6 +14,7 @@ import logging
 import logging.handlers
 import os
 import signal
+import threading
 import time
 from array import array
 from collections import Counter
@@ -271,8 +272,7 @@ class ShardRun:
                     write_manifest(self.out_dir, resumed)
                 return 0
             if self.config.cache is not None:  # a directory that cannot be used is one line, exit 2, before anything is asked
-                self.cache = ResponseCache(self.config.cache.dir).open()
-                log.info("%s", self.cache.describe())
+                self.cache = await self._open_cache(self.config.cache.dir)
             if resumed is not None:
                 manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
             os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
@@ -358,6 +358,19 @@ class ShardRun:
             client.use_cache(self.cache, served)
         log.info("service %s: %s model %s (%s), serving %s", name, endpoint.base_url, endpoint.model, endpoint.protocol, served.describe())
         return ServiceHandle(endpoint=endpoint, client=client, served=served)
+
+    async def _open_cache(self, directory: str) -> ResponseCache | None:
+        """The response cache, indexed in a thread so the event loop keeps acting on a stop signal
+        (a cache of millions of entries on NFS takes a while): a signal tells the thread to stop
+        and returns None at once, the shard then ends as `interrupted` like any other stop."""
+        store, stop = ResponseCache(directory), threading.Event()
+        try:
+            opened = await self._unless_stopped(asyncio.to_thread(store.open, stop))
+        finally:
+            stop.set()  # whatever ended the wait (a signal, our own cancel), the thread stops indexing
+        if opened is not None:
+            log.info("%s", opened.describe())
+        return opened
 
     async def _unless_stopped(self, awaitable: Awaitable[T]) -> T | None:
         """Await `awaitable`, unless a stop signal comes first: then cancel it, wait for it to

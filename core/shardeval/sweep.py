@@ -28,6 +28,7 @@ from shardeval.config.explain import Where
 from shardeval.config.schema import Config, RawConfig
 from shardeval.errors import UsageError
 from shardeval.records import SweepPlan, pretty_json, read_manifest
+from shardeval.regular import read_regular
 from shardeval.shards import ShardSpec
 
 DEFAULT_SERVICE = "model"  # what a benchmark without `solver.service` asks outside a sweep
@@ -165,8 +166,7 @@ def read_plan(root: str) -> SweepPlan | None:
     """The sweep whose models live under `root`: its plan file, else what the models' manifests
     say (a sweep run by hand has no plan file); None when `root` is not a sweep."""
     try:
-        with open(os.path.join(root, PLAN_FILE), "rb") as f:
-            return msgspec.json.decode(f.read(), type=SweepPlan)
+        return msgspec.json.decode(read_regular(os.path.join(root, PLAN_FILE)), type=SweepPlan)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         pass
     plans = []
