@@ -16,7 +16,7 @@ from shardeval.hookspecs import hookimpl
 if TYPE_CHECKING:
     from shardeval.answers import (NUMERIC_METHODS, as_number, extract_choice, extract_numeric, final_answer,
                                    first_number, last_number, normalize, normalize_text, numbers_equal)
-    from shardeval.atomic import atomic_write
+    from shardeval.atomic import atomic_write, check_output
     from shardeval.benchmark import Benchmark, BenchmarkFactory, Problem, Score
     from shardeval.client import Completion
     from shardeval.config import (ClusterConfig, Config, config_hash, Count, Generation, load_config,
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from shardeval.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
                                     open_from_params, open_rows, package_data)
     from shardeval.discover import refuse_inside_shard
-    from shardeval.errors import ShardError, UsageError
+    from shardeval.errors import os_error, ShardError, UsageError
     from shardeval.export import load_run
     from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
     from shardeval.orchestrator import dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, Orchestrator, merge_and_report
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "shardeval.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer "
     "first_number last_number normalize normalize_text numbers_equal",
-    "shardeval.atomic": "atomic_write",
+    "shardeval.atomic": "atomic_write check_output",
     "shardeval.benchmark": "Benchmark BenchmarkFactory Problem Score",
     "shardeval.client": "Completion",
     "shardeval.config": "ClusterConfig Config config_hash Count Generation load_config NonNegativeFloat "
@@ -58,7 +58,7 @@ _LAZY = {
     "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row "
     "open_from_params open_rows package_data",
     "shardeval.discover": "refuse_inside_shard",
-    "shardeval.errors": "ShardError UsageError",
+    "shardeval.errors": "os_error ShardError UsageError",
     "shardeval.export": "load_run",
     "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
     "shardeval.orchestrator": "dump_yaml ENV_NAME escape_dollars LaunchRequest Orchestrator merge_and_report",
