@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from shardeval.judging import Rubric
     from shardeval.process import (die_with_parent, node_command, redact, resolve_port, self_command,
                                    ServerProcess)
+    from shardeval.redact import is_secret, MIN_SECRET_CHARS, redact_urls
     from shardeval.regular import open_regular, read_regular
     from shardeval.records import (BenchmarkManifest, Manifest, Message, read_manifest, ResultRecord,
                                    RESULTS_FILE, TrajectoryRecord)
@@ -67,6 +68,7 @@ _LAZY = {
     "shardeval.process": "die_with_parent node_command redact resolve_port self_command ServerProcess",
     "shardeval.records": "BenchmarkManifest Manifest Message read_manifest ResultRecord RESULTS_FILE "
     "TrajectoryRecord",
+    "shardeval.redact": "is_secret MIN_SECRET_CHARS redact_urls",
     "shardeval.regular": "open_regular read_regular",
     "shardeval.registry": "Entry Lazy Register",
     "shardeval.resume": "check_submission set_aside_shards",

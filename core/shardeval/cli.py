@@ -248,7 +248,9 @@ def run_cli(command: click.Command, argv: list[str] | None, prog_name: str) -> N
     try:
         command.main(args=argv, prog_name=prog_name, standalone_mode=False)
     except (UsageError, ShardError) as exc:
-        click.echo(f"shardeval: error: {exc}", err=True)
+        from shardeval.redact import redact_urls
+
+        click.echo(f"shardeval: error: {redact_urls(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("shardeval: aborted", err=True)

@@ -332,7 +332,12 @@ def seal_torn_tail(path: str) -> bool:
 
 
 def write_manifest(out_dir: str, manifest: Manifest) -> None:
-    """Replace manifest.json atomically so a reader never sees half a manifest."""
+    """Replace manifest.json atomically so a reader never sees half a manifest. Its reason (an
+    error's text) never holds a URL's credentials."""
+    if manifest.reason:
+        from shardeval.redact import redact_urls
+
+        manifest.reason = redact_urls(manifest.reason)
     atomic_write(os.path.join(out_dir, MANIFEST_FILE), pretty_json(manifest))
 
 

@@ -187,6 +187,9 @@ def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: A
                          f"(it has: {', '.join(services) or 'none'}); a judge must be one of the run's services")
 
     config = decode_service(judge.service, services[judge.service], Where(source=f"{where}/manifest.json"))
+    if "***" in str(getattr(config, "url", "") or ""):  # shardeval.redact: manifests keep no credentials
+        raise UsageError(f"{JUDGE_FLAG} {judge.service}: its URL held credentials, which {where}/manifest.json does not keep "
+                         f"({config.url}); rescore cannot reach it: give the judge's key through api_key_env instead")
     rubric = rubric_for(judge, data)
     version = plugins.plugin_version(entry.plugin)
     identity = msgspec.to_builtins(judge_identity(judge, config))

@@ -55,6 +55,7 @@ from shardeval.records import (
     write_manifest,
 )
 from shardeval.provenance import collect_provenance, read_served
+from shardeval.redact import RedactingFilter
 from shardeval.reachability import Reachability
 from shardeval.registry import Entry
 from shardeval.resume import make_output_dir, prepare_output_dir, refuse, served_mismatch
@@ -279,6 +280,7 @@ class ShardRun:
             # logs/shard.log opens now, after --fresh moved an earlier run's logs aside, and gets the lines held so far
             handler = QuietFileHandler(os.path.join(self.out_dir, LOGS_DIR, "shard.log"))
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            handler.addFilter(RedactingFilter())  # no URL credentials in shard.log
             early, self._log = self._log, handler
             early.setTarget(handler)  # type: ignore[attr-defined]
             early.flush()
