@@ -219,6 +219,7 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
     paths, _ = find_shard_dirs(run_dir)
     if not paths:
         raise UsageError(f"{run_dir}: no shard directories (folders with a manifest.json) found; point at a run's output directory")
+    refuse_other_run(run_dir, out_dir)
     units = sorted(paths, key=lambda p: (getattr(read_manifest(p), "shard_idx", 0), p))
     spec = detect_shard(shard_flag, os.environ, len(units))
     mine = units if spec is None else units[spec.idx :: spec.total]
@@ -233,6 +234,27 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
     except OSError as exc:
         raise os_error(exc, "write", alternative="give another directory with -o") from None
     return 0
+
+
+def refuse_other_run(run_dir: str, out_dir: str) -> None:
+    """Before anything is written: NEW_DIR is no other run's. Inside any shard directory (another
+    run's) it is refused, and so is a NEW_DIR holding a shard that is not a rescore of RUN_DIR's
+    (another run, a rescore of another): rescored shards written beside them would be merged with
+    them, and that run's directories would get this rescore's lock and heartbeat files."""
+    from shardeval.discover import find_shard_dirs, refuse_inside_shard
+
+    refuse_inside_shard(out_dir, "-o")
+    if not os.path.isdir(out_dir):
+        return
+    src = os.path.realpath(run_dir)
+    for path in find_shard_dirs(out_dir)[0]:
+        manifest = read_manifest(path)
+        rescored = getattr(manifest, "rescored", None)
+        source = getattr(rescored, "source", None)
+        if not isinstance(source, str) or not source.startswith(src + os.sep):
+            what = "a shard that no rescore wrote" if not isinstance(source, str) else f"a rescore of {source}"
+            raise UsageError(f"-o {out_dir} holds another run: {path} is {what}, not a rescore of {run_dir}; give an empty "
+                             f"directory or an earlier rescore of this run, e.g. -o {run_dir.rstrip('/')}_rescored")
 
 
 def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServices") -> None:
