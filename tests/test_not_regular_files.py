@@ -140,8 +140,11 @@ def test_a_heartbeat_or_a_sweep_plan_that_is_a_fifo_is_no_evidence_not_a_hang(tm
     plant(run / "sweep_plan.json", "fifo")
     status = shardeval_cmd("status", str(run), timeout=HANG)
     assert status.returncode == 0, status.stderr
-    merged = shardeval_cmd("merge", str(run), timeout=HANG)
-    assert "Traceback" not in merged.stderr and merged.returncode in (0, 1, 2), merged.stderr
+    # no heartbeat to read is no evidence that the writer is gone: the shard still reads as running
+    assert any(line.split()[:2] == ["0", "running"] for line in status.stdout.splitlines()), status.stdout
+    merged = shardeval_cmd("merge", str(run), timeout=HANG)  # an ordinary run: the plan file is no plan
+    assert merged.returncode == 0, merged.stderr
+    assert json.loads((run / "merged" / "scores.json").read_text())["arith"]["n_ok"] == 4
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
