@@ -364,10 +364,30 @@ class ShardRun:
     async def _open_cache(self, directory: str) -> ResponseCache | None:
         """The response cache, indexed in a thread so the event loop keeps acting on a stop signal
         (a cache of millions of entries on NFS takes a while): a signal tells the thread to stop
-        and returns None at once, the shard then ends as `interrupted` like any other stop."""
+        and returns None at once, the shard then ends as `interrupted` like any other stop. A
+        daemon thread, not the loop's executor: one stuck in a read of a hung file system would
+        otherwise hold the process at exit, past the drain deadline."""
         store, stop = ResponseCache(directory), threading.Event()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[ResponseCache] = loop.create_future()
+
+        def settle(result: ResponseCache | None, error: BaseException | None) -> None:
+            if not done.done():
+                done.set_exception(error) if error is not None else done.set_result(result)  # type: ignore[arg-type]
+
+        def index() -> None:
+            try:
+                result, error = store.open(stop), None
+                if stop.is_set():  # opened just as the wait was given up: nobody will use or close it
+                    store.close()
+            except BaseException as exc:  # handed to the loop, which raises it where the shard awaits it
+                result, error = None, exc
+            with suppress(RuntimeError):  # the loop is gone: nobody waits any more
+                loop.call_soon_threadsafe(settle, result, error)
+
+        threading.Thread(target=index, name="shardeval-cache-index", daemon=True).start()
         try:
-            opened = await self._unless_stopped(asyncio.to_thread(store.open, stop))
+            opened = await self._unless_stopped(done)
         finally:
             stop.set()  # whatever ended the wait (a signal, our own cancel), the thread stops indexing
         if opened is not None:
