@@ -191,3 +191,111 @@ def test_generated_cluster_files_never_hold_the_key(tmp_path, cluster):
     assert result.returncode == 0, result.stderr
     assert_no_secret(result.stdout, result.stderr, roots=(tmp_path,))
     assert [p for p in out.rglob("*") if p.is_file()], "nothing generated: the test proves nothing"
+
+
+# --- H11: scrubbing never changes an answer; URL credentials are secrets too
+
+
+def scores_accuracy(run: Path) -> float:
+    return json.loads((run / "merged" / "scores.json").read_text())["arith"]["metrics"]["accuracy"]["value"]
+
+
+@pytest.mark.parametrize("key", ["4", "####"])
+def test_a_key_too_short_to_be_a_secret_changes_no_answer(tmp_path, key):
+    """A key `4` turned every 4 of every answer into *** (accuracy 1.000 -> 0.767) and the cache
+    stored the mangled text. Under MIN_SECRET_CHARS (8) a key is sent, never replaced."""
+    cache = tmp_path / "cache"
+    with running_sim("--bench", "arith", "--accuracy", "1.0", "--ttft-ms", "1", "--itl-ms", "0") as url:
+        cfg = api_eval_config(tmp_path / "config.yaml", url, n=30, service={"api_key_env": KEY_VAR})
+        cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "cache": {"dir": str(cache)}}))
+        out = tmp_path / "run" / "shard_0"
+        result = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out), env={KEY_VAR: key})
+        assert result.returncode == 0, result.stderr
+        merged = shardeval_cmd("merge", str(tmp_path / "run"))
+    assert merged.returncode == 0, merged.stderr
+    records = [json.loads(line) for line in (out / "arith" / "results.jsonl").read_text().splitlines()]
+    assert not any("***" in json.dumps(r) for r in records), "answers were rewritten"
+    assert sum(key in (r.get("response") or "") for r in records) >= 1, "no answer holds the key: the test proves nothing"
+    assert scores_accuracy(tmp_path / "run") == 1.0
+    segments = "".join(p.read_text() for p in (cache / "segments").glob("*.jsonl"))
+    assert segments.count('"key"') == 30 and "***" not in segments
+    assert f"{KEY_VAR} holds a key of {len(key)} character(s), under the 8 of a secret" in result.stderr
+
+
+@pytest.mark.parametrize("key,secret", [("k" * 7, False), ("k" * 8, True)])
+def test_a_key_in_an_answer_and_in_an_error_is_replaced_in_both_or_in_neither(tmp_path, key, secret):
+    """The rule is the key's length, the same for answers and for error texts; a replaced answer is logged."""
+    texts = {}
+    for mode in ("answer_body", "401"):
+        with echo_server(tmp_path, mode) as url:
+            out = tmp_path / mode
+            result = shardeval_cmd("run", str(config(tmp_path, url, stream=False)), "--shard", "0/1", "-o", str(out),
+                                   env={KEY_VAR: key})
+        assert result.returncode == 0, result.stderr
+        texts[mode] = ((out / "arith" / "results.jsonl").read_text(), result.stderr)
+    shown = "***" if secret else key
+    assert f"the key is Bearer {shown} and again {shown}" in texts["answer_body"][0]
+    assert f"invalid credentials: Bearer {shown} (key {shown})" in texts["401"][0]
+    assert ("echoed the API key inside an answer" in texts["answer_body"][1]) == secret
+
+
+CREDENTIAL_URLS = {
+    "user_and_password": ("http://evaluser:pw-{secret}@127.0.0.1:{port}/v1", "pw-{secret}"),
+    "user_only": ("http://tok-{secret}@127.0.0.1:{port}/v1", "tok-{secret}"),
+}
+
+
+@pytest.mark.parametrize("shape", list(CREDENTIAL_URLS))
+@pytest.mark.parametrize("reachable", [True, False])
+def test_url_credentials_reach_no_manifest_log_record_or_output(tmp_path, shape, reachable):
+    """https://user:pass@host: the credentials are sent (aiohttp: basic auth) and written nowhere,
+    whether the endpoint answers or cannot be reached (its URL is then in the error lines)."""
+    token = secrets.token_hex(8)
+    template, needle = CREDENTIAL_URLS[shape]
+    needle = needle.format(secret=token)
+    with running_sim("--bench", "arith", "--ttft-ms", "1", "--itl-ms", "0") as sim_url:
+        port = sim_url.rsplit(":", 1)[1].split("/")[0] if reachable else "9"
+        url = template.format(secret=token, port=port)
+        cfg = api_eval_config(tmp_path / "config.yaml", url, n=4, service={"retries": {"attempts": 1}, "unreachable_after": 2})
+        out = tmp_path / "run" / "shard_0"
+        result = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out))
+        merged = shardeval_cmd("merge", str(tmp_path / "run"))
+        status = shardeval_cmd("status", str(tmp_path / "run"))
+    texts = [result.stdout, result.stderr, merged.stdout, merged.stderr, status.stdout, status.stderr]
+    assert (result.returncode == 0) == reachable, result.stderr
+    for text in texts:
+        assert needle not in text, text
+    cfg.unlink()  # the user's own file holds the URL as written; everything shardeval wrote must not
+    for dirpath, _, files in os.walk(tmp_path):
+        for name in files:
+            assert needle.encode() not in Path(dirpath, name).read_bytes(), os.path.join(dirpath, name)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["services"]["model"]["url"] == f"http://***@127.0.0.1:{port}/v1"
+    if not reachable:
+        assert f"http://***@127.0.0.1:{port}/v1" in result.stderr  # named, redacted, not dropped
+
+
+@pytest.mark.parametrize("cluster", ["compose", "kubernetes"])
+def test_generated_cluster_files_refuse_url_credentials_but_take_variables(tmp_path, cluster):
+    token = secrets.token_hex(8)
+    cfg = config(tmp_path, f"http://evaluser:pw-{token}@model.internal:8000/v1", CLUSTERS[cluster])
+    result = shardeval_cmd("run", str(cfg), "--dry-run", "-o", str(tmp_path / "out"), env=ENV)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "http://***@model.internal:8000/v1" in lines[0] and "${VARIABLES}" in lines[0]
+    assert token not in result.stderr + result.stdout
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()] if (tmp_path / "out").exists() else True
+    cfg = config(tmp_path, "http://${EVAL_USER}:${EVAL_PASSWORD}@model.internal:8000/v1", CLUSTERS[cluster])
+    result = shardeval_cmd("run", str(cfg), "--dry-run", "-o", str(tmp_path / "out2"),
+                           env={**ENV, "EVAL_USER": "u", "EVAL_PASSWORD": "p" + token})
+    assert result.returncode == 0, result.stderr
+    assert_no_secret(result.stdout, result.stderr, roots=(tmp_path / "out2",))
+
+
+def test_secret_query_parameters_and_userinfo_are_redacted_in_any_text():
+    from shardeval.redact import redact_urls, url_credentials
+
+    text = "GET https://u:p4ss@h/v1/x?api_key=abc123&lang=en&X-Amz-Signature=f00d and https://tok@h2 (see a@b.org)"
+    assert redact_urls(text) == "GET https://***@h/v1/x?api_key=***&lang=en&X-Amz-Signature=*** and https://***@h2 (see a@b.org)"
+    assert url_credentials("url: https://${U}:${P:-x}@h/v1") is None
+    assert url_credentials("https://h/v1?lang=en") is None and url_credentials("https://h/?token=t") == "https://h/?token=***"

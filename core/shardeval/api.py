@@ -16,7 +16,7 @@ from shardeval.hookspecs import hookimpl
 if TYPE_CHECKING:
     from shardeval.answers import (NUMERIC_METHODS, as_number, extract_choice, extract_numeric, final_answer,
                                    first_number, last_number, normalize, normalize_text, numbers_equal)
-    from shardeval.atomic import atomic_write
+    from shardeval.atomic import atomic_write, check_output
     from shardeval.benchmark import Benchmark, BenchmarkFactory, Problem, Score
     from shardeval.client import Completion
     from shardeval.config import (ClusterConfig, Config, config_hash, Count, Generation, load_config,
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from shardeval.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
                                     open_from_params, open_rows, package_data)
     from shardeval.discover import refuse_inside_shard
-    from shardeval.errors import ShardError, UsageError
+    from shardeval.errors import os_error, ShardError, UsageError
     from shardeval.export import load_run
     from shardeval.fingerprints import incomparable
     from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from shardeval.quoting import md_text, plain_text
     from shardeval.process import (die_with_parent, node_command, redact, resolve_port, self_command,
                                    ServerProcess)
+    from shardeval.redact import is_secret, MIN_SECRET_CHARS, redact_urls
+    from shardeval.regular import open_regular, read_regular
     from shardeval.records import (BenchmarkManifest, Manifest, Message, read_manifest, ResultRecord,
                                    RESULTS_FILE, TrajectoryRecord)
     from shardeval.registry import Entry, Lazy, Register
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "shardeval.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer "
     "first_number last_number normalize normalize_text numbers_equal",
-    "shardeval.atomic": "atomic_write",
+    "shardeval.atomic": "atomic_write check_output",
     "shardeval.benchmark": "Benchmark BenchmarkFactory Problem Score",
     "shardeval.client": "Completion",
     "shardeval.config": "ClusterConfig Config config_hash Count Generation load_config NonNegativeFloat "
@@ -59,7 +61,7 @@ _LAZY = {
     "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row "
     "open_from_params open_rows package_data",
     "shardeval.discover": "refuse_inside_shard",
-    "shardeval.errors": "ShardError UsageError",
+    "shardeval.errors": "os_error ShardError UsageError",
     "shardeval.export": "load_run",
     "shardeval.fingerprints": "incomparable",
     "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
@@ -70,6 +72,8 @@ _LAZY = {
     "shardeval.process": "die_with_parent node_command redact resolve_port self_command ServerProcess",
     "shardeval.records": "BenchmarkManifest Manifest Message read_manifest ResultRecord RESULTS_FILE "
     "TrajectoryRecord",
+    "shardeval.redact": "is_secret MIN_SECRET_CHARS redact_urls",
+    "shardeval.regular": "open_regular read_regular",
     "shardeval.registry": "Entry Lazy Register",
     "shardeval.resume": "check_submission set_aside_shards",
     "shardeval.service": "Endpoint ServiceContext ServiceFactory split_endpoint_url",

@@ -155,7 +155,8 @@ def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, 
 
 @cli.command("export")
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("-o", "--output", required=True, metavar="FILE", help="The file to write (replaced atomically).")
+@click.option("-o", "--output", required=True, metavar="FILE",
+              help="The file to write (replaced atomically; a pipe or a device is written into; - for standard output).")
 @click.option("--format", "fmt", metavar="parquet|csv|jsonl", help="Default: from FILE's suffix (.parquet, .csv, .jsonl).")
 @click.option("--allow-mixed-models", is_flag=True,
               help="Export shards whose endpoints served different weights (the weights column tells them apart).")
@@ -172,7 +173,8 @@ def export_command(run_dir: str, output: str, fmt: str | None, allow_mixed_model
     for line in done.warnings:
         click.echo(f"shardeval: warning: {line}", err=True)
     missing = f"; {done.missing} cells have no record yet" if done.missing else ""
-    click.echo(f"written: {output} ({done.format}, {done.rows} rows{missing})")
+    click.echo(f"written: {'standard output' if output == '-' else output} ({done.format}, {done.rows} rows{missing})",
+               err=output == "-")  # the data is on stdout: the summary goes beside it, not into it
 
 
 @cli.group("plugins", invoke_without_command=True)
@@ -246,7 +248,9 @@ def run_cli(command: click.Command, argv: list[str] | None, prog_name: str) -> N
     try:
         command.main(args=argv, prog_name=prog_name, standalone_mode=False)
     except (UsageError, ShardError) as exc:
-        click.echo(f"shardeval: error: {exc}", err=True)
+        from shardeval.redact import redact_urls
+
+        click.echo(f"shardeval: error: {redact_urls(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("shardeval: aborted", err=True)

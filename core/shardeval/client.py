@@ -39,10 +39,13 @@ What a server sends is never trusted to decode
     stream whose events carry no choice at all (only `{"choices": []}`, only usage, a bare
     [DONE]) is a `protocol` error, not an empty answer.
 
-Secrets
+Secrets (shardeval.redact)
     The API key, should a server echo it, is replaced by `***` in everything a Completion carries
     (answer text, finish reason, tokens, error messages) and in what `get_json` returns, so no
-    server text with the key in it reaches a record, a trajectory, a manifest or a log.
+    server text with the key in it reaches a record, a trajectory, a manifest or a log; an answer
+    so changed is logged (once). Only a key of MIN_SECRET_CHARS or more is a secret: a shorter one
+    (`4`, `EMPTY`) is sent but replaced nowhere, since replacing it would rewrite answers. Error
+    texts never hold a URL's credentials.
 
 Cache (`use_cache`, shardeval.cache; opt-in)
     Before anything is sent, a request's key (the service's declared identity, the protocol and
@@ -82,6 +85,7 @@ import msgspec
 from shardeval.adaptive import AdaptiveSlots
 from shardeval.config import Protocol, ServiceConfig, Timeouts
 from shardeval.errors import UsageError
+from shardeval.redact import MIN_SECRET_CHARS, is_secret, redact_urls
 from shardeval.service import Endpoint
 from shardeval.sse import SSEParser
 
@@ -502,8 +506,14 @@ class Client:
                     f"environment variable {endpoint.api_key_env} (api_key_env of the service) {state}; "
                     f"export {endpoint.api_key_env}=<your API key>, or remove api_key_env if the server needs no key"
                 )
-            self._secret = key.strip()
-            self._headers["Authorization"] = f"Bearer {self._secret}"
+            self._headers["Authorization"] = f"Bearer {key.strip()}"
+            if is_secret(key):
+                self._secret = key.strip()
+            else:
+                log.info("%s holds a key of %d character(s), under the %d of a secret: it is sent, but not looked for "
+                         "in what the server returns (replacing it there would rewrite answers)",
+                         endpoint.api_key_env, len(key.strip()), MIN_SECRET_CHARS)
+        self._echoed = False  # whether an answer held the key (logged once)
         self._session: aiohttp.ClientSession | None = None
         self.cache: Any = None  # shardeval.cache.ClientCache, set by `use_cache`
 
@@ -553,7 +563,7 @@ class Client:
 
     def scrub(self, text: str) -> str:
         """Trim a message to one short line and make sure the API key can never be part of it."""
-        text = self._hide(" ".join(text.split())) or ""
+        text = redact_urls(self._hide(" ".join(text.split())) or "")
         return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
     def _hide(self, text: str | None) -> str | None:
@@ -574,7 +584,12 @@ class Client:
         return value
 
     def _hide_in_answer(self, c: Completion) -> Completion:
-        """The key out of every text a server put into an answer (a server that echoes it)."""
+        """The key out of every text a server put into an answer (a server that echoes it); the
+        first answer so changed is logged, so a changed answer is never silent."""
+        if not self._echoed and self._secret in (c.text or ""):  # type: ignore[operator]
+            self._echoed = True
+            log.warning("the server at %s echoed the API key inside an answer: replaced by *** there and in any later "
+                        "answer (the record holds the answer so changed)", self._url)
         c.text = self._hide(c.text) or ""
         c.finish_reason = self._hide(c.finish_reason)
         if c.prompt_tokens_text is not None and any(self._secret in t for t in c.prompt_tokens_text if t):  # type: ignore[operator]

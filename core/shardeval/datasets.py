@@ -28,6 +28,7 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import io
 import os
 from array import array
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ import msgspec
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError
+from shardeval.regular import kind_of, open_regular
 
 __all__ = ["Rows", "RowsBenchmark", "open_rows", "open_from_params", "package_data", "cache_dir", "canonical_row",
            "SOURCE_PARAMS", "FORMATS"]
@@ -130,7 +132,7 @@ class JsonlRows(Rows):
         self._fingerprint = "sha256:" + h.hexdigest()
 
     def _open(self) -> Any:
-        return (gzip.open if self.gz else open)(self.path, "rb")
+        return _open_data(self.path, "rb")
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -248,7 +250,10 @@ def open_rows(
         path = os.path.join(base_dir, os.path.expanduser(source)) if base_dir else os.path.expanduser(source)
         if not os.path.isfile(path):
             where = os.path.abspath(path)
-            what = "is a directory, not a data file" if os.path.isdir(path) else "no such file"
+            try:  # something there that is not a regular file (a FIFO would be waited on): say what
+                what = f"{kind_of(os.stat(path).st_mode)}, not a data file"
+            except OSError:
+                what = "no such file"
             raise UsageError(f"{who}{source}: {what} (looked at {where}); {_HOW}")
         origin = source if base_dir is None else path
     if want:
@@ -558,20 +563,34 @@ def _expected_sha(sha256: Any, who: str) -> str | None:
 
 def _file_sha256(path: str) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
 
 
 def _is_gzip(path: str) -> bool:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         return f.read(2) == b"\x1f\x8b"
 
 
 def _open_data(path: str, mode: str, **kwargs: Any) -> Any:
-    """`path` opened for reading, through gzip when its first bytes say it is compressed."""
-    return (gzip.open if _is_gzip(path) else open)(path, mode, **kwargs)
+    """`path` opened for reading ("rb", or text with `kwargs` for io.TextIOWrapper), through gzip
+    when its first bytes say it is compressed. Only a regular file: a FIFO or a device given as
+    data is refused (shardeval.regular), never waited on or read without end."""
+    raw = open_regular(path)
+    try:
+        binary: Any = raw
+        if raw.read(2) == b"\x1f\x8b":
+            raw.seek(0)
+            binary = gzip.GzipFile(fileobj=raw, mode="rb")
+            binary.myfileobj = raw  # closing the gzip reader closes the file too
+        else:
+            raw.seek(0)
+        return binary if "b" in mode else io.TextIOWrapper(binary, **kwargs)
+    except BaseException:
+        raw.close()
+        raise
 
 
 def _kind(value: Any) -> str:

@@ -48,4 +48,4 @@ def os_error(exc: OSError, verb: str, *, fix: str | None = None, alternative: st
     if alternative:
         advice += f", or {alternative}"
     text = f"cannot {verb} {where}: {why}" + (f" ({code})" if code else "") + f"; {advice}"
-    return UsageError(text) if code in _USER_ERRNOS else ShardError(text)
+    return UsageError(text) if code in _USER_ERRNOS or getattr(exc, "user_fixable", False) else ShardError(text)

@@ -5,12 +5,14 @@ decides it (shardeval.standing's rule) and remembers where it lies; each winner 
 its shard file and becomes one row, in merge order (benchmark, problem, repeat). Rows stream in
 batches, so a run of any size exports in memory bounded by its number of cells. A sweep's models
 go into one file, told apart by the identity columns. Shard files are only read; the output file
-is replaced atomically.
+is replaced atomically (a FIFO or a device is written into, `-` is standard output:
+shardeval.atomic).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -130,12 +132,15 @@ def batches(rows: Iterator[tuple]) -> Iterator[list[tuple]]:
 
 
 def pick_format(fmt: str | None, out: str) -> str:
-    """The --format given, else the one -o's suffix names; a mistake is one line with the choices."""
+    """The --format given, else the one -o's suffix names (`-`, standard output: csv); a mistake is
+    one line with the choices."""
     choices = "parquet, csv or jsonl"
     if fmt is not None:
         if fmt.lower() not in FORMATS:
             raise UsageError(f"--format {fmt}: not a format export writes; choose {choices}")
         return fmt.lower()
+    if out == "-":
+        return "csv"  # standard output has no suffix: CSV unless --format says otherwise
     suffix = os.path.splitext(out)[1].lower()
     found = next((name for name, suffixes in FORMATS.items() if suffix in suffixes), None)
     if found is None:
@@ -240,7 +245,7 @@ class Exported:
 
 def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: bool = False) -> Exported:
     """Write every standing record of the run (or sweep) at `root` to `out`."""
-    from shardeval.atomic import atomic_write
+    from shardeval.atomic import check_output, write_output
     from shardeval.discover import refuse_inside_shard
     from shardeval.errors import os_error
     from shardeval.metrics import MISSING
@@ -249,7 +254,13 @@ def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: b
     fmt = pick_format(fmt, out)
     if fmt == "parquet":
         need_pyarrow()  # before reading any shard
-    refuse_inside_shard(out, "-o")  # likewise: a refused path costs no scan
+    # likewise: a refused path costs no scan (a directory, a device that takes no file, a shard's file)
+    if check_output(out, "-o") == "stdout":
+        if fmt == "parquet" and sys.stdout.isatty():
+            raise UsageError("-o - --format parquet: Parquet is binary and standard output is a terminal; "
+                             "redirect it (> FILE, | …) or give -o FILE.parquet")
+    else:
+        refuse_inside_shard(out, "-o")
     scanned = scan(root, allow_mixed_models)
     names = score_names(scanned)
     kinds = columns(names)
@@ -262,7 +273,7 @@ def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: b
 
     write = {"parquet": parquet_chunks, "csv": csv_chunks, "jsonl": jsonl_chunks}[fmt]
     try:
-        atomic_write(out, write(kinds, rows()))
+        write_output(out, write(kinds, rows()))
     except OSError as exc:
         raise os_error(exc, "write the export to") from None
     lines = [line for s in scanned for line in cell_warnings(s.cells, s.label, never="exported")]

@@ -21,8 +21,11 @@ log = logging.getLogger("shardeval")
 def setup_logging() -> None:
     if log.handlers:
         return
+    from shardeval.redact import RedactingFilter
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("shardeval: %(message)s"))
+    handler.addFilter(RedactingFilter())  # no URL credentials in a log line
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False

@@ -34,6 +34,7 @@ import msgspec
 from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError, os_error
 from shardeval.records import HEARTBEAT_FILE, LOCK_FILE, Heartbeat
+from shardeval.regular import read_regular
 
 log = logging.getLogger("shardeval")
 
@@ -139,8 +140,7 @@ def read_heartbeat(out_dir: str, name: str = HEARTBEAT_FILE) -> Heartbeat | None
     """The shard's heartbeat (or the lock file's holder); None when there is none (never started,
     or written before heartbeats existed) or it cannot be read: no evidence either way."""
     try:
-        with open(os.path.join(out_dir, name), "rb") as f:
-            return msgspec.json.decode(f.read(), type=Heartbeat)
+        return msgspec.json.decode(read_regular(os.path.join(out_dir, name)), type=Heartbeat)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
 

@@ -26,6 +26,7 @@ from shardeval.discover import MERGED_DIR, Run, Shard, load_shards, refuse_insid
 from shardeval.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
 from shardeval.atomic import atomic_write
 from shardeval.errors import os_error
+from shardeval.regular import open_regular
 from shardeval.records import (
     RESULTS_FILE,
     TRAJECTORIES_FILE,
@@ -334,7 +335,7 @@ def read_winners(shards: list[Shard], bench: str, name: str, src_of: array, offs
                 continue
             f = files.get(src)
             if f is None:
-                f = files[src] = opened.enter_context(open(os.path.join(shards[src].abspath, bench, name), "rb"))
+                f = files[src] = opened.enter_context(open_regular(os.path.join(shards[src].abspath, bench, name)))
             f.seek(offset)
             yield cell, src, f.read(lengths[cell])
 

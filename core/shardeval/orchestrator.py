@@ -124,6 +124,15 @@ class LaunchRequest:
     def write(self, folder: str, files: dict[str, str], mode: int | None = None) -> dict[str, str]:
         """Write {name: text} into `folder` (under the output root unless absolute), made if
         missing, each file replaced whole; {name: its path}."""
+        from shardeval.errors import UsageError
+        from shardeval.redact import url_credentials
+
+        for name, text in files.items():  # a generated file never holds a URL's credentials
+            if (url := url_credentials(text)) is not None:
+                raise UsageError(
+                    f"refusing to write {name}: it would hold the credentials of {url}, and generated files never hold "
+                    "secrets; give them as ${VARIABLES} in the config file (they expand on the node), or the key through "
+                    "api_key_env")
         folder = os.path.join(self.output_root, folder)
         os.makedirs(folder, exist_ok=True)
         paths = {name: os.path.join(folder, name) for name in files}

@@ -14,6 +14,7 @@ import msgspec
 
 from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError, os_error
+from shardeval.regular import open_regular, read_regular
 
 RESULTS_FILE = "results.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
@@ -283,7 +284,7 @@ def scan_lines(path: str, kind: Type[T], report: ReadReport) -> Iterator[tuple[i
     """
     decode = msgspec.json.Decoder(kind).decode
     try:
-        f = open(path, "rb")
+        f = open_regular(path)
     except FileNotFoundError:
         return
     except OSError as exc:
@@ -327,7 +328,7 @@ def seal_torn_tail(path: str) -> bool:
     undecodable line. Returns whether the file needed sealing.
     """
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             if f.seek(0, os.SEEK_END) == 0:  # empty
                 return False
             f.seek(-1, os.SEEK_END)
@@ -341,15 +342,19 @@ def seal_torn_tail(path: str) -> bool:
 
 
 def write_manifest(out_dir: str, manifest: Manifest) -> None:
-    """Replace manifest.json atomically so a reader never sees half a manifest."""
+    """Replace manifest.json atomically so a reader never sees half a manifest. Its reason (an
+    error's text) never holds a URL's credentials."""
+    if manifest.reason:
+        from shardeval.redact import redact_urls
+
+        manifest.reason = redact_urls(manifest.reason)
     atomic_write(os.path.join(out_dir, MANIFEST_FILE), pretty_json(manifest))
 
 
 def read_manifest(out_dir: str) -> Manifest | None:
     path = os.path.join(out_dir, MANIFEST_FILE)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_regular(path)
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -40,6 +40,7 @@ from shardeval.config.explain import Where
 from shardeval.config.reading import apply_overrides
 from shardeval.errors import UsageError, os_error
 from shardeval.fingerprints import scorer_fingerprint
+from shardeval.regular import read_regular
 from shardeval.records import (
     LOGS_DIR,
     RESULTS_FILE,
@@ -190,6 +191,9 @@ def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: A
                          f"(it has: {', '.join(services) or 'none'}); a judge must be one of the run's services")
 
     config = decode_service(judge.service, services[judge.service], Where(source=f"{where}/manifest.json"))
+    if "***" in str(getattr(config, "url", "") or ""):  # shardeval.redact: manifests keep no credentials
+        raise UsageError(f"{JUDGE_FLAG} {judge.service}: its URL held credentials, which {where}/manifest.json does not keep "
+                         f"({config.url}); rescore cannot reach it: give the judge's key through api_key_env instead")
     rubric = rubric_for(judge, data)
     version = plugins.plugin_version(entry.plugin)
     identity = msgspec.to_builtins(judge_identity(judge, config))
@@ -219,6 +223,7 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
     paths, _ = find_shard_dirs(run_dir)
     if not paths:
         raise UsageError(f"{run_dir}: no shard directories (folders with a manifest.json) found; point at a run's output directory")
+    refuse_other_run(run_dir, out_dir)
     units = sorted(paths, key=lambda p: (getattr(read_manifest(p), "shard_idx", 0), p))
     spec = detect_shard(shard_flag, os.environ, len(units))
     mine = units if spec is None else units[spec.idx :: spec.total]
@@ -228,11 +233,32 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
     plan_file = os.path.join(run_dir, PLAN_FILE)
     try:
         if mine and os.path.exists(plan_file) and not os.path.exists(os.path.join(out_dir, PLAN_FILE)):
-            with open(plan_file, "rb") as f:  # a sweep's model list, so merge reads NEW_DIR as the same sweep
-                atomic_write(os.path.join(out_dir, PLAN_FILE), f.read())
+            # a sweep's model list, so merge reads NEW_DIR as the same sweep
+            atomic_write(os.path.join(out_dir, PLAN_FILE), read_regular(plan_file))
     except OSError as exc:
         raise os_error(exc, "write", alternative="give another directory with -o") from None
     return 0
+
+
+def refuse_other_run(run_dir: str, out_dir: str) -> None:
+    """Before anything is written: NEW_DIR is no other run's. Inside any shard directory (another
+    run's) it is refused, and so is a NEW_DIR holding a shard that is not a rescore of RUN_DIR's
+    (another run, a rescore of another): rescored shards written beside them would be merged with
+    them, and that run's directories would get this rescore's lock and heartbeat files."""
+    from shardeval.discover import find_shard_dirs, refuse_inside_shard
+
+    refuse_inside_shard(out_dir, "-o")
+    if not os.path.isdir(out_dir):
+        return
+    src = os.path.realpath(run_dir)
+    for path in find_shard_dirs(out_dir)[0]:
+        manifest = read_manifest(path)
+        rescored = getattr(manifest, "rescored", None)
+        source = getattr(rescored, "source", None)
+        if not isinstance(source, str) or not source.startswith(src + os.sep):
+            what = "a shard that no rescore wrote" if not isinstance(source, str) else f"a rescore of {source}"
+            raise UsageError(f"-o {out_dir} holds another run: {path} is {what}, not a rescore of {run_dir}; give an empty "
+                             f"directory or an earlier rescore of this run, e.g. -o {run_dir.rstrip('/')}_rescored")
 
 
 def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServices") -> None:

@@ -14,6 +14,7 @@ import logging
 import logging.handlers
 import os
 import signal
+import threading
 import time
 from array import array
 from collections import Counter
@@ -54,6 +55,7 @@ from shardeval.records import (
     write_manifest,
 )
 from shardeval.provenance import collect_provenance, read_served
+from shardeval.redact import RedactingFilter
 from shardeval.reachability import Reachability
 from shardeval.sampling import registered_name
 from shardeval.registry import Entry
@@ -277,14 +279,14 @@ class ShardRun:
                     write_manifest(self.out_dir, resumed)
                 return 0
             if self.config.cache is not None:  # a directory that cannot be used is one line, exit 2, before anything is asked
-                self.cache = ResponseCache(self.config.cache.dir).open()
-                log.info("%s", self.cache.describe())
+                self.cache = await self._open_cache(self.config.cache.dir)
             if resumed is not None:
                 manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
             os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
             # logs/shard.log opens now, after --fresh moved an earlier run's logs aside, and gets the lines held so far
             handler = QuietFileHandler(os.path.join(self.out_dir, LOGS_DIR, "shard.log"))
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            handler.addFilter(RedactingFilter())  # no URL credentials in shard.log
             early, self._log = self._log, handler
             early.setTarget(handler)  # type: ignore[attr-defined]
             early.flush()
@@ -364,6 +366,39 @@ class ShardRun:
             client.use_cache(self.cache, served)
         log.info("service %s: %s model %s (%s), serving %s", name, endpoint.base_url, endpoint.model, endpoint.protocol, served.describe())
         return ServiceHandle(endpoint=endpoint, client=client, served=served)
+
+    async def _open_cache(self, directory: str) -> ResponseCache | None:
+        """The response cache, indexed in a thread so the event loop keeps acting on a stop signal
+        (a cache of millions of entries on NFS takes a while): a signal tells the thread to stop
+        and returns None at once, the shard then ends as `interrupted` like any other stop. A
+        daemon thread, not the loop's executor: one stuck in a read of a hung file system would
+        otherwise hold the process at exit, past the drain deadline."""
+        store, stop = ResponseCache(directory), threading.Event()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[ResponseCache] = loop.create_future()
+
+        def settle(result: ResponseCache | None, error: BaseException | None) -> None:
+            if not done.done():
+                done.set_exception(error) if error is not None else done.set_result(result)  # type: ignore[arg-type]
+
+        def index() -> None:
+            try:
+                result, error = store.open(stop), None
+                if stop.is_set():  # opened just as the wait was given up: nobody will use or close it
+                    store.close()
+            except BaseException as exc:  # handed to the loop, which raises it where the shard awaits it
+                result, error = None, exc
+            with suppress(RuntimeError):  # the loop is gone: nobody waits any more
+                loop.call_soon_threadsafe(settle, result, error)
+
+        threading.Thread(target=index, name="shardeval-cache-index", daemon=True).start()
+        try:
+            opened = await self._unless_stopped(done)
+        finally:
+            stop.set()  # whatever ended the wait (a signal, our own cancel), the thread stops indexing
+        if opened is not None:
+            log.info("%s", opened.describe())
+        return opened
 
     async def _unless_stopped(self, awaitable: Awaitable[T]) -> T | None:
         """Await `awaitable`, unless a stop signal comes first: then cancel it, wait for it to

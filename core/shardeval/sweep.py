@@ -28,12 +28,36 @@ from shardeval.config.explain import Where
 from shardeval.config.schema import Config, RawConfig
 from shardeval.errors import UsageError
 from shardeval.records import SweepPlan, pretty_json, read_manifest
+from shardeval.regular import read_regular
 from shardeval.shards import ShardSpec
 
 DEFAULT_SERVICE = "model"  # what a benchmark without `solver.service` asks outside a sweep
 PLAN_FILE = "sweep_plan.json"  # <out>/sweep_plan.json: the models of the latest launch, in order
 SWEEP_FLAG = "--sweep-services"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_SHARD_NAME = re.compile(r"shard_\d+")
+
+
+def reserved(name: str) -> str | None:
+    """Why `name` cannot be a model's folder at a sweep's root (None: it can): what shardeval
+    itself keeps there, or a shard's name (a sweep root holding shard_<i>/ reads as a run)."""
+    from shardeval.discover import MERGED_DIR
+    from shardeval.records import LOGS_DIR
+    from shardeval.resume import SUPERSEDED_DIR
+
+    why = {PLAN_FILE: "the sweep's plan file", MERGED_DIR: "where the sweep's merge goes",
+           SUPERSEDED_DIR: "where --fresh moves earlier results", LOGS_DIR: "the logs' folder"}.get(name)
+    if why is None and _SHARD_NAME.fullmatch(name):
+        why = "a shard directory's name"
+    return f"<out>/{name} is {why}" if why else None
+
+
+def check_model_name(name: str) -> str | None:
+    """Why `name` cannot be a model of a sweep (None: it can): a folder name of its own under the
+    sweep's root, no path (`..`, `/`, absolute), nothing shardeval keeps there."""
+    if not _NAME.fullmatch(name):
+        return f"{name!r} is not a usable folder name (<out>/{name}/); use letters, digits, '.', '_' or '-'"
+    return reserved(name)
 
 
 def resolve(raw: RawConfig, where: Where) -> None:
@@ -50,8 +74,9 @@ def resolve(raw: RawConfig, where: Where) -> None:
     if sweep.checkpoints is not None:
         names += [name for name in _generate(raw, where) if name not in names]
     for name in names:
-        if not _NAME.fullmatch(name):
-            raise where.error(f"service {name!r} is not a usable folder name (<out>/{name}/); use letters, digits, '.', '_' or '-'", "sweep")
+        if (why := check_model_name(name)) is not None:
+            raise where.error(f"service {name!r} cannot be a sweep model: {why}; rename the service"
+                              + (" (or set sweep.checkpoints.prefix)" if sweep.checkpoints is not None else ""), "sweep")
     if not names:
         raise where.error("no models: list services in `sweep.services`, or give `sweep.checkpoints` paths that exist", "sweep")
     baseline = sweep.baseline if sweep.baseline is not None else names[0]
@@ -165,8 +190,7 @@ def read_plan(root: str) -> SweepPlan | None:
     """The sweep whose models live under `root`: its plan file, else what the models' manifests
     say (a sweep run by hand has no plan file); None when `root` is not a sweep."""
     try:
-        with open(os.path.join(root, PLAN_FILE), "rb") as f:
-            return msgspec.json.decode(f.read(), type=SweepPlan)
+        return _inside(root, PLAN_FILE, msgspec.json.decode(read_regular(os.path.join(root, PLAN_FILE)), type=SweepPlan))
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         pass
     plans = []
@@ -180,7 +204,18 @@ def read_plan(root: str) -> SweepPlan | None:
         return None
     widest = max(plans, key=lambda p: len(p.services))
     extra = [p.service for p in plans if p.service not in widest.services]
-    return msgspec.structs.replace(widest, services=[*widest.services, *extra], service=None)
+    return _inside(root, "the models' manifest.json", msgspec.structs.replace(widest, services=[*widest.services, *extra], service=None))
+
+
+def _inside(root: str, source: str, plan: SweepPlan) -> SweepPlan:
+    """`plan`, refused in one line when a model it lists is not a folder of this sweep: a path
+    (`../other`, `/abs`) would pull another run into this sweep's merge, export or status."""
+    for name in [*plan.services, plan.baseline]:
+        if not isinstance(name, str) or (why := check_model_name(name)) is not None:
+            raise UsageError(f"{os.path.join(root, source) if source == PLAN_FILE else source + ' under ' + root} lists the "
+                             f"model {name!r}, which is not a folder of this sweep ({why}); a sweep reads only its own "
+                             f"folders: fix or remove {PLAN_FILE}, or merge that run by itself")
+    return plan
 
 
 def model_roots(root: str, plan: SweepPlan) -> Iterator[tuple[str, str | None]]:
@@ -188,8 +223,13 @@ def model_roots(root: str, plan: SweepPlan) -> Iterator[tuple[str, str | None]]:
     while no shard of that model has written). Merge, export and status all walk a sweep this way."""
     from shardeval.discover import find_shard_dirs
 
+    real_root = os.path.realpath(root)
     for name in plan.services:
         run_root = os.path.join(root, name)
+        target = os.path.realpath(run_root)
+        if os.path.dirname(target) != real_root:  # a symlink that leads elsewhere: another run, not this sweep's
+            raise UsageError(f"{run_root} leads outside the sweep (to {target}); a sweep reads only its own folders: "
+                             f"move that run into {root}, or merge it by itself")
         yield name, run_root if os.path.isdir(run_root) and find_shard_dirs(run_root)[0] else None
 
 

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Callable
 
 import msgspec
 
-from shardeval.api import Benchmark, ParamsStruct, Problem, Score, UsageError, decode_params, package_data
+from shardeval.api import Benchmark, ParamsStruct, Problem, Score, UsageError, decode_params, package_data, read_regular
 from shardeval_benchmarks.code_extract import chat_program, clip, completion_program, with_tests
 from shardeval_benchmarks.sandbox import run_sandboxed
 
@@ -161,8 +161,7 @@ def package_data_file() -> str | None:
 def load_rows(path: str) -> tuple[list[dict[str, str]], str]:
     """All rows of a HumanEval file (gzip or plain JSONL) and a fingerprint of their content."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_regular(path)  # a FIFO or a device is refused, never waited on
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:

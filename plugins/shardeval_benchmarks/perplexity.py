@@ -35,7 +35,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from shardeval.api import DataParams, Problem, Rows, RowsBenchmark, Score, UsageError, decode_params, open_from_params
+from shardeval.api import DataParams, Problem, Rows, RowsBenchmark, Score, UsageError, decode_params, open_from_params, open_regular
 from shardeval.datasets import JsonlRows  # a built-in plugin: the line-offset reader, not a public API
 
 
@@ -55,7 +55,7 @@ class TextLines(JsonlRows):
         self.gz = False
         self._offsets = array("q")
         pos = 0
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO or a device is refused, never waited on
             for line in f:
                 if line.strip():
                     self._offsets.append(pos)

@@ -51,11 +51,14 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
               help="Also write the comparison as one self-contained HTML page with charts (needs shardeval[report]).")
 def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool, html_path: str | None) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
-    from shardeval.api import MetricOptions, UsageError, incomparable, refuse_inside_shard
+    from shardeval.api import MetricOptions, UsageError, check_output, incomparable, refuse_inside_shard
     from shardeval.merge import merge_run
     from shardeval_metrics.compare import compare_tables
 
-    if html_path:
+    if html_path == "-":
+        raise UsageError("--html -: the comparison's text goes to standard output; give the page a FILE "
+                         "(a pipe or a device, such as /dev/stdout with its text sent elsewhere, is written into)")
+    if html_path and check_output(html_path, "--html") == "file":  # before any run is read
         refuse_inside_shard(html_path, "--html")
     options = MetricOptions(confidence=confidence)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import ray
 
-from shardeval.api import (Config, hookimpl, load_config, read_manifest, RESULTS_FILE, shard_indices,
+from shardeval.api import (Config, hookimpl, load_config, open_regular, read_manifest, RESULTS_FILE, shard_indices,
                            shard_range, ShardError, ShardSpec, UsageError)
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ def _records_on_disk(out_dir: str, benchmarks: list[str]) -> int:
     """Result lines already written (a retry that resumes sees its earlier attempt's here)."""
     total = 0
     for name in benchmarks:
-        with contextlib.suppress(FileNotFoundError), open(os.path.join(out_dir, name, RESULTS_FILE), "rb") as f:
+        with contextlib.suppress(FileNotFoundError), open_regular(os.path.join(out_dir, name, RESULTS_FILE)) as f:
             total += sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
     return total
 

@@ -135,12 +135,15 @@ def canonical_json(data: Any) -> bytes:
 
 
 def config_for_manifest(config: Config) -> dict[str, Any]:
-    """The config as plain data for manifest.json; safe to write: keys are only ever env var names.
-    No cache: no `cache` key, so manifests of runs without one are what they were."""
+    """The config as plain data for manifest.json; safe to write: keys are only ever env var names,
+    and credentials in a URL are replaced by `***` (shardeval.redact). No cache: no `cache` key, so
+    manifests of runs without one are what they were."""
+    from shardeval.redact import redact_in
+
     data = msgspec.to_builtins(config)
     if data.get("cache", 0) is None:
         del data["cache"]
-    return data
+    return redact_in(data)
 
 
 def decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:

@@ -1,0 +1,62 @@
+"""Reading files from directories others can write: only regular files, and never a blocking open.
+
+A FIFO named like a cache segment or a shard's results.jsonl blocks `open()` until a writer comes
+(forever, and a blocked open holds the event loop, so no stop signal is acted on); a symlink to
+/dev/zero never ends. Every reader of a file a user, another run or another node may have put
+there (shard directories, the response cache, sweep_plan.json, benchmark data) opens it here:
+O_NONBLOCK, so opening a FIFO returns at once, then fstat on the open descriptor (no window
+between a check and the open) and anything but a regular file is refused with `NotRegularFile`,
+an OSError, so every caller's existing handling of an unreadable file applies. A symlink to a
+regular file is followed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import BinaryIO
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+class NotRegularFile(OSError):
+    """What is at the path is not a regular file (a FIFO, a device, a directory): not read. The
+    user fixes it by moving it aside (shardeval.errors.os_error makes it exit 2)."""
+
+    user_fixable = True
+
+    def __init__(self, path: str, mode: int) -> None:
+        super().__init__(errno.EISDIR if stat.S_ISDIR(mode) else None, f"{kind_of(mode)}, not a regular file", path)
+
+
+def kind_of(mode: int) -> str:
+    """'is a FIFO (named pipe)', 'is a character device', …: for messages."""
+    return "is " + next((name for test, name in _KINDS if test(mode)), "something else")
+
+
+def open_regular_fd(path: str) -> int:
+    """A read-only descriptor of the regular file at `path` (blocking reads, close-on-exec).
+    Raises NotRegularFile for anything else, FileNotFoundError etc. as open() does."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(path, mode)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(path: str) -> BinaryIO:
+    """`open(path, "rb")`, for regular files only (see the module doc)."""
+    return os.fdopen(open_regular_fd(path), "rb")
+
+
+def read_regular(path: str) -> bytes:
+    """The whole content of the regular file at `path`."""
+    with open_regular(path) as f:
+        return f.read()
