@@ -176,8 +176,9 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
                          f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
         acc = b.metrics["accuracy"].details if "accuracy" in b.metrics else {}
         if per_cluster := acc.get("per_cluster"):
-            rows = [f"| {name} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('n', '')} |" for name, e in per_cluster.items()]
-            lines += ["", f"| category | accuracy | {confidence:.0%} interval | n |", "|---|---|---|---|", *rows, ""]
+            rows = [f"| {name} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('ci_method', '—')} | {e.get('n', '')} |"
+                    for name, e in per_cluster.items()]
+            lines += ["", f"| category | accuracy | {confidence:.0%} interval | method | n |", "|---|---|---|---|---|", *rows, ""]
         if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
             se = ", ".join(f"K={k}: {fmt(v)}" for k, v in split["se_if_repeats"].items())
             lines.append(f"- variance: between problems {fmt(split.get('sigma2_between'))}, within a problem "

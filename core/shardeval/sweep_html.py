@@ -68,18 +68,19 @@ def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric:
         out.append(page.chart(f"grid-{slug(metric)}", charts.forest(
             rows, f"{metric} per benchmark and model, {confidence:.0%} intervals", color="model", order=shown)))
     level = f"{confidence:.0%}"
-    head = ('<tr><th rowspan="2">model</th>' + "".join(f'<th colspan="4">{esc(b)}</th>' for b in benches) + "</tr><tr>"
-            + f"<th>value</th><th>{level} low</th><th>{level} high</th><th>ok/expected</th>" * len(benches) + "</tr>")
+    head = ('<tr><th rowspan="2">model</th>' + "".join(f'<th colspan="5">{esc(b)}</th>' for b in benches) + "</tr><tr>"
+            + f"<th>value</th><th>{level} low</th><th>{level} high</th><th>method</th><th>ok/expected</th>" * len(benches) + "</tr>")
     body = []
     for s in services:
         tds = []
         for b in benches:
             c, key = cells.get((s, b)), f"{metric}/{s}/{b}"
             if c is None:
-                tds.append('<td class="muted" colspan="4">—</td>')
+                tds.append('<td class="muted" colspan="5">—</td>')
                 continue
             mark = "" if c["complete"] else " ‡"
             tds += [num(c["value"], f"{key}/value"), num(c["ci_low"], f"{key}/ci_low"), num(c["ci_high"], f"{key}/ci_high"),
+                    f'<td data-key="{esc(key)}/ci_method">{esc(c.get("ci_method") or "—")}</td>',
                     f'<td class="num{"" if c["complete"] else " partial"}" data-key="{esc(key)}/n_ok" data-value="{c["n_ok"]}">'
                     f'{c["n_ok"]}/{c["n_expected"]}{mark}</td>']
         body.append(f"<tr><td>{esc(s)}</td>{''.join(tds)}</tr>")

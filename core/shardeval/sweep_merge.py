@@ -141,6 +141,8 @@ def _cell_text(cell: dict[str, Any]) -> str:
     from shardeval.report import fmt
 
     text = f"{fmt(cell['value'])} [{fmt(cell['ci_low'])}, {fmt(cell['ci_high'])}]"
+    if cell.get("ci_low") is not None:
+        text += f" {cell['ci_method']}"
     return text if cell["complete"] else f"{text} ‡ {cell['n_ok']}/{cell['n_expected']}"
 
 
