@@ -106,6 +106,15 @@ def fmt(x: float | None, digits: int = 4) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+P_FLOOR = 0.0001
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value as people read it, in every output (text, Markdown, HTML): 4 decimals, or
+    `<0.0001` below that (p exactly 0 included), never a bare 0.0000."""
+    return f"<{P_FLOOR}" if p is not None and p == p and p < P_FLOOR else fmt(p)
+
+
 def _interval(entry: dict[str, Any]) -> str:
     return f"[{fmt(entry['ci_low'])}, {fmt(entry['ci_high'])}]" if entry.get("ci_low") is not None else "—"
 

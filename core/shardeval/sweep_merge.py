@@ -147,10 +147,9 @@ def _cell_text(cell: dict[str, Any]) -> str:
 
 
 def _p(p: float | None) -> str:
-    """A p-value as people read it: 4 decimals, or `<0.0001` (never a bare 0.0000)."""
-    from shardeval.report import fmt
+    from shardeval.report import fmt_p
 
-    return "<0.0001" if p is not None and p < 0.0001 else fmt(p)
+    return fmt_p(p)
 
 
 def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
@@ -176,12 +175,13 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
         lines += ["", "‡ not every (problem, repeat) pair has an ok record: the value covers the ones shown (ok/expected)."]
     if doc["vs_baseline"]:
         lines += ["", f"## vs baseline: model − {plan.baseline}, paired on the same (problem, repeat) cells", "",
-                  f"| model | benchmark | metric | difference | {confidence:.0%} interval | p | p (Holm) | test | cells |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  f"| model | benchmark | metric | difference | {confidence:.0%} interval | method | p | p (Holm) | test | cells |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for row in doc["vs_baseline"]:
             mark = "" if row.get("complete") else " †"
             lines.append(f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
-                         f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {_p(row['p_value'])} | {_p(row['p_holm'])} | "
+                         f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {row.get('ci_method', '—')} | {_p(row['p_value'])} | "
+                         f"{_p(row['p_holm'])} | "
                          f"{row.get('test', '—')} | {row.get('n', '—')} |")
         if any(not row.get("complete") for row in doc["vs_baseline"]):
             lines += ["", "† compared only on the cells both models answered; the rest (missing, errors, other problems) "
