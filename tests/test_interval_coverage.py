@@ -222,3 +222,17 @@ def test_merge_ci_method_flag_and_the_method_beside_every_interval(tmp_path: Pat
     html = run / "merged" / "report.html"
     if html.exists():  # the plotting extra is installed: the page names the method too
         assert "clustered" in html.read_text()
+
+
+def test_beta_quantile_matches_scipy_on_real_parameters() -> None:
+    """Clopper-Pearson at an effective (real) size needs Beta quantiles at real shapes."""
+    from scipy.stats import beta
+
+    from shardeval_metrics.dist import beta_ppf
+
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        q = float(rng.choice([0.005, 0.025, 0.05, 0.5, 0.95, 0.975, 0.995]))
+        a, b = (float(10 ** rng.uniform(-2, 4)) for _ in range(2))
+        want = float(beta.ppf(q, a, b))
+        assert beta_ppf(q, a, b) == pytest.approx(want, rel=1e-8, abs=1e-60), (q, a, b)
