@@ -170,7 +170,7 @@ def proportion_interval(p_hat: Any, n_eff: Any, confidence: float, method: str =
     (real, from `effective_trials`): never zero-width, never outside [0, 1]."""
     p, m = np.asarray(p_hat, dtype=np.float64), np.asarray(n_eff, dtype=np.float64)
     if method == "clopper-pearson":
-        # each distinct (p̂, n*) once: bisection on the incomplete beta is the slow part
+        # each distinct (p̂, n*) once: inverting the incomplete beta is the slow part
         pairs, inverse = np.unique(np.stack([p.reshape(-1), m.reshape(-1)], axis=1), axis=0, return_inverse=True)
         ends = np.array([clopper_pearson_interval(x * k, k, confidence) for x, k in pairs]).reshape(-1, 2)
         picked = ends[inverse.reshape(-1)]
@@ -226,13 +226,12 @@ def mean_intervals(mean: Any, se: Any, trials: Any, n: int, groups: int | None, 
     if trials is None or choice not in ("auto", "wilson", "clopper-pearson"):
         return Intervals(low, high, np.zeros(m.shape, dtype=bool), np.zeros(m.shape, dtype=bool), nan, nan)
     n_eff, deff = effective_trials(m, s, trials, n, groups, confidence)
-    use = np.ones(m.shape, dtype=bool)
-    exact = use & ((choice == "clopper-pearson") | ((choice == "auto") & few_counts(n_eff, m)))
+    exact = np.full(m.shape, choice == "clopper-pearson") | ((choice == "auto") & few_counts(n_eff, m))
     low, high = np.array(low, copy=True), np.array(high, copy=True)
-    for which, method in ((use & ~exact, "wilson"), (exact, "clopper-pearson")):
+    for which, method in ((~exact, "wilson"), (exact, "clopper-pearson")):
         if which.any():
             low[which], high[which] = proportion_interval(m[which], n_eff[which], confidence, method)
-    return Intervals(low, high, use, exact, n_eff, deff)
+    return Intervals(low, high, np.ones(m.shape, dtype=bool), exact, n_eff, deff)
 
 
 def summarize_mean(
