@@ -69,14 +69,14 @@ def test_known_shift_detected_with_exact_numbers() -> None:
     r = compare_tables(table(a), table(b), OPTS)
     d = b - a
     se = d.std(ddof=1) / math.sqrt(n)
-    z = sps.norm.ppf(0.975)
-    assert r["ci_method"] == "clt"
+    z = sps.t.ppf(0.975, n - 1)  # issue 24: the sweep's paired interval, t on n - 1 df (was z)
+    assert r["ci_method"] == "paired-t" and r["clustered_by"] == "problem"
     assert r["diff"] == pytest.approx(d.mean(), rel=1e-12)
     assert r["stderr"] == pytest.approx(se, rel=1e-12)
     assert r["ci_low"] == pytest.approx(d.mean() - z * se, rel=1e-12)
     assert r["ci_high"] == pytest.approx(d.mean() + z * se, rel=1e-12)
     assert r["ci_low"] > 0  # the shift is detected
-    assert r["p_value"] == pytest.approx(2 * sps.norm.sf(abs(d.mean() / se)), rel=1e-9)
+    assert r["p_value"] == pytest.approx(2 * sps.t.sf(abs(d.mean() / se), n - 1), rel=1e-9)
     assert r["p_value"] < 1e-6
     assert r["correlation"] == pytest.approx(np.corrcoef(a, b)[0, 1], rel=1e-12)
     assert r["a_mean"] == pytest.approx(a.mean()) and r["b_mean"] == pytest.approx(b.mean())
@@ -87,7 +87,7 @@ def test_mde_formula(confidence: float) -> None:
     rng = np.random.default_rng(4)
     a, b = rng.random(120), rng.random(120)
     r = compare_tables(table(a), table(b), MetricOptions(confidence=confidence))
-    want = (sps.norm.ppf(1 - (1 - confidence) / 2) + sps.norm.ppf(0.8)) * r["stderr"]
+    want = (sps.t.ppf(1 - (1 - confidence) / 2, 119) + sps.t.ppf(0.8, 119)) * r["stderr"]  # t on the paired df
     assert r["mde"] == pytest.approx(want, rel=1e-12)
     assert "mde_formula" in r["details"]
 
@@ -114,7 +114,7 @@ def test_mcnemar_matches_scipy() -> None:
 
 def test_mcnemar_needs_single_binary_samples() -> None:
     r = compare_tables(table([[1, 0], [1, 1], [0, 0]]), table([[1, 1], [0, 1], [0, 0]]), OPTS)
-    assert r["mcnemar"] is None and "one valid sample" in r["mcnemar_reason"]
+    assert r["mcnemar"] is None and "one shared sample" in r["mcnemar_reason"]
     r = compare_tables(table([0.5, 1.0, 0.0]), table([1.0, 1.0, 0.0]), OPTS)
     assert r["mcnemar"] is None and "binary" in r["mcnemar_reason"]
     # repeats > 1 but a single valid sample each is still one Bernoulli per problem
@@ -158,7 +158,7 @@ def test_clustered_difference_uses_a_clusters_and_t() -> None:
     sums = np.array([resid[clusters == k].sum() for k in range(g)])
     se = math.sqrt(g / (g - 1) * float(sums @ sums)) / (g * m)
     t = sps.t.ppf(0.975, g - 1)
-    assert r["ci_method"] == "clustered" and r["details"]["df"] == g - 1
+    assert r["ci_method"] == "paired-t" and r["clustered_by"] == "category" and r["df"] == g - 1
     assert r["stderr"] == pytest.approx(se, rel=1e-12)
     assert r["ci_low"] == pytest.approx(d.mean() - t * se, rel=1e-10)
     assert r["mde"] == pytest.approx((t + sps.t.ppf(0.8, g - 1)) * se, rel=1e-10)

@@ -66,9 +66,11 @@ def test_accuracy_per_problem_means_and_nan_excluded() -> None:
     assert v.details["n_samples"] == 5
     assert v.details["n_flagged_problems"] == 1
     assert v.stderr == pytest.approx(0.5 / math.sqrt(3))  # sd([.5, 1, 0], ddof=1) = 0.5
-    assert v.ci_method == "clt"
-    # 0.5 ± 1.96·0.2887 leaves [0, 1]: binary scores clip it
-    assert (v.ci_low, v.ci_high) == (0.0, 1.0)
+    # a proportion (issue 24): an interval at the effective size, inside (0, 1) (auto: few counts, exact)
+    assert v.ci_method == "clopper-pearson" and 0.0 < v.ci_low < 0.5 < v.ci_high < 1.0
+    # --ci-method clt: 0.5 ± 1.96·0.2887 leaves [0, 1]: binary scores clip it
+    w = accuracy(t, MetricOptions(ci_method="clt"))["accuracy"]
+    assert w.ci_method == "clt" and (w.ci_low, w.ci_high) == (0.0, 1.0)
 
 
 def test_accuracy_clt_interval_values() -> None:
@@ -92,7 +94,9 @@ def test_accuracy_nan_is_never_zero() -> None:
 
 
 def test_accuracy_wilson_small_binary() -> None:
-    v = accuracy(table([[1]] * 7 + [[0]] * 3), OPTS)["accuracy"]
+    # auto takes Clopper-Pearson with fewer than 5 failures (issue 24); --ci-method wilson: Wilson's
+    assert accuracy(table([[1]] * 7 + [[0]] * 3), OPTS)["accuracy"].ci_method == "clopper-pearson"
+    v = accuracy(table([[1]] * 7 + [[0]] * 3), MetricOptions(ci_method="wilson"))["accuracy"]
     plain(v)
     assert v.ci_method == "wilson"
     p, n = 0.7, 10
@@ -106,15 +110,17 @@ def test_accuracy_wilson_small_binary() -> None:
 
 
 def test_accuracy_wilson_rule_switch() -> None:
-    # n >= 30, n·p >= 10 and n·(1 − p) >= 10: CLT
-    assert accuracy(table([[1]] * 20 + [[0]] * 20), OPTS)["accuracy"].ci_method == "clt"
+    # binary scores are a proportion: auto gives Wilson's interval (issue 24: it used to be CLT here)
+    assert accuracy(table([[1]] * 20 + [[0]] * 20), OPTS)["accuracy"].ci_method == "wilson"
+    assert accuracy(table([[1]] * 20 + [[0]] * 20), MetricOptions(ci_method="clt"))["accuracy"].ci_method == "clt"
     # all correct: the CLT interval would be [1, 1]; Wilson is not
     v = accuracy(table([[1]] * 200), OPTS)["accuracy"]
     assert v.ci_method == "wilson" and v.stderr == 0.0 and v.ci_low < 1.0 and v.ci_high == 1.0
-    # repeats > 1 per problem: never Wilson
-    assert accuracy(table([[1, 0]] * 5), OPTS)["accuracy"].ci_method == "clt"
-    # repeats > 1 but exactly one valid sample per problem: Wilson
-    assert accuracy(table([[1, NAN]] * 5 + [[NAN, 0]] * 2), OPTS)["accuracy"].ci_method == "wilson"
+    # repeats > 1 per problem: Wilson too, at the effective size (every problem exactly 0.5: stderr 0,
+    # the design effect clamped to 1, so the 10 cells count)
+    assert accuracy(table([[1, 0]] * 5), OPTS)["accuracy"].ci_method == "wilson"
+    # few failures: Clopper-Pearson
+    assert accuracy(table([[1, NAN]] * 5 + [[NAN, 0]] * 2), OPTS)["accuracy"].ci_method == "clopper-pearson"
 
 
 def test_accuracy_one_problem_and_no_problem() -> None:
@@ -133,15 +139,15 @@ def test_accuracy_clusters_details() -> None:
     rows = [[1], [0], [1], [1], [0], [0]]
     v = accuracy(table(rows, clusters=[0, 0, 0, 1, 1, -1], cluster_names=["alg", "geo"]), OPTS)["accuracy"]
     plain(v)
-    assert v.ci_method == "clustered"
+    assert v.ci_method == "clopper-pearson-clustered"  # 6 problems: 3 right, 3 wrong (few counts)
     assert v.details["n_clusters"] == 3  # alg, geo, and the unclustered problem on its own
     per = v.details["per_cluster"]
     assert {k: (e["value"], e["n"]) for k, e in per.items()} == {
         "alg": (pytest.approx(2 / 3), 3), "geo": (0.5, 2), "(no cluster)": (0.0, 1),
     }
-    # each cluster's own interval, by accuracy's rules (Wilson: binary, one sample, small n)
+    # each cluster's own interval, by accuracy's rules (few counts: Clopper-Pearson; at 0: Wilson)
     for name, entry in per.items():
-        assert entry["ci_method"] == "wilson" and entry["ci_low"] <= entry["value"] <= entry["ci_high"], (name, entry)
+        assert entry["ci_method"] in ("clopper-pearson", "wilson") and entry["ci_low"] <= entry["value"] <= entry["ci_high"], (name, entry)
     assert per["geo"]["stderr"] == pytest.approx(math.sqrt(0.5 / 2))  # sd(ddof=1) of [1, 0] / sqrt(2)
     assert "stderr" not in per["(no cluster)"]  # one problem: no stderr
     # SE² = G/(G−1) Σ_g (Σ_{i∈g} (s_i − s̄))² / n²; s̄ = 0.5: sums 0.5, 0, −0.5
@@ -199,8 +205,8 @@ def test_pass_at_k_hand_values() -> None:
     # problem 1: 1 − C(2,2)/C(3,2) = 2/3; problem 2: 1; problem 3: 0
     assert out["pass@2"].value == pytest.approx((2 / 3 + 1 + 0) / 3)
     assert out["pass@3"].value == pytest.approx(2 / 3)
-    assert out["pass@3"].ci_method == "wilson"  # n = k samples: each value is one Bernoulli
-    assert out["pass@2"].ci_method == "clt"
+    assert out["pass@3"].ci_method == "clopper-pearson"  # n = k samples: one Bernoulli; 2 of 3 (few counts)
+    assert out["pass@2"].ci_method == "clopper-pearson"  # a proportion too (issue 24), one cell per problem
     assert out["pass@2"].stderr == pytest.approx(np.std([2 / 3, 1, 0], ddof=1) / math.sqrt(3))
     assert all(v.details["n_flagged"] == 0 for v in out.values())
 
@@ -232,8 +238,10 @@ def test_pass_at_k_needs_binary_scores() -> None:
 def test_pass_at_k_clustered() -> None:
     rows = [[1, 0], [1, 1], [0, 0], [1, 0], [0, 1], [1, 1]]
     out = pass_at_k(table(rows, clusters=[0, 0, 1, 1, 2, 2], cluster_names=["a", "b", "c"]), OPTS)
-    assert out["pass@2"].ci_method == "clustered"
+    assert out["pass@2"].ci_method == "clopper-pearson-clustered"
     assert out["pass@2"].details["n_clusters"] == 3
+    assert pass_at_k(table(rows, clusters=[0, 0, 1, 1, 2, 2], cluster_names=["a", "b", "c"]),
+                     MetricOptions(ci_method="clustered"))["pass@2"].ci_method == "clustered"
 
 
 # --- perplexity / ratio of sums ----------------------------------------------------------------

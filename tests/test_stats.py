@@ -202,10 +202,11 @@ def test_accuracy_clustered_matches_loop_and_t() -> None:
     clusters = np.repeat(np.arange(12), 7)
     x = (rng.random((84, 3)) < 0.6).astype(float)
     x[rng.random(x.shape) < 0.1] = np.nan
-    value = accuracy(table(x, clusters), OPTS)["accuracy"]
+    value = accuracy(table(x, clusters), MetricOptions(ci_method="clustered"))["accuracy"]
     s = np.nanmean(x, axis=1)
     se = clustered_se_loop(s.tolist(), clusters.tolist())
     assert value.ci_method == "clustered"
+    assert accuracy(table(x, clusters), OPTS)["accuracy"].ci_method == "wilson-clustered"  # auto (issue 24)
     assert value.stderr == pytest.approx(se, rel=1e-12)
     crit = sps.t.ppf(0.975, 11)
     assert value.ci_low == pytest.approx(s.mean() - crit * se, rel=1e-12)
@@ -287,7 +288,7 @@ def test_coverage_bernoulli_clt() -> None:
     n, p = 200, 0.7
     runs = (rng.random((RUNS, n)) < p).astype(float)
     values = [accuracy(table(run), OPTS)["accuracy"] for run in runs]
-    assert {v.ci_method for v in values} == {"clt"}
+    assert {v.ci_method for v in values} == {"wilson"}  # binary: a proportion's interval (issue 24; was CLT)
     assert abs(coverage([interval(v) for v in values], p) - 0.95) < 0.02
 
 
@@ -297,15 +298,19 @@ def test_coverage_bernoulli_extreme_uses_wilson_and_beats_wald() -> None:
     rng = np.random.default_rng(101)
     n, p = 50, 0.04
     runs = (rng.random((RUNS, n)) < p).astype(float)
-    values = [accuracy(table(run), OPTS)["accuracy"] for run in runs]
-    # n·p̂ < 10 in nearly every run (k >= 10 is very rare: such a run would get the CLT interval)
-    assert np.mean([v.ci_method == "wilson" for v in values]) > 0.98
+    wilson_only = MetricOptions(ci_method="wilson")
+    values = [accuracy(table(run), wilson_only)["accuracy"] for run in runs]
+    assert {v.ci_method for v in values} == {"wilson"}
     assert abs(coverage([interval(v) for v in values], p) - 0.95) < 0.02
     # exact coverage over all outcomes k ~ Binomial(n, p): Wilson near nominal, Wald far below
     z = sps.norm.ppf(0.975)
     pmf = sps.binom.pmf(np.arange(n + 1), n, p)
-    wilson = [accuracy(table(np.r_[np.ones(k), np.zeros(n - k)]), OPTS)["accuracy"] for k in range(n + 1)]
+    wilson = [accuracy(table(np.r_[np.ones(k), np.zeros(n - k)]), wilson_only)["accuracy"] for k in range(n + 1)]
     exact = sum(w for w, v in zip(pmf, wilson) if v.ci_low <= p <= v.ci_high)
+    # auto (issue 24): Clopper-Pearson below 5 successes, where Wilson dips; at least nominal - 2 points
+    auto = [accuracy(table(np.r_[np.ones(k), np.zeros(n - k)]), OPTS)["accuracy"] for k in range(n + 1)]
+    assert {v.ci_method for v in auto[1:5]} == {"clopper-pearson"}
+    assert sum(w for w, v in zip(pmf, auto) if v.ci_low <= p <= v.ci_high) >= 0.93
     wald = sum(w for k, w in enumerate(pmf) if abs(k / n - p) <= z * math.sqrt(k / n * (1 - k / n) / n))
     assert abs(exact - 0.95) < 0.02
     assert wald < 0.88
@@ -319,7 +324,7 @@ def test_coverage_repeats_with_problem_difficulty() -> None:
     runs = (rng.random((RUNS, n, k)) < p).astype(float)
     runs[rng.random(runs.shape) < 0.05] = np.nan  # a few missing samples
     values = [accuracy(table(run), OPTS)["accuracy"] for run in runs]
-    assert {v.ci_method for v in values} == {"clt"}
+    assert {v.ci_method for v in values} == {"wilson"}  # at the effective size (issue 24; was CLT)
     assert abs(coverage([interval(v) for v in values], 0.6) - 0.95) < 0.02
     # pass@2 on the same runs: E[1 − (1−p)²] = 1 − B(3, 4)/B(3, 2) = 1 − 0.2 = 0.8
     truth = 1 - math.exp(math.lgamma(3) + math.lgamma(4) - math.lgamma(7) - (math.lgamma(3) + math.lgamma(2) - math.lgamma(5)))
@@ -340,8 +345,8 @@ def test_coverage_clustered_design() -> None:
     runs = (rng.random((RUNS, g * m)) < p).astype(float)
     clustered = [accuracy(table(run, clusters), OPTS)["accuracy"] for run in runs]
     naive = [accuracy(table(run), OPTS)["accuracy"] for run in runs]
-    assert {v.ci_method for v in clustered} == {"clustered"}
-    assert {v.ci_method for v in naive} == {"clt"}
+    assert {v.ci_method for v in clustered} == {"wilson-clustered"}  # issue 24: was the normal "clustered"
+    assert {v.ci_method for v in naive} == {"wilson"}
     cov_clustered = coverage([interval(v) for v in clustered], 0.6)
     cov_naive = coverage([interval(v) for v in naive], 0.6)
     assert abs(cov_clustered - 0.95) < 0.02

@@ -243,3 +243,45 @@ def test_checkpoints_from_a_glob(tmp_path: Path) -> None:
     path.write_text(json.dumps(config))
     out = shardeval_cmd("run", str(path), "--dry-run")
     assert out.returncode == 2 and "would be service 'step1', which is already defined; set sweep.checkpoints.prefix" in out.stderr
+
+
+def test_compare_and_the_sweep_report_the_same_interval_and_p(example_run: Path) -> None:
+    """Issue 24, item 9: one function for paired intervals. `compare base step2` and the sweep's
+    vs-baseline row of the same pair give the same interval, stderr and p (they differed in the
+    4th decimal: z against t), and a p below 0.0001 reads `<0.0001` in compare's text, sweep.md and
+    both pages, never 0.0000."""
+    doc = _sweep_json(example_run)
+    for service in ("step1", "step2"):
+        got = shardeval_cmd("compare", str(example_run / "base"), str(example_run / service), "--json")
+        assert got.returncode == 0, got.stderr
+        by_bench = {r["benchmark"]: r for r in json.loads(got.stdout)}
+        rows = [r for r in doc["vs_baseline"] if r["service"] == service]
+        assert sorted(r["benchmark"] for r in rows) == sorted(by_bench) == ["arith", "arith_b"]
+        for row in rows:
+            mine = by_bench[row["benchmark"]]
+            for key in ("diff", "stderr", "ci_low", "ci_high", "p_value", "df", "test", "ci_method"):
+                assert mine[key] == row[key], (service, row["benchmark"], key, mine[key], row[key])
+            assert mine["n_cells"] == row["n"] == 400
+    text = shardeval_cmd("compare", str(example_run / "base"), str(example_run / "step2"),
+                         "--html", str(example_run.parent / "cmp.html"))
+    assert text.returncode == 0, text.stderr
+    tiny = [r for r in doc["vs_baseline"] if r["p_value"] < 0.0001]
+    assert tiny, "the example has a pair with p < 0.0001"
+    assert "p = <0.0001" in text.stdout and "p = 0.0000" not in text.stdout
+    md = (example_run / "merged" / "sweep.md").read_text()
+    assert "| <0.0001 |" in md and "| 0.0000 |" not in md
+    for page in (example_run / "merged" / "sweep.html", example_run.parent / "cmp.html"):
+        if page.exists():  # the plotting extra is installed
+            html = page.read_text()
+            assert "&lt;0.0001</td>" in html and ">0.0000</td>" not in html
+
+
+def test_p_values_read_the_same_everywhere() -> None:
+    """One formatting function for every output; p exactly 0 and None included."""
+    from shardeval.html_page import p_cell
+    from shardeval.report import fmt_p
+
+    assert [fmt_p(p) for p in (0.0, 1e-300, 0.00009999, 0.0001, 0.03125, 1.0, None)] == [
+        "<0.0001", "<0.0001", "<0.0001", "0.0001", "0.0312", "1.0000", "—"]
+    assert ">&lt;0.0001</td>" in p_cell(0.0, "k") and 'data-value="0.0"' in p_cell(0.0, "k")
+    assert ">0.0312</td>" in p_cell(0.03125, "k")

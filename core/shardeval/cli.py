@@ -9,6 +9,7 @@ import click
 
 from shardeval import __version__
 from shardeval.errors import ShardError, UsageError
+from shardeval.ci_methods import CI_METHODS
 
 
 class _Group(click.Group):
@@ -75,11 +76,14 @@ def run(config_path: str | None, shard_flag: str | None, sweep_services: str | N
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True, help="Interval level.")
 @click.option("--bootstrap", "bootstrap_samples", type=click.IntRange(100), default=1000, show_default=True, help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option("--ci-method", type=click.Choice(CI_METHODS), default="auto", show_default=True,
+              help="How a mean's interval is built; auto: Wilson/Clopper-Pearson for proportions at their "
+                   "effective size, normal otherwise (docs/merge.md).")
 @click.option("-o", "--output-dir", help="Where merged/ goes (default: RUN_DIR/merged; never inside a shard directory).")
 @click.option("-q", "--quiet", is_flag=True, help="Write the files; print nothing.")
 @click.option("--allow-mixed-models", is_flag=True, help="Pool shards whose endpoints served different weights (the report then says MIXED).")
-def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samples: int, seed: int, output_dir: str | None, quiet: bool,
-          allow_mixed_models: bool) -> None:
+def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samples: int, seed: int, ci_method: str,
+          output_dir: str | None, quiet: bool, allow_mixed_models: bool) -> None:
     """Merge every shard directory under RUN_DIR into RUN_DIR/merged/ and print the report.
 
     Safe to run any time, also while shards are still running (the report then says PARTIAL).
@@ -89,7 +93,7 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     from shardeval.metrics import MetricOptions
     from shardeval.sweep_merge import merge_any
 
-    options = MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed)
+    options = MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed, ci_method=ci_method)
     merged = merge_any(run_dir, out_dir=output_dir, confidence=confidence, errors_as_wrong=errors_as_wrong, options=options,
                        allow_mixed_models=allow_mixed_models)
     for line in merged.warnings:

@@ -121,10 +121,12 @@ def span(value: float, low: Any, high: Any) -> dict[str, float]:
 
 
 def p_cell(p: Any, key: str) -> str:
-    """A p-value cell as people read it: 4 decimals, or <0.0001 (never a bare 0.0000); the exact
-    value stays in data-value."""
+    """A p-value cell as people read it (`report.fmt_p`: 4 decimals, or <0.0001, never a bare
+    0.0000); the exact value stays in data-value."""
+    from shardeval.report import fmt_p
+
     cell = num(p, key)
-    return cell.replace(f">{p:.4f}</td>", ">&lt;0.0001</td>") if finite(p) and p < 0.0001 else cell
+    return cell.replace(f">{p:.4f}</td>", f">{esc(fmt_p(p))}</td>") if finite(p) else cell
 
 
 @dataclass

@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import msgspec
 
+from shardeval.ci_methods import CI_METHODS  # noqa: F401  (re-exported)
+
 MISSING, OK, ERROR = 0, 1, 2  # ScoreTable.status codes
 
 
@@ -60,6 +62,7 @@ class MetricOptions:
     confidence: float = 0.95
     bootstrap_samples: int = 1000
     seed: int = 0
+    ci_method: str = "auto"  # one of CI_METHODS (`merge --ci-method`)
 
 
 Metric = Callable[[ScoreTable, MetricOptions], dict[str, MetricValue]]

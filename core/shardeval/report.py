@@ -107,6 +107,15 @@ def fmt(x: float | None, digits: int = 4) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+P_FLOOR = 0.0001
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value as people read it, in every output (text, Markdown, HTML): 4 decimals, or
+    `<0.0001` below that (p exactly 0 included), never a bare 0.0000."""
+    return f"<{P_FLOOR}" if p is not None and p == p and p < P_FLOOR else fmt(p)
+
+
 def _interval(entry: dict[str, Any]) -> str:
     return f"[{fmt(entry['ci_low'])}, {fmt(entry['ci_high'])}]" if entry.get("ci_low") is not None else "—"
 
@@ -178,8 +187,9 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
                          f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
         acc = b.metrics["accuracy"].details if "accuracy" in b.metrics else {}
         if per_cluster := acc.get("per_cluster"):
-            rows = [f"| {md_text(name)} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('n', '')} |" for name, e in per_cluster.items()]
-            lines += ["", f"| category | accuracy | {confidence:.0%} interval | n |", "|---|---|---|---|", *rows, ""]
+            rows = [f"| {md_text(name)} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('ci_method', '—')} | {e.get('n', '')} |"
+                    for name, e in per_cluster.items()]
+            lines += ["", f"| category | accuracy | {confidence:.0%} interval | method | n |", "|---|---|---|---|---|", *rows, ""]
         if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
             se = ", ".join(f"K={k}: {fmt(v)}" for k, v in split["se_if_repeats"].items())
             lines.append(f"- variance: between problems {fmt(split.get('sigma2_between'))}, within a problem "

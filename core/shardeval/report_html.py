@@ -100,7 +100,9 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
     if per_cluster:
         rows = [{"category": k, **span(e["value"], e.get("ci_low"), e.get("ci_high")), "n": e["n"]}
                 for k, e in sorted(per_cluster.items(), key=lambda kv: -kv[1]["value"])]
-        out.append(page.chart(f"categories-{key}", charts.interval_rows(rows, f"{name}: accuracy per category, {confidence:.0%} intervals",
+        methods = ", ".join(sorted({str(e.get("ci_method")) for e in per_cluster.values() if e.get("ci_low") is not None}))
+        out.append(page.chart(f"categories-{key}", charts.interval_rows(rows, f"{name}: accuracy per category, {confidence:.0%} intervals"
+                                                                      + (f" ({methods})" if methods else ""),
                                                                       y="category", x_title="accuracy")))
     passk = sorted((int(PASS_AT.match(m).group(1)), v) for m, v in metrics.items() if PASS_AT.match(m) and v.get("value") is not None)
     if len(passk) > 1:

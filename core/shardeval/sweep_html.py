@@ -70,18 +70,19 @@ def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric:
         out.append(page.chart(f"grid-{slug(metric)}", charts.forest(
             rows, f"{metric} per benchmark and model, {confidence:.0%} intervals", color="model", order=shown)))
     level = f"{confidence:.0%}"
-    head = ('<tr><th rowspan="2">model</th>' + "".join(f'<th colspan="4">{esc(b)}</th>' for b in benches) + "</tr><tr>"
-            + f"<th>value</th><th>{level} low</th><th>{level} high</th><th>ok/expected</th>" * len(benches) + "</tr>")
+    head = ('<tr><th rowspan="2">model</th>' + "".join(f'<th colspan="5">{esc(b)}</th>' for b in benches) + "</tr><tr>"
+            + f"<th>value</th><th>{level} low</th><th>{level} high</th><th>method</th><th>ok/expected</th>" * len(benches) + "</tr>")
     body = []
     for s in services:
         tds = []
         for b in benches:
             c, key = cells.get((s, b)), f"{metric}/{s}/{b}"
             if c is None:
-                tds.append('<td class="muted" colspan="4">—</td>')
+                tds.append('<td class="muted" colspan="5">—</td>')
                 continue
             mark = ("" if c["complete"] else " ‡") + (" ≠" if c.get("differs_from_baseline") else "")
             tds += [num(c["value"], f"{key}/value"), num(c["ci_low"], f"{key}/ci_low"), num(c["ci_high"], f"{key}/ci_high"),
+                    f'<td class="method">{esc(c.get("ci_method") or "—")}</td>',
                     f'<td class="num{"" if c["complete"] else " partial"}" data-key="{esc(key)}/n_ok" data-value="{c["n_ok"]}">'
                     f'{c["n_ok"]}/{c["n_expected"]}{mark}</td>']
         body.append(f"<tr><td>{esc(s)}</td>{''.join(tds)}</tr>")
@@ -110,11 +111,12 @@ def vs_section(page: Page, doc: dict[str, Any], baseline: str, confidence: float
         key = f"vs/{r['service']}/{r['benchmark']}"
         note = r.get("reason") or ("" if r["complete"] else f"† {r['n_only_baseline']} baseline and {r['n_only_other']} model cells unpaired")
         body.append([esc(r["service"]), esc(r["benchmark"]), esc(r["metric"]), num(r["diff"], f"{key}/diff"),
-                     num(r["ci_low"], f"{key}/ci_low"), num(r["ci_high"], f"{key}/ci_high"), p_cell(r["p_value"], f"{key}/p_value"),
+                     num(r["ci_low"], f"{key}/ci_low"), num(r["ci_high"], f"{key}/ci_high"), esc(r.get("ci_method") or "—"),
+                     p_cell(r["p_value"], f"{key}/p_value"),
                      p_cell(r["p_holm"], f"{key}/p_holm"), esc(r.get("test") or "—"), num(r["n"], f"{key}/n"),
                      f'<td class="{"" if r["complete"] else "partial"}">{esc(note)}</td>'])
     level = f"{confidence:.0%}"
-    out.append(table(["model", "benchmark", "metric", "difference", f"{level} low", f"{level} high", "p", "p (Holm)", "test", "cells",
+    out.append(table(["model", "benchmark", "metric", "difference", f"{level} low", f"{level} high", "method", "p", "p (Holm)", "test", "cells",
                       "note"], body, cls="vs"))
     if not all(r["complete"] for r in vs):
         out.append(f'<p class="muted">{esc(PARTIAL_PAIR)}</p>')

@@ -152,6 +152,8 @@ def _cell_text(cell: dict[str, Any]) -> str:
     from shardeval.report import fmt
 
     text = f"{fmt(cell['value'])} [{fmt(cell['ci_low'])}, {fmt(cell['ci_high'])}]"
+    if cell.get("ci_low") is not None:
+        text += f" {cell['ci_method']}"
     text = text if cell["complete"] else f"{text} ‡ {cell['n_ok']}/{cell['n_expected']}"
     return f"{text} ≠" if cell.get("differs_from_baseline") else text
 
@@ -165,10 +167,9 @@ def not_compared_notes(doc: dict[str, Any]) -> list[str]:
 
 
 def _p(p: float | None) -> str:
-    """A p-value as people read it: 4 decimals, or `<0.0001` (never a bare 0.0000)."""
-    from shardeval.report import fmt
+    from shardeval.report import fmt_p
 
-    return "<0.0001" if p is not None and p < 0.0001 else fmt(p)
+    return fmt_p(p)
 
 
 def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
@@ -198,13 +199,14 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
         lines += ["", NOT_COMPARED]
     if doc["vs_baseline"]:
         lines += ["", f"## vs baseline: model − {md_text(plan.baseline)}, paired on the same (problem, repeat) cells", "",
-                  f"| model | benchmark | metric | difference | {confidence:.0%} interval | p | p (Holm) | test | cells |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  f"| model | benchmark | metric | difference | {confidence:.0%} interval | method | p | p (Holm) | test | cells |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for row in doc["vs_baseline"]:
             row = {**row, **{key: md_text(row[key]) for key in ("service", "benchmark", "metric", "test") if key in row}}
             mark = "" if row.get("complete") else " †"
             lines.append(f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
-                         f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {_p(row['p_value'])} | {_p(row['p_holm'])} | "
+                         f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {row.get('ci_method', '—')} | {_p(row['p_value'])} | "
+                         f"{_p(row['p_holm'])} | "
                          f"{row.get('test', '—')} | {row.get('n', '—')} |")
         if any(not row.get("complete") for row in doc["vs_baseline"]):
             lines += ["", "† compared only on the cells both models answered; the rest (missing, errors, other problems) "

@@ -15,24 +15,25 @@ import click
 
 def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
     from shardeval.api import md_text
-    from shardeval.report import fmt
+    from shardeval.report import fmt, fmt_p
 
     lines = [f"# shardeval compare: B = {md_text(name_b)} vs A = {md_text(name_a)}", ""]
     for r in results:
         if "not_compared" in r:
-            lines += [f"## {r['benchmark']}", "", f"- not compared: {r['not_compared']}", ""]
+            lines += [f"## {md_text(r['benchmark'])}", "", f"- not compared: {md_text(r['not_compared'])}", ""]
             continue
         m = r.get("mcnemar")
         lines += [
             f"## {md_text(r['benchmark'])}",
             "",
-            f"- problems compared: {r['n_shared']} (only in A: {r['n_only_a']}, only in B: {r['n_only_b']}, "
+            f"- problems compared: {r['n_shared']}, on {r['n_cells']} (problem, repeat) cells valid in both (only in A: {r['n_only_a']}, only in B: {r['n_only_b']}, "
             f"shared but without a valid answer in one run: {r['n_shared_without_samples']})",
             f"- A mean {fmt(r['a_mean'])}, B mean {fmt(r['b_mean'])}",
             f"- difference B − A: {fmt(r['diff'])} ± {fmt(r['stderr'])} (stderr); {confidence:.0%} interval "
-            f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}] ({r['ci_method']}); p = {fmt(r['p_value'])}",
+            f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}] ({r['ci_method']}, clustered by {r['clustered_by']}); "
+            f"p = {fmt_p(r['p_value'])} ({r['test']})",
             f"- correlation of per-problem scores: {fmt(r['correlation'], 3)}",
-            f"- McNemar exact test: p = {fmt(m.get('p_value'))} (A right, B wrong: {m.get('a_right_b_wrong')}; "
+            f"- McNemar exact test: p = {fmt_p(m.get('p_value'))} (A right, B wrong: {m.get('a_right_b_wrong')}; "
             f"A wrong, B right: {m.get('a_wrong_b_right')})" if m is not None
             else f"- McNemar: not applicable ({r.get('mcnemar_reason')})",
             f"- minimum detectable effect at 80 % power: {fmt(r['mde'])} ({r['details'].get('mde_formula', '')})",

@@ -1,18 +1,17 @@
 """Paired comparison of two runs of one benchmark (`shardeval compare RUN_A RUN_B`).
 
-Problems are matched by `problem_ids` (by index when either table has none) and kept when both
-runs have >= 1 valid sample for them. On the per-problem means s_a, s_b of those shared problems,
-d_i = s_b,i − s_a,i:
+The difference, its interval and its p-value are `paired.paired_difference(A, B)`: the one
+function the sweep table uses too, so `compare` and a sweep report the same numbers for the same
+pair (cells valid in both, matched by problem id, clustered by problem or by A's categories,
+t on G−1 df; McNemar's exact p for binary runs with one shared cell per problem, else the paired
+t test). Besides it, for a reader deciding:
 
-- diff = mean(d); stderr = sd(d, ddof=1)/sqrt(n) with a normal interval ("clt"), or, when A's
-  problems carry clusters (>= 2, some shared), the clustered SE with t on G−1 df ("clustered");
-  p_value: two-sided test of mean(d) = 0 with the same reference distribution.
-- correlation: Pearson correlation of s_a and s_b (None when n < 2 or either is constant).
-- McNemar's exact test when both runs are binary with one valid sample per shared problem:
-  b = #(A right, B wrong), c = #(A wrong, B right), p = min(1, 2·P(X <= min(b, c))),
-  X ~ Binomial(b + c, 1/2).
+- a_mean, b_mean: the means over the shared cells.
+- correlation: Pearson correlation of the per-problem means over the shared cells (None when
+  fewer than 2 problems or either is constant).
+- mcnemar: the discordant counts and McNemar's exact p when it applies, else why not.
 - mde: the smallest true difference detected with 80 % power by a two-sided test at level
-  1 − confidence: (q_{1−α/2} + q_{0.80}) · stderr, q the normal quantile (t on G−1 df if clustered).
+  1 − confidence: (t_{df, 1−α/2} + t_{df, 0.80}) · stderr.
 """
 
 from __future__ import annotations
@@ -23,90 +22,73 @@ from typing import Any
 import numpy as np
 
 from shardeval.api import MetricOptions, ScoreTable
-from shardeval_metrics.dist import mcnemar_exact, normal_cdf, normal_ppf, t_ppf, t_sf
-from shardeval_metrics.stats import cluster_codes, clustered_se, is_binary, match_problems, per_problem, score_matrix
+from shardeval_metrics.dist import t_ppf
+from shardeval_metrics.paired import paired_difference
+from shardeval_metrics.stats import is_binary, match_problems, score_matrix
 
 POWER = 0.80
 
 
 def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict[str, Any]:
-    """Paired difference B − A over the problems both runs answered (rules in the module doc)."""
-    xa, xb = score_matrix(a), score_matrix(b)
-    ia, ib, only_a, only_b, matched_by = match_problems(a, b)
-    both = np.isfinite(xa[ia]).any(axis=1) & np.isfinite(xb[ib]).any(axis=1)
-    ia, ib = ia[both], ib[both]
-    n = int(ia.size)
+    """Paired difference B − A (rules in the module doc); never raises."""
     alpha = 1.0 - options.confidence
+    paired = paired_difference(a, b, options)
     result: dict[str, Any] = {
         "benchmark": a.benchmark,
         "confidence": options.confidence,
-        "matched_by": matched_by,
-        "n_shared": n,
-        "n_only_a": int(only_a),
-        "n_only_b": int(only_b),
-        "n_shared_without_samples": int((~both).sum()),
-        **dict.fromkeys(("a_mean", "b_mean", "diff", "stderr", "ci_low", "ci_high", "p_value", "correlation")),
-        **dict.fromkeys(("mcnemar", "mcnemar_reason", "mde")),
-        "ci_method": "none",
+        "matched_by": paired["matched_by"],
+        "n_shared": paired["n_problems"],
+        "n_cells": paired["n"],
+        "n_only_a": paired["n_problems_only_baseline"],
+        "n_only_b": paired["n_problems_only_other"],
+        "n_shared_without_samples": 0,
+        "a_mean": paired["baseline_mean"],
+        "b_mean": paired["other_mean"],
+        **{k: paired[k] for k in ("diff", "stderr", "ci_low", "ci_high", "p_value", "test", "ci_method", "df", "clustered_by")},
+        **dict.fromkeys(("correlation", "mcnemar", "mcnemar_reason", "mde")),
         "details": {
-            "diff": "mean over shared problems of s_b - s_a (per-problem means of valid samples)",
-            "a_mean_b_mean": "means over the shared problems only",
-            "mde_formula": f"(q_(1-alpha/2) + q_{POWER:.2f}) * stderr, alpha = {alpha:.6g}, power {POWER:.0%}",
+            "diff": "mean over the (problem, repeat) cells valid in both runs of B - A (paired.paired_difference, "
+                    "as the sweep table)",
+            "a_mean_b_mean": "means over the shared cells only",
+            "mde_formula": f"(t_(df,1-alpha/2) + t_(df,{POWER:.2f})) * stderr, alpha = {alpha:.6g}, power {POWER:.0%}",
         },
     }
     details = result["details"]
-    if n == 0:
-        details["reason"] = "no problem has a valid sample in both runs"
+    xa, xb = score_matrix(a), score_matrix(b)
+    ia, ib, _, _, _ = match_problems(a, b)
+    repeats = min(a.repeats, b.repeats)
+    ca, cb = xa[ia, :repeats], xb[ib, :repeats]
+    both = np.isfinite(ca) & np.isfinite(cb)
+    has = both.any(axis=1)
+    result["n_shared_without_samples"] = int((~has).sum())
+    if paired["n"] == 0:
+        details["reason"] = paired["reason"]
         result["mcnemar_reason"] = details["reason"]
         return result
-    sa_stats, sb_stats = per_problem(xa[ia]), per_problem(xb[ib])
-    sa, sb = sa_stats.means, sb_stats.means
-    d = sb - sa
-    diff = float(d.mean())
-    result.update(a_mean=float(sa.mean()), b_mean=float(sb.mean()), diff=diff)
-
-    codes = cluster_codes(a, ia)
-    n_groups = int(codes.max()) + 1 if codes is not None else n
-    if codes is not None and 2 <= n_groups < n:
-        se, _ = clustered_se(d, codes)
-        df = n_groups - 1
-        crit = t_ppf(1.0 - alpha / 2.0, df)
-        q_power = t_ppf(POWER, df)
-        result["ci_method"] = "clustered"
-        details.update(n_clusters=n_groups, df=df, clusters_from="run A")
-        p_of = lambda t: min(1.0, 2.0 * t_sf(abs(t), df))  # noqa: E731
-    elif n >= 2:
-        se = float(np.std(d, ddof=1)) / math.sqrt(n)
-        crit = normal_ppf(1.0 - alpha / 2.0)
-        q_power = normal_ppf(POWER)
-        result["ci_method"] = "clt"
-        p_of = lambda t: min(1.0, 2.0 * (1.0 - normal_cdf(abs(t))))  # noqa: E731
+    if paired["stderr"] is None:
+        details["reason"] = paired.get("reason", "stderr needs >= 2 shared problems")
     else:
-        se = None
-        details["reason"] = "stderr needs >= 2 shared problems"
-    if se is not None:
-        p_value = p_of(diff / se) if se > 0 else 1.0 if diff == 0 else 0.0
-        result.update(stderr=se, ci_low=diff - crit * se, ci_high=diff + crit * se, mde=(crit + q_power) * se, p_value=p_value)
-        details["p_value"] = "two-sided test of diff = 0 on the interval's reference distribution"
-
-    if n >= 2 and float(np.std(sa)) > 0 and float(np.std(sb)) > 0:
+        df = paired["df"]
+        result["mde"] = (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(POWER, df)) * paired["stderr"]
+        details["p_value"] = f"{paired['test']}: two-sided test of diff = 0"
+    counts = both[has].sum(axis=1)
+    sa = np.where(both, ca, 0.0)[has].sum(axis=1) / counts
+    sb = np.where(both, cb, 0.0)[has].sum(axis=1) / counts
+    if sa.size >= 2 and float(np.std(sa)) > 0 and float(np.std(sb)) > 0:
         r = float(np.corrcoef(sa, sb)[0, 1])
         result["correlation"] = r if math.isfinite(r) else None
-
-    binary = is_binary(xa[ia]) and is_binary(xb[ib])
-    single = bool(np.all(sa_stats.counts == 1) and np.all(sb_stats.counts == 1))
-    if binary and single:
-        right_a, right_b = sa == 1.0, sb == 1.0
-        n_b, n_c = int((right_a & ~right_b).sum()), int((~right_a & right_b).sum())
+    if paired["test"] == "mcnemar_exact":
+        disc = paired["discordant"]
         result["mcnemar"] = {
-            "a_right_b_wrong": n_b,
-            "a_wrong_b_right": n_c,
-            "p_value": mcnemar_exact(n_b, n_c),
+            "a_right_b_wrong": disc["baseline_right_other_wrong"],
+            "a_wrong_b_right": disc["baseline_wrong_other_right"],
+            "p_value": paired["p_value"],
             "test": "exact: min(1, 2 * BinomCDF(min(b, c); b + c, 0.5))",
         }
     else:
+        binary = is_binary(ca[both]) and is_binary(cb[both])
         result["mcnemar_reason"] = (
             "McNemar needs binary scores (0/1) in both runs" if not binary
-            else "McNemar needs exactly one valid sample per problem in both runs (repeats > 1: see diff and its interval)"
+            else "McNemar needs exactly one shared sample per problem (repeats > 1: see diff and its interval)"
         )
     return result

@@ -214,3 +214,47 @@ def mcnemar_exact(b: int, c: int) -> float:
     if n <= 20_000:
         return min(1.0, (2 * _ways_at_most(m, n)) / (1 << n))
     return min(1.0, 2.0 * betainc(n - m, m + 1.0, 0.5, 0.5))
+
+
+@lru_cache(maxsize=65536)
+def beta_ppf(q: float, a: float, b: float) -> float:
+    """The q-quantile of Beta(a, b) (a, b > 0, real): Newton steps on `betainc` inside a bisection
+    bracket (a step that leaves the bracket bisects), to 1e-15 relative (quantiles below ~1e-60,
+    from a shape parameter near 0, to 1e-60 absolute: 200 steps at most).
+
+    Clopper-Pearson's ends are beta quantiles; this needs nothing but the CDF and the density."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"beta_ppf needs 0 <= q <= 1, got {q}")
+    if q in (0.0, 1.0):
+        return q
+    lo, hi = 0.0, 1.0
+    x = min(max(a / (a + b), 1e-12), 1.0 - 1e-12)
+    log_norm = log_beta(a, b)
+    for _ in range(200):
+        f = betainc(a, b, x) - q
+        if f < 0:
+            lo = x
+        else:
+            hi = x
+        log_pdf = (a - 1.0) * math.log(x) + (b - 1.0) * math.log1p(-x) - log_norm
+        step = f / math.exp(log_pdf) if log_pdf > -700 else math.inf
+        x_new = x - step
+        if not lo < x_new < hi:
+            x_new = 0.5 * (lo + hi)
+        if abs(x_new - x) <= 1e-15 * max(x_new, 1e-300) or hi - lo <= 1e-300:
+            return x_new
+        x = x_new
+    return x
+
+
+@lru_cache(maxsize=65536)
+def clopper_pearson_interval(successes: float, n: float, confidence: float) -> tuple[float, float]:
+    """Clopper-Pearson ("exact", statsmodels' method='beta') interval for successes/n; n and
+    successes may be real (an effective sample size): ends Beta(α/2; x, n−x+1), Beta(1−α/2; x+1, n−x)."""
+    if n <= 0:
+        raise ValueError("clopper_pearson_interval needs n > 0")
+    alpha = 1.0 - confidence
+    x = min(max(successes, 0.0), n)
+    low = 0.0 if x <= 0.0 else beta_ppf(alpha / 2.0, x, n - x + 1.0)
+    high = 1.0 if x >= n else beta_ppf(1.0 - alpha / 2.0, x + 1.0, n - x)
+    return low, high

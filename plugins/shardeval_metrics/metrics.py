@@ -50,16 +50,16 @@ def accuracy(table: ScoreTable, options: MetricOptions, *, name: str = "accuracy
     if stats.n_flagged:
         details["flagged_note"] = f"{stats.n_flagged} problem(s) have no valid sample and are left out"
     codes = cluster_codes(table, stats.index) if stats.n else None
-    bernoulli, bounds = binary and bool(np.all(stats.counts == 1)), (0.0, 1.0) if binary else None
+    trials, bounds = (stats.counts, (0.0, 1.0)) if binary else (None, None)
     if codes is not None:
         n_groups = int(codes.max()) + 1
         if n_groups <= PER_CLUSTER_LIMIT:
-            details["per_cluster"] = per_cluster_means(table, stats, stats.means, options, bernoulli=bernoulli, bounds=bounds)
+            details["per_cluster"] = per_cluster_means(table, stats, stats.means, options, trials=trials, bounds=bounds)
         else:
             details["per_cluster_note"] = f"{n_groups} clusters: per-cluster means are listed up to {PER_CLUSTER_LIMIT}"
     if stats.n:
         details.update(variance_split(x, stats))
-    return {name: summarize_mean(stats.means, options, codes=codes, bernoulli=bernoulli, bounds=bounds, details=details)}
+    return {name: summarize_mean(stats.means, options, codes=codes, trials=trials, bounds=bounds, details=details)}
 
 
 def mean(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValue]:
@@ -74,8 +74,10 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
     entry "pass@k" with value None says why. Per problem with n valid samples and c correct,
     pass@k = 1 − Π_{j=n−c+1}^{n} (1 − k/j) (1.0 when n − c < k). Problems with fewer than k valid
     samples are left out of pass@k and counted in details["n_flagged"]. The mean over eligible
-    problems gets its stderr and interval like accuracy (clustered when clustered; Wilson only
-    where every eligible problem has exactly k samples, which makes its value a single Bernoulli).
+    problems gets its stderr and interval like accuracy: a proportion whose Bernoulli cells are,
+    per problem, the n // k disjoint groups of k samples (each one "any of k right" draw; the
+    unbiased estimator is at least as precise as their mean): n for pass@1, 1 for pass@n. At 0 or
+    1 each problem counts once.
     """
     x = score_matrix(table)
     valid = np.isfinite(x)
@@ -97,7 +99,7 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
             details["flagged_note"] = f"{n_flagged} problem(s) have fewer than {k} valid samples and are left out"
         out[f"pass@{k}"] = summarize_mean(
             _pass_at_k(n_valid[index], n_correct[index], k), options, codes=cluster_codes(table, index),
-            bernoulli=bool(np.all(n_valid[index] == k)), bounds=(0.0, 1.0), details=details,
+            trials=n_valid[index] // k, bounds=(0.0, 1.0), details=details,
         )
     return out
 

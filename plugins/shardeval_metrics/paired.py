@@ -9,7 +9,11 @@ different problems are never compared; what the pairing leaves out is counted in
 - stderr: the cells of one problem are not independent (same question, same difficulty), so the
   cell differences are clustered by problem: SE² = G/(G−1) · Σ_g (Σ_{c∈g} (d_c − d̄))² / n² over
   the G problems (`stats.clustered_se`; exactly sd(d, ddof=1)/sqrt(n) when each problem has one
-  cell). Interval diff ± t_{G−1, 1−α/2} · SE; paired t test t = diff/SE on G−1 df.
+  cell). When the baseline's problems carry categories (>= 2, some shared), the clusters are the
+  categories instead (a problem without one is its own), as merge clusters accuracy.
+  Interval diff ± t_{G−1, 1−α/2} · SE; paired t test t = diff/SE on G−1 df ("paired-t").
+- This is the one paired interval: the sweep table (hook `paired_differences`) and
+  `shardeval compare` (`compare.compare_tables`) both take it from `paired_difference`.
 - p-value: McNemar's exact test on the discordant cells when both tables are binary and every
   shared problem has exactly one shared cell; the paired t test otherwise. McNemar treats each
   discordant pair as an independent coin flip. Two repeats of one problem are not independent
@@ -26,7 +30,7 @@ import numpy as np
 
 from shardeval.api import MetricOptions, ScoreTable
 from shardeval_metrics.dist import mcnemar_exact, t_ppf, t_sf
-from shardeval_metrics.stats import clustered_se, is_binary, match_problems, score_matrix
+from shardeval_metrics.stats import cluster_codes, clustered_se, is_binary, match_problems, score_matrix
 
 
 def holm(p_values: list[float | None]) -> list[float | None]:
@@ -69,22 +73,31 @@ def paired_difference(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> d
         "n_only_baseline": valid_a - n,
         "n_only_other": valid_b - n,
         "n_problems_unmatched": int(only_a + only_b),
+        "n_problems_only_baseline": int(only_a),
+        "n_problems_only_other": int(only_b),
+        "clustered_by": "problem",
         "complete": n > 0 and n == a.n_cells == b.n_cells,
         **dict.fromkeys(("diff", "baseline_mean", "other_mean", "stderr", "ci_low", "ci_high", "df", "p_value",
                          "p_holm", "discordant")),
         "test": "none",
+        "ci_method": "none",
     }
     if n == 0:
         result["reason"] = "no (problem, repeat) cell is valid in both tables"
         return result
     diff = float(d.mean())
     result.update(diff=diff, baseline_mean=float(da.mean()), other_mean=float(db.mean()))
+    if a.cluster is not None and n_problems:
+        by_category = cluster_codes(a, ia[problems])  # per shared problem; one without a category is its own
+        if 2 <= int(by_category.max()) + 1 < n_problems:
+            codes, result["clustered_by"] = by_category[codes], "category"
     se, n_groups = clustered_se(d, codes)
     if se is not None:
         df = n_groups - 1
         half = t_ppf(0.5 + options.confidence / 2.0, df) * se
         p = min(1.0, 2.0 * t_sf(abs(diff) / se, df)) if se > 0 else 1.0 if diff == 0 else 0.0
-        result.update(stderr=se, ci_low=diff - half, ci_high=diff + half, df=df, p_value=p, test="paired_t")
+        result.update(stderr=se, ci_low=diff - half, ci_high=diff + half, df=df, p_value=p, test="paired_t",
+                      ci_method="paired-t", n_clusters=n_groups)
     else:
         result["reason"] = "stderr and interval need >= 2 problems with a shared cell"
     if is_binary(da) and is_binary(db) and n == n_problems:

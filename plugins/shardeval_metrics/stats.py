@@ -4,13 +4,17 @@ Everything here works on per-problem values: a metric first reduces the table's 
 cells to one number per problem, then `summarize_mean` turns those into a `MetricValue`:
 
 - CLT: stderr = sd(s_i, ddof=1) / sqrt(n); interval mean ± z_{1-α/2} · stderr ("clt").
-- Wilson ("wilson") when the per-problem values are single Bernoulli draws (binary scores, one
-  valid sample per problem) and the normal approximation is poor: n < 30 or n·p̂ < 10 or
-  n·(1 − p̂) < 10 (`wilson_rule`).
 - Clustered ("clustered", Miller 2024, arXiv 2411.00640) when the problems carry clusters and at
   least one cluster holds two or more of them: SE² = G/(G−1) · Σ_g (Σ_{i∈g} (s_i − s̄))² / n²,
   interval s̄ ± t_{G−1, 1−α/2} · SE. A problem without a cluster (-1) is its own cluster, so
   with no shared clusters the formula reduces exactly to the CLT one.
+- Proportions (binary scores, pass@k), `--ci-method auto`: Wilson's score interval ("wilson", or
+  "wilson-clustered") at Korn & Graubard's (1998) effective sample size n* = N / max(1, deff),
+  deff the estimated variance (clustered or not) over that of N independent Bernoulli cells, and
+  with clusters the degrees-of-freedom adjustment n* · (t_{n−1}/t_df)², df by Satterthwaite
+  (`effective_trials`). Where fewer than 5 effective successes or failures remain, Wilson's
+  coverage dips (Brown, Cai & DasGupta 2001): Clopper-Pearson ("clopper-pearson") at the same
+  n*. At p̂ = 0 or 1 each problem counts once. Never zero width, never outside [0, 1].
 """
 
 from __future__ import annotations
@@ -22,15 +26,10 @@ from typing import Any, Callable
 import numpy as np
 
 from shardeval.api import MetricOptions, MetricValue, ScoreTable
-from shardeval_metrics.dist import normal_ppf, t_ppf, wilson_interval
+from shardeval_metrics.dist import clopper_pearson_interval, normal_ppf, t_ppf
 
 SE_IF_REPEATS = (1, 2, 4, 8, 16, 32)
 BATCH_ELEMENTS = 1 << 22  # bootstrap: index draws held at once (32 MiB of int64)
-
-
-def wilson_rule(n: int, p_hat: float) -> bool:
-    """Whether a proportion of n Bernoulli problems gets the Wilson interval instead of the CLT one."""
-    return n < 30 or n * p_hat < 10 or n * (1.0 - p_hat) < 10
 
 
 def view(arr: Any, dtype: Any, size: int, what: str) -> np.ndarray:
@@ -133,20 +132,124 @@ def clustered_se(values: np.ndarray, codes: np.ndarray) -> tuple[float | None, i
     return math.sqrt(var), n_groups
 
 
+def effective_trials(p_hat: Any, se: Any, trials: Any, n: int, groups: int | None,
+                     confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Korn & Graubard's (1998) effective sample size of a proportion, vectorised: (n*, deff).
+
+    deff = se² / (p̂(1−p̂)/(N−1)), the estimated variance over that of N independent Bernoulli
+    cells (N = `trials`; same ddof=1 convention, so single-sample unclustered data give exactly 1),
+    clamped to >= 1: n* = N / max(1, deff). With clusters (`groups` = G; None when unclustered)
+    Korn & Graubard's degrees-of-freedom adjustment n* · (t_{n−1} / t_df)², with df by
+    Satterthwaite: the binomial part v = p̂(1−p̂)/(N−1) counts n−1 df, only the excess
+    e = max(0, se² − v) that clustering adds comes from the G cluster sums (G−1 df):
+    df = (v + e)² / (v²/(n−1) + e²/(G−1)), between G−1 and n−1. So two categories that do not
+    differ cost nothing, and a real cluster effect widens the interval as far as it shows.
+    At p̂ = 0 or 1 the variance is 0 and says nothing: deff is taken as 1 for the clusters (Korn &
+    Graubard) and each problem counts once whatever its repeats (n* = n problems; deff NaN).
+    """
+    p, s, big_n = (np.asarray(v, dtype=np.float64) for v in (p_hat, se, trials))
+    interior = (p > 0.0) & (p < 1.0)
+    srs = p * (1.0 - p) / np.maximum(big_n - 1.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        deff = np.where(interior & np.isfinite(s), s * s / srs, np.nan)
+    n_eff = np.where(interior, big_n / np.where(np.isfinite(deff), np.maximum(deff, 1.0), 1.0), float(n))
+    if groups is not None and n >= 2:
+        # Satterthwaite: the binomial part of the variance has n−1 df, its excess over it G−1
+        excess = np.maximum(0.0, s * s - srs)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            df = (srs + excess) ** 2 / (srs * srs / (n - 1) + excess * excess / (groups - 1))
+        df = np.where(interior & np.isfinite(df), np.clip(df, groups - 1, n - 1), n - 1)
+        q = 0.5 + confidence / 2.0
+        t_df = np.vectorize(lambda d: t_ppf(q, float(d)), otypes=[float])(df)
+        n_eff = n_eff * (t_ppf(q, n - 1) / t_df) ** 2
+    return n_eff, deff
+
+
+def proportion_interval(p_hat: Any, n_eff: Any, confidence: float, method: str = "wilson") -> tuple[np.ndarray, np.ndarray]:
+    """Wilson's score interval (vectorised) or Clopper-Pearson's for p̂ at an effective size n*
+    (real, from `effective_trials`): never zero-width, never outside [0, 1]."""
+    p, m = np.asarray(p_hat, dtype=np.float64), np.asarray(n_eff, dtype=np.float64)
+    if method == "clopper-pearson":
+        # each distinct (p̂, n*) once: inverting the incomplete beta is the slow part
+        pairs, inverse = np.unique(np.stack([p.reshape(-1), m.reshape(-1)], axis=1), axis=0, return_inverse=True)
+        ends = np.array([clopper_pearson_interval(x * k, k, confidence) for x, k in pairs]).reshape(-1, 2)
+        picked = ends[inverse.reshape(-1)]
+        return picked[:, 0].reshape(p.shape), picked[:, 1].reshape(p.shape)
+    z = normal_ppf(0.5 + confidence / 2.0)
+    z2n = z * z / m
+    center = (p + z2n / 2.0) / (1.0 + z2n)
+    half = z / (1.0 + z2n) * np.sqrt(p * (1.0 - p) / m + z2n / (4.0 * m))
+    # at p̂ = 0 (1) the low (high) end is exactly 0 (1), not the rounding of center − half
+    return np.where(p <= 0.0, 0.0, np.maximum(0.0, center - half)), np.where(p >= 1.0, 1.0, np.minimum(1.0, center + half))
+
+
+FEW = 5.0  # auto: Clopper-Pearson below this many effective successes (or failures), p̂ strictly inside
+
+
+def few_counts(n_eff: Any, p_hat: Any) -> Any:
+    """Where Wilson's coverage dips (Brown, Cai & DasGupta 2001: a handful of successes or failures
+    near p = 0 or 1): 0 < n*·p̂ < FEW or 0 < n*·(1 − p̂) < FEW. There `auto` takes Clopper-Pearson."""
+    lo = np.minimum(n_eff * p_hat, n_eff * (1.0 - p_hat))
+    return (lo > 0.0) & (lo < FEW)
+
+
+@dataclass
+class Intervals:
+    """`mean_intervals`' answer, one entry per mean (arrays; 0-d for one mean)."""
+
+    low: np.ndarray
+    high: np.ndarray
+    proportion: np.ndarray  # True where the proportion interval (Wilson / Clopper-Pearson) was taken
+    exact: np.ndarray  # True where that was Clopper-Pearson's
+    n_eff: np.ndarray  # Korn & Graubard's n* (NaN where not a proportion)
+    deff: np.ndarray  # the design effect before clamping (NaN where undefined)
+
+
+def mean_intervals(mean: Any, se: Any, trials: Any, n: int, groups: int | None, confidence: float, choice: str,
+                   bounds: tuple[float, float] | None) -> Intervals:
+    """The interval of each mean (vectorised: the coverage simulation calls exactly this).
+
+    `se`: the standard error (clustered where `groups`), NaN where there is none (one problem).
+    `trials`: the Bernoulli cells behind each mean when the means are proportions, else None.
+    `choice`: for proportions, auto / wilson / clopper-pearson take the proportion interval at n*
+    (auto: Wilson, Clopper-Pearson where `few_counts`); clt / clustered, and every mean that is
+    not a proportion, the normal one: mean ± q·se, q = t_{G−1} with clusters else z, clipped to
+    `bounds`.
+    """
+    m, s = np.asarray(mean, dtype=np.float64), np.asarray(se, dtype=np.float64)
+    nan = np.full(m.shape, np.nan)
+    alpha = 1.0 - confidence
+    q = t_ppf(1.0 - alpha / 2.0, groups - 1) if groups is not None else normal_ppf(1.0 - alpha / 2.0)
+    low, high = m - q * s, m + q * s
+    if bounds is not None:
+        low, high = np.maximum(bounds[0], low), np.minimum(bounds[1], high)
+    if trials is None or choice not in ("auto", "wilson", "clopper-pearson"):
+        return Intervals(low, high, np.zeros(m.shape, dtype=bool), np.zeros(m.shape, dtype=bool), nan, nan)
+    n_eff, deff = effective_trials(m, s, trials, n, groups, confidence)
+    exact = np.full(m.shape, choice == "clopper-pearson") | ((choice == "auto") & few_counts(n_eff, m))
+    low, high = np.array(low, copy=True), np.array(high, copy=True)
+    for which, method in ((~exact, "wilson"), (exact, "clopper-pearson")):
+        if which.any():
+            low[which], high[which] = proportion_interval(m[which], n_eff[which], confidence, method)
+    return Intervals(low, high, np.ones(m.shape, dtype=bool), exact, n_eff, deff)
+
+
 def summarize_mean(
     values: np.ndarray,
     options: MetricOptions,
     *,
     codes: np.ndarray | None = None,
-    bernoulli: bool = False,
+    trials: np.ndarray | None = None,
     bounds: tuple[float, float] | None = None,
     details: dict[str, Any] | None = None,
 ) -> MetricValue:
     """Mean of per-problem values with its standard error and interval (rules in the module doc).
 
-    `codes`: dense cluster codes per value (from `cluster_codes`) or None. `bernoulli`: every value
-    is one Bernoulli draw (allows the Wilson interval). `bounds`: the range the mean cannot leave
-    (e.g. (0, 1) for binary scores); CLT and clustered intervals are clipped to it.
+    `codes`: dense cluster codes per value (from `cluster_codes`) or None. `trials`: when the values
+    are proportions (binary scores, pass@k), the Bernoulli cells behind each value (its valid
+    samples; 1 where a value is not a mean of cells): the proportion intervals need them. `bounds`:
+    the range the mean cannot leave (e.g. (0, 1) for binary scores); normal intervals are clipped.
+    `options.ci_method` chooses the interval (`CI_METHODS`).
     """
     details = dict(details or {})
     n = int(values.size)
@@ -154,55 +257,69 @@ def summarize_mean(
         details["reason"] = "no problem has a valid sample"
         return MetricValue(value=None, n=0, details=details)
     mean = float(values.mean())
-    alpha = 1.0 - options.confidence
+    choice = options.ci_method
+    groups: int | None = None
     if codes is not None:
         n_groups = int(codes.max()) + 1
         details["n_clusters"] = n_groups
         if 2 <= n_groups < n:
-            se, _ = clustered_se(values, codes)
-            crit = t_ppf(1.0 - alpha / 2.0, n_groups - 1)
-            details["df"] = n_groups - 1
-            details["ci_rule"] = "clustered SE (Miller 2024) with t quantile on G-1 degrees of freedom"
-            return _interval(mean, se, crit, "clustered", bounds, n, details)
-        details["cluster_note"] = (
-            "all problems share one cluster: a clustered SE needs >= 2 clusters; CLT used" if n_groups < 2
-            else "every problem is its own cluster: the clustered SE equals the CLT one"
-        )
-    se = float(np.std(values, ddof=1)) / math.sqrt(n) if n >= 2 else None
-    if bernoulli and wilson_rule(n, mean):
-        low, high = wilson_interval(float(values.sum()), n, options.confidence)
-        details["ci_rule"] = "Wilson: binary single-sample problems with n < 30 or n*p < 10 or n*(1-p) < 10"
-        if se is None:
-            details["stderr_note"] = "stderr needs >= 2 problems"
-        return MetricValue(value=mean, stderr=se, ci_low=low, ci_high=high, ci_method="wilson", n=n, details=details)
-    if se is None:
+            groups = n_groups
+        else:
+            details["cluster_note"] = (
+                "all problems share one cluster: a clustered SE needs >= 2 clusters; CLT used" if n_groups < 2
+                else "every problem is its own cluster: the clustered SE equals the CLT one"
+            )
+    if groups is not None and choice == "clt":
+        details["cluster_note"] = "--ci-method clt: clusters ignored (the interval assumes independent problems)"
+        groups = None
+    if groups is not None:
+        se: float | None = clustered_se(values, codes)[0]
+        details["df"] = groups - 1
+    else:
+        se = float(np.std(values, ddof=1)) / math.sqrt(n) if n >= 2 else None
+    if choice in ("wilson", "clopper-pearson") and trials is None:
+        details["ci_method_note"] = f"--ci-method {choice}: not a proportion; the normal interval is used"
+    if se is None and trials is None:
         details["reason"] = "stderr and interval need >= 2 problems"
         return MetricValue(value=mean, n=n, details=details)
-    details["ci_rule"] = "CLT: mean ± z * sd(ddof=1)/sqrt(n)"
-    return _interval(mean, se, normal_ppf(1.0 - alpha / 2.0), "clt", bounds, n, details)
-
-
-def _interval(mean: float, se: float, crit: float, method: str, bounds: tuple[float, float] | None,
-              n: int, details: dict[str, Any]) -> MetricValue:
-    """mean ± crit · se, clipped to `bounds` (the range the mean cannot leave)."""
-    low, high = mean - crit * se, mean + crit * se
-    if bounds is not None:
-        low, high = max(bounds[0], low), min(bounds[1], high)
+    got = mean_intervals(mean, math.nan if se is None else se, None if trials is None else float(trials.sum()), n, groups,
+                         options.confidence, choice, bounds)
+    low, high = float(got.low), float(got.high)
+    if bool(got.proportion):
+        method = "clopper-pearson" if bool(got.exact) else "wilson"
+        deff = float(got.deff)
+        details.update(n_effective=float(got.n_eff), design_effect=None if math.isnan(deff) else deff)
+        details["ci_rule"] = (
+            f"{'Clopper-Pearson' if method == 'clopper-pearson' else 'Wilson'} at the effective size n* = "
+            "N / max(1, design effect)" + (", t-adjusted for the clustered variance's Satterthwaite df (Korn & Graubard 1998)"
+                                          if groups else "")
+            + ("; at 0 or 1 each problem counts once" if not 0.0 < mean < 1.0 else "")
+            + (" (auto: Clopper-Pearson where 0 < n*p < 5 or 0 < n*(1-p) < 5)" if choice == "auto" else "")
+        )
+        if se is None:
+            details["stderr_note"] = "stderr needs >= 2 problems"
+        method = f"{method}-clustered" if groups else method
+    elif groups is not None:
+        details["ci_rule"] = "clustered SE (Miller 2024) with t quantile on G-1 degrees of freedom"
+        method = "clustered"
+    else:
+        details["ci_rule"] = "CLT: mean ± z * sd(ddof=1)/sqrt(n)"
+        method = "clt"
     return MetricValue(value=mean, stderr=se, ci_low=low, ci_high=high, ci_method=method, n=n, details=details)
 
 
 def per_cluster_means(table: ScoreTable, stats: ProblemStats, values: np.ndarray, options: MetricOptions, *,
-                      bernoulli: bool = False, bounds: tuple[float, float] | None = None) -> dict[str, dict[str, Any]]:
+                      trials: np.ndarray | None = None, bounds: tuple[float, float] | None = None) -> dict[str, dict[str, Any]]:
     """{cluster name: {"value", "n", "stderr", "ci_low", "ci_high", "ci_method"}}, in cluster order.
 
     Each cluster's interval treats its problems as a sample of their own, by summarize_mean's
-    rules (CLT, or Wilson for small binary single-sample clusters); keys without a value (one
+    rules (`trials`: each value's Bernoulli cells, for proportions); keys without a value (one
     problem: no stderr) are left out."""
     assert table.cluster is not None
     raw = view(table.cluster, np.int64, table.n_problems, "cluster")[stats.index]
 
-    def entry(selected: np.ndarray) -> dict[str, Any]:
-        m = summarize_mean(selected, options, bernoulli=bernoulli, bounds=bounds)
+    def entry(selected: np.ndarray, cells: np.ndarray | None) -> dict[str, Any]:
+        m = summarize_mean(selected, options, trials=cells, bounds=bounds)
         return {"value": m.value, "n": m.n, **{k: v for k in ("stderr", "ci_low", "ci_high", "ci_method")
                                                if (v := getattr(m, k)) is not None}}
 
@@ -210,12 +327,14 @@ def per_cluster_means(table: ScoreTable, stats: ProblemStats, values: np.ndarray
     known = raw >= 0
     if known.any():
         order = np.argsort(raw[known], kind="stable")  # one sort, then each cluster is a slice
-        groups = np.split(values[known][order], np.cumsum(np.bincount(raw[known]))[:-1])
-        for code, group in enumerate(groups):
+        cuts = np.cumsum(np.bincount(raw[known]))[:-1]
+        groups = np.split(values[known][order], cuts)
+        cells = np.split(trials[known][order], cuts) if trials is not None else [None] * len(groups)
+        for code, (group, n_cells) in enumerate(zip(groups, cells)):
             if group.size:
-                out[table.cluster_names[code] if code < len(table.cluster_names) else f"cluster {code}"] = entry(group)
+                out[table.cluster_names[code] if code < len(table.cluster_names) else f"cluster {code}"] = entry(group, n_cells)
     if not known.all():
-        out["(no cluster)"] = entry(values[~known])
+        out["(no cluster)"] = entry(values[~known], trials[~known] if trials is not None else None)
     return out
 
 
