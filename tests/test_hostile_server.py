@@ -332,10 +332,42 @@ def test_a_stream_without_any_choice_is_a_protocol_error(case: str) -> None:
     assert time.monotonic() - t0 < 5
 
 
-@pytest.mark.parametrize("parts", [(delta(None), DONE), (delta("", "stop"), DONE), (EMPTY, delta("", "length"))],
-                         ids=["role_chunk_then_done", "empty_content_with_finish", "finish_without_done"])
-def test_an_empty_answer_with_a_choice_is_still_an_answer(parts: tuple[bytes, ...]) -> None:
-    """The rule is about choices, not text: a model may legitimately answer nothing."""
+ROLE = event({"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
+ROLE_NULL = delta(None)  # llama.cpp's first chunk: `content: null` beside the role
+USAGE_IN_CHOICE = event({"choices": [{"index": 0, "delta": {}}], "usage": {"prompt_tokens": 7, "completion_tokens": 0}})
+
+# A choice that never carried an answer field (content or text, even "", reasoning, tool calls) nor a
+# finish_reason is no answer either (issue 24 item 18): before, each of these was an `ok` record
+# with the answer "", scored as wrong.
+NO_ANSWER: dict[str, Reply] = {
+    "role_delta_then_done": sse(ROLE, DONE),
+    "role_with_null_content_then_done": sse(ROLE_NULL, DONE),
+    "role_then_usage_then_done": sse(ROLE, USAGE, DONE),
+    "usage_in_an_empty_choice_then_done": sse(USAGE_IN_CHOICE, DONE),
+    "completions_choice_without_text_then_done": sse(event({"choices": [{"index": 0, "logprobs": None}]}), DONE),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_ANSWER))
+def test_a_stream_whose_choices_never_carried_an_answer_is_a_protocol_error(case: str) -> None:
+    with RawServer(NO_ANSWER[case]) as server:
+        t0 = time.monotonic()
+        c = ask(server.url, config(attempts=2, idle=0.5))
+    assert (c.status, c.error_kind, c.attempts) == ("error", "protocol", 2), c
+    assert "carried no answer" in (c.error or ""), c.error
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("parts", [
+    (ROLE, delta("", "stop"), DONE), (delta("", "stop"), DONE), (EMPTY, delta("", "length")), (ROLE_NULL, delta(""), DONE),
+    (ROLE, event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), DONE),
+    (ROLE, event({"choices": [{"index": 0, "delta": {"reasoning_content": ""}}]}), DONE),
+    (ROLE, event({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "f"}}]}}]}), DONE),
+], ids=["role_then_empty_content_with_finish", "empty_content_with_finish", "finish_without_done", "empty_content_then_done",
+        "role_then_finish_with_empty_delta", "empty_reasoning_then_done", "tool_call_then_done"])
+def test_an_empty_answer_the_server_gave_is_still_an_answer(parts: tuple[bytes, ...]) -> None:
+    """A model may legitimately answer nothing: a `content: ""` (vLLM, OpenAI), reasoning, a tool
+    call or a finish_reason (llama.cpp's last chunk) says the server did generate, and answered ""."""
     with RawServer(sse(*parts)) as server:
         c = ask(server.url, config(attempts=1))
     assert (c.status, c.text) == ("ok", ""), c
@@ -459,6 +491,7 @@ E2E: dict[str, tuple[Reply, bool, str, dict]] = {
     "invalid_utf8_500_body": (whole(response(500, b'{"error":{"message":"\xff"}}')), True, "server_error", {}),
     "no_choice_stream": (sse(EMPTY, EMPTY, DONE), True, "protocol", {}),
     "bare_done": (sse(DONE), True, "protocol", {}),
+    "role_delta_then_done": (sse(ROLE, DONE), True, "protocol", {}),
     "pings_forever_after_first_token": (pinging(PINGS["comment"]), True, "timeout", {}),
     "endless_stream": (endless_stream, True, "too_large", {"max_response_bytes": 1048576}),
 }
