@@ -312,7 +312,7 @@ class ShardRun:
                     raise ShardError(failure)
         except BaseException as exc:
             manifest.state = "failed"
-            manifest.reason = str(exc) if isinstance(exc, ShardError) else f"{type(exc).__name__}: {exc}"
+            manifest.reason = str(exc) if isinstance(exc, (ShardError, UsageError)) else f"{type(exc).__name__}: {exc}"
             if isinstance(exc, OSError):  # the machine, not the user: an infrastructure failure (exit 1)
                 raise ShardError(manifest.reason) from None
             raise
@@ -353,7 +353,7 @@ class ShardRun:
             stack.callback(watcher.cancel)  # unwound before the service itself is stopped
         pool = max(p.config.max_concurrent for p in plans if name in (p.config.solver.service, p.config.judge and p.config.judge.service))
         client = await stack.enter_async_context(Client(endpoint, service_config, pool))
-        served = await read_served(client, endpoint.base_url, endpoint.model)
+        served = await read_served(client, endpoint.base_url, endpoint.model, name)
         if self.cache is not None:
             client.use_cache(self.cache, served)
         log.info("service %s: %s model %s (%s), serving %s", name, endpoint.base_url, endpoint.model, endpoint.protocol, served.describe())
