@@ -122,3 +122,97 @@ def test_servers_without_a_models_list_at_the_url_still_run(tmp_path: Path, path
     assert r.returncode == 0, r.stderr
     assert [x["status"] for x in records(tmp_path / "out")] == ["ok", "ok"]
     assert manifest(tmp_path / "out")["state"] == "complete"
+
+
+# =================================================================================================
+# Item 2. COMPLETE means every cell has a standing ok record
+# =================================================================================================
+
+
+async def refuse_every_request(request: Request, writer: Any) -> None:
+    writer.write(response(400, b'{"error": {"message": "this model does not take that", "code": 400}}'))
+
+
+def run_and_merge(tmp_path: Path, reply: Any, *, n: int = 3, repeats: int = 2, merge_args: tuple[str, ...] = ()) -> tuple[Any, Any, Path]:
+    with RawServer(reply) as server:
+        cfg = write_config(tmp_path, server.url, n=n, repeats=repeats, attempts=1)
+        out = tmp_path / "run" / "shard_0"
+        ran = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out))
+    merged = shardeval_cmd("merge", str(tmp_path / "run"), *merge_args)
+    return ran, merged, out
+
+
+def no_complete(text: str) -> bool:
+    import re
+
+    return re.search(r"\bCOMPLETE\b", text) is None
+
+
+def test_a_run_of_only_errors_exits_3_and_never_says_complete(tmp_path: Path) -> None:
+    """The acceptance case: every pair a `client` error. Before: the shard exited 0 with its
+    manifest `complete`, and merge printed COMPLETE and exited 0."""
+    ran, merged, out = run_and_merge(tmp_path, refuse_every_request)
+    assert ran.returncode == 3, ran.stderr
+    assert "finished with errors: 6 of 6 pairs end in errors (client 6)" in ran.stderr, ran.stderr
+    m = manifest(out)
+    assert m["state"] == "finished_with_errors" and m["benchmarks"][0]["error_kinds"] == {"client": 6}, m
+    assert m["benchmarks"][0]["n_error"] == 6 and "6 of 6 pairs end in errors" in m["reason"]
+    assert merged.returncode == 3, merged.stderr
+    assert "**ERRORS**: 6 of 6 cells end in errors (6 client)" in merged.stdout, merged.stdout
+    assert no_complete(merged.stdout + merged.stderr)
+    report = (tmp_path / "run" / "merged" / "report.md").read_text()
+    assert "**ERRORS**: 6 of 6 cells end in errors (6 client)" in report and no_complete(report)
+    scores = json.loads((tmp_path / "run" / "merged" / "scores.json").read_text())
+    assert scores["arith"]["complete"] is False and scores["arith"]["error_kinds"] == {"client": 6}
+    status = shardeval_cmd("status", str(tmp_path / "run"))
+    assert "finished_with_errors" in status.stdout and "(client 6)" in status.stdout, status.stdout
+
+
+def test_errors_of_several_kinds_among_answers_are_counted_by_kind(tmp_path: Path) -> None:
+    """Variant: a mix of answers, protocol errors (an empty stream) and server errors; the verdict
+    counts them by kind, and `--errors-as-wrong` (which scores them) does not make the run complete."""
+    async def mixed(request: Request, writer: Any) -> None:  # by the request's number: 1 answer, 2 empty stream, 3 a 500
+        kind = request.n % 3
+        if kind == 1:
+            await ANSWER(request, writer)
+        elif kind == 2:
+            await sse(DONE)(request, writer)
+        else:
+            writer.write(response(500, b'{"error": "engine died"}'))
+
+    ran, merged, out = run_and_merge(tmp_path, mixed, n=4, repeats=3, merge_args=("--errors-as-wrong",))
+    m = manifest(out)
+    assert m["benchmarks"][0]["error_kinds"] == {"protocol": 4, "server_error": 4} and m["state"] == "finished_with_errors", m
+    assert ran.returncode == 3, ran.stderr
+    assert merged.returncode == 3 and no_complete(merged.stdout), merged.stdout
+    assert "**ERRORS**: 8 of 12 cells end in errors (4 protocol, 4 server_error)" in merged.stdout, merged.stdout
+    assert "scored as wrong" in merged.stdout
+
+
+def test_a_rerun_that_answers_the_error_cells_makes_the_run_complete(tmp_path: Path) -> None:
+    """Exit 0 and COMPLETE once every cell has an ok record: the rerun resumes, asks only the
+    error cells, and the shard and the merge both say so."""
+    ran, merged, out = run_and_merge(tmp_path, refuse_every_request, n=2, repeats=1)
+    assert ran.returncode == 3 and merged.returncode == 3
+    cfg = next(tmp_path.glob("config-*.yaml"))
+    with RawServer(ANSWER) as server:
+        config = json.loads(cfg.read_text())
+        config["services"]["model"]["url"] = server.url
+        cfg.write_text(json.dumps(config))
+        again = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out))
+        asked = server.posts
+    assert again.returncode == 0 and asked == 2, again.stderr
+    assert manifest(out)["state"] == "complete" and manifest(out)["benchmarks"][0]["error_kinds"] == {}
+    merged = shardeval_cmd("merge", str(tmp_path / "run"))
+    assert merged.returncode == 0 and "**COMPLETE**" in merged.stdout, merged.stdout
+
+
+def test_merge_of_a_partial_run_exits_3(tmp_path: Path) -> None:
+    """PARTIAL (a shard never started) is not complete either: the files are written, exit 3."""
+    with RawServer(ANSWER) as server:
+        cfg = write_config(tmp_path, server.url, n=4, repeats=1)
+        r = shardeval_cmd("run", str(cfg), "--shard", "0/2", "-o", str(tmp_path / "run" / "shard_0"))
+    assert r.returncode == 0, r.stderr
+    merged = shardeval_cmd("merge", str(tmp_path / "run"))
+    assert merged.returncode == 3 and "**PARTIAL**: 2 of 4 cells missing" in merged.stdout, merged.stdout
+    assert (tmp_path / "run" / "merged" / "scores.json").exists()

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from shardeval.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
                                     open_from_params, open_rows, package_data)
     from shardeval.discover import refuse_inside_shard
-    from shardeval.errors import ShardError, UsageError
+    from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError
     from shardeval.export import load_run
     from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
     from shardeval.orchestrator import dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, Orchestrator, merge_and_report
@@ -57,7 +57,7 @@ _LAZY = {
     "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row "
     "open_from_params open_rows package_data",
     "shardeval.discover": "refuse_inside_shard",
-    "shardeval.errors": "ShardError UsageError",
+    "shardeval.errors": "EXIT_WITH_ERRORS ShardError UsageError",
     "shardeval.export": "load_run",
     "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
     "shardeval.orchestrator": "dump_yaml ENV_NAME escape_dollars LaunchRequest Orchestrator merge_and_report",
