@@ -216,3 +216,47 @@ def test_merge_of_a_partial_run_exits_3(tmp_path: Path) -> None:
     merged = shardeval_cmd("merge", str(tmp_path / "run"))
     assert merged.returncode == 3 and "**PARTIAL**: 2 of 4 cells missing" in merged.stdout, merged.stdout
     assert (tmp_path / "run" / "merged" / "scores.json").exists()
+
+
+@pytest.mark.parametrize("shards", [None, 2], ids=["in_process", "two_local_shards"])
+def test_a_local_launch_whose_shards_finish_with_errors_exits_3(tmp_path: Path, shards: int | None) -> None:
+    """`shardeval run config.yaml` (no --shard): the one shard in-process, or the local
+    orchestrator's shard processes, all finishing with errors: the launch exits 3 and its merge
+    says ERRORS. Before: exit 0 and COMPLETE."""
+    with RawServer(refuse_every_request) as server:
+        cfg = write_config(tmp_path, server.url, n=4, repeats=1, attempts=1)
+        extra = ("-O", f"cluster.shards={shards}") if shards else ()
+        r = shardeval_cmd("run", str(cfg), *extra, "-o", str(tmp_path / "run" / ("" if shards else "shard_0")))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert no_complete(r.stdout + r.stderr)
+    if shards:
+        assert "**ERRORS**: 4 of 4 cells end in errors (4 client)" in r.stdout, r.stdout
+        assert "2 of 2 shards failed or finished with errors" in r.stderr, r.stderr
+    for m in (json.loads(p.read_text()) for p in (tmp_path / "run").glob("shard_*/manifest.json")):
+        assert m["state"] == "finished_with_errors", m
+
+
+def test_a_rescore_whose_records_end_in_judge_errors_exits_3(tmp_path: Path) -> None:
+    """A rescore by a judge that never gives a verdict: every record a `judge` error. Before: the
+    rescore exited 0 with its manifests `complete`, and merge said COMPLETE."""
+    from test_judge import FAST
+    from test_judge import write_config as judged_config
+
+    import socket
+
+    with socket.socket() as sock:  # one port for both judges: the rescore asks the run's judge service again
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    run, new = tmp_path / "run", tmp_path / "new"
+    with running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "1", *FAST, "--port", port) as judge:
+        with running_sim("--bench", "arith", *FAST) as model:
+            cfg = judged_config(tmp_path, model, judge, n=4, repeats=1)
+            done = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(run / "shard_0"))
+    assert done.returncode == 0, done.stderr
+    with running_sim("--model", "judge", "--bench", "arith", "--judge-garbage", "1", *FAST, "--port", port):
+        rescored = shardeval_cmd("rescore", str(run), "-o", str(new))
+    assert rescored.returncode == 3, rescored.stderr
+    m = manifest(new / "shard_0")
+    assert m["state"] == "finished_with_errors" and m["benchmarks"][0]["error_kinds"] == {"judge": 4}, m
+    merged = shardeval_cmd("merge", str(new))
+    assert merged.returncode == 3 and "**ERRORS**: 4 of 4 cells end in errors (4 judge)" in merged.stdout, merged.stdout
