@@ -481,7 +481,7 @@ def test_keepalive_pings_before_the_first_token_hit_the_first_token_timeout(ping
 
 
 # =================================================================================================
-# The same faults through `shardeval run`: one record per pair, of the right kind, exit 0
+# The same faults through `shardeval run`: one record per pair, of the right kind, exit 3 (finished with errors)
 # =================================================================================================
 
 E2E: dict[str, tuple[Reply, bool, str, dict]] = {
@@ -506,14 +506,15 @@ def test_shardeval_run_records_every_pair_with_the_right_kind(tmp_path: Path, ca
     with RawServer(reply) as server:
         cfg = write_config(tmp_path, server.url, stream=stream, service=service, idle=0.5)
         result, wall = run_shard(cfg, tmp_path / "out")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # every pair ends in an error: finished, not complete (issue 24)
     assert "Traceback" not in result.stderr, result.stderr
     recs = records(tmp_path / "out")
     one_record_per_pair(recs, 3, 2)
     assert all(r["status"] == "error" and r["error_kind"] == kind and r["score"] is None for r in recs), recs
     assert "missing 0" in result.stderr
     m = manifest(tmp_path / "out")
-    assert m["state"] == "complete" and m["benchmarks"][0]["n_error"] == 6
+    assert m["state"] == "finished_with_errors" and m["benchmarks"][0]["n_error"] == 6
+    assert m["benchmarks"][0]["error_kinds"] == {kind: 6}
     assert wall < 60, wall
 
 
@@ -525,7 +526,7 @@ def test_the_shard_with_endless_streams_stays_small_in_memory(tmp_path: Path) ->
         done = run_measured([sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "out")], timeout=60)
         sent = server.sent
     print(f"4 endless streams, cap 4 MiB: the server sent {sent >> 20} MiB, shard peak RSS {done.peak_mib:.0f} MiB")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # every pair too_large: finished with errors
     recs = records(tmp_path / "out")
     assert len(recs) == 4 and all(r["error_kind"] == "too_large" for r in recs), recs
     assert done.peak_mib < 300, f"peak RSS {done.peak_mib:.0f} MiB"
@@ -630,7 +631,7 @@ def test_an_exception_in_a_request_task_becomes_an_internal_error_record(tmp_pat
     with RawServer(good_answers()) as server:
         cfg = faulty_config(tmp_path, server.url)
         result, _ = run_shard(cfg, out, env=faulty_env(tmp_path, fault, 3))
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == 3, result.stderr  # finished with 6 internal errors: not complete
         assert "Traceback" not in result.stderr and SECRET not in result.stderr, result.stderr
         recs = records(out, "fragile")
         one_record_per_pair(recs, 9, 2)
@@ -639,7 +640,7 @@ def test_an_exception_in_a_request_task_becomes_an_internal_error_record(tmp_pat
         assert all(r["error_kind"] == "internal" and message in r["error"] and r["score"] is None for r in internal), internal
         assert all(r["status"] == "ok" and r["score"] == 1.0 for r in recs if r["problem_idx"] % 3), recs
         assert len(records(out, "fragile", "trajectories.jsonl")) == 18
-        assert manifest(out)["state"] == "complete"
+        assert manifest(out)["state"] == "finished_with_errors" and manifest(out)["benchmarks"][0]["error_kinds"] == {"internal": 6}
         for path in out.rglob("*"):
             assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
         again, _ = run_shard(cfg, out, env=faulty_env(tmp_path, fault, 0))
@@ -693,10 +694,10 @@ def test_unreachable_after_zero_never_stops_early(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
     cfg = write_config(tmp_path, url, n=12, repeats=1, service={"unreachable_after": 0})
     result, _ = run_shard(cfg, tmp_path / "out")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # every pair a connection error: finished with errors
     recs = records(tmp_path / "out")
     assert len(recs) == 12 and all(r["error_kind"] == "connection" for r in recs)
-    assert manifest(tmp_path / "out")["state"] == "complete"
+    assert manifest(tmp_path / "out")["state"] == "finished_with_errors"
 
 
 def test_connection_errors_after_a_first_answer_are_only_records(tmp_path: Path) -> None:
@@ -715,11 +716,11 @@ def test_connection_errors_after_a_first_answer_are_only_records(tmp_path: Path)
         holder["server"] = server
         cfg = write_config(tmp_path, server.url, n=20, repeats=1, concurrency=1)
         result, _ = run_shard(cfg, tmp_path / "out")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # records, not a failed shard: finished with 18 errors
     recs = records(tmp_path / "out")
     assert len(recs) == 20 and sum(r["status"] == "ok" for r in recs) == 2
     assert all(r["error_kind"] == "connection" for r in recs if r["status"] == "error")
-    assert manifest(tmp_path / "out")["state"] == "complete"
+    assert manifest(tmp_path / "out")["state"] == "finished_with_errors"
 
 
 @pytest.mark.parametrize("key,value", [("max_response_bytes", 0), ("unreachable_after", -1)])
