@@ -49,8 +49,9 @@ def one_error_line(stderr: str) -> str:
 
 
 def test_a_model_id_the_simulator_does_not_serve_stops_before_any_request(tmp_path: Path) -> None:
-    """The issue's case: quick mode, a wrong --model-id against the simulator. Before: every pair a
-    `client` error, exit 0, the manifest `complete`."""
+    """The issue's case: quick mode, a wrong --model-id against the simulator (which, as vLLM,
+    answers 404 for a model it does not serve). Before: every pair a `client` error, exit 0, the
+    manifest `complete`."""
     with running_sim("--bench", "arith", "--ttft-ms", "0", "--itl-ms", "0") as url:
         out = tmp_path / "run" / "shard_0"
         r = shardeval_cmd("run", "--bench", "arith", "--model-url", url, "--model-id", "gpt-4o", "--max-problems", "5", "-o", str(out))
@@ -62,26 +63,56 @@ def test_a_model_id_the_simulator_does_not_serve_stops_before_any_request(tmp_pa
     assert m["state"] == "failed" and "does not serve model 'gpt-4o'" in m["reason"], m
 
 
-def test_a_model_missing_from_the_list_sends_no_request(tmp_path: Path) -> None:
-    with RawServer(ANSWER, get=models_at("/v1/models", "llama-3-8b", "qwen-2")) as server:
+def only_models(*ids: str):
+    """A POST handler as vLLM's: an answer for a listed model, a 404 for any other."""
+    async def reply(request: Request, writer: Any) -> None:
+        if json.loads(request.body).get("model") in ids:
+            await ANSWER(request, writer)
+        else:
+            writer.write(response(404, b'{"error": {"message": "The model does not exist.", "code": 404}}'))
+
+    return reply
+
+
+def test_a_model_missing_from_the_list_sends_one_probe_and_no_pair(tmp_path: Path) -> None:
+    with RawServer(only_models("llama-3-8b", "qwen-2"), get=models_at("/v1/models", "llama-3-8b", "qwen-2")) as server:
         cfg = write_config(tmp_path, server.url)  # model `sim`
         r = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "out"))
         posts = server.posts
-    assert r.returncode == 2 and posts == 0, (r.returncode, posts, r.stderr)
+    assert r.returncode == 2 and posts == 1, (r.returncode, posts, r.stderr)  # the one-token probe, not a pair
     line = one_error_line(r.stderr)
     assert "does not serve model 'sim'" in line and "llama-3-8b, qwen-2" in line, line
+    assert records(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("listed", [("tgi",), ()], ids=["lists_another_name", "lists_nothing"])
+def test_a_server_that_answers_for_any_model_name_still_runs(tmp_path: Path, listed: tuple[str, ...]) -> None:
+    """TGI and llama.cpp list their own model id but answer whatever `model` a request names; an
+    empty list says nothing either: the run goes on (variant)."""
+    with RawServer(ANSWER, get=models_at("/v1/models", *listed)) as server:
+        cfg = write_config(tmp_path, server.url, n=2, repeats=1)
+        r = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert [x["status"] for x in records(tmp_path / "out")] == ["ok", "ok"]
 
 
 @pytest.mark.parametrize("path", ["", "/api/v1", "/v2"], ids=["no_v1", "wrong_prefix", "wrong_version"])
 def test_a_base_url_without_v1_is_refused_naming_the_v1_url(tmp_path: Path, path: str) -> None:
     """Before: every request a 404 `client` error, exit 0. The base URL's /models does not answer,
-    `<origin>/v1/models` does: the refusal names that URL and what it serves."""
-    with RawServer(ANSWER, get=models_at("/v1/models", "sim")) as server:
+    `<origin>/v1/models` does, and a one-token request to the URL as given is refused: the refusal
+    names the /v1 URL and what it serves."""
+    async def only_at_v1(request: Request, writer: Any) -> None:
+        if request.path == "/v1/chat/completions":
+            await ANSWER(request, writer)
+        else:
+            writer.write(response(404, b'{"detail": "Not Found"}'))
+
+    with RawServer(only_at_v1, get=models_at("/v1/models", "sim")) as server:
         origin = f"http://127.0.0.1:{server.port}"
         cfg = write_config(tmp_path, origin + path)
         r = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "out"))
         posts = server.posts
-    assert r.returncode == 2 and posts == 0, (r.returncode, posts, r.stderr)
+    assert r.returncode == 2 and posts == 1, (r.returncode, posts, r.stderr)  # the one-token probe, not a pair
     line = one_error_line(r.stderr)
     assert f"set the service's url (quick mode: --model-url) to {origin}/v1" in line and "it serves sim" in line, line
 
@@ -105,11 +136,12 @@ def test_a_judge_model_the_endpoint_does_not_serve_stops_the_shard(tmp_path: Pat
     ("", None),  # no /v1 and no /v1/models either: no better URL to suggest
     ("", models_at("/models", "sim")),  # a server that serves the API at its root
     ("/openai", None),  # /openai/models answers an HTML page, and there is no /v1/models
-], ids=["no_models_route", "no_models_anywhere", "api_at_the_root", "html_models_page"])
+    ("/openai", models_at("/v1/models", "sim")),  # /v1/models lists it, but /openai answers requests too
+], ids=["no_models_route", "no_models_anywhere", "api_at_the_root", "html_models_page", "answers_outside_v1_too"])
 def test_servers_without_a_models_list_at_the_url_still_run(tmp_path: Path, path: str, get: Any) -> None:
     """Refusing is only for an endpoint that answers the question with a list: a server without
     /models runs as before (its served identity unknown)."""
-    if path == "/openai":
+    if path == "/openai" and get is None:
         async def html_then_list(request: Request, writer: Any) -> None:
             if request.path == "/openai/models":
                 writer.write(response(200, b"<html>models</html>", ctype=b"text/html"))

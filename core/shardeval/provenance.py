@@ -42,30 +42,37 @@ async def read_served(client: Any, base_url: str, model: str, service: str | Non
 
     A server without these routes is recorded as unknown, and requests go on (they record their
     own errors). But when the endpoint answers the question, a model it does not serve is a stop
-    before the first request, not a run of `client` errors (issue 24): a `/models` list without
-    the model, or (the base URL lacking its /v1, or under a wrong path) no list at the base URL
-    while `<origin>/v1/models` answers one, raises UsageError naming what it serves and the fix.
+    before the evaluation's first request, not a run of `client` errors (issue 24): a `/models`
+    list without the model whose endpoint also refuses a one-token request naming it (servers such
+    as TGI and llama.cpp answer for any model name: they go on), or (the base URL lacking its /v1,
+    or under a wrong path) no list at the base URL while `<origin>/v1/models` answers one and the
+    URL as given refuses that request, raises UsageError naming what it serves and the fix.
     """
     from shardeval.errors import UsageError
 
     served = ServedModel(model=model)
     base = base_url.rstrip("/")
     where = f"service {service!r}" if service else "the service"
+    entries: list[Any] | None = None
     try:
         entries = _model_list(await client.get_json(base + "/models"))
         if entries is None:
             raise ValueError("no `data` list in the reply")
         entry = next((e for e in entries if isinstance(e, dict) and e.get("id") == model), None)
         if entry is None:
-            raise UsageError(f"{where}: {base_url} does not serve model {model!r}: its /models lists {_ids(entries)}; set the "
-                             "service's `model` (quick mode: --model-id) to one of them")
+            if entries and await _refuses(client, model):
+                raise UsageError(f"{where}: {base_url} does not serve model {model!r}: its /models lists {_ids(entries)}, and a "
+                                 "one-token request naming it was refused; set the service's `model` (quick mode: --model-id) "
+                                 "to one of them")
+            raise ValueError(f"it lists no model {model!r} (it serves: {_ids(entries)})")
         served.root = _text(entry.get("root"))
         length = entry.get("max_model_len")
         served.max_model_len = length if isinstance(length, int) and not isinstance(length, bool) else None
         served.owned_by = _text(entry.get("owned_by"))
     except ValueError as exc:
         served.error = f"/v1/models: {exc}"
-        if (better := await _openai_base(client, base)) is not None:
+        # no list here, one at <origin>/v1, and the URL as given refuses a request: the URL is wrong
+        if entries is None and (better := await _openai_base(client, base)) is not None and await _refuses(client, model):
             url, entries = better
             serves = f"it serves {_ids(entries)}" + ("" if any(isinstance(e, dict) and e.get("id") == model for e in entries)
                                                      else f", not {model!r}")
@@ -76,6 +83,17 @@ async def read_served(client: Any, base_url: str, model: str, service: str | Non
         version = await client.get_json(base.removesuffix("/v1") + "/version", timeout_s=5.0)
         served.server_version = _text(version.get("version")) if isinstance(version, dict) else None
     return served
+
+
+async def _refuses(client: Any, model: str) -> bool:
+    """Whether the endpoint refuses (a 4xx: `client`) one request naming `model`, one token long.
+    Any other outcome (an answer, a 5xx, no connection) is left to the run to meet and record."""
+    chat = client.endpoint.protocol == "chat_completions"
+    turns = {"messages": [{"role": "user", "content": "Say OK."}]} if chat else {"prompt": "Say OK."}
+    answer = await client.request({"model": model, **turns, "max_tokens": 1, "temperature": 0.0}, stream=False)
+    if answer.status == "ok":
+        log.warning("the endpoint does not list model %r in /models but answers for it; going on", model)
+    return answer.error_kind == "client"
 
 
 def _model_list(listing: Any) -> list[Any] | None:
