@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -615,7 +616,8 @@ def good_answers() -> Reply:
 
 def faulty_env(tmp: Path, fault: str, every: int) -> dict[str, str]:
     (tmp / "faulty_plugin.py").write_text(FAULTY_PLUGIN)
-    return {"SHARDEVAL_PLUGINS": "faulty_plugin", "PYTHONPATH": str(tmp), "FAULT": fault, "FAULT_EVERY": str(every),
+    path = os.pathsep.join(filter(None, [str(tmp), os.environ.get("PYTHONPATH")]))  # the shardeval under test, not another
+    return {"SHARDEVAL_PLUGINS": "faulty_plugin", "PYTHONPATH": path, "FAULT": fault, "FAULT_EVERY": str(every),
             KEY_VAR: SECRET}
 
 
