@@ -259,8 +259,9 @@ def status_row(text: str, idx: int) -> list[str]:
 
 
 def merge_report(root: Path) -> str:
+    """The report of a merge of a run with a lost shard: written, but not complete (exit 3, issue 24)."""
     result = shardeval_cmd("merge", str(root), timeout=60)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3 and "not complete: PARTIAL" in result.stderr, result.stderr
     return result.stdout
 
 

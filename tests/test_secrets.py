@@ -144,7 +144,7 @@ def test_a_server_that_echoes_the_key_in_its_errors_never_gets_it_into_a_record_
     with echo_server(tmp_path, mode) as url:
         out = tmp_path / "out"
         result = shardeval_cmd("run", str(config(tmp_path, url)), "--shard", "0/1", "-o", str(out), env=ENV)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # every pair an error: finished with errors
     records = (out / "arith" / "results.jsonl").read_text()
     assert f'"error_kind":"{kind}"' in records and "invalid credentials: Bearer ***" in records  # scrubbed, not dropped
     assert_no_secret(result.stdout, result.stderr, roots=(tmp_path,))

@@ -31,7 +31,7 @@ from shardeval.benchmark import Benchmark, Problem
 from shardeval.cache import ResponseCache, check_usable
 from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash, judge_identity
-from shardeval.errors import ShardError, UsageError, os_error
+from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError, os_error
 from shardeval.fingerprints import judged_fingerprint, prompt_fingerprint, scorer_fingerprint
 from shardeval.judging import Judge, Rubric, Verdict, apply_verdict, metrics_when_judged, rubric_for
 from shardeval.liveness import ShardLease
@@ -121,12 +121,18 @@ class Tally:
     score_sum: float = 0.0
     n_scored: int = 0
     errors: Counter[str] = field(default_factory=Counter)
+    error_kind: dict[int, str] = field(default_factory=dict)  # cell -> kind, for the cells whose record is an error
 
     def __post_init__(self) -> None:
         self.status = bytearray(self.n_problems * self.repeats)
 
     def add(self, record: ResultRecord, fresh: bool = True) -> None:
-        self.status[record.problem_idx * self.repeats + record.repeat] = OK if record.status == "ok" else ERROR
+        cell = record.problem_idx * self.repeats + record.repeat
+        self.status[cell] = OK if record.status == "ok" else ERROR
+        if record.status == "ok":
+            self.error_kind.pop(cell, None)
+        else:
+            self.error_kind[cell] = record.error_kind or "unknown"
         if record.status == "ok":
             if record.score is not None:
                 self.score_sum += record.score
@@ -138,6 +144,10 @@ class Tally:
 
     def counts(self) -> tuple[int, int]:
         return self.status.count(OK), self.status.count(ERROR)
+
+    def standing_errors(self) -> Counter[str]:
+        """The cells that end in an error, by kind (an error a later ok answer replaced is not one)."""
+        return Counter(self.error_kind.values())
 
 
 def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
@@ -315,18 +325,27 @@ class ShardRun:
                     tally = await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm), judge)
                     tallies.append(tally)
                     bm.n_ok, bm.n_error = tally.counts()
+                    bm.error_kinds = dict(sorted(tally.standing_errors().items()))
                 failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, tallies))
                 if failure:
                     raise ShardError(failure)
         except BaseException as exc:
             manifest.state = "failed"
-            manifest.reason = str(exc) if isinstance(exc, ShardError) else f"{type(exc).__name__}: {exc}"
+            manifest.reason = str(exc) if isinstance(exc, (ShardError, UsageError)) else f"{type(exc).__name__}: {exc}"
             if isinstance(exc, OSError):  # the machine, not the user: an infrastructure failure (exit 1)
                 raise ShardError(manifest.reason) from None
             raise
         else:
             manifest.state = "interrupted" if self.stopping else "complete"
             manifest.reason = self.stopping
+            if not self.stopping and (errors := sum((t.standing_errors() for t in tallies), Counter())):
+                # every pair has a record, but not every one an answer: not complete (issue 24), exit 3
+                cells = sum(len(t.status) for t in tallies)
+                manifest.state = "finished_with_errors"
+                n = sum(errors.values())
+                kinds = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])))
+                manifest.reason = (f"{n} of {cells} pairs end in errors ({kinds}); "
+                                   "rerun the shard to ask them again (it resumes)")
         finally:
             manifest.finished_at = time.time()
             if refused and resumed is not None:
@@ -336,7 +355,12 @@ class ShardRun:
                 self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
         for plan, tally in zip(plans, tallies):
             print_summary(plan, tally, self.shard, manifest.finished_at - manifest.started_at)
-        return (143 if self.stopping == "SIGTERM" else 130) if self.stopping else 0
+        if self.stopping:
+            return 143 if self.stopping == "SIGTERM" else 130
+        if manifest.state == "finished_with_errors":
+            log.warning("shard %d/%d finished with errors: %s", self.shard.idx, self.shard.total, manifest.reason)
+            return EXIT_WITH_ERRORS
+        return 0
 
     async def _start_services(self, plans: list[BenchmarkPlan], stack: AsyncExitStack) -> dict[str, ServiceHandle]:
         """Start (or locate) every service the plans use. A stop signal abandons a start-up at once
@@ -361,7 +385,7 @@ class ShardRun:
             stack.callback(watcher.cancel)  # unwound before the service itself is stopped
         pool = max(p.config.max_concurrent for p in plans if name in (p.config.solver.service, p.config.judge and p.config.judge.service))
         client = await stack.enter_async_context(Client(endpoint, service_config, pool))
-        served = await read_served(client, endpoint.base_url, endpoint.model)
+        served = await read_served(client, endpoint.base_url, endpoint.model, name)
         if self.cache is not None:
             client.use_cache(self.cache, served)
         log.info("service %s: %s model %s (%s), serving %s", name, endpoint.base_url, endpoint.model, endpoint.protocol, served.describe())

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 
-from shardeval.api import ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command, UsageError
+from shardeval.api import EXIT_WITH_ERRORS, ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command, UsageError
 
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 REFUSED = UsageError.exit_code  # a shard that refused its arguments, config or output directory
@@ -68,7 +68,8 @@ def run_local(request: LaunchRequest) -> int:
         return STOP_CODES[stop[0]]
     if failed:
         request.report_failed(failed)
-        return 1
+        # every shard that did not succeed finished, with errors: exit 3 as they did; anything else 1
+        return EXIT_WITH_ERRORS if all(ends[cells.index(cell)][0] == EXIT_WITH_ERRORS for cell in failed) else 1
     return 0
 
 
