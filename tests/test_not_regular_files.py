@@ -143,7 +143,7 @@ def test_a_heartbeat_or_a_sweep_plan_that_is_a_fifo_is_no_evidence_not_a_hang(tm
     # no heartbeat to read is no evidence that the writer is gone: the shard still reads as running
     assert any(line.split()[:2] == ["0", "running"] for line in status.stdout.splitlines()), status.stdout
     merged = shardeval_cmd("merge", str(run), timeout=HANG)  # an ordinary run: the plan file is no plan
-    assert merged.returncode == 0, merged.stderr
+    assert merged.returncode == 3 and "PARTIAL" in merged.stderr, merged.stderr  # a running shard: partial, written (H2)
     assert json.loads((run / "merged" / "scores.json").read_text())["arith"]["n_ok"] == 4
 
 

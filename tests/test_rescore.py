@@ -36,6 +36,10 @@ def manifest(path: Path) -> Manifest:
     return msgspec.json.decode((path / "manifest.json").read_bytes(), type=Manifest)
 
 
+# The fixture run keeps errors (5xx), and a rescore copies them: it finishes with errors (H2), exit 3.
+WITH_ERRORS = 3
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
     """A two-shard run with errors (5xx, one attempt), a duplicate and another run's record in its
@@ -254,7 +258,7 @@ def test_a_rerun_rescore_refuses_a_truncated_source_and_catches_up_with_an_appen
         source.write_bytes(b"".join(lines))
         new = tmp_path / name
         r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == WITH_ERRORS, r.stderr
         out = new / "shard_0" / "arith" / "results.jsonl"
         assert out.read_bytes().count(b"\n") == len(lines)
         change()
@@ -263,13 +267,13 @@ def test_a_rerun_rescore_refuses_a_truncated_source_and_catches_up_with_an_appen
             assert r.returncode == 2 and "was truncated since it was rescored" in r.stderr, r.stderr
             assert out.read_bytes().count(b"\n") == len(lines)
         else:
-            assert r.returncode == 0, r.stderr
+            assert r.returncode == WITH_ERRORS, r.stderr
             assert f"resuming: {len(lines)} record(s) already rescored" in r.stderr
             assert out.read_bytes().count(b"\n") == len(lines) + 3
             sources = manifest(new / "shard_0").rescored.sources
             assert sources["arith"].bytes == source.stat().st_size
             r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")  # and now it is done
-            assert r.returncode == 0 and "nothing to do" in r.stderr, r.stderr
+            assert r.returncode == WITH_ERRORS and "nothing to do" in r.stderr, r.stderr
 
 
 def test_a_rescore_that_recorded_no_source_is_not_resumed_blind(finished, tmp_path):
@@ -277,7 +281,7 @@ def test_a_rescore_that_recorded_no_source_is_not_resumed_blind(finished, tmp_pa
     before it was recorded) cannot be checked, so it is refused rather than continued."""
     new = tmp_path / "new"
     r = shardeval_cmd("rescore", str(finished / "run"), "-o", str(new), "--shard", "0/2")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == WITH_ERRORS, r.stderr
     data = json.loads((new / "shard_0" / "manifest.json").read_text())
     del data["rescored"]["sources"]
     (new / "shard_0" / "manifest.json").write_text(json.dumps(data))
@@ -291,7 +295,7 @@ def test_a_rescore_refuses_a_source_directory_that_now_holds_another_run(finishe
     run = _copy_run(finished, tmp_path)
     new = tmp_path / "new"
     r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == WITH_ERRORS, r.stderr
     before = (new / "shard_0" / "arith" / "results.jsonl").read_bytes()
     with running_sim("--bench", "arith", "--accuracy", "0.6", "--ttft-ms", "1", "--itl-ms", "0") as url:
         cfg = api_eval_config(tmp_path / "eval.yaml", url, n=N, repeats=REPEATS, concurrency=8)
