@@ -124,3 +124,26 @@ def test_a_judged_run_rated_the_same_everywhere_reports_no_certain_interval(tmp_
     pair = scores["arith_pairwise"]["metrics"]["mean"]
     assert pair["value"] == 0.5 and pair.get("ci_low") is None and "no spread" in pair["details"]["reason"]
     assert "[0.5000, 0.5000]" not in (tmp_path / "out" / "merged" / "report.md").read_text()
+
+
+def test_a_perfect_classifier_has_no_bootstrap_interval_of_zero_width() -> None:
+    """Every prediction right: every bootstrap replicate of macro F1 is 1.0, and the percentile
+    interval read [1.0, 1.0]. Now no interval, and the reason says why. Variant: one mistake in 40
+    gives a bootstrap interval with width, as before."""
+    from shardeval_metrics.classification import classification
+
+    gold = [i % 3 for i in range(40)]
+
+    def cls_table(pred: list[int]) -> ScoreTable:
+        t = table([float(p == g) for p, g in zip(pred, gold)])
+        t.predicted, t.gold, t.labels = array("i", pred), array("i", gold), ["a", "b", "c"]
+        return t
+
+    perfect = classification(cls_table(list(gold)), OPTS)
+    for key, v in perfect.items():
+        assert v.value == 1.0 and v.ci_low is None and v.ci_high is None, key
+        assert v.ci_method == "none" and "no spread" in v.details["reason"]
+    one_off = list(gold)
+    one_off[0] = 1
+    f1 = classification(cls_table(one_off), OPTS)["macro_f1"]
+    assert f1.ci_method == "bootstrap" and f1.ci_low < f1.value <= f1.ci_high

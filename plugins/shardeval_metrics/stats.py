@@ -413,12 +413,16 @@ def bootstrap_over_problems(statistic: Statistic, n: int, options: MetricOptions
 def percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[float | None, float | None, float | None, int]:
     """Percentile interval and bootstrap stderr (sd, ddof=1) of 1-D replicates; NaN replicates dropped.
 
-    Returns (low, high, stderr, n_dropped).
+    Returns (low, high, stderr, n_dropped); no interval (None, None) where every replicate is the
+    same value: resampling the problems cannot show the uncertainty then, and [c, c] would claim
+    certainty.
     """
     finite = replicates[np.isfinite(replicates)]
     dropped = int(replicates.size - finite.size)
     if finite.size < 2:
         return None, None, None, dropped
+    if float(np.ptp(finite)) <= SAME:  # every replicate the same (a perfect classifier): [c, c] is no interval
+        return None, None, float(np.std(finite, ddof=1)), dropped
     alpha = 1.0 - confidence
     low, high = np.quantile(finite, [alpha / 2.0, 1.0 - alpha / 2.0])
     return float(low), float(high), float(np.std(finite, ddof=1)), dropped
