@@ -206,7 +206,8 @@ def test_merge_ci_method_flag_and_the_method_beside_every_interval(tmp_path: Pat
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1 and "--ci-method" in bad.stderr and "wilson" in bad.stderr
     assert not (run / "merged").exists()
-    for method, expected in (("auto", "wilson-clustered"), ("clopper-pearson", "clopper-pearson-clustered"), ("clustered", "clustered")):
+    # forced normal intervals at 0/23 have no spread to measure: no interval, not [0, 0] (H8d)
+    for method, expected in (("clustered", "none"), ("auto", "wilson-clustered"), ("clopper-pearson", "clopper-pearson-clustered")):
         done = shardeval_cmd("merge", str(run), "--ci-method", method)
         assert done.returncode == 0, done.stderr
         scores = json.loads((run / "merged" / "scores.json").read_text())["arith"]["metrics"]
@@ -214,6 +215,8 @@ def test_merge_ci_method_flag_and_the_method_beside_every_interval(tmp_path: Pat
         assert acc["ci_method"] == expected
         if method != "clustered":
             assert acc["ci_high"] > 0.1  # never [0, 0]
+        else:
+            assert acc.get("ci_low") is None and "no spread" in acc["details"]["reason"] and "auto" in acc["details"]["reason"]
         report = (run / "merged" / "report.md").read_text()
         assert f"| {expected} |" in report  # the metrics table
         per = [line for line in report.splitlines() if line.startswith("| a |") or line.startswith("| b |")]

@@ -154,7 +154,8 @@ def test_a_chart_of_one_repeated_value_labels_that_value_and_equal_repeats_are_n
         make_shard(str(tmp_path / "run"), i, 2, n_problems=6, repeats=3, score=lambda p, r: 0.1, metrics=["accuracy"])
     assert shardeval_cmd("merge", str(tmp_path / "run"), "-q").returncode == 0
     accuracy = json.loads((tmp_path / "run" / "merged" / "scores.json").read_text())["arith"]["metrics"]["accuracy"]
-    assert accuracy["ci_low"] == accuracy["ci_high"] == accuracy["value"]  # the degenerate interval this test is about
+    # one repeated value: no interval since issue 24 (H8d: no spread is no certainty), the point is still charted
+    assert accuracy.get("ci_low") is None and accuracy["value"] == pytest.approx(0.1)
     with visit(browser, (tmp_path / "run" / "merged" / "report.html").as_uri(), ready=READY) as v:
         assert_drawn_and_offline(v)
         assert f"{accuracy['value']:.6g}" in axis_labels(v, "forest")

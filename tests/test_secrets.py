@@ -299,3 +299,7 @@ def test_secret_query_parameters_and_userinfo_are_redacted_in_any_text():
     assert redact_urls(text) == "GET https://***@h/v1/x?api_key=***&lang=en&X-Amz-Signature=*** and https://***@h2 (see a@b.org)"
     assert url_credentials("url: https://${U}:${P:-x}@h/v1") is None
     assert url_credentials("https://h/v1?lang=en") is None and url_credentials("https://h/?token=t") == "https://h/?token=***"
+    # Azure Functions' function key travels as ?code=; a name only containing it (zipcode) is no secret
+    assert redact_urls("https://f.azurewebsites.net/api/v1?code=AbC123xyz&zipcode=10115") == \
+        "https://f.azurewebsites.net/api/v1?code=***&zipcode=10115"
+    assert url_credentials("https://h/v1?pwd=hunter22") == "https://h/v1?pwd=***"

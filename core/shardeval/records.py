@@ -14,7 +14,7 @@ import msgspec
 
 from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError, os_error
-from shardeval.regular import open_regular, read_regular
+from shardeval.regular import open_append, open_regular, read_regular
 
 RESULTS_FILE = "results.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
@@ -338,7 +338,7 @@ def seal_torn_tail(path: str) -> bool:
                 return False
     except FileNotFoundError:
         return False
-    with open(path, "ab") as f:
+    with open_append(path) as f:
         f.write(b"\n")
     return True
 

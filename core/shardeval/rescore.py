@@ -40,7 +40,7 @@ from shardeval.config.explain import Where
 from shardeval.config.reading import apply_overrides
 from shardeval.errors import EXIT_WITH_ERRORS, UsageError, os_error
 from shardeval.fingerprints import scorer_fingerprint
-from shardeval.regular import read_regular
+from shardeval.regular import open_append, read_regular
 from shardeval.records import (
     LOGS_DIR,
     RESULTS_FILE,
@@ -377,7 +377,7 @@ def rescore_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership) 
     workers = os.cpu_count() or 1
     pool = ThreadPoolExecutor(workers, "rescore") if b.scorer.score_in_thread else None
     try:
-        with open(out_path, "ab") as out:
+        with open_append(out_path) as out:
             stream = items()  # in source order: one batch in the pool at a time, one record at a time without
             while batch := list(islice(stream, 4 * workers if pool else 1)):
                 for line, changed, failed in pool.map(score, batch) if pool else map(score, batch):
@@ -431,7 +431,7 @@ def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, 
             tally["delta"] += (record.status != "ok") - (not was_ok)
             return encode_line(record)
 
-        with open(out_path, "ab") as out:
+        with open_append(out_path) as out:
             stream = islice(scan_lines(src_path, ResultRecord, report), done, None)
             while batch := [record for _, _, record in islice(stream, 2 * spec.max_concurrent)]:
                 for line in await asyncio.gather(*map(one, batch)):

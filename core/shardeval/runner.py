@@ -55,6 +55,7 @@ from shardeval.records import (
     write_manifest,
 )
 from shardeval.provenance import collect_provenance, read_served
+from shardeval.regular import open_append, open_append_fd
 from shardeval.redact import RedactingFilter
 from shardeval.reachability import Reachability
 from shardeval.sampling import registered_name
@@ -525,7 +526,7 @@ class ShardRun:
         window = asyncio.Semaphore(2 * max_concurrent)
         self._window = window  # a stop signal frees a place in it, so a dispatcher waiting for one wakes
         self._inflight = set()
-        with open(results_path, "ab", buffering=0) as results, open(traj_path, "ab", buffering=0) as trajectories:
+        with open_append(results_path, buffering=0) as results, open_append(traj_path, buffering=0) as trajectories:
             write_traj = self.config.output.trajectories
             loop = asyncio.get_running_loop()
             scorer = ThreadPoolExecutor(os.cpu_count() or 1, "score") if plan.benchmark.score_in_thread else None
@@ -692,6 +693,11 @@ class QuietFileHandler(logging.FileHandler):
     stops, instead of printing logging's traceback into the one line the user should see."""
 
     broken = False
+
+    def _open(self):  # type: ignore[no-untyped-def]
+        """Never a blocking open: a FIFO nobody reads at logs/shard.log hung the shard forever, deaf
+        to SIGTERM, holding its lock (shardeval.regular.open_append_fd)."""
+        return open(open_append_fd(self.baseFilename), "a", encoding=self.encoding, errors=self.errors)
 
     def emit(self, record: logging.LogRecord) -> None:
         if not self.broken:
