@@ -49,7 +49,8 @@ def merge(root: str, env: dict[str, str] | None = None) -> float:
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "shardeval", "merge", "-q", root], capture_output=True, text=True,
                        env={**os.environ, **(env or {})})
-    assert r.returncode == 0, r.stderr
+    # 1 % of the records are errors by design (the page shows them): the merge says ERRORS, exit 3 (H2)
+    assert r.returncode == 3 and "ERRORS" in r.stderr, r.stderr
     return time.perf_counter() - t
 
 
