@@ -262,6 +262,47 @@ def test_fresh_that_cannot_move_one_shard_moves_none(finished) -> None:
     assert snapshot(out) == before
 
 
+def test_fresh_while_one_shard_is_being_written_moves_none(finished) -> None:
+    """H16e: a live writer holds shard_0 (a shard run by hand, an earlier launch still going):
+    --fresh refuses in one line naming it before shard_1 moves (it moved, and ran, while shard_0
+    refused); once the writer is gone, --fresh sets both aside."""
+    from shardeval.liveness import ShardLease
+
+    url, cfg, out = finished
+    before = snapshot(out)
+    writer = ShardLease(str(out / "shard_0"))
+    writer.acquire()  # a real lock held by another process than the launch
+    try:
+        done = shardeval_cmd("run", str(cfg), "-o", str(out), "--fresh")
+        assert f"{out}/shard_0: already being written by pid {os.getpid()}" in one_error_line(done)
+        assert snapshot(out) == before and not any(out.rglob("superseded"))
+    finally:
+        writer.release()
+    done = shardeval_cmd("run", str(cfg), "-o", str(out), "--fresh")
+    assert done.returncode == 0 and "COMPLETE" in done.stdout, done.stderr
+    assert all(list((out / f"shard_{k}" / "superseded").iterdir()) for k in (0, 1))
+
+
+def test_fresh_with_fewer_shards_sets_aside_the_ones_past_its_count(finished) -> None:
+    """H3e: after a 3-shard run, a 2-shard one is refused naming --fresh, and --fresh works: it
+    sets aside shard_2 too (it was left in place, so the merge found two runs, merged nothing and
+    the launch exited 0); the SLURM/Ray driver's move does the same."""
+    from shardeval.resume import set_aside_shards
+
+    url, cfg, out = finished
+    three = shardeval_cmd("run", str(cfg), "-o", str(out), "--fresh", "-O", "cluster.shards=3")
+    assert three.returncode == 0 and "COMPLETE" in three.stdout, three.stderr
+    refused = one_error_line(shardeval_cmd("run", str(cfg), "-o", str(out)))
+    assert "shard_0 cannot be resumed: it holds shard 0/3, this run has 2 shards" in refused and "--fresh" in refused
+    done = shardeval_cmd("run", str(cfg), "-o", str(out), "--fresh")
+    assert done.returncode == 0 and "COMPLETE" in done.stdout and "2/2 shards present" in done.stdout, done.stderr
+    assert not (out / "shard_2" / "manifest.json").exists() and list((out / "shard_2" / "superseded").iterdir())
+    again = shardeval_cmd("run", str(cfg), "-o", str(out), "--fresh", "-O", "cluster.shards=3")
+    assert again.returncode == 0, again.stderr
+    moved = set_aside_shards(str(out))  # as a 2-shard SLURM or Ray launch with --fresh would
+    assert [i for i, _ in moved] == [0, 1, 2] and not any((out / f"shard_{k}" / "manifest.json").exists() for k in range(3))
+
+
 def test_set_aside_shards_checks_every_shard_before_moving_any(finished) -> None:
     """H16d: the driver-side --fresh of SLURM and Ray (set_aside_shards) likewise moves nothing
     when one shard cannot be moved."""
@@ -272,7 +313,7 @@ def test_set_aside_shards_checks_every_shard_before_moving_any(finished) -> None
     (out / "shard_1" / "superseded").write_text("not a directory")
     before = snapshot(out)
     with pytest.raises(UsageError, match="shard_1/superseded is not a directory"):
-        set_aside_shards(str(out), 2)
+        set_aside_shards(str(out))
     assert snapshot(out) == before
 
 

@@ -6,8 +6,8 @@ cluster), while the merge after them reported whatever the output directory held
 - the output's shard directories hold this run, or none: another run (another config, shard
   count) is refused naming what changed key by key (shardeval.config.diff), with --fresh or
   another -o;
-- with --fresh, everything the move aside needs (each shard directory's superseded/ can be
-  made), before any shard moves anything;
+- with --fresh, everything the move aside needs (no live writer holds a shard directory, each
+  one's superseded/ can be made), before any shard moves anything;
 - the output root can be made and written (`-o`);
 - the response cache directory can be used;
 - every benchmark builds (its data is there and reads), passes its own `Benchmark.preflight`
@@ -35,8 +35,8 @@ log = logging.getLogger("shardeval")
 def preflight(request: LaunchRequest) -> None:
     """Every check above, in that order; the first failure raises."""
     from shardeval.config import config_hash
-    from shardeval.records import read_manifest
-    from shardeval.resume import check_set_aside, check_submission
+    from shardeval.liveness import ShardLease
+    from shardeval.resume import check_set_aside, check_submission, shard_dirs
 
     runs, total = request.runs(), request.total
     if request.config.cluster.shards_read_local_files():
@@ -48,10 +48,9 @@ def preflight(request: LaunchRequest) -> None:
             check_submission(run.root, config_hash(run.config), total, run.config,
                              started="nothing submitted or started (each shard would refuse it)")
             continue
-        for k in range(total):
-            shard = os.path.join(run.root, f"shard_{k}")
-            if os.path.isdir(shard) and read_manifest(shard) is not None:
-                check_set_aside(shard)
+        for _, shard in shard_dirs(run.root):  # those past this run's count too: they are set aside as well
+            ShardLease(shard).check_free()
+            check_set_aside(shard)
     check_output_root(request.output_root)
     if request.config.cache is not None:
         from shardeval.cache import check_usable

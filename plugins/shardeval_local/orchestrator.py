@@ -15,7 +15,9 @@ import signal
 import sys
 import time
 
-from shardeval.api import ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command, UsageError
+from shardeval.api import (
+    ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command, set_aside_shards, UsageError,
+)
 
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 REFUSED = UsageError.exit_code  # a shard that refused its arguments, config or output directory
@@ -45,6 +47,9 @@ def run_local(request: LaunchRequest) -> int:
         for command in commands:
             print(shlex.join(command))
         return 0
+    if request.fresh:  # here, once per model's run, as on a SLURM or Ray driver: every lease first, then
+        for run in request.runs():  # the move, so one shard that cannot move leaves every other where it was
+            set_aside_shards(run.root)
     parallel = getattr(request.config.cluster, "parallel", None) or request.total * (1 if request.sweep else len(cells))
     stop: list[signal.Signals] = []
     start = time.monotonic()
