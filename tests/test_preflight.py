@@ -149,6 +149,26 @@ def test_a_missing_data_file_is_one_line_before_any_shard(tmp_path: Path, bench:
     assert not (tmp_path / "out" / "shard_0").exists()
 
 
+@pytest.mark.parametrize("bench, says", [
+    ({"name": "empty.jsonl", "params": {}}, "benchmarks[0] (empty.jsonl): no problems to ask"),
+    ({"name": "blank.jsonl", "params": {}}, "benchmarks[0] (blank.jsonl): no problems to ask"),
+    ({"name": "arith", "params": {"n": 0}}, 'benchmarks[0] (arith): no problems to ask (its data with params {"n":0} holds none)'),
+])
+@pytest.mark.parametrize("shards", [2, None])
+def test_a_benchmark_with_no_problems_is_one_line_before_anything_runs(tmp_path: Path, bench: dict, says: str, shards) -> None:
+    """H4e: a data file with no rows (a download cut to nothing, only blank lines) or params that
+    select none ran nothing, and the merge said COMPLETE with no number in it, exit 0. Now one
+    line, exit 2, before any shard (as `--max-problems 0` and an empty humaneval file already were),
+    for a launch of shards and for the run without them."""
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "blank.jsonl").write_text("\n\n")
+    cfg = write(tmp_path, "http://127.0.0.1:9/v1", bench=bench, shards=shards)
+    done = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out"), cwd=str(tmp_path))
+    assert says in done.stderr.strip().splitlines()[-1] and done.returncode == 2, done.stderr
+    assert "COMPLETE" not in done.stdout and "Traceback" not in done.stderr
+    assert not (tmp_path / "out" / "shard_0").exists() and not any((tmp_path / "out").rglob("results.jsonl"))
+
+
 def test_a_benchmark_plugins_own_preflight_runs_once_before_any_shard(tmp_path: Path) -> None:
     """H4b: a benchmark plugin declares a check (`Benchmark.preflight`: here an image it needs):
     the launch calls it before starting shards; one line, exit 2. A benchmark that passes it runs."""
