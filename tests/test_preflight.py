@@ -130,6 +130,54 @@ def test_every_shard_refusing_merges_nothing(tmp_path: Path) -> None:
     assert snapshot(tmp_path / "out") == before
 
 
+def test_a_sweep_where_one_model_refuses_merges_nothing(tmp_path: Path) -> None:
+    """H3g: in a sweep, the endpoint of model b now serves other weights: b's cells refuse, a's
+    resume. The sweep table printed b's earlier column among the new ones (exit 1); now the launch
+    names the cells that refused, merges and prints nothing, and exits 2."""
+    def sweep(url_a: str, url_b: str) -> Path:
+        config = {"services": {"a": {"type": "api", "url": url_a, "model": "sim"}, "b": {"type": "api", "url": url_b, "model": "sim",
+                                                                                     "retries": {"attempts": 1}}},
+                  "benchmarks": [{"name": "arith", "params": {"n": 6}}], "output": {"progress_interval_s": 0},
+                  "sweep": {"services": ["a", "b"], "baseline": "a"}, "cluster": {"shards": 2}}
+        path = tmp_path / "sweep.yaml"
+        path.write_text(json.dumps(config))
+        return path
+
+    out = tmp_path / "out"
+    with running_sim(*FAST, "--root", "/weights/a") as url_a, running_sim(*FAST, "--root", "/weights/b", "--fail-5xx", "0.5") as url_b:
+        first = shardeval_cmd("run", str(sweep(url_a, url_b)), "-o", str(out))  # b has cells left to ask again
+    assert "# shardeval sweep" in first.stdout and "server_error" in first.stderr, first.stderr
+    before = snapshot(out / "b")
+    with running_sim(*FAST, "--root", "/weights/a") as url_a, running_sim(*FAST, "--root", "/weights/c") as url_b:
+        done = shardeval_cmd("run", str(sweep(url_a, url_b)), "-o", str(out))
+    assert done.returncode == 2, done.stderr
+    assert "b shard 0/2, b shard 1/2 refused to start" in done.stderr and "nothing merged" in done.stderr, done.stderr
+    assert done.stdout == "" and "/weights/c" in done.stderr
+    assert snapshot(out / "b") == before
+
+
+def test_a_run_and_a_sweep_never_launch_into_each_others_root(tmp_path: Path) -> None:
+    """H3f: a plain run launched with -o of a sweep's root ran its shards there, and the merge after
+    them printed the old sweep's table as COMPLETE, exit 0; a sweep launched into a run's root left
+    that run's shards beside its models and replaced its report. Each is one line now, exit 2,
+    nothing started and nothing written."""
+    with running_sim(*FAST) as url:
+        sweep = {"services": {"a": {"type": "api", "url": url, "model": "sim"}, "b": {"type": "api", "url": url, "model": "sim"}},
+                 "sweep": {"services": ["a", "b"], "baseline": "a"}, "cluster": {"shards": 2}}
+        plain, swept = write(tmp_path, url), tmp_path / "sweep.yaml"
+        config = json.loads(plain.read_text())
+        swept.write_text(json.dumps({**config, **sweep}))
+        for first, second in ((swept, plain), (plain, swept)):
+            out = tmp_path / f"out_{first.stem}"
+            done = shardeval_cmd("run", str(first), "-o", str(out))
+            assert done.returncode == 0 and "COMPLETE" in done.stdout, done.stderr
+            before = snapshot(out)
+            line = one_error_line(shardeval_cmd("run", str(second), "-o", str(out)))
+            assert f"-o {out} holds" in line and "choose another -o" in line, line
+            assert snapshot(out) == before and not (out / "shard_0" / "a").exists()
+    assert not (tmp_path / "out_sweep" / "shard_0").exists() and not (tmp_path / "out_c" / "sweep_plan.json").exists()
+
+
 # --- item 4: everything checkable, checked once before any shard ----------------------------------
 
 

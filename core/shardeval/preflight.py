@@ -8,7 +8,8 @@ cluster), while the merge after them reported whatever the output directory held
   another -o;
 - with --fresh, everything the move aside needs (no live writer holds a shard directory, each
   one's superseded/ can be made), before any shard moves anything;
-- the output root can be made and written (`-o`);
+- the output root holds nothing of the other kind (a sweep's root for a run, a run's shards for
+  a sweep), and can be made and written (`-o`);
 - the response cache directory can be used;
 - every benchmark builds (its data is there and reads), passes its own `Benchmark.preflight`
   (images, task names) and, judged, has a rubric its mode can read: where the shards read this
@@ -43,6 +44,7 @@ def preflight(request: LaunchRequest) -> None:
         check_benchmarks(runs[0].config)  # a sweep's models share the benchmarks: their services differ
     if request.dry_run:  # it writes nothing; an orchestrator that renders files says what it would refuse
         return
+    check_same_kind(request.output_root, request.sweep is not None)
     for run in runs:
         if not request.fresh:
             check_submission(run.root, config_hash(run.config), total, run.config,
@@ -56,6 +58,21 @@ def preflight(request: LaunchRequest) -> None:
         from shardeval.cache import check_usable
 
         check_usable(request.config.cache.dir)
+
+
+def check_same_kind(root: str, sweep: bool) -> None:
+    """-o holds nothing of the other kind: a run launched into a sweep's root would be merged as
+    that sweep, printing the sweep's old results as this run's; a sweep launched into a run's root
+    would leave that run's shards beside its models and replace its merged report."""
+    from shardeval.resume import shard_dirs
+    from shardeval.sweep import PLAN_FILE
+
+    if not sweep and os.path.lexists(plan := os.path.join(root, PLAN_FILE)):
+        raise UsageError(f"-o {root} holds a sweep ({plan}), and this run is not one: its merge would report the sweep's "
+                         "results as this run's; choose another -o")
+    if sweep and (shards := shard_dirs(root)):
+        raise UsageError(f"-o {root} holds the shards of a run that is not a sweep ({shards[0][1]}), and this is a sweep: "
+                         "its models would be merged beside them; choose another -o")
 
 
 def check_output_root(root: str) -> None:
