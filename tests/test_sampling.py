@@ -189,6 +189,8 @@ def test_a_benchmark_scored_by_likelihood_is_said_as_it_is_sent(tmp_path: Path) 
         proc = shardeval_cmd("run", str(config), "--dry-run", "-o", str(tmp_path / name))
         assert proc.returncode == 0, proc.stderr
         assert f"({bench}), repeats 2: {scored}" in proc.stderr and "the benchmark's default" not in proc.stderr, proc.stderr
+    greedy = shardeval_cmd("run", str(config), "--dry-run", "-o", str(tmp_path / "g"), "-O", "benchmarks.0.solver.generation.temperature=0")
+    assert greedy.returncode == 0 and "pass@k is pass@1" not in greedy.stderr, greedy.stderr  # nothing is sampled: no warning
     with running_sim("--ttft-ms", "0", "--itl-ms", "0") as url:
         config = api_eval_config(tmp_path / "run.yaml", url, bench="perplexity", repeats=2, benchmark=configs["perplexity"][1])
         proc = shardeval_cmd("run", str(config), "-o", str(tmp_path / "out"))

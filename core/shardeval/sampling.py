@@ -98,15 +98,16 @@ def effective(gen: Generation) -> dict[str, Any]:
     return {**values, **{k: gen.extra[k] for k in SAMPLING_KEYS if k in gen.extra}}
 
 
-def greedy_repeats(config: Config) -> list[str]:
+def greedy_repeats(config: Config, registry: Any) -> list[str]:
     """One warning per benchmark that asks each problem several times greedily: pass@k then
     equals pass@1 and majority votes are one answer counted k times. The user's explicit setting
-    wins (it measures a server's nondeterminism, say), so it is a warning, not a refusal."""
+    wins (it measures a server's nondeterminism, say), so it is a warning, not a refusal. A
+    benchmark scored by log-likelihood samples nothing: its temperature is no question of this."""
     return [
         f"benchmarks[{i}] ({b.id or b.name}): repeats {b.repeats} with temperature 0 asks the same greedy question "
         f"{b.repeats} times, so pass@k is pass@1; drop solver.generation.temperature for the benchmark's sampled default"
         for i, b in enumerate(config.benchmarks)
-        if b.repeats > 1 and effective(b.solver.generation).get("temperature") == 0
+        if b.repeats > 1 and effective(b.solver.generation).get("temperature") == 0 and not scored_by_likelihood(b, registry)
     ]
 
 
