@@ -149,7 +149,7 @@ def test_errors_and_cut_streams_are_never_cached(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, "http://127.0.0.1:9/v1", cache, n=6, attempts=1, service={"unreachable_after": 0})
     with running_sim(*FAST, "--fail-5xx", "0.5", "--truncate-json", "0.5") as url:
         result = run(cfg, tmp_path / "out", "-O", f"services.model.url={url}")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # every pair an error: finished with errors
     recs = records(tmp_path / "out") + records(tmp_path / "out", "perplexity")
     assert len(recs) == 14 and all(r["status"] == "error" for r in recs)
     assert {r["error_kind"] for r in recs} >= {"server_error"}

@@ -114,13 +114,13 @@ def test_missing_models_and_partial_cells_are_said_on_the_page(sweep, browser, t
     root = copy_without_merges(sweep[0], tmp_path / "partial")
     shutil.rmtree(root / "step10" / "shard_1")  # half of a model never ran
     plan = json.loads((root / "sweep_plan.json").read_text())
-    plan["services"].append(HOSTILE_MODEL)  # a model with no shard, its name from a hand-edited plan
+    plan["services"].append("step99")  # a model with no shard (its folder was never made)
     (root / "sweep_plan.json").write_text(json.dumps(plan))
     out = tmp_path / "elsewhere"
     merge = shardeval_cmd("merge", "-q", str(root), "-o", str(out))
-    assert merge.returncode == 0, merge.stderr
+    assert merge.returncode == 3 and "not complete: PARTIAL" in merge.stderr, merge.stderr
     doc = json.loads((out / "sweep.json").read_text())
-    shown_name = HOSTILE_MODEL.replace("\x00", "\u2400")  # NUL is drawn as its control picture
+    shown_name = "step99"
     with visit(browser, (out / "sweep.html").as_uri(), ready=READY) as v:
         assert_drawn_offline_and_inert(v, charts=len({c["metric"] for c in doc["cells"]}) + 1)
         assert v.page.inner_text("#verdict") == "PARTIAL"
@@ -134,6 +134,18 @@ def test_missing_models_and_partial_cells_are_said_on_the_page(sweep, browser, t
         assert "‡ not every (problem, repeat) pair" in v.page.inner_text("body")
         links = v.page.eval_on_selector_all("a.report", "as => as.map(a => a.getAttribute('href'))")
     assert links == [f"{m}/report.html" for m in MODELS] and all((out / link).is_file() for link in links)  # -o OUT: beside it
+
+
+def test_a_hand_edited_plan_naming_a_hostile_model_is_refused_not_rendered(sweep, tmp_path):
+    """Since issue 24 (H15) a model a plan lists must be a folder name of the sweep: the hostile
+    name this page once had to escape is refused in one line, exit 2, before anything is written."""
+    root = copy_without_merges(sweep[0], tmp_path / "hostile")
+    plan = json.loads((root / "sweep_plan.json").read_text())
+    plan["services"].append(HOSTILE_MODEL)
+    (root / "sweep_plan.json").write_text(json.dumps(plan))
+    merge = shardeval_cmd("merge", "-q", str(root), "-o", str(tmp_path / "out"))
+    assert merge.returncode == 2 and "Traceback" not in merge.stderr and len(merge.stderr.strip().splitlines()) == 1
+    assert "not a folder of this sweep" in merge.stderr and not (tmp_path / "out").exists()
 
 
 def test_compare_html_shows_the_numbers_of_compare_json_and_of_each_runs_scores(sweep, browser, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -332,10 +333,42 @@ def test_a_stream_without_any_choice_is_a_protocol_error(case: str) -> None:
     assert time.monotonic() - t0 < 5
 
 
-@pytest.mark.parametrize("parts", [(delta(None), DONE), (delta("", "stop"), DONE), (EMPTY, delta("", "length"))],
-                         ids=["role_chunk_then_done", "empty_content_with_finish", "finish_without_done"])
-def test_an_empty_answer_with_a_choice_is_still_an_answer(parts: tuple[bytes, ...]) -> None:
-    """The rule is about choices, not text: a model may legitimately answer nothing."""
+ROLE = event({"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
+ROLE_NULL = delta(None)  # llama.cpp's first chunk: `content: null` beside the role
+USAGE_IN_CHOICE = event({"choices": [{"index": 0, "delta": {}}], "usage": {"prompt_tokens": 7, "completion_tokens": 0}})
+
+# A choice that never carried an answer field (content or text, even "", reasoning, tool calls) nor a
+# finish_reason is no answer either (issue 24 item 18): before, each of these was an `ok` record
+# with the answer "", scored as wrong.
+NO_ANSWER: dict[str, Reply] = {
+    "role_delta_then_done": sse(ROLE, DONE),
+    "role_with_null_content_then_done": sse(ROLE_NULL, DONE),
+    "role_then_usage_then_done": sse(ROLE, USAGE, DONE),
+    "usage_in_an_empty_choice_then_done": sse(USAGE_IN_CHOICE, DONE),
+    "completions_choice_without_text_then_done": sse(event({"choices": [{"index": 0, "logprobs": None}]}), DONE),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_ANSWER))
+def test_a_stream_whose_choices_never_carried_an_answer_is_a_protocol_error(case: str) -> None:
+    with RawServer(NO_ANSWER[case]) as server:
+        t0 = time.monotonic()
+        c = ask(server.url, config(attempts=2, idle=0.5))
+    assert (c.status, c.error_kind, c.attempts) == ("error", "protocol", 2), c
+    assert "carried no answer" in (c.error or ""), c.error
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("parts", [
+    (ROLE, delta("", "stop"), DONE), (delta("", "stop"), DONE), (EMPTY, delta("", "length")), (ROLE_NULL, delta(""), DONE),
+    (ROLE, event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), DONE),
+    (ROLE, event({"choices": [{"index": 0, "delta": {"reasoning_content": ""}}]}), DONE),
+    (ROLE, event({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "f"}}]}}]}), DONE),
+], ids=["role_then_empty_content_with_finish", "empty_content_with_finish", "finish_without_done", "empty_content_then_done",
+        "role_then_finish_with_empty_delta", "empty_reasoning_then_done", "tool_call_then_done"])
+def test_an_empty_answer_the_server_gave_is_still_an_answer(parts: tuple[bytes, ...]) -> None:
+    """A model may legitimately answer nothing: a `content: ""` (vLLM, OpenAI), reasoning, a tool
+    call or a finish_reason (llama.cpp's last chunk) says the server did generate, and answered ""."""
     with RawServer(sse(*parts)) as server:
         c = ask(server.url, config(attempts=1))
     assert (c.status, c.text) == ("ok", ""), c
@@ -449,7 +482,7 @@ def test_keepalive_pings_before_the_first_token_hit_the_first_token_timeout(ping
 
 
 # =================================================================================================
-# The same faults through `shardeval run`: one record per pair, of the right kind, exit 0
+# The same faults through `shardeval run`: one record per pair, of the right kind, exit 3 (finished with errors)
 # =================================================================================================
 
 E2E: dict[str, tuple[Reply, bool, str, dict]] = {
@@ -459,6 +492,7 @@ E2E: dict[str, tuple[Reply, bool, str, dict]] = {
     "invalid_utf8_500_body": (whole(response(500, b'{"error":{"message":"\xff"}}')), True, "server_error", {}),
     "no_choice_stream": (sse(EMPTY, EMPTY, DONE), True, "protocol", {}),
     "bare_done": (sse(DONE), True, "protocol", {}),
+    "role_delta_then_done": (sse(ROLE, DONE), True, "protocol", {}),
     "pings_forever_after_first_token": (pinging(PINGS["comment"]), True, "timeout", {}),
     "endless_stream": (endless_stream, True, "too_large", {"max_response_bytes": 1048576}),
 }
@@ -473,14 +507,15 @@ def test_shardeval_run_records_every_pair_with_the_right_kind(tmp_path: Path, ca
     with RawServer(reply) as server:
         cfg = write_config(tmp_path, server.url, stream=stream, service=service, idle=0.5)
         result, wall = run_shard(cfg, tmp_path / "out")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # every pair ends in an error: finished, not complete (issue 24)
     assert "Traceback" not in result.stderr, result.stderr
     recs = records(tmp_path / "out")
     one_record_per_pair(recs, 3, 2)
     assert all(r["status"] == "error" and r["error_kind"] == kind and r["score"] is None for r in recs), recs
     assert "missing 0" in result.stderr
     m = manifest(tmp_path / "out")
-    assert m["state"] == "complete" and m["benchmarks"][0]["n_error"] == 6
+    assert m["state"] == "finished_with_errors" and m["benchmarks"][0]["n_error"] == 6
+    assert m["benchmarks"][0]["error_kinds"] == {kind: 6}
     assert wall < 60, wall
 
 
@@ -492,7 +527,7 @@ def test_the_shard_with_endless_streams_stays_small_in_memory(tmp_path: Path) ->
         done = run_measured([sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "out")], timeout=60)
         sent = server.sent
     print(f"4 endless streams, cap 4 MiB: the server sent {sent >> 20} MiB, shard peak RSS {done.peak_mib:.0f} MiB")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # every pair too_large: finished with errors
     recs = records(tmp_path / "out")
     assert len(recs) == 4 and all(r["error_kind"] == "too_large" for r in recs), recs
     assert done.peak_mib < 300, f"peak RSS {done.peak_mib:.0f} MiB"
@@ -581,7 +616,8 @@ def good_answers() -> Reply:
 
 def faulty_env(tmp: Path, fault: str, every: int) -> dict[str, str]:
     (tmp / "faulty_plugin.py").write_text(FAULTY_PLUGIN)
-    return {"SHARDEVAL_PLUGINS": "faulty_plugin", "PYTHONPATH": str(tmp), "FAULT": fault, "FAULT_EVERY": str(every),
+    path = os.pathsep.join(filter(None, [str(tmp), os.environ.get("PYTHONPATH")]))  # the shardeval under test, not another
+    return {"SHARDEVAL_PLUGINS": "faulty_plugin", "PYTHONPATH": path, "FAULT": fault, "FAULT_EVERY": str(every),
             KEY_VAR: SECRET}
 
 
@@ -597,7 +633,7 @@ def test_an_exception_in_a_request_task_becomes_an_internal_error_record(tmp_pat
     with RawServer(good_answers()) as server:
         cfg = faulty_config(tmp_path, server.url)
         result, _ = run_shard(cfg, out, env=faulty_env(tmp_path, fault, 3))
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == 3, result.stderr  # finished with 6 internal errors: not complete
         assert "Traceback" not in result.stderr and SECRET not in result.stderr, result.stderr
         recs = records(out, "fragile")
         one_record_per_pair(recs, 9, 2)
@@ -606,7 +642,7 @@ def test_an_exception_in_a_request_task_becomes_an_internal_error_record(tmp_pat
         assert all(r["error_kind"] == "internal" and message in r["error"] and r["score"] is None for r in internal), internal
         assert all(r["status"] == "ok" and r["score"] == 1.0 for r in recs if r["problem_idx"] % 3), recs
         assert len(records(out, "fragile", "trajectories.jsonl")) == 18
-        assert manifest(out)["state"] == "complete"
+        assert manifest(out)["state"] == "finished_with_errors" and manifest(out)["benchmarks"][0]["error_kinds"] == {"internal": 6}
         for path in out.rglob("*"):
             assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
         again, _ = run_shard(cfg, out, env=faulty_env(tmp_path, fault, 0))
@@ -660,10 +696,10 @@ def test_unreachable_after_zero_never_stops_early(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
     cfg = write_config(tmp_path, url, n=12, repeats=1, service={"unreachable_after": 0})
     result, _ = run_shard(cfg, tmp_path / "out")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # every pair a connection error: finished with errors
     recs = records(tmp_path / "out")
     assert len(recs) == 12 and all(r["error_kind"] == "connection" for r in recs)
-    assert manifest(tmp_path / "out")["state"] == "complete"
+    assert manifest(tmp_path / "out")["state"] == "finished_with_errors"
 
 
 def test_connection_errors_after_a_first_answer_are_only_records(tmp_path: Path) -> None:
@@ -682,11 +718,11 @@ def test_connection_errors_after_a_first_answer_are_only_records(tmp_path: Path)
         holder["server"] = server
         cfg = write_config(tmp_path, server.url, n=20, repeats=1, concurrency=1)
         result, _ = run_shard(cfg, tmp_path / "out")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # records, not a failed shard: finished with 18 errors
     recs = records(tmp_path / "out")
     assert len(recs) == 20 and sum(r["status"] == "ok" for r in recs) == 2
     assert all(r["error_kind"] == "connection" for r in recs if r["status"] == "error")
-    assert manifest(tmp_path / "out")["state"] == "complete"
+    assert manifest(tmp_path / "out")["state"] == "finished_with_errors"
 
 
 @pytest.mark.parametrize("key,value", [("max_response_bytes", 0), ("unreachable_after", -1)])

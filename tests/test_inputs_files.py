@@ -206,7 +206,7 @@ def test_results_copied_in_from_elsewhere_are_refused_by_resume_merge_and_status
 
     merged = shardeval_cmd("merge", str(run))
     no_traceback(merged)
-    assert merged.returncode == 0, merged.stderr
+    assert merged.returncode == 3, merged.stderr  # written, but PARTIAL: the refused records' cells are missing
     scores = json.loads((run / "merged" / "scores.json").read_text())["arith"]
     assert (scores["n_records"], scores["n_missing"], scores["n_refused"]) == (5, 5, n_foreign), scores
     refused = [l for l in merged.stdout.splitlines() if f"refused {n_foreign} record(s)" in l]

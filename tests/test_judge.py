@@ -119,7 +119,7 @@ def test_judge_failures_are_judge_errors_and_a_rerun_asks_only_the_judge(tmp_pat
                          "--judge-garbage", "0.25", *FAST) as judge:
             cfg = write_config(tmp_path, model, judge, cache=cache)
             first = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out))
-        assert first.returncode == 0, first.stderr
+        assert first.returncode == 3, first.stderr  # finished with judge errors: not complete (issue 24)
         before = records(out)
         errors = [r for r in before if r["status"] == "error"]
         kinds = {r["error_kind"] for r in errors}
@@ -129,7 +129,7 @@ def test_judge_failures_are_judge_errors_and_a_rerun_asks_only_the_judge(tmp_pat
             assert r["score"] is None and "####" in r["response"]
             assert r["judge"]["verdict"] is None
         merged = shardeval_cmd("merge", str(out), "-o", str(tmp_path / "m1"))
-        assert merged.returncode == 0, merged.stderr
+        assert merged.returncode == 3 and "ERRORS" in merged.stdout, merged.stderr
         summary = json.loads((tmp_path / "m1" / "scores.json").read_text())["arith"]
         assert summary["error_kinds"] == {"judge": len(errors)} and summary["n_errors"] == len(errors)
     # the model's server is gone: a rerun must not ask it (a request would be a connection error)

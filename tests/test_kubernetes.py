@@ -391,6 +391,9 @@ def test_manifests_pass_kubernetes_validate_and_the_semantic_checks(tmp_path, ku
         "kubectl", "wait", "--for=condition=complete", "job/arith-test", "--namespace=evals", "--timeout=48h",
     ]
     assert merge["containers"][0]["args"] == ["merge", "/results", "--errors-as-wrong"]
+    # a merge that exits 3 (ran; the run is not complete) or 2 is not retried: it would say the same again
+    assert merge_job(docs)["spec"]["podFailurePolicy"]["rules"] == [
+        {"action": "FailJob", "onExitCodes": {"containerName": merge["containers"][0]["name"], "operator": "In", "values": [2, 3]}}]
     context = {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
     assert container["securityContext"] == context == merge["containers"][0]["securityContext"]  # run so in tests/test_docker.py
     assert "securityContext" not in merge["initContainers"][0]  # kubectl's image, its own user

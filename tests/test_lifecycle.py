@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +25,7 @@ import pytest
 from aiohttp import web
 
 from conftest import api_eval_config, process_alive, process_table, shardeval_cmd
+from served import app_in_thread
 
 DRAIN_S = 2.0
 MARGIN_S = 8.0  # process exit, stopping the client and servers, a busy 2-core CI box
@@ -69,32 +69,12 @@ class PingServer:
 
 @contextmanager
 def ping_server(stall_every: int = 1) -> Iterator[PingServer]:
-    server = PingServer(stall_every)
-    ready = threading.Event()
-    loop = asyncio.new_event_loop()
-    stop = asyncio.Event()
-
-    async def main() -> None:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", server.chat)
-        app.router.add_get("/v1/models", server.models)
-        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server.url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-        ready.set()
-        await stop.wait()
-        await runner.cleanup()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    assert ready.wait(10), "the test server did not start"
-    try:
+    server, app = PingServer(stall_every), web.Application()
+    app.router.add_post("/v1/chat/completions", server.chat)
+    app.router.add_get("/v1/models", server.models)
+    with app_in_thread(app, handler_cancellation=True) as origin:
+        server.url = f"{origin}/v1"
         yield server
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(10)
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -259,8 +239,9 @@ def status_row(text: str, idx: int) -> list[str]:
 
 
 def merge_report(root: Path) -> str:
+    """The report of a merge of a run with a lost shard: written, but not complete (exit 3, issue 24)."""
     result = shardeval_cmd("merge", str(root), timeout=60)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3 and "not complete: PARTIAL" in result.stderr, result.stderr
     return result.stdout
 
 

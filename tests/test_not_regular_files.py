@@ -143,7 +143,7 @@ def test_a_heartbeat_or_a_sweep_plan_that_is_a_fifo_is_no_evidence_not_a_hang(tm
     # no heartbeat to read is no evidence that the writer is gone: the shard still reads as running
     assert any(line.split()[:2] == ["0", "running"] for line in status.stdout.splitlines()), status.stdout
     merged = shardeval_cmd("merge", str(run), timeout=HANG)  # an ordinary run: the plan file is no plan
-    assert merged.returncode == 0, merged.stderr
+    assert merged.returncode == 3 and "PARTIAL" in merged.stderr, merged.stderr  # a running shard: partial, written (H2)
     assert json.loads((run / "merged" / "scores.json").read_text())["arith"]["n_ok"] == 4
 
 
@@ -158,3 +158,41 @@ def test_a_benchmark_data_file_that_is_not_a_regular_file_is_one_line_exit_2(tmp
     assert result.returncode == 2, result.stderr
     what = "is a FIFO (named pipe), not a data file" if kind == "fifo" else "is a character device, not a data file"
     assert what in result.stderr and "qa.jsonl" in result.stderr and "Traceback" not in result.stderr
+
+
+def quick_shard(url: str, out: Path) -> subprocess.CompletedProcess[str]:
+    return shardeval_cmd("run", "--bench", "arith", "--model-url", url, "--model-id", "sim", "-o", str(out),
+                         "--max-problems", "3", "--no-cache", timeout=HANG)
+
+
+def test_a_shard_log_that_is_a_fifo_nobody_reads_is_one_line_not_a_hang(tmp_path):
+    """The files a shard appends to open without waiting: a FIFO at logs/shard.log hung the shard
+    forever in open(), deaf to SIGTERM, holding shard.lock (the timeout here was the only way out).
+    Variants: a FIFO that a process reads gets the log; a link to /dev/null takes it."""
+    with running_sim("--bench", "arith", "--accuracy", "1.0", "--ttft-ms", "0", "--itl-ms", "0") as url:
+        plant(tmp_path / "fifo" / "logs" / "shard.log", "fifo")
+        started = time.monotonic()
+        done = quick_shard(url, tmp_path / "fifo")
+        assert time.monotonic() - started < 20
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        line = done.stderr.strip().splitlines()[-1]
+        assert "shard.log" in line and "FIFO" in line and "no process is reading" in line
+        assert (tmp_path / "fifo" / "logs" / "shard.log").is_fifo()  # left as it was
+
+        read = tmp_path / "read" / "logs" / "shard.log"
+        plant(read, "fifo")
+        fd = os.open(read, os.O_RDONLY | os.O_NONBLOCK)  # a reader holds it open (a small log fits the pipe's buffer)
+        try:
+            done = quick_shard(url, tmp_path / "read")
+            got = os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
+        assert done.returncode == 0, done.stderr
+        assert b"3/3 ok" in got and read.is_fifo()
+
+        null = tmp_path / "null" / "logs" / "shard.log"
+        null.parent.mkdir(parents=True)
+        null.symlink_to("/dev/null")
+        done = quick_shard(url, tmp_path / "null")
+        assert done.returncode == 0, done.stderr
+        assert null.is_symlink() and Path("/dev/null").is_char_device()

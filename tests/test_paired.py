@@ -156,7 +156,9 @@ def test_degenerate_pairs_never_raise() -> None:
     one = paired_difference(table([[0.2, 0.4]]), table([[0.5, 0.9]]), OPTS)  # one problem: no interval
     assert one["diff"] == pytest.approx(0.4) and one["stderr"] is None and one["p_value"] is None
     shift = paired_difference(table([[0.25, 0.5], [0.125, 0.375]]), table([[0.75, 1.0], [0.625, 0.875]]), OPTS)
-    assert shift["stderr"] == 0.0 and shift["p_value"] == 0.0 and shift["ci_low"] == shift["ci_high"] == 0.5
+    # every problem +0.5: no spread is no certainty (was stderr 0, p 0.0 from two problems, [0.5, 0.5])
+    assert shift["stderr"] is None and shift["p_value"] == 0.5 and shift["test"] == "sign_exact"
+    assert shift["ci_low"] < 0.5 < shift["ci_high"] and shift["ci_method"] == "no-variation-bound"
     same = paired_difference(table(np.full((3, 2), 0.5)), table(np.full((3, 2), 0.5)), OPTS)
     assert same["p_value"] == 1.0 and same["diff"] == 0.0
 

@@ -36,6 +36,10 @@ def manifest(path: Path) -> Manifest:
     return msgspec.json.decode((path / "manifest.json").read_bytes(), type=Manifest)
 
 
+# The fixture run keeps errors (5xx), and a rescore copies them: it finishes with errors (H2), exit 3.
+WITH_ERRORS = 3
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
     """A two-shard run with errors (5xx, one attempt), a duplicate and another run's record in its
@@ -45,14 +49,14 @@ def finished(tmp_path_factory) -> Path:
         cfg = api_eval_config(tmp / "eval.yaml", url, n=N, repeats=REPEATS, concurrency=8, service={"retries": {"attempts": 1}})
         for i in range(2):
             r = shardeval_cmd("run", str(cfg), "--shard", f"{i}/2", "-o", str(tmp / "run" / f"shard_{i}"))
-            assert r.returncode == 0, r.stderr
+            assert r.returncode == 3, r.stderr  # each shard finished with errors (issue 24): not complete
     results = tmp / "run" / "shard_1" / "arith" / "results.jsonl"
     first = json.loads(results.read_bytes().splitlines()[0])
     other = {**first, "run": "0123456789ab"}  # another run's record: refused by merge, never counted
     with open(results, "ab") as f:
         f.write(json.dumps(first).encode() + b"\n" + json.dumps(other).encode() + b"\n")
     r = shardeval_cmd("merge", str(tmp / "run"), "-o", str(tmp / "merged_run"), "-q")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 3 and "not complete: ERRORS" in r.stderr, r.stderr
     scores = json.loads((tmp / "merged_run" / "scores.json").read_text())["arith"]
     assert scores["n_errors"] > 0 and scores["n_duplicates"] == 1 and scores["n_refused"] == 1, scores
     return tmp
@@ -63,15 +67,16 @@ def test_unchanged_scorer_gives_byte_identical_merge_and_leaves_the_originals_al
     new = finished / "same"
     for i in range(2):  # as an array: each task its shard, the model server long gone
         r = shardeval_cmd("rescore", str(finished / "run"), "-o", str(new), "--shard", f"{i}/2")
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 3, r.stderr  # the source's errors are copied: finished with errors, as the source
         assert "records/s" in r.stderr
     r = shardeval_cmd("merge", str(new), "-o", str(finished / "merged_same"), "-q")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 3, r.stderr
     for name in ("scores.json", "arith/results.jsonl", "arith/trajectories.jsonl"):
         assert (finished / "merged_same" / name).read_bytes() == (finished / "merged_run" / name).read_bytes(), name
     assert tree_digest(finished / "run") == before
     source, rescored = manifest(finished / "run" / "shard_0"), manifest(new / "shard_0")
-    assert rescored.state == "complete" and rescored.config_hash == source.config_hash
+    assert rescored.state == source.state == "finished_with_errors" and rescored.config_hash == source.config_hash
+    assert rescored.benchmarks[0].error_kinds == source.benchmarks[0].error_kinds
     assert rescored.rescored.source == str((finished / "run" / "shard_0").resolve())
     info = rescored.rescored.scorers[0]
     assert (info.benchmark, info.scorer) == ("arith", "arith")
@@ -81,7 +86,7 @@ def test_unchanged_scorer_gives_byte_identical_merge_and_leaves_the_originals_al
 
     again = tree_digest(new)
     r = shardeval_cmd("rescore", str(finished / "run"), "-o", str(new))
-    assert r.returncode == 0 and "nothing to do" in r.stderr, r.stderr
+    assert r.returncode == 3 and "nothing to do" in r.stderr, r.stderr
     records_and_manifests = lambda digest: {k: v for k, v in digest.items() if k.endswith((".jsonl", "manifest.json"))}  # noqa: E731
     assert records_and_manifests(tree_digest(new)) == records_and_manifests(again)
 
@@ -90,7 +95,7 @@ def test_another_scorer_changes_the_scores_and_is_named(finished):
     new = finished / "lengths"
     r = shardeval_cmd("rescore", str(finished / "run"), "-o", str(new), "--scorer", "length_multiple",
                       "-O", "benchmarks.0.params.modulus=3", "-O", "benchmarks.0.params.in_thread=true", env=SCORER_ENV)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 3, r.stderr
     for i in range(2):
         old, got = (records(root / f"shard_{i}" / "arith" / "results.jsonl") for root in (finished / "run", new))
         assert len(got) == len(old)
@@ -108,7 +113,7 @@ def test_another_scorer_changes_the_scores_and_is_named(finished):
     assert info.fingerprint != info.replaces and manifest(new / "shard_0").benchmarks[0].scorer_fingerprint == info.fingerprint
 
     r = shardeval_cmd("merge", str(new), "-o", str(finished / "merged_lengths"), "-q", env=SCORER_ENV)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 3, r.stderr
     merged = json.loads((finished / "merged_lengths" / "scores.json").read_text())["arith"]
     standing = records(finished / "merged_lengths" / "arith" / "results.jsonl")
     per_problem: dict[int, list[float]] = {}
@@ -151,13 +156,13 @@ def test_a_killed_rescore_resumes_without_redoing_records(finished):
         f.write(b'{"benchmark":"arith","problem_i')
 
     r = subprocess.run(args, env={**os.environ, **SCORER_ENV}, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 3, r.stderr  # the source shard's errors are copied
     assert f"resuming: {n_whole} record(s) already rescored" in r.stderr
     final = out.read_bytes()
     assert final.startswith(whole) and final.count(b"\n") == n_source  # the earlier lines kept, none twice
     got = records(out)
     assert all(rec.score == float(len(rec.response) % 2 == 0) for rec in got if rec.status == "ok")
-    assert manifest(new / "shard_0").state == "complete"
+    assert manifest(new / "shard_0").state == "finished_with_errors"
 
 
 @pytest.mark.parametrize("case", ["missing", "same", "inside", "unknown scorer", "other key", "bad scorer"])
@@ -253,7 +258,7 @@ def test_a_rerun_rescore_refuses_a_truncated_source_and_catches_up_with_an_appen
         source.write_bytes(b"".join(lines))
         new = tmp_path / name
         r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == WITH_ERRORS, r.stderr
         out = new / "shard_0" / "arith" / "results.jsonl"
         assert out.read_bytes().count(b"\n") == len(lines)
         change()
@@ -262,13 +267,13 @@ def test_a_rerun_rescore_refuses_a_truncated_source_and_catches_up_with_an_appen
             assert r.returncode == 2 and "was truncated since it was rescored" in r.stderr, r.stderr
             assert out.read_bytes().count(b"\n") == len(lines)
         else:
-            assert r.returncode == 0, r.stderr
+            assert r.returncode == WITH_ERRORS, r.stderr
             assert f"resuming: {len(lines)} record(s) already rescored" in r.stderr
             assert out.read_bytes().count(b"\n") == len(lines) + 3
             sources = manifest(new / "shard_0").rescored.sources
             assert sources["arith"].bytes == source.stat().st_size
             r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")  # and now it is done
-            assert r.returncode == 0 and "nothing to do" in r.stderr, r.stderr
+            assert r.returncode == WITH_ERRORS and "nothing to do" in r.stderr, r.stderr
 
 
 def test_a_rescore_that_recorded_no_source_is_not_resumed_blind(finished, tmp_path):
@@ -276,7 +281,7 @@ def test_a_rescore_that_recorded_no_source_is_not_resumed_blind(finished, tmp_pa
     before it was recorded) cannot be checked, so it is refused rather than continued."""
     new = tmp_path / "new"
     r = shardeval_cmd("rescore", str(finished / "run"), "-o", str(new), "--shard", "0/2")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == WITH_ERRORS, r.stderr
     data = json.loads((new / "shard_0" / "manifest.json").read_text())
     del data["rescored"]["sources"]
     (new / "shard_0" / "manifest.json").write_text(json.dumps(data))
@@ -290,7 +295,7 @@ def test_a_rescore_refuses_a_source_directory_that_now_holds_another_run(finishe
     run = _copy_run(finished, tmp_path)
     new = tmp_path / "new"
     r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == WITH_ERRORS, r.stderr
     before = (new / "shard_0" / "arith" / "results.jsonl").read_bytes()
     with running_sim("--bench", "arith", "--accuracy", "0.6", "--ttft-ms", "1", "--itl-ms", "0") as url:
         cfg = api_eval_config(tmp_path / "eval.yaml", url, n=N, repeats=REPEATS, concurrency=8)

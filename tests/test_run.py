@@ -154,12 +154,13 @@ def test_errors_are_recorded_not_scored_and_retried_on_rerun(tmp_path):
         cfg = write_config(tmp_path, url, n=6, repeats=1)
         out = tmp_path / "out"
         result = shardeval_cmd("run", str(cfg), "-o", str(out))
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == 3, result.stderr  # every pair an error: finished with errors, not complete
         recs = records(out)
         assert len(recs) == 6
         assert all(r["status"] == "error" and r["error_kind"] == "server_error" for r in recs)
         assert all(r["score"] is None and r["attempts"] == 3 for r in recs)
         assert manifest(out)["benchmarks"][0]["n_error"] == 6
+        assert manifest(out)["state"] == "finished_with_errors"
     with running_sim("--bench", "arith", "--accuracy", "1.0") as url:
         cfg = write_config(tmp_path, url, n=6, repeats=1)  # same config hash: the URL is not part of it
         assert shardeval_cmd("run", str(cfg), "-o", str(out)).returncode == 0

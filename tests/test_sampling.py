@@ -9,9 +9,7 @@ manifest and the run's identity hold what was sent, and --dry-run says it before
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -19,6 +17,7 @@ from typing import Iterator
 from aiohttp import web
 
 from conftest import api_eval_config, shardeval_cmd
+from served import app_in_thread
 
 
 class RecordingServer:
@@ -42,30 +41,12 @@ class RecordingServer:
 
 @contextmanager
 def recording_server() -> Iterator[RecordingServer]:
-    server, ready, loop = RecordingServer(), threading.Event(), asyncio.new_event_loop()
-    stop = asyncio.Event()
-
-    async def main() -> None:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", server.chat)
-        app.router.add_get("/v1/models", server.models)
-        runner = web.AppRunner(app, shutdown_timeout=0.1)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server.url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-        ready.set()
-        await stop.wait()
-        await runner.cleanup()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    assert ready.wait(10), "the test server did not start"
-    try:
+    server, app = RecordingServer(), web.Application()
+    app.router.add_post("/v1/chat/completions", server.chat)
+    app.router.add_get("/v1/models", server.models)
+    with app_in_thread(app) as origin:
+        server.url = f"{origin}/v1"
         yield server
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(10)
 
 
 def run_and_collect(tmp_path: Path, *, repeats: int = 1, generation: dict | None = None, n: int = 3) -> tuple[list[dict], dict]:

@@ -142,7 +142,7 @@ def test_array_job_end_to_end_with_dependent_merge(slurm: str, tmp_path: Path, j
     changed = shardeval_cmd("run", str(EXAMPLE), "-o", str(root), "-O", "benchmarks.0.params.n=60", "-O", "benchmarks.0.repeats=3")
     assert changed.returncode == 2 and "Traceback" not in changed.stderr, changed.stderr
     assert "cannot be resumed: it holds another run" in changed.stderr and "nothing submitted" in changed.stderr
-    assert "benchmarks[0].repeats: 1 -> 3" in changed.stderr  # what changed, key by key
+    assert "benchmarks[0].repeats: 2 -> 3" in changed.stderr  # what changed, key by key
     assert (root / "slurm_job.json").read_text() == before  # nothing submitted
     assert not (root / "shard_0" / "superseded").exists()
 
@@ -450,3 +450,22 @@ def test_sweep_cancelled_cells_are_named_with_the_array_to_resubmit(slurm: str, 
     sweep = json.loads((root / "merged" / "sweep.json").read_text())
     assert not sweep["partial"] and len([c for c in sweep["cells"] if c["metric"] == "accuracy"]) == 6
     assert all(c["n_ok"] == c["n_expected"] == 40 for c in sweep["cells"])
+
+
+def test_tasks_whose_pairs_end_in_errors_are_failed_and_the_merge_says_errors(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    """H2 on a real SLURM: every request a 5xx (one attempt), so each array task's shard records
+    every pair as an error and exits 3; SLURM marks the task FAILED (not COMPLETED); the merge job
+    (afterany) runs, says ERRORS with the count by kind, and fails too."""
+    root = tmp_path / "run"
+    record = submit(root, "-O", "benchmarks.0.params.n=10", "-O", "benchmarks.0.repeats=1", "-O", "cluster.shards=2",
+                    "-O", "services.model.fail_5xx=1", "-O", "services.model.retries.attempts=1")
+    array, merge = record["array_job_id"], record["merge_job_id"]
+    jobs += [array, merge]
+    wait_until("the merge job to finish", lambda: done(merge), root=root)
+    assert tasks(array) == {"0": "FAILED", "1": "FAILED"}, logs(root)
+    assert set(tasks(merge).values()) == {"FAILED"}, tasks(merge)  # merge exits 3: not COMPLETE
+    for i in range(2):
+        manifest = json.loads((root / f"shard_{i}" / "manifest.json").read_text())
+        assert manifest["state"] == "finished_with_errors" and "pairs end in errors (server_error " in manifest["reason"], manifest
+    report = next((root / "logs").glob(f"merge-{merge}.out")).read_text()
+    assert "**ERRORS**: " in report and " server_error)" in report and "COMPLETE" not in report.replace("not complete", ""), report

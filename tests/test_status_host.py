@@ -9,37 +9,22 @@ rebinding). Every request here is raw HTTP over a socket, with the Host header u
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from served import status_serve
 from shard_factory import make_shard
 
 
 @contextmanager
 def serving(root: Path, *args: str) -> Iterator[tuple[str, int]]:
     """`shardeval status ROOT --serve --port 0 ARGS`; yield (the host its URL names, its port)."""
-    proc = subprocess.Popen([sys.executable, "-m", "shardeval", "status", str(root), "--serve", "--port", "0", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert " on http://" in line, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
-        hostport = line.split(" on http://", 1)[1].split("/", 1)[0]
-        host, _, port = hostport.rpartition(":")
+    with status_serve(root, *args) as url:
+        host, _, port = url.split("://", 1)[1].split("/", 1)[0].rpartition(":")
         yield host, int(port)
-    finally:
-        proc.terminate()
-        try:
-            _, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            raise AssertionError("status --serve did not stop within 10 s of SIGTERM")
-    assert proc.returncode == 0 and "Traceback" not in err, err
 
 
 def ask(port: int, host: str | None, path: str = "/", version: str = "1.1", to: str = "127.0.0.1") -> tuple[int, bytes]:

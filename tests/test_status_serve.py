@@ -28,6 +28,7 @@ import pytest
 
 from browser import browser, visit  # noqa: F401  (browser is a fixture)
 from conftest import api_eval_config, running_sim, shardeval_cmd
+from served import status_serve
 from shard_factory import make_shard
 
 VIEW = (1100, 700)
@@ -42,22 +43,10 @@ UPDATES = "() => +(document.body.dataset.updates || 0)"
 
 @contextmanager
 def serving(root: Path, interval: float = 0.3) -> Iterator[str]:
-    """`shardeval status ROOT --serve --port 0`; yield its URL; SIGTERM it after (it must exit 0)."""
-    proc = subprocess.Popen([sys.executable, "-m", "shardeval", "status", str(root), "--serve", "--port", "0", "--interval", str(interval)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert " on http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
-        yield line.split(" on ", 1)[1].split()[0]
-    finally:
-        proc.terminate()
-        try:
-            _, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            raise AssertionError("status --serve did not stop within 10 s of SIGTERM")
-    assert proc.returncode == 0 and "Traceback" not in err, err
+    """`shardeval status ROOT --serve --port 0`; yield its URL (on 127.0.0.1); SIGTERM it after."""
+    with status_serve(root, "--interval", str(interval)) as url:
+        assert url.startswith("http://127.0.0.1:"), url
+        yield url
 
 
 def fetch_json(url: str) -> dict[str, Any]:

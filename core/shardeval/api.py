@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from shardeval.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
                                     open_from_params, open_rows, package_data)
     from shardeval.discover import refuse_inside_shard
-    from shardeval.errors import os_error, ShardError, UsageError
+    from shardeval.errors import EXIT_WITH_ERRORS, os_error, ShardError, UsageError
     from shardeval.export import load_run
     from shardeval.fingerprints import incomparable
     from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
@@ -61,7 +61,7 @@ _LAZY = {
     "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row "
     "open_from_params open_rows package_data",
     "shardeval.discover": "refuse_inside_shard",
-    "shardeval.errors": "os_error ShardError UsageError",
+    "shardeval.errors": "EXIT_WITH_ERRORS os_error ShardError UsageError",
     "shardeval.export": "load_run",
     "shardeval.fingerprints": "incomparable",
     "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",

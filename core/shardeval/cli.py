@@ -87,6 +87,8 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     """Merge every shard directory under RUN_DIR into RUN_DIR/merged/ and print the report.
 
     Safe to run any time, also while shards are still running (the report then says PARTIAL).
+    Exits 0 only when every cell has an ok record (COMPLETE); 3 when the files are written but
+    cells are missing (PARTIAL) or end in errors (ERRORS).
     Shard files are only read; running it twice gives byte-identical output. A sweep's directory
     merges each model into <model>/merged/, then writes merged/sweep.json, sweep.md and sweep.html.
     """
@@ -105,6 +107,11 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
         click.echo(f"\nwritten: {merged.written}")
         if not merged.notices:
             click.echo(f"open {merged.page} in a browser: {merged.page_shows}")
+    if merged.verdict != "COMPLETE":  # exit 0 only when every cell has an ok record (issue 24)
+        from shardeval.errors import EXIT_WITH_ERRORS
+
+        click.echo(f"shardeval: not complete: {merged.verdict} (exit {EXIT_WITH_ERRORS}; the files are written)", err=True)
+        sys.exit(EXIT_WITH_ERRORS)
 
 
 @cli.command()

@@ -140,6 +140,7 @@ class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None  # vLLM reasoning parsers (older name)
     reasoning: str | None = None  # vLLM reasoning parsers (newer name)
+    tool_calls: list[msgspec.Raw] | None = None  # only whether the field came (an answer may be a tool call): never decoded
 
 
 class _Choice(msgspec.Struct, gc=False):
@@ -382,7 +383,7 @@ class _Watchdog:
 class _Reading:
     """What an attempt has received so far; survives a late failure so a complete answer is kept."""
 
-    __slots__ = ("start", "pieces", "finish_reason", "usage", "ttft", "end", "done", "events", "choices", "progress", "logprobs")
+    __slots__ = ("start", "pieces", "finish_reason", "usage", "ttft", "end", "done", "events", "choices", "answered", "progress", "logprobs")
 
     def __init__(self, start: float) -> None:
         self.start = start
@@ -394,18 +395,26 @@ class _Reading:
         self.done = False  # [DONE] seen, or a whole JSON body parsed
         self.events = 0
         self.choices = 0  # events that carried a choice (a body that decoded counts as one)
+        # events whose choice carried an answer field (content or text, even "", reasoning, tool calls)
+        # or a finish_reason: a choice with only a role (or nothing) says nothing was generated
+        self.answered = 0
         self.progress = 0  # events that carried content (a choice, usage, [DONE]): what idle watches
         self.logprobs: _Logprobs | None = None
 
     @property
     def complete(self) -> bool:
         """The answer is whole: later transport trouble (a cut, a stall) does not spoil it.
-        A [DONE] after events that never carried a choice ends nothing: there was no answer."""
-        return self.finish_reason is not None or (self.done and self.choices > 0)
+        A [DONE] after events that never carried an answer field ends nothing: there was no answer."""
+        return self.finish_reason is not None or (self.done and self.answered > 0)
 
     def no_choice(self) -> _Failure:
-        """A stream whose events never carried a choice: a broken server, not an empty answer."""
+        """A stream whose events never carried a choice, or whose choices never carried an answer
+        field (only a role delta, only usage): a broken server or proxy, not an empty answer. An
+        empty answer the model gave still comes as `content: ""` or with a finish_reason."""
         what = "[DONE]" if self.done else "the end of the stream"
+        if self.choices:
+            return _Failure("protocol", f"the stream carried no answer ({self.events} events up to {what}, {self.choices} with a "
+                            "choice, none with content, reasoning, tool calls or a finish_reason)")
         return _Failure("protocol", f"the stream carried no choice ({self.events} events up to {what}, none with a choice)")
 
     def event(self, data: bytes, now: float) -> None:
@@ -432,6 +441,10 @@ class _Reading:
                 self.ttft = now - self.start
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
+                self.answered += 1
+            elif piece is not None or (delta is not None and (
+                    delta.reasoning_content is not None or delta.reasoning is not None or delta.tool_calls is not None)):
+                self.answered += 1
         if msg.usage is not None:
             self.usage = msg.usage
             self.progress += 1
@@ -442,6 +455,7 @@ class _Reading:
         if not msg.choices:
             raise _Failure("protocol", f"response has no choices: {_snippet(data)}")
         self.choices += 1
+        self.answered += 1
         choice = msg.choices[0]
         text = choice.message.content if choice.message is not None else choice.text
         if text:
@@ -713,7 +727,7 @@ class Client:
         now = loop.time()
         if failure is None or (reading.complete and failure.kind in ("timeout", "connection", "too_large")):
             return reading.completion(now)
-        if reading.done and not reading.choices and failure.kind in ("timeout", "connection"):
+        if reading.done and not reading.answered and failure.kind in ("timeout", "connection"):
             failure = reading.no_choice()  # [DONE] came: what went wrong after it is beside the point
         failure.ttft_s = reading.ttft
         failure.latency_s = now - start
@@ -757,7 +771,7 @@ class Client:
         if not reading.complete:
             if not reading.events and ctype != "text/event-stream":  # e.g. a proxy's HTML page
                 raise _Failure("protocol", f"expected an event stream, got {ctype or 'no content type'}")
-            if reading.events and not reading.choices:
+            if reading.events and not reading.answered and (reading.done or not reading.choices):
                 raise reading.no_choice()
             what = "no data" if not reading.events else f"{reading.events} events"
             raise _Failure("connection", f"stream ended before a finish_reason or [DONE] ({what})")

@@ -8,6 +8,13 @@ recorded per request instead and never reach here.
 from __future__ import annotations
 
 
+# Exit codes: 0 every cell has an ok record (COMPLETE); 1 an infrastructure failure (ShardError);
+# 2 a mistake in the user's input (UsageError); 3 finished, but not every cell has an ok record: a
+# shard or rescore whose cells end in errors (manifest state `finished_with_errors`), a merge whose
+# verdict is not COMPLETE (PARTIAL, ERRORS); 130 / 143 stopped by SIGINT / SIGTERM.
+EXIT_WITH_ERRORS = 3
+
+
 class UsageError(Exception):
     """A mistake in the user's input: the message names the thing, the value and the fix."""
 

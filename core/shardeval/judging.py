@@ -336,6 +336,6 @@ class JudgeServices:
         if (client := self._clients.get((*key, max_concurrent))) is None:
             client = self._clients[(*key, max_concurrent)] = await self._stack.enter_async_context(Client(endpoint, config, max_concurrent))
         if key not in self._served:
-            self._served[key] = await read_served(client, endpoint.base_url, endpoint.model)
+            self._served[key] = await read_served(client, endpoint.base_url, endpoint.model, name)
         served = self._served[key]
         return Judge(name, rubric, ServiceHandle(endpoint, client, make_slots(max_concurrent, config.adaptive), served), params)

@@ -188,6 +188,22 @@ class BenchmarkMerge:
     distributions: dict[str, list[float | None]] | None = None  # and this: latency/TTFT at report.DISTRIBUTION_QUANTILES
 
 
+COMPLETE, PARTIAL, ERRORS = "COMPLETE", "PARTIAL", "ERRORS"
+
+
+def verdict_text(verdict: str, n_cells: int, kinds: Counter[str] | dict[str, int], n_missing: int = 0) -> str:
+    """`COMPLETE`, or the verdict and its counts: missing cells, then error cells by kind."""
+    n_errors = sum(kinds.values())
+    parts = []
+    if n_missing:
+        parts.append(f"{n_missing} of {n_cells} cells missing")
+    if n_errors:
+        by_kind = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+        what = "end in errors" if n_errors != 1 else "ends in an error"
+        parts.append(f"{n_errors} {what} ({by_kind})" if n_missing else f"{n_errors} of {n_cells} cells {what} ({by_kind})")
+    return f"{verdict}: {'; '.join(parts)}" if parts else verdict
+
+
 @dataclass
 class MergeResult:
     run: Run
@@ -200,6 +216,34 @@ class MergeResult:
         return bool(self.run.missing_shards() or self.run.running() or self.run.lost()) or any(
             sum(b.missing_by_shard.values()) for b in self.benchmarks
         )
+
+    def error_cells(self) -> tuple[int, Counter[str]]:
+        """(cells, errors by kind): the standing records that are errors, over every benchmark."""
+        kinds: Counter[str] = Counter()
+        for b in self.benchmarks:
+            for kind, code in b.cells.kinds.items():
+                if n := b.cells.error_kind.count(code + 1):
+                    kinds[kind] += n
+        return sum(len(b.cells.status) for b in self.benchmarks), kinds
+
+    @property
+    def verdict(self) -> str:
+        """COMPLETE only when every cell has a standing ok record (issue 24); PARTIAL while cells
+        are missing (shards running, lost, stopped or never started); ERRORS when every cell
+        has a record but some end in errors (`--errors-as-wrong` scores them, it does not make
+        them answers)."""
+        if self.partial:
+            return PARTIAL
+        return ERRORS if sum(self.error_cells()[1].values()) else COMPLETE
+
+    @property
+    def complete(self) -> bool:
+        return self.verdict == COMPLETE
+
+    def verdict_line(self) -> str:
+        """The verdict with what keeps the run from COMPLETE, e.g. `ERRORS: 230 of 230 cells
+        end in errors (230 client)`."""
+        return verdict_text(self.verdict, *self.error_cells(), sum(b.cells.status.count(MISSING) for b in self.benchmarks))
 
     def rerun_shards(self) -> list[int]:
         """Shards with missing cells (a shard that never started included, a lost one too), to run

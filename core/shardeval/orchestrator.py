@@ -158,7 +158,8 @@ class LaunchRequest:
         failed = [self.cells()[c] if isinstance(c, int) else c for c in failed]
         what = f"{len(failed)} of {len(self.cells())} {'cells' if self.sweep else 'shards'}"
         names = ", ".join(c.label if c.service else str(c.shard) for c in failed)
-        print(f"shardeval: {what} failed ({names}); rerun the same command to resume them", file=sys.stderr)
+        print(f"shardeval: {what} failed or finished with errors ({names}); rerun the same command to resume them "
+              "(a resume asks the pairs without an ok answer again)", file=sys.stderr)
 
     def shard_args(self, idx: int | str, total: int, output_dir: str | None = None, **run: Any) -> list[str]:
         """Arguments after `shardeval run` that make a node run exactly shard idx of total."""

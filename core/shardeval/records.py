@@ -14,7 +14,7 @@ import msgspec
 
 from shardeval.atomic import atomic_write
 from shardeval.errors import UsageError, os_error
-from shardeval.regular import open_regular, read_regular
+from shardeval.regular import open_append, open_regular, read_regular
 
 RESULTS_FILE = "results.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
@@ -24,7 +24,8 @@ LOCK_FILE = "shard.lock"  # flock'd by the one process writing the shard directo
 HEARTBEAT_FILE = "heartbeat.json"  # that process's proof of life, rewritten every few seconds
 
 Status = Literal["ok", "error"]
-State = Literal["running", "complete", "failed", "interrupted"]
+# `finished_with_errors`: every pair has a record, but some end in errors (exit 3; not complete)
+State = Literal["running", "complete", "finished_with_errors", "failed", "interrupted"]
 
 
 class JudgeRecord(msgspec.Struct, kw_only=True):
@@ -107,6 +108,7 @@ class BenchmarkManifest(msgspec.Struct, kw_only=True):
     metrics: list[str] = msgspec.field(default_factory=lambda: ["accuracy", "pass@k"])
     n_ok: int = 0
     n_error: int = 0
+    error_kinds: dict[str, int] = {}  # the pairs whose record is an error, by kind (n_error in all)
     # How the benchmark renders prompts and scores (shardeval.fingerprints); None in shards
     # written before they existed, which then never mix with shards that have them.
     prompt_fingerprint: str | None = None
@@ -336,7 +338,7 @@ def seal_torn_tail(path: str) -> bool:
                 return False
     except FileNotFoundError:
         return False
-    with open(path, "ab") as f:
+    with open_append(path) as f:
         f.write(b"\n")
     return True
 

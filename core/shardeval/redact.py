@@ -8,8 +8,9 @@
 - Credentials in a URL (`https://user:pass@host`, `https://token@host`) are replaced by `***` in
   every log line, error line, record error and manifest, and a file generated for a cluster that
   would hold them is refused (the config may give them as `${VAR}`s, which expand on the node).
-- Query parameters whose names say they are secrets (`?api_key=`, `&token=`, `sig=`, …) are
-  replaced likewise: such URLs (signed URLs, keys in the query) are credentials too.
+- Query parameters whose names say they are secrets (`?api_key=`, `&token=`, `sig=`, …, and
+  `code=`, Azure Functions' key, and `pwd=`) are replaced likewise: such URLs (signed URLs, keys
+  in the query) are credentials too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ MIN_SECRET_CHARS = 8
 
 # scheme://USERINFO@ : userinfo is everything up to the first @ before the host (no / ? # or space)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#@\s\"'<>]+)@")
-_QUERY = re.compile(r"(?i)([?&;][a-z0-9_.-]*(?:key|token|secret|passw|sig|auth|credential)[a-z0-9_.-]*=)([^&#\s\"'<>]+)")
+# names that say secret anywhere in them, or exactly `code` (Azure Functions' key) or `pwd`
+_QUERY = re.compile(r"(?i)([?&;](?:[a-z0-9_.-]*(?:key|token|secret|passw|sig|auth|credential)[a-z0-9_.-]*|code|pwd)=)"
+                    r"([^&#\s\"'<>]+)")
 _ONLY_VARIABLES = re.compile(r"(?:\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}|:)+")
 
 

@@ -7,7 +7,8 @@ there (shard directories, the response cache, sweep_plan.json, benchmark data) o
 O_NONBLOCK, so opening a FIFO returns at once, then fstat on the open descriptor (no window
 between a check and the open) and anything but a regular file is refused with `NotRegularFile`,
 an OSError, so every caller's existing handling of an unreadable file applies. A symlink to a
-regular file is followed.
+regular file is followed. The files a shard appends to (its log, results, trajectories) open
+through `open_append`, which never waits either.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ class NotRegularFile(OSError):
 
     user_fixable = True
 
-    def __init__(self, path: str, mode: int) -> None:
-        super().__init__(errno.EISDIR if stat.S_ISDIR(mode) else None, f"{kind_of(mode)}, not a regular file", path)
+    def __init__(self, path: str, mode: int, why: str | None = None) -> None:
+        super().__init__(errno.EISDIR if stat.S_ISDIR(mode) else None, why or f"{kind_of(mode)}, not a regular file", path)
 
 
 def kind_of(mode: int) -> str:
@@ -60,3 +61,31 @@ def read_regular(path: str) -> bytes:
     """The whole content of the regular file at `path`."""
     with open_regular(path) as f:
         return f.read()
+
+
+def open_append_fd(path: str) -> int:
+    """A write-only, appending descriptor (created if absent) that never waits: a regular file, or
+    a FIFO some process reads or a character device, written into as atomic_write does (H12). A
+    FIFO nobody reads is an error at once (it hung the shard forever, deaf to SIGTERM, when its
+    log was one); a directory, a socket or a block device is `NotRegularFile`."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise NotRegularFile(path, stat.S_IFIFO, "a FIFO that no process is reading; start its reader first, "
+                                                     "or move it aside") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+            raise NotRegularFile(path, mode)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_append(path: str, buffering: int = -1) -> BinaryIO:
+    """`open(path, "ab")` that never waits (see `open_append_fd`)."""
+    return os.fdopen(open_append_fd(path), "ab", buffering=buffering)

@@ -43,7 +43,7 @@ def counts(b: "BenchmarkMerge") -> dict[str, Any]:
 def scores_document(result: "MergeResult") -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for b in result.benchmarks:
-        entry = {**counts(b), "partial": result.partial, "errors_as_wrong": result.errors_as_wrong, "metrics": b.metrics}
+        entry = {**counts(b), "partial": result.partial, "complete": result.complete, "errors_as_wrong": result.errors_as_wrong, "metrics": b.metrics}
         if b.metric_problems:
             entry["metric_problems"] = b.metric_problems
         if result.run.mixed_served:
@@ -169,7 +169,7 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
         f"# shardeval merge: {md_text(run.root)}",
         "",
         f"Run {run.config_hash}: {len(run.present())}/{run.total_shards} shards present, {len(run.shards)} shard "
-        f"director{'y' if len(run.shards) == 1 else 'ies'} read. **{'PARTIAL' if result.partial else 'COMPLETE'}**",
+        f"director{'y' if len(run.shards) == 1 else 'ies'} read. **{result.verdict}**{result.verdict_line().removeprefix(result.verdict)}",
         *(f"- {note}" for note in run_notes(result)),
     ]
     for b in result.benchmarks:

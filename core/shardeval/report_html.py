@@ -68,10 +68,10 @@ def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes
     run = result.run
     metrics = {b.manifest.name: _as_dicts(b.metrics) for b in result.benchmarks}  # scores.json's "metrics", as JSON values
     page = Page(f"shardeval report: {os.path.basename(os.path.normpath(run.root))}")
-    verdict = "PARTIAL" if result.partial else "COMPLETE"
+    verdict, why = result.verdict, result.verdict_line().removeprefix(result.verdict)
     page.add(f"<h1>shardeval report: {esc(run.root)}</h1>",
              f'<p>Run <code>{esc(run.config_hash)}</code>: {len(run.present())}/{run.total_shards} shards present. '
-             f'<span class="verdict {verdict.lower()}" id="verdict">{verdict}</span></p>')
+             f'<span class="verdict {"complete" if result.complete else "partial"}" id="verdict">{verdict}</span>{esc(why)}</p>')
     if notes := run_notes(result):
         page.add("<ul class=\"notes\">" + "".join(f'<li class="warn">{esc(plain(n))}</li>' for n in notes) + "</ul>")
     every = [row for name, ms in metrics.items() for row in metric_rows(

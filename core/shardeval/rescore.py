@@ -38,9 +38,9 @@ from shardeval.benchmark import Benchmark, Problem
 from shardeval.config import BenchmarkConfig
 from shardeval.config.explain import Where
 from shardeval.config.reading import apply_overrides
-from shardeval.errors import UsageError, os_error
+from shardeval.errors import EXIT_WITH_ERRORS, UsageError, os_error
 from shardeval.fingerprints import scorer_fingerprint
-from shardeval.regular import read_regular
+from shardeval.regular import open_append, read_regular
 from shardeval.records import (
     LOGS_DIR,
     RESULTS_FILE,
@@ -57,7 +57,7 @@ from shardeval.records import (
     scan_lines,
     write_manifest,
 )
-from shardeval.standing import Membership, count_cells
+from shardeval.standing import Membership, count_cells, standing_error_kinds
 
 if TYPE_CHECKING:
     from shardeval.judging import JudgeServices
@@ -227,9 +227,10 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
     units = sorted(paths, key=lambda p: (getattr(read_manifest(p), "shard_idx", 0), p))
     spec = detect_shard(shard_flag, os.environ, len(units))
     mine = units if spec is None else units[spec.idx :: spec.total]
+    states = []
     with JudgeServices() as judges:  # a judge is started once for every shard of this task
         for path in mine:
-            rescore_shard(path, os.path.join(out_dir, os.path.relpath(path, run_dir)), choice, judges)
+            states.append(rescore_shard(path, os.path.join(out_dir, os.path.relpath(path, run_dir)), choice, judges))
     plan_file = os.path.join(run_dir, PLAN_FILE)
     try:
         if mine and os.path.exists(plan_file) and not os.path.exists(os.path.join(out_dir, PLAN_FILE)):
@@ -237,6 +238,11 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
             atomic_write(os.path.join(out_dir, PLAN_FILE), read_regular(plan_file))
     except OSError as exc:
         raise os_error(exc, "write", alternative="give another directory with -o") from None
+    if failed := [path for path, state in zip(mine, states) if state == "finished_with_errors"]:
+        # as a run's shard: records that end in errors (judge errors, say) are not a complete rescore (issue 24)
+        log.warning("%d of %d rescored shard(s) finished with errors (%s): their manifests count them by kind; "
+                    "merge says ERRORS; to ask again, rescore into another -o", len(failed), len(mine), ", ".join(failed))
+        return EXIT_WITH_ERRORS
     return 0
 
 
@@ -261,8 +267,9 @@ def refuse_other_run(run_dir: str, out_dir: str) -> None:
                              f"directory or an earlier rescore of this run, e.g. -o {run_dir.rstrip('/')}_rescored")
 
 
-def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServices") -> None:
-    """Rescore one shard directory into `dst`, resuming what an earlier rescore of it left there."""
+def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServices") -> str:
+    """Rescore one shard directory into `dst`, resuming what an earlier rescore of it left there;
+    return the rescored shard's state (`finished_with_errors` when records there end in errors)."""
     from shardeval.liveness import ShardLease
 
     manifest = read_manifest(src)
@@ -293,7 +300,7 @@ def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServic
                              f"to rescore it again, or give another -o")
         if earlier is not None and earlier.state != "running" and consumed == new.rescored.sources:  # type: ignore[union-attr]
             log.info("%s: already rescored (%s); nothing to do", dst, earlier.state)
-            return
+            return earlier.state
         write_manifest(dst, new)
         for b in benches:
             log.info("%s: rescoring %s", dst, describe(b.info))
@@ -301,12 +308,22 @@ def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServic
             (rejudge_benchmark(src, dst, b, own, manifest, judges) if b.judge else rescore_benchmark(src, dst, b, own))
             # counted from what the file now holds, by the rule merge uses: right after a resume too
             b.manifest.n_ok, b.manifest.n_error, _ = count_cells(os.path.join(dst, b.manifest.name, RESULTS_FILE), own)
+            b.manifest.error_kinds = standing_error_kinds(os.path.join(dst, b.manifest.name, RESULTS_FILE), own) if b.manifest.n_error else {}
         new.state, new.reason, new.finished_at = manifest.state, manifest.reason, manifest.finished_at
+        kinds: dict[str, int] = {}
+        for b in benches:
+            for kind, n in b.manifest.error_kinds.items():
+                kinds[kind] = kinds.get(kind, 0) + n
+        if kinds and new.state in ("complete", "finished_with_errors"):  # every pair has a record, not every one an answer
+            cells = sum(Membership.of(manifest, b.manifest).n_cells for b in benches)
+            text = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+            new.state, new.reason = "finished_with_errors", f"{sum(kinds.values())} of {cells} pairs end in errors ({text})"
         write_manifest(dst, new)
     except OSError as exc:
         raise os_error(exc, "write rescored records under", fix="the source is untouched; free space and rerun to resume") from None
     finally:
         lease.release()
+    return new.state
 
 
 def _not_resumable(earlier: Manifest, new: Manifest) -> str | None:
@@ -360,7 +377,7 @@ def rescore_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership) 
     workers = os.cpu_count() or 1
     pool = ThreadPoolExecutor(workers, "rescore") if b.scorer.score_in_thread else None
     try:
-        with open(out_path, "ab") as out:
+        with open_append(out_path) as out:
             stream = items()  # in source order: one batch in the pool at a time, one record at a time without
             while batch := list(islice(stream, 4 * workers if pool else 1)):
                 for line, changed, failed in pool.map(score, batch) if pool else map(score, batch):
@@ -414,7 +431,7 @@ def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, 
             tally["delta"] += (record.status != "ok") - (not was_ok)
             return encode_line(record)
 
-        with open(out_path, "ab") as out:
+        with open_append(out_path) as out:
             stream = islice(scan_lines(src_path, ResultRecord, report), done, None)
             while batch := [record for _, _, record in islice(stream, 2 * spec.max_concurrent)]:
                 for line in await asyncio.gather(*map(one, batch)):

@@ -31,7 +31,7 @@ from shardeval.benchmark import Benchmark, Problem
 from shardeval.cache import ResponseCache, check_usable
 from shardeval.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash, judge_identity
-from shardeval.errors import ShardError, UsageError, os_error
+from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError, os_error
 from shardeval.fingerprints import judged_fingerprint, prompt_fingerprint, scorer_fingerprint
 from shardeval.judging import Judge, Rubric, Verdict, apply_verdict, metrics_when_judged, rubric_for
 from shardeval.liveness import ShardLease
@@ -55,6 +55,7 @@ from shardeval.records import (
     write_manifest,
 )
 from shardeval.provenance import collect_provenance, read_served
+from shardeval.regular import open_append, open_append_fd
 from shardeval.redact import RedactingFilter
 from shardeval.reachability import Reachability
 from shardeval.sampling import registered_name
@@ -121,12 +122,18 @@ class Tally:
     score_sum: float = 0.0
     n_scored: int = 0
     errors: Counter[str] = field(default_factory=Counter)
+    error_kind: dict[int, str] = field(default_factory=dict)  # cell -> kind, for the cells whose record is an error
 
     def __post_init__(self) -> None:
         self.status = bytearray(self.n_problems * self.repeats)
 
     def add(self, record: ResultRecord, fresh: bool = True) -> None:
-        self.status[record.problem_idx * self.repeats + record.repeat] = OK if record.status == "ok" else ERROR
+        cell = record.problem_idx * self.repeats + record.repeat
+        self.status[cell] = OK if record.status == "ok" else ERROR
+        if record.status == "ok":
+            self.error_kind.pop(cell, None)
+        else:
+            self.error_kind[cell] = record.error_kind or "unknown"
         if record.status == "ok":
             if record.score is not None:
                 self.score_sum += record.score
@@ -138,6 +145,10 @@ class Tally:
 
     def counts(self) -> tuple[int, int]:
         return self.status.count(OK), self.status.count(ERROR)
+
+    def standing_errors(self) -> Counter[str]:
+        """The cells that end in an error, by kind (an error a later ok answer replaced is not one)."""
+        return Counter(self.error_kind.values())
 
 
 def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
@@ -319,18 +330,27 @@ class ShardRun:
                     tally = await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm), judge)
                     tallies.append(tally)
                     bm.n_ok, bm.n_error = tally.counts()
+                    bm.error_kinds = dict(sorted(tally.standing_errors().items()))
                 failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, tallies))
                 if failure:
                     raise ShardError(failure)
         except BaseException as exc:
             manifest.state = "failed"
-            manifest.reason = str(exc) if isinstance(exc, ShardError) else f"{type(exc).__name__}: {exc}"
+            manifest.reason = str(exc) if isinstance(exc, (ShardError, UsageError)) else f"{type(exc).__name__}: {exc}"
             if isinstance(exc, OSError):  # the machine, not the user: an infrastructure failure (exit 1)
                 raise ShardError(manifest.reason) from None
             raise
         else:
             manifest.state = "interrupted" if self.stopping else "complete"
             manifest.reason = self.stopping
+            if not self.stopping and (errors := sum((t.standing_errors() for t in tallies), Counter())):
+                # every pair has a record, but not every one an answer: not complete (issue 24), exit 3
+                cells = sum(len(t.status) for t in tallies)
+                manifest.state = "finished_with_errors"
+                n = sum(errors.values())
+                kinds = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])))
+                manifest.reason = (f"{n} of {cells} pairs end in errors ({kinds}); "
+                                   "rerun the shard to ask them again (it resumes)")
         finally:
             manifest.finished_at = time.time()
             if refused and resumed is not None:
@@ -340,7 +360,12 @@ class ShardRun:
                 self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
         for plan, tally in zip(plans, tallies):
             print_summary(plan, tally, self.shard, manifest.finished_at - manifest.started_at)
-        return (143 if self.stopping == "SIGTERM" else 130) if self.stopping else 0
+        if self.stopping:
+            return 143 if self.stopping == "SIGTERM" else 130
+        if manifest.state == "finished_with_errors":
+            log.warning("shard %d/%d finished with errors: %s", self.shard.idx, self.shard.total, manifest.reason)
+            return EXIT_WITH_ERRORS
+        return 0
 
     async def _start_services(self, plans: list[BenchmarkPlan], stack: AsyncExitStack) -> dict[str, ServiceHandle]:
         """Start (or locate) every service the plans use. A stop signal abandons a start-up at once
@@ -365,7 +390,7 @@ class ShardRun:
             stack.callback(watcher.cancel)  # unwound before the service itself is stopped
         pool = max(p.config.max_concurrent for p in plans if name in (p.config.solver.service, p.config.judge and p.config.judge.service))
         client = await stack.enter_async_context(Client(endpoint, service_config, pool))
-        served = await read_served(client, endpoint.base_url, endpoint.model)
+        served = await read_served(client, endpoint.base_url, endpoint.model, name)
         if self.cache is not None:
             client.use_cache(self.cache, served)
         log.info("service %s: %s model %s (%s), serving %s", name, endpoint.base_url, endpoint.model, endpoint.protocol, served.describe())
@@ -505,7 +530,7 @@ class ShardRun:
         window = asyncio.Semaphore(2 * max_concurrent)
         self._window = window  # a stop signal frees a place in it, so a dispatcher waiting for one wakes
         self._inflight = set()
-        with open(results_path, "ab", buffering=0) as results, open(traj_path, "ab", buffering=0) as trajectories:
+        with open_append(results_path, buffering=0) as results, open_append(traj_path, buffering=0) as trajectories:
             write_traj = self.config.output.trajectories
             loop = asyncio.get_running_loop()
             scorer = ThreadPoolExecutor(os.cpu_count() or 1, "score") if plan.benchmark.score_in_thread else None
@@ -672,6 +697,11 @@ class QuietFileHandler(logging.FileHandler):
     stops, instead of printing logging's traceback into the one line the user should see."""
 
     broken = False
+
+    def _open(self):  # type: ignore[no-untyped-def]
+        """Never a blocking open: a FIFO nobody reads at logs/shard.log hung the shard forever, deaf
+        to SIGTERM, holding its lock (shardeval.regular.open_append_fd)."""
+        return open(open_append_fd(self.baseFilename), "a", encoding=self.encoding, errors=self.errors)
 
     def emit(self, record: logging.LogRecord) -> None:
         if not self.broken:

@@ -131,6 +131,25 @@ def count_cells(path: str, own: Membership) -> tuple[int, int, ReadReport]:
     return states.count(OK), states.count(ERROR), report
 
 
+def standing_error_kinds(path: str, own: Membership) -> dict[str, int]:
+    """The cells of one shard's results file whose standing record is an error, by kind (sorted)."""
+    states = bytearray(own.n_problems * own.repeats)
+    kind: dict[int, str] = {}
+    for _, _, record in own_records(path, own, ReadReport(path)):
+        cell = record.problem_idx * own.repeats + record.repeat
+        ok = record.status == "ok"
+        if decide(states[cell], ok) in (TAKE, SUPERSEDE):
+            states[cell] = OK if ok else ERROR
+            if ok:
+                kind.pop(cell, None)
+            else:
+                kind[cell] = record.error_kind or "unknown"
+    counts: dict[str, int] = {}
+    for k in kind.values():
+        counts[k] = counts.get(k, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def nothing_to_ask(out_dir: str, manifest: Manifest) -> bool:
     """Whether every pair of the shard has an ok record on disk (by shardeval.standing's rule), so
     a rerun of a finished shard (a sweep relaunched for a new model) starts no server at all."""

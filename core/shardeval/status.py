@@ -119,6 +119,8 @@ def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
         eta = max(0, expected - records) / rate if rate and shard.state == "running" else None
         note = (f"shard {m.shard_idx} lost since {clock(lost.since)} ({max(0.0, now - lost.since):.0f} s ago): "
                 f"{lost.why}; rerun it, it resumes") if lost is not None else None
+        if shard.state == "finished_with_errors":  # not complete: its reason counts the errors by kind
+            note = f"shard {m.shard_idx} finished with errors: {m.reason}"
         out.append(ShardProgress(shard.path, m.shard_idx, shard.state, records, errors, expected, rate, eta, warnings, note,
                                  by_benchmark))
     return sorted(out, key=lambda p: (p.idx, p.path))
@@ -207,15 +209,18 @@ def _eta(eta: float | None) -> str:
     return "—" if eta is None else f"{fmt(eta, 0)}s"
 
 
+STATE_WIDTH = len("finished_with_errors")
+
+
 def render_status(s: RunStatus) -> str:
     """The text table; every name and path in it through plain_text (a newline in a directory's
     name cannot fake a row)."""
     from shardeval.quoting import plain_text as q
 
-    lines = [f"{'shard':<8} {'state':<12} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  directory"]
+    lines = [f"{'shard':<8} {'state':<{STATE_WIDTH}} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  directory"]
     for p in s.shards:
-        lines.append(f"{p.idx:<8} {p.state:<12} {p.records:>8}/{p.expected:<8} {p.errors:>7} {_rate(p.rate):>8} {_eta(p.eta_s):>8}  {q(p.path)}")
-    lines += [f"{m.idx:<8} {'not started':<12} {'':>17} {'':>7} {'':>8} {'':>8}  {q(m.where)}" for m in s.missing]
+        lines.append(f"{p.idx:<8} {p.state:<{STATE_WIDTH}} {p.records:>8}/{p.expected:<8} {p.errors:>7} {_rate(p.rate):>8} {_eta(p.eta_s):>8}  {q(p.path)}")
+    lines += [f"{m.idx:<8} {'not started':<{STATE_WIDTH}} {'':>17} {'':>7} {'':>8} {'':>8}  {q(m.where)}" for m in s.missing]
     lines += [q(p.note) for p in s.shards if p.note]
     lines.append(f"total: {s.done}/{s.total} records ({s.done / s.total:.1%})" if s.total else "total: nothing to do")
     lines += [q(w) for p in s.shards for w in p.warnings]

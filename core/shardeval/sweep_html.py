@@ -30,12 +30,12 @@ def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, s
     html_page.PlottingMissing without the plotting extra."""
     doc, plan = sweep.document, sweep.plan
     benches = list(dict.fromkeys(c["benchmark"] for c in doc["cells"]))
-    verdict = "PARTIAL" if doc["partial"] else "COMPLETE"
+    verdict, why = sweep.verdict, sweep.verdict_line().removeprefix(sweep.verdict)
     page = Page(f"shardeval sweep: {os.path.basename(os.path.normpath(sweep.root))}")
     page.add(f"<h1>shardeval sweep: {esc(sweep.root)}</h1>",
              f"<p>{len(plan.services)} models × {len(benches)} benchmarks, baseline <b>{esc(plan.baseline)}</b>, "
              f"{confidence:.0%} intervals; errors {'scored as wrong' if doc['errors_as_wrong'] else 'excluded from scores'}. "
-             f'<span class="verdict {verdict.lower()}" id="verdict">{verdict}</span></p>')
+             f'<span class="verdict {"complete" if sweep.complete else "partial"}" id="verdict">{verdict}</span>{esc(why)}</p>')
     notes = [f"{m['service']}: {m['why']}" + (f" ({m['benchmark']})" if "benchmark" in m else "") for m in doc["missing"]]
     notes += not_compared_notes(doc)
     notes += [note] if (note := doc.get("vs_baseline_note")) else []
@@ -51,7 +51,7 @@ def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, s
 def models_table(sweep: "SweepMerge", links: dict[str, str]) -> str:
     rows = []
     for m in sweep.models:
-        state = m.note if m.result is None else "partial" if m.result.partial else "complete"
+        state = m.note if m.result is None else m.result.verdict.lower()
         href = links.get(m.service)
         rows.append([esc(m.service) + (" <span class=\"muted\">(baseline)</span>" if m.service == sweep.plan.baseline else ""),
                      f'<td class="{"complete" if state == "complete" else "partial"} state">{esc(state)}</td>',

@@ -15,6 +15,7 @@ marked, and never paired with it.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,27 @@ class SweepMerge:
     @property
     def partial(self) -> bool:
         return any(m.result is None or m.result.partial for m in self.models)
+
+    @property
+    def verdict(self) -> str:
+        """COMPLETE only when every model's run is (every cell ok); else PARTIAL or ERRORS."""
+        from shardeval.merge import COMPLETE, ERRORS, PARTIAL
+
+        return PARTIAL if self.partial else COMPLETE if all(m.result.complete for m in self.models) else ERRORS
+
+    @property
+    def complete(self) -> bool:
+        return self.verdict == "COMPLETE"
+
+    def verdict_line(self) -> str:
+        """The verdict with the counts over every model's cells (see MergeResult.verdict_line)."""
+        from shardeval.merge import MISSING, verdict_text
+
+        results = [m.result for m in self.models if m.result is not None]
+        kinds: Counter[str] = sum((r.error_cells()[1] for r in results), Counter())
+        cells = sum(r.error_cells()[0] for r in results)
+        missing = sum(b.cells.status.count(MISSING) for r in results for b in r.benchmarks)
+        return verdict_text(self.verdict, cells, kinds, missing)
 
 
 def merge_sweep(root: str, plan: SweepPlan, *, errors_as_wrong: bool = False, options: MetricOptions | None = None,
@@ -182,10 +204,11 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
     lines = [
         f"# shardeval sweep: {md_text(sweep.root)}", "",
         f"{len(plan.services)} models × {len(benches)} benchmarks, baseline **{md_text(plan.baseline)}**, {confidence:.0%} intervals. "
-        f"**{'PARTIAL' if doc['partial'] else 'COMPLETE'}**",
+        f"**{sweep.verdict}**{md_text(sweep.verdict_line().removeprefix(sweep.verdict))}",
     ]
     lines += [f"- {md_text(m['service'])}: {md_text(m['why'])}" + (f" ({md_text(m['benchmark'])})" if "benchmark" in m else "") for m in doc["missing"]]
-    lines += [f"- {md_text(m.service)}: partial (see {md_text(m.service)}/merged/report.md)" for m in sweep.models if m.result is not None and m.result.partial]
+    lines += [f"- {md_text(m.service)}: {md_text(m.result.verdict_line())} (see {md_text(m.service)}/merged/report.md)"
+              for m in sweep.models if m.result is not None and not m.result.complete]
     lines += [f"- {md_text(note)}" for note in not_compared_notes(doc)]
     for metric in dict.fromkeys(c["metric"] for c in doc["cells"]):
         table = {(c["service"], c["benchmark"]): c for c in doc["cells"] if c["metric"] == metric}
@@ -228,6 +251,7 @@ class Merged:
     page_shows: str  # what the page shows, for the "open …" line
     warnings: list[str]  # what could not be read in the shards' files, one line per file
     notices: list[str]  # what writing left out (no HTML without the plotting extra), one line per reason
+    verdict: str = "COMPLETE"  # the verdict line: COMPLETE (every cell has an ok record), else e.g. "ERRORS: 3 of 9 cells end in errors (3 client)"
 
 
 def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95, **options: Any) -> Merged:
@@ -246,9 +270,9 @@ def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95
         models = os.path.join(out_dir, "<model>") if out_dir else os.path.join(root, "<model>", "merged")
         written = f"{out}/ (sweep.json, sweep.md{'' if sweep.notices else ', sweep.html'}); each model's merge in {models}/"
         return Merged(render_sweep(sweep, confidence), out, written, os.path.join(out, SWEEP_HTML),
-                      "the grid, the differences, a link to each model's report", found, sweep.notices)
+                      "the grid, the differences, a link to each model's report", found, sweep.notices, sweep.verdict_line())
     result = merge_run(root, **options)
     out = write_merged(result, out_dir, confidence=confidence)
     written = f"{out}/ (scores.json, timing.json, report.md, <benchmark>/results.jsonl, trajectories.jsonl)"
     return Merged(render_report(result, confidence), out, written, os.path.join(out, REPORT_HTML),
-                  "the charts and the items to read (it works offline)", warnings(result), result.notices)
+                  "the charts and the items to read (it works offline)", warnings(result), result.notices, result.verdict_line())

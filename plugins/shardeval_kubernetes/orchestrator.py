@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardeval.api import ENV_NAME, UsageError, dump_yaml, escape_dollars as escape
+from shardeval.api import ENV_NAME, EXIT_WITH_ERRORS, UsageError, dump_yaml, escape_dollars as escape
 
 if TYPE_CHECKING:
     from shardeval.api import Config, LaunchRequest
@@ -387,7 +387,15 @@ def _merge_job(
         "volumes": [{"name": "results", "persistentVolumeClaim": {"claimName": names["pvc"]}}],
     }
     job = obj("Job", names["merge"], "merge")
-    spec = {"backoffLimit": merge.backoff_limit, **_present(ttlSecondsAfterFinished=cluster.ttl_seconds_after_finished)}
+    spec = {
+        "backoffLimit": merge.backoff_limit,
+        # A merge that ran and found the run not complete (3) or was given a bad argument (2) would
+        # say the same again: fail the Job at once rather than retry it backoffLimit times.
+        "podFailurePolicy": {"rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": MERGE_CONTAINER, "operator": "In", "values": [2, EXIT_WITH_ERRORS]}},
+        ]},
+        **_present(ttlSecondsAfterFinished=cluster.ttl_seconds_after_finished),
+    }
     spec["template"] = {"metadata": {"labels": job["metadata"]["labels"]}, "spec": pod}
     return {**job, "spec": spec}
 

@@ -16,7 +16,8 @@ import sys
 import time
 
 from shardeval.api import (
-    ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command, set_aside_shards, UsageError,
+    EXIT_WITH_ERRORS, ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command, set_aside_shards,
+    UsageError,
 )
 
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
@@ -80,7 +81,8 @@ def run_local(request: LaunchRequest) -> int:
         return STOP_CODES[stop[0]]
     if failed:
         request.report_failed(failed)
-        return 1
+        # every shard that did not succeed finished, with errors: exit 3 as they did; anything else 1
+        return EXIT_WITH_ERRORS if all(ends[cells.index(cell)][0] == EXIT_WITH_ERRORS for cell in failed) else 1
     return 0
 
 

@@ -12,6 +12,9 @@ different problems are never compared; what the pairing leaves out is counted in
   cell). When the baseline's problems carry categories (>= 2, some shared), the clusters are the
   categories instead (a problem without one is its own), as merge clusters accuracy.
   Interval diff ± t_{G−1, 1−α/2} · SE; paired t test t = diff/SE on G−1 df ("paired-t").
+  Categories whose SE is below the problems' are not used (clustering widens, never narrows).
+- No spread (every problem differs by the same c): no SE; `_no_variation` bounds the interval
+  ("no-variation-bound") and takes the sign test's p ("sign_exact"), never [c, c] or p = 0.
 - This is the one paired interval: the sweep table (hook `paired_differences`) and
   `shardeval compare` (`compare.compare_tables`) both take it from `paired_difference`.
 - p-value: McNemar's exact test on the discordant cells when both tables are binary and every
@@ -29,8 +32,10 @@ from typing import Any
 import numpy as np
 
 from shardeval.api import MetricOptions, ScoreTable
-from shardeval_metrics.dist import mcnemar_exact, t_ppf, t_sf
+from shardeval_metrics.dist import clopper_pearson_interval, mcnemar_exact, t_ppf, t_sf
 from shardeval_metrics.stats import cluster_codes, clustered_se, is_binary, match_problems, score_matrix
+
+SAME = 1e-9  # problems whose mean differences spread less than this all differ by the same amount
 
 
 def holm(p_values: list[float | None]) -> list[float | None]:
@@ -87,17 +92,28 @@ def paired_difference(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> d
         return result
     diff = float(d.mean())
     result.update(diff=diff, baseline_mean=float(da.mean()), other_mean=float(db.mean()))
+    by_problem = codes
+    se, n_groups = clustered_se(d, codes)
     if a.cluster is not None and n_problems:
         by_category = cluster_codes(a, ia[problems])  # per shared problem; one without a category is its own
         if 2 <= int(by_category.max()) + 1 < n_problems:
-            codes, result["clustered_by"] = by_category[codes], "category"
-    se, n_groups = clustered_se(d, codes)
-    if se is not None:
-        df = n_groups - 1
+            se_category, n_categories = clustered_se(d, by_category[codes])
+            # categories whose differences happen to balance gave SE 0 and [0.1, 0.1] where McNemar's
+            # p was 0.125: clustering that shows less spread than the problems alone is not used
+            if se is None or (se_category is not None and se_category >= se):
+                codes, se, n_groups, result["clustered_by"] = by_category[codes], se_category, n_categories, "category"
+            else:
+                result["cluster_note"] = ("the categories show less spread than the problems alone; clustered by "
+                                          "problem (clustering may widen an interval, never narrow it)")
+    df = n_groups - 1
+    per_problem = np.bincount(by_problem, weights=d) / np.bincount(by_problem)
+    if se is not None and float(np.ptp(per_problem)) > SAME:
         half = t_ppf(0.5 + options.confidence / 2.0, df) * se
-        p = min(1.0, 2.0 * t_sf(abs(diff) / se, df)) if se > 0 else 1.0 if diff == 0 else 0.0
+        p = min(1.0, 2.0 * t_sf(abs(diff) / se, df))
         result.update(stderr=se, ci_low=diff - half, ci_high=diff + half, df=df, p_value=p, test="paired_t",
                       ci_method="paired-t", n_clusters=n_groups)
+    elif se is not None:  # every problem differs by the same amount: t has nothing to measure
+        result.update(n_clusters=n_groups, **_no_variation(diff, da, db, n_problems, options.confidence))
     else:
         result["reason"] = "stderr and interval need >= 2 problems with a shared cell"
     if is_binary(da) and is_binary(db) and n == n_problems:
@@ -106,6 +122,29 @@ def paired_difference(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> d
         result.update(p_value=mcnemar_exact(n_b, n_c), test="mcnemar_exact",
                       discordant={"baseline_right_other_wrong": n_b, "baseline_wrong_other_right": n_c})
     return result
+
+
+def _no_variation(diff: float, da: np.ndarray, db: np.ndarray, n_problems: int, confidence: float) -> dict[str, Any]:
+    """The interval and p where every problem's cells differ by the same c on average (identical
+    runs: c = 0; A always wrong where B is right: c = 1). The t interval there is [c, c],
+    certainty no sample gives. With scores in [0, 1] every difference lies in [−1, 1]; the exact
+    (Clopper-Pearson) lower bound l on the share of problems (each counts once) that differ by c
+    leaves at most 1 − l differing by anything else: [max(−1, c·l − (1 − l)), min(1, c·l + (1 − l))].
+    p: the exact sign test over the problems (McNemar's with every problem discordant one way), 1
+    when c = 0."""
+    out: dict[str, Any] = {"test": "sign_exact", "p_value": 1.0 if diff == 0.0 else mcnemar_exact(0, n_problems),
+                           "reason": f"every problem differs by {diff:.6g}: no spread, so no standard error"}
+    scores = np.concatenate([da, db])
+    if float(scores.min()) < 0.0 or float(scores.max()) > 1.0:
+        out["reason"] = ("every problem differs by the same amount and the scores are not within [0, 1]: "
+                         "no interval can be built from them")
+        return out
+    low_share = clopper_pearson_interval(n_problems, n_problems, confidence)[0]
+    out.update(ci_low=max(-1.0, diff * low_share - (1.0 - low_share)),
+               ci_high=min(1.0, diff * low_share + (1.0 - low_share)), ci_method="no-variation-bound")
+    out["reason"] += (f"; the interval bounds the share of problems that could differ otherwise (Clopper-Pearson, "
+                      f"{n_problems} problems)")
+    return out
 
 
 def paired_differences(pairs: list[tuple[ScoreTable, ScoreTable]], options: MetricOptions) -> list[dict[str, Any]]:

@@ -15,6 +15,9 @@ cells to one number per problem, then `summarize_mean` turns those into a `Metri
   (`effective_trials`). Where fewer than 5 effective successes or failures remain, Wilson's
   coverage dips (Brown, Cai & DasGupta 2001): Clopper-Pearson ("clopper-pearson") at the same
   n*. At p̂ = 0 or 1 each problem counts once. Never zero width, never outside [0, 1].
+- No spread: a normal interval of problems that all have the same value would be [c, c]; there is
+  none (details.reason). A clustering whose SE is below the CLT one is not used for a normal
+  interval unless `--ci-method clustered` asks for it (clustering widens, never narrows).
 """
 
 from __future__ import annotations
@@ -183,6 +186,7 @@ def proportion_interval(p_hat: Any, n_eff: Any, confidence: float, method: str =
     return np.where(p <= 0.0, 0.0, np.maximum(0.0, center - half)), np.where(p >= 1.0, 1.0, np.minimum(1.0, center + half))
 
 
+SAME = 1e-9  # values that spread less than this are all the same value: a normal interval has no width to give
 FEW = 5.0  # auto: Clopper-Pearson below this many effective successes (or failures), p̂ strictly inside
 
 
@@ -272,15 +276,27 @@ def summarize_mean(
     if groups is not None and choice == "clt":
         details["cluster_note"] = "--ci-method clt: clusters ignored (the interval assumes independent problems)"
         groups = None
+    se = float(np.std(values, ddof=1)) / math.sqrt(n) if n >= 2 else None
     if groups is not None:
-        se: float | None = clustered_se(values, codes)[0]
-        details["df"] = groups - 1
-    else:
-        se = float(np.std(values, ddof=1)) / math.sqrt(n) if n >= 2 else None
+        se_clustered = clustered_se(values, codes)[0]
+        if trials is None and choice != "clustered" and se_clustered is not None and se is not None and se_clustered < se:
+            # two categories with the same mean gave SE 0 and [0.75, 0.75]: a clustering that shows
+            # less spread than the problems alone is not used (it may widen an interval, never narrow it)
+            details["cluster_note"] = ("the clusters show less spread than the problems alone: CLT used "
+                                       "(--ci-method clustered keeps them)")
+            groups = None
+        else:
+            se = se_clustered
+            details["df"] = groups - 1
     if choice in ("wilson", "clopper-pearson") and trials is None:
         details["ci_method_note"] = f"--ci-method {choice}: not a proportion; the normal interval is used"
     if se is None and trials is None:
         details["reason"] = "stderr and interval need >= 2 problems"
+        return MetricValue(value=mean, n=n, details=details)
+    if (trials is None or choice in ("clt", "clustered")) and float(np.ptp(values)) <= SAME:
+        # mean ± q·0 is [c, c]: certainty no sample gives
+        details["reason"] = (f"every problem scored {mean:.6g}: no spread, so no standard error and no normal interval"
+                             + (" (for a proportion, --ci-method auto gives Wilson's)" if trials is not None else ""))
         return MetricValue(value=mean, n=n, details=details)
     got = mean_intervals(mean, math.nan if se is None else se, None if trials is None else float(trials.sum()), n, groups,
                          options.confidence, choice, bounds)
@@ -397,12 +413,16 @@ def bootstrap_over_problems(statistic: Statistic, n: int, options: MetricOptions
 def percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[float | None, float | None, float | None, int]:
     """Percentile interval and bootstrap stderr (sd, ddof=1) of 1-D replicates; NaN replicates dropped.
 
-    Returns (low, high, stderr, n_dropped).
+    Returns (low, high, stderr, n_dropped); no interval (None, None) where every replicate is the
+    same value: resampling the problems cannot show the uncertainty then, and [c, c] would claim
+    certainty.
     """
     finite = replicates[np.isfinite(replicates)]
     dropped = int(replicates.size - finite.size)
     if finite.size < 2:
         return None, None, None, dropped
+    if float(np.ptp(finite)) <= SAME:  # every replicate the same (a perfect classifier): [c, c] is no interval
+        return None, None, float(np.std(finite, ddof=1)), dropped
     alpha = 1.0 - confidence
     low, high = np.quantile(finite, [alpha / 2.0, 1.0 - alpha / 2.0])
     return float(low), float(high), float(np.std(finite, ddof=1)), dropped

@@ -114,8 +114,9 @@ def evaluate_shard(
     manifest = read_manifest(out_dir)
     if code != 0 or manifest is None or manifest.state != "complete":
         why = (manifest.reason if manifest else None) or f"exit {code}"
-        raise ShardAttemptFailed(
-            f"shard {shard_idx}/{total_shards} stopped before its end ({why}); a retry resumes it from {out_dir}"
+        what = "finished with errors" if manifest is not None and manifest.state == "finished_with_errors" else "stopped before its end"
+        raise ShardAttemptFailed(  # Ray sees a failed task; a retry asks the pairs without an ok answer again
+            f"shard {shard_idx}/{total_shards} {what} ({why}); a retry resumes it from {out_dir}"
         )
     counts = {
         b.name: {"n_ok": b.n_ok, "n_error": b.n_error,
