@@ -130,6 +130,54 @@ def test_every_shard_refusing_merges_nothing(tmp_path: Path) -> None:
     assert snapshot(tmp_path / "out") == before
 
 
+def test_a_sweep_where_one_model_refuses_merges_nothing(tmp_path: Path) -> None:
+    """H3g: in a sweep, the endpoint of model b now serves other weights: b's cells refuse, a's
+    resume. The sweep table printed b's earlier column among the new ones (exit 1); now the launch
+    names the cells that refused, merges and prints nothing, and exits 2."""
+    def sweep(url_a: str, url_b: str) -> Path:
+        config = {"services": {"a": {"type": "api", "url": url_a, "model": "sim"}, "b": {"type": "api", "url": url_b, "model": "sim",
+                                                                                     "retries": {"attempts": 1}}},
+                  "benchmarks": [{"name": "arith", "params": {"n": 6}}], "output": {"progress_interval_s": 0},
+                  "sweep": {"services": ["a", "b"], "baseline": "a"}, "cluster": {"shards": 2}}
+        path = tmp_path / "sweep.yaml"
+        path.write_text(json.dumps(config))
+        return path
+
+    out = tmp_path / "out"
+    with running_sim(*FAST, "--root", "/weights/a") as url_a, running_sim(*FAST, "--root", "/weights/b", "--fail-5xx", "0.5") as url_b:
+        first = shardeval_cmd("run", str(sweep(url_a, url_b)), "-o", str(out))  # b has cells left to ask again
+    assert "# shardeval sweep" in first.stdout and "server_error" in first.stderr, first.stderr
+    before = snapshot(out / "b")
+    with running_sim(*FAST, "--root", "/weights/a") as url_a, running_sim(*FAST, "--root", "/weights/c") as url_b:
+        done = shardeval_cmd("run", str(sweep(url_a, url_b)), "-o", str(out))
+    assert done.returncode == 2, done.stderr
+    assert "b shard 0/2, b shard 1/2 refused to start" in done.stderr and "nothing merged" in done.stderr, done.stderr
+    assert done.stdout == "" and "/weights/c" in done.stderr
+    assert snapshot(out / "b") == before
+
+
+def test_a_run_and_a_sweep_never_launch_into_each_others_root(tmp_path: Path) -> None:
+    """H3f: a plain run launched with -o of a sweep's root ran its shards there, and the merge after
+    them printed the old sweep's table as COMPLETE, exit 0; a sweep launched into a run's root left
+    that run's shards beside its models and replaced its report. Each is one line now, exit 2,
+    nothing started and nothing written."""
+    with running_sim(*FAST) as url:
+        sweep = {"services": {"a": {"type": "api", "url": url, "model": "sim"}, "b": {"type": "api", "url": url, "model": "sim"}},
+                 "sweep": {"services": ["a", "b"], "baseline": "a"}, "cluster": {"shards": 2}}
+        plain, swept = write(tmp_path, url), tmp_path / "sweep.yaml"
+        config = json.loads(plain.read_text())
+        swept.write_text(json.dumps({**config, **sweep}))
+        for first, second in ((swept, plain), (plain, swept)):
+            out = tmp_path / f"out_{first.stem}"
+            done = shardeval_cmd("run", str(first), "-o", str(out))
+            assert done.returncode == 0 and "COMPLETE" in done.stdout, done.stderr
+            before = snapshot(out)
+            line = one_error_line(shardeval_cmd("run", str(second), "-o", str(out)))
+            assert f"-o {out} holds" in line and "choose another -o" in line, line
+            assert snapshot(out) == before and not (out / "shard_0" / "a").exists()
+    assert not (tmp_path / "out_sweep" / "shard_0").exists() and not (tmp_path / "out_c" / "sweep_plan.json").exists()
+
+
 # --- item 4: everything checkable, checked once before any shard ----------------------------------
 
 
@@ -147,6 +195,26 @@ def test_a_missing_data_file_is_one_line_before_any_shard(tmp_path: Path, bench:
     done = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out"), cwd=str(tmp_path))
     assert says in one_error_line(done)
     assert not (tmp_path / "out" / "shard_0").exists()
+
+
+@pytest.mark.parametrize("bench, says", [
+    ({"name": "empty.jsonl", "params": {}}, "benchmarks[0] (empty.jsonl): no problems to ask"),
+    ({"name": "blank.jsonl", "params": {}}, "benchmarks[0] (blank.jsonl): no problems to ask"),
+    ({"name": "arith", "params": {"n": 0}}, 'benchmarks[0] (arith): no problems to ask (its data with params {"n":0} holds none)'),
+])
+@pytest.mark.parametrize("shards", [2, None])
+def test_a_benchmark_with_no_problems_is_one_line_before_anything_runs(tmp_path: Path, bench: dict, says: str, shards) -> None:
+    """H4e: a data file with no rows (a download cut to nothing, only blank lines) or params that
+    select none ran nothing, and the merge said COMPLETE with no number in it, exit 0. Now one
+    line, exit 2, before any shard (as `--max-problems 0` and an empty humaneval file already were),
+    for a launch of shards and for the run without them."""
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "blank.jsonl").write_text("\n\n")
+    cfg = write(tmp_path, "http://127.0.0.1:9/v1", bench=bench, shards=shards)
+    done = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out"), cwd=str(tmp_path))
+    assert says in done.stderr.strip().splitlines()[-1] and done.returncode == 2, done.stderr
+    assert "COMPLETE" not in done.stdout and "Traceback" not in done.stderr
+    assert not (tmp_path / "out" / "shard_0").exists() and not any((tmp_path / "out").rglob("results.jsonl"))
 
 
 def test_a_benchmark_plugins_own_preflight_runs_once_before_any_shard(tmp_path: Path) -> None:
@@ -262,6 +330,47 @@ def test_fresh_that_cannot_move_one_shard_moves_none(finished) -> None:
     assert snapshot(out) == before
 
 
+def test_fresh_while_one_shard_is_being_written_moves_none(finished) -> None:
+    """H16e: a live writer holds shard_0 (a shard run by hand, an earlier launch still going):
+    --fresh refuses in one line naming it before shard_1 moves (it moved, and ran, while shard_0
+    refused); once the writer is gone, --fresh sets both aside."""
+    from shardeval.liveness import ShardLease
+
+    url, cfg, out = finished
+    before = snapshot(out)
+    writer = ShardLease(str(out / "shard_0"))
+    writer.acquire()  # a real lock held by another process than the launch
+    try:
+        done = shardeval_cmd("run", str(cfg), "-o", str(out), "--fresh")
+        assert f"{out}/shard_0: already being written by pid {os.getpid()}" in one_error_line(done)
+        assert snapshot(out) == before and not any(out.rglob("superseded"))
+    finally:
+        writer.release()
+    done = shardeval_cmd("run", str(cfg), "-o", str(out), "--fresh")
+    assert done.returncode == 0 and "COMPLETE" in done.stdout, done.stderr
+    assert all(list((out / f"shard_{k}" / "superseded").iterdir()) for k in (0, 1))
+
+
+def test_fresh_with_fewer_shards_sets_aside_the_ones_past_its_count(finished) -> None:
+    """H3e: after a 3-shard run, a 2-shard one is refused naming --fresh, and --fresh works: it
+    sets aside shard_2 too (it was left in place, so the merge found two runs, merged nothing and
+    the launch exited 0); the SLURM/Ray driver's move does the same."""
+    from shardeval.resume import set_aside_shards
+
+    url, cfg, out = finished
+    three = shardeval_cmd("run", str(cfg), "-o", str(out), "--fresh", "-O", "cluster.shards=3")
+    assert three.returncode == 0 and "COMPLETE" in three.stdout, three.stderr
+    refused = one_error_line(shardeval_cmd("run", str(cfg), "-o", str(out)))
+    assert "shard_0 cannot be resumed: it holds shard 0/3, this run has 2 shards" in refused and "--fresh" in refused
+    done = shardeval_cmd("run", str(cfg), "-o", str(out), "--fresh")
+    assert done.returncode == 0 and "COMPLETE" in done.stdout and "2/2 shards present" in done.stdout, done.stderr
+    assert not (out / "shard_2" / "manifest.json").exists() and list((out / "shard_2" / "superseded").iterdir())
+    again = shardeval_cmd("run", str(cfg), "-o", str(out), "--fresh", "-O", "cluster.shards=3")
+    assert again.returncode == 0, again.stderr
+    moved = set_aside_shards(str(out))  # as a 2-shard SLURM or Ray launch with --fresh would
+    assert [i for i, _ in moved] == [0, 1, 2] and not any((out / f"shard_{k}" / "manifest.json").exists() for k in range(3))
+
+
 def test_set_aside_shards_checks_every_shard_before_moving_any(finished) -> None:
     """H16d: the driver-side --fresh of SLURM and Ray (set_aside_shards) likewise moves nothing
     when one shard cannot be moved."""
@@ -272,7 +381,7 @@ def test_set_aside_shards_checks_every_shard_before_moving_any(finished) -> None
     (out / "shard_1" / "superseded").write_text("not a directory")
     before = snapshot(out)
     with pytest.raises(UsageError, match="shard_1/superseded is not a directory"):
-        set_aside_shards(str(out), 2)
+        set_aside_shards(str(out))
     assert snapshot(out) == before
 
 

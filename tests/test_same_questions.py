@@ -32,20 +32,23 @@ def write_rows(path: Path, answers: list[str]) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
-    """Four runs of arith + a data file against one simulator: `a`; `same` (identical config,
+    """Five runs of arith + a data file against one simulator: `a`; `same` (identical config,
     another seed: the same questions); `prompt` (the data file asked with its other field);
-    `revised` (the data file with one answer corrected)."""
+    `revised` (the data file with one answer corrected); `fewer` (the data file's first 5 rows
+    only: max_problems)."""
     tmp = tmp_path_factory.mktemp("same_questions")
     answers = [str(i + 1) for i in range(12)]
     data = write_rows(tmp / "qa.jsonl", answers)
     revised = write_rows(tmp / "qa_v2.jsonl", answers[:-1] + ["13.0"])
-    variants = {"a": (data, "question", 0), "same": (data, "question", 7), "prompt": (data, "alt", 0), "revised": (revised, "question", 0)}
+    variants = {"a": (data, "question", 0), "same": (data, "question", 7), "prompt": (data, "alt", 0), "revised": (revised, "question", 0),
+                "fewer": (data, "question", 0)}
     with running_sim("--bench", "arith", "--accuracy", "0.6", "--ttft-ms", "1", "--itl-ms", "0") as url:
         for name, (path, field, seed) in variants.items():
             cfg = api_eval_config(tmp / f"{name}.yaml", url, n=30, concurrency=8)
             config = json.loads(cfg.read_text())
             config["seed"] = seed
-            config["benchmarks"].append({"name": str(path), "id": "qa", "params": {"prompt_field": field, "id_field": "id"}})
+            config["benchmarks"].append({"name": str(path), "id": "qa", "params": {"prompt_field": field, "id_field": "id"},
+                                         **({"max_problems": 5} if name == "fewer" else {})})
             cfg.write_text(json.dumps(config))
             r = shardeval_cmd("run", str(cfg), "-o", str(tmp / name))
             assert r.returncode == 0, r.stderr
@@ -80,6 +83,18 @@ def test_compare_keeps_apart_a_benchmark_asked_otherwise_and_compares_the_rest(r
     assert found["arith"]["n_shared"] == 30 and found["arith"]["p_value"] is not None
     page = (tmp_path / "c.html").read_text()
     assert f"qa: {differs}" in page and 'data-key="qa/diff"' not in page and 'data-key="arith/diff"' in page
+
+
+def test_compare_says_why_runs_of_other_sizes_are_not_compared(runs):
+    """H6c: the same data file asked for its first 5 problems only (max_problems): qa is not
+    compared, and the reason given is the true one (it said the prompts and the scorer differ,
+    which they do not: both fingerprints are taken at probes spread over each run's problems)."""
+    r = shardeval_cmd("compare", str(runs / "a"), str(runs / "fewer"), "--json")
+    assert r.returncode == 0, r.stderr
+    found = {x["benchmark"]: x for x in json.loads(r.stdout)}
+    assert found["qa"] == {"benchmark": "qa", "not_compared": "they ask different numbers of problems (A 12, B 5: another "
+                           "max_problems), so their prompts and scorer cannot be checked against each other"}
+    assert found["arith"]["n_shared"] == 30
 
 
 def test_compare_of_the_same_questions_is_unchanged(runs):

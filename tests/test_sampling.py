@@ -147,3 +147,36 @@ def test_quick_mode_and_humaneval_declare_their_sampling(tmp_path: Path) -> None
                            cwd=str(Path(__file__).resolve().parent.parent))
     assert judged.returncode == 0, judged.stderr
     assert "benchmarks[0] judge judge: requests carry temperature=0.0" in judged.stderr
+
+
+def test_a_benchmark_scored_by_likelihood_is_said_as_it_is_sent(tmp_path: Path) -> None:
+    """H5d: perplexity with repeats (and mmlu in loglikelihood mode, or any benchmark given
+    `solver.type: loglikelihood`) is scored, not sampled: its requests carry temperature 0 and
+    max_tokens 0 whatever the config says. --dry-run says that (it said `temperature=1.0 (the
+    benchmark's default), max_tokens unset`), and the manifest records no filled-in temperature
+    (it recorded 1.0, never sent); the requests of a real run against the simulator are as said."""
+    from conftest import running_sim
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat\nhello world again\n")
+    scored = "scored by log-likelihood: requests carry temperature=0.0, max_tokens=0"
+    configs = {
+        "perplexity": ("perplexity", {"params": {"path": str(corpus)}}),
+        "mmlu": ("mmlu", {"params": {"subjects": ["anatomy"], "mode": "loglikelihood"}}),
+        "named": ("arith", {"solver": {"type": "loglikelihood", "generation": {"max_tokens": 5}}}),
+    }
+    for name, (bench, section) in configs.items():
+        config = api_eval_config(tmp_path / f"{name}.yaml", "http://127.0.0.1:9/v1", bench=bench, repeats=2, benchmark=section)
+        proc = shardeval_cmd("run", str(config), "--dry-run", "-o", str(tmp_path / name))
+        assert proc.returncode == 0, proc.stderr
+        assert f"({bench}), repeats 2: {scored}" in proc.stderr and "the benchmark's default" not in proc.stderr, proc.stderr
+    greedy = shardeval_cmd("run", str(config), "--dry-run", "-o", str(tmp_path / "g"), "-O", "benchmarks.0.solver.generation.temperature=0")
+    assert greedy.returncode == 0 and "pass@k is pass@1" not in greedy.stderr, greedy.stderr  # nothing is sampled: no warning
+    with running_sim("--ttft-ms", "0", "--itl-ms", "0") as url:
+        config = api_eval_config(tmp_path / "run.yaml", url, bench="perplexity", repeats=2, benchmark=configs["perplexity"][1])
+        proc = shardeval_cmd("run", str(config), "-o", str(tmp_path / "out"))
+        assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert "temperature" not in manifest_generation(manifest)
+    sent = [json.loads(line)["request"] for line in (tmp_path / "out" / "perplexity" / "trajectories.jsonl").read_text().splitlines()]
+    assert len(sent) == 4 and {(r["temperature"], r["max_tokens"]) for r in sent} == {(0.0, 0)}

@@ -60,6 +60,15 @@ class Benchmark:
         need distinct samples. Override it where the literature fixes other settings."""
         return {"temperature": 0.0} if repeats == 1 else {"temperature": 1.0}
 
+    @classmethod
+    def scored_by_likelihood(cls, params: dict[str, Any]) -> bool:
+        """Whether, built with `params`, its problems are scored by their log-likelihood
+        (metadata `scoring: loglikelihood`) rather than answered: such requests generate nothing
+        and carry temperature 0 whatever the config says (shardeval.solver.LoglikelihoodSolver),
+        so no sampling is filled in for them and --dry-run says what they do carry. Declared on
+        the class, as `default_sampling`: no data is loaded to know it."""
+        return False
+
     def size(self) -> int:
         raise NotImplementedError
 

@@ -80,8 +80,17 @@ def incomparable(a: Any, b: Any, label_a: str = "A", label_b: str = "B") -> str 
     """Why two runs of one benchmark (their BenchmarkManifests) are not the same questions asked
     and scored the same way, so a paired difference between them would mean nothing; None when
     every fingerprint both record agrees. A fingerprint one of them lacks (a shard written before
-    it existed) cannot be compared and is passed over."""
+    it existed) cannot be compared and is passed over. Runs of different numbers of problems
+    (another `max_problems`) are not compared either, and said so: their prompt and scorer
+    fingerprints, taken at probes spread over each run's own problems, differ whatever the
+    rendering, so naming them as the reason would be wrong."""
+    n_a, n_b = getattr(a, "n_problems", None), getattr(b, "n_problems", None)
+    sized = n_a is not None and n_b is not None and n_a != n_b
     parts = [f"the {label} differ{'s' if label == 'scorer' else ''} ({label_a} {x}, {label_b} {y})"
              for attr, label in COMPARED
-             if (x := getattr(a, attr, None)) is not None and (y := getattr(b, attr, None)) is not None and x != y]
+             if (x := getattr(a, attr, None)) is not None and (y := getattr(b, attr, None)) is not None and x != y
+             and not (sized and attr != "dataset_fingerprint")]
+    if sized:
+        parts.append(f"they ask different numbers of problems ({label_a} {n_a}, {label_b} {n_b}: another max_problems), "
+                     "so their prompts and scorer cannot be checked against each other")
     return "; ".join(parts) or None

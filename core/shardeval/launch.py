@@ -89,9 +89,10 @@ def launch(
 
 def warn_greedy_repeats(config) -> None:
     """Once the launch is checked (a mistake stays one line): repeats asked greedily, as written."""
+    from shardeval.plugins import registry
     from shardeval.sampling import greedy_repeats
 
-    for warning in greedy_repeats(config):
+    for warning in greedy_repeats(config, registry()):
         log.warning("warning: %s", warning)
 
 

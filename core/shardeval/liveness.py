@@ -187,6 +187,21 @@ class ShardLease:
         self._thread = threading.Thread(target=self._beat, name="shardeval-heartbeat", daemon=True)
         self._thread.start()
 
+    def check_free(self) -> None:
+        """Refuse, as `acquire` would, a directory that a live writer holds now; take nothing and
+        write nothing (a launch's check before --fresh moves any shard's results aside)."""
+        try:
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return  # no lock file: no writer yet (one that cannot be read: the shard itself says why)
+        try:
+            if not self._lock(fd):  # no file locks here: the heartbeat decides, as in acquire
+                other = read_heartbeat(self.out_dir)
+                if other is not None and other.ended_at is None and not judge(other).lost:
+                    raise UsageError(self._refusal(other))
+        finally:
+            os.close(fd)  # and with it the lock just taken
+
     def _lock(self, fd: int) -> bool:
         """True once locked; False where this filesystem has no locks (then the heartbeat decides).
 

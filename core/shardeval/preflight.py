@@ -6,9 +6,10 @@ cluster), while the merge after them reported whatever the output directory held
 - the output's shard directories hold this run, or none: another run (another config, shard
   count) is refused naming what changed key by key (shardeval.config.diff), with --fresh or
   another -o;
-- with --fresh, everything the move aside needs (each shard directory's superseded/ can be
-  made), before any shard moves anything;
-- the output root can be made and written (`-o`);
+- with --fresh, everything the move aside needs (no live writer holds a shard directory, each
+  one's superseded/ can be made), before any shard moves anything;
+- the output root holds nothing of the other kind (a sweep's root for a run, a run's shards for
+  a sweep), and can be made and written (`-o`);
 - the response cache directory can be used;
 - every benchmark builds (its data is there and reads), passes its own `Benchmark.preflight`
   (images, task names) and, judged, has a rubric its mode can read: where the shards read this
@@ -35,28 +36,43 @@ log = logging.getLogger("shardeval")
 def preflight(request: LaunchRequest) -> None:
     """Every check above, in that order; the first failure raises."""
     from shardeval.config import config_hash
-    from shardeval.records import read_manifest
-    from shardeval.resume import check_set_aside, check_submission
+    from shardeval.liveness import ShardLease
+    from shardeval.resume import check_set_aside, check_submission, shard_dirs
 
     runs, total = request.runs(), request.total
     if request.config.cluster.shards_read_local_files():
         check_benchmarks(runs[0].config)  # a sweep's models share the benchmarks: their services differ
     if request.dry_run:  # it writes nothing; an orchestrator that renders files says what it would refuse
         return
+    check_same_kind(request.output_root, request.sweep is not None)
     for run in runs:
         if not request.fresh:
             check_submission(run.root, config_hash(run.config), total, run.config,
                              started="nothing submitted or started (each shard would refuse it)")
             continue
-        for k in range(total):
-            shard = os.path.join(run.root, f"shard_{k}")
-            if os.path.isdir(shard) and read_manifest(shard) is not None:
-                check_set_aside(shard)
+        for _, shard in shard_dirs(run.root):  # those past this run's count too: they are set aside as well
+            ShardLease(shard).check_free()
+            check_set_aside(shard)
     check_output_root(request.output_root)
     if request.config.cache is not None:
         from shardeval.cache import check_usable
 
         check_usable(request.config.cache.dir)
+
+
+def check_same_kind(root: str, sweep: bool) -> None:
+    """-o holds nothing of the other kind: a run launched into a sweep's root would be merged as
+    that sweep, printing the sweep's old results as this run's; a sweep launched into a run's root
+    would leave that run's shards beside its models and replace its merged report."""
+    from shardeval.resume import shard_dirs
+    from shardeval.sweep import PLAN_FILE
+
+    if not sweep and os.path.lexists(plan := os.path.join(root, PLAN_FILE)):
+        raise UsageError(f"-o {root} holds a sweep ({plan}), and this run is not one: its merge would report the sweep's "
+                         "results as this run's; choose another -o")
+    if sweep and (shards := shard_dirs(root)):
+        raise UsageError(f"-o {root} holds the shards of a run that is not a sweep ({shards[0][1]}), and this is a sweep: "
+                         "its models would be merged beside them; choose another -o")
 
 
 def check_output_root(root: str) -> None:

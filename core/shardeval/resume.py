@@ -104,13 +104,9 @@ def check_submission(root: str, config_hash: str, total: int, config: Any = None
     from shardeval.config import config_for_manifest
 
     plain = config_for_manifest(config) if config is not None else {}
-    for entry in sorted(os.listdir(root)):
-        shard = os.path.join(root, entry)
-        if not (entry.startswith("shard_") and entry[6:].isdigit() and os.path.isdir(shard)):
-            continue
+    for _, shard in shard_dirs(root):
         old = read_manifest(shard)
-        if old is None:
-            continue
+        assert old is not None  # shard_dirs lists only directories that hold one
         if old.config_hash != config_hash:
             reason = another_config(old, config_hash, plain)
         elif old.total_shards != total:
@@ -130,15 +126,29 @@ def make_output_dir(out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
 
 
-def set_aside_shards(root: str, total: int) -> list[tuple[int, str]]:
+def shard_dirs(root: str) -> list[tuple[int, str]]:
+    """Every `shard_<i>` directory under `root` that holds a manifest, by index: (i, path). Those
+    past this run's shard count too: an earlier run with more shards left them, and a merge would
+    read them beside this run's."""
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for entry in os.listdir(root):
+        path = os.path.join(root, entry)
+        if entry.startswith("shard_") and entry[6:].isdigit() and os.path.isdir(path) and read_manifest(path) is not None:
+            found.append((int(entry[6:]), path))
+    return sorted(found)
+
+
+def set_aside_shards(root: str) -> list[tuple[int, str]]:
     """--fresh on an orchestrator's driver, once for the run (a retried or requeued task must then
     resume, not start over again): take every shard directory's lease first, so a shard still
     being written (by hand, by an earlier job) refuses in one line naming its writer and nothing
-    moves; then move each one's results aside, logging where. Returns (shard index, where they went)."""
+    moves; then move each one's results aside, logging where: every `shard_<i>` (shard_dirs), so
+    the shards an earlier run had beyond this run's count go too. Returns (shard index, where they went)."""
     from shardeval.liveness import ShardLease
 
-    shards = [(i, os.path.join(root, f"shard_{i}")) for i in range(total)]
-    shards = [(i, path) for i, path in shards if os.path.isdir(path) and read_manifest(path) is not None]
+    shards = shard_dirs(root)
     leases: list[ShardLease] = []
     try:
         for _, path in shards:

@@ -186,6 +186,10 @@ def build_benchmark(config: Config, i: int, registry) -> tuple[Benchmark, Entry,
     bc = config.benchmarks[i]
     benchmark, entry = make_benchmark(bc, f"benchmarks[{i}].name", registry)
     benchmark.preflight()
+    if benchmark.size() == 0:  # it would run nothing and merge as COMPLETE, with no number in it
+        params = f" with params {msgspec.json.encode(bc.params).decode()}" if bc.params else ""
+        raise UsageError(f"benchmarks[{i}] ({bc.id or bc.name}): no problems to ask (its data{params} holds none); "
+                         "give it data that has problems, or leave it out")
     if bc.judge is None and getattr(benchmark, "judge_rubric", None) is not None:
         raise UsageError(f"benchmarks[{i}] ({bc.name}) is scored by a judge (it has a judge section); name the judge service, "
                          f"e.g. `judge: {{service: judge}}` in benchmarks[{i}], with `judge:` under services:")

@@ -52,8 +52,21 @@ def benchmark_class(bench: BenchmarkConfig, registry: Any) -> type[Benchmark]:
     return target if isinstance(target, type) and issubclass(target, Benchmark) else Benchmark
 
 
+def scored_by_likelihood(bench: BenchmarkConfig, registry: Any) -> bool:
+    """Whether its requests score text rather than sample it (the `loglikelihood` solver, named
+    or chosen by the benchmark's problems): they carry temperature 0 and generate nothing."""
+    if bench.solver.type == "loglikelihood":
+        return True
+    _, params = registered_name(bench.name, dict(bench.params), registry)
+    return benchmark_class(bench, registry).scored_by_likelihood(params)
+
+
 def declared(bench: BenchmarkConfig, registry: Any) -> dict[str, Any]:
-    """The benchmark's declared default sampling for its repeats, checked to be Generation keys."""
+    """The benchmark's declared default sampling for its repeats, checked to be Generation keys;
+    none for one scored by log-likelihood (nothing is sampled: a filled temperature would be
+    recorded as sent, and is not)."""
+    if scored_by_likelihood(bench, registry):
+        return {}
     cls = benchmark_class(bench, registry)
     defaults = dict(cls.default_sampling(bench.repeats))
     unknown = sorted(set(defaults) - set(SAMPLING_KEYS))
@@ -85,15 +98,16 @@ def effective(gen: Generation) -> dict[str, Any]:
     return {**values, **{k: gen.extra[k] for k in SAMPLING_KEYS if k in gen.extra}}
 
 
-def greedy_repeats(config: Config) -> list[str]:
+def greedy_repeats(config: Config, registry: Any) -> list[str]:
     """One warning per benchmark that asks each problem several times greedily: pass@k then
     equals pass@1 and majority votes are one answer counted k times. The user's explicit setting
-    wins (it measures a server's nondeterminism, say), so it is a warning, not a refusal."""
+    wins (it measures a server's nondeterminism, say), so it is a warning, not a refusal. A
+    benchmark scored by log-likelihood samples nothing: its temperature is no question of this."""
     return [
         f"benchmarks[{i}] ({b.id or b.name}): repeats {b.repeats} with temperature 0 asks the same greedy question "
         f"{b.repeats} times, so pass@k is pass@1; drop solver.generation.temperature for the benchmark's sampled default"
         for i, b in enumerate(config.benchmarks)
-        if b.repeats > 1 and effective(b.solver.generation).get("temperature") == 0
+        if b.repeats > 1 and effective(b.solver.generation).get("temperature") == 0 and not scored_by_likelihood(b, registry)
     ]
 
 
@@ -101,6 +115,11 @@ def describe(config: Config, registry: Any) -> list[str]:
     """--dry-run: per benchmark, the sampling every request carries and where each value comes from."""
     lines = []
     for i, bench in enumerate(config.benchmarks):
+        if scored_by_likelihood(bench, registry):  # shardeval.solver.LoglikelihoodSolver.params
+            lines.append(f"benchmarks[{i}] ({bench.id or bench.name}), repeats {bench.repeats}: scored by log-likelihood: "
+                         "requests carry temperature=0.0, max_tokens=0 (1 where a server refuses 0) and generate nothing, "
+                         "whatever solver.generation says")
+            continue
         gen, defaults = bench.solver.generation, declared(bench, registry)
         values = effective(gen)
         parts = [f"{k}={v!r}" + (" (the benchmark's default)" if defaults.get(k) == v else " (the config's)")

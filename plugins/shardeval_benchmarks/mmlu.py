@@ -207,6 +207,10 @@ class MmluBenchmark(Benchmark):
     name = "mmlu"
     metrics = ("accuracy",)
 
+    @classmethod
+    def scored_by_likelihood(cls, params: dict[str, Any]) -> bool:
+        return params.get("mode") == "loglikelihood"  # each choice's log-likelihood, as lm-evaluation-harness
+
     def __init__(self, params: dict[str, Any]) -> None:
         p = decode_params(params, MmluParams, source="benchmark mmlu")
         if p.shots != 0:

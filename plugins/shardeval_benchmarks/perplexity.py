@@ -72,6 +72,10 @@ class PerplexityBenchmark(RowsBenchmark):
     scorer_version = "1"  # bump when score() or its answer extraction changes
     metrics = ("perplexity",)
 
+    @classmethod
+    def scored_by_likelihood(cls, params: dict[str, Any]) -> bool:
+        return True  # every document is scored, never answered
+
     def __init__(self, params: dict[str, Any]) -> None:
         p = decode_params(params, PerplexityParams, source="benchmark perplexity")
         self.name = p.name

@@ -15,7 +15,10 @@ import signal
 import sys
 import time
 
-from shardeval.api import EXIT_WITH_ERRORS, ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command, UsageError
+from shardeval.api import (
+    EXIT_WITH_ERRORS, ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command, set_aside_shards,
+    UsageError,
+)
 
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 REFUSED = UsageError.exit_code  # a shard that refused its arguments, config or output directory
@@ -45,6 +48,9 @@ def run_local(request: LaunchRequest) -> int:
         for command in commands:
             print(shlex.join(command))
         return 0
+    if request.fresh:  # here, once per model's run, as on a SLURM or Ray driver: every lease first, then
+        for run in request.runs():  # the move, so one shard that cannot move leaves every other where it was
+            set_aside_shards(run.root)
     parallel = getattr(request.config.cluster, "parallel", None) or request.total * (1 if request.sweep else len(cells))
     stop: list[signal.Signals] = []
     start = time.monotonic()
@@ -57,10 +63,17 @@ def run_local(request: LaunchRequest) -> int:
     busy, slots = sum(seconds for _, seconds in ends), min(parallel, len(cells))
     print(f"shardeval: {len(cells)} {'cells' if request.sweep else 'shards'} ran in {wall:.2f} s, {slots} at a time: "
           f"busy {busy:.2f} s, {busy / (slots * wall or 1):.0%} of the slots' time", file=sys.stderr)
-    if not stop and all(code == REFUSED for code, _ in ends):
-        # each refused before it wrote anything (its reason is above): what the output holds is not this run's
-        print(f"shardeval: every {'cell' if request.sweep else 'shard'} refused to start (exit {REFUSED}, the reason above); "
-              f"nothing merged: what {request.output_root} holds is not this run", file=sys.stderr)
+    refused = [cell for cell, (code, _) in zip(cells, ends) if code == REFUSED]
+    if not stop and refused:
+        # each refused before it wrote anything (its reason is above): what its directory holds is not this
+        # run's, and a merge would print it as if it were (in a sweep: a model's old column among the new ones)
+        if len(refused) == len(cells):
+            print(f"shardeval: every {'cell' if request.sweep else 'shard'} refused to start (exit {REFUSED}, the reason above); "
+                  f"nothing merged: what {request.output_root} holds is not this run", file=sys.stderr)
+        else:
+            print(f"shardeval: {', '.join(cell.label for cell in refused)} refused to start (exit {REFUSED}, the reason above); "
+                  f"nothing merged: what {'their directories hold' if len(refused) > 1 else 'its directory holds'} is not "
+                  f"this run's; fix that and rerun the same command to resume", file=sys.stderr)
         return REFUSED
     merge_and_report(request.output_root)
     if stop:

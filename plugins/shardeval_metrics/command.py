@@ -76,7 +76,8 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
     if len(apart) == len(shared):
         listed = "; ".join(f"{name}: {why}" for name, why in apart.items())
         raise UsageError(f"{run_a} and {run_b} do not ask the same questions ({listed}); a difference between them would "
-                         "not be the models' — compare runs of the same data, prompts and scorer (rescore one with the other's scorer)")
+                         "not be the models' — compare runs of the same data and problems, prompts and scorer "
+                         "(a run scored otherwise can be rescored with the other's scorer: shardeval rescore)")
     results = [{"benchmark": name, "not_compared": apart[name]} if name in apart
                else compare_tables(a[name].table, b[name].table, options) for name in shared]
     if as_json:

@@ -48,7 +48,7 @@ class Outcome:
 
 
 def run_ray(request: LaunchRequest) -> int:
-    cluster, total = request.config.cluster, request.total
+    cluster = request.config.cluster
     root = os.path.abspath(request.output_root)
     if not cluster.shards:
         log.info("cluster.shards is not set: running 1 shard (set --shards N or cluster.shards)")
@@ -62,7 +62,7 @@ def run_ray(request: LaunchRequest) -> int:
         )
     if request.fresh:  # on the driver, once per model's run: leases first, then the move
         for run in request.runs():
-            set_aside_shards(os.path.abspath(run.root), total)
+            set_aside_shards(os.path.abspath(run.root))
     with ray_session(cluster) as description:
         log.info("ray: %s; %d shard task(s) -> %s", description, len(request.cells()), root)
         outcomes = _run_tasks(request, cluster)

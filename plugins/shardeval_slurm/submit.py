@@ -70,7 +70,7 @@ def submit(request: LaunchRequest) -> int:
                     raise
                 log.warning("%s", exc)
         elif not request.dry_run:
-            set_aside_shards(run.root, total)  # leases first, then the move
+            set_aside_shards(run.root)  # leases first, then the move
     if request.fresh and request.dry_run:
         log.info("--fresh: earlier results are set aside when the run is submitted; a dry run moves nothing")
     os.makedirs(os.path.join(root, "logs"), exist_ok=True)

@@ -86,16 +86,6 @@ def identity_changes(old_config: dict[str, Any], new_config: dict[str, Any]) -> 
     return changes(old, new)
 
 
-def config_changes(old_config: dict[str, Any], new_config: Any) -> str:
-    """One phrase for a refusal: what changed between an earlier run's recorded config and this
-    Config, key by key (empty when the recorded config says nothing: an old manifest)."""
-    from shardeval.config import config_for_manifest
-
-    if not old_config:
-        return ""
-    return summary(identity_changes(old_config, config_for_manifest(new_config)))
-
-
 def _unset(value: Any) -> Any:
     return UNSET if value is None else value
 
