@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -40,16 +40,7 @@ def kind_of(mode: int) -> str:
 def open_regular_fd(path: str) -> int:
     """A read-only descriptor of the regular file at `path` (blocking reads, close-on-exec).
     Raises NotRegularFile for anything else, FileNotFoundError etc. as open() does."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(path, mode)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _checked(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), path, stat.S_ISREG)
 
 
 def open_regular(path: str) -> BinaryIO:
@@ -75,9 +66,15 @@ def open_append_fd(path: str) -> int:
             raise NotRegularFile(path, stat.S_IFIFO, "a FIFO that no process is reading; start its reader first, "
                                                      "or move it aside") from None
         raise
+    return _checked(fd, path, lambda mode: stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode))
+
+
+def _checked(fd: int, path: str, allowed: Callable[[int], bool]) -> int:
+    """`fd`, made blocking again, when what it opened is of a kind `allowed`; closed and
+    NotRegularFile otherwise (checked on the open descriptor: no race with a rename)."""
     try:
         mode = os.fstat(fd).st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        if not allowed(mode):
             raise NotRegularFile(path, mode)
         os.set_blocking(fd, True)
     except BaseException:
