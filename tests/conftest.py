@@ -94,8 +94,8 @@ def api_eval_config(
 
 
 def process_table() -> dict[int, tuple[int, int]]:
-    """{pid: (parent pid, process group)} of every process now (shardeval.process reads /proc)."""
-    from shardeval.process import processes
+    """{pid: (parent pid, process group)} of every process now (shardeval.run.process reads /proc)."""
+    from shardeval.run.process import processes
 
     return {p.pid: (p.ppid, p.pgrp) for p in processes()}
 

@@ -1,5 +1,5 @@
 """A third-party managed service, loaded through SHARDEVAL_PLUGINS: it starts its server with
-shardeval.process.ServerProcess and yields an Endpoint carrying it, so the runner watches it as it
+shardeval.run.process.ServerProcess and yields an Endpoint carrying it, so the runner watches it as it
 watches the built-in `vllm` service (tests/test_vllm_lifecycle.py kills both mid-run)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 from shardeval.config import ServiceConfig
 from shardeval.hookspecs import hookimpl
-from shardeval.process import ServerProcess
-from shardeval.service import Endpoint
+from shardeval.run.process import ServerProcess
+from shardeval.run.service import Endpoint
 
 
 class WrappedConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterable
 
-from shardeval.records import (
+from shardeval.store.records import (
     BenchmarkManifest,
     Manifest,
     ResultRecord,
@@ -18,7 +18,7 @@ from shardeval.records import (
     run_id,
     write_manifest,
 )
-from shardeval.shards import shard_range
+from shardeval.store.shards import shard_range
 
 Score = Callable[[int, int], float | None]
 

@@ -17,10 +17,10 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from shardeval.client import RETRY_AFTER_CAP_FACTOR, Client, Completion, backoff_delay, parse_retry_after
+from shardeval.run.client import RETRY_AFTER_CAP_FACTOR, Client, Completion, backoff_delay, parse_retry_after
 from shardeval.config import Retries, ServiceConfig, Timeouts
 from shardeval.errors import UsageError
-from shardeval.service import Endpoint
+from shardeval.run.service import Endpoint
 
 from conftest import running_sim
 

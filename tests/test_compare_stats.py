@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from shardeval.metrics import OK, MetricOptions, ScoreTable
+from shardeval.results.metrics import OK, MetricOptions, ScoreTable
 from shardeval_metrics.compare import compare_tables
 
 OPTS = MetricOptions()

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from shardeval.errors import UsageError
-from shardeval.datasets import JsonlRows, canonical_row, open_from_params, open_rows, package_data
+from shardeval.benchmark.datasets import JsonlRows, canonical_row, open_from_params, open_rows, package_data
 
 ROWS = [
     {"id": "r0", "question": "plain", "answer": "1"},

@@ -25,8 +25,8 @@ import pytest
 from conftest import api_eval_config, running_sim, shardeval_cmd
 from shard_factory import make_shard, record
 from shardeval import api
-from shardeval.export import RECORD, csv_chunks
-from shardeval.records import ResultRecord, read_manifest
+from shardeval.results.export import RECORD, csv_chunks
+from shardeval.store.records import ResultRecord, read_manifest
 
 N, REPEATS = 40, 2
 IDENTITY = ("config_hash", "service", "model", "weights")
@@ -281,7 +281,7 @@ def test_to_pandas_without_pandas_says_what_to_install(tmp_path: Path) -> None:
 def test_rows_stream_in_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A big run is never one list: CSV asks for rows a batch at a time, Parquet writes one row
     group per batch."""
-    import shardeval.export as export_module
+    import shardeval.results.export as export_module
 
     monkeypatch.setattr(export_module, "BATCH", 10)
     pulled = []

@@ -223,7 +223,7 @@ def test_adaptive_concurrency_wastes_far_fewer_attempts_than_a_fixed_window(tmp_
 def test_aimd_halves_once_per_round_trip_respects_floor_and_cap_and_survives_cancel():
     import asyncio
 
-    from shardeval.adaptive import AdaptiveSlots, make_slots
+    from shardeval.run.adaptive import AdaptiveSlots, make_slots
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()

@@ -17,14 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shard_factory import make_shard, record
-from shardeval.client import _Failure, _Reading
+from shardeval.run.client import _Failure, _Reading
 from shardeval.config import Config, load_config
 from shardeval.errors import UsageError
-from shardeval.merge import merge_run
-from shardeval.records import ReadReport, ResultRecord, encode_line, read_jsonl
-from shardeval.report import counts
-from shardeval.shards import ShardSpec, detect_shard
-from shardeval.sse import SSEParser
+from shardeval.results.merge import merge_run
+from shardeval.store.records import ReadReport, ResultRecord, encode_line, read_jsonl
+from shardeval.results.report import counts
+from shardeval.store.shards import ShardSpec, detect_shard
+from shardeval.run.sse import SSEParser
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 

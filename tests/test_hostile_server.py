@@ -26,7 +26,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardeval.client import Completion
+from shardeval.run.client import Completion
 from shardeval.config import Retries, ServiceConfig, Timeouts
 
 from conftest import api_eval_config, shardeval_cmd
@@ -545,7 +545,7 @@ FAULTY_PLUGIN = '''
 import asyncio, os
 from shardeval.benchmark import Benchmark, Problem, Score
 from shardeval.hookspecs import hookimpl
-from shardeval.solver import SimpleSolver
+from shardeval.run.solver import SimpleSolver
 
 
 def broken(problem):

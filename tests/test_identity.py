@@ -18,7 +18,7 @@ import pytest
 from conftest import running_sim, shardeval_cmd
 from shard_factory import make_shard, record
 from shardeval.config import config_hash, load_config
-from shardeval.records import Manifest, ServedModel, encode_line, read_manifest, write_manifest
+from shardeval.store.records import Manifest, ServedModel, encode_line, read_manifest, write_manifest
 
 # --- the vLLM service's identity ------------------------------------------------------------------
 
@@ -77,7 +77,7 @@ def test_a_written_out_launch_command_counts_only_without_standard_args(tmp_path
 
 def test_every_builtin_service_declares_its_identity() -> None:
     from shardeval import plugins
-    from shardeval.service import identity_declared
+    from shardeval.run.service import identity_declared
 
     services = plugins.registry().entries["services"]
     assert {"api", "sim", "vllm"} <= set(services)
@@ -114,7 +114,7 @@ def test_a_service_without_declared_identity_is_warned_at_load_and_counts_every_
     try:
         from noident_plugin import NoIdentityConfig
 
-        from shardeval.service import describe
+        from shardeval.run.service import describe
 
         one = describe(NoIdentityConfig(type="noident"))
         assert one == {"type": "noident", "protocol": "chat_completions", "url": "http://127.0.0.1:1/v1", "weights": "w1"}
@@ -224,7 +224,7 @@ def test_a_resume_against_the_same_weights_goes_on(tmp_path: Path) -> None:
 
 def test_an_endpoint_without_models_route_is_recorded_as_unknown(tmp_path: Path) -> None:
     """A server without /v1/models: the shard runs, the served identity is unknown, nothing is compared."""
-    from shardeval.merge import merge_run
+    from shardeval.results.merge import merge_run
 
     root = tmp_path / "run"
     for idx, served in enumerate((ServedModel(model="m", error="/v1/models: HTTP 404"), ServedModel(model="m", root="/a"))):
@@ -284,12 +284,12 @@ def test_the_same_benchmark_twice_needs_distinct_ids(tmp_path: Path) -> None:
 def test_runner_merge_and_status_agree_on_the_standing_record(tmp_path: Path) -> None:
     """Cell 0: ok, error, ok with other content → the first ok. Cell 1: error, error → the last
     error. Cell 2: error then ok → the ok. Cell 3: nothing. Plus a line of another benchmark."""
-    from shardeval.merge import merge_run
-    from shardeval.records import read_manifest
-    from shardeval.runner import ShardRun, Tally
-    from shardeval.standing import Membership
-    from shardeval.discover import load_shards
-    from shardeval.status import shard_progress
+    from shardeval.results.merge import merge_run
+    from shardeval.store.records import read_manifest
+    from shardeval.run.runner import ShardRun, Tally
+    from shardeval.store.standing import Membership
+    from shardeval.store.discover import load_shards
+    from shardeval.results.status import shard_progress
 
     lines = [
         record("arith", 0, 0, 0, score=1.0),
@@ -331,7 +331,7 @@ def test_runner_merge_and_status_agree_on_the_standing_record(tmp_path: Path) ->
 
 
 def test_prompt_and_scorer_fingerprints_see_what_the_data_fingerprint_does_not() -> None:
-    from shardeval.fingerprints import probe_indices, prompt_fingerprint, scorer_fingerprint
+    from shardeval.identity import probe_indices, prompt_fingerprint, scorer_fingerprint
     from shardeval_benchmarks.arith import ArithBenchmark
 
     class Reworded(ArithBenchmark):
@@ -358,8 +358,8 @@ def test_prompt_and_scorer_fingerprints_see_what_the_data_fingerprint_does_not()
 @pytest.mark.parametrize("field", ["prompt_fingerprint", "scorer_fingerprint"])
 def test_merge_and_resume_refuse_shards_rendered_or_scored_differently(tmp_path: Path, field: str) -> None:
     from shardeval.errors import UsageError
-    from shardeval.merge import merge_run
-    from shardeval.resume import mismatch
+    from shardeval.results.merge import merge_run
+    from shardeval.run.resume import mismatch
 
     root = tmp_path / "run"
     for idx in range(3):

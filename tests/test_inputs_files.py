@@ -21,7 +21,7 @@ import msgspec
 import pytest
 
 from conftest import running_sim, shardeval_cmd
-from shardeval.records import ResultRecord, read_jsonl
+from shardeval.store.records import ResultRecord, read_jsonl
 
 N = 12
 SIM = ("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "1", "--itl-ms", "0")

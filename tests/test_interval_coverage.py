@@ -21,8 +21,8 @@ from scipy.stats import binomtest
 
 from conftest import shardeval_cmd
 from shard_factory import make_shard, record
-from shardeval.metrics import OK, MetricOptions, ScoreTable
-from shardeval.records import run_id
+from shardeval.results.metrics import OK, MetricOptions, ScoreTable
+from shardeval.store.records import run_id
 from shardeval_metrics.dist import clopper_pearson_interval
 from shardeval_metrics.metrics import accuracy, pass_at_k
 from shardeval_metrics.stats import mean_intervals, proportion_interval

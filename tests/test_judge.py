@@ -1,4 +1,4 @@
-"""LLM-as-judge benchmarks (shardeval.judging, docs/judges.md) against real simulator processes:
+"""LLM-as-judge benchmarks (shardeval.run.judging, docs/judges.md) against real simulator processes:
 the model and the judge are two `shardeval sim` servers, the shard a real `shardeval run`."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def records(out: Path, bench: str = "arith") -> list[dict]:
 
 
 def standing(out: Path, bench: str = "arith") -> dict[tuple[int, int], dict]:
-    """The standing record of each cell (shardeval.standing: ok beats error, the last error stands)."""
+    """The standing record of each cell (shardeval.store.standing: ok beats error, the last error stands)."""
     cells: dict[tuple[int, int], dict] = {}
     for r in records(out, bench):
         key = (r["problem_idx"], r["repeat"])

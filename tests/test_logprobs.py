@@ -22,10 +22,10 @@ from aiohttp import web
 from conftest import running_sim
 from test_client import run, serve
 from shardeval.benchmark import Benchmark, Problem, Score
-from shardeval.client import Client, Completion
+from shardeval.run.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Generation, Retries, ServiceConfig, SolverConfig, Timeouts
-from shardeval.service import Endpoint
-from shardeval.solver import LoglikelihoodSolver, ServiceHandle, SimpleSolver, rolling_windows, span_logprobs
+from shardeval.run.service import Endpoint
+from shardeval.run.solver import LoglikelihoodSolver, ServiceHandle, SimpleSolver, rolling_windows, span_logprobs
 
 FAST = ("--ttft-ms", "0", "--itl-ms", "0")
 
@@ -345,7 +345,7 @@ def test_errors_keep_the_clients_kinds() -> None:
 
 
 def test_make_record_merges_the_solvers_scores() -> None:
-    from shardeval.runner import BenchmarkPlan, make_record
+    from shardeval.run.runner import BenchmarkPlan, make_record
 
     class Letters(Benchmark):
         name = "letters"

@@ -15,8 +15,8 @@ import pytest
 from conftest import shardeval_cmd
 from shard_factory import make_shard, record
 from shardeval.errors import UsageError
-from shardeval.merge import merge_run, write_merged
-from shardeval.report import counts
+from shardeval.results.merge import merge_run, write_merged
+from shardeval.results.report import counts
 
 
 def digest_tree(root: Path) -> dict[str, str]:
@@ -115,7 +115,7 @@ def test_torn_and_undecodable_lines_are_reported_not_fatal(tmp_path):
 def test_the_end_of_a_launch_warns_as_merge_does(tmp_path, capsys):
     """A local or Ray launch ends with merge_and_report: what the merge could not read is said
     there too, in the same lines `shardeval merge` prints (it used to be said by merge alone)."""
-    from shardeval.orchestrator import merge_and_report
+    from shardeval.launch.orchestrator import merge_and_report
 
     make_shard(str(tmp_path), 0, 1, n_problems=10)
     path = tmp_path / "shard_0" / "arith" / "results.jsonl"
@@ -216,7 +216,7 @@ def test_superseded_results_are_not_merged(tmp_path):
 def test_status_tells_a_shard_directory_made_in_advance_from_a_missing_one(tmp_path):
     """SLURM's submit makes shard_<i>/logs/ before any task runs (it drops output whose folder is
     missing): such a shard is `not started` in its folder, not "(no directory)"."""
-    from shardeval.status import status
+    from shardeval.results.status import status
 
     make_shard(str(tmp_path), 0, 3, n_problems=30)
     (tmp_path / "shard_1" / "logs").mkdir(parents=True)

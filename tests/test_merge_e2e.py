@@ -7,8 +7,8 @@ from array import array
 from pathlib import Path
 
 from conftest import running_sim, shardeval_cmd
-from shardeval.merge import merge_run
-from shardeval.metrics import MetricOptions, ScoreTable
+from shardeval.results.merge import merge_run
+from shardeval.results.metrics import MetricOptions, ScoreTable
 from shardeval import plugins
 
 

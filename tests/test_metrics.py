@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from shardeval.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
+from shardeval.results.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
 from shardeval_metrics import classification as classification_module
 from shardeval_metrics.classification import classification
 from shardeval_metrics.metrics import accuracy, mean, pass_at_k, perplexity, ratio_of_sums
@@ -442,7 +442,7 @@ def test_plugin_registers_metrics_without_importing_numpy() -> None:
         "dict.fromkeys(('accuracy', 'mean', 'pass@k', 'perplexity', 'classification'), 'metrics'), mine\n"
         "assert 'numpy' not in sys.modules, 'registering metrics imported numpy'\n"
         "from array import array\n"
-        "from shardeval.metrics import ScoreTable, MetricOptions\n"
+        "from shardeval.results.metrics import ScoreTable, MetricOptions\n"
         "t = ScoreTable('b', 2, 1, array('d', [1.0, 0.0]), bytearray(b'\\x01\\x01'))\n"
         "print(reg.entries['metrics']['accuracy'].factory(t, MetricOptions())['accuracy'].value)\n"
     )

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import running_sim, shardeval_cmd
-from shardeval.metrics import OK, MetricOptions, ScoreTable
+from shardeval.results.metrics import OK, MetricOptions, ScoreTable
 from shardeval_metrics.dist import clopper_pearson_interval
 from shardeval_metrics.metrics import accuracy
 from shardeval_metrics.paired import paired_difference

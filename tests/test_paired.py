@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as sps
 
 from shardeval import plugins
-from shardeval.metrics import OK, MetricOptions, ScoreTable
+from shardeval.results.metrics import OK, MetricOptions, ScoreTable
 from shardeval_metrics.dist import mcnemar_exact
 from shardeval_metrics.paired import holm, paired_difference, paired_differences
 

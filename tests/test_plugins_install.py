@@ -280,7 +280,8 @@ def test_no_pip_for_the_interpreter_is_one_line(tmp_path, target):
 
 
 def test_zipapp_detection_is_one_function(tmp_path, monkeypatch):
-    from shardeval import app, process
+    from shardeval import from shardeval import app
+    from shardeval.run import process
 
     pyz = tmp_path / "shardeval.pyz"
     with zipfile.ZipFile(pyz, "w") as z:
@@ -297,7 +298,7 @@ def test_zipapp_detection_is_one_function(tmp_path, monkeypatch):
 
 
 def test_pip_failures_become_their_most_telling_line():
-    from shardeval.plugin_install import _pip_error
+    from shardeval.plugins.install import _pip_error
 
     build = """  error: subprocess-exited-with-error
   × Preparing metadata (pyproject.toml) did not run successfully.

@@ -334,7 +334,7 @@ def test_fresh_while_one_shard_is_being_written_moves_none(finished) -> None:
     """H16e: a live writer holds shard_0 (a shard run by hand, an earlier launch still going):
     --fresh refuses in one line naming it before shard_1 moves (it moved, and ran, while shard_0
     refused); once the writer is gone, --fresh sets both aside."""
-    from shardeval.liveness import ShardLease
+    from shardeval.store.liveness import ShardLease
 
     url, cfg, out = finished
     before = snapshot(out)
@@ -355,7 +355,7 @@ def test_fresh_with_fewer_shards_sets_aside_the_ones_past_its_count(finished) ->
     """H3e: after a 3-shard run, a 2-shard one is refused naming --fresh, and --fresh works: it
     sets aside shard_2 too (it was left in place, so the merge found two runs, merged nothing and
     the launch exited 0); the SLURM/Ray driver's move does the same."""
-    from shardeval.resume import set_aside_shards
+    from shardeval.run.resume import set_aside_shards
 
     url, cfg, out = finished
     three = shardeval_cmd("run", str(cfg), "-o", str(out), "--fresh", "-O", "cluster.shards=3")
@@ -375,7 +375,7 @@ def test_set_aside_shards_checks_every_shard_before_moving_any(finished) -> None
     """H16d: the driver-side --fresh of SLURM and Ray (set_aside_shards) likewise moves nothing
     when one shard cannot be moved."""
     from shardeval.errors import UsageError
-    from shardeval.resume import set_aside_shards
+    from shardeval.run.resume import set_aside_shards
 
     url, cfg, out = finished
     (out / "shard_1" / "superseded").write_text("not a directory")

@@ -1,4 +1,4 @@
-"""Managed server processes (core/shardeval/process.py) with real child processes and sockets."""
+"""Managed server processes (core/shardeval/run/process.py) with real child processes and sockets."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from conftest import process_alive as alive
 
 from shardeval.errors import ShardError
-from shardeval.process import (
+from shardeval.run.process import (
     ServerProcess,
     describe_exit,
     free_port,
@@ -259,7 +259,7 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
     pid_file = tmp_path / "server.pid"
     parent = script(tmp_path, "parent.py", f"""
         import os, signal, sys, time
-        from shardeval.process import ServerProcess
+        from shardeval.run.process import ServerProcess
         proc = ServerProcess([sys.executable, "-c", "import time; time.sleep(60)"], name="s", log_path={str(tmp_path / "p.log")!r}).start()
         open({str(pid_file)!r}, "w").write(str(proc.pid))
         os.kill(os.getpid(), signal.SIGKILL)

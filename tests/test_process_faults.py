@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import api_eval_config, running_sim, shardeval_cmd
-from shardeval.records import ReadReport, ResultRecord, TrajectoryRecord, read_jsonl
+from shardeval.store.records import ReadReport, ResultRecord, TrajectoryRecord, read_jsonl
 
 N, REPEATS = 40, 2
 TIMING = {"ttft_s", "latency_s", "started_at", "shard", "attempts"}

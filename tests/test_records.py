@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shardeval.records import ReadReport, ResultRecord, encode_line, read_jsonl, seal_torn_tail
+from shardeval.store.records import ReadReport, ResultRecord, encode_line, read_jsonl, seal_torn_tail
 
 
 def rec(i: int) -> ResultRecord:

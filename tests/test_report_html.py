@@ -17,7 +17,7 @@ import pytest
 from browser import browser, visit  # noqa: F401  (browser is a fixture)
 from conftest import running_sim, shardeval_cmd
 from shard_factory import make_shard, record
-from shardeval.records import run_id
+from shardeval.store.records import run_id
 
 READY = "document.body.dataset.charts"
 HOSTILE = "<script>window.pwned=1</script> \"double\" 'single' \x00nul \u202eevil\u202c <img src=x onerror=\"window.pwned=2\">"

@@ -1,4 +1,4 @@
-"""Text reports quote what users and servers wrote as text (issue 24, item 13; shardeval.quoting).
+"""Text reports quote what users and servers wrote as text (issue 24, item 13; shardeval.results.quoting).
 
 Benchmark names, categories, problem ids, served model names, shard directories and sweep model
 names full of Markdown and layout (`|`, line breaks, backticks, a leading `#`, `<script>`, links,
@@ -20,8 +20,8 @@ import pytest
 from markdown_it import MarkdownIt
 
 from conftest import shardeval_cmd
-from shardeval.quoting import md_text, plain_text
-from shardeval.records import (BenchmarkManifest, Manifest, Provenance, ResultRecord, ServedModel, SweepPlan, TrajectoryRecord,
+from shardeval.results.quoting import md_text, plain_text
+from shardeval.store.records import (BenchmarkManifest, Manifest, Provenance, ResultRecord, ServedModel, SweepPlan, TrajectoryRecord,
                                encode_line, run_id, write_manifest)
 
 HOSTILE = ["a|b", "two\nlines", "cr\rhere", "tick`s` | here", "#heading", "<script>alert(1)</script>", "x\r\n| forged | row |",

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from conftest import api_eval_config, running_sim, shardeval_cmd
-from shardeval.records import Manifest, ResultRecord
+from shardeval.store.records import Manifest, ResultRecord
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SCORER_ENV = {"SHARDEVAL_PLUGINS": "rescore_scorer_plugin", "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import REPO, process_alive
-from shardeval.process import processes
+from shardeval.run.process import processes
 from shardeval_benchmarks.sandbox import SandboxResult, run_sandboxed, sandbox_layers
 
 # Undo the prelude's import block and reach libc directly: what a determined attacker would do.

@@ -1,4 +1,4 @@
-"""Shard math and shard detection (core/shardeval/shards.py)."""
+"""Shard math and shard detection (core/shardeval/store/shards.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardeval.errors import UsageError
-from shardeval.shards import ShardSpec, detect_shard, shard_indices, shard_range
+from shardeval.store.shards import ShardSpec, detect_shard, shard_indices, shard_range
 
 
 # --- shard_range -------------------------------------------------------------------------------

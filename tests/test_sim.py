@@ -21,7 +21,7 @@ import openai
 import pytest
 from conftest import running_sim, shardeval_cmd
 
-from shardeval.service import ServiceContext
+from shardeval.run.service import ServiceContext
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 FAST = ("--ttft-ms", "0", "--itl-ms", "0")

@@ -255,7 +255,7 @@ def test_tasks_sharing_a_node_each_pick_a_free_port(slurm: str, tmp_path: Path, 
     fixed port (its engine is the simulator, which takes vLLM's flags): without --exclusive every
     task's command gets `-O services.model.port=0`, so both bind a port of their own and finish
     (before, the second found the port taken and failed)."""
-    from shardeval.process import free_port
+    from shardeval.run.process import free_port
 
     fixed = free_port()
     launch = [sys.executable, "-m", "shardeval", "sim", "--ttft-ms", "300", "--itl-ms", "0", "--bench", "arith",
@@ -332,7 +332,7 @@ def test_submitting_twice_while_the_array_runs_is_refused(slurm: str, tmp_path: 
 def test_ray_on_slurm_one_node(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
     pytest.importorskip("ray", reason="pip install ray==2.60.0 to run Ray on SLURM")
     pytest.importorskip("shardeval_ray", reason="the Ray launcher plugin is not installed")
-    from shardeval.process import free_port
+    from shardeval.run.process import free_port
 
     root = tmp_path / "ray run"
     result = shardeval_cmd(

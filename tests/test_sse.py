@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardeval.sse import SSEParser
+from shardeval.run.sse import SSEParser
 
 
 def parse(*chunks: bytes) -> list[bytes]:

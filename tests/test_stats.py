@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from shardeval.metrics import OK, MetricOptions, ScoreTable
+from shardeval.results.metrics import OK, MetricOptions, ScoreTable
 from shardeval_metrics import dist
 from shardeval_metrics.metrics import accuracy, pass_at_k, perplexity
 from shardeval_metrics.stats import clustered_se, pass_at_k as pass_at_k_values, per_problem, variance_split

@@ -168,7 +168,7 @@ def test_hostile_names_and_warnings_are_shown_as_text(browser, tmp_path: Path) -
     """A benchmark named with markup, quotes and RTL marks, an endpoint that reported markup as its
     weights (the mixed-models warning quotes it), a shard directory whose name is not UTF-8: all
     shown as text, nothing injected or run."""
-    from shardeval.records import ServedModel, read_manifest, write_manifest
+    from shardeval.store.records import ServedModel, read_manifest, write_manifest
 
     root = tmp_path / "run"
     for i, weights in ((0, "/w/a"), (1, HOSTILE_ROOT)):

@@ -17,8 +17,8 @@ import yaml
 
 from conftest import REPO, running_sim, shardeval_cmd
 from shardeval.config import config_hash, load_config
-from shardeval.records import read_manifest
-from shardeval.sweep import model_config
+from shardeval.store.records import read_manifest
+from shardeval.config.sweep import model_config
 
 EXAMPLE = os.path.join(REPO, "examples", "sweep_sim.yaml")
 
@@ -279,7 +279,7 @@ def test_compare_and_the_sweep_report_the_same_interval_and_p(example_run: Path)
 def test_p_values_read_the_same_everywhere() -> None:
     """One formatting function for every output; p exactly 0 and None included."""
     from shardeval.html_page import p_cell
-    from shardeval.report import fmt_p
+    from shardeval.results.report import fmt_p
 
     assert [fmt_p(p) for p in (0.0, 1e-300, 0.00009999, 0.0001, 0.03125, 1.0, None)] == [
         "<0.0001", "<0.0001", "<0.0001", "0.0001", "0.0312", "1.0000", "—"]

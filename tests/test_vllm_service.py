@@ -23,8 +23,8 @@ from conftest import process_alive as alive
 import yaml
 
 from shardeval.errors import ShardError, UsageError
-from shardeval.process import free_port
-from shardeval.service import ServiceContext
+from shardeval.run.process import free_port
+from shardeval.run.service import ServiceContext
 from shardeval_vllm.config import VllmServiceConfig
 from shardeval_vllm.service import connect_host, vllm_argv, vllm_service
 

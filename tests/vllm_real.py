@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from shardeval.process import ServerProcess, free_port
+from shardeval.run.process import ServerProcess, free_port
 
 SERVED_NAME = "smol"
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}

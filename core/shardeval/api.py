@@ -14,73 +14,73 @@ from typing import TYPE_CHECKING, Any
 from shardeval.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from shardeval.answers import (NUMERIC_METHODS, as_number, extract_choice, extract_numeric, final_answer,
+    from shardeval.benchmark.answers import (NUMERIC_METHODS, as_number, extract_choice, extract_numeric, final_answer,
                                    first_number, last_number, normalize, normalize_text, numbers_equal)
-    from shardeval.atomic import atomic_write, check_output
+    from shardeval.store.atomic import atomic_write, check_output
     from shardeval.benchmark import Benchmark, BenchmarkFactory, Problem, Score
-    from shardeval.client import Completion
+    from shardeval.run.client import Completion
     from shardeval.config import (ClusterConfig, Config, config_hash, Count, Generation, load_config,
                                   NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, parse_key_values,
                                   Probability, read_yaml, Seconds, ServiceConfig, SolverConfig)
-    from shardeval.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
+    from shardeval.benchmark.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
                                     open_from_params, open_rows, package_data)
-    from shardeval.discover import refuse_inside_shard
+    from shardeval.store.discover import refuse_inside_shard
     from shardeval.errors import EXIT_WITH_ERRORS, os_error, ShardError, UsageError
-    from shardeval.export import load_run
-    from shardeval.fingerprints import incomparable
-    from shardeval.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
-    from shardeval.orchestrator import dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, Orchestrator, merge_and_report
-    from shardeval.params import DataParams, ParamsStruct, decode_params
-    from shardeval.judging import Rubric
-    from shardeval.quoting import md_text, plain_text
-    from shardeval.process import (die_with_parent, node_command, redact, resolve_port, self_command,
+    from shardeval.results.export import load_run
+    from shardeval.identity import incomparable
+    from shardeval.results.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
+    from shardeval.launch.orchestrator import dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, Orchestrator, merge_and_report
+    from shardeval.benchmark.params import DataParams, ParamsStruct, decode_params
+    from shardeval.run.judging import Rubric
+    from shardeval.results.quoting import md_text, plain_text
+    from shardeval.run.process import (die_with_parent, node_command, redact, resolve_port, self_command,
                                    ServerProcess)
     from shardeval.redact import is_secret, MIN_SECRET_CHARS, redact_urls
-    from shardeval.regular import open_regular, read_regular
-    from shardeval.records import (BenchmarkManifest, Manifest, Message, read_manifest, ResultRecord,
+    from shardeval.store.regular import open_regular, read_regular
+    from shardeval.store.records import (BenchmarkManifest, Manifest, Message, read_manifest, ResultRecord,
                                    RESULTS_FILE, TrajectoryRecord)
-    from shardeval.registry import Entry, Lazy, Register
-    from shardeval.resume import check_submission, set_aside_shards
-    from shardeval.service import Endpoint, ServiceContext, ServiceFactory, split_endpoint_url
-    from shardeval.shards import shard_indices, shard_range, ShardSpec
-    from shardeval.solver import Attempt, ServiceHandle, Solver, SolverFactory
-    from shardeval.standing import nothing_to_ask
-    from shardeval.sweep_merge import PAIRED_METRICS
+    from shardeval.plugins.register import Entry, Lazy, Register
+    from shardeval.run.resume import check_submission, set_aside_shards
+    from shardeval.run.service import Endpoint, ServiceContext, ServiceFactory, split_endpoint_url
+    from shardeval.store.shards import shard_indices, shard_range, ShardSpec
+    from shardeval.run.solver import Attempt, ServiceHandle, Solver, SolverFactory
+    from shardeval.store.standing import nothing_to_ask
+    from shardeval.results.sweep_merge import PAIRED_METRICS
     from shardeval.html_page import esc, finite, num, p_cell, Page, PlottingMissing, span, table, write_html
     from shardeval.charts import forest, interval_rows
 
 _LAZY = {
-    "shardeval.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer "
+    "shardeval.benchmark.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer "
     "first_number last_number normalize normalize_text numbers_equal",
-    "shardeval.atomic": "atomic_write check_output",
+    "shardeval.store.atomic": "atomic_write check_output",
     "shardeval.benchmark": "Benchmark BenchmarkFactory Problem Score",
-    "shardeval.client": "Completion",
+    "shardeval.run.client": "Completion",
     "shardeval.config": "ClusterConfig Config config_hash Count Generation load_config NonNegativeFloat "
     "NonNegativeInt NonNegativeSeconds parse_key_values Probability read_yaml Seconds ServiceConfig "
     "SolverConfig",
-    "shardeval.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row "
+    "shardeval.benchmark.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row "
     "open_from_params open_rows package_data",
-    "shardeval.discover": "refuse_inside_shard",
+    "shardeval.store.discover": "refuse_inside_shard",
     "shardeval.errors": "EXIT_WITH_ERRORS os_error ShardError UsageError",
-    "shardeval.export": "load_run",
-    "shardeval.fingerprints": "incomparable",
-    "shardeval.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
-    "shardeval.orchestrator": "dump_yaml ENV_NAME escape_dollars LaunchRequest Orchestrator merge_and_report",
-    "shardeval.judging": "Rubric",
-    "shardeval.params": "DataParams ParamsStruct decode_params",
-    "shardeval.quoting": "md_text plain_text",
-    "shardeval.process": "die_with_parent node_command redact resolve_port self_command ServerProcess",
-    "shardeval.records": "BenchmarkManifest Manifest Message read_manifest ResultRecord RESULTS_FILE "
+    "shardeval.results.export": "load_run",
+    "shardeval.identity": "incomparable",
+    "shardeval.results.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
+    "shardeval.launch.orchestrator": "dump_yaml ENV_NAME escape_dollars LaunchRequest Orchestrator merge_and_report",
+    "shardeval.run.judging": "Rubric",
+    "shardeval.benchmark.params": "DataParams ParamsStruct decode_params",
+    "shardeval.results.quoting": "md_text plain_text",
+    "shardeval.run.process": "die_with_parent node_command redact resolve_port self_command ServerProcess",
+    "shardeval.store.records": "BenchmarkManifest Manifest Message read_manifest ResultRecord RESULTS_FILE "
     "TrajectoryRecord",
     "shardeval.redact": "is_secret MIN_SECRET_CHARS redact_urls",
-    "shardeval.regular": "open_regular read_regular",
-    "shardeval.registry": "Entry Lazy Register",
-    "shardeval.resume": "check_submission set_aside_shards",
-    "shardeval.service": "Endpoint ServiceContext ServiceFactory split_endpoint_url",
-    "shardeval.shards": "shard_indices shard_range ShardSpec",
-    "shardeval.solver": "Attempt ServiceHandle Solver SolverFactory",
-    "shardeval.standing": "nothing_to_ask",
-    "shardeval.sweep_merge": "PAIRED_METRICS",
+    "shardeval.store.regular": "open_regular read_regular",
+    "shardeval.plugins.register": "Entry Lazy Register",
+    "shardeval.run.resume": "check_submission set_aside_shards",
+    "shardeval.run.service": "Endpoint ServiceContext ServiceFactory split_endpoint_url",
+    "shardeval.store.shards": "shard_indices shard_range ShardSpec",
+    "shardeval.run.solver": "Attempt ServiceHandle Solver SolverFactory",
+    "shardeval.store.standing": "nothing_to_ask",
+    "shardeval.results.sweep_merge": "PAIRED_METRICS",
     "shardeval.html_page": "esc finite num p_cell Page PlottingMissing span table write_html",
     "shardeval.charts": "forest interval_rows",
 }

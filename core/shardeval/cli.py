@@ -9,7 +9,7 @@ import click
 
 from shardeval import __version__
 from shardeval.errors import ShardError, UsageError
-from shardeval.ci_methods import CI_METHODS
+from shardeval.results.ci_methods import CI_METHODS
 
 
 class _Group(click.Group):
@@ -92,8 +92,8 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     Shard files are only read; running it twice gives byte-identical output. A sweep's directory
     merges each model into <model>/merged/, then writes merged/sweep.json, sweep.md and sweep.html.
     """
-    from shardeval.metrics import MetricOptions
-    from shardeval.sweep_merge import merge_any
+    from shardeval.results.metrics import MetricOptions
+    from shardeval.results.sweep_merge import merge_any
 
     options = MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed, ci_method=ci_method)
     merged = merge_any(run_dir, out_dir=output_dir, confidence=confidence, errors_as_wrong=errors_as_wrong, options=options,
@@ -132,7 +132,7 @@ def rescore(run_dir: str, output_dir: str, shard_flag: str | None, scorers: tupl
     read; a rerun resumes. Merge NEW_DIR as any run. See docs/rescore.md.
     """
     from shardeval.launch import setup_logging
-    from shardeval.rescore import ScorerChoice, rescore_run
+    from shardeval.run.rescore import ScorerChoice, rescore_run
 
     setup_logging()
     sys.exit(rescore_run(run_dir, output_dir, shard_flag, ScorerChoice.parse(scorers, overrides, judges)))
@@ -159,7 +159,7 @@ def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, 
         from shardeval.status_serve import run_server
 
         return run_server(run_dir, host, port, interval)
-    from shardeval.status import status as render
+    from shardeval.results.status import status as render
 
     click.echo(render(run_dir))
 
@@ -178,7 +178,7 @@ def export_command(run_dir: str, output: str, fmt: str | None, allow_mixed_model
     with the run's identity columns; a sweep's directory exports every model into one file.
     Parquet needs pyarrow: pip install 'shardeval[parquet]'. See docs/export.md.
     """
-    from shardeval.export import export
+    from shardeval.results.export import export
 
     done = export(run_dir, output, fmt, allow_mixed_models=allow_mixed_models)
     for line in done.warnings:
@@ -232,7 +232,7 @@ def plugins_install(specs: tuple[str, ...], index_url: str | None, extra_index_u
     pip-installed shardeval: pip install into the same environment. Other pip settings come from
     pip's own config and PIP_* environment variables.
     """
-    from shardeval.plugin_install import install
+    from shardeval.plugins.install import install
 
     options = [f"--index-url={index_url}"] if index_url else []
     options += [f"--extra-index-url={url}" for url in extra_index_url] + [f"--find-links={where}" for where in find_links]
@@ -244,7 +244,7 @@ def plugins_install(specs: tuple[str, ...], index_url: str | None, extra_index_u
 @click.argument("names", nargs=-1, required=True, metavar="NAME...")
 def plugins_uninstall(names: tuple[str, ...]) -> None:
     """Remove installed plugins (by distribution or plugin name); bundled ones stay."""
-    from shardeval.plugin_install import uninstall
+    from shardeval.plugins.install import uninstall
 
     uninstall(list(names), click.echo)
 

@@ -5,9 +5,9 @@ A plugin is a module (found through the `shardeval` entry-point group, the plugi
 (`from shardeval.api import hookimpl`). Hooks are called through pluggy, so `tryfirst`,
 `trylast` and wrappers (`wrapper=True`, `hookwrapper=True`) work as pluggy documents.
 
-Registration hooks receive a `register` callback (a `shardeval.registry.Register`):
+Registration hooks receive a `register` callback (a `shardeval.plugins.register.Register`):
 `register(name, factory, config=None)`. The core attributes each registration to the calling
-plugin and reports a clash by name. Precedence (shardeval.registry): a registration from a
+plugin and reports a clash by name. Precedence (shardeval.plugins.register): a registration from a
 `tryfirst` hook replaces a plain one on purpose, a plain one replaces a `trylast` one; otherwise
 the plugin loaded first keeps the name and the other is named in a warning. `register.registered` maps each name registered so far to its Entry (a wrapper sees, after its
 `yield`, what the others registered). Lifecycle hooks are named after events and receive plain values.
@@ -22,9 +22,9 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
-    from shardeval.metrics import MetricOptions, ScoreTable
-    from shardeval.records import Manifest, ResultRecord
-    from shardeval.registry import Register
+    from shardeval.results.metrics import MetricOptions, ScoreTable
+    from shardeval.store.records import Manifest, ResultRecord
+    from shardeval.plugins.register import Register
 
 hookspec = pluggy.HookspecMarker("shardeval")
 hookimpl = pluggy.HookimplMarker("shardeval")
@@ -56,7 +56,7 @@ def register_orchestrators(register: Register) -> None:
     """Register cluster types: `register(type, factory, config=ClusterConfig subclass)`.
 
     factory(request: LaunchRequest) -> exit code; called when no shard is selected (see
-    shardeval.orchestrator: the request carries the config and builds each shard's command line).
+    shardeval.launch.orchestrator: the request carries the config and builds each shard's command line).
     """
 
 

@@ -37,8 +37,8 @@ def plotting() -> Any:
 def vega_bundle() -> str:
     """Vega + Vega-Lite + vega-embed as one script, from vl-convert (cached per its version)."""
     vl_convert = plotting()
-    from shardeval.atomic import atomic_write
-    from shardeval.datasets import cache_dir
+    from shardeval.store.atomic import atomic_write
+    from shardeval.benchmark.datasets import cache_dir
 
     version = getattr(vl_convert, "__version__", None) or vl_convert.get_vega_embed_version()
     path = os.path.join(cache_dir(), "vega", f"vl-convert-{version}.js")
@@ -59,7 +59,7 @@ def vega_bundle() -> str:
 def write_html(path: str, render: Callable[[], bytes]) -> str | None:
     """Write the page `render` makes to `path`; without the plotting extra write nothing and
     return the one line that says how to get it (and that a page already there is older)."""
-    from shardeval.atomic import atomic_write
+    from shardeval.store.atomic import atomic_write
 
     try:
         plotting()
@@ -123,7 +123,7 @@ def span(value: float, low: Any, high: Any) -> dict[str, float]:
 def p_cell(p: Any, key: str) -> str:
     """A p-value cell as people read it (`report.fmt_p`: 4 decimals, or <0.0001, never a bare
     0.0000); the exact value stays in data-value."""
-    from shardeval.report import fmt_p
+    from shardeval.results.report import fmt_p
 
     cell = num(p, key)
     return cell.replace(f">{p:.4f}</td>", f">{esc(fmt_p(p))}</td>") if finite(p) else cell

@@ -19,12 +19,12 @@ import msgspec
 
 from shardeval import charts
 from shardeval.html_page import Page, esc, finite, num, span, table
-from shardeval.metrics import ERROR, MISSING, OK
-from shardeval.records import RESULTS_FILE, TRAJECTORIES_FILE, ResultRecord, TrajectoryRecord
-from shardeval.report import DISTRIBUTION_QUANTILES, counts, provenance_facts, run_notes, timing
+from shardeval.results.metrics import ERROR, MISSING, OK
+from shardeval.store.records import RESULTS_FILE, TRAJECTORIES_FILE, ResultRecord, TrajectoryRecord
+from shardeval.results.report import DISTRIBUTION_QUANTILES, counts, provenance_facts, run_notes, timing
 
 if TYPE_CHECKING:
-    from shardeval.merge import BenchmarkMerge, MergeResult
+    from shardeval.results.merge import BenchmarkMerge, MergeResult
 
 ITEMS = 20  # rows per table of items to read
 TEXT_LIMIT = 6000  # characters of one message shown; the rest is in trajectories.jsonl
@@ -226,7 +226,7 @@ def _variance(s: list[float]) -> float:
 
 def read_items(result: "MergeResult", b: "BenchmarkMerge", problems: list[int]) -> dict[int, list[tuple[ResultRecord, TrajectoryRecord | None]]]:
     """The standing records (and their trajectories) of `problems`, read back from the shards."""
-    from shardeval.merge import read_winners
+    from shardeval.results.merge import read_winners
 
     c, shards, name = b.cells, result.run.shards, b.manifest.name
     wanted = [cell for p in problems for cell in range(p * c.repeats, (p + 1) * c.repeats)]

@@ -1,7 +1,7 @@
 """`shardeval status DIR --serve`: a live page of a run's or a sweep's progress and running accuracy.
 
 The page (PAGE below: no CDN, no request but its own `status.json`) polls the JSON endpoint. The
-numbers come from shardeval.status.collect, the data the text command prints, with each
+numbers come from shardeval.results.status.collect, the data the text command prints, with each
 benchmark's running accuracy from merge's scan and the metrics plugin. Reading a large run takes
 seconds, so the server computes in one worker thread (it keeps answering meanwhile), one
 computation at a time, and reuses the result for `interval` seconds: ten open tabs cost what one
@@ -30,8 +30,8 @@ import msgspec
 from aiohttp import web
 
 from shardeval.errors import UsageError
-from shardeval.metrics import MetricOptions
-from shardeval.status import NOTHING_YET, SweepStatus, collect_or_nothing, plugin_status
+from shardeval.results.metrics import MetricOptions
+from shardeval.results.status import NOTHING_YET, SweepStatus, collect_or_nothing, plugin_status
 
 log = logging.getLogger("shardeval")
 

@@ -15,10 +15,10 @@ from urllib.parse import quote
 from shardeval import charts
 from shardeval.html_page import Page, esc, finite, num, p_cell, span, table
 from shardeval.report_html import slug
-from shardeval.sweep_merge import NOT_COMPARED, not_compared_notes
+from shardeval.results.sweep_merge import NOT_COMPARED, not_compared_notes
 
 if TYPE_CHECKING:
-    from shardeval.sweep_merge import SweepMerge
+    from shardeval.results.sweep_merge import SweepMerge
 
 PARTIAL_CELL = "‡ not every (problem, repeat) pair has an ok record: the value covers the ok ones (ok/expected)."
 PARTIAL_PAIR = ("† compared only on the cells both models answered; the cells left out are counted in sweep.json "

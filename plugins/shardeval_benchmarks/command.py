@@ -74,7 +74,7 @@ def benchmarks_command(name: str | None, params: tuple[str, ...], show: int, no_
 
 def _describe(name: str, params: dict[str, Any], show: int, registry: Any) -> None:
     from shardeval.config import BenchmarkConfig
-    from shardeval.runner import make_benchmark
+    from shardeval.run.runner import make_benchmark
 
     bench = make_benchmark(BenchmarkConfig(name=name, params=params), "benchmarks", registry)[0]
     entry = registry.entries["benchmarks"].get(name)

@@ -124,7 +124,7 @@ class CustomBenchmark(RowsBenchmark):
         if mapping.metrics is not None:
             self.metrics = tuple(mapping.metrics)
         self._regex = _compile(mapping, where)
-        if mapping.judge is not None:  # shardeval.judging reads it: the config's judge service asks with it
+        if mapping.judge is not None:  # shardeval.run.judging reads it: the config's judge service asks with it
             j = mapping.judge
             try:
                 self.judge_rubric = Rubric(mode=j.mode, template=j.rubric, pattern=j.verdict)

@@ -36,7 +36,7 @@ from typing import Annotated, Any
 import msgspec
 
 from shardeval.api import DataParams, Problem, Rows, RowsBenchmark, Score, UsageError, decode_params, open_from_params, open_regular
-from shardeval.datasets import JsonlRows  # a built-in plugin: the line-offset reader, not a public API
+from shardeval.benchmark.datasets import JsonlRows  # a built-in plugin: the line-offset reader, not a public API
 
 
 class PerplexityParams(DataParams):

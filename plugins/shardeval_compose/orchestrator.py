@@ -31,7 +31,7 @@ from shardeval.api import ENV_NAME, UsageError, dump_yaml, escape_dollars as esc
 
 if TYPE_CHECKING:
     from shardeval.api import LaunchRequest
-    from shardeval.orchestrator import Cell
+    from shardeval.launch.orchestrator import Cell
 
 PROJECT_DIR = "compose"
 COMPOSE_FILE = "docker-compose.yaml"

@@ -2,7 +2,7 @@
 
 Registered through the `shardeval` entry-point group like any third-party metric package. Each
 metric is f(table: ScoreTable, options: MetricOptions) -> {name: MetricValue}
-(see shardeval.metrics). numpy lives only in the submodules, which load on a metric's first call,
+(see shardeval.results.metrics). numpy lives only in the submodules, which load on a metric's first call,
 so loading plugins (`shardeval --help`, `shardeval plugins`) never imports numpy.
 
     accuracy, mean   shardeval_metrics.metrics         per-problem means; CLT / Wilson / clustered

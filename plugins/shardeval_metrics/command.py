@@ -15,7 +15,7 @@ import click
 
 def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
     from shardeval.api import md_text
-    from shardeval.report import fmt, fmt_p
+    from shardeval.results.report import fmt, fmt_p
 
     lines = [f"# shardeval compare: B = {md_text(name_b)} vs A = {md_text(name_a)}", ""]
     for r in results:
@@ -53,7 +53,7 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
 def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool, html_path: str | None) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
     from shardeval.api import MetricOptions, UsageError, check_output, incomparable, refuse_inside_shard
-    from shardeval.merge import merge_run
+    from shardeval.results.merge import merge_run
     from shardeval_metrics.compare import compare_tables
 
     if html_path == "-":

@@ -52,7 +52,7 @@ def main(
     """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
     from shardeval.api import LaunchRequest, load_config
     from shardeval.launch import setup_logging
-    from shardeval.sweep import plan_sweep
+    from shardeval.config.sweep import plan_sweep
     from shardeval_ray.orchestrator import run_ray
 
     setup_logging()

@@ -29,7 +29,7 @@ from shardeval.api import (Config, hookimpl, load_config, open_regular, read_man
                            shard_range, ShardError, ShardSpec, UsageError)
 
 if TYPE_CHECKING:
-    from shardeval.records import SweepPlan
+    from shardeval.store.records import SweepPlan
 
 log = logging.getLogger("shardeval")
 
@@ -93,7 +93,7 @@ def evaluate_shard(
     shard = ShardSpec(shard_idx, total_shards, source)
 
     from shardeval.launch import setup_logging
-    from shardeval.runner import ShardRun
+    from shardeval.run.runner import ShardRun
 
     setup_logging()
     log.info("%s", shard.describe())

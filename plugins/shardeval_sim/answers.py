@@ -165,7 +165,7 @@ def _between(text: str, starts: tuple[str, ...], end: str = "\n[") -> str | None
 
 @dataclass(frozen=True)
 class Judger:
-    """Answers judge prompts (shardeval.judging's default rubrics, or any prompt asking for
+    """Answers judge prompts (shardeval.run.judging's default rubrics, or any prompt asking for
     `Rating: [[N]]` or `[[A]]`/`[[B]]`/`[[C]]`) with a verdict drawn from the prompt and seed.
 
     With probability `quality` the verdict is the right one, when the judger can tell: the question

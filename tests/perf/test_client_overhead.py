@@ -64,8 +64,8 @@ async def shardeval_client(base_url: str, n: int, concurrency: int, out_dir: str
     """One shard over the whole path (records, trajectories, scoring) against `base_url`; `extra`
     is more config text (a `cache:` section). Returns how many records it wrote."""
     from shardeval.config import load_config
-    from shardeval.runner import ShardRun
-    from shardeval.shards import ShardSpec
+    from shardeval.run.runner import ShardRun
+    from shardeval.store.shards import ShardSpec
 
     os.makedirs(out_dir, exist_ok=True)
     cfg = os.path.join(out_dir, "config.yaml")

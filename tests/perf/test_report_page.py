@@ -17,8 +17,8 @@ import time
 
 from browser import browser, visit  # noqa: F401  (browser is a fixture)
 from shard_factory import make_shard, record
-from shardeval.records import run_id
-from shardeval.shards import shard_range
+from shardeval.store.records import run_id
+from shardeval.store.shards import shard_range
 
 PROBLEMS, REPEATS, SUBJECTS, SHARDS = 14_042, 5, 57, 4
 MAX_BYTES, MAX_OPEN_S = 5 * 2**20, 2.0

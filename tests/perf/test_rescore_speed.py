@@ -14,7 +14,7 @@ import sys
 from peak_rss import run_measured
 from shard_factory import make_shard
 from shardeval import plugins
-from shardeval.records import read_manifest, write_manifest
+from shardeval.store.records import read_manifest, write_manifest
 
 N_PROBLEMS, REPEATS = 100_000, 2  # 200,000 records
 MIN_RATE_RATIO = 0.15  # rescore's records/s over merge's, at least

@@ -1,7 +1,7 @@
 """One refresh of `status --serve` on an MMLU-sized run, as a ratio against a plain merge_run.
 
 A refresh is what the live page costs the machine every `--interval` seconds while it is open:
-each shard's progress (shardeval.status) and each benchmark's running accuracy with its interval
+each shard's progress (shardeval.results.status) and each benchmark's running accuracy with its interval
 (merge's scan, then the metrics plugin). 14,042 problems x 5 repeats over 8 shards, written with
 the project's own writer; both are timed in this process, best of 3.
 """
@@ -27,7 +27,7 @@ def best_of(n: int, f) -> float:
 
 
 def test_one_refresh_costs_about_two_merge_scans(tmp_path):
-    from shardeval.merge import merge_run
+    from shardeval.results.merge import merge_run
     from shardeval.status_serve import Snapshots
 
     root = str(tmp_path / "run")

@@ -82,8 +82,8 @@ async def raw_client(base_url: str, texts: list[str]) -> tuple[int, int]:
 async def shardeval_client(base_url: str, n: int, out_dir: str) -> tuple[int, int]:
     """The real thing: config, runner, client, scoring, records and trajectories on disk."""
     from shardeval.config import load_config
-    from shardeval.runner import ShardRun
-    from shardeval.shards import ShardSpec
+    from shardeval.run.runner import ShardRun
+    from shardeval.store.shards import ShardSpec
 
     os.makedirs(out_dir, exist_ok=True)
     cfg = os.path.join(out_dir, "config.yaml")

@@ -65,7 +65,7 @@ def load_config(
     apply_overrides(data, overrides, where)
     type_expansions(data, where)
     raw = decode(data, RawConfig, where)
-    from shardeval import sweep
+    from shardeval.config import sweep
 
     sweep.resolve(raw, where)  # benchmarks' default service; a sweep's generated checkpoint services
     _quick.apply(raw, flags, path)
@@ -73,7 +73,7 @@ def load_config(
     cluster = _decode_cluster(raw.cluster, where)
     config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
     _validate(config, where)
-    from shardeval import sampling
+    from shardeval.config import sampling
     from shardeval.plugins import registry
 
     return sampling.complete(config, registry())  # no key left to a server's default (docs/benchmarks.md)
@@ -97,10 +97,10 @@ def config_hash(config: Config) -> str:
     output settings, the cluster (shard count included) and the response cache may differ between them; seeds,
     prompts, generation parameters, repeats and the model may not.
     """
-    from shardeval.service import describe
+    from shardeval.run.service import describe
 
     if config.sweep is not None:  # a sweep's identity: that of each model's run, in order
-        from shardeval.sweep import model_config
+        from shardeval.config.sweep import model_config
 
         runs = {name: config_hash(model_config(config, name)) for name in config.sweep.services}
         return f"sha256:{hashlib.sha256(canonical_json(runs)).hexdigest()[:16]}"
@@ -121,7 +121,7 @@ def config_hash(config: Config) -> str:
 def judge_identity(judge: JudgeConfig, service: ServiceConfig | None) -> dict[str, Any]:
     """What of a benchmark's judge changes its scores: the judge service's declared identity, the
     mode, rubric, verdict pattern and generation. Absent for benchmarks without a judge."""
-    from shardeval.service import describe
+    from shardeval.run.service import describe
 
     return {"service": describe(service) if service is not None else judge.service, "mode": judge.mode,
             "rubric": judge.rubric, "verdict": judge.verdict, "generation": judge.generation}
@@ -149,7 +149,7 @@ def config_for_manifest(config: Config) -> dict[str, Any]:
 def decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:
     """With its type's Struct; a full …/chat/completions or …/completions `url` sets the protocol."""
     from shardeval.plugins import registry
-    from shardeval.service import split_endpoint_url
+    from shardeval.run.service import split_endpoint_url
 
     at = format_path(["services", name])
     service_type = section.get("type")
@@ -206,7 +206,7 @@ def _validate(config: Config, where: Where) -> None:
 def _validate_judge(judge: JudgeConfig, config: Config, where: Where, at: str) -> None:
     """The judge's service exists; its rubric and pattern are usable (one line each)."""
     from shardeval.errors import UsageError
-    from shardeval.judging import check_template, compile_pattern
+    from shardeval.run.judging import check_template, compile_pattern
 
     if judge.service not in config.services:
         defined = ", ".join(config.services) or "none"

@@ -49,7 +49,7 @@ def identity_view(config: Any) -> dict[str, Any]:
     identity (`service.describe`) of each service a benchmark's solver or judge uses."""
     import msgspec
 
-    from shardeval.service import describe
+    from shardeval.run.service import describe
 
     used: dict[str, Any] = {}
     benchmarks = []

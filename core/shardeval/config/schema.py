@@ -48,7 +48,7 @@ class SolverConfig(_Section):
 
 
 class JudgeConfig(_Section):
-    """Score a benchmark by asking a judge service (shardeval.judging, docs/judges.md). `rubric`
+    """Score a benchmark by asking a judge service (shardeval.run.judging, docs/judges.md). `rubric`
     and `verdict` (a regex) override the benchmark's own and the defaults; `mode` unset: the
     benchmark's own, else single."""
 
@@ -99,7 +99,7 @@ class ServiceConfig(_Section):
     api_key_env: str | None = None
     timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
     retries: Retries = msgspec.field(default_factory=Retries)
-    # AIMD concurrency (shardeval.adaptive): halve the window on 429 bursts, grow it back on success;
+    # AIMD concurrency (shardeval.run.adaptive): halve the window on 429 bursts, grow it back on success;
     # false keeps the fixed max_concurrent window. Transport only: not part of the config hash.
     adaptive: bool = False
     # The body bytes one attempt may receive (SSE framing included); past it the request ends as a
@@ -161,7 +161,7 @@ class ClusterConfig(_Section):
 
     def shards_read_local_files(self) -> bool:
         """Whether the shards read the files this process sees (their data files): `run` then
-        builds and checks every benchmark once before it starts them (shardeval.preflight). False
+        builds and checks every benchmark once before it starts them (shardeval.launch.preflight). False
         by default: a cluster's data may live on its nodes alone, where each shard checks it."""
         return False
 
@@ -193,7 +193,7 @@ class SweepConfig(_Section):
 
 
 class CacheConfig(_Section):
-    """The response cache (shardeval.cache, docs/cache.md): where its segments live, usually a
+    """The response cache (shardeval.run.cache, docs/cache.md): where its segments live, usually a
     shared filesystem path. Not part of the run's identity: a cache changes where an answer comes
     from, never what it is."""
 

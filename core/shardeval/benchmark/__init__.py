@@ -1,0 +1,120 @@
+"""The benchmark API: a dataset in canonical order, how each problem is asked, and how it is scored.
+
+A benchmark plugin registers a factory `factory(params: dict) -> Benchmark`. Problems are addressed
+by their index in canonical order, so a shard asks only for its own range and never materialises
+the rest. Solvers (how a problem becomes requests) and metrics (how scores reduce) stay separate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Iterator
+
+import msgspec
+
+
+class Problem(msgspec.Struct, frozen=True, kw_only=True):
+    idx: int
+    id: str
+    prompt: str | None = None
+    messages: list[dict[str, str]] | None = None
+    reference: str | None = None
+    cluster: str | None = None
+    metadata: dict[str, Any] = {}
+
+    def user_text(self) -> str:
+        """The text a simulator or log shows for this problem: the prompt or the last user turn."""
+        if self.prompt is not None:
+            return self.prompt
+        return next((m.get("content", "") for m in reversed(self.messages or []) if m.get("role") == "user"), "")
+
+
+class Score(msgspec.Struct, kw_only=True):
+    score: float
+    extracted: str | None = None
+    scores: dict[str, float] = {}
+
+
+class Benchmark:
+    """Base class for benchmarks; subclasses implement `size`, `problem` and `score`."""
+
+    name: str = ""
+    # Scoring that takes real time (running code in a sandbox) happens in a worker thread.
+    score_in_thread: bool = False
+    # What `shardeval merge` computes for it unless the config's `benchmarks[].metrics` says otherwise.
+    metrics: tuple[str, ...] = ("accuracy", "pass@k")
+    # The scorer's version: bump it whenever `score` or the answer extraction changes, so shards
+    # scored the old way are never merged or resumed with new ones. None: the version of the
+    # plugin that provides the benchmark (every release then counts as a change).
+    scorer_version: str | None = None
+
+    @classmethod
+    def default_sampling(cls, repeats: int) -> dict[str, Any]:
+        """The sampling a request carries for each `Generation` key the config leaves unset, so no
+        result depends on a server's hidden default (vLLM: temperature 1.0 unless the model's
+        generation_config says otherwise). Declared on the class: the config is completed, and
+        its identity computed, without loading any data (shardeval.config.sampling).
+
+        Default, for benchmarks with one right answer: greedy for one answer per problem; with
+        repeats, the model's own distribution (temperature 1.0), since pass@k and majority votes
+        need distinct samples. Override it where the literature fixes other settings."""
+        return {"temperature": 0.0} if repeats == 1 else {"temperature": 1.0}
+
+    @classmethod
+    def scored_by_likelihood(cls, params: dict[str, Any]) -> bool:
+        """Whether, built with `params`, its problems are scored by their log-likelihood
+        (metadata `scoring: loglikelihood`) rather than answered: such requests generate nothing
+        and carry temperature 0 whatever the config says (shardeval.run.solver.LoglikelihoodSolver),
+        so no sampling is filled in for them and --dry-run says what they do carry. Declared on
+        the class, as `default_sampling`: no data is loaded to know it."""
+        return False
+
+    def size(self) -> int:
+        raise NotImplementedError
+
+    def problem(self, idx: int) -> Problem:
+        raise NotImplementedError
+
+    def score(self, problem: Problem, response: str) -> Score:
+        raise NotImplementedError
+
+    def preflight(self) -> None:
+        """Check, once, what would otherwise fail every request or every shard: the images or
+        tools it runs, the task names its params select. Raise shardeval.errors.UsageError (one
+        line: the thing, the value, the fix). Called after the factory (which reads the data, so
+        a missing data file is already its one line), before any shard starts: by `run` in the
+        launching process when the shards run on this machine, and by each shard before it
+        touches its output directory. The default checks nothing more."""
+
+    def problems(self, indices: range | list[int]) -> Iterator[Problem]:
+        """Yield the problems at `indices` lazily; override when sequential reads are cheaper."""
+        yield from map(self.problem, indices)
+
+    def fingerprint(self) -> str:
+        """Hash of the canonical rows, so merge can tell two datasets apart (override when cheaper)."""
+        h = hashlib.sha256()
+        for p in self.problems(range(self.size())):
+            h.update(msgspec.json.encode(p) + b"\n")
+        return "sha256:" + h.hexdigest()
+
+    def answer_key(self) -> Callable[[str], str | None]:
+        """Map a prompt text to its reference answer, for the simulator's `--accuracy`.
+
+        The default indexes every problem's text; benchmarks that can solve their own prompts
+        (like `arith`) override it to use no memory.
+        """
+        problems = self.problems(range(self.size()))
+        key = {p.user_text().strip(): p.reference for p in problems if p.reference is not None}
+        return lambda text: key.get(text.strip())
+
+    def simulated_reply(self, reference: str, correct: bool) -> str | None:
+        """The whole reply the simulator gives, right or wrong, for a problem with this reference.
+
+        None (the default) means the simulator's generic reply: filler words, then `#### <answer>`
+        with a wrong answer derived from the reference. Code and multiple-choice benchmarks
+        override it so simulated answers go through their real extraction and scoring.
+        """
+        return None
+
+
+BenchmarkFactory = Callable[[dict[str, Any]], Benchmark]

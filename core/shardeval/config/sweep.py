@@ -1,0 +1,251 @@
+"""Sweeps: every model of `sweep.services` on every benchmark, in one launch.
+
+A sweep is a list of ordinary runs, one per model, each in `<out>/<service>/shard_<i>/`, so
+merge, status, compare and resume work on each model's directory as on any run. A model's run
+config is the sweep config with every benchmark that names no `solver.service` pointed at that
+model: its config hash is the one the same single run would have.
+
+One launch covers models × shards "cells", numbered model-major: cell c is shard c mod S of
+model c div S (S = `cluster.shards`, 1 when unset). An orchestrator may run them with one index
+(`--shard c/(M·S)`, a SLURM array task, an Indexed Job's completion index) as long as it passes
+`--sweep-services` with the models in the order it numbered them: a glob resolved again on a node
+could have found a new checkpoint since.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import msgspec
+
+from shardeval.store.atomic import atomic_write
+from shardeval.config.explain import Where
+from shardeval.config.schema import Config, RawConfig
+from shardeval.errors import UsageError
+from shardeval.store.records import SweepPlan, pretty_json, read_manifest
+from shardeval.store.regular import read_regular
+from shardeval.store.shards import ShardSpec
+
+DEFAULT_SERVICE = "model"  # what a benchmark without `solver.service` asks outside a sweep
+PLAN_FILE = "sweep_plan.json"  # <out>/sweep_plan.json: the models of the latest launch, in order
+SWEEP_FLAG = "--sweep-services"
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_SHARD_NAME = re.compile(r"shard_\d+")
+
+
+def reserved(name: str) -> str | None:
+    """Why `name` cannot be a model's folder at a sweep's root (None: it can): what shardeval
+    itself keeps there, or a shard's name (a sweep root holding shard_<i>/ reads as a run)."""
+    from shardeval.store.discover import MERGED_DIR
+    from shardeval.store.records import LOGS_DIR
+    from shardeval.run.resume import SUPERSEDED_DIR
+
+    why = {PLAN_FILE: "the sweep's plan file", MERGED_DIR: "where the sweep's merge goes",
+           SUPERSEDED_DIR: "where --fresh moves earlier results", LOGS_DIR: "the logs' folder"}.get(name)
+    if why is None and _SHARD_NAME.fullmatch(name):
+        why = "a shard directory's name"
+    return f"<out>/{name} is {why}" if why else None
+
+
+def check_model_name(name: str) -> str | None:
+    """Why `name` cannot be a model of a sweep (None: it can): a folder name of its own under the
+    sweep's root, no path (`..`, `/`, absolute), nothing shardeval keeps there."""
+    if not _NAME.fullmatch(name):
+        return f"{name!r} is not a usable folder name (<out>/{name}/); use letters, digits, '.', '_' or '-'"
+    return reserved(name)
+
+
+def resolve(raw: RawConfig, where: Where) -> None:
+    """Outside a sweep, point benchmarks without a service at `model`. In a sweep, add a service
+    per checkpoint path (from the template) and fix `sweep.services` (in order) and `baseline`."""
+    sweep = raw.sweep
+    if sweep is None:
+        raw.benchmarks = [_with_service(b, DEFAULT_SERVICE) if b.solver.service is None else b for b in raw.benchmarks]
+        return
+    names = list(dict.fromkeys(sweep.services))
+    for i, name in enumerate(sweep.services):
+        if name not in raw.services:
+            raise where.error(f"no service {name!r}; defined: {', '.join(raw.services) or 'none'}", f"sweep.services[{i}]")
+    if sweep.checkpoints is not None:
+        names += [name for name in _generate(raw, where) if name not in names]
+    for name in names:
+        if (why := check_model_name(name)) is not None:
+            raise where.error(f"service {name!r} cannot be a sweep model: {why}; rename the service"
+                              + (" (or set sweep.checkpoints.prefix)" if sweep.checkpoints is not None else ""), "sweep")
+    if not names:
+        raise where.error("no models: list services in `sweep.services`, or give `sweep.checkpoints` paths that exist", "sweep")
+    baseline = sweep.baseline if sweep.baseline is not None else names[0]
+    if baseline not in names:
+        raise where.error(f"{baseline!r} is not one of the sweep's models ({', '.join(names)}); name one of them", "sweep.baseline")
+    if all(b.solver.service is not None for b in raw.benchmarks):
+        raise where.error("every benchmark names its solver.service, so none runs against the sweep's models; "
+                          "leave solver.service unset on the benchmarks to sweep", "sweep")
+    raw.sweep = msgspec.structs.replace(sweep, services=names, baseline=baseline)
+
+
+def _with_service(bench, service: str):
+    return msgspec.structs.replace(bench, solver=msgspec.structs.replace(bench.solver, service=service))
+
+
+def _natural(text: str) -> list[Any]:
+    """step2 before step10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def _generate(raw: RawConfig, where: Where) -> list[str]:
+    """Add one service per checkpoint path (globs expanded now, in natural order) to raw.services."""
+    spec = raw.sweep.checkpoints  # type: ignore[union-attr]
+    assert spec is not None
+    if isinstance(spec.template, str):
+        if spec.template not in raw.services:
+            raise where.error(f"no service {spec.template!r} to copy; defined: {', '.join(raw.services) or 'none'}",
+                              "sweep.checkpoints.template")
+        template = raw.services[spec.template]
+    else:
+        template = spec.template
+    paths: list[str] = []
+    for pattern in [spec.paths] if isinstance(spec.paths, str) else spec.paths:
+        found = sorted(glob.glob(pattern), key=_natural) if glob.has_magic(pattern) else [pattern]
+        paths += [p for p in found if p not in paths]
+    names = []
+    for path in paths:
+        stem = os.path.basename(os.path.normpath(path))
+        name = spec.prefix + (re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "checkpoint")
+        if name in raw.services or name in names:
+            raise where.error(f"{path} would be service {name!r}, which is already defined; set sweep.checkpoints.prefix "
+                              "(e.g. prefix: ckpt_) or rename the service", "sweep.checkpoints.paths")
+        names.append(name)
+        raw.services[name] = {**template, spec.key: path}
+    return names
+
+
+def model_config(config: Config, name: str) -> Config:
+    """The ordinary run config of one sweep model: its benchmarks ask `name`, only the services
+    they use are kept, and no sweep section is left (so its hash is that of the single run)."""
+    benchmarks = [_with_service(b, name) if b.solver.service is None else b for b in config.benchmarks]
+    run = msgspec.structs.replace(config, benchmarks=benchmarks, sweep=None)
+    run.services = run.used_services()
+    return run
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The models one launch evaluates, in cell order, and each one's run config."""
+
+    services: tuple[str, ...]  # this launch's models (all, or those --sweep-services picks)
+    baseline: str
+    shards: int  # per model
+    configs: dict[str, Config]
+    listed: tuple[str, ...] = ()  # every model the config lists, for the plan a shard records
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.services) * self.shards
+
+    def plan(self, service: str | None = None) -> SweepPlan:
+        return SweepPlan(services=list(self.listed or self.services), baseline=self.baseline, shards=self.shards, service=service)
+
+    def select(self, spec: ShardSpec) -> tuple[str, ShardSpec]:
+        """The model and the shard of it that a launch index selects (see the module doc)."""
+        models = len(self.services)
+        if spec.total % models:
+            raise UsageError(
+                f"shard {spec.idx}/{spec.total} (from {spec.source}) does not split over the sweep's {models} models "
+                f"({', '.join(self.services)}): the shard count of a sweep is models × shards per model, e.g. "
+                f"--shard 0/{models * self.shards}, or pick one model with {SWEEP_FLAG} NAME"
+            )
+        per = spec.total // models
+        name, idx = self.services[spec.idx // per], spec.idx % per
+        where = f"sweep cell {spec.idx} of {spec.total}: " if models > 1 else "sweep model "
+        return name, ShardSpec(idx, per, f"{spec.source}; {where}{name}")
+
+    def write_plan(self, root: str) -> None:
+        """<root>/sweep_plan.json, so merge and status know every model (also one with no shard yet)."""
+        os.makedirs(root, exist_ok=True)
+        atomic_write(os.path.join(root, PLAN_FILE), pretty_json(self.plan()))
+
+
+def plan_sweep(config: Config, only: str | None = None) -> Sweep:
+    """The sweep of `config`; `only` (the --sweep-services value, comma-separated) picks and
+    orders its models."""
+    assert config.sweep is not None and config.sweep.baseline is not None
+    services = list(config.sweep.services)
+    if only is not None:
+        picked = [name.strip() for name in only.split(",") if name.strip()]
+        unknown = [name for name in picked if name not in services]
+        if unknown or not picked or len(set(picked)) != len(picked):
+            what = f"{unknown[0]!r} is not a model of the sweep" if unknown else "give each model once"
+            raise UsageError(f"{SWEEP_FLAG} {only}: {what}; its models: {', '.join(services)}")
+        services = picked
+    configs = {name: model_config(config, name) for name in services}
+    return Sweep(tuple(services), config.sweep.baseline, config.cluster.shards or 1, configs, tuple(config.sweep.services))
+
+
+def read_plan(root: str) -> SweepPlan | None:
+    """The sweep whose models live under `root`: its plan file, else what the models' manifests
+    say (a sweep run by hand has no plan file); None when `root` is not a sweep."""
+    try:
+        return _inside(root, PLAN_FILE, msgspec.json.decode(read_regular(os.path.join(root, PLAN_FILE)), type=SweepPlan))
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    plans = []
+    for child in _subdirs(root):
+        for entry in _subdirs(os.path.join(root, child)):
+            manifest = read_manifest(os.path.join(root, child, entry)) if entry.startswith("shard_") else None
+            if manifest is not None and manifest.sweep is not None and manifest.sweep.service == child:
+                plans.append(manifest.sweep)
+                break
+    if not plans:
+        return None
+    widest = max(plans, key=lambda p: len(p.services))
+    extra = [p.service for p in plans if p.service not in widest.services]
+    return _inside(root, "the models' manifest.json", msgspec.structs.replace(widest, services=[*widest.services, *extra], service=None))
+
+
+def _inside(root: str, source: str, plan: SweepPlan) -> SweepPlan:
+    """`plan`, refused in one line when a model it lists is not a folder of this sweep: a path
+    (`../other`, `/abs`) would pull another run into this sweep's merge, export or status."""
+    for name in [*plan.services, plan.baseline]:
+        if not isinstance(name, str) or (why := check_model_name(name)) is not None:
+            raise UsageError(f"{os.path.join(root, source) if source == PLAN_FILE else source + ' under ' + root} lists the "
+                             f"model {name!r}, which is not a folder of this sweep ({why}); a sweep reads only its own "
+                             f"folders: fix or remove {PLAN_FILE}, or merge that run by itself")
+    return plan
+
+
+def model_roots(root: str, plan: SweepPlan) -> Iterator[tuple[str, str | None]]:
+    """Each model of the sweep at `root`, in the plan's order: (name, its run directory, or None
+    while no shard of that model has written). Merge, export and status all walk a sweep this way."""
+    from shardeval.store.discover import find_shard_dirs
+
+    real_root = os.path.realpath(root)
+    for name in plan.services:
+        run_root = os.path.join(root, name)
+        target = os.path.realpath(run_root)
+        if os.path.dirname(target) != real_root:  # a symlink that leads elsewhere: another run, not this sweep's
+            raise UsageError(f"{run_root} leads outside the sweep (to {target}); a sweep reads only its own folders: "
+                             f"move that run into {root}, or merge it by itself")
+        yield name, run_root if os.path.isdir(run_root) and find_shard_dirs(run_root)[0] else None
+
+
+@contextmanager
+def naming_model(name: str | None) -> Iterator[None]:
+    """A usage error about one model of a sweep says which model it is about."""
+    try:
+        yield
+    except UsageError as exc:
+        if name is None:
+            raise
+        raise UsageError(f"sweep model {name!r}: {exc}") from None
+
+
+def _subdirs(path: str) -> list[str]:
+    try:
+        return sorted(entry.name for entry in os.scandir(path) if entry.is_dir())
+    except OSError:
+        return []

@@ -1,0 +1,68 @@
+"""The metric API: what merge hands every metric plugin, and what a metric gives back.
+
+Merge (stdlib only) reduces the shard files to one `ScoreTable` per benchmark: flat arrays over
+(problem, repeat) cells in canonical order, after deduplication. Metric plugins (numpy lives
+there, not in the core) view them with `numpy.frombuffer` and compute from per-problem
+statistics; a metric never sees shards, so a mean of shard means cannot happen.
+
+A metric is registered with `register(name, metric)` (hook `register_metrics`) where
+`metric(table, options) -> dict[str, MetricValue]`: one plugin may return several named values
+(`pass@k` returns pass@1 … pass@R).
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import msgspec
+
+from shardeval.results.ci_methods import CI_METHODS  # noqa: F401  (re-exported)
+
+MISSING, OK, ERROR = 0, 1, 2  # ScoreTable.status codes
+
+
+@dataclass
+class ScoreTable:
+    """One benchmark's deduplicated outcome. Cell c = problem * repeats + repeat (row-major)."""
+
+    benchmark: str
+    n_problems: int
+    repeats: int
+    score: array  # 'd': the primary score; NaN where the cell has no valid sample (missing, error)
+    status: bytearray  # MISSING | OK | ERROR per cell
+    cluster: array | None = None  # 'i' per problem: index into cluster_names; -1 unknown
+    cluster_names: list[str] = field(default_factory=list)
+    extra: dict[str, array] = field(default_factory=dict)  # 'd' per cell: records' named `scores`
+    predicted: array | None = None  # 'i' per cell: index into labels (classification); -1 none
+    gold: array | None = None  # 'i' per cell
+    labels: list[str] = field(default_factory=list)
+    problem_ids: list[str] | None = None  # per problem, for paired comparison across runs
+
+    @property
+    def n_cells(self) -> int:
+        return self.n_problems * self.repeats
+
+
+class MetricValue(msgspec.Struct, kw_only=True):
+    """One number and how sure it is. `details` holds what a careful reader needs besides."""
+
+    value: float | None
+    stderr: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    ci_method: str = "none"
+    n: int = 0
+    details: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    confidence: float = 0.95
+    bootstrap_samples: int = 1000
+    seed: int = 0
+    ci_method: str = "auto"  # one of CI_METHODS (`merge --ci-method`)
+
+
+Metric = Callable[[ScoreTable, MetricOptions], dict[str, MetricValue]]

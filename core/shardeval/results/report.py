@@ -1,0 +1,262 @@
+"""What merge says: scores.json (decisions), timing.json (speed), report.md (people).
+
+scores.json is a pure function of the answers, so a sharded and an unsharded run of the same
+evaluation give identical files; timings live apart in timing.json because they never repeat.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+from shardeval.store.liveness import clock
+from shardeval.results.metrics import ERROR, MISSING, OK, MetricValue
+from shardeval.results.quoting import md_text
+
+if TYPE_CHECKING:
+    from shardeval.store.discover import Run
+    from shardeval.results.merge import BenchmarkMerge, MergeResult
+
+
+def counts(b: "BenchmarkMerge") -> dict[str, Any]:
+    status, error_kind = b.cells.status, b.cells.error_kind
+    n_missing, n_errors = status.count(MISSING), status.count(ERROR)
+    n_records = len(status) - n_missing
+    return {
+        "n_problems": b.cells.n_problems,
+        "repeats": b.cells.repeats,
+        "n_expected": len(status),
+        "n_records": n_records,
+        "n_ok": status.count(OK),
+        "n_missing": n_missing,
+        "n_errors": n_errors,
+        "error_rate": n_errors / n_records if n_records else 0.0,
+        "error_kinds": {kind: n for kind, code in sorted(b.cells.kinds.items()) if (n := error_kind.count(code + 1))},
+        "n_duplicates": b.cells.n_duplicates,
+        "n_conflicts": b.cells.n_conflicts,
+        "n_superseded_errors": b.cells.n_superseded_errors,
+        "n_refused": b.cells.refused.total(),  # records in a shard's file that are not its own (another run, shard, benchmark)
+    }
+
+
+def scores_document(result: "MergeResult") -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for b in result.benchmarks:
+        entry = {**counts(b), "partial": result.partial, "complete": result.complete, "errors_as_wrong": result.errors_as_wrong, "metrics": b.metrics}
+        if b.metric_problems:
+            entry["metric_problems"] = b.metric_problems
+        if result.run.mixed_served:
+            entry["mixed_models"] = result.run.mixed_served  # merged with --allow-mixed-models
+        doc[b.manifest.name] = entry
+    return doc
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default), on pre-sorted values."""
+    if not sorted_values:
+        return None
+    pos = (len(sorted_values) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+DISTRIBUTION_QUANTILES = [i / 100 for i in range(100)] + [0.995, 0.999, 1.0]
+
+
+def timing(b: "BenchmarkMerge") -> dict[str, Any]:
+    """Pooled over every standing ok record: percentiles of all of them, never averaged ones.
+
+    Answers from the response cache (`n_cached`) are left out of the latency and TTFT
+    percentiles (their latency is a cache lookup's) but count in `requests_per_s`. They live
+    here, not in scores.json: a cached rerun's scores.json stays byte-identical to the original's.
+    """
+    if b.timing_cache is not None:
+        return b.timing_cache
+    cells = b.cells
+    asked = [s == OK and not c for s, c in zip(cells.status, cells.cached)]
+    ttft, latency = (sorted(v for v, a in zip(col, asked) if a and v == v) for col in (cells.ttft, cells.latency))
+    # report.html's distributions come from the same sorted columns: sorted once, never kept
+    b.distributions = {name: [percentile(values, q) for q in DISTRIBUTION_QUANTILES] if values else []
+                       for name, values in (("latency_s", latency), ("ttft_s", ttft))}
+    n_cached = sum(1 for s, c in zip(cells.status, cells.cached) if s == OK and c)
+    first = min((v for v in cells.start if v == v), default=None)
+    last = max((s + l for s, l in zip(cells.start, cells.latency) if s == s and l == l), default=None)
+    span = last - first if first is not None and last is not None else None
+    tokens = sum(t for t, s in zip(cells.tokens, cells.status) if s == OK)
+    qs = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+    b.timing_cache = {
+        "n": len(latency),
+        "n_cached": n_cached,
+        "ttft_s": {k: percentile(ttft, q) for k, q in qs.items()},
+        "latency_s": {k: percentile(latency, q) for k, q in qs.items()},
+        "completion_tokens": tokens,
+        "wall_span_s": span,
+        "completion_tokens_per_s": tokens / span if span else None,
+        "requests_per_s": (len(latency) + n_cached) / span if span else None,
+    }
+    return b.timing_cache
+
+
+def timing_document(result: "MergeResult") -> dict[str, Any]:
+    return {b.manifest.name: timing(b) for b in result.benchmarks}
+
+
+def fmt(x: float | None, digits: int = 4) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+P_FLOOR = 0.0001
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value as people read it, in every output (text, Markdown, HTML): 4 decimals, or
+    `<0.0001` below that (p exactly 0 included), never a bare 0.0000."""
+    return f"<{P_FLOOR}" if p is not None and p == p and p < P_FLOOR else fmt(p)
+
+
+def _interval(entry: dict[str, Any]) -> str:
+    return f"[{fmt(entry['ci_low'])}, {fmt(entry['ci_high'])}]" if entry.get("ci_low") is not None else "—"
+
+
+def _metric_rows(metrics: dict[str, MetricValue], confidence: float) -> list[str]:
+    rows = [f"| metric | value | {confidence:.0%} interval | stderr | method | n |", "|---|---|---|---|---|---|"]
+    for name, m in metrics.items():
+        rows.append(f"| {md_text(name)} | {fmt(m.value)} | {_interval({'ci_low': m.ci_low, 'ci_high': m.ci_high})} | {fmt(m.stderr)} | {md_text(m.ci_method)} | {m.n} |")
+    return rows
+
+
+def rerun_how(run: "Run", shards: list[int]) -> str:
+    """The launching orchestrator's way (asked through the rerun_hint hook), then the general one."""
+    from shardeval import plugins
+
+    hints = [hint for hint in plugins.hooks().rerun_hint(run_dir=run.root, shards=shards) if hint]
+    sweep = run.shards[0].manifest.sweep if run.shards else None
+    select = f"--sweep-services {sweep.service} " if sweep is not None and sweep.service else ""
+    where = f" -o {os.path.dirname(os.path.normpath(run.root))}" if select else ""
+    return ", or ".join([*hints, f"`shardeval run CONFIG {select}--shard I/{run.total_shards}{where}` for each (they resume)"])
+
+
+def run_notes(result: "MergeResult") -> list[str]:
+    """What a reader must know about the run before its numbers (Markdown; report.md and
+    report.html both list them)."""
+    run = result.run
+    q = md_text  # paths and names are quoted as text: a `<` or a line break in one is not markup
+    lines = []
+    if run.running():
+        lines.append(f"still running: {', '.join(q(s.path) for s in run.running())} (merge again when they finish)")
+    for shard in run.lost():
+        assert shard.lost is not None
+        lines.append(f"**LOST**: {q(shard.path)} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
+                     f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes")
+    if run.missing_shards():
+        lines.append(f"never started or not found: shard(s) {','.join(map(str, run.missing_shards()))}")
+    if rerun := result.rerun_shards():
+        lines.append(f"to complete the run, rerun shard(s) {','.join(map(str, rerun))}: {rerun_how(run, rerun)}")
+    for idx, paths in run.duplicated_shards().items():
+        lines.append(f"shard {idx} appears in {len(paths)} directories ({', '.join(map(q, paths))}): deduplicated")
+    lines += [f"ignored {q(orphan)}: results without a manifest.json beside them" for orphan in run.orphans]
+    if result.errors_as_wrong:
+        lines.append("errors are scored as wrong answers (--errors-as-wrong)")
+    lines += [f"**MIXED MODELS** (merged with --allow-mixed-models): {q(text)}" for text in run.mixed_served]
+    return lines
+
+
+def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
+    run = result.run
+    lines = [
+        f"# shardeval merge: {md_text(run.root)}",
+        "",
+        f"Run {run.config_hash}: {len(run.present())}/{run.total_shards} shards present, {len(run.shards)} shard "
+        f"director{'y' if len(run.shards) == 1 else 'ies'} read. **{result.verdict}**{result.verdict_line().removeprefix(result.verdict)}",
+        *(f"- {note}" for note in run_notes(result)),
+    ]
+    for b in result.benchmarks:
+        c = counts(b)
+        lines += [
+            "", f"## {md_text(b.manifest.name)}", "", *_metric_rows(b.metrics, confidence), "",
+            f"- coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded "
+            f"({c['n_problems']} problems x {c['repeats']} repeats); {c['n_missing']} missing",
+        ]
+        kinds = ", ".join(f"{k} {v}" for k, v in c["error_kinds"].items())
+        treated = "scored as wrong" if result.errors_as_wrong else "excluded from scores"
+        lines.append(f"- errors: {c['n_errors']} ({c['error_rate']:.2%} of records), {treated}" + (f": {kinds}" if kinds else ""))
+        if c["n_duplicates"] or c["n_superseded_errors"]:
+            lines.append(f"- duplicates: {c['n_duplicates']} extra ok record(s) ignored ({c['n_conflicts']} with a "
+                         f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
+        acc = b.metrics["accuracy"].details if "accuracy" in b.metrics else {}
+        if per_cluster := acc.get("per_cluster"):
+            rows = [f"| {md_text(name)} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('ci_method', '—')} | {e.get('n', '')} |"
+                    for name, e in per_cluster.items()]
+            lines += ["", f"| category | accuracy | {confidence:.0%} interval | method | n |", "|---|---|---|---|---|", *rows, ""]
+        if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
+            se = ", ".join(f"K={k}: {fmt(v)}" for k, v in split["se_if_repeats"].items())
+            lines.append(f"- variance: between problems {fmt(split.get('sigma2_between'))}, within a problem "
+                         f"{fmt(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}")
+        if (t := timing(b))["n"]:
+            latency, ttft = ("/".join(fmt(v, 3) for v in t[key].values()) for key in ("latency_s", "ttft_s"))
+            lines.append(f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
+                         f"{fmt(t['completion_tokens_per_s'], 1)} completion tokens/s over {fmt(t['wall_span_s'], 1)} s")
+        if t["n_cached"]:
+            lines.append(f"- response cache: {t['n_cached']} of {c['n_ok']} ok record(s) answered from the cache, "
+                         "no model asked (left out of the latency figures)")
+        cells = b.cells
+        if cells.unreadable:
+            lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(map(md_text, cells.unreadable[:3]))}")
+        if cells.refused_files:
+            more = " …" if len(cells.refused_files) > 5 else ""
+            lines.append(f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or "
+                         f"written by another run): {'; '.join(map(md_text, cells.refused_files[:5]))}{more}")
+        lines += [f"- {problem}" for problem in b.metric_problems]
+    lines += ["", *render_provenance(run)]
+    return "\n".join(lines) + "\n"
+
+
+# Facts expected to differ between shards (one per node): listed, never flagged.
+PER_NODE = ("host",)
+
+
+def provenance_facts(run: "Run") -> list[tuple[str, dict[str, list[str]]]]:
+    """(fact, {value: shard paths}) for every provenance fact of the run's manifests, in a fixed order."""
+    facts: dict[str, dict[str, list[str]]] = {}
+
+    def add(name: str, value: Any, shard: str) -> None:
+        facts.setdefault(name, {}).setdefault("—" if value in (None, "") else str(value), []).append(shard)
+
+    for shard in run.shards:
+        m, p, path = shard.manifest, shard.manifest.provenance, shard.path
+        add("shardeval", p.shardeval if p else m.version, path)
+        add("build", p.build_id[:12] if p and p.build_id else None, path)
+        for fact in ("python", "platform", "host"):
+            add(fact, getattr(p, fact, None), path)
+        by_version: dict[str, list[str]] = {}
+        for name, version in sorted((p.plugins if p else {}).items()):
+            by_version.setdefault(version, []).append(name)
+        add("plugins", "; ".join(f"{v}: {', '.join(names)}" for v, names in sorted(by_version.items())), path)
+        for name, served in sorted(m.served.items()):
+            add(f"service {name}: weights", served.root if served.identity() is not None else f"unknown ({served.error})", path)
+            add(f"service {name}: max_model_len", served.max_model_len, path)
+            add(f"service {name}: server version", served.server_version, path)
+        for b in m.benchmarks:
+            add(f"{b.name}: data", b.dataset_fingerprint, path)
+            add(f"{b.name}: prompts", b.prompt_fingerprint, path)
+            add(f"{b.name}: scorer", b.scorer_fingerprint, path)
+        for s in getattr(m.rescored, "scorers", ()):  # a shard written by `shardeval rescore`: its scores' scorer
+            add(f"{s.benchmark}: rescored with", f"{s.scorer} from {s.plugin_version or s.plugin} (the run's scorer: {s.replaces})", path)
+    return list(facts.items())
+
+
+def render_provenance(run: "Run") -> list[str]:
+    """Each fact once for the run; one that varies between shards is flagged with who has what."""
+    lines = ["## Provenance", "", "| | |", "|---|---|"]
+    for name, values in provenance_facts(run):
+        if len(values) == 1:
+            shown = md_text(next(iter(values)))
+        elif name in PER_NODE:
+            shown = ", ".join(md_text(v) for v in sorted(values))
+        else:
+            shown = "**varies**: " + "; ".join(f"{md_text(v)} ({', '.join(md_text(p) for p in paths[:3])}{' …' if len(paths) > 3 else ''})"
+                                               for v, paths in values.items())
+        lines.append(f"| {md_text(name)} | {shown} |")
+    return lines

@@ -1,0 +1,283 @@
+"""`shardeval status`: how far each shard is, from manifests and record files, safe mid-run.
+
+Reads only. Counts cells, not lines, by the same rule as resume and merge (shardeval.store.standing):
+a cell retried three times is one record, and an error that a rerun fixed is not an error. It
+decodes only each line's cell key and status, so it stays cheap on a shared filesystem while
+shards are still appending.
+
+`collect` gathers the numbers once (`RunStatus`, `SweepStatus`); the text (`render`) and the
+live page's JSON (shardeval.status_serve) are both made from them, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from shardeval.store.discover import Run, load_shards
+from shardeval.store.liveness import clock
+from shardeval.store.records import RESULTS_FILE, SweepPlan
+from shardeval.results.report import fmt
+from shardeval.store.standing import Membership, count_cells
+
+if TYPE_CHECKING:
+    from shardeval.results.metrics import MetricValue
+
+NOTHING_YET = "no shard has started writing yet"
+
+
+@dataclass
+class ShardProgress:
+    path: str
+    idx: int
+    state: str
+    records: int  # cells with a standing record (ok or error)
+    errors: int  # cells whose standing record is an error
+    expected: int
+    rate: float | None  # records per second since the shard started (this attempt)
+    eta_s: float | None
+    warnings: list[str] = field(default_factory=list)  # lines skipped or refused in its files
+    note: str | None = None  # why a `lost` shard is lost, and since when
+    by_benchmark: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # name -> (records, errors, expected)
+
+
+@dataclass
+class MissingShard:
+    idx: int
+    where: str  # "shard_3 (no manifest yet)" or "(no directory)"
+
+
+@dataclass
+class BenchmarkProgress:
+    """One benchmark of one run: its cells over every shard, and (for the live page) its running
+    metric as the metrics plugin computes it from the records so far."""
+
+    name: str
+    records: int
+    errors: int
+    expected: int
+    rate: float | None  # the run's running shards together (they share their requests between benchmarks)
+    eta_s: float | None
+    metric: str | None = None  # "accuracy" (or "mean"); None when not computed
+    value: "MetricValue | None" = None
+    problems: list[str] = field(default_factory=list)  # a metric not installed or failed
+
+
+@dataclass
+class RunStatus:
+    root: str
+    shards: list[ShardProgress]
+    missing: list[MissingShard]
+    benchmarks: list[BenchmarkProgress]
+    states: dict[str, int]  # shard state -> count, `not started` included
+    done: int  # records, a shard copied twice counted once
+    total: int
+    mixed: list[str] = field(default_factory=list)  # served identities that differ between shards
+
+
+@dataclass
+class ModelStatus:
+    name: str
+    run: RunStatus | None  # None: no shard of this model has written yet
+
+
+@dataclass
+class SweepStatus:
+    root: str
+    services: list[str]
+    shards: int
+    baseline: str
+    models: list[ModelStatus]
+    done: int
+    total: int
+
+
+def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
+    now = time.time() if now is None else now
+    out = []
+    for shard in run.shards:
+        m = shard.manifest
+        records = errors = expected = 0
+        warnings = []
+        by_benchmark = {}
+        for b in m.benchmarks:
+            own = Membership.of(m, b)
+            n_ok, n_err, report = count_cells(os.path.join(shard.abspath, b.name, RESULTS_FILE), own)
+            records, errors = records + n_ok + n_err, errors + n_err
+            expected += own.n_cells
+            by_benchmark[b.name] = (n_ok + n_err, n_err, own.n_cells)
+            if skipped := report.describe(os.path.join(shard.path, b.name, RESULTS_FILE)):
+                warnings.append(f"warning: {skipped}")
+        lost = shard.lost
+        elapsed = (m.finished_at or now) - m.started_at if m.started_at else 0.0
+        # a lost shard has no rate: it writes nothing now, and its last heartbeat can be up to a
+        # period older than its last record (a shard killed within 5 s showed thousands of req/s)
+        rate = records / elapsed if elapsed > 0 and records and lost is None else None
+        eta = max(0, expected - records) / rate if rate and shard.state == "running" else None
+        note = (f"shard {m.shard_idx} lost since {clock(lost.since)} ({max(0.0, now - lost.since):.0f} s ago): "
+                f"{lost.why}; rerun it, it resumes") if lost is not None else None
+        if shard.state == "finished_with_errors":  # not complete: its reason counts the errors by kind
+            note = f"shard {m.shard_idx} finished with errors: {m.reason}"
+        out.append(ShardProgress(shard.path, m.shard_idx, shard.state, records, errors, expected, rate, eta, warnings, note,
+                                 by_benchmark))
+    return sorted(out, key=lambda p: (p.idx, p.path))
+
+
+def run_status(run: Run, metrics: bool = False) -> RunStatus:
+    """The numbers of one run; with `metrics`, each benchmark's running accuracy too (a merge's
+    scan of the records so far, then the metrics plugin: the interval is never computed here)."""
+    progress = shard_progress(run)
+    missing = []
+    for idx in run.missing_shards():
+        folder = f"shard_{idx}"  # an orchestrator may have made it already (SLURM: for the task's log)
+        missing.append(MissingShard(idx, f"{folder} (no manifest yet)" if os.path.isdir(os.path.join(run.root, folder)) else "(no directory)"))
+    states = Counter(p.state for p in progress) + Counter({"not started": len(missing)})
+    rate = sum(p.rate or 0.0 for p in progress if p.state == "running")
+    benchmarks = []
+    for b in run.benchmarks:
+        best: dict[int, tuple[int, int, int]] = {}  # a shard copied twice counts once
+        for p in progress:
+            got = p.by_benchmark.get(b.name, (0, 0, 0))
+            best[p.idx] = max(best.get(p.idx, got), got)
+        records, errors = sum(min(r, e) for r, _, e in best.values()), sum(err for _, err, _ in best.values())
+        expected = b.n_problems * b.repeats
+        eta = (expected - records) / rate if rate and records < expected else None
+        benchmarks.append(BenchmarkProgress(b.name, records, errors, expected, rate or None, eta))
+    if metrics:
+        running_metrics(run, benchmarks)
+    total = sum(b.expected for b in benchmarks)
+    return RunStatus(run.root, progress, missing, benchmarks, dict(sorted(states.items())), sum(b.records for b in benchmarks), total,
+                     list(run.mixed_served))
+
+
+def running_metrics(run: Run, benchmarks: list[BenchmarkProgress]) -> None:
+    """Fill each benchmark's accuracy (or mean) with its interval from the records written so far,
+    with merge's own pieces (so it equals what `shardeval merge` would say now)."""
+    import msgspec
+
+    from shardeval.results.merge import Cells, build_table, compute_metrics, scan_results
+    from shardeval.results.metrics import MetricOptions
+    from shardeval.results.sweep_merge import PAIRED_METRICS
+
+    for bp, bm in zip(benchmarks, run.benchmarks):
+        name = next((n for n in PAIRED_METRICS if n in bm.metrics), "accuracy" if "pass@k" in bm.metrics else None)
+        if name is None:
+            continue  # e.g. perplexity: no accuracy to speak of
+        cells = Cells(bm.n_problems, bm.repeats)
+        scan_results(cells, bm.name, run.shards)
+        values, bp.problems = compute_metrics(build_table(bm.name, cells, False), [name], MetricOptions())
+        bp.metric = name
+        if (value := values.get(name)) is not None:
+            bp.value = msgspec.structs.replace(value, details={})  # per-category lists stay in the merge's report
+
+
+def sweep_status(root: str, plan: SweepPlan, metrics: bool = False) -> SweepStatus:
+    """Each model's ordinary run, in the plan's order; a model with no shard yet is `run=None`."""
+    from shardeval.errors import UsageError
+    from shardeval.config.sweep import model_roots
+
+    models = []
+    for name, run_root in model_roots(root, plan):
+        try:
+            run = load_shards(run_root, allow_mixed_served=True) if run_root else None
+        except UsageError:
+            run = None  # a model that cannot be read yet is shown as not started; merge names what is wrong
+        models.append(ModelStatus(name, run_status(run, metrics) if run else None))
+    started = [m.run for m in models if m.run is not None]
+    return SweepStatus(root, list(plan.services), plan.shards, plan.baseline, models,
+                       sum(b.records for r in started for b in r.benchmarks), sum(b.expected for r in started for b in r.benchmarks))
+
+
+def collect(root: str, metrics: bool = False) -> RunStatus | SweepStatus:
+    """What `status` shows: a run's or a sweep's numbers. Raises UsageError when `root` holds no
+    run (yet)."""
+    from shardeval.config.sweep import read_plan
+
+    if (plan := read_plan(root)) is not None:
+        return sweep_status(root, plan, metrics)
+    return run_status(load_shards(root, allow_mixed_served=True), metrics)  # progress is worth showing; merge refuses the mixture
+
+
+def _rate(rate: float | None) -> str:
+    return fmt(rate or None, 1)
+
+
+def _eta(eta: float | None) -> str:
+    return "—" if eta is None else f"{fmt(eta, 0)}s"
+
+
+STATE_WIDTH = len("finished_with_errors")
+
+
+def render_status(s: RunStatus) -> str:
+    """The text table; every name and path in it through plain_text (a newline in a directory's
+    name cannot fake a row)."""
+    from shardeval.results.quoting import plain_text as q
+
+    lines = [f"{'shard':<8} {'state':<{STATE_WIDTH}} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  directory"]
+    for p in s.shards:
+        lines.append(f"{p.idx:<8} {p.state:<{STATE_WIDTH}} {p.records:>8}/{p.expected:<8} {p.errors:>7} {_rate(p.rate):>8} {_eta(p.eta_s):>8}  {q(p.path)}")
+    lines += [f"{m.idx:<8} {'not started':<{STATE_WIDTH}} {'':>17} {'':>7} {'':>8} {'':>8}  {q(m.where)}" for m in s.missing]
+    lines += [q(p.note) for p in s.shards if p.note]
+    lines.append(f"total: {s.done}/{s.total} records ({s.done / s.total:.1%})" if s.total else "total: nothing to do")
+    lines += [q(w) for p in s.shards for w in p.warnings]
+    lines += [f"warning: shards served by different models: {q(text)} (merge refuses them)" for text in s.mixed]
+    return "\n".join(lines)
+
+
+def render_sweep_status(s: SweepStatus) -> str:
+    """The grid of a sweep: per (model, benchmark) records, errors and ETA, each model's shard
+    states, and what stands out (lost or missing shards), from each model's ordinary run."""
+    from shardeval.results.quoting import plain_text as q
+
+    lines = [f"sweep: {len(s.services)} models x {s.shards} shard(s), baseline {q(s.baseline)}",
+             f"{'model':<16} {'benchmark':<16} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  shards"]
+    notes: list[str] = []
+    for m in s.models:
+        if (run := m.run) is None:
+            lines.append(f"{q(m.name):<16} {'—':<16} {'':>17} {'':>7} {'':>8} {'':>8}  not started")
+            continue
+        summary = ", ".join(f"{n} {state}" for state, n in run.states.items())
+        for b in run.benchmarks:
+            lines.append(f"{q(m.name):<16} {q(b.name):<16} {b.records:>8}/{b.expected:<8} {b.errors:>7} {_rate(b.rate):>8} "
+                         f"{_eta(b.eta_s):>8}  {summary}")
+        notes += [q(f"{m.name}: {p.note}") for p in run.shards if p.note]
+        notes += [q(f"{m.name}: shard {x.idx} not started") for x in run.missing]
+        notes += [q(f"{m.name}: {w}") for p in run.shards for w in p.warnings]
+    lines.append(f"total: {s.done}/{s.total} records ({s.done / s.total:.1%}) of the models started" if s.total
+                 else "total: no model has started")
+    return "\n".join(lines + notes)
+
+
+def render(s: RunStatus | SweepStatus) -> str:
+    return render_sweep_status(s) if isinstance(s, SweepStatus) else render_status(s)
+
+
+def plugin_status(root: str) -> list[str]:
+    """What plugins add (the SLURM plugin: each array task's state)."""
+    from shardeval import plugins
+
+    return [text for text in plugins.hooks().run_status(run_dir=root) if text]
+
+
+def collect_or_nothing(root: str, extra: list[str], metrics: bool = False) -> "RunStatus | SweepStatus | None":
+    """collect(root), or None where no shard has written yet but plugins report on the run (e.g.
+    every array task still pending): the text and the live page then both say NOTHING_YET."""
+    from shardeval.errors import UsageError
+
+    try:
+        return collect(root, metrics)
+    except UsageError:
+        if extra and os.path.isdir(root):
+            return None
+        raise
+
+
+def status(root: str) -> str:
+    """The shards' progress (of a sweep: the models × benchmarks grid), then what plugins add."""
+    extra = plugin_status(root)
+    s = collect_or_nothing(root, extra)
+    return "\n".join([NOTHING_YET if s is None else render(s), *extra])

@@ -1,0 +1,278 @@
+"""`shardeval merge` of a sweep: every model's run merged as any run, then one table.
+
+Each model's directory is merged exactly as `shardeval merge <out>/<service>` would (duplicates,
+missing cells, lost shards and mixed identities handled by the one merge), into its own merged/.
+Then <out>/merged/sweep.json, sweep.md and sweep.html (drawn by shardeval.sweep_html): models ×
+benchmarks with every metric's value and interval, and each non-baseline model's paired
+difference against the baseline on the (problem, repeat) cells both answered, Holm-adjusted
+across the table (the statistics come from the `paired_differences` hook: the metrics plugin).
+A cell short of full coverage, or a pair compared on fewer cells than either model has, is
+marked, never silently compared. A model whose benchmark was asked or scored otherwise than the
+baseline's (data, prompt or scorer fingerprint: shardeval.identity.incomparable) is shown and
+marked, and never paired with it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardeval.errors import os_error
+from shardeval.results.metrics import MetricOptions
+from shardeval.store.records import SweepPlan, pretty_json
+
+SWEEP_JSON, SWEEP_MD, SWEEP_HTML = "sweep.json", "sweep.md", "sweep.html"
+PAIRED_METRICS = ("accuracy", "mean")  # the metrics that are the mean of the cells' scores, which the pairing compares
+
+
+@dataclass
+class ModelMerge:
+    service: str
+    result: Any | None  # shardeval.results.merge.MergeResult; None: no shard of it has written yet
+    note: str | None = None
+
+
+@dataclass
+class SweepMerge:
+    root: str
+    plan: SweepPlan
+    models: list[ModelMerge]
+    document: dict[str, Any]
+    notices: list[str] = field(default_factory=list)  # what writing it left out (for stderr), one line per reason
+
+    @property
+    def partial(self) -> bool:
+        return any(m.result is None or m.result.partial for m in self.models)
+
+    @property
+    def verdict(self) -> str:
+        """COMPLETE only when every model's run is (every cell ok); else PARTIAL or ERRORS."""
+        from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL
+
+        return PARTIAL if self.partial else COMPLETE if all(m.result.complete for m in self.models) else ERRORS
+
+    @property
+    def complete(self) -> bool:
+        return self.verdict == "COMPLETE"
+
+    def verdict_line(self) -> str:
+        """The verdict with the counts over every model's cells (see MergeResult.verdict_line)."""
+        from shardeval.results.merge import MISSING, verdict_text
+
+        results = [m.result for m in self.models if m.result is not None]
+        kinds: Counter[str] = sum((r.error_cells()[1] for r in results), Counter())
+        cells = sum(r.error_cells()[0] for r in results)
+        missing = sum(b.cells.status.count(MISSING) for r in results for b in r.benchmarks)
+        return verdict_text(self.verdict, cells, kinds, missing)
+
+
+def merge_sweep(root: str, plan: SweepPlan, *, errors_as_wrong: bool = False, options: MetricOptions | None = None,
+                allow_mixed_models: bool = False) -> SweepMerge:
+    """Merge every model of the sweep (writes nothing) and compare each against the baseline."""
+    from shardeval.results.merge import merge_run
+    from shardeval.config.sweep import model_roots, naming_model
+
+    options = options or MetricOptions()
+    models = []
+    for name, run_root in model_roots(root, plan):
+        if run_root is None:
+            models.append(ModelMerge(name, None, "no shard has written yet"))
+            continue
+        with naming_model(name):
+            result = merge_run(run_root, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True,
+                               allow_mixed_models=allow_mixed_models)
+        models.append(ModelMerge(name, result))
+    return SweepMerge(root, plan, models, sweep_document(plan, models, options, errors_as_wrong))
+
+
+def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOptions, errors_as_wrong: bool) -> dict[str, Any]:
+    """sweep.json: the table's cells, the paired differences against the baseline, what is missing."""
+    from shardeval import plugins
+    from shardeval.results.report import counts
+
+    from shardeval.identity import incomparable
+
+    cells, labels, pairs, apart = [], [], [], []
+    merged = {m.service: {b.manifest.name: b for b in m.result.benchmarks} for m in models if m.result is not None}
+    base = merged.get(plan.baseline, {})
+    for m in models:
+        for bench, b in merged.get(m.service, {}).items():
+            c = counts(b)
+            coverage = {"n_ok": c["n_ok"], "n_expected": c["n_expected"], "n_errors": c["n_errors"], "n_missing": c["n_missing"],
+                        "complete": c["n_ok"] == c["n_expected"]}
+            # other questions, or scored otherwise, than the baseline's: shown, marked, never paired with it
+            why = incomparable(base[bench].manifest, b.manifest, plan.baseline, m.service) if bench in base else None
+            coverage |= {"differs_from_baseline": why} if why else {}
+            cells += [{"service": m.service, "benchmark": bench, "metric": name, "value": v.value, "ci_low": v.ci_low,
+                       "ci_high": v.ci_high, "n": v.n, "ci_method": v.ci_method, **coverage} for name, v in b.metrics.items()]
+            if why:
+                apart.append({"service": m.service, "benchmark": bench, "why": f"not compared with {plan.baseline}: {why}"})
+            elif m.service != plan.baseline and bench in base:
+                metric = next((n for n in PAIRED_METRICS if n in b.manifest.metrics), "score")
+                labels.append({"service": m.service, "benchmark": bench, "metric": metric})
+                pairs.append((base[bench].table, b.table))
+    found = plugins.hooks().paired_differences(pairs=pairs, options=options) if pairs else []
+    vs = [{**label, **row} for label, row in zip(labels, found or [])]
+    missing = [{"service": m.service, "why": m.note} for m in models if m.result is None]
+    missing += [{"service": m.service, "benchmark": bench, "why": "the baseline has no results for it"}
+                for m in models if m.service != plan.baseline for bench in merged.get(m.service, {}) if bench not in base]
+    doc: dict[str, Any] = {
+        "baseline": plan.baseline, "services": plan.services, "confidence": options.confidence,
+        "errors_as_wrong": errors_as_wrong, "partial": any(m.result is None or m.result.partial for m in models),
+        "cells": cells, "vs_baseline": vs, "missing": missing,
+    }
+    if apart:  # absent when every pair is comparable: sweep.json of such a sweep is what it was
+        doc["not_compared"] = apart
+    if pairs and found is None:
+        doc["vs_baseline_note"] = "no installed plugin computes paired differences (the built-in `metrics` plugin does)"
+    return doc
+
+
+def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float = 0.95) -> str:
+    """Each model's merged/ (or OUT/<service>/ with `out_dir`), then sweep.json, sweep.md and
+    sweep.html (without the plotting extra: one line in sweep.notices says how to get it)."""
+    from shardeval.store.atomic import atomic_write
+    from shardeval.store.discover import MERGED_DIR, refuse_inside_shard
+    from shardeval.html_page import write_html
+    from shardeval.results.merge import REPORT_HTML, write_merged
+    from shardeval.sweep_html import render_sweep_html
+
+    refuse_inside_shard(out_dir or os.path.join(sweep.root, MERGED_DIR), "-o")
+    pages = {m.service: os.path.join(write_merged(m.result, os.path.join(out_dir, m.service) if out_dir else None,
+                                                  confidence=confidence), REPORT_HTML)
+             for m in sweep.models if m.result is not None}
+    out_dir = out_dir or os.path.join(sweep.root, MERGED_DIR)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        atomic_write(os.path.join(out_dir, SWEEP_JSON), pretty_json(sweep.document))
+        atomic_write(os.path.join(out_dir, SWEEP_MD), render_sweep(sweep, confidence).encode())
+        links = {name: os.path.relpath(path, out_dir) for name, path in pages.items() if os.path.exists(path)}
+        page = os.path.join(out_dir, SWEEP_HTML)
+        missing = write_html(page, lambda: render_sweep_html(sweep, confidence, links))
+    except OSError as exc:
+        raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
+    sweep.notices = fold_notices(missing, [(m.service, n) for m in sweep.models if m.result is not None for n in m.result.notices],
+                                 [page, *pages.values()])
+    return out_dir
+
+
+def fold_notices(missing: str | None, of_models: list[tuple[str, str]], pages: list[str]) -> list[str]:
+    """The lines for stderr. A model's notices can only say its report.html was not written, for
+    the reason sweep.html was not (the plotting extra): then one line says so, not one per model."""
+    from shardeval.html_page import INSTALL_HINT
+    from shardeval.results.merge import REPORT_HTML
+
+    if missing is None:
+        return [f"{name}: {line}" for name, line in of_models]
+    stale = "; the pages there are from an earlier merge" if any(os.path.exists(p) for p in pages) else ""
+    return [f"{SWEEP_HTML} and the models' {REPORT_HTML} not written: {INSTALL_HINT}{stale}"]
+
+
+def _cell_text(cell: dict[str, Any]) -> str:
+    from shardeval.results.report import fmt
+
+    text = f"{fmt(cell['value'])} [{fmt(cell['ci_low'])}, {fmt(cell['ci_high'])}]"
+    if cell.get("ci_low") is not None:
+        text += f" {cell['ci_method']}"
+    text = text if cell["complete"] else f"{text} ‡ {cell['n_ok']}/{cell['n_expected']}"
+    return f"{text} ≠" if cell.get("differs_from_baseline") else text
+
+
+NOT_COMPARED = "≠ asked or scored otherwise than the baseline (data, prompts or scorer): shown apart, never compared with it."
+
+
+def not_compared_notes(doc: dict[str, Any]) -> list[str]:
+    """One line per model × benchmark left out of the comparison for having other questions."""
+    return [f"{m['service']} ({m['benchmark']}): {m['why']}" for m in doc.get("not_compared", [])]
+
+
+def _p(p: float | None) -> str:
+    from shardeval.results.report import fmt_p
+
+    return fmt_p(p)
+
+
+def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
+    """sweep.md: for each metric a models × benchmarks table, then the differences against the baseline."""
+    from shardeval.results.quoting import md_text
+    from shardeval.results.report import fmt
+
+    doc, plan = sweep.document, sweep.plan
+    benches = list(dict.fromkeys(c["benchmark"] for c in doc["cells"]))
+    lines = [
+        f"# shardeval sweep: {md_text(sweep.root)}", "",
+        f"{len(plan.services)} models × {len(benches)} benchmarks, baseline **{md_text(plan.baseline)}**, {confidence:.0%} intervals. "
+        f"**{sweep.verdict}**{md_text(sweep.verdict_line().removeprefix(sweep.verdict))}",
+    ]
+    lines += [f"- {md_text(m['service'])}: {md_text(m['why'])}" + (f" ({md_text(m['benchmark'])})" if "benchmark" in m else "") for m in doc["missing"]]
+    lines += [f"- {md_text(m.service)}: {md_text(m.result.verdict_line())} (see {md_text(m.service)}/merged/report.md)"
+              for m in sweep.models if m.result is not None and not m.result.complete]
+    lines += [f"- {md_text(note)}" for note in not_compared_notes(doc)]
+    for metric in dict.fromkeys(c["metric"] for c in doc["cells"]):
+        table = {(c["service"], c["benchmark"]): c for c in doc["cells"] if c["metric"] == metric}
+        lines += ["", f"## {md_text(metric)}", "", f"| model | {' | '.join(map(md_text, benches))} |", "|---" * (len(benches) + 1) + "|"]
+        for name in plan.services:
+            label = f"{md_text(name)} (baseline)" if name == plan.baseline else md_text(name)
+            lines.append(f"| {label} | " + " | ".join(_cell_text(table[name, b]) if (name, b) in table else "—" for b in benches) + " |")
+    if any(not c["complete"] for c in doc["cells"]):
+        lines += ["", "‡ not every (problem, repeat) pair has an ok record: the value covers the ones shown (ok/expected)."]
+    if doc.get("not_compared"):
+        lines += ["", NOT_COMPARED]
+    if doc["vs_baseline"]:
+        lines += ["", f"## vs baseline: model − {md_text(plan.baseline)}, paired on the same (problem, repeat) cells", "",
+                  f"| model | benchmark | metric | difference | {confidence:.0%} interval | method | p | p (Holm) | test | cells |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for row in doc["vs_baseline"]:
+            row = {**row, **{key: md_text(row[key]) for key in ("service", "benchmark", "metric", "test") if key in row}}
+            mark = "" if row.get("complete") else " †"
+            lines.append(f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
+                         f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {row.get('ci_method', '—')} | {_p(row['p_value'])} | "
+                         f"{_p(row['p_holm'])} | "
+                         f"{row.get('test', '—')} | {row.get('n', '—')} |")
+        if any(not row.get("complete") for row in doc["vs_baseline"]):
+            lines += ["", "† compared only on the cells both models answered; the rest (missing, errors, other problems) "
+                          "is left out of the pair and counted in sweep.json (n_only_baseline, n_only_other)."]
+    if note := doc.get("vs_baseline_note"):
+        lines += ["", f"- {note}"]
+    lines += ["", "Each model's full report: `<model>/merged/report.md`."]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Merged:
+    """What `merge_any` wrote, and what to tell the user about it."""
+
+    text: str  # the report (a sweep's: its table)
+    out: str  # where the files went
+    written: str  # which files, for the "written:" line
+    page: str  # the HTML page to open
+    page_shows: str  # what the page shows, for the "open …" line
+    warnings: list[str]  # what could not be read in the shards' files, one line per file
+    notices: list[str]  # what writing left out (no HTML without the plotting extra), one line per reason
+    verdict: str = "COMPLETE"  # the verdict line: COMPLETE (every cell has an ok record), else e.g. "ERRORS: 3 of 9 cells end in errors (3 client)"
+
+
+def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95, **options: Any) -> Merged:
+    """Merge the run or the sweep at `root` and write its files. `options`: merge_run's
+    (errors_as_wrong, options, allow_mixed_models). Every command that merges (`merge`, the end
+    of a launch) goes through here, so they say the same things."""
+    from shardeval.results.merge import REPORT_HTML, merge_run, warnings, write_merged
+    from shardeval.results.report import render_report
+    from shardeval.config.sweep import read_plan
+
+    plan = read_plan(root)
+    if plan is not None:
+        sweep = merge_sweep(root, plan, **options)
+        found = [f"{m.service}: {line}" for m in sweep.models if m.result is not None for line in warnings(m.result)]
+        out = write_sweep(sweep, out_dir, confidence)
+        models = os.path.join(out_dir, "<model>") if out_dir else os.path.join(root, "<model>", "merged")
+        written = f"{out}/ (sweep.json, sweep.md{'' if sweep.notices else ', sweep.html'}); each model's merge in {models}/"
+        return Merged(render_sweep(sweep, confidence), out, written, os.path.join(out, SWEEP_HTML),
+                      "the grid, the differences, a link to each model's report", found, sweep.notices, sweep.verdict_line())
+    result = merge_run(root, **options)
+    out = write_merged(result, out_dir, confidence=confidence)
+    written = f"{out}/ (scores.json, timing.json, report.md, <benchmark>/results.jsonl, trajectories.jsonl)"
+    return Merged(render_report(result, confidence), out, written, os.path.join(out, REPORT_HTML),
+                  "the charts and the items to read (it works offline)", warnings(result), result.notices, result.verdict_line())

@@ -1,0 +1,845 @@
+"""Running one shard: plan its problems, stream requests through a bounded window, append records.
+
+Memory stays flat in the dataset size: problems are generated lazily, at most `window` tasks
+exist at once, and which (problem, repeat) pairs are done is a bytearray, not a set of tuples.
+Every finished answer is written and flushed before the next is awaited, so a crash loses at most
+the requests in flight; a rerun resumes from what is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import logging.handlers
+import os
+import signal
+import threading
+import time
+from array import array
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack, suppress
+from dataclasses import dataclass, field
+from typing import Awaitable, Iterator, TypeVar
+
+import msgspec
+
+from shardeval import __version__, plugins
+from shardeval.run.adaptive import make_slots
+from shardeval.benchmark import Benchmark, Problem
+from shardeval.run.cache import ResponseCache, check_usable
+from shardeval.run.client import Client, Completion
+from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash, judge_identity
+from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError, os_error
+from shardeval.identity import judged_fingerprint, prompt_fingerprint, scorer_fingerprint
+from shardeval.run.judging import Judge, Rubric, Verdict, apply_verdict, metrics_when_judged, rubric_for
+from shardeval.store.liveness import ShardLease
+from shardeval.run.process import ServerProcess, describe_exit
+from shardeval.run.progress import Progress
+from shardeval.store.records import (
+    LOGS_DIR,
+    MANIFEST_FILE,
+    RESULTS_FILE,
+    TRAJECTORIES_FILE,
+    BenchmarkManifest,
+    Manifest,
+    ReadReport,
+    ResultRecord,
+    SweepPlan,
+    TrajectoryRecord,
+    encode_line,
+    pretty_json,
+    run_id,
+    seal_torn_tail,
+    write_manifest,
+)
+from shardeval.run.provenance import collect_provenance, read_served
+from shardeval.store.regular import open_append, open_append_fd
+from shardeval.redact import RedactingFilter
+from shardeval.run.reachability import Reachability
+from shardeval.config.sampling import registered_name
+from shardeval.plugins.register import Entry
+from shardeval.run.resume import make_output_dir, prepare_output_dir, refuse, served_mismatch
+from shardeval.store.seeds import request_seed
+from shardeval.run.service import ServiceContext
+from shardeval.store.shards import ShardSpec, shard_indices
+from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide, nothing_to_ask, own_records
+from shardeval.run.solver import Attempt, ServiceHandle, Solver, generation_params
+
+log = logging.getLogger("shardeval")
+T = TypeVar("T")
+
+
+@dataclass
+class BenchmarkPlan:
+    """One benchmark as this shard sees it: which problems, how often, where records go."""
+
+    config: BenchmarkConfig
+    benchmark: Benchmark
+    n_problems: int
+    indices: range | list[int]
+    fingerprint: str
+    prompt_fingerprint: str | None = None
+    scorer_fingerprint: str | None = None
+    run: str | None = None  # run_id(config hash): every record carries it, so a copied-in file is told apart
+    rubric: Rubric | None = None  # how its judge is asked and read, when a judge scores it (shardeval.run.judging)
+
+    @property
+    def name(self) -> str:
+        """Its name in records and its folder: the config's `id`, else the benchmark's own name."""
+        return self.config.id if self.config.id is not None else self.benchmark.name
+
+    def default_metrics(self) -> tuple[str, ...]:
+        """The benchmark's own metrics, or those of its judging (judging.metrics_when_judged)."""
+        return tuple(self.benchmark.metrics) if self.rubric is None else metrics_when_judged(self.benchmark)
+
+    def manifest(self) -> BenchmarkManifest:
+        lo, hi = (self.indices.start, self.indices.stop) if isinstance(self.indices, range) else (
+            (min(self.indices), max(self.indices) + 1) if self.indices else (0, 0)
+        )
+        return BenchmarkManifest(
+            name=self.name,
+            range=(lo, hi),
+            repeats=self.config.repeats,
+            n_problems=self.n_problems,
+            dataset_fingerprint=self.fingerprint,
+            metrics=list(self.config.metrics if self.config.metrics is not None else self.default_metrics()),
+            prompt_fingerprint=self.prompt_fingerprint,
+            scorer_fingerprint=self.scorer_fingerprint,
+            service=self.config.solver.service,
+        )
+
+
+@dataclass
+class Tally:
+    """Per-benchmark outcome of this shard: status per (problem, repeat) and pooled latencies."""
+
+    n_problems: int
+    repeats: int
+    status: bytearray = field(init=False)
+    latencies: array = field(default_factory=lambda: array("f"))
+    score_sum: float = 0.0
+    n_scored: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    error_kind: dict[int, str] = field(default_factory=dict)  # cell -> kind, for the cells whose record is an error
+
+    def __post_init__(self) -> None:
+        self.status = bytearray(self.n_problems * self.repeats)
+
+    def add(self, record: ResultRecord, fresh: bool = True) -> None:
+        cell = record.problem_idx * self.repeats + record.repeat
+        self.status[cell] = OK if record.status == "ok" else ERROR
+        if record.status == "ok":
+            self.error_kind.pop(cell, None)
+        else:
+            self.error_kind[cell] = record.error_kind or "unknown"
+        if record.status == "ok":
+            if record.score is not None:
+                self.score_sum += record.score
+                self.n_scored += 1
+            if fresh and record.latency_s is not None:
+                self.latencies.append(record.latency_s)
+        elif fresh:
+            self.errors[record.error_kind or "unknown"] += 1
+
+    def counts(self) -> tuple[int, int]:
+        return self.status.count(OK), self.status.count(ERROR)
+
+    def standing_errors(self) -> Counter[str]:
+        """The cells that end in an error, by kind (an error a later ok answer replaced is not one)."""
+        return Counter(self.error_kind.values())
+
+
+def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
+    """Build every benchmark of the config with its shard range and fingerprints; refuse two that
+    would write the same <out>/<name>/ (one line naming both and how to tell them apart)."""
+    registry = plugins.registry()
+    plans: list[BenchmarkPlan] = []
+    run = run_id(config_hash(config))
+    for i, bc in enumerate(config.benchmarks):
+        benchmark, entry, rubric = build_benchmark(config, i, registry)
+        n = benchmark.size() if bc.max_problems is None else min(bc.max_problems, benchmark.size())
+        indices = shard_indices(n, shard.idx, shard.total, config.shuffle_seed)
+        plan = BenchmarkPlan(bc, benchmark, n, indices, benchmark.fingerprint(), run=run)
+        clash = next((j for j, other in enumerate(plans) if other.name == plan.name), None)
+        if clash is not None:
+            raise UsageError(
+                f"benchmarks[{clash}] ({plans[clash].config.name}) and benchmarks[{i}] ({bc.name}) would both write "
+                f"<out>/{plan.name}/; give one a distinct id, e.g. `id: {plan.name}_2` in benchmarks[{i}]"
+            )
+        plan.prompt_fingerprint = prompt_fingerprint(benchmark, n)
+        plan.scorer_fingerprint = scorer_fingerprint(benchmark, n, plugins.plugin_version(entry.plugin))
+        if bc.judge is not None and rubric is not None:  # a judge scores it: its rubric is the scorer
+            plan.rubric = rubric
+            plan.scorer_fingerprint = judged_fingerprint(plan.scorer_fingerprint, plan.rubric.identity(),
+                                                         judge_identity(bc.judge, config.services.get(bc.judge.service)))
+        plans.append(plan)
+    return plans
+
+
+def build_benchmark(config: Config, i: int, registry) -> tuple[Benchmark, Entry, Rubric | None]:
+    """benchmarks[i] built and checked as far as it can be without asking anything: its data
+    (the factory reads it), its own pre-flight (`Benchmark.preflight`), and for a judged one the
+    rubric in effect against its mode. What a shard does first, and what `run` does once for every
+    benchmark before it starts shards on this machine (shardeval.launch.preflight)."""
+    bc = config.benchmarks[i]
+    benchmark, entry = make_benchmark(bc, f"benchmarks[{i}].name", registry)
+    benchmark.preflight()
+    if benchmark.size() == 0:  # it would run nothing and merge as COMPLETE, with no number in it
+        params = f" with params {msgspec.json.encode(bc.params).decode()}" if bc.params else ""
+        raise UsageError(f"benchmarks[{i}] ({bc.id or bc.name}): no problems to ask (its data{params} holds none); "
+                         "give it data that has problems, or leave it out")
+    if bc.judge is None and getattr(benchmark, "judge_rubric", None) is not None:
+        raise UsageError(f"benchmarks[{i}] ({bc.name}) is scored by a judge (it has a judge section); name the judge service, "
+                         f"e.g. `judge: {{service: judge}}` in benchmarks[{i}], with `judge:` under services:")
+    rubric = rubric_for(bc.judge, benchmark) if bc.judge is not None else None
+    return benchmark, entry, rubric
+
+
+def make_benchmark(bc: BenchmarkConfig, where: str, registry) -> tuple[Benchmark, Entry]:
+    """A registered name; a data file path (read with the built-in `jsonl` benchmark); or a YAML
+    mapping path (a bring-your-own benchmark, read with the built-in `custom` benchmark).
+    Returns the benchmark and the registration that built it."""
+    name, params = registered_name(bc.name, dict(bc.params), registry)
+    entry = registry.get("benchmarks", name, where)
+    return entry.factory(params), entry
+
+
+class ShardRun:
+    """Everything one shard does, from its output directory to its final manifest."""
+
+    def __init__(self, config: Config, shard: ShardSpec, out_dir: str, fresh: bool = False, sweep: SweepPlan | None = None) -> None:
+        self.config = config
+        self.sweep = sweep  # the sweep this shard is a cell of, for its manifest
+        self.shard = shard
+        self.out_dir = out_dir
+        self.fresh = fresh
+        self.stopping: str | None = None
+        self.service_failure: str | None = None  # set when a managed server died, or the endpoint is unreachable
+        self.write_failure: str | None = None  # set when a record could not be written (disk full, …)
+        self._inflight: set[asyncio.Task] = set()
+        self._reachability: dict[str, Reachability] = {}  # per service: has its endpoint ever answered?
+        self.hooks = plugins.hooks()
+        self.record_hook = bool(self.hooks.record_written.get_hookimpls())
+        self._lease: ShardLease | None = None  # the one-writer lock and heartbeat of out_dir
+        self._stop_signal: asyncio.Future[None] | None = None  # done at the first stop signal
+        self._drain_timer: asyncio.TimerHandle | None = None  # drain_timeout_s after that signal
+        self._window: asyncio.Semaphore | None = None  # the benchmark being dispatched: its request places
+        self.cache: ResponseCache | None = None  # the response cache, when the config names one (opened in `_run`)
+        # holds the lines until logs/shard.log can open (in `_run`), then that file
+        self._log: logging.Handler = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.CRITICAL + 1)
+
+    async def run(self) -> int:
+        """Run the shard (`_run`); whatever happens, then close its log and give up the directory.
+
+        Stop signals are handled from the first moment; log lines are held in memory until
+        logs/shard.log can be opened (after --fresh has moved an earlier run's logs aside).
+        """
+        log.addHandler(self._log)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with suppress(NotImplementedError, RuntimeError):  # not the main thread (e.g. a Ray worker)
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                self._stop_signal = self._stop_signal or loop.create_future()
+        try:
+            return await self._run()
+        except ShardError as exc:
+            log.error("shard %d/%d failed: %s", self.shard.idx, self.shard.total, exc)
+            raise
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+            if self._drain_timer is not None:
+                self._drain_timer.cancel()
+            if self.cache is not None:
+                log.info("%s", self.cache.summary())
+                self.cache.close()
+            log.removeHandler(self._log)
+            self._log.close()
+            if self._lease is not None:
+                self._lease.release()
+
+    async def _run(self) -> int:
+        plans = plan_benchmarks(self.config, self.shard)
+        manifest = Manifest(
+            version=__version__,
+            shard_idx=self.shard.idx,
+            total_shards=self.shard.total,
+            shard_source=self.shard.source,
+            config_hash=config_hash(self.config),
+            benchmarks=[p.manifest() for p in plans],
+            started_at=time.time(),
+            permutation_seed=self.config.shuffle_seed,
+            config=config_for_manifest(self.config),
+            provenance=collect_provenance(),
+            sweep=self.sweep,
+        )
+        try:  # preparing the output: what fails here is the output directory (one line, exit 2 or 1)
+            # become its one writer (a second is refused, naming the holder) before anything in it is read
+            make_output_dir(self.out_dir)
+            self._lease = ShardLease(self.out_dir)
+            self._lease.acquire()
+            if self.fresh and self.config.cache is not None:  # what it can check before --fresh moves anything aside
+                check_usable(self.config.cache.dir)
+            resumed = prepare_output_dir(self.out_dir, manifest, self.fresh)
+            if resumed is not None and nothing_to_ask(self.out_dir, manifest):
+                # A finished shard run again (a sweep relaunched for a new model): no server, no request,
+                # and a complete manifest left as it is; one that stopped after its last record is closed.
+                log.info("every pair of this shard already has an ok record: nothing to ask, no service started")
+                if resumed.state != "complete":
+                    resumed.state, resumed.reason, resumed.finished_at = "complete", None, time.time()
+                    resumed.benchmarks = manifest.benchmarks
+                    write_manifest(self.out_dir, resumed)
+                return 0
+            if self.config.cache is not None:  # a directory that cannot be used is one line, exit 2, before anything is asked
+                self.cache = await self._open_cache(self.config.cache.dir)
+            if resumed is not None:
+                manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
+            os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
+            # logs/shard.log opens now, after --fresh moved an earlier run's logs aside, and gets the lines held so far
+            handler = QuietFileHandler(os.path.join(self.out_dir, LOGS_DIR, "shard.log"))
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            handler.addFilter(RedactingFilter())  # no URL credentials in shard.log
+            early, self._log = self._log, handler
+            early.setTarget(handler)  # type: ignore[attr-defined]
+            early.flush()
+            log.removeHandler(early)
+            log.addHandler(handler)
+            write_manifest(self.out_dir, manifest)
+        except OSError as exc:
+            raise os_error(exc, "write", alternative="give another output directory with -o") from None
+        self.hooks.shard_started(manifest=manifest, out_dir=self.out_dir)
+        tallies: list[Tally] = []
+        refused = False
+        try:
+            async with AsyncExitStack() as stack:
+                handles = await self._start_services(plans, stack)
+                served = {name: handle.served for name, handle in handles.items() if handle.served is not None}
+                reason = served_mismatch(resumed, served) if resumed is not None else None
+                if reason:
+                    refused = True
+                    raise refuse(self.out_dir, reason)
+                manifest.served.update(served)
+                write_manifest(self.out_dir, manifest)
+                for plan, bm in zip(plans, manifest.benchmarks):
+                    if self.stopping or self.service_failure or self.write_failure:
+                        break
+                    judge = self._judge(plan, handles)
+                    tally = await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm), judge)
+                    tallies.append(tally)
+                    bm.n_ok, bm.n_error = tally.counts()
+                    bm.error_kinds = dict(sorted(tally.standing_errors().items()))
+                failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, tallies))
+                if failure:
+                    raise ShardError(failure)
+        except BaseException as exc:
+            manifest.state = "failed"
+            manifest.reason = str(exc) if isinstance(exc, (ShardError, UsageError)) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, OSError):  # the machine, not the user: an infrastructure failure (exit 1)
+                raise ShardError(manifest.reason) from None
+            raise
+        else:
+            manifest.state = "interrupted" if self.stopping else "complete"
+            manifest.reason = self.stopping
+            if not self.stopping and (errors := sum((t.standing_errors() for t in tallies), Counter())):
+                # every pair has a record, but not every one an answer: not complete (issue 24), exit 3
+                cells = sum(len(t.status) for t in tallies)
+                manifest.state = "finished_with_errors"
+                n = sum(errors.values())
+                kinds = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])))
+                manifest.reason = (f"{n} of {cells} pairs end in errors ({kinds}); "
+                                   "rerun the shard to ask them again (it resumes)")
+        finally:
+            manifest.finished_at = time.time()
+            if refused and resumed is not None:
+                write_final_manifest(self.out_dir, resumed)  # a refused resume leaves the directory as it was
+            else:
+                write_final_manifest(self.out_dir, manifest)
+                self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
+        for plan, tally in zip(plans, tallies):
+            print_summary(plan, tally, self.shard, manifest.finished_at - manifest.started_at)
+        if self.stopping:
+            return 143 if self.stopping == "SIGTERM" else 130
+        if manifest.state == "finished_with_errors":
+            log.warning("shard %d/%d finished with errors: %s", self.shard.idx, self.shard.total, manifest.reason)
+            return EXIT_WITH_ERRORS
+        return 0
+
+    async def _start_services(self, plans: list[BenchmarkPlan], stack: AsyncExitStack) -> dict[str, ServiceHandle]:
+        """Start (or locate) every service the plans use. A stop signal abandons a start-up at once
+        (a server loading weights may take many minutes): the handles so far are returned, the
+        server being started is stopped, and run() sees `stopping` before using any handle."""
+        ctx = ServiceContext(os.path.join(self.out_dir, LOGS_DIR), self.shard.idx, self.shard.total)
+        handles: dict[str, ServiceHandle] = {}
+        judges = [plan.config.judge.service for plan in plans if plan.config.judge is not None]
+        for name in dict.fromkeys([*(plan.config.solver.service for plan in plans), *judges]):  # each once: models, then judges
+            handle = await self._unless_stopped(self._start_service(name, plans, stack, ctx))
+            if handle is None:
+                break
+            handles[name] = handle
+        return handles
+
+    async def _start_service(self, name: str, plans: list[BenchmarkPlan], stack: AsyncExitStack, ctx: ServiceContext) -> ServiceHandle:
+        service_config = self.config.services[name]
+        factory = plugins.registry().get("services", service_config.type, f"services.{name}.type").factory
+        endpoint = await stack.enter_async_context(factory(name, service_config, ctx))
+        if endpoint.process is not None:
+            watcher = asyncio.ensure_future(self._watch_service(endpoint.process))
+            stack.callback(watcher.cancel)  # unwound before the service itself is stopped
+        pool = max(p.config.max_concurrent for p in plans if name in (p.config.solver.service, p.config.judge and p.config.judge.service))
+        client = await stack.enter_async_context(Client(endpoint, service_config, pool))
+        served = await read_served(client, endpoint.base_url, endpoint.model, name)
+        if self.cache is not None:
+            client.use_cache(self.cache, served)
+        log.info("service %s: %s model %s (%s), serving %s", name, endpoint.base_url, endpoint.model, endpoint.protocol, served.describe())
+        return ServiceHandle(endpoint=endpoint, client=client, served=served)
+
+    async def _open_cache(self, directory: str) -> ResponseCache | None:
+        """The response cache, indexed in a thread so the event loop keeps acting on a stop signal
+        (a cache of millions of entries on NFS takes a while): a signal tells the thread to stop
+        and returns None at once, the shard then ends as `interrupted` like any other stop. A
+        daemon thread, not the loop's executor: one stuck in a read of a hung file system would
+        otherwise hold the process at exit, past the drain deadline."""
+        store, stop = ResponseCache(directory), threading.Event()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[ResponseCache] = loop.create_future()
+
+        def settle(result: ResponseCache | None, error: BaseException | None) -> None:
+            if not done.done():
+                done.set_exception(error) if error is not None else done.set_result(result)  # type: ignore[arg-type]
+
+        def index() -> None:
+            try:
+                result, error = store.open(stop), None
+                if stop.is_set():  # opened just as the wait was given up: nobody will use or close it
+                    store.close()
+            except BaseException as exc:  # handed to the loop, which raises it where the shard awaits it
+                result, error = None, exc
+            with suppress(RuntimeError):  # the loop is gone: nobody waits any more
+                loop.call_soon_threadsafe(settle, result, error)
+
+        threading.Thread(target=index, name="shardeval-cache-index", daemon=True).start()
+        try:
+            opened = await self._unless_stopped(done)
+        finally:
+            stop.set()  # whatever ended the wait (a signal, our own cancel), the thread stops indexing
+        if opened is not None:
+            log.info("%s", opened.describe())
+        return opened
+
+    async def _unless_stopped(self, awaitable: Awaitable[T]) -> T | None:
+        """Await `awaitable`, unless a stop signal comes first: then cancel it, wait for it to
+        unwind (a server being started is stopped) and return None. What the shard waits on
+        without a deadline of its own (a server's start-up) waits this way, so a signal is acted
+        on at once."""
+        task = asyncio.ensure_future(awaitable)
+        if self._stop_signal is None:  # no signal handling (not the main thread): nothing to race
+            return await task
+        try:
+            if not self._stop_signal.done():
+                await asyncio.wait({task, self._stop_signal}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # we were cancelled ourselves: never leave the work running alone
+            task.cancel()
+            raise
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+            if task.cancelled():
+                return None
+        return task.result()
+
+    async def _watch_service(self, process: ServerProcess) -> None:
+        """Fail fast when a server this shard launched dies mid-run (OOM, a crash, someone's kill).
+
+        Without this, every request would burn its retries against a closed port and be recorded
+        as an error. Instead: stop dispatching, cancel what is in flight (not recorded; a rerun asks
+        it again), and let run() mark the manifest failed with this reason and exit 1.
+        """
+        code = await process.wait_exit()
+        if process.stopping or self.stopping:
+            return  # our own stop, or the shard is already on its way out
+        lines = [line for line in process.log_tail(40).splitlines() if line.strip() and not line.startswith("# shardeval")]
+        last = lines[-1].strip()[:300] if lines else "(no output)"
+        status = f"{code} ({describe_exit(code)})" if code < 0 else str(code)
+        self.service_failure = f"{process.name} exited with status {status}: {last}"
+        log.error("%s; stopping the shard (see %s)", self.service_failure, process.log_path)
+        self._cancel_inflight()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        """First signal: no new requests, and drain_timeout_s from now, not from whenever the shard
+        next looks, for those in flight (SLURM sends SIGKILL KillWait seconds after SIGTERM). A
+        start-up (`_unless_stopped`) or a wait for a place in the window is abandoned at once.
+        Second signal: cancel what is in flight now."""
+        if self.stopping:
+            log.warning("second %s: cancelling requests in flight now", sig.name)
+            self._cancel_inflight()
+            return
+        self.stopping = sig.name
+        timeout = self.config.output.drain_timeout_s
+        if self._stop_signal is not None and not self._stop_signal.done():
+            self._stop_signal.set_result(None)
+        if self._window is not None:  # a dispatcher waiting for a place wakes, sees `stopping`, gives it back
+            self._window.release()
+        self._drain_timer = asyncio.get_running_loop().call_later(timeout, self._drain_expired, sig.name)
+        log.warning("%s: no new requests; waiting up to %.0f s for those in flight (signal again to stop now)", sig.name, timeout)
+
+    def _drain_expired(self, signame: str) -> None:
+        """drain_timeout_s after the stop signal: cancel what is still in flight, unrecorded (a
+        rerun asks it again)."""
+        self._drain_timer = None
+        pending = sum(not task.done() for task in self._inflight)
+        if pending:
+            log.warning("%d request(s) still unfinished %g s after %s: cancelled; a rerun will ask them again",
+                        pending, self.config.output.drain_timeout_s, signame)
+        self._cancel_inflight()
+
+    def _judge(self, plan: BenchmarkPlan, handles: dict[str, ServiceHandle]) -> Judge | None:
+        """The benchmark's judge (None: its own scorer scores it), with its own window of requests."""
+        jc = plan.config.judge
+        if jc is None or plan.rubric is None:
+            return None
+        handle = handles[jc.service]
+        slots = make_slots(plan.config.max_concurrent, handle.client.config.adaptive)
+        return Judge(jc.service, plan.rubric, ServiceHandle(handle.endpoint, handle.client, slots, handle.served), generation_params(jc.generation))
+
+    async def _run_benchmark(self, plan: BenchmarkPlan, handle: ServiceHandle, own: Membership, judge: Judge | None = None) -> Tally:
+        """Ask every pair of the shard's share not yet answered; `own` says which records on disk are
+        this shard's (shardeval.store.standing: merge and status build the same from the manifest). A pair
+        whose standing record is a `judge` error is not asked again: its saved answer goes to the
+        judge again."""
+        bench_dir = os.path.join(self.out_dir, plan.name)
+        os.makedirs(bench_dir, exist_ok=True)
+        results_path = os.path.join(bench_dir, RESULTS_FILE)
+        traj_path = os.path.join(bench_dir, TRAJECTORIES_FILE)
+        tally = Tally(plan.n_problems, plan.config.repeats)
+        rejudge: dict[tuple[int, int], ResultRecord] = {}  # (problem, repeat) -> its judge error record
+        n_resumed = self._resume(results_path, traj_path, tally, own, rejudge if judge is not None else None)
+        max_concurrent = plan.config.max_concurrent
+        slots = make_slots(max_concurrent, handle.client.config.adaptive)
+        where = f"benchmarks[{self.config.benchmarks.index(plan.config)}].solver.type"
+        solver_factory = plugins.registry().get("solvers", plan.config.solver.type, where).factory
+        solver: Solver = solver_factory(plan.config.solver, ServiceHandle(handle.endpoint, handle.client, slots, handle.served))
+        total = len(plan.indices) * plan.config.repeats
+        progress = Progress(plan.name, self.shard, total, done=n_resumed, interval=self.config.output.progress_interval_s)
+        if n_resumed:
+            log.info("%s: resuming: %d of %d already ok on disk", plan.name, n_resumed, total)
+
+        # Twice the concurrency: tasks sleeping in a retry backoff hold a window place but no slot.
+        window = asyncio.Semaphore(2 * max_concurrent)
+        self._window = window  # a stop signal frees a place in it, so a dispatcher waiting for one wakes
+        self._inflight = set()
+        with open_append(results_path, buffering=0) as results, open_append(traj_path, buffering=0) as trajectories:
+            write_traj = self.config.output.trajectories
+            loop = asyncio.get_running_loop()
+            scorer = ThreadPoolExecutor(os.cpu_count() or 1, "score") if plan.benchmark.score_in_thread else None
+
+            def trajectory(problem: Problem, repeat: int, record: ResultRecord, messages: list, request: dict) -> bytes | None:
+                if not write_traj:
+                    return None
+                return encode_line(
+                    TrajectoryRecord(
+                        benchmark=plan.name,
+                        problem_idx=problem.idx,
+                        problem_id=problem.id,
+                        repeat=repeat,
+                        messages=messages,
+                        request=request,
+                        status=record.status,
+                    )
+                )
+
+            async def answer(problem: Problem, repeat: int, seed: int) -> tuple[ResultRecord, bytes, bytes | None]:
+                """The pair's record and its encoded lines. Any exception on the way (the solver, the
+                client, the scorer, a value that cannot be encoded) becomes an `internal` error record
+                instead, so that no pair is ever left without one; a rerun asks it again."""
+                attempt = None
+                try:
+                    saved = rejudge.pop((problem.idx, repeat), None)
+                    # a judge error's saved answer goes to the judge again; the model is not asked
+                    attempt = Attempt(saved_completion(saved), [], {}) if saved is not None else await solver.solve(problem, seed)
+                    verdict = None
+                    if judge is not None and attempt.completion.status == "ok":
+                        verdict = await judge.grade(problem, attempt.completion.text, seed)
+                    args = (plan, problem, repeat, seed, attempt.completion, self.shard.idx, attempt.scores, verdict)
+                    record = await loop.run_in_executor(scorer, make_record, *args) if scorer else make_record(*args)
+                    if saved is not None:  # its conversation is already in trajectories.jsonl, from the first time
+                        return record, encode_line(record), None
+                    return record, encode_line(record), trajectory(problem, repeat, record, attempt.messages, attempt.request)
+                except Exception as exc:  # CancelledError is not an Exception: a cancel still cancels
+                    # an error of kind `internal`: the exception (type and message, key scrubbed), never
+                    # scored, with what the request got if it got that far
+                    message = handle.client.scrub(f"{type(exc).__name__}: {exc}")
+                    c = getattr(attempt, "completion", None)
+                    c = c if isinstance(c, Completion) else Completion(status="error", started_at=time.time())
+                    c = msgspec.structs.replace(c, status="error", error_kind="internal", error=message)
+                    record = make_record(plan, problem, repeat, seed, c, self.shard.idx)
+                    if not tally.errors["internal"]:  # the first is logged (a record is counted as it is written)
+                        log.warning("%s: problem %s repeat %d: %s; recorded as an `internal` error, asked again on rerun "
+                                    "(later ones are counted in the summary)", plan.name, problem.id, repeat, message)
+                    return record, encode_line(record), trajectory(problem, repeat, record, [], {})
+
+            reach = self._reachability.get(plan.config.solver.service)
+            if reach is None or not reach.reachable:
+                limit = min(handle.client.config.unreachable_after, total - n_resumed)
+                reach = self._reachability[plan.config.solver.service] = Reachability(handle.endpoint.base_url, limit)
+
+            async def one(problem: Problem, repeat: int) -> None:
+                seed = request_seed(self.config.seed, plan.name, problem.id, repeat)
+                record, line, traj_line = await answer(problem, repeat, seed)
+                if self.write_failure:
+                    return  # the disk already refused a record: this answer is asked again on rerun
+                try:
+                    append_line(results, line)
+                    tally.add(record)  # on disk: counted even if its trajectory cannot be written
+                    if traj_line is not None:
+                        append_line(trajectories, traj_line)
+                except OSError as exc:
+                    self._on_write_error(exc, bench_dir)
+                    return
+                progress.advance(record.status == "ok")
+                # an answer from the cache, or a saved one judged again (no new trajectory), asked
+                # nothing of the model's endpoint: it says nothing of whether it can be reached
+                if record.cached is not True and traj_line is not None:
+                    if unreachable := reach.observe(record.status, record.error_kind, record.error):
+                        self._on_unreachable(unreachable)
+                if self.record_hook:
+                    self.hooks.record_written(record=record, out_dir=self.out_dir)
+
+            def finished(task: asyncio.Task) -> None:
+                self._inflight.discard(task)
+                window.release()
+                if not task.cancelled() and task.exception() is not None:
+                    log.error("request task failed: %r", task.exception())
+
+            progress.start()
+            try:
+                for problem, repeat in pending_work(plan, tally):
+                    await window.acquire()
+                    if self.stopping or self.service_failure or self.write_failure:
+                        window.release()
+                        break
+                    task = asyncio.ensure_future(one(problem, repeat))
+                    self._inflight.add(task)
+                    task.add_done_callback(finished)
+                while self._inflight:  # what ends them early cancels them: the stop signal's deadline,
+                    await asyncio.wait(set(self._inflight))  # a second signal, a dead server, a refused write
+            finally:
+                progress.stop()
+                if scorer:
+                    scorer.shutdown(wait=True)
+        if getattr(slots, "n_cuts", 0):  # adaptive concurrency: say how far the window came down
+            log.info("%s: adaptive concurrency: %d 429(s), window cut %d time(s), lowest %.1f, now %.1f of %d",
+                     plan.name, slots.n_rate_limited, slots.n_cuts, slots.min_limit, slots.limit, slots.cap)
+        return tally
+
+    def _on_unreachable(self, reason: str) -> None:
+        """The service's endpoint never answered (shardeval.run.reachability): stop the shard as if its
+        server had died. The connection error records written stay; requests in flight are
+        cancelled unrecorded; run() marks the manifest failed with the reason and exits 1."""
+        if not self.service_failure:
+            self.service_failure = reason
+            log.debug("%s", reason)  # the CLI prints it once, as the shard's error line
+            self._cancel_inflight()
+
+    def _on_write_error(self, exc: OSError, where: str) -> None:
+        """A record could not be written (a full disk, a quota, a lost mount): stop the shard.
+
+        Going on would answer requests whose records cannot be kept. What is on disk stays valid
+        (a half-written line is undone by append_line); requests in flight are cancelled unrecorded
+        and asked again when the shard is rerun after space is freed.
+        """
+        if self.write_failure:
+            return
+        fix = "the records already written are intact; free space and rerun the shard to resume"
+        self.write_failure = str(os_error(OSError(exc.errno, exc.strerror or str(exc), where), "write records under", fix=fix))
+        log.debug("%s", self.write_failure)  # the CLI prints it once, as the shard's error line
+        self._cancel_inflight()
+
+    def _cancel_inflight(self) -> None:
+        """Cancel the requests in flight (unrecorded: a rerun asks them again), but not the caller's own."""
+        current = asyncio.current_task()
+        for task in list(self._inflight):
+            if task is not current:
+                task.cancel()
+
+    def _resume(self, results_path: str, traj_path: str, tally: Tally, own: Membership,
+                rejudge: dict[tuple[int, int], ResultRecord] | None = None) -> int:
+        """Load what earlier runs of this shard recorded; report torn or bad lines and refuse records
+        that are not its own (another run's or shard's: those cells are asked again). Returns ok count.
+        `rejudge` (a judged benchmark) receives the standing `judge` error records: their answers
+        are judged again without asking the model."""
+        for path in (results_path, traj_path):
+            try:
+                if seal_torn_tail(path):
+                    log.warning("%s: its last line was cut off by an interrupted write; it is ignored", path)
+            except OSError as exc:
+                raise os_error(exc, "seal the torn last line of") from None
+        report = ReadReport(results_path)
+        for _, _, record in own_records(results_path, own, report):
+            current = tally.status[record.problem_idx * tally.repeats + record.repeat]
+            if decide(current, record.status == "ok") in (TAKE, SUPERSEDE):  # shardeval.store.standing's rule
+                tally.add(record, fresh=False)
+                if rejudge is not None:
+                    cell = (record.problem_idx, record.repeat)
+                    if record.error_kind == "judge" and record.status == "error":
+                        rejudge[cell] = record
+                    else:
+                        rejudge.pop(cell, None)
+        if report.bad_lines or report.foreign:
+            log.warning("%s", report.describe())
+        return tally.status.count(OK)
+
+
+class QuietFileHandler(logging.FileHandler):
+    """The shard's log file, second to stderr: when it cannot be written (the disk filled up), it
+    stops, instead of printing logging's traceback into the one line the user should see."""
+
+    broken = False
+
+    def _open(self):  # type: ignore[no-untyped-def]
+        """Never a blocking open: a FIFO nobody reads at logs/shard.log hung the shard forever, deaf
+        to SIGTERM, holding its lock (shardeval.store.regular.open_append_fd)."""
+        return open(open_append_fd(self.baseFilename), "a", encoding=self.encoding, errors=self.errors)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.broken:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.broken = True
+
+    def close(self) -> None:  # a write that failed in emit is flushed again here: on a full disk, no raise
+        try:
+            super().close()
+        except OSError:
+            self.broken = True
+
+
+def append_line(f, data: bytes) -> None:
+    """Append one whole line or raise OSError; a partial write (a disk filling up) is undone, so
+    the file never holds half a record from this process."""
+    view = memoryview(data)
+    written = 0
+    try:
+        while written < len(data):
+            n = f.write(view[written:])
+            if not n:
+                raise OSError(errno.EIO, "write made no progress")
+            written += n
+    except OSError:
+        if written:
+            with suppress(OSError):  # a torn tail left behind is skipped on read and sealed on resume
+                os.ftruncate(f.fileno(), os.fstat(f.fileno()).st_size - written)
+        raise
+
+
+def write_final_manifest(out_dir: str, manifest: Manifest) -> None:
+    """Write the closing manifest; never raise (that would hide why the shard stopped).
+
+    On a full disk the atomic replace cannot get a new file's blocks: fall back to rewriting
+    manifest.json in place, which reuses the blocks it already holds.
+    """
+    try:
+        write_manifest(out_dir, manifest)
+    except OSError as first:
+        path = os.path.join(out_dir, MANIFEST_FILE)
+        try:
+            with open(path, "r+b") as f:
+                f.write(pretty_json(manifest))
+                f.truncate()
+        except OSError as exc:
+            log.error("cannot write %s: %s (and in place: %s)", path, first.strerror or first, exc.strerror or exc)
+
+
+def pending_work(plan: BenchmarkPlan, tally: Tally) -> Iterator[tuple[Problem, int]]:
+    """(problem, repeat) pairs of this shard not yet answered ok, generated lazily in order."""
+    repeats = plan.config.repeats
+    status = tally.status
+    for problem in plan.benchmark.problems(plan.indices):
+        base = problem.idx * repeats
+        for repeat in range(repeats):
+            if status[base + repeat] != OK:
+                yield problem, repeat
+
+
+def saved_completion(record: ResultRecord) -> Completion:
+    """The model's answer as a `judge` error record saved it, to be judged again."""
+    return Completion(
+        status="ok", text=record.response, finish_reason=record.finish_reason, prompt_tokens=record.prompt_tokens,
+        completion_tokens=record.completion_tokens, ttft_s=record.ttft_s, latency_s=record.latency_s,
+        started_at=record.started_at, attempts=record.attempts, cached=record.cached is True,
+    )
+
+
+def make_record(
+    plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, c: Completion, shard: int,
+    extra: dict[str, float] | None = None, verdict: Verdict | None = None,
+) -> ResultRecord:
+    """The record of one answer; `extra` (the solver's own scores, e.g. log-probabilities) joins the
+    benchmark's named scores and wins on a clash: the solver measured it. With a judge's `verdict`,
+    the judge scores it, or makes it an error of kind `judge` (the answer is kept)."""
+    record = ResultRecord(
+        benchmark=plan.name,
+        problem_idx=problem.idx,
+        problem_id=problem.id,
+        repeat=repeat,
+        seed=seed,
+        status=c.status,
+        error_kind=c.error_kind,
+        error=c.error,
+        attempts=c.attempts,
+        response=c.text,
+        reference=problem.reference,
+        finish_reason=c.finish_reason,
+        prompt_tokens=c.prompt_tokens,
+        completion_tokens=c.completion_tokens,
+        ttft_s=c.ttft_s,
+        latency_s=c.latency_s,
+        started_at=c.started_at,
+        shard=shard,
+        cluster=problem.cluster,
+        run=plan.run,
+    )
+    if c.cached:
+        record.cached = True
+    if verdict is not None:
+        apply_verdict(record, verdict, extra)
+        return record
+    if c.status == "ok":  # errors are never scored: they are not wrong answers
+        score = plan.benchmark.score(problem, c.text)
+        record.score, record.extracted, record.scores = score.score, score.extracted, score.scores
+        if extra:
+            record.scores = {**record.scores, **extra}
+    return record
+
+
+def missing_pairs(plans: list[BenchmarkPlan], tallies: list[Tally]) -> str | None:
+    """Why a shard that ran to its end is not complete: pairs with no record at all (a request task
+    that ended without writing one). None when every pair of every benchmark run has a record."""
+    expected = {plan.name: len(plan.indices) * plan.config.repeats for plan, _ in zip(plans, tallies)}
+    gaps = {plan.name: expected[plan.name] - sum(tally.counts()) for plan, tally in zip(plans, tallies)}
+    missing = sum(gaps.values())
+    if not missing:
+        return None
+    parts = ", ".join(f"{name} {gap}" for name, gap in gaps.items() if gap)
+    return (f"{missing} of {sum(expected.values())} pair(s) have no record after the run ({parts}): their request tasks ended "
+            "without writing one; rerun the shard to ask them")
+
+
+def print_summary(plan: BenchmarkPlan, tally: Tally, shard: ShardSpec, elapsed: float) -> None:
+    n_ok, n_err = tally.counts()
+    total = len(plan.indices) * plan.config.repeats
+    mean = tally.score_sum / tally.n_scored if tally.n_scored else float("nan")
+    lat = sorted(tally.latencies)
+    p50 = lat[len(lat) // 2] if lat else float("nan")
+    p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))] if lat else float("nan")
+    rate = len(lat) / elapsed if elapsed > 0 else 0.0
+    errors = ", ".join(f"{k} {v}" for k, v in sorted(tally.errors.items())) or "none"
+    log.info(
+        "shard %d/%d %s: problems [%d, %d) x %d repeats: %d/%d ok, %d error(s) (%s), missing %d; "
+        "mean score %.4f over %d ok; latency p50 %.3f s p95 %.3f s; %.1f req/s",
+        shard.idx, shard.total, plan.name, *plan.manifest().range, plan.config.repeats,
+        n_ok, total, n_err, errors, total - n_ok - n_err, mean, tally.n_scored, p50, p95, rate,
+    )

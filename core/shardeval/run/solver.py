@@ -1,0 +1,357 @@
+"""The solver API: how one problem becomes requests to a model; the `simple` and `loglikelihood` solvers.
+
+A solver receives the problem and its seed and returns an `Attempt`: the final completion (with
+its status and timings) plus the conversation it had, and any named scores only the solver can
+know (log-probabilities). Scoring stays with the benchmark: the runner merges the solver's
+`scores` into the benchmark's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+
+import msgspec
+
+from shardeval.benchmark import Problem
+from shardeval.config import Generation, SolverConfig
+from shardeval.run.service import Endpoint
+
+if TYPE_CHECKING:
+    from shardeval.run.adaptive import AdaptiveSlots
+
+log = logging.getLogger("shardeval.run.solver")
+
+
+@dataclass
+class Attempt:
+    completion: Any  # shardeval.run.client.Completion
+    messages: list[dict[str, str]]
+    request: dict[str, Any]
+    scores: dict[str, float] = field(default_factory=dict)  # merged into the record's `scores`
+
+
+@dataclass(frozen=True)
+class ServiceHandle:
+    """A running service as a solver sees it: its endpoint, the shard's shared client, and the
+    benchmark's concurrency slots (held only while a request is on the wire, not during backoff)."""
+
+    endpoint: Endpoint
+    client: Any  # shardeval.run.client.Client
+    slots: "asyncio.Semaphore | AdaptiveSlots | None" = None
+    served: Any = None  # shardeval.store.records.ServedModel: what the endpoint said it serves
+
+
+class Solver(Protocol):
+    async def solve(self, problem: Problem, seed: int) -> Attempt: ...
+
+
+SolverFactory = Callable[[SolverConfig, ServiceHandle], Solver]
+
+
+def generation_params(gen: Generation) -> dict[str, Any]:
+    """The request fields a Generation section sets (unset ones are left to the server)."""
+    params = {key: getattr(gen, key) for key in ("temperature", "top_p", "top_k", "max_tokens", "stop")}
+    return {**{k: v for k, v in params.items() if v is not None}, **gen.extra}
+
+
+def conversation(config: SolverConfig, problem: Problem) -> list[dict[str, str]]:
+    """The turns sent for `problem`: the optional system prompt, then the problem's own."""
+    system = [{"role": "system", "content": config.system_prompt}] if config.system_prompt else []
+    turns = problem.messages if problem.messages is not None else [{"role": "user", "content": problem.prompt or ""}]
+    return [*system, *turns]
+
+
+class SimpleSolver:
+    """One request per (problem, repeat): optional system prompt, then the problem's turns.
+
+    A problem that can only be answered by scoring (metadata `scoring: loglikelihood`, set by
+    e.g. `mmlu` in loglikelihood mode and `perplexity`) goes to the `loglikelihood` solver, so
+    such a benchmark works without `solver.type` in the config.
+    """
+
+    def __init__(self, config: SolverConfig, service: ServiceHandle) -> None:
+        self.config = config
+        self.service = service
+        self.params = generation_params(config.generation)
+        self._scorer: LoglikelihoodSolver | None = None
+
+    def payload(self, problem: Problem, seed: int) -> tuple[dict[str, Any], list[dict[str, str]]]:
+        endpoint = self.service.endpoint
+        messages = conversation(self.config, problem)
+        chat = endpoint.protocol == "chat_completions"
+        turns = {"messages": messages} if chat else {"prompt": "\n\n".join(m["content"] for m in messages)}
+        return {"model": endpoint.model, **turns, "seed": seed, **self.params}, messages  # the generation params win a clash
+
+    async def solve(self, problem: Problem, seed: int) -> Attempt:
+        if problem.metadata.get("scoring") == "loglikelihood":
+            if self._scorer is None:
+                self._scorer = LoglikelihoodSolver(self.config, self.service)
+            return await self._scorer.solve(problem, seed)
+        body, messages = self.payload(problem, seed)
+        completion = await self.service.client.request(body, self.service.slots)
+        turns = messages + [{"role": "assistant", "content": completion.text}]
+        request = {k: v for k, v in body.items() if k not in ("messages", "prompt")}
+        return Attempt(completion=completion, messages=turns, request=request)
+
+
+def default_labels(n: int) -> list[str]:
+    """A, B, C, … for n choices (AA, AB, … past Z, which no benchmark needs but nothing breaks)."""
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return [letters[i] if i < 26 else letters[i // 26 - 1] + letters[i % 26] for i in range(n)]
+
+
+def split_trailing_space(context: str, continuation: str) -> tuple[str, str]:
+    """Move the context's trailing whitespace onto the continuation (as lm-evaluation-harness does),
+    so "Answer: " + "A" is scored as "Answer:" + " A": tokenizers put the space on the next word."""
+    stripped = context.rstrip()
+    return stripped, context[len(stripped):] + continuation
+
+
+def span_logprobs(
+    tokens: Sequence[str],
+    logprobs: Sequence[float | None],
+    offsets: Sequence[int],
+    *,
+    prompt_len: int,
+    start: int,
+    n_generated: int = 0,
+    allow_empty: bool = False,
+) -> tuple[list[str], list[float]]:
+    """The tokens of prompt[start:] and their log-probabilities, from an echo response's logprobs.
+
+    A token belongs to the span when its text offset is >= `start` (a token straddling the
+    boundary belongs to the context). The last `n_generated` entries (tokens generated after the
+    echoed prompt) are dropped. Offsets are first aligned so that the last prompt token ends at
+    `prompt_len`: vLLM counts the text of a leading BOS token (e.g. "<s>"), which shifts every
+    offset by its length. The prompt's first token has no logprob (nothing precedes it) and is
+    never counted; any other null inside the span is an error, as is a span with no token (which
+    would score 0, the highest possible log-probability) unless `allow_empty` (a one-token
+    document: nothing to score). Raises ValueError saying which.
+    """
+    n = len(tokens) - n_generated
+    if n <= 0 or len(logprobs) != len(tokens) or len(offsets) != len(tokens):
+        raise ValueError(
+            f"the logprobs hold {len(tokens)} token(s), {len(logprobs)} logprob(s) and {len(offsets)} offset(s) "
+            f"for a prompt of {prompt_len} characters"
+        )
+    shift = offsets[n - 1] + len(tokens[n - 1]) - prompt_len
+    span = [i for i in range(n) if offsets[i] - shift >= start and (i or logprobs[0] is not None)]
+    missing = next((i for i in span if logprobs[i] is None), None)
+    if missing is not None:
+        raise ValueError(f"the server sent no logprob for prompt token {missing} ({tokens[missing]!r})")
+    if not span and not allow_empty:
+        raise ValueError(
+            f"no scored token starts at or after character {start} of the prompt (the tokenizer merged the continuation "
+            "into the context, or the text to score is a single token with nothing before it)"
+        )
+    return [tokens[i] for i in span], [float(logprobs[i]) for i in span]  # type: ignore[arg-type]
+
+
+def rolling_windows(text: str, max_chars: int | None, context_chars: int) -> list[tuple[int, int, int]]:
+    """Split `text` into requests (context_start, start, end) of at most `max_chars` characters.
+
+    text[start:end] is scored in each window and text[context_start:start] (at most
+    `context_chars`, starting at a whitespace where possible) only conditions it. Pieces end where a
+    whitespace run begins, so the next piece starts with the space its first token carries; a
+    piece with no whitespace is cut hard. None: one window for the whole text.
+    """
+    length = len(text)
+    if max_chars is None or length <= max_chars:
+        return [(0, 0, length)]
+    step = max_chars - context_chars
+    if step <= 0 or context_chars < 0:
+        raise ValueError(f"context_chars ({context_chars}) must be >= 0 and below max_chars_per_request ({max_chars})")
+    windows = []
+    s = 0
+    while s < length:
+        e = min(length, s + (step if s else max_chars))
+        if e < length:
+            e = next((i for i in range(e, s, -1) if text[i].isspace() and not text[i - 1].isspace()), e)
+        cs = max(0, s - context_chars)  # the first window (s == 0) has no context
+        windows.append((next((i for i in range(cs, s) if text[i].isspace()), cs), s, e))
+        s = e
+    return windows
+
+
+class LoglikelihoodSolver:
+    """Scores text by its log-probability under the model: `/v1/completions` with `echo: true,
+    logprobs: 1, max_tokens: 0`, never streamed, whatever the service's protocol and stream setting.
+
+    Multiple choice (problem.metadata["choices"]: continuation strings; "labels": what the reply
+    says for each, default A, B, C, …): the context is the prompt (system prompt and turns joined
+    by blank lines, as the simple solver's completions prompt); one request per choice with prompt =
+    context + choice; a choice's log-likelihood is the sum of the logprobs of its tokens (those
+    starting at or after the context's end, see `span_logprobs`). The reply is the label of the
+    highest sum (the first on a tie), so the benchmark's own `score` applies; scores carry
+    `logprob_<label>` for every choice and, when the problem has a reference label, `acc_norm`:
+    whether the highest sum divided by the choice's length in characters is the reference
+    (lm-evaluation-harness's acc_norm). The trajectory's request holds the per-choice numbers.
+
+    Rolling (no "choices"): the last turn is the text to score, earlier turns (a system prompt)
+    only condition it. Scores: `nll` (minus the summed logprobs) and `tokens` (how many were
+    scored: every token but the very first, which has nothing before it, unless a context or the
+    server's BOS precedes it); the reply is the per-token nll, as text. metadata
+    "max_chars_per_request" splits long texts into windows (see `rolling_windows`; default
+    "context_chars": a quarter of it) for servers whose context window is shorter than a document.
+
+    A server that refuses `max_tokens: 0` (a 4xx naming max_tokens) is asked again with 1, and so
+    is every later request of this solver; the generated token is dropped from the logprobs. A
+    request's failure keeps the client's error kind; a response without usable logprobs is a
+    `protocol` error.
+    """
+
+    def __init__(self, config: SolverConfig, service: ServiceHandle) -> None:
+        self.config = config
+        self.service = service
+        self.extra = dict(config.generation.extra)
+        self.max_tokens = 0
+
+    def params(self, max_tokens: int) -> dict[str, Any]:
+        """The request fields besides the prompt (as the trajectory records them)."""
+        model = self.service.endpoint.model
+        return {**self.extra, "model": model, "echo": True, "logprobs": 1, "max_tokens": max_tokens, "temperature": 0.0}
+
+    async def solve(self, problem: Problem, seed: int) -> Attempt:
+        if problem.metadata.get("choices") is not None:
+            return await self._multiple_choice(problem)
+        return await self._rolling(problem)
+
+    async def _request(self, prompt: str) -> tuple[Any, int]:
+        """(Completion, tokens generated after the prompt) for one echo request."""
+        client, slots = self.service.client, self.service.slots
+        max_tokens = self.max_tokens
+        body = {**self.params(max_tokens), "prompt": prompt}
+        c = await client.request(body, slots, stream=False, protocol="completions")
+        if max_tokens == 0 and c.status == "error" and c.error_kind == "client" and "max_tokens" in (c.error or "").lower():
+            if self.max_tokens == 0:
+                log.info("the server refuses max_tokens 0 (%s); asking for 1 token and ignoring it from now on", c.error)
+                self.max_tokens = 1
+            max_tokens = 1
+            retry = await client.request({**body, "max_tokens": 1}, slots, stream=False, protocol="completions")
+            retry.attempts += c.attempts
+            retry.queued_s += c.queued_s
+            c = retry
+        return c, max_tokens
+
+    async def _score(self, prompt: str, start: int, allow_empty: bool = False) -> tuple[Any, list[float] | None]:
+        """(Completion, logprobs of prompt[start:]'s tokens); an unreadable response is a protocol error."""
+        c, n_generated = await self._request(prompt)
+        if c.status != "ok":
+            return c, None
+        if c.prompt_logprobs is None or c.prompt_tokens_text is None or c.text_offsets is None:
+            return _failed(c, "the response has no logprobs (tokens, token_logprobs, text_offset); the server must support "
+                           "`echo` with `logprobs` on /v1/completions, as vLLM does"), None
+        try:
+            _, logprobs = span_logprobs(
+                c.prompt_tokens_text, c.prompt_logprobs, c.text_offsets,
+                prompt_len=len(prompt), start=start, n_generated=n_generated, allow_empty=allow_empty,
+            )
+        except ValueError as exc:
+            return _failed(c, str(exc)), None
+        return c, logprobs
+
+    async def _score_all(
+        self, pairs: list[tuple[str, str]], allow_empty: bool = False
+    ) -> tuple[list[Any], list[list[float]], int | None]:
+        """Score every continuation after its context, all at once: their completions, their
+        logprobs, and which failed first (None: none did)."""
+        results = await asyncio.gather(*(self._score(ctx + cont, len(ctx), allow_empty) for ctx, cont in pairs))
+        parts = [c for c, _ in results]
+        return parts, [lps or [] for _, lps in results], next((i for i, c in enumerate(parts) if c.status != "ok"), None)
+
+    async def _multiple_choice(self, problem: Problem) -> Attempt:
+        md = problem.metadata
+        choices = [str(c) for c in md["choices"]]
+        labels = [str(x) for x in (md.get("labels") or default_labels(len(choices)))]
+        if not choices or len(labels) != len(choices):
+            raise ValueError(f"problem {problem.id}: {len(choices)} choices, {len(labels)} labels; give one label per choice")
+        context = "\n\n".join(m["content"] for m in conversation(self.config, problem))
+        pairs = [split_trailing_space(context, choice) for choice in choices]
+        parts, spans, failed = await self._score_all(pairs)
+        request = self.params(self.max_tokens)
+        messages = [{"role": "user", "content": context}]
+        if failed is not None:
+            completion = _combine(parts, "", failure=(f"choice {labels[failed]}", parts[failed]))
+            return Attempt(completion=completion, messages=messages, request=request)
+        sums = [math.fsum(lps) for lps in spans]
+        norms = [total / len(choice) if choice else total for total, choice in zip(sums, choices)]
+        best = max(range(len(sums)), key=lambda i: (sums[i], -i))
+        best_norm = max(range(len(norms)), key=lambda i: (norms[i], -i))
+        scores = {f"logprob_{label}": total for label, total in zip(labels, sums)}
+        if problem.reference is not None:
+            scores["acc_norm"] = 1.0 if labels[best_norm] == problem.reference.strip() else 0.0
+        request["loglikelihood"] = {
+            "context_chars": len(pairs[0][0]),
+            "choices": [
+                {"label": label, "continuation": choice, "logprob": total, "tokens": len(lps), "logprob_per_char": norm}
+                for label, choice, total, norm, lps in zip(labels, choices, sums, norms, spans)
+            ],
+            "chosen": labels[best],
+            "chosen_norm": labels[best_norm],
+        }
+        completion = _combine(parts, labels[best])
+        messages.append({"role": "assistant", "content": labels[best]})
+        return Attempt(completion=completion, messages=messages, request=request, scores=scores)
+
+    async def _rolling(self, problem: Problem) -> Attempt:
+        turns = conversation(self.config, problem)
+        text = turns[-1]["content"]
+        prefix = "".join(m["content"] + "\n\n" for m in turns[:-1])
+        md = problem.metadata
+        max_chars = md.get("max_chars_per_request")
+        context_chars = md.get("context_chars", max_chars // 4 if max_chars else 0)
+        if not text:  # nothing to score, and servers refuse an empty prompt
+            scores = {"nll": 0.0, "tokens": 0.0}
+            return Attempt(completion=_combine([], ""), messages=turns, request=self.params(self.max_tokens), scores=scores)
+        windows = rolling_windows(text, max_chars, context_chars)
+        pairs = [split_trailing_space((prefix if cs == 0 else "") + text[cs:s], text[s:e]) for cs, s, e in windows]
+        parts, spans, failed = await self._score_all(pairs, allow_empty=True)
+        request = self.params(self.max_tokens)
+        messages = [dict(m) for m in turns]
+        if failed is not None:
+            where = f"window {failed + 1} of {len(windows)}" if len(windows) > 1 else "the text"
+            return Attempt(completion=_combine(parts, "", failure=(where, parts[failed])), messages=messages, request=request)
+        logprobs = [lp for lps in spans for lp in lps]
+        nll = -math.fsum(logprobs)
+        n = len(logprobs)
+        reply = repr(nll / n) if n else ""
+        request["windows"] = [
+            {"context_start": cs, "start": s, "end": e, "tokens": len(lps), "logprob": math.fsum(lps)}
+            for (cs, s, e), lps in zip(windows, spans)
+        ]
+        scores = {"nll": nll, "tokens": float(n)}
+        return Attempt(
+            completion=_combine(parts, reply), messages=[*messages, {"role": "assistant", "content": reply}], request=request, scores=scores
+        )
+
+
+def _failed(c: Any, message: str) -> Any:
+    """The completion `c` turned into a `protocol` error (the server answered, but not usably)."""
+    return msgspec.structs.replace(c, status="error", error_kind="protocol", error=message)
+
+
+def _combine(parts: list[Any], text: str, failure: tuple[str, Any] | None = None) -> Any:
+    """One Completion for several requests (none: an empty text, answered now): attempts and queueing
+    summed, the span of their times, cached when every part came from the response cache; an error
+    (the first failed request's kind, its message prefixed with which part) if any failed."""
+    from shardeval.run.client import Completion
+
+    start = min((c.started_at for c in parts), default=time.time())
+    end = max((c.started_at + (c.latency_s or 0.0) for c in parts), default=start)
+    tokens = [c.prompt_tokens for c in parts]
+    common: dict[str, Any] = {
+        "started_at": start,
+        "latency_s": end - start,
+        "attempts": sum(c.attempts for c in parts),
+        "queued_s": sum((c.queued_s for c in parts), 0.0),
+        "prompt_tokens": sum(tokens) if tokens and all(t is not None for t in tokens) else None,  # type: ignore[misc]
+    }
+    if failure is not None:
+        where, c = failure
+        return Completion(status="error", error_kind=c.error_kind, error=f"{where}: {c.error}", **common)
+    return Completion(status="ok", text=text, completion_tokens=0, cached=bool(parts) and all(c.cached for c in parts), **common)
