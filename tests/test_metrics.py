@@ -449,3 +449,58 @@ def test_plugin_registers_metrics_without_importing_numpy() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0.5"
+
+
+# --- the headline metric -------------------------------------------------------------------------
+
+
+HEADLINE_CASES = [  # (a benchmark's metric names, its headline, the live status page's)
+    (["accuracy"], "accuracy", "accuracy"),  # accuracy only
+    (["accuracy", "pass@k"], "accuracy", "accuracy"),  # the default set
+    (["pass@k"], None, "accuracy"),  # pass@k alone: right/wrong scores, so the status page computes accuracy
+    (["mean"], "mean", "mean"),  # a judged benchmark's graded scores
+    (["mean", "accuracy"], "accuracy", "accuracy"),  # accuracy first, whatever the list's order
+    (["perplexity"], None, None),  # no mean of scores to speak of
+    (["classification", "perplexity"], None, None),
+    ([], None, None),
+]
+
+
+@pytest.mark.parametrize(("names", "headline", "live"), HEADLINE_CASES)
+def test_headline_metric_of_metric_names(names, headline, live) -> None:
+    from shardeval.api import headline_metric
+
+    assert headline_metric(names) == headline
+    assert headline_metric(iter(names)) == headline  # any iterable, read once
+    assert headline_metric(names, accuracy_from_pass_at_k=True) == live
+
+
+def test_headline_metric_gives_what_the_three_rules_before_it_gave() -> None:
+    """Sweeps, the live status page and compare's page each had their own rule; the one function
+    gives each of them, on every set of metric names, exactly what its own rule gave."""
+    import itertools
+
+    from shardeval.results.metrics import PAIRED_METRICS, headline_metric
+
+    pool = ["accuracy", "mean", "pass@k", "pass@1", "perplexity", "classification", "score"]
+    for k in range(len(pool) + 1):
+        for names in itertools.permutations(pool, k) if k <= 3 else itertools.combinations(pool, k):
+            sweep = next((n for n in PAIRED_METRICS if n in names), "score")
+            status = next((n for n in PAIRED_METRICS if n in names), "accuracy" if "pass@k" in names else None)
+            assert (headline_metric(names) or "score", headline_metric(names, accuracy_from_pass_at_k=True)) == (sweep, status), names
+
+
+def test_headline_metric_of_computed_values_on_compare_page() -> None:
+    """compare's page shows a run's own mean: the headline among the values merge computed that are
+    finite; values from the real metrics, a run with no valid cell has none."""
+    from shardeval_metrics.compare_html import own_mean
+
+    answered = table([[1, 0], [1, 1], [0, 1]])
+    computed = {**accuracy(answered, OPTS), **pass_at_k(answered, OPTS), **perplexity(answered, OPTS)}
+    assert own_mean(computed) == ("accuracy", computed["accuracy"])
+    graded = mean(table([[0.5, 0.25], [1.0, 0.75]]), OPTS)
+    assert own_mean(graded) == ("mean", graded["mean"])
+    assert own_mean(pass_at_k(answered, OPTS)) is None  # pass@1 … pass@R are no run's own mean
+    nothing = table([[NAN, NAN]], status=[ERROR, ERROR])
+    assert own_mean({**accuracy(nothing, OPTS), **mean(nothing, OPTS)}) is None  # no finite value
+    assert own_mean({}) is None

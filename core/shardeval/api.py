@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from shardeval.errors import EXIT_WITH_ERRORS, os_error, ShardError, UsageError
     from shardeval.results.export import load_run
     from shardeval.identity import incomparable
-    from shardeval.results.metrics import ERROR, MISSING, OK, Metric, MetricOptions, MetricValue, ScoreTable
+    from shardeval.results.metrics import (ERROR, headline_metric, MISSING, OK, Metric, MetricOptions, MetricValue,
+                                           PAIRED_METRICS, ScoreTable)
     from shardeval.launch.orchestrator import dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, Orchestrator, merge_and_report
     from shardeval.benchmark.params import DataParams, ParamsStruct, decode_params
     from shardeval.run.judging import Rubric
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from shardeval.store.shards import shard_indices, shard_range, ShardSpec
     from shardeval.run.solver import Attempt, ServiceHandle, Solver, SolverFactory
     from shardeval.store.standing import nothing_to_ask
-    from shardeval.results.sweep_merge import PAIRED_METRICS
     from shardeval.html_page import esc, finite, num, p_cell, Page, PlottingMissing, span, table, write_html
     from shardeval.charts import forest, interval_rows
 
@@ -64,7 +64,7 @@ _LAZY = {
     "shardeval.errors": "EXIT_WITH_ERRORS os_error ShardError UsageError",
     "shardeval.results.export": "load_run",
     "shardeval.identity": "incomparable",
-    "shardeval.results.metrics": "ERROR MISSING OK Metric MetricOptions MetricValue ScoreTable",
+    "shardeval.results.metrics": "ERROR headline_metric MISSING OK Metric MetricOptions MetricValue PAIRED_METRICS ScoreTable",
     "shardeval.launch.orchestrator": "dump_yaml ENV_NAME escape_dollars LaunchRequest Orchestrator merge_and_report",
     "shardeval.run.judging": "Rubric",
     "shardeval.benchmark.params": "DataParams ParamsStruct decode_params",
@@ -80,7 +80,6 @@ _LAZY = {
     "shardeval.store.shards": "shard_indices shard_range ShardSpec",
     "shardeval.run.solver": "Attempt ServiceHandle Solver SolverFactory",
     "shardeval.store.standing": "nothing_to_ask",
-    "shardeval.results.sweep_merge": "PAIRED_METRICS",
     "shardeval.html_page": "esc finite num p_cell Page PlottingMissing span table write_html",
     "shardeval.charts": "forest interval_rows",
 }

@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import PAIRED_METRICS, Page, esc, finite, forest, interval_rows, num, p_cell, span, table
+from shardeval.api import Page, esc, finite, forest, headline_metric, interval_rows, num, p_cell, span, table
 
 
 
 def own_mean(metrics: dict[str, Any]) -> tuple[str, Any] | None:
     """(name, MetricValue) of the run's mean score, when it has one."""
-    return next(((m, metrics[m]) for m in PAIRED_METRICS if m in metrics and finite(metrics[m].value)), None)
+    name = headline_metric(m for m, v in metrics.items() if finite(v.value))
+    return None if name is None else (name, metrics[name])
 
 
 def render_compare_html(run_a: str, run_b: str, a: dict[str, Any], b: dict[str, Any], results: list[dict[str, Any]],

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import msgspec
 
 from shardeval.results.ci_methods import CI_METHODS  # noqa: F401  (re-exported)
 
 MISSING, OK, ERROR = 0, 1, 2  # ScoreTable.status codes
+PAIRED_METRICS = ("accuracy", "mean")  # the metrics that are the mean of the cells' scores, which the pairing compares
 
 
 @dataclass
@@ -66,3 +67,20 @@ class MetricOptions:
 
 
 Metric = Callable[[ScoreTable, MetricOptions], dict[str, MetricValue]]
+
+
+def headline_metric(names: Iterable[str], *, accuracy_from_pass_at_k: bool = False) -> str | None:
+    """The one metric that says how a benchmark went (a sweep's paired differences, the live status
+    page, compare's page): the mean of its cells' scores, `accuracy` (right/wrong scores) before
+    `mean` (graded ones), when `names` holds one; else None.
+
+    `accuracy_from_pass_at_k`: a benchmark that asked for pass@k alone is scored right/wrong too, so
+    its accuracy can be computed though nobody asked for it. The live status page does so; a sweep
+    and compare name only what merge computed (a sweep labels its pairing "score" then, compare's
+    page leaves the run's own mean out), and keep doing so, so their files stay what they were.
+    """
+    names = set(names)
+    found = next((n for n in PAIRED_METRICS if n in names), None)
+    if found is None and accuracy_from_pass_at_k and "pass@k" in names:
+        return "accuracy"
+    return found

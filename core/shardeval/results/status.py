@@ -159,11 +159,10 @@ def running_metrics(run: Run, benchmarks: list[BenchmarkProgress]) -> None:
     import msgspec
 
     from shardeval.results.merge import Cells, build_table, compute_metrics, scan_results
-    from shardeval.results.metrics import MetricOptions
-    from shardeval.results.sweep_merge import PAIRED_METRICS
+    from shardeval.results.metrics import MetricOptions, headline_metric
 
     for bp, bm in zip(benchmarks, run.benchmarks):
-        name = next((n for n in PAIRED_METRICS if n in bm.metrics), "accuracy" if "pass@k" in bm.metrics else None)
+        name = headline_metric(bm.metrics, accuracy_from_pass_at_k=True)
         if name is None:
             continue  # e.g. perplexity: no accuracy to speak of
         cells = Cells(bm.n_problems, bm.repeats)

@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardeval.errors import os_error
-from shardeval.results.metrics import MetricOptions
+from shardeval.results.metrics import MetricOptions, headline_metric
 from shardeval.store.records import SweepPlan, pretty_json
 
 SWEEP_JSON, SWEEP_MD, SWEEP_HTML = "sweep.json", "sweep.md", "sweep.html"
-PAIRED_METRICS = ("accuracy", "mean")  # the metrics that are the mean of the cells' scores, which the pairing compares
 
 
 @dataclass
@@ -110,7 +109,7 @@ def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOpt
             if why:
                 apart.append({"service": m.service, "benchmark": bench, "why": f"not compared with {plan.baseline}: {why}"})
             elif m.service != plan.baseline and bench in base:
-                metric = next((n for n in PAIRED_METRICS if n in b.manifest.metrics), "score")
+                metric = headline_metric(b.manifest.metrics) or "score"  # the pairing compares the cells' scores
                 labels.append({"service": m.service, "benchmark": bench, "metric": metric})
                 pairs.append((base[bench].table, b.table))
     found = plugins.hooks().paired_differences(pairs=pairs, options=options) if pairs else []
