@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from shardeval.errors import UsageError
-from shardeval.store.liveness import Liveness, judge, read_heartbeat
+from shardeval.store.liveness import Liveness, read_heartbeat, writer_liveness
 from shardeval.store.records import MANIFEST_FILE, RESULTS_FILE, BenchmarkManifest, Manifest, read_manifest
 from shardeval.run.resume import SUPERSEDED_DIR
 
@@ -130,7 +130,7 @@ def load_shards(root: str, allow_mixed_served: bool = False) -> Run:
         manifest = read_manifest(path)
         assert manifest is not None
         hb = read_heartbeat(path) if manifest.state == "running" else None
-        alive = judge(hb) if hb is not None else None  # lost: running, but its writer is gone
+        alive = writer_liveness(hb) if hb is not None else None  # lost: running, but its writer is gone
         shards.append(Shard(os.path.relpath(path, root), path, manifest, lost=alive if alive is not None and alive.lost else None))
     check_consistency(shards)
     mixed = check_served(shards, allow_mixed_served)

@@ -121,7 +121,9 @@ class Liveness:
     why: str  # names the writer: "pid 1234 on node17 is gone"
 
 
-def judge(hb: Heartbeat, now: float | None = None) -> Liveness:
+def writer_liveness(hb: Heartbeat, now: float | None = None) -> Liveness:
+    """Is the process that wrote `hb` still alive? Asked of its pid on the same machine, of the
+    heartbeat's age elsewhere; lost at once when it left without closing its manifest."""
     now = time.time() if now is None else now
     holder = f"pid {hb.pid} on {hb.host}"
     if hb.ended_at is not None:
@@ -174,7 +176,7 @@ class ShardLease:
             me = this_process(self.period_s, time.time())
             other = read_heartbeat(self.out_dir) if not locked else None
             if other is not None and other.ended_at is None and (other.host, other.pid, other.pid_start) != (me.host, me.pid, me.pid_start):
-                if not judge(other).lost:  # no lock to ask: a live writer's heartbeat keeps us out
+                if not writer_liveness(other).lost:  # no lock to ask: a live writer's heartbeat keeps us out
                     raise UsageError(self._refusal(other))
             with contextlib.suppress(OSError):  # who holds it, for a refused second writer; not needed to hold it
                 os.ftruncate(fd, 0)
@@ -197,7 +199,7 @@ class ShardLease:
         try:
             if not self._lock(fd):  # no file locks here: the heartbeat decides, as in acquire
                 other = read_heartbeat(self.out_dir)
-                if other is not None and other.ended_at is None and not judge(other).lost:
+                if other is not None and other.ended_at is None and not writer_liveness(other).lost:
                     raise UsageError(self._refusal(other))
         finally:
             os.close(fd)  # and with it the lock just taken
