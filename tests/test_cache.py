@@ -1,4 +1,4 @@
-"""The response cache (shardeval.run.cache, docs/cache.md), against real simulator and shard processes."""
+"""The response cache (shardeval.run.response_cache, docs/cache.md), against real simulator and shard processes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, running_sim, shardeval_cmd
-from shardeval.run.cache import SEGMENTS_DIR, CacheEntry, ResponseCache
+from shardeval.run.response_cache import SEGMENTS_DIR, CacheEntry, ResponseCache
 
 FAST = ("--bench", "arith", "--ttft-ms", "0", "--itl-ms", "0")
 TIMINGS = {"ttft_s", "latency_s", "started_at", "attempts"}  # what a hit may change besides `cached`
@@ -181,7 +181,7 @@ def test_four_concurrent_shard_processes_leave_a_cache_every_reader_reads(tmp_pa
 
 WRITER = textwrap.dedent("""
     import hashlib, sys, time
-    from shardeval.run.cache import CacheEntry, ResponseCache
+    from shardeval.run.response_cache import CacheEntry, ResponseCache
     me, n, start = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     store = ResponseCache(sys.argv[4]).open()
     while time.time() < start:

@@ -61,7 +61,7 @@ def test_a_cache_segment_that_is_not_a_regular_file_is_skipped_not_waited_on(tmp
 
 SLOW_INDEX = """
 import os, sys, time
-import shardeval.run.cache as cache
+import shardeval.run.response_cache as cache
 real = cache.ResponseCache._index_segment
 def slow(self, path, *args):  # a cache on a slow file system: each segment takes a while to read
     open(os.environ["INDEXING_MARK"], "a").close()

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from shardeval.config import (ClusterConfig, Config, config_hash, Count, Generation, load_config,
                                   NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, parse_key_values,
                                   Probability, read_yaml, Seconds, ServiceConfig, SolverConfig)
-    from shardeval.benchmark.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, cache_dir, canonical_row,
+    from shardeval.benchmark.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, canonical_row, downloads_dir,
                                     open_from_params, open_rows, package_data)
     from shardeval.store.discover import refuse_inside_shard
     from shardeval.errors import EXIT_WITH_ERRORS, os_error, ShardError, UsageError
@@ -58,7 +58,7 @@ _LAZY = {
     "shardeval.config": "ClusterConfig Config config_hash Count Generation load_config NonNegativeFloat "
     "NonNegativeInt NonNegativeSeconds parse_key_values Probability read_yaml Seconds ServiceConfig "
     "SolverConfig",
-    "shardeval.benchmark.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark cache_dir canonical_row "
+    "shardeval.benchmark.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark canonical_row downloads_dir "
     "open_from_params open_rows package_data",
     "shardeval.store.discover": "refuse_inside_shard",
     "shardeval.errors": "EXIT_WITH_ERRORS os_error ShardError UsageError",

@@ -38,10 +38,10 @@ def vega_bundle() -> str:
     """Vega + Vega-Lite + vega-embed as one script, from vl-convert (cached per its version)."""
     vl_convert = plotting()
     from shardeval.store.atomic import atomic_write
-    from shardeval.benchmark.datasets import cache_dir
+    from shardeval.benchmark.datasets import downloads_dir
 
     version = getattr(vl_convert, "__version__", None) or vl_convert.get_vega_embed_version()
-    path = os.path.join(cache_dir(), "vega", f"vl-convert-{version}.js")
+    path = os.path.join(downloads_dir(), "vega", f"vl-convert-{version}.js")
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()

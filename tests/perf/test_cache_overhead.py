@@ -76,7 +76,7 @@ def test_cache_lookup_overhead_and_a_fully_cached_run(tmp_path):
 
 def test_the_index_holds_locations_not_responses(tmp_path):
     """The index of a cache of 50,000 entries of ~2 KB each, measured with tracemalloc."""
-    from shardeval.run.cache import SEGMENTS_DIR, CacheEntry, ResponseCache
+    from shardeval.run.response_cache import SEGMENTS_DIR, CacheEntry, ResponseCache
 
     n, text = 50_000, "word " * 400
     seg = tmp_path / "cache" / SEGMENTS_DIR

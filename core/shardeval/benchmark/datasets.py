@@ -42,12 +42,12 @@ from shardeval.store.atomic import atomic_write
 from shardeval.errors import UsageError
 from shardeval.store.regular import kind_of, open_regular
 
-__all__ = ["Rows", "RowsBenchmark", "open_rows", "open_from_params", "package_data", "cache_dir", "canonical_row",
+__all__ = ["Rows", "RowsBenchmark", "open_rows", "open_from_params", "package_data", "downloads_dir", "canonical_row",
            "SOURCE_PARAMS", "FORMATS"]
 
 FORMATS = ("jsonl", "json", "csv", "parquet")
 SOURCE_PARAMS = ("path", "url", "hf", "sha256", "format")
-CACHE_ENV = "SHARDEVAL_CACHE_DIR"
+DOWNLOADS_ENV = "SHARDEVAL_CACHE_DIR"  # the download cache's variable, under the name users already set
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 _HOW = "point it at the data with params.path (a local .jsonl/.json/.csv/.parquet file), params.url or params.hf"
 
@@ -330,8 +330,8 @@ def package_data(package: str, resource: str, *, pip_name: str | None = None, wh
         raise UsageError(f"{who}package {package!r} is installed but has no {resource} (a different version?); {how}")
     if isinstance(ref, os.PathLike):
         return os.fspath(ref)
-    data = ref.read_bytes()  # zip-imported package: materialise once in the cache
-    target_dir = os.path.join(cache_dir(), "packages", hashlib.sha256(f"{package}/{resource}".encode()).hexdigest())
+    data = ref.read_bytes()  # zip-imported package: materialise once in the download cache
+    target_dir = os.path.join(downloads_dir(), "packages", hashlib.sha256(f"{package}/{resource}".encode()).hexdigest())
     target = os.path.join(target_dir, os.path.basename(resource))
     if not (os.path.isfile(target) and _file_sha256(target) == hashlib.sha256(data).hexdigest()):
         os.makedirs(target_dir, exist_ok=True)
@@ -339,11 +339,14 @@ def package_data(package: str, resource: str, *, pip_name: str | None = None, wh
     return target
 
 
-def cache_dir() -> str:
-    """The cache root: `$SHARDEVAL_CACHE_DIR`, else platformdirs' user cache dir for shardeval."""
+def downloads_dir() -> str:
+    """The download cache: what shardeval fetches or builds once per node and reuses (data files
+    from a URL, package data of a zip-imported package, the report's Vega bundle).
+    `$SHARDEVAL_CACHE_DIR`, else platformdirs' user cache dir for shardeval. Not the response
+    cache (`cache.dir`, shardeval.run.response_cache), which holds model answers."""
     from platformdirs import user_cache_dir
 
-    return os.environ.get(CACHE_ENV) or user_cache_dir("shardeval")
+    return os.environ.get(DOWNLOADS_ENV) or user_cache_dir("shardeval")
 
 
 # --- formats -----------------------------------------------------------------------------------
@@ -493,12 +496,12 @@ def _open_hub(source: str, who: str) -> Rows:
 
 def _download(url: str, want: str | None, who: str) -> str:
     """The cached copy of `url`, downloading it (once per node, atomically) when absent or stale."""
-    directory = os.path.join(cache_dir(), "datasets", hashlib.sha256(url.encode()).hexdigest())
+    directory = os.path.join(downloads_dir(), "datasets", hashlib.sha256(url.encode()).hexdigest())
     target = os.path.join(directory, os.path.basename(urlsplit(url).path) or "data")
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"{who}cannot create the download cache {directory}: {exc.strerror or exc}; set {CACHE_ENV}") from None
+        raise UsageError(f"{who}cannot create the download cache {directory}: {exc.strerror or exc}; set {DOWNLOADS_ENV}") from None
     with _file_lock(os.path.join(directory, ".lock")):
         if not (os.path.isfile(target) and (want is None or _file_sha256(target) == want)):
             _fetch(url, target, want, who)

@@ -193,7 +193,7 @@ class SweepConfig(_Section):
 
 
 class CacheConfig(_Section):
-    """The response cache (shardeval.run.cache, docs/cache.md): where its segments live, usually a
+    """The response cache (shardeval.run.response_cache, docs/cache.md): where its segments live, usually a
     shared filesystem path. Not part of the run's identity: a cache changes where an answer comes
     from, never what it is."""
 

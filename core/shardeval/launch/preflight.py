@@ -55,7 +55,7 @@ def preflight(request: LaunchRequest) -> None:
             check_set_aside(shard)
     check_output_root(request.output_root)
     if request.config.cache is not None:
-        from shardeval.run.cache import check_usable
+        from shardeval.run.response_cache import check_usable
 
         check_usable(request.config.cache.dir)
 

@@ -74,7 +74,7 @@ class Cells:
     def __post_init__(self) -> None:
         n = self.n_problems * self.repeats
         self.status, self.error_kind = bytearray(n), bytearray(n)  # MISSING | OK | ERROR; 1 + code in kinds
-        self.cached = bytearray(n)  # 1: the standing record came from the response cache (shardeval.run.cache)
+        self.cached = bytearray(n)  # 1: the standing record came from the response cache (shardeval.run.response_cache)
         self.score, self.ttft, self.latency, self.start = (array("d", [NAN]) * n for _ in range(4))
         self.src = array("i", [-1]) * n  # shard number (index into the sorted shard list) of the winner
         self.offset, self.traj_offset = array("q", [0]) * n, array("q", [-1]) * n

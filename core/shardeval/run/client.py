@@ -47,7 +47,7 @@ Secrets (shardeval.redact)
     (`4`, `EMPTY`) is sent but replaced nowhere, since replacing it would rewrite answers. Error
     texts never hold a URL's credentials.
 
-Cache (`use_cache`, shardeval.run.cache; opt-in)
+Cache (`use_cache`, shardeval.run.response_cache; opt-in)
     Before anything is sent, a request's key (the service's declared identity, the protocol and
     the body as it would be sent) is looked up; a hit returns the stored answer as a Completion
     with `cached=True`, `attempts=0`, no ttft and the lookup's time as latency, taking no slot.
@@ -128,7 +128,7 @@ class Completion(msgspec.Struct, kw_only=True):
     prompt_logprobs: list[float | None] | None = None  # `token_logprobs`; the prompt's first is null (nothing precedes it)
     prompt_tokens_text: list[str] | None = None  # `tokens`, as text
     text_offsets: list[int] | None = None  # `text_offset`: where each token starts in `choices[0].text`
-    cached: bool = False  # served from the response cache (shardeval.run.cache): no request was sent
+    cached: bool = False  # served from the response cache (shardeval.run.response_cache): no request was sent
 
 
 # --- wire shapes: only the fields we read. Measured: decoding into these Structs beats
@@ -529,12 +529,12 @@ class Client:
                          endpoint.api_key_env, len(key.strip()), MIN_SECRET_CHARS)
         self._echoed = False  # whether an answer held the key (logged once)
         self._session: aiohttp.ClientSession | None = None
-        self.cache: Any = None  # shardeval.run.cache.ClientCache, set by `use_cache`
+        self.cache: Any = None  # shardeval.run.response_cache.ClientCache, set by `use_cache`
 
     def use_cache(self, store: Any, served: Any = None) -> None:
-        """Answer from and into the response cache `store` (a shardeval.run.cache.ResponseCache; None:
+        """Answer from and into the response cache `store` (a shardeval.run.response_cache.ResponseCache; None:
         no cache); `served` is what the endpoint said it serves (a hit stored for another is refused)."""
-        from shardeval.run.cache import ClientCache
+        from shardeval.run.response_cache import ClientCache
         from shardeval.run.service import describe
 
         self.cache = None if store is None else ClientCache(store, describe(self.config), served)

@@ -28,7 +28,7 @@ import msgspec
 from shardeval import __version__, plugins
 from shardeval.run.adaptive import make_slots
 from shardeval.benchmark import Benchmark, Problem
-from shardeval.run.cache import ResponseCache, check_usable
+from shardeval.run.response_cache import ResponseCache, check_usable
 from shardeval.run.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash, judge_identity
 from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError, os_error

@@ -73,7 +73,7 @@ class ResultRecord(msgspec.Struct, kw_only=True):
     # The run that wrote it: run_id(config hash). Records from before it existed have None; those
     # are told apart by their seed (shardeval.store.standing.Membership).
     run: str | None = None
-    # True when the answer came from the response cache (shardeval.run.cache), asked of no server now.
+    # True when the answer came from the response cache (shardeval.run.response_cache), asked of no server now.
     # Absent (UNSET) otherwise, so records without a cache stay byte-for-byte what they were.
     cached: bool | msgspec.UnsetType = msgspec.UNSET
     # The judge's reply and verdict, for a benchmark scored by a judge (absent otherwise).
