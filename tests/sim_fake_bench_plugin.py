@@ -1,5 +1,6 @@
 """A tiny benchmark plugin loaded through SHARDEVAL_PLUGINS, so simulator tests do not depend on
-the built-in benchmarks. It uses the default `Benchmark.answer_key` (an index of its prompts)."""
+the built-in benchmarks. It has no `answer_key` of its own: the simulator's default indexes its
+prompts (shardeval_sim.benchmark_hooks)."""
 
 from __future__ import annotations
 

@@ -89,3 +89,38 @@ def test_jsonl_errors_name_the_problem(tmp_path):
         JsonlBenchmark({"path": str(bad)})
     with pytest.raises(UsageError, match="prompt_field"):
         JsonlBenchmark({"path": write_jsonl(tmp_path / "c.jsonl", [{"text": "x"}])})
+
+
+def test_benchmark_declares_what_core_reads_and_nothing_only_the_simulator_uses():
+    """Core reads a benchmark only through what `Benchmark` declares (no `getattr` with a default
+    that hides an undeclared attribute); the simulator's hooks live in its plugin, with defaults
+    a benchmark that leaves them out gets."""
+    import ast
+    from pathlib import Path
+
+    import shardeval
+    from shardeval.api import Benchmark, Problem
+    from shardeval_sim.benchmark_hooks import answer_key, reply_renderer
+
+    guarded = []
+    for path in Path(shardeval.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and node.args
+                    and getattr(node.args[0], "id", None) in ("benchmark", "bench", "data")):
+                guarded.append(f"{path.name}:{node.lineno}")
+    assert guarded == []
+    assert (Benchmark.data_origin, Benchmark.judge_rubric) == ("", None)
+    assert not hasattr(Benchmark, "answer_key") and not hasattr(Benchmark, "simulated_reply")
+
+    class Two(Benchmark):
+        def size(self) -> int:
+            return 2
+
+        def problem(self, idx: int) -> Problem:
+            return Problem(idx=idx, id=str(idx), prompt=f"what is {idx} + 1?", reference=str(idx + 1))
+
+    key = answer_key(Two())
+    assert (key(" what is 1 + 1? "), key("what is 5 + 1?")) == ("2", None)
+    assert reply_renderer(Two()) is None  # the simulator's generic reply
+    arith = ArithBenchmark({"n": 5})
+    assert answer_key(arith)(arith.problem(3).prompt) == arith.problem(3).reference  # its own key

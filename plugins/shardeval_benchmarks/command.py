@@ -34,7 +34,7 @@ def _summary(factory: Any) -> str:
 
 def _origin(benchmark: Any) -> str:
     """Where a built benchmark's rows come from: its `data_origin` (set by datasets-based benchmarks)."""
-    return str(getattr(benchmark, "data_origin", "") or "")
+    return str(benchmark.data_origin or "")
 
 
 @click.command("benchmarks")

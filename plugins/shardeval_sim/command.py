@@ -23,13 +23,14 @@ def load_answer_key(bench: str | None, params: dict[str, Any]):
         return None, None, None
     from shardeval import plugins
     from shardeval.api import Problem
+    from shardeval_sim.benchmark_hooks import answer_key, reply_renderer
 
     benchmark = plugins.registry().get("benchmarks", bench, where="--bench").factory(params)
 
     def grade(question: str, reference: str, answer: str) -> bool:
         return benchmark.score(Problem(idx=0, id="judged", prompt=question, reference=reference), answer).score >= 1.0
 
-    return benchmark.answer_key(), benchmark.simulated_reply, grade
+    return answer_key(benchmark), reply_renderer(benchmark), grade
 
 
 @click.command("sim")

@@ -47,6 +47,14 @@ class Benchmark:
     # scored the old way are never merged or resumed with new ones. None: the version of the
     # plugin that provides the benchmark (every release then counts as a change).
     scorer_version: str | None = None
+    # Where its rows come from, as `shardeval benchmarks` shows it: a path, URL, `hf://` or
+    # `pkg://` name (RowsBenchmark sets it from its source). "": no data file (generated problems).
+    data_origin: str = ""
+    # Its own judge rubric (a shardeval.run.judging.Rubric, e.g. from a BYO mapping's `judge:`
+    # section), or None. With one, the benchmark is scored by a judge (a run must name the judge
+    # service), the config's `judge` keys win over it, and it keeps its own metrics rather than
+    # a judge's `mean`.
+    judge_rubric: Any = None
 
     @classmethod
     def default_sampling(cls, repeats: int) -> dict[str, Any]:
@@ -96,25 +104,6 @@ class Benchmark:
         for p in self.problems(range(self.size())):
             h.update(msgspec.json.encode(p) + b"\n")
         return "sha256:" + h.hexdigest()
-
-    def answer_key(self) -> Callable[[str], str | None]:
-        """Map a prompt text to its reference answer, for the simulator's `--accuracy`.
-
-        The default indexes every problem's text; benchmarks that can solve their own prompts
-        (like `arith`) override it to use no memory.
-        """
-        problems = self.problems(range(self.size()))
-        key = {p.user_text().strip(): p.reference for p in problems if p.reference is not None}
-        return lambda text: key.get(text.strip())
-
-    def simulated_reply(self, reference: str, correct: bool) -> str | None:
-        """The whole reply the simulator gives, right or wrong, for a problem with this reference.
-
-        None (the default) means the simulator's generic reply: filler words, then `#### <answer>`
-        with a wrong answer derived from the reference. Code and multiple-choice benchmarks
-        override it so simulated answers go through their real extraction and scoring.
-        """
-        return None
 
 
 BenchmarkFactory = Callable[[dict[str, Any]], Benchmark]

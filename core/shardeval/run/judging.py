@@ -30,9 +30,12 @@ from __future__ import annotations
 import re
 import string
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardeval.errors import UsageError
+
+if TYPE_CHECKING:
+    from shardeval.benchmark import Benchmark
 
 SINGLE = (
     "Please act as an impartial judge and evaluate the quality of the response provided by an AI assistant to the "
@@ -154,10 +157,10 @@ def _tail(reply: str) -> str:
     return repr(text if len(text) <= 80 else "…" + text[-79:])
 
 
-def metrics_when_judged(benchmark: Any) -> tuple[str, ...]:
+def metrics_when_judged(benchmark: Benchmark) -> tuple[str, ...]:
     """A judged benchmark's metrics when the config names none: its own when it says how it is
     judged (a `judge_rubric`), else `mean` (a judge's graded scores are not right/wrong)."""
-    return tuple(benchmark.metrics) if getattr(benchmark, "judge_rubric", None) is not None else ("mean",)
+    return tuple(benchmark.metrics) if benchmark.judge_rubric is not None else ("mean",)
 
 
 def check_template(template: str, where: str) -> None:
@@ -183,10 +186,10 @@ def compile_pattern(pattern: str, where: str) -> re.Pattern[str]:
         raise UsageError(f"{where} {pattern!r} is not a valid regular expression: {exc}") from None
 
 
-def rubric_for(config: Any, benchmark: Any) -> Rubric:
+def rubric_for(config: Any, benchmark: Benchmark) -> Rubric:
     """The rubric of a judged benchmark: the config's `judge` keys win over the benchmark's own
     (`judge_rubric`: a Rubric a BYO benchmark declares), which win over the defaults."""
-    own: Rubric | None = getattr(benchmark, "judge_rubric", None)
+    own: Rubric | None = benchmark.judge_rubric
     where = "the benchmark's judge section"
     mode = config.mode or (own.mode if own else "single")
     template = config.rubric if config.rubric is not None else (own.template if own else None)

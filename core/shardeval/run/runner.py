@@ -190,7 +190,7 @@ def build_benchmark(config: Config, i: int, registry) -> tuple[Benchmark, Entry,
         params = f" with params {msgspec.json.encode(bc.params).decode()}" if bc.params else ""
         raise UsageError(f"benchmarks[{i}] ({bc.id or bc.name}): no problems to ask (its data{params} holds none); "
                          "give it data that has problems, or leave it out")
-    if bc.judge is None and getattr(benchmark, "judge_rubric", None) is not None:
+    if bc.judge is None and benchmark.judge_rubric is not None:
         raise UsageError(f"benchmarks[{i}] ({bc.name}) is scored by a judge (it has a judge section); name the judge service, "
                          f"e.g. `judge: {{service: judge}}` in benchmarks[{i}], with `judge:` under services:")
     rubric = rubric_for(bc.judge, benchmark) if bc.judge is not None else None

@@ -1,0 +1,45 @@
+"""What a benchmark may give the simulator so it answers that benchmark's problems well.
+
+Core's `Benchmark` declares only what a run reads. These two hooks are the simulator's own, so
+they live here: a benchmark defines them as plain methods when the defaults do not fit (a
+benchmark plugin need not import this one: plugins are independent of each other), and the
+simulator reads them through the functions below, which supply the defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from shardeval_sim.answers import AnswerKey, Render
+
+
+class SimulatedBenchmark(Protocol):
+    """The optional hooks, with the signatures the simulator calls (every one may be left out)."""
+
+    def answer_key(self) -> AnswerKey:
+        """Map a prompt text to its reference answer, for the simulator's `--accuracy`. Without
+        it the simulator indexes every problem's text; a benchmark that can solve its own prompts
+        (like `arith`) defines it to use no memory."""
+        ...
+
+    def simulated_reply(self, reference: str, correct: bool) -> str | None:
+        """The whole reply, right or wrong, for a problem with this reference. Without it (or
+        when it returns None) the simulator's generic reply: filler words, then `#### <answer>`
+        with a wrong answer derived from the reference. Code and multiple-choice benchmarks
+        define it so simulated answers go through their real extraction and scoring."""
+        ...
+
+
+def answer_key(benchmark: Any) -> AnswerKey:
+    """The benchmark's own `answer_key()`, else an index of every problem's text."""
+    own = getattr(benchmark, "answer_key", None)
+    if own is not None:
+        return own()
+    problems = benchmark.problems(range(benchmark.size()))
+    key = {p.user_text().strip(): p.reference for p in problems if p.reference is not None}
+    return lambda text: key.get(text.strip())
+
+
+def reply_renderer(benchmark: Any) -> Render | None:
+    """The benchmark's own `simulated_reply`, else None (the simulator's generic reply)."""
+    return getattr(benchmark, "simulated_reply", None)
