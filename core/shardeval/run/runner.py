@@ -21,12 +21,12 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
-from typing import Awaitable, Iterator, TypeVar
+from typing import Awaitable, BinaryIO, Callable, Iterator, TypeVar
 
 import msgspec
 
 from shardeval import __version__, plugins
-from shardeval.run.adaptive import make_slots
+from shardeval.run.adaptive import AdaptiveSlots, make_slots
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.run.response_cache import ResponseCache, check_usable
 from shardeval.run.client import Client, Completion
@@ -516,123 +516,91 @@ class ShardRun:
         tally = Tally(plan.n_problems, plan.config.repeats)
         rejudge: dict[tuple[int, int], ResultRecord] = {}  # (problem, repeat) -> its judge error record
         n_resumed = self._resume(results_path, traj_path, tally, own, rejudge if judge is not None else None)
-        max_concurrent = plan.config.max_concurrent
-        slots = make_slots(max_concurrent, handle.client.config.adaptive)
-        where = f"benchmarks[{self.config.benchmarks.index(plan.config)}].solver.type"
-        solver_factory = plugins.registry().get("solvers", plan.config.solver.type, where).factory
-        solver: Solver = solver_factory(plan.config.solver, ServiceHandle(handle.endpoint, handle.client, slots, handle.served))
+        slots = make_slots(plan.config.max_concurrent, handle.client.config.adaptive)
+        solver = self._solver(plan, ServiceHandle(handle.endpoint, handle.client, slots, handle.served))
         total = len(plan.indices) * plan.config.repeats
         progress = Progress(plan.name, self.shard, total, done=n_resumed, interval=self.config.output.progress_interval_s)
         if n_resumed:
             log.info("%s: resuming: %d of %d already ok on disk", plan.name, n_resumed, total)
 
-        # Twice the concurrency: tasks sleeping in a retry backoff hold a window place but no slot.
-        window = asyncio.Semaphore(2 * max_concurrent)
-        self._window = window  # a stop signal frees a place in it, so a dispatcher waiting for one wakes
-        self._inflight = set()
-        with open_append(results_path, buffering=0) as results, open_append(traj_path, buffering=0) as trajectories:
-            write_traj = self.config.output.trajectories
-            loop = asyncio.get_running_loop()
-            scorer = ThreadPoolExecutor(os.cpu_count() or 1, "score") if plan.benchmark.score_in_thread else None
+        with open_append(results_path, buffering=0) as results, open_append(traj_path, buffering=0) as trajectories, \
+                PairAnswerer(plan, self.shard.idx, solver, judge, rejudge, handle.client.scrub, tally,
+                             self.config.output.trajectories) as answerer:
+            output = BenchmarkOutput(bench_dir, results, trajectories, tally, progress)
+            reach = self._reachability_of(plan, handle, total - n_resumed)
 
-            def trajectory(problem: Problem, repeat: int, record: ResultRecord, messages: list, request: dict) -> bytes | None:
-                if not write_traj:
-                    return None
-                return encode_line(
-                    TrajectoryRecord(
-                        benchmark=plan.name,
-                        problem_idx=problem.idx,
-                        problem_id=problem.id,
-                        repeat=repeat,
-                        messages=messages,
-                        request=request,
-                        status=record.status,
-                    )
-                )
-
-            async def answer(problem: Problem, repeat: int, seed: int) -> tuple[ResultRecord, bytes, bytes | None]:
-                """The pair's record and its encoded lines. Any exception on the way (the solver, the
-                client, the scorer, a value that cannot be encoded) becomes an `internal` error record
-                instead, so that no pair is ever left without one; a rerun asks it again."""
-                attempt = None
-                try:
-                    saved = rejudge.pop((problem.idx, repeat), None)
-                    # a judge error's saved answer goes to the judge again; the model is not asked
-                    attempt = Attempt(saved_completion(saved), [], {}) if saved is not None else await solver.solve(problem, seed)
-                    verdict = None
-                    if judge is not None and attempt.completion.status == "ok":
-                        verdict = await judge.grade(problem, attempt.completion.text, seed)
-                    args = (plan, problem, repeat, seed, attempt.completion, self.shard.idx, attempt.scores, verdict)
-                    record = await loop.run_in_executor(scorer, make_record, *args) if scorer else make_record(*args)
-                    if saved is not None:  # its conversation is already in trajectories.jsonl, from the first time
-                        return record, encode_line(record), None
-                    return record, encode_line(record), trajectory(problem, repeat, record, attempt.messages, attempt.request)
-                except Exception as exc:  # CancelledError is not an Exception: a cancel still cancels
-                    # an error of kind `internal`: the exception (type and message, key scrubbed), never
-                    # scored, with what the request got if it got that far
-                    message = handle.client.scrub(f"{type(exc).__name__}: {exc}")
-                    c = getattr(attempt, "completion", None)
-                    c = c if isinstance(c, Completion) else Completion(status="error", started_at=time.time())
-                    c = msgspec.structs.replace(c, status="error", error_kind="internal", error=message)
-                    record = make_record(plan, problem, repeat, seed, c, self.shard.idx)
-                    if not tally.errors["internal"]:  # the first is logged (a record is counted as it is written)
-                        log.warning("%s: problem %s repeat %d: %s; recorded as an `internal` error, asked again on rerun "
-                                    "(later ones are counted in the summary)", plan.name, problem.id, repeat, message)
-                    return record, encode_line(record), trajectory(problem, repeat, record, [], {})
-
-            reach = self._reachability.get(plan.config.solver.service)
-            if reach is None or not reach.reachable:
-                limit = min(handle.client.config.unreachable_after, total - n_resumed)
-                reach = self._reachability[plan.config.solver.service] = Reachability(handle.endpoint.base_url, limit)
-
-            async def one(problem: Problem, repeat: int) -> None:
+            async def ask(problem: Problem, repeat: int) -> None:
                 seed = request_seed(self.config.seed, plan.name, problem.id, repeat)
-                record, line, traj_line = await answer(problem, repeat, seed)
-                if self.write_failure:
-                    return  # the disk already refused a record: this answer is asked again on rerun
-                try:
-                    append_line(results, line)
-                    tally.add(record)  # on disk: counted even if its trajectory cannot be written
-                    if traj_line is not None:
-                        append_line(trajectories, traj_line)
-                except OSError as exc:
-                    self._on_write_error(exc, bench_dir)
-                    return
-                progress.advance(record.status == "ok")
-                # an answer from the cache, or a saved one judged again (no new trajectory), asked
-                # nothing of the model's endpoint: it says nothing of whether it can be reached
-                if record.cached is not True and traj_line is not None:
-                    if unreachable := reach.observe(record.status, record.error_kind, record.error):
-                        self._on_unreachable(unreachable)
-                if self.record_hook:
-                    self.hooks.record_written(record=record, out_dir=self.out_dir)
-
-            def finished(task: asyncio.Task) -> None:
-                self._inflight.discard(task)
-                window.release()
-                if not task.cancelled() and task.exception() is not None:
-                    log.error("request task failed: %r", task.exception())
+                self._keep(output, reach, *await answerer.answer(problem, repeat, seed))
 
             progress.start()
             try:
-                for problem, repeat in pending_work(plan, tally):
-                    await window.acquire()
-                    if self.stopping or self.service_failure or self.write_failure:
-                        window.release()
-                        break
-                    task = asyncio.ensure_future(one(problem, repeat))
-                    self._inflight.add(task)
-                    task.add_done_callback(finished)
-                while self._inflight:  # what ends them early cancels them: the stop signal's deadline,
-                    await asyncio.wait(set(self._inflight))  # a second signal, a dead server, a refused write
+                # Twice the concurrency: tasks sleeping in a retry backoff hold a window place but no slot.
+                await self._dispatch(pending_work(plan, tally), ask, 2 * plan.config.max_concurrent)
             finally:
                 progress.stop()
-                if scorer:
-                    scorer.shutdown(wait=True)
-        if getattr(slots, "n_cuts", 0):  # adaptive concurrency: say how far the window came down
-            log.info("%s: adaptive concurrency: %d 429(s), window cut %d time(s), lowest %.1f, now %.1f of %d",
-                     plan.name, slots.n_rate_limited, slots.n_cuts, slots.min_limit, slots.limit, slots.cap)
+        log_adaptive(plan.name, slots)
         return tally
+
+    def _solver(self, plan: BenchmarkPlan, handle: ServiceHandle) -> Solver:
+        """The benchmark's solver (how a problem becomes requests), asking through `handle`."""
+        where = f"benchmarks[{self.config.benchmarks.index(plan.config)}].solver.type"
+        return plugins.registry().get("solvers", plan.config.solver.type, where).factory(plan.config.solver, handle)
+
+    def _reachability_of(self, plan: BenchmarkPlan, handle: ServiceHandle, to_ask: int) -> Reachability:
+        """Whether the benchmark's model endpoint has ever answered: one watch per service, kept
+        across its benchmarks once it has; `to_ask` caps how many failures in a row it waits for."""
+        reach = self._reachability.get(plan.config.solver.service)
+        if reach is None or not reach.reachable:
+            limit = min(handle.client.config.unreachable_after, to_ask)
+            reach = self._reachability[plan.config.solver.service] = Reachability(handle.endpoint.base_url, limit)
+        return reach
+
+    async def _dispatch(self, pairs: Iterator[tuple[Problem, int]], ask: Callable[[Problem, int], Awaitable[None]],
+                        places: int) -> None:
+        """Start `ask` for each pair in order, at most `places` at once, until the pairs run out or
+        the shard is stopping (a signal, a dead server, a refused write); then wait for those in
+        flight. What ends them early cancels them: the stop signal's deadline, a second signal, a
+        dead server, a refused write."""
+        window = asyncio.Semaphore(places)
+        self._window = window  # a stop signal frees a place in it, so a dispatcher waiting for one wakes
+        self._inflight = set()
+
+        def finished(task: asyncio.Task) -> None:
+            self._inflight.discard(task)
+            window.release()
+            if not task.cancelled() and task.exception() is not None:
+                log.error("request task failed: %r", task.exception())
+
+        for problem, repeat in pairs:
+            await window.acquire()
+            if self.stopping or self.service_failure or self.write_failure:
+                window.release()
+                break
+            task = asyncio.ensure_future(ask(problem, repeat))
+            self._inflight.add(task)
+            task.add_done_callback(finished)
+        while self._inflight:
+            await asyncio.wait(set(self._inflight))
+
+    def _keep(self, output: BenchmarkOutput, reach: Reachability, record: ResultRecord, line: bytes, traj_line: bytes | None) -> None:
+        """Write one answer, then let the others know: the progress line, the endpoint's
+        reachability, the `record_written` hook. A write the disk refuses stops the shard."""
+        if self.write_failure:
+            return  # the disk already refused a record: this answer is asked again on rerun
+        try:
+            output.append(record, line, traj_line)
+        except OSError as exc:
+            self._on_write_error(exc, output.dir)
+            return
+        output.progress.advance(record.status == "ok")
+        # an answer from the cache, or a saved one judged again (no new trajectory), asked
+        # nothing of the model's endpoint: it says nothing of whether it can be reached
+        if record.cached is not True and traj_line is not None:
+            if unreachable := reach.observe(record.status, record.error_kind, record.error):
+                self._on_unreachable(unreachable)
+        if self.record_hook:
+            self.hooks.record_written(record=record, out_dir=self.out_dir)
 
     def _on_unreachable(self, reason: str) -> None:
         """The service's endpoint never answered (shardeval.run.reachability): stop the shard as if its
@@ -690,6 +658,110 @@ class ShardRun:
         if report.bad_lines or report.foreign:
             log.warning("%s", report.describe())
         return tally.status.count(OK)
+
+
+@dataclass
+class BenchmarkOutput:
+    """Where one benchmark's answers go: its two files (opened for append, unbuffered), the count of
+    what is on disk, and the progress line."""
+
+    dir: str
+    results: BinaryIO
+    trajectories: BinaryIO
+    tally: Tally
+    progress: Progress
+
+    def append(self, record: ResultRecord, line: bytes, traj_line: bytes | None) -> None:
+        """The record's line, then its trajectory's; raises OSError. A record on disk is counted
+        even if its trajectory cannot be written."""
+        append_line(self.results, line)
+        self.tally.add(record)
+        if traj_line is not None:
+            append_line(self.trajectories, traj_line)
+
+
+class PairAnswerer:
+    """One (problem, repeat) pair's record and its encoded lines: the solver asks the model (or a
+    `judge` error's saved answer goes to the judge again, `rejudge`), the judge grades it, the
+    benchmark scores it, in a thread pool when its scoring takes real time (`score_in_thread`;
+    the pool is shut down when the `with` block ends)."""
+
+    def __init__(self, plan: BenchmarkPlan, shard_idx: int, solver: Solver, judge: Judge | None,
+                 rejudge: dict[tuple[int, int], ResultRecord], scrub: Callable[[str], str], tally: Tally,
+                 write_trajectories: bool) -> None:
+        self.plan = plan
+        self.shard_idx = shard_idx
+        self.solver = solver
+        self.judge = judge
+        self.rejudge = rejudge  # (problem, repeat) -> its judge error record; taken as it is answered
+        self.scrub = scrub  # the client's: no key in an error message
+        self.tally = tally  # to log only the first `internal` error
+        self.write_trajectories = write_trajectories
+        self.scorer = ThreadPoolExecutor(os.cpu_count() or 1, "score") if plan.benchmark.score_in_thread else None
+
+    def __enter__(self) -> PairAnswerer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.scorer:
+            self.scorer.shutdown(wait=True)
+
+    async def answer(self, problem: Problem, repeat: int, seed: int) -> tuple[ResultRecord, bytes, bytes | None]:
+        """The pair's record and its encoded lines. Any exception on the way (the solver, the
+        client, the scorer, a value that cannot be encoded) becomes an `internal` error record
+        instead, so that no pair is ever left without one; a rerun asks it again."""
+        plan = self.plan
+        attempt = None
+        try:
+            saved = self.rejudge.pop((problem.idx, repeat), None)
+            # a judge error's saved answer goes to the judge again; the model is not asked
+            attempt = Attempt(saved_completion(saved), [], {}) if saved is not None else await self.solver.solve(problem, seed)
+            verdict = None
+            if self.judge is not None and attempt.completion.status == "ok":
+                verdict = await self.judge.grade(problem, attempt.completion.text, seed)
+            args = (plan, problem, repeat, seed, attempt.completion, self.shard_idx, attempt.scores, verdict)
+            if self.scorer:
+                record = await asyncio.get_running_loop().run_in_executor(self.scorer, make_record, *args)
+            else:
+                record = make_record(*args)
+            if saved is not None:  # its conversation is already in trajectories.jsonl, from the first time
+                return record, encode_line(record), None
+            return record, encode_line(record), self.trajectory(problem, repeat, record, attempt.messages, attempt.request)
+        except Exception as exc:  # CancelledError is not an Exception: a cancel still cancels
+            # an error of kind `internal`: the exception (type and message, key scrubbed), never
+            # scored, with what the request got if it got that far
+            message = self.scrub(f"{type(exc).__name__}: {exc}")
+            c = getattr(attempt, "completion", None)
+            c = c if isinstance(c, Completion) else Completion(status="error", started_at=time.time())
+            c = msgspec.structs.replace(c, status="error", error_kind="internal", error=message)
+            record = make_record(plan, problem, repeat, seed, c, self.shard_idx)
+            if not self.tally.errors["internal"]:  # the first is logged (a record is counted as it is written)
+                log.warning("%s: problem %s repeat %d: %s; recorded as an `internal` error, asked again on rerun "
+                            "(later ones are counted in the summary)", plan.name, problem.id, repeat, message)
+            return record, encode_line(record), self.trajectory(problem, repeat, record, [], {})
+
+    def trajectory(self, problem: Problem, repeat: int, record: ResultRecord, messages: list, request: dict) -> bytes | None:
+        """The pair's conversation as a trajectories.jsonl line; None when the config keeps none."""
+        if not self.write_trajectories:
+            return None
+        return encode_line(
+            TrajectoryRecord(
+                benchmark=self.plan.name,
+                problem_idx=problem.idx,
+                problem_id=problem.id,
+                repeat=repeat,
+                messages=messages,
+                request=request,
+                status=record.status,
+            )
+        )
+
+
+def log_adaptive(name: str, slots: asyncio.Semaphore | AdaptiveSlots) -> None:
+    """With adaptive concurrency, say how far the benchmark's window came down."""
+    if isinstance(slots, AdaptiveSlots) and slots.n_cuts:
+        log.info("%s: adaptive concurrency: %d 429(s), window cut %d time(s), lowest %.1f, now %.1f of %d",
+                 name, slots.n_rate_limited, slots.n_cuts, slots.min_limit, slots.limit, slots.cap)
 
 
 class QuietFileHandler(logging.FileHandler):
