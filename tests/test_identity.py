@@ -17,7 +17,8 @@ import pytest
 
 from conftest import running_sim, shardeval_cmd
 from shard_factory import make_shard, record
-from shardeval.config import config_hash, load_config
+from shardeval.config import load_config
+from shardeval.identity import config_hash
 from shardeval.store.records import Manifest, ServedModel, encode_line, read_manifest, write_manifest
 
 # --- the vLLM service's identity ------------------------------------------------------------------
@@ -77,11 +78,9 @@ def test_a_written_out_launch_command_counts_only_without_standard_args(tmp_path
 
 def test_every_builtin_service_declares_its_identity() -> None:
     from shardeval import plugins
-    from shardeval.run.service import identity_declared
-
     services = plugins.registry().entries["services"]
     assert {"api", "sim", "vllm"} <= set(services)
-    assert [name for name, e in services.items() if not identity_declared(e.config)] == []
+    assert [name for name, e in services.items() if not e.config.declares_identity()] == []
     assert plugins.undeclared_identities(plugins.registry()) == []
 
 
@@ -114,11 +113,11 @@ def test_a_service_without_declared_identity_is_warned_at_load_and_counts_every_
     try:
         from noident_plugin import NoIdentityConfig
 
-        from shardeval.run.service import describe
+        from shardeval.identity import service_identity
 
-        one = describe(NoIdentityConfig(type="noident"))
+        one = service_identity(NoIdentityConfig(type="noident"))
         assert one == {"type": "noident", "protocol": "chat_completions", "url": "http://127.0.0.1:1/v1", "weights": "w1"}
-        assert describe(NoIdentityConfig(type="noident", weights="w2")) != one
+        assert service_identity(NoIdentityConfig(type="noident", weights="w2")) != one
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("noident_plugin", None)

@@ -13,7 +13,17 @@ import os
 import sys
 from typing import Any
 
-from shardeval.errors import ShardError
+from shardeval import plugins
+from shardeval.config import load_config
+from shardeval.config.sampling import describe, greedy_repeats
+from shardeval.config.sweep import SWEEP_FLAG, model_config, plan_sweep
+from shardeval.errors import ShardError, UsageError
+from shardeval.identity import config_hash
+from shardeval.launch.orchestrator import LaunchRequest
+from shardeval.launch.preflight import preflight
+from shardeval.redact import RedactingFilter
+from shardeval.run.runner import ShardRun, plan_benchmarks
+from shardeval.store.shards import ShardSpec, detect_shard
 
 log = logging.getLogger("shardeval")
 
@@ -21,8 +31,6 @@ log = logging.getLogger("shardeval")
 def setup_logging() -> None:
     if log.handlers:
         return
-    from shardeval.redact import RedactingFilter
-
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("shardeval: %(message)s"))
     handler.addFilter(RedactingFilter())  # no URL credentials in a log line
@@ -35,13 +43,6 @@ def launch(
     config_path: str | None, quick: dict[str, Any], overrides: list[str],
     *, shard_flag: str | None, fresh: bool, dry_run: bool, sweep_services: str | None = None,
 ) -> int:
-    from shardeval import plugins
-    from shardeval.config import load_config
-    from shardeval.errors import UsageError
-    from shardeval.launch.orchestrator import LaunchRequest
-    from shardeval.store.shards import ShardSpec, detect_shard
-    from shardeval.config.sweep import SWEEP_FLAG, plan_sweep
-
     setup_logging()
     output_dir = quick.pop("output_dir", None)
     if quick.pop("no_cache", False):  # as an override, so it travels to the shards an orchestrator starts
@@ -56,8 +57,6 @@ def launch(
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
         request = LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
-        from shardeval.launch.preflight import preflight
-
         preflight(request)  # once, before any shard starts: one line, exit 2, nothing started or moved
         if sweep is not None and not dry_run:
             sweep.write_plan(request.output_root)
@@ -79,8 +78,6 @@ def launch(
         print_plan(config, shard, out_dir)
         print_identity(config)
         return 0
-    from shardeval.run.runner import ShardRun
-
     try:  # the shard opens its own logs/shard.log once its directory is ready
         return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh, sweep=plan).run())
     except ShardError as exc:  # already logged by the shard, in its log too
@@ -89,10 +86,7 @@ def launch(
 
 def warn_greedy_repeats(config) -> None:
     """Once the launch is checked (a mistake stays one line): repeats asked greedily, as written."""
-    from shardeval.plugins import registry
-    from shardeval.config.sampling import greedy_repeats
-
-    for warning in greedy_repeats(config, registry()):
+    for warning in greedy_repeats(config, plugins.registry()):
         log.warning("warning: %s", warning)
 
 
@@ -100,13 +94,8 @@ def print_identity(config) -> None:
     """--dry-run: the sampling each benchmark's requests carry, and the run's identity, so two
     configs can be told the same run (or not) up front (a sweep: each model's run). Printed last,
     once the dry run succeeded: a mistake stays one line."""
-    from shardeval.config import config_hash
-    from shardeval.plugins import registry
-    from shardeval.config.sampling import describe
-    from shardeval.config.sweep import model_config
-
     # stderr: a dry run's stdout is the rendered script or manifest (`… --dry-run | kubectl apply -f -`)
-    for line in describe(config, registry()):  # what every request carries, so no key is left to a server
+    for line in describe(config, plugins.registry()):  # what every request carries, so no key is left to a server
         print(f"shardeval: {line}", file=sys.stderr)
     runs = {f" of {name}": model_config(config, name) for name in config.sweep.services} if config.sweep else {"": config}
     for label, run in runs.items():
@@ -116,8 +105,6 @@ def print_identity(config) -> None:
 def print_plan(config, shard, out_dir: str) -> None:
     """--dry-run inside a shard: which problems this shard would ask, where it would write, and the
     fingerprints its manifest would carry."""
-    from shardeval.run.runner import plan_benchmarks
-
     for plan in plan_benchmarks(config, shard):
         lo, hi = plan.manifest().range
         print(
