@@ -208,8 +208,8 @@ def function_level_imports() -> list[str]:
                     continue
                 ours = [n for n in names if n.startswith((".", "shardeval"))]
                 if ours and not any(n.split(".")[1:2] and n.split(".")[1] in LEAVING for n in ours):
-                    found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
-    return sorted(set(found))
+                    found.append((str(path.relative_to(REPO)), node.lineno, ast.unparse(node)))
+    return [f"{path}:{line}: {statement}" for path, line, statement in sorted(set(found))]
 
 
 def test_few_function_level_imports_in_the_core() -> None:

@@ -64,7 +64,7 @@ def run(config_path: str | None, shard_flag: str | None, sweep_services: str | N
     A sweep config (a `sweep:` section) runs every model's shards; each model writes the
     ordinary run directory OUTPUT/<service>/, and a shard index counts models × shards.
     """
-    from shardeval.launch import launch
+    from shardeval.launch.dispatch import launch
 
     sys.exit(launch(config_path, quick, list(overrides), shard_flag=shard_flag, fresh=fresh, dry_run=dry_run,
                     sweep_services=sweep_services))

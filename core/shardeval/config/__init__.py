@@ -15,7 +15,6 @@ import msgspec
 
 from shardeval.benchmark.rubric import check_template, compile_pattern
 from shardeval.config import quick as _quick
-from shardeval.config import sampling, sweep
 from shardeval.errors import UsageError
 from shardeval.explain import Where, decode, format_path, kind
 from shardeval.plugins import registry
@@ -71,6 +70,10 @@ def load_config(
     apply_overrides(data, overrides, where)
     type_expansions(data, where)
     raw = decode(data, RawConfig, where)
+    # Not at the top: every plugin's config Struct imports this package when plugins load (`shardeval
+    # plugins`, any registry), and a sweep (the store's layout) and the sampling rules load with a config.
+    from shardeval.config import sampling, sweep
+
     sweep.resolve(raw, where)  # benchmarks' default service; a sweep's generated checkpoint services
     _quick.apply(raw, flags, path)
     services = {name: decode_service(name, section, where) for name, section in raw.services.items()}

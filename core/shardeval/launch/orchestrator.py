@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from shardeval.config import Config
 from shardeval.errors import UsageError
 from shardeval.redact import url_credentials
-from shardeval.results.sweep_merge import merge_any
 from shardeval.store.atomic import atomic_write
 
 if TYPE_CHECKING:
@@ -199,6 +198,9 @@ def merge_and_report(root: str) -> None:
     after a failure: the report then says what is missing) and print the report (of a sweep: the
     models × benchmarks table). What could not be read, and what the merge left out (no HTML
     without the plotting extra), are said on stderr as `shardeval merge` says them."""
+    # Not at the top: orchestrator plugins import this module when plugins load; merge loads when a run ends.
+    from shardeval.results.sweep_merge import merge_any
+
     try:
         merged = merge_any(root)
     except UsageError as exc:

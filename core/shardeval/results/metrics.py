@@ -19,7 +19,7 @@ from typing import Any, Callable
 import msgspec
 
 from shardeval.results.ci_methods import CI_METHODS  # noqa: F401  (re-exported)
-from shardeval.store.standing import ERROR, MISSING, OK  # ScoreTable.status codes: a cell's standing
+from shardeval.store.standing import ERROR, MISSING, OK  # noqa: F401 - ScoreTable.status codes: a cell's standing
 
 
 @dataclass
