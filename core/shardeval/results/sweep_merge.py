@@ -90,7 +90,6 @@ def merge_sweep(root: str, plan: SweepPlan, *, errors_as_wrong: bool = False, op
 
 def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOptions, errors_as_wrong: bool) -> dict[str, Any]:
     """sweep.json: the table's cells, the paired differences against the baseline, what is missing."""
-
     cells, labels, pairs, apart = [], [], [], []
     merged = {m.service: {b.manifest.name: b for b in m.result.benchmarks} for m in models if m.result is not None}
     base = merged.get(plan.baseline, {})

@@ -252,7 +252,6 @@ def _inside(root: str, source: str, plan: SweepPlan) -> SweepPlan:
 def model_roots(root: str, plan: SweepPlan) -> Iterator[tuple[str, str | None]]:
     """Each model of the sweep at `root`, in the plan's order: (name, its run directory, or None
     while no shard of that model has written). Merge, export and status all walk a sweep this way."""
-
     real_root = os.path.realpath(root)
     for name in plan.services:
         run_root = os.path.join(root, name)
