@@ -37,7 +37,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "core"), str(root / "plugins")]),
            "COLUMNS": "300", "NO_COLOR": "1"}  # no wrapped lines: the assertions read them
     command = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
-    return subprocess.run([sys.executable, "-c", command, "--config", "pyproject.toml", "--no-cache"],
+    return subprocess.run([sys.executable, "-c", command, "pyproject.toml", "--no-cache"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
 
