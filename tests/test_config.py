@@ -18,7 +18,8 @@ import pytest
 
 from conftest import shardeval_cmd
 
-from shardeval.config import Config, config_for_manifest, config_hash, load_config
+from shardeval.config import Config, config_for_manifest, load_config
+from shardeval.identity import config_hash
 from shardeval.errors import UsageError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -539,7 +540,7 @@ def _numeric_fields(struct: type, seen: set[type]) -> list[tuple[str, str, bool]
     nested Structs, lists and dicts of them."""
     import typing
 
-    from shardeval.config.explain import unwrap as _unwrap
+    from shardeval.explain import unwrap as _unwrap
 
     out = []
     if struct in seen:

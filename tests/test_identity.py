@@ -17,7 +17,8 @@ import pytest
 
 from conftest import running_sim, shardeval_cmd
 from shard_factory import make_shard, record
-from shardeval.config import config_hash, load_config
+from shardeval.config import load_config
+from shardeval.identity import config_hash
 from shardeval.store.records import Manifest, ServedModel, encode_line, read_manifest, write_manifest
 
 # --- the vLLM service's identity ------------------------------------------------------------------
@@ -77,11 +78,9 @@ def test_a_written_out_launch_command_counts_only_without_standard_args(tmp_path
 
 def test_every_builtin_service_declares_its_identity() -> None:
     from shardeval import plugins
-    from shardeval.run.service import identity_declared
-
     services = plugins.registry().entries["services"]
     assert {"api", "sim", "vllm"} <= set(services)
-    assert [name for name, e in services.items() if not identity_declared(e.config)] == []
+    assert [name for name, e in services.items() if not e.config.declares_identity()] == []
     assert plugins.undeclared_identities(plugins.registry()) == []
 
 
@@ -114,11 +113,11 @@ def test_a_service_without_declared_identity_is_warned_at_load_and_counts_every_
     try:
         from noident_plugin import NoIdentityConfig
 
-        from shardeval.run.service import describe
+        from shardeval.identity import service_identity
 
-        one = describe(NoIdentityConfig(type="noident"))
+        one = service_identity(NoIdentityConfig(type="noident"))
         assert one == {"type": "noident", "protocol": "chat_completions", "url": "http://127.0.0.1:1/v1", "weights": "w1"}
-        assert describe(NoIdentityConfig(type="noident", weights="w2")) != one
+        assert service_identity(NoIdentityConfig(type="noident", weights="w2")) != one
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("noident_plugin", None)
@@ -429,3 +428,22 @@ def test_old_manifests_without_the_new_fields_still_load() -> None:
     m = msgspec.json.decode(json.dumps(old), type=Manifest)
     assert m.served == {} and m.provenance is None and m.benchmarks[0].prompt_fingerprint is None
     assert encode_line(m)
+
+
+@pytest.mark.parametrize("section, key", [
+    ({"type": "api", "url": "http://h:1/v1", "model": "m"}, "a1fef1f93be30d25822e64bf6ba64d94422aec153bfdd85bf13331eb736d039c"),
+    ({"type": "sim"}, "40aea7ad8c8c31561793cb8350ef2b3cf4cd3cfb6e85b9a2c73d85b4bb8061c7"),
+    ({"type": "vllm", "model": "org/w", "port": 8000}, "90f2e4dbc87f812d3519c0eb6135f6a4778bf1b8ff2d96192ee0dd51cffad7a9"),
+])
+def test_the_response_cache_key_is_the_one_earlier_caches_were_written_with(section: dict, key: str) -> None:
+    """The key's rule moved into shardeval.identity (issue 25); the keys it gives are the ones
+    ClientCache.key gave before, so a cache written then still answers."""
+    from shardeval.config import decode_service
+    from shardeval.explain import Where
+    from shardeval.identity import response_key, response_key_prefix
+    from shardeval.run.response_cache import ClientCache
+
+    service = decode_service("model", section, Where(source="test"))
+    body = b'{"messages":[],"seed":1}'
+    assert response_key(response_key_prefix(service), "chat_completions", body) == key
+    assert ClientCache(None, service).key("chat_completions", body) == key  # type: ignore[arg-type]

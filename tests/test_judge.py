@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, running_sim, shardeval_cmd
-from shardeval.config import config_hash, load_config
+from shardeval.config import load_config
+from shardeval.identity import config_hash
 
 FAST = ("--ttft-ms", "0", "--itl-ms", "0")
 RETRY_ONCE = {"attempts": 1, "backoff_base": 0.01, "backoff_max": 0.01}  # a 5xx from the judge is final at once

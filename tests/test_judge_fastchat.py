@@ -31,7 +31,7 @@ import pytest
 from aiohttp import web
 
 from conftest import running_sim, shardeval_cmd
-from shardeval.run.judging import Rubric
+from shardeval.benchmark.rubric import Rubric
 
 # --- the reference: FastChat's rules, restated (see the module docstring) ---------------------------
 

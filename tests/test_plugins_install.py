@@ -280,7 +280,7 @@ def test_no_pip_for_the_interpreter_is_one_line(tmp_path, target):
 
 
 def test_zipapp_detection_is_one_function(tmp_path, monkeypatch):
-    from shardeval import from shardeval import app
+    from shardeval import app
     from shardeval.run import process
 
     pyz = tmp_path / "shardeval.pyz"

@@ -390,7 +390,8 @@ def test_the_diff_is_general_over_nested_values() -> None:
     path, a missing key and null both `unset`, True never equal to 1, long values cut, and only
     what the run identity covers (concurrency or a timeout is no change)."""
     from shardeval.config import config_for_manifest, load_config
-    from shardeval.config.diff import changes, identity_changes, summary
+    from shardeval.config.diff import changes, summary
+    from shardeval.identity import identity_changes
 
     old = {"a": {"b": [1, {"c": None}], "d": True}, "e": "x" * 100}
     new = {"a": {"b": [1, {"c": 2}, 3], "d": 1}, "f": None}

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
                                    first_number, last_number, normalize, normalize_text, numbers_equal)
     from shardeval.store.atomic import atomic_write, check_output
     from shardeval.benchmark import Benchmark, BenchmarkFactory, Problem, Score
-    from shardeval.run.client import Completion
-    from shardeval.config import (ClusterConfig, Config, config_hash, Count, Generation, load_config,
+    from shardeval.run.completion import Completion
+    from shardeval.config import (ClusterConfig, Config, Count, Generation, load_config,
                                   NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, parse_key_values,
                                   Probability, read_yaml, Seconds, ServiceConfig, SolverConfig)
     from shardeval.benchmark.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, canonical_row, downloads_dir,
@@ -27,12 +27,12 @@ if TYPE_CHECKING:
     from shardeval.store.discover import refuse_inside_shard
     from shardeval.errors import EXIT_WITH_ERRORS, os_error, ShardError, UsageError
     from shardeval.results.export import load_run
-    from shardeval.identity import incomparable
+    from shardeval.identity import config_hash, incomparable
     from shardeval.results.metrics import (ERROR, headline_metric, MISSING, OK, Metric, MetricOptions, MetricValue,
                                            PAIRED_METRICS, ScoreTable)
     from shardeval.launch.orchestrator import dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, Orchestrator, merge_and_report
     from shardeval.benchmark.params import DataParams, ParamsStruct, decode_params
-    from shardeval.run.judging import Rubric
+    from shardeval.benchmark.rubric import Rubric
     from shardeval.results.quoting import md_text, plain_text
     from shardeval.run.process import (die_with_parent, node_command, redact, resolve_port, self_command,
                                    ServerProcess)
@@ -42,7 +42,8 @@ if TYPE_CHECKING:
                                    RESULTS_FILE, TrajectoryRecord)
     from shardeval.plugins.register import Entry, Lazy, Register
     from shardeval.run.resume import check_submission, set_aside_shards
-    from shardeval.run.service import Endpoint, ServiceContext, ServiceFactory, split_endpoint_url
+    from shardeval.run.service import Endpoint, ServiceContext, ServiceFactory
+    from shardeval.config.reading import split_endpoint_url
     from shardeval.store.shards import shard_indices, shard_range, ShardSpec
     from shardeval.run.solver import Attempt, ServiceHandle, Solver, SolverFactory
     from shardeval.store.standing import nothing_to_ask
@@ -54,8 +55,8 @@ _LAZY = {
     "first_number last_number normalize normalize_text numbers_equal",
     "shardeval.store.atomic": "atomic_write check_output",
     "shardeval.benchmark": "Benchmark BenchmarkFactory Problem Score",
-    "shardeval.run.client": "Completion",
-    "shardeval.config": "ClusterConfig Config config_hash Count Generation load_config NonNegativeFloat "
+    "shardeval.run.completion": "Completion",
+    "shardeval.config": "ClusterConfig Config Count Generation load_config NonNegativeFloat "
     "NonNegativeInt NonNegativeSeconds parse_key_values Probability read_yaml Seconds ServiceConfig "
     "SolverConfig",
     "shardeval.benchmark.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark canonical_row downloads_dir "
@@ -63,10 +64,10 @@ _LAZY = {
     "shardeval.store.discover": "refuse_inside_shard",
     "shardeval.errors": "EXIT_WITH_ERRORS os_error ShardError UsageError",
     "shardeval.results.export": "load_run",
-    "shardeval.identity": "incomparable",
+    "shardeval.identity": "config_hash incomparable",
     "shardeval.results.metrics": "ERROR headline_metric MISSING OK Metric MetricOptions MetricValue PAIRED_METRICS ScoreTable",
     "shardeval.launch.orchestrator": "dump_yaml ENV_NAME escape_dollars LaunchRequest Orchestrator merge_and_report",
-    "shardeval.run.judging": "Rubric",
+    "shardeval.benchmark.rubric": "Rubric",
     "shardeval.benchmark.params": "DataParams ParamsStruct decode_params",
     "shardeval.results.quoting": "md_text plain_text",
     "shardeval.run.process": "die_with_parent node_command redact resolve_port self_command ServerProcess",
@@ -76,7 +77,8 @@ _LAZY = {
     "shardeval.store.regular": "open_regular read_regular",
     "shardeval.plugins.register": "Entry Lazy Register",
     "shardeval.run.resume": "check_submission set_aside_shards",
-    "shardeval.run.service": "Endpoint ServiceContext ServiceFactory split_endpoint_url",
+    "shardeval.run.service": "Endpoint ServiceContext ServiceFactory",
+    "shardeval.config.reading": "split_endpoint_url",
     "shardeval.store.shards": "shard_indices shard_range ShardSpec",
     "shardeval.run.solver": "Attempt ServiceHandle Solver SolverFactory",
     "shardeval.store.standing": "nothing_to_ask",

@@ -13,6 +13,9 @@ import zipfile
 from functools import lru_cache
 from typing import Any, Literal
 
+import shardeval
+from shardeval.errors import UsageError
+
 INSTALL_MODE_ENV = "SHARDEVAL_INSTALL_MODE"
 
 
@@ -31,8 +34,6 @@ def app_site_packages() -> str:
     """The directory holding shardeval's own distribution: in a zipapp, the extracted
     site-packages with every bundled distribution; in a venv, that venv's site-packages."""
     from importlib import metadata
-
-    import shardeval
 
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(shardeval.__file__)))
     if any(True for _ in metadata.distributions(name="shardeval", path=[package_parent])):
@@ -60,7 +61,5 @@ def install_mode() -> Literal["target", "pip"]:
     if forced in ("target", "pip"):
         return forced  # type: ignore[return-value]
     if forced:
-        from shardeval.errors import UsageError
-
         raise UsageError(f"{INSTALL_MODE_ENV}={forced!r}: expected `target` or `pip` (or unset it)")
     return "target" if zipapp_path() else "pip"

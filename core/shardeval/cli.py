@@ -8,7 +8,7 @@ import sys
 import click
 
 from shardeval import __version__
-from shardeval.errors import ShardError, UsageError
+from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError
 from shardeval.results.ci_methods import CI_METHODS
 
 
@@ -64,7 +64,7 @@ def run(config_path: str | None, shard_flag: str | None, sweep_services: str | N
     A sweep config (a `sweep:` section) runs every model's shards; each model writes the
     ordinary run directory OUTPUT/<service>/, and a shard index counts models × shards.
     """
-    from shardeval.launch import launch
+    from shardeval.launch.dispatch import launch
 
     sys.exit(launch(config_path, quick, list(overrides), shard_flag=shard_flag, fresh=fresh, dry_run=dry_run,
                     sweep_services=sweep_services))
@@ -108,8 +108,6 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
         if not merged.notices:
             click.echo(f"open {merged.page} in a browser: {merged.page_shows}")
     if merged.verdict != "COMPLETE":  # exit 0 only when every cell has an ok record (issue 24)
-        from shardeval.errors import EXIT_WITH_ERRORS
-
         click.echo(f"shardeval: not complete: {merged.verdict} (exit {EXIT_WITH_ERRORS}; the files are written)", err=True)
         sys.exit(EXIT_WITH_ERRORS)
 
@@ -259,7 +257,7 @@ def run_cli(command: click.Command, argv: list[str] | None, prog_name: str) -> N
     try:
         command.main(args=argv, prog_name=prog_name, standalone_mode=False)
     except (UsageError, ShardError) as exc:
-        from shardeval.redact import redact_urls
+        from shardeval.redact import redact_urls  # not at the top: it loads logging, which --version need not
 
         click.echo(f"shardeval: error: {redact_urls(str(exc))}", err=True)
         sys.exit(exc.exit_code)

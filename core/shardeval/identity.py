@@ -1,7 +1,12 @@
-"""Fingerprints of how a benchmark asks and scores, so runs that differ there are never mixed.
+"""Every fingerprint rule in one place: which results may be compared, resumed, merged or reused.
 
-The dataset fingerprint says the rows are the same; these say the rest is too:
-
+- the *config hash* (`config_hash`): everything in a config that changes results (seeds, each
+  benchmark's keys, its solver's generation, the identity of the services it asks, its judge),
+  and nothing else (URLs, ports, timeouts, concurrency, the cluster, the cache). Shards, resumes
+  and merges compare it; a refused resume names what changed (`identity_changes`).
+- a *service's identity* (`service_identity`): the keys of its section its plugin declares as
+  changing results (`ServiceConfig.identity()`), else every key of its own section.
+- a *judge's identity* (`judge_identity`) and a *rubric's* (`rubric_identity`): who judges, and how.
 - the *prompt* fingerprint hashes the problems as the benchmark renders them (prompt or turns,
   reference, metadata) at a fixed set of probe indices spread over the dataset. Every shard
   computes the same probes, so two shards agree exactly when their rendering agrees, whatever
@@ -10,16 +15,136 @@ The dataset fingerprint says the rows are the same; these say the rest is too:
   the version of the plugin that provides it) and, for scorers cheap enough to call at start-up
   (not `score_in_thread`), the scores it gives the probe problems' own reference and an empty
   answer: a changed extraction rule changes it even when nobody bumped a version.
+- a *response cache key* (`response_key`): the asking service's identity, the protocol and the
+  request body as sent.
+
+The dataset fingerprint (`Benchmark.fingerprint`) is the benchmark's own: it says the rows are
+the same; these say the rest is too. Hashes are over `canonical_json` (or msgspec's sorted JSON
+for the fingerprints): changing any rule here changes identities users have recorded.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import msgspec
 
 from shardeval.benchmark import Benchmark
+from shardeval.benchmark.rubric import JUDGING_VERSION, Rubric
+from shardeval.config import Config, JudgeConfig, ServiceConfig, config_from_data
+from shardeval.config.diff import changes
+from shardeval.config.sweep import model_config
+
+
+def canonical_json(data: Any) -> bytes:
+    """Sorted keys, no spaces, UTF-8, floats as Python writes them: the same bytes from any JSON
+    library that follows these rules, so a hash never depends on one encoder's quirks."""
+    plain = msgspec.to_builtins(data, str_keys=True)
+    return json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def config_hash(config: Config) -> str:
+    """A fingerprint of everything that changes results, and nothing else.
+
+    Shards and resumed runs compare it: URLs, ports, API key names, timeouts, retries, concurrency,
+    output settings, the cluster (shard count included) and the response cache may differ between them; seeds,
+    prompts, generation parameters, repeats and the model may not.
+    """
+    if config.sweep is not None:  # a sweep's identity: that of each model's run, in order
+        runs = {name: config_hash(model_config(config, name)) for name in config.sweep.services}
+        return f"sha256:{hashlib.sha256(canonical_json(runs)).hexdigest()[:16]}"
+    benchmarks = []
+    for bench in config.benchmarks:
+        service, solver = config.services.get(bench.solver.service), bench.solver
+        benchmarks.append({
+            **({} if bench.id is None else {"id": bench.id}),  # absent: older hashes stay valid
+            "name": bench.name, "params": bench.params, "repeats": bench.repeats, "max_problems": bench.max_problems,
+            "solver": {"type": solver.type, "system_prompt": solver.system_prompt, "generation": solver.generation,
+                       "service": service_identity(service) if service is not None else None},
+            **({} if bench.judge is None else {"judge": judge_identity(bench.judge, config.services.get(bench.judge.service))}),
+        })
+    payload = {"seed": config.seed, "shuffle_seed": config.shuffle_seed, "benchmarks": benchmarks}
+    return f"sha256:{hashlib.sha256(canonical_json(payload)).hexdigest()[:16]}"
+
+
+def service_identity(config: ServiceConfig) -> dict[str, Any]:
+    """The parts of a service config that change results (for the config hash and the response
+    cache key), as its plugin declares them in `identity()`; a plugin that declares nothing gets
+    every key of its own section."""
+    declared = config.identity()
+    if declared is None:
+        shared = {f.name for f in msgspec.structs.fields(ServiceConfig)}
+        declared = {f.name: getattr(config, f.name) for f in msgspec.structs.fields(config) if f.name not in shared}
+    return {"type": config.type, "protocol": config.protocol, **declared}
+
+
+def judge_identity(judge: JudgeConfig, service: ServiceConfig | None) -> dict[str, Any]:
+    """What of a benchmark's judge changes its scores: the judge service's declared identity, the
+    mode, rubric, verdict pattern and generation. Absent for benchmarks without a judge."""
+    return {"service": service_identity(service) if service is not None else judge.service, "mode": judge.mode,
+            "rubric": judge.rubric, "verdict": judge.verdict, "generation": judge.generation}
+
+
+def rubric_identity(rubric: Rubric) -> dict[str, Any]:
+    """What of a rubric changes verdicts: the version of the default rubrics and parsers, the
+    mode, the template and the pattern. It joins the benchmark's scorer fingerprint."""
+    return {"judging": JUDGING_VERSION, "mode": rubric.mode, "template": rubric.template, "pattern": rubric.pattern}
+
+
+def identity_view(config: Config) -> dict[str, Any]:
+    """The parts of a Config that its hash covers (`config_hash`), laid out as the config file
+    lays them out: seed, shuffle_seed, each benchmark's identity keys, and the identity
+    (`service_identity`) of each service a benchmark's solver or judge uses."""
+    used: dict[str, Any] = {}
+    benchmarks = []
+    for bench in config.benchmarks:
+        solver = bench.solver
+        entry = {"id": bench.id, "name": bench.name, "params": bench.params, "repeats": bench.repeats,
+                 "max_problems": bench.max_problems,
+                 "solver": {"type": solver.type, "service": solver.service, "system_prompt": solver.system_prompt,
+                            "generation": solver.generation}}
+        names = [solver.service]
+        if bench.judge is not None:
+            judge = bench.judge
+            entry["judge"] = {"service": judge.service, "mode": judge.mode, "rubric": judge.rubric,
+                              "verdict": judge.verdict, "generation": judge.generation}
+            names.append(judge.service)
+        for name in names:
+            if name is not None and name in config.services:
+                used[name] = service_identity(config.services[name])
+        benchmarks.append(entry)
+    view = {"seed": config.seed, "shuffle_seed": config.shuffle_seed, "services": used, "benchmarks": benchmarks}
+    return msgspec.to_builtins(view, str_keys=True)
+
+
+def identity_changes(old_config: dict[str, Any], new_config: dict[str, Any]) -> list[str]:
+    """What of the run identity differs between two recorded configs (plain data, as a manifest
+    holds them), key by key (shardeval.config.diff.changes). Both are read back as Configs; one
+    that no longer reads (written by another version, a plugin gone) is compared whole, as recorded."""
+    try:
+        old, new = identity_view(config_from_data(old_config)), identity_view(config_from_data(new_config))
+    except Exception:  # noqa: BLE001 - any reason it does not read back: compare what was recorded
+        return changes(old_config, new_config)
+    return changes(old, new)
+
+
+def response_key_prefix(service: ServiceConfig) -> bytes:
+    """The identity part of a response cache key: the asking service's declared identity (as the
+    config hash has it), in canonical JSON, then a newline."""
+    return canonical_json(service_identity(service)) + b"\n"
+
+
+def response_key(prefix: bytes, protocol: str, payload: bytes) -> str:
+    """A response cache key: SHA-256 over the service's identity (`response_key_prefix`), the
+    protocol (chat or completions) and `payload`, the request body as sent, encoded with sorted
+    keys (the same body, the same bytes)."""
+    digest = hashlib.sha256(prefix)
+    digest.update(protocol.encode() + b"\n")
+    digest.update(payload)
+    return digest.hexdigest()
+
 
 N_PROBES = 8
 
@@ -56,12 +181,12 @@ def scorer_fingerprint(benchmark: Benchmark, n_problems: int, provider_version: 
     return _digest(payload)
 
 
-def judged_fingerprint(scorer: str, rubric: dict[str, Any], judge: dict[str, Any]) -> str:
+def judged_fingerprint(scorer: str, rubric: Rubric, judge: dict[str, Any]) -> str:
     """The scorer fingerprint of a benchmark a judge scores: its own scorer's, the rubric in
-    effect (shardeval.run.judging.Rubric.identity) and who judges (config.judge_identity), so answers
-    judged differently never mix, in a run (whose config hash has the judge too) or a rescore
-    (which keeps its source's config hash)."""
-    return _digest({"benchmark": scorer, "judge": rubric, "judged_by": judge})
+    effect (`rubric_identity`) and who judges (`judge_identity`), so answers judged differently
+    never mix, in a run (whose config hash has the judge too) or a rescore (which keeps its
+    source's config hash)."""
+    return _digest({"benchmark": scorer, "judge": rubric_identity(rubric), "judged_by": judge})
 
 
 def _probe_score(benchmark: Benchmark, problem: Any, text: str) -> Any:

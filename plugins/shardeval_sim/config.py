@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Annotated, Any
 
 import msgspec
 
 from shardeval.api import Count, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig
-from shardeval_sim.settings import SIM_DEFAULTS as D
+from shardeval_sim.settings import BEHAVIOUR_KEYS, SIM_DEFAULTS as D
+
+# Knobs passed only when they differ from the default, so the command line of a sim that does not
+# judge is what it was, and a node with an older shardeval still starts it.
+ONLY_WHEN_SET = ("judge_quality", "judge_garbage")
 
 
 class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -60,6 +65,21 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     def launch_line(self, command: list[str]) -> str:
         """The `shardeval sim` command line, run as `command` on the node."""
         from shardeval.api import redact
-        from shardeval_sim.service import sim_argv
 
         return shlex.join(redact(sim_argv(self, command)))
+
+
+def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list[str]:
+    """The `shardeval sim` command line that realises a service config (always port 0), run as
+    `command` (default: this process's own command)."""
+    from shardeval.api import self_command  # process plumbing, loaded when a sim is launched, not at registration
+
+    argv = [*(command or self_command()), "sim", "--host", "127.0.0.1", "--port", "0"]
+    for key in BEHAVIOUR_KEYS:
+        value = getattr(config, key)
+        if key == "bench_params":
+            for k, v in sorted(value.items()):
+                argv += ["--bench-param", f"{k}={json.dumps(v)}"]  # JSON is YAML: the type survives
+        elif value is not None and not (key in ONLY_WHEN_SET and value == getattr(D, key)):
+            argv += ["--" + key.replace("_", "-"), str(value)]
+    return argv

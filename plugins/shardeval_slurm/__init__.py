@@ -24,8 +24,7 @@ def register_orchestrators(register):
 @hookimpl
 def run_status(run_dir: str) -> str | None:
     """Each task's SLURM state, when this plugin submitted the run (ROOT/slurm_job.json exists)."""
-    from shardeval_slurm.jobs import render_jobs
-    from shardeval_slurm.submit import read_record
+    from shardeval_slurm.jobs import read_record, render_jobs
 
     record = read_record(run_dir)
     return render_jobs(record, run_dir) if record else None
@@ -38,9 +37,8 @@ def rerun_hint(run_dir: str, shards: list[int]) -> str | None:
     import os
     import shlex
 
-    from shardeval_slurm.jobs import sweep_rerun_hint
+    from shardeval_slurm.jobs import read_record, sweep_rerun_hint
     from shardeval_slurm.render import EVAL_SCRIPT, RAY_SCRIPT
-    from shardeval_slurm.submit import read_record
 
     record = read_record(run_dir)
     if not record:

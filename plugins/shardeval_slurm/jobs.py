@@ -12,6 +12,7 @@ out of time, whose cell is not complete on disk, get the one line that resubmits
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -19,6 +20,8 @@ import shutil
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
+
+from shardeval_slurm.render import EVAL_SCRIPT, JOB_FILE
 
 # end states after which a task's cell needs running again (UNKNOWN: cancelled while pending, no record)
 RESUBMIT = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "UNKNOWN"}
@@ -115,9 +118,17 @@ class Layout:
         return manifest is not None and manifest.state == "complete"
 
     def resubmit(self, tasks: list[int]) -> str:
-        from shardeval_slurm.render import EVAL_SCRIPT
-
         return f"sbatch --array={array_spec(tasks)} {shlex.quote(os.path.join(self.root, EVAL_SCRIPT))}"
+
+
+def read_record(root: str) -> dict | None:
+    """ROOT/slurm_job.json, what this plugin recorded when it submitted (None: it did not)."""
+    try:
+        with open(os.path.join(root, JOB_FILE), encoding="utf-8") as f:
+            data = json.load(f)
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def array_spec(ids: list[int]) -> str:
@@ -177,8 +188,6 @@ def _array_lines(job: str, tasks: list[TaskState], record: dict, layout: Layout)
 def sweep_rerun_hint(run_dir: str, shards: list[int]) -> str | None:
     """For a sweep model's directory ROOT/<model>: `sbatch --array=<its cells> ROOT/eval.sbatch`,
     when this plugin submitted the sweep (ROOT/slurm_job.json names the model)."""
-    from shardeval_slurm.submit import read_record
-
     root, model = os.path.split(os.path.normpath(run_dir))
     record = read_record(root)
     layout = Layout.of(record, root) if record and record.get("array_job_id") else None

@@ -1,4 +1,5 @@
-"""Render one evaluation as SLURM batch scripts: `eval.sbatch` (the array) and `merge.sbatch`.
+"""Render one evaluation as SLURM batch scripts: `eval.sbatch` (the array) and `merge.sbatch`
+(submit.render picks these, or ray_template's ray.sbatch with `ray: true`).
 
 Pure text, no SLURM needed, so `--dry-run` and the render tests run anywhere. Written to the
 output root:
@@ -232,30 +233,6 @@ def _environment(cluster: SlurmClusterConfig) -> list[str]:
             raise UsageError(f"cluster.env.{key}: not a shell variable name (letters, digits and _, not first a digit)")
     setup = ["# cluster.setup", *cluster.setup] if cluster.setup else []
     return setup + [f"export {key}={shlex.quote(value)}" for key, value in cluster.env.items()]
-
-
-def render(request: LaunchRequest, cwd: str | None = None) -> dict[str, str]:
-    """{file name: text} to write under the output root: eval.sbatch and merge.sbatch, or
-    ray.sbatch with `ray: true`."""
-    cluster: SlurmClusterConfig = request.config.cluster  # type: ignore[assignment]
-    cwd = cwd or os.getcwd()
-    config_path = os.path.abspath(request.config_path) if request.config_path else None
-    request = replace(request, output_root=os.path.abspath(request.output_root), config_path=config_path, fresh=False)
-    pool = choose_pool(request.config)
-    command = node_command(cluster)
-    if cluster.ray and request.sweep is not None:
-        raise UsageError(
-            "cluster.ray: true does not run sweeps (its one Ray job runs the shards of one model); set cluster.ray: false "
-            "for one array of (model, shard) tasks, or use cluster.type: ray"
-        )
-    if cluster.ray:
-        from shardeval_slurm.ray_template import render_ray
-
-        return {RAY_SCRIPT: render_ray(request, pool, command, cwd)}
-    files = {EVAL_SCRIPT: render_array(request, pool, command, cwd)}
-    if cluster.merge:
-        files[MERGE_SCRIPT] = render_merge(cluster, pool, command, request.output_root, cwd)
-    return files
 
 
 def render_array(request: LaunchRequest, pool: Pool, command: list[str], cwd: str) -> str:

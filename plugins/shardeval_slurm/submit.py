@@ -1,6 +1,6 @@
 """`shardeval run` with `cluster.type: slurm` and no shard selected: write the scripts, submit them.
 
-1. render eval.sbatch + merge.sbatch (render.py) and refuse any that would hold a secret;
+1. render eval.sbatch + merge.sbatch (render.py; ray.sbatch: ray_template.py) and refuse any that would hold a secret;
 2. create ROOT/shard_<i>/logs/ for every shard (SLURM silently drops output whose directory is
    missing) and ROOT/logs/;
 3. `--dry-run`: print the scripts and stop. Otherwise `sbatch --parsable eval.sbatch`, then
@@ -38,8 +38,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from shardeval.api import UsageError, atomic_write
-from shardeval_slurm.jobs import array_spec
-from shardeval_slurm.render import EVAL_SCRIPT, JOB_FILE, MERGE_SCRIPT, RAY_SCRIPT, check_no_secrets, render
+from shardeval_slurm.jobs import array_spec, read_record
+from shardeval_slurm.ray_template import render_ray
+from shardeval_slurm.render import (EVAL_SCRIPT, JOB_FILE, MERGE_SCRIPT, RAY_SCRIPT, check_no_secrets, choose_pool,
+                                    node_command, render_array, render_merge)
 
 if TYPE_CHECKING:
     from shardeval.api import LaunchRequest
@@ -47,6 +49,28 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("shardeval")
 SBATCH_TIMEOUT_S = 120.0
+
+
+def render(request: LaunchRequest, cwd: str | None = None) -> dict[str, str]:
+    """{file name: text} to write under the output root: eval.sbatch and merge.sbatch, or
+    ray.sbatch with `ray: true`."""
+    cluster: SlurmClusterConfig = request.config.cluster  # type: ignore[assignment]
+    cwd = cwd or os.getcwd()
+    config_path = os.path.abspath(request.config_path) if request.config_path else None
+    request = replace(request, output_root=os.path.abspath(request.output_root), config_path=config_path, fresh=False)
+    pool = choose_pool(request.config)
+    command = node_command(cluster)
+    if cluster.ray and request.sweep is not None:
+        raise UsageError(
+            "cluster.ray: true does not run sweeps (its one Ray job runs the shards of one model); set cluster.ray: false "
+            "for one array of (model, shard) tasks, or use cluster.type: ray"
+        )
+    if cluster.ray:
+        return {RAY_SCRIPT: render_ray(request, pool, command, cwd)}
+    files = {EVAL_SCRIPT: render_array(request, pool, command, cwd)}
+    if cluster.merge:
+        files[MERGE_SCRIPT] = render_merge(cluster, pool, command, request.output_root, cwd)
+    return files
 
 
 def submit(request: LaunchRequest) -> int:
@@ -156,15 +180,6 @@ def _sbatch(script: str, *flags: str) -> str:
         said = " ".join(proc.stderr.split()) or proc.stdout.strip() or f"exit {proc.returncode}"
         raise UsageError(f"sbatch refused {os.path.basename(script)}: {said}")
     return job_id
-
-
-def read_record(root: str) -> dict | None:
-    try:
-        with open(os.path.join(root, JOB_FILE), encoding="utf-8") as f:
-            data = json.load(f)
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _refuse_if_still_queued(root: str) -> None:

@@ -63,7 +63,6 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     def launch_line(self, command: list[str]) -> str:
         """The `vllm serve` command line as the shard runs it, secrets redacted."""
         from shardeval.api import redact
-        from shardeval_vllm.service import vllm_argv
 
         where = " (port 0: a free port picked on the node)" if self.port == 0 else ""
         return shlex.join(redact(vllm_argv(self, self.port))) + where
@@ -87,3 +86,36 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     def port_override(self) -> dict[str, Any] | None:
         """`port: 0` picks a free port when the server starts (see ServiceConfig.port_override)."""
         return {"port": 0} if self.port != 0 else None
+
+
+def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:
+    """The full server command line for `config` listening on `port` (see the module doc for the rules)."""
+    values = {
+        "{model}": config.model,
+        "{served_model_name}": config.served_model(),
+        "{host}": config.host,
+        "{port}": str(port),
+        "{tensor_parallel_size}": str(config.tensor_parallel_size),
+    }
+
+    def fill(arg: str) -> str:
+        for placeholder, value in values.items():
+            arg = arg.replace(placeholder, value)
+        return arg
+
+    launch = list(config.launch_command or DEFAULT_LAUNCH_COMMAND)
+    argv = [fill(a) for a in launch]
+    if not any("{model}" in a for a in launch):
+        argv.append(config.model)
+    if config.standard_args:
+        argv += [
+            "--served-model-name", config.served_model(),
+            "--host", config.host,
+            "--port", str(port),
+            "--tensor-parallel-size", str(config.tensor_parallel_size),
+        ]  # fmt: skip
+        for key in ("revision", "dtype", "quantization", "max_model_len", "pipeline_parallel_size", "generation_config"):
+            if (value := getattr(config, key)) is not None:
+                argv += [f"--{key.replace('_', '-')}", str(value)]
+    argv += [fill(a) for a in config.extra_args]
+    return argv

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from shardeval.api import Endpoint, resolve_port, ServerProcess, ServiceContext, UsageError
-from shardeval_vllm.config import DEFAULT_LAUNCH_COMMAND, VllmServiceConfig
+from shardeval_vllm.config import VllmServiceConfig, vllm_argv
 
 _ANY_ADDRESS = ("", "0.0.0.0", "::")
 
@@ -21,39 +21,6 @@ def connect_host(host: str) -> str:
     if host in _ANY_ADDRESS:
         return "127.0.0.1"
     return f"[{host}]" if ":" in host else host
-
-
-def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:
-    """The full server command line for `config` listening on `port` (see config.py for the rules)."""
-    values = {
-        "{model}": config.model,
-        "{served_model_name}": config.served_model(),
-        "{host}": config.host,
-        "{port}": str(port),
-        "{tensor_parallel_size}": str(config.tensor_parallel_size),
-    }
-
-    def fill(arg: str) -> str:
-        for placeholder, value in values.items():
-            arg = arg.replace(placeholder, value)
-        return arg
-
-    launch = list(config.launch_command or DEFAULT_LAUNCH_COMMAND)
-    argv = [fill(a) for a in launch]
-    if not any("{model}" in a for a in launch):
-        argv.append(config.model)
-    if config.standard_args:
-        argv += [
-            "--served-model-name", config.served_model(),
-            "--host", config.host,
-            "--port", str(port),
-            "--tensor-parallel-size", str(config.tensor_parallel_size),
-        ]  # fmt: skip
-        for key in ("revision", "dtype", "quantization", "max_model_len", "pipeline_parallel_size", "generation_config"):
-            if (value := getattr(config, key)) is not None:
-                argv += [f"--{key.replace('_', '-')}", str(value)]
-    argv += [fill(a) for a in config.extra_args]
-    return argv
 
 
 @asynccontextmanager

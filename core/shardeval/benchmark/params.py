@@ -11,6 +11,7 @@ from typing import Any, Mapping, TypeVar
 import msgspec
 
 from shardeval.errors import UsageError
+from shardeval.explain import Where, decode  # the config loader's error wording, shared on purpose
 
 T = TypeVar("T", bound=msgspec.Struct)
 
@@ -31,8 +32,6 @@ class DataParams(ParamsStruct):
 
 def decode_params(data: Mapping[str, Any] | Any, type_: type[T], *, source: str, prefix: str = "params") -> T:
     """`data` as `type_`; a mistake is a UsageError like `SOURCE: unknown key 'params.shot'; did you mean 'shots'?`."""
-    from shardeval.config.explain import Where, decode  # the config loader's error wording, shared on purpose
-
     if not isinstance(data, Mapping):
         raise UsageError(f"{source}: {prefix or 'the mapping'} must be a mapping of keys to values, not {type(data).__name__}")
     return decode(dict(data), type_, Where(source=source), [prefix] if prefix else [])

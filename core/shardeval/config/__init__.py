@@ -1,22 +1,27 @@
 """The evaluation config: YAML → msgspec Structs, with ${VAR} expansion and -O overrides.
 
 schema: the sections as Structs; reading: YAML, expansion, overrides; quick: the `run` flags;
-explain: errors in our own words. This module runs them in order and fingerprints the result.
+shardeval.explain: errors in our own words. This module runs them in order; what of the result
+changes results (the config hash) is shardeval.identity's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from typing import Any, Mapping, Sequence
 
 import msgspec
 
+from shardeval.benchmark.rubric import check_template, compile_pattern
 from shardeval.config import quick as _quick
-from shardeval.config.explain import Where, decode, format_path, kind
-from shardeval.config.reading import apply_overrides, expand, parse_key_values, read_yaml, type_expansions  # noqa: F401
+from shardeval.errors import UsageError
+from shardeval.explain import Where, decode, format_path, kind
+from shardeval.plugins import registry
+from shardeval.redact import redact_in
+from shardeval.config.reading import (  # noqa: F401
+    apply_overrides, expand, parse_key_values, read_yaml, split_endpoint_url, type_expansions,
+)
 from shardeval.config.schema import (  # the schema, re-exported: every module imports it from here
     BenchmarkConfig, CacheConfig, ClusterConfig, Config, Count, Generation, JudgeConfig, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds,
     CheckpointsConfig, OutputConfig, Probability, Protocol, RawConfig, Retries, Seconds, ServiceConfig, SolverConfig,
@@ -65,7 +70,9 @@ def load_config(
     apply_overrides(data, overrides, where)
     type_expansions(data, where)
     raw = decode(data, RawConfig, where)
-    from shardeval.config import sweep
+    # Not at the top: every plugin's config Struct imports this package when plugins load (`shardeval
+    # plugins`, any registry), and a sweep (the store's layout) and the sampling rules load with a config.
+    from shardeval.config import sampling, sweep
 
     sweep.resolve(raw, where)  # benchmarks' default service; a sweep's generated checkpoint services
     _quick.apply(raw, flags, path)
@@ -73,16 +80,13 @@ def load_config(
     cluster = _decode_cluster(raw.cluster, where)
     config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
     _validate(config, where)
-    from shardeval.config import sampling
-    from shardeval.plugins import registry
-
     return sampling.complete(config, registry())  # no key left to a server's default (docs/benchmarks.md)
 
 
 def config_from_data(data: dict[str, Any]) -> Config:
     """A Config back from the plain data a manifest records (`config_for_manifest`): decoded as
     `load_config` decodes a file, without expansion, overrides or a sweep (a shard's config has
-    none left). For comparing an earlier run with this one (shardeval.config.diff)."""
+    none left). For comparing an earlier run with this one (shardeval.identity.identity_changes)."""
     where = Where(source="manifest.json")
     raw = decode(dict(data), RawConfig, where)
     services = {name: decode_service(name, section, where) for name, section in raw.services.items()}
@@ -90,56 +94,10 @@ def config_from_data(data: dict[str, Any]) -> Config:
     return Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
 
 
-def config_hash(config: Config) -> str:
-    """A fingerprint of everything that changes results, and nothing else.
-
-    Shards and resumed runs compare it: URLs, ports, API key names, timeouts, retries, concurrency,
-    output settings, the cluster (shard count included) and the response cache may differ between them; seeds,
-    prompts, generation parameters, repeats and the model may not.
-    """
-    from shardeval.run.service import describe
-
-    if config.sweep is not None:  # a sweep's identity: that of each model's run, in order
-        from shardeval.config.sweep import model_config
-
-        runs = {name: config_hash(model_config(config, name)) for name in config.sweep.services}
-        return f"sha256:{hashlib.sha256(canonical_json(runs)).hexdigest()[:16]}"
-    benchmarks = []
-    for bench in config.benchmarks:
-        service, solver = config.services.get(bench.solver.service), bench.solver
-        benchmarks.append({
-            **({} if bench.id is None else {"id": bench.id}),  # absent: older hashes stay valid
-            "name": bench.name, "params": bench.params, "repeats": bench.repeats, "max_problems": bench.max_problems,
-            "solver": {"type": solver.type, "system_prompt": solver.system_prompt, "generation": solver.generation,
-                       "service": describe(service) if service is not None else None},
-            **({} if bench.judge is None else {"judge": judge_identity(bench.judge, config.services.get(bench.judge.service))}),
-        })
-    payload = {"seed": config.seed, "shuffle_seed": config.shuffle_seed, "benchmarks": benchmarks}
-    return f"sha256:{hashlib.sha256(canonical_json(payload)).hexdigest()[:16]}"
-
-
-def judge_identity(judge: JudgeConfig, service: ServiceConfig | None) -> dict[str, Any]:
-    """What of a benchmark's judge changes its scores: the judge service's declared identity, the
-    mode, rubric, verdict pattern and generation. Absent for benchmarks without a judge."""
-    from shardeval.run.service import describe
-
-    return {"service": describe(service) if service is not None else judge.service, "mode": judge.mode,
-            "rubric": judge.rubric, "verdict": judge.verdict, "generation": judge.generation}
-
-
-def canonical_json(data: Any) -> bytes:
-    """Sorted keys, no spaces, UTF-8, floats as Python writes them: the same bytes from any JSON
-    library that follows these rules, so a hash never depends on one encoder's quirks."""
-    plain = msgspec.to_builtins(data, str_keys=True)
-    return json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def config_for_manifest(config: Config) -> dict[str, Any]:
     """The config as plain data for manifest.json; safe to write: keys are only ever env var names,
     and credentials in a URL are replaced by `***` (shardeval.redact). No cache: no `cache` key, so
     manifests of runs without one are what they were."""
-    from shardeval.redact import redact_in
-
     data = msgspec.to_builtins(config)
     if data.get("cache", 0) is None:
         del data["cache"]
@@ -148,9 +106,6 @@ def config_for_manifest(config: Config) -> dict[str, Any]:
 
 def decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:
     """With its type's Struct; a full …/chat/completions or …/completions `url` sets the protocol."""
-    from shardeval.plugins import registry
-    from shardeval.run.service import split_endpoint_url
-
     at = format_path(["services", name])
     service_type = section.get("type")
     if not isinstance(service_type, str):
@@ -165,8 +120,6 @@ def decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceC
 
 
 def _decode_cluster(section: dict[str, Any], where: Where) -> ClusterConfig:
-    from shardeval.plugins import registry
-
     cluster_type = section.get("type", "local")
     if not isinstance(cluster_type, str):
         raise where.error(f"expected str, got {kind(cluster_type)}", "cluster.type")
@@ -177,8 +130,6 @@ def _decode_cluster(section: dict[str, Any], where: Where) -> ClusterConfig:
 def _validate(config: Config, where: Where) -> None:
     """What the types cannot say (their ranges are declared on the Structs): one entry per
     benchmark, usable ids, solvers' services exist."""
-    from shardeval.plugins import registry
-
     if not config.benchmarks:
         raise where.error("no benchmarks: add a `benchmarks:` list (each entry with a name), or pass --bench NAME")
     seen: dict[str, int] = {}
@@ -205,9 +156,6 @@ def _validate(config: Config, where: Where) -> None:
 
 def _validate_judge(judge: JudgeConfig, config: Config, where: Where, at: str) -> None:
     """The judge's service exists; its rubric and pattern are usable (one line each)."""
-    from shardeval.errors import UsageError
-    from shardeval.run.judging import check_template, compile_pattern
-
     if judge.service not in config.services:
         defined = ", ".join(config.services) or "none"
         raise where.error(f"no service {judge.service!r} to judge with; defined: {defined} (add it under services:)", f"{at}.service")

@@ -3,9 +3,9 @@
 A resume refused for a changed config hash should say what changed
 (`benchmarks[0].solver.generation.top_p: unset -> 0.9`), not only that two hashes differ.
 `changes` compares any two plain values (nested dicts and lists; a missing key and null both
-read `unset`); `identity_changes` applies it to the part of two configs that the config hash
-covers (`identity_view`), so a changed URL or timeout, which a resume accepts, is never named as
-the reason. The configs compared are a manifest's recorded `config` and the new one.
+read `unset`); shardeval.identity.identity_changes applies it to the part of two configs that the
+config hash covers, so a changed URL or timeout, which a resume accepts, is never named as the
+reason. The configs compared are a manifest's recorded `config` and the new one.
 """
 
 from __future__ import annotations
@@ -41,49 +41,6 @@ def summary(found: list[str]) -> str:
     """The changes for one line: the first MAX_SHOWN, then how many more."""
     shown = "; ".join(found[:MAX_SHOWN])
     return shown + (f"; and {len(found) - MAX_SHOWN} more" if len(found) > MAX_SHOWN else "")
-
-
-def identity_view(config: Any) -> dict[str, Any]:
-    """The parts of a Config that its hash covers (shardeval.config.config_hash), laid out as the
-    config file lays them out: seed, shuffle_seed, each benchmark's identity keys, and the
-    identity (`service.describe`) of each service a benchmark's solver or judge uses."""
-    import msgspec
-
-    from shardeval.run.service import describe
-
-    used: dict[str, Any] = {}
-    benchmarks = []
-    for bench in config.benchmarks:
-        solver = bench.solver
-        entry = {"id": bench.id, "name": bench.name, "params": bench.params, "repeats": bench.repeats,
-                 "max_problems": bench.max_problems,
-                 "solver": {"type": solver.type, "service": solver.service, "system_prompt": solver.system_prompt,
-                            "generation": solver.generation}}
-        names = [solver.service]
-        if bench.judge is not None:
-            judge = bench.judge
-            entry["judge"] = {"service": judge.service, "mode": judge.mode, "rubric": judge.rubric,
-                              "verdict": judge.verdict, "generation": judge.generation}
-            names.append(judge.service)
-        for name in names:
-            if name is not None and name in config.services:
-                used[name] = describe(config.services[name])
-        benchmarks.append(entry)
-    view = {"seed": config.seed, "shuffle_seed": config.shuffle_seed, "services": used, "benchmarks": benchmarks}
-    return msgspec.to_builtins(view, str_keys=True)
-
-
-def identity_changes(old_config: dict[str, Any], new_config: dict[str, Any]) -> list[str]:
-    """What of the run identity differs between two recorded configs (plain data, as a manifest
-    holds them). Both are read back as Configs; one that no longer reads (written by another
-    version, a plugin gone) is compared whole, as recorded."""
-    from shardeval.config import config_from_data
-
-    try:
-        old, new = identity_view(config_from_data(old_config)), identity_view(config_from_data(new_config))
-    except Exception:  # noqa: BLE001 - any reason it does not read back: compare what was recorded
-        return changes(old_config, new_config)
-    return changes(old, new)
 
 
 def _unset(value: Any) -> Any:

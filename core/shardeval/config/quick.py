@@ -8,6 +8,7 @@ import msgspec
 
 from shardeval.config.schema import CacheConfig, RawConfig, ServiceConfig
 from shardeval.errors import UsageError
+from shardeval.plugins import registry
 
 # The built-in service type that reaches a server already running at a URL: what --model-url makes
 # of a service. A default the core names, never a type it tests: a service's own config says
@@ -65,8 +66,6 @@ def apply(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -> None:
 
 
 def _quick_service(name: str, section: dict[str, Any] | None, flags: Mapping[str, Any]) -> dict[str, Any]:
-    from shardeval.plugins import registry
-
     section = dict(section or {})
     if "model_url" in flags:
         # The section as its plugin's Struct, to ask it what it is; None when it does not decode

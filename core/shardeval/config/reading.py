@@ -1,4 +1,4 @@
-"""Reading a config: the YAML file, ${VAR} expansion, -O overrides and `KEY=VALUE` flags."""
+"""Reading a config: the YAML file, ${VAR} expansion, -O overrides, `KEY=VALUE` flags and service URLs."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any, Mapping, Sequence
 
 import msgspec
 
-from shardeval.config.explain import PathSeg, Where, format_path, kind, unwrap
-from shardeval.config.schema import ClusterConfig, RawConfig, ServiceConfig
+from shardeval.explain import PathSeg, Where, format_path, kind, unwrap
+from shardeval.config.schema import ClusterConfig, Protocol, RawConfig, ServiceConfig
 from shardeval.errors import UsageError
+from shardeval.plugins import registry
 
 
 @functools.lru_cache(maxsize=1)
@@ -145,8 +146,6 @@ def _node_at(data: Any, path: Sequence[PathSeg]) -> Any:
 def _schema_at(data: dict[str, Any], path: Sequence[PathSeg]) -> Any:
     """The declared type at a key path of the raw config (None: unknown, e.g. an unknown key or
     service type); `services.<name>` and `cluster` use their plugin's Struct."""
-    from shardeval.plugins import registry
-
     type_: Any = RawConfig
     rest = list(path)
     if (rest[:1] == ["services"] and len(rest) >= 2) or rest[:1] == ["cluster"]:  # a plugin's section
@@ -232,3 +231,12 @@ def parse_key_values(pairs: tuple[str, ...] | list[str], flag: str, example: str
         except yaml.YAMLError as exc:
             raise UsageError(f"{flag} {pair!r}: the value is not valid YAML ({getattr(exc, 'problem', exc)})") from None
     return params
+
+
+def split_endpoint_url(url: str) -> tuple[str, Protocol | None]:
+    """Accept a base URL ending in /v1 or a full endpoint URL; return (base_url, protocol or None)."""
+    stripped = url.rstrip("/")
+    for suffix, protocol in (("/chat/completions", "chat_completions"), ("/completions", "completions")):
+        if stripped.endswith(suffix):
+            return stripped[: -len(suffix)], protocol  # type: ignore[return-value]
+    return stripped, None

@@ -120,6 +120,11 @@ class ServiceConfig(_Section):
         (safe, never mixed) and the plugin is named in a warning; see docs/plugins.md."""
         return None
 
+    @classmethod
+    def declares_identity(cls) -> bool:
+        """Whether this service type says which of its keys change results (overrides `identity()`)."""
+        return cls.identity is not ServiceConfig.identity
+
     def gpus(self) -> int:
         """GPUs one instance of this service needs on its node, so orchestrators can size what a
         shard asks for (CPUs and memory per GPU, /dev/shm). 0: it runs no model here."""

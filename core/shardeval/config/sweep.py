@@ -17,47 +17,21 @@ from __future__ import annotations
 import glob
 import os
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import msgspec
 
 from shardeval.store.atomic import atomic_write
-from shardeval.config.explain import Where
+from shardeval.explain import Where
 from shardeval.config.schema import Config, RawConfig
 from shardeval.errors import UsageError
-from shardeval.store.records import SweepPlan, pretty_json, read_manifest
-from shardeval.store.regular import read_regular
+from shardeval.store.discover import PLAN_FILE, check_model_name
+from shardeval.store.records import SweepPlan, pretty_json
 from shardeval.store.shards import ShardSpec
 
 DEFAULT_SERVICE = "model"  # what a benchmark without `solver.service` asks outside a sweep
-PLAN_FILE = "sweep_plan.json"  # <out>/sweep_plan.json: the models of the latest launch, in order
 SWEEP_FLAG = "--sweep-services"
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-_SHARD_NAME = re.compile(r"shard_\d+")
-
-
-def reserved(name: str) -> str | None:
-    """Why `name` cannot be a model's folder at a sweep's root (None: it can): what shardeval
-    itself keeps there, or a shard's name (a sweep root holding shard_<i>/ reads as a run)."""
-    from shardeval.store.discover import MERGED_DIR
-    from shardeval.store.records import LOGS_DIR
-    from shardeval.run.resume import SUPERSEDED_DIR
-
-    why = {PLAN_FILE: "the sweep's plan file", MERGED_DIR: "where the sweep's merge goes",
-           SUPERSEDED_DIR: "where --fresh moves earlier results", LOGS_DIR: "the logs' folder"}.get(name)
-    if why is None and _SHARD_NAME.fullmatch(name):
-        why = "a shard directory's name"
-    return f"<out>/{name} is {why}" if why else None
-
-
-def check_model_name(name: str) -> str | None:
-    """Why `name` cannot be a model of a sweep (None: it can): a folder name of its own under the
-    sweep's root, no path (`..`, `/`, absolute), nothing shardeval keeps there."""
-    if not _NAME.fullmatch(name):
-        return f"{name!r} is not a usable folder name (<out>/{name}/); use letters, digits, '.', '_' or '-'"
-    return reserved(name)
 
 
 def resolve(raw: RawConfig, where: Where) -> None:
@@ -184,68 +158,3 @@ def plan_sweep(config: Config, only: str | None = None) -> Sweep:
         services = picked
     configs = {name: model_config(config, name) for name in services}
     return Sweep(tuple(services), config.sweep.baseline, config.cluster.shards or 1, configs, tuple(config.sweep.services))
-
-
-def read_plan(root: str) -> SweepPlan | None:
-    """The sweep whose models live under `root`: its plan file, else what the models' manifests
-    say (a sweep run by hand has no plan file); None when `root` is not a sweep."""
-    try:
-        return _inside(root, PLAN_FILE, msgspec.json.decode(read_regular(os.path.join(root, PLAN_FILE)), type=SweepPlan))
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        pass
-    plans = []
-    for child in _subdirs(root):
-        for entry in _subdirs(os.path.join(root, child)):
-            manifest = read_manifest(os.path.join(root, child, entry)) if entry.startswith("shard_") else None
-            if manifest is not None and manifest.sweep is not None and manifest.sweep.service == child:
-                plans.append(manifest.sweep)
-                break
-    if not plans:
-        return None
-    widest = max(plans, key=lambda p: len(p.services))
-    extra = [p.service for p in plans if p.service not in widest.services]
-    return _inside(root, "the models' manifest.json", msgspec.structs.replace(widest, services=[*widest.services, *extra], service=None))
-
-
-def _inside(root: str, source: str, plan: SweepPlan) -> SweepPlan:
-    """`plan`, refused in one line when a model it lists is not a folder of this sweep: a path
-    (`../other`, `/abs`) would pull another run into this sweep's merge, export or status."""
-    for name in [*plan.services, plan.baseline]:
-        if not isinstance(name, str) or (why := check_model_name(name)) is not None:
-            raise UsageError(f"{os.path.join(root, source) if source == PLAN_FILE else source + ' under ' + root} lists the "
-                             f"model {name!r}, which is not a folder of this sweep ({why}); a sweep reads only its own "
-                             f"folders: fix or remove {PLAN_FILE}, or merge that run by itself")
-    return plan
-
-
-def model_roots(root: str, plan: SweepPlan) -> Iterator[tuple[str, str | None]]:
-    """Each model of the sweep at `root`, in the plan's order: (name, its run directory, or None
-    while no shard of that model has written). Merge, export and status all walk a sweep this way."""
-    from shardeval.store.discover import find_shard_dirs
-
-    real_root = os.path.realpath(root)
-    for name in plan.services:
-        run_root = os.path.join(root, name)
-        target = os.path.realpath(run_root)
-        if os.path.dirname(target) != real_root:  # a symlink that leads elsewhere: another run, not this sweep's
-            raise UsageError(f"{run_root} leads outside the sweep (to {target}); a sweep reads only its own folders: "
-                             f"move that run into {root}, or merge it by itself")
-        yield name, run_root if os.path.isdir(run_root) and find_shard_dirs(run_root)[0] else None
-
-
-@contextmanager
-def naming_model(name: str | None) -> Iterator[None]:
-    """A usage error about one model of a sweep says which model it is about."""
-    try:
-        yield
-    except UsageError as exc:
-        if name is None:
-            raise
-        raise UsageError(f"sweep model {name!r}: {exc}") from None
-
-
-def _subdirs(path: str) -> list[str]:
-    try:
-        return sorted(entry.name for entry in os.scandir(path) if entry.is_dir())
-    except OSError:
-        return []

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from shardeval.store.atomic import atomic_write
 from shardeval.config import Config
+from shardeval.errors import UsageError
+from shardeval.redact import url_credentials
+from shardeval.store.atomic import atomic_write
 
 if TYPE_CHECKING:
     from shardeval.config.sweep import Sweep
@@ -124,9 +126,6 @@ class LaunchRequest:
     def write(self, folder: str, files: dict[str, str], mode: int | None = None) -> dict[str, str]:
         """Write {name: text} into `folder` (under the output root unless absolute), made if
         missing, each file replaced whole; {name: its path}."""
-        from shardeval.errors import UsageError
-        from shardeval.redact import url_credentials
-
         for name, text in files.items():  # a generated file never holds a URL's credentials
             if (url := url_credentials(text)) is not None:
                 raise UsageError(
@@ -199,7 +198,7 @@ def merge_and_report(root: str) -> None:
     after a failure: the report then says what is missing) and print the report (of a sweep: the
     models × benchmarks table). What could not be read, and what the merge left out (no HTML
     without the plotting extra), are said on stderr as `shardeval merge` says them."""
-    from shardeval.errors import UsageError
+    # Not at the top: orchestrator plugins import this module when plugins load; merge loads when a run ends.
     from shardeval.results.sweep_merge import merge_any
 
     try:

@@ -4,7 +4,7 @@ Each of these would otherwise be found by every shard after it started (and queu
 cluster), while the merge after them reported whatever the output directory held from before:
 
 - the output's shard directories hold this run, or none: another run (another config, shard
-  count) is refused naming what changed key by key (shardeval.config.diff), with --fresh or
+  count) is refused naming what changed key by key (shardeval.identity.identity_changes), with --fresh or
   another -o;
 - with --fresh, everything the move aside needs (no live writer holds a shard directory, each
   one's superseded/ can be made), before any shard moves anything;
@@ -27,18 +27,21 @@ import logging
 import os
 import tempfile
 
+from shardeval import plugins
 from shardeval.errors import UsageError, os_error  # noqa: F401 - UsageError: what every check raises
+from shardeval.identity import config_hash
 from shardeval.launch.orchestrator import LaunchRequest
+from shardeval.run.response_cache import check_usable
+from shardeval.run.resume import check_set_aside, check_submission, shard_dirs
+from shardeval.run.runner import build_benchmark
+from shardeval.store.discover import PLAN_FILE
+from shardeval.store.liveness import ShardLease
 
 log = logging.getLogger("shardeval")
 
 
 def preflight(request: LaunchRequest) -> None:
     """Every check above, in that order; the first failure raises."""
-    from shardeval.config import config_hash
-    from shardeval.store.liveness import ShardLease
-    from shardeval.run.resume import check_set_aside, check_submission, shard_dirs
-
     runs, total = request.runs(), request.total
     if request.config.cluster.shards_read_local_files():
         check_benchmarks(runs[0].config)  # a sweep's models share the benchmarks: their services differ
@@ -55,8 +58,6 @@ def preflight(request: LaunchRequest) -> None:
             check_set_aside(shard)
     check_output_root(request.output_root)
     if request.config.cache is not None:
-        from shardeval.run.response_cache import check_usable
-
         check_usable(request.config.cache.dir)
 
 
@@ -64,9 +65,6 @@ def check_same_kind(root: str, sweep: bool) -> None:
     """-o holds nothing of the other kind: a run launched into a sweep's root would be merged as
     that sweep, printing the sweep's old results as this run's; a sweep launched into a run's root
     would leave that run's shards beside its models and replace its merged report."""
-    from shardeval.run.resume import shard_dirs
-    from shardeval.config.sweep import PLAN_FILE
-
     if not sweep and os.path.lexists(plan := os.path.join(root, PLAN_FILE)):
         raise UsageError(f"-o {root} holds a sweep ({plan}), and this run is not one: its merge would report the sweep's "
                          "results as this run's; choose another -o")
@@ -88,9 +86,6 @@ def check_output_root(root: str) -> None:
 
 def check_benchmarks(config) -> None:
     """Build and check every benchmark as a shard would (shardeval.run.runner.build_benchmark)."""
-    from shardeval import plugins
-    from shardeval.run.runner import build_benchmark
-
     registry = plugins.registry()
     for i in range(len(config.benchmarks)):
         build_benchmark(config, i, registry)

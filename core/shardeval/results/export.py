@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Iterable, Iterator, NamedTuple
 
-from shardeval.errors import UsageError
+from shardeval.errors import UsageError, os_error
+from shardeval.results.merge import Cells, cell_warnings, read_winners, scan_results
+from shardeval.results.metrics import MISSING
+from shardeval.store.atomic import check_output, write_output
+from shardeval.store.discover import load_shards, model_roots, naming_model, read_plan, refuse_inside_shard
+from shardeval.store.records import RESULTS_FILE, ResultRecord
 
 FORMATS = {"parquet": (".parquet", ".pq"), "csv": (".csv",), "jsonl": (".jsonl", ".ndjson")}
 PARQUET_HINT = "pip install 'shardeval[parquet]'"
@@ -73,10 +78,6 @@ def identity(run: Any, manifest: Any, i: int) -> Identity:
 
 def scan(root: str, allow_mixed_models: bool = False) -> list[Scanned]:
     """Locate every standing record of a run, or of each model of a sweep (merge's scan, no metrics)."""
-    from shardeval.store.discover import load_shards
-    from shardeval.results.merge import Cells, scan_results
-    from shardeval.config.sweep import model_roots, naming_model, read_plan
-
     plan = read_plan(root)
     roots = [(None, root)] if plan is None else model_roots(root, plan)
     out = []
@@ -97,10 +98,6 @@ def scan(root: str, allow_mixed_models: bool = False) -> list[Scanned]:
 def standing(scanned: list[Scanned]) -> Iterator[tuple[Identity, Any]]:
     """(identity, ResultRecord) of every standing record, in merge order, read back where the scan found it."""
     import msgspec
-
-    from shardeval.errors import os_error
-    from shardeval.results.merge import read_winners
-    from shardeval.store.records import RESULTS_FILE, ResultRecord
 
     decode = msgspec.json.Decoder(ResultRecord).decode
     for s in scanned:
@@ -245,12 +242,6 @@ class Exported:
 
 def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: bool = False) -> Exported:
     """Write every standing record of the run (or sweep) at `root` to `out`."""
-    from shardeval.store.atomic import check_output, write_output
-    from shardeval.store.discover import refuse_inside_shard
-    from shardeval.errors import os_error
-    from shardeval.results.metrics import MISSING
-    from shardeval.results.merge import cell_warnings
-
     fmt = pick_format(fmt, out)
     if fmt == "parquet":
         need_pyarrow()  # before reading any shard

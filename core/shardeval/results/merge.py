@@ -22,8 +22,10 @@ from typing import Any, Iterable, Iterator
 
 import msgspec
 
+from shardeval import plugins
 from shardeval.store.discover import MERGED_DIR, Run, Shard, load_shards, refuse_inside_shard
 from shardeval.results.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
+from shardeval.results.report import render_report, scores_document, timing_document
 from shardeval.store.atomic import atomic_write
 from shardeval.errors import os_error
 from shardeval.store.regular import open_regular
@@ -289,8 +291,6 @@ def build_table(bench: str, cells: Cells, errors_as_wrong: bool) -> ScoreTable:
 
 def compute_metrics(table: ScoreTable, names: list[str], options: MetricOptions) -> tuple[dict[str, MetricValue], list[str]]:
     """Every metric the benchmark asks for; a metric that is not installed or fails is named, not fatal."""
-    from shardeval import plugins
-
     registry = plugins.registry()
     values: dict[str, MetricValue] = {}
     problems: list[str] = []
@@ -344,7 +344,6 @@ def write_merged(result: MergeResult, out_dir: str | None = None, confidence: fl
     timing.json, report.md and report.html (when the plotting extra is installed; otherwise a line
     in result.notices says how to get it). Every file is replaced atomically; shard files are only read."""
     from shardeval.html_page import write_html
-    from shardeval.results.report import render_report, scores_document, timing_document
     from shardeval.report_html import render_report_html
 
     out_dir = out_dir or os.path.join(result.run.root, MERGED_DIR)

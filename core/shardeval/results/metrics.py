@@ -19,8 +19,7 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from shardeval.results.ci_methods import CI_METHODS  # noqa: F401  (re-exported)
-
-MISSING, OK, ERROR = 0, 1, 2  # ScoreTable.status codes
+from shardeval.store.standing import ERROR, MISSING, OK  # noqa: F401 - ScoreTable.status codes: a cell's standing
 PAIRED_METRICS = ("accuracy", "mean")  # the metrics that are the mean of the cells' scores, which the pairing compares
 
 

@@ -10,6 +10,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
+from shardeval import plugins
 from shardeval.store.liveness import clock
 from shardeval.results.metrics import ERROR, MISSING, OK, MetricValue
 from shardeval.results.quoting import md_text
@@ -129,8 +130,6 @@ def _metric_rows(metrics: dict[str, MetricValue], confidence: float) -> list[str
 
 def rerun_how(run: "Run", shards: list[int]) -> str:
     """The launching orchestrator's way (asked through the rerun_hint hook), then the general one."""
-    from shardeval import plugins
-
     hints = [hint for hint in plugins.hooks().rerun_hint(run_dir=run.root, shards=shards) if hint]
     sweep = run.shards[0].manifest.sweep if run.shards else None
     select = f"--sweep-services {sweep.service} " if sweep is not None and sweep.service else ""

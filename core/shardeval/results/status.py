@@ -15,16 +15,17 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from shardeval.store.discover import Run, load_shards
+from shardeval import plugins
+from shardeval.errors import UsageError
+from shardeval.results.merge import Cells, build_table, compute_metrics, scan_results
+from shardeval.results.metrics import MetricOptions, MetricValue, headline_metric
+from shardeval.results.quoting import plain_text as q
+from shardeval.results.report import fmt
+from shardeval.store.discover import Run, load_shards, model_roots, read_plan
 from shardeval.store.liveness import clock
 from shardeval.store.records import RESULTS_FILE, SweepPlan
-from shardeval.results.report import fmt
 from shardeval.store.standing import Membership, count_cells
-
-if TYPE_CHECKING:
-    from shardeval.results.metrics import MetricValue
 
 NOTHING_YET = "no shard has started writing yet"
 
@@ -158,9 +159,6 @@ def running_metrics(run: Run, benchmarks: list[BenchmarkProgress]) -> None:
     with merge's own pieces (so it equals what `shardeval merge` would say now)."""
     import msgspec
 
-    from shardeval.results.merge import Cells, build_table, compute_metrics, scan_results
-    from shardeval.results.metrics import MetricOptions, headline_metric
-
     for bp, bm in zip(benchmarks, run.benchmarks):
         name = headline_metric(bm.metrics, accuracy_from_pass_at_k=True)
         if name is None:
@@ -175,9 +173,6 @@ def running_metrics(run: Run, benchmarks: list[BenchmarkProgress]) -> None:
 
 def sweep_status(root: str, plan: SweepPlan, metrics: bool = False) -> SweepStatus:
     """Each model's ordinary run, in the plan's order; a model with no shard yet is `run=None`."""
-    from shardeval.errors import UsageError
-    from shardeval.config.sweep import model_roots
-
     models = []
     for name, run_root in model_roots(root, plan):
         try:
@@ -193,8 +188,6 @@ def sweep_status(root: str, plan: SweepPlan, metrics: bool = False) -> SweepStat
 def collect(root: str, metrics: bool = False) -> RunStatus | SweepStatus:
     """What `status` shows: a run's or a sweep's numbers. Raises UsageError when `root` holds no
     run (yet)."""
-    from shardeval.config.sweep import read_plan
-
     if (plan := read_plan(root)) is not None:
         return sweep_status(root, plan, metrics)
     return run_status(load_shards(root, allow_mixed_served=True), metrics)  # progress is worth showing; merge refuses the mixture
@@ -214,8 +207,6 @@ STATE_WIDTH = len("finished_with_errors")
 def render_status(s: RunStatus) -> str:
     """The text table; every name and path in it through plain_text (a newline in a directory's
     name cannot fake a row)."""
-    from shardeval.results.quoting import plain_text as q
-
     lines = [f"{'shard':<8} {'state':<{STATE_WIDTH}} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  directory"]
     for p in s.shards:
         lines.append(f"{p.idx:<8} {p.state:<{STATE_WIDTH}} {p.records:>8}/{p.expected:<8} {p.errors:>7} {_rate(p.rate):>8} {_eta(p.eta_s):>8}  {q(p.path)}")
@@ -230,8 +221,6 @@ def render_status(s: RunStatus) -> str:
 def render_sweep_status(s: SweepStatus) -> str:
     """The grid of a sweep: per (model, benchmark) records, errors and ETA, each model's shard
     states, and what stands out (lost or missing shards), from each model's ordinary run."""
-    from shardeval.results.quoting import plain_text as q
-
     lines = [f"sweep: {len(s.services)} models x {s.shards} shard(s), baseline {q(s.baseline)}",
              f"{'model':<16} {'benchmark':<16} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  shards"]
     notes: list[str] = []
@@ -257,16 +246,12 @@ def render(s: RunStatus | SweepStatus) -> str:
 
 def plugin_status(root: str) -> list[str]:
     """What plugins add (the SLURM plugin: each array task's state)."""
-    from shardeval import plugins
-
     return [text for text in plugins.hooks().run_status(run_dir=root) if text]
 
 
 def collect_or_nothing(root: str, extra: list[str], metrics: bool = False) -> "RunStatus | SweepStatus | None":
     """collect(root), or None where no shard has written yet but plugins report on the run (e.g.
     every array task still pending): the text and the live page then both say NOTHING_YET."""
-    from shardeval.errors import UsageError
-
     try:
         return collect(root, metrics)
     except UsageError:

@@ -19,8 +19,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardeval import plugins
 from shardeval.errors import os_error
-from shardeval.results.metrics import MetricOptions, headline_metric
+from shardeval.identity import incomparable
+from shardeval.results.merge import (COMPLETE, ERRORS, PARTIAL, REPORT_HTML, merge_run, verdict_text, warnings,
+                                     write_merged)
+from shardeval.results.metrics import MISSING, MetricOptions, headline_metric
+from shardeval.results.quoting import md_text
+from shardeval.results.report import counts, fmt, fmt_p, render_report
+from shardeval.store.atomic import atomic_write
+from shardeval.store.discover import MERGED_DIR, model_roots, naming_model, read_plan, refuse_inside_shard
 from shardeval.store.records import SweepPlan, pretty_json
 
 SWEEP_JSON, SWEEP_MD, SWEEP_HTML = "sweep.json", "sweep.md", "sweep.html"
@@ -48,8 +56,6 @@ class SweepMerge:
     @property
     def verdict(self) -> str:
         """COMPLETE only when every model's run is (every cell ok); else PARTIAL or ERRORS."""
-        from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL
-
         return PARTIAL if self.partial else COMPLETE if all(m.result.complete for m in self.models) else ERRORS
 
     @property
@@ -58,8 +64,6 @@ class SweepMerge:
 
     def verdict_line(self) -> str:
         """The verdict with the counts over every model's cells (see MergeResult.verdict_line)."""
-        from shardeval.results.merge import MISSING, verdict_text
-
         results = [m.result for m in self.models if m.result is not None]
         kinds: Counter[str] = sum((r.error_cells()[1] for r in results), Counter())
         cells = sum(r.error_cells()[0] for r in results)
@@ -70,9 +74,6 @@ class SweepMerge:
 def merge_sweep(root: str, plan: SweepPlan, *, errors_as_wrong: bool = False, options: MetricOptions | None = None,
                 allow_mixed_models: bool = False) -> SweepMerge:
     """Merge every model of the sweep (writes nothing) and compare each against the baseline."""
-    from shardeval.results.merge import merge_run
-    from shardeval.config.sweep import model_roots, naming_model
-
     options = options or MetricOptions()
     models = []
     for name, run_root in model_roots(root, plan):
@@ -88,11 +89,6 @@ def merge_sweep(root: str, plan: SweepPlan, *, errors_as_wrong: bool = False, op
 
 def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOptions, errors_as_wrong: bool) -> dict[str, Any]:
     """sweep.json: the table's cells, the paired differences against the baseline, what is missing."""
-    from shardeval import plugins
-    from shardeval.results.report import counts
-
-    from shardeval.identity import incomparable
-
     cells, labels, pairs, apart = [], [], [], []
     merged = {m.service: {b.manifest.name: b for b in m.result.benchmarks} for m in models if m.result is not None}
     base = merged.get(plan.baseline, {})
@@ -132,10 +128,7 @@ def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOpt
 def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float = 0.95) -> str:
     """Each model's merged/ (or OUT/<service>/ with `out_dir`), then sweep.json, sweep.md and
     sweep.html (without the plotting extra: one line in sweep.notices says how to get it)."""
-    from shardeval.store.atomic import atomic_write
-    from shardeval.store.discover import MERGED_DIR, refuse_inside_shard
     from shardeval.html_page import write_html
-    from shardeval.results.merge import REPORT_HTML, write_merged
     from shardeval.sweep_html import render_sweep_html
 
     refuse_inside_shard(out_dir or os.path.join(sweep.root, MERGED_DIR), "-o")
@@ -161,7 +154,6 @@ def fold_notices(missing: str | None, of_models: list[tuple[str, str]], pages: l
     """The lines for stderr. A model's notices can only say its report.html was not written, for
     the reason sweep.html was not (the plotting extra): then one line says so, not one per model."""
     from shardeval.html_page import INSTALL_HINT
-    from shardeval.results.merge import REPORT_HTML
 
     if missing is None:
         return [f"{name}: {line}" for name, line in of_models]
@@ -170,8 +162,6 @@ def fold_notices(missing: str | None, of_models: list[tuple[str, str]], pages: l
 
 
 def _cell_text(cell: dict[str, Any]) -> str:
-    from shardeval.results.report import fmt
-
     text = f"{fmt(cell['value'])} [{fmt(cell['ci_low'])}, {fmt(cell['ci_high'])}]"
     if cell.get("ci_low") is not None:
         text += f" {cell['ci_method']}"
@@ -188,16 +178,11 @@ def not_compared_notes(doc: dict[str, Any]) -> list[str]:
 
 
 def _p(p: float | None) -> str:
-    from shardeval.results.report import fmt_p
-
     return fmt_p(p)
 
 
 def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
     """sweep.md: for each metric a models × benchmarks table, then the differences against the baseline."""
-    from shardeval.results.quoting import md_text
-    from shardeval.results.report import fmt
-
     doc, plan = sweep.document, sweep.plan
     benches = list(dict.fromkeys(c["benchmark"] for c in doc["cells"]))
     lines = [
@@ -257,10 +242,6 @@ def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95
     """Merge the run or the sweep at `root` and write its files. `options`: merge_run's
     (errors_as_wrong, options, allow_mixed_models). Every command that merges (`merge`, the end
     of a launch) goes through here, so they say the same things."""
-    from shardeval.results.merge import REPORT_HTML, merge_run, warnings, write_merged
-    from shardeval.results.report import render_report
-    from shardeval.config.sweep import read_plan
-
     plan = read_plan(root)
     if plan is not None:
         sweep = merge_sweep(root, plan, **options)

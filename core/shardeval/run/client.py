@@ -83,6 +83,8 @@ import aiohttp
 import msgspec
 
 from shardeval.run.adaptive import AdaptiveSlots
+from shardeval.run.response_cache import ClientCache
+from shardeval.run.completion import Completion
 from shardeval.config import Protocol, ServiceConfig, Timeouts
 from shardeval.errors import UsageError
 from shardeval.redact import MIN_SECRET_CHARS, is_secret, redact_urls
@@ -106,29 +108,6 @@ _ERROR_BODY_BYTES = 65536
 _UNDECODABLE: tuple[type[Exception], ...] = (msgspec.DecodeError, ValueError, RecursionError)
 # aiohttp >= 3.10 says "not http(s)" with its own class; older versions raise InvalidURL for it too
 _BAD_URL: tuple[type[Exception], ...] = (aiohttp.InvalidURL,) + ((aiohttp.NonHttpUrlClientError,) if hasattr(aiohttp, "NonHttpUrlClientError") else ())
-
-
-class Completion(msgspec.Struct, kw_only=True):
-    """The outcome of one request, retries included. Timings are of the final attempt."""
-
-    status: Literal["ok", "error"]
-    text: str = ""
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    ttft_s: float | None = None  # to the first generated token (content or reasoning); None unstreamed
-    latency_s: float | None = None
-    started_at: float = 0.0  # unix time of the first attempt
-    attempts: int = 0
-    error_kind: str | None = None  # timeout | rate_limited | server_error | connection | protocol | client | too_large
-    error: str | None = None
-    queued_s: float = 0.0  # waiting for a concurrency slot: client-side queueing, apart from the server
-    # From a non-streamed completions response's `logprobs` (None when the server sent none); with
-    # `echo: true` they cover the prompt's tokens, then any generated ones:
-    prompt_logprobs: list[float | None] | None = None  # `token_logprobs`; the prompt's first is null (nothing precedes it)
-    prompt_tokens_text: list[str] | None = None  # `tokens`, as text
-    text_offsets: list[int] | None = None  # `text_offset`: where each token starts in `choices[0].text`
-    cached: bool = False  # served from the response cache (shardeval.run.response_cache): no request was sent
 
 
 # --- wire shapes: only the fields we read. Measured: decoding into these Structs beats
@@ -534,10 +513,7 @@ class Client:
     def use_cache(self, store: Any, served: Any = None) -> None:
         """Answer from and into the response cache `store` (a shardeval.run.response_cache.ResponseCache; None:
         no cache); `served` is what the endpoint said it serves (a hit stored for another is refused)."""
-        from shardeval.run.response_cache import ClientCache
-        from shardeval.run.service import describe
-
-        self.cache = None if store is None else ClientCache(store, describe(self.config), served)
+        self.cache = None if store is None else ClientCache(store, self.config, served)
 
     def __repr__(self) -> str:  # never shows the headers: they hold the key
         return f"Client({self._url!r}, protocol={self.endpoint.protocol!r}, pool_size={self.pool_size})"

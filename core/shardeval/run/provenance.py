@@ -15,7 +15,8 @@ import socket
 import sys
 from typing import Any
 
-from shardeval import __version__
+from shardeval import __version__, app, plugins
+from shardeval.errors import UsageError
 from shardeval.store.records import Provenance, ServedModel
 
 log = logging.getLogger("shardeval")
@@ -24,8 +25,6 @@ BUILD_ID_ENV = "SHARDEVAL_BUILD_ID"  # set by the one-file app's entry (shims/zi
 
 
 def collect_provenance() -> Provenance:
-    from shardeval import app, plugins
-
     return Provenance(
         shardeval=__version__,
         build_id=os.environ.get(BUILD_ID_ENV) if app.zipapp_path() else None,
@@ -48,8 +47,6 @@ async def read_served(client: Any, base_url: str, model: str, service: str | Non
     or under a wrong path) no list at the base URL while `<origin>/v1/models` answers one and the
     URL as given refuses that request, raises UsageError naming what it serves and the fix.
     """
-    from shardeval.errors import UsageError
-
     served = ServedModel(model=model)
     base = base_url.rstrip("/")
     where = f"service {service!r}" if service else "the service"

@@ -28,18 +28,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 import msgspec
 
 from shardeval import __version__, plugins
 from shardeval.store.atomic import atomic_write
 from shardeval.benchmark import Benchmark, Problem
-from shardeval.config import BenchmarkConfig
-from shardeval.config.explain import Where
+from shardeval.config import BenchmarkConfig, JudgeConfig, decode_service
+from shardeval.explain import Where
 from shardeval.config.reading import apply_overrides
 from shardeval.errors import EXIT_WITH_ERRORS, UsageError, os_error
-from shardeval.identity import scorer_fingerprint
+from shardeval.identity import judge_identity, judged_fingerprint, scorer_fingerprint
+from shardeval.run.judging import JudgeServices, apply_verdict, metrics_when_judged, rubric_for
+from shardeval.run.runner import make_benchmark
+from shardeval.run.service import ServiceContext
+from shardeval.run.solver import generation_params
+from shardeval.store.discover import PLAN_FILE, find_shard_dirs, refuse_inside_shard
+from shardeval.store.liveness import ShardLease
+from shardeval.store.shards import detect_shard
 from shardeval.store.regular import open_append, read_regular
 from shardeval.store.records import (
     LOGS_DIR,
@@ -58,9 +65,6 @@ from shardeval.store.records import (
     write_manifest,
 )
 from shardeval.store.standing import Membership, count_cells, standing_error_kinds
-
-if TYPE_CHECKING:
-    from shardeval.run.judging import JudgeServices
 
 log = logging.getLogger("shardeval")
 
@@ -126,7 +130,7 @@ class JudgeSpec:
 
     service: str
     config: Any  # its ServiceConfig
-    rubric: Any  # shardeval.run.judging.Rubric
+    rubric: Any  # shardeval.benchmark.rubric.Rubric
     params: dict[str, Any]  # generation parameters
     max_concurrent: int
 
@@ -134,8 +138,6 @@ class JudgeSpec:
 def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[BenchmarkRescore]:
     """Rebuild each benchmark from the config in the shard's manifest (its data must be unchanged:
     the problems give the references) and the scorer chosen for it, with its fingerprint."""
-    from shardeval.run.runner import make_benchmark
-
     registry = plugins.registry()
     stored = manifest.config.get("benchmarks", []) if isinstance(manifest.config, dict) else []
     scored = copy.deepcopy(manifest.config) if isinstance(manifest.config, dict) else {}
@@ -177,11 +179,6 @@ def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: A
             asked: tuple[str, str | None] | None, where: str) -> BenchmarkRescore:
     """A benchmark scored again by a judge: the run's own (its `judge` section), or the service
     `--judge` names (a service of the run's config), with the mode given or the run's."""
-    from shardeval.config import JudgeConfig, decode_service, judge_identity
-    from shardeval.run.judging import metrics_when_judged, rubric_for
-    from shardeval.identity import judged_fingerprint
-    from shardeval.run.solver import generation_params
-
     services = manifest.config.get("services", {}) if isinstance(manifest.config, dict) else {}
     judge = msgspec.convert(original.get("judge") or {"service": ""}, JudgeConfig)
     if asked is not None:
@@ -197,7 +194,7 @@ def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: A
     rubric = rubric_for(judge, data)
     version = plugins.plugin_version(entry.plugin)
     identity = msgspec.to_builtins(judge_identity(judge, config))
-    fingerprint = judged_fingerprint(scorer_fingerprint(data, bm.n_problems, version), rubric.identity(), identity)
+    fingerprint = judged_fingerprint(scorer_fingerprint(data, bm.n_problems, version), rubric, identity)
     info = ScorerInfo(benchmark=bm.name, scorer=f"judge {judge.service} ({rubric.mode})", params=identity, plugin=entry.plugin,
                       plugin_version=version, fingerprint=fingerprint, replaces=bm.scorer_fingerprint)
     max_concurrent = int(original.get("max_concurrent") or 32)
@@ -209,11 +206,6 @@ def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: A
 def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: ScorerChoice) -> int:
     """Rescore this task's shard directories of RUN_DIR into NEW_DIR (all of them without a shard
     selection; with `--shard I/N` or a shard variable every N-th one from the I-th)."""
-    from shardeval.store.discover import find_shard_dirs
-    from shardeval.run.judging import JudgeServices
-    from shardeval.store.shards import detect_shard
-    from shardeval.config.sweep import PLAN_FILE
-
     if not os.path.isdir(run_dir):
         raise UsageError(f"{run_dir}: no such directory; give the run's output directory (the one that holds shard_<i>/)")
     src, dst = os.path.realpath(run_dir), os.path.realpath(out_dir)
@@ -251,8 +243,6 @@ def refuse_other_run(run_dir: str, out_dir: str) -> None:
     run's) it is refused, and so is a NEW_DIR holding a shard that is not a rescore of RUN_DIR's
     (another run, a rescore of another): rescored shards written beside them would be merged with
     them, and that run's directories would get this rescore's lock and heartbeat files."""
-    from shardeval.store.discover import find_shard_dirs, refuse_inside_shard
-
     refuse_inside_shard(out_dir, "-o")
     if not os.path.isdir(out_dir):
         return
@@ -270,8 +260,6 @@ def refuse_other_run(run_dir: str, out_dir: str) -> None:
 def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServices") -> str:
     """Rescore one shard directory into `dst`, resuming what an earlier rescore of it left there;
     return the rescored shard's state (`finished_with_errors` when records there end in errors)."""
-    from shardeval.store.liveness import ShardLease
-
     manifest = read_manifest(src)
     assert manifest is not None  # found by its manifest
     if manifest.state == "running":
@@ -402,9 +390,6 @@ def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, 
     errors; other errors and others' records are copied), in source order and resumable as
     `rescore_benchmark`. `judges` starts the judge the first time any shard asks for it."""
     import asyncio
-
-    from shardeval.run.judging import apply_verdict
-    from shardeval.run.service import ServiceContext
 
     assert b.judge is not None
     name, spec = b.manifest.name, b.judge

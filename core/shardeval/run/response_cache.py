@@ -3,7 +3,7 @@
 Opt-in (`cache: {dir: PATH}` or `shardeval run --cache-dir PATH`); see docs/cache.md.
 
 Content-addressed: the key is a SHA-256 over the service's declared identity (what the config hash
-uses: `shardeval.run.service.describe`), the protocol (chat or completions) and the whole request body
+uses: `shardeval.identity.service_identity`), the protocol (chat or completions) and the whole request body
 as sent, keys sorted (seed, every sampling parameter, `stream`). Each entry also keeps what the
 endpoint said it serves (`ServedModel.identity()`); a hit is refused when both that and the
 endpoint's current one are known and differ.
@@ -22,7 +22,6 @@ writes with one warning, and the run goes on asking the model.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import secrets
@@ -34,7 +33,9 @@ from typing import Any
 
 import msgspec
 
+from shardeval.config import ServiceConfig
 from shardeval.errors import UsageError, os_error
+from shardeval.identity import response_key, response_key_prefix
 from shardeval.store.records import ReadReport
 from shardeval.store.regular import open_regular, open_regular_fd
 
@@ -270,19 +271,14 @@ class ClientCache:
     """What a Client holds: the shared store, the service's declared identity and what its endpoint
     said it serves. Keys, looks up and stores; the Client decides what is final and successful."""
 
-    def __init__(self, store: ResponseCache, identity: dict[str, Any], served: Any = None) -> None:
-        from shardeval.config import canonical_json
-
+    def __init__(self, store: ResponseCache, service: ServiceConfig, served: Any = None) -> None:
         self.store = store
-        self._prefix = canonical_json(identity) + b"\n"
+        self._prefix = response_key_prefix(service)  # the key's identity part, the same for every request
         self.served = served.identity() if served is not None else None  # (root, max_model_len) or None
 
     def key(self, protocol: str, payload: bytes) -> str:
         """`payload`: the request body as sent, encoded with sorted keys (the same body, the same bytes)."""
-        digest = hashlib.sha256(self._prefix)
-        digest.update(protocol.encode() + b"\n")
-        digest.update(payload)
-        return digest.hexdigest()
+        return response_key(self._prefix, protocol, payload)
 
     def lookup(self, key: str) -> CacheEntry | None:
         store = self.store

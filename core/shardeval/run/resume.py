@@ -12,11 +12,15 @@ import os
 import time
 from typing import Any
 
+from shardeval.config import config_for_manifest
+from shardeval.config.diff import summary
 from shardeval.errors import UsageError, os_error
+from shardeval.identity import identity_changes
+from shardeval.store.discover import SUPERSEDED_DIR
+from shardeval.store.liveness import ShardLease
 from shardeval.store.records import HEARTBEAT_FILE, LOCK_FILE, Manifest, ServedModel, read_manifest
 
 log = logging.getLogger("shardeval")
-SUPERSEDED_DIR = "superseded"
 # The running writer's own files (shardeval.store.liveness): never set aside. A moved lock file would
 # let a second process lock a new one at the same path.
 KEPT_IN_PLACE = {SUPERSEDED_DIR, LOCK_FILE, HEARTBEAT_FILE}
@@ -47,9 +51,7 @@ def mismatch(old: Manifest, new: Manifest) -> str | None:
 
 def another_config(old: Manifest, new_hash: str, new_config: dict[str, Any]) -> str:
     """Why a directory written under another config hash is another run: what changed, key by
-    key, as far as the recorded configs say (shardeval.config.diff), then the two hashes."""
-    from shardeval.config.diff import identity_changes, summary
-
+    key, as far as the recorded configs say (shardeval.identity.identity_changes), then the two hashes."""
     found = identity_changes(old.config, new_config) if old.config and new_config else []
     changed = f", changed: {summary(found)}" if found else ""
     return f"it holds another run (config {old.config_hash}, this config is {new_hash}){changed}"
@@ -101,8 +103,6 @@ def check_submission(root: str, config_hash: str, total: int, config: Any = None
     alone). --fresh sets such results aside instead."""
     if not os.path.isdir(root):
         return
-    from shardeval.config import config_for_manifest
-
     plain = config_for_manifest(config) if config is not None else {}
     for _, shard in shard_dirs(root):
         old = read_manifest(shard)
@@ -146,8 +146,6 @@ def set_aside_shards(root: str) -> list[tuple[int, str]]:
     being written (by hand, by an earlier job) refuses in one line naming its writer and nothing
     moves; then move each one's results aside, logging where: every `shard_<i>` (shard_dirs), so
     the shards an earlier run had beyond this run's count go too. Returns (shard index, where they went)."""
-    from shardeval.store.liveness import ShardLease
-
     shards = shard_dirs(root)
     leases: list[ShardLease] = []
     try:

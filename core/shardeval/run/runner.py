@@ -30,10 +30,11 @@ from shardeval.run.adaptive import AdaptiveSlots, make_slots
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.run.response_cache import ResponseCache, check_usable
 from shardeval.run.client import Client, Completion
-from shardeval.config import BenchmarkConfig, Config, config_for_manifest, config_hash, judge_identity
+from shardeval.config import BenchmarkConfig, Config, config_for_manifest
 from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError, os_error
-from shardeval.identity import judged_fingerprint, prompt_fingerprint, scorer_fingerprint
-from shardeval.run.judging import Judge, Rubric, Verdict, apply_verdict, metrics_when_judged, rubric_for
+from shardeval.identity import config_hash, judge_identity, judged_fingerprint, prompt_fingerprint, scorer_fingerprint
+from shardeval.benchmark.rubric import Rubric
+from shardeval.run.judging import Judge, Verdict, apply_verdict, metrics_when_judged, rubric_for
 from shardeval.store.liveness import ShardLease
 from shardeval.run.process import ServerProcess, describe_exit
 from shardeval.run.progress import Progress
@@ -83,7 +84,7 @@ class BenchmarkPlan:
     prompt_fingerprint: str | None = None
     scorer_fingerprint: str | None = None
     run: str | None = None  # run_id(config hash): every record carries it, so a copied-in file is told apart
-    rubric: Rubric | None = None  # how its judge is asked and read, when a judge scores it (shardeval.run.judging)
+    rubric: Rubric | None = None  # how its judge is asked and read, when a judge scores it (shardeval.benchmark.rubric)
 
     @property
     def name(self) -> str:
@@ -172,7 +173,7 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
         plan.scorer_fingerprint = scorer_fingerprint(benchmark, n, plugins.plugin_version(entry.plugin))
         if bc.judge is not None and rubric is not None:  # a judge scores it: its rubric is the scorer
             plan.rubric = rubric
-            plan.scorer_fingerprint = judged_fingerprint(plan.scorer_fingerprint, plan.rubric.identity(),
+            plan.scorer_fingerprint = judged_fingerprint(plan.scorer_fingerprint, plan.rubric,
                                                          judge_identity(bc.judge, config.services.get(bc.judge.service)))
         plans.append(plan)
     return plans

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable
-
-import msgspec
+from typing import TYPE_CHECKING, AsyncContextManager, Callable
 
 from shardeval.config import Protocol, ServiceConfig
 
@@ -50,27 +48,3 @@ class ServiceContext:
 
 
 ServiceFactory = Callable[[str, ServiceConfig, ServiceContext], AsyncContextManager[Endpoint]]
-
-
-def split_endpoint_url(url: str) -> tuple[str, Protocol | None]:
-    """Accept a base URL ending in /v1 or a full endpoint URL; return (base_url, protocol or None)."""
-    stripped = url.rstrip("/")
-    for suffix, protocol in (("/chat/completions", "chat_completions"), ("/completions", "completions")):
-        if stripped.endswith(suffix):
-            return stripped[: -len(suffix)], protocol  # type: ignore[return-value]
-    return stripped, None
-
-
-def identity_declared(config_type: type) -> bool:
-    """Whether a service's config Struct says which of its keys change results (`identity()`)."""
-    return getattr(config_type, "identity", None) is not ServiceConfig.identity
-
-
-def describe(config: ServiceConfig) -> dict[str, Any]:
-    """The parts of a service config that change results (for the config hash), as its plugin
-    declares them in `identity()`; a plugin that declares nothing gets every key of its own section."""
-    declared = config.identity()
-    if declared is None:
-        shared = {f.name for f in msgspec.structs.fields(ServiceConfig)}
-        declared = {f.name: getattr(config, f.name) for f in msgspec.structs.fields(config) if f.name not in shared}
-    return {"type": config.type, "protocol": config.protocol, **declared}

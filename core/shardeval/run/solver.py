@@ -19,6 +19,7 @@ import msgspec
 
 from shardeval.benchmark import Problem
 from shardeval.config import Generation, SolverConfig
+from shardeval.run.completion import Completion
 from shardeval.run.service import Endpoint
 
 if TYPE_CHECKING:
@@ -339,8 +340,6 @@ def _combine(parts: list[Any], text: str, failure: tuple[str, Any] | None = None
     """One Completion for several requests (none: an empty text, answered now): attempts and queueing
     summed, the span of their times, cached when every part came from the response cache; an error
     (the first failed request's kind, its message prefixed with which part) if any failed."""
-    from shardeval.run.client import Completion
-
     start = min((c.started_at for c in parts), default=time.time())
     end = max((c.started_at + (c.latency_s or 0.0) for c in parts), default=start)
     tokens = [c.prompt_tokens for c in parts]

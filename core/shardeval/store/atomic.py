@@ -21,6 +21,9 @@ import sys
 import threading
 from typing import Callable, Iterable
 
+from shardeval.errors import UsageError
+from shardeval.store.regular import kind_of
+
 STDOUT = "-"
 
 
@@ -48,8 +51,6 @@ def output_kind(path: str) -> str:
         return "file"
     if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
         return "stream"
-    from shardeval.store.regular import kind_of
-
     what = kind_of(mode)
     code = errno.EISDIR if stat.S_ISDIR(mode) else None
     raise NotWritableHere(code, f"{what}; give the path of a file to write", path)
@@ -58,8 +59,6 @@ def output_kind(path: str) -> str:
 def check_output(path: str, flag: str) -> str:
     """`output_kind`, with what cannot take a file as one UsageError line naming `flag`, so a
     command can refuse it before it reads anything."""
-    from shardeval.errors import UsageError
-
     try:
         return output_kind(path)
     except NotWritableHere as exc:

@@ -1,24 +1,36 @@
-"""Finding the shard directories of one run and checking that they belong together.
+"""Finding the shard directories of one run and checking that they belong together; reading a
+sweep's plan and walking its models.
 
 Any directory with a manifest.json is a shard (not only `shard_N` names at the top), except the
 merge's own output and the `superseded/` folders that `--fresh` leaves behind. Shards must agree
 on the config hash, the shard count and each benchmark's data; a mixture is refused with a
-message that names the odd shard and what differs.
+message that names the odd shard and what differs. A sweep's root holds one run per model and
+`sweep_plan.json`, which names them in order (or, for a sweep run by hand, the models' manifests do).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
-from shardeval.errors import UsageError
+import msgspec
+
+from shardeval.errors import ShardError, UsageError
 from shardeval.store.liveness import Liveness, read_heartbeat, writer_liveness
-from shardeval.store.records import MANIFEST_FILE, RESULTS_FILE, BenchmarkManifest, Manifest, read_manifest
-from shardeval.run.resume import SUPERSEDED_DIR
+from shardeval.store.records import (LOGS_DIR, MANIFEST_FILE, RESULTS_FILE, BenchmarkManifest, Manifest, SweepPlan,
+                                     read_manifest)
+from shardeval.store.regular import read_regular
 
 MERGED_DIR = "merged"
+SUPERSEDED_DIR = "superseded"  # <shard>/superseded/<stamp>/: where --fresh moves earlier results
+PLAN_FILE = "sweep_plan.json"  # <out>/sweep_plan.json: the models of the latest launch, in order
 SKIP_DIRS = {MERGED_DIR, SUPERSEDED_DIR, "logs"}
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_SHARD_NAME = re.compile(r"shard_\d+")
 
 
 @dataclass
@@ -102,8 +114,6 @@ def refuse_inside_shard(path: str, flag: str) -> None:
 def _is_shard_dir(path: str) -> bool:
     """A shardeval manifest.json is there. A file of that name that is not one, or cannot be read
     (a folder called manifest.json), does not count: it says nothing about the path below it."""
-    from shardeval.errors import ShardError
-
     try:
         return read_manifest(path) is not None
     except (UsageError, ShardError):
@@ -116,8 +126,6 @@ def load_shards(root: str, allow_mixed_served: bool = False) -> Run:
     `allow_mixed_served`."""
     if not os.path.isdir(root):
         raise UsageError(f"{root}: no such directory; give the directory that holds the shard directories")
-    from shardeval.config.sweep import read_plan
-
     if (plan := read_plan(root)) is not None:
         raise UsageError(f"{root} is a sweep of {len(plan.services)} models ({', '.join(plan.services)}): give one model's "
                          f"directory, {os.path.join(root, plan.services[0])}, or merge the whole sweep with `shardeval merge {root}`")
@@ -189,3 +197,84 @@ def check_served(shards: list[Shard], allow: bool) -> list[str]:
             )
         mixed.append(text)
     return mixed
+
+
+def reserved(name: str) -> str | None:
+    """Why `name` cannot be a model's folder at a sweep's root (None: it can): what shardeval
+    itself keeps there, or a shard's name (a sweep root holding shard_<i>/ reads as a run)."""
+    why = {PLAN_FILE: "the sweep's plan file", MERGED_DIR: "where the sweep's merge goes",
+           SUPERSEDED_DIR: "where --fresh moves earlier results", LOGS_DIR: "the logs' folder"}.get(name)
+    if why is None and _SHARD_NAME.fullmatch(name):
+        why = "a shard directory's name"
+    return f"<out>/{name} is {why}" if why else None
+
+
+def check_model_name(name: str) -> str | None:
+    """Why `name` cannot be a model of a sweep (None: it can): a folder name of its own under the
+    sweep's root, no path (`..`, `/`, absolute), nothing shardeval keeps there."""
+    if not _NAME.fullmatch(name):
+        return f"{name!r} is not a usable folder name (<out>/{name}/); use letters, digits, '.', '_' or '-'"
+    return reserved(name)
+
+
+def read_plan(root: str) -> SweepPlan | None:
+    """The sweep whose models live under `root`: its plan file, else what the models' manifests
+    say (a sweep run by hand has no plan file); None when `root` is not a sweep."""
+    try:
+        return _inside(root, PLAN_FILE, msgspec.json.decode(read_regular(os.path.join(root, PLAN_FILE)), type=SweepPlan))
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    plans = []
+    for child in _subdirs(root):
+        for entry in _subdirs(os.path.join(root, child)):
+            manifest = read_manifest(os.path.join(root, child, entry)) if entry.startswith("shard_") else None
+            if manifest is not None and manifest.sweep is not None and manifest.sweep.service == child:
+                plans.append(manifest.sweep)
+                break
+    if not plans:
+        return None
+    widest = max(plans, key=lambda p: len(p.services))
+    extra = [p.service for p in plans if p.service not in widest.services]
+    return _inside(root, "the models' manifest.json", msgspec.structs.replace(widest, services=[*widest.services, *extra], service=None))
+
+
+def _inside(root: str, source: str, plan: SweepPlan) -> SweepPlan:
+    """`plan`, refused in one line when a model it lists is not a folder of this sweep: a path
+    (`../other`, `/abs`) would pull another run into this sweep's merge, export or status."""
+    for name in [*plan.services, plan.baseline]:
+        if not isinstance(name, str) or (why := check_model_name(name)) is not None:
+            raise UsageError(f"{os.path.join(root, source) if source == PLAN_FILE else source + ' under ' + root} lists the "
+                             f"model {name!r}, which is not a folder of this sweep ({why}); a sweep reads only its own "
+                             f"folders: fix or remove {PLAN_FILE}, or merge that run by itself")
+    return plan
+
+
+def model_roots(root: str, plan: SweepPlan) -> Iterator[tuple[str, str | None]]:
+    """Each model of the sweep at `root`, in the plan's order: (name, its run directory, or None
+    while no shard of that model has written). Merge, export and status all walk a sweep this way."""
+    real_root = os.path.realpath(root)
+    for name in plan.services:
+        run_root = os.path.join(root, name)
+        target = os.path.realpath(run_root)
+        if os.path.dirname(target) != real_root:  # a symlink that leads elsewhere: another run, not this sweep's
+            raise UsageError(f"{run_root} leads outside the sweep (to {target}); a sweep reads only its own folders: "
+                             f"move that run into {root}, or merge it by itself")
+        yield name, run_root if os.path.isdir(run_root) and find_shard_dirs(run_root)[0] else None
+
+
+@contextmanager
+def naming_model(name: str | None) -> Iterator[None]:
+    """A usage error about one model of a sweep says which model it is about."""
+    try:
+        yield
+    except UsageError as exc:
+        if name is None:
+            raise
+        raise UsageError(f"sweep model {name!r}: {exc}") from None
+
+
+def _subdirs(path: str) -> list[str]:
+    try:
+        return sorted(entry.name for entry in os.scandir(path) if entry.is_dir())
+    except OSError:
+        return []

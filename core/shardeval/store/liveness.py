@@ -33,6 +33,7 @@ import msgspec
 
 from shardeval.store.atomic import atomic_write
 from shardeval.errors import UsageError, os_error
+from shardeval.store.procfs import read_process
 from shardeval.store.records import HEARTBEAT_FILE, LOCK_FILE, Heartbeat
 from shardeval.store.regular import read_regular
 
@@ -69,7 +70,6 @@ def _machine() -> tuple[str | None, str | None]:
 
 
 def this_process(period_s: float, started_at: float) -> Heartbeat:
-    from shardeval.run.process import read_process  # not at the top: it imports asyncio, status need not
     boot_id, pid_ns = _machine()
     return Heartbeat(
         host=socket.gethostname(),
@@ -105,7 +105,6 @@ def same_machine(hb: Heartbeat) -> bool:
 
 def pid_alive(pid: int, start: int | None) -> bool:
     """Running (not a zombie) and the same process that wrote the heartbeat, not a reuse of its pid."""
-    from shardeval.run.process import read_process
     proc = read_process(pid)
     if proc is None:
         return os.path.exists(f"/proc/{pid}")  # listed but unreadable: cannot tell, so alive

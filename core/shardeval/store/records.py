@@ -14,6 +14,7 @@ import msgspec
 
 from shardeval.store.atomic import atomic_write
 from shardeval.errors import UsageError, os_error
+from shardeval.redact import redact_urls
 from shardeval.store.regular import open_append, open_regular, read_regular
 
 RESULTS_FILE = "results.jsonl"
@@ -347,8 +348,6 @@ def write_manifest(out_dir: str, manifest: Manifest) -> None:
     """Replace manifest.json atomically so a reader never sees half a manifest. Its reason (an
     error's text) never holds a URL's credentials."""
     if manifest.reason:
-        from shardeval.redact import redact_urls
-
         manifest.reason = redact_urls(manifest.reason)
     atomic_write(os.path.join(out_dir, MANIFEST_FILE), pretty_json(manifest))
 

@@ -24,12 +24,13 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
-from shardeval.results.metrics import ERROR, MISSING, OK  # the cell codes ScoreTable uses too
 from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, Manifest, ReadReport, ResultRecord, run_id, scan_lines
 from shardeval.store.seeds import request_seed
 from shardeval.store.shards import shard_indices
 
 __all__ = ["ERROR", "MISSING", "OK", "Membership", "count_cells", "decide", "own_records"]
+
+MISSING, OK, ERROR = 0, 1, 2  # a cell's standing, one byte per cell (ScoreTable.status uses the same codes)
 
 # What a record does to its cell.
 TAKE = "take"  # it becomes the standing record (the cell was empty, or held only errors)

@@ -1,4 +1,5 @@
-"""Config errors in our own words: which key does not fit its declared type, and why.
+"""Errors in our own words for data decoded into Structs (the config, a benchmark's params): which
+key does not fit its declared type, and why.
 
 msgspec tells only that a value does not decode. The place is found here by decoding the parts, in
 the order msgspec reads them, down to the first one that does not fit; why it does not fit comes from
