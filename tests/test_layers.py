@@ -27,9 +27,6 @@ CORE = Path(REPO) / "core" / "shardeval"
 PLUGINS = Path(REPO) / "plugins"
 # Function-level imports of shardeval modules the core may keep (issue 25: from 116).
 MAX_FUNCTION_LEVEL = 20
-# The page modules leave the core for the shardeval_pages plugin (issue 25); until they have, they
-# and the imports of them are not counted. Delete this once they are gone.
-LEAVING = {"charts", "html_page", "report_html", "status_serve", "sweep_html"}
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -84,7 +81,7 @@ def plant(tmp_path: Path, files: dict[str, str]) -> Path:
 def test_a_planted_violation_breaks_the_contracts(tmp_path: Path) -> None:
     """A core module importing a plugin (inside a function: those count too), a plugin importing
     a core internal, and a store module reaching up into run: each is named."""
-    plugin = "shardeval_pages" if (PLUGINS / "shardeval_pages").is_dir() else "shardeval_metrics"
+    plugin = "shardeval_pages"
     root = plant(tmp_path, {
         "core/shardeval/store/planted.py": f"def draw():\n    import {plugin}\n\n    return {plugin}\n",
         "plugins/shardeval_sim/planted.py": "from shardeval.run.runner import ShardRun\n",
@@ -182,19 +179,13 @@ def one_loop(graph: dict[str, set[str]], group: list[str]) -> list[str]:
 
 
 def test_no_module_is_part_of_an_import_cycle() -> None:
-    graph = import_graph(Path(REPO))
-    # Merge and sweep merge still draw their pages until those leave the core (LEAVING).
-    for importer in ("shardeval.results.merge", "shardeval.results.sweep_merge"):
-        graph[importer] -= {f"shardeval.{name}" for name in LEAVING}
-    assert_no_cycles(graph)
+    assert_no_cycles(import_graph(Path(REPO)))
 
 
 def function_level_imports() -> list[str]:
     """`file:line: statement` for each import of a shardeval module inside a function of the core."""
     found = []
     for path in sorted(CORE.rglob("*.py")):
-        if path.parent == CORE and path.stem in LEAVING:
-            continue
         tree = ast.parse(path.read_text(), str(path))
         for func in ast.walk(tree):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -207,7 +198,7 @@ def function_level_imports() -> list[str]:
                 else:
                     continue
                 ours = [n for n in names if n.startswith((".", "shardeval"))]
-                if ours and not any(n.split(".")[1:2] and n.split(".")[1] in LEAVING for n in ours):
+                if ours:
                     found.append((str(path.relative_to(REPO)), node.lineno, ast.unparse(node)))
     return [f"{path}:{line}: {statement}" for path, line, statement in sorted(set(found))]
 
@@ -219,3 +210,11 @@ def test_few_function_level_imports_in_the_core() -> None:
     found = function_level_imports()
     assert len(found) <= MAX_FUNCTION_LEVEL, f"{len(found)} function-level imports (at most {MAX_FUNCTION_LEVEL}):\n" + "\n".join(found)
     assert found, "the count walked no file"  # cli.py keeps its lazy imports: the walk must see them
+
+
+def test_no_core_module_names_a_page() -> None:
+    """The pages are the shardeval_pages plugin's: the core reaches them only through the page hooks."""
+    pages = re.compile(r"\b(report_html|sweep_html|status_serve|html_page|compare_html|shardeval_pages\.\w+)\b|\bimport charts\b")
+    named = [f"{path.relative_to(REPO)}:{n}: {line.strip()}" for path in sorted(CORE.rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if pages.search(line)]
+    assert not named, "core modules that name a page module:\n" + "\n".join(named)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from shardeval.redact import is_secret, MIN_SECRET_CHARS, redact_urls
     from shardeval.store.regular import open_regular, read_regular
     from shardeval.store.records import (BenchmarkManifest, Manifest, Message, read_manifest, ResultRecord,
-                                   RESULTS_FILE, TrajectoryRecord)
+                                   RESULTS_FILE, TRAJECTORIES_FILE, TrajectoryRecord)
     from shardeval.plugins.register import Entry, Lazy, Register
     from shardeval.run.resume import check_submission, set_aside_shards
     from shardeval.run.service import Endpoint, ServiceContext, ServiceFactory
@@ -47,8 +47,12 @@ if TYPE_CHECKING:
     from shardeval.store.shards import shard_indices, shard_range, ShardSpec
     from shardeval.run.solver import Attempt, ServiceHandle, Solver, SolverFactory
     from shardeval.store.standing import nothing_to_ask
-    from shardeval.html_page import esc, finite, num, p_cell, Page, PlottingMissing, span, table, write_html
-    from shardeval.charts import forest, interval_rows
+    # results, for a plugin that draws or exports them (the pages plugin)
+    from shardeval.results.merge import BenchmarkMerge, MergeResult, read_winners
+    from shardeval.results.pages import compare_page
+    from shardeval.results.report import counts, DISTRIBUTION_QUANTILES, fmt_p, provenance_facts, run_notes, timing
+    from shardeval.results.status import collect_or_nothing, NOTHING_YET, plugin_status, SweepStatus
+    from shardeval.results.sweep_merge import not_compared_notes, NOT_COMPARED, SweepMerge
 
 _LAZY = {
     "shardeval.benchmark.answers": "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer "
@@ -72,7 +76,7 @@ _LAZY = {
     "shardeval.results.quoting": "md_text plain_text",
     "shardeval.run.process": "die_with_parent node_command redact resolve_port self_command ServerProcess",
     "shardeval.store.records": "BenchmarkManifest Manifest Message read_manifest ResultRecord RESULTS_FILE "
-    "TrajectoryRecord",
+    "TRAJECTORIES_FILE TrajectoryRecord",
     "shardeval.redact": "is_secret MIN_SECRET_CHARS redact_urls",
     "shardeval.store.regular": "open_regular read_regular",
     "shardeval.plugins.register": "Entry Lazy Register",
@@ -82,8 +86,12 @@ _LAZY = {
     "shardeval.store.shards": "shard_indices shard_range ShardSpec",
     "shardeval.run.solver": "Attempt ServiceHandle Solver SolverFactory",
     "shardeval.store.standing": "nothing_to_ask",
-    "shardeval.html_page": "esc finite num p_cell Page PlottingMissing span table write_html",
-    "shardeval.charts": "forest interval_rows",
+    # results, for a plugin that draws or exports them (the pages plugin)
+    "shardeval.results.merge": "BenchmarkMerge MergeResult read_winners",
+    "shardeval.results.pages": "compare_page",
+    "shardeval.results.report": "counts DISTRIBUTION_QUANTILES fmt_p provenance_facts run_notes timing",
+    "shardeval.results.status": "collect_or_nothing NOTHING_YET plugin_status SweepStatus",
+    "shardeval.results.sweep_merge": "not_compared_notes NOT_COMPARED SweepMerge",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
 

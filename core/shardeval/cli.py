@@ -154,9 +154,9 @@ def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, 
     if given and not serve:
         raise UsageError(f"{', '.join(given)}: only with --serve (the live page); add --serve, or drop {'them' if len(given) > 1 else 'it'}")
     if serve:
-        from shardeval.status_serve import run_server
+        from shardeval.results.pages import serve_status
 
-        return run_server(run_dir, host, port, interval)
+        return serve_status(run_dir, host, port, interval)
     from shardeval.results.status import status as render
 
     click.echo(render(run_dir))

@@ -15,7 +15,7 @@ the plugin loaded first keeps the name and the other is named in a warning. `reg
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from shardeval.results.metrics import MetricOptions, ScoreTable
     from shardeval.store.records import Manifest, ResultRecord
     from shardeval.plugins.register import Register
+    from shardeval.results.merge import MergeResult
+    from shardeval.results.sweep_merge import SweepMerge
 
 hookspec = pluggy.HookspecMarker("shardeval")
 hookimpl = pluggy.HookimplMarker("shardeval")
@@ -100,3 +102,31 @@ def record_written(record: ResultRecord, out_dir: str) -> None:
 @hookspec
 def shard_finished(manifest: Manifest, out_dir: str) -> None:
     """A shard ended; `manifest.state` says how (complete, failed, interrupted)."""
+
+
+# The pages. The merge computes and a plugin draws (the built-in shardeval_pages): the core never
+# imports a page. A page hook returns "" when it wrote the page, or why it did not, in words that
+# name the fix (the core then says "<page> not written: <why>" and writes everything else); the
+# first plugin that answers draws it.
+
+
+@hookspec(firstresult=True)
+def draw_report_page(result: MergeResult, path: str, confidence: float) -> str | None:
+    """Write report.html of a run's merge (`result`, as scores.json and report.md are made from) to `path`."""
+
+
+@hookspec(firstresult=True)
+def draw_sweep_page(sweep: SweepMerge, path: str, confidence: float, links: dict[str, str]) -> str | None:
+    """Write sweep.html of a sweep's merge to `path`; `links` maps each model to its report.html, relative to it."""
+
+
+@hookspec(firstresult=True)
+def draw_compare_page(path: str, run_a: str, run_b: str, a: dict[str, Any], b: dict[str, Any],
+                      results: list[dict[str, Any]], confidence: float, errors_as_wrong: bool) -> str | None:
+    """Write `shardeval compare --html` of two runs to `path`: `a` and `b` map each benchmark to its
+    merge, `results` are the comparisons `compare --json` prints."""
+
+
+@hookspec(firstresult=True)
+def serve_status(run_dir: str, host: str, port: int, interval: float) -> bool | None:
+    """Serve `shardeval status RUN_DIR --serve`, the live page, until interrupted; True once served."""

@@ -85,19 +85,16 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
     else:
         click.echo(render(run_a, run_b, results, confidence))
     if html_path:
-        from shardeval_metrics.compare_html import render_compare_html
-
-        write_page(html_path, lambda: render_compare_html(run_a, run_b, a, b, results, confidence, errors_as_wrong))
+        write_page(html_path, run_a, run_b, a, b, results, confidence, errors_as_wrong)
 
 
-def write_page(path: str, render_page: Any) -> None:
-    """Write the page; without the plotting extra the comparison above stands and one line on
-    stderr says how to get the page (exit 0). A path that cannot be written is one line, exit 2."""
-    from shardeval.api import write_html
-    from shardeval.errors import os_error
+def write_page(path: str, *parts: Any) -> None:
+    """Have the pages plugin draw the page; without its JavaScript the comparison above stands and
+    one line on stderr says how to get the page (exit 0). A path that cannot be written is one line, exit 2."""
+    from shardeval.api import compare_page, os_error
 
     try:
-        notice = write_html(path, render_page)
+        notice = compare_page(path, *parts)
     except OSError as exc:
         raise os_error(exc, "write the comparison page to", alternative="pass --html a writable FILE") from None
     if notice:

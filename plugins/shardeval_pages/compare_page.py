@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import Page, esc, finite, forest, headline_metric, interval_rows, num, p_cell, span, table
+from shardeval.api import headline_metric
+from shardeval_pages.charts import forest, interval_rows
+from shardeval_pages.page import Page, esc, finite, num, p_cell, span, table
 
 
 

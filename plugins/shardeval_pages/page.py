@@ -37,8 +37,7 @@ def plotting() -> Any:
 def vega_bundle() -> str:
     """Vega + Vega-Lite + vega-embed as one script, from vl-convert (cached per its version)."""
     vl_convert = plotting()
-    from shardeval.store.atomic import atomic_write
-    from shardeval.benchmark.datasets import downloads_dir
+    from shardeval.api import atomic_write, downloads_dir
 
     version = getattr(vl_convert, "__version__", None) or vl_convert.get_vega_embed_version()
     path = os.path.join(downloads_dir(), "vega", f"vl-convert-{version}.js")
@@ -56,19 +55,18 @@ def vega_bundle() -> str:
     return bundle
 
 
-def write_html(path: str, render: Callable[[], bytes]) -> str | None:
-    """Write the page `render` makes to `path`; without the plotting extra write nothing and
-    return the one line that says how to get it (and that a page already there is older)."""
-    from shardeval.store.atomic import atomic_write
+def draw(path: str, render: Callable[[], bytes]) -> str:
+    """Write the page `render` makes to `path` and return ""; without the charts' JavaScript write
+    nothing and return why, in words that name the fix (the core says which page was not written)."""
+    from shardeval.api import atomic_write
 
     try:
         plotting()
         page = render()
     except PlottingMissing as missing:
-        stale = f"; the {os.path.basename(path)} there is from an earlier merge" if os.path.exists(path) else ""
-        return f"{os.path.basename(path)} not written: {missing}{stale}"
+        return str(missing)
     atomic_write(path, page)
-    return None
+    return ""
 
 
 # C0 controls other than tab/newline/CR are drawn as their Unicode "control pictures" (NUL -> ␀),
@@ -123,7 +121,7 @@ def span(value: float, low: Any, high: Any) -> dict[str, float]:
 def p_cell(p: Any, key: str) -> str:
     """A p-value cell as people read it (`report.fmt_p`: 4 decimals, or <0.0001, never a bare
     0.0000); the exact value stays in data-value."""
-    from shardeval.results.report import fmt_p
+    from shardeval.api import fmt_p
 
     cell = num(p, key)
     return cell.replace(f">{p:.4f}</td>", f">{esc(fmt_p(p))}</td>") if finite(p) else cell

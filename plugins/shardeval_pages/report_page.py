@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
-from shardeval import charts
-from shardeval.html_page import Page, esc, finite, num, span, table
-from shardeval.results.metrics import ERROR, MISSING, OK
-from shardeval.store.records import RESULTS_FILE, TRAJECTORIES_FILE, ResultRecord, TrajectoryRecord
-from shardeval.results.report import DISTRIBUTION_QUANTILES, counts, provenance_facts, run_notes, timing
+from shardeval.api import (DISTRIBUTION_QUANTILES, ERROR, MISSING, OK, RESULTS_FILE, TRAJECTORIES_FILE, ResultRecord,
+                           TrajectoryRecord, counts, provenance_facts, read_winners, run_notes, timing)
+from shardeval_pages import charts
+from shardeval_pages.page import Page, esc, finite, num, span, table
 
 if TYPE_CHECKING:
-    from shardeval.results.merge import BenchmarkMerge, MergeResult
+    from shardeval.api import BenchmarkMerge, MergeResult
 
 ITEMS = 20  # rows per table of items to read
 TEXT_LIMIT = 6000  # characters of one message shown; the rest is in trajectories.jsonl
@@ -64,7 +63,7 @@ def _as_dicts(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes:
-    """The page. Raises html_page.PlottingMissing without the plotting extra."""
+    """The page. Raises page.PlottingMissing without the plotting extra."""
     run = result.run
     metrics = {b.manifest.name: _as_dicts(b.metrics) for b in result.benchmarks}  # scores.json's "metrics", as JSON values
     page = Page(f"shardeval report: {os.path.basename(os.path.normpath(run.root))}")
@@ -226,8 +225,6 @@ def _variance(s: list[float]) -> float:
 
 def read_items(result: "MergeResult", b: "BenchmarkMerge", problems: list[int]) -> dict[int, list[tuple[ResultRecord, TrajectoryRecord | None]]]:
     """The standing records (and their trajectories) of `problems`, read back from the shards."""
-    from shardeval.results.merge import read_winners
-
     c, shards, name = b.cells, result.run.shards, b.manifest.name
     wanted = [cell for p in problems for cell in range(p * c.repeats, (p + 1) * c.repeats)]
     trajectories = {}

@@ -29,9 +29,7 @@ from typing import Any, Callable
 import msgspec
 from aiohttp import web
 
-from shardeval.errors import UsageError
-from shardeval.results.metrics import MetricOptions
-from shardeval.results.status import NOTHING_YET, SweepStatus, collect_or_nothing, plugin_status
+from shardeval.api import NOTHING_YET, MetricOptions, SweepStatus, UsageError, collect_or_nothing, plugin_status
 
 log = logging.getLogger("shardeval")
 

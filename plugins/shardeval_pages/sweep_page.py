@@ -12,13 +12,13 @@ import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from shardeval import charts
-from shardeval.html_page import Page, esc, finite, num, p_cell, span, table
-from shardeval.report_html import slug
-from shardeval.results.sweep_merge import NOT_COMPARED, not_compared_notes
+from shardeval.api import NOT_COMPARED, not_compared_notes
+from shardeval_pages import charts
+from shardeval_pages.page import Page, esc, finite, num, p_cell, span, table
+from shardeval_pages.report_page import slug
 
 if TYPE_CHECKING:
-    from shardeval.results.sweep_merge import SweepMerge
+    from shardeval.api import SweepMerge
 
 PARTIAL_CELL = "‡ not every (problem, repeat) pair has an ok record: the value covers the ok ones (ok/expected)."
 PARTIAL_PAIR = ("† compared only on the cells both models answered; the cells left out are counted in sweep.json "
@@ -27,7 +27,7 @@ PARTIAL_PAIR = ("† compared only on the cells both models answered; the cells 
 
 def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, str]) -> bytes:
     """The page; `links`: each model's report.html relative to the page. Raises
-    html_page.PlottingMissing without the plotting extra."""
+    page.PlottingMissing without the plotting extra."""
     doc, plan = sweep.document, sweep.plan
     benches = list(dict.fromkeys(c["benchmark"] for c in doc["cells"]))
     verdict, why = sweep.verdict, sweep.verdict_line().removeprefix(sweep.verdict)

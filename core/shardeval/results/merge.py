@@ -24,6 +24,7 @@ import msgspec
 
 from shardeval import plugins
 from shardeval.store.discover import MERGED_DIR, Run, Shard, load_shards, refuse_inside_shard
+from shardeval.results import pages
 from shardeval.results.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
 from shardeval.results.report import render_report, scores_document, timing_document
 from shardeval.store.atomic import atomic_write
@@ -343,9 +344,6 @@ def write_merged(result: MergeResult, out_dir: str | None = None, confidence: fl
     """Write merged/<bench>/{results,trajectories}.jsonl in (problem, repeat) order, scores.json,
     timing.json, report.md and report.html (when the plotting extra is installed; otherwise a line
     in result.notices says how to get it). Every file is replaced atomically; shard files are only read."""
-    from shardeval.html_page import write_html
-    from shardeval.report_html import render_report_html
-
     out_dir = out_dir or os.path.join(result.run.root, MERGED_DIR)
     refuse_inside_shard(out_dir, "-o")
     try:
@@ -358,8 +356,9 @@ def write_merged(result: MergeResult, out_dir: str | None = None, confidence: fl
         atomic_write(os.path.join(out_dir, "scores.json"), pretty_json(scores_document(result)))
         atomic_write(os.path.join(out_dir, "timing.json"), pretty_json(timing_document(result)))
         atomic_write(os.path.join(out_dir, "report.md"), render_report(result, confidence).encode())
-        if notice := write_html(os.path.join(out_dir, REPORT_HTML), lambda: render_report_html(result, confidence)):
-            result.notices.append(notice)
+        page = os.path.join(out_dir, REPORT_HTML)
+        if why := pages.report_page(result, page, confidence):
+            result.notices.append(pages.not_written(page, why))
     except OSError as exc:  # a full disk, a read-only run directory: one line, no .tmp left behind
         raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
     return out_dir

@@ -6,7 +6,7 @@ decodes only each line's cell key and status, so it stays cheap on a shared file
 shards are still appending.
 
 `collect` gathers the numbers once (`RunStatus`, `SweepStatus`); the text (`render`) and the
-live page's JSON (shardeval.status_serve) are both made from them, so they cannot disagree.
+live page's JSON (the pages plugin's status server) are both made from them, so they cannot disagree.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each model's directory is merged exactly as `shardeval merge <out>/<service>` would (duplicates,
 missing cells, lost shards and mixed identities handled by the one merge), into its own merged/.
-Then <out>/merged/sweep.json, sweep.md and sweep.html (drawn by shardeval.sweep_html): models ×
+Then <out>/merged/sweep.json, sweep.md and sweep.html (sweep.html drawn by the pages plugin): models ×
 benchmarks with every metric's value and interval, and each non-baseline model's paired
 difference against the baseline on the (problem, repeat) cells both answered, Holm-adjusted
 across the table (the statistics come from the `paired_differences` hook: the metrics plugin).
@@ -24,6 +24,7 @@ from shardeval.errors import os_error
 from shardeval.identity import incomparable
 from shardeval.results.merge import (COMPLETE, ERRORS, PARTIAL, REPORT_HTML, merge_run, verdict_text, warnings,
                                      write_merged)
+from shardeval.results import pages
 from shardeval.results.metrics import MISSING, MetricOptions, headline_metric
 from shardeval.results.quoting import md_text
 from shardeval.results.report import counts, fmt, fmt_p, render_report
@@ -128,11 +129,8 @@ def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOpt
 def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float = 0.95) -> str:
     """Each model's merged/ (or OUT/<service>/ with `out_dir`), then sweep.json, sweep.md and
     sweep.html (without the plotting extra: one line in sweep.notices says how to get it)."""
-    from shardeval.html_page import write_html
-    from shardeval.sweep_html import render_sweep_html
-
     refuse_inside_shard(out_dir or os.path.join(sweep.root, MERGED_DIR), "-o")
-    pages = {m.service: os.path.join(write_merged(m.result, os.path.join(out_dir, m.service) if out_dir else None,
+    reports = {m.service: os.path.join(write_merged(m.result, os.path.join(out_dir, m.service) if out_dir else None,
                                                   confidence=confidence), REPORT_HTML)
              for m in sweep.models if m.result is not None}
     out_dir = out_dir or os.path.join(sweep.root, MERGED_DIR)
@@ -140,25 +138,23 @@ def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float
         os.makedirs(out_dir, exist_ok=True)
         atomic_write(os.path.join(out_dir, SWEEP_JSON), pretty_json(sweep.document))
         atomic_write(os.path.join(out_dir, SWEEP_MD), render_sweep(sweep, confidence).encode())
-        links = {name: os.path.relpath(path, out_dir) for name, path in pages.items() if os.path.exists(path)}
+        links = {name: os.path.relpath(path, out_dir) for name, path in reports.items() if os.path.exists(path)}
         page = os.path.join(out_dir, SWEEP_HTML)
-        missing = write_html(page, lambda: render_sweep_html(sweep, confidence, links))
+        missing = pages.sweep_page(sweep, page, confidence, links)
     except OSError as exc:
         raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
     sweep.notices = fold_notices(missing, [(m.service, n) for m in sweep.models if m.result is not None for n in m.result.notices],
-                                 [page, *pages.values()])
+                                 [page, *reports.values()])
     return out_dir
 
 
-def fold_notices(missing: str | None, of_models: list[tuple[str, str]], pages: list[str]) -> list[str]:
+def fold_notices(missing: str, of_models: list[tuple[str, str]], paths: list[str]) -> list[str]:
     """The lines for stderr. A model's notices can only say its report.html was not written, for
-    the reason sweep.html was not (the plotting extra): then one line says so, not one per model."""
-    from shardeval.html_page import INSTALL_HINT
-
-    if missing is None:
+    the reason sweep.html was not (`missing`: why not): then one line says so, not one per model."""
+    if not missing:
         return [f"{name}: {line}" for name, line in of_models]
-    stale = "; the pages there are from an earlier merge" if any(os.path.exists(p) for p in pages) else ""
-    return [f"{SWEEP_HTML} and the models' {REPORT_HTML} not written: {INSTALL_HINT}{stale}"]
+    stale = "; the pages there are from an earlier merge" if any(os.path.exists(p) for p in paths) else ""
+    return [f"{SWEEP_HTML} and the models' {REPORT_HTML} not written: {missing}{stale}"]
 
 
 def _cell_text(cell: dict[str, Any]) -> str:
