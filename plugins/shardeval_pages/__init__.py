@@ -1,0 +1,1 @@
+"""Pages: report.html, sweep.html, compare's page and the live status page (placeholder; the pages plugin fills it)."""
