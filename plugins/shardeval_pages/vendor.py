@@ -72,7 +72,7 @@ def javascript() -> str:
     parts = []
     for entry in pinned(package.joinpath(LOCK).read_text(encoding="utf-8")):
         try:
-            parts.append(package.joinpath(VENDOR, entry.vendored).read_text(encoding="utf-8"))
+            parts.append(package.joinpath(VENDOR).joinpath(entry.vendored).read_text(encoding="utf-8"))
         except (FileNotFoundError, NotADirectoryError):
             raise BundleMissing(MISSING) from None
     # Each file may end in a `//` comment (its source map): a line break keeps the next one code.
