@@ -68,7 +68,7 @@ def sweep(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp / HOSTILE_DIR
     run = shardeval_cmd("run", str(path), "-o", str(root), timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert html_lines(run.stderr) == [], run.stderr  # the extra is installed: nothing to say
+    assert html_lines(run.stderr) == [], run.stderr  # the charts' JavaScript is there: nothing to say
     return root, path
 
 
@@ -167,7 +167,7 @@ def test_compare_html_shows_the_numbers_of_compare_json_and_of_each_runs_scores(
     assert unwritable.returncode == 2 and len(lines) == 1 and "cannot write the comparison page to" in lines[0], unwritable.stderr
 
 
-def test_without_the_plotting_extra_merge_run_and_compare_succeed_and_say_it_once(sweep, tmp_path):
+def test_without_the_charts_javascript_merge_run_and_compare_succeed_and_say_it_once(sweep, tmp_path):
     """Three models, so a line per page would be four: the orchestrator's merge and `shardeval
     merge` each say it once; compare prints its comparison and says it once."""
     root, config = sweep

@@ -166,7 +166,7 @@ def test_a_chart_of_one_repeated_value_labels_that_value_and_equal_repeats_are_n
         assert "None" not in v.page.inner_text("table.items")  # nothing extracted reads —
 
 
-def test_merge_without_the_plotting_extra_writes_report_md_and_says_how_to_get_html(tmp_path):
+def test_merge_without_the_charts_javascript_writes_report_md_and_says_how_to_get_html(tmp_path):
     for i in range(2):
         make_shard(str(tmp_path / "run"), i, 2, n_problems=10)
     env = without_javascript(tmp_path)
