@@ -137,8 +137,8 @@ def test_an_item_link_opens_its_conversation(tmp_path, browser):
         link = v.page.locator("table.items a").first
         target = link.get_attribute("href")[1:]
         assert v.page.evaluate(f"() => document.getElementById({json.dumps(target)}).open") is False
-        link.click()
-        assert v.page.evaluate(f"() => document.getElementById({json.dumps(target)}).open") is True
+        link.click()  # the page opens it on hashchange, which fires after the click returns: wait for it
+        v.page.wait_for_function(f"() => document.getElementById({json.dumps(target)}).open === true", timeout=5_000)
         body = v.page.inner_text(f"[id={json.dumps(target)}]")
         assert "reply" in body or "assistant" in body
 
