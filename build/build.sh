@@ -12,4 +12,7 @@ if [ ! -x "$VENV/bin/uv" ] || [ ! -x "$VENV/bin/shiv" ]; then
   "${PYTHON:-python3}" -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check shiv==1.0.8 uv==0.13.9
 fi
+# The pages' JavaScript (pinned in plugins/shardeval_pages/vega.lock.json) goes into the wheel as
+# package data, so it is fetched first; offline once its tarballs are cached.
+"${PYTHON:-python3}" plugins/shardeval_pages/vendor.py fetch
 exec "$VENV/bin/python" build/zipapp.py --uv "$VENV/bin/uv" --work build/out/work "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README and .ci/run): make the venv, install the package with its test extras,
 # install and start the real components the integration tests use (scripts/setup/*.sh: SLURM,
-# Ray, Kubernetes schema validation, docker-compose, a private Docker engine; each idempotent),
+# Ray, Kubernetes schema validation, docker-compose, a private Docker engine, the pages' pinned
+# JavaScript from npm; each idempotent),
 # run the unit and integration tests, then the performance benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,7 @@
 """sweep.html and `compare --html`, opened in headless Debian chromium (tests/browser.py): every
 chart drawn, nothing fetched, the numbers of sweep.json / compare --json shown, hostile names as
-text; and without the plotting extra, merge and compare still succeed and say so in one line.
+text; and without the charts' JavaScript (a source tree that never fetched it), merge and compare
+still succeed and say so in one line.
 
 One real sweep (three simulated models × two benchmarks, started by the local orchestrator,
 which merges at its end) serves every test; its root folder's name is hostile, so every page
@@ -10,7 +11,6 @@ shows a hostile path.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -19,6 +19,7 @@ import pytest
 
 from browser import browser, visit  # noqa: F401  (browser is a fixture)
 from conftest import shardeval_cmd
+from pages_support import FETCH_HINT, without_javascript
 
 READY = "document.body.dataset.charts"
 MODELS = ["base", "step2", "step10"]  # table order, which is not alphabetical order
@@ -45,14 +46,6 @@ def assert_drawn_offline_and_inert(v, charts: int) -> None:
     assert v.page.evaluate("() => window.pwned") is None  # no hostile string ran as markup
 
 
-def blocked_env(tmp: Path) -> dict[str, str]:
-    """PYTHONPATH with a vl_convert that cannot be imported first: shardeval without the plotting extra."""
-    blocker = tmp / "blocked" / "vl_convert"
-    blocker.mkdir(parents=True, exist_ok=True)
-    (blocker / "__init__.py").write_text("raise ImportError('vl_convert blocked for this test')\n")
-    return {"PYTHONPATH": os.pathsep.join([str(tmp / "blocked"), os.environ.get("PYTHONPATH", "")])}
-
-
 def html_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if ".html" in line]
 
@@ -75,7 +68,7 @@ def sweep(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp / HOSTILE_DIR
     run = shardeval_cmd("run", str(path), "-o", str(root), timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert html_lines(run.stderr) == [], run.stderr  # the extra is installed: nothing to say
+    assert html_lines(run.stderr) == [], run.stderr  # the charts' JavaScript is there: nothing to say
     return root, path
 
 
@@ -174,16 +167,16 @@ def test_compare_html_shows_the_numbers_of_compare_json_and_of_each_runs_scores(
     assert unwritable.returncode == 2 and len(lines) == 1 and "cannot write the comparison page to" in lines[0], unwritable.stderr
 
 
-def test_without_the_plotting_extra_merge_run_and_compare_succeed_and_say_it_once(sweep, tmp_path):
+def test_without_the_charts_javascript_merge_run_and_compare_succeed_and_say_it_once(sweep, tmp_path):
     """Three models, so a line per page would be four: the orchestrator's merge and `shardeval
     merge` each say it once; compare prints its comparison and says it once."""
     root, config = sweep
     copy = copy_without_merges(root, tmp_path / "copy")
-    env = blocked_env(tmp_path)
+    env = without_javascript(tmp_path)
     rerun = shardeval_cmd("run", str(config), "-o", str(copy), env=env, timeout=180)  # every pair done: asks nothing, merges
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     lines = html_lines(rerun.stderr)
-    assert len(lines) == 1 and "pip install 'shardeval[report]'" in lines[0] and "sweep.html" in lines[0], rerun.stderr
+    assert len(lines) == 1 and FETCH_HINT in lines[0] and "sweep.html" in lines[0], rerun.stderr
     assert (copy / "merged" / "sweep.md").is_file() and not (copy / "merged" / "sweep.html").exists()
     assert not any(copy.glob("*/merged/report.html"))
     merge = shardeval_cmd("merge", str(copy), env=env)
@@ -196,5 +189,5 @@ def test_without_the_plotting_extra_merge_run_and_compare_succeed_and_say_it_onc
     compare = shardeval_cmd("compare", str(copy / "base"), str(copy / "step10"), "--html", str(tmp_path / "c.html"), env=env)
     assert compare.returncode == 0 and "# shardeval compare" in compare.stdout, compare.stderr
     lines = compare.stderr.strip().splitlines()
-    assert len(lines) == 1 and "c.html not written: pip install 'shardeval[report]'" in lines[0], compare.stderr
+    assert len(lines) == 1 and "c.html not written: " in lines[0] and FETCH_HINT in lines[0], compare.stderr
     assert not (tmp_path / "c.html").exists()

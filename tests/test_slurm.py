@@ -132,6 +132,8 @@ def test_array_job_end_to_end_with_dependent_merge(slurm: str, tmp_path: Path, j
         assert f"(array {array}_{i}, restart 0)" in out and f"shard {i}/4" in out
         assert (root / f"shard_{i}" / "logs" / "sim.log").exists()  # the task started its own server
     assert "COMPLETE" in next((root / "logs").glob(f"merge-{merge}.out")).read_text()
+    page = (root / "merged" / "report.html").read_text()  # the merge job writes the page as well
+    assert 'id="chart-specs"' in page and "vegaEmbed" in page
     status = shardeval_cmd("status", str(root))
     assert status.returncode == 0, status.stderr
     assert f"slurm array job {array}: 4 COMPLETED" in status.stdout and f"slurm merge job {merge}: COMPLETED" in status.stdout

@@ -49,7 +49,7 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
 @click.option("--errors-as-wrong", is_flag=True, help="Score errors as wrong answers in both runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Also write the comparison as one self-contained HTML page with charts (needs shardeval[report]).")
+              help="Also write the comparison as one self-contained HTML page with charts.")
 def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool, html_path: str | None) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
     from shardeval.api import MetricOptions, UsageError, check_output, incomparable, refuse_inside_shard

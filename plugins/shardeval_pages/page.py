@@ -1,10 +1,10 @@
 """One self-contained HTML page: text escaped, Vega-Lite charts drawn by Vega's own JavaScript
 inlined, nothing fetched at view time (it opens from a shared filesystem or an attachment).
 
-The JavaScript (Vega, Vega-Lite, vega-embed) comes from vl-convert-python, the optional extra
-`shardeval[report]`, which ships and bundles it; the bundle is kept in shardeval's cache dir so
-only the first page pays its 1-2 s of bundling. Without the extra, `vega_bundle` raises
-`PlottingMissing` and callers write their Markdown only.
+The JavaScript (Vega, Vega-Lite, vega-embed) is the pages plugin's package data, fetched from npm
+at build time and pinned in plugins/shardeval_pages/vega.lock.json (shardeval_pages.vendor). A
+source tree that never fetched it has none: `vega_bundle` raises `PlottingMissing` and callers
+write their Markdown only.
 """
 
 from __future__ import annotations
@@ -17,42 +17,25 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-INSTALL_HINT = "pip install 'shardeval[report]' (vl-convert-python) to get the HTML pages"
+from shardeval_pages import vendor
 
 
 class PlottingMissing(Exception):
-    """The optional plotting dependency is not installed: no HTML, and one line saying how."""
+    """The charts' JavaScript is not installed: no HTML, and one line saying how to get it."""
 
 
-def plotting() -> Any:
-    """The vl_convert module, or PlottingMissing: asked before a page is built, so a merge
-    without the extra does not gather a page's data (7 % of an MMLU-sized merge) to discard it."""
+def plotting() -> str:
+    """The charts' JavaScript, or PlottingMissing: asked before a page is built, so a merge
+    without it does not gather a page's data (7 % of an MMLU-sized merge) to discard it."""
     try:
-        import vl_convert
-    except ImportError:
-        raise PlottingMissing(INSTALL_HINT) from None
-    return vl_convert
+        return vendor.javascript()
+    except vendor.BundleMissing as missing:
+        raise PlottingMissing(str(missing)) from None
 
 
 def vega_bundle() -> str:
-    """Vega + Vega-Lite + vega-embed as one script, from vl-convert (cached per its version)."""
-    vl_convert = plotting()
-    from shardeval.api import atomic_write, downloads_dir
-
-    version = getattr(vl_convert, "__version__", None) or vl_convert.get_vega_embed_version()
-    path = os.path.join(downloads_dir(), "vega", f"vl-convert-{version}.js")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError:
-        pass
-    bundle = vl_convert.javascript_bundle()
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        atomic_write(path, bundle.encode())
-    except OSError:  # a read-only cache costs time on the next page, never the page
-        pass
-    return bundle
+    """Vega + Vega-Lite + vega-embed as one script (shardeval_pages.vendor, read once a process)."""
+    return plotting()
 
 
 def draw(path: str, render: Callable[[], bytes]) -> str:

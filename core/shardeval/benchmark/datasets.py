@@ -341,7 +341,7 @@ def package_data(package: str, resource: str, *, pip_name: str | None = None, wh
 
 def downloads_dir() -> str:
     """The download cache: what shardeval fetches or builds once per node and reuses (data files
-    from a URL, package data of a zip-imported package, the report's Vega bundle).
+    from a URL, package data of a zip-imported package).
     `$SHARDEVAL_CACHE_DIR`, else platformdirs' user cache dir for shardeval. Not the response
     cache (`cache.dir`, shardeval.run.response_cache), which holds model answers."""
     from platformdirs import user_cache_dir
