@@ -493,7 +493,7 @@ def test_headline_metric_gives_what_the_three_rules_before_it_gave() -> None:
 def test_headline_metric_of_computed_values_on_compare_page() -> None:
     """compare's page shows a run's own mean: the headline among the values merge computed that are
     finite; values from the real metrics, a run with no valid cell has none."""
-    from shardeval_metrics.compare_html import own_mean
+    from shardeval_pages.compare_page import own_mean
 
     answered = table([[1, 0], [1, 1], [0, 1]])
     computed = {**accuracy(answered, OPTS), **pass_at_k(answered, OPTS), **perplexity(answered, OPTS)}

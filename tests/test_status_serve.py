@@ -280,7 +280,7 @@ def test_one_computation_at_a_time_cached_and_the_server_answers_meanwhile(tmp_p
     import aiohttp
     from aiohttp import web
 
-    from shardeval.status_serve import Snapshots, make_app
+    from shardeval_pages.status_server import Snapshots, make_app
 
     make_shard(str(tmp_path), 0, 1, n_problems=10)
     calls: list[float] = []

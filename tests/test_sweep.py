@@ -279,7 +279,7 @@ def test_compare_and_the_sweep_report_the_same_interval_and_p(example_run: Path)
 
 def test_p_values_read_the_same_everywhere() -> None:
     """One formatting function for every output; p exactly 0 and None included."""
-    from shardeval.html_page import p_cell
+    from shardeval_pages.page import p_cell
     from shardeval.results.report import fmt_p
 
     assert [fmt_p(p) for p in (0.0, 1e-300, 0.00009999, 0.0001, 0.03125, 1.0, None)] == [

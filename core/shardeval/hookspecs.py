@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from shardeval.results.metrics import MetricOptions, ScoreTable
     from shardeval.store.records import Manifest, ResultRecord
     from shardeval.plugins.register import Register
-    from shardeval.results.merge import MergeResult
-    from shardeval.results.sweep_merge import SweepMerge
 
 hookspec = pluggy.HookspecMarker("shardeval")
 hookimpl = pluggy.HookimplMarker("shardeval")
@@ -111,13 +109,15 @@ def shard_finished(manifest: Manifest, out_dir: str) -> None:
 
 
 @hookspec(firstresult=True)
-def draw_report_page(result: MergeResult, path: str, confidence: float) -> str | None:
-    """Write report.html of a run's merge (`result`, as scores.json and report.md are made from) to `path`."""
+def draw_report_page(result: Any, path: str, confidence: float) -> str | None:
+    """Write report.html of a run's merge to `path`: `result` is the shardeval.api.MergeResult that
+    scores.json and report.md are made from."""
 
 
 @hookspec(firstresult=True)
-def draw_sweep_page(sweep: SweepMerge, path: str, confidence: float, links: dict[str, str]) -> str | None:
-    """Write sweep.html of a sweep's merge to `path`; `links` maps each model to its report.html, relative to it."""
+def draw_sweep_page(sweep: Any, path: str, confidence: float, links: dict[str, str]) -> str | None:
+    """Write sweep.html of a sweep's merge (`sweep`: a shardeval.api.SweepMerge) to `path`; `links`
+    maps each model to its report.html, relative to it."""
 
 
 @hookspec(firstresult=True)

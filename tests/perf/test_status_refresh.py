@@ -28,7 +28,7 @@ def best_of(n: int, f) -> float:
 
 def test_one_refresh_costs_about_two_merge_scans(tmp_path):
     from shardeval.results.merge import merge_run
-    from shardeval.status_serve import Snapshots
+    from shardeval_pages.status_server import Snapshots
 
     root = str(tmp_path / "run")
     for i in range(SHARDS):

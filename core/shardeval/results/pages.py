@@ -5,14 +5,10 @@ not drawn is one line that says why; everything else is written as usual."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shardeval import plugins
 from shardeval.errors import UsageError
-
-if TYPE_CHECKING:
-    from shardeval.results.merge import MergeResult
-    from shardeval.results.sweep_merge import SweepMerge
 
 NO_PAGES = "no plugin draws the pages (the built-in shardeval_pages is not loaded)"
 
@@ -24,13 +20,13 @@ def not_written(path: str, why: str) -> str:
     return f"{name} not written: {why}{stale}"
 
 
-def report_page(result: MergeResult, path: str, confidence: float) -> str:
-    """Draw report.html: "" when written, else why not."""
+def report_page(result: Any, path: str, confidence: float) -> str:
+    """Draw report.html of `result` (a MergeResult): "" when written, else why not."""
     return _answer(plugins.hooks().draw_report_page(result=result, path=path, confidence=confidence))
 
 
-def sweep_page(sweep: SweepMerge, path: str, confidence: float, links: dict[str, str]) -> str:
-    """Draw sweep.html: "" when written, else why not."""
+def sweep_page(sweep: Any, path: str, confidence: float, links: dict[str, str]) -> str:
+    """Draw sweep.html of `sweep` (a SweepMerge): "" when written, else why not."""
     return _answer(plugins.hooks().draw_sweep_page(sweep=sweep, path=path, confidence=confidence, links=links))
 
 
