@@ -131,19 +131,22 @@ class Page:
         """The whole page. Raises PlottingMissing when the charts' JavaScript is not installed."""
         bundle = vega_bundle().replace("</script", "<\\/script")
         specs = json_for_script(self.charts)
-        return (f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:">
-<title>{esc(self.title)}</title>
-<style>{STYLE}</style>
-</head><body>
-{''.join(self.parts)}
-<script type="application/json" id="chart-specs">{specs}</script>
-<script>{bundle}</script>
-<script>{DRAW}</script>
-</body></html>
-""").encode()
+        return document(self.title, "".join(self.parts) + f'\n<script type="application/json" id="chart-specs">{specs}</script>',
+                        style=STYLE, scripts=(bundle, DRAW), head=CSP_META).encode()
+
+
+def document(title: str, body: str, *, style: str, scripts: tuple[str, ...], head: str = "") -> str:
+    """The skeleton every page shares, the saved ones and the live status page: one file, its style
+    and scripts inline (nothing fetched), `head` for what one page adds (its policy, its icon)."""
+    inline = "".join(f"<script>{script}</script>\n" for script in scripts)
+    return ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"{head}<title>{esc(title)}</title>\n<style>{style}</style>\n</head><body>\n{body}\n{inline}</body></html>\n")
+
+
+# A saved page's policy: no request of any kind (its scripts and style are inline).
+CSP_META = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline' "
+            "'unsafe-eval'; style-src 'unsafe-inline'; img-src data:\">\n")
 
 
 # Vega needs 'unsafe-eval' (it compiles expressions); the policy forbids every fetch, so a page

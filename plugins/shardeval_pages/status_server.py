@@ -30,6 +30,7 @@ import msgspec
 from aiohttp import web
 
 from shardeval.api import NOTHING_YET, MetricOptions, SweepStatus, UsageError, collect_or_nothing, plugin_status
+from shardeval_pages.page import document
 
 log = logging.getLogger("shardeval")
 
@@ -169,13 +170,9 @@ async function poll() {
 poll();
 """
 
-PAGE = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>shardeval status</title><link rel="icon" href="data:,"><style>{STYLE}</style></head>
-<body><header><h1>shardeval status</h1><bdi id="root"></bdi><span id="updated">loading…</span></header>
-<p id="error" hidden></p><main id="view"></main>
-<script>{SCRIPT}</script></body></html>
-""".encode()
+PAGE = document("shardeval status", '<header><h1>shardeval status</h1><bdi id="root"></bdi><span id="updated">loading…</span>'
+                '</header>\n<p id="error" hidden></p><main id="view"></main>',
+                style=STYLE, scripts=(SCRIPT,), head='<link rel="icon" href="data:,">\n').encode()
 
 
 def _sha256(source: str) -> str:
