@@ -18,7 +18,8 @@ import pytest
 
 from conftest import shardeval_cmd
 
-from shardeval.config import Config, config_for_manifest, load_config
+from shardeval.config import Config
+from shardeval.config.loading import config_for_manifest, load_config
 from shardeval.identity import config_hash
 from shardeval.errors import UsageError
 

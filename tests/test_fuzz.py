@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from shard_factory import make_shard, record
 from shardeval.run.client import _Failure, _Reading
-from shardeval.config import Config, load_config
+from shardeval.config import Config
+from shardeval.config.loading import load_config
 from shardeval.errors import UsageError
 from shardeval.results.merge import merge_run
 from shardeval.store.records import ReadReport, ResultRecord, encode_line, read_jsonl

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import running_sim, shardeval_cmd
 from shard_factory import make_shard, record
-from shardeval.config import load_config
+from shardeval.config.loading import load_config
 from shardeval.identity import config_hash
 from shardeval.store.records import Manifest, ServedModel, encode_line, read_manifest, write_manifest
 
@@ -438,7 +438,7 @@ def test_old_manifests_without_the_new_fields_still_load() -> None:
 def test_the_response_cache_key_is_the_one_earlier_caches_were_written_with(section: dict, key: str) -> None:
     """The key's rule moved into shardeval.identity (issue 25); the keys it gives are the ones
     ClientCache.key gave before, so a cache written then still answers."""
-    from shardeval.config import decode_service
+    from shardeval.config.loading import decode_service
     from shardeval.explain import Where
     from shardeval.identity import response_key, response_key_prefix
     from shardeval.run.response_cache import ClientCache

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, running_sim, shardeval_cmd
-from shardeval.config import load_config
+from shardeval.config.loading import load_config
 from shardeval.identity import config_hash
 
 FAST = ("--ttft-ms", "0", "--itl-ms", "0")

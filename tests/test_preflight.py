@@ -389,7 +389,7 @@ def test_the_diff_is_general_over_nested_values() -> None:
     """H3d: the key-by-key diff is one mechanism over any plain value: nested dicts and lists by
     path, a missing key and null both `unset`, True never equal to 1, long values cut, and only
     what the run identity covers (concurrency or a timeout is no change)."""
-    from shardeval.config import config_for_manifest, load_config
+    from shardeval.config.loading import config_for_manifest, load_config
     from shardeval.config.diff import changes, summary
     from shardeval.identity import identity_changes
 

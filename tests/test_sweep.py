@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO, running_sim, shardeval_cmd
-from shardeval.config import load_config
+from shardeval.config.loading import load_config
 from shardeval.store.records import read_manifest
 from shardeval.config.sweep import model_config
 from shardeval.identity import config_hash

@@ -40,7 +40,7 @@ def vllm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def run_shard(tmp_path: Path, name: str, service: dict[str, Any], benchmark: dict[str, Any], seed: int = 0) -> Path:
     """Run one whole shard in this process (config, runner, client, records); return its directory."""
-    from shardeval.config import load_config
+    from shardeval.config.loading import load_config
     from shardeval.run.runner import ShardRun
     from shardeval.store.shards import ShardSpec
 

@@ -19,9 +19,10 @@ if TYPE_CHECKING:
     from shardeval.store.atomic import atomic_write, check_output
     from shardeval.benchmark import Benchmark, BenchmarkFactory, Problem, Score
     from shardeval.run.completion import Completion
-    from shardeval.config import (ClusterConfig, Config, Count, Generation, load_config,
-                                  NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, parse_key_values,
-                                  Probability, read_yaml, Seconds, ServiceConfig, SolverConfig)
+    from shardeval.config import (ClusterConfig, Config, Count, Generation, NonNegativeFloat, NonNegativeInt,
+                                  NonNegativeSeconds, Probability, Seconds, ServiceConfig, SolverConfig)
+    from shardeval.config.loading import load_config
+    from shardeval.config.reading import parse_key_values, read_yaml, split_endpoint_url
     from shardeval.benchmark.datasets import (FORMATS, SOURCE_PARAMS, Rows, RowsBenchmark, canonical_row, downloads_dir,
                                     open_from_params, open_rows, package_data)
     from shardeval.store.discover import refuse_inside_shard
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
     from shardeval.plugins.register import Entry, Lazy, Register
     from shardeval.run.resume import check_submission, set_aside_shards
     from shardeval.run.service import Endpoint, ServiceContext, ServiceFactory
-    from shardeval.config.reading import split_endpoint_url
     from shardeval.store.shards import shard_indices, shard_range, ShardSpec
     from shardeval.run.solver import Attempt, ServiceHandle, Solver, SolverFactory
     from shardeval.store.standing import nothing_to_ask
@@ -60,9 +60,10 @@ _LAZY = {
     "shardeval.store.atomic": "atomic_write check_output",
     "shardeval.benchmark": "Benchmark BenchmarkFactory Problem Score",
     "shardeval.run.completion": "Completion",
-    "shardeval.config": "ClusterConfig Config Count Generation load_config NonNegativeFloat "
-    "NonNegativeInt NonNegativeSeconds parse_key_values Probability read_yaml Seconds ServiceConfig "
-    "SolverConfig",
+    "shardeval.config": "ClusterConfig Config Count Generation NonNegativeFloat NonNegativeInt NonNegativeSeconds "
+    "Probability Seconds ServiceConfig SolverConfig",
+    "shardeval.config.loading": "load_config",
+    "shardeval.config.reading": "parse_key_values read_yaml split_endpoint_url",
     "shardeval.benchmark.datasets": "FORMATS SOURCE_PARAMS Rows RowsBenchmark canonical_row downloads_dir "
     "open_from_params open_rows package_data",
     "shardeval.store.discover": "refuse_inside_shard",
@@ -82,7 +83,6 @@ _LAZY = {
     "shardeval.plugins.register": "Entry Lazy Register",
     "shardeval.run.resume": "check_submission set_aside_shards",
     "shardeval.run.service": "Endpoint ServiceContext ServiceFactory",
-    "shardeval.config.reading": "split_endpoint_url",
     "shardeval.store.shards": "shard_indices shard_range ShardSpec",
     "shardeval.run.solver": "Attempt ServiceHandle Solver SolverFactory",
     "shardeval.store.standing": "nothing_to_ask",

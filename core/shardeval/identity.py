@@ -33,7 +33,8 @@ import msgspec
 
 from shardeval.benchmark import Benchmark
 from shardeval.benchmark.rubric import JUDGING_VERSION, Rubric
-from shardeval.config import Config, JudgeConfig, ServiceConfig, config_from_data
+from shardeval.config import Config, JudgeConfig, ServiceConfig
+from shardeval.config.loading import config_from_data
 from shardeval.config.diff import changes
 from shardeval.config.sweep import model_config
 

@@ -63,7 +63,7 @@ async def raw_client(base_url: str, n: int, concurrency: int) -> int:
 async def shardeval_client(base_url: str, n: int, concurrency: int, out_dir: str, extra: str = "") -> int:
     """One shard over the whole path (records, trajectories, scoring) against `base_url`; `extra`
     is more config text (a `cache:` section). Returns how many records it wrote."""
-    from shardeval.config import load_config
+    from shardeval.config.loading import load_config
     from shardeval.run.runner import ShardRun
     from shardeval.store.shards import ShardSpec
 

@@ -81,7 +81,7 @@ async def raw_client(base_url: str, texts: list[str]) -> tuple[int, int]:
 
 async def shardeval_client(base_url: str, n: int, out_dir: str) -> tuple[int, int]:
     """The real thing: config, runner, client, scoring, records and trajectories on disk."""
-    from shardeval.config import load_config
+    from shardeval.config.loading import load_config
     from shardeval.run.runner import ShardRun
     from shardeval.store.shards import ShardSpec
 

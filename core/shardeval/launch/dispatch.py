@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from shardeval import plugins
-from shardeval.config import load_config
+from shardeval.config.loading import load_config
 from shardeval.config.sampling import describe, greedy_repeats
 from shardeval.config.sweep import SWEEP_FLAG, model_config, plan_sweep
 from shardeval.errors import ShardError, UsageError

@@ -35,7 +35,8 @@ import msgspec
 from shardeval import __version__, plugins
 from shardeval.store.atomic import atomic_write
 from shardeval.benchmark import Benchmark, Problem
-from shardeval.config import BenchmarkConfig, JudgeConfig, decode_service
+from shardeval.config import BenchmarkConfig, JudgeConfig
+from shardeval.config.loading import decode_service
 from shardeval.explain import Where
 from shardeval.config.reading import apply_overrides
 from shardeval.errors import EXIT_WITH_ERRORS, UsageError, os_error

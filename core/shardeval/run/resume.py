@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from shardeval.config import config_for_manifest
+from shardeval.config.loading import config_for_manifest
 from shardeval.config.diff import summary
 from shardeval.errors import UsageError, os_error
 from shardeval.identity import identity_changes

@@ -30,7 +30,8 @@ from shardeval.run.adaptive import AdaptiveSlots, make_slots
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.run.response_cache import ResponseCache, check_usable
 from shardeval.run.client import Client, Completion
-from shardeval.config import BenchmarkConfig, Config, config_for_manifest
+from shardeval.config import BenchmarkConfig, Config
+from shardeval.config.loading import config_for_manifest
 from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError, os_error
 from shardeval.identity import config_hash, judge_identity, judged_fingerprint, prompt_fingerprint, scorer_fingerprint
 from shardeval.benchmark.rubric import Rubric

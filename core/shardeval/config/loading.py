@@ -1,0 +1,164 @@
+"""Loading the evaluation config: YAML → msgspec Structs, with ${VAR} expansion and -O overrides,
+then validated against what the loaded plugins register.
+
+reading: YAML, expansion, overrides; quick: the `run` flags; shardeval.explain: errors in our own
+words. This module runs them in order; what of the result changes results (the config hash) is
+shardeval.identity's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Mapping, Sequence
+
+import msgspec
+
+from shardeval.benchmark.rubric import check_template, compile_pattern
+from shardeval.config import quick as _quick
+from shardeval.config.reading import apply_overrides, expand, read_yaml, split_endpoint_url, type_expansions
+from shardeval.config.schema import ClusterConfig, Config, JudgeConfig, RawConfig, ServiceConfig
+from shardeval.errors import UsageError
+from shardeval.explain import Where, decode, format_path, kind
+from shardeval.plugins import registry
+from shardeval.redact import redact_in
+
+
+def load_config(
+    path: str | None,
+    overrides: Sequence[str] = (),
+    quick: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Read, expand, override and validate a config; every user mistake is a one-line UsageError.
+
+    Order: YAML file → `${VAR}` / `${VAR:-default}` expansion (string values only, from `env`,
+    default os.environ; `$$` is a literal `$`; `:-` also applies when VAR is set but empty; a value
+    that is exactly one expansion in an untyped place, such as `params`, takes the YAML type of
+    the expanded text: `n: ${N:-500}` is an int) →
+    `-O key.path=value` overrides (the value is YAML: `5` is an int, `null` is null, `[a, b]` a
+    list, an empty value is null; `benchmarks.0.repeats` and `benchmarks[0].repeats` both index a
+    list) → quick-mode flags → msgspec decoding (lax: the string "5" from a variable decodes as an
+    int where an int is expected) → plugin sections (`services.<name>` with its service type's
+    Struct, `cluster` with its orchestrator's, default `local`) → cross-checks.
+
+    Quick mode (`quick` holds the `run` flags; None means not given, unknown keys are ignored):
+    - Without a config file, `--bench X --model-url U --model-id M` builds
+      `services: {model: {type: api, url: U, model: M, api_key_env: …}}` and `benchmarks: [{name: X}]`;
+      a missing one of those three is an error naming it.
+    - With a config file, `--repeats/--max-problems/--max-concurrent` override every benchmark;
+      `--bench X` keeps only benchmark X (an error if the file has none by that name);
+      `--model-url/--model-id/--api-key-env` override every service the kept benchmarks' solvers
+      use. `--model-url` turns such a service into `type: api` when it was another type (a `vllm`
+      service then is not launched): only the keys every service shares (protocol, stream,
+      timeouts, retries, api_key_env) are kept, and the model name comes from --model-id, else
+      from the old `served_model_name` or `model`.
+    - `--model-url` (like any service `url`) may be the base URL ending in /v1 or a full
+      …/chat/completions or …/completions URL; the latter is split into base URL and protocol.
+    - `--output-dir` sets `output.dir`; `run` decides whether that is a shard's own directory
+      (inside a shard) or the root that orchestrated shards write under.
+    """
+    env = os.environ if env is None else env
+    flags = _quick.given(quick)
+    where = Where(source=path or "command line")
+    data: dict[str, Any] = expand(read_yaml(path), env, where, []) if path is not None else _quick.base(flags)
+    apply_overrides(data, overrides, where)
+    type_expansions(data, where)
+    raw = decode(data, RawConfig, where)
+    # Not at the top: every plugin's config Struct imports this package when plugins load (`shardeval
+    # plugins`, any registry), and a sweep (the store's layout) and the sampling rules load with a config.
+    from shardeval.config import sampling, sweep
+
+    sweep.resolve(raw, where)  # benchmarks' default service; a sweep's generated checkpoint services
+    _quick.apply(raw, flags, path)
+    services = {name: decode_service(name, section, where) for name, section in raw.services.items()}
+    cluster = _decode_cluster(raw.cluster, where)
+    config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
+    _validate(config, where)
+    return sampling.complete(config, registry())  # no key left to a server's default (docs/benchmarks.md)
+
+
+def config_from_data(data: dict[str, Any]) -> Config:
+    """A Config back from the plain data a manifest records (`config_for_manifest`): decoded as
+    `load_config` decodes a file, without expansion, overrides or a sweep (a shard's config has
+    none left). For comparing an earlier run with this one (shardeval.identity.identity_changes)."""
+    where = Where(source="manifest.json")
+    raw = decode(dict(data), RawConfig, where)
+    services = {name: decode_service(name, section, where) for name, section in raw.services.items()}
+    cluster = _decode_cluster(raw.cluster, where)
+    return Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
+
+
+def config_for_manifest(config: Config) -> dict[str, Any]:
+    """The config as plain data for manifest.json; safe to write: keys are only ever env var names,
+    and credentials in a URL are replaced by `***` (shardeval.redact). No cache: no `cache` key, so
+    manifests of runs without one are what they were."""
+    data = msgspec.to_builtins(config)
+    if data.get("cache", 0) is None:
+        del data["cache"]
+    return redact_in(data)
+
+
+def decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:
+    """With its type's Struct; a full …/chat/completions or …/completions `url` sets the protocol."""
+    at = format_path(["services", name])
+    service_type = section.get("type")
+    if not isinstance(service_type, str):
+        known = ", ".join(sorted(registry().entries["services"])) or "none"
+        what = "missing required key 'type'" if service_type is None else f"type: expected str, got {kind(service_type)}"
+        raise where.error(f"{what} (registered: {known})", at)
+    entry = registry().get("services", service_type, where=f"{where.source}: {at}.type")
+    service = decode(section, entry.config or ServiceConfig, where, ["services", name])
+    url = getattr(service, "url", None)
+    base, protocol = split_endpoint_url(url) if isinstance(url, str) else (url, None)
+    return msgspec.structs.replace(service, url=base, protocol=protocol) if protocol else service
+
+
+def _decode_cluster(section: dict[str, Any], where: Where) -> ClusterConfig:
+    cluster_type = section.get("type", "local")
+    if not isinstance(cluster_type, str):
+        raise where.error(f"expected str, got {kind(cluster_type)}", "cluster.type")
+    entry = registry().get("orchestrators", cluster_type, where=f"{where.source}: cluster.type")
+    return decode(section, entry.config or ClusterConfig, where, ["cluster"])
+
+
+def _validate(config: Config, where: Where) -> None:
+    """What the types cannot say (their ranges are declared on the Structs): one entry per
+    benchmark, usable ids, solvers' services exist."""
+    if not config.benchmarks:
+        raise where.error("no benchmarks: add a `benchmarks:` list (each entry with a name), or pass --bench NAME")
+    seen: dict[str, int] = {}
+    for i, bench in enumerate(config.benchmarks):
+        at = f"benchmarks[{i}]"
+        key = bench.id if bench.id is not None else bench.name
+        if key in seen:
+            safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key.rsplit("/", 1)[-1].split(".")[0]) or "bench"
+            raise where.error(
+                f"{key!r} is already benchmarks[{seen[key]}]; each benchmark writes <out>/{key}/, "
+                f"so list it once (use repeats or params), or give each a distinct `id` (e.g. id: {safe}_2)",
+                f"{at}.id" if bench.id is not None else f"{at}.name",
+            )
+        if bench.id is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", bench.id):
+            raise where.error(f"{bench.id!r} is not a usable folder name; use letters, digits, '.', '_' or '-'", f"{at}.id")
+        seen[key] = i
+        if bench.solver.service is not None and bench.solver.service not in config.services:  # None: a sweep's models
+            defined = ", ".join(config.services) or "none"
+            raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
+        registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
+        if bench.judge is not None:
+            _validate_judge(bench.judge, config, where, f"{at}.judge")
+
+
+def _validate_judge(judge: JudgeConfig, config: Config, where: Where, at: str) -> None:
+    """The judge's service exists; its rubric and pattern are usable (one line each)."""
+    if judge.service not in config.services:
+        defined = ", ".join(config.services) or "none"
+        raise where.error(f"no service {judge.service!r} to judge with; defined: {defined} (add it under services:)", f"{at}.service")
+    try:
+        if judge.rubric is not None:
+            check_template(judge.rubric, "rubric")
+        if judge.verdict is not None:
+            compile_pattern(judge.verdict, "verdict")
+    except UsageError as exc:
+        raise where.error(str(exc), at) from None
+
