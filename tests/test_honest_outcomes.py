@@ -200,6 +200,20 @@ def test_a_run_of_only_errors_exits_3_and_never_says_complete(tmp_path: Path) ->
     assert "finished_with_errors" in status.stdout and "(client 6)" in status.stdout, status.stdout
 
 
+def test_a_shard_counts_its_own_pairs_when_it_says_how_many_end_in_errors(tmp_path: Path) -> None:
+    """Variant: a shard of several says `N of M pairs` of its own range (M was the whole benchmark's:
+    a shard of 2 said `4 of 8` for its 4 pairs); the merge counts the run's."""
+    with RawServer(refuse_every_request) as server:
+        cfg = write_config(tmp_path, server.url, n=4, repeats=2, attempts=1)
+        ran = [shardeval_cmd("run", str(cfg), "--shard", f"{i}/2", "-o", str(tmp_path / "run" / f"shard_{i}")) for i in (0, 1)]
+    for i, shard in enumerate(ran):
+        assert shard.returncode == 3, shard.stderr
+        assert f"shard {i}/2 finished with errors: 4 of 4 pairs end in errors (client 4)" in shard.stderr, shard.stderr
+        assert "4 of 4 pairs end in errors" in manifest(tmp_path / "run" / f"shard_{i}")["reason"]
+    merged = shardeval_cmd("merge", str(tmp_path / "run"))
+    assert "**ERRORS**: 8 of 8 cells end in errors (8 client)" in merged.stdout, merged.stdout
+
+
 def test_errors_of_several_kinds_among_answers_are_counted_by_kind(tmp_path: Path) -> None:
     """Variant: a mix of answers, protocol errors (an empty stream) and server errors; the verdict
     counts them by kind, and `--errors-as-wrong` (which scores them) does not make the run complete."""

@@ -347,7 +347,7 @@ class ShardRun:
             manifest.reason = self.stopping
             if not self.stopping and (errors := sum((t.standing_errors() for t in tallies), Counter())):
                 # every pair has a record, but not every one an answer: not complete (issue 24), exit 3
-                cells = sum(len(t.status) for t in tallies)
+                cells = sum(len(plan.indices) * plan.config.repeats for plan, _ in zip(plans, tallies))  # this shard's pairs
                 manifest.state = "finished_with_errors"
                 n = sum(errors.values())
                 kinds = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])))
