@@ -14,8 +14,7 @@ import click
 
 
 def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
-    from shardeval.api import md_text
-    from shardeval.results.report import fmt, fmt_p
+    from shardeval.api import fmt, fmt_p, md_text
 
     lines = [f"# shardeval compare: B = {md_text(name_b)} vs A = {md_text(name_a)}", ""]
     for r in results:
@@ -52,8 +51,7 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
               help="Also write the comparison as one self-contained HTML page with charts (needs shardeval[report]).")
 def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool, html_path: str | None) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
-    from shardeval.api import MetricOptions, UsageError, check_output, incomparable, refuse_inside_shard
-    from shardeval.results.merge import merge_run
+    from shardeval.api import check_output, incomparable, merge_run, MetricOptions, refuse_inside_shard, UsageError
     from shardeval_metrics.compare import compare_tables
 
     if html_path == "-":
@@ -93,8 +91,7 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
 def write_page(path: str, render_page: Any) -> None:
     """Write the page; without the plotting extra the comparison above stands and one line on
     stderr says how to get the page (exit 0). A path that cannot be written is one line, exit 2."""
-    from shardeval.api import write_html
-    from shardeval.errors import os_error
+    from shardeval.api import os_error, write_html
 
     try:
         notice = write_html(path, render_page)
