@@ -38,8 +38,9 @@ if TYPE_CHECKING:
     from shardeval.run.solver import Attempt, LoglikelihoodSolver, ServiceHandle, SimpleSolver, Solver, SolverFactory
     from shardeval.run.completion import Completion
     from shardeval.config.reading import split_endpoint_url
-    from shardeval.run.process import (describe_exit, die_with_parent, node_command, Proc, processes, read_process,
-                                       redact, resolve_port, self_command, ServerProcess)
+    from shardeval.run.process import (describe_exit, die_with_parent, node_command, redact, resolve_port, self_command,
+                                       ServerProcess)
+    from shardeval.store.procfs import Proc, processes, read_process
     from shardeval.redact import is_secret, redact_urls
     # Orchestrator: turn a launch request into shards somewhere, then merge
     from shardeval.launch import setup_logging
@@ -91,8 +92,8 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.run.solver", "Attempt LoglikelihoodSolver ServiceHandle SimpleSolver Solver SolverFactory"),
     ("shardeval.run.completion", "Completion"),
     ("shardeval.config.reading", "split_endpoint_url"),
-    ("shardeval.run.process", "describe_exit die_with_parent node_command Proc processes read_process redact resolve_port "
-     "self_command ServerProcess"),
+    ("shardeval.run.process", "describe_exit die_with_parent node_command redact resolve_port self_command ServerProcess"),
+    ("shardeval.store.procfs", "Proc processes read_process"),
     ("shardeval.redact", "is_secret redact_urls"),
     # Orchestrator: turn a launch request into shards somewhere, then merge
     ("shardeval.launch", "setup_logging"),
