@@ -1,11 +1,13 @@
 """shardeval's public SDK: the one module a plugin imports (`from shardeval.api import ...`).
 
-It is cheap to import (only pluggy, for `hookimpl`): everything else loads on first use through
-the module `__getattr__` (PEP 562), so a plugin module can import it at top level and
-`shardeval --help` stays fast. The names are grouped by the role that needs them (benchmark,
-service, orchestrator, metric, records and results); docs/plugins.md says what each is for, and
-the hooks are in shardeval.hookspecs. A name is here because a plugin of its role needs it: the
-built-in plugins import nothing else of shardeval, so each is a template a third party can copy.
+It is cheap to import (it imports nothing): every name, `hookimpl` included, loads its module on
+first use through the module `__getattr__` (PEP 562), so a plugin module can import it at top
+level, `shardeval --help` stays fast, and a module that runs without shardeval's dependencies (the
+code sandbox under a bare Python) can take the stdlib-only tools it needs from here. The names
+are grouped by the role that needs them (benchmark, service, orchestrator, metric, records and
+results); docs/plugins.md says what each is for, and the hooks are in shardeval.hookspecs. A name
+is here because a plugin of its role needs it: the built-in plugins import nothing else of
+shardeval, so each is a template a third party can copy.
 """
 
 from __future__ import annotations
@@ -13,9 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from shardeval.hookspecs import hookimpl
-
 if TYPE_CHECKING:
+    from shardeval.hookspecs import hookimpl
     # Every plugin: errors a user sees as one line, the config it is handed, the registry
     from shardeval.errors import EXIT_WITH_ERRORS, os_error, ShardError, UsageError
     from shardeval.config import (BenchmarkConfig, ClusterConfig, Config, Count, Generation, load_config,
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
 
 # (module, names): one module's names of one role; a name loads its module on first use.
 _LAZY: tuple[tuple[str, str], ...] = (
+    ("shardeval.hookspecs", "hookimpl"),  # the mark of a hook implementation (pluggy)
     # Every plugin: errors a user sees as one line, the config it is handed, the registry
     ("shardeval.errors", "EXIT_WITH_ERRORS os_error ShardError UsageError"),
     ("shardeval.config", "BenchmarkConfig ClusterConfig Config Count Generation load_config NonNegativeFloat NonNegativeInt "
@@ -122,7 +124,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
 )
 _WHERE = {name: module for module, names in _LAZY for name in names.split()}
 
-__all__ = ["hookimpl", *_WHERE]  # in role order, as above
+__all__ = list(_WHERE)  # in role order, as above
 
 
 def __getattr__(name: str) -> Any:
