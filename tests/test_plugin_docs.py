@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -60,3 +62,23 @@ def test_the_worked_plugin_runs_in_two_shards_against_the_simulator_and_merges(t
     scores = json.loads((run_dir / "merged" / "scores.json").read_text())["squares"]
     assert scores["n_problems"] == 12 and scores["n_missing"] == 0
     assert scores["metrics"]["accuracy"]["value"] == 1.0
+
+
+def test_every_name_of_the_facade_resolves_and_the_page_names_it():
+    """A name docs/plugins.md does not explain is no API; one that does not resolve breaks a plugin
+    at its first use. Importing the façade loads nothing of shardeval but itself (the code sandbox
+    imports it under a bare Python)."""
+    probe = (
+        "import sys, shardeval.api as api\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('shardeval', 'pluggy', 'click', 'msgspec'))))\n"
+        "print(sorted(n for n in api.__all__ if getattr(api, n, None) is None))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    loaded, unresolved = result.stdout.splitlines()
+    assert loaded == "['shardeval', 'shardeval.api']" and unresolved == "[]"
+    import shardeval.api as api
+
+    page = Path(PAGE).read_text(encoding="utf-8")
+    unexplained = [n for n in api.__all__ if not re.search(rf"[`/ ]{re.escape(n)}[`(]", page)]
+    assert unexplained == []
