@@ -8,7 +8,8 @@ import sys
 import click
 
 from shardeval import __version__
-from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError
+from shardeval.command_line import evaluation_options, override_option, run_cli
+from shardeval.errors import EXIT_WITH_ERRORS, UsageError
 from shardeval.results.ci_methods import CI_METHODS
 
 
@@ -41,21 +42,14 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("config_path", required=False, metavar="[CONFIG.yaml]")
-@click.option("--bench", help="Quick mode: benchmark name or path/to/file.jsonl.")
-@click.option("--model-url", help="Quick mode: OpenAI-compatible base URL (…/v1) or full endpoint URL.")
-@click.option("--model-id", help="Quick mode: the served model name.")
-@click.option("--api-key-env", help="Name of the environment variable holding the API key (never the key).")
-@click.option("-n", "--repeats", type=int, help="Times each problem is asked.")
-@click.option("--max-problems", type=int, help="Evaluate only the first N problems.")
-@click.option("--max-concurrent", type=int, help="Requests in flight per shard.")
+@evaluation_options
 @click.option("-o", "--output-dir", help="This shard's output directory (default: output.dir/shard_<i>).")
 @click.option("--shard", "shard_flag", metavar="I/N", help="Run shard I of N (beats every environment variable).")
 @click.option("--sweep-services", metavar="NAMES", help="Sweep: evaluate only these models (comma-separated), in this order.")
 @click.option("--fresh", is_flag=True, help="Start over: move earlier results aside instead of resuming.")
 @click.option("--cache-dir", metavar="PATH", help="Response cache directory (beats `cache.dir`; see docs/cache.md).")
 @click.option("--no-cache", is_flag=True, help="Bypass the response cache: read nothing from it, write nothing to it.")
-@click.option("-O", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="Override a config value.")
+@override_option
 @click.option("--dry-run", is_flag=True, help="Show what would run or be submitted; run nothing.")
 def run(config_path: str | None, shard_flag: str | None, sweep_services: str | None, overrides: tuple[str, ...], dry_run: bool,
         fresh: bool, **quick: object) -> None:
@@ -245,36 +239,6 @@ def plugins_uninstall(names: tuple[str, ...]) -> None:
     from shardeval.plugins.install import uninstall
 
     uninstall(list(names), click.echo)
-
-
-# click >= 8.2 raises this (a UsageError) for a group run bare, to show its help; older click has none
-_HELP_AS_ERROR = getattr(click.exceptions, "NoArgsIsHelpError", ())
-
-
-def run_cli(command: click.Command, argv: list[str] | None, prog_name: str) -> None:
-    """Run a click command the shardeval way: user mistakes become one line and exit 2, an
-    infrastructure failure one line and exit 1, Ctrl-C exit 130, never a traceback for any of them."""
-    try:
-        command.main(args=argv, prog_name=prog_name, standalone_mode=False)
-    except (UsageError, ShardError) as exc:
-        from shardeval.redact import redact_urls  # not at the top: it loads logging, which --version need not
-
-        click.echo(f"shardeval: error: {redact_urls(str(exc))}", err=True)
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("shardeval: aborted", err=True)
-        sys.exit(130)
-    except click.UsageError as exc:  # a bad flag or value: click's own words (which name the range or choices), one line
-        if isinstance(exc, _HELP_AS_ERROR):  # a group run with no command: its help, as click shows it
-            exc.show()
-            sys.exit(exc.exit_code)
-        where = exc.ctx.command_path if exc.ctx is not None else prog_name
-        message = " ".join(exc.format_message().split())
-        click.echo(f"shardeval: error: {message} (see '{where} --help')", err=True)
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
 
 
 def main(argv: list[str] | None = None) -> None:

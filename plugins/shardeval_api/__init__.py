@@ -18,7 +18,7 @@ def register_services(register):
 
 @hookimpl
 def register_solvers(register):
-    from shardeval.run.solver import LoglikelihoodSolver, SimpleSolver
+    from shardeval.api import LoglikelihoodSolver, SimpleSolver
 
     register("simple", SimpleSolver)
     register("loglikelihood", LoglikelihoodSolver)

@@ -44,10 +44,9 @@ def _origin(benchmark: Any) -> str:
 @click.option("--no-load", is_flag=True, help="List names and plugins only; build nothing, read no data.")
 def benchmarks_command(name: str | None, params: tuple[str, ...], show: int, no_load: bool) -> None:
     """List registered benchmarks (plugin, size, data source), or describe NAME."""
-    from shardeval import plugins
-    from shardeval.api import parse_key_values  # YAML values, one parser for every such flag
+    from shardeval.api import parse_key_values, registry as plugin_registry  # YAML values, one parser for every such flag
 
-    registry = plugins.registry()
+    registry = plugin_registry()
     if name is not None:
         _describe(name, parse_key_values(params, "-p", "shots=8"), show, registry)
         return
@@ -73,8 +72,7 @@ def benchmarks_command(name: str | None, params: tuple[str, ...], show: int, no_
 
 
 def _describe(name: str, params: dict[str, Any], show: int, registry: Any) -> None:
-    from shardeval.config import BenchmarkConfig
-    from shardeval.run.runner import make_benchmark
+    from shardeval.api import BenchmarkConfig, make_benchmark
 
     bench = make_benchmark(BenchmarkConfig(name=name, params=params), "benchmarks", registry)[0]
     entry = registry.entries["benchmarks"].get(name)

@@ -35,8 +35,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from shardeval.api import DataParams, Problem, Rows, RowsBenchmark, Score, UsageError, decode_params, open_from_params, open_regular
-from shardeval.benchmark.datasets import JsonlRows  # a built-in plugin: the line-offset reader, not a public API
+from shardeval.api import (DataParams, decode_params, JsonlRows, open_from_params, open_regular, Problem, Rows, RowsBenchmark,
+                           Score, UsageError)
 
 
 class PerplexityParams(DataParams):

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any
 from shardeval.api import ENV_NAME, UsageError, dump_yaml, escape_dollars as escape
 
 if TYPE_CHECKING:
-    from shardeval.api import LaunchRequest
-    from shardeval.launch.orchestrator import Cell
+    from shardeval.api import Cell, LaunchRequest
 
 PROJECT_DIR = "compose"
 COMPOSE_FILE = "docker-compose.yaml"

@@ -14,8 +14,7 @@ import click
 
 
 def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
-    from shardeval.api import md_text
-    from shardeval.results.report import fmt, fmt_p
+    from shardeval.api import fmt, fmt_p, md_text
 
     lines = [f"# shardeval compare: B = {md_text(name_b)} vs A = {md_text(name_a)}", ""]
     for r in results:
@@ -52,8 +51,7 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
               help="Also write the comparison as one self-contained HTML page with charts.")
 def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool, html_path: str | None) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
-    from shardeval.api import MetricOptions, UsageError, check_output, incomparable, refuse_inside_shard
-    from shardeval.results.merge import merge_run
+    from shardeval.api import check_output, incomparable, merge_run, MetricOptions, refuse_inside_shard, UsageError
     from shardeval_metrics.compare import compare_tables
 
     if html_path == "-":

@@ -20,6 +20,8 @@ from typing import Any
 
 import click
 
+from shardeval.api import evaluation_options, override_option
+
 log = logging.getLogger("shardeval")
 
 SHARD_VARIABLES = ("NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX")
@@ -27,14 +29,7 @@ RAY_FLAGS = ("shards", "address", "node_ip_address", "num_cpus", "num_gpus", "ma
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("config_path", required=False, metavar="[CONFIG.yaml]")
-@click.option("--bench", help="Quick mode: benchmark name or path/to/file.jsonl.")
-@click.option("--model-url", help="Quick mode: OpenAI-compatible base URL (…/v1) or full endpoint URL.")
-@click.option("--model-id", help="Quick mode: the served model name.")
-@click.option("--api-key-env", help="Name of the environment variable holding the API key (never the key).")
-@click.option("-n", "--repeats", type=int, help="Times each problem is asked.")
-@click.option("--max-problems", type=int, help="Evaluate only the first N problems.")
-@click.option("--max-concurrent", type=int, help="Requests in flight per shard.")
+@evaluation_options  # `shardeval run`'s config argument and quick-mode flags
 @click.option("-o", "--output-dir", help="The run's root: shard_<i>/ and merged/ go under it (default: output.dir).")
 @click.option("--shards", type=int, help="Number of shards, one Ray task each (cluster.shards; default 1).")
 @click.option("--address", help="Ray address: HOST:PORT, ray://HOST:PORT, auto, or local (default: see docs/ray.md).")
@@ -44,15 +39,13 @@ RAY_FLAGS = ("shards", "address", "node_ip_address", "num_cpus", "num_gpus", "ma
 @click.option("--max-retries", type=int, help="Retries of a shard task whose worker died or that failed (default 3).")
 @click.option("--no-merge", is_flag=True, help="Do not merge at the end (run `shardeval merge` later).")
 @click.option("--fresh", is_flag=True, help="Start over: move earlier results of every shard aside first.")
-@click.option("-O", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="Override a config value.")
+@override_option
 @click.option("--dry-run", is_flag=True, help="Show which Ray and which tasks would run; start nothing.")
 def main(
     config_path: str | None, overrides: tuple[str, ...], no_merge: bool, fresh: bool, dry_run: bool, **quick: Any
 ) -> None:
     """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
-    from shardeval.api import LaunchRequest, load_config
-    from shardeval.launch import setup_logging
-    from shardeval.config.sweep import plan_sweep
+    from shardeval.api import LaunchRequest, load_config, plan_sweep, setup_logging
     from shardeval_ray.orchestrator import run_ray
 
     setup_logging()
@@ -98,7 +91,7 @@ def _ray_cluster(config_path: str | None) -> list[str]:
 
 def cli(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes are one line and exit 2, as in `shardeval`."""
-    from shardeval.cli import run_cli
+    from shardeval.api import run_cli
 
     run_cli(main, argv, "python -m shardeval_ray")
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from shardeval.api import LaunchRequest, merge_and_report, set_aside_shards, ShardError, UsageError
 
 if TYPE_CHECKING:
-    from shardeval.launch.orchestrator import Cell
+    from shardeval.api import Cell
 
 log = logging.getLogger("shardeval")
 

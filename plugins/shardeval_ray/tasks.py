@@ -29,7 +29,7 @@ from shardeval.api import (Config, hookimpl, load_config, open_regular, read_man
                            shard_range, ShardError, ShardSpec, UsageError)
 
 if TYPE_CHECKING:
-    from shardeval.store.records import SweepPlan
+    from shardeval.api import SweepPlan
 
 log = logging.getLogger("shardeval")
 
@@ -92,8 +92,7 @@ def evaluate_shard(
     source = f"ray task {task_id[:16]} on {node_ip}" if task_id else f"evaluate_shard({shard_idx}, {total_shards})"
     shard = ShardSpec(shard_idx, total_shards, source)
 
-    from shardeval.launch import setup_logging
-    from shardeval.run.runner import ShardRun
+    from shardeval.api import setup_logging, ShardRun
 
     setup_logging()
     log.info("%s", shard.describe())
@@ -220,9 +219,9 @@ class _Fault:
         return cls(mode, int(after))
 
     def __enter__(self) -> _Fault:
-        from shardeval import plugins
+        from shardeval.api import plugin_manager
 
-        self.manager = plugins.load().manager
+        self.manager = plugin_manager()
         self.manager.register(self, name=f"shardeval_ray_test_fault_{id(self)}")
         return self
 

@@ -21,11 +21,10 @@ def load_answer_key(bench: str | None, params: dict[str, Any]):
     letters); the grader (question, reference, answer) -> right? is its own scorer, for judge mode."""
     if not bench:
         return None, None, None
-    from shardeval import plugins
-    from shardeval.api import Problem
+    from shardeval.api import Problem, registry
     from shardeval_sim.benchmark_hooks import answer_key, reply_renderer
 
-    benchmark = plugins.registry().get("benchmarks", bench, where="--bench").factory(params)
+    benchmark = registry().get("benchmarks", bench, where="--bench").factory(params)
 
     def grade(question: str, reference: str, answer: str) -> bool:
         return benchmark.score(Problem(idx=0, id="judged", prompt=question, reference=reference), answer).score >= 1.0

@@ -119,6 +119,12 @@ def load() -> PluginSet:
     return plugin_set
 
 
+def plugin_manager() -> pluggy.PluginManager:
+    """The manager every plugin is registered with: an object with hook implementations can join
+    it for a while (register, then unregister), as a test hook does."""
+    return load().manager
+
+
 def collect(plugin_set: PluginSet) -> Registry:
     """Call every plugin's register_* hooks through pluggy (so wrappers and tryfirst/trylast take
     effect); a plugin whose hook raises is named in `problems`, and the hook is called again
