@@ -15,7 +15,8 @@ import pytest
 from conftest import shardeval_cmd
 from shard_factory import make_shard, record
 from shardeval.errors import UsageError
-from shardeval.results.merge import merge_run, write_merged
+from shardeval.results.merge import merge_run
+from shardeval.results.outputs import write_merged
 from shardeval.results.report import counts
 
 

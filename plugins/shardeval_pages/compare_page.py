@@ -26,7 +26,7 @@ def own_mean(metrics: dict[str, Any]) -> tuple[str, Any] | None:
 def render_compare_html(run_a: str, run_b: str, a: dict[str, Any], b: dict[str, Any], results: list[dict[str, Any]],
                         confidence: float, errors_as_wrong: bool) -> bytes:
     """The page; `a`, `b`: {benchmark: its BenchmarkMerge}, `results`: compare_tables' per shared
-    benchmark. Raises PlottingMissing without the plotting extra."""
+    benchmark. Raises vendor.BundleMissing without the charts' JavaScript."""
     level = f"{confidence:.0%}"
     page = Page(f"shardeval compare: {os.path.basename(os.path.normpath(run_b))} vs {os.path.basename(os.path.normpath(run_a))}")
     page.add("<h1>shardeval compare</h1>",

@@ -3,7 +3,7 @@ inlined, nothing fetched at view time (it opens from a shared filesystem or an a
 
 The JavaScript (Vega, Vega-Lite, vega-embed) is the pages plugin's package data, fetched from npm
 at build time and pinned in plugins/shardeval_pages/vega.lock.json (shardeval_pages.vendor). A
-source tree that never fetched it has none: `vega_bundle` raises `PlottingMissing` and callers
+source tree that never fetched it has none: `vendor.javascript` raises `BundleMissing` and callers
 write their Markdown only.
 """
 
@@ -12,41 +12,22 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from shardeval_pages import vendor
+from shardeval.api import atomic_write
 
-
-class PlottingMissing(Exception):
-    """The charts' JavaScript is not installed: no HTML, and one line saying how to get it."""
-
-
-def plotting() -> str:
-    """The charts' JavaScript, or PlottingMissing: asked before a page is built, so a merge
-    without it does not gather a page's data (7 % of an MMLU-sized merge) to discard it."""
-    try:
-        return vendor.javascript()
-    except vendor.BundleMissing as missing:
-        raise PlottingMissing(str(missing)) from None
-
-
-def vega_bundle() -> str:
-    """Vega + Vega-Lite + vega-embed as one script (shardeval_pages.vendor, read once a process)."""
-    return plotting()
+import shardeval_pages.vendor as vendor
 
 
 def draw(path: str, render: Callable[[], bytes]) -> str:
     """Write the page `render` makes to `path` and return ""; without the charts' JavaScript write
     nothing and return why, in words that name the fix (the core says which page was not written)."""
-    from shardeval.api import atomic_write
-
     try:
-        plotting()
+        vendor.javascript()  # asked first: without it, a page's data (7 % of an MMLU-sized merge) is not gathered
         page = render()
-    except PlottingMissing as missing:
+    except vendor.BundleMissing as missing:
         return str(missing)
     atomic_write(path, page)
     return ""
@@ -128,8 +109,8 @@ class Page:
         return f'<figure><div class="chart" id="{esc(chart_id)}"></div>{note}</figure>'
 
     def render(self) -> bytes:
-        """The whole page. Raises PlottingMissing when the charts' JavaScript is not installed."""
-        bundle = vega_bundle().replace("</script", "<\\/script")
+        """The whole page. Raises vendor.BundleMissing when the charts' JavaScript is not installed."""
+        bundle = vendor.javascript().replace("</script", "<\\/script")
         specs = json_for_script(self.charts)
         return document(self.title, "".join(self.parts) + f'\n<script type="application/json" id="chart-specs">{specs}</script>',
                         style=STYLE, scripts=(bundle, DRAW), head=CSP_META).encode()

@@ -19,7 +19,7 @@ import msgspec
 
 from shardeval.api import (DISTRIBUTION_QUANTILES, ERROR, MISSING, OK, RESULTS_FILE, TRAJECTORIES_FILE, ResultRecord,
                            TrajectoryRecord, counts, provenance_facts, read_winners, run_notes, timing)
-from shardeval_pages import charts
+import shardeval_pages.charts as charts
 from shardeval_pages.page import Page, esc, finite, num, span, table
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def _as_dicts(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes:
-    """The page. Raises page.PlottingMissing without the plotting extra."""
+    """The page. Raises vendor.BundleMissing without the charts' JavaScript."""
     run = result.run
     metrics = {b.manifest.name: _as_dicts(b.metrics) for b in result.benchmarks}  # scores.json's "metrics", as JSON values
     page = Page(f"shardeval report: {os.path.basename(os.path.normpath(run.root))}")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from shardeval.api import NOT_COMPARED, not_compared_notes
-from shardeval_pages import charts
+import shardeval_pages.charts as charts
 from shardeval_pages.page import Page, esc, finite, num, p_cell, span, table
 from shardeval_pages.report_page import slug
 
@@ -27,7 +27,7 @@ PARTIAL_PAIR = ("† compared only on the cells both models answered; the cells 
 
 def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, str]) -> bytes:
     """The page; `links`: each model's report.html relative to the page. Raises
-    page.PlottingMissing without the plotting extra."""
+    vendor.BundleMissing without the charts' JavaScript."""
     doc, plan = sweep.document, sweep.plan
     benches = list(dict.fromkeys(c["benchmark"] for c in doc["cells"]))
     verdict, why = sweep.verdict, sweep.verdict_line().removeprefix(sweep.verdict)

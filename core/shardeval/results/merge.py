@@ -23,12 +23,8 @@ from typing import Any, Iterable, Iterator
 import msgspec
 
 from shardeval import plugins
-from shardeval.store.discover import MERGED_DIR, Run, Shard, load_shards, refuse_inside_shard
-from shardeval.results import pages
+from shardeval.store.discover import Run, Shard, load_shards
 from shardeval.results.metrics import ERROR, MISSING, OK, MetricOptions, MetricValue, ScoreTable
-from shardeval.results.report import render_report, scores_document, timing_document
-from shardeval.store.atomic import atomic_write
-from shardeval.errors import os_error
 from shardeval.store.regular import open_regular
 from shardeval.store.records import (
     RESULTS_FILE,
@@ -36,14 +32,12 @@ from shardeval.store.records import (
     BenchmarkManifest,
     ReadReport,
     ResultRecord,
-    pretty_json,
     scan_lines,
 )
 from shardeval.store.shards import shard_indices
 from shardeval.store.standing import DUPLICATE, OTHER_BENCHMARK, SUPERSEDE, TAKE, Membership, decide
 
 NAN = float("nan")
-REPORT_HTML = "report.html"
 
 
 @dataclass
@@ -340,30 +334,6 @@ def cell_warnings(cells: Cells, label: str = "", never: str = "counted") -> list
     return refused + [f"{label}{where}: {n} unreadable line(s) skipped" for where, n in unreadable.items()]
 
 
-def write_merged(result: MergeResult, out_dir: str | None = None, confidence: float = 0.95) -> str:
-    """Write merged/<bench>/{results,trajectories}.jsonl in (problem, repeat) order, scores.json,
-    timing.json, report.md and report.html (when the plotting extra is installed; otherwise a line
-    in result.notices says how to get it). Every file is replaced atomically; shard files are only read."""
-    out_dir = out_dir or os.path.join(result.run.root, MERGED_DIR)
-    refuse_inside_shard(out_dir, "-o")
-    try:
-        for b in result.benchmarks:
-            bench_dir = os.path.join(out_dir, b.manifest.name)
-            os.makedirs(bench_dir, exist_ok=True)
-            scan_trajectories(b.cells, b.manifest.name, result.run.shards)
-            _copy_winners(result.run.shards, b, RESULTS_FILE, b.cells.offset, b.cells.length, bench_dir)
-            _copy_winners(result.run.shards, b, TRAJECTORIES_FILE, b.cells.traj_offset, b.cells.traj_length, bench_dir)
-        atomic_write(os.path.join(out_dir, "scores.json"), pretty_json(scores_document(result)))
-        atomic_write(os.path.join(out_dir, "timing.json"), pretty_json(timing_document(result)))
-        atomic_write(os.path.join(out_dir, "report.md"), render_report(result, confidence).encode())
-        page = os.path.join(out_dir, REPORT_HTML)
-        if why := pages.report_page(result, page, confidence):
-            result.notices.append(pages.not_written(page, why))
-    except OSError as exc:  # a full disk, a read-only run directory: one line, no .tmp left behind
-        raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
-    return out_dir
-
-
 def read_winners(shards: list[Shard], bench: str, name: str, src_of: array, offsets: array, lengths: array,
                  cells: Iterable[int] | None = None) -> Iterator[tuple[int, int, bytes]]:
     """(cell, shard number, line) of each standing record's line in the shards' `bench`/`name`
@@ -380,8 +350,3 @@ def read_winners(shards: list[Shard], bench: str, name: str, src_of: array, offs
                 f = files[src] = opened.enter_context(open_regular(os.path.join(shards[src].abspath, bench, name)))
             f.seek(offset)
             yield cell, src, f.read(lengths[cell])
-
-
-def _copy_winners(shards: list[Shard], b: BenchmarkMerge, name: str, offsets: array, lengths: array, bench_dir: str) -> None:
-    lines = read_winners(shards, b.manifest.name, name, b.cells.src, offsets, lengths)
-    atomic_write(os.path.join(bench_dir, name), (line for _, _, line in lines))

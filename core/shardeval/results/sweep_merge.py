@@ -22,8 +22,8 @@ from typing import Any
 from shardeval import plugins
 from shardeval.errors import os_error
 from shardeval.identity import incomparable
-from shardeval.results.merge import (COMPLETE, ERRORS, PARTIAL, REPORT_HTML, merge_run, verdict_text, warnings,
-                                     write_merged)
+from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, merge_run, verdict_text, warnings
+from shardeval.results.outputs import REPORT_HTML, write_merged
 from shardeval.results import pages
 from shardeval.results.metrics import MISSING, MetricOptions, headline_metric
 from shardeval.results.quoting import md_text
