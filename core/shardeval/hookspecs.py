@@ -102,6 +102,13 @@ def shard_finished(manifest: Manifest, out_dir: str) -> None:
     """A shard ended; `manifest.state` says how (complete, failed, interrupted)."""
 
 
+@hookspec
+def write_merged_outputs(result: Any, out_dir: str) -> list[str] | None:
+    """A run's merge was written to `out_dir` (merged/<bench>/results.jsonl and the rest; `result`
+    is its shardeval.api.MergeResult): write this plugin's own files beside them (lm-eval's
+    results_*.json from an lm_eval run). Returns lines for the user: what was written, or why not."""
+
+
 # The pages. The merge computes and a plugin draws (the built-in shardeval_pages): the core never
 # imports a page. A page hook returns "" when it wrote the page, or why it did not, in words that
 # name the fix (the core then says "<page> not written: <why>" and writes everything else); the

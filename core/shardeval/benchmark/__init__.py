@@ -12,6 +12,8 @@ from typing import Any, Callable, Iterator
 
 import msgspec
 
+from shardeval.errors import UsageError
+
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
     idx: int
@@ -76,6 +78,24 @@ class Benchmark:
         so no sampling is filled in for them and --dry-run says what they do carry. Declared on
         the class, as `default_sampling`: no data is loaded to know it."""
         return False
+
+    # The solver its problems need (registered name), used when the config leaves `solver.type`
+    # at its default: e.g. `lm_eval`, whose problems are lm-eval request lists. None: the config's.
+    solver: str | None = None
+
+    @classmethod
+    def expand(cls, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
+        """When one config entry stands for several benchmarks (an lm-eval group: one per leaf
+        task, each its own folder, merge and report row), their ids and params; None: it is one.
+        Called once per config load, so it may plan (and refuse bad input) before any request."""
+        return None
+
+    @classmethod
+    def quick_params(cls, argument: str) -> dict[str, Any]:
+        """The params `--bench NAME:ARGUMENT` means (e.g. `lm_eval:gsm8k,arc_easy` → its tasks).
+        By default a benchmark takes no argument: a one-line error saying so."""
+        raise UsageError(f"--bench {cls.name or 'it'}:{argument}: this benchmark takes no ':ARGUMENT'; "
+                         "set its params in a config file")
 
     def size(self) -> int:
         raise NotImplementedError

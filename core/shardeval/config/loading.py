@@ -67,13 +67,14 @@ def load_config(
     raw = decode(data, RawConfig, where)
     # Not at the top: every plugin's config Struct imports this package when plugins load (`shardeval
     # plugins`, any registry), and a sweep (the store's layout) and the sampling rules load with a config.
-    from shardeval.config import sampling, sweep
+    from shardeval.config import expansion, sampling, sweep
 
     sweep.resolve(raw, where)  # benchmarks' default service; a sweep's generated checkpoint services
     _quick.apply(raw, flags, path)
     services = {name: decode_service(name, section, where) for name, section in raw.services.items()}
     cluster = _decode_cluster(raw.cluster, where)
     config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
+    config = expansion.expand(config, registry(), where)  # `--bench NAME:ARG`; an lm-eval group's leaf tasks
     _validate(config, where)
     return sampling.complete(config, registry())  # no key left to a server's default (docs/benchmarks.md)
 

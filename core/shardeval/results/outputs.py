@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from array import array
 
+from shardeval import plugins
 from shardeval.errors import os_error
 from shardeval.results import pages
 from shardeval.results.merge import BenchmarkMerge, MergeResult, read_winners, scan_trajectories
@@ -37,6 +38,8 @@ def write_merged(result: MergeResult, out_dir: str | None = None, confidence: fl
         page = os.path.join(out_dir, REPORT_HTML)
         if why := pages.report_page(result, page, confidence):
             result.notices.append(pages.not_written(page, why))
+        for lines in plugins.hooks().write_merged_outputs(result=result, out_dir=out_dir):
+            result.notices.extend(lines or [])
     except OSError as exc:  # a full disk, a read-only run directory: one line, no .tmp left behind
         raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
     return out_dir

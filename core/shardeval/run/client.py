@@ -160,6 +160,7 @@ class _Logprobs(msgspec.Struct, gc=False):
     tokens: list[str] | None = None
     token_logprobs: list[float | None] | None = None
     text_offset: list[int] | None = None
+    top_logprobs: list[dict[str, float] | None] | None = None
 
 
 class _BodyChoice(_Choice, gc=False):
@@ -441,8 +442,10 @@ class _Reading:
             self.pieces.append(text)
         lp = choice.logprobs
         if lp is not None and lp.tokens is not None:
-            if len({len(x) for x in (lp.tokens, lp.token_logprobs, lp.text_offset) if x is not None}) > 1:
-                raise _Failure("protocol", f"logprobs lists of different lengths (tokens, token_logprobs, text_offset): {_snippet(data)}")
+            if len({len(x) for x in (lp.tokens, lp.token_logprobs, lp.text_offset, lp.top_logprobs) if x is not None}) > 1:
+                raise _Failure(
+                    "protocol", f"logprobs lists of different lengths (tokens, token_logprobs, text_offset, top_logprobs): {_snippet(data)}"
+                )
             self.logprobs = lp
         self.finish_reason = choice.finish_reason
         self.usage = msg.usage
@@ -463,6 +466,7 @@ class _Reading:
             prompt_logprobs=lp.token_logprobs if lp is not None else None,
             prompt_tokens_text=lp.tokens if lp is not None else None,
             text_offsets=lp.text_offset if lp is not None else None,
+            top_logprobs=lp.top_logprobs if lp is not None else None,
         )
 
 
@@ -624,7 +628,7 @@ class Client:
                     status="ok", text=entry.text, finish_reason=entry.finish_reason, prompt_tokens=entry.prompt_tokens,
                     completion_tokens=entry.completion_tokens, prompt_logprobs=entry.prompt_logprobs,
                     prompt_tokens_text=entry.prompt_tokens_text, text_offsets=entry.text_offsets,
-                    started_at=time.time(), latency_s=time.perf_counter() - looked_up, attempts=0, cached=True,
+                    top_logprobs=entry.top_logprobs, started_at=time.time(), latency_s=time.perf_counter() - looked_up, attempts=0, cached=True,
                 )
         retries = self.config.retries
         attempts = max(1, retries.attempts)

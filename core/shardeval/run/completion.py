@@ -28,4 +28,6 @@ class Completion(msgspec.Struct, kw_only=True):
     prompt_logprobs: list[float | None] | None = None  # `token_logprobs`; the prompt's first is null (nothing precedes it)
     prompt_tokens_text: list[str] | None = None  # `tokens`, as text
     text_offsets: list[int] | None = None  # `text_offset`: where each token starts in `choices[0].text`
+    # `top_logprobs`: per token, the most likely tokens and their logprobs (lm-eval's is_greedy)
+    top_logprobs: list[dict[str, float] | None] | None = None
     cached: bool = False  # served from the response cache (shardeval.run.response_cache): no request was sent

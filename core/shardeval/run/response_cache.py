@@ -65,6 +65,7 @@ class CacheEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     prompt_logprobs: list[float | None] | None = None
     prompt_tokens_text: list[str] | None = None
     text_offsets: list[int] | None = None
+    top_logprobs: list[dict[str, float] | None] | None = None
 
 
 class _Key(msgspec.Struct):
@@ -297,7 +298,7 @@ class ClientCache:
         self.store.put(CacheEntry(
             key=key, served=self.served, created_at=time.time(), text=c.text, finish_reason=c.finish_reason,
             prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens, prompt_logprobs=c.prompt_logprobs,
-            prompt_tokens_text=c.prompt_tokens_text, text_offsets=c.text_offsets,
+            prompt_tokens_text=c.prompt_tokens_text, text_offsets=c.text_offsets, top_logprobs=c.top_logprobs,
         ))
 
 

@@ -277,7 +277,7 @@ class LoglikelihoodSolver:
         request = self.params(self.max_tokens)
         messages = [{"role": "user", "content": context}]
         if failed is not None:
-            completion = _combine(parts, "", failure=(f"choice {labels[failed]}", parts[failed]))
+            completion = combine_completions(parts, "", failure=(f"choice {labels[failed]}", parts[failed]))
             return Attempt(completion=completion, messages=messages, request=request)
         sums = [math.fsum(lps) for lps in spans]
         norms = [total / len(choice) if choice else total for total, choice in zip(sums, choices)]
@@ -295,7 +295,7 @@ class LoglikelihoodSolver:
             "chosen": labels[best],
             "chosen_norm": labels[best_norm],
         }
-        completion = _combine(parts, labels[best])
+        completion = combine_completions(parts, labels[best])
         messages.append({"role": "assistant", "content": labels[best]})
         return Attempt(completion=completion, messages=messages, request=request, scores=scores)
 
@@ -308,7 +308,7 @@ class LoglikelihoodSolver:
         context_chars = md.get("context_chars", max_chars // 4 if max_chars else 0)
         if not text:  # nothing to score, and servers refuse an empty prompt
             scores = {"nll": 0.0, "tokens": 0.0}
-            return Attempt(completion=_combine([], ""), messages=turns, request=self.params(self.max_tokens), scores=scores)
+            return Attempt(completion=combine_completions([], ""), messages=turns, request=self.params(self.max_tokens), scores=scores)
         windows = rolling_windows(text, max_chars, context_chars)
         pairs = [split_trailing_space((prefix if cs == 0 else "") + text[cs:s], text[s:e]) for cs, s, e in windows]
         parts, spans, failed = await self._score_all(pairs, allow_empty=True)
@@ -316,7 +316,7 @@ class LoglikelihoodSolver:
         messages = [dict(m) for m in turns]
         if failed is not None:
             where = f"window {failed + 1} of {len(windows)}" if len(windows) > 1 else "the text"
-            return Attempt(completion=_combine(parts, "", failure=(where, parts[failed])), messages=messages, request=request)
+            return Attempt(completion=combine_completions(parts, "", failure=(where, parts[failed])), messages=messages, request=request)
         logprobs = [lp for lps in spans for lp in lps]
         nll = -math.fsum(logprobs)
         n = len(logprobs)
@@ -327,7 +327,7 @@ class LoglikelihoodSolver:
         ]
         scores = {"nll": nll, "tokens": float(n)}
         return Attempt(
-            completion=_combine(parts, reply), messages=[*messages, {"role": "assistant", "content": reply}], request=request, scores=scores
+            completion=combine_completions(parts, reply), messages=[*messages, {"role": "assistant", "content": reply}], request=request, scores=scores
         )
 
 
@@ -336,7 +336,7 @@ def _failed(c: Any, message: str) -> Any:
     return msgspec.structs.replace(c, status="error", error_kind="protocol", error=message)
 
 
-def _combine(parts: list[Any], text: str, failure: tuple[str, Any] | None = None) -> Any:
+def combine_completions(parts: list[Any], text: str, failure: tuple[str, Any] | None = None) -> Any:
     """One Completion for several requests (none: an empty text, answered now): attempts and queueing
     summed, the span of their times, cached when every part came from the response cache; an error
     (the first failed request's kind, its message prefixed with which part) if any failed."""

@@ -1,0 +1,40 @@
+"""Built-in plugin: any lm-evaluation-harness task as shardeval benchmarks (docs/lm-eval.md).
+
+`benchmarks: [{name: lm_eval, params: {tasks: [...]}}]` or `--bench lm_eval:gsm8k,arc_easy`. lm-eval
+plans the requests in one process, shards send them, lm-eval scores them; the merge also writes
+lm-eval's own results_*.json and samples_*.jsonl. lm-eval is the optional extra
+`shardeval[lm-eval]`, imported only when an lm_eval benchmark is used. Written against
+shardeval.api alone: the template for the next adapter.
+"""
+
+from __future__ import annotations
+
+from shardeval.api import hookimpl, Lazy
+
+
+@hookimpl
+def register_benchmarks(register):
+    register("lm_eval", Lazy("shardeval_lmeval.benchmark:LmEvalBenchmark"))
+
+
+@hookimpl
+def register_solvers(register):
+    register("lm_eval", Lazy("shardeval_lmeval.solver:LmEvalSolver"))
+
+
+@hookimpl
+def register_metrics(register):
+    register("lm_eval", Lazy("shardeval_lmeval.metrics:lm_eval_metrics"))
+
+
+@hookimpl
+def write_merged_outputs(result, out_dir):
+    if not any(_is_lm_eval(b) for b in result.run.shards[0].manifest.config.get("benchmarks", [])):
+        return None
+    from shardeval_lmeval.outputs import write_lm_eval_outputs
+
+    return write_lm_eval_outputs(result, out_dir)
+
+
+def _is_lm_eval(bench):
+    return isinstance(bench, dict) and bench.get("name") == "lm_eval"

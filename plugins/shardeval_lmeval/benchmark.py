@@ -1,0 +1,147 @@
+"""The `lm_eval` benchmark: one lm-eval leaf task, its documents as problems, scored by lm-eval.
+
+A config entry names tasks and groups; `expand` plans them (shardeval_lmeval.plan) and makes one
+benchmark per leaf task, id = the task's name. A problem is one document: its metadata holds the
+request bodies lm-eval would send for it (the `lm_eval` solver sends them), so the dataset
+fingerprint covers every prompt, few-shot examples included. The response a record keeps is the
+list of lm-eval's answers per request (JSON); `score` runs the task's filter pipelines and
+`process_results` on it, per document, as lm-eval's evaluate does: every metric under every
+filter lands in `scores` ("exact_match,strict-match"), the first is the headline `score`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from shardeval.api import Benchmark, decode_params, Problem, Score, UsageError
+
+from shardeval_lmeval.params import LmEvalParams
+from shardeval_lmeval.plan import plan
+
+SOURCE = "benchmark lm_eval"
+# lm-eval metrics that are right/wrong per document: their mean is an accuracy with a binomial interval
+BINARY = {"acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "pass@1", "prompt_level_strict_acc",
+          "prompt_level_loose_acc"}
+
+
+def _params(params: dict[str, Any]) -> LmEvalParams:
+    return decode_params(params, LmEvalParams, source=SOURCE)
+
+
+def benchmark_id(task: str) -> str:
+    """A leaf task's name as a folder name (shardeval ids: letters, digits, '.', '_', '-')."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", task).lstrip(".-") or "task"
+
+
+class LmEvalBenchmark(Benchmark):
+    name = "lm_eval"
+    solver = "lm_eval"
+    metrics = ("accuracy", "lm_eval")
+    scorer_version = "1"
+
+    @classmethod
+    def expand(cls, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
+        p = _params(params)
+        if p.task is not None:
+            return None
+        return [(benchmark_id(name), {**params, "task": name}) for name in plan(p).tasks]
+
+    @classmethod
+    def quick_params(cls, argument: str) -> dict[str, Any]:
+        tasks = [t for t in argument.split(",") if t]
+        if not tasks:
+            raise UsageError("--bench lm_eval:TASKS: name lm-eval tasks or groups, e.g. --bench lm_eval:gsm8k,arc_easy")
+        return {"tasks": tasks}
+
+    @classmethod
+    def default_sampling(cls, repeats: int) -> dict[str, Any]:
+        return {}  # every request carries lm-eval's own temperature (its gen_kwargs; 0 by default)
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        p = _params(params)
+        self.plan = plan(p)
+        if p.task is None:
+            if len(self.plan.tasks) != 1:
+                raise UsageError(f"{SOURCE}: params.task is unset and the tasks hold {len(self.plan.tasks)} leaf tasks; "
+                                 "load the config with shardeval (it makes one benchmark per leaf task)")
+            p = decode_params({**params, "task": next(iter(self.plan.tasks))}, LmEvalParams, source=SOURCE)
+        if p.task not in self.plan.tasks:
+            raise UsageError(f"{SOURCE}: params.task {p.task!r} is not among the planned tasks ({', '.join(self.plan.tasks)})")
+        self.params = p
+        self.task_plan = self.plan.tasks[p.task]
+        self.task = self.task_plan.task
+        self.chat = p.wire_model() == "local-chat-completions"
+        self.wire_model = p.wire_model()
+        self.data_origin = f"lm-eval task {p.task}"
+
+    def size(self) -> int:
+        return len(self.task_plan.docs)
+
+    def problem(self, idx: int) -> Problem:
+        d = self.task_plan.docs[idx]
+        first = d.instances[0].arguments[0]
+        prompt = first if isinstance(first, str) else getattr(first, "prompt", str(first))
+        return Problem(
+            idx=idx,
+            id=f"{self.task_plan.name}/{d.doc_id}",
+            prompt=prompt,
+            reference=str(self.task.doc_to_target(d.doc)),
+            metadata={"lm_eval": {"task": self.task_plan.name, "doc_id": d.doc_id, "model": self.wire_model,
+                                  "requests": d.requests}},
+        )
+
+    def score(self, problem: Problem, response: str) -> Score:
+        d = self.task_plan.docs[problem.idx]
+        metrics, filtered = self.doc_metrics(d, decode_response(response, d))
+        scalars = {key: float(v) for key, v in metrics.items() if _scalar(v)}
+        headline = next(iter(scalars.values()), 0.0)
+        first = next(iter(filtered.values()), [])
+        extracted = first[0] if len(first) == 1 and isinstance(first[0], str) else None
+        return Score(score=headline, extracted=extracted, scores=scalars)
+
+    def doc_metrics(self, d: Any, resps: list[list[Any]]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        """Every metric of every filter for one document, as lm-eval's evaluate computes them (the
+        task's filter ensembles over the document's Instances, then process_results), and the
+        filtered answers per filter."""
+        from lm_eval.api.instance import Instance
+
+        instances = [Instance(request_type=i.request_type, doc=i.doc, arguments=i.arguments, idx=i.idx,
+                              metadata=(i.task_name, i.doc_id, i.repeats), resps=list(r))
+                     for i, r in zip(d.instances, resps)]
+        for ensemble in self.task._filters:
+            ensemble.apply(instances)
+        out: dict[str, Any] = {}
+        filtered = {key: [i.filtered_resps[key] for i in instances] for key in instances[0].filtered_resps}
+        for key, answers in filtered.items():
+            for metric, value in self.task.process_results(d.doc, answers).items():
+                out[f"{metric},{key}"] = value
+        return out, filtered
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        h.update(f"lm_eval {self.plan.lm_eval_version}\n".encode())
+        h.update(json.dumps(self.task.dump_config(), sort_keys=True, default=str).encode() + b"\n")
+        for idx in range(self.size()):
+            h.update(json.dumps(self.problem(idx).metadata, sort_keys=True, default=str).encode() + b"\n")
+        return "sha256:" + h.hexdigest()
+
+
+def encode_response(resps: list[list[Any]]) -> str:
+    """The record's response: lm-eval's answers, one list per request (its repeats)."""
+    return json.dumps({"resps": resps}, ensure_ascii=False)
+
+
+def decode_response(response: str, d: Any) -> list[list[Any]]:
+    """The answers back, loglikelihood ones as lm-eval's (log-likelihood, is_greedy) tuples."""
+    resps = json.loads(response)["resps"]
+    if len(resps) != len(d.instances):
+        raise ValueError(f"the response holds {len(resps)} answers for {len(d.instances)} requests")
+    return [[tuple(x) if i.request_type == "loglikelihood" else x for x in r] for i, r in zip(d.instances, resps)]
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, complex)
+

@@ -1,0 +1,105 @@
+"""lm-eval's own output files for a merged run: merged/lm_eval/<model>/results_<date>.json and
+samples_<task>_<date>.jsonl, written by lm-eval's EvaluationTracker as `lm_eval --log_samples`
+writes them, so tools that read lm-eval results read a shardeval run unchanged.
+
+The merge replays: lm-eval plans the same requests again (same params, same seeds, so the same
+Instances) and simple_evaluate runs with a stand-in model that answers each request with the
+answer the shards saved for it. lm-eval then does all the rest itself: filters, process_results,
+corpus-level aggregation over every shard's documents, stderr, group consolidation. Written
+only when every document of every task of the entry has an ok answer: lm-eval's numbers over a
+partial run would look like the whole one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from shardeval.api import decode_params, OK, RESULTS_FILE, UsageError
+
+from shardeval_lmeval.benchmark import benchmark_id, decode_response, SOURCE
+from shardeval_lmeval.params import LmEvalParams
+from shardeval_lmeval.plan import plan, quiet, simple_evaluate, stand_in_model
+
+OUT = "lm_eval"
+
+
+def write_lm_eval_outputs(result: Any, out_dir: str) -> list[str]:
+    """Write lm-eval's files for every lm_eval entry of the run; lines for what was not written."""
+    manifest = result.run.shards[0].manifest
+    served = next((s.model for s in manifest.served.values()), "model")
+    merged = {b.manifest.name: b for b in result.benchmarks}
+    entries: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}  # plan key -> (params, task -> benchmark id)
+    for bench in manifest.config.get("benchmarks", []):
+        if bench.get("name") != "lm_eval":
+            continue
+        params = dict(bench.get("params") or {})
+        task = params.get("task")
+        p = decode_params(params, LmEvalParams, source=SOURCE)
+        entry = entries.setdefault(p.plan_key(), ({k: v for k, v in params.items() if k != "task"}, {}))
+        entry[1][task] = bench.get("id") or benchmark_id(task)
+    notes = []
+    for params, ids in entries.values():
+        try:
+            note = _write_entry(params, ids, merged, out_dir, served)
+        except UsageError as exc:
+            note = f"lm-eval results not written: {exc}"
+        if note:
+            notes.append(note)
+    return notes
+
+
+def _write_entry(params: dict[str, Any], ids: dict[str, str], merged: dict[str, Any], out_dir: str, served: str) -> str:
+    incomplete = [bid for bid in ids.values() if bid not in merged or any(s != OK for s in merged[bid].table.status)]
+    if incomplete:
+        return (f"lm-eval results not written for {', '.join(ids.values())}: {', '.join(incomplete)} "
+                "not complete (every document needs an ok answer); rerun the missing shards, then merge again")
+    p = decode_params(params, LmEvalParams, source=SOURCE)
+    the_plan = plan(p)
+    answers: dict[tuple[str, int, int], list[Any]] = {}
+    for task, bid in ids.items():
+        docs = the_plan.tasks[task].docs
+        with open(os.path.join(out_dir, bid, RESULTS_FILE), encoding="utf-8") as f:
+            for line in f:
+                record = json.loads(line)
+                if record["status"] != "ok" or record["repeat"] != 0:
+                    continue
+                d = docs[record["problem_idx"]]
+                for inst, resps in zip(d.instances, decode_response(record["response"], d)):
+                    answers[(task, d.doc_id, inst.idx)] = resps
+    with quiet():
+        results = _replay(the_plan, answers, p, os.path.join(out_dir, OUT), served)
+    return "" if results else f"lm-eval results not written for {', '.join(ids.values())}: lm-eval returned nothing"
+
+
+def _replay(the_plan: Any, answers: dict[tuple[str, int, int], list[Any]], p: LmEvalParams, output_path: str,
+            served: str) -> Any:
+    from lm_eval.loggers import EvaluationTracker
+
+    served_count: dict[tuple[str, int, int], int] = {}
+
+    def answer(kind: str, requests: list[Any]) -> list[Any]:
+        out = []
+        for inst in requests:  # lm-eval sends each Instance `repeats` times in a row
+            key = (inst.task_name, inst.doc_id, inst.idx)
+            n = served_count.get(key, 0)
+            served_count[key] = n + 1
+            out.append(answers[key][n])
+        return out
+
+    config = the_plan.config
+    manager = config.process_tasks(config.metadata)
+    tracker = EvaluationTracker(output_path=output_path)
+    model_args = f"model={served}"
+    results = simple_evaluate(config, manager, stand_in_model(the_plan.wire_model, answer), bootstrap_iters=p.bootstrap_iters,
+                              log_samples=True, evaluation_tracker=tracker, model_args=model_args)
+    if results is None:
+        return None
+    results["config"]["model"] = f"shardeval ({p.wire_model()})"
+    results["config"]["model_args"] = model_args
+    samples = results.pop("samples")
+    tracker.save_results_aggregated(results=results, samples=samples)
+    for task_name in results["configs"]:
+        tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
+    return results

@@ -1,0 +1,244 @@
+"""The plan of an lm_eval benchmark: every request lm-eval would send, made by lm-eval itself in
+one process, then split by document.
+
+`lm_eval.simple_evaluate` runs as the CLI runs it (its EvaluatorConfig, its seeds, its TaskManager
+with the include path), with a stand-in model that answers nothing: lm-eval loads the tasks, draws
+each document's few-shot examples from its sampler as it walks the documents in order, and builds
+the Instances. Those are the plan. Because the plan is always the one-process plan, the prompts
+do not depend on how many shards share the work (docs/lm-eval.md explains lm-eval's #1719).
+One plan per process and key: expanding the config and building each leaf task's benchmark share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from shardeval.api import UsageError
+
+from shardeval_lmeval.params import LmEvalParams, require_lm_eval
+from shardeval_lmeval.wire import Wire, build_model
+
+log = logging.getLogger("shardeval.lm_eval")
+
+SUPPORTED = ("loglikelihood", "loglikelihood_rolling", "generate_until")
+PLACEHOLDER_MODEL = "served-model"  # bodies are planned before the served model is known; the solver names it
+
+
+@dataclass
+class DocPlan:
+    doc_id: int
+    doc: dict[str, Any]
+    instances: list[Any]  # lm_eval Instances, by idx
+    requests: list[dict[str, Any]]  # per instance: {"type", "idx", "repeats", "wire": [{"body", "ctxlen"?}]}
+
+
+@dataclass
+class TaskPlan:
+    name: str
+    task: Any  # the lm_eval Task that planned it (its filters and process_results score)
+    docs: list[DocPlan]
+
+
+@dataclass
+class Plan:
+    params: LmEvalParams
+    lm_eval_version: str
+    tasks: dict[str, TaskPlan]
+    groups: dict[str, Any] = field(default_factory=dict)
+    config: Any = None  # lm-eval's EvaluatorConfig
+    wire_model: Any = None  # lm-eval's API model that made the bodies (its chat template, its tokenizer)
+
+
+_PLANS: dict[str, Plan] = {}
+
+
+def plan(params: LmEvalParams) -> Plan:
+    """The plan for `params` (made once per process)."""
+    key = params.plan_key()
+    if key not in _PLANS:
+        _PLANS[key] = _make(params)
+    return _PLANS[key]
+
+
+def evaluator_config(params: LmEvalParams, model_args: dict[str, Any]) -> Any:
+    """lm-eval's EvaluatorConfig for these params, normalised as the CLI normalises its flags."""
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+
+    options: dict[str, Any] = {
+        "tasks": params.task_list(), "include_path": params.include_path, "num_fewshot": params.num_fewshot,
+        "apply_chat_template": params.apply_chat_template, "fewshot_as_multiturn": params.fewshot_as_multiturn,
+        "system_instruction": params.system_instruction, "gen_kwargs": params.gen_kwargs, "limit": params.limit,
+        "model": params.wire_model(), "model_args": dict(model_args),
+    }
+    if params.seed is not None:
+        options["seed"] = params.seed
+    try:
+        return EvaluatorConfig(**options)._configure()
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"benchmark lm_eval: {exc}") from None
+
+
+def _make(params: LmEvalParams) -> Plan:
+    version = require_lm_eval()
+    if not params.task_list():
+        raise UsageError("benchmark lm_eval: params.tasks is empty; name lm-eval tasks or groups, e.g. tasks: [gsm8k]")
+    if params.include_path is not None and not os.path.isdir(params.include_path):
+        raise UsageError(f"benchmark lm_eval: params.include_path {params.include_path!r} is not a directory")
+    with quiet():
+        model_args = params.model_args(PLACEHOLDER_MODEL)
+        if model_args.get("tokenizer") == PLACEHOLDER_MODEL:
+            raise UsageError("benchmark lm_eval: params.tokenizer is not set; name the served model's Hugging Face "
+                             "tokenizer (a name or a local path), or set tokenizer_backend: none for text prompts")
+        config = evaluator_config(params, model_args)
+        manager = _task_manager(config)
+        wire = Wire(_wire_model(params, model_args))
+        loaded = _plan_requests(config, manager, wire.model)
+        tasks = {}
+        for name, task in loaded["tasks"].items():
+            tasks[name] = TaskPlan(name=name, task=task, docs=_docs(name, task, wire))
+    return Plan(params=params, lm_eval_version=version, tasks=tasks, groups=loaded.get("groups", {}), config=config,
+                wire_model=wire.model)
+
+
+def _task_manager(config: Any) -> Any:
+    """lm-eval's TaskManager with the tasks resolved (an unknown one: one line with the closest names)."""
+    try:
+        return config.process_tasks(config.metadata)
+    except ValueError as exc:
+        text = str(exc)
+        if "Tasks not found" not in text:
+            raise UsageError(f"benchmark lm_eval: {text}") from None
+        from lm_eval.tasks import TaskManager
+
+        known = TaskManager(include_path=config.include_path).all_tasks
+        missing = [t.strip() for t in text.split(":", 1)[1].split(",")]
+        hints = "; ".join(f"{m!r}: did you mean {', '.join(difflib.get_close_matches(m, known, n=3, cutoff=0.5)) or 'nothing close'}?"
+                          for m in missing)
+        raise UsageError(f"benchmark lm_eval: unknown lm-eval task(s) {', '.join(missing)} ({hints}); "
+                         "`lm_eval ls tasks` lists them, params.include_path adds your own") from None
+
+
+def _wire_model(params: LmEvalParams, model_args: dict[str, Any]) -> Any:
+    try:
+        return build_model(params.wire_model(), model_args)
+    except (OSError, ValueError) as exc:  # a tokenizer that cannot be loaded (offline, a wrong name)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"benchmark lm_eval: the tokenizer {model_args.get('tokenizer')!r} cannot be loaded ({first}); "
+                         "set params.tokenizer to the served model's tokenizer (a local path works offline)") from None
+
+
+def stand_in_model(wire_model: Any, answer: Any = None) -> Any:
+    """lm-eval's model interface without a model: each request method returns `answer(kind,
+    instances)` (None: empty answers, for planning); chat templates are the wire model's."""
+    from lm_eval.api.model import LM
+
+    def answers(kind: str, requests: list[Any], empty: Any) -> list[Any]:
+        stand_in.asked = True
+        return [empty] * len(requests) if answer is None else answer(kind, requests)
+
+    class StandIn(LM):
+        asked = False
+
+        def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+            return answers("loglikelihood", requests, (0.0, False))
+
+        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+            return answers("loglikelihood_rolling", requests, 0.0)
+
+        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+            return answers("generate_until", requests, "")
+
+        def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> Any:
+            return wire_model.apply_chat_template(chat_history, add_generation_prompt)
+
+        @property
+        def tokenizer_name(self) -> str:
+            return wire_model.tokenizer_name
+
+        def chat_template(self, chat_template: bool | str = False) -> str | None:
+            return wire_model.chat_template(chat_template) if hasattr(wire_model, "chat_template") else None
+
+    stand_in = StandIn()
+    return stand_in
+
+
+def simple_evaluate(config: Any, manager: Any, model: Any, **options: Any) -> Any:
+    """lm_eval.simple_evaluate with the CLI's options from `config` (its EvaluatorConfig)."""
+    from lm_eval import simple_evaluate as evaluate
+
+    seeds = config.seed or [None] * 4
+    return evaluate(
+        model=model, tasks=config.tasks, num_fewshot=config.num_fewshot, limit=config.limit,
+        system_instruction=config.system_instruction, apply_chat_template=config.apply_chat_template,
+        fewshot_as_multiturn=bool(config.fewshot_as_multiturn), gen_kwargs=config.gen_kwargs, task_manager=manager,
+        random_seed=seeds[0], numpy_random_seed=seeds[1], torch_random_seed=seeds[2], fewshot_random_seed=seeds[3],
+        **options,
+    )
+
+
+def _plan_requests(config: Any, manager: Any, wire_model: Any) -> dict[str, Any]:
+    """Run simple_evaluate with a stand-in model; return what its TaskManager loaded (tasks with Instances)."""
+    loaded: dict[str, Any] = {}
+    load = manager.load
+
+    def keep(task_list: Any) -> Any:
+        loaded.update(load(task_list))
+        return loaded
+
+    manager.load = keep
+    planner = stand_in_model(wire_model)
+    try:
+        simple_evaluate(config, manager, planner, bootstrap_iters=0, log_samples=False)
+    except Exception as exc:  # noqa: BLE001 - lm-eval's own errors, in one line
+        if not planner.asked:  # failed while loading or planning: the user's task, data or options
+            raise UsageError(f"benchmark lm_eval: lm-eval cannot plan {', '.join(map(str, config.tasks))}: "
+                             f"{_one_line(exc)}") from None
+        # scoring the planner's empty answers failed: nothing of the plan depends on it
+    for name, task in loaded.get("tasks", {}).items():
+        kind = task.get_config("output_type")
+        if kind not in ("multiple_choice", *SUPPORTED):
+            raise UsageError(f"benchmark lm_eval: task {name} has output_type {kind!r}; shardeval runs "
+                             f"{', '.join(('multiple_choice', *SUPPORTED))} tasks")
+    return loaded
+
+
+def _docs(name: str, task: Any, wire: Wire) -> list[DocPlan]:
+    by_doc: dict[int, list[Any]] = {}
+    for inst in task.instances:
+        by_doc.setdefault(inst.doc_id, []).append(inst)
+    docs = []
+    for doc_id in sorted(by_doc):
+        instances = sorted(by_doc[doc_id], key=lambda i: i.idx)
+        requests = [{"type": i.request_type, "idx": i.idx, "repeats": i.repeats, "wire": wire.requests(i)} for i in instances]
+        docs.append(DocPlan(doc_id=doc_id, doc=instances[0].doc, instances=instances, requests=requests))
+    return docs
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """lm-eval and datasets log and draw progress bars for every task; a shard's log needs none of it."""
+    loggers = [logging.getLogger(n) for n in ("lm_eval", "lm-eval", "datasets", "transformers")]
+    levels = [lg.level for lg in loggers]
+    old = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+        if old is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = old
