@@ -120,6 +120,11 @@ def describe(config: Config, registry: Any) -> list[str]:
                          "requests carry temperature=0.0, max_tokens=0 (1 where a server refuses 0) and generate nothing, "
                          "whatever solver.generation says")
             continue
+        cls = benchmark_class(bench, registry)
+        if cls.solver is not None and bench.solver.type == cls.solver:
+            lines.append(f"benchmarks[{i}] ({bench.id or bench.name}), repeats {bench.repeats}: requests are the benchmark's own "
+                         f"(the {cls.solver} solver sends what it planned; solver.generation does not apply)")
+            continue
         gen, defaults = bench.solver.generation, declared(bench, registry)
         values = effective(gen)
         parts = [f"{k}={v!r}" + (" (the benchmark's default)" if defaults.get(k) == v else " (the config's)")
