@@ -3,7 +3,7 @@ samples_<task>_<date>.jsonl, written by lm-eval's EvaluationTracker as `lm_eval 
 writes them, so tools that read lm-eval results read a shardeval run unchanged.
 
 The merge replays: lm-eval plans the same requests again (same params, same seeds, so the same
-Instances) and simple_evaluate runs with a stand-in model that answers each request with the
+Instances; a document's answers are saved in the order of its requests) and simple_evaluate runs with a stand-in model that answers each request with the
 answer the shards saved for it. lm-eval then does all the rest itself: filters, process_results,
 corpus-level aggregation over every shard's documents, stderr, group consolidation. Written
 only when every document of every task of the entry has an ok answer: lm-eval's numbers over a
@@ -12,15 +12,16 @@ partial run would look like the whole one.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from typing import Any
 
 from shardeval.api import decode_params, OK, RESULTS_FILE, UsageError
 
-from shardeval_lmeval.benchmark import benchmark_id, decode_response, SOURCE
+from shardeval_lmeval.benchmark import benchmark_id, SOURCE
 from shardeval_lmeval.params import LmEvalParams
-from shardeval_lmeval.plan import plan, quiet, simple_evaluate, stand_in_model
+from shardeval_lmeval.plan import quiet, setup, simple_evaluate, stand_in_model
 
 OUT = "lm_eval"
 
@@ -39,6 +40,7 @@ def write_lm_eval_outputs(result: Any, out_dir: str) -> list[str]:
         p = decode_params(params, LmEvalParams, source=SOURCE)
         entry = entries.setdefault(p.plan_key(), ({k: v for k, v in params.items() if k != "task"}, {}))
         entry[1][task] = bench.get("id") or benchmark_id(task)
+    _remove_earlier(os.path.join(out_dir, OUT))
     notes = []
     for params, ids in entries.values():
         try:
@@ -50,31 +52,38 @@ def write_lm_eval_outputs(result: Any, out_dir: str) -> list[str]:
     return notes
 
 
+def _remove_earlier(folder: str) -> None:
+    """An earlier merge's lm-eval files (their names carry the time they were written): a merge
+    leaves only its own. Only lm-eval's file names are touched, nothing else in the folder."""
+    for path in glob.glob(os.path.join(glob.escape(folder), "*", "results_*.json")) + \
+            glob.glob(os.path.join(glob.escape(folder), "*", "samples_*.jsonl")):
+        os.remove(path)
+
+
 def _write_entry(params: dict[str, Any], ids: dict[str, str], merged: dict[str, Any], out_dir: str, served: str) -> str:
     incomplete = [bid for bid in ids.values() if bid not in merged or any(s != OK for s in merged[bid].table.status)]
     if incomplete:
         return (f"lm-eval results not written for {', '.join(ids.values())}: {', '.join(incomplete)} "
                 "not complete (every document needs an ok answer); rerun the missing shards, then merge again")
     p = decode_params(params, LmEvalParams, source=SOURCE)
-    the_plan = plan(p)
-    answers: dict[tuple[str, int, int], list[Any]] = {}
+    answers: dict[tuple[str, int, int], list[Any]] = {}  # (task, doc_id, request idx) -> its answers
     for task, bid in ids.items():
-        docs = the_plan.tasks[task].docs
         with open(os.path.join(out_dir, bid, RESULTS_FILE), encoding="utf-8") as f:
             for line in f:
                 record = json.loads(line)
                 if record["status"] != "ok" or record["repeat"] != 0:
                     continue
-                d = docs[record["problem_idx"]]
-                for inst, resps in zip(d.instances, decode_response(record["response"], d)):
-                    answers[(task, d.doc_id, inst.idx)] = resps
+                doc_id = int(record["problem_id"].rsplit("/", 1)[1])
+                for idx, resps in enumerate(json.loads(record["response"])["resps"]):
+                    answers[(task, doc_id, idx)] = resps
     with quiet():
-        results = _replay(the_plan, answers, p, os.path.join(out_dir, OUT), served)
+        results = _replay(setup(p), answers, p, os.path.join(out_dir, OUT), served)
     return "" if results else f"lm-eval results not written for {', '.join(ids.values())}: lm-eval returned nothing"
 
 
-def _replay(the_plan: Any, answers: dict[tuple[str, int, int], list[Any]], p: LmEvalParams, output_path: str,
+def _replay(lm_eval: Any, answers: dict[tuple[str, int, int], list[Any]], p: LmEvalParams, output_path: str,
             served: str) -> Any:
+    """simple_evaluate again, as planned, with each request answered from the saved answers."""
     from lm_eval.loggers import EvaluationTracker
 
     served_count: dict[tuple[str, int, int], int] = {}
@@ -85,14 +94,14 @@ def _replay(the_plan: Any, answers: dict[tuple[str, int, int], list[Any]], p: Lm
             key = (inst.task_name, inst.doc_id, inst.idx)
             n = served_count.get(key, 0)
             served_count[key] = n + 1
-            out.append(answers[key][n])
+            saved = answers[key][n]
+            out.append(tuple(saved) if kind == "loglikelihood" else saved)  # lm-eval's (log-likelihood, is_greedy)
         return out
 
-    config = the_plan.config
-    manager = config.process_tasks(config.metadata)
     tracker = EvaluationTracker(output_path=output_path)
     model_args = f"model={served}"
-    results = simple_evaluate(config, manager, stand_in_model(the_plan.wire_model, answer), bootstrap_iters=p.bootstrap_iters,
+    results = simple_evaluate(lm_eval.config, lm_eval.manager, stand_in_model(lm_eval.wire_model, answer),
+                              bootstrap_iters=p.bootstrap_iters,
                               log_samples=True, evaluation_tracker=tracker, model_args=model_args)
     if results is None:
         return None

@@ -83,25 +83,41 @@ def evaluator_config(params: LmEvalParams, model_args: dict[str, Any]) -> Any:
         raise UsageError(f"benchmark lm_eval: {exc}") from None
 
 
-def _make(params: LmEvalParams) -> Plan:
+@dataclass
+class Setup:
+    """What lm-eval is run with: its version, its EvaluatorConfig, the TaskManager, the API model."""
+
+    version: str
+    config: Any
+    manager: Any
+    wire_model: Any
+
+
+def setup(params: LmEvalParams) -> Setup:
+    """lm-eval set up as the CLI sets itself up for `params` (no task loaded yet); bad params: one line."""
     version = require_lm_eval()
     if not params.task_list():
         raise UsageError("benchmark lm_eval: params.tasks is empty; name lm-eval tasks or groups, e.g. tasks: [gsm8k]")
     if params.include_path is not None and not os.path.isdir(params.include_path):
         raise UsageError(f"benchmark lm_eval: params.include_path {params.include_path!r} is not a directory")
+    model_args = params.model_args(PLACEHOLDER_MODEL)
+    if model_args.get("tokenizer") == PLACEHOLDER_MODEL:
+        raise UsageError("benchmark lm_eval: params.tokenizer is not set; name the served model's Hugging Face "
+                         "tokenizer (a name or a local path), or set tokenizer_backend: none for text prompts")
     with quiet():
-        model_args = params.model_args(PLACEHOLDER_MODEL)
-        if model_args.get("tokenizer") == PLACEHOLDER_MODEL:
-            raise UsageError("benchmark lm_eval: params.tokenizer is not set; name the served model's Hugging Face "
-                             "tokenizer (a name or a local path), or set tokenizer_backend: none for text prompts")
         config = evaluator_config(params, model_args)
         manager = _task_manager(config)
-        wire = Wire(_wire_model(params, model_args))
-        loaded = _plan_requests(config, manager, wire.model)
-        tasks = {}
-        for name, task in loaded["tasks"].items():
-            tasks[name] = TaskPlan(name=name, task=task, docs=_docs(name, task, wire))
-    return Plan(params=params, lm_eval_version=version, tasks=tasks, groups=loaded.get("groups", {}), config=config,
+        model = _wire_model(params, model_args)
+    return Setup(version=version, config=config, manager=manager, wire_model=model)
+
+
+def _make(params: LmEvalParams) -> Plan:
+    s = setup(params)
+    with quiet():
+        wire = Wire(s.wire_model)
+        loaded = _plan_requests(s.config, s.manager, wire.model)
+        tasks = {name: TaskPlan(name=name, task=task, docs=_docs(name, task, wire)) for name, task in loaded["tasks"].items()}
+    return Plan(params=params, lm_eval_version=s.version, tasks=tasks, groups=loaded.get("groups", {}), config=s.config,
                 wire_model=wire.model)
 
 
