@@ -22,6 +22,8 @@ from shardeval_lmeval.params import LmEvalParams
 from shardeval_lmeval.plan import plan
 
 SOURCE = "benchmark lm_eval"
+# The task config keys that score answers rather than make requests (the rest is the dataset's identity).
+SCORING_KEYS = ("filter_list", "metric_list", "process_results")
 # lm-eval metrics that are right/wrong per document: their mean is an accuracy with a binomial interval
 BINARY = {"acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "pass@1", "prompt_level_strict_acc",
           "prompt_level_loose_acc"}
@@ -39,8 +41,8 @@ def benchmark_id(task: str) -> str:
 class LmEvalBenchmark(Benchmark):
     name = "lm_eval"
     solver = "lm_eval"
+    solver_scores = False  # every score is lm-eval's process_results', re-made by a rescore
     metrics = ("accuracy", "lm_eval")
-    scorer_version = "1"
 
     @classmethod
     def expand(cls, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
@@ -76,6 +78,14 @@ class LmEvalBenchmark(Benchmark):
         self.chat = p.wire_model() == "local-chat-completions"
         self.wire_model = p.wire_model()
         self.data_origin = f"lm-eval task {p.task}"
+        config = self.task.dump_config()
+        scoring = {key: config.pop(key, None) for key in SCORING_KEYS}
+        self._config = config  # what makes the requests: it joins the dataset fingerprint
+        # What scores them: the scorer's identity, so shards scored differently never mix, while
+        # `shardeval rescore` may re-score saved answers after a filter is edited.
+        self.scorer_version = "lm_eval " + hashlib.sha256(json.dumps(
+            {"lm_eval": self.plan.lm_eval_version, "scoring": scoring, "metadata": config.get("metadata")},
+            sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def size(self) -> int:
         return len(self.task_plan.docs)
@@ -123,7 +133,7 @@ class LmEvalBenchmark(Benchmark):
     def fingerprint(self) -> str:
         h = hashlib.sha256()
         h.update(f"lm_eval {self.plan.lm_eval_version}\n".encode())
-        h.update(json.dumps(self.task.dump_config(), sort_keys=True, default=str).encode() + b"\n")
+        h.update(json.dumps(self._config, sort_keys=True, default=str).encode() + b"\n")
         for idx in range(self.size()):
             h.update(json.dumps(self.problem(idx).metadata, sort_keys=True, default=str).encode() + b"\n")
         return "sha256:" + h.hexdigest()

@@ -79,6 +79,10 @@ class Benchmark:
         the class, as `default_sampling`: no data is loaded to know it."""
         return False
 
+    # Whether a record's `scores` may hold numbers its solver measured (log-probabilities), which
+    # `shardeval rescore` keeps; False when every score is the scorer's (an lm-eval task's
+    # metrics), so a metric a re-scoring no longer gives is gone, not kept.
+    solver_scores: bool = True
     # The solver its problems need (registered name), used when the config leaves `solver.type`
     # at its default: e.g. `lm_eval`, whose problems are lm-eval request lists. None: the config's.
     solver: str | None = None

@@ -441,7 +441,7 @@ def rescore_record(record: ResultRecord, problem: Problem, scorer: Benchmark, da
     if not isinstance(record.judge, msgspec.UnsetType):  # a judge scored it: its verdict and scores go, not kept as measured
         record.judge, record.scores = msgspec.UNSET, {}
     measured: dict[str, float] = {}
-    if record.scores:
+    if record.scores and data.solver_scores:
         own = new if scorer is data else data.score(problem, record.response)
         measured = {k: v for k, v in record.scores.items() if own.scores.get(k, _ABSENT) != v}
     record.score, record.extracted = new.score, new.extracted
