@@ -282,6 +282,10 @@ def read_samples(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
     A record holds doc_id, doc, target, arguments ({"gen_args_<i>": {"arg_<j>": …}}, one entry
     per request of the document), resps, filtered_resps, filter, metrics (the metric names), the
     per-document metric values as top-level keys, and doc_hash / prompt_hash / target_hash.
+    resps and filtered_resps are strings at the leaves (lm-eval's sanitize_list: str() of each
+    float or bool, tuples as lists; str(float) round-trips exactly); the metric values keep their
+    JSON types (acc 1.0; wikitext's [loglikelihood, words]). The doc_id order in the file is
+    lm-eval's; this sorts it.
     """
     found: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(out_dir.glob("*/samples_*.jsonl")):
