@@ -28,18 +28,14 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from lmeval_support import (DOC_COUNTS, MMLU_GROUP, MMLU_TASKS, OFFLINE_ENV, read_samples, run_lm_eval_cli, SERVED_MODEL,
-                            write_tasks)
+from lmeval_support import MMLU_GROUP, MMLU_TASKS, OFFLINE_ENV, read_samples, run_reference, RunSpec, SERVED_MODEL, SUITE, write_tasks
 from vllm_real import require_vllm, running_vllm
 
 pytestmark = pytest.mark.timeout(2400)
 
 SHARDS = 4
-GSM8K_LIMIT = 16  # generating up to 256 tokens per document on two CPU cores: the first 16 documents
-RUNS = {  # name: (tasks, num_fewshot, limit)
-    "main": (["local_gsm8k", MMLU_GROUP, "local_rolling", "local_mc_random"], None, None),
-    "mmlu_5shot": ([MMLU_GROUP], 5, None),
-}
+CONCURRENCY = 8  # lm-eval's num_concurrent and each shard's max_concurrent
+RUNS = {spec.name: spec for spec in SUITE}
 
 
 @pytest.fixture(scope="module")
@@ -53,22 +49,26 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
         yield url, model_dir, include, root
 
 
-def shardeval_run(url: str, model_dir: str, include: Path, out: Path, tasks: list[str], num_fewshot: int | None,
-                  limit: int | None) -> None:
-    params: dict[str, Any] = {"tasks": tasks, "include_path": str(include), "tokenizer": model_dir}
-    if num_fewshot is not None:
-        params["num_fewshot"] = num_fewshot
-    if limit is not None:
-        params["limit"] = limit
+def shardeval_run(url: str, model_dir: str, include: Path, out: Path, spec: RunSpec) -> None:
+    """The spec's tasks with shardeval: SHARDS shards, one after another, then the merge."""
+    params: dict[str, Any] = {"tasks": list(spec.tasks), "include_path": str(include)}
+    if spec.chat:
+        params["apply_chat_template"] = True
+    else:
+        params["tokenizer"] = model_dir
+    if spec.num_fewshot is not None:
+        params["num_fewshot"] = spec.num_fewshot
+    if spec.limit is not None:
+        params["limit"] = spec.limit
     config = {
         "services": {"model": {"type": "api", "url": url, "model": SERVED_MODEL}},
-        "benchmarks": [{"name": "lm_eval", "params": params, "max_concurrent": 1}],
+        "benchmarks": [{"name": "lm_eval", "params": params, "max_concurrent": CONCURRENCY}],
         "output": {"progress_interval_s": 0},
     }
     out.mkdir(parents=True)
     (out / "config.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, **OFFLINE_ENV, "HF_DATASETS_CACHE": str(include.parent / "hf_datasets_cache")}
-    for i in range(SHARDS):  # one after another: one request on the server at a time, as lm-eval's
+    for i in range(SHARDS):
         run = subprocess.run([sys.executable, "-m", "shardeval", "run", str(out / "config.yaml"), "--shard", f"{i}/{SHARDS}",
                               "-o", str(out / f"shard_{i}")], env=env, capture_output=True, text=True, timeout=1200)
         assert run.returncode == 0, run.stderr[-3000:]
@@ -78,16 +78,14 @@ def shardeval_run(url: str, model_dir: str, include: Path, out: Path, tasks: lis
 
 
 @pytest.fixture(scope="module")
-def both(server: tuple[str, str, Path, Path]) -> dict[str, tuple[dict, dict, Path]]:
-    """Per run: (lm-eval CLI's results, shardeval's lm-eval results, shardeval's run dir)."""
+def both(server: tuple[str, str, Path, Path]) -> dict[str, tuple[Any, dict, Path]]:
+    """Per run: (lm-eval CLI's ReferenceRun, shardeval's lm-eval results file, shardeval's run dir)."""
     url, model_dir, include, root = server
-    out: dict[str, tuple[dict, dict, Path]] = {}
-    for name, (tasks, shots, limit) in RUNS.items():
-        limit = GSM8K_LIMIT if "local_gsm8k" in tasks else limit
-        reference = run_lm_eval_cli(url, model_dir, tasks, include, root / f"cli_{name}", num_fewshot=shots,
-                                    num_concurrent=1, limit=limit)
+    out: dict[str, tuple[Any, dict, Path]] = {}
+    for name, spec in RUNS.items():
+        reference = run_reference(spec, url, model_dir, include, root / "cli", num_concurrent=CONCURRENCY)
         run_dir = root / f"shardeval_{name}"
-        shardeval_run(url, model_dir, include, run_dir, tasks, shots, limit)
+        shardeval_run(url, model_dir, include, run_dir, spec)
         (results,) = [json.loads(p.read_text()) for p in (run_dir / "merged" / "lm_eval").glob("*/results_*.json")]
         out[name] = (reference, results, run_dir)
     return out
@@ -99,14 +97,13 @@ def numbers(section: dict[str, Any]) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("run", list(RUNS))
-def test_every_document_same_prompts_answers_and_metrics(both: dict, run: str, server: tuple) -> None:
+def test_every_document_same_prompts_answers_and_metrics(both: dict, run: str) -> None:
     reference, _, run_dir = both[run]
     ours = read_samples(run_dir / "merged" / "lm_eval")
-    theirs = read_samples(server[3] / f"cli_{run}")
-    assert set(ours) == set(theirs) and ours
+    theirs = reference.samples
+    assert set(ours) == set(theirs) == set(reference.spec.leaf_tasks())
     for task, records in theirs.items():
-        expected_docs = DOC_COUNTS[task] if task != "local_gsm8k" else GSM8K_LIMIT
-        assert len({r["doc_id"] for r in records}) == expected_docs
+        assert len({r["doc_id"] for r in records}) == reference.spec.expected_docs(task)
         assert len(ours[task]) == len(records)
         for a, b in zip(ours[task], records):
             assert (a["doc_id"], a["filter"]) == (b["doc_id"], b["filter"])
@@ -119,6 +116,7 @@ def test_every_document_same_prompts_answers_and_metrics(both: dict, run: str, s
 @pytest.mark.parametrize("run", list(RUNS))
 def test_aggregates_and_groups_equal(both: dict, run: str) -> None:
     reference, results, _ = both[run]
+    reference = reference.results
     assert set(results["results"]) == set(reference["results"])
     for name, section in reference["results"].items():
         got, want = numbers(results["results"][name]), numbers(section)
@@ -131,10 +129,10 @@ def test_aggregates_and_groups_equal(both: dict, run: str) -> None:
 
 
 @pytest.mark.parametrize("run", list(RUNS))
-def test_shardeval_records_carry_lm_evals_per_document_metrics(both: dict, run: str, server: tuple) -> None:
+def test_shardeval_records_carry_lm_evals_per_document_metrics(both: dict, run: str) -> None:
     """shardeval's own records (its intervals, paired comparisons) hold lm-eval's per-document numbers."""
-    _, results, run_dir = both[run]
-    theirs = read_samples(server[3] / f"cli_{run}")
+    reference, results, run_dir = both[run]
+    theirs = reference.samples
     scores = json.loads((run_dir / "merged" / "scores.json").read_text())
     for task, records in theirs.items():
         ours = {}

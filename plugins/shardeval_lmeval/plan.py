@@ -15,6 +15,7 @@ import contextlib
 import difflib
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -242,16 +243,32 @@ def _one_line(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """lm-eval and datasets log and draw progress bars for every task; a shard's log needs none of it."""
+    """lm-eval, datasets and transformers log, draw progress bars and run `git describe` (whose
+    "fatal: not a git repository" lands on the terminal) for every task; a shard's log needs none
+    of it. Their loggers are raised to ERROR, and the process's stdout and stderr go to /dev/null
+    meanwhile (file descriptors: the subprocess writes to them directly). Errors are raised, not
+    printed, so nothing a user needs is lost; they are reported after this block."""
     loggers = [logging.getLogger(n) for n in ("lm_eval", "lm-eval", "datasets", "transformers")]
     levels = [lg.level for lg in loggers]
     old = os.environ.get("TQDM_DISABLE")
     os.environ["TQDM_DISABLE"] = "1"
     for lg in loggers:
         lg.setLevel(logging.ERROR)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
     try:
         yield
     finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
         if old is None:
