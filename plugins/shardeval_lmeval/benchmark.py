@@ -27,6 +27,11 @@ BINARY = {"acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "pass@1", "
           "prompt_level_loose_acc"}
 
 
+# How the task scores, not what it asks: in the scorer's version (shards scored with another filter
+# never merge), not in the dataset fingerprint (so `shardeval rescore` takes an edited filter).
+SCORING_KEYS = ("filter_list", "metric_list", "process_results")
+
+
 def _params(params: dict[str, Any]) -> LmEvalParams:
     return decode_params(params, LmEvalParams, source=SOURCE)
 
@@ -76,6 +81,9 @@ class LmEvalBenchmark(Benchmark):
         self.chat = p.wire_model() == "local-chat-completions"
         self.wire_model = p.wire_model()
         self.data_origin = f"lm-eval task {p.task}"
+        scoring = {k: v for k, v in self.task.dump_config().items() if k in SCORING_KEYS}
+        scoring_digest = hashlib.sha256(json.dumps(scoring, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        self.scorer_version = f"{type(self).scorer_version}+{scoring_digest}"  # the scorer fingerprint sees a filter edit
 
     def size(self) -> int:
         return len(self.task_plan.docs)
@@ -123,7 +131,8 @@ class LmEvalBenchmark(Benchmark):
     def fingerprint(self) -> str:
         h = hashlib.sha256()
         h.update(f"lm_eval {self.plan.lm_eval_version}\n".encode())
-        h.update(json.dumps(self.task.dump_config(), sort_keys=True, default=str).encode() + b"\n")
+        data_config = {k: v for k, v in self.task.dump_config().items() if k not in SCORING_KEYS}
+        h.update(json.dumps(data_config, sort_keys=True, default=str).encode() + b"\n")
         for idx in range(self.size()):
             h.update(json.dumps(self.problem(idx).metadata, sort_keys=True, default=str).encode() + b"\n")
         return "sha256:" + h.hexdigest()
