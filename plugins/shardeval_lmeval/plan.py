@@ -226,16 +226,24 @@ def _one_line(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """lm-eval and datasets log and draw progress bars for every task; a shard's log needs none of it."""
+    """lm-eval and datasets log and draw progress bars for every task; a shard's log needs none of it
+    (and a refused task's one line must stay one line: datasets draws its "Generating … split" bars
+    the first time it reads a data file, whatever TQDM_DISABLE says once tqdm is imported)."""
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
     loggers = [logging.getLogger(n) for n in ("lm_eval", "lm-eval", "datasets", "transformers")]
     levels = [lg.level for lg in loggers]
     old = os.environ.get("TQDM_DISABLE")
     os.environ["TQDM_DISABLE"] = "1"
+    bars_were_disabled = are_progress_bars_disabled()
+    disable_progress_bars()
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     try:
         yield
     finally:
+        if not bars_were_disabled:
+            enable_progress_bars()
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
         if old is None:
