@@ -336,6 +336,18 @@ def test_rescore_after_a_filter_edit_changes_the_per_filter_scores(rescored: Res
     assert scores["exact_match,strict-match"]["value"] == 0.0
 
 
+def test_shards_run_under_different_filters_are_never_merged(tmp_path: Path, endpoint: Recording, capfd) -> None:
+    own_tasks = write_tasks(tmp_path / "tasks")
+    cfg = lm_config(tmp_path / "config.json", endpoint.url, own_tasks, [GSM8K])
+    ok(shardeval_here("run", str(cfg), "--shard", "0/2", "-o", str(tmp_path / "run" / "shard_0")))
+    with open(own_tasks / f"{GSM8K}.yaml", "a") as f:
+        f.write(STRICT_NEVER_MATCHES)
+    ok(shardeval_here("run", str(cfg), "--shard", "1/2", "-o", str(tmp_path / "run" / "shard_1")))
+    capfd.readouterr()
+    err = one_line_error(capfd, shardeval_here("merge", str(tmp_path / "run"), "-q"))
+    assert "shards from different runs" in err and f"{GSM8K} scorer" in err, err
+
+
 # --- quick mode -----------------------------------------------------------------------------------
 
 
