@@ -22,6 +22,7 @@ from shardeval_lmeval.params import LmEvalParams
 from shardeval_lmeval.plan import plan
 
 SOURCE = "benchmark lm_eval"
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # The task config keys that score answers rather than make requests (the rest is the dataset's identity).
 SCORING_KEYS = ("filter_list", "metric_list", "process_results")
 # lm-eval metrics that are right/wrong per document: their mean is an accuracy with a binomial interval
@@ -83,9 +84,8 @@ class LmEvalBenchmark(Benchmark):
         self._config = config  # what makes the requests: it joins the dataset fingerprint
         # What scores them: the scorer's identity, so shards scored differently never mix, while
         # `shardeval rescore` may re-score saved answers after a filter is edited.
-        self.scorer_version = "lm_eval " + hashlib.sha256(json.dumps(
-            {"lm_eval": self.plan.lm_eval_version, "scoring": scoring, "metadata": config.get("metadata")},
-            sort_keys=True, default=str).encode()).hexdigest()[:16]
+        self.scorer_version = "lm_eval " + hashlib.sha256(stable_json(
+            {"lm_eval": self.plan.lm_eval_version, "scoring": scoring, "metadata": config.get("metadata")})).hexdigest()[:16]
 
     def size(self) -> int:
         return len(self.task_plan.docs)
@@ -133,10 +133,25 @@ class LmEvalBenchmark(Benchmark):
     def fingerprint(self) -> str:
         h = hashlib.sha256()
         h.update(f"lm_eval {self.plan.lm_eval_version}\n".encode())
-        h.update(json.dumps(self._config, sort_keys=True, default=str).encode() + b"\n")
+        h.update(stable_json(self._config) + b"\n")
         for idx in range(self.size()):
             h.update(json.dumps(self.problem(idx).metadata, sort_keys=True, default=str).encode() + b"\n")
         return "sha256:" + h.hexdigest()
+
+
+def stable_json(data: Any) -> bytes:
+    """A task config as bytes that are the same in every process: a `!function` (process_results,
+    doc_to_text, …) is its module and name, never its repr, which holds a memory address; a set
+    is sorted."""
+
+    def named(obj: Any) -> Any:
+        if isinstance(obj, (set, frozenset)):  # str() of a set follows the process's hash seed
+            return sorted(obj, key=str)
+        if callable(obj):
+            return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+        return ADDRESS.sub("", str(obj))
+
+    return json.dumps(data, sort_keys=True, default=named).encode()
 
 
 def encode_response(resps: list[list[Any]]) -> str:
