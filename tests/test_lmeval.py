@@ -324,9 +324,6 @@ def test_rescore_after_a_filter_edit_rescores_every_document_without_a_request(r
     assert after_manifest["dataset_fingerprint"] == before_manifest["dataset_fingerprint"]
 
 
-@pytest.mark.xfail(strict=True, reason="core: rescore_record (run/rescore.py) keeps a `scores` key whose value the "
-                                       "current scorer no longer gives as if the solver had measured it, so an edited "
-                                       "filter's per-filter score keeps its old value")
 def test_rescore_after_a_filter_edit_changes_the_per_filter_scores(rescored: Rescored) -> None:
     before = {r["problem_idx"]: r for r in records(rescored.before / "shard_0", GSM8K)}
     for r in records(rescored.after / "shard_0", GSM8K):

@@ -245,13 +245,18 @@ def _one_line(exc: BaseException) -> str:
 def quiet() -> Iterator[None]:
     """lm-eval, datasets and transformers log, draw progress bars and run `git describe` (whose
     "fatal: not a git repository" lands on the terminal) for every task; a shard's log needs none
-    of it. Their loggers are raised to ERROR, and the process's stdout and stderr go to /dev/null
-    meanwhile (file descriptors: the subprocess writes to them directly). Errors are raised, not
-    printed, so nothing a user needs is lost; they are reported after this block."""
+    of it, and a refused task's one line must stay one line. Their loggers are raised to ERROR,
+    datasets' own bars are off (tqdm reads TQDM_DISABLE only once), and stdout and stderr go to
+    /dev/null meanwhile: Python's streams and the file descriptors (a subprocess writes to those).
+    Errors are raised, not printed, and reported after this block."""
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
     loggers = [logging.getLogger(n) for n in ("lm_eval", "lm-eval", "datasets", "transformers")]
     levels = [lg.level for lg in loggers]
     old = os.environ.get("TQDM_DISABLE")
     os.environ["TQDM_DISABLE"] = "1"
+    bars_were_disabled = are_progress_bars_disabled()
+    disable_progress_bars()
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     sys.stdout.flush()
@@ -261,14 +266,15 @@ def quiet() -> Iterator[None]:
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     try:
-        yield
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         for fd in (*saved, devnull):
             os.close(fd)
+        if not bars_were_disabled:
+            enable_progress_bars()
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
         if old is None:
