@@ -31,6 +31,9 @@ BINARY = {"acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "pass@1", "
 
 
 def _params(params: dict[str, Any]) -> LmEvalParams:
+    if isinstance(params, dict) and "tasks" not in params:
+        raise UsageError(f"{SOURCE}: needs params.tasks: lm-eval task or group names (and params.tokenizer: the served "
+                         "model's tokenizer); docs/lm-eval.md")
     return decode_params(params, LmEvalParams, source=SOURCE)
 
 
