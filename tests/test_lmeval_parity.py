@@ -9,10 +9,12 @@ The tasks (tests/lmeval_support.py) are lm-eval's own YAMLs over local files: gs
 0-shot and 5-shot (loglikelihood), wikitext over local text (loglikelihood_rolling) and arc_easy
 with random few-shot sampling (multiple choice).
 
-Both sides send one request at a time (lm-eval `num_concurrent=1`, shardeval `max_concurrent: 1`
-with the shards run one after another): a CPU vLLM's log-probabilities can move in the last bits
-with how requests are batched together, and the claim is about what is asked and how it is
-scored, not about a server's batch invariance.
+Both sides ask with the same concurrency (lm-eval `num_concurrent=8`, each shard `max_concurrent:
+8`, the four shards one after another). The answers are compared as lm-eval logs them, bit for
+bit: the CPU server gives the same log-probabilities to the same token prompts however requests
+are batched, which this test would notice if it ever stopped being so. The same runs hold the
+reference to what the comparison relies on (the samples cover every document with its prompts
+and metrics, the group row is the size-weighted mean, the few-shot plans are lm-eval's).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
+import lmeval_support as lms
 from lmeval_support import MMLU_GROUP, MMLU_TASKS, OFFLINE_ENV, read_samples, run_reference, RunSpec, SERVED_MODEL, SUITE, write_tasks
 from vllm_real import require_vllm, running_vllm
 
@@ -154,3 +157,56 @@ def test_shardeval_records_carry_lm_evals_per_document_metrics(both: dict, run: 
 def test_mmlu_tasks_are_one_benchmark_each(both: dict) -> None:
     _, _, run_dir = both["mmlu_5shot"]
     assert sorted(p.name for p in (run_dir / "merged").iterdir() if (p / "results.jsonl").exists()) == sorted(MMLU_TASKS)
+
+
+# --- what lm-eval's CLI wrote: the reference the parity is measured against ---------------------------
+
+
+@pytest.fixture(scope="module")
+def reference(both: dict) -> dict[str, lms.ReferenceRun]:
+    return {name: run[0] for name, run in both.items()}
+
+
+def leaf_names(results: dict) -> set[str]:
+    return {name for name in results["results"] if name != lms.MMLU_GROUP}
+
+
+@pytest.mark.parametrize("name", [spec.name for spec in lms.SUITE])
+def test_samples_cover_every_document_with_arguments_and_metrics(reference: dict[str, lms.ReferenceRun], name: str) -> None:
+    run = reference[name]
+    assert sorted(run.samples) == sorted(run.spec.leaf_tasks()) == sorted(leaf_names(run.results))
+    for task, records in run.samples.items():
+        filters = sorted(f["name"] for f in run.results["configs"][task].get("filter_list", [])) or ["none"]
+        n = run.spec.expected_docs(task)
+        assert sorted((r["doc_id"], r["filter"]) for r in records) == [(d, f) for d in range(n) for f in filters], task
+        assert run.results["n-samples"][task]["effective"] == n
+        for record in records:
+            assert lms.prompts(record) and all(isinstance(p, str) and p for p in lms.prompts(record))
+            metrics = lms.doc_metrics(record)
+            assert metrics and all(run.results["results"][task].get(f"{m},{record['filter']}") is not None for m in metrics)
+            assert len(record["resps"]) == len(record["arguments"])
+
+
+def test_group_row_is_the_size_weighted_mean_of_its_subjects(reference: dict[str, lms.ReferenceRun]) -> None:
+    for name in ("loglikelihood", "mmlu_5shot"):
+        results = reference[name].results
+        group = results["results"][lms.MMLU_GROUP]
+        sizes = {t: results["n-samples"][t]["effective"] for t in lms.MMLU_TASKS}
+        weighted = sum(results["results"][t]["acc,none"] * sizes[t] for t in lms.MMLU_TASKS) / sum(sizes.values())
+        assert math.isclose(group["acc,none"], weighted, rel_tol=0, abs_tol=1e-12)
+        assert results["group_subtasks"] == {lms.MMLU_GROUP: list(lms.MMLU_TASKS)}
+
+
+def test_few_shot_plans_are_lm_evals(reference: dict[str, lms.ReferenceRun]) -> None:
+    """MMLU 5-shot: the same first 5 dev rows before every question; mc_random: 3 shots that vary by document."""
+    for task in lms.MMLU_TASKS:
+        records = reference["mmlu_5shot"].samples[task]
+        shots = {lms.prompts(r)[0].rsplit("\n\n", 1)[0] for r in records}
+        assert len(shots) == 1 and next(iter(shots)).count("\nAnswer:") == 5
+    mc = reference["loglikelihood"].samples["local_mc_random"]
+    shots = {lms.prompts(r)[0].rsplit("\n\n", 1)[0] for r in mc}
+    assert all(s.count("\nAnswer:") == lms.MC_NUM_FEWSHOT for s in shots) and len(shots) > len(mc) // 2
+    gsm = reference["gsm8k_5shot"].samples["local_gsm8k"]
+    assert all(lms.prompts(r)[0].count("\nAnswer:") == 6 for r in gsm)  # 5 shots and the question
+    chat = reference["gsm8k_chat"].samples["local_gsm8k"]  # --apply_chat_template: the messages, as JSON
+    assert all([m["role"] for m in json.loads(lms.prompts(r)[0])] == ["user"] for r in chat)
