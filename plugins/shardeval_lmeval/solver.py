@@ -17,7 +17,7 @@ import msgspec
 from shardeval.api import Attempt, combine_completions, Problem, ServiceHandle, SolverConfig
 
 from shardeval_lmeval.benchmark import encode_response
-from shardeval_lmeval.wire import read_generation, read_loglikelihood
+from shardeval_lmeval.wire import build_model, read_generation, read_loglikelihood
 
 CHAT = "local-chat-completions"
 
@@ -25,14 +25,14 @@ CHAT = "local-chat-completions"
 class LmEvalSolver:
     def __init__(self, config: SolverConfig, service: ServiceHandle) -> None:
         self.service = service
-        self._classes: dict[str, Any] = {}
+        self._models: dict[str, Any] = {}
 
-    def _model_class(self, name: str) -> Any:
-        if name not in self._classes:
-            from lm_eval.api.registry import get_model
-
-            self._classes[name] = get_model(name)
-        return self._classes[name]
+    def _reader(self, name: str) -> Any:
+        """lm-eval's API model `name`, to read answers with (no tokenizer: reading needs none; the
+        chat model's parse_generations is a method, it reads the model's think_end_token)."""
+        if name not in self._models:
+            self._models[name] = build_model(name, {"model": self.service.endpoint.model, "tokenizer_backend": "none"})
+        return self._models[name]
 
     async def solve(self, problem: Problem, seed: int) -> Attempt:
         plan = problem.metadata["lm_eval"]
@@ -66,13 +66,13 @@ class LmEvalSolver:
 
     def _answers(self, requests: list[dict[str, Any]], parts: Any, model: str) -> list[list[Any]]:
         """lm-eval's answer per request and repeat: a rolling one sums its windows, as lm-eval does."""
-        cls = self._model_class(model)
+        reader = self._reader(model)
         out = []
         for r in requests:
             answers = []
             for _ in range(r["repeats"]):
                 if r["type"] == "generate_until":
-                    answers.append(read_generation(cls, next(parts).text, model == CHAT))
+                    answers.append(read_generation(reader, next(parts).text, model == CHAT))
                     continue
                 lls = []
                 for wire in r["wire"]:
@@ -80,7 +80,7 @@ class LmEvalSolver:
                     if c.prompt_logprobs is None or c.top_logprobs is None:
                         raise ValueError("the response has no logprobs with top_logprobs; the server must support `echo` "
                                          "with `logprobs` on /v1/completions, as vLLM does")
-                    lls.append(read_loglikelihood(cls, c.prompt_logprobs, c.top_logprobs, [wire["body"]["prompt"]], wire["ctxlen"]))
+                    lls.append(read_loglikelihood(reader, c.prompt_logprobs, c.top_logprobs, [wire["body"]["prompt"]], wire["ctxlen"]))
                 answers.append(lls[0] if r["type"] == "loglikelihood" else sum(ll for ll, _ in lls))
             out.append(answers)
         return out

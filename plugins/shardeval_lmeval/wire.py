@@ -62,18 +62,18 @@ class Wire:
         return {k: v for k, v in body.items() if k != "model"}
 
 
-def read_loglikelihood(model_class: Any, token_logprobs: list, top_logprobs: list | None, prompt: Any,
+def read_loglikelihood(model: Any, token_logprobs: list, top_logprobs: list | None, prompt: Any,
                        ctxlen: int) -> tuple[float, bool]:
     """(log-likelihood, is_greedy) of one echo response, read by lm-eval's parse_logprobs."""
     choice = {"index": 0, "logprobs": {"token_logprobs": token_logprobs, "top_logprobs": top_logprobs}}
-    (answer,) = model_class.parse_logprobs(outputs={"choices": [choice]}, tokens=prompt, ctxlens=[ctxlen])
+    (answer,) = model.parse_logprobs(outputs={"choices": [choice]}, tokens=prompt, ctxlens=[ctxlen])
     return answer
 
 
-def read_generation(model_class: Any, text: str, chat: bool) -> str:
+def read_generation(model: Any, text: str, chat: bool) -> str:
     """The generated text as lm-eval's parse_generations reads it (None: its placeholder)."""
     from lm_eval.models.api_models import LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER  # type: ignore[attr-defined]
 
     choice = {"index": 0, "message": {"content": text}} if chat else {"index": 0, "text": text}
-    (answer,) = model_class.parse_generations(outputs={"choices": [choice]})
+    (answer,) = model.parse_generations(outputs={"choices": [choice]})
     return LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER if answer is None else answer
