@@ -409,3 +409,17 @@ def test_quick_mode_without_a_known_task_is_one_line(bench: str, needle: str, tm
                                                "-O", "benchmarks.0.params.tokenizer_backend=none", "-o", str(tmp_path / "out")))
     assert needle in err, err
     assert endpoint.bodies == []
+
+
+def test_without_lm_eval_installed_a_run_is_one_line_naming_the_extra(tmp_path: Path, tasks: Path) -> None:
+    """lm-eval is an optional extra: where it cannot be imported (here: blocked in sys.modules, as
+    if never installed), a run that names lm_eval says how to get it, in one line, exit 2."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"services": {"model": {"type": "api", "url": "http://127.0.0.1:9/v1", "model": "m"}},
+                               "benchmarks": [{"name": "lm_eval", "params": {"tasks": [GSM8K], "include_path": str(tasks),
+                                                                              "tokenizer_backend": "none"}}]}))
+    code = "import sys; sys.modules['lm_eval'] = None; from shardeval.cli import main; sys.argv[0] = 'shardeval'; main()"
+    run = subprocess.run([sys.executable, "-c", code, "run", str(cfg), "--dry-run"], capture_output=True, text=True,
+                         env=env_offline(), timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and "pip install 'shardeval[lm-eval]'" in run.stderr and "plugins install" in run.stderr

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
-from typing import Any
 
 from shardeval.api import MetricOptions, MetricValue, registry, ScoreTable
 

@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from shardeval.api import Count, NonNegativeInt, ParamsStruct, UsageError
 
-EXTRA = "pip install 'shardeval[lm-eval]'"
+EXTRA = ("pip install 'shardeval[lm-eval]' (the one file: shardeval plugins install 'lm-eval[api]>=0.4.13,<0.5' "
+         "'transformers>=4.40')")
 MODELS = ("local-completions", "local-chat-completions")
 
 
