@@ -218,6 +218,24 @@ def test_lm_eval_results_are_not_written_while_a_shard_is_missing(sharded: dict[
     assert (run / "merged" / "scores.json").exists()  # shardeval's own partial merge is still written
 
 
+def test_lm_eval_results_are_not_written_when_the_tasks_now_plan_other_prompts(tmp_path: Path, endpoint: Recording,
+                                                                                capfd) -> None:
+    """The merge replays lm-eval from the task YAMLs as they are now: after a prompt edit the saved
+    answers belong to other prompts, so lm-eval's files are not written (and no earlier ones stay)."""
+    own_tasks = write_tasks(tmp_path / "tasks")
+    cfg = lm_config(tmp_path / "config.json", endpoint.url, own_tasks, [GSM8K])
+    ok(shardeval_here("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "run" / "shard_0")))
+    ok(shardeval_here("merge", str(tmp_path / "run"), "-q"))
+    assert lm_eval_results(tmp_path / "run" / "merged")["results"][GSM8K]
+    with open(own_tasks / f"{GSM8K}.yaml", "a") as f:
+        f.write('doc_to_text: "Question: {{question}}\\nA:"\n')
+    capfd.readouterr()
+    ok(shardeval_here("merge", str(tmp_path / "run"), "-q"))
+    (why,) = [line for line in capfd.readouterr().err.splitlines() if "lm-eval results not written" in line]
+    assert "plans other requests" in why and GSM8K in why, why
+    assert not list((tmp_path / "run" / "merged" / "lm_eval").glob("*/results_*.json"))
+
+
 # --- a shard killed with SIGKILL, then rerun --------------------------------------------------------
 
 

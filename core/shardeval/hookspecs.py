@@ -106,7 +106,8 @@ def shard_finished(manifest: Manifest, out_dir: str) -> None:
 def write_merged_outputs(result: Any, out_dir: str) -> list[str] | None:
     """A run's merge was written to `out_dir` (merged/<bench>/results.jsonl and the rest; `result`
     is its shardeval.api.MergeResult): write this plugin's own files beside them (lm-eval's
-    results_*.json from an lm_eval run). Returns lines for the user: what was written, or why not."""
+    results_*.json from an lm_eval run). Returns lines for the user, each a file it did not write and
+    why (the merge prints them as notices), or None."""
 
 
 # The pages. The merge computes and a plugin draws (the built-in shardeval_pages): the core never

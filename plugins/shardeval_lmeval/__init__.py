@@ -29,12 +29,6 @@ def register_metrics(register):
 
 @hookimpl
 def write_merged_outputs(result, out_dir):
-    if not any(_is_lm_eval(b) for b in result.run.shards[0].manifest.config.get("benchmarks", [])):
-        return None
-    from shardeval_lmeval.outputs import write_lm_eval_outputs
+    from shardeval_lmeval.outputs import write_lm_eval_outputs  # imports no lm-eval unless the run has lm_eval entries
 
     return write_lm_eval_outputs(result, out_dir)
-
-
-def _is_lm_eval(bench):
-    return isinstance(bench, dict) and bench.get("name") == "lm_eval"

@@ -79,7 +79,6 @@ class LmEvalBenchmark(Benchmark):
         self.params = p
         self.task_plan = self.plan.tasks[p.task]
         self.task = self.task_plan.task
-        self.chat = p.wire_model() == "local-chat-completions"
         self.wire_model = p.wire_model()
         self.data_origin = f"lm-eval task {p.task}"
         config = self.task.dump_config()
@@ -138,7 +137,7 @@ class LmEvalBenchmark(Benchmark):
         h.update(f"lm_eval {self.plan.lm_eval_version}\n".encode())
         h.update(stable_json(self._config) + b"\n")
         for idx in range(self.size()):
-            h.update(json.dumps(self.problem(idx).metadata, sort_keys=True, default=str).encode() + b"\n")
+            h.update(stable_json(self.problem(idx).metadata) + b"\n")
         return "sha256:" + h.hexdigest()
 
 
@@ -167,9 +166,15 @@ def decode_response(response: str, d: Any) -> list[list[Any]]:
     resps = json.loads(response)["resps"]
     if len(resps) != len(d.instances):
         raise ValueError(f"the response holds {len(resps)} answers for {len(d.instances)} requests")
-    return [[tuple(x) if i.request_type == "loglikelihood" else x for x in r] for i, r in zip(d.instances, resps)]
+    return [[lm_eval_answer(i.request_type, x) for x in r] for i, r in zip(d.instances, resps)]
+
+
+def lm_eval_answer(request_type: str, saved: Any) -> Any:
+    """One saved answer as lm-eval's model returns it: a loglikelihood one is a (log-likelihood,
+    is_greedy) tuple, which JSON keeps as a list."""
+    return tuple(saved) if request_type == "loglikelihood" else saved
 
 
 def _scalar(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, complex)
+    return isinstance(value, (int, float))  # bool too: lm-eval's exact matches are 0/1 either way
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from shardeval.api import decode_params, OK, RESULTS_FILE, UsageError
 
-from shardeval_lmeval.benchmark import benchmark_id, SOURCE
+from shardeval_lmeval.benchmark import benchmark_id, lm_eval_answer, LmEvalBenchmark, SOURCE
 from shardeval_lmeval.params import LmEvalParams
 from shardeval_lmeval.plan import quiet, setup, simple_evaluate, stand_in_model
 
@@ -33,13 +33,15 @@ def write_lm_eval_outputs(result: Any, out_dir: str) -> list[str]:
     merged = {b.manifest.name: b for b in result.benchmarks}
     entries: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}  # plan key -> (params, task -> benchmark id)
     for bench in manifest.config.get("benchmarks", []):
-        if bench.get("name") != "lm_eval":
+        if not isinstance(bench, dict) or bench.get("name") != LmEvalBenchmark.name:
             continue
         params = dict(bench.get("params") or {})
         task = params.get("task")
         p = decode_params(params, LmEvalParams, source=SOURCE)
         entry = entries.setdefault(p.plan_key(), ({k: v for k, v in params.items() if k != "task"}, {}))
         entry[1][task] = bench.get("id") or benchmark_id(task)
+    if not entries:
+        return []
     _remove_earlier(os.path.join(out_dir, OUT))
     notes = []
     for params, ids in entries.values():
@@ -65,6 +67,14 @@ def _write_entry(params: dict[str, Any], ids: dict[str, str], merged: dict[str, 
     if incomplete:
         return (f"lm-eval results not written for {', '.join(ids.values())}: {', '.join(incomplete)} "
                 "not complete (every document needs an ok answer); rerun the missing shards, then merge again")
+    # The replay plans again, from the task YAMLs and data as they are now: they must still make the
+    # requests the shards made, or saved answers would be scored against other prompts.
+    replanned = [bid for task, bid in ids.items()
+                 if LmEvalBenchmark({**params, "task": task}).fingerprint() != merged[bid].manifest.dataset_fingerprint]
+    if replanned:
+        return (f"lm-eval results not written for {', '.join(ids.values())}: lm-eval now plans other requests for "
+                f"{', '.join(replanned)} than the run made (a task's YAML, its data or lm-eval changed since); "
+                "merge where the tasks are as they were")
     p = decode_params(params, LmEvalParams, source=SOURCE)
     answers: dict[tuple[str, int, int], list[Any]] = {}  # (task, doc_id, request idx) -> its answers
     for task, bid in ids.items():
@@ -94,8 +104,7 @@ def _replay(lm_eval: Any, answers: dict[tuple[str, int, int], list[Any]], p: LmE
             key = (inst.task_name, inst.doc_id, inst.idx)
             n = served_count.get(key, 0)
             served_count[key] = n + 1
-            saved = answers[key][n]
-            out.append(tuple(saved) if kind == "loglikelihood" else saved)  # lm-eval's (log-likelihood, is_greedy)
+            out.append(lm_eval_answer(kind, answers[key][n]))
         return out
 
     tracker = EvaluationTracker(output_path=output_path)

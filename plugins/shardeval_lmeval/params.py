@@ -31,7 +31,7 @@ class LmEvalParams(ParamsStruct):
     bootstrap_iters: NonNegativeInt = 100000  # for the stderr of non-mean metrics in lm-eval's results file
     # as --model and --model_args: how requests are made
     model: Literal["local-completions", "local-chat-completions"] | None = None  # None: chat with a chat template
-    tokenizer: str | None = None  # a Hugging Face tokenizer (name or path); None: the served model's name
+    tokenizer: str | None = None  # the served model's Hugging Face tokenizer (name or path); needed unless tokenizer_backend: none
     tokenizer_backend: Literal["huggingface", "none"] | None = None  # None: huggingface for completions
     tokenized_requests: bool | None = None  # None: lm-eval's default for the model
     max_length: Count = 2048
@@ -71,10 +71,11 @@ def _fields(p: LmEvalParams) -> dict[str, Any]:
 
 def require_lm_eval() -> str:
     """lm-eval's version; a one-line error naming the extra when it is not installed."""
-    try:
-        from importlib.metadata import version
+    from importlib import import_module
+    from importlib.metadata import version
 
-        import lm_eval  # noqa: F401
+    try:
+        import_module("lm_eval")
     except ImportError:
         raise UsageError(f"benchmark lm_eval: lm-evaluation-harness is not installed; {EXTRA}") from None
     return version("lm_eval")
