@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from shardeval.run.runner import make_benchmark
     # Service and solver: an endpoint to ask, a server process to start, how a problem is asked
     from shardeval.run.service import Endpoint, ServiceContext, ServiceFactory
-    from shardeval.run.solver import (Attempt, combine_completions, LoglikelihoodSolver, ServiceHandle, SimpleSolver, Solver,
+    from shardeval.run.solver import (Attempt, combine_completions, LoglikelihoodSolver, PairsSolver, ServiceHandle, SimpleSolver, Solver,
                                       SolverFactory)
     from shardeval.run.completion import Completion
     from shardeval.config.reading import split_endpoint_url
@@ -97,7 +97,8 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.run.runner", "make_benchmark"),
     # Service and solver: an endpoint to ask, a server process to start, how a problem is asked
     ("shardeval.run.service", "Endpoint ServiceContext ServiceFactory"),
-    ("shardeval.run.solver", "Attempt combine_completions LoglikelihoodSolver ServiceHandle SimpleSolver Solver SolverFactory"),
+    ("shardeval.run.solver", "Attempt combine_completions LoglikelihoodSolver PairsSolver ServiceHandle SimpleSolver Solver "
+     "SolverFactory"),
     ("shardeval.run.completion", "Completion"),
     ("shardeval.config.reading", "split_endpoint_url"),
     ("shardeval.run.process", "describe_exit die_with_parent node_command redact resolve_port self_command ServerProcess"),

@@ -83,6 +83,10 @@ class Benchmark:
     # `shardeval rescore` keeps; False when every score is the scorer's (an lm-eval task's
     # metrics), so a metric a re-scoring no longer gives is gone, not kept.
     solver_scores: bool = True
+    # Whether its solver scores every answer itself (shardeval.run.solver.Attempt.score: an Inspect
+    # task's scorers, which run inside Inspect with its sandbox): `shardeval rescore` cannot score
+    # its records again, and says so, unless another scorer is named for it.
+    scored_by_solver: bool = False
     # The solver its problems need (registered name), used when the config leaves `solver.type`
     # at its default: e.g. `lm_eval`, whose problems are lm-eval request lists. None: the config's.
     solver: str | None = None

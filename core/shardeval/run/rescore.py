@@ -168,6 +168,9 @@ def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[B
         scorer = data
         if name != run_config.name or params != run_config.params:
             scorer, entry = make_benchmark(BenchmarkConfig(name=name, params=params), SCORER_FLAG, registry)
+        if scorer.scored_by_solver:
+            raise UsageError(f"{where}: {bm.name} was scored by its solver (its task's own scorers, run where it ran), which "
+                             f"rescore cannot run again; name another scorer with {SCORER_FLAG} {bm.name}=NAME, or run it again")
         version = plugins.plugin_version(entry.plugin)
         fingerprint = scorer_fingerprint(data, bm.n_problems, version, scorer=scorer)
         info = ScorerInfo(benchmark=bm.name, scorer=name, params=params, plugin=entry.plugin, plugin_version=version,

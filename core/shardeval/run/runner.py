@@ -27,7 +27,7 @@ import msgspec
 
 from shardeval import __version__, plugins
 from shardeval.run.adaptive import AdaptiveSlots, make_slots
-from shardeval.benchmark import Benchmark, Problem
+from shardeval.benchmark import Benchmark, Problem, Score
 from shardeval.run.response_cache import ResponseCache, check_usable
 from shardeval.run.client import Client, Completion
 from shardeval.config import BenchmarkConfig, Config
@@ -67,7 +67,7 @@ from shardeval.store.seeds import request_seed
 from shardeval.run.service import ServiceContext
 from shardeval.store.shards import ShardSpec, shard_indices
 from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide, nothing_to_ask, own_records
-from shardeval.run.solver import Attempt, ServiceHandle, Solver, generation_params
+from shardeval.run.solver import Attempt, PairsSolver, ServiceHandle, Solver, generation_params
 
 log = logging.getLogger("shardeval")
 T = TypeVar("T")
@@ -519,7 +519,7 @@ class ShardRun:
         rejudge: dict[tuple[int, int], ResultRecord] = {}  # (problem, repeat) -> its judge error record
         n_resumed = self._resume(results_path, traj_path, tally, own, rejudge if judge is not None else None)
         slots = make_slots(plan.config.max_concurrent, handle.client.config.adaptive)
-        solver = self._solver(plan, ServiceHandle(handle.endpoint, handle.client, slots, handle.served))
+        solver = self._solver(plan, ServiceHandle(handle.endpoint, handle.client, slots, handle.served, plan.config.max_concurrent))
         total = len(plan.indices) * plan.config.repeats
         progress = Progress(plan.name, self.shard, total, done=n_resumed, interval=self.config.output.progress_interval_s)
         if n_resumed:
@@ -537,8 +537,11 @@ class ShardRun:
 
             progress.start()
             try:
-                # Twice the concurrency: tasks sleeping in a retry backoff hold a window place but no slot.
-                await self._dispatch(pending_work(plan, tally), ask, 2 * plan.config.max_concurrent)
+                if hasattr(solver, "solve_pairs"):  # another tool's runtime runs the whole share (PairsSolver)
+                    await self._solve_pairs(solver, plan, tally, answerer, output, reach)
+                else:
+                    # Twice the concurrency: tasks sleeping in a retry backoff hold a window place but no slot.
+                    await self._dispatch(pending_work(plan, tally), ask, 2 * plan.config.max_concurrent)
             finally:
                 progress.stop()
         log_adaptive(plan.name, slots)
@@ -584,6 +587,33 @@ class ShardRun:
             task.add_done_callback(finished)
         while self._inflight:
             await asyncio.wait(set(self._inflight))
+
+    async def _solve_pairs(self, solver: PairsSolver, plan: BenchmarkPlan, tally: Tally, answerer: PairAnswerer,
+                           output: BenchmarkOutput, reach: Reachability) -> None:
+        """Hand every pending pair to a PairsSolver at once and write each record as it settles
+        one. Its task is the one request in flight, so a stop cancels it as it would requests; a
+        pair it did not settle, when it returns or fails, gets an `internal` error record."""
+        todo = {(p.idx, r): (p, r, request_seed(self.config.seed, plan.name, p.id, r)) for p, r in pending_work(plan, tally)}
+        if not todo:
+            return
+
+        async def settle(problem: Problem, repeat: int, attempt: Attempt) -> None:
+            pair = todo.pop((problem.idx, repeat), None)
+            if pair is None:
+                raise ValueError(f"{plan.name}: problem {problem.id} repeat {repeat} was not asked of this shard, or was settled twice")
+            self._keep(output, reach, *await answerer.settle(*pair, attempt))
+
+        task = asyncio.ensure_future(solver.solve_pairs(list(todo.values()), settle))
+        self._window, self._inflight = None, {task}
+        await asyncio.wait({task})
+        self._inflight = set()
+        if task.cancelled() or self.stopping or self.service_failure or self.write_failure:
+            return  # stopped: the pairs not settled are asked again on rerun
+        failure = task.exception()
+        why = f"{type(failure).__name__}: {failure}" if failure else "its solver ended without answering it"
+        for problem, repeat, seed in list(todo.values()):
+            self._keep(output, reach, *answerer.failed(problem, repeat, seed, None, why))
+        todo.clear()
 
     def _keep(self, output: BenchmarkOutput, reach: Reachability, record: ResultRecord, line: bytes, traj_line: bytes | None) -> None:
         """Write one answer, then let the others know: the progress line, the endpoint's
@@ -712,35 +742,49 @@ class PairAnswerer:
         """The pair's record and its encoded lines. Any exception on the way (the solver, the
         client, the scorer, a value that cannot be encoded) becomes an `internal` error record
         instead, so that no pair is ever left without one; a rerun asks it again."""
-        plan = self.plan
         attempt = None
         try:
             saved = self.rejudge.pop((problem.idx, repeat), None)
             # a judge error's saved answer goes to the judge again; the model is not asked
             attempt = Attempt(saved_completion(saved), [], {}) if saved is not None else await self.solver.solve(problem, seed)
-            verdict = None
-            if self.judge is not None and attempt.completion.status == "ok":
-                verdict = await self.judge.grade(problem, attempt.completion.text, seed)
-            args = (plan, problem, repeat, seed, attempt.completion, self.shard_idx, attempt.scores, verdict)
-            if self.scorer:
-                record = await asyncio.get_running_loop().run_in_executor(self.scorer, make_record, *args)
-            else:
-                record = make_record(*args)
-            if saved is not None:  # its conversation is already in trajectories.jsonl, from the first time
-                return record, encode_line(record), None
-            return record, encode_line(record), self.trajectory(problem, repeat, record, attempt.messages, attempt.request)
+            return await self._settle(problem, repeat, seed, attempt, saved is not None)
         except Exception as exc:  # CancelledError is not an Exception: a cancel still cancels
-            # an error of kind `internal`: the exception (type and message, key scrubbed), never
-            # scored, with what the request got if it got that far
-            message = self.scrub(f"{type(exc).__name__}: {exc}")
-            c = getattr(attempt, "completion", None)
-            c = c if isinstance(c, Completion) else Completion(status="error", started_at=time.time())
-            c = msgspec.structs.replace(c, status="error", error_kind="internal", error=message)
-            record = make_record(plan, problem, repeat, seed, c, self.shard_idx)
-            if not self.tally.errors["internal"]:  # the first is logged (a record is counted as it is written)
-                log.warning("%s: problem %s repeat %d: %s; recorded as an `internal` error, asked again on rerun "
-                            "(later ones are counted in the summary)", plan.name, problem.id, repeat, message)
-            return record, encode_line(record), self.trajectory(problem, repeat, record, [], {})
+            return self.failed(problem, repeat, seed, attempt, f"{type(exc).__name__}: {exc}")
+
+    async def settle(self, problem: Problem, repeat: int, seed: int, attempt: Attempt) -> tuple[ResultRecord, bytes, bytes | None]:
+        """The record of an answer a PairsSolver got itself; as `answer`, never raises."""
+        try:
+            return await self._settle(problem, repeat, seed, attempt, False)
+        except Exception as exc:
+            return self.failed(problem, repeat, seed, attempt, f"{type(exc).__name__}: {exc}")
+
+    async def _settle(self, problem: Problem, repeat: int, seed: int, attempt: Attempt,
+                      rejudged: bool) -> tuple[ResultRecord, bytes, bytes | None]:
+        verdict = None
+        if self.judge is not None and attempt.completion.status == "ok":
+            verdict = await self.judge.grade(problem, attempt.completion.text, seed)
+        args = (self.plan, problem, repeat, seed, attempt.completion, self.shard_idx, attempt.scores, verdict, attempt.score)
+        if self.scorer:
+            record = await asyncio.get_running_loop().run_in_executor(self.scorer, make_record, *args)
+        else:
+            record = make_record(*args)
+        if rejudged:  # its conversation is already in trajectories.jsonl, from the first time
+            return record, encode_line(record), None
+        return record, encode_line(record), self.trajectory(problem, repeat, record, attempt.messages, attempt.request)
+
+    def failed(self, problem: Problem, repeat: int, seed: int, attempt: Attempt | None,
+               why: str) -> tuple[ResultRecord, bytes, bytes | None]:
+        """An error of kind `internal`: what went wrong (key scrubbed), never scored, with what the
+        request got if it got that far; a rerun asks it again."""
+        message = self.scrub(why)
+        c = getattr(attempt, "completion", None)
+        c = c if isinstance(c, Completion) else Completion(status="error", started_at=time.time())
+        c = msgspec.structs.replace(c, status="error", error_kind="internal", error=message)
+        record = make_record(self.plan, problem, repeat, seed, c, self.shard_idx)
+        if not self.tally.errors["internal"]:  # the first is logged (a record is counted as it is written)
+            log.warning("%s: problem %s repeat %d: %s; recorded as an `internal` error, asked again on rerun "
+                        "(later ones are counted in the summary)", self.plan.name, problem.id, repeat, message)
+        return record, encode_line(record), self.trajectory(problem, repeat, record, [], {})
 
     def trajectory(self, problem: Problem, repeat: int, record: ResultRecord, messages: list, request: dict) -> bytes | None:
         """The pair's conversation as a trajectories.jsonl line; None when the config keeps none."""
@@ -849,11 +893,12 @@ def saved_completion(record: ResultRecord) -> Completion:
 
 def make_record(
     plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, c: Completion, shard: int,
-    extra: dict[str, float] | None = None, verdict: Verdict | None = None,
+    extra: dict[str, float] | None = None, verdict: Verdict | None = None, own: Score | None = None,
 ) -> ResultRecord:
     """The record of one answer; `extra` (the solver's own scores, e.g. log-probabilities) joins the
     benchmark's named scores and wins on a clash: the solver measured it. With a judge's `verdict`,
-    the judge scores it, or makes it an error of kind `judge` (the answer is kept)."""
+    the judge scores it, or makes it an error of kind `judge` (the answer is kept). `own`: the
+    solver's whole verdict (another tool's scorers), taken instead of the benchmark's `score`."""
     record = ResultRecord(
         benchmark=plan.name,
         problem_idx=problem.idx,
@@ -882,7 +927,7 @@ def make_record(
         apply_verdict(record, verdict, extra)
         return record
     if c.status == "ok":  # errors are never scored: they are not wrong answers
-        score = plan.benchmark.score(problem, c.text)
+        score = own if own is not None else plan.benchmark.score(problem, c.text)
         record.score, record.extracted, record.scores = score.score, score.extracted, score.scores
         if extra:
             record.scores = {**record.scores, **extra}

@@ -13,11 +13,11 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 
 import msgspec
 
-from shardeval.benchmark import Problem
+from shardeval.benchmark import Problem, Score
 from shardeval.config import Generation, SolverConfig
 from shardeval.run.completion import Completion
 from shardeval.run.service import Endpoint
@@ -34,6 +34,9 @@ class Attempt:
     messages: list[dict[str, str]]
     request: dict[str, Any]
     scores: dict[str, float] = field(default_factory=dict)  # merged into the record's `scores`
+    # The solver's own verdict, when another tool's scorers ran inside its runtime (an Inspect
+    # task's, which may need its sandbox): the record takes it instead of the benchmark's `score`.
+    score: Score | None = None
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,25 @@ class ServiceHandle:
     client: Any  # shardeval.run.client.Client
     slots: "asyncio.Semaphore | AdaptiveSlots | None" = None
     served: Any = None  # shardeval.store.records.ServedModel: what the endpoint said it serves
+    max_concurrent: int | None = None  # the benchmark's; for a solver that runs its own concurrency (PairsSolver)
 
 
 class Solver(Protocol):
     async def solve(self, problem: Problem, seed: int) -> Attempt: ...
+
+
+class PairsSolver(Protocol):
+    """A solver that runs a shard's whole share itself, with its own concurrency: another tool's
+    runtime (Inspect's eval loop) that must see every sample at once. It is handed every pending
+    (problem, repeat, seed) and calls `settle` once per pair as each ends, so each record is
+    written the moment its answer exists (a SIGKILL loses only what was in flight). A pair it never
+    settles gets an `internal` error record when it returns or raises (asked again on rerun); when
+    the shard stops, its task is cancelled like any request in flight."""
+
+    async def solve(self, problem: Problem, seed: int) -> Attempt: ...
+
+    async def solve_pairs(self, pairs: list[tuple[Problem, int, int]],
+                          settle: Callable[[Problem, int, Attempt], Awaitable[None]]) -> None: ...
 
 
 SolverFactory = Callable[[SolverConfig, ServiceHandle], Solver]

@@ -1,0 +1,102 @@
+"""The `inspect` benchmark: one Inspect task, its samples as problems, scored by the task's own scorers.
+
+A problem is one sample (its id kept: shards and resume go by it); `repeats` are Inspect's epochs.
+Inspect's runtime answers and scores it in the shard (shardeval_inspect.solver), so a record's
+scores are the scorers' values as Inspect's `value_to_float` reads them: `scores[scorer]` for each
+scorer (`scorer/key` for a scorer with several values), the first one the headline `score`.
+The dataset fingerprint covers Inspect's version, the task's source file, its arguments, the limits
+and every sample, so a shard never resumes or merges with answers to another task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from shardeval.api import Benchmark, decode_params, Problem, Score, UsageError
+
+from shardeval_inspect.params import InspectParams
+from shardeval_inspect.task import check_sandbox, load, LoadedTask, sandbox_type
+
+SOURCE = "benchmark inspect"
+
+
+def inspect_params(params: dict[str, Any]) -> InspectParams:
+    if isinstance(params, dict) and "task" not in params:
+        raise UsageError(f"{SOURCE}: needs params.task: `path/to/tasks.py@task_name` or a registered Inspect task; "
+                         "docs/inspect.md")
+    return decode_params(params, InspectParams, source=SOURCE)
+
+
+def benchmark_id(name: str) -> str:
+    """A task's name as a folder name (shardeval ids: letters, digits, '.', '_', '-')."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".-") or "task"
+
+
+class InspectBenchmark(Benchmark):
+    name = "inspect"
+    solver = "inspect"
+    scored_by_solver = True  # the task's scorers ran inside Inspect, where the sample ran (its sandbox)
+    solver_scores = False
+    metrics = ("accuracy", "pass@k")
+
+    @classmethod
+    def expand(cls, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
+        """One benchmark named after its task (its folder, its merged log): loading it here checks
+        the task, its arguments and its sandbox before anything is asked."""
+        loaded = load(inspect_params(params))
+        return [(benchmark_id(loaded.name), params)]
+
+    @classmethod
+    def quick_params(cls, argument: str) -> dict[str, Any]:
+        if not argument:
+            raise UsageError("--bench inspect:TASK: give the task, e.g. --bench inspect:path/to/tasks.py@my_task")
+        return {"task": argument}
+
+    @classmethod
+    def default_sampling(cls, repeats: int) -> dict[str, Any]:
+        """Nothing: the task's own GenerateConfig (and Inspect's defaults) decide, as under `inspect eval`."""
+        return {}
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = inspect_params(params)
+        self.raw_params = dict(params)  # the solver loads the same task from them (cached)
+        self.loaded: LoadedTask = load(self.params)
+        self.scorer_version = f"inspect_ai {self.loaded.inspect_version}; task {self.loaded.source_sha256}"
+
+    def preflight(self) -> None:
+        check_sandbox(f"{SOURCE} {self.params.task!r}", sandbox_type(self.loaded.task, self.params))
+
+    def size(self) -> int:
+        return len(self.loaded.samples)
+
+    def problem(self, idx: int) -> Problem:
+        sample = self.loaded.samples[idx]
+        prompt, messages = _input(sample.input)
+        return Problem(idx=idx, id=str(sample.id), prompt=prompt, messages=messages, reference=_target(sample.target),
+                       metadata={"inspect": {"id": sample.id, "params": self.raw_params}})
+
+    def score(self, problem: Problem, response: str) -> Score:
+        raise UsageError(f"{SOURCE}: its answers are scored by the task's own scorers, inside Inspect (the `inspect` solver)")
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        h.update(json.dumps({"inspect_ai": self.loaded.inspect_version, "source": self.loaded.source_sha256,
+                             "params": self.params.identity()}, sort_keys=True).encode())
+        for sample in self.loaded.samples:
+            h.update(sample.model_dump_json(exclude_none=True).encode() + b"\n")
+        return "sha256:" + h.hexdigest()
+
+
+def _input(value: Any) -> tuple[str | None, list[dict[str, str]] | None]:
+    if isinstance(value, str):
+        return value, None
+    return None, [{"role": m.role, "content": m.text} for m in value]
+
+
+def _target(target: Any) -> str | None:
+    if isinstance(target, list):
+        return ", ".join(target)
+    return target or None

@@ -1,0 +1,122 @@
+"""One Inspect log for a merged run: merged/inspect/<task>.eval, every shard's samples in one evaluation.
+
+Inspect itself makes the log's header: the task is evaluated with `run_samples=False` (nothing is
+asked), which writes the eval spec and plan `inspect eval` would write for the whole task with the
+run's epochs and limits. The samples are the ones the shards saw end (each record's trajectory
+keeps its EvalSample), the standing record's for each (sample, epoch); Inspect's own metrics are
+then recomputed over all of them (`recompute_metrics`: the task's scorers' metrics and epoch
+reducers). A run with cells missing or in error gets status `error` saying so, never `success`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+from typing import Any
+
+from shardeval.api import OK, TRAJECTORIES_FILE
+
+OUT = "inspect"
+
+
+def write_inspect_logs(result: Any, out_dir: str) -> list[str]:
+    """Write the log of every inspect entry of the run; lines for what was not written."""
+    manifest = result.run.shards[0].manifest
+    entries = [b for b in manifest.config.get("benchmarks", []) if isinstance(b, dict) and b.get("name") == "inspect"]
+    if not entries:
+        return []
+    served = next((s.model for s in manifest.served.values()), "model")
+    merged = {b.manifest.name: b for b in result.benchmarks}
+    notes = []
+    for entry in entries:
+        bid = entry.get("id")
+        if bid not in merged:
+            continue
+        try:
+            note = _write_log(entry, merged[bid], out_dir, served)
+        except ValueError as exc:
+            note = f"Inspect log not written for {bid}: {exc}"
+        if note:
+            notes.append(note)
+    return notes
+
+
+def _write_log(entry: dict[str, Any], merge: Any, out_dir: str, served: str) -> str:
+    from inspect_ai.log import EvalSample, write_eval_log
+
+    from shardeval_inspect.benchmark import InspectBenchmark
+
+    bid = merge.manifest.name
+    bench = InspectBenchmark(entry.get("params") or {})
+    if bench.fingerprint() != merge.manifest.dataset_fingerprint:
+        return (f"Inspect log not written for {bid}: the task, its arguments, its samples or inspect_ai changed since "
+                "the run; merge where the task is as it was")
+    path = os.path.join(out_dir, bid, TRAJECTORIES_FILE)
+    samples = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                saved = json.loads(line).get("request", {}).get("inspect", {}).get("sample")
+                if saved is not None:
+                    samples.append(EvalSample.model_validate(saved))
+    if not samples:
+        return f"Inspect log not written for {bid}: its trajectories hold no Inspect samples (output.trajectories: false?)"
+    order = {str(s.id): i for i, s in enumerate(bench.loaded.samples)}
+    samples.sort(key=lambda s: (s.epoch, order.get(str(s.id), len(order))))
+    log = _header(bench, int(entry.get("repeats") or 1), served)
+    log.samples = samples
+    _finish(log, merge)
+    folder = os.path.join(out_dir, OUT)
+    os.makedirs(folder, exist_ok=True)
+    write_eval_log(log, os.path.join(folder, f"{bid}.eval"))
+    return ""
+
+
+def _header(bench: Any, epochs: int, served: str) -> Any:
+    """The log Inspect starts for the whole task (spec, plan, dataset), with no sample run."""
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.model import get_model
+
+    from shardeval_inspect.solver import _epochs, PROVIDER
+    from shardeval_inspect.task import quiet_inspect
+
+    quiet_inspect()
+    model = get_model(f"{PROVIDER}/{served}", base_url="http://127.0.0.1:9/v1", api_key="none", memoize=False)
+    with tempfile.TemporaryDirectory(prefix="shardeval-inspect-") as logs, contextlib.redirect_stdout(io.StringIO()):
+        log = inspect_eval(bench.loaded.task, model=model, epochs=_epochs(bench.loaded.task, epochs), run_samples=False,
+                           log_dir=logs, log_level="warning", score_display=False, sandbox=bench.params.sandbox,
+                           **bench.params.limits())[0]
+    return log
+
+
+def _finish(log: Any, merge: Any) -> None:
+    """Status, metrics and stats over the merged samples, as Inspect would have them for one run."""
+    from inspect_ai._util.error import EvalError
+    from inspect_ai.log import recompute_metrics
+
+    status = list(merge.table.status)
+    not_ok = sum(s != OK for s in status)
+    scored = [s for s in log.samples if s.scores]
+    if scored:
+        recompute_metrics(log)
+    if not_ok:
+        log.status = "error"
+        message = (f"shardeval merge: {not_ok} of {len(status)} (sample, epoch) cells have no ok answer (missing or "
+                   "in error); the metrics cover the samples that ended. Rerun the shards, then merge again.")
+        log.error = EvalError(message=message, traceback=message, traceback_ansi=message)
+    else:
+        log.status = "success"
+    starts = [s.started_at for s in log.samples if s.started_at]
+    ends = [s.completed_at for s in log.samples if s.completed_at]
+    if starts:
+        log.stats.started_at = min(starts)
+    if ends:
+        log.stats.completed_at = max(ends)
+    usage: dict[str, Any] = {}
+    for s in log.samples:
+        for model, u in (s.model_usage or {}).items():
+            usage[model] = usage[model] + u if model in usage else u
+    log.stats.model_usage = usage

@@ -1,0 +1,98 @@
+"""An Inspect sample, as it ended, becomes a shardeval answer: its completion, scores and transcript.
+
+Kept as Inspect gave them: the answer is `output.completion`, each scorer's value is read by
+Inspect's own `value_to_float` (`scores[scorer]`, or `scores[scorer/key]` for a scorer with several
+values; the first is the headline), the usage is the sum over the sample's model calls. A sample
+that ended in an error, or ran out of a limit, is an error record of its own kind (`inspect`,
+`limit`), never scored as wrong. The whole EvalSample rides in the trajectory's `request` under
+`inspect.sample`, so the merge can write one Inspect log with every shard's samples.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any, Callable
+
+from shardeval.api import Attempt, Completion, Score
+
+ERROR_KIND, LIMIT_KIND = "inspect", "limit"
+
+
+def attempt_of(sample: Any, scrub: Callable[[str], str]) -> Attempt:
+    """The Attempt for one ended Inspect sample (an EvalSample)."""
+    completion = _completion(sample, scrub)
+    score = _score(sample) if completion.status == "ok" else None
+    if completion.status == "ok" and score is None:
+        completion = Completion(status="error", error_kind=ERROR_KIND, error="Inspect gave the sample no score",
+                                started_at=completion.started_at, latency_s=completion.latency_s, attempts=1)
+    request = {"inspect": {"sample_id": sample.id, "epoch": sample.epoch,
+                           "sample": sample.model_dump(mode="json", exclude_none=True)}}
+    return Attempt(completion=completion, messages=transcript(sample.messages), request=request, score=score)
+
+
+def _completion(sample: Any, scrub: Callable[[str], str]) -> Completion:
+    started = _timestamp(getattr(sample, "started_at", None))
+    latency = sample.total_time
+    usage = list((sample.model_usage or {}).values())
+    prompt = sum(u.input_tokens for u in usage) if usage else None
+    generated = sum(u.output_tokens for u in usage) if usage else None
+    common: dict[str, Any] = {"started_at": started, "latency_s": latency, "attempts": 1 + len(sample.error_retries or []),
+                              "prompt_tokens": prompt, "completion_tokens": generated}
+    if sample.error is not None:
+        return Completion(status="error", error_kind=ERROR_KIND, error=scrub(_first_line(sample.error.message)), **common)
+    if sample.limit is not None:
+        what = f"{sample.limit.type} limit {sample.limit.limit:g} exceeded"
+        return Completion(status="error", error_kind=LIMIT_KIND, error=f"Inspect stopped the sample: {what}", **common)
+    output = sample.output
+    reason = output.choices[0].stop_reason if output is not None and output.choices else None
+    return Completion(status="ok", text=output.completion if output is not None else "", finish_reason=reason, **common)
+
+
+def _score(sample: Any) -> Score | None:
+    """Every scorer's value as a float; the first scorer's is the headline."""
+    from inspect_ai.scorer import value_to_float
+
+    to_float = value_to_float()
+    scores: dict[str, float] = {}
+    for name, s in (sample.scores or {}).items():
+        if isinstance(s.value, dict):
+            scores.update({f"{name}/{key}": to_float(v) for key, v in s.value.items()})
+        elif isinstance(s.value, list):
+            scores.update({f"{name}/{i}": to_float(v) for i, v in enumerate(s.value)})
+        else:
+            scores[name] = to_float(s.value)
+    if not scores:
+        return None
+    first = next(iter(sample.scores.values()))
+    headline = next(iter(scores.values()))
+    if math.isnan(headline):
+        return None
+    return Score(score=headline, extracted=first.answer, scores=scores)
+
+
+def transcript(messages: list[Any]) -> list[dict[str, str]]:
+    """The conversation as role/content turns; a tool call is written into its assistant turn."""
+    turns = []
+    for m in messages or []:
+        text = m.text
+        calls = getattr(m, "tool_calls", None) or []
+        lines = [f"[tool call {c.id}] {c.function}({json.dumps(c.arguments, ensure_ascii=False)})" for c in calls]
+        if getattr(m, "error", None) is not None:
+            lines.append(f"[tool error] {m.error.type}: {m.error.message}")
+        turns.append({"role": m.role, "content": "\n".join(x for x in (text, *lines) if x)})
+    return turns
+
+
+def _timestamp(value: Any) -> float:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        return datetime.fromisoformat(value).timestamp()
+    return 0.0
+
+
+def _first_line(text: str) -> str:
+    text = (text or "").strip()
+    return text.splitlines()[0] if text else "(no message)"

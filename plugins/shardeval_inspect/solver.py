@@ -1,0 +1,161 @@
+"""The `inspect` solver: a shard's share of an Inspect task runs through Inspect's own eval loop.
+
+Inspect's runtime runs the samples in this process (`eval_async`), with the task's solver, tools,
+sandbox and scorers unchanged, against the endpoint shardeval resolved for the service, through
+Inspect's OpenAI-compatible provider (`openai-api`). The service's settings map onto Inspect's:
+the benchmark's max_concurrent is max_connections (and max_samples), the client's retries and
+timeout are Inspect's max_retries and timeout. A hook hands each sample to shardeval the moment it
+ends, so its record is on disk before the next one ends: a SIGKILL loses only samples in flight.
+
+Resume is by (sample id, epoch): the pairs asked are grouped by how many epochs each sample still
+needs, and Inspect runs each group with that many epochs; its k-th epoch of a sample is that
+sample's k-th missing repeat (epochs of one sample are exchangeable: the same prompt, scored alone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import io
+import os
+import tempfile
+from collections import defaultdict
+from typing import Any, Awaitable, Callable
+
+from shardeval.api import Attempt, Problem, ServiceHandle, SolverConfig, UsageError
+
+from shardeval_inspect.params import InspectParams
+from shardeval_inspect.samples import attempt_of
+from shardeval_inspect.task import load, quiet_inspect
+
+PROVIDER = "openai-api/shardeval"  # Inspect's OpenAI-compatible provider; `shardeval` names the service
+Settle = Callable[[Problem, int, Attempt], Awaitable[None]]
+_SINK: contextvars.ContextVar[Callable[[Any], Awaitable[None]] | None] = contextvars.ContextVar("shardeval_inspect_sink", default=None)
+
+
+class InspectSolver:
+    def __init__(self, config: SolverConfig, service: ServiceHandle) -> None:
+        if service.endpoint.protocol != "chat_completions":
+            raise UsageError("benchmark inspect: Inspect's models speak chat completions; set the service's protocol: chat_completions")
+        self.config = config
+        self.service = service
+
+    async def solve(self, problem: Problem, seed: int) -> Attempt:
+        """One pair alone (the runner hands an `inspect` benchmark's pairs to solve_pairs)."""
+        answers: list[Attempt] = []
+
+        async def keep(_: Problem, __: int, attempt: Attempt) -> None:
+            answers.append(attempt)
+
+        await self.solve_pairs([(problem, 0, seed)], keep)
+        if not answers:
+            raise RuntimeError(f"Inspect ended without running sample {problem.id}")
+        return answers[0]
+
+    async def solve_pairs(self, pairs: list[tuple[Problem, int, int]], settle: Settle) -> None:
+        params = InspectParams(**pairs[0][0].metadata["inspect"]["params"])
+        loaded = load(params)
+        missing: dict[str, list[int]] = defaultdict(list)  # sample id -> repeats still to answer
+        problems: dict[str, Problem] = {}
+        for problem, repeat, _ in pairs:
+            missing[problem.id].append(repeat)
+            problems[problem.id] = problem
+        groups: dict[int, list[str]] = defaultdict(list)  # epochs needed -> sample ids
+        for sample_id, repeats in missing.items():
+            repeats.sort()
+            groups[len(repeats)].append(sample_id)
+        for epochs, sample_ids in sorted(groups.items(), reverse=True):
+            await self._run(loaded.task, params, epochs, [problems[i] for i in sample_ids], missing, settle)
+
+    async def _run(self, task: Any, params: InspectParams, epochs: int, problems: list[Problem],
+                   missing: dict[str, list[int]], settle: Settle) -> None:
+        """One eval_async over `problems`, `epochs` each; every sample settles as it ends."""
+        from inspect_ai import eval_async
+        from inspect_ai.model import GenerateConfig
+
+        quiet_inspect()
+        _install_hook()
+        by_id = {p.id: p for p in problems}
+
+        async def ended(sample: Any) -> None:
+            problem = by_id.get(str(sample.id))
+            if problem is None:
+                return
+            repeat = missing[problem.id][sample.epoch - 1]
+            await settle(problem, repeat, attempt_of(sample, self.service.client.scrub))
+
+        epochs_arg = _epochs(task, epochs)
+        token = _SINK.set(ended)
+        try:
+            with tempfile.TemporaryDirectory(prefix="shardeval-inspect-") as logs:
+                await eval_async(
+                    task, model=self._model(GenerateConfig), sample_id=[p.metadata["inspect"]["id"] for p in problems],
+                    epochs=epochs_arg, log_dir=logs, log_level="warning", score_display=False,
+                    fail_on_error=params.fail_on_error, max_samples=self._concurrency(), sandbox=params.sandbox,
+                    **params.limits(), **_generation(self.config),
+                )
+        finally:
+            _SINK.reset(token)
+
+    def _concurrency(self) -> int:
+        return self.service.max_concurrent or 32
+
+    def _model(self, generate_config: Any) -> Any:
+        """Inspect's model for the service's endpoint: the same URL, model name and key shardeval uses."""
+        from inspect_ai.model import get_model
+
+        client = self.service.client.config
+        endpoint = self.service.endpoint
+        key = os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else ""
+        timeout = client.timeouts.total or client.timeouts.first_token
+        config = generate_config(max_connections=self._concurrency(), max_retries=max(0, client.retries.attempts - 1),
+                                 timeout=int(timeout))
+        return get_model(f"{PROVIDER}/{endpoint.model}", base_url=endpoint.base_url, api_key=key or "none",
+                         config=config, memoize=False)
+
+
+def _epochs(task: Any, epochs: int) -> Any:
+    """`epochs` epochs, with the task's own reducers (they shape Inspect's metrics in the merged log)."""
+    from inspect_ai import Epochs
+
+    reducer = getattr(task, "epochs_reducer", None)
+    return Epochs(epochs, reducer) if reducer else epochs
+
+
+def _generation(config: SolverConfig) -> dict[str, Any]:
+    """The config's generation keys that are set, as Inspect's GenerateConfig names them (unset: the task's)."""
+    gen = config.generation
+    out: dict[str, Any] = {}
+    for key in ("temperature", "top_p", "top_k", "max_tokens"):
+        if getattr(gen, key, None) is not None:
+            out[key] = getattr(gen, key)
+    if gen.stop:
+        out["stop_seqs"] = [gen.stop] if isinstance(gen.stop, str) else list(gen.stop)
+    if gen.extra:
+        out["extra_body"] = dict(gen.extra)
+    return out
+
+
+_HOOK_INSTALLED = False
+
+
+def _install_hook() -> None:
+    """Inspect's hooks are registered once per process; ours forwards a sample's end to the eval
+    that asked for it (a context variable, so any other Inspect run in the process is left alone)."""
+    global _HOOK_INSTALLED
+    if _HOOK_INSTALLED:
+        return
+    from inspect_ai.hooks import Hooks, hooks, SampleEnd
+
+    @hooks(name="shardeval", description="shardeval: writes each sample's record as it ends")
+    class _SampleSink(Hooks):
+        async def on_sample_end(self, data: SampleEnd) -> None:
+            sink = _SINK.get()
+            if sink is not None:
+                await sink(data.sample)
+
+    from inspect_ai.hooks._startup import init_hooks
+
+    with contextlib.redirect_stdout(io.StringIO()):  # Inspect announces the hooks it loads, once per process
+        init_hooks()
+    _HOOK_INSTALLED = True
