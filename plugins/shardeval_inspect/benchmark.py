@@ -41,6 +41,8 @@ class InspectBenchmark(Benchmark):
     scored_by_solver = True  # the task's scorers ran inside Inspect, where the sample ran (its sandbox)
     solver_scores = False
     metrics = ("accuracy", "pass@k")
+    requests_note = ("Inspect's runtime makes them, with the task's own GenerateConfig; the solver.generation keys that "
+                     "are set override it, as `inspect eval --temperature ...` would")
 
     @classmethod
     def expand(cls, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:

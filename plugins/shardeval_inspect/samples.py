@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime
 from typing import Any, Callable
 
 from shardeval.api import Attempt, Completion, Score
 
 ERROR_KIND, LIMIT_KIND = "inspect", "limit"
+# A sample error that is the endpoint's failing (the openai client's exception, after Inspect's
+# retries) keeps shardeval's kind for it, so an unreachable server stops the shard as it would a
+# native benchmark's; any other error in the task's code or tools is kind `inspect`.
+API_ERRORS = (("APIConnectionError", "connection"), ("APITimeoutError", "timeout"), ("RateLimitError", "rate_limited"),
+              ("InternalServerError", "server_error"), ("ServiceUnavailableError", "server_error"),
+              ("BadRequestError", "client"), ("NotFoundError", "client"), ("AuthenticationError", "client"),
+              ("PermissionDeniedError", "client"))
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def attempt_of(sample: Any, scrub: Callable[[str], str]) -> Attempt:
@@ -41,7 +50,9 @@ def _completion(sample: Any, scrub: Callable[[str], str]) -> Completion:
     common: dict[str, Any] = {"started_at": started, "latency_s": latency, "attempts": 1 + len(sample.error_retries or []),
                               "prompt_tokens": prompt, "completion_tokens": generated}
     if sample.error is not None:
-        return Completion(status="error", error_kind=ERROR_KIND, error=scrub(_first_line(sample.error.message)), **common)
+        message = ADDRESS.sub("", _first_line(sample.error.message))
+        kind = next((k for name, k in API_ERRORS if name in message or name in (sample.error.traceback or "")), ERROR_KIND)
+        return Completion(status="error", error_kind=kind, error=scrub(message), **common)
     if sample.limit is not None:
         what = f"{sample.limit.type} limit {sample.limit.limit:g} exceeded"
         return Completion(status="error", error_kind=LIMIT_KIND, error=f"Inspect stopped the sample: {what}", **common)

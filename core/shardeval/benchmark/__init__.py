@@ -90,6 +90,9 @@ class Benchmark:
     # The solver its problems need (registered name), used when the config leaves `solver.type`
     # at its default: e.g. `lm_eval`, whose problems are lm-eval request lists. None: the config's.
     solver: str | None = None
+    # What --dry-run says of the requests that solver makes (None: it sends what the benchmark
+    # planned, and solver.generation does not apply).
+    requests_note: str | None = None
 
     @classmethod
     def expand(cls, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:

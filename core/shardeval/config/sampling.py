@@ -122,8 +122,9 @@ def describe(config: Config, registry: Any) -> list[str]:
             continue
         cls = benchmark_class(bench, registry)
         if cls.solver is not None and bench.solver.type == cls.solver:
+            how = cls.requests_note or f"the {cls.solver} solver sends what it planned; solver.generation does not apply"
             lines.append(f"benchmarks[{i}] ({bench.id or bench.name}), repeats {bench.repeats}: requests are the benchmark's own "
-                         f"(the {cls.solver} solver sends what it planned; solver.generation does not apply)")
+                         f"({how})")
             continue
         gen, defaults = bench.solver.generation, declared(bench, registry)
         values = effective(gen)
