@@ -5,8 +5,16 @@ Streams are SSE: `data: {json}\n\n` per event (a role event first for chat, one 
 `finish_reason` on the last token's event), a `choices: []` usage event when
 `stream_options.include_usage` is set, then `data: [DONE]`. Like vLLM, a request naming another
 model gets 404; `max_tokens` (or `max_completion_tokens`) truncates with finish_reason `length`;
-`temperature: 0` makes the reply independent of `seed` (greedy decoding). `n > 1`, `stop`,
-and tools are accepted and ignored, and so are `logprobs` in chat and in streams.
+`temperature: 0` makes the reply independent of `seed` (greedy decoding). `n > 1` and `stop`
+are accepted and ignored, and so are `logprobs` in chat and in streams.
+
+Tool calling (`shardeval_sim.tools` decides what to call): a chat request offering `tools` is
+answered with one call per turn, deterministic per conversation: `message.tool_calls` =
+[{id "call_<hash>", type "function", function {name, arguments: a JSON string}}], content null,
+finish_reason `tool_calls`; streamed as OpenAI and vLLM stream it (a role event carrying the call's
+id and name, then the arguments a word per event). completion_tokens counts the arguments' words;
+`max_tokens` does not cut a call. A `tool_choice` or a script naming a tool the request does not
+offer is a 400. Requests without `tools` are answered as before.
 
 Log-probabilities, as vLLM's /v1/completions gives them for multiple-choice scoring and
 perplexity: a non-streamed completions request with `logprobs: N` gets `choices[0].logprobs` =
