@@ -115,15 +115,18 @@ def test_without_submit_the_script_ends_with_the_usual_text(scripted_sim: str) -
 def test_the_answer_is_the_first_user_messages_however_the_agent_nudges(default_sim: str) -> None:
     """An agent's nudge is a later user message: it restarts the round, the answer stays the task's."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    ids = set()
     for nudge in (True, False):  # a round of the default script and a nudge, then the round again
         call = chat(default_sim, messages, tools=[BASH, SUBMIT]).choices[0].message
         assert call.tool_calls[0].function.name == "bash"
+        ids.add(call.tool_calls[0].id)
         messages += [call.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.tool_calls[0].id, "content": "sim"}]
         if nudge:
             messages.append({"role": "user", "content": "Please proceed to the next step using your best judgement."})
     submit = chat(default_sim, messages, tools=[BASH, SUBMIT]).choices[0].message.tool_calls[0]
     assert submit.function.name == "submit"
     assert json.loads(submit.function.arguments)["answer"] == plain_reply(default_sim, QUESTION)
+    assert len(ids | {submit.id}) == 3  # the script ran twice, yet no call id repeats
 
 
 def test_the_submitted_answer_is_right_as_often_as_the_accuracy_says() -> None:

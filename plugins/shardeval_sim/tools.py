@@ -140,8 +140,10 @@ def step_of(messages: list[dict[str, Any]]) -> int:
     return sum(1 for m in messages[last_user + 1:] if m.get("role") == "assistant" and m.get("tool_calls"))
 
 
-def _call_id(prompt: str, step: int, name: str, arguments: str) -> str:
-    digest = hashlib.blake2b(f"{step}\x1f{name}\x1f{arguments}\x1f{prompt}".encode("utf-8", "surrogatepass"), digest_size=12)
+def _call_id(prompt: str, turn: int, name: str, arguments: str) -> str:
+    """`call_<hash>` of the call and where it is in the conversation: the same on a retry, and
+    different for each turn (a nudge restarts the script, yet every id in a conversation is new)."""
+    digest = hashlib.blake2b(f"{turn}\x1f{name}\x1f{arguments}\x1f{prompt}".encode("utf-8", "surrogatepass"), digest_size=12)
     return "call_" + digest.hexdigest()
 
 
@@ -185,4 +187,4 @@ def plan_call(body: dict[str, Any], offered: dict[str, dict[str, Any]], script: 
     if arguments is None:
         arguments = submit_arguments(offered[name], answer()) if name == SUBMIT else default_arguments(offered[name])
     encoded = json.dumps(arguments, ensure_ascii=False)
-    return ToolCall(id=_call_id(prompt, step, name, encoded), name=name, arguments=encoded)
+    return ToolCall(id=_call_id(prompt, len(messages), name, encoded), name=name, arguments=encoded)
