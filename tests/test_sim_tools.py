@@ -153,7 +153,7 @@ def test_tool_choice_none_is_plain_text(scripted_sim: str) -> None:
     assert done.message.content == plain_reply(scripted_sim, QUESTION)
 
 
-def test_tool_choice_required_always_calls(scripted_sim: str, default_sim: str) -> None:
+def test_tool_choice_required_always_calls(scripted_sim: str) -> None:
     first = chat(scripted_sim, [{"role": "user", "content": QUESTION}], tools=[BASH, PYTHON], tool_choice="required").choices[0]
     assert first.message.tool_calls[0].function.name == "bash" and first.finish_reason == "tool_calls"
     messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
