@@ -69,6 +69,11 @@ def count_tokens(text: str) -> int:
     return len(text.split())
 
 
+def split_words(text: str) -> list[str]:
+    """Generated text as the simulator streams it: each word with the whitespace before it."""
+    return _TOKEN.findall(text) or [text]
+
+
 def tokenize(text: str) -> list[str]:
     """The fake tokenizer's tokens of a prompt: words with their leading whitespace, plus any
     trailing whitespace as a token of its own, so that they concatenate to `text` exactly."""

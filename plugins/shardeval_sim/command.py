@@ -32,6 +32,18 @@ def load_answer_key(bench: str | None, params: dict[str, Any]):
     return answer_key(benchmark), reply_renderer(benchmark), grade
 
 
+def _tool_script(ctx: click.Context, param: click.Parameter, value: str | None) -> list[dict[str, Any]] | None:
+    """--tool-calls JSON, checked (stdlib only, so `--help` stays light)."""
+    if value is None:
+        return None
+    from shardeval_sim.tools import parse_script
+
+    try:
+        return parse_script(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command("sim")
 @click.option("--host", default=D.host, show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=D.port, show_default=True, help="Port; 0 picks a free one.")
@@ -61,6 +73,10 @@ def load_answer_key(bench: str | None, params: dict[str, Any]):
 @click.option("--judge-quality", type=RATE, default=D.judge_quality, show_default=True,
               help="Judge mode (prompts asking for `Rating: [[N]]` or [[A]]/[[B]]/[[C]]): probability of the right verdict, else a random one.")
 @click.option("--judge-garbage", type=RATE, default=D.judge_garbage, show_default=True, help="Rate of judge replies with no verdict (drawn per attempt).")
+@click.option("--tool-calls", metavar="JSON", callback=_tool_script,
+              help='Scripted tool calls for requests that offer `tools`, e.g. \'[{"name": "bash", "arguments": {"cmd": "ls"}}]\'; '
+                   "then `submit` with the usual answer when offered, else the usual text (unset: one call of the first "
+                   "offered tool with arguments from its schema).")
 @click.option("--seed", type=int, default=D.seed, show_default=True, help="Seed for answers and fault draws.")
 @click.option("--root", metavar="PATH", help="The weights /v1/models reports as `root`, as vLLM does (default: the model name).")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=D.max_model_len, show_default=True, help="The context length /v1/models reports.")

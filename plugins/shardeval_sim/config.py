@@ -16,6 +16,13 @@ from shardeval_sim.settings import BEHAVIOUR_KEYS, SIM_DEFAULTS as D
 ONLY_WHEN_SET = ("judge_quality", "judge_garbage")
 
 
+class ScriptedToolCall(msgspec.Struct, forbid_unknown_fields=True):
+    """One call of a `tool_calls` script: the tool's name and its arguments (an object)."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    arguments: dict[str, Any] = {}
+
+
 class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """Keys mirror `shardeval sim` flags (`ttft_ms` is `--ttft-ms`); the service picks the port."""
 
@@ -42,6 +49,7 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     max_model_len: Count = D.max_model_len
     judge_quality: Probability = D.judge_quality  # judge mode: probability of the right verdict
     judge_garbage: Probability = D.judge_garbage  # judge replies with no verdict (a fault: not identity)
+    tool_calls: list[ScriptedToolCall] | None = None  # answers to requests offering tools (None: the default script)
     startup_timeout_s: Seconds = 60.0
 
     def identity(self) -> dict[str, Any]:
@@ -50,11 +58,13 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
         from what the server reports, not from the config.
         `output_tokens_tail` changes the replies' words (and completion_tokens) as `output_tokens`
         does; it counts only when set, so runs from before it existed keep their identity, and so
-        does `judge_quality` (the verdicts of judge mode) when it is not the default."""
+        does `judge_quality` (the verdicts of judge mode) when it is not the default, and
+        `tool_calls` (what an agent is made to run) when it is set."""
         keys = ("model", "bench", "bench_params", "accuracy", "output_tokens", "seed")
         tail = {} if self.output_tokens_tail is None else {"output_tokens_tail": self.output_tokens_tail}
         judge = {} if self.judge_quality == D.judge_quality else {"judge_quality": self.judge_quality}
-        return {**{key: getattr(self, key) for key in keys}, **tail, **judge}
+        tools = {} if self.tool_calls is None else {"tool_calls": msgspec.to_builtins(self.tool_calls)}
+        return {**{key: getattr(self, key) for key in keys}, **tail, **judge, **tools}
 
     def served_model(self) -> str:
         return self.model
@@ -80,6 +90,9 @@ def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list
         if key == "bench_params":
             for k, v in sorted(value.items()):
                 argv += ["--bench-param", f"{k}={json.dumps(v)}"]  # JSON is YAML: the type survives
+        elif key == "tool_calls":
+            if value is not None:
+                argv += ["--tool-calls", json.dumps(msgspec.to_builtins(value))]
         elif value is not None and not (key in ONLY_WHEN_SET and value == getattr(D, key)):
             argv += ["--" + key.replace("_", "-"), str(value)]
     return argv

@@ -5,8 +5,16 @@ Streams are SSE: `data: {json}\n\n` per event (a role event first for chat, one 
 `finish_reason` on the last token's event), a `choices: []` usage event when
 `stream_options.include_usage` is set, then `data: [DONE]`. Like vLLM, a request naming another
 model gets 404; `max_tokens` (or `max_completion_tokens`) truncates with finish_reason `length`;
-`temperature: 0` makes the reply independent of `seed` (greedy decoding). `n > 1`, `stop`,
-and tools are accepted and ignored, and so are `logprobs` in chat and in streams.
+`temperature: 0` makes the reply independent of `seed` (greedy decoding). `n > 1` and `stop`
+are accepted and ignored, and so are `logprobs` in chat and in streams.
+
+Tool calling (`shardeval_sim.tools` decides what to call): a chat request offering `tools` is
+answered with one call per turn, deterministic per conversation: `message.tool_calls` =
+[{id "call_<hash>", type "function", function {name, arguments: a JSON string}}], content null,
+finish_reason `tool_calls`; streamed as OpenAI and vLLM stream it (a role event carrying the call's
+id and name, then the arguments a word per event). completion_tokens counts the arguments' words;
+`max_tokens` does not cut a call. A `tool_choice` or a script naming a tool the request does not
+offer is a 400. Requests without `tools` are answered as before.
 
 Log-probabilities, as vLLM's /v1/completions gives them for multiple-choice scoring and
 perplexity: a non-streamed completions request with `logprobs: N` gets `choices[0].logprobs` =
@@ -39,8 +47,9 @@ from typing import Any
 
 from aiohttp import web
 import msgspec
-from shardeval_sim.answers import Answerer, AnswerKey, Grade, Judger, Render, Reply, count_tokens, token_logprob, tokenize
+from shardeval_sim.answers import Answerer, AnswerKey, Grade, Judger, Render, Reply, count_tokens, split_words, token_logprob, tokenize
 from shardeval_sim.settings import SimSettings
+from shardeval_sim.tools import ToolCall, ToolRequestError, offered_tools, plan_call, user_text
 
 _json_encode = msgspec.json.encode
 _json_decode = msgspec.json.decode
@@ -158,6 +167,10 @@ class Simulator:
                     raise BadRequest(400, "each message must be an object", param="messages")
                 content = _content_text(m.get("content"))
                 n_prompt += count_tokens(content)
+                for call in m.get("tool_calls") or ():  # an agent's earlier calls are prompt too
+                    function = call.get("function") if isinstance(call, dict) else None
+                    if isinstance(function, dict):
+                        n_prompt += 1 + count_tokens(str(function.get("arguments") or ""))
                 if m.get("role") == "user":
                     text = content
             return text, n_prompt
@@ -184,6 +197,7 @@ class Simulator:
                 seed = None  # greedy decoding: the same prompt gets the same reply whatever the seed
             stream = bool(body.get("stream"))
             echo, logprobs = (False, None) if chat else self._logprob_fields(body, stream)
+            call, text = self._tool_call(body, text, seed) if chat else (None, text)
         except BadRequest as exc:
             return error_response(exc.status, exc.message, exc.kind, exc.param)
         options = body.get("stream_options")
@@ -202,16 +216,37 @@ class Simulator:
             return error_response(status, f"simulated server error {status}", kind)
         self.inflight += 1
         try:
+            if call is not None:  # the request offers tools and the script says to call one
+                reply = Reply(tokens=split_words(call.arguments), finish_reason="tool_calls")
+                if stream:
+                    return await self._stream(request, reply, self._tool_events(call, reply, n_prompt, include_usage), chat, fault)
+                return await self._respond(request, reply, chat, n_prompt, fault, call=call)
             if Judger.mode(text) is not None:  # a judge prompt: a verdict (or, at --judge-garbage, none)
                 garbage = self.settings.judge_garbage > 0 and self.garbage.random() < self.settings.judge_garbage
                 reply = self.judger.reply(text, seed, max_tokens, garbage)
             else:
                 reply = self.answerer.reply(text, seed, max_tokens)
             if stream:
-                return await self._stream(request, reply, chat, n_prompt, include_usage, fault)
+                return await self._stream(request, reply, self._events(reply, chat, n_prompt, include_usage), chat, fault)
             return await self._respond(request, reply, chat, n_prompt, fault, echo=text if echo else None, logprobs=logprobs is not None)
         finally:
             self.inflight -= 1
+
+    def _tool_call(self, body: dict[str, Any], text: str, seed: int | None) -> tuple[ToolCall | None, str]:
+        """(the tool call that answers this chat request or None, the text the answer key sees).
+        Without `tools` nothing changes; with them see `shardeval_sim.tools`."""
+        try:
+            offered = offered_tools(body)
+            if offered is None:
+                choice = body.get("tool_choice")
+                if choice not in (None, "none", "auto"):
+                    raise ToolRequestError(f"tool_choice {choice!r} needs tools, and the request offers none", "tool_choice")
+                return None, text
+            prompt = user_text(body["messages"], _content_text)
+            call = plan_call(body, offered, self.settings.tool_calls, prompt, lambda: self.answerer.reply(prompt, seed, None).text)
+        except ToolRequestError as exc:
+            raise BadRequest(400, str(exc), param=exc.param) from None
+        return call, prompt
 
     @staticmethod
     def _logprob_fields(body: dict[str, Any], stream: bool) -> tuple[bool, int | None]:
@@ -227,7 +262,7 @@ class Simulator:
         return bool(echo), None if stream else logprobs
 
     async def _respond(self, request: web.Request, reply: Reply, chat: bool, n_prompt: int, fault: str | None, *,
-                       echo: str | None = None, logprobs: bool = False) -> web.StreamResponse:
+                       echo: str | None = None, logprobs: bool = False, call: ToolCall | None = None) -> web.StreamResponse:
         n = len(reply.tokens)
         delay = self.ttft + self.itl * max(0, n - 1)
         if fault == "stall":
@@ -247,7 +282,8 @@ class Simulator:
         if chat:
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "message": {"role": "assistant", "content": None, "tool_calls": [call.as_message()]} if call is not None
+                else {"role": "assistant", "content": text, "tool_calls": []},
                 "logprobs": None,
                 "finish_reason": reply.finish_reason,
                 "stop_reason": None,
@@ -293,12 +329,31 @@ class Simulator:
         events.append(_DONE)
         return events
 
-    async def _stream(self, request: web.Request, reply: Reply, chat: bool, n_prompt: int, include_usage: bool, fault: str | None) -> web.StreamResponse:
-        events = self._events(reply, chat, n_prompt, include_usage)
+    def _tool_events(self, call: ToolCall, reply: Reply, n_prompt: int, include_usage: bool) -> list[bytes]:
+        """A streamed tool call as OpenAI and vLLM send it: the role with the call's id and name (no
+        arguments yet), one arguments fragment per token (finish_reason `tool_calls` on the last),
+        the usage event, [DONE]. The same shape as a text stream, so timing and faults apply alike."""
+        head = b'data: {"id":"chatcmpl-sim%x","object":"chat.completion.chunk","created":%d,"model":%s,"choices":' % (
+            next(self.ids), int(time.time()), self._model_json)
+        opening = {"role": "assistant", "content": None, "tool_calls": [{"index": 0, "id": call.id, "type": "function",
+                                                                          "function": {"name": call.name, "arguments": ""}}]}
+        events = [head + b'[{"index":0,"delta":%s,"logprobs":null,"finish_reason":null}]}\n\n' % _json_encode(opening)]
+        for i, fragment in enumerate(reply.tokens):
+            delta = {"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]}
+            finish = b'"tool_calls"' if i == len(reply.tokens) - 1 else b"null"
+            events.append(head + b'[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]}\n\n' % (_json_encode(delta), finish))
+        if include_usage:
+            n = len(reply.tokens)
+            events.append(b'%s[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}\n\n' % (head, n_prompt, n_prompt + n, n))
+        events.append(_DONE)
+        return events
+
+    async def _stream(self, request: web.Request, reply: Reply, events: list[bytes], chat: bool, fault: str | None) -> web.StreamResponse:
+        """Send `events` (from `_events` or `_tool_events`) on schedule, with this attempt's fault."""
         n = len(events)
-        n_tokens_events = len(reply.tokens) + (1 if chat else 0)
+        first = 1 if chat else 0  # a chat stream's role event comes before the tokens
+        n_tokens_events = len(reply.tokens) + first
         # event i is due at ttft + (k-1)*itl where k counts token events; role, usage, DONE ride along
-        first = 1 if chat else 0
         due = [self.ttft + self.itl * max(0, min(i, n_tokens_events - 1) - first) for i in range(n)]
         fault_at = min(_FAULT_AFTER_EVENTS, n - 1) if fault in ("reset", "stall", "error_200", "truncate_json") else n
 

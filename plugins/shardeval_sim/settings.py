@@ -39,6 +39,9 @@ class SimSettings:
     max_model_len: int = 1 << 20  # reported by /v1/models
     judge_quality: float = 0.8  # a judge prompt's verdict is the right one with this probability, else random
     judge_garbage: float = 0.0  # rate of judge replies with no verdict in them (drawn per attempt)
+    # The scripted tool calls answering requests that offer `tools`, [{"name", "arguments"}, ...]
+    # (None: the default script, see shardeval_sim.tools).
+    tool_calls: list[dict[str, Any]] | None = None
 
     def fault_rates(self) -> dict[str, float]:
         """Per-attempt probabilities of each fault; they are exclusive, so they must sum to <= 1."""
