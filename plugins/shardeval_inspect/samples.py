@@ -29,15 +29,18 @@ API_ERRORS = (("APIConnectionError", "connection"), ("APITimeoutError", "timeout
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def attempt_of(sample: Any, scrub: Callable[[str], str]) -> Attempt:
-    """The Attempt for one ended Inspect sample (an EvalSample)."""
+def attempt_of(sample: Any, scrub: Callable[[str], str], epoch: int) -> Attempt:
+    """The Attempt for one ended Inspect sample (an EvalSample) that answers the run's `epoch`
+    (1-based): a resumed sample may have run as Inspect's epoch 1 for the run's epoch 3, and the
+    saved sample says which epoch of the run it is."""
     completion = _completion(sample, scrub)
     score = _score(sample) if completion.status == "ok" else None
     if completion.status == "ok" and score is None:
         completion = Completion(status="error", error_kind=ERROR_KIND, error="Inspect gave the sample no score",
                                 started_at=completion.started_at, latency_s=completion.latency_s, attempts=1)
-    request = {"inspect": {"sample_id": sample.id, "epoch": sample.epoch,
-                           "sample": sample.model_dump(mode="json", exclude_none=True)}}
+    saved = sample.model_dump(mode="json", exclude_none=True)
+    saved["epoch"] = epoch
+    request = {"inspect": {"sample_id": sample.id, "epoch": epoch, "sample": saved}}
     return Attempt(completion=completion, messages=transcript(sample.messages), request=request, score=score)
 
 

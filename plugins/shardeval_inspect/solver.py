@@ -82,7 +82,7 @@ class InspectSolver:
             if problem is None:
                 return
             repeat = missing[problem.id][sample.epoch - 1]
-            await settle(problem, repeat, attempt_of(sample, self.service.client.scrub))
+            await settle(problem, repeat, attempt_of(sample, self.service.client.scrub, repeat + 1))
 
         epochs_arg = _epochs(task, epochs)
         token = _SINK.set(ended)

@@ -1,0 +1,149 @@
+"""An agentic Inspect task, sharded: Inspect's react() agent with bash() in a sandbox, 3 shards.
+
+The simulator (a real `shardeval sim` process on 127.0.0.1) answers a request that offers tools
+with its scripted tool call (a bash command that really runs in the sandbox and takes a second),
+then `submit`s its answer to the problem (right with --accuracy 0.7). One shard is SIGKILLed while
+its samples are mid-way and run again: nothing it wrote is lost or repeated, nothing is scored as
+an error, and every sample's transcript holds the tool call, the command's real output and the
+submit, in the shard records and in the merged Inspect log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import running_sim, shardeval_cmd
+
+pytest.importorskip("inspect_ai")
+
+N_PROBLEMS, REPEATS, SHARDS = 12, 2, 3
+COMMAND = "sleep 1; echo $((6 * 7))"  # a second in the sandbox: a SIGKILL can land mid-sample
+TASK = """
+from inspect_ai import Task, task
+from inspect_ai.agent import react
+from inspect_ai.dataset import json_dataset
+from inspect_ai.scorer import match
+from inspect_ai.tool import bash
+
+
+@task
+def agent():
+    return Task(dataset=json_dataset("problems.jsonl"), solver=react(tools=[bash(timeout=30)]), scorer=match(),
+                sandbox="local", message_limit=12)
+"""
+
+
+def write_task(folder: Path) -> None:
+    """The task file and its dataset: arith problems, so the simulator knows each right answer."""
+    from shardeval import plugins
+
+    bench = plugins.registry().get("benchmarks", "arith", where="test").factory({"n": N_PROBLEMS})
+    with open(folder / "problems.jsonl", "w", encoding="utf-8") as f:
+        for i in range(N_PROBLEMS):
+            p = bench.problem(i)
+            f.write(json.dumps({"id": p.id, "input": p.user_text(), "target": p.reference}) + "\n")
+    (folder / "agent.py").write_text(TASK, encoding="utf-8")
+
+
+def write_config(folder: Path, base: str) -> Path:
+    config = folder / "agent.yaml"
+    config.write_text(json.dumps({
+        "services": {"model": {"type": "api", "url": base, "model": "sim"}},
+        "benchmarks": [{"name": "inspect", "params": {"task": "agent.py@agent"}, "repeats": REPEATS, "max_concurrent": 2}],
+    }), encoding="utf-8")
+    return config
+
+
+def shard_env(i: int) -> dict[str, str]:
+    return {**os.environ, "NEL_SHARD_IDX": str(i), "NEL_TOTAL_SHARDS": str(SHARDS)}
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+
+
+def kill_mid_way(folder: Path, config: Path, out: Path) -> int:
+    """Start shard 0 and SIGKILL it once its first record is on disk (others still running);
+    returns how many records it had written."""
+    results = out / "agent" / "results.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(config), "-o", str(out)], cwd=folder,
+                            env=shard_env(0), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not read_lines(results):
+            assert proc.poll() is None, f"shard 0 ended before it wrote a record: {proc.stderr.read() if proc.stderr else ''}"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    written = read_lines(results)
+    assert written, "shard 0 wrote no record within two minutes"
+    return len(written)
+
+
+@pytest.mark.timeout(420)
+def test_react_agent_with_bash_sharded_killed_and_resumed(tmp_path: Path) -> None:
+    from inspect_ai.event import ToolEvent
+    from inspect_ai.log import read_eval_log, resolve_sample_attachments
+
+    write_task(tmp_path)
+    script = [{"name": "bash", "arguments": {"command": COMMAND}}]
+    with running_sim("--ttft-ms", "0", "--itl-ms", "0", "--bench", "arith", "--accuracy", "0.7",
+                     "--tool-calls", json.dumps(script)) as base:
+        config = write_config(tmp_path, base)
+        run = tmp_path / "run"
+        per_shard = N_PROBLEMS // SHARDS * REPEATS
+        before_kill = kill_mid_way(tmp_path, config, run / "shard_0")
+        assert before_kill < per_shard, "the kill came after shard 0 had finished: it proves nothing"
+        for i in range(SHARDS):
+            done = shardeval_cmd("run", str(config), "-o", str(run / f"shard_{i}"), env=shard_env(i), cwd=str(tmp_path),
+                                 timeout=180)
+            assert done.returncode == 0, done.stderr
+        merged = shardeval_cmd("merge", str(run), cwd=str(tmp_path), timeout=180)
+    assert merged.returncode == 0 and "COMPLETE" in merged.stdout + merged.stderr, merged.stdout + merged.stderr
+
+    # every (sample, epoch) ended once: shard 0's file holds the records from before the kill and
+    # the rerun's, no pair twice, and no error (a sample cut off by the kill left no record)
+    for i in range(SHARDS):
+        records = read_lines(run / f"shard_{i}" / "agent" / "results.jsonl")
+        pairs = [(r["problem_id"], r["repeat"]) for r in records]
+        assert len(pairs) == len(set(pairs)) == per_shard, (i, pairs)
+        assert all(r["status"] == "ok" and r["scores"].keys() == {"match"} for r in records), records
+    shard0 = read_lines(run / "shard_0" / "agent" / "results.jsonl")
+    assert len(shard0) == per_shard and before_kill >= 1
+
+    # the transcript, as shardeval keeps it: the tool call, the command's real output, the submit
+    trajectories = read_lines(run / "merged" / "agent" / "trajectories.jsonl")
+    assert len(trajectories) == N_PROBLEMS * REPEATS
+    for t in trajectories:
+        roles = [m["role"] for m in t["messages"]]
+        assert "tool" in roles, roles
+        text = "\n".join(m["content"] for m in t["messages"])
+        assert "[tool call" in text and "bash(" in text and COMMAND in text and "submit(" in text
+        assert any(m["role"] == "tool" and m["content"].startswith("42") for m in t["messages"])
+
+    # the right answers are the simulator's: about 70 %, and exactly what it decided per problem
+    results = read_lines(run / "merged" / "agent" / "results.jsonl")
+    assert 0 < sum(r["score"] for r in results) < len(results)
+
+    # and in the one merged Inspect log: every sample, each with its tool events in order
+    log = read_eval_log(str(run / "merged" / "inspect" / "agent.eval"))
+    assert log.status == "success" and len(log.samples) == N_PROBLEMS * REPEATS
+    assert {(str(s.id), s.epoch) for s in log.samples} == {(r["problem_id"], r["repeat"] + 1) for r in results}
+    for sample in (resolve_sample_attachments(s) for s in log.samples):
+        tools = [e for e in sample.events if isinstance(e, ToolEvent)]
+        assert [e.function for e in tools] == ["bash", "submit"], [e.function for e in tools]
+        assert tools[0].result.strip() == "42" and tools[0].error is None
+    accuracy = log.results.scores[0].metrics["accuracy"].value
+    assert accuracy == pytest.approx(sum(r["score"] for r in results) / len(results))
