@@ -1,13 +1,14 @@
 """build/Dockerfile, the Compose loop and the Kubernetes Indexed Job's containers, in a real Docker engine.
 
-scripts/setup/docker.sh provides the engine: Debian's dockerd 20.10 from packages unpacked under
-the CI cache (nothing installed system-wide), its own data root, exec root and socket, and a base
-image made by debootstrap (bookworm, python3) and `docker import`, since no registry is reachable.
+scripts/setup/docker.sh provides the engine: Debian trixie's dockerd 26.1 with the Compose v2 and
+buildx CLI plugins, from packages unpacked under the CI cache (nothing installed system-wide), its
+own data root, exec root and socket, and a base image made by debootstrap (bookworm, python3) and
+`docker import`, since no registry is reachable.
 The session fixture starts the daemon and stops it at the end when it started it. Containers reach
 a simulator on the host's 127.0.0.1 with the host network, or start their own.
 
-What is real: `docker build -f build/Dockerfile .`, every container, Debian's docker-compose 1.29
-running the seed's loop (it has no `docker compose` v2 plugin; the file is valid for both). What
+What is real: `docker build -f build/Dockerfile .` (classic builder and BuildKit), every container,
+the seed's loop run by Debian's docker-compose 1.29 and by `docker compose` v2. What
 is not: Kubernetes. No API server or kubelet can run here, so the Job controller's part — a pod
 per completion index, the downward-API index, secretKeyRef, `$(VAR)` expansion, mounting the
 ConfigMap and the claim, the merge Job's `kubectl wait` — is done by this test with the helpers
@@ -69,6 +70,8 @@ def engine() -> Iterator[dict[str, str]]:
     assert "SHARDEVAL_DOCKER_HOST" in found, f"{CACHE / 'docker' / 'env'} after docker.sh start: {found}\n{start.stderr}"
     env = {k: v for k, v in os.environ.items() if k not in SHARD_VARS and k != KEY_VAR and not k.startswith(("SLURM_", "DOCKER_", "COMPOSE_"))}
     env.update(DOCKER_HOST=found["SHARDEVAL_DOCKER_HOST"], PATH=found["SHARDEVAL_DOCKER_PATH"] + os.pathsep + env["PATH"])
+    if "SHARDEVAL_DOCKER_CONFIG" in found:  # where the CLI finds the compose and buildx plugins
+        env["DOCKER_CONFIG"] = found["SHARDEVAL_DOCKER_CONFIG"]
     env["SHARDEVAL_DOCKER_BASE"] = found["SHARDEVAL_DOCKER_BASE"]
     try:
         yield env
@@ -109,9 +112,10 @@ def image(engine) -> str:
 
     pyz = built_zipapp()
     tag = f"shardeval:{__version__}"
-    build = docker(engine, "build", "--network=host", "-f", "build/Dockerfile", "--build-arg", f"BASE={engine['SHARDEVAL_DOCKER_BASE']}",
+    classic = {**engine, "DOCKER_BUILDKIT": "0"}  # with buildx installed, BuildKit is the default
+    build = docker(classic, "build", "--network=host", "-f", "build/Dockerfile", "--build-arg", f"BASE={engine['SHARDEVAL_DOCKER_BASE']}",
                    "-t", tag, ".", cwd=REPO, timeout=600)
-    # the classic builder (this CLI's default) reads only ./.dockerignore: the context is the file
+    # the classic builder reads only ./.dockerignore: the context is the file
     sent = re.search(r"(?:Sending build context to Docker daemon|transferring context:)\s+([\d.]+)([kMG]?B)", build.stdout + build.stderr)
     assert sent, build.stdout[:2000]
     size = float(sent.group(1)) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[sent.group(2)]
@@ -204,7 +208,16 @@ def test_one_shard_in_the_container_equals_the_host_run(engine, image, tmp_path)
 # --- Compose -----------------------------------------------------------------------------------
 
 
-def compose_loop(tool: str, engine: dict[str, str], path: Path, total: int, caller_env: dict[str, str], project: str) -> tuple[list[dict[str, Any]], str]:
+@pytest.fixture(params=["docker-compose", "docker compose"])
+def compose_cli(request, engine) -> list[str]:
+    """Debian's docker-compose 1.29, then the `docker compose` v2 plugin docker.sh installs: the
+    rendered file and the seed's loop must work with both."""
+    if request.param == "docker-compose":
+        return [request.getfixturevalue("docker_compose")]
+    return ["docker", "compose"]
+
+
+def compose_loop(tool: list[str], engine: dict[str, str], path: Path, total: int, caller_env: dict[str, str], project: str) -> tuple[list[dict[str, Any]], str]:
     """The seed's loop, `NEL_SHARD_IDX=$i NEL_TOTAL_SHARDS=N docker-compose -f F --profile sharded
     run -d eval-shard` for every i, each waited for (bounded), then `--profile merge run --rm
     eval-merge`. Returns the shard containers' `docker inspect` and the merge's output."""
@@ -212,7 +225,7 @@ def compose_loop(tool: str, engine: dict[str, str], path: Path, total: int, call
     names = []
     for i in range(total):
         started = subprocess.run(
-            [tool, "-f", str(path), "--profile", "sharded", "run", "-d", "eval-shard"],
+            [*tool, "-f", str(path), "--profile", "sharded", "run", "-d", "eval-shard"],
             env={**env, "NEL_SHARD_IDX": str(i), "NEL_TOTAL_SHARDS": str(total)}, capture_output=True, text=True, timeout=120,
         )
         assert started.returncode == 0, started.stdout + started.stderr
@@ -225,13 +238,13 @@ def compose_loop(tool: str, engine: dict[str, str], path: Path, total: int, call
         assert f"shard {i}/{total} (from NEL_SHARD_IDX={i}, NEL_TOTAL_SHARDS={total})" in logs.stdout + logs.stderr
         inspected.append(json.loads(docker(engine, "inspect", name).stdout)[0])
         docker(engine, "rm", name)
-    merge = subprocess.run([tool, "-f", str(path), "--profile", "merge", "run", "--rm", "eval-merge"],
+    merge = subprocess.run([*tool, "-f", str(path), "--profile", "merge", "run", "--rm", "eval-merge"],
                            env=env, capture_output=True, text=True, timeout=180)
     assert merge.returncode == 0, merge.stdout + merge.stderr
     return inspected, merge.stdout + merge.stderr
 
 
-def test_compose_loop_read_only_non_root_equals_a_local_run(engine, image, docker_compose, tmp_path):
+def test_compose_loop_read_only_non_root_equals_a_local_run(engine, image, compose_cli, tmp_path):
     """`cluster.type: compose` with `read_only`, `user` and the host network, rendered by shardeval,
     run by the seed's loop against a simulator on the host: complete, equal to an unsharded run,
     every file the non-root uid's, and the key (passed by name) in no file."""
@@ -245,7 +258,7 @@ def test_compose_loop_read_only_non_root_equals_a_local_run(engine, image, docke
         path = root / "compose" / "docker-compose.yaml"
         shard = yaml.safe_load(path.read_text())["services"]["eval-shard"]
         assert (shard["read_only"], shard["user"], shard["network_mode"]) == (True, f"{UID}:{UID}", "host")
-        inspected, report = compose_loop(docker_compose, engine, path, 4, {KEY_VAR: SECRET_VALUE}, PROJECTS[0])
+        inspected, report = compose_loop(compose_cli, engine, path, 4, {KEY_VAR: SECRET_VALUE}, PROJECTS[0])
         reference = reference_scores(config, tmp_path, env={KEY_VAR: SECRET_VALUE})
     for container in inspected:
         assert container["HostConfig"]["ReadonlyRootfs"] is True and container["Config"]["User"] == f"{UID}:{UID}"
@@ -260,18 +273,18 @@ def test_compose_loop_read_only_non_root_equals_a_local_run(engine, image, docke
     assert_all_files_free_of(tmp_path, SECRET_VALUE)
 
 
-def test_checked_in_compose_example_runs_as_is(engine, image, docker_compose, tmp_path):
+def test_checked_in_compose_example_runs_as_is(engine, image, compose_cli, tmp_path):
     """examples/compose/deploy/, byte for byte, in a folder of its own: each shard container starts
     its own simulator on the project's network (compose creates it), then the merge."""
     project = tmp_path / "compose"
     project.mkdir()
     for name in ("docker-compose.yaml", "config.yaml"):
         shutil.copy(Path(REPO, "examples", "compose", "deploy", name), project / name)
-    _, report = compose_loop(docker_compose, engine, project / "docker-compose.yaml", 4, {}, PROJECTS[1])
+    _, report = compose_loop(compose_cli, engine, project / "docker-compose.yaml", 4, {}, PROJECTS[1])
     assert "COMPLETE" in report
     scores = json.loads((tmp_path / "merged" / "scores.json").read_text())["arith"]  # `..` is the output root
     assert (scores["n_records"], scores["n_missing"], scores["n_errors"]) == (160, 0, 0)
-    down = subprocess.run([docker_compose, "-f", str(project / "docker-compose.yaml"), "down"], capture_output=True, text=True,
+    down = subprocess.run([*compose_cli, "-f", str(project / "docker-compose.yaml"), "down"], capture_output=True, text=True,
                           env={**engine, "COMPOSE_PROJECT_NAME": PROJECTS[1]}, timeout=120)
     assert down.returncode == 0, down.stderr
 
