@@ -27,8 +27,8 @@
 # unpacked bin folders), SHARDEVAL_DOCKER_CONFIG (a DOCKER_CONFIG holding the compose and buildx
 # plugins), SHARDEVAL_DOCKER_BASE (the imported image), SHARDEVAL_DOCKER_STORAGE; or, where the
 # engine cannot run, SHARDEVAL_DOCKER_UNAVAILABLE=<why> (one line, also printed; exit 0, and the
-# tests skip with that reason). Idempotent and locked. Cold: 2-3 minutes on 2 cores (about 95 MB of
-# packages; debootstrap, then the 150 MB root tarred into the cache); warm: about 2 s.
+# tests skip with that reason). Idempotent and locked. Cold: about a minute on 2 cores (95 MB of
+# packages; debootstrap, then the 150 MB root tarred into the cache); warm: about 3 s.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
