@@ -1,5 +1,9 @@
 """An agentic Inspect task, sharded: Inspect's react() agent with bash() in a sandbox, 3 shards.
 
+Twice: in Inspect's `local` sandbox, and in its `docker` sandbox on the engine scripts/setup/docker.sh
+starts (trixie's dockerd 26 with Compose v2; the compose.yaml names the imported base image, nothing
+is pulled; the same session fixture as tests/test_docker.py, skipped only where it cannot start).
+
 The simulator (a real `shardeval sim` process on 127.0.0.1) answers a request that offers tools
 with its scripted tool call (a bash command that really runs in the sandbox and takes a second),
 then `submit`s its answer to the problem (right with --accuracy 0.7). One shard is SIGKILLed while
@@ -21,6 +25,7 @@ from typing import Any
 
 import pytest
 from conftest import running_sim, shardeval_cmd
+from test_docker import engine  # noqa: F401  (the session fixture: docker.sh start, stop at the end)
 
 pytest.importorskip("inspect_ai")
 
@@ -37,11 +42,22 @@ from inspect_ai.tool import bash
 @task
 def agent():
     return Task(dataset=json_dataset("problems.jsonl"), solver=react(tools=[bash(timeout=30)]), scorer=match(),
-                sandbox="local", message_limit=12)
+                sandbox=SANDBOX, message_limit=12)
+"""
+COMPOSE_YAML = """\
+services:
+  default:
+    image: {image}
+    x-local: true
+    pull_policy: never
+    command: tail -f /dev/null
+    init: true
+    network_mode: none
+    stop_grace_period: 1s
 """
 
 
-def write_task(folder: Path) -> None:
+def write_task(folder: Path, sandbox: str, engine: dict[str, str] | None) -> None:
     """The task file and its dataset: arith problems, so the simulator knows each right answer."""
     from shardeval import plugins
 
@@ -50,7 +66,10 @@ def write_task(folder: Path) -> None:
         for i in range(N_PROBLEMS):
             p = bench.problem(i)
             f.write(json.dumps({"id": p.id, "input": p.user_text(), "target": p.reference}) + "\n")
-    (folder / "agent.py").write_text(TASK, encoding="utf-8")
+    if engine is not None:
+        (folder / "compose.yaml").write_text(COMPOSE_YAML.format(image=engine["SHARDEVAL_DOCKER_BASE"]), encoding="utf-8")
+    spec = '("docker", "compose.yaml")' if sandbox == "docker" else '"local"'
+    (folder / "agent.py").write_text(TASK.replace("SANDBOX", spec), encoding="utf-8")
 
 
 def write_config(folder: Path, base: str) -> Path:
@@ -62,20 +81,30 @@ def write_config(folder: Path, base: str) -> Path:
     return config
 
 
-def shard_env(i: int) -> dict[str, str]:
-    return {**os.environ, "NEL_SHARD_IDX": str(i), "NEL_TOTAL_SHARDS": str(SHARDS)}
+def shard_env(i: int, engine: dict[str, str] | None) -> dict[str, str]:
+    """A shard's environment: its index, and for docker the engine's (DOCKER_HOST, its CLI, the
+    Compose plugin's DOCKER_CONFIG)."""
+    return {**(engine or os.environ), "NEL_SHARD_IDX": str(i), "NEL_TOTAL_SHARDS": str(SHARDS)}
+
+
+def remove_inspect_containers(env: dict[str, str]) -> None:
+    """Inspect's sandbox containers (its compose projects are named inspect-<task>-<id>)."""
+    listed = subprocess.run(["docker", "ps", "-aq", "--filter", "name=inspect-agent"], env=env, capture_output=True,
+                            text=True, timeout=60).stdout.split()
+    if listed:
+        subprocess.run(["docker", "rm", "-f", *listed], env=env, capture_output=True, timeout=120)
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
 
 
-def kill_mid_way(folder: Path, config: Path, out: Path) -> int:
+def kill_mid_way(folder: Path, config: Path, out: Path, engine: dict[str, str] | None) -> int:
     """Start shard 0 and SIGKILL it once its first record is on disk (others still running);
     returns how many records it had written."""
     results = out / "agent" / "results.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(config), "-o", str(out)], cwd=folder,
-                            env=shard_env(0), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            env=shard_env(0, engine), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not read_lines(results):
@@ -92,25 +121,31 @@ def kill_mid_way(folder: Path, config: Path, out: Path) -> int:
     return len(written)
 
 
-@pytest.mark.timeout(420)
-def test_react_agent_with_bash_sharded_killed_and_resumed(tmp_path: Path) -> None:
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sandbox", ["local", "docker"])
+def test_react_agent_with_bash_sharded_killed_and_resumed(tmp_path: Path, sandbox: str, request: pytest.FixtureRequest) -> None:
     from inspect_ai.event import ToolEvent
     from inspect_ai.log import read_eval_log, resolve_sample_attachments
 
-    write_task(tmp_path)
+    engine = None
+    if sandbox == "docker":  # Inspect's own data (its record of running projects) stays in the temporary folder
+        engine = {**request.getfixturevalue("engine"), "XDG_DATA_HOME": str(tmp_path / "data"),
+                  "XDG_CACHE_HOME": str(tmp_path / "cache")}
+        request.addfinalizer(lambda: remove_inspect_containers(engine))  # a SIGKILLed shard cannot remove its own
+    write_task(tmp_path, sandbox, engine)
     script = [{"name": "bash", "arguments": {"command": COMMAND}}]
     with running_sim("--ttft-ms", "0", "--itl-ms", "0", "--bench", "arith", "--accuracy", "0.7",
                      "--tool-calls", json.dumps(script)) as base:
         config = write_config(tmp_path, base)
         run = tmp_path / "run"
         per_shard = N_PROBLEMS // SHARDS * REPEATS
-        before_kill = kill_mid_way(tmp_path, config, run / "shard_0")
+        before_kill = kill_mid_way(tmp_path, config, run / "shard_0", engine)
         assert before_kill < per_shard, "the kill came after shard 0 had finished: it proves nothing"
         for i in range(SHARDS):
-            done = shardeval_cmd("run", str(config), "-o", str(run / f"shard_{i}"), env=shard_env(i), cwd=str(tmp_path),
+            done = shardeval_cmd("run", str(config), "-o", str(run / f"shard_{i}"), env=shard_env(i, engine), cwd=str(tmp_path),
                                  timeout=180)
             assert done.returncode == 0, done.stderr
-        merged = shardeval_cmd("merge", str(run), cwd=str(tmp_path), timeout=180)
+        merged = shardeval_cmd("merge", str(run), env=engine, cwd=str(tmp_path), timeout=180)
     assert merged.returncode == 0 and "COMPLETE" in merged.stdout + merged.stderr, merged.stdout + merged.stderr
 
     # every (sample, epoch) ended once: shard 0's file holds the records from before the kill and

@@ -15,6 +15,7 @@ import inspect as pyinspect
 import io
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -143,9 +144,16 @@ def check_sandbox(where: str, kind: str | None) -> None:
     if kind in (None, "local"):
         return
     if kind == "docker":
+        fix = "install Docker Engine >= 24.0.6 with Compose v2, or set params.sandbox: local to run its tools on the node itself"
         if shutil.which("docker") is None:
-            raise UsageError(f"{where}: the task runs in a `docker` sandbox and this node has no `docker` command; install "
-                             "Docker (with Compose v2), or set params.sandbox: local to run its tools on the node itself")
+            raise UsageError(f"{where}: the task runs in a `docker` sandbox and this node has no `docker` command; {fix}")
+        try:
+            compose = subprocess.run(["docker", "compose", "version", "--short"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise UsageError(f"{where}: the task runs in a `docker` sandbox and `docker compose version` failed ({exc}); {fix}") from None
+        if compose.returncode != 0:
+            raise UsageError(f"{where}: the task runs in a `docker` sandbox and this node's docker has no Compose v2 plugin "
+                             f"(`docker compose version`: {_first_line(Exception(compose.stderr or compose.stdout))}); {fix}")
         return
     from inspect_ai.util._sandbox.registry import registry_find_sandboxenv  # a plugin's sandbox (k8s, ...)
 
