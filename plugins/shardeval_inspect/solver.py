@@ -82,7 +82,10 @@ class InspectSolver:
             if problem is None:
                 return
             repeat = missing[problem.id][sample.epoch - 1]
-            await settle(problem, repeat, attempt_of(sample, self.service.client.scrub))
+            # Inspect numbered the epochs of this eval only; in the task's log this is epoch repeat + 1
+            # (after a resume they differ, and the merged log would hold one (sample, epoch) twice)
+            as_in_task = sample.model_copy(update={"epoch": repeat + 1})
+            await settle(problem, repeat, attempt_of(as_in_task, self.service.client.scrub))
 
         epochs_arg = _epochs(task, epochs)
         token = _SINK.set(ended)
