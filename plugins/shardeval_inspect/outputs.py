@@ -88,7 +88,7 @@ def _header(bench: Any, epochs: int, served: str) -> Any:
     with tempfile.TemporaryDirectory(prefix="shardeval-inspect-") as logs, contextlib.redirect_stdout(io.StringIO()):
         log = inspect_eval(bench.loaded.task, model=model, epochs=_epochs(bench.loaded.task, epochs), run_samples=False,
                            log_dir=logs, log_level="warning", score_display=False, sandbox=bench.params.sandbox,
-                           **bench.params.limits())[0]
+                           fail_on_error=bench.params.fail_on_error, **bench.params.limits())[0]
     return log
 
 

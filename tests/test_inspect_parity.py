@@ -1,0 +1,123 @@
+"""Parity with Inspect itself (issue 27): the same Inspect tasks, run once by the real `inspect eval`
+command and once by shardeval in 4 shards, against the same simulator, give the same answer and
+the same scores for every (sample, epoch), and the merged `.eval` log has the metrics Inspect's
+own log has.
+
+Two tasks (tests/inspect_support.py): `arith`, a local JSON dataset of 40 sums with ids,
+`generate()` and `match()`; `unnamed`, 30 of the same questions without ids (Inspect numbers them,
+and shardeval must number them the same), with two scorers and two epoch reducers. Both 3 epochs.
+The simulator answers about half right, so a wrong score or a misplaced sample shows.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from inspect_support import cells, inspect_config, inspect_sim, merge, MODEL, only_log, read_log, records, run_shards, write_tasks
+
+pytest.importorskip("inspect_ai")
+pytestmark = pytest.mark.timeout(300)
+
+N = 40
+EPOCHS = 3
+TASKS = {"arith": N, "unnamed": 30}  # task -> its samples
+
+
+@dataclass
+class Runs:
+    reference: dict[str, Any]  # task -> the EvalLog `inspect eval` wrote
+    merged: dict[str, Any]  # task -> merged/inspect/<task>.eval
+    run: Path  # shardeval's run directory (shard_*/, merged/)
+
+
+def inspect_eval(tasks: Path, task: str, url: str, log_dir: Path) -> None:
+    """The real `inspect eval` command (the venv's own), with Inspect's OpenAI-compatible provider."""
+    inspect_cli = Path(sys.executable).parent / "inspect"
+    env = {**os.environ, "SIM_BASE_URL": url, "SIM_API_KEY": "unused", "INSPECT_DISPLAY": "none"}
+    done = subprocess.run([str(inspect_cli), "eval", f"{tasks}@{task}", "--model", f"openai-api/sim/{MODEL}",
+                           "--epochs", str(EPOCHS), "--log-dir", str(log_dir)],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tasks.parent)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    root = tmp_path_factory.mktemp("parity")
+    tasks = write_tasks(root / "tasks", N)
+    with inspect_sim(tasks) as url:
+        reference = {}
+        for task in TASKS:
+            inspect_eval(tasks, task, url, root / "reference" / task)
+            reference[task] = read_log(only_log(root / "reference" / task))
+        cfg = inspect_config(root / "config.json", url, tasks, [{"task": t, "repeats": EPOCHS} for t in TASKS])
+        run_shards(cfg, root / "run", 4)
+    merged = merge(root / "run")
+    assert merged.returncode == 0, merged.stderr
+    yield Runs(reference, {t: read_log(root / "run" / "merged" / "inspect" / f"{t}.eval") for t in TASKS}, root / "run")
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_every_sample_and_epoch_has_the_same_answer_and_scores(runs: Runs, task: str) -> None:
+    reference, merged = cells(runs.reference[task]), cells(runs.merged[task])
+    assert len(reference) == TASKS[task] * EPOCHS
+    assert sorted(merged) == sorted(reference)
+    differ = [key for key in reference
+              if merged[key].output.completion != reference[key].output.completion
+              or {n: (s.value, s.answer) for n, s in merged[key].scores.items()}
+              != {n: (s.value, s.answer) for n, s in reference[key].scores.items()}]
+    assert not differ, f"{len(differ)} of {len(reference)} (sample, epoch) differ, e.g. {differ[:3]}"
+    values = [s.scores["match"].value for s in reference.values()]
+    assert "C" in values and "I" in values, "the simulator should get some right and some wrong"
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_the_merged_logs_metrics_are_the_single_runs(runs: Runs, task: str) -> None:
+    reference, merged = runs.reference[task].results, runs.merged[task].results
+    assert runs.merged[task].status == "success"
+    assert (merged.total_samples, merged.completed_samples) == (reference.total_samples, reference.completed_samples)
+
+    def metrics(results: Any) -> dict[tuple[str, str | None], dict[str, float]]:
+        return {(s.name, s.reducer): {m.name: m.value for m in s.metrics.values()} for s in results.scores}
+
+    expected = metrics(reference)
+    assert len(expected) == (1 if task == "arith" else 4)  # unnamed: 2 scorers x 2 reducers
+    got = metrics(merged)
+    assert got.keys() == expected.keys()
+    for key, values in expected.items():  # the same numbers (summed in another order, so to the last bits)
+        assert got[key] == pytest.approx(values, rel=1e-12, abs=1e-15), key
+    for scored in expected.values():
+        assert 0 < scored["accuracy"] < 1
+
+
+def test_samples_without_ids_are_numbered_as_inspect_numbers_them(runs: Runs) -> None:
+    reference, merged = runs.reference["unnamed"], runs.merged["unnamed"]
+    assert reference.eval.dataset.sample_ids == list(range(1, 31))
+    assert merged.eval.dataset.sample_ids == reference.eval.dataset.sample_ids
+    assert sorted({s.id for s in merged.samples}) == list(range(1, 31))
+    # sample 1 is the last question of arith.jsonl's first 30 in both
+    for log in (reference, merged):
+        assert next(s for s in log.samples if s.id == 1).input.startswith("Question 29:")
+
+
+def test_shardevals_own_records_hold_inspects_scores(runs: Runs) -> None:
+    """The records shardeval merged (its own scores.json numbers come from them) carry, per (sample,
+    repeat), the score Inspect gave that (sample, epoch), as Inspect's value_to_float reads it."""
+    from inspect_ai.scorer import value_to_float
+
+    to_float = value_to_float()
+    reference = cells(runs.reference["arith"])
+    merged = records(runs.run / "merged", "arith")
+    assert len(merged) == N * EPOCHS and all(r["status"] == "ok" for r in merged)
+    for r in merged:
+        sample = reference[(r["problem_id"], r["repeat"] + 1)]
+        assert r["score"] == to_float(sample.scores["match"].value)
+        assert r["response"] == sample.output.completion
+    accuracy = runs.reference["arith"].results.scores[0].metrics["accuracy"].value
+    assert sum(r["score"] for r in merged) / len(merged) == pytest.approx(accuracy)
