@@ -204,6 +204,22 @@ def test_without_inspect_installed_a_run_is_one_line_naming_the_extra(tasks: Pat
     assert endpoint.bodies == []
 
 
+def test_a_docker_sandbox_the_node_cannot_provide_is_one_line_before_any_request(tasks: Path, endpoint: Recording,
+                                                                                   tmp_path: Path) -> None:
+    """The task asks for Inspect's docker sandbox on a node whose docker has no Compose v2 plugin
+    (an empty DOCKER_CONFIG, the engine's folder off PATH; or no docker at all): every sample
+    would fail in the sandbox, so the run is refused before it asks anything or writes a shard."""
+    cfg = inspect_config(tmp_path / "config.json", endpoint.url, tasks, [{"task": "arith", "params": {"sandbox": "docker"}}])
+    (tmp_path / "no-plugins").mkdir()
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if "shardeval-ci" not in p)
+    endpoint.clear()
+    run = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out"), env={"DOCKER_CONFIG": str(tmp_path / "no-plugins"), "PATH": path})
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("shardeval: error:") and "`docker` sandbox" in last and "params.sandbox: local" in last, run.stderr
+    assert endpoint.bodies == [] and not (tmp_path / "out" / "arith").exists()
+
+
 # --- errors, limits, rescore and the API key -------------------------------------------------------
 
 
