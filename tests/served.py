@@ -1,16 +1,21 @@
 """Servers the tests start for a `with` block: an aiohttp app on 127.0.0.1 in a thread (a
-misbehaving or recording endpoint written in the test), and a real `shardeval status --serve`."""
+misbehaving or recording endpoint written in the test), a proxy that records what reaches a
+server, and a real `shardeval status --serve`."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
+import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import aiohttp
 from aiohttp import web
 
 
@@ -59,3 +64,50 @@ def status_serve(root: Path, *args: str) -> Iterator[str]:
             proc.communicate()
             raise AssertionError("status --serve did not stop within 10 s of SIGTERM")
     assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+@dataclass
+class Recording:
+    """What reached a server through `recording_proxy`, in arrival order."""
+
+    url: str  # the proxy's base URL (…/v1)
+    bodies: list[dict[str, Any]] = field(default_factory=list)  # POSTed JSON bodies
+    authorizations: list[str] = field(default_factory=list)  # each POST's Authorization header ("" if none)
+
+    def clear(self) -> None:
+        self.bodies.clear()
+        self.authorizations.clear()
+
+
+@contextmanager
+def recording_proxy(upstream_url: str, recording: Recording) -> Iterator[Recording]:
+    """A proxy on 127.0.0.1 in front of `upstream_url` (…/v1) that records into `recording` each
+    POST body and Authorization header; yields it with its `url` set."""
+    upstream = upstream_url.removesuffix("/v1")
+
+    async def forward(request: web.Request) -> web.Response:
+        data = await request.read()
+        if request.method == "POST":
+            recording.bodies.append(json.loads(data))
+            recording.authorizations.append(request.headers.get("Authorization", ""))
+        async with aiohttp.ClientSession() as session:
+            async with session.request(request.method, upstream + request.path_qs, data=data,
+                                       headers={"Content-Type": request.content_type}) as reply:
+                return web.Response(status=reply.status, body=await reply.read(), content_type=reply.content_type)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", forward)
+    with app_in_thread(app) as origin:
+        recording.url = origin + "/v1"
+        yield recording
+
+
+def wait_for_records(path: Path, n: int, proc: subprocess.Popen, timeout: float = 90.0) -> None:
+    """Until the shard `proc` has written `n` lines to `path` (to kill it mid-run)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= n:
+            return
+        assert proc.poll() is None, "the shard ended before it could be killed"
+        time.sleep(0.01)
+    raise AssertionError(f"{path} never reached {n} lines")

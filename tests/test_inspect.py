@@ -27,6 +27,7 @@ from typing import Any, Iterator
 import pytest
 
 from conftest import shardeval_cmd
+from served import wait_for_records
 from inspect_support import (cells, inspect_config, inspect_sim, merge, question, read_log, records, Recording, recording,
                              run_shards, write_tasks)
 
@@ -113,16 +114,6 @@ def test_a_missing_shard_makes_the_merged_log_an_error(sharded: dict[int, Path],
 
 
 # --- a shard killed mid-run ------------------------------------------------------------------------
-
-
-def wait_for_records(path: Path, n: int, proc: subprocess.Popen, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_bytes().count(b"\n") >= n:
-            return
-        assert proc.poll() is None, "the shard ended before it could be killed"
-        time.sleep(0.01)
-    raise AssertionError(f"{path} never reached {n} lines")
 
 
 def test_a_shard_killed_mid_run_asks_only_the_missing_pairs_again(tmp_path: Path, tasks: Path) -> None:

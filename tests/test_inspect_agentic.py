@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from conftest import running_sim, shardeval_cmd
 from test_docker import engine  # noqa: F401  (the session fixture: docker.sh start, stop at the end)
+from test_inspect_docker_sandbox import COMPOSE_YAML  # the imported base image, never pulled
 
 pytest.importorskip("inspect_ai")
 
@@ -43,17 +44,6 @@ from inspect_ai.tool import bash
 def agent():
     return Task(dataset=json_dataset("problems.jsonl"), solver=react(tools=[bash(timeout=30)]), scorer=match(),
                 sandbox=SANDBOX, message_limit=12)
-"""
-COMPOSE_YAML = """\
-services:
-  default:
-    image: {image}
-    x-local: true
-    pull_policy: never
-    command: tail -f /dev/null
-    init: true
-    network_mode: none
-    stop_grace_period: 1s
 """
 
 

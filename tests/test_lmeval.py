@@ -32,6 +32,7 @@ from typing import Any, Iterator
 import pytest
 
 from conftest import shardeval_cmd
+from served import wait_for_records
 from lmeval_local import (DRAWN, env_offline, GSM8K, lm_config, lm_eval_results, N_TEST, Recording, records,
                           recording_endpoint, trajectories, write_tasks)
 
@@ -237,16 +238,6 @@ def test_lm_eval_results_are_not_written_when_the_tasks_now_plan_other_prompts(t
 
 
 # --- a shard killed with SIGKILL, then rerun --------------------------------------------------------
-
-
-def wait_for_records(path: Path, n: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_bytes().count(b"\n") >= n:
-            return
-        assert proc.poll() is None, "the shard ended before it could be killed"
-        time.sleep(0.01)
-    raise AssertionError(f"{path} never reached {n} lines")
 
 
 def test_a_shard_killed_mid_run_resumes_without_asking_any_answered_document_again(tmp_path: Path, tasks: Path) -> None:
