@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable
 
 from shardeval.api import Attempt, Problem, ServiceHandle, SolverConfig, UsageError
 
+from shardeval_inspect.benchmark import inspect_params
 from shardeval_inspect.params import InspectParams
 from shardeval_inspect.samples import attempt_of
 from shardeval_inspect.task import load, quiet_inspect
@@ -53,7 +54,7 @@ class InspectSolver:
         return answers[0]
 
     async def solve_pairs(self, pairs: list[tuple[Problem, int, int]], settle: Settle) -> None:
-        params = InspectParams(**pairs[0][0].metadata["inspect"]["params"])
+        params = inspect_params(pairs[0][0].metadata["inspect"]["params"])
         loaded = load(params)
         missing: dict[str, list[int]] = defaultdict(list)  # sample id -> repeats still to answer
         problems: dict[str, Problem] = {}
