@@ -113,6 +113,27 @@ def test_a_missing_shard_makes_the_merged_log_an_error(sharded: dict[int, Path],
     assert len(log.samples) == present < N * EPOCHS
 
 
+def test_a_task_that_no_longer_loads_leaves_the_merge_standing_and_no_earlier_log(sharded: dict[int, Path], tasks: Path,
+                                                                                   tmp_path: Path) -> None:
+    """Merging where the task file is gone (moved, another machine): shardeval's own merge stands,
+    one line says the Inspect log was not written, and the earlier merge's log is removed, not
+    left to read as this merge's."""
+    run = tmp_path / "copy"
+    shutil.copytree(sharded[4], run)
+    assert (run / "merged" / "inspect" / "arith.eval").exists()  # the earlier merge's
+    aside = tasks.with_name("tasks.py.aside")
+    tasks.rename(aside)
+    try:
+        merged = merge(run)
+    finally:
+        aside.rename(tasks)
+    assert merged.returncode == 0 and "Traceback" not in merged.stderr, merged.stderr
+    [line] = [x for x in merged.stderr.splitlines() if "Inspect log not written for arith" in x]
+    assert "no such file" in line, line
+    assert not (run / "merged" / "inspect" / "arith.eval").exists()
+    assert len(records(run / "merged", "arith")) == N * EPOCHS
+
+
 # --- a shard killed mid-run ------------------------------------------------------------------------
 
 

@@ -17,7 +17,9 @@ import os
 import tempfile
 from typing import Any
 
-from shardeval.api import OK, TRAJECTORIES_FILE
+from shardeval.api import OK, TRAJECTORIES_FILE, UsageError
+
+from shardeval_inspect.task import first_line
 
 OUT = "inspect"
 
@@ -37,9 +39,13 @@ def write_inspect_logs(result: Any, out_dir: str) -> list[str]:
             continue
         try:
             note = _write_log(entry, merged[bid], out_dir, served)
-        except ValueError as exc:
+        except UsageError as exc:  # the task no longer loads here (moved, not installed): the merge itself stands
             note = f"Inspect log not written for {bid}: {exc}"
-        if note:
+        except Exception as exc:  # Inspect refusing the header or the samples: its own files are optional
+            note = f"Inspect log not written for {bid}: Inspect failed: {type(exc).__name__}: {first_line(str(exc))}"
+        if note:  # an earlier merge's log would read as this one's
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(out_dir, OUT, f"{bid}.eval"))
             notes.append(note)
     return notes
 
@@ -76,20 +82,18 @@ def _write_log(entry: dict[str, Any], merge: Any, out_dir: str, served: str) -> 
 
 
 def _header(bench: Any, epochs: int, served: str) -> Any:
-    """The log Inspect starts for the whole task (spec, plan, dataset), with no sample run."""
+    """The log Inspect starts for the whole task (spec, plan, dataset), with no sample run (so the
+    model, at an address nothing listens on, is never asked)."""
     from inspect_ai import eval as inspect_eval
-    from inspect_ai.model import get_model
 
-    from shardeval_inspect.solver import _epochs, PROVIDER
+    from shardeval_inspect.solver import eval_options, inspect_model
     from shardeval_inspect.task import quiet_inspect
 
     quiet_inspect()
-    model = get_model(f"{PROVIDER}/{served}", base_url="http://127.0.0.1:9/v1", api_key="none", memoize=False)
+    model = inspect_model(served, "http://127.0.0.1:9/v1", "")
     with tempfile.TemporaryDirectory(prefix="shardeval-inspect-") as logs, contextlib.redirect_stdout(io.StringIO()):
-        log = inspect_eval(bench.loaded.task, model=model, epochs=_epochs(bench.loaded.task, epochs), run_samples=False,
-                           log_dir=logs, log_level="warning", score_display=False, sandbox=bench.params.sandbox,
-                           fail_on_error=bench.params.fail_on_error, **bench.params.limits())[0]
-    return log
+        return inspect_eval(bench.loaded.task, model=model, run_samples=False, log_dir=logs,
+                            **eval_options(bench.loaded.task, bench.params, epochs))[0]
 
 
 def _finish(log: Any, merge: Any) -> None:

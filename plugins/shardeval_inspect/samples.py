@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 from shardeval.api import Attempt, Completion, Score
 
+from shardeval_inspect.task import first_line
+
 ERROR_KIND, LIMIT_KIND = "inspect", "limit"
 # A sample error that is the endpoint's failing (the openai client's exception, after Inspect's
 # retries) keeps shardeval's kind for it, so an unreachable server stops the shard as it would a
@@ -53,7 +55,7 @@ def _completion(sample: Any, scrub: Callable[[str], str]) -> Completion:
     common: dict[str, Any] = {"started_at": started, "latency_s": latency, "attempts": 1 + len(sample.error_retries or []),
                               "prompt_tokens": prompt, "completion_tokens": generated}
     if sample.error is not None:
-        message = ADDRESS.sub("", _first_line(sample.error.message))
+        message = ADDRESS.sub("", first_line(sample.error.message))
         kind = next((k for name, k in API_ERRORS if name in message or name in (sample.error.traceback or "")), ERROR_KIND)
         return Completion(status="error", error_kind=kind, error=scrub(message), **common)
     if sample.limit is not None:
@@ -105,8 +107,3 @@ def _timestamp(value: Any) -> float:
     if isinstance(value, str):
         return datetime.fromisoformat(value).timestamp()
     return 0.0
-
-
-def _first_line(text: str) -> str:
-    text = (text or "").strip()
-    return text.splitlines()[0] if text else "(no message)"

@@ -42,16 +42,8 @@ class InspectSolver:
         self.service = service
 
     async def solve(self, problem: Problem, seed: int) -> Attempt:
-        """One pair alone (the runner hands an `inspect` benchmark's pairs to solve_pairs)."""
-        answers: list[Attempt] = []
-
-        async def keep(_: Problem, __: int, attempt: Attempt) -> None:
-            answers.append(attempt)
-
-        await self.solve_pairs([(problem, 0, seed)], keep)
-        if not answers:
-            raise RuntimeError(f"Inspect ended without running sample {problem.id}")
-        return answers[0]
+        """Never called: the runner hands a PairsSolver every pair at once (solve_pairs)."""
+        raise NotImplementedError("the inspect solver answers a shard's pairs together, through solve_pairs")
 
     async def solve_pairs(self, pairs: list[tuple[Problem, int, int]], settle: Settle) -> None:
         params = inspect_params(pairs[0][0].metadata["inspect"]["params"])
@@ -72,7 +64,6 @@ class InspectSolver:
                    missing: dict[str, list[int]], settle: Settle) -> None:
         """One eval_async over `problems`, `epochs` each; every sample settles as it ends."""
         from inspect_ai import eval_async
-        from inspect_ai.model import GenerateConfig
 
         quiet_inspect()
         _install_hook()
@@ -85,42 +76,49 @@ class InspectSolver:
             repeat = missing[problem.id][sample.epoch - 1]
             await settle(problem, repeat, attempt_of(sample, self.service.client.scrub, repeat + 1))
 
-        epochs_arg = _epochs(task, epochs)
         token = _SINK.set(ended)
         try:
             with tempfile.TemporaryDirectory(prefix="shardeval-inspect-") as logs:
-                await eval_async(
-                    task, model=self._model(GenerateConfig), sample_id=[p.metadata["inspect"]["id"] for p in problems],
-                    epochs=epochs_arg, log_dir=logs, log_level="warning", score_display=False,
-                    fail_on_error=params.fail_on_error, max_samples=self._concurrency(), sandbox=params.sandbox,
-                    **params.limits(), **_generation(self.config),
-                )
+                await eval_async(task, model=self._model(), sample_id=[p.metadata["inspect"]["id"] for p in problems],
+                                 log_dir=logs, max_samples=self._concurrency(), **eval_options(task, params, epochs),
+                                 **_generation(self.config))
         finally:
             _SINK.reset(token)
 
     def _concurrency(self) -> int:
         return self.service.max_concurrent or 32
 
-    def _model(self, generate_config: Any) -> Any:
-        """Inspect's model for the service's endpoint: the same URL, model name and key shardeval uses."""
-        from inspect_ai.model import get_model
+    def _model(self) -> Any:
+        """Inspect's model for the service's endpoint: the same URL, model name and key shardeval uses,
+        its retries and timeout."""
+        from inspect_ai.model import GenerateConfig
 
         client = self.service.client.config
         endpoint = self.service.endpoint
         key = os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else ""
         timeout = client.timeouts.total or client.timeouts.first_token
-        config = generate_config(max_connections=self._concurrency(), max_retries=max(0, client.retries.attempts - 1),
-                                 timeout=int(timeout))
-        return get_model(f"{PROVIDER}/{endpoint.model}", base_url=endpoint.base_url, api_key=key or "none",
-                         config=config, memoize=False)
+        config = GenerateConfig(max_connections=self._concurrency(), max_retries=max(0, client.retries.attempts - 1),
+                                timeout=int(timeout))
+        return inspect_model(endpoint.model, endpoint.base_url, key, config)
 
 
-def _epochs(task: Any, epochs: int) -> Any:
-    """`epochs` epochs, with the task's own reducers (they shape Inspect's metrics in the merged log)."""
+def inspect_model(served: str, base_url: str, api_key: str, config: Any = None) -> Any:
+    """Inspect's OpenAI-compatible model for `served` at `base_url` (a key it never writes to its log)."""
+    from inspect_ai.model import GenerateConfig, get_model
+
+    return get_model(f"{PROVIDER}/{served}", base_url=base_url, api_key=api_key or "none", config=config or GenerateConfig(),
+                     memoize=False)
+
+
+def eval_options(task: Any, params: InspectParams, epochs: int) -> dict[str, Any]:
+    """What every Inspect eval of the task is given, a shard's or the merge's header: the epochs with
+    the task's own reducers (they shape Inspect's metrics in the merged log), the params' sandbox,
+    limits and fail_on_error, and no console of its own."""
     from inspect_ai import Epochs
 
     reducer = getattr(task, "epochs_reducer", None)
-    return Epochs(epochs, reducer) if reducer else epochs
+    return {"epochs": Epochs(epochs, reducer) if reducer else epochs, "sandbox": params.sandbox,
+            "fail_on_error": params.fail_on_error, "log_level": "warning", "score_display": False, **params.limits()}
 
 
 def _generation(config: SolverConfig) -> dict[str, Any]:
@@ -128,10 +126,10 @@ def _generation(config: SolverConfig) -> dict[str, Any]:
     gen = config.generation
     out: dict[str, Any] = {}
     for key in ("temperature", "top_p", "top_k", "max_tokens"):
-        if getattr(gen, key, None) is not None:
+        if getattr(gen, key) is not None:
             out[key] = getattr(gen, key)
     if gen.stop:
-        out["stop_seqs"] = [gen.stop] if isinstance(gen.stop, str) else list(gen.stop)
+        out["stop_seqs"] = list(gen.stop)
     if gen.extra:
         out["extra_body"] = dict(gen.extra)
     return out

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import inspect as pyinspect
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -45,15 +46,11 @@ def load(params: InspectParams) -> LoadedTask:
 
 
 def _frozen(args: dict[str, Any]) -> str:
-    import json
-
     return json.dumps(args, sort_keys=True)
 
 
 @lru_cache(maxsize=16)
 def _load(spec: str, args_json: str) -> LoadedTask:
-    import json
-
     version = require_inspect()
     quiet_inspect()
     from inspect_ai._eval.loader import load_tasks  # the loader `inspect eval` uses
@@ -67,7 +64,7 @@ def _load(spec: str, args_json: str) -> LoadedTask:
         with _silenced():
             tasks = load_tasks([spec], {})
     except Exception as exc:  # an import error in the file, a task name it does not define, ...
-        raise UsageError(f"{where}: Inspect cannot load it: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise UsageError(f"{where}: Inspect cannot load it: {type(exc).__name__}: {first_line(str(exc))}") from None
     if len(tasks) != 1:
         found = "no task" if not tasks else f"{len(tasks)} tasks ({', '.join(t.name for t in tasks)})"
         raise UsageError(f"{where}: it names {found}; give one task as `file.py@task_name` or a registered name "
@@ -78,7 +75,7 @@ def _load(spec: str, args_json: str) -> LoadedTask:
         with _silenced():
             task = load_tasks([spec], args)[0]
     except Exception as exc:
-        raise UsageError(f"{where}: Inspect cannot create it with task_args {args}: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise UsageError(f"{where}: Inspect cannot create it with task_args {args}: {type(exc).__name__}: {first_line(str(exc))}") from None
     samples = tuple(_with_ids(task.dataset))
     if not samples:
         raise UsageError(f"{where}: its dataset has no samples")
@@ -153,7 +150,7 @@ def check_sandbox(where: str, kind: str | None) -> None:
             raise UsageError(f"{where}: the task runs in a `docker` sandbox and `docker compose version` failed ({exc}); {fix}") from None
         if compose.returncode != 0:
             raise UsageError(f"{where}: the task runs in a `docker` sandbox and this node's docker has no Compose v2 plugin "
-                             f"(`docker compose version`: {_first_line(Exception(compose.stderr or compose.stdout))}); {fix}")
+                             f"(`docker compose version`: {first_line(compose.stderr or compose.stdout)}); {fix}")
         return
     from inspect_ai.util._sandbox.registry import registry_find_sandboxenv  # a plugin's sandbox (k8s, ...)
 
@@ -178,6 +175,7 @@ def _silenced():
         yield
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+def first_line(text: str) -> str:
+    """A message's first line: what a one-line error quotes of another tool's message."""
+    text = (text or "").strip()
     return text.splitlines()[0] if text else "(no message)"
