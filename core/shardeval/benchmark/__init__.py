@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 import msgspec
 
+from shardeval.benchmark.images import ImageRef
 from shardeval.errors import UsageError
 
 
@@ -23,6 +24,9 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
     reference: str | None = None
     cluster: str | None = None
     metadata: dict[str, Any] = {}
+    # The images its last user turn shows, in order (`<image>` markers place them; none: first).
+    # Absent (UNSET) for text problems, so their encoding, and every fingerprint over it, is unchanged.
+    images: list[ImageRef] | msgspec.UnsetType = msgspec.UNSET
 
     def user_text(self) -> str:
         """The text a simulator or log shows for this problem: the prompt or the last user turn."""
@@ -93,6 +97,10 @@ class Benchmark:
     # What --dry-run says of the requests that solver makes (None: it sends what the benchmark
     # planned, and solver.generation does not apply).
     requests_note: str | None = None
+
+    # Whether its problems may carry images (Problem.images): checked at config load against the
+    # service's protocol and the solver (images need chat completions), before any request.
+    has_images: bool = False
 
     @classmethod
     def expand(cls, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:

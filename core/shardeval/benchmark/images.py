@@ -1,0 +1,343 @@
+"""Images a problem shows the model: who they are (the sha256 of their bytes), how they are checked
+before any request, and how a shard reads and encodes each one once.
+
+A `Problem` names its images by `ImageRef`: where the bytes come from and what they are (digest,
+size, pixels, type), never the bytes themselves, so problems stay small and a shard builds them
+lazily. The bytes are read when a request needs them, through the shard's `ImageStore`: a bounded
+LRU of encoded data URLs keyed by digest, so every repeat of a problem (asked back to back, see
+shardeval.run.runner.pending_work) reuses one encoding and memory stays flat however many images
+a benchmark has. Pillow is imported only here and only when an image is met.
+
+Sources: an absolute file path; an `http(s)://` URL (its bytes kept in the download cache); a
+`data:` URL; or `gen:<generator>:<spec>`, an image a benchmark draws (`register_generator`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import threading
+from collections import OrderedDict
+from typing import Any, Callable
+from urllib.parse import quote, unquote_to_bytes
+
+import msgspec
+
+from shardeval.errors import UsageError
+
+IMAGE_MARKER = "<image>"
+DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
+THUMBNAIL_SIDE = 96  # px, the longest side of a report's thumbnail
+THUMBNAIL_MAX_BYTES = 8 * 1024
+
+
+class ImageRef(msgspec.Struct, frozen=True, kw_only=True):
+    """One image of a problem: where its bytes are and what they are. `name` is how the data named
+    it (a path as written in the row, a URL), for messages and pages; `source` is where to read it."""
+
+    source: str
+    name: str
+    sha256: str
+    bytes: int
+    width: int
+    height: int
+    mime: str
+
+    def info(self) -> "ImageInfo":
+        return ImageInfo(sha256=self.sha256, bytes=self.bytes, width=self.width, height=self.height)
+
+    def placeholder(self) -> str:
+        """How a trajectory or a log shows the image: its digest, never its bytes."""
+        return f"[image sha256:{self.sha256[:12]} {self.width}x{self.height} {self.bytes} B]"
+
+
+class ImageInfo(msgspec.Struct, kw_only=True):
+    """An image as a result record names it: which bytes the model saw."""
+
+    sha256: str
+    bytes: int
+    width: int
+    height: int
+
+
+class ImageUnavailable(Exception):
+    """An image that could not be read when a request needed it (an http(s) fetch that failed, a
+    file changed since the problem was built): the answer is an error of kind `image`, never scored."""
+
+
+# --- Pillow ------------------------------------------------------------------------------------
+
+
+def pillow() -> Any:
+    """PIL.Image, or one line saying how to install it."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise UsageError("this benchmark has images, which need Pillow: pip install 'shardeval[images]' "
+                         "(or pip install pillow)") from None
+    return Image
+
+
+def describe(data: bytes, source: str, name: str) -> ImageRef:
+    """The ImageRef of `data`, decoded in full as vLLM decodes it (a truncated file fails here,
+    not at the server). Raises ValueError naming what is wrong."""
+    Image = pillow()
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            fmt, (width, height) = im.format, im.size
+    except Exception as exc:  # Pillow raises many kinds (UnidentifiedImageError, OSError, SyntaxError, ...)
+        raise ValueError(f"cannot decode it as an image ({type(exc).__name__}: {exc})") from None
+    mime = Image.MIME.get(fmt or "", "application/octet-stream")
+    return ImageRef(source=source, name=name, sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
+                    width=width, height=height, mime=mime)
+
+
+def thumbnail(data: bytes) -> tuple[str, int, int] | None:
+    """A small embedded copy for a page: (data URL, width, height), longest side THUMBNAIL_SIDE px,
+    at most THUMBNAIL_MAX_BYTES; None when it cannot be made that small."""
+    Image = pillow()
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            small = im.convert("RGB")
+    except Exception:
+        return None
+    small.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE))
+    for quality in (70, 40):
+        out = io.BytesIO()
+        try:
+            small.save(out, format="WEBP", quality=quality)
+            mime = "image/webp"
+        except (KeyError, OSError):  # a Pillow built without WebP
+            out = io.BytesIO()
+            small.save(out, format="JPEG", quality=quality)
+            mime = "image/jpeg"
+        if out.tell() <= THUMBNAIL_MAX_BYTES:
+            return f"data:{mime};base64,{base64.b64encode(out.getvalue()).decode()}", small.width, small.height
+    return None
+
+
+# --- sources -----------------------------------------------------------------------------------
+
+_GENERATORS: dict[str, Callable[[str], bytes]] = {}
+
+
+def register_generator(name: str, draw: Callable[[str], bytes]) -> None:
+    """Let `gen:<name>:<spec>` sources be drawn again by `draw(spec)` when the store needs their
+    bytes (a benchmark that makes its images registers itself when built)."""
+    _GENERATORS[name] = draw
+
+
+def read_source(source: str, max_bytes: int | None = None) -> bytes:
+    """The bytes of `source`. Raises OSError or ValueError naming why they cannot be had."""
+    if source.startswith("gen:"):
+        name, _, spec = source[4:].partition(":")
+        if name not in _GENERATORS:
+            raise ValueError(f"no generator {name!r} is registered in this process")
+        return _GENERATORS[name](spec)
+    if source.startswith("data:"):
+        return decode_data_url(source)
+    if source.startswith(("http://", "https://")):
+        return _fetch(source, max_bytes)
+    size = os.stat(source).st_size
+    if max_bytes is not None and size > max_bytes:
+        raise ValueError(f"{size} bytes, over max_image_bytes ({max_bytes})")
+    with open(source, "rb") as f:
+        return f.read()
+
+
+def decode_data_url(url: str) -> bytes:
+    head, sep, payload = url.partition(",")
+    if not sep:
+        raise ValueError("a data: URL needs a comma before its payload")
+    if head.endswith(";base64"):
+        try:
+            return base64.b64decode(payload, validate=True)
+        except ValueError as exc:
+            raise ValueError(f"bad base64 in the data: URL ({exc})") from None
+    return unquote_to_bytes(payload)
+
+
+def _cache_path(url: str) -> str:
+    from shardeval.benchmark.datasets import downloads_dir
+
+    return os.path.join(downloads_dir(), "images", hashlib.sha256(url.encode()).hexdigest())
+
+
+def _fetch(url: str, max_bytes: int | None) -> bytes:
+    """An http(s) image: the download cache's copy, else fetched now (and kept)."""
+    path = _cache_path(url)
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        pass
+    import urllib.request
+
+    from shardeval.store.atomic import atomic_write
+
+    request = urllib.request.Request(url, headers={"User-Agent": "shardeval"})
+    with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - http(s) only
+        data = response.read((max_bytes or DEFAULT_MAX_IMAGE_BYTES) + 1)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise ValueError(f"over max_image_bytes ({max_bytes})")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write(path, [data])
+    return data
+
+
+def resolve_path(path: str, base_dir: str | None) -> str:
+    """A row's image path made absolute: relative paths are the data file's (else the working directory's)."""
+    if path.startswith(("http://", "https://", "data:", "gen:")):
+        return path
+    path = os.path.expanduser(path)
+    return path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir or os.getcwd(), path))
+
+
+# --- prompts -----------------------------------------------------------------------------------
+
+
+def split_prompt(text: str, n_images: int) -> list[str | int]:
+    """`text` as the parts of one chat turn, in order: text pieces and image positions. Images go
+    where `<image>` markers stand; with no marker they all come first (the usual VLM order). Raises
+    ValueError when markers and images do not pair up."""
+    pieces = text.split(IMAGE_MARKER)
+    markers = len(pieces) - 1
+    if markers == 0:
+        return [*range(n_images), *([text] if text else [])]
+    if markers != n_images:
+        raise ValueError(f"the prompt has {markers} {IMAGE_MARKER} marker(s) for {n_images} image(s); "
+                         f"give one marker per image, or none (the images then come first)")
+    parts: list[str | int] = []
+    for i, piece in enumerate(pieces):
+        if piece:
+            parts.append(piece)
+        if i < n_images:
+            parts.append(i)
+    return parts
+
+
+def check_count(n: int, limit: int | None, where: str) -> None:
+    if limit is not None and n > limit:
+        raise UsageError(f"{where}: {n} images, more than the service's limit_mm_per_prompt image {limit}; "
+                         "raise limit_mm_per_prompt (and vLLM's --limit-mm-per-prompt) or give the row fewer images")
+
+
+def image_limit(limit_mm_per_prompt: dict[str, Any] | None) -> int | None:
+    """The images one prompt may carry under a service's `limit_mm_per_prompt` (None: no limit declared)."""
+    value = (limit_mm_per_prompt or {}).get("image")
+    if isinstance(value, dict):
+        value = value.get("count")
+    return value if isinstance(value, int) else None
+
+
+# --- the shard's store -------------------------------------------------------------------------
+
+
+class ImageStore:
+    """Each image read and base64-encoded once per process: an LRU of data URLs keyed by digest,
+    bounded in entries and bytes. `fresh(ref, data)` hands it bytes a benchmark just made, so a
+    generated image is not drawn twice. Counters say what it did (`stats`); thread-safe."""
+
+    def __init__(self, max_entries: int = 256, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._urls: OrderedDict[str, str] = OrderedDict()
+        self._fresh: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._verified: OrderedDict[tuple[str, int, int, int], None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.encodes = self.hits = self.reads = 0
+        self._thumbnails: dict[str, tuple[ImageRef, bytes]] = {}  # made since the runner last took them
+        self.want_thumbnails = False
+
+    def fresh(self, ref: ImageRef, data: bytes) -> None:
+        with self._lock:
+            self._fresh[ref.sha256] = data
+            self._fresh.move_to_end(ref.sha256)
+            while len(self._fresh) > 16:
+                self._fresh.popitem(last=False)
+
+    def data_url(self, ref: ImageRef) -> str:
+        with self._lock:
+            url = self._urls.get(ref.sha256)
+            if url is not None:
+                self._urls.move_to_end(ref.sha256)
+                self.hits += 1
+                return url
+            data = self._fresh.pop(ref.sha256, None)
+        if data is None:
+            data = self._read(ref)
+        else:
+            self._keep_for_thumbnail(ref, data)
+        url = f"data:{ref.mime};base64,{base64.b64encode(data).decode('ascii')}"
+        with self._lock:
+            self.encodes += 1
+            if ref.sha256 not in self._urls:
+                self._urls[ref.sha256] = url
+                self._size += len(url)
+            while self._urls and (len(self._urls) > self.max_entries or self._size > self.max_bytes):
+                _, old = self._urls.popitem(last=False)
+                self._size -= len(old)
+        return url
+
+    def file_url(self, ref: ImageRef, media_root: str | None) -> str | None:
+        """`file://` + the path when the server may read it itself (vLLM's --allowed-local-media-path,
+        which resolves symlinks and wants the file strictly below it); None otherwise."""
+        if not media_root or ref.source.startswith(("http://", "https://", "data:", "gen:")):
+            return None
+        real, root = os.path.realpath(ref.source), os.path.realpath(media_root)
+        if os.path.commonpath([real, root]) != root or real == root:
+            return None
+        self._check_unchanged(ref, real)
+        return "file://" + quote(real)
+
+    def _check_unchanged(self, ref: ImageRef, real: str) -> None:
+        """A file the server reads itself is still the one the problem names (else an `image` error):
+        read once, then trusted while its size, mtime and inode stay the same."""
+        try:
+            st = os.stat(real)
+        except OSError as exc:
+            raise ImageUnavailable(f"image {ref.name}: {exc.strerror or exc}") from None
+        stamp = (ref.sha256, st.st_size, st.st_mtime_ns, st.st_ino)
+        with self._lock:
+            if stamp in self._verified:
+                self.hits += 1
+                return
+        self._read(ref)
+        with self._lock:
+            self._verified[stamp] = None
+            while len(self._verified) > 4 * self.max_entries:
+                self._verified.popitem(last=False)
+
+    def _read(self, ref: ImageRef) -> bytes:
+        try:
+            data = read_source(ref.source)
+        except (OSError, ValueError) as exc:
+            raise ImageUnavailable(f"image {ref.name}: {getattr(exc, 'strerror', None) or exc}") from None
+        with self._lock:
+            self.reads += 1
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise ImageUnavailable(f"image {ref.name} changed since the problem was built "
+                                   f"(sha256 {ref.sha256[:12]}…, now {hashlib.sha256(data).hexdigest()[:12]}…); rerun the shard")
+        self._keep_for_thumbnail(ref, data)
+        return data
+
+    def _keep_for_thumbnail(self, ref: ImageRef, data: bytes) -> None:
+        if self.want_thumbnails:
+            with self._lock:
+                self._thumbnails.setdefault(ref.sha256, (ref, data))
+
+    def take_thumbnails(self) -> list[tuple[ImageRef, bytes]]:
+        """The images encoded since the last call, once each, for the shard's images.jsonl."""
+        with self._lock:
+            out, self._thumbnails = list(self._thumbnails.values()), {}
+        return out
+
+    def stats(self) -> dict[str, int]:
+        return {"encodes": self.encodes, "hits": self.hits, "reads": self.reads}
+
+
+STORE = ImageStore()
