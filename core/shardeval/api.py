@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from shardeval.benchmark.answers import (NUMERIC_METHODS, as_number, extract_choice, extract_numeric, final_answer,
                                              first_number, last_number, normalize, normalize_text, numbers_equal)
     from shardeval.benchmark.rubric import Rubric
-    from shardeval.benchmark.images import (describe, IMAGE_MARKER, ImageInfo, ImageRef, offer_image_bytes, read_source, register_generator,
+    from shardeval.benchmark.images import (describe, IMAGE_MARKER, ImageRef, offer_image_bytes, read_source, register_generator,
                                             resolve_path, split_prompt)
     from shardeval.run.runner import make_benchmark
     # Service and solver: an endpoint to ask, a server process to start, how a problem is asked
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from shardeval.results.metrics import (ERROR, headline_metric, MISSING, OK, Metric, MetricOptions, MetricValue,
                                            ScoreTable)
     # Records and results: the files a run writes, read back; a command's own outputs
-    from shardeval.store.records import (BenchmarkManifest, Manifest, Message, read_manifest, ResultRecord,
+    from shardeval.store.records import (BenchmarkManifest, ImageInfo, ImageThumbnail, IMAGES_FILE, Manifest, Message, read_manifest, ResultRecord,
                                          RESULTS_FILE, SweepPlan, TRAJECTORIES_FILE, TrajectoryRecord)
     from shardeval.store.regular import open_regular, read_regular
     from shardeval.store.atomic import atomic_write, check_output
@@ -96,7 +96,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.benchmark.answers", "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer first_number last_number "
      "normalize normalize_text numbers_equal"),
     ("shardeval.benchmark.rubric", "Rubric"),
-    ("shardeval.benchmark.images", "describe IMAGE_MARKER ImageInfo ImageRef offer_image_bytes read_source register_generator resolve_path "
+    ("shardeval.benchmark.images", "describe IMAGE_MARKER ImageRef offer_image_bytes read_source register_generator resolve_path "
      "split_prompt"),
     ("shardeval.run.runner", "make_benchmark"),
     # Service and solver: an endpoint to ask, a server process to start, how a problem is asked
@@ -120,8 +120,8 @@ _LAZY: tuple[tuple[str, str], ...] = (
     # Metric: a number over a benchmark's scores
     ("shardeval.results.metrics", "ERROR headline_metric MISSING OK Metric MetricOptions MetricValue ScoreTable"),
     # Records and results: the files a run writes, read back; a command's own outputs
-    ("shardeval.store.records", "BenchmarkManifest Manifest Message read_manifest ResultRecord RESULTS_FILE SweepPlan "
-     "TRAJECTORIES_FILE TrajectoryRecord"),
+    ("shardeval.store.records", "BenchmarkManifest ImageInfo ImageThumbnail IMAGES_FILE Manifest Message read_manifest "
+     "ResultRecord RESULTS_FILE SweepPlan TRAJECTORIES_FILE TrajectoryRecord"),
     ("shardeval.store.regular", "open_regular read_regular"),
     ("shardeval.store.atomic", "atomic_write check_output"),
     ("shardeval.store.discover", "refuse_inside_shard"),

@@ -26,6 +26,7 @@ from urllib.parse import quote, unquote_to_bytes
 import msgspec
 
 from shardeval.errors import UsageError
+from shardeval.store.records import ImageInfo
 
 IMAGE_MARKER = "<image>"
 DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -51,15 +52,6 @@ class ImageRef(msgspec.Struct, frozen=True, kw_only=True):
     def placeholder(self) -> str:
         """How a trajectory or a log shows the image: its digest, never its bytes."""
         return f"[image sha256:{self.sha256[:12]} {self.width}x{self.height} {self.bytes} B]"
-
-
-class ImageInfo(msgspec.Struct, kw_only=True):
-    """An image as a result record names it: which bytes the model saw."""
-
-    sha256: str
-    bytes: int
-    width: int
-    height: int
 
 
 class ImageUnavailable(Exception):

@@ -19,6 +19,7 @@ from shardeval.store.regular import open_append, open_regular, read_regular
 
 RESULTS_FILE = "results.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
+IMAGES_FILE = "images.jsonl"  # per benchmark folder: one ImageThumbnail per distinct image the shard sent
 MANIFEST_FILE = "manifest.json"
 LOGS_DIR = "logs"
 LOCK_FILE = "shard.lock"  # flock'd by the one process writing the shard directory (shardeval.store.liveness)
@@ -44,6 +45,30 @@ class JudgeRecord(msgspec.Struct, kw_only=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached: bool = False  # served from the response cache
+
+
+class ImageInfo(msgspec.Struct, kw_only=True):
+    """An image as a result record names it: which bytes the model saw (never the bytes)."""
+
+    sha256: str
+    bytes: int
+    width: int
+    height: int
+
+
+class ImageThumbnail(msgspec.Struct, kw_only=True):
+    """One line of a shard's images.jsonl: an image it sent, with a small embedded copy for the
+    pages (report.html shows what the model saw, wherever the merge runs)."""
+
+    sha256: str
+    name: str  # how the data named it (a path as written in the row, a URL, a generator's label)
+    bytes: int
+    width: int
+    height: int
+    mime: str
+    thumbnail: str | None = None  # a data: URL (WebP or JPEG), longest side 96 px, <= 8 KiB; None: could not be made
+    thumb_width: int = 0
+    thumb_height: int = 0
 
 
 class ResultRecord(msgspec.Struct, kw_only=True):
@@ -79,6 +104,8 @@ class ResultRecord(msgspec.Struct, kw_only=True):
     cached: bool | msgspec.UnsetType = msgspec.UNSET
     # The judge's reply and verdict, for a benchmark scored by a judge (absent otherwise).
     judge: JudgeRecord | msgspec.UnsetType = msgspec.UNSET
+    # The images the problem showed the model, in order (absent for text problems).
+    images: list[ImageInfo] | msgspec.UnsetType = msgspec.UNSET
 
 
 class Message(msgspec.Struct):
