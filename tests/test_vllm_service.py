@@ -105,6 +105,97 @@ def test_placeholders_and_no_standard_args() -> None:
     ]  # fmt: skip
 
 
+# --- images (issue 28): the three vLLM keys -------------------------------------------------------
+
+IMAGE_KEYS = {
+    "limit_mm_per_prompt": {"image": {"width": 512, "count": 4, "height": 512}},
+    "mm_processor_kwargs": {"num_crops": 4, "max_pixels": 1003520},
+    "allowed_local_media_path": "/data/images",
+}
+
+
+def test_image_keys_become_canonical_json_flags() -> None:
+    argv = vllm_argv(config(extra_args=["--enforce-eager"], **IMAGE_KEYS), 8000)
+    assert argv[argv.index("--tensor-parallel-size") + 2:] == [
+        "--limit-mm-per-prompt", '{"image":{"count":4,"height":512,"width":512}}',
+        "--mm-processor-kwargs", '{"max_pixels":1003520,"num_crops":4}',
+        "--allowed-local-media-path", "/data/images",
+        "--enforce-eager",
+    ]  # fmt: skip
+    assert vllm_argv(config(limit_mm_per_prompt={"image": 2}), 8000)[-2:] == ["--limit-mm-per-prompt", '{"image":2}']
+
+
+def test_image_keys_are_not_appended_without_standard_args() -> None:
+    cfg = config(launch_command=["python", "-m", "server", "{model}"], standard_args=False, **IMAGE_KEYS)
+    assert vllm_argv(cfg, 9000) == ["python", "-m", "server", "org/Model-7B"]
+
+
+def test_image_keys_join_the_identity_only_when_set() -> None:
+    plain = config().identity()
+    assert not set(IMAGE_KEYS) & set(plain)
+    for key, value in IMAGE_KEYS.items():
+        assert config(**{key: value}).identity() == plain | {key: value}
+
+
+PLAIN = {"type": "vllm", "model": "/ckpt/step1000", "served_model_name": "policy"}
+
+
+def hash_of(tmp_path: Path, name: str, service: dict[str, Any]) -> str:
+    from shardeval.config.loading import load_config
+    from shardeval.identity import config_hash
+
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"services": {"model": service}, "benchmarks": [{"name": "arith"}]}))
+    return config_hash(load_config(str(path)))
+
+
+def test_a_config_written_before_images_keeps_its_hash(tmp_path: Path) -> None:
+    """Pinned before the image keys existed (commit 0cc74f6): a resume or merge of a text run
+    started then goes on."""
+    assert hash_of(tmp_path, "plain", PLAIN) == "sha256:f158ddf705473859"
+    engine = {"type": "vllm", "model": "org/w", "port": 8000, "dtype": "bfloat16", "extra_args": ["--enforce-eager"]}
+    assert hash_of(tmp_path, "engine", engine) == "sha256:be56db18074a5ccf"
+    for key, value in IMAGE_KEYS.items():
+        assert hash_of(tmp_path, key, PLAIN | {key: value}) != "sha256:f158ddf705473859", key
+    limits = [hash_of(tmp_path, f"limit{n}", PLAIN | {"limit_mm_per_prompt": {"image": n}}) for n in (1, 2)]
+    assert limits[0] != limits[1]
+
+
+@pytest.mark.parametrize("key, value, named", [
+    ("limit_mm_per_prompt", {"image": -1}, r"limit_mm_per_prompt"),
+    ("limit_mm_per_prompt", {"image": "four"}, r"limit_mm_per_prompt"),
+    ("limit_mm_per_prompt", "image=4", r"limit_mm_per_prompt"),
+    ("mm_processor_kwargs", "num_crops=4", r"mm_processor_kwargs"),
+    ("allowed_local_media_path", ["/data"], r"allowed_local_media_path"),
+])
+def test_bad_image_values_are_one_line_naming_the_key(tmp_path: Path, key: str, value: Any, named: str) -> None:
+    from shardeval.config.loading import load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"services": {"model": {"type": "vllm", "model": "m", key: value}},
+                                    "benchmarks": [{"name": "arith"}]}))
+    with pytest.raises(UsageError, match=named) as info:
+        load_config(str(path))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("make, what", [(lambda p: None, "does not exist"), (lambda p: p.write_text("x"), "is not a directory")])
+def test_media_path_that_is_no_directory_is_refused_before_launch(tmp_path: Path, make: Any, what: str) -> None:
+    media = tmp_path / "images"
+    make(media)
+    never = tmp_path / "launched"
+    cfg = config(launch_command=[sys.executable, "-c", f"open({str(never)!r}, 'w')"], standard_args=False,
+                 allowed_local_media_path=str(media), port=0)
+
+    async def go() -> None:
+        async with vllm_service("model", cfg, ctx(tmp_path)):
+            pass
+
+    with pytest.raises(UsageError, match=rf"^services\.model\.allowed_local_media_path: {media} {what} on this node; ") as info:
+        asyncio.run(go())
+    assert "\n" not in str(info.value) and not never.exists()
+
+
 def test_connect_host() -> None:
     assert connect_host("0.0.0.0") == "127.0.0.1" and connect_host("node17") == "node17" and connect_host("::1") == "[::1]"
 

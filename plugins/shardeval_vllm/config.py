@@ -15,6 +15,11 @@ The command line is `launch_command` + the model + the standard flags + `extra_a
 - `revision`, `dtype`, `quantization`, `max_model_len`, `pipeline_parallel_size` and
   `generation_config` are vLLM's flags of the same names, passed only when set (the same flags in
   `extra_args` work as before).
+- Images (issue 28): `limit_mm_per_prompt` (`{image: 4}`, or `{image: {count: 4, width: 512,
+  height: 512}}`), `mm_processor_kwargs` (the model's HF image processor overrides) and
+  `allowed_local_media_path` (a directory vLLM may read `file://` images under) become
+  `--limit-mm-per-prompt`, `--mm-processor-kwargs` (both canonical JSON, the form vLLM 0.32 parses)
+  and `--allowed-local-media-path`, when set. A text-only model ignores all three.
 
 `identity()` lists what changes the model's answers; those keys are part of the run's identity,
 so a resume or a merge across a change of any of them is refused.
@@ -22,12 +27,14 @@ so a resume or a merge across a change of any of them is refused.
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from shardeval.api import Count, NonNegativeSeconds, Seconds, ServiceConfig
+from shardeval.api import Count, NonNegativeSeconds, Seconds, ServiceConfig, UsageError
 
 DEFAULT_LAUNCH_COMMAND = ("vllm", "serve")
 
@@ -45,6 +52,13 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     quantization: str | None = None
     max_model_len: Count | None = None
     generation_config: str | None = None  # `auto` (the model's generation_config.json), `vllm`, or a folder
+    # HF processor overrides for the model's images (`{num_crops: 4}`, `{max_pixels: 1003520}`): they
+    # change how an image is tokenised, so they change answers.
+    mm_processor_kwargs: dict[str, Any] | None = None
+    # TEMPORARY (issue 28): the lead adds these to the base ServiceConfig; drop them here on that merge.
+    limit_mm_per_prompt: dict[str, Annotated[int, msgspec.Meta(ge=0)] | dict[str, Annotated[int, msgspec.Meta(ge=0)]]] | None = None
+    allowed_local_media_path: str | None = None
+    max_image_bytes: Count | None = None
     node_pool: str | None = None  # which node pool runs it; read by orchestrators
     extra_args: list[str] = []
     env: dict[str, str] = {}
@@ -75,6 +89,8 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
         keys = ("model", "served_model_name", "revision", "dtype", "quantization", "tensor_parallel_size",
                 "pipeline_parallel_size", "max_model_len", "generation_config", "extra_args")
         identity = {key: getattr(self, key) for key in keys} | {"served_model_name": self.served_model()}
+        # Only when set, so a config written before images keeps its hash.
+        identity |= {key: value for key in _IMAGE_KEYS if (value := getattr(self, key)) is not None}
         if not self.standard_args:
             identity["launch_command"] = self.launch_command
         return identity
@@ -86,6 +102,27 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     def port_override(self) -> dict[str, Any] | None:
         """`port: 0` picks a free port when the server starts (see ServiceConfig.port_override)."""
         return {"port": 0} if self.port != 0 else None
+
+
+_IMAGE_KEYS = ("limit_mm_per_prompt", "mm_processor_kwargs", "allowed_local_media_path")
+
+
+def canonical_json(value: Any) -> str:
+    """One spelling per value (sorted keys, no spaces), so the command line, and the log that
+    quotes it, is the same for the same config."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def check_media_path(name: str, config: VllmServiceConfig) -> None:
+    """`allowed_local_media_path` names a directory on this node, where vLLM reads `file://` images:
+    on one that is not, vLLM starts (after minutes, on a big model) and then fails every image request."""
+    path = config.allowed_local_media_path
+    if path is None:
+        return
+    if not os.path.isdir(path):
+        what = "does not exist" if not os.path.lexists(path) else "is not a directory"
+        raise UsageError(f"services.{name}.allowed_local_media_path: {path} {what} on this node; "
+                         "name the directory that holds the images (or leave the key out to send them inline)")
 
 
 def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:
@@ -117,5 +154,8 @@ def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:
         for key in ("revision", "dtype", "quantization", "max_model_len", "pipeline_parallel_size", "generation_config"):
             if (value := getattr(config, key)) is not None:
                 argv += [f"--{key.replace('_', '-')}", str(value)]
+        for key in _IMAGE_KEYS:
+            if (value := getattr(config, key)) is not None:
+                argv += [f"--{key.replace('_', '-')}", value if isinstance(value, str) else canonical_json(value)]
     argv += [fill(a) for a in config.extra_args]
     return argv

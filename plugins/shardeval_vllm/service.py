@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from shardeval.api import Endpoint, resolve_port, ServerProcess, ServiceContext, UsageError
-from shardeval_vllm.config import VllmServiceConfig, vllm_argv
+from shardeval_vllm.config import check_media_path, VllmServiceConfig, vllm_argv
 
 _ANY_ADDRESS = ("", "0.0.0.0", "::")
 
@@ -28,6 +28,7 @@ async def vllm_service(name: str, config: VllmServiceConfig, ctx: ServiceContext
     what = f"service {name!r} (vllm)"
     if not config.launch_command and config.launch_command is not None:
         raise UsageError(f"services.{name}.launch_command: must not be empty (default: vllm serve)")
+    check_media_path(name, config)  # vLLM would start, then fail every image request (its connector checks it per request)
     env = dict(config.env)
     if config.api_key_env:  # the API key travels in the server's environment, never on argv
         key = os.environ.get(config.api_key_env)
