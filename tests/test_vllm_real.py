@@ -31,11 +31,25 @@ from vllm_real import SERVED_NAME, managed_service, require_vllm, running_vllm
 pytestmark = pytest.mark.timeout(900)  # a real server on a busy 2-core machine; each test is far shorter
 
 
+IMAGE_LIMIT = 2
+
+
 @pytest.fixture(scope="module")
-def vllm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
+    """The module's vLLM, (URL, its log, its allowed media directory). Started with the image
+    keys, which SmolLM2 (text only) ignores: so its start proves vLLM parses them as shardeval
+    writes them, at no extra start."""
     require_vllm()
-    with running_vllm(str(tmp_path_factory.mktemp("vllm") / "vllm.log")) as (url, _proc):
-        yield url
+    root = tmp_path_factory.mktemp("vllm")
+    (media := root / "media").mkdir()
+    log = root / "vllm.log"
+    with running_vllm(str(log), limit_mm_per_prompt={"image": IMAGE_LIMIT}, allowed_local_media_path=str(media)) as (url, _proc):
+        yield url, log, media
+
+
+@pytest.fixture(scope="module")
+def vllm_url(vllm_server: tuple[str, Path, Path]) -> str:
+    return vllm_server[0]
 
 
 def run_shard(tmp_path: Path, name: str, service: dict[str, Any], benchmark: dict[str, Any], seed: int = 0) -> Path:
@@ -110,6 +124,38 @@ def test_seed_varies_repeats_and_reproduces_reruns(vllm_url: str, tmp_path: Path
         seeds = {a[p, k][0] for k in range(3)}
         assert len(seeds) == 3
     assert any(len({a[p, k][1] for k in range(3)}) > 1 for p in range(3)), "repeats with different seeds all sampled alike"
+
+
+# --- images: the argv parses, and a text model's 400 is a client error -----------------------------
+
+
+def png_data_url() -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4), (200, 30, 30)).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def test_image_flags_parse_and_an_image_part_reaches_vllms_part_parser(vllm_server: tuple[str, Path, Path]) -> None:
+    """SmolLM2 answers any image request 400 "smol is not a multimodal model", after vLLM's part
+    parser accepted the parts and before it decodes an image: the wire form parses live."""
+    url, log, media = vllm_server
+    header = next(line for line in log.read_text().splitlines() if line.startswith("# shardeval") and "--port" in line)
+    assert f"--limit-mm-per-prompt '{{\"image\":{IMAGE_LIMIT}}}'" in header and f"--allowed-local-media-path {media}" in header
+    content = [{"type": "text", "text": "What colour is it?"}, {"type": "image_url", "image_url": {"url": png_data_url()}}]
+    body = {"model": SERVED_NAME, "messages": [{"role": "user", "content": content}], "max_tokens": 4}
+
+    async def post() -> tuple[int, dict[str, Any]]:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url + "/chat/completions", json=body, timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                return resp.status, await resp.json()
+
+    status, doc = asyncio.run(post())
+    assert status == 400 and doc["error"]["message"] == f"{SERVED_NAME} is not a multimodal model", doc
 
 
 # --- log-likelihood scoring vs vLLM's own prompt logprobs ----------------------------------------

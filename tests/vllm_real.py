@@ -76,12 +76,19 @@ def managed_service(python: str, model: str, **kw: object) -> dict[str, object]:
 
 
 @contextmanager
-def running_vllm(log_path: str) -> Iterator[tuple[str, ServerProcess]]:
-    """Start one real vLLM (via the project's ServerProcess) and yield (base URL …/v1, process)."""
+def running_vllm(log_path: str, **service: object) -> Iterator[tuple[str, ServerProcess]]:
+    """Start one real vLLM (via the project's ServerProcess) and yield (base URL …/v1, process).
+    Its command line is the `type: vllm` service's (`managed_service` + `service`), so every test
+    server also proves that vLLM parses what shardeval writes."""
+    import msgspec
+
+    from shardeval_vllm.config import check_media_path, VllmServiceConfig, vllm_argv
+
     python, model = require_vllm()
     port = free_port()
-    argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", SERVED_NAME,
-            "--host", "127.0.0.1", "--port", str(port), *CPU_ARGS]  # fmt: skip
+    config = msgspec.convert(managed_service(python, model, **service), VllmServiceConfig)
+    check_media_path("model", config)
+    argv = vllm_argv(config, port)
     with ServerProcess(argv, name="vllm (test server)", log_path=log_path, env=VLLM_ENV, stop_grace_s=20) as proc:
         asyncio.run(proc.wait_http(f"http://127.0.0.1:{port}/health", timeout_s=START_TIMEOUT_S, interval_s=0.5))
         yield f"http://127.0.0.1:{port}/v1", proc
