@@ -54,7 +54,7 @@ class JsonlBenchmark(RowsBenchmark):
             )
         images_field = p.images_field or ("images" if "images" in first else None)
         base_dir = os.path.dirname(os.path.abspath(p.path)) if p.path else None
-        self.images = RowImages(images_field, base_dir, f"benchmark {self.name}") if images_field else None
+        self.images = RowImages(images_field, base_dir, f"benchmark {self.name} ({self.rows.origin})") if images_field else None
         self.has_images = self.images is not None
 
     def preflight(self) -> None:
@@ -78,7 +78,7 @@ class JsonlBenchmark(RowsBenchmark):
             cluster=str(row[cluster_field]) if cluster_field and cluster_field in row else None,
         )
         if self.images is not None and (refs := self.images.of_row(row, idx, problem.id)):
-            check_markers(problem.user_text(), len(refs), f"benchmark {self.name}: row {idx} (id {problem.id})")
+            check_markers(problem.user_text(), len(refs), f"benchmark {self.name} ({self.rows.origin}): row {idx} (id {problem.id})")
             problem = msgspec.structs.replace(problem, images=refs)
         return problem
 

@@ -18,6 +18,7 @@ import base64
 import hashlib
 import io
 import os
+import re
 import threading
 from collections import OrderedDict
 from typing import Any, Callable
@@ -81,7 +82,8 @@ def describe(data: bytes, source: str, name: str) -> ImageRef:
             im.load()
             fmt, (width, height) = im.format, im.size
     except Exception as exc:  # Pillow raises many kinds (UnidentifiedImageError, OSError, SyntaxError, ...)
-        raise ValueError(f"cannot decode it as an image ({type(exc).__name__}: {exc})") from None
+        why = re.sub(r" at 0x[0-9a-fA-F]+", "", str(exc))  # a Python object's address says nothing to a user
+        raise ValueError(f"cannot decode it as an image ({type(exc).__name__}: {why})") from None
     mime = Image.MIME.get(fmt or "", "application/octet-stream")
     return ImageRef(source=source, name=name, sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
                     width=width, height=height, mime=mime)
