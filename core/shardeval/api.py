@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from shardeval.benchmark.answers import (NUMERIC_METHODS, as_number, extract_choice, extract_numeric, final_answer,
                                              first_number, last_number, normalize, normalize_text, numbers_equal)
     from shardeval.benchmark.rubric import Rubric
-    from shardeval.benchmark.images import (describe, IMAGE_MARKER, ImageRef, offer_image_bytes, read_source, register_generator,
+    from shardeval.benchmark.images import (describe, IMAGE_MARKER, ImageRef, offer_image_bytes, read_source, register_generator, RowImages, check_markers,
                                             resolve_path, split_prompt)
     from shardeval.run.runner import make_benchmark
     # Service and solver: an endpoint to ask, a server process to start, how a problem is asked
@@ -96,7 +96,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.benchmark.answers", "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer first_number last_number "
      "normalize normalize_text numbers_equal"),
     ("shardeval.benchmark.rubric", "Rubric"),
-    ("shardeval.benchmark.images", "describe IMAGE_MARKER ImageRef offer_image_bytes read_source register_generator resolve_path "
+    ("shardeval.benchmark.images", "describe IMAGE_MARKER ImageRef offer_image_bytes read_source register_generator resolve_path RowImages check_markers "
      "split_prompt"),
     ("shardeval.run.runner", "make_benchmark"),
     # Service and solver: an endpoint to ask, a server process to start, how a problem is asked

@@ -25,6 +25,8 @@ The mapping (unknown keys are one-line errors naming the closest valid key):
       target: answer              # default: the first of answer/target/reference; a list = accepted aliases
       category: topic             # -> Problem.cluster: per-category breakdown, clustered errors
       choices: options            # choice scorer: one field holding a list, or a list of field names
+      images: images              # images shown with the prompt: paths (relative to the data file), http(s) or
+                                  # data: URLs (default: a row's `images` field); `<image>` in the prompt places them
     prompt: "Question: {input}\\nAnswer:"   # str.format over the row's fields and {input} {target} {choices}
     system_prompt: Answer briefly.          # sent as a system turn (after the solver's own, if any)
     scorer: exact                 # exact | numeric | regex | choice
@@ -48,8 +50,8 @@ from typing import Any, Literal
 import msgspec
 
 from shardeval.api import (
-    ParamsStruct, Problem, RowsBenchmark, Rubric, Score, UsageError, decode_params, extract_choice, extract_numeric,
-    final_answer, normalize, normalize_text, numbers_equal, open_rows,
+    ParamsStruct, Problem, RowImages, RowsBenchmark, Rubric, Score, UsageError, check_markers, decode_params, extract_choice,
+    extract_numeric, final_answer, normalize, normalize_text, numbers_equal, open_rows,
 )
 
 Scorer = Literal["exact", "numeric", "regex", "choice"]
@@ -63,6 +65,7 @@ class Fields(ParamsStruct):
     target: str | None = None
     category: str | None = None
     choices: str | list[str] | None = None
+    images: str | None = None
 
 
 class JudgeMapping(ParamsStruct):
@@ -143,14 +146,28 @@ class CustomBenchmark(RowsBenchmark):
             raise UsageError(f"{where}: scorer choice needs fields.choices: a field holding a list, or a list of field names")
         if mapping.scorer == "regex" and self._regex is None:
             raise UsageError(f"{where}: scorer regex needs `regex:`, a pattern whose group 1 (or whole match) is the answer")
+        images_field = f.images or ("images" if "images" in first else None)
+        self.images = RowImages(images_field, base_dir, f"{where} (data {self.rows.origin})") if images_field else None
+        self.has_images = self.images is not None
         if first:
             self.row_problem(0, first)  # a mapping mistake shows now, not halfway through a shard
+
+    def preflight(self) -> None:
+        """Every row's images read and decoded (one line naming the row and the file for a bad one)."""
+        if self.images is not None:
+            self.images.check_all(self.problems(range(self.size())))
+
+    def fingerprint(self) -> str:
+        rows = super().fingerprint()
+        if self.images is None:
+            return rows
+        return self.images.fingerprint(rows)
 
     # -- rows to problems ------------------------------------------------------------------------
 
     def _check_row(self, row: dict[str, Any], idx: int) -> None:
         f = self.mapping.fields
-        named = {"id": f.id, "input": self.input_field, "target": self.target_field, "category": f.category}
+        named = {"id": f.id, "input": self.input_field, "target": self.target_field, "category": f.category, "images": f.images}
         named.update({"choices": c for c in ([f.choices] if isinstance(f.choices, str) else f.choices or [])})
         for role, field in named.items():
             if field is not None and field not in row:
@@ -199,15 +216,20 @@ class CustomBenchmark(RowsBenchmark):
             metadata["aliases"] = aliases
         if choices:
             metadata["n_choices"] = len(choices)
-        return Problem(
+        row_id = str(row[f.id]) if f.id else str(idx)
+        problem = Problem(
             idx=idx,
-            id=str(row[f.id]) if f.id else str(idx),
+            id=row_id,
             prompt=None if messages else prompt,
             messages=messages,
             reference=aliases[0] if aliases else None,
             cluster=str(row[f.category]) if f.category and row.get(f.category) is not None else None,
             metadata=metadata,
         )
+        if self.images is not None and (refs := self.images.of_row(row, idx, row_id)):
+            check_markers(prompt, len(refs), f"{self.where}: row {idx} (id {row_id})")
+            problem = msgspec.structs.replace(problem, images=refs)
+        return problem
 
     # -- scoring ---------------------------------------------------------------------------------
 

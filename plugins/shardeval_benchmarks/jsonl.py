@@ -3,7 +3,9 @@
 params: path (or url / hf, with optional sha256 and format: see datasets.py; any supported format
 works, JSONL being the usual one), name (default: the file's stem), prompt_field (default: the
 first of prompt/question/input present), messages_field, reference_field (default:
-answer/reference/target), id_field (default: the row index), cluster_field. Scoring is exact
+answer/reference/target), id_field (default: the row index), cluster_field, images_field (default:
+`images` when rows have it: paths relative to the data file, http(s) or data: URLs, placed at the
+prompt's `<image>` markers or before its text). Scoring is exact
 match after normalisation (answers.normalize); a GSM8K-style `#### x` in the reference or the
 response is reduced to x first. Rows come from `datasets.open_rows`, so a shard reads only its own.
 """
@@ -13,7 +15,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import DataParams, Problem, RowsBenchmark, Score, UsageError, decode_params, final_answer, normalize, open_from_params
+import msgspec
+
+from shardeval.api import (DataParams, Problem, RowImages, RowsBenchmark, Score, UsageError, check_markers, decode_params,
+                           final_answer, normalize, open_from_params)
 
 
 class JsonlParams(DataParams):
@@ -23,6 +28,7 @@ class JsonlParams(DataParams):
     reference_field: str | None = None
     id_field: str | None = None
     cluster_field: str | None = None
+    images_field: str | None = None
 
 
 class JsonlBenchmark(RowsBenchmark):
@@ -46,11 +52,24 @@ class JsonlBenchmark(RowsBenchmark):
                 f"benchmark {self.name}: cannot tell which field holds the prompt in {self.rows.origin}; "
                 "set params.prompt_field (or params.messages_field)"
             )
+        images_field = p.images_field or ("images" if "images" in first else None)
+        base_dir = os.path.dirname(os.path.abspath(p.path)) if p.path else None
+        self.images = RowImages(images_field, base_dir, f"benchmark {self.name} ({self.rows.origin})") if images_field else None
+        self.has_images = self.images is not None
+
+    def preflight(self) -> None:
+        """Every row's images read and decoded (one line naming the row and the file for a bad one)."""
+        if self.images is not None:
+            self.images.check_all(self.problems(range(self.size())))
+
+    def fingerprint(self) -> str:
+        rows = super().fingerprint()
+        return rows if self.images is None else self.images.fingerprint(rows)
 
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         id_field, cluster_field = self.params.id_field, self.params.cluster_field
         reference = row.get(self.reference_field) if self.reference_field else None
-        return Problem(
+        problem = Problem(
             idx=idx,
             id=str(row[id_field]) if id_field and id_field in row else str(idx),
             prompt=None if self.messages_field else str(row.get(self.prompt_field, "")),
@@ -58,6 +77,10 @@ class JsonlBenchmark(RowsBenchmark):
             reference=None if reference is None else str(reference),
             cluster=str(row[cluster_field]) if cluster_field and cluster_field in row else None,
         )
+        if self.images is not None and (refs := self.images.of_row(row, idx, problem.id)):
+            check_markers(problem.user_text(), len(refs), f"benchmark {self.name} ({self.rows.origin}): row {idx} (id {problem.id})")
+            problem = msgspec.structs.replace(problem, images=refs)
+        return problem
 
     def score(self, problem: Problem, response: str) -> Score:
         extracted = final_answer(response) or response

@@ -133,6 +133,24 @@ class Benchmark:
         launching process when the shards run on this machine, and by each shard before it
         touches its output directory. The default checks nothing more."""
 
+    def check_images(self, limit: int | None, max_bytes: int, where: str) -> None:
+        """Refuse, before any request, a problem with more images than the service takes per prompt
+        (`limit`, None: no limit declared) or an image over `max_bytes`: one line naming the
+        problem and the image. Called only when `has_images`. The default looks at every problem's
+        ImageRefs; a benchmark that knows its extent without building them all overrides it."""
+        from shardeval.benchmark.images import check_count
+
+        for p in self.problems(range(self.size())):
+            images = p.images or []
+            check_count(len(images), limit, f"{where}: problem {p.idx} (id {p.id})")
+            for ref in images:
+                if ref.bytes > max_bytes:
+                    raise UsageError(f"{where}: problem {p.idx} (id {p.id}): image {ref.name} is {ref.bytes} bytes, over the "
+                                     f"service's max_image_bytes ({max_bytes}); shrink it or raise max_image_bytes")
+            if images and p.metadata.get("scoring") == "loglikelihood":
+                raise UsageError(f"{where}: problem {p.idx} (id {p.id}) has images and is scored by log-likelihood, which "
+                                 "sends text only; score it by its answer")
+
     def problems(self, indices: range | list[int]) -> Iterator[Problem]:
         """Yield the problems at `indices` lazily; override when sequential reads are cheaper."""
         yield from map(self.problem, indices)

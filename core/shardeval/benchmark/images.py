@@ -18,6 +18,7 @@ import base64
 import hashlib
 import io
 import os
+import re
 import threading
 from collections import OrderedDict
 from typing import Any, Callable
@@ -81,7 +82,8 @@ def describe(data: bytes, source: str, name: str) -> ImageRef:
             im.load()
             fmt, (width, height) = im.format, im.size
     except Exception as exc:  # Pillow raises many kinds (UnidentifiedImageError, OSError, SyntaxError, ...)
-        raise ValueError(f"cannot decode it as an image ({type(exc).__name__}: {exc})") from None
+        why = re.sub(r" at 0x[0-9a-fA-F]+", "", str(exc))  # a Python object's address says nothing to a user
+        raise ValueError(f"cannot decode it as an image ({type(exc).__name__}: {why})") from None
     mime = Image.MIME.get(fmt or "", "application/octet-stream")
     return ImageRef(source=source, name=name, sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
                     width=width, height=height, mime=mime)
@@ -190,6 +192,14 @@ def resolve_path(path: str, base_dir: str | None) -> str:
 
 
 # --- prompts -----------------------------------------------------------------------------------
+
+
+def check_markers(text: str, n_images: int, where: str) -> None:
+    """One line when a prompt's `<image>` markers do not pair up with its images."""
+    try:
+        split_prompt(text, n_images)
+    except ValueError as exc:
+        raise UsageError(f"{where}: {exc}") from None
 
 
 def split_prompt(text: str, n_images: int) -> list[str | int]:
@@ -339,3 +349,65 @@ def offer_image_bytes(ref: ImageRef, data: bytes) -> None:
     """Bytes a benchmark just made for `ref` (drawing it to learn its digest): the shard's store
     encodes them when a request first needs the image, instead of drawing it again."""
     STORE.fresh(ref, data)
+
+
+# --- images named by data rows (the bring-your-own benchmarks) ---------------------------------
+
+PREFLIGHT_MAX_BYTES = 256 * 1024 * 1024  # no server takes more; a bigger file is not read into memory
+
+
+class RowImages:
+    """The images a rows benchmark's rows name in one field (a list of paths relative to the data
+    file, http(s) URLs or data: URLs): each read, decoded and digested once per process, when the
+    benchmark's preflight checks them all, so a bad one is one line before any request."""
+
+    def __init__(self, field: str, base_dir: str | None, where: str) -> None:
+        self.field, self.base_dir, self.where = field, base_dir, where
+        self._refs: dict[str, ImageRef] = {}  # source -> its ref (a file named by many rows is read once)
+        self._digest: str | None = None
+
+    def names(self, row: dict[str, Any], idx: int) -> list[str]:
+        value = row.get(self.field)
+        if value is None:
+            return []
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise UsageError(f"{self.where}: row {idx}: {self.field} must be a list of image paths or URLs, got {value!r:.80}")
+        return value
+
+    def of_row(self, row: dict[str, Any], idx: int, row_id: str) -> list[ImageRef]:
+        return [self._ref(name, idx, row_id, k) for k, name in enumerate(self.names(row, idx))]
+
+    def _ref(self, name: str, idx: int, row_id: str, k: int) -> ImageRef:
+        source = resolve_path(name, self.base_dir)
+        ref = self._refs.get(source)
+        if ref is None:
+            try:
+                ref = describe(read_source(source, PREFLIGHT_MAX_BYTES), source, name)
+            except OSError as exc:
+                why = f"{exc.strerror or exc}" + (f" ({source})" if source != name else "")
+                raise UsageError(f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r}: cannot read it: {why}; "
+                                 "fix the path (relative paths start at the data file's folder)") from None
+            except ValueError as exc:
+                raise UsageError(f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r}: {exc}; "
+                                 "replace it with an image file (PNG, JPEG, WebP, GIF, ...)") from None
+            self._refs[source] = ref
+        return ref
+
+    def check_all(self, problems: Any) -> None:
+        """Build every problem (which reads, decodes and digests every image of every row, and
+        checks its prompt's markers); the digest of all images, in row order, joins the dataset
+        fingerprint (an image replaced under its name is other data)."""
+        digest = hashlib.sha256()
+        for p in problems:
+            for ref in p.images or []:
+                digest.update(ref.sha256.encode() + b"\n")
+            digest.update(b"\n")
+        self._digest = digest.hexdigest()
+
+    def fingerprint(self, rows_fingerprint: str) -> str:
+        """The dataset fingerprint with the images' bytes in it (check_all must have run)."""
+        if self._digest is None:
+            raise RuntimeError("RowImages.fingerprint before check_all")
+        return "sha256:" + hashlib.sha256(f"{rows_fingerprint}\nimages {self._digest}".encode()).hexdigest()

@@ -112,6 +112,15 @@ class ServiceConfig(_Section):
     # Once any request got an answer from it (any HTTP reply), connection errors are just records.
     # 0: never stop early. Transport only: not part of the config hash.
     unreachable_after: NonNegativeInt = 8
+    # Images (docs/images.md). What the server takes per prompt, as vLLM's --limit-mm-per-prompt
+    # (`{image: 4}`): a row with more is refused before any request. Declared for any service; a
+    # managed vLLM is also started with it (and then it is part of that service's identity).
+    limit_mm_per_prompt: dict[str, int | dict[str, int]] | None = None
+    # A folder the server reads images from itself (vLLM's --allowed-local-media-path): an image
+    # file under it is sent as a file:// URL instead of base64.
+    allowed_local_media_path: str | None = None
+    # The largest image file a request may carry; a bigger one is refused before any request.
+    max_image_bytes: Count = 20 * 1024 * 1024
 
     def identity(self) -> dict[str, Any] | None:
         """The keys that change results (the model, its weights, engine settings that change its

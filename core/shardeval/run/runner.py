@@ -19,7 +19,7 @@ import time
 from array import array
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AsyncExitStack, suppress
+from contextlib import AsyncExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Awaitable, BinaryIO, Callable, Iterator, TypeVar
 
@@ -68,6 +68,8 @@ from shardeval.run.service import ServiceContext
 from shardeval.store.shards import ShardSpec, shard_indices
 from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide, nothing_to_ask, own_records
 from shardeval.run.solver import Attempt, PairsSolver, ServiceHandle, Solver, generation_params
+from shardeval.run.thumbnails import ThumbnailLog
+from shardeval.benchmark.images import DEFAULT_MAX_IMAGE_BYTES, STORE as IMAGE_STORE, image_limit
 
 log = logging.getLogger("shardeval")
 T = TypeVar("T")
@@ -188,6 +190,8 @@ def build_benchmark(config: Config, i: int, registry) -> tuple[Benchmark, Entry,
     bc = config.benchmarks[i]
     benchmark, entry = make_benchmark(bc, f"benchmarks[{i}].name", registry)
     benchmark.preflight()
+    if benchmark.has_images:
+        check_images(config, i, benchmark)
     if benchmark.size() == 0:  # it would run nothing and merge as COMPLETE, with no number in it
         params = f" with params {msgspec.json.encode(bc.params).decode()}" if bc.params else ""
         raise UsageError(f"benchmarks[{i}] ({bc.id or bc.name}): no problems to ask (its data{params} holds none); "
@@ -197,6 +201,22 @@ def build_benchmark(config: Config, i: int, registry) -> tuple[Benchmark, Entry,
                          f"e.g. `judge: {{service: judge}}` in benchmarks[{i}], with `judge:` under services:")
     rubric = rubric_for(bc.judge, benchmark) if bc.judge is not None else None
     return benchmark, entry, rubric
+
+
+def check_images(config: Config, i: int, benchmark: Benchmark) -> None:
+    """A benchmark with images needs a chat service and a solver that sends them, and its images
+    must fit what that service takes: each refused in one line before any request."""
+    bc = config.benchmarks[i]
+    where = f"benchmarks[{i}] ({bc.id or bc.name})"
+    service = config.services.get(bc.solver.service)
+    if service is not None and service.protocol != "chat_completions":
+        raise UsageError(f"{where} has images, which only chat requests carry, but service {bc.solver.service!r} uses protocol "
+                         f"{service.protocol}; set protocol: chat_completions on it")
+    if bc.solver.type == "loglikelihood":
+        raise UsageError(f"{where} has images, but solver.type loglikelihood scores text only; use the simple solver "
+                         "(leave solver.type out)")
+    limit = image_limit(service.limit_mm_per_prompt) if service is not None else None
+    benchmark.check_images(limit, service.max_image_bytes if service is not None else DEFAULT_MAX_IMAGE_BYTES, where)
 
 
 def make_benchmark(bc: BenchmarkConfig, where: str, registry) -> tuple[Benchmark, Entry]:
@@ -527,8 +547,8 @@ class ShardRun:
 
         with open_append(results_path, buffering=0) as results, open_append(traj_path, buffering=0) as trajectories, \
                 PairAnswerer(plan, self.shard.idx, solver, judge, rejudge, handle.client.scrub, tally,
-                             self.config.output.trajectories) as answerer:
-            output = BenchmarkOutput(bench_dir, results, trajectories, tally, progress)
+                             self.config.output.trajectories) as answerer, thumbnails_of(plan, bench_dir) as thumbnails:
+            output = BenchmarkOutput(bench_dir, results, trajectories, tally, progress, thumbnails)
             reach = self._reachability_of(plan, handle, total - n_resumed)
 
             async def ask(problem: Problem, repeat: int) -> None:
@@ -545,6 +565,10 @@ class ShardRun:
             finally:
                 progress.stop()
         log_adaptive(plan.name, slots)
+        if plan.benchmark.has_images:
+            stats = IMAGE_STORE.stats()
+            log.info("%s: images: %d encoded, %d reused, %d read (this process, all benchmarks)",
+                     plan.name, stats["encodes"], stats["hits"], stats["reads"])
         return tally
 
     def _solver(self, plan: BenchmarkPlan, handle: ServiceHandle) -> Solver:
@@ -702,14 +726,30 @@ class BenchmarkOutput:
     trajectories: BinaryIO
     tally: Tally
     progress: Progress
+    thumbnails: ThumbnailLog | None = None  # images.jsonl, for a benchmark with images
 
     def append(self, record: ResultRecord, line: bytes, traj_line: bytes | None) -> None:
-        """The record's line, then its trajectory's; raises OSError. A record on disk is counted
-        even if its trajectory cannot be written."""
+        """The record's line, then its trajectory's, then the thumbnails of images first sent;
+        raises OSError. A record on disk is counted even if what follows cannot be written."""
         append_line(self.results, line)
         self.tally.add(record)
         if traj_line is not None:
             append_line(self.trajectories, traj_line)
+        if self.thumbnails is not None:
+            self.thumbnails.write_new()
+
+
+@contextmanager
+def thumbnails_of(plan: BenchmarkPlan, bench_dir: str) -> Iterator[ThumbnailLog | None]:
+    """The benchmark's images.jsonl while it runs (None for a benchmark without images)."""
+    if not plan.benchmark.has_images:
+        yield None
+        return
+    log_file = ThumbnailLog(bench_dir, IMAGE_STORE)
+    try:
+        yield log_file
+    finally:
+        log_file.close()
 
 
 class PairAnswerer:
@@ -923,6 +963,8 @@ def make_record(
     )
     if c.cached:
         record.cached = True
+    if problem.images:
+        record.images = [ref.info() for ref in problem.images]
     if verdict is not None:
         apply_verdict(record, verdict, extra)
         return record

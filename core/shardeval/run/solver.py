@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 import msgspec
 
 from shardeval.benchmark import Problem, Score
+from shardeval.benchmark.images import STORE, ImageRef, ImageUnavailable, split_prompt
 from shardeval.config import Generation, SolverConfig
 from shardeval.run.completion import Completion
 from shardeval.run.service import Endpoint
@@ -100,10 +101,19 @@ class SimpleSolver:
         self._scorer: LoglikelihoodSolver | None = None
 
     def payload(self, problem: Problem, seed: int) -> tuple[dict[str, Any], list[dict[str, str]]]:
+        """The request body and the conversation as the trajectory keeps it (images as placeholders).
+        Raises ImageUnavailable when an image cannot be read now."""
         endpoint = self.service.endpoint
         messages = conversation(self.config, problem)
         chat = endpoint.protocol == "chat_completions"
-        turns = {"messages": messages} if chat else {"prompt": "\n\n".join(m["content"] for m in messages)}
+        turns: dict[str, Any]
+        if problem.images:
+            if not chat:  # refused at config load (shardeval.run.runner.check_images); never sent half an image
+                raise ValueError(f"problem {problem.id} has images, which need protocol chat_completions")
+            sent, messages = image_turns(messages, problem.images, getattr(self.service.client, "config", None))
+            turns = {"messages": sent}
+        else:
+            turns = {"messages": messages} if chat else {"prompt": "\n\n".join(m["content"] for m in messages)}
         return {"model": endpoint.model, **turns, "seed": seed, **self.params}, messages  # the generation params win a clash
 
     async def solve(self, problem: Problem, seed: int) -> Attempt:
@@ -111,11 +121,49 @@ class SimpleSolver:
             if self._scorer is None:
                 self._scorer = LoglikelihoodSolver(self.config, self.service)
             return await self._scorer.solve(problem, seed)
-        body, messages = self.payload(problem, seed)
-        completion = await self.service.client.request(body, self.service.slots)
+        try:
+            body, messages = self.payload(problem, seed)
+        except ImageUnavailable as exc:  # infrastructure, not the model: an error of its own kind, asked again on rerun
+            return Attempt(completion=Completion(status="error", error_kind="image", error=str(exc), started_at=time.time()),
+                           messages=conversation(self.config, problem), request={})
+        completion = await self.service.client.request(body, self.service.slots, cache_salt=image_salt(body, problem))
         turns = messages + [{"role": "assistant", "content": completion.text}]
         request = {k: v for k, v in body.items() if k not in ("messages", "prompt")}
         return Attempt(completion=completion, messages=turns, request=request)
+
+
+def image_turns(messages: list[dict[str, str]], images: list[ImageRef], service: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The turns as sent, the last user turn's text split into text and image parts (`<image>`
+    markers place them; none: images first), and the same turns as a trajectory keeps them, each
+    image a placeholder naming its digest. An image is a file:// URL when the service reads files
+    under `allowed_local_media_path` itself, else a base64 data URL from the shard's store."""
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    if last is None:
+        raise ValueError("the problem has images but no user turn to show them in")
+    media_root = getattr(service, "allowed_local_media_path", None)
+    content: list[dict[str, Any]] = []
+    shown: list[str] = []
+    for part in split_prompt(messages[last]["content"], len(images)):
+        if isinstance(part, str):
+            content.append({"type": "text", "text": part})
+            shown.append(part)
+        else:
+            ref = images[part]
+            url = STORE.file_url(ref, media_root) or STORE.data_url(ref)
+            content.append({"type": "image_url", "image_url": {"url": url}})
+            shown.append(ref.placeholder())
+    sent = [*messages[:last], {**messages[last], "content": content}, *messages[last + 1:]]
+    kept = [*messages[:last], {**messages[last], "content": "".join(shown)}, *messages[last + 1:]]
+    return sent, kept
+
+
+def image_salt(body: dict[str, Any], problem: Problem) -> str | None:
+    """What the response cache key adds for images the body names by path (file:// URLs): their
+    digests, so a file replaced under the same name is never answered from the cache. Base64 data
+    URLs are in the body already."""
+    if not problem.images or '"file://' not in msgspec.json.encode(body.get("messages")).decode():
+        return None
+    return " ".join(ref.sha256 for ref in problem.images)
 
 
 def default_labels(n: int) -> list[str]:

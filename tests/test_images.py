@@ -1,0 +1,280 @@
+"""Images in bring-your-own rows, end to end against a real simulator behind a recording proxy:
+what goes on the wire (chat parts in marker order, base64 or file:// URLs), what the records and
+trajectories keep (digests, never bytes), the thumbnails a shard keeps, identity (an image replaced
+under its name is other data), and bad input refused in one line before any request."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from urllib.parse import unquote
+
+import msgspec
+import pytest
+
+from conftest import running_sim, shardeval_cmd
+from served import Recording, app_in_thread, recording_proxy
+
+PIL = pytest.importorskip("PIL")
+from PIL import Image, ImageDraw  # noqa: E402
+
+FAST = ("--ttft-ms", "0", "--itl-ms", "0")
+
+
+def draw(path: Path, n: int, size: int = 48, fmt: str = "PNG") -> bytes:
+    """A small picture with n red dots (a distinct file per n)."""
+    im = Image.new("RGB", (size, size), "white")
+    d = ImageDraw.Draw(im)
+    for k in range(n):
+        d.ellipse((2 + 9 * k, 20, 8 + 9 * k, 26), fill="red")
+    im.save(path, format=fmt)
+    return path.read_bytes()
+
+
+def make_data(tmp: Path, rows: list[dict] | None = None) -> Path:
+    """A JSONL benchmark with images beside it in img/: one image per row with a marker, one row with
+    two markers, one without any (images first)."""
+    (tmp / "img").mkdir(exist_ok=True)
+    for n in range(1, 4):
+        draw(tmp / "img" / f"dots{n}.png", n)
+    rows = rows if rows is not None else [
+        {"id": "a", "question": "How many dots? <image> Answer with a number.", "answer": "1", "images": ["img/dots1.png"]},
+        {"id": "b", "question": "Left <image> right <image>: which has more?", "answer": "right", "images": ["img/dots1.png", "img/dots2.png"]},
+        {"id": "c", "question": "How many dots?", "answer": "3", "images": ["img/dots3.png"]},
+    ]
+    path = tmp / "vqa.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def config(tmp: Path, url: str, data: Path, *, service: str = "", bench: str = "", repeats: int = 2, out: str = "out") -> Path:
+    cfg = tmp / "run.yaml"
+    cfg.write_text(
+        f"services:\n  model:\n    type: api\n    url: {url}\n    model: sim\n{service}"
+        f"benchmarks:\n  - name: {data}\n    repeats: {repeats}\n{bench}"
+        f"output: {{dir: {tmp / out}}}\n"
+    )
+    return cfg
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def image_parts(body: dict) -> list[dict]:
+    return [p for p in body["messages"][-1]["content"] if p["type"] == "image_url"]
+
+
+def test_rows_images_go_on_the_wire_in_marker_order_and_records_keep_digests(tmp_path):
+    data = make_data(tmp_path)
+    digests = {n: hashlib.sha256((tmp_path / "img" / f"dots{n}.png").read_bytes()).hexdigest() for n in (1, 2, 3)}
+    with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
+        result = shardeval_cmd("run", str(config(tmp_path, rec.url, data)), "--shard", "0/1")
+    assert result.returncode == 0, result.stderr
+    assert len(rec.bodies) == 6
+    by_text = {}
+    for body in rec.bodies:
+        content = body["messages"][-1]["content"]
+        assert isinstance(content, list) and body["messages"][-1]["role"] == "user"
+        for part in content:
+            assert set(part) == ({"type", "text"} if part["type"] == "text" else {"type", "image_url"})
+            if part["type"] == "image_url":
+                assert set(part["image_url"]) == {"url"}  # no `detail`: vLLM ignores it with a warning
+        shape = [p["type"] for p in content]
+        by_text["".join(p.get("text", "") for p in content)] = (shape, [p["image_url"]["url"] for p in image_parts(body)])
+    assert by_text["How many dots?  Answer with a number."][0] == ["text", "image_url", "text"]
+    assert by_text["Left  right : which has more?"][0] == ["text", "image_url", "text", "image_url", "text"]
+    assert by_text["How many dots?"][0] == ["image_url", "text"]  # no marker: the image first
+    shape, urls = by_text["Left  right : which has more?"]
+    for url, n in zip(urls, (1, 2)):
+        head, payload = url.split(",", 1)
+        assert head == "data:image/png;base64"
+        assert base64.b64decode(payload) == (tmp_path / "img" / f"dots{n}.png").read_bytes()
+
+    out = tmp_path / "out" / "shard_0" / "vqa"
+    records = lines(out / "results.jsonl")
+    assert len(records) == 6 and all(r["status"] == "ok" for r in records)
+    b = next(r for r in records if r["problem_idx"] == 1)
+    assert b["images"] == [{"sha256": digests[1], "bytes": (tmp_path / "img/dots1.png").stat().st_size, "width": 48, "height": 48},
+                           {"sha256": digests[2], "bytes": (tmp_path / "img/dots2.png").stat().st_size, "width": 48, "height": 48}]
+    trajectories = (out / "trajectories.jsonl").read_text()
+    assert "base64" not in trajectories and "data:image" not in trajectories  # digests, never bytes
+    first = lines(out / "trajectories.jsonl")[0]["messages"][0]["content"]
+    assert f"[image sha256:{digests[1][:12]} 48x48" in first
+    thumbs = lines(out / "images.jsonl")
+    assert sorted(t["sha256"] for t in thumbs) == sorted(digests.values())  # one line per distinct image
+    for t in thumbs:
+        assert t["thumbnail"].startswith("data:image/") and len(t["thumbnail"]) < 12_000 and t["name"].startswith("img/dots")
+    log = (tmp_path / "out" / "shard_0" / "logs" / "shard.log").read_text()
+    assert "vqa: images: 3 encoded, 5 reused, 3 read" in log  # 4 image parts x 2 repeats = 8 uses, 3 distinct images: each read and encoded once
+
+    # a rerun resumes: nothing asked, no thumbnail written twice
+    with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
+        again = shardeval_cmd("run", str(config(tmp_path, rec.url, data)), "--shard", "0/1")
+    assert again.returncode == 0, again.stderr
+    assert rec.bodies == [] and len(lines(out / "images.jsonl")) == 3
+
+
+def test_file_urls_when_the_service_reads_the_folder_itself(tmp_path):
+    data = make_data(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(tmp_path / "img" / "dots3.png", elsewhere / "dots3.png")
+    (tmp_path / "img" / "link.png").symlink_to(elsewhere / "dots3.png")  # resolves outside the folder: base64
+    rows = [{"id": "in", "question": "q <image>", "answer": "1", "images": ["img/dots1.png"]},
+            {"id": "out", "question": "q <image>", "answer": "1", "images": ["img/link.png"]}]
+    make_data(tmp_path, rows)
+    service = f"    allowed_local_media_path: {tmp_path / 'img'}\n"
+    with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
+        result = shardeval_cmd("run", str(config(tmp_path, rec.url, data, service=service, repeats=1)), "--shard", "0/1")
+    assert result.returncode == 0, result.stderr
+    urls = {image_parts(b)[0]["image_url"]["url"] for b in rec.bodies}
+    file_urls = [u for u in urls if u.startswith("file://")]
+    assert [unquote(u.removeprefix("file://")) for u in file_urls] == [os.path.realpath(tmp_path / "img" / "dots1.png")]
+    assert sum(u.startswith("data:image/png;base64,") for u in urls) == 1  # the symlink leaving the folder
+
+
+@pytest.mark.parametrize("case", ["missing", "undecodable", "truncated", "markers", "limit", "too_big", "completions", "loglikelihood"])
+def test_bad_images_are_one_line_before_any_request(tmp_path, case):
+    data = make_data(tmp_path)
+    rows = lines(data)
+    service, bench, want = "", "", ""
+    if case == "missing":
+        rows[2]["images"] = ["img/nope.png"]
+        want = "row 2 (id 2): images[0] 'img/nope.png': cannot read it: No such file"
+    elif case == "undecodable":
+        (tmp_path / "img" / "junk.png").write_bytes(b"this is not a picture")
+        rows[1]["images"][1] = "img/junk.png"
+        want = "row 1 (id 1): images[1] 'img/junk.png': cannot decode it as an image"
+    elif case == "truncated":  # a header that opens, pixels that do not: only a full decode sees it
+        whole = (tmp_path / "img" / "dots3.png").read_bytes()
+        (tmp_path / "img" / "cut.png").write_bytes(whole[: len(whole) // 2])
+        rows[0]["images"] = ["img/cut.png"]
+        want = "row 0 (id 0): images[0] 'img/cut.png': cannot decode it as an image"
+    elif case == "markers":
+        rows[0]["question"] = "<image> and <image>"
+        want = "row 0 (id 0): the prompt has 2 <image> marker(s) for 1 image(s)"
+    elif case == "limit":
+        service = "    limit_mm_per_prompt: {image: 1}\n"
+        want = "problem 1 (id 1): 2 images, more than the service's limit_mm_per_prompt image 1"
+    elif case == "too_big":
+        service = "    max_image_bytes: 100\n"
+        want = "image img/dots1.png is"
+    elif case == "completions":
+        service = "    protocol: completions\n"
+        want = "has images, which only chat requests carry, but service 'model' uses protocol completions"
+    elif case == "loglikelihood":
+        bench = "    solver: {type: loglikelihood}\n"
+        want = "has images, but solver.type loglikelihood scores text only"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
+        result = shardeval_cmd("run", str(config(tmp_path, rec.url, data, service=service, bench=bench)), "--shard", "0/1")
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    err = errors[0] if errors else ""
+    assert len(errors) == 1 and err.startswith("shardeval: error: ") and "Traceback" not in err and want in err, err
+    assert str(data) in err or "benchmarks[0]" in err  # names the data (or the config entry)
+    assert " at 0x" not in err
+    assert rec.bodies == []  # refused before any request
+
+
+def test_an_image_replaced_under_its_name_is_other_data_and_resume_refuses(tmp_path):
+    data = make_data(tmp_path)
+    with running_sim(*FAST) as sim:
+        cfg = config(tmp_path, sim, data)
+        first = shardeval_cmd("run", str(cfg), "--shard", "0/1", "--max-problems", "2")
+        assert first.returncode == 0, first.stderr
+        manifest = json.loads((tmp_path / "out" / "shard_0" / "manifest.json").read_text())
+        before = manifest["benchmarks"][0]["dataset_fingerprint"]
+        draw(tmp_path / "img" / "dots3.png", 4)  # same path, other pixels (a row outside the 2 asked, even)
+        again = shardeval_cmd("run", str(cfg), "--shard", "0/1", "--max-problems", "2")
+    assert again.returncode == 2 and "data changed" in again.stderr, again.stderr
+    assert before in again.stderr
+    # the jsonl rows themselves did not change: only the image's bytes moved the identity
+    assert data.read_text() == "".join(json.dumps(r) + "\n" for r in lines(data))
+
+
+def test_http_images_are_fetched_once_into_the_download_cache(tmp_path):
+    from aiohttp import web
+
+    png = draw(tmp_path / "served.png", 2)
+    hits = []
+
+    async def serve(request):
+        hits.append(request.path)
+        return web.Response(body=png, content_type="image/png")
+
+    app = web.Application()
+    app.router.add_get("/pic.png", serve)
+    with app_in_thread(app) as origin:
+        rows = [{"id": "h", "question": "dots? <image>", "answer": "2", "images": [f"{origin}/pic.png"]}]
+        data = make_data(tmp_path, rows)
+        env = {"SHARDEVAL_CACHE_DIR": str(tmp_path / "cache")}
+        with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
+            result = shardeval_cmd("run", str(config(tmp_path, rec.url, data)), "--shard", "0/1", env=env)
+    assert result.returncode == 0, result.stderr
+    assert len(hits) == 1  # preflight fetched it; the requests read the cached copy
+    assert all(base64.b64decode(image_parts(b)[0]["image_url"]["url"].split(",", 1)[1]) == png for b in rec.bodies)
+    record = lines(tmp_path / "out" / "shard_0" / "vqa" / "results.jsonl")[0]
+    assert record["images"][0]["sha256"] == hashlib.sha256(png).hexdigest()
+
+
+def test_an_image_that_cannot_be_had_at_run_time_is_an_image_error_never_sent(tmp_path):
+    """The solver's side of a run-time failure (an http(s) image gone from the cache and the server,
+    a file changed since the problem was built): an error of kind `image`, and no request."""
+    import asyncio
+
+    from shardeval.benchmark import Problem
+    from shardeval.benchmark.images import ImageStore, describe
+    from shardeval.config import SolverConfig
+    from shardeval.run.service import Endpoint
+    from shardeval.run.solver import ServiceHandle, SimpleSolver
+
+    path = tmp_path / "x.png"
+    ref = describe(draw(path, 1), str(path), "x.png")
+    draw(path, 2)  # changed after the problem was built
+    url_ref = msgspec.structs.replace(ref, source="http://127.0.0.1:9/gone.png", name="http://127.0.0.1:9/gone.png")
+
+    class NoClient:  # the request must never be made: a call fails the test
+        config = None
+
+        async def request(self, *args, **kwargs):
+            raise AssertionError("a request was made")
+
+    handle = ServiceHandle(endpoint=Endpoint(base_url="http://127.0.0.1:9/v1", model="m", protocol="chat_completions"), client=NoClient())
+    solver = SimpleSolver(SolverConfig(), handle)
+    for r, why in ((ref, "changed since the problem was built"), (url_ref, "gone.png")):
+        problem = Problem(idx=0, id="p", prompt="look <image>", images=[r])
+        attempt = asyncio.run(solver.solve(problem, 1))
+        assert attempt.completion.status == "error" and attempt.completion.error_kind == "image"
+        assert why in attempt.completion.error
+
+
+def test_store_encodes_each_image_once_within_its_bounds(tmp_path):
+    from shardeval.benchmark.images import ImageStore, describe
+
+    refs = [describe(draw(tmp_path / f"{n}.png", n % 5, size=32 + n), str(tmp_path / f"{n}.png"), f"{n}.png") for n in range(10)]
+    store = ImageStore(max_entries=4)
+    for ref in refs:  # problem-major: each image's repeats back to back
+        urls = {store.data_url(ref) for _ in range(3)}
+        assert len(urls) == 1
+    assert store.stats() == {"encodes": 10, "hits": 20, "reads": 10}
+    assert len(store._urls) == 4  # bounded
+
+
+def test_file_url_cache_key_carries_the_digests(tmp_path):
+    from shardeval.benchmark import Problem
+    from shardeval.benchmark.images import describe
+    from shardeval.run.solver import image_salt
+
+    path = tmp_path / "a.png"
+    ref = describe(draw(path, 1), str(path), "a.png")
+    problem = Problem(idx=0, id="p", prompt="<image>", images=[ref])
+    as_file = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"file://{path}"}}]}]}
+    as_data = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}]}
+    assert image_salt(as_file, problem) == ref.sha256
+    assert image_salt(as_data, problem) is None  # the bytes are in the body already
