@@ -26,6 +26,7 @@ import pytest
 
 from conftest import process_alive as alive
 from conftest import process_table
+from served import Recording, recording_proxy
 from vllm_real import SERVED_NAME, managed_service, require_vllm, running_vllm
 
 pytestmark = pytest.mark.timeout(900)  # a real server on a busy 2-core machine; each test is far shorter
@@ -52,7 +53,7 @@ def vllm_url(vllm_server: tuple[str, Path, Path]) -> str:
     return vllm_server[0]
 
 
-def run_shard(tmp_path: Path, name: str, service: dict[str, Any], benchmark: dict[str, Any], seed: int = 0) -> Path:
+def run_shard(tmp_path: Path, name: str, service: dict[str, Any], benchmark: dict[str, Any], seed: int = 0, exit_code: int = 0) -> Path:
     """Run one whole shard in this process (config, runner, client, records); return its directory."""
     from shardeval.config.loading import load_config
     from shardeval.run.runner import ShardRun
@@ -63,7 +64,7 @@ def run_shard(tmp_path: Path, name: str, service: dict[str, Any], benchmark: dic
     cfg = out / "config.yaml"
     cfg.write_text(json.dumps({"services": {"model": service}, "benchmarks": [benchmark], "seed": seed, "output": {"progress_interval_s": 0}}))
     code = asyncio.run(ShardRun(load_config(str(cfg), [], {}), ShardSpec(0, 1, "test"), str(out / "shard_0")).run())
-    assert code == 0
+    assert code == exit_code
     return out / "shard_0"
 
 
@@ -129,33 +130,33 @@ def test_seed_varies_repeats_and_reproduces_reruns(vllm_url: str, tmp_path: Path
 # --- images: the argv parses, and a text model's 400 is a client error -----------------------------
 
 
-def png_data_url() -> str:
-    import base64
-    import io
-
+def test_image_flags_parse_and_an_image_request_is_a_client_error_never_a_score(vllm_server: tuple[str, Path, Path], tmp_path: Path) -> None:
+    """SmolLM2 answers any image request 400 "smol is not a multimodal model", after vLLM's part
+    parser accepted the parts and before it decodes an image: shardeval's wire form (a data: URL,
+    and a file:// URL under the allowed folder) parses live, and the 400 is recorded as a `client`
+    error, not retried, never scored."""
     from PIL import Image
 
-    buf = io.BytesIO()
-    Image.new("RGB", (4, 4), (200, 30, 30)).save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def test_image_flags_parse_and_an_image_part_reaches_vllms_part_parser(vllm_server: tuple[str, Path, Path]) -> None:
-    """SmolLM2 answers any image request 400 "smol is not a multimodal model", after vLLM's part
-    parser accepted the parts and before it decodes an image: the wire form parses live."""
     url, log, media = vllm_server
     header = next(line for line in log.read_text().splitlines() if line.startswith("# shardeval") and "--port" in line)
     assert f"--limit-mm-per-prompt '{{\"image\":{IMAGE_LIMIT}}}'" in header and f"--allowed-local-media-path {media}" in header
-    content = [{"type": "text", "text": "What colour is it?"}, {"type": "image_url", "image_url": {"url": png_data_url()}}]
-    body = {"model": SERVED_NAME, "messages": [{"role": "user", "content": content}], "max_tokens": 4}
-
-    async def post() -> tuple[int, dict[str, Any]]:
-        async with aiohttp.ClientSession() as session:
-            async with session.post(url + "/chat/completions", json=body, timeout=aiohttp.ClientTimeout(total=60)) as resp:
-                return resp.status, await resp.json()
-
-    status, doc = asyncio.run(post())
-    assert status == 400 and doc["error"]["message"] == f"{SERVED_NAME} is not a multimodal model", doc
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(media / "served.png")  # the server may read it: a file:// URL
+    Image.new("RGB", (8, 8), (30, 30, 200)).save(tmp_path / "inline.png")  # outside its folder: base64
+    data = tmp_path / "look.jsonl"
+    data.write_text(json.dumps({"question": "Colour? <image>", "answer": "red", "images": [str(media / "served.png")]}) + "\n"
+                    + json.dumps({"question": "Colour? <image>", "answer": "blue", "images": [str(tmp_path / "inline.png")]}) + "\n")
+    with recording_proxy(url, Recording("")) as rec:
+        service = {**api(rec.url), "limit_mm_per_prompt": {"image": IMAGE_LIMIT}, "allowed_local_media_path": str(media)}
+        shard = run_shard(tmp_path, "look", service, {"name": str(data), "solver": {"generation": {"max_tokens": 4}}}, exit_code=3)
+    sent = sorted(p["image_url"]["url"].split(":", 1)[0] for b in rec.bodies for p in b["messages"][-1]["content"] if p["type"] == "image_url")
+    assert sent == ["data", "file"]
+    rs = records(shard, "look")
+    assert len(rs) == 2
+    for r in rs:
+        assert (r["status"], r["error_kind"], r.get("score"), r.get("scores") or None) == ("error", "client", None, None), r
+        assert f"{SERVED_NAME} is not a multimodal model" in r["error"] and r["attempts"] == 1, r
+    trajectories = (shard / "look" / "trajectories.jsonl").read_text()
+    assert "file://" not in trajectories and "base64" not in trajectories
 
 
 # --- log-likelihood scoring vs vLLM's own prompt logprobs ----------------------------------------

@@ -162,7 +162,6 @@ def test_a_config_written_before_images_keeps_its_hash(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("key, value, named", [
-    ("limit_mm_per_prompt", {"image": -1}, r"limit_mm_per_prompt"),
     ("limit_mm_per_prompt", {"image": "four"}, r"limit_mm_per_prompt"),
     ("limit_mm_per_prompt", "image=4", r"limit_mm_per_prompt"),
     ("mm_processor_kwargs", "num_crops=4", r"mm_processor_kwargs"),

@@ -15,9 +15,10 @@ The command line is `launch_command` + the model + the standard flags + `extra_a
 - `revision`, `dtype`, `quantization`, `max_model_len`, `pipeline_parallel_size` and
   `generation_config` are vLLM's flags of the same names, passed only when set (the same flags in
   `extra_args` work as before).
-- Images (issue 28): `limit_mm_per_prompt` (`{image: 4}`, or `{image: {count: 4, width: 512,
-  height: 512}}`), `mm_processor_kwargs` (the model's HF image processor overrides) and
-  `allowed_local_media_path` (a directory vLLM may read `file://` images under) become
+- Images (docs/images.md): `limit_mm_per_prompt` (`{image: 4}`, or `{image: {count: 4, width: 512,
+  height: 512}}`) and `allowed_local_media_path` (a directory vLLM may read `file://` images
+  under), both declared for every service, and `mm_processor_kwargs` (the model's HF image
+  processor overrides), this service's own, become
   `--limit-mm-per-prompt`, `--mm-processor-kwargs` (both canonical JSON, the form vLLM 0.32 parses)
   and `--allowed-local-media-path`, when set. A text-only model ignores all three.
 
@@ -55,10 +56,6 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     # HF processor overrides for the model's images (`{num_crops: 4}`, `{max_pixels: 1003520}`): they
     # change how an image is tokenised, so they change answers.
     mm_processor_kwargs: dict[str, Any] | None = None
-    # TEMPORARY (issue 28): the lead adds these to the base ServiceConfig; drop them here on that merge.
-    limit_mm_per_prompt: dict[str, Annotated[int, msgspec.Meta(ge=0)] | dict[str, Annotated[int, msgspec.Meta(ge=0)]]] | None = None
-    allowed_local_media_path: str | None = None
-    max_image_bytes: Count | None = None
     node_pool: str | None = None  # which node pool runs it; read by orchestrators
     extra_args: list[str] = []
     env: dict[str, str] = {}
