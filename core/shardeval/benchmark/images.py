@@ -156,7 +156,7 @@ def decode_data_url(url: str) -> bytes:
 
 
 def _cache_path(url: str) -> str:
-    from shardeval.benchmark.datasets import downloads_dir
+    from shardeval.benchmark.downloads import downloads_dir
 
     return os.path.join(downloads_dir(), "images", hashlib.sha256(url.encode()).hexdigest())
 
