@@ -112,6 +112,13 @@ def test_rows_images_go_on_the_wire_in_marker_order_and_records_keep_digests(tmp
     log = (tmp_path / "out" / "shard_0" / "logs" / "shard.log").read_text()
     assert "vqa: images: 3 encoded, 5 reused, 3 read" in log  # 4 image parts x 2 repeats = 8 uses, 3 distinct images: each read and encoded once
 
+    # a rescore scores the saved answers again and keeps the images' records and thumbnails
+    rescored = shardeval_cmd("rescore", str(tmp_path / "out"), "-o", str(tmp_path / "rescored"))
+    assert rescored.returncode == 0, rescored.stderr
+    again_dir = tmp_path / "rescored" / "shard_0" / "vqa"
+    assert [r["images"] for r in lines(again_dir / "results.jsonl")] == [r["images"] for r in records]
+    assert (again_dir / "images.jsonl").read_bytes() == (out / "images.jsonl").read_bytes()
+
     # a rerun resumes: nothing asked, no thumbnail written twice
     with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
         again = shardeval_cmd("run", str(config(tmp_path, rec.url, data)), "--shard", "0/1")

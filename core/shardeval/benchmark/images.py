@@ -422,8 +422,9 @@ class RowImages:
             digest.update(b"\n")
         self._digest = digest.hexdigest()
 
-    def fingerprint(self, rows_fingerprint: str) -> str:
-        """The dataset fingerprint with the images' bytes in it (check_all must have run)."""
+    def fingerprint(self, rows_fingerprint: str, problems: Callable[[], Any]) -> str:
+        """The dataset fingerprint with the images' bytes in it (checking them all first, if the
+        preflight has not: `problems()` yields every problem)."""
         if self._digest is None:
-            raise RuntimeError("RowImages.fingerprint before check_all")
+            self.check_all(problems())
         return "sha256:" + hashlib.sha256(f"{rows_fingerprint}\nimages {self._digest}".encode()).hexdigest()
