@@ -112,6 +112,13 @@ def test_rows_images_go_on_the_wire_in_marker_order_and_records_keep_digests(tmp
     log = (tmp_path / "out" / "shard_0" / "logs" / "shard.log").read_text()
     assert "vqa: images: 3 encoded, 5 reused, 3 read" in log  # 4 image parts x 2 repeats = 8 uses, 3 distinct images: each read and encoded once
 
+    # a rescore scores the saved answers again and keeps the images' records and thumbnails
+    rescored = shardeval_cmd("rescore", str(tmp_path / "out"), "-o", str(tmp_path / "rescored"))
+    assert rescored.returncode == 0, rescored.stderr
+    again_dir = tmp_path / "rescored" / "shard_0" / "vqa"
+    assert [r["images"] for r in lines(again_dir / "results.jsonl")] == [r["images"] for r in records]
+    assert (again_dir / "images.jsonl").read_bytes() == (out / "images.jsonl").read_bytes()
+
     # a rerun resumes: nothing asked, no thumbnail written twice
     with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
         again = shardeval_cmd("run", str(config(tmp_path, rec.url, data)), "--shard", "0/1")
@@ -229,7 +236,7 @@ def test_an_image_that_cannot_be_had_at_run_time_is_an_image_error_never_sent(tm
     import asyncio
 
     from shardeval.benchmark import Problem
-    from shardeval.benchmark.images import ImageStore, describe
+    from shardeval.benchmark.images import describe
     from shardeval.config import SolverConfig
     from shardeval.run.service import Endpoint
     from shardeval.run.solver import ServiceHandle, SimpleSolver
@@ -237,7 +244,8 @@ def test_an_image_that_cannot_be_had_at_run_time_is_an_image_error_never_sent(tm
     path = tmp_path / "x.png"
     ref = describe(draw(path, 1), str(path), "x.png")
     draw(path, 2)  # changed after the problem was built
-    url_ref = msgspec.structs.replace(ref, source="http://127.0.0.1:9/gone.png", name="http://127.0.0.1:9/gone.png")
+    # never described in this process: read by its name, a URL nothing answers (port 9, discard)
+    url_ref = msgspec.structs.replace(ref, name="http://127.0.0.1:9/gone.png", sha256="0" * 64)
 
     class NoClient:  # the request must never be made: a call fails the test
         config = None
@@ -259,11 +267,30 @@ def test_store_encodes_each_image_once_within_its_bounds(tmp_path):
 
     refs = [describe(draw(tmp_path / f"{n}.png", n % 5, size=32 + n), str(tmp_path / f"{n}.png"), f"{n}.png") for n in range(10)]
     store = ImageStore(max_entries=4)
+    for n, ref in enumerate(refs):
+        store.locate(ref, str(tmp_path / f"{n}.png"))
     for ref in refs:  # problem-major: each image's repeats back to back
         urls = {store.data_url(ref) for _ in range(3)}
         assert len(urls) == 1
     assert store.stats() == {"encodes": 10, "hits": 20, "reads": 10}
     assert len(store._urls) == 4  # bounded
+
+
+def test_fingerprints_hold_digests_not_where_the_data_is_mounted(tmp_path):
+    """Two nodes mount the data at different paths: their problems, and so the prompt fingerprint
+    that shards of one run must share, are the same."""
+    from shardeval.identity import prompt_fingerprint
+    from shardeval_benchmarks.jsonl import JsonlBenchmark
+
+    fingerprints = set()
+    for mount in ("node_a", "node_b"):
+        (tmp_path / mount).mkdir()
+        data = make_data(tmp_path / mount)
+        bench = JsonlBenchmark({"path": str(data)})
+        bench.preflight()
+        fingerprints.add((prompt_fingerprint(bench, bench.size()), bench.fingerprint()))
+        assert str(tmp_path) not in msgspec.json.encode(bench.problem(0)).decode()
+    assert len(fingerprints) == 1
 
 
 def test_file_url_cache_key_carries_the_digests(tmp_path):

@@ -161,7 +161,7 @@ class CustomBenchmark(RowsBenchmark):
         rows = super().fingerprint()
         if self.images is None:
             return rows
-        return self.images.fingerprint(rows)
+        return self.images.fingerprint(rows, lambda: self.problems(range(self.size())))
 
     # -- rows to problems ------------------------------------------------------------------------
 

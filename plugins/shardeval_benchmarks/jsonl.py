@@ -64,7 +64,7 @@ class JsonlBenchmark(RowsBenchmark):
 
     def fingerprint(self) -> str:
         rows = super().fingerprint()
-        return rows if self.images is None else self.images.fingerprint(rows)
+        return rows if self.images is None else self.images.fingerprint(rows, lambda: self.problems(range(self.size())))
 
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         id_field, cluster_field = self.params.id_field, self.params.cluster_field

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from shardeval.benchmark import Benchmark, Problem
+from shardeval.benchmark.downloads import DOWNLOADS_ENV, downloads_dir
 from shardeval.store.atomic import atomic_write
 from shardeval.errors import UsageError
 from shardeval.store.regular import kind_of, open_regular
@@ -47,7 +48,6 @@ __all__ = ["Rows", "RowsBenchmark", "open_rows", "open_from_params", "package_da
 
 FORMATS = ("jsonl", "json", "csv", "parquet")
 SOURCE_PARAMS = ("path", "url", "hf", "sha256", "format")
-DOWNLOADS_ENV = "SHARDEVAL_CACHE_DIR"  # the download cache's variable, under the name users already set
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 _HOW = "point it at the data with params.path (a local .jsonl/.json/.csv/.parquet file), params.url or params.hf"
 
@@ -337,16 +337,6 @@ def package_data(package: str, resource: str, *, pip_name: str | None = None, wh
         os.makedirs(target_dir, exist_ok=True)
         atomic_write(target, [data])
     return target
-
-
-def downloads_dir() -> str:
-    """The download cache: what shardeval fetches or builds once per node and reuses (data files
-    from a URL, package data of a zip-imported package).
-    `$SHARDEVAL_CACHE_DIR`, else platformdirs' user cache dir for shardeval. Not the response
-    cache (`cache.dir`, shardeval.run.response_cache), which holds model answers."""
-    from platformdirs import user_cache_dir
-
-    return os.environ.get(DOWNLOADS_ENV) or user_cache_dir("shardeval")
 
 
 # --- formats -----------------------------------------------------------------------------------

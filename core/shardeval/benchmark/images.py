@@ -36,10 +36,11 @@ THUMBNAIL_MAX_BYTES = 8 * 1024
 
 
 class ImageRef(msgspec.Struct, frozen=True, kw_only=True):
-    """One image of a problem: where its bytes are and what they are. `name` is how the data named
-    it (a path as written in the row, a URL), for messages and pages; `source` is where to read it."""
+    """One image of a problem: what its bytes are, and `name`, how the data named it (a path as
+    written in the row, a URL, a generator's spec), for messages and pages. Where this process reads
+    the bytes (an absolute path, which differs between nodes) is not part of it, so fingerprints
+    over problems hold the digest and never a mount point: `describe` tells the store (`locate`)."""
 
-    source: str
     name: str
     sha256: str
     bytes: int
@@ -75,7 +76,8 @@ def pillow() -> Any:
 
 def describe(data: bytes, source: str, name: str) -> ImageRef:
     """The ImageRef of `data`, decoded in full as vLLM decodes it (a truncated file fails here,
-    not at the server). Raises ValueError naming what is wrong."""
+    not at the server), read from `source` (remembered, so the shard's store can read it again).
+    Raises ValueError naming what is wrong."""
     Image = pillow()
     try:
         with Image.open(io.BytesIO(data)) as im:
@@ -85,8 +87,9 @@ def describe(data: bytes, source: str, name: str) -> ImageRef:
         why = re.sub(r" at 0x[0-9a-fA-F]+", "", str(exc))  # a Python object's address says nothing to a user
         raise ValueError(f"cannot decode it as an image ({type(exc).__name__}: {why})") from None
     mime = Image.MIME.get(fmt or "", "application/octet-stream")
-    return ImageRef(source=source, name=name, sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
-                    width=width, height=height, mime=mime)
+    ref = ImageRef(name=name, sha256=hashlib.sha256(data).hexdigest(), bytes=len(data), width=width, height=height, mime=mime)
+    STORE.locate(ref, source)
+    return ref
 
 
 def thumbnail(data: bytes) -> tuple[str, int, int] | None:
@@ -156,7 +159,7 @@ def decode_data_url(url: str) -> bytes:
 
 
 def _cache_path(url: str) -> str:
-    from shardeval.benchmark.datasets import downloads_dir
+    from shardeval.benchmark.downloads import downloads_dir
 
     return os.path.join(downloads_dir(), "images", hashlib.sha256(url.encode()).hexdigest())
 
@@ -249,11 +252,23 @@ class ImageStore:
         self._urls: OrderedDict[str, str] = OrderedDict()
         self._fresh: OrderedDict[str, bytes] = OrderedDict()
         self._size = 0
+        self._sources: dict[str, str] = {}  # sha256 -> where this process reads it
         self._verified: OrderedDict[tuple[str, int, int, int], None] = OrderedDict()
         self._lock = threading.Lock()
         self.encodes = self.hits = self.reads = 0
         self._thumbnails: dict[str, tuple[ImageRef, bytes]] = {}  # made since the runner last took them
         self.want_thumbnails = False
+
+    def locate(self, ref: ImageRef, source: str) -> None:
+        """Where this process reads `ref`'s bytes (one entry per distinct image: a short string)."""
+        with self._lock:
+            self._sources[ref.sha256] = source
+
+    def source_of(self, ref: ImageRef) -> str:
+        """Where this process reads `ref`; an image never described here (a problem decoded from
+        elsewhere) is read by its name."""
+        with self._lock:
+            return self._sources.get(ref.sha256, ref.name)
 
     def fresh(self, ref: ImageRef, data: bytes) -> None:
         with self._lock:
@@ -288,9 +303,10 @@ class ImageStore:
     def file_url(self, ref: ImageRef, media_root: str | None) -> str | None:
         """`file://` + the path when the server may read it itself (vLLM's --allowed-local-media-path,
         which resolves symlinks and wants the file strictly below it); None otherwise."""
-        if not media_root or ref.source.startswith(("http://", "https://", "data:", "gen:")):
+        source = self.source_of(ref)
+        if not media_root or source.startswith(("http://", "https://", "data:", "gen:")):
             return None
-        real, root = os.path.realpath(ref.source), os.path.realpath(media_root)
+        real, root = os.path.realpath(source), os.path.realpath(media_root)
         if os.path.commonpath([real, root]) != root or real == root:
             return None
         self._check_unchanged(ref, real)
@@ -316,7 +332,7 @@ class ImageStore:
 
     def _read(self, ref: ImageRef) -> bytes:
         try:
-            data = read_source(ref.source)
+            data = read_source(self.source_of(ref))
         except (OSError, ValueError) as exc:
             raise ImageUnavailable(f"image {ref.name}: {getattr(exc, 'strerror', None) or exc}") from None
         with self._lock:
@@ -406,8 +422,9 @@ class RowImages:
             digest.update(b"\n")
         self._digest = digest.hexdigest()
 
-    def fingerprint(self, rows_fingerprint: str) -> str:
-        """The dataset fingerprint with the images' bytes in it (check_all must have run)."""
+    def fingerprint(self, rows_fingerprint: str, problems: Callable[[], Any]) -> str:
+        """The dataset fingerprint with the images' bytes in it (checking them all first, if the
+        preflight has not: `problems()` yields every problem)."""
         if self._digest is None:
-            raise RuntimeError("RowImages.fingerprint before check_all")
+            self.check_all(problems())
         return "sha256:" + hashlib.sha256(f"{rows_fingerprint}\nimages {self._digest}".encode()).hexdigest()

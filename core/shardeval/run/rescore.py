@@ -52,6 +52,7 @@ from shardeval.store.regular import open_append, read_regular
 from shardeval.store.records import (
     LOGS_DIR,
     RESULTS_FILE,
+    IMAGES_FILE,
     TRAJECTORIES_FILE,
     BenchmarkManifest,
     Manifest,
@@ -380,7 +381,7 @@ def rescore_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership) 
         if pool:
             pool.shutdown(wait=True)
     elapsed = time.perf_counter() - started
-    _copy_trajectories(os.path.join(src, name, TRAJECTORIES_FILE), os.path.join(dst, name, TRAJECTORIES_FILE))
+    copy_kept_files(src, dst, name)
     n = tally["ok"] + tally["copied"]
     log.info("%s/%s: %d record(s): %d rescored with %s (%d changed score, %d failed: `internal` errors), %d copied "
              "(errors, not this shard's own); %.3f s, %.0f records/s", dst, name, n, tally["ok"], b.info.scorer,
@@ -428,7 +429,7 @@ def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, 
 
     started = time.perf_counter()
     judges.run(go())
-    _copy_trajectories(os.path.join(src, name, TRAJECTORIES_FILE), os.path.join(dst, name, TRAJECTORIES_FILE))
+    copy_kept_files(src, dst, name)
     log.info("%s/%s: %d answer(s) judged again by %s, %d record(s) copied; %+d error(s); %.3f s", dst, name, tally["judged"],
              spec.service, tally["copied"], tally["delta"], time.perf_counter() - started)
 
@@ -505,8 +506,15 @@ def _lines_written(path: str) -> int:
     return n
 
 
-def _copy_trajectories(src: str, dst: str) -> None:
-    """Copy the trajectories file as it is (replaced atomically, so a rerun copies it again whole)."""
+def copy_kept_files(src: str, dst: str, name: str) -> None:
+    """The benchmark's files a rescore does not change, copied as they are: its trajectories and
+    the thumbnails of the images it sent (for report.html)."""
+    for file in (TRAJECTORIES_FILE, IMAGES_FILE):
+        _copy_file(os.path.join(src, name, file), os.path.join(dst, name, file))
+
+
+def _copy_file(src: str, dst: str) -> None:
+    """Copy a file as it is (replaced atomically, so a rerun copies it again whole)."""
     if not os.path.exists(src):
         return
     tmp = f"{dst}.tmp"

@@ -9,7 +9,6 @@ the requests in flight; a rerun resumes from what is on disk.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import logging.handlers
 import os
@@ -57,7 +56,7 @@ from shardeval.store.records import (
     write_manifest,
 )
 from shardeval.run.provenance import collect_provenance, read_served
-from shardeval.store.regular import open_append, open_append_fd
+from shardeval.store.regular import append_line, open_append, open_append_fd
 from shardeval.redact import RedactingFilter
 from shardeval.run.reachability import Reachability
 from shardeval.config.sampling import registered_name
@@ -873,24 +872,6 @@ class QuietFileHandler(logging.FileHandler):
             super().close()
         except OSError:
             self.broken = True
-
-
-def append_line(f, data: bytes) -> None:
-    """Append one whole line or raise OSError; a partial write (a disk filling up) is undone, so
-    the file never holds half a record from this process."""
-    view = memoryview(data)
-    written = 0
-    try:
-        while written < len(data):
-            n = f.write(view[written:])
-            if not n:
-                raise OSError(errno.EIO, "write made no progress")
-            written += n
-    except OSError:
-        if written:
-            with suppress(OSError):  # a torn tail left behind is skipped on read and sealed on resume
-                os.ftruncate(f.fileno(), os.fstat(f.fileno()).st_size - written)
-        raise
 
 
 def write_final_manifest(out_dir: str, manifest: Manifest) -> None:

@@ -16,7 +16,7 @@ import msgspec
 
 from shardeval.benchmark.images import ImageStore, thumbnail
 from shardeval.store.records import IMAGES_FILE, ImageThumbnail
-from shardeval.store.regular import open_append, open_regular
+from shardeval.store.regular import append_line, open_append, open_regular
 
 log = logging.getLogger("shardeval.run.thumbnails")
 
@@ -51,8 +51,6 @@ class ThumbnailLog:
 
     def write_new(self) -> None:
         """Raises OSError when the line cannot be written (the caller stops the shard, as for a record)."""
-        from shardeval.run.runner import append_line
-
         for ref, data in self.store.take_thumbnails():
             if ref.sha256 in self.seen:
                 continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from contextlib import suppress
 from typing import BinaryIO, Callable
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
@@ -86,3 +87,21 @@ def _checked(fd: int, path: str, allowed: Callable[[int], bool]) -> int:
 def open_append(path: str, buffering: int = -1) -> BinaryIO:
     """`open(path, "ab")` that never waits (see `open_append_fd`)."""
     return os.fdopen(open_append_fd(path), "ab", buffering=buffering)
+
+
+def append_line(f, data: bytes) -> None:
+    """Append one whole line or raise OSError; a partial write (a disk filling up) is undone, so
+    the file never holds half a record from this process."""
+    view = memoryview(data)
+    written = 0
+    try:
+        while written < len(data):
+            n = f.write(view[written:])
+            if not n:
+                raise OSError(errno.EIO, "write made no progress")
+            written += n
+    except OSError:
+        if written:
+            with suppress(OSError):  # a torn tail left behind is skipped on read and sealed on resume
+                os.ftruncate(f.fileno(), os.fstat(f.fileno()).st_size - written)
+        raise
