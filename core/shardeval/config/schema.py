@@ -115,7 +115,7 @@ class ServiceConfig(_Section):
     # Images (docs/images.md). What the server takes per prompt, as vLLM's --limit-mm-per-prompt
     # (`{image: 4}`): a row with more is refused before any request. Declared for any service; a
     # managed vLLM is also started with it (and then it is part of that service's identity).
-    limit_mm_per_prompt: dict[str, int | dict[str, int]] | None = None
+    limit_mm_per_prompt: dict[str, NonNegativeInt | dict[str, NonNegativeInt]] | None = None
     # A folder the server reads images from itself (vLLM's --allowed-local-media-path): an image
     # file under it is sent as a file:// URL instead of base64.
     allowed_local_media_path: str | None = None
