@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from shardeval.benchmark.datasets import (FORMATS, JsonlRows, SOURCE_PARAMS, Rows, RowsBenchmark, downloads_dir,
                                               open_from_params, open_rows, package_data)
     from shardeval.benchmark.answers import (NUMERIC_METHODS, as_number, extract_choice, extract_numeric, final_answer,
-                                             first_number, last_number, normalize, normalize_text, numbers_equal)
+                                             first_number, last_number, normalize, normalize_text, normalize_vqa, numbers_equal,
+                                             extract_choice_vlm, vqa_accuracy)
     from shardeval.benchmark.rubric import Rubric
     from shardeval.benchmark.images import (describe, IMAGE_MARKER, ImageRef, offer_image_bytes, read_source, register_generator, RowImages, check_markers,
                                             resolve_path, split_prompt)
@@ -94,7 +95,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.benchmark.datasets", "FORMATS JsonlRows SOURCE_PARAMS Rows RowsBenchmark downloads_dir open_from_params open_rows "
      "package_data"),
     ("shardeval.benchmark.answers", "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer first_number last_number "
-     "normalize normalize_text numbers_equal"),
+     "normalize normalize_text normalize_vqa numbers_equal extract_choice_vlm vqa_accuracy"),
     ("shardeval.benchmark.rubric", "Rubric"),
     ("shardeval.benchmark.images", "describe IMAGE_MARKER ImageRef offer_image_bytes read_source register_generator resolve_path RowImages check_markers "
      "split_prompt"),
