@@ -1,5 +1,5 @@
-"""Built-in plugin: arith, data files (jsonl), gsm8k, humaneval, mmlu, perplexity and YAML-mapped
-custom benchmarks, plus the `shardeval benchmarks` command.
+"""Built-in plugin: arith, vision_count (generated images), data files (jsonl), gsm8k, humaneval,
+mmlu, perplexity and YAML-mapped custom benchmarks, plus the `shardeval benchmarks` command.
 
 Registered through the `shardeval` entry-point group like any third-party benchmark package.
 Each benchmark's module is imported when the benchmark is first built, so one that cannot import
@@ -12,6 +12,7 @@ from shardeval.api import Lazy, hookimpl
 
 BUILTIN = {
     "arith": "shardeval_benchmarks.arith:ArithBenchmark",
+    "vision_count": "shardeval_benchmarks.vision_count:VisionCountBenchmark",
     "jsonl": "shardeval_benchmarks.jsonl:JsonlBenchmark",
     "gsm8k": "shardeval_benchmarks.gsm8k:Gsm8kBenchmark",
     "humaneval": "shardeval_benchmarks.humaneval:HumanEvalBenchmark",
