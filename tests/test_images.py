@@ -136,7 +136,8 @@ def test_file_urls_when_the_service_reads_the_folder_itself(tmp_path):
             {"id": "out", "question": "q <image>", "answer": "1", "images": ["img/link.png"]}]
     make_data(tmp_path, rows)
     service = f"    allowed_local_media_path: {tmp_path / 'img'}\n"
-    with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
+    # the simulator reads file:// images only under its own --allowed-local-media-path, as vLLM does
+    with running_sim(*FAST, "--allowed-local-media-path", str(tmp_path / "img")) as sim, recording_proxy(sim, Recording("")) as rec:
         result = shardeval_cmd("run", str(config(tmp_path, rec.url, data, service=service, repeats=1)), "--shard", "0/1")
     assert result.returncode == 0, result.stderr
     urls = {image_parts(b)[0]["image_url"]["url"] for b in rec.bodies}

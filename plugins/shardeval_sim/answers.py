@@ -64,6 +64,15 @@ class Reply:
         return "".join(self.tokens)
 
 
+def image_key(text: str, digests: list[str]) -> str:
+    """What the answer key is asked for a prompt: its text (stripped), and for a prompt with images
+    the sha256 of each image's bytes, in order, after a blank line: `text\n\n[images sha256:… sha256:…]`.
+    The request side (the server, from the decoded image parts) and the index side (a benchmark's
+    Problem.images) build it alike, so an image benchmark is known by its pictures, not only its words."""
+    text = text.strip()
+    return text if not digests else f"{text}\n\n[images {' '.join('sha256:' + d for d in digests)}]"
+
+
 def count_tokens(text: str) -> int:
     """The fake tokenizer's count: whitespace-separated words."""
     return len(text.split())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from shardeval_sim.answers import AnswerKey, Render
+from shardeval_sim.answers import AnswerKey, Render, image_key
 
 
 class SimulatedBenchmark(Protocol):
@@ -29,14 +29,32 @@ class SimulatedBenchmark(Protocol):
         define it so simulated answers go through their real extraction and scoring."""
         ...
 
+    def simulated_reference(self, problem: Any) -> str:
+        """What the default answer key hands `simulated_reply` for `problem` (default: its
+        reference), for a reply that needs more than the reference, such as a multiple-choice
+        item's option texts. Only the simulator sees it; scoring uses the problem's reference."""
+        ...
+
 
 def answer_key(benchmark: Any) -> AnswerKey:
-    """The benchmark's own `answer_key()`, else an index of every problem's text."""
+    """The benchmark's own `answer_key()`, else an index of every problem: by its text, and for a
+    problem with images by its text without `<image>` markers plus the images' digests (`image_key`,
+    which the server builds alike from a request), so image benchmarks, built-in or brought as
+    rows, are answered at the configured accuracy too. Building it draws or reads every image once."""
     own = getattr(benchmark, "answer_key", None)
     if own is not None:
         return own()
-    problems = benchmark.problems(range(benchmark.size()))
-    key = {p.user_text().strip(): p.reference for p in problems if p.reference is not None}
+    from shardeval.api import IMAGE_MARKER
+
+    reference = getattr(benchmark, "simulated_reference", None) or (lambda p: p.reference)
+    key: dict[str, str] = {}
+    for p in benchmark.problems(range(benchmark.size())):
+        if p.reference is None:
+            continue
+        if p.images:
+            key[image_key(p.user_text().replace(IMAGE_MARKER, ""), [ref.sha256 for ref in p.images])] = reference(p)
+        else:
+            key[p.user_text().strip()] = reference(p)
     return lambda text: key.get(text.strip())
 
 

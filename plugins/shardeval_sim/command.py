@@ -32,6 +32,22 @@ def load_answer_key(bench: str | None, params: dict[str, Any]):
     return answer_key(benchmark), reply_renderer(benchmark), grade
 
 
+def _media_limits(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any] | None:
+    """--limit-mm-per-prompt JSON as vLLM takes it: {"image": 4} or {"image": {"count": 4, ...}}."""
+    if value is None:
+        return None
+    import json
+
+    try:
+        limits = json.loads(value)
+    except ValueError:
+        limits = None
+    counts = [v.get("count") if isinstance(v, dict) else v for v in limits.values()] if isinstance(limits, dict) else [None]
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+        raise click.BadParameter(f"{value!r}: expected JSON like '{{\"image\": 4}}' (a count >= 0 per modality), as vLLM takes it")
+    return limits
+
+
 def _tool_script(ctx: click.Context, param: click.Parameter, value: str | None) -> list[dict[str, Any]] | None:
     """--tool-calls JSON, checked (stdlib only, so `--help` stays light)."""
     if value is None:
@@ -77,6 +93,10 @@ def _tool_script(ctx: click.Context, param: click.Parameter, value: str | None) 
               help='Scripted tool calls for requests that offer `tools`, e.g. \'[{"name": "bash", "arguments": {"cmd": "ls"}}]\'; '
                    "then `submit` with the usual answer when offered, else the usual text (unset: one call of the first "
                    "offered tool with arguments from its schema).")
+@click.option("--limit-mm-per-prompt", metavar="JSON", callback=_media_limits,
+              help='Images one prompt may carry, as vLLM\'s flag: \'{"image": 4}\' (more: HTTP 400, param "image"; unset: no limit).')
+@click.option("--allowed-local-media-path", metavar="DIR",
+              help="A folder file:// image URLs may point below, as vLLM's flag (unset: file:// URLs are refused with 400).")
 @click.option("--seed", type=int, default=D.seed, show_default=True, help="Seed for answers and fault draws.")
 @click.option("--root", metavar="PATH", help="The weights /v1/models reports as `root`, as vLLM does (default: the model name).")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=D.max_model_len, show_default=True, help="The context length /v1/models reports.")

@@ -50,6 +50,9 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     judge_quality: Probability = D.judge_quality  # judge mode: probability of the right verdict
     judge_garbage: Probability = D.judge_garbage  # judge replies with no verdict (a fault: not identity)
     tool_calls: list[ScriptedToolCall] | None = None  # answers to requests offering tools (None: the default script)
+    # limit_mm_per_prompt and allowed_local_media_path are ServiceConfig's (every service declares
+    # them); the sim is started with them and refuses images as vLLM would. They change no answer,
+    # only which requests are refused, so they are not part of the identity.
     startup_timeout_s: Seconds = 60.0
 
     def identity(self) -> dict[str, Any]:
@@ -93,6 +96,9 @@ def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list
         elif key == "tool_calls":
             if value is not None:
                 argv += ["--tool-calls", json.dumps(msgspec.to_builtins(value))]
+        elif key == "limit_mm_per_prompt":
+            if value is not None:
+                argv += ["--limit-mm-per-prompt", json.dumps(value, sort_keys=True, separators=(",", ":"))]
         elif value is not None and not (key in ONLY_WHEN_SET and value == getattr(D, key)):
             argv += ["--" + key.replace("_", "-"), str(value)]
     return argv

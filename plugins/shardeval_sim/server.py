@@ -25,6 +25,17 @@ function of the token's text, so tests can compute the exact value); the prompt'
 a null logprob, as in vLLM; text_offset is each token's position in `choices[0].text`;
 top_logprobs holds only the token itself. `echo` with `stream: true` is refused (400).
 
+Images, as vLLM reads them: every `image_url` part of a chat request is loaded and decoded in full
+with Pillow before anything is answered. Base64 `data:` URLs, and `file://` URLs under
+`--allowed-local-media-path`; an image that does not decode is HTTP 400 "Failed to load image:
+cannot identify image file <_io.BytesIO object>", a data URL without `;base64` is 501, more images
+than `--limit-mm-per-prompt` is 400 with param "image", a file:// URL outside the allowed folder
+(or with none set) is 400, all worded as vLLM words them. (vLLM answers a file:// URL with no
+allowed folder 500; the simulator says 400, a client error, so no client retries it.) The answer
+key sees the pictures: a prompt with images is looked up by its text and the sha256 of each
+image's bytes (`answers.image_key`). GET /sim/stats counts requests, image requests, images
+decoded and image errors, so a test can tell that no request reached the server.
+
 Faults are drawn once per request attempt; reset, stall, in-band error and truncated JSON (a chunk
 cut off mid-object, then the end of the body) strike after the first few events of a stream.
 `--max-inflight K` is a rate limiter apart from the drawn faults: a request arriving while K are
@@ -36,18 +47,27 @@ coalesces events that are already due (all of them when `--itl-ms 0`) into one w
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import functools
+import hashlib
+import io
 import itertools
+import os
 import random
+import re
 import signal
 import sys
 import time
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from aiohttp import web
 import msgspec
-from shardeval_sim.answers import Answerer, AnswerKey, Grade, Judger, Render, Reply, count_tokens, split_words, token_logprob, tokenize
+from shardeval_sim.answers import (Answerer, AnswerKey, Grade, Judger, Render, Reply, count_tokens, image_key, split_words, token_logprob,
+                                   tokenize)
 from shardeval_sim.settings import SimSettings
 from shardeval_sim.tools import ToolCall, ToolRequestError, offered_tools, plan_call, user_text
 
@@ -94,6 +114,76 @@ def _content_text(content: Any) -> str:
     raise BadRequest(400, "message content must be a string or a list of parts", param="messages")
 
 
+def _image_urls(content: Any) -> list[str]:
+    """The URLs of a message's `image_url` parts, checked as vLLM's part parser checks them."""
+    if not isinstance(content, list):
+        return []
+    urls = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            value = part.get("image_url")
+            if not isinstance(value, dict) or not isinstance(value.get("url"), str):
+                raise BadRequest(400, "image_url must be an object with a string `url` (image_url.url Field required)", param="messages")
+            urls.append(value["url"])
+    return urls
+
+
+def image_limit(limit_mm_per_prompt: dict[str, Any] | None) -> int | None:
+    """Images per prompt under a vLLM-style `{"image": 4}` or `{"image": {"count": 4, ...}}` (None: no limit)."""
+    value = (limit_mm_per_prompt or {}).get("image")
+    if isinstance(value, dict):
+        value = value.get("count")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _pillow() -> Any:
+    try:
+        from PIL import Image
+    except ImportError:
+        raise BadRequest(500, "the simulator decodes images with Pillow, which is not installed here: pip install pillow",
+                         kind="InternalServerError") from None
+    return Image
+
+
+def load_image(url: str, allowed_local_media_path: str | None) -> bytes:
+    """The bytes of one image URL, decoded in full as vLLM decodes them; raises BadRequest with
+    vLLM's status and wording when they cannot be had or are not an image."""
+    if url.startswith("data:"):
+        head, sep, payload = url.partition(",")
+        if not sep:
+            raise BadRequest(400, "Failed to load image: a data URL needs a comma before its payload")
+        if not head.endswith(";base64"):
+            raise BadRequest(501, "Only base64 data URLs are supported for now.", kind="NotImplementedError")
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise BadRequest(400, str(exc)) from None
+    elif url.startswith("file:"):
+        if not allowed_local_media_path:
+            raise BadRequest(400, "Cannot load local files without --allowed-local-media-path.")
+        parsed = urlparse(url)
+        path = os.path.realpath(url2pathname(parsed.netloc + parsed.path))
+        root = os.path.realpath(allowed_local_media_path)
+        if path == root or os.path.commonpath([path, root]) != root:  # strictly below it, symlinks resolved
+            raise BadRequest(400, f"The file path {path} must be a subpath of `--allowed-local-media-path {allowed_local_media_path}`.")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise BadRequest(400, f"Failed to load image: {exc.strerror or exc}") from None
+    elif url.startswith(("http://", "https://")):
+        raise BadRequest(400, "the simulator does not fetch http(s) images; send a base64 data: URL")
+    else:
+        raise BadRequest(400, "The URL must be either a HTTP, data or file URL.")
+    Image = _pillow()
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+    except Exception as exc:  # Pillow raises many kinds; vLLM wraps them all in one ValueError
+        raise BadRequest(400, "Failed to load image: " + re.sub(r" at 0x[0-9a-fA-F]+>", ">", str(exc))) from None
+    return data
+
+
 def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
     value = body.get(name)
     if value is None:
@@ -117,6 +207,8 @@ class Simulator:
         self.itl = settings.itl_ms / 1000.0
         self.ids = itertools.count(1)
         self.inflight = 0  # requests being answered now (for --max-inflight)
+        self.image_limit = image_limit(settings.limit_mm_per_prompt)
+        self.stats = {"requests": 0, "image_requests": 0, "images": 0, "image_errors": 0}  # GET /sim/stats
         self._model_json = _json_encode(self.served)
         self._token = functools.lru_cache(maxsize=4096)(_json_encode)  # a token's JSON string, cached
         model = {"id": self.served, "object": "model", "created": int(time.time()), "owned_by": "shardeval-sim",
@@ -130,6 +222,7 @@ class Simulator:
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/version", self.version)
+        app.router.add_get("/sim/stats", self.stats_route)
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/completions", self._handle)
         return app
@@ -148,7 +241,36 @@ class Simulator:
 
         return web.Response(body=_json_encode({"version": f"shardeval-sim {__version__}"}), content_type="application/json")
 
+    async def stats_route(self, request: web.Request) -> web.Response:
+        """What reached this server: POSTed requests, those with images, images decoded, image errors."""
+        return web.Response(body=_json_encode(self.stats), content_type="application/json")
+
     # --- completions -----------------------------------------------------------------------
+
+    def _images(self, messages: list[Any]) -> dict[int, list[str]]:
+        """The sha256 of each image of each message (by index), every image loaded and decoded:
+        the whole request's count against --limit-mm-per-prompt first (vLLM counts before it loads)."""
+        try:
+            urls = {i: found for i, m in enumerate(messages) if (found := _image_urls(m.get("content")))}
+        except BadRequest:
+            self.stats["image_requests"] += 1
+            self.stats["image_errors"] += 1
+            raise
+        if not urls:
+            return {}
+        self.stats["image_requests"] += 1
+        try:
+            total = sum(map(len, urls.values()))
+            if self.image_limit is not None and total > self.image_limit:
+                raise BadRequest(400, f"At most {self.image_limit} image(s) may be provided in one prompt. "
+                                 "Set --limit-mm-per-prompt to increase this limit.", param="image")
+            digests = {i: [hashlib.sha256(load_image(url, self.settings.allowed_local_media_path)).hexdigest() for url in found]
+                       for i, found in urls.items()}
+        except BadRequest:
+            self.stats["image_errors"] += 1
+            raise
+        self.stats["images"] += total
+        return digests
 
     def _parse(self, body: Any, chat: bool) -> tuple[str, int]:
         """(text the answer key sees, prompt token count) from a chat or completions body."""
@@ -162,9 +284,10 @@ class Simulator:
             if not isinstance(messages, list) or not messages:
                 raise BadRequest(400, "messages must be a non-empty list", param="messages")
             text, n_prompt = "", 0
-            for m in messages:
-                if not isinstance(m, dict):
-                    raise BadRequest(400, "each message must be an object", param="messages")
+            if not all(isinstance(m, dict) for m in messages):
+                raise BadRequest(400, "each message must be an object", param="messages")
+            images = self._images(messages)
+            for i, m in enumerate(messages):
                 content = _content_text(m.get("content"))
                 n_prompt += count_tokens(content)
                 for call in m.get("tool_calls") or ():  # an agent's earlier calls are prompt too
@@ -172,7 +295,7 @@ class Simulator:
                     if isinstance(function, dict):
                         n_prompt += 1 + count_tokens(str(function.get("arguments") or ""))
                 if m.get("role") == "user":
-                    text = content
+                    text = image_key(content, images[i]) if i in images else content
             return text, n_prompt
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -183,6 +306,7 @@ class Simulator:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         chat = request.path == "/v1/chat/completions"
+        self.stats["requests"] += 1
         try:
             try:
                 body = _json_decode(await request.read())

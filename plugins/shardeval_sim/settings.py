@@ -42,6 +42,11 @@ class SimSettings:
     # The scripted tool calls answering requests that offer `tools`, [{"name", "arguments"}, ...]
     # (None: the default script, see shardeval_sim.tools).
     tool_calls: list[dict[str, Any]] | None = None
+    # Images, as vLLM takes them: at most this many per prompt ({"image": 4}, vLLM's
+    # --limit-mm-per-prompt; None: no limit), and the folder file:// images may be read from
+    # (vLLM's --allowed-local-media-path; None: file:// URLs are refused).
+    limit_mm_per_prompt: dict[str, Any] | None = None
+    allowed_local_media_path: str | None = None
 
     def fault_rates(self) -> dict[str, float]:
         """Per-attempt probabilities of each fault; they are exclusive, so they must sum to <= 1."""
