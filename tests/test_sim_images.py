@@ -197,3 +197,26 @@ def test_a_bad_limit_is_one_line() -> None:
 
     done = shardeval_cmd("sim", "--limit-mm-per-prompt", "image=4", timeout=60)
     assert done.returncode == 2 and "--limit-mm-per-prompt" in done.stderr and '{"image": 4}' in done.stderr
+
+
+def test_byo_rows_with_images_get_the_configured_accuracy(tmp_path) -> None:
+    """Rows whose words are all the same and whose pictures differ: the simulator tells them apart by
+    the images' digests, so every answer is right at accuracy 1 and wrong at accuracy 0."""
+    from conftest import shardeval_cmd
+
+    (tmp_path / "img").mkdir()
+    rows = []
+    for n in range(1, 7):
+        (tmp_path / "img" / f"d{n}.png").write_bytes(png((20 * n, 0, 0)))
+        rows.append({"id": f"q{n}", "question": "What is in <image>?", "answer": str(n), "images": [f"img/d{n}.png"]})
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for accuracy in (1.0, 0.0):
+        out = tmp_path / f"out{accuracy}"
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(f"services:\n  model: {{type: sim, bench: jsonl, bench_params: {{path: '{data}'}}, accuracy: {accuracy}, ttft_ms: 0, itl_ms: 0}}\n"
+                       f"benchmarks:\n  - name: '{data}'\noutput: {{dir: '{out}'}}\n")
+        done = shardeval_cmd("run", str(cfg), timeout=120)
+        assert done.returncode == 0, done.stderr
+        records = [json.loads(x) for x in (out / "shard_0" / "rows" / "results.jsonl").read_text().splitlines()]
+        assert len(records) == 6 and {r["score"] for r in records} == {accuracy}

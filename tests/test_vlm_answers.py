@@ -56,6 +56,7 @@ def test_reply_forms(reply: str, letter: str, rule: str) -> None:
     ("It could be (A) or maybe (C).", "hedge"),
     ("<answer>maybe</answer>", "abstain"),  # an answer tag with nothing in it: never an earlier guess
     ("B. <answer>no idea</answer>", "abstain"),
+    ("I think B. <answer>C", "abstain"),  # a tag left open
     ("", "none"),
     ("Because of the light, I cannot tell.", "none"),  # letters inside words, the pronoun I
     ("See B.com or C:/images for details", "none"),  # a URL and a path are not labels

@@ -188,6 +188,7 @@ def _option_text(text: str, options: list[str]) -> int | None:
         found = [(m.start(), m.end()) for m in re.finditer(r"(?<!\w)" + re.escape(t) + r"(?:e?s)?(?!\w)", reply)]
         if found:
             spans[k] = found
+
     def inside(span: tuple[int, int], k: int) -> bool:
         return any(j != k and len(texts[j]) > len(texts[k]) and s <= span[0] and span[1] <= e
                    for j, js in spans.items() for s, e in js)
@@ -200,15 +201,18 @@ def extract_choice_vlm(text: str, options: list[str]) -> tuple[str | None, str]:
     (their texts, A first), or (None, why not): "none", "hedge" or "abstain".
 
     The ways vision-language models answer, in this order; the first rule that applies decides:
-    1. `answer tag`: the last `<answer>…</answer>`, read as a reply of its own (nothing found in it:
-       abstain, never an earlier guess); 2. `boxed`: the last `\\boxed{X}`; 3. `declaration`: the last
-    "the answer is X", "Answer: X", "correct option is (X)", "I choose X", "#### X" (its words may
-    also be an option's text: "The answer is the triangle"); 4. `label`: a reply that starts with
-    the letter ("B", "(B)", "B.", "B)", "B:", "**B**", "[B] square"); 5. `letter`: exactly one
-    letter standing alone anywhere ("I think (C)."); 6. `option text`: the reply is, or holds, exactly
-    one option's text (see `_option_text`). Alternatives ("A or B", "A/B", two letters) are a hedge:
-    None. Letters inside words, URLs and paths, the article "a"/"A" and the pronoun "I" in prose
-    are never labels.
+
+    1. `answer tag`: the last `<answer>…</answer>`, read as a reply of its own (nothing found in
+       it, or a tag left open: abstain, never a guess from the words around it);
+    2. `boxed`: the last `\\boxed{X}`;
+    3. `declaration`: the last "the answer is X", "Answer: X", "correct option is (X)", "I choose X",
+       "#### X" (its words may also be an option's text: "The answer is the triangle");
+    4. `label`: a reply that starts with the letter ("B", "(B)", "B.", "B)", "B:", "**B**", "[B] square");
+    5. `letter`: exactly one letter standing alone anywhere ("I think (C).");
+    6. `option text`: the reply is, or holds, exactly one option's text (see `_option_text`).
+
+    Alternatives ("A or B", "A/B", two letters) are a hedge: None. Letters inside words, URLs and
+    paths, the article "a"/"A" and the pronoun "I" in prose are never labels.
     """
     letters = _letters(len(options))
     text = text.strip()
@@ -221,6 +225,8 @@ def extract_choice_vlm(text: str, options: list[str]) -> tuple[str | None, str]:
             return None, "abstain"
         letter, how = extract_choice_vlm(inner, options) if inner else (None, "abstain")
         return (letter, "answer tag") if letter else (None, "hedge" if how == "hedge" else "abstain")
+    if "<answer>" in text.lower():
+        return None, "abstain"  # an answer tag left open: no guess from the words around it
     boxed = _BOXED.findall(text)
     if boxed:
         letter, hedge = _label_at(boxed[-1].strip(), letters)
