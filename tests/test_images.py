@@ -306,3 +306,27 @@ def test_file_url_cache_key_carries_the_digests(tmp_path):
     as_data = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}]}
     assert image_salt(as_file, problem) == ref.sha256
     assert image_salt(as_data, problem) is None  # the bytes are in the body already
+
+
+def test_images_held_in_parquet_rows_as_hugging_face_stores_them(tmp_path):
+    """A Hugging Face VQA split saved as Parquet keeps each image in the row ({bytes, path}): sent
+    as base64 with the row's bytes, named by its path, read again from the row at request time."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pngs = [draw(tmp_path / f"p{n}.png", n) for n in (1, 2)]
+    table = pa.table({
+        "question": ["How many dots?", "And here? <image>"],
+        "answer": ["1", "2"],
+        "image": [{"bytes": pngs[0], "path": "val/p1.png"}, {"bytes": pngs[1], "path": None}],
+    })
+    data = tmp_path / "vqa.parquet"
+    pq.write_table(table, data)
+    with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
+        result = shardeval_cmd("run", str(config(tmp_path, rec.url, data, bench="    params: {images_field: image}\n", repeats=2)),
+                               "--shard", "0/1")
+    assert result.returncode == 0, result.stderr
+    sent = sorted(base64.b64decode(image_parts(b)[0]["image_url"]["url"].split(",", 1)[1]) for b in rec.bodies)
+    assert sent == sorted(pngs * 2)
+    thumbs = {t["sha256"]: t["name"] for t in lines(tmp_path / "out" / "shard_0" / "vqa" / "images.jsonl")}
+    assert thumbs == {hashlib.sha256(pngs[0]).hexdigest(): "val/p1.png", hashlib.sha256(pngs[1]).hexdigest(): "row 1 image 0"}

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from shardeval.results.quoting import md_text
     # Pages: what a plugin that draws the merge's pages reads (the built-in shardeval_pages)
     from shardeval.results.pages import compare_page
+    from shardeval.results.images import read_thumbnails
     from shardeval.results.status import collect_or_nothing, NOTHING_YET, plugin_status, SweepStatus
     from shardeval.results.sweep_merge import not_compared_notes, NOT_COMPARED, SweepMerge
 
@@ -132,6 +133,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.results.quoting", "md_text"),
     # Pages: what a plugin that draws the merge's pages reads (the built-in shardeval_pages)
     ("shardeval.results.pages", "compare_page"),
+    ("shardeval.results.images", "read_thumbnails"),
     ("shardeval.results.status", "collect_or_nothing NOTHING_YET plugin_status SweepStatus"),
     ("shardeval.results.sweep_merge", "not_compared_notes NOT_COMPARED SweepMerge"),
 )

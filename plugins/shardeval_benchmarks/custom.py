@@ -147,7 +147,7 @@ class CustomBenchmark(RowsBenchmark):
         if mapping.scorer == "regex" and self._regex is None:
             raise UsageError(f"{where}: scorer regex needs `regex:`, a pattern whose group 1 (or whole match) is the answer")
         images_field = f.images or ("images" if "images" in first else None)
-        self.images = RowImages(images_field, base_dir, f"{where} (data {self.rows.origin})") if images_field else None
+        self.images = RowImages(images_field, base_dir, f"{where} (data {self.rows.origin})", self.rows.row) if images_field else None
         self.has_images = self.images is not None
         if first:
             self.row_problem(0, first)  # a mapping mistake shows now, not halfway through a shard

@@ -54,7 +54,7 @@ class JsonlBenchmark(RowsBenchmark):
             )
         images_field = p.images_field or ("images" if "images" in first else None)
         base_dir = os.path.dirname(os.path.abspath(p.path)) if p.path else None
-        self.images = RowImages(images_field, base_dir, f"benchmark {self.name} ({self.rows.origin})") if images_field else None
+        self.images = RowImages(images_field, base_dir, f"benchmark {self.name} ({self.rows.origin})", self.rows.row) if images_field else None
         self.has_images = self.images is not None
 
     def preflight(self) -> None:

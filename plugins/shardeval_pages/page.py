@@ -159,4 +159,8 @@ figure{margin:8px 16px 16px 0;display:inline-block;vertical-align:top}figcaption
 .text{white-space:pre-wrap;word-break:break-word;unicode-bidi:plaintext;font-family:ui-monospace,Menlo,monospace;font-size:12px;max-height:24em;overflow:auto;background:#fafafa;padding:6px;margin:4px 0}
 details{margin:4px 0}summary{cursor:pointer}details.item{border-left:3px solid #ddd;padding-left:8px}.role{font-weight:600;color:#555}
 .muted{color:#666}a{color:#0b5cad}
+.thumbs{display:flex;flex-wrap:wrap;gap:10px;margin:6px 0}figure.thumb{margin:0;display:block;max-width:150px;font-size:11px}
+figure.thumb img{display:block;max-width:96px;max-height:96px;object-fit:contain;border:1px solid #e3e3e3;background:#fff}
+.thumb-missing{box-sizing:border-box;width:96px;min-height:64px;padding:4px;display:flex;align-items:center;justify-content:center;text-align:center;background:#f3f3f3;border:1px dashed #bbb;color:#666}
+.thumb-name{white-space:pre-wrap;word-break:break-all;unicode-bidi:plaintext}.thumbs-more{align-self:center}
 """

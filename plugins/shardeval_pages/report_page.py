@@ -3,8 +3,9 @@
 Built from the same documents as scores.json and timing.json (so the page cannot disagree with
 them) plus the merge's per-cell arrays for what those files do not hold: errors and coverage per
 shard, latency percentiles, and the items to read (worst, most disagreeing, errored) with their
-standing record and conversation. Every chart's data is aggregated; the page's size does not grow
-with the run's.
+standing record and conversation, and for an image benchmark the thumbnails of the images each
+item showed the model (from the shards' images.jsonl). Every chart's data is aggregated and the
+thumbnails share one budget; the page's size does not grow with the run's.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import heapq
 import os
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
-from shardeval.api import (DISTRIBUTION_QUANTILES, ERROR, MISSING, OK, RESULTS_FILE, TRAJECTORIES_FILE, ResultRecord,
-                           TrajectoryRecord, counts, provenance_facts, read_winners, run_notes, timing)
+from shardeval.api import (DISTRIBUTION_QUANTILES, ERROR, MISSING, OK, RESULTS_FILE, TRAJECTORIES_FILE, ImageInfo, ImageThumbnail,
+                           ResultRecord, TrajectoryRecord, counts, provenance_facts, read_thumbnails, read_winners, run_notes, timing)
 import shardeval_pages.charts as charts
 from shardeval_pages.page import Page, esc, finite, num, span, table
 
@@ -29,6 +31,30 @@ ITEMS = 20  # rows per table of items to read
 TEXT_LIMIT = 6000  # characters of one message shown; the rest is in trajectories.jsonl
 PASS_AT = re.compile(r"pass@(\d+)$")
 COVERAGE_COLORS = {"ok": "#4c9a2a", "error": "#d1495b", "missing": "#bbbbbb"}
+THUMBS_PER_ITEM = 4  # thumbnails shown of one item's images; the rest are counted ("+N more")
+PAGE_THUMBNAIL_BYTES = 1024 * 1024  # the data: URLs one page embeds, over every item; then text placeholders
+THUMB_SIDE = 96  # the longest side a shard makes a thumbnail (shardeval.benchmark.images)
+NAME_LIMIT = 120  # characters of an image's name shown (a name may be a long URL); the title holds more
+TITLE_LIMIT = 1000
+# The only image sources a page embeds: a thumbnail's own base64 data URL of a raster type, bounded
+# (8 KiB of image as base64, with room). Anything else a line claims (a path, an http URL, SVG,
+# markup) is not drawn: the image is named as text instead.
+THUMBNAIL_URL = re.compile(r"data:image/(?:webp|jpeg|png|gif);base64,[A-Za-z0-9+/]+={0,2}")
+MAX_THUMBNAIL_URL = 16 * 1024
+
+
+@dataclass
+class ThumbnailBudget:
+    """What is left of the page's PAGE_THUMBNAIL_BYTES: a run of any size draws a bounded page."""
+
+    left: int = PAGE_THUMBNAIL_BYTES
+
+    def take(self, n: int) -> bool:
+        if n > self.left:
+            self.left = 0  # once one is left out, the later ones are too: the page says so from there on
+            return False
+        self.left -= n
+        return True
 
 
 _MARKUP = re.compile(r"\\([!-/:-@\[-`{-~])|\*\*|`")
@@ -80,14 +106,15 @@ def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes
     page.add("<h2>Summary</h2>",
              page.chart("forest", charts.forest(every, f"Every metric with its {confidence:.0%} interval")) if every else "",
              *(f"<h3>{esc(name)}</h3>" + metric_table(name, ms, confidence) for name, ms in metrics.items()))
+    budget = ThumbnailBudget()
     for b in result.benchmarks:
-        page.add(*benchmark_section(page, result, b, metrics[b.manifest.name], confidence))
+        page.add(*benchmark_section(page, result, b, metrics[b.manifest.name], confidence, budget))
     page.add('<h2 id="provenance">Provenance</h2>', provenance_table(run))
     return page.render()
 
 
 def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", metrics: dict[str, dict[str, Any]],
-                      confidence: float) -> list[str]:
+                      confidence: float, budget: ThumbnailBudget | None = None) -> list[str]:
     name, c = b.manifest.name, counts(b)
     key = slug(name)
     out = [f'<h2 id="b-{key}">{esc(name)}</h2>',
@@ -143,7 +170,7 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
         out.append(page.chart(f"errors-{key}", charts.stacked_counts(
             [{"shard": f"shard {i}", "kind": k, "n": n} for (i, k), n in sorted(errors.items())],
             f"{name}: errors by shard and kind ({', '.join(f'{k} {n}' for k, n in by_kind.most_common())})", y="shard", color="kind")))
-    out += items_section(result, b)
+    out += items_section(result, b, budget if budget is not None else ThumbnailBudget())
     return out
 
 
@@ -160,9 +187,9 @@ def _problem_scores(b: "BenchmarkMerge") -> Iterator[tuple[int, list[float], int
             yield p, scores, errors
 
 
-def items_section(result: "MergeResult", b: "BenchmarkMerge") -> list[str]:
+def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailBudget) -> list[str]:
     """The items worth reading: lowest mean score, most disagreement between repeats, errors;
-    each links to its standing records and one conversation, shown escaped."""
+    each links to its standing records, one conversation and the images it showed, shown escaped."""
     worst: list[tuple[float, int]] = []  # the ITEMS lowest (mean, problem), the ITEMS largest (spread, lowest problem)
     spread: list[tuple[float, int]] = []
     errored: list[int] = []
@@ -198,7 +225,10 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge") -> list[str]:
                          f'<td class="text-cell">{esc(" | ".join(_extracted(r) for r, _ in recs))}</td>'])
         out.append(f"<h4>{esc(title)}</h4>" + table(["problem", *(["category"] if categories else []), "mean score", "valid", "reference", "extracted per repeat"], rows,
                                                       cls="items"))
-    out += [item_detail(key, p, records[p]) for p in chosen]
+    images = {p: item_images(records[p]) for p in chosen}
+    digests = {info.sha256 for shown in images.values() for info in shown[:THUMBS_PER_ITEM]}
+    thumbs = read_thumbnails(result, name, digests) if digests else {}
+    out += [item_detail(key, p, records[p], gallery(images[p], thumbs, budget)) for p in chosen]
     return out
 
 
@@ -245,8 +275,60 @@ def _clip(text: str, where: str) -> str:
     return esc(text[:TEXT_LIMIT]) + f'<span class="muted">… {len(text) - TEXT_LIMIT} more characters in {esc(where)}</span>'
 
 
-def item_detail(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecord | None]]) -> str:
-    """One problem's standing records and the conversation of its first one that is not right."""
+def item_images(recs: list[tuple[ResultRecord, TrajectoryRecord | None]]) -> list[ImageInfo]:
+    """The images an item showed the model, in order (its records agree; none for a text problem)."""
+    return next((r.images for r, _ in recs if r.images), [])
+
+
+def gallery(images: list[ImageInfo], thumbs: dict[str, ImageThumbnail], budget: ThumbnailBudget) -> str:
+    """The first THUMBS_PER_ITEM images of an item, each drawn from its thumbnail or named as text."""
+    if not images:
+        return ""
+    more = len(images) - THUMBS_PER_ITEM
+    return ('<div class="thumbs">' + "".join(thumb_figure(info, thumbs.get(info.sha256), budget) for info in images[:THUMBS_PER_ITEM])
+            + (f'<span class="muted thumbs-more">+{more} more</span>' if more > 0 else "") + "</div>")
+
+
+def thumb_figure(info: ImageInfo, thumb: ImageThumbnail | None, budget: ThumbnailBudget) -> str:
+    """One image: its thumbnail (only ever the line's own data: URL) or a text placeholder, and
+    its name, size and digest as text. Every string from the shards' files goes through esc."""
+    name = thumb.name if thumb is not None and thumb.name else f"sha256 {info.sha256[:12]}"
+    facts = f"{info.width}×{info.height}, {_size(info.bytes)}, sha256 {info.sha256[:12]}"
+    title = f"{_cut(name, TITLE_LIMIT)}\n{facts}"
+    src = thumbnail_src(thumb)
+    if src is None:
+        why = "no thumbnail" if thumb is not None else "no thumbnail in the shards' images.jsonl"
+        drawn = f'<div class="thumb-missing">{esc(why)}</div>'
+    elif not budget.take(len(src)):
+        drawn = f'<div class="thumb-missing">{esc(f"left out: the page holds its {PAGE_THUMBNAIL_BYTES // 1024} KiB of thumbnails")}</div>'
+    else:
+        assert thumb is not None
+        w, h = thumb.thumb_width, thumb.thumb_height
+        size = f' width="{w}" height="{h}"' if 0 < w <= THUMB_SIDE and 0 < h <= THUMB_SIDE else ""
+        drawn = f'<img src="{esc(src)}"{size} alt="{esc(_cut(name, NAME_LIMIT))}">'
+    return (f'<figure class="thumb" title="{esc(title)}">{drawn}<figcaption><span class="thumb-name">{esc(_cut(name, NAME_LIMIT))}'
+            f'</span><br><span class="muted">{esc(facts)}</span></figcaption></figure>')
+
+
+def thumbnail_src(thumb: ImageThumbnail | None) -> str | None:
+    """The thumbnail's data: URL when it is one this page embeds (THUMBNAIL_URL), else None."""
+    url = thumb.thumbnail if thumb is not None else None
+    if url is None or len(url) > MAX_THUMBNAIL_URL or not THUMBNAIL_URL.fullmatch(url):
+        return None
+    return url
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MiB"
+
+
+def item_detail(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecord | None]], images: str = "") -> str:
+    """One problem's standing records, the images it showed (`images`, already drawn) and the
+    conversation of its first record that is not right."""
     first = recs[0][0]
     rows = [[num(r.repeat, f"item/{p}/repeat"), esc(r.status), num(r.score, f"item/{p}/{r.repeat}/score"),
              f'<td class="text-cell">{esc(r.extracted)}</td>', esc(r.error_kind or ""), f'<td class="text-cell">{esc(r.error or "")}</td>']
@@ -262,7 +344,7 @@ def item_detail(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecor
         if r.status == "ok" and r.response and not any(m.role == "assistant" for m in t.messages):
             conversation += f'<div class="role">reply</div><div class="text">{_clip(r.response, where)}</div>'
     return (f'<details class="item" id="i-{key}-{p}"><summary>{esc(first.problem_id)} <span class="muted">(problem {p}'
-            f'{", " + esc(first.cluster) if first.cluster else ""})</span></summary>'
+            f'{", " + esc(first.cluster) if first.cluster else ""})</span></summary>' + images +
             f"<p>reference: <span class=\"text-inline\">{esc(first.reference)}</span></p>"
             + table(["repeat", "status", "score", "extracted", "error kind", "error"], rows) + conversation + "</details>")
 

@@ -239,6 +239,12 @@ def image_limit(limit_mm_per_prompt: dict[str, Any] | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def _embedded(value: Any) -> bool:
+    """An image held in the row, as Hugging Face's Image feature stores it: {"bytes": ..., "path": ...}."""
+    return isinstance(value, dict) and (isinstance(value.get("bytes"), (bytes, bytearray))
+                                        or (value.get("bytes") is None and isinstance(value.get("path"), str)))
+
+
 # --- the shard's store -------------------------------------------------------------------------
 
 
@@ -373,34 +379,45 @@ PREFLIGHT_MAX_BYTES = 256 * 1024 * 1024  # no server takes more; a bigger file i
 
 
 class RowImages:
-    """The images a rows benchmark's rows name in one field (a list of paths relative to the data
-    file, http(s) URLs or data: URLs): each read, decoded and digested once per process, when the
-    benchmark's preflight checks them all, so a bad one is one line before any request."""
+    """The images a rows benchmark's rows name in one field: a list of paths (relative to the data
+    file), http(s) URLs or data: URLs, or images held in the row itself as Hugging Face stores them
+    in Parquet (`{"bytes": ..., "path": ...}`, one or a list). Each is read, decoded and digested
+    once per process, when the benchmark's preflight checks them all, so a bad one is one line
+    before any request. An image held in a row is read again from the row when a request needs it."""
 
-    def __init__(self, field: str, base_dir: str | None, where: str) -> None:
+    def __init__(self, field: str, base_dir: str | None, where: str,
+                 row_at: Callable[[int], dict[str, Any]] | None = None) -> None:
         self.field, self.base_dir, self.where = field, base_dir, where
         self._refs: dict[str, ImageRef] = {}  # source -> its ref (a file named by many rows is read once)
         self._digest: str | None = None
+        self._row_at = row_at
+        self._generator = f"rows{id(self):x}"  # in-row images are drawn again from their row
+        register_generator(self._generator, self._from_row)
 
-    def names(self, row: dict[str, Any], idx: int) -> list[str]:
+    def names(self, row: dict[str, Any], idx: int) -> list[Any]:
         value = row.get(self.field)
         if value is None:
             return []
-        if isinstance(value, str):
+        if isinstance(value, (str, dict)):
             value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise UsageError(f"{self.where}: row {idx}: {self.field} must be a list of image paths or URLs, got {value!r:.80}")
+        if not isinstance(value, list) or not all((isinstance(v, str) and v) or _embedded(v) for v in value):
+            raise UsageError(f"{self.where}: row {idx}: {self.field} must be a list of image paths or URLs "
+                             f"(or images as {{bytes, path}}), got {value!r:.80}")
         return value
 
     def of_row(self, row: dict[str, Any], idx: int, row_id: str) -> list[ImageRef]:
-        return [self._ref(name, idx, row_id, k) for k, name in enumerate(self.names(row, idx))]
+        return [self._ref(entry, idx, row_id, k) for k, entry in enumerate(self.names(row, idx))]
 
-    def _ref(self, name: str, idx: int, row_id: str, k: int) -> ImageRef:
-        source = resolve_path(name, self.base_dir)
+    def _ref(self, entry: Any, idx: int, row_id: str, k: int) -> ImageRef:
+        if isinstance(entry, dict) and isinstance(entry.get("bytes"), (bytes, bytearray)):
+            source, name, data = f"gen:{self._generator}:{idx}:{k}", str(entry.get("path") or f"row {idx} image {k}"), entry["bytes"]
+        else:
+            name = entry if isinstance(entry, str) else str(entry["path"])
+            source, data = resolve_path(name, self.base_dir), None
         ref = self._refs.get(source)
         if ref is None:
             try:
-                ref = describe(read_source(source, PREFLIGHT_MAX_BYTES), source, name)
+                ref = describe(bytes(data) if data is not None else read_source(source, PREFLIGHT_MAX_BYTES), source, name)
             except OSError as exc:
                 why = f"{exc.strerror or exc}" + (f" ({source})" if source != name else "")
                 raise UsageError(f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r}: cannot read it: {why}; "
@@ -410,6 +427,12 @@ class RowImages:
                                  "replace it with an image file (PNG, JPEG, WebP, GIF, ...)") from None
             self._refs[source] = ref
         return ref
+
+    def _from_row(self, spec: str) -> bytes:
+        idx, k = map(int, spec.split(":"))
+        if self._row_at is None:
+            raise ValueError("the rows are not at hand to read the image from")
+        return bytes(self.names(self._row_at(idx), idx)[k]["bytes"])
 
     def check_all(self, problems: Any) -> None:
         """Build every problem (which reads, decodes and digests every image of every row, and
