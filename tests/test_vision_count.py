@@ -144,3 +144,32 @@ def test_simulated_replies_score_as_drawn() -> None:
             assert b.score(p, reply).score == float(correct), (p.cluster, p.reference, reply)
             forms.add(reply.replace(p.reference, "X"))
     assert len(forms) > 20
+
+
+@pytest.mark.parametrize("kind", vision_count.KINDS)
+def test_every_scene_fits_and_its_reference_is_what_it_shows(kind: str) -> None:
+    """Thousands of scenes (no drawing): every shape has a cell of its own, and the reference is
+    what the picture shows: the count of that colour, the most frequent shape, the squares' colour,
+    the image with more circles."""
+    for idx in range(3000):
+        plan = vision_count.scene(0, 224, kind, idx)
+        for image in plan["images"]:
+            if isinstance(image, dict):
+                assert image["digits"] == plan["reference"]
+                continue
+            assert len(image) <= vision_count.GRID ** 2
+            assert len({(x // 56, y // 56) for _, _, x, y, _ in image}) == len(image)  # one per cell
+        if kind == "count":
+            colour = plan["question"].split()[2]
+            assert sum(c == colour for _, c, *_ in plan["images"][0]) == int(plan["reference"])
+        elif kind == "choice":
+            shown = plan["images"][0]
+            answer = plan["options"]["ABCD".index(plan["reference"])]
+            if "shape" in plan["question"]:
+                counts = {s: sum(shape == s for shape, *_ in shown) for s in vision_count.SHAPES}
+                assert all(counts[answer] > n for s, n in counts.items() if s != answer)
+            else:
+                assert {c for shape, c, *_ in shown if shape == "square"} == {answer}
+        elif kind == "compare":
+            first, second = (sum(shape == "circle" for shape, *_ in image) for image in plan["images"])
+            assert first != second and plan["reference"] == ("A" if first > second else "B")

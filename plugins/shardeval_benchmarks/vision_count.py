@@ -96,8 +96,8 @@ def scene(seed: int, size: int, kind: str, idx: int) -> dict[str, Any]:
             top = rng.randint(3, 5)
             items = [(answer, rng.choice(colours)) for _ in range(top)]
             for shape in SHAPES:
-                if shape != answer:
-                    items += [(shape, rng.choice(colours)) for _ in range(rng.randint(0, top - 1))]
+                if shape != answer:  # fewer of each other shape, and no more shapes than cells
+                    items += [(shape, rng.choice(colours)) for _ in range(rng.randint(0, min(top - 1, GRID * GRID - len(items))))]
             question, options = "Which shape appears most often in the image?", rng.sample(SHAPES, len(SHAPES))
         else:  # the colour of the squares
             answer = rng.choice(colours)
