@@ -130,7 +130,8 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         pytest.skip("no CPU vLLM here: run scripts/setup/vllm.sh (its venv's python validates the bodies)")
     tmp = tmp_path_factory.mktemp("bodies")
     data = write_data(tmp)
-    with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
+    # the simulator reads the file:// images only under its own --allowed-local-media-path, as vLLM does
+    with running_sim(*FAST, "--allowed-local-media-path", str(data["img"])) as sim, recording_proxy(sim, Recording("")) as rec:
         result = shardeval_cmd("run", str(run_config(tmp, rec.url, data)), "--shard", "0/1", timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     sent = list(rec.bodies)
