@@ -25,7 +25,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import random
+import re
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -148,8 +150,6 @@ def _shape(draw: Any, shape: str, colour: str, x: int, y: int, side: int) -> Non
     elif shape == "triangle":
         draw.polygon([(x + side / 2, y), (x + side, y + side), (x, y + side)], fill=ink)
     else:  # a five-pointed star
-        import math
-
         cx, cy, outer = x + side / 2, y + side / 2, side / 2
         points = [(cx + r * math.sin(k * math.pi / 5), cy - r * math.cos(k * math.pi / 5))
                   for k, r in zip(range(10), [outer, outer * 0.45] * 5)]
@@ -266,8 +266,9 @@ class VisionCountBenchmark(Benchmark):
     def simulated_reference(self, problem: Problem) -> str:
         """What `simulated_reply` is handed for this problem: the reference with the option texts,
         so a simulated reply may name an option by its text."""
+        counted = re.search(r"How many (\w+ shapes)", problem.prompt or "")
         return json.dumps({"id": problem.id, "answer": problem.reference, "options": problem.metadata.get("options"),
-                           "kind": problem.metadata.get("kind")})
+                           "noun": counted.group(1) if counted else None})
 
     def simulated_reply(self, reference: str, correct: bool) -> str | None:
         """A reply in one of the forms VLMs use, drawn from the problem: every right one scores 1
@@ -288,10 +289,10 @@ class VisionCountBenchmark(Benchmark):
             return None
         value = str(int(answer) + (0 if correct else 1))
         spoken = SPOKEN[int(value)] if int(value) < len(SPOKEN) else value
-        noun = "shapes" if item.get("kind") == "count" else "number"
-        forms = [value, f"{spoken}", f"The answer is {value}.", f"#### {value}",
-                 f"There are {value} of them." if noun == "shapes" else f"The number is {value}.",
-                 f"I count {spoken}." if noun == "shapes" else f"It reads {value}."]
+        noun = item.get("noun")
+        forms = [value, spoken, f"The answer is {value}.", f"#### {value}",
+                 f"There are {value} {noun}." if noun else f"The number is {value}.",
+                 f"I count {spoken} {noun}." if noun else f"It reads {value}."]
         return forms[(pick >> 8) % len(forms)]
 
 
