@@ -139,7 +139,7 @@ def vision_body(p: Any, seed: int) -> dict[str, Any]:
         if isinstance(part, str):
             content.append({"type": "text", "text": part})
         else:
-            content.append({"type": "image_url", "image_url": {"url": data_url(draw(p.images[part].name.split(":", 1)[1]))}})
+            content.append({"type": "image_url", "image_url": {"url": data_url(draw(p.images[part].name.split(":", 2)[2]))}})
     return {"model": "sim", "messages": [{"role": "user", "content": content}], "seed": seed}
 
 

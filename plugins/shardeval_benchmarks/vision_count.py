@@ -228,7 +228,8 @@ class VisionCountBenchmark(Benchmark):
         for k, content in enumerate(plan["images"]):
             png = render(p.size, content)
             spec = f"{p.seed}:{p.size}:{kind}:{idx}:{k}"
-            ref = describe(png, f"gen:vision_count:{spec}", f"vision_count:{spec}")
+            source = f"gen:vision_count:{spec}"  # also its name: any process with this plugin can draw it again
+            ref = describe(png, source, source)
             offer_image_bytes(ref, png)
             refs.append(ref)
         metadata = {"kind": kind, **({"options": plan["options"]} if "options" in plan else {})}
