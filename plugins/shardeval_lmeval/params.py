@@ -8,7 +8,9 @@ tokenized). `task` is set by shardeval when it expands an entry into one benchma
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from shardeval.api import Count, NonNegativeInt, ParamsStruct, UsageError
 
@@ -26,7 +28,7 @@ class LmEvalParams(ParamsStruct):
     fewshot_as_multiturn: bool | None = None  # None: lm-eval's default (True with a chat template)
     system_instruction: str | None = None
     gen_kwargs: dict[str, Any] | str | None = None
-    limit: float | None = None  # a count, or below 1 a fraction of each task
+    limit: Annotated[float, msgspec.Meta(gt=0)] | None = None  # a count, or below 1 a fraction of each task
     seed: list[int | None] | int | None = None  # None: lm-eval's (0, 1234, 1234, 1234)
     bootstrap_iters: NonNegativeInt = 100000  # for the stderr of non-mean metrics in lm-eval's results file
     # as --model and --model_args: how requests are made
