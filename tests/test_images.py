@@ -330,3 +330,29 @@ def test_images_held_in_parquet_rows_as_hugging_face_stores_them(tmp_path):
     assert sent == sorted(pngs * 2)
     thumbs = {t["sha256"]: t["name"] for t in lines(tmp_path / "out" / "shard_0" / "vqa" / "images.jsonl")}
     assert thumbs == {hashlib.sha256(pngs[0]).hexdigest(): "val/p1.png", hashlib.sha256(pngs[1]).hexdigest(): "row 1 image 0"}
+
+
+def test_byo_vqa_and_vlm_choice_scorers(tmp_path):
+    """The mapping's `vqa` scorer: VQA accuracy over the row's human answers (repeats weigh);
+    `vlm_choice`: a letter in any form VLMs write it, or the option's own text."""
+    from shardeval_benchmarks.custom import CustomBenchmark
+
+    make_data(tmp_path)
+    humans = ["2", "2", "two", "2", "3", "2", "2", "3", "2", "2"]
+    rows = [{"id": "v", "q": "How many? <image>", "a": humans, "images": ["img/dots2.png"]},
+            {"id": "m", "q": "Which shape? <image>\n{choices}", "a": "B", "opts": ["circle", "triangle", "square"], "images": ["img/dots1.png"]}]
+    for r in rows:
+        (tmp_path / f"{r['id']}.jsonl").write_text(json.dumps(r) + "\n")
+    vqa = CustomBenchmark({"data": str(tmp_path / "v.jsonl"), "fields": {"input": "q", "target": "a"}, "scorer": "vqa"})
+    p = vqa.problem(0)
+    assert vqa.score(p, "#### two").score == 1.0  # eight humans said 2 ("two" normalises to it)
+    assert vqa.score(p, "The answer is 3").score == pytest.approx(0.6)  # two humans said 3
+    assert vqa.score(p, "5").score == 0.0
+    mc = CustomBenchmark({"data": str(tmp_path / "m.jsonl"), "fields": {"input": "q", "target": "a", "choices": "opts"},
+                          "scorer": "vlm_choice", "prompt": "{q}"})
+    p = mc.problem(0)
+    assert p.images and p.reference == "B"
+    for reply in ("B", "(B)", "B.", "The answer is B", "the triangle"):
+        assert mc.score(p, reply).score == 1.0, reply
+    for reply in ("A or B", "square", "C"):
+        assert mc.score(p, reply).score == 0.0, reply

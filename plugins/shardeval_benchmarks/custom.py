@@ -29,7 +29,7 @@ The mapping (unknown keys are one-line errors naming the closest valid key):
                                   # data: URLs (default: a row's `images` field); `<image>` in the prompt places them
     prompt: "Question: {input}\\nAnswer:"   # str.format over the row's fields and {input} {target} {choices}
     system_prompt: Answer briefly.          # sent as a system turn (after the solver's own, if any)
-    scorer: exact                 # exact | numeric | regex | choice
+    scorer: exact                 # exact | numeric | regex | choice | vlm_choice | vqa
     regex: "Final: (.+)"          # regex scorer: group 1 (or the whole match) of the LAST match
     metrics: [accuracy]           # merge's metrics for it unless the config's benchmarks[].metrics says so
     judge:                        # a judged benchmark (docs/judges.md): the config names the judge service
@@ -51,10 +51,11 @@ import msgspec
 
 from shardeval.api import (
     ParamsStruct, Problem, RowImages, RowsBenchmark, Rubric, Score, UsageError, check_markers, decode_params, extract_choice,
-    extract_numeric, final_answer, normalize, normalize_text, numbers_equal, open_rows,
+    extract_choice_vlm, extract_numeric, final_answer, normalize, normalize_text, numbers_equal, open_rows,
+    vqa_accuracy,
 )
 
-Scorer = Literal["exact", "numeric", "regex", "choice"]
+Scorer = Literal["exact", "numeric", "regex", "choice", "vlm_choice", "vqa"]
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*:?\s*([^\n]+)", re.IGNORECASE)
 
@@ -142,12 +143,12 @@ class CustomBenchmark(RowsBenchmark):
         f = mapping.fields
         self.input_field = f.input or self.first_field(first, ("question", "prompt", "input"))
         self.target_field = f.target or self.first_field(first, ("answer", "target", "reference"))
-        if mapping.scorer == "choice" and f.choices is None:
-            raise UsageError(f"{where}: scorer choice needs fields.choices: a field holding a list, or a list of field names")
+        if mapping.scorer in ("choice", "vlm_choice") and f.choices is None:
+            raise UsageError(f"{where}: scorer {mapping.scorer} needs fields.choices: a field holding a list, or a list of field names")
         if mapping.scorer == "regex" and self._regex is None:
             raise UsageError(f"{where}: scorer regex needs `regex:`, a pattern whose group 1 (or whole match) is the answer")
         images_field = f.images or ("images" if "images" in first else None)
-        self.images = RowImages(images_field, base_dir, f"{where} (data {self.rows.origin})", self.rows.row) if images_field else None
+        self.images = RowImages(images_field, _data_dir(mapping.data, base_dir), f"{where} (data {self.rows.origin})", self.rows.row) if images_field else None
         self.has_images = self.images is not None
         if first:
             self.row_problem(0, first)  # a mapping mistake shows now, not halfway through a shard
@@ -201,7 +202,7 @@ class CustomBenchmark(RowsBenchmark):
         choices = self._choices(row)
         target = row.get(self.target_field) if self.target_field else None
         aliases = [str(t) for t in target] if isinstance(target, list) else ([] if target is None else [str(target)])
-        if self.mapping.scorer == "choice" and aliases:
+        if self.mapping.scorer in ("choice", "vlm_choice") and aliases:
             aliases = [_letter(aliases[0], choices, self.where, idx)]
         values = {k: v for k, v in row.items() if isinstance(k, str)}
         values["input"] = row.get(self.input_field, "") if self.input_field else ""
@@ -216,6 +217,11 @@ class CustomBenchmark(RowsBenchmark):
             metadata["aliases"] = aliases
         if choices:
             metadata["n_choices"] = len(choices)
+        if choices and self.mapping.scorer == "vlm_choice":
+            metadata["options"] = choices  # the option texts a reply may name instead of a letter
+        if self.mapping.scorer == "vqa" and aliases:
+            metadata["answers"] = aliases  # every human answer, repeats kept: they weigh in VQA accuracy
+            metadata.pop("aliases", None)
         row_id = str(row[f.id]) if f.id else str(idx)
         problem = Problem(
             idx=idx,
@@ -243,6 +249,13 @@ class CustomBenchmark(RowsBenchmark):
         elif scorer == "choice":
             extracted = extract_choice(response, int(problem.metadata.get("n_choices", 26)))
             right = extracted == problem.reference
+        elif scorer == "vlm_choice":
+            extracted, _ = extract_choice_vlm(response, list(problem.metadata.get("options", [])))
+            right = extracted == problem.reference
+        elif scorer == "vqa":
+            extracted = _extract_text(response)
+            return Score(score=vqa_accuracy(extracted, list(problem.metadata.get("answers") or [problem.reference])),
+                         extracted=extracted)
         else:
             extracted = self._extract_regex(response) if scorer == "regex" else _extract_text(response)
             accepted = problem.metadata.get("aliases") or [problem.reference]
@@ -256,10 +269,18 @@ class CustomBenchmark(RowsBenchmark):
 
     def simulated_reply(self, reference: str, correct: bool) -> str | None:
         """For `choice`, a reply that names a letter (right, or the next one); else the simulator's default."""
-        if self.mapping.scorer != "choice":
+        if self.mapping.scorer not in ("choice", "vlm_choice"):
             return None
         letter = reference if correct else ("B" if reference == "A" else "A")
         return f"Looking at the options, the answer is ({letter})."
+
+def _data_dir(data: str, base_dir: str | None) -> str | None:
+    """The folder of a local data file, where its rows' relative image paths start (None: a URL or
+    a hub dataset; relative image paths then start at the working directory)."""
+    if "://" in data:
+        return None
+    return os.path.dirname(os.path.abspath(os.path.join(base_dir or os.getcwd(), os.path.expanduser(data))))
+
 
 def _extract_text(response: str) -> str:
     """The reply's answer for text comparison: after `####`, else after "answer is", else the whole reply."""
