@@ -105,6 +105,8 @@ def test_rows_images_go_on_the_wire_in_marker_order_and_records_keep_digests(tmp
     assert "base64" not in trajectories and "data:image" not in trajectories  # digests, never bytes
     first = lines(out / "trajectories.jsonl")[0]["messages"][0]["content"]
     assert f"[image sha256:{digests[1][:12]} 48x48" in first
+    no_marker = next(t for t in lines(out / "trajectories.jsonl") if t["problem_idx"] == 2)["messages"][0]["content"]
+    assert no_marker.startswith(f"[image sha256:{digests[3][:12]} 48x48") and no_marker.endswith(" B]\nHow many dots?")
     thumbs = lines(out / "images.jsonl")
     assert sorted(t["sha256"] for t in thumbs) == sorted(digests.values())  # one line per distinct image
     for t in thumbs:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 import msgspec
 
 from shardeval.benchmark import Problem, Score
-from shardeval.benchmark.images import STORE, ImageRef, ImageUnavailable, split_prompt
+from shardeval.benchmark.images import IMAGE_MARKER, STORE, ImageRef, ImageUnavailable, split_prompt
 from shardeval.config import Generation, SolverConfig
 from shardeval.run.completion import Completion
 from shardeval.run.service import Endpoint
@@ -153,7 +153,10 @@ def image_turns(messages: list[dict[str, str]], images: list[ImageRef], service:
             content.append({"type": "image_url", "image_url": {"url": url}})
             shown.append(ref.placeholder())
     sent = [*messages[:last], {**messages[last], "content": content}, *messages[last + 1:]]
-    kept = [*messages[:last], {**messages[last], "content": "".join(shown)}, *messages[last + 1:]]
+    # where the prompt had markers, each placeholder stands in its marker's place; without any, the
+    # images came first and each placeholder gets its own line
+    text = "".join(shown) if IMAGE_MARKER in messages[last]["content"] else "\n".join(shown)
+    kept = [*messages[:last], {**messages[last], "content": text}, *messages[last + 1:]]
     return sent, kept
 
 
