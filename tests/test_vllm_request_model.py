@@ -88,6 +88,7 @@ def run_config(tmp: Path, url: str, data: dict[str, Path]) -> Path:
             {"name": str(data["vqa"]), "repeats": 2, "solver": {"system_prompt": "You see images.", "generation": generation}},
             {"name": str(data["mc"])},
             {"name": str(data["vqa"]), "id": "vqa_files", "solver": {"service": "files"}},
+            {"name": "vision_count", "params": {"n": 8}},  # the built-in: drawn images, one and two per prompt
         ],
         "seed": 3,
         "output": {"dir": str(tmp / "out"), "progress_interval_s": 0},
@@ -152,7 +153,7 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 def test_every_body_sent_validates_against_vllms_request_model(checked: dict[str, Any]) -> None:
     sent, verdicts = checked["sent"], checked["verdicts"]
     # 10 rows x 2 repeats, 2 multiple-choice rows, 10 rows through the file:// service
-    assert len(sent) == 10 * 2 + 2 + 10
+    assert len(sent) == 10 * 2 + 2 + 10 + 8  # vqa twice, mc, vqa as files, vision_count
     refused = [(v, sent[v["line"] - 1]["messages"][-1]["content"][0]) for v in verdicts if not v["ok"]]
     assert not refused, refused[:3]
     assert sum(v["images"] for v in verdicts) == sum(len(image_urls(b)) for b in sent) == (7 + 3 + 2 + LIMIT) * 3 + 2
@@ -175,6 +176,7 @@ def test_the_bodies_cover_markers_system_turns_and_both_url_forms(checked: dict[
     urls = [u for b in sent for u in image_urls(b)]
     files = {u for u in urls if u.startswith("file://")}
     assert len(files) == len(PICTURES) and any("%20" in u and "%23" in u for u in files)  # quoted, and vLLM read it back
+    assert len([b for b in sent if len(image_urls(b)) == 2 and "The first image" in json.dumps(b)]) >= 1  # its compare kind
     mimes = {u.split(";", 1)[0] for u in urls if u.startswith("data:")}
     assert mimes == {"data:image/png", "data:image/gif", "data:image/jpeg", "data:image/webp"}
 
