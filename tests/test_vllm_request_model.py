@@ -156,7 +156,7 @@ def test_every_body_sent_validates_against_vllms_request_model(checked: dict[str
     assert len(sent) == 10 * 2 + 2 + 10 + 8  # vqa twice, mc, vqa as files, vision_count
     refused = [(v, sent[v["line"] - 1]["messages"][-1]["content"][0]) for v in verdicts if not v["ok"]]
     assert not refused, refused[:3]
-    assert sum(v["images"] for v in verdicts) == sum(len(image_urls(b)) for b in sent) == (7 + 3 + 2 + LIMIT) * 3 + 2
+    assert sum(v["images"] for v in verdicts) == sum(len(image_urls(b)) for b in sent) == (7 + 3 + 2 + LIMIT) * 3 + 2 + 10  # vision_count: 6 one-image problems, 2 compare pairs
     assert max(v["images"] for v in verdicts) == LIMIT
     # vLLM 0.32's private part parser (vllm/renderers/chat_utils.py `_parse_chat_message_content_mm_part`)
     # was used beside openai's public part types; where a later vLLM moves it, the public ones stand alone.
