@@ -111,3 +111,15 @@ def wait_for_records(path: Path, n: int, proc: subprocess.Popen, timeout: float 
         assert proc.poll() is None, "the shard ended before it could be killed"
         time.sleep(0.01)
     raise AssertionError(f"{path} never reached {n} lines")
+
+
+def kill_shard_mid_run(args: list[str], results: Path, n: int) -> None:
+    """Start `shardeval ARGS`, SIGKILL it once it has written `n` lines to `results`, and reap it."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "shardeval", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_records(results, n, proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()

@@ -148,6 +148,16 @@ def test_file_urls_when_the_service_reads_the_folder_itself(tmp_path):
     assert sum(u.startswith("data:image/png;base64,") for u in urls) == 1  # the symlink leaving the folder
 
 
+# (the service's lines, the benchmark's lines, what the one error line says) of configs that refuse good rows
+REFUSED_BY_CONFIG = {
+    "limit": ("    limit_mm_per_prompt: {image: 1}\n", "", "problem 1 (id 1): 2 images, more than the service's limit_mm_per_prompt image 1"),
+    "too_big": ("    max_image_bytes: 100\n", "", "image img/dots1.png is"),
+    "completions": ("    protocol: completions\n", "",
+                    "has images, which only chat requests carry, but service 'model' uses protocol completions"),
+    "loglikelihood": ("", "    solver: {type: loglikelihood}\n", "has images, but solver.type loglikelihood scores text only"),
+}
+
+
 @pytest.mark.parametrize("case", ["missing", "undecodable", "truncated", "markers", "limit", "too_big", "completions", "loglikelihood"])
 def test_bad_images_are_one_line_before_any_request(tmp_path, case):
     data = make_data(tmp_path)
@@ -168,18 +178,8 @@ def test_bad_images_are_one_line_before_any_request(tmp_path, case):
     elif case == "markers":
         rows[0]["question"] = "<image> and <image>"
         want = "row 0 (id 0): the prompt has 2 <image> marker(s) for 1 image(s)"
-    elif case == "limit":
-        service = "    limit_mm_per_prompt: {image: 1}\n"
-        want = "problem 1 (id 1): 2 images, more than the service's limit_mm_per_prompt image 1"
-    elif case == "too_big":
-        service = "    max_image_bytes: 100\n"
-        want = "image img/dots1.png is"
-    elif case == "completions":
-        service = "    protocol: completions\n"
-        want = "has images, which only chat requests carry, but service 'model' uses protocol completions"
-    elif case == "loglikelihood":
-        bench = "    solver: {type: loglikelihood}\n"
-        want = "has images, but solver.type loglikelihood scores text only"
+    elif case in REFUSED_BY_CONFIG:
+        service, bench, want = REFUSED_BY_CONFIG[case]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
         result = shardeval_cmd("run", str(config(tmp_path, rec.url, data, service=service, bench=bench)), "--shard", "0/1")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from typing import Any, Iterator
 import pytest
 
 from conftest import shardeval_cmd
-from served import wait_for_records
+from served import kill_shard_mid_run
 from inspect_support import (cells, inspect_config, inspect_sim, merge, question, read_log, records, Recording, recording,
                              run_shards, write_tasks)
 
@@ -141,13 +140,7 @@ def test_a_shard_killed_mid_run_asks_only_the_missing_pairs_again(tmp_path: Path
     with inspect_sim(tasks, "--ttft-ms", "150") as slow_url, recording(slow_url) as slow:
         cfg = inspect_config(tmp_path / "config.json", slow.url, tasks, [{"task": "arith", "repeats": EPOCHS, "max_concurrent": 2}])
         out = tmp_path / "run" / "shard_0"
-        proc = subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(out)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_for_records(out / "arith" / "results.jsonl", 6, proc)
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
+        kill_shard_mid_run(["run", str(cfg), "-o", str(out)], out / "arith" / "results.jsonl", 6)
         before = records(out, "arith")
         answered = {(r["problem_id"], r["repeat"]) for r in before}
         assert all(r["status"] == "ok" for r in before)

@@ -5,15 +5,12 @@ one within its interval; a shard SIGKILLed mid-run and rerun loses and repeats n
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import shardeval_cmd
-from served import wait_for_records
+from served import kill_shard_mid_run
 
 pytest.importorskip("PIL")
 
@@ -58,13 +55,7 @@ def test_four_shards_give_the_configured_accuracy_within_its_interval(tmp_path):
 def test_a_shard_killed_mid_run_and_rerun_loses_nothing(tmp_path):
     cfg = write_config(tmp_path, shards=4, ttft_ms=40, concurrency=2)
     shard = tmp_path / "run" / "shard_1"
-    proc = subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "1/4", "-o", str(shard)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_records(shard / "vision_count" / "results.jsonl", 8, proc)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    kill_shard_mid_run(["run", str(cfg), "--shard", "1/4", "-o", str(shard)], shard / "vision_count" / "results.jsonl", 8)
     before = records(shard)
     share = N // 4 * REPEATS
     assert 8 <= len(before) < share, "the kill must land mid-run"
