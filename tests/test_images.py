@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import urllib.request
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -183,13 +184,15 @@ def test_bad_images_are_one_line_before_any_request(tmp_path, case):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
         result = shardeval_cmd("run", str(config(tmp_path, rec.url, data, service=service, bench=bench)), "--shard", "0/1")
+        with urllib.request.urlopen(sim.removesuffix("/v1") + "/sim/stats", timeout=10) as reply:
+            stats = json.loads(reply.read())
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     err = errors[0] if errors else ""
     assert len(errors) == 1 and err.startswith("shardeval: error: ") and "Traceback" not in err and want in err, err
     assert str(data) in err or "benchmarks[0]" in err  # names the data (or the config entry)
     assert " at 0x" not in err
-    assert rec.bodies == []  # refused before any request
+    assert rec.bodies == [] and stats["requests"] == 0  # refused before any request: the simulator counted none
 
 
 def test_an_image_replaced_under_its_name_is_other_data_and_resume_refuses(tmp_path):
