@@ -313,3 +313,14 @@ hint: See above for details."""
     missing = ["ERROR: Could not find a version that satisfies the requirement x (from versions: none)",
                "ERROR: No matching distribution found for x"]
     assert _pip_error(missing).endswith("/ No matching distribution found for x")
+
+
+def test_what_shardevals_extras_name_may_be_installed_beside_the_plugins():
+    """The file carries the plugins that need Pillow, lm-eval and inspect-ai but not those packages:
+    `plugins install` takes what an extra of shardeval names (not the test extra's tools), though
+    none of them declares a plugin; any other plain library stays refused (above)."""
+    from shardeval.plugins.install import extra_distributions
+
+    extras = extra_distributions()
+    assert {"pillow", "lm-eval", "inspect-ai", "transformers"} <= extras
+    assert not extras & {"pytest", "hypothesis", "playwright", "tinydep"}

@@ -39,6 +39,23 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def extra_distributions() -> set[str]:
+    """What shardeval's own extras name (canonical names; the `test` extra left out): a node gets
+    them with `plugins install` although they declare no plugin (Pillow for images, lm-eval,
+    inspect-ai), since the file does not carry them and the built-in plugins that need them do."""
+    try:
+        requirements = metadata.requires("shardeval") or []
+    except metadata.PackageNotFoundError:
+        return set()
+    names = set()
+    for requirement in requirements:
+        name, _, marker = requirement.partition(";")
+        extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", marker)
+        if extra and extra.group(1) != "test" and (found := re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", name)):
+            names.add(canonical(found.group(1)))
+    return names
+
+
 @dataclass
 class Dist:
     """An installed distribution, read from its metadata."""
@@ -251,10 +268,12 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
         _pip(["install", "--no-deps", "--no-warn-script-location", "--target", staging, *pip_options, *map(_pinned, wanted)], what)
         staged = _dists(staging)
         top = [staged[canonical(item["metadata"]["name"])] for item in wanted if item.get("requested")]
-        if bare := next((dist for dist in top if not dist.entry_points), None):
+        extras = extra_distributions()
+        if bare := next((dist for dist in top if not dist.entry_points and dist.key not in extras), None):
             raise UsageError(
                 f"{what}: {bare.label} is not a shardeval plugin: it declares no entry point in the "
-                f"`{plugins.ENTRY_POINT_GROUP}` group (see docs/plugins.md); nothing installed"
+                f"`{plugins.ENTRY_POINT_GROUP}` group (see docs/plugins.md), and no extra of shardeval names it "
+                f"({', '.join(sorted(extras)) or 'none'}); nothing installed"
             )
 
         # Old files go aside into the work dir, new ones move in; each move is undone, last first,
