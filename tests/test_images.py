@@ -361,3 +361,29 @@ def test_byo_vqa_and_vlm_choice_scorers(tmp_path):
         assert mc.score(p, reply).score == 1.0, reply
     for reply in ("A or B", "square", "C"):
         assert mc.score(p, reply).score == 0.0, reply
+
+
+def test_a_node_checks_an_unchanged_file_once(tmp_path, monkeypatch):
+    """The preflight's full read and decode of a file happens once per node: a later process (a
+    rerun, another shard) trusts the node's record while size, mtime and inode are unchanged, and
+    reads a changed file again."""
+    from shardeval.benchmark import images
+    from shardeval_benchmarks.jsonl import JsonlBenchmark
+
+    monkeypatch.setenv("SHARDEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    data = make_data(tmp_path)
+    monkeypatch.setattr(images, "CHECKED", images.CheckedFiles())
+    first = JsonlBenchmark({"path": str(data)})
+    first.preflight()
+    reads = []
+    real = images.read_source
+    monkeypatch.setattr(images, "read_source", lambda source, *a: reads.append(source) or real(source, *a))
+    monkeypatch.setattr(images, "CHECKED", images.CheckedFiles())  # a new process: only the node's file is shared
+    second = JsonlBenchmark({"path": str(data)})
+    second.preflight()
+    assert reads == [] and second.fingerprint() == first.fingerprint()
+    draw(tmp_path / "img" / "dots3.png", 5)  # replaced: other size and mtime
+    monkeypatch.setattr(images, "CHECKED", images.CheckedFiles())
+    third = JsonlBenchmark({"path": str(data)})
+    third.preflight()
+    assert reads == [str(tmp_path / "img" / "dots3.png")] and third.fingerprint() != first.fingerprint()

@@ -239,6 +239,91 @@ def image_limit(limit_mm_per_prompt: dict[str, Any] | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
+class CheckedFiles:
+    """What this node already read, decoded and digested, so a rerun, or another shard on the node,
+    checks an image file with one stat instead of a full read and decode: `images/checked/` in the
+    download cache, a file per folder of images, one line per image file, trusted while the file's size, mtime and inode are
+    the ones it was checked at (as make and rsync trust them). Lines are appended whole (one write
+    each, O_APPEND), so shards sharing a node never tear one; a torn or foreign line is passed over."""
+
+    class Entry(msgspec.Struct, array_like=True):
+        path: str
+        size: int
+        mtime_ns: int
+        inode: int
+        sha256: str
+        bytes: int
+        width: int
+        height: int
+        mime: str
+
+    def __init__(self) -> None:
+        self._known: dict[str, dict[str, "CheckedFiles.Entry"]] = {}  # folder -> its files checked
+        self._lock = threading.Lock()
+
+    def path(self, folder: str) -> str:
+        """One record per folder of images, so a process loads only the folders it reads."""
+        from shardeval.benchmark.downloads import downloads_dir
+
+        return os.path.join(downloads_dir(), "images", "checked", hashlib.sha256(folder.encode()).hexdigest()[:32] + ".jsonl")
+
+    def _load(self, folder: str) -> dict[str, "CheckedFiles.Entry"]:
+        known = self._known.get(folder)
+        if known is None:
+            known = self._known[folder] = {}
+            decoder = msgspec.json.Decoder(CheckedFiles.Entry)
+            try:
+                with open(self.path(folder), "rb") as f:
+                    for line in f:
+                        try:
+                            entry = decoder.decode(line)
+                        except msgspec.DecodeError:
+                            continue
+                        known[entry.path] = entry
+            except OSError:
+                pass
+        return known
+
+    def get(self, source: str, name: str) -> ImageRef | None:
+        """The ref of a file checked before and unchanged since (None: read it)."""
+        if source.startswith(("http://", "https://", "data:", "gen:")):
+            return None
+        try:
+            st = os.stat(source)
+        except OSError:
+            return None  # the read that follows says why, in its one line
+        with self._lock:
+            entry = self._load(os.path.dirname(source)).get(source)
+        if entry is None or (entry.size, entry.mtime_ns, entry.inode) != (st.st_size, st.st_mtime_ns, st.st_ino):
+            return None
+        ref = ImageRef(name=name, sha256=entry.sha256, bytes=entry.bytes, width=entry.width, height=entry.height, mime=entry.mime)
+        STORE.locate(ref, source)
+        return ref
+
+    def put(self, source: str, ref: ImageRef) -> None:
+        """Remember a file just checked; a cache that cannot be written is only slower, never an error."""
+        if source.startswith(("http://", "https://", "data:", "gen:")):
+            return
+        try:
+            st = os.stat(source)
+            entry = CheckedFiles.Entry(source, st.st_size, st.st_mtime_ns, st.st_ino, ref.sha256, ref.bytes, ref.width,
+                                       ref.height, ref.mime)
+            record = self.path(os.path.dirname(source))
+            os.makedirs(os.path.dirname(record), exist_ok=True)
+            fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, msgspec.json.encode(entry) + b"\n")
+            finally:
+                os.close(fd)
+        except OSError:
+            return
+        with self._lock:
+            self._load(os.path.dirname(source))[source] = entry
+
+
+CHECKED = CheckedFiles()
+
+
 def _embedded(value: Any) -> bool:
     """An image held in the row, as Hugging Face's Image feature stores it: {"bytes": ..., "path": ...}."""
     return isinstance(value, dict) and (isinstance(value.get("bytes"), (bytes, bytearray))
@@ -415,9 +500,13 @@ class RowImages:
             name = entry if isinstance(entry, str) else str(entry["path"])
             source, data = resolve_path(name, self.base_dir), None
         ref = self._refs.get(source)
+        if ref is None and data is None:
+            ref = CHECKED.get(source, name)
         if ref is None:
             try:
                 ref = describe(bytes(data) if data is not None else read_source(source, PREFLIGHT_MAX_BYTES), source, name)
+                if data is None:
+                    CHECKED.put(source, ref)
             except OSError as exc:
                 why = f"{exc.strerror or exc}" + (f" ({source})" if source != name else "")
                 raise UsageError(f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r}: cannot read it: {why}; "
