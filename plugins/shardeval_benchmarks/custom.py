@@ -50,7 +50,7 @@ from typing import Any, Literal
 import msgspec
 
 from shardeval.api import (
-    ParamsStruct, Problem, RowImages, RowsBenchmark, Rubric, Score, UsageError, check_markers, decode_params, extract_choice,
+    ParamsStruct, Problem, RowsBenchmark, Rubric, Score, UsageError, decode_params, extract_choice,
     extract_choice_vlm, extract_numeric, final_answer, normalize, normalize_text, numbers_equal, open_rows,
     vqa_accuracy,
 )
@@ -148,21 +148,10 @@ class CustomBenchmark(RowsBenchmark):
         if mapping.scorer == "regex" and self._regex is None:
             raise UsageError(f"{where}: scorer regex needs `regex:`, a pattern whose group 1 (or whole match) is the answer")
         images_field = f.images or ("images" if "images" in first else None)
-        self.images = RowImages(images_field, _data_dir(mapping.data, base_dir), f"{where} (data {self.rows.origin})", self.rows.row) if images_field else None
-        self.has_images = self.images is not None
+        self.use_images(images_field, _data_dir(mapping.data, base_dir), f"{where} (data {self.rows.origin})")
         if first:
             self.row_problem(0, first)  # a mapping mistake shows now, not halfway through a shard
 
-    def preflight(self) -> None:
-        """Every row's images read and decoded (one line naming the row and the file for a bad one)."""
-        if self.images is not None:
-            self.images.check_all(self.problems(range(self.size())))
-
-    def fingerprint(self) -> str:
-        rows = super().fingerprint()
-        if self.images is None:
-            return rows
-        return self.images.fingerprint(rows, lambda: self.problems(range(self.size())))
 
     # -- rows to problems ------------------------------------------------------------------------
 
@@ -232,10 +221,7 @@ class CustomBenchmark(RowsBenchmark):
             cluster=str(row[f.category]) if f.category and row.get(f.category) is not None else None,
             metadata=metadata,
         )
-        if self.images is not None and (refs := self.images.of_row(row, idx, row_id)):
-            check_markers(prompt, len(refs), f"{self.where}: row {idx} (id {row_id})")
-            problem = msgspec.structs.replace(problem, images=refs)
-        return problem
+        return self.with_images(problem, row, prompt, f"{self.where}: row {idx} (id {row_id})")
 
     # -- scoring ---------------------------------------------------------------------------------
 

@@ -15,10 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import msgspec
-
-from shardeval.api import (DataParams, Problem, RowImages, RowsBenchmark, Score, UsageError, check_markers, decode_params,
-                           final_answer, normalize, open_from_params)
+from shardeval.api import DataParams, Problem, RowsBenchmark, Score, UsageError, decode_params, final_answer, normalize, open_from_params
 
 
 class JsonlParams(DataParams):
@@ -54,17 +51,7 @@ class JsonlBenchmark(RowsBenchmark):
             )
         images_field = p.images_field or ("images" if "images" in first else None)
         base_dir = os.path.dirname(os.path.abspath(p.path)) if p.path else None
-        self.images = RowImages(images_field, base_dir, f"benchmark {self.name} ({self.rows.origin})", self.rows.row) if images_field else None
-        self.has_images = self.images is not None
-
-    def preflight(self) -> None:
-        """Every row's images read and decoded (one line naming the row and the file for a bad one)."""
-        if self.images is not None:
-            self.images.check_all(self.problems(range(self.size())))
-
-    def fingerprint(self) -> str:
-        rows = super().fingerprint()
-        return rows if self.images is None else self.images.fingerprint(rows, lambda: self.problems(range(self.size())))
+        self.use_images(images_field, base_dir, f"benchmark {self.name} ({self.rows.origin})")
 
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         id_field, cluster_field = self.params.id_field, self.params.cluster_field
@@ -77,10 +64,7 @@ class JsonlBenchmark(RowsBenchmark):
             reference=None if reference is None else str(reference),
             cluster=str(row[cluster_field]) if cluster_field and cluster_field in row else None,
         )
-        if self.images is not None and (refs := self.images.of_row(row, idx, problem.id)):
-            check_markers(problem.user_text(), len(refs), f"benchmark {self.name} ({self.rows.origin}): row {idx} (id {problem.id})")
-            problem = msgspec.structs.replace(problem, images=refs)
-        return problem
+        return self.with_images(problem, row, problem.user_text(), f"benchmark {self.name} ({self.rows.origin}): row {idx} (id {problem.id})")
 
     def score(self, problem: Problem, response: str) -> Score:
         extracted = final_answer(response) or response

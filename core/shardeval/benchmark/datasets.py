@@ -39,6 +39,7 @@ import msgspec
 
 from shardeval.benchmark import Benchmark, Problem
 from shardeval.benchmark.downloads import DOWNLOADS_ENV, downloads_dir
+from shardeval.benchmark.images import RowImages, check_markers
 from shardeval.store.atomic import atomic_write
 from shardeval.errors import UsageError
 from shardeval.store.regular import kind_of, open_regular
@@ -596,9 +597,28 @@ class RowsBenchmark(Benchmark):
     implement `row_problem(idx, row)`; size, fingerprint and lazy slicing come from the rows."""
 
     rows: Rows
+    images: RowImages | None = None  # the rows' image field, when they have one (`use_images`)
 
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         raise NotImplementedError
+
+    def use_images(self, field: str | None, base_dir: str | None, where: str) -> None:
+        """Read images from each row's `field` (None: the rows have none): paths relative to
+        `base_dir`, checked by the preflight, in the dataset fingerprint (shardeval.benchmark.images)."""
+        self.images = RowImages(field, base_dir, where, self.rows.row) if field else None
+        self.has_images = self.images is not None
+
+    def with_images(self, problem: Problem, row: dict[str, Any], text: str, where: str) -> Problem:
+        """`problem` with its row's images, their markers in `text` checked (unchanged without any)."""
+        if self.images is None or not (refs := self.images.of_row(row, problem.idx, problem.id)):
+            return problem
+        check_markers(text, len(refs), where)
+        return msgspec.structs.replace(problem, images=refs)
+
+    def preflight(self) -> None:
+        """Every row's images read and decoded (one line naming the row and the file for a bad one)."""
+        if self.images is not None:
+            self.images.check_all(self.problems(range(self.size())))
 
     @staticmethod
     def first_field(row: dict[str, Any], names: tuple[str, ...]) -> str | None:
@@ -609,7 +629,8 @@ class RowsBenchmark(Benchmark):
         return len(self.rows)
 
     def fingerprint(self) -> str:
-        return self.rows.fingerprint()
+        rows = self.rows.fingerprint()
+        return rows if self.images is None else self.images.fingerprint(rows, lambda: self.problems(range(self.size())))
 
     def problem(self, idx: int) -> Problem:
         return self.row_problem(idx, self.rows.row(idx))

@@ -163,8 +163,11 @@ def image_turns(messages: list[dict[str, str]], images: list[ImageRef], service:
 def image_salt(body: dict[str, Any], problem: Problem) -> str | None:
     """What the response cache key adds for images the body names by path (file:// URLs): their
     digests, so a file replaced under the same name is never answered from the cache. Base64 data
-    URLs are in the body already."""
-    if not problem.images or '"file://' not in msgspec.json.encode(body.get("messages")).decode():
+    URLs are in the body already. Looks only at the parts image_turns made (no body re-encoded)."""
+    if not problem.images:
+        return None
+    parts = (p for m in body.get("messages") or () if isinstance(m.get("content"), list) for p in m["content"])
+    if not any(p.get("type") == "image_url" and p["image_url"]["url"].startswith("file://") for p in parts):
         return None
     return " ".join(ref.sha256 for ref in problem.images)
 
