@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from shardeval.hookspecs import hookimpl
     # Every plugin: errors a user sees as one line, the config it is handed, the registry
     from shardeval.errors import EXIT_WITH_ERRORS, os_error, ShardError, UsageError
-    from shardeval.config import (BenchmarkConfig, ClusterConfig, Config, Count, Generation, NonNegativeFloat,
+    from shardeval.config import (BenchmarkConfig, ClusterConfig, Config, Count, ExportConfig, Generation, NonNegativeFloat,
                                   NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig, SolverConfig)
     from shardeval.config.loading import load_config
     from shardeval.config.reading import parse_key_values, read_yaml
@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from shardeval.store.shards import shard_indices, shard_range, ShardSpec
     from shardeval.store.standing import nothing_to_ask
     from shardeval.identity import config_hash, incomparable
+    # Exporter: a merged run or sweep as tracker runs (MLflow, W&B, Inspect logs), one per model and benchmark
+    from shardeval.results.trackers import checkpoint_step, metric_name, TrackerExport, TrackerRun
     # Metric: a number over a benchmark's scores
     from shardeval.results.metrics import (ERROR, headline_metric, MISSING, OK, Metric, MetricOptions, MetricValue,
                                            ScoreTable)
@@ -83,7 +85,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.hookspecs", "hookimpl"),  # the mark of a hook implementation (pluggy)
     # Every plugin: errors a user sees as one line, the config it is handed, the registry
     ("shardeval.errors", "EXIT_WITH_ERRORS os_error ShardError UsageError"),
-    ("shardeval.config", "BenchmarkConfig ClusterConfig Config Count Generation NonNegativeFloat NonNegativeInt "
+    ("shardeval.config", "BenchmarkConfig ClusterConfig Config Count ExportConfig Generation NonNegativeFloat NonNegativeInt "
      "NonNegativeSeconds Probability Seconds ServiceConfig SolverConfig"),
     ("shardeval.config.loading", "load_config"),
     ("shardeval.config.reading", "parse_key_values read_yaml"),
@@ -120,6 +122,8 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.store.standing", "nothing_to_ask"),
     ("shardeval.identity", "config_hash incomparable"),
     # Metric: a number over a benchmark's scores
+    # Exporter: a merged run or sweep as tracker runs (MLflow, W&B, Inspect logs), one per model and benchmark
+    ("shardeval.results.trackers", "checkpoint_step metric_name TrackerExport TrackerRun"),
     ("shardeval.results.metrics", "ERROR headline_metric MISSING OK Metric MetricOptions MetricValue ScoreTable"),
     # Records and results: the files a run writes, read back; a command's own outputs
     ("shardeval.store.records", "BenchmarkManifest ImageInfo ImageThumbnail IMAGES_FILE Manifest Message read_manifest "

@@ -76,8 +76,10 @@ def run(config_path: str | None, shard_flag: str | None, sweep_services: str | N
 @click.option("-o", "--output-dir", help="Where merged/ goes (default: RUN_DIR/merged; never inside a shard directory).")
 @click.option("-q", "--quiet", is_flag=True, help="Write the files; print nothing.")
 @click.option("--allow-mixed-models", is_flag=True, help="Pool shards whose endpoints served different weights (the report then says MIXED).")
+@click.option("--export", "run_exports", is_flag=True,
+              help="Then export to the trackers of the config's `export:` list, as the end of a launch does (docs/export.md).")
 def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samples: int, seed: int, ci_method: str,
-          output_dir: str | None, quiet: bool, allow_mixed_models: bool) -> None:
+          output_dir: str | None, quiet: bool, allow_mixed_models: bool, run_exports: bool) -> None:
     """Merge every shard directory under RUN_DIR into RUN_DIR/merged/ and print the report.
 
     Safe to run any time, also while shards are still running (the report then says PARTIAL).
@@ -86,11 +88,10 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     Shard files are only read; running it twice gives byte-identical output. A sweep's directory
     merges each model into <model>/merged/, then writes merged/sweep.json, sweep.md and sweep.html.
     """
-    from shardeval.results.metrics import MetricOptions
-    from shardeval.results.sweep_merge import merge_any
+    from shardeval.results import metrics, sweep_merge, trackers
 
-    options = MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed, ci_method=ci_method)
-    merged = merge_any(run_dir, out_dir=output_dir, confidence=confidence, errors_as_wrong=errors_as_wrong, options=options,
+    options = metrics.MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed, ci_method=ci_method)
+    merged = sweep_merge.merge_any(run_dir, out_dir=output_dir, confidence=confidence, errors_as_wrong=errors_as_wrong, options=options,
                        allow_mixed_models=allow_mixed_models)
     for line in merged.warnings:
         click.echo(f"shardeval: warning: {line}", err=True)
@@ -101,6 +102,9 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
         click.echo(f"\nwritten: {merged.written}")
         if not merged.notices:
             click.echo(f"open {merged.page} in a browser: {merged.page_shows}")
+    if run_exports:  # a tracker's failure is a warning: the merge's files and exit status stand
+        trackers.export_after_merge(merged, lambda line: click.echo(f"shardeval: warning: {line}", err=True),
+                           lambda line: None if quiet else click.echo(line))
     if merged.verdict != "COMPLETE":  # exit 0 only when every cell has an ok record (issue 24)
         click.echo(f"shardeval: not complete: {merged.verdict} (exit {EXIT_WITH_ERRORS}; the files are written)", err=True)
         sys.exit(EXIT_WITH_ERRORS)
@@ -158,18 +162,40 @@ def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, 
 
 @cli.command("export")
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("-o", "--output", required=True, metavar="FILE",
-              help="The file to write (replaced atomically; a pipe or a device is written into; - for standard output).")
+@click.option("-o", "--output", metavar="FILE|DIR",
+              help="The file to write (replaced atomically; a pipe or a device is written into; - for standard output); "
+                   "with --to inspect, the folder for the .eval logs.")
 @click.option("--format", "fmt", metavar="parquet|csv|jsonl", help="Default: from FILE's suffix (.parquet, .csv, .jsonl).")
 @click.option("--allow-mixed-models", is_flag=True,
               help="Export shards whose endpoints served different weights (the weights column tells them apart).")
-def export_command(run_dir: str, output: str, fmt: str | None, allow_mixed_models: bool) -> None:
-    """Export RUN_DIR's records to one Parquet, CSV or JSONL file.
+@click.option("--to", "target", metavar="mlflow|wandb|inspect",
+              help="Export to a tracker instead of a file: one tracker run per model and benchmark, updated on re-export.")
+@click.option("--tracking-uri", metavar="URI", help="--to mlflow: the tracking server or store (default: MLFLOW_TRACKING_URI).")
+@click.option("--experiment", metavar="NAME", help="--to mlflow: the experiment (default: the run directory's name).")
+@click.option("--project", metavar="P", help="--to wandb: the project (default: WANDB_PROJECT, else the run directory's name).")
+@click.option("--entity", metavar="E", help="--to wandb: the entity (default: WANDB_ENTITY, else your default).")
+def export_command(run_dir: str, output: str | None, fmt: str | None, allow_mixed_models: bool, target: str | None,
+                   **target_options: str | None) -> None:
+    """Export RUN_DIR's records to one Parquet, CSV or JSONL file, or its results to a tracker.
 
-    One row per standing record (the one merge keeps per problem and repeat), in merge order,
-    with the run's identity columns; a sweep's directory exports every model into one file.
-    Parquet needs pyarrow: pip install 'shardeval[parquet]'. See docs/export.md.
+    A file (-o): one row per standing record (the one merge keeps per problem and repeat), in merge
+    order, with the run's identity columns; a sweep's directory exports every model into one file.
+    Parquet needs pyarrow: pip install 'shardeval[parquet]'.
+
+    A tracker (--to): RUN_DIR is merged (as `shardeval merge` does), then each model and benchmark
+    becomes one MLflow or W&B run (metrics with their intervals, identity, the sample table, scores.json
+    and report.html) or one Inspect log; exporting again updates them. Credentials come only from the
+    tracker's own environment variables. See docs/export.md.
     """
+    if target is not None:
+        from shardeval.results.trackers import export_to
+
+        return export_to(run_dir, target, {**target_options, "output": output}, fmt, allow_mixed_models, click.echo)
+    given = [f"--{key.replace('_', '-')}" for key, value in target_options.items() if value is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)}: only with --to (a tracker); add --to mlflow or --to wandb, or drop it")
+    if output is None:
+        raise UsageError("export: nothing to write to; give -o FILE (a Parquet, CSV or JSONL table) or --to mlflow|wandb|inspect")
     from shardeval.results.export import export
 
     done = export(run_dir, output, fmt, allow_mixed_models=allow_mixed_models)

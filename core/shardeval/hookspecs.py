@@ -65,6 +65,14 @@ def register_metrics(register: Register) -> None:
     """Register metrics: `register(name, metric)`, metric(ScoreTable, MetricOptions) -> {name: MetricValue}; used by `shardeval merge`."""
 
 
+@hookspec
+def register_exporters(register: Register) -> None:
+    """Register export targets (`shardeval export RUN --to NAME`, a config's `export:` list):
+    `register(name, factory, config=ExportConfig subclass)`; factory(config, TrackerExport) ->
+    list of lines for the user. shardeval.results.trackers documents what a TrackerExport holds and
+    the rules every target keeps (one tracker run per model and benchmark, found again by its key)."""
+
+
 @hookspec(firstresult=True)
 def paired_differences(pairs: list[tuple[ScoreTable, ScoreTable]], options: MetricOptions) -> list[dict] | None:
     """For each (baseline, other) pair of one benchmark's tables: the paired difference other − baseline on the (problem, repeat) cells valid in both, with interval, p-value and the Holm-adjusted p-value across all pairs given (one call = one family). None: no plugin computes it."""

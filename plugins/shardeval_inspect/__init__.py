@@ -28,3 +28,10 @@ def write_merged_outputs(result, out_dir):
     from shardeval_inspect.outputs import write_inspect_logs  # imports no Inspect unless the run has inspect entries
 
     return write_inspect_logs(result, out_dir)
+
+
+@hookimpl
+def register_exporters(register):
+    from shardeval_inspect.export_config import InspectExportConfig
+
+    register("inspect", Lazy("shardeval_inspect.export:export_inspect"), config=InspectExportConfig)

@@ -362,7 +362,9 @@ def run_and_stop_in_time(run_line: str, cluster: SlurmClusterConfig) -> list[str
     return lines
 
 
-def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], root: str, cwd: str) -> str:
+def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], root: str, cwd: str, export: bool = False) -> str:
+    """merge.sbatch; with `export` (the config has an `export:` list) the merge then exports to
+    those trackers (`shardeval merge --export`), reading the list from the shards' manifests."""
     logs = os.path.join(slurm_path(root), "logs", "merge-%j")
     one_task = ["#SBATCH --nodes=1", "#SBATCH --ntasks=1"]
     partition = cluster.merge_partition or cluster.partition or pool.partition
@@ -376,7 +378,7 @@ def render_merge(cluster: SlurmClusterConfig, pool: Pool, command: list[str], ro
         "",
         "set -eo pipefail",
         *_environment(cluster),
-        f"exec {shell_line([*command, 'merge', root])}",
+        f"exec {shell_line([*command, 'merge', root, *(['--export'] if export else [])])}",
         "",
     ]
     return "\n".join(lines)

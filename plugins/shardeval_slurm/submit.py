@@ -69,7 +69,7 @@ def render(request: LaunchRequest, cwd: str | None = None) -> dict[str, str]:
         return {RAY_SCRIPT: render_ray(request, pool, command, cwd)}
     files = {EVAL_SCRIPT: render_array(request, pool, command, cwd)}
     if cluster.merge:
-        files[MERGE_SCRIPT] = render_merge(cluster, pool, command, request.output_root, cwd)
+        files[MERGE_SCRIPT] = render_merge(cluster, pool, command, request.output_root, cwd, export=bool(request.config.export))
     return files
 
 

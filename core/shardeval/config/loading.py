@@ -17,7 +17,7 @@ import msgspec
 from shardeval.benchmark.rubric import check_template, compile_pattern
 from shardeval.config import quick as _quick
 from shardeval.config.reading import apply_overrides, expand, read_yaml, split_endpoint_url, type_expansions
-from shardeval.config.schema import ClusterConfig, Config, JudgeConfig, RawConfig, ServiceConfig
+from shardeval.config.schema import ClusterConfig, Config, ExportConfig, JudgeConfig, RawConfig, ServiceConfig
 from shardeval.errors import UsageError
 from shardeval.explain import Where, decode, format_path, kind
 from shardeval.plugins import registry
@@ -73,7 +73,8 @@ def load_config(
     _quick.apply(raw, flags, path)
     services = {name: decode_service(name, section, where) for name, section in raw.services.items()}
     cluster = _decode_cluster(raw.cluster, where)
-    config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
+    exports = decode_exports(raw.export, where)
+    config = Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster, "export": exports})
     config = expansion.expand(config, registry(), where)  # `--bench NAME:ARG`; an lm-eval group's leaf tasks
     _validate(config, where)
     return sampling.complete(config, registry())  # no key left to a server's default (docs/benchmarks.md)
@@ -87,7 +88,8 @@ def config_from_data(data: dict[str, Any]) -> Config:
     raw = decode(dict(data), RawConfig, where)
     services = {name: decode_service(name, section, where) for name, section in raw.services.items()}
     cluster = _decode_cluster(raw.cluster, where)
-    return Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster})
+    return Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster,
+                                                   "export": decode_exports(raw.export, where)})
 
 
 def config_for_manifest(config: Config) -> dict[str, Any]:
@@ -97,7 +99,25 @@ def config_for_manifest(config: Config) -> dict[str, Any]:
     data = msgspec.to_builtins(config)
     if data.get("cache", 0) is None:
         del data["cache"]
+    if not data.get("export", 1):  # likewise for `export:`
+        del data["export"]
     return redact_in(data)
+
+
+def decode_exports(entries: list[dict[str, Any]], where: Where, at: str = "export") -> list[ExportConfig]:
+    """Each `export:` entry with the Struct its exporter (`to`) registered; the same rules as a
+    service's section (unknown keys, types and ranges are one line naming the key)."""
+    exports = []
+    for i, entry in enumerate(entries):
+        path = [at, i] if at == "export" else [at]
+        target = entry.get("to") if isinstance(entry, dict) else None
+        if not isinstance(target, str):
+            known = ", ".join(sorted(registry().entries["exporters"])) or "none"
+            what = "missing required key 'to'" if target is None else f"to: expected str, got {kind(target)}"
+            raise where.error(f"{what} (registered: {known})", format_path(path))
+        found = registry().get("exporters", target, where=f"{where.source}: {format_path([*path, 'to'])}")
+        exports.append(decode(entry, found.config or ExportConfig, where, path))
+    return exports
 
 
 def decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:

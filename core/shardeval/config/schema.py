@@ -214,6 +214,14 @@ class CacheConfig(_Section):
     dir: Annotated[str, msgspec.Meta(min_length=1)]
 
 
+class ExportConfig(_Section):
+    """One `export:` target (docs/export.md): `to` names a registered exporter (mlflow, wandb,
+    inspect, ...), whose plugin subclasses this with its own keys. Run by the merge at the end of a
+    launch; never part of the config hash (where results go does not change them)."""
+
+    to: str
+
+
 class RawConfig(_Section):
     """The file as written: plugin-owned sections still undecoded."""
 
@@ -225,6 +233,7 @@ class RawConfig(_Section):
     shuffle_seed: int | None = None
     sweep: SweepConfig | None = None
     cache: CacheConfig | None = None
+    export: list[dict[str, Any]] = []
 
 
 class Config(msgspec.Struct, kw_only=True):
@@ -238,6 +247,7 @@ class Config(msgspec.Struct, kw_only=True):
     shuffle_seed: int | None = None
     sweep: SweepConfig | None = None  # set: the config stands for one run per sweep service
     cache: CacheConfig | None = None  # the response cache; None: off (never part of the config hash)
+    export: list[ExportConfig] = []  # trackers the end-of-launch merge exports to (never part of the config hash)
 
     def used_services(self) -> dict[str, ServiceConfig]:
         """The services a shard starts: those the benchmarks' solvers use, in first-use order (in

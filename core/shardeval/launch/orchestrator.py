@@ -197,12 +197,13 @@ def merge_and_report(root: str) -> None:
     """The step an orchestrator that waits for its shards ends with: merge what they wrote (also
     after a failure: the report then says what is missing) and print the report (of a sweep: the
     models × benchmarks table). What could not be read, and what the merge left out (no HTML
-    without the plotting extra), are said on stderr as `shardeval merge` says them."""
+    without the plotting extra), are said on stderr as `shardeval merge` says them. Then the
+    config's `export:` targets (shardeval.results.trackers): a failing one is a warning."""
     # Not at the top: orchestrator plugins import this module when plugins load; merge loads when a run ends.
-    from shardeval.results.sweep_merge import merge_any
+    from shardeval.results import sweep_merge, trackers
 
     try:
-        merged = merge_any(root)
+        merged = sweep_merge.merge_any(root)
     except UsageError as exc:
         print(f"shardeval: nothing to merge: {exc}", file=sys.stderr)
         return
@@ -214,3 +215,5 @@ def merge_and_report(root: str) -> None:
     print(f"\nmerged into {merged.out}/ — `shardeval merge {root}` redoes it, `shardeval status {root}` shows progress")
     if not merged.notices:
         print(f"open {merged.page} in a browser: {merged.page_shows}")
+    # the config's `export:` targets; a tracker that fails is a warning, the merge stands
+    trackers.export_after_merge(merged, lambda line: print(f"shardeval: warning: {line}", file=sys.stderr), print)

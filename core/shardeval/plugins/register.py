@@ -1,4 +1,4 @@
-"""What the loaded plugins registered: benchmarks, solvers, services, orchestrators, metrics.
+"""What the loaded plugins registered: benchmarks, solvers, services, orchestrators, metrics, exporters.
 
 Precedence when two plugins register the same name follows the hook implementations' order
 marks: one made from a `tryfirst` hook replaces a plain one on purpose (a site plugin overriding a
@@ -19,7 +19,7 @@ from shardeval.errors import UsageError
 if TYPE_CHECKING:
     from pluggy import HookImpl
 
-KINDS = ("benchmarks", "solvers", "services", "orchestrators", "metrics")
+KINDS = ("benchmarks", "solvers", "services", "orchestrators", "metrics", "exporters")
 
 
 class Lazy:

@@ -76,8 +76,9 @@ def identity(run: Any, manifest: Any, i: int) -> Identity:
     return Identity(run.config_hash, service, model, served.root if served else None)
 
 
-def scan(root: str, allow_mixed_models: bool = False) -> list[Scanned]:
-    """Locate every standing record of a run, or of each model of a sweep (merge's scan, no metrics)."""
+def scan(root: str, allow_mixed_models: bool = False, benchmarks: set[str] | None = None) -> list[Scanned]:
+    """Locate every standing record of a run, or of each model of a sweep (merge's scan, no metrics);
+    `benchmarks`: only these (a tracker's per-benchmark sample table)."""
     plan = read_plan(root)
     roots = [(None, root)] if plan is None else model_roots(root, plan)
     out = []
@@ -87,6 +88,8 @@ def scan(root: str, allow_mixed_models: bool = False) -> list[Scanned]:
         with naming_model(name):
             run = load_shards(run_root, allow_mixed_served=allow_mixed_models)
         for i, bm in enumerate(run.benchmarks):
+            if benchmarks is not None and bm.name not in benchmarks:
+                continue
             cells = Cells(bm.n_problems, bm.repeats)
             scan_results(cells, bm.name, run.shards)
             out.append(Scanned(run, bm.name, cells, [identity(run, s.manifest, i) for s in run.shards], f"{name}: " if name else ""))
@@ -240,8 +243,9 @@ class Exported:
     warnings: list[str]  # what the scan refused or could not read, one line per file
 
 
-def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: bool = False) -> Exported:
-    """Write every standing record of the run (or sweep) at `root` to `out`."""
+def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: bool = False,
+           benchmarks: set[str] | None = None) -> Exported:
+    """Write every standing record of the run (or sweep) at `root` to `out` (of `benchmarks` only, when given)."""
     fmt = pick_format(fmt, out)
     if fmt == "parquet":
         need_pyarrow()  # before reading any shard
@@ -252,7 +256,7 @@ def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: b
                              "redirect it (> FILE, | …) or give -o FILE.parquet")
     else:
         refuse_inside_shard(out, "-o")
-    scanned = scan(root, allow_mixed_models)
+    scanned = scan(root, allow_mixed_models, benchmarks)
     names = score_names(scanned)
     kinds = columns(names)
     counted = [0]

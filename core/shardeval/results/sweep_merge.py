@@ -37,7 +37,7 @@ SWEEP_JSON, SWEEP_MD, SWEEP_HTML = "sweep.json", "sweep.md", "sweep.html"
 
 @dataclass
 class ModelMerge:
-    service: str
+    service: str | None  # None: a run that is not a sweep's
     result: Any | None  # shardeval.results.merge.MergeResult; None: no shard of it has written yet
     note: str | None = None
 
@@ -232,6 +232,10 @@ class Merged:
     warnings: list[str]  # what could not be read in the shards' files, one line per file
     notices: list[str]  # what writing left out (no HTML without the plotting extra), one line per reason
     verdict: str = "COMPLETE"  # the verdict line: COMPLETE (every cell has an ok record), else e.g. "ERRORS: 3 of 9 cells end in errors (3 client)"
+    # What was merged, for what runs after the merge (the config's `export:` targets): each model's
+    # (sweep service or None, MergeResult or None), and a sweep's sweep.json document.
+    models: list[ModelMerge] = field(default_factory=list)
+    sweep_document: dict[str, Any] | None = None
 
 
 def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95, **options: Any) -> Merged:
@@ -246,9 +250,11 @@ def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95
         models = os.path.join(out_dir, "<model>") if out_dir else os.path.join(root, "<model>", "merged")
         written = f"{out}/ (sweep.json, sweep.md{'' if sweep.notices else ', sweep.html'}); each model's merge in {models}/"
         return Merged(render_sweep(sweep, confidence), out, written, os.path.join(out, SWEEP_HTML),
-                      "the grid, the differences, a link to each model's report", found, sweep.notices, sweep.verdict_line())
+                      "the grid, the differences, a link to each model's report", found, sweep.notices, sweep.verdict_line(),
+                      sweep.models, sweep.document)
     result = merge_run(root, **options)
     out = write_merged(result, out_dir, confidence=confidence)
     written = f"{out}/ (scores.json, timing.json, report.md, <benchmark>/results.jsonl, trajectories.jsonl)"
     return Merged(render_report(result, confidence), out, written, os.path.join(out, REPORT_HTML),
-                  "the charts and the items to read (it works offline)", warnings(result), result.notices, result.verdict_line())
+                  "the charts and the items to read (it works offline)", warnings(result), result.notices, result.verdict_line(),
+                  [ModelMerge(None, result)])
