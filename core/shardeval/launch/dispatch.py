@@ -12,6 +12,8 @@ import os
 import sys
 from typing import Any
 
+import msgspec
+
 from shardeval import plugins
 from shardeval.config.loading import load_config
 from shardeval.config.sampling import describe, greedy_repeats
@@ -22,6 +24,7 @@ from shardeval.launch import log, setup_logging
 from shardeval.launch.orchestrator import LaunchRequest
 from shardeval.launch.preflight import preflight
 from shardeval.run.runner import ShardRun, plan_benchmarks
+from shardeval.store.discover import write_export_list
 from shardeval.store.shards import ShardSpec, detect_shard
 
 
@@ -46,6 +49,8 @@ def launch(
         preflight(request)  # once, before any shard starts: one line, exit 2, nothing started or moved
         if sweep is not None and not dry_run:
             sweep.write_plan(request.output_root)
+        if not dry_run:  # the merge that ends the launch (maybe another process: SLURM's merge job) reads it
+            write_export_list(request.output_root, msgspec.to_builtins(config.export))
         warn_greedy_repeats(config)
         code = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory(request)
         if dry_run and code == 0:

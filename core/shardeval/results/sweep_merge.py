@@ -236,6 +236,7 @@ class Merged:
     # (sweep service or None, MergeResult or None), and a sweep's sweep.json document.
     models: list[ModelMerge] = field(default_factory=list)
     sweep_document: dict[str, Any] | None = None
+    root: str = ""  # the run's or the sweep's directory
 
 
 def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95, **options: Any) -> Merged:
@@ -251,10 +252,10 @@ def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95
         written = f"{out}/ (sweep.json, sweep.md{'' if sweep.notices else ', sweep.html'}); each model's merge in {models}/"
         return Merged(render_sweep(sweep, confidence), out, written, os.path.join(out, SWEEP_HTML),
                       "the grid, the differences, a link to each model's report", found, sweep.notices, sweep.verdict_line(),
-                      sweep.models, sweep.document)
+                      sweep.models, sweep.document, root)
     result = merge_run(root, **options)
     out = write_merged(result, out_dir, confidence=confidence)
     written = f"{out}/ (scores.json, timing.json, report.md, <benchmark>/results.jsonl, trajectories.jsonl)"
     return Merged(render_report(result, confidence), out, written, os.path.join(out, REPORT_HTML),
                   "the charts and the items to read (it works offline)", warnings(result), result.notices, result.verdict_line(),
-                  [ModelMerge(None, result)])
+                  [ModelMerge(None, result)], None, root)

@@ -39,7 +39,7 @@ from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL
 from shardeval.results.outputs import REPORT_HTML
 from shardeval.results.report import counts, scores_document
 from shardeval.results.sweep_merge import merge_any
-from shardeval.store.discover import MERGED_DIR
+from shardeval.store.discover import EXPORT_FILE, MERGED_DIR, read_export_list
 from shardeval.store.records import run_id
 
 SCORES_JSON = "scores.json"
@@ -231,7 +231,11 @@ def run_export(target: ExportConfig, export: TrackerExport) -> list[str]:
 
 
 def configured_targets(merged: Any) -> list[ExportConfig]:
-    """The `export:` list of the config the run's shards ran with (their manifests record it)."""
+    """The `export:` list of the last launch (<root>/export.json), else of the config the run's
+    shards ran with (their manifests record it: shards run by hand, then `merge --export`)."""
+    entries = read_export_list(merged.root)
+    if entries is not None:
+        return decode_exports(entries, Where(source=os.path.join(merged.root, EXPORT_FILE)))
     for model in merged.models:
         if model.result is not None and model.result.run.shards:
             entries = model.result.run.shards[0].manifest.config.get("export") or []

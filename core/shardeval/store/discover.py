@@ -20,14 +20,17 @@ from typing import Iterator
 import msgspec
 
 from shardeval.errors import ShardError, UsageError
+from shardeval.redact import redact_in
+from shardeval.store.atomic import atomic_write
 from shardeval.store.liveness import Liveness, read_heartbeat, writer_liveness
-from shardeval.store.records import (LOGS_DIR, MANIFEST_FILE, RESULTS_FILE, BenchmarkManifest, Manifest, SweepPlan,
+from shardeval.store.records import (LOGS_DIR, MANIFEST_FILE, RESULTS_FILE, BenchmarkManifest, Manifest, SweepPlan, pretty_json,
                                      read_manifest)
 from shardeval.store.regular import read_regular
 
 MERGED_DIR = "merged"
 SUPERSEDED_DIR = "superseded"  # <shard>/superseded/<stamp>/: where --fresh moves earlier results
 PLAN_FILE = "sweep_plan.json"  # <out>/sweep_plan.json: the models of the latest launch, in order
+EXPORT_FILE = "export.json"  # <out>/export.json: the latest launch's `export:` list, for the merge that ends it
 SKIP_DIRS = {MERGED_DIR, SUPERSEDED_DIR, "logs"}
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _SHARD_NAME = re.compile(r"shard_\d+")
@@ -202,7 +205,7 @@ def check_served(shards: list[Shard], allow: bool) -> list[str]:
 def reserved(name: str) -> str | None:
     """Why `name` cannot be a model's folder at a sweep's root (None: it can): what shardeval
     itself keeps there, or a shard's name (a sweep root holding shard_<i>/ reads as a run)."""
-    why = {PLAN_FILE: "the sweep's plan file", MERGED_DIR: "where the sweep's merge goes",
+    why = {PLAN_FILE: "the sweep's plan file", EXPORT_FILE: "the launch's export list", MERGED_DIR: "where the sweep's merge goes",
            SUPERSEDED_DIR: "where --fresh moves earlier results", LOGS_DIR: "the logs' folder"}.get(name)
     if why is None and _SHARD_NAME.fullmatch(name):
         why = "a shard directory's name"
@@ -215,6 +218,28 @@ def check_model_name(name: str) -> str | None:
     if not _NAME.fullmatch(name):
         return f"{name!r} is not a usable folder name (<out>/{name}/); use letters, digits, '.', '_' or '-'"
     return reserved(name)
+
+
+def write_export_list(root: str, entries: list[dict]) -> None:
+    """At a launch: <root>/export.json holds the config's `export:` list as it expanded, for the
+    merge that ends the launch wherever it runs (SLURM's merge job is another process, maybe on
+    another node). Credentials in a URL are redacted (the trackers refuse them anyway). A launch
+    without the list removes the file: an old list never exports a new launch."""
+    path = os.path.join(root, EXPORT_FILE)
+    if entries:
+        os.makedirs(root, exist_ok=True)
+        atomic_write(path, pretty_json(redact_in(entries)))
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def read_export_list(root: str) -> list[dict] | None:
+    """<root>/export.json's entries; None when the last launch wrote none (or it cannot be read)."""
+    try:
+        entries = msgspec.json.decode(read_regular(os.path.join(root, EXPORT_FILE)))
+    except (OSError, msgspec.DecodeError):
+        return None
+    return entries if isinstance(entries, list) else None
 
 
 def read_plan(root: str) -> SweepPlan | None:
