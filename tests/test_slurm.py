@@ -475,3 +475,36 @@ def test_tasks_whose_pairs_end_in_errors_are_failed_and_the_merge_says_errors(sl
         assert manifest["state"] == "finished_with_errors" and "pairs end in errors (server_error " in manifest["reason"], manifest
     report = next((root / "logs").glob(f"merge-{merge}.out")).read_text()
     assert "**ERRORS**: " in report and " server_error)" in report and "COMPLETE" not in report.replace("not complete", ""), report
+
+
+def test_config_export_runs_in_the_dependent_merge_job(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+    """`export:` in a config: the merge job (`shardeval merge ROOT --export`) exports to MLflow once
+    the array is done; the tracking URI is a ${VAR} of the submitting environment."""
+    pytest.importorskip("mlflow")
+    import yaml
+    from mlflow import MlflowClient
+
+    store = tmp_path / "mlruns"
+    config = yaml.safe_load(EXAMPLE.read_text())
+    config["benchmarks"][0]["params"]["n"] = 20
+    config["export"] = [{"to": "mlflow", "tracking_uri": "${SHARDEVAL_TEST_MLFLOW_URI}", "experiment": "slurm-export"}]
+    path = tmp_path / "export.yaml"
+    path.write_text(yaml.safe_dump(config))
+    root = tmp_path / "run"
+    token = "mlflow-token-0123456789abcdef"  # credentials come from the environment only, and are never written
+    env = {"SHARDEVAL_TEST_MLFLOW_URI": store.as_uri(), "MLFLOW_ALLOW_FILE_STORE": "true", "MLFLOW_TRACKING_TOKEN": token}
+    result = shardeval_cmd("run", str(path), "-o", str(root), env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    record = json.loads((root / "slurm_job.json").read_text())
+    jobs += [record["array_job_id"], record["merge_job_id"]]
+    assert "merge" in (root / "merge.sbatch").read_text() and "--export" in (root / "merge.sbatch").read_text()
+    wait_until("the merge job to finish", lambda: done(record["merge_job_id"]), root=root)
+    out = next((root / "logs").glob(f"merge-{record['merge_job_id']}.out")).read_text()
+    assert "mlflow: 1 run" in out, logs(root)
+    client = MlflowClient(tracking_uri=store.as_uri())
+    [run] = client.search_runs([client.get_experiment_by_name("slurm-export").experiment_id])
+    assert run.data.metrics["accuracy"] == scores(root)["metrics"]["accuracy"]["value"]
+    assert run.data.tags["shardeval.status"] == "COMPLETE"
+    written = [p for base in (root, store) for p in base.rglob("*") if p.is_file()]
+    assert written and not [p for p in written if token.encode() in p.read_bytes()]
+    assert token not in result.stdout + result.stderr
