@@ -290,3 +290,19 @@ def test_an_unreachable_server_is_one_line_in_bounded_time_and_a_missing_key_or_
                           capture_output=True, text=True, timeout=60)
     line = one_error_line(done, 2)
     assert "shardeval[wandb]" in line, line
+
+
+def test_names_wandb_takes_the_same_on_every_export() -> None:
+    from shardeval_wandb.exporter import _tag, artifact_name, wandb_run_id
+
+    key = "0123456789ab/mmlu_pro:math"
+    assert wandb_run_id(key) == wandb_run_id(key) != wandb_run_id("0123456789ab/mmlu_pro")
+    assert wandb_run_id(key).startswith("se0123456789ab") and wandb_run_id(key).isalnum() and len(wandb_run_id(key)) <= 64
+    long = "shardeval:0123456789ab/" + "b" * 80
+    assert len(_tag(long)) == 64 and _tag(long) != _tag(long[:-1]) and _tag("short") == "short"
+
+    class Run:  # what artifact_name reads of a TrackerRun
+        run_id, benchmark = "0123456789ab", "mmlu pro/math"
+
+    name = artifact_name(Run())  # type: ignore[arg-type]
+    assert name.startswith("shardeval-0123456789ab-mmlu_pro_math-") and all(c.isalnum() or c in "-_." for c in name)

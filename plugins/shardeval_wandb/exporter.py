@@ -122,12 +122,13 @@ def _has_credentials(wandb: Any) -> bool:
     return bool(wandb.login(prompt=False, verify=False))
 
 
-def _export_run(wandb: Any, run: TrackerRun, *, project: str, entity: str | None, group: str, directory: str | None) -> Any:
+def _export_run(wandb: Any, run: TrackerRun, settings: Any, *, project: str, entity: str | None, group: str, directory: str | None) -> Any:
     """One tracker run written: its W&B run created or resumed, updated and finished."""
     with tempfile.TemporaryDirectory(prefix="shardeval-wandb-") as tmp:
         files = run.artifacts(tmp)  # before wandb.init: nothing waits on the server while the table is written
         r = wandb.init(id=wandb_run_id(run.key), resume="allow", project=project, entity=entity, name=run.name, group=group,
-                       job_type=JOB_TYPE, tags=run_tags(run), config=run_config(run), dir=directory, reinit="create_new")
+                       job_type=JOB_TYPE, tags=run_tags(run), config=run_config(run), dir=directory, reinit="create_new",
+                       settings=settings)
         try:
             r.define_metric(STEP_METRIC)
             r.define_metric("*", step_metric=STEP_METRIC)
@@ -164,7 +165,11 @@ def export_wandb(config: WandbExportConfig, export: TrackerExport) -> list[str]:
     if not export.runs:
         return ["wandb: nothing to export (no model has merged results yet)"]
 
-    setup = wandb.setup(settings=_settings(wandb, config))
+    # A process with a W&B run of its own (a training script calling shardeval) keeps it and its
+    # session: the runs here are made beside it (reinit="create_new") and W&B is not torn down.
+    owned = wandb.run is None
+    settings = _settings(wandb, config)
+    setup = wandb.setup(settings=settings) if owned else wandb.setup()
     base_url = str(setup.settings.base_url)
     try:
         if mode != "offline" and not _has_credentials(wandb):
@@ -173,13 +178,14 @@ def export_wandb(config: WandbExportConfig, export: TrackerExport) -> list[str]:
         done: list[Any] = []
         for run in export.runs:
             try:
-                done.append(_export_run(wandb, run, project=project, entity=entity, group=group, directory=directory))
+                done.append(_export_run(wandb, run, settings, project=project, entity=entity, group=group, directory=directory))
             except (UsageError, ShardError):
                 raise
             except Exception as exc:
                 raise ShardError(_failure(exc, wandb, base_url, mode, project, export, len(done))) from None
     finally:
-        wandb.teardown()
+        if owned:
+            wandb.teardown()  # the service process goes with the export
 
     runs = f"{len(done)} run" + ("s" if len(done) != 1 else "")
     where = f"project '{project}'" + (f" of entity '{entity}'" if entity else "")
