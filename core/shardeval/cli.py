@@ -164,7 +164,7 @@ def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, 
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("-o", "--output", metavar="FILE|DIR",
               help="The file to write (replaced atomically; a pipe or a device is written into; - for standard output); "
-                   "with --to inspect, the folder for the .eval logs.")
+                   "with --to inspect, the folder for the .eval logs; with --to wandb, where W&B's run folders go.")
 @click.option("--format", "fmt", metavar="parquet|csv|jsonl", help="Default: from FILE's suffix (.parquet, .csv, .jsonl).")
 @click.option("--allow-mixed-models", is_flag=True,
               help="Export shards whose endpoints served different weights (the weights column tells them apart).")
