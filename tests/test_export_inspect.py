@@ -162,6 +162,14 @@ def test_an_inspect_task_run_exports_the_log_its_merge_writes(tmp_path: Path) ->
     assert (exported.eval.task, exported.eval.task_file, exported.plan.model_dump()) == (
         merged.eval.task, merged.eval.task_file, merged.plan.model_dump())
 
+    # the task gone from where it was: the log is made from the records instead, and says so
+    tasks.rename(tasks.with_name("moved.py"))
+    done = shardeval_cmd("export", str(tmp_path / "run"), "--to", "inspect", "-o", str(out))
+    assert done.returncode == 0 and "inspect: model/arith: the task's own log cannot be made here" in done.stdout, done.stderr
+    fallback = read_log(out / "arith.eval")
+    assert sorted((s.id, s.epoch) for s in fallback.samples) == sorted((s.id, s.epoch) for s in merged.samples)
+    assert fallback.eval.eval_id == exported.eval.eval_id and fallback.status == "success"
+
 
 def one_line(done, code: int = 2) -> str:
     lines = done.stderr.strip().splitlines()
