@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -170,3 +174,39 @@ def cells(log: Any) -> dict[tuple[str, int], Any]:
 def records(folder: Path, bench: str) -> list[dict[str, Any]]:
     path = folder / bench / "results.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def inspect_view(log_dir: Path, timeout: float = 60.0) -> Iterator[str]:
+    """`inspect view start` on `log_dir`; yield its origin once it lists the logs; always stop it."""
+    port = free_port()
+    inspect_cli = Path(sys.executable).parent / "inspect"
+    proc = subprocess.Popen([str(inspect_cli), "view", "start", "--log-dir", str(log_dir), "--host", "127.0.0.1",
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    origin = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert proc.poll() is None, f"inspect view exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}"
+            try:
+                with urllib.request.urlopen(origin + "/api/logs", timeout=5) as reply:
+                    if reply.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert time.monotonic() < deadline, "inspect view did not answer in time"
+            time.sleep(0.2)
+        yield origin
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

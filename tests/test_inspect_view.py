@@ -6,20 +6,13 @@ evaluation, its model, its score and its full sample count.
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
 import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from browser import browser, visit  # noqa: F401  (browser is a fixture)
-from inspect_support import inspect_config, inspect_sim, merge, read_log, run_shards, write_tasks
+from inspect_support import inspect_config, inspect_sim, inspect_view, merge, read_log, run_shards, write_tasks
 
 pytest.importorskip("inspect_ai")
 pytestmark = pytest.mark.timeout(240)
@@ -39,42 +32,6 @@ def merged_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     merged = merge(root / "run")
     assert merged.returncode == 0, merged.stderr
     return root / "run" / "merged" / "inspect"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def inspect_view(log_dir: Path, timeout: float = 60.0) -> Iterator[str]:
-    """`inspect view start` on `log_dir`; yield its origin once it lists the logs; always stop it."""
-    port = free_port()
-    inspect_cli = Path(sys.executable).parent / "inspect"
-    proc = subprocess.Popen([str(inspect_cli), "view", "start", "--log-dir", str(log_dir), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    origin = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert proc.poll() is None, f"inspect view exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}"
-            try:
-                with urllib.request.urlopen(origin + "/api/logs", timeout=5) as reply:
-                    if reply.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            assert time.monotonic() < deadline, "inspect view did not answer in time"
-            time.sleep(0.2)
-        yield origin
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_inspect_view_serves_the_merged_log_and_chromium_shows_every_sample(merged_logs: Path, browser) -> None:

@@ -6,6 +6,8 @@ run's epochs and limits. The samples are the ones the shards saw end (each recor
 keeps its EvalSample), the standing record's for each (sample, epoch); Inspect's own metrics are
 then recomputed over all of them (`recompute_metrics`: the task's scorers' metrics and epoch
 reducers). A run with cells missing or in error gets status `error` saying so, never `success`.
+`shardeval export --to inspect` writes the same log for an inspect benchmark (shardeval_inspect.export):
+`task_log`, `set_status` and `write_log` are shared by both.
 """
 
 from __future__ import annotations
@@ -24,43 +26,61 @@ from shardeval_inspect.task import first_line
 OUT = "inspect"
 
 
+class NotWritten(Exception):
+    """Why an Inspect task's log cannot be made from this run here (its merged results stand)."""
+
+
+def inspect_entries(result: Any) -> dict[str, dict[str, Any]]:
+    """The run's inspect benchmark entries (as its config wrote them), by benchmark id."""
+    manifest = result.run.shards[0].manifest
+    return {b.get("id"): b for b in manifest.config.get("benchmarks", []) if isinstance(b, dict) and b.get("name") == "inspect"}
+
+
+def served_model(result: Any) -> str:
+    """The model id the run's endpoint reported (the log's `model`)."""
+    return next((s.model for s in result.run.shards[0].manifest.served.values()), "model")
+
+
 def write_inspect_logs(result: Any, out_dir: str) -> list[str]:
     """Write the log of every inspect entry of the run; lines for what was not written."""
-    manifest = result.run.shards[0].manifest
-    entries = [b for b in manifest.config.get("benchmarks", []) if isinstance(b, dict) and b.get("name") == "inspect"]
+    entries = inspect_entries(result)
     if not entries:
         return []
-    served = next((s.model for s in manifest.served.values()), "model")
+    served = served_model(result)
     merged = {b.manifest.name: b for b in result.benchmarks}
     notes = []
-    for entry in entries:
-        bid = entry.get("id")
+    for bid, entry in entries.items():
         if bid not in merged:
             continue
+        path = os.path.join(out_dir, OUT, f"{bid}.eval")
         try:
-            note = _write_log(entry, merged[bid], out_dir, served)
+            write_log(task_log(entry, merged[bid], served, out_dir), path)
+            continue
+        except NotWritten as exc:
+            note = f"Inspect log not written for {bid}: {exc}"
         except UsageError as exc:  # the task no longer loads here (moved, not installed): the merge itself stands
             note = f"Inspect log not written for {bid}: {exc}"
         except Exception as exc:  # Inspect refusing the header or the samples: its own files are optional
             note = f"Inspect log not written for {bid}: Inspect failed: {type(exc).__name__}: {first_line(str(exc))}"
-        if note:  # an earlier merge's log would read as this one's
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(out_dir, OUT, f"{bid}.eval"))
-            notes.append(note)
+        with contextlib.suppress(FileNotFoundError):  # an earlier merge's log would read as this one's
+            os.remove(path)
+        notes.append(note)
     return notes
 
 
-def _write_log(entry: dict[str, Any], merge: Any, out_dir: str, served: str) -> str:
-    from inspect_ai.log import EvalSample, write_eval_log
+def task_log(entry: dict[str, Any], merge: Any, served: str, merged_dir: str) -> Any:
+    """The Inspect log of one inspect benchmark's merge (a BenchmarkMerge, written in `merged_dir`):
+    Inspect's header for the task, the samples the shards kept, metrics and status over them.
+    NotWritten says why not."""
+    from inspect_ai.log import EvalSample
 
     from shardeval_inspect.benchmark import InspectBenchmark
 
     bid = merge.manifest.name
     bench = InspectBenchmark(entry.get("params") or {})
     if bench.fingerprint() != merge.manifest.dataset_fingerprint:
-        return (f"Inspect log not written for {bid}: the task, its arguments, its samples or inspect_ai changed since "
-                "the run; merge where the task is as it was")
-    path = os.path.join(out_dir, bid, TRAJECTORIES_FILE)
+        raise NotWritten("the task, its arguments, its samples or inspect_ai changed since the run; merge where the task is as it was")
+    path = os.path.join(merged_dir, bid, TRAJECTORIES_FILE)
     samples = []
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -69,16 +89,13 @@ def _write_log(entry: dict[str, Any], merge: Any, out_dir: str, served: str) -> 
                 if saved is not None:
                     samples.append(EvalSample.model_validate(saved))
     if not samples:
-        return f"Inspect log not written for {bid}: its trajectories hold no Inspect samples (output.trajectories: false?)"
+        raise NotWritten("its trajectories hold no Inspect samples (output.trajectories: false?)")
     order = {str(s.id): i for i, s in enumerate(bench.loaded.samples)}
     samples.sort(key=lambda s: (s.epoch, order.get(str(s.id), len(order))))
     log = _header(bench, int(entry.get("repeats") or 1), served)
     log.samples = samples
     _finish(log, merge)
-    folder = os.path.join(out_dir, OUT)
-    os.makedirs(folder, exist_ok=True)
-    write_eval_log(log, os.path.join(folder, f"{bid}.eval"))
-    return ""
+    return log
 
 
 def _header(bench: Any, epochs: int, served: str) -> Any:
@@ -98,21 +115,13 @@ def _header(bench: Any, epochs: int, served: str) -> Any:
 
 def _finish(log: Any, merge: Any) -> None:
     """Status, metrics and stats over the merged samples, as Inspect would have them for one run."""
-    from inspect_ai._util.error import EvalError
     from inspect_ai.log import recompute_metrics
 
     status = list(merge.table.status)
-    not_ok = sum(s != OK for s in status)
     scored = [s for s in log.samples if s.scores]
     if scored:
         recompute_metrics(log)
-    if not_ok:
-        log.status = "error"
-        message = (f"shardeval merge: {not_ok} of {len(status)} (sample, epoch) cells have no ok answer (missing or "
-                   "in error); the metrics cover the samples that ended. Rerun the shards, then merge again.")
-        log.error = EvalError(message=message, traceback=message, traceback_ansi=message)
-    else:
-        log.status = "success"
+    set_status(log, sum(s != OK for s in status), len(status))
     starts = [s.started_at for s in log.samples if s.started_at]
     ends = [s.completed_at for s in log.samples if s.completed_at]
     if starts:
@@ -124,3 +133,34 @@ def _finish(log: Any, merge: Any) -> None:
         for model, u in (s.model_usage or {}).items():
             usage[model] = usage[model] + u if model in usage else u
     log.stats.model_usage = usage
+
+
+def set_status(log: Any, not_ok: int, cells: int) -> None:
+    """`success` only when every (sample, epoch) cell has an ok answer; else `error`, saying how many do not."""
+    from inspect_ai._util.error import EvalError
+
+    if not not_ok:
+        log.status, log.error = "success", None
+        return
+    log.status = "error"
+    message = (f"shardeval merge: {not_ok} of {cells} (sample, epoch) cells have no ok answer (missing or "
+               "in error); the metrics cover the samples that ended. Rerun the shards, then merge again.")
+    log.error = EvalError(message=message, traceback=message, traceback_ansi=message)
+
+
+def write_log(log: Any, path: str) -> None:
+    """Write `log` to `path` as a .eval file, replacing what is there in one step: it is written
+    under a temporary name beside it, then renamed, so a reader never sees half a log and a
+    re-export never leaves a second one."""
+    from inspect_ai.log import write_eval_log
+
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    temp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")  # made by Inspect, with the umask's mode
+    try:
+        write_eval_log(log, temp, format="eval")
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temp)
+        raise
