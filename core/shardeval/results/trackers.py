@@ -283,6 +283,11 @@ def target_from_flags(target: str, options: dict[str, str | None]) -> ExportConf
             raise UsageError(f"{TARGET_FLAGS[key]}: not an option of --to {target}"
                              + (f" (it takes {', '.join(takes)})" if takes else " (it takes none)"))
         section[name] = value
+    flag_of = {("dir" if k == "output" else k): flag for k, flag in TARGET_FLAGS.items()}
+    for f in msgspec.structs.fields(struct) if struct is not None else ():
+        if f.required and f.name not in section and f.name in flag_of:
+            raise UsageError(f"--to {target} needs {flag_of[f.name]} (e.g. {flag_of[f.name]} "
+                             f"{'DIR' if f.name == 'dir' else f.name.upper()}); see `shardeval export --help`")
     return decode_exports([section], Where(source="command line"), at="--to")[0]
 
 
