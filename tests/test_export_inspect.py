@@ -185,8 +185,8 @@ def test_bad_output_folders_are_one_line_and_exit_2_before_any_merge(tmp_path: P
     a_file.write_text("")
     line = one_line(shardeval_cmd("export", str(root), "--to", "inspect", "-o", str(a_file)))
     assert str(a_file) in line and "a file, not a folder" in line
+    line = one_line(shardeval_cmd("export", str(root), "--to", "inspect"))
     assert "--to inspect needs -o (e.g. -o DIR)" in line
-    assert "dir" in line
     assert not (root / "merged").exists()
     run, _ = errors_export
     inside = run / "shard_0" / "inspect_logs"
