@@ -81,7 +81,7 @@ def test_config_export_runs_at_the_end_of_a_local_launch_and_keeps_the_run_ident
         s = scores[r["benchmark"]]
         for name, m in s["metrics"].items():  # every metric: value, bounds and n, to the last digit
             safe = name.replace("@", "_at_")
-            assert (r["metrics"][safe], r["metrics"][f"{safe}/ci_low"], r["metrics"][f"{safe}/ci_high"], r["metrics"][f"{safe}/n"]) == (
+            assert (r["metrics"][safe], r["metrics"][f"{safe}_ci_low"], r["metrics"][f"{safe}_ci_high"], r["metrics"][f"{safe}_n"]) == (
                 m["value"], m["ci_low"], m["ci_high"], m["n"])
         assert (r["metrics"]["n_ok"], r["metrics"]["n_expected"], r["metrics"]["n_errors"]) == (s["n_ok"], s["n_expected"], 0)
         assert r["results_file"] == str(out / "merged" / r["benchmark"] / "results.jsonl")

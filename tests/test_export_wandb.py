@@ -151,7 +151,7 @@ def metric_values(scores_entry: dict[str, Any]) -> dict[str, float]:
     out = {k: scores_entry[k] for k in ("n_expected", "n_ok", "n_errors", "n_missing")}
     for name, m in scores_entry["metrics"].items():
         safe = name.replace("@", "_at_")
-        out |= {safe: m["value"], f"{safe}/ci_low": m["ci_low"], f"{safe}/ci_high": m["ci_high"], f"{safe}/n": m["n"]}
+        out |= {safe: m["value"], f"{safe}_ci_low": m["ci_low"], f"{safe}_ci_high": m["ci_high"], f"{safe}_n": m["n"]}
     return out
 
 
@@ -196,7 +196,7 @@ def test_a_run_exported_offline_holds_the_identity_and_every_metric_as_scores_js
 
     scores = json.loads((plain_run / "merged" / "scores.json").read_text())["arith"]
     expected = metric_values(scores)
-    assert {"accuracy", "accuracy/ci_low", "accuracy/ci_high", "accuracy/n", "pass_at_1"} <= set(expected)
+    assert {"accuracy", "accuracy_ci_low", "accuracy_ci_high", "accuracy_n", "pass_at_1"} <= set(expected)
     assert {k: run.summary[k] for k in expected} == expected  # to the last digit
     assert (run.summary["status"], run.summary["checkpoint_step"]) == ("COMPLETE", 0)
     [row] = run.history  # one row per export, against the checkpoint step

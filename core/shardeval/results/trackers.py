@@ -16,7 +16,8 @@ decided here, once, so MLflow, W&B and Inspect read the same (docs/export.md):
 - `params` never change for a key (what was evaluated, on what, with what), `tags` may (the
   status, the version that exported it); `metrics` hold every metric's value, interval bounds and
   n, the cell counts, and in a sweep the paired difference against the baseline, under names every
-  tracker accepts (`metric_name`).
+  tracker accepts (`metric_name`): `accuracy`, `accuracy_ci_low`, `accuracy_ci_high`, `accuracy_n`,
+  `vs_baseline/accuracy/diff`.
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ from shardeval.store.records import run_id
 SCORES_JSON = "scores.json"
 # A checkpoint number: the digits after one of these words, the last such in the name.
 _STEP = re.compile(r"(?i)(?:global[_-]?step|step|iter(?:ation)?|checkpoint|ckpt|epoch)[-_=]?(\d+)")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /:]")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_\-. :]")
 
 
 def metric_name(name: str) -> str:
     """A metric's name as every tracker takes it: MLflow refuses `@` and most punctuation, so
-    `pass@1` becomes `pass_at_1` and anything else outside [A-Za-z0-9_-. /:] an underscore."""
+    `pass@1` becomes `pass_at_1` and anything else outside [A-Za-z0-9_-. :] an underscore. A `/`
+    too: MLflow's file store makes it a folder, and `x` beside `x/y` could not both be stored."""
     return _UNSAFE.sub("_", name.replace("@", "_at_"))
 
 
@@ -153,7 +155,7 @@ def _metrics(entry: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, float
     out: dict[str, Any] = {k: entry[k] for k in ("n_expected", "n_ok", "n_errors", "n_missing")}
     for name, value in entry["metrics"].items():
         base = metric_name(name)
-        out |= {base: value.value, f"{base}/ci_low": value.ci_low, f"{base}/ci_high": value.ci_high, f"{base}/n": value.n}
+        out |= {base: value.value, f"{base}_ci_low": value.ci_low, f"{base}_ci_high": value.ci_high, f"{base}_n": value.n}
     for row in vs:
         base = f"vs_baseline/{metric_name(row['metric'])}"
         out |= {f"{base}/{part}": row.get(part) for part in ("diff", "ci_low", "ci_high", "p_value", "p_holm", "n")}

@@ -1,0 +1,133 @@
+"""A merged run or sweep as MLflow runs: one per (model, benchmark), found again by its key.
+
+Each TrackerRun is the MLflow run of its experiment whose tag `shardeval.key` is the run's key:
+the first export creates it, a later one (the run completed, a sweep grown by a checkpoint)
+finds it and updates it, never a second one. What it holds:
+
+- params: the identity (shardeval.TrackerRun.params). MLflow never changes a logged param, so a
+  param logged once stays; should a later export see another value (a resumed shard ran on
+  another host), it goes to the tag `shardeval.param.<name>` and the export says so;
+- tags: shardeval's (status, step, who exported), replaced on each export;
+- metrics: every metric at the run's step (a sweep's checkpoint). Only a value that differs from
+  the one MLflow holds is logged again, so exporting twice adds no point to any history, and a run
+  completed since its last export gets its new values at the same step (MLflow shows the latest);
+- artifacts: the per-sample table, scores.json and report.html, replaced on each export.
+
+The client talks to the tracking URI given (`tracking_uri`, else MLFLOW_TRACKING_URI, else MLflow's
+default), with credentials only from MLflow's own environment variables. MLflow retries an HTTP
+server for minutes by default; an export asks with few retries and a short timeout unless the
+user set MLFLOW_HTTP_REQUEST_MAX_RETRIES / MLFLOW_HTTP_REQUEST_TIMEOUT, so an unreachable server
+is one line in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Any
+
+from shardeval.api import ShardError, TrackerExport, TrackerRun, UsageError, redact_urls
+from shardeval_mlflow.config import EXTRA, MlflowExportConfig
+
+KEY_TAG = "shardeval.key"
+PARAM_TAG = "shardeval.param."
+# MLflow's limits per log_batch call, and on a param's value.
+MAX_METRICS, MAX_PARAMS, MAX_TAGS, MAX_PARAM_CHARS = 1000, 100, 100, 6000
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+
+
+def export_mlflow(config: MlflowExportConfig, export: TrackerExport) -> list[str]:
+    """Export every tracker run of `export` to MLflow; the lines to show the user."""
+    try:
+        from mlflow import MlflowClient
+    except ImportError:
+        raise UsageError(f"--to mlflow needs MLflow, which is not installed: {EXTRA}") from None
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)  # read by MLflow's REST client on each request
+    uri = config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+    experiment_name = config.experiment or os.path.basename(export.root.rstrip(os.sep)) or "shardeval"
+    shown = redact_urls(uri or "MLflow's default store (./mlruns)")
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        experiment = client.get_experiment_by_name(experiment_name)
+        experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(experiment_name)
+    except (UsageError, ShardError):
+        raise
+    except Exception as exc:
+        raise ShardError(f"mlflow: cannot reach the tracking store at {shown}: {_one_line(exc)}; check --tracking-uri / "
+                         "MLFLOW_TRACKING_URI and the network (credentials: MLFLOW_TRACKING_TOKEN or "
+                         "MLFLOW_TRACKING_USERNAME/PASSWORD)") from None
+    created, notes = 0, []
+    for i, run in enumerate(export.runs):
+        try:
+            made, changed = _export_run(client, experiment_id, run)
+        except (UsageError, ShardError):
+            raise
+        except Exception as exc:
+            so_far = f" ({i} of {len(export.runs)} runs exported before)" if i else ""
+            raise ShardError(f"mlflow: exporting {run.name} to {shown} failed{so_far}: {_one_line(exc)}") from None
+        created += made
+        notes += [f"mlflow: {run.name}: param {name} stays {old!r} (MLflow never changes a param); the new value "
+                  f"{new!r} is the tag {PARAM_TAG}{name}" for name, old, new in changed]
+    n = len(export.runs)
+    runs = f"{n} run" + ("s" if n != 1 else "")
+    line = f"mlflow: {runs} in experiment '{experiment_name}' at {shown} ({created} created, {n - created} updated)"
+    if uri is None or uri.startswith(("file:", "/", "sqlite:")) or "://" not in uri:
+        line += f"; look with `mlflow ui --backend-store-uri {shown}`" if uri else ""
+    return [line, *notes]
+
+
+def _export_run(client: Any, experiment_id: str, run: TrackerRun) -> tuple[bool, list[tuple[str, str, str]]]:
+    """One tracker run written; (whether it was created, the params that could not change)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{_quoted(run.key)}'", max_results=2)
+    params = {name: value[:MAX_PARAM_CHARS] for name, value in run.params.items()}
+    if found:
+        current = found[0]
+        run_id, held_params, held_metrics = current.info.run_id, current.data.params, current.data.metrics
+        if current.info.status != "RUNNING":
+            client.update_run(run_id, status="RUNNING")  # reopened while it is updated
+    else:
+        run_id = client.create_run(experiment_id, run_name=run.name, tags=run.tags).info.run_id
+        held_params, held_metrics = {}, {}
+    changed = [(name, held_params[name], value) for name, value in params.items()
+               if name in held_params and held_params[name] != value]
+    tags = {**run.tags, **{f"{PARAM_TAG}{name}": new[:MAX_PARAM_CHARS] for name, _, new in changed}}
+    now = int(time.time() * 1000)
+    metrics = [Metric(name, value, now, run.step) for name, value in run.metrics.items() if held_metrics.get(name) != value]
+    new_params = [Param(name, value) for name, value in params.items() if name not in held_params]
+    tag_list = [RunTag(name, value) for name, value in tags.items()]
+    for chunk in _chunks(metrics, MAX_METRICS):
+        client.log_batch(run_id, metrics=chunk)
+    for chunk in _chunks(new_params, MAX_PARAMS):
+        client.log_batch(run_id, params=chunk)
+    for chunk in _chunks(tag_list, MAX_TAGS):
+        client.log_batch(run_id, tags=chunk)
+    with tempfile.TemporaryDirectory(prefix="shardeval-mlflow-") as tmp:
+        for path in run.artifacts(tmp):
+            client.log_artifact(run_id, path)
+    client.set_terminated(run_id, status="FINISHED")
+    return not found, changed
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _quoted(text: str) -> str:
+    """A value inside MLflow's search filter's single quotes."""
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _one_line(exc: BaseException) -> str:
+    """A library's error as one line, URL credentials and MLflow's token kept out of it."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = redact_urls("; ".join(lines)[:400]) or type(exc).__name__
+    for name in ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD"):
+        secret = os.environ.get(name)
+        if secret:
+            text = text.replace(secret, "***")
+    return f"{type(exc).__name__}: {text}"
