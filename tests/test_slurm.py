@@ -477,7 +477,8 @@ def test_tasks_whose_pairs_end_in_errors_are_failed_and_the_merge_says_errors(sl
     assert "**ERRORS**: " in report and " server_error)" in report and "COMPLETE" not in report.replace("not complete", ""), report
 
 
-def test_config_export_runs_in_the_dependent_merge_job(slurm: str, tmp_path: Path, jobs: list[str]) -> None:
+def test_config_export_runs_in_the_dependent_merge_job(slurm: str, tmp_path: Path, jobs: list[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """`export:` in a config: the merge job (`shardeval merge ROOT --export`) exports to MLflow once
     the array is done; the tracking URI is a ${VAR} of the submitting environment."""
     pytest.importorskip("mlflow")
@@ -501,6 +502,7 @@ def test_config_export_runs_in_the_dependent_merge_job(slurm: str, tmp_path: Pat
     wait_until("the merge job to finish", lambda: done(record["merge_job_id"]), root=root)
     out = next((root / "logs").glob(f"merge-{record['merge_job_id']}.out")).read_text()
     assert "mlflow: 1 run" in out, logs(root)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # to read the store back here
     client = MlflowClient(tracking_uri=store.as_uri())
     [run] = client.search_runs([client.get_experiment_by_name("slurm-export").experiment_id])
     assert run.data.metrics["accuracy"] == scores(root)["metrics"]["accuracy"]["value"]
