@@ -37,12 +37,17 @@ def running_sim(*args: str, timeout: float = 20.0) -> Iterator[str]:
             raise RuntimeError(f"simulator did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
         yield line.strip().rsplit(" ", 1)[-1]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 5)
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 10) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
-from conftest import running_sim, shardeval_cmd
+from conftest import running_sim, shardeval_cmd, stop_process
 import served
 
 TASKS_PY = '''\
@@ -204,9 +204,4 @@ def inspect_view(log_dir: Path, timeout: float = 60.0) -> Iterator[str]:
             time.sleep(0.2)
         yield origin
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)

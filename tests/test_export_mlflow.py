@@ -161,3 +161,13 @@ def test_failures_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
     with pytest.raises(UsageError, match=r"pip install 'shardeval\[mlflow\]'"):
         MlflowExportConfig(to="mlflow").check()
+
+
+def test_config_export_runs_at_the_end_of_a_local_launch(tmp_path: Path) -> None:
+    out, store = tmp_path / "out", tmp_path / "mlruns"
+    cfg = config(tmp_path, n=4, export=[{"to": "mlflow", "tracking_uri": "${SHARDEVAL_TEST_STORE}", "experiment": "launch"}])
+    done = shardeval_cmd("run", str(cfg), "-o", str(out), env={**env(store), "SHARDEVAL_TEST_STORE": store.as_uri()})
+    assert done.returncode == 0 and "mlflow: 2 runs in experiment 'launch'" in done.stdout, done.stderr
+    scores = json.loads((out / "merged" / "scores.json").read_text())
+    for name, run in runs(store, "launch").items():
+        assert_equals_scores(run, scores[name.split("/")[1]])
