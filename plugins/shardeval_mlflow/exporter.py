@@ -22,13 +22,14 @@ is one line in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from shardeval.api import ShardError, TrackerExport, TrackerRun, UsageError, redact_urls
-from shardeval_mlflow.config import EXTRA, MlflowExportConfig
+from shardeval_mlflow.config import EXTRA, MlflowExportConfig, tracking_uri
 
 KEY_TAG = "shardeval.key"
 PARAM_TAG = "shardeval.param."
@@ -44,11 +45,27 @@ def export_mlflow(config: MlflowExportConfig, export: TrackerExport) -> list[str
         from mlflow import MlflowClient
     except ImportError:
         raise UsageError(f"--to mlflow needs MLflow, which is not installed: {EXTRA}") from None
-    for name, value in HTTP_DEFAULTS.items():
-        os.environ.setdefault(name, value)  # read by MLflow's REST client on each request
-    uri = config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+    with _http_defaults():
+        return _export(MlflowClient, config, export)
+
+
+@contextlib.contextmanager
+def _http_defaults() -> Iterator[None]:
+    """HTTP_DEFAULTS in the environment while the export runs (MLflow's REST client reads them on
+    each request), the user's own values kept; the process's environment left as it was."""
+    added = [name for name in HTTP_DEFAULTS if name not in os.environ]
+    os.environ.update({name: HTTP_DEFAULTS[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+def _export(MlflowClient: Any, config: MlflowExportConfig, export: TrackerExport) -> list[str]:
+    uri = tracking_uri(config)[1]  # the default resolved here, so that the line names the store written
     experiment_name = config.experiment or os.path.basename(export.root.rstrip(os.sep)) or "shardeval"
-    shown = redact_urls(uri or "MLflow's default store (./mlruns)")
+    shown = redact_urls(uri)
     try:
         client = MlflowClient(tracking_uri=uri)
         experiment = client.get_experiment_by_name(experiment_name)
@@ -56,9 +73,14 @@ def export_mlflow(config: MlflowExportConfig, export: TrackerExport) -> list[str
     except (UsageError, ShardError):
         raise
     except Exception as exc:
-        raise ShardError(f"mlflow: cannot reach the tracking store at {shown}: {_one_line(exc)}; check --tracking-uri / "
-                         "MLFLOW_TRACKING_URI and the network (credentials: MLFLOW_TRACKING_TOKEN or "
-                         "MLFLOW_TRACKING_USERNAME/PASSWORD)") from None
+        reason = _one_line(exc)
+        refused = any(f"error code {code}" in reason for code in (401, 403))
+        raise ShardError(f"mlflow: {'the tracking store refused us' if refused else 'cannot reach the tracking store'} at "
+                         f"{shown}: {reason}; check --tracking-uri / MLFLOW_TRACKING_URI and the network (credentials: "
+                         "MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD)") from None
+    if experiment is not None and experiment.lifecycle_stage == "deleted":
+        raise UsageError(f"mlflow: experiment '{experiment_name}' at {shown} is deleted: restore it (`mlflow experiments "
+                         f"restore --experiment-id {experiment_id}`) or export to another (--experiment NAME)")
     created, notes = 0, []
     for i, run in enumerate(export.runs):
         try:
@@ -74,8 +96,10 @@ def export_mlflow(config: MlflowExportConfig, export: TrackerExport) -> list[str
     n = len(export.runs)
     runs = f"{n} run" + ("s" if n != 1 else "")
     line = f"mlflow: {runs} in experiment '{experiment_name}' at {shown} ({created} created, {n - created} updated)"
-    if uri is None or uri.startswith(("file:", "/", "sqlite:")) or "://" not in uri:
-        line += f"; look with `mlflow ui --backend-store-uri {shown}`" if uri else ""
+    if uri.startswith(("file:", "sqlite:")) or ("://" not in uri and not uri.startswith(("databricks", "uc"))):
+        line += f"; look with `mlflow ui --backend-store-uri {shown}`"
+    elif uri.startswith(("http://", "https://")):
+        line += f"; open {shown.rstrip('/')}/#/experiments/{experiment_id}"
     return [line, *notes]
 
 
