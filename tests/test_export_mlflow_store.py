@@ -112,3 +112,26 @@ def test_a_deleted_experiment_is_named_with_how_to_restore_it(monkeypatch: pytes
         export_mlflow(MlflowExportConfig(to="mlflow", tracking_uri=store), nothing_to_export(tmp_path / "out"))
     lines = export_mlflow(MlflowExportConfig(to="mlflow", tracking_uri=store, experiment="other"), nothing_to_export(tmp_path / "out"))
     assert lines[0].startswith("mlflow: 0 runs in experiment 'other' at file:///") and "mlflow ui --backend-store-uri" in lines[0]
+
+
+def test_existing_runs_are_found_by_key_in_one_paged_search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One search per export, not one per tracker run: a folder store reads every run on each."""
+    from shardeval_mlflow.exporter import _runs_by_key
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    experiment = client.create_experiment("out")
+    made = {f"abc{i:09d}/arith": client.create_run(experiment, tags={"shardeval.key": f"abc{i:09d}/arith"}).info.run_id
+            for i in range(7)}
+    client.create_run(experiment, run_name="by hand")  # not shardeval's: never taken for one
+    client.delete_run(client.create_run(experiment, tags={"shardeval.key": "deleted/arith"}).info.run_id)
+    pages: list[str | None] = []
+    search = client.search_runs
+
+    def three_a_page(ids: list[str], filter_string: str, max_results: int, page_token: str | None) -> object:
+        pages.append(page_token)
+        return search(ids, filter_string=filter_string, max_results=3, page_token=page_token)
+
+    monkeypatch.setattr(client, "search_runs", three_a_page)
+    found = _runs_by_key(client, experiment)
+    assert {key: run.info.run_id for key, run in found.items()} == made and len(pages) == 3

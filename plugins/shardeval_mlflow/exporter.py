@@ -70,6 +70,7 @@ def _export(MlflowClient: Any, config: MlflowExportConfig, export: TrackerExport
         client = MlflowClient(tracking_uri=uri)
         experiment = client.get_experiment_by_name(experiment_name)
         experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(experiment_name)
+        existing = _runs_by_key(client, experiment_id) if experiment is not None else {}
     except (UsageError, ShardError):
         raise
     except Exception as exc:
@@ -84,7 +85,7 @@ def _export(MlflowClient: Any, config: MlflowExportConfig, export: TrackerExport
     created, notes = 0, []
     for i, run in enumerate(export.runs):
         try:
-            made, changed = _export_run(client, experiment_id, run)
+            made, changed = _export_run(client, experiment_id, run, existing.get(run.key))
         except (UsageError, ShardError):
             raise
         except Exception as exc:
@@ -103,14 +104,28 @@ def _export(MlflowClient: Any, config: MlflowExportConfig, export: TrackerExport
     return [line, *notes]
 
 
-def _export_run(client: Any, experiment_id: str, run: TrackerRun) -> tuple[bool, list[tuple[str, str, str]]]:
-    """One tracker run written; (whether it was created, the params that could not change)."""
+def _runs_by_key(client: Any, experiment_id: str) -> dict[str, Any]:
+    """The experiment's active runs that shardeval exported, by their key: one search, paged,
+    not one per tracker run (a folder store reads every run of the experiment on each search)."""
+    found: dict[str, Any] = {}
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` LIKE '%'", max_results=1000,
+                                  page_token=token)
+        for current in page:
+            found.setdefault(current.data.tags[KEY_TAG], current)  # newest first: a copy made by hand loses
+        token = page.token
+        if not token:
+            return found
+
+
+def _export_run(client: Any, experiment_id: str, run: TrackerRun, current: Any) -> tuple[bool, list[tuple[str, str, str]]]:
+    """One tracker run written, `current` its MLflow run if it has one; (whether it was created,
+    the params that could not change)."""
     from mlflow.entities import Metric, Param, RunTag
 
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{_quoted(run.key)}'", max_results=2)
     params = {name: value[:MAX_PARAM_CHARS] for name, value in run.params.items()}
-    if found:
-        current = found[0]
+    if current is not None:
         run_id, held_params, held_metrics = current.info.run_id, current.data.params, current.data.metrics
         if current.info.status != "RUNNING":
             client.update_run(run_id, status="RUNNING")  # reopened while it is updated
@@ -134,16 +149,11 @@ def _export_run(client: Any, experiment_id: str, run: TrackerRun) -> tuple[bool,
         for path in run.artifacts(tmp):
             client.log_artifact(run_id, path)
     client.set_terminated(run_id, status="FINISHED")
-    return not found, changed
+    return current is None, changed
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
-
-
-def _quoted(text: str) -> str:
-    """A value inside MLflow's search filter's single quotes."""
-    return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def _one_line(exc: BaseException) -> str:
