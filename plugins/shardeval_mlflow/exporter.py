@@ -22,13 +22,14 @@ is one line in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from shardeval.api import ShardError, TrackerExport, TrackerRun, UsageError, redact_urls
-from shardeval_mlflow.config import EXTRA, MlflowExportConfig
+from shardeval_mlflow.config import EXTRA, MlflowExportConfig, tracking_uri
 
 KEY_TAG = "shardeval.key"
 PARAM_TAG = "shardeval.param."
@@ -44,25 +45,47 @@ def export_mlflow(config: MlflowExportConfig, export: TrackerExport) -> list[str
         from mlflow import MlflowClient
     except ImportError:
         raise UsageError(f"--to mlflow needs MLflow, which is not installed: {EXTRA}") from None
-    for name, value in HTTP_DEFAULTS.items():
-        os.environ.setdefault(name, value)  # read by MLflow's REST client on each request
-    uri = config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+    with _http_defaults():
+        return _export(MlflowClient, config, export)
+
+
+@contextlib.contextmanager
+def _http_defaults() -> Iterator[None]:
+    """HTTP_DEFAULTS in the environment while the export runs (MLflow's REST client reads them on
+    each request), the user's own values kept; the process's environment left as it was."""
+    added = [name for name in HTTP_DEFAULTS if name not in os.environ]
+    os.environ.update({name: HTTP_DEFAULTS[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+def _export(MlflowClient: Any, config: MlflowExportConfig, export: TrackerExport) -> list[str]:
+    uri = tracking_uri(config)[1]  # the default resolved here, so that the line names the store written
     experiment_name = config.experiment or os.path.basename(export.root.rstrip(os.sep)) or "shardeval"
-    shown = redact_urls(uri or "MLflow's default store (./mlruns)")
+    shown = redact_urls(uri)
     try:
         client = MlflowClient(tracking_uri=uri)
         experiment = client.get_experiment_by_name(experiment_name)
         experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(experiment_name)
+        existing = _runs_by_key(client, experiment_id) if experiment is not None else {}
     except (UsageError, ShardError):
         raise
     except Exception as exc:
-        raise ShardError(f"mlflow: cannot reach the tracking store at {shown}: {_one_line(exc)}; check --tracking-uri / "
-                         "MLFLOW_TRACKING_URI and the network (credentials: MLFLOW_TRACKING_TOKEN or "
-                         "MLFLOW_TRACKING_USERNAME/PASSWORD)") from None
+        reason = _one_line(exc)
+        refused = any(f"error code {code}" in reason for code in (401, 403))
+        raise ShardError(f"mlflow: {'the tracking store refused us' if refused else 'cannot reach the tracking store'} at "
+                         f"{shown}: {reason}; check --tracking-uri / MLFLOW_TRACKING_URI and the network (credentials: "
+                         "MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD)") from None
+    if experiment is not None and experiment.lifecycle_stage == "deleted":
+        raise UsageError(f"mlflow: experiment '{experiment_name}' at {shown} is deleted: restore it (`mlflow experiments "
+                         f"restore --experiment-id {experiment_id}`) or export to another (--experiment NAME)")
     created, notes = 0, []
     for i, run in enumerate(export.runs):
         try:
-            made, changed = _export_run(client, experiment_id, run)
+            made, changed = _export_run(client, experiment_id, run, existing.get(run.key))
         except (UsageError, ShardError):
             raise
         except Exception as exc:
@@ -74,19 +97,35 @@ def export_mlflow(config: MlflowExportConfig, export: TrackerExport) -> list[str
     n = len(export.runs)
     runs = f"{n} run" + ("s" if n != 1 else "")
     line = f"mlflow: {runs} in experiment '{experiment_name}' at {shown} ({created} created, {n - created} updated)"
-    if uri is None or uri.startswith(("file:", "/", "sqlite:")) or "://" not in uri:
-        line += f"; look with `mlflow ui --backend-store-uri {shown}`" if uri else ""
+    if uri.startswith(("file:", "sqlite:")) or ("://" not in uri and not uri.startswith(("databricks", "uc"))):
+        line += f"; look with `mlflow ui --backend-store-uri {shown}`"
+    elif uri.startswith(("http://", "https://")):
+        line += f"; open {shown.rstrip('/')}/#/experiments/{experiment_id}"
     return [line, *notes]
 
 
-def _export_run(client: Any, experiment_id: str, run: TrackerRun) -> tuple[bool, list[tuple[str, str, str]]]:
-    """One tracker run written; (whether it was created, the params that could not change)."""
+def _runs_by_key(client: Any, experiment_id: str) -> dict[str, Any]:
+    """The experiment's active runs that shardeval exported, by their key: one search, paged,
+    not one per tracker run (a folder store reads every run of the experiment on each search)."""
+    found: dict[str, Any] = {}
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` LIKE '%'", max_results=1000,
+                                  page_token=token)
+        for current in page:
+            found.setdefault(current.data.tags[KEY_TAG], current)  # newest first: a copy made by hand loses
+        token = page.token
+        if not token:
+            return found
+
+
+def _export_run(client: Any, experiment_id: str, run: TrackerRun, current: Any) -> tuple[bool, list[tuple[str, str, str]]]:
+    """One tracker run written, `current` its MLflow run if it has one; (whether it was created,
+    the params that could not change)."""
     from mlflow.entities import Metric, Param, RunTag
 
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{_quoted(run.key)}'", max_results=2)
     params = {name: value[:MAX_PARAM_CHARS] for name, value in run.params.items()}
-    if found:
-        current = found[0]
+    if current is not None:
         run_id, held_params, held_metrics = current.info.run_id, current.data.params, current.data.metrics
         if current.info.status != "RUNNING":
             client.update_run(run_id, status="RUNNING")  # reopened while it is updated
@@ -110,16 +149,11 @@ def _export_run(client: Any, experiment_id: str, run: TrackerRun) -> tuple[bool,
         for path in run.artifacts(tmp):
             client.log_artifact(run_id, path)
     client.set_terminated(run_id, status="FINISHED")
-    return not found, changed
+    return current is None, changed
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
-
-
-def _quoted(text: str) -> str:
-    """A value inside MLflow's search filter's single quotes."""
-    return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def _one_line(exc: BaseException) -> str:

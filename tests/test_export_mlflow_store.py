@@ -1,0 +1,137 @@
+"""`--to mlflow` against a store this MLflow cannot use, or one that says no: one line with the
+fix, exit 2 before any merge (a folder store without MLFLOW_ALLOW_FILE_STORE, a database without
+SQLAlchemy, MLflow's default when it is one of those, credentials in the URI), or exit 1 naming the
+server (refusing the credentials); a deleted experiment is named with how to restore it. No run is
+needed: the checks come before any tracker run is touched (docs/export.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+pytest.importorskip("mlflow")
+from mlflow import MlflowClient  # noqa: E402
+
+from shardeval.api import ShardError, TrackerExport, UsageError  # noqa: E402
+from shardeval_mlflow.config import MlflowExportConfig  # noqa: E402
+from shardeval_mlflow.exporter import export_mlflow  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+TOKEN = "mlflow-store-test-token-0123456789"
+
+
+def nothing_to_export(root: Path) -> TrackerExport:
+    return TrackerExport(root=str(root), sweep=False, baseline=None, runs=[], verdict="COMPLETE")
+
+
+def without_sqlalchemy(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sqlalchemy" else real(name, *a))
+
+
+def test_a_folder_store_without_mlflow_allow_file_store_says_to_set_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(UsageError, match=r"^tracking_uri 'file:///.*' is a folder store.*MLFLOW_ALLOW_FILE_STORE=true"):
+        MlflowExportConfig(to="mlflow", tracking_uri=(tmp_path / "mlruns").as_uri()).check()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    MlflowExportConfig(to="mlflow", tracking_uri=(tmp_path / "mlruns").as_uri()).check()
+    assert not (tmp_path / "mlruns").exists()  # a check writes nothing
+
+
+def test_a_database_store_without_sqlalchemy_and_the_default_one_say_what_to_give(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    without_sqlalchemy(monkeypatch)
+    with pytest.raises(UsageError, match=r"^tracking_uri 'sqlite:///x.db' is a database store.*pip install mlflow"):
+        MlflowExportConfig(to="mlflow", tracking_uri="sqlite:///x.db").check()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql+psycopg2://db.example/mlflow")
+    with pytest.raises(UsageError, match=r"^MLFLOW_TRACKING_URI 'postgresql\+psycopg2://db.example/mlflow' is a database"):
+        MlflowExportConfig(to="mlflow").check()
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.chdir(tmp_path)  # MLflow 3's default: sqlite:///mlflow.db here (./mlruns only where one exists)
+    with pytest.raises(UsageError, match=r"^no tracking URI given .*MLflow's default 'sqlite:///.*mlflow.db' is a database store"):
+        MlflowExportConfig(to="mlflow").check()
+    assert list(tmp_path.iterdir()) == []
+    MlflowExportConfig(to="mlflow", tracking_uri="databricks").check()  # Databricks' profile: no local store to check
+
+
+def test_credentials_in_the_uri_are_refused_and_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "s3cr3t-value-in-a-query"
+    for uri in (f"https://mlflow.example/?token={secret}", f"https://bob:{secret}@mlflow.example"):
+        with pytest.raises(UsageError) as refused:
+            MlflowExportConfig(to="mlflow", tracking_uri=uri).check()
+        line = str(refused.value)
+        assert secret not in line and "' holds credentials; " in line and "MLFLOW_TRACKING_TOKEN" in line, line
+
+
+@pytest.fixture
+def refusing_server() -> Iterator[str]:
+    """A tracking server that answers every request 401, as one given no or a wrong token does."""
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(401)
+            self.send_header("Content-Length", "12")
+            self.end_headers()
+            self.wfile.write(b"Unauthorized")
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    thread.join(5)
+
+
+def test_a_server_refusing_the_credentials_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch, refusing_server: str, tmp_path: Path) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", TOKEN)
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    with pytest.raises(ShardError) as refused:
+        export_mlflow(MlflowExportConfig(to="mlflow", tracking_uri=refusing_server), nothing_to_export(tmp_path / "out"))
+    line = str(refused.value)
+    assert line.startswith(f"mlflow: the tracking store refused us at {refusing_server}: ") and "401" in line, line
+    assert "\n" not in line and TOKEN not in line
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # its few retries were for the export only
+
+
+def test_a_deleted_experiment_is_named_with_how_to_restore_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    store = (tmp_path / "mlruns").as_uri()
+    client = MlflowClient(tracking_uri=store)
+    client.delete_experiment(client.create_experiment("out"))
+    with pytest.raises(UsageError, match=r"experiment 'out' at file:///.* is deleted: restore it \(`mlflow experiments restore"):
+        export_mlflow(MlflowExportConfig(to="mlflow", tracking_uri=store), nothing_to_export(tmp_path / "out"))
+    lines = export_mlflow(MlflowExportConfig(to="mlflow", tracking_uri=store, experiment="other"), nothing_to_export(tmp_path / "out"))
+    assert lines[0].startswith("mlflow: 0 runs in experiment 'other' at file:///") and "mlflow ui --backend-store-uri" in lines[0]
+
+
+def test_existing_runs_are_found_by_key_in_one_paged_search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One search per export, not one per tracker run: a folder store reads every run on each."""
+    from shardeval_mlflow.exporter import _runs_by_key
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    experiment = client.create_experiment("out")
+    made = {f"abc{i:09d}/arith": client.create_run(experiment, tags={"shardeval.key": f"abc{i:09d}/arith"}).info.run_id
+            for i in range(7)}
+    client.create_run(experiment, run_name="by hand")  # not shardeval's: never taken for one
+    client.delete_run(client.create_run(experiment, tags={"shardeval.key": "deleted/arith"}).info.run_id)
+    pages: list[str | None] = []
+    search = client.search_runs
+
+    def three_a_page(ids: list[str], filter_string: str, max_results: int, page_token: str | None) -> object:
+        pages.append(page_token)
+        return search(ids, filter_string=filter_string, max_results=3, page_token=page_token)
+
+    monkeypatch.setattr(client, "search_runs", three_a_page)
+    found = _runs_by_key(client, experiment)
+    assert {key: run.info.run_id for key, run in found.items()} == made and len(pages) == 3
