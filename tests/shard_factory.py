@@ -83,3 +83,44 @@ def make_shard(
                 )
             )
     return out
+
+
+def make_sweep(root: str, models: int, benchmarks: int, *, n_problems: int = 12, shards: int = 1, repeats: int = 1) -> list[str]:
+    """A sweep as `shardeval run` of a sweep config writes it: <root>/sweep_plan.json and, for each
+    model, <root>/<model>/shard_<i>/ holding every benchmark. Model m answers problem p of
+    benchmark b right when (p + m + b) % 3 != 0, so models differ and pairs have discordant cells."""
+    from shardeval.store.discover import PLAN_FILE
+    from shardeval.store.records import ServedModel, SweepPlan, pretty_json
+
+    names = [f"step{1000 * (m + 1)}" for m in range(models)]
+    benches = [f"bench{b:02d}" for b in range(benchmarks)]
+    plan = SweepPlan(services=names, baseline=names[0], shards=shards)
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, PLAN_FILE), "wb") as f:
+        f.write(pretty_json(plan))
+    for m, model in enumerate(names):
+        config_hash = f"sha256:{m:016x}"
+        run = run_id(config_hash)
+        for idx in range(shards):
+            out = os.path.join(root, model, f"shard_{idx}")
+            lo, hi = shard_range(n_problems, idx, shards)
+            manifests = []
+            for b, bench in enumerate(benches):
+                os.makedirs(os.path.join(out, bench), exist_ok=True)
+                manifests.append(BenchmarkManifest(name=bench, range=(lo, hi), repeats=repeats, n_problems=n_problems,
+                                                   dataset_fingerprint=f"sha256:{bench}", service=model))
+                with open(os.path.join(out, bench, "results.jsonl"), "wb") as res, \
+                        open(os.path.join(out, bench, "trajectories.jsonl"), "wb") as traj:
+                    for p in range(lo, hi):
+                        for r in range(repeats):
+                            rec = record(bench, p, r, idx, float((p + m + b + r) % 3 != 0), run=run)
+                            res.write(encode_line(rec))
+                            traj.write(encode_line(TrajectoryRecord(
+                                benchmark=bench, problem_idx=p, problem_id=rec.problem_id, repeat=r,
+                                messages=[{"role": "user", "content": f"q{p}"}, {"role": "assistant", "content": rec.response}])))
+            write_manifest(out, Manifest(
+                version="test", shard_idx=idx, total_shards=shards, shard_source="test", config_hash=config_hash,
+                benchmarks=manifests, state="complete", started_at=1_700_000_000.0,
+                served={model: ServedModel(model=model, root=f"/ckpt/{model}")},
+                sweep=SweepPlan(services=names, baseline=names[0], shards=shards, service=model)))
+    return names
