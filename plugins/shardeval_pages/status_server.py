@@ -95,9 +95,9 @@ function notes(run, who) {
   return out;
 }
 
-function total(done, all, suffix) {
+function total(done, all, suffix, ...more) {
   return el("p", {"data-row": "total"}, bar(done, all), " total: ", k("done", done), "/", k("total", all), " records (",
-            all ? (100 * done / all).toFixed(1) + "%" : "—", ")" + suffix);
+            all ? (100 * done / all).toFixed(1) + "%" : "—", ")" + suffix, ...more);
 }
 
 function runView(run) {
@@ -127,7 +127,9 @@ function sweepView(sw, open) {
   });
   const details = sw.models.filter((m) => m.run).map((m) => el("details", {open: open.has(m.name), "data-model": m.name},
     el("summary", {}, "shards of ", text(m.name)), shardTable(m.run, m.name + ":")));
-  return [total(sw.done, sw.total, " of the models started"),
+  const counted = sw.not_started ? ", " + sw.not_started + " model(s) not started counted at a started one's size" : "";
+  return [total(sw.done, sw.total, " of the whole sweep" + counted + " · ", k("rate", rate(sw.rate)), " req/s · eta ",
+                k("eta", eta(sw.eta_s))),
           el("p", {}, "sweep: " + sw.services.length + " models x " + sw.shards + " shard(s), baseline ", text(sw.baseline)),
           table(["model", ...names, "req/s", "shards"], rows), ...details,
           sw.models.flatMap((m) => (m.run ? notes(m.run, m.name + ": ") : []))];

@@ -92,8 +92,11 @@ class SweepStatus:
     shards: int
     baseline: str
     models: list[ModelStatus]
-    done: int
-    total: int
+    done: int  # records of every model
+    total: int  # cells of the whole sweep: a model not started counts as many as a started one holds
+    rate: float | None = None  # records per second of every running shard of the sweep
+    eta_s: float | None = None  # the whole sweep's: what is left at that rate
+    not_started: int = 0  # models with no shard yet, counted in `total` at a started model's size
 
 
 def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
@@ -181,8 +184,15 @@ def sweep_status(root: str, plan: SweepPlan, metrics: bool = False) -> SweepStat
             run = None  # a model that cannot be read yet is shown as not started; merge names what is wrong
         models.append(ModelStatus(name, run_status(run, metrics) if run else None))
     started = [m.run for m in models if m.run is not None]
-    return SweepStatus(root, list(plan.services), plan.shards, plan.baseline, models,
-                       sum(b.records for r in started for b in r.benchmarks), sum(b.expected for r in started for b in r.benchmarks))
+    done = sum(b.records for r in started for b in r.benchmarks)
+    # every model of a sweep runs the same benchmarks, so one not started yet holds as many cells as
+    # one that has (the largest, should a manifest be older); the bar and the ETA count the whole sweep
+    per_model = max((sum(b.expected for b in r.benchmarks) for r in started), default=0)
+    not_started = len(models) - len(started)
+    total = sum(b.expected for r in started for b in r.benchmarks) + not_started * per_model
+    rate = sum(p.rate or 0.0 for r in started for p in r.shards if p.state == "running") or None
+    eta = (total - done) / rate if rate and done < total else None
+    return SweepStatus(root, list(plan.services), plan.shards, plan.baseline, models, done, total, rate, eta, not_started)
 
 
 def collect(root: str, metrics: bool = False) -> RunStatus | SweepStatus:
@@ -235,8 +245,12 @@ def render_sweep_status(s: SweepStatus) -> str:
         notes += [q(f"{m.name}: {p.note}") for p in run.shards if p.note]
         notes += [q(f"{m.name}: shard {x.idx} not started") for x in run.missing]
         notes += [q(f"{m.name}: {w}") for p in run.shards for w in p.warnings]
-    lines.append(f"total: {s.done}/{s.total} records ({s.done / s.total:.1%}) of the models started" if s.total
-                 else "total: no model has started")
+    if s.total:
+        counted = f", {s.not_started} model(s) not started counted at a started one's size" if s.not_started else ""
+        lines.append(f"total: {s.done}/{s.total} records ({s.done / s.total:.1%}) of the whole sweep{counted}; "
+                     f"{_rate(s.rate)} req/s, eta {_eta(s.eta_s)}")
+    else:
+        lines.append("total: no model has started")
     return "\n".join(lines + notes)
 
 
