@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     # Pages: what a plugin that draws the merge's pages reads (the built-in shardeval_pages)
     from shardeval.results.pages import compare_page
     from shardeval.results.images import read_thumbnails
+    from shardeval.results.follow import Followed
     from shardeval.results.status import collect_or_nothing, NOTHING_YET, plugin_status, SweepStatus
     from shardeval.results.sweep_merge import not_compared_notes, NOT_COMPARED, SweepMerge
 
@@ -138,6 +139,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
     # Pages: what a plugin that draws the merge's pages reads (the built-in shardeval_pages)
     ("shardeval.results.pages", "compare_page"),
     ("shardeval.results.images", "read_thumbnails"),
+    ("shardeval.results.follow", "Followed"),
     ("shardeval.results.status", "collect_or_nothing NOTHING_YET plugin_status SweepStatus"),
     ("shardeval.results.sweep_merge", "not_compared_notes NOT_COMPARED SweepMerge"),
 )

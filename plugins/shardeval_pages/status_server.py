@@ -29,7 +29,7 @@ from typing import Any, Callable
 import msgspec
 from aiohttp import web
 
-from shardeval.api import NOTHING_YET, MetricOptions, SweepStatus, UsageError, collect_or_nothing, plugin_status
+from shardeval.api import NOTHING_YET, Followed, MetricOptions, SweepStatus, UsageError, collect_or_nothing, plugin_status
 from shardeval_pages.page import document
 
 log = logging.getLogger("shardeval")
@@ -191,13 +191,15 @@ HEADERS = {
 
 class Snapshots:
     """The status document of `root`, computed in one worker thread, at most once per `interval`
-    seconds (counted from the end of the last computation, so a slow read leaves idle time)."""
+    seconds (counted from the end of the last computation, so a slow read leaves idle time). It
+    follows the record files between computations: each reads only what the shards appended since."""
 
     def __init__(self, root: str, interval: float) -> None:
         self.root, self.interval = root, interval
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="shardeval-status")
         self._lock = asyncio.Lock()
         self._body, self._at = b"", float("-inf")
+        self._followed = Followed()  # used by the one worker thread only
 
     def compute(self) -> bytes:
         """The JSON document: {root, interval_s, confidence, updated_at, compute_s, error, run | sweep |
@@ -208,7 +210,7 @@ class Snapshots:
                                "run": None, "sweep": None, "waiting": None, "extra": []}
         try:
             doc["extra"] = plugin_status(self.root)
-            s = collect_or_nothing(self.root, doc["extra"], metrics=True)
+            s = collect_or_nothing(self.root, doc["extra"], metrics=True, followed=self._followed)
             if s is None:
                 doc["waiting"] = NOTHING_YET
             else:

@@ -7,6 +7,8 @@ shards are still appending.
 
 `collect` gathers the numbers once (`RunStatus`, `SweepStatus`); the text (`render`) and the
 live page's JSON (the pages plugin's status server) are both made from them, so they cannot disagree.
+Both read through a `Followed` (shardeval.results.follow): the page keeps one between refreshes, so
+each refresh reads only what the shards appended since the last.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 
 from shardeval import plugins
 from shardeval.errors import UsageError
+from shardeval.results.follow import Followed
 from shardeval.results.merge import Cells, build_table, compute_metrics, scan_results
 from shardeval.results.metrics import MetricOptions, MetricValue, headline_metric
 from shardeval.results.quoting import plain_text as q
@@ -25,7 +28,6 @@ from shardeval.results.report import fmt
 from shardeval.store.discover import Run, load_shards, model_roots, read_plan
 from shardeval.store.liveness import clock
 from shardeval.store.records import RESULTS_FILE, SweepPlan
-from shardeval.store.standing import Membership, count_cells
 
 NOTHING_YET = "no shard has started writing yet"
 
@@ -99,8 +101,11 @@ class SweepStatus:
     not_started: int = 0  # models with no shard yet, counted in `total` at a started model's size
 
 
-def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
+def shard_progress(run: Run, now: float | None = None, followed: Followed | None = None,
+                   tables: frozenset[str] = frozenset()) -> list[ShardProgress]:
+    """Each shard's cells; the benchmarks named in `tables` also fill their running tables."""
     now = time.time() if now is None else now
+    followed = Followed() if followed is None else followed
     out = []
     for shard in run.shards:
         m = shard.manifest
@@ -108,11 +113,10 @@ def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
         warnings = []
         by_benchmark = {}
         for b in m.benchmarks:
-            own = Membership.of(m, b)
-            n_ok, n_err, report = count_cells(os.path.join(shard.abspath, b.name, RESULTS_FILE), own)
+            n_ok, n_err, report, n_cells = followed.counts(run, shard, b, b.name in tables)
             records, errors = records + n_ok + n_err, errors + n_err
-            expected += own.n_cells
-            by_benchmark[b.name] = (n_ok + n_err, n_err, own.n_cells)
+            expected += n_cells
+            by_benchmark[b.name] = (n_ok + n_err, n_err, n_cells)
             if skipped := report.describe(os.path.join(shard.path, b.name, RESULTS_FILE)):
                 warnings.append(f"warning: {skipped}")
         lost = shard.lost
@@ -130,10 +134,12 @@ def shard_progress(run: Run, now: float | None = None) -> list[ShardProgress]:
     return sorted(out, key=lambda p: (p.idx, p.path))
 
 
-def run_status(run: Run, metrics: bool = False) -> RunStatus:
-    """The numbers of one run; with `metrics`, each benchmark's running accuracy too (a merge's
-    scan of the records so far, then the metrics plugin: the interval is never computed here)."""
-    progress = shard_progress(run)
+def run_status(run: Run, metrics: bool = False, followed: Followed | None = None) -> RunStatus:
+    """The numbers of one run; with `metrics`, each benchmark's running accuracy too (the records
+    so far as a merge would count them, then the metrics plugin: the interval is never computed here)."""
+    followed = Followed() if followed is None else followed
+    tables = frozenset(b.name for b in run.benchmarks if metrics and headline(b) is not None)
+    progress = shard_progress(run, followed=followed, tables=tables)
     missing = []
     for idx in run.missing_shards():
         folder = f"shard_{idx}"  # an orchestrator may have made it already (SLURM: for the task's log)
@@ -151,38 +157,57 @@ def run_status(run: Run, metrics: bool = False) -> RunStatus:
         eta = (expected - records) / rate if rate and records < expected else None
         benchmarks.append(BenchmarkProgress(b.name, records, errors, expected, rate or None, eta))
     if metrics:
-        running_metrics(run, benchmarks)
+        running_metrics(run, benchmarks, followed)
     total = sum(b.expected for b in benchmarks)
     return RunStatus(run.root, progress, missing, benchmarks, dict(sorted(states.items())), sum(b.records for b in benchmarks), total,
                      list(run.mixed_served))
 
 
-def running_metrics(run: Run, benchmarks: list[BenchmarkProgress]) -> None:
+def headline(bm) -> str | None:
+    """The metric the live page shows for a benchmark (None: e.g. perplexity, no accuracy to speak of)."""
+    return headline_metric(bm.metrics, accuracy_from_pass_at_k=True)
+
+
+def running_metrics(run: Run, benchmarks: list[BenchmarkProgress], followed: Followed) -> None:
     """Fill each benchmark's accuracy (or mean) with its interval from the records written so far,
-    with merge's own pieces (so it equals what `shardeval merge` would say now)."""
+    with merge's own pieces (so it equals what `shardeval merge` would say now). A benchmark whose
+    records did not change since the last refresh keeps the value computed then."""
     import msgspec
 
+    copied = bool(run.duplicated_shards())  # which copy's record stands depends on the order read: read whole
     for bp, bm in zip(benchmarks, run.benchmarks):
-        name = headline_metric(bm.metrics, accuracy_from_pass_at_k=True)
-        if name is None:
-            continue  # e.g. perplexity: no accuracy to speak of
-        cells = Cells(bm.n_problems, bm.repeats)
-        scan_results(cells, bm.name, run.shards)
-        values, bp.problems = compute_metrics(build_table(bm.name, cells, False), [name], MetricOptions())
+        if (name := headline(bm)) is None:
+            continue
         bp.metric = name
-        if (value := values.get(name)) is not None:
+        state = followed.table_of(run, bm.name)
+        if copied or state is None or state.table is None:
+            cells = Cells(bm.n_problems, bm.repeats)
+            scan_results(cells, bm.name, run.shards)
+            value, bp.problems = _metric(build_table(bm.name, cells, False), name)
+        elif state.metric is not None and state.metric[0] == state.table.changes:
+            value, bp.problems = state.metric[1]
+        else:
+            value, bp.problems = _metric(build_table(bm.name, state.table, False), name)
+            state.metric = (state.table.changes, (value, bp.problems))
+        if value is not None:
             bp.value = msgspec.structs.replace(value, details={})  # per-category lists stay in the merge's report
 
 
-def sweep_status(root: str, plan: SweepPlan, metrics: bool = False) -> SweepStatus:
+def _metric(table, name: str) -> tuple[MetricValue | None, list[str]]:
+    values, problems = compute_metrics(table, [name], MetricOptions())
+    return values.get(name), problems
+
+
+def sweep_status(root: str, plan: SweepPlan, metrics: bool = False, followed: Followed | None = None) -> SweepStatus:
     """Each model's ordinary run, in the plan's order; a model with no shard yet is `run=None`."""
+    followed = Followed() if followed is None else followed
     models = []
     for name, run_root in model_roots(root, plan):
         try:
             run = load_shards(run_root, allow_mixed_served=True) if run_root else None
         except UsageError:
             run = None  # a model that cannot be read yet is shown as not started; merge names what is wrong
-        models.append(ModelStatus(name, run_status(run, metrics) if run else None))
+        models.append(ModelStatus(name, run_status(run, metrics, followed) if run else None))
     started = [m.run for m in models if m.run is not None]
     done = sum(b.records for r in started for b in r.benchmarks)
     # every model of a sweep runs the same benchmarks, so one not started yet holds as many cells as
@@ -195,12 +220,16 @@ def sweep_status(root: str, plan: SweepPlan, metrics: bool = False) -> SweepStat
     return SweepStatus(root, list(plan.services), plan.shards, plan.baseline, models, done, total, rate, eta, not_started)
 
 
-def collect(root: str, metrics: bool = False) -> RunStatus | SweepStatus:
+def collect(root: str, metrics: bool = False, followed: Followed | None = None) -> RunStatus | SweepStatus:
     """What `status` shows: a run's or a sweep's numbers. Raises UsageError when `root` holds no
-    run (yet)."""
-    if (plan := read_plan(root)) is not None:
-        return sweep_status(root, plan, metrics)
-    return run_status(load_shards(root, allow_mixed_served=True), metrics)  # progress is worth showing; merge refuses the mixture
+    run (yet). Pass the same `followed` to each refresh: it reads only what was appended since."""
+    followed = Followed() if followed is None else followed
+    try:
+        if (plan := read_plan(root)) is not None:
+            return sweep_status(root, plan, metrics, followed)
+        return run_status(load_shards(root, allow_mixed_served=True), metrics, followed)  # progress is worth showing; merge refuses the mixture
+    finally:
+        followed.forget_unseen()
 
 
 def _rate(rate: float | None) -> str:
@@ -263,11 +292,12 @@ def plugin_status(root: str) -> list[str]:
     return [text for text in plugins.hooks().run_status(run_dir=root) if text]
 
 
-def collect_or_nothing(root: str, extra: list[str], metrics: bool = False) -> "RunStatus | SweepStatus | None":
+def collect_or_nothing(root: str, extra: list[str], metrics: bool = False,
+                       followed: Followed | None = None) -> "RunStatus | SweepStatus | None":
     """collect(root), or None where no shard has written yet but plugins report on the run (e.g.
     every array task still pending): the text and the live page then both say NOTHING_YET."""
     try:
-        return collect(root, metrics)
+        return collect(root, metrics, followed)
     except UsageError:
         if extra and os.path.isdir(root):
             return None

@@ -289,6 +289,11 @@ class ReadReport:
     bad_lines: list[int] = field(default_factory=list)
     bad_offsets: list[int] = field(default_factory=list)  # byte offset of each bad line
     foreign: dict[str, int] = field(default_factory=dict)  # why a record is not this shard's -> count
+    # Where the read stopped, for a reader that follows a growing file (scan_lines' `follow`):
+    end: int = 0  # byte offset after the last whole line read
+    n_lines: int = 0  # whole lines read, so a later read numbers its bad lines on from there
+    file_id: tuple[int, int] | None = None  # (device, inode) of the file read
+    replaced: bool = False  # a follow-up read found another file, or a shorter one: read it again from the start
 
     def describe(self, name: str | None = None) -> str | None:
         """One line of what was skipped, starting with `name` (default: the path); None if nothing."""
@@ -304,24 +309,37 @@ class ReadReport:
         return f"{name or self.path}: " + "; ".join(parts) if parts else None
 
 
-def scan_lines(path: str, kind: Type[T], report: ReadReport) -> Iterator[tuple[int, int, T]]:
+def scan_lines(path: str, kind: Type[T], report: ReadReport, follow: bool = False) -> Iterator[tuple[int, int, T]]:
     """(byte offset, length, decoded record) for each readable line of a JSONL file.
 
     The single reader of record files (resume, merge and status all use it): a torn last line (a
     crash mid-write) ends the read and is reported; an undecodable line is skipped and reported;
     a missing file yields nothing. Callers decode into their own Struct, so each reads only the
     fields it needs. Which of several records of one cell stands is shardeval.store.standing's rule.
+
+    With `follow`, the read starts where the last read with this `report` stopped (a live status
+    reads only what a shard appended since); when the file there is another one, or shorter, it
+    yields nothing and sets `report.replaced`, and the caller starts over with a fresh report.
     """
     decode = msgspec.json.Decoder(kind).decode
     try:
         f = open_regular(path)
     except FileNotFoundError:
+        report.replaced = follow and report.file_id is not None  # it was there: removed (moved aside by --fresh)
         return
     except OSError as exc:
         raise os_error(exc, "read", fix="check that it is a readable file, or move it aside") from None
     offset = lineno = n_read = 0
     try:
         with f:
+            st = os.fstat(f.fileno())
+            if follow and report.file_id is not None:
+                if (st.st_dev, st.st_ino) != report.file_id or st.st_size < report.end:
+                    report.replaced = True
+                    return
+                offset, lineno = report.end, report.n_lines
+                f.seek(offset)
+            report.file_id, report.torn_tail = (st.st_dev, st.st_ino), False  # a torn line may be whole by now
             for line in f:  # the hot loop of merge and resume: per line only what every line needs
                 lineno += 1
                 start = offset
@@ -329,6 +347,7 @@ def scan_lines(path: str, kind: Type[T], report: ReadReport) -> Iterator[tuple[i
                 if line[-1:] != b"\n":
                     if line.strip():
                         report.torn_tail = True
+                    offset, lineno = start, lineno - 1  # read again next time, once its writer has ended it
                     break
                 try:
                     record = decode(line)
@@ -343,6 +362,7 @@ def scan_lines(path: str, kind: Type[T], report: ReadReport) -> Iterator[tuple[i
         raise os_error(exc, "read", fix="check the file system, or move the file aside") from None
     finally:
         report.n_read += n_read
+        report.end, report.n_lines = offset, lineno
 
 
 def read_jsonl(path: str, kind: Type[T], report: ReadReport | None = None) -> Iterator[T]:
