@@ -173,6 +173,9 @@ def proportion_interval(p_hat: Any, n_eff: Any, confidence: float, method: str =
     (real, from `effective_trials`): never zero-width, never outside [0, 1]."""
     p, m = np.asarray(p_hat, dtype=np.float64), np.asarray(n_eff, dtype=np.float64)
     if method == "clopper-pearson":
+        if p.size == 1:  # one mean (a benchmark's): np.unique's sort costs more than the inversion
+            low, high = clopper_pearson_interval(float(p.reshape(-1)[0]) * float(m.reshape(-1)[0]), float(m.reshape(-1)[0]), confidence)
+            return np.full(p.shape, low), np.full(p.shape, high)
         # each distinct (p̂, n*) once: inverting the incomplete beta is the slow part
         pairs, inverse = np.unique(np.stack([p.reshape(-1), m.reshape(-1)], axis=1), axis=0, return_inverse=True)
         ends = np.array([clopper_pearson_interval(x * k, k, confidence) for x, k in pairs]).reshape(-1, 2)

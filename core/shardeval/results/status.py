@@ -25,7 +25,7 @@ from shardeval.results.merge import Cells, build_table, compute_metrics, scan_re
 from shardeval.results.metrics import MetricOptions, MetricValue, headline_metric
 from shardeval.results.quoting import plain_text as q
 from shardeval.results.report import fmt
-from shardeval.store.discover import Run, load_shards, model_roots, read_plan
+from shardeval.store.discover import Run, load_shards, model_dirs, read_plan
 from shardeval.store.liveness import clock
 from shardeval.store.records import RESULTS_FILE, SweepPlan
 
@@ -202,11 +202,11 @@ def sweep_status(root: str, plan: SweepPlan, metrics: bool = False, followed: Fo
     """Each model's ordinary run, in the plan's order; a model with no shard yet is `run=None`."""
     followed = Followed() if followed is None else followed
     models = []
-    for name, run_root in model_roots(root, plan):
+    for name, run_root in model_dirs(root, plan):
         try:
-            run = load_shards(run_root, allow_mixed_served=True) if run_root else None
+            run = load_shards(run_root, allow_mixed_served=True)
         except UsageError:
-            run = None  # a model that cannot be read yet is shown as not started; merge names what is wrong
+            run = None  # no shard yet, or one that cannot be read yet: shown as not started; merge names what is wrong
         models.append(ModelStatus(name, run_status(run, metrics, followed) if run else None))
     started = [m.run for m in models if m.run is not None]
     done = sum(b.records for r in started for b in r.benchmarks)

@@ -277,6 +277,14 @@ def _inside(root: str, source: str, plan: SweepPlan) -> SweepPlan:
 def model_roots(root: str, plan: SweepPlan) -> Iterator[tuple[str, str | None]]:
     """Each model of the sweep at `root`, in the plan's order: (name, its run directory, or None
     while no shard of that model has written). Merge, export and status all walk a sweep this way."""
+    for name, run_root in model_dirs(root, plan):
+        yield name, run_root if os.path.isdir(run_root) and find_shard_dirs(run_root)[0] else None
+
+
+def model_dirs(root: str, plan: SweepPlan) -> Iterator[tuple[str, str]]:
+    """Each model of the sweep at `root`, in the plan's order: (name, its folder, which may not
+    exist yet), refused when the folder leads outside the sweep. For a reader that looks for the
+    shards itself (status: load_shards says when there are none), so it walks each folder once."""
     real_root = os.path.realpath(root)
     for name in plan.services:
         run_root = os.path.join(root, name)
@@ -284,7 +292,7 @@ def model_roots(root: str, plan: SweepPlan) -> Iterator[tuple[str, str | None]]:
         if os.path.dirname(target) != real_root:  # a symlink that leads elsewhere: another run, not this sweep's
             raise UsageError(f"{run_root} leads outside the sweep (to {target}); a sweep reads only its own folders: "
                              f"move that run into {root}, or merge it by itself")
-        yield name, run_root if os.path.isdir(run_root) and find_shard_dirs(run_root)[0] else None
+        yield name, run_root
 
 
 @contextmanager
