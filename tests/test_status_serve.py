@@ -247,6 +247,10 @@ def test_a_sweep_in_progress_shows_the_grid_advancing_and_its_numbers(browser, t
                 done = "() => +(document.querySelector('[data-row=total] [data-k=done]') || {textContent: 0}).textContent"
                 wait_page(v, f"() => ({done})() >= 5", timeout_s=60)
                 first = v.page.evaluate(done)
+                # the bar counts the whole sweep from the start, a model not started yet included, with its ETA
+                row = v.page.evaluate("() => ({total: document.querySelector('[data-row=total] [data-k=total]').textContent, "
+                                      "eta: document.querySelector('[data-row=total] [data-k=eta]').textContent})")
+                assert row["total"] == "240" and row["eta"], row
                 wait_page(v, f"() => ({done})() > {first}")
                 _, err = proc.communicate(timeout=120)
                 assert proc.returncode == 0, err
