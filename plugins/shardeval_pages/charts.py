@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-WIDTH = 440
+WIDTH = "container"  # the chart's container: the page's width (page.STYLE gives .chart its width)
+FACET_WIDTH = 440  # a faceted chart's panel: Vega-Lite sizes only single and layered views by their container
 ROW = 16  # pixels per row of a chart with one row per category
 # Tick labels as the values they stand at (up to 6 significant digits). Vega's default format
 # takes its precision from the tick step, which is 0 when every value is the same (a category
 # whose answers were all right, a server with one TTFT): 0.7 alone was labelled "1", 0.1 "0".
-VALUE_AXIS = {"format": ".6~g"}
+VALUE_AXIS = {"format": ".6~g", "tickCount": 10}  # ten ticks at most: a chart as wide as the page had thirty
+COUNT_AXIS = {"tickMinStep": 1, "format": "d"}  # a count has no half: 2.5 records is never a tick
+ERROR_COLOR = "#d1495b"  # an error is this colour in every chart (coverage, errors by kind)
+# errors by kind: the most common kind in ERROR_COLOR, the others in reds around it
+ERROR_KIND_COLORS = [ERROR_COLOR, "#8c1c2b", "#f08a97", "#b5343f", "#5e0f19", "#f7bcc3"]
 
 
 def _tip(nominal: list[str], numbers: list[str], fmt: str = ".4f") -> list[dict[str, Any]]:
@@ -27,10 +32,11 @@ def _base(rows: list[dict[str, Any]], title: str, **extra: Any) -> dict[str, Any
 
 def forest(rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", color: str | None = None,
            order: list[str] | None = None) -> dict[str, Any]:
-    """One row per `y` (and colour), a point at `value` and a rule over [low, high], one panel per
-    metric with its own x scale: rows {metric, <y>, value, low, high[, <color>]}. `order` keeps the
-    colours in the given order (a sweep's models as listed, step2 before step10; compare's A before
-    B); beyond 10 values the default palette would repeat: 20 distinct colours, then a ramp."""
+    """One row per `y` (and colour), a point at `value` and a rule over [low, high]: rows {metric,
+    <y>, value, low, high[, <color>]}. Rows of one metric are one view as wide as the page, the
+    metric named on its axis; of several, one panel per metric with its own x scale. `order` keeps
+    the colours in the given order (a sweep's models as listed, step2 before step10; compare's A
+    before B); beyond 10 values the default palette would repeat: 20 distinct colours, then a ramp."""
     enc_y = {"field": y, "type": "nominal", "title": None, "sort": None}
     tooltip = _tip(["metric", y, *([color] if color else [])], ["value", "low", "high"])
     shared: dict[str, Any] = {"y": enc_y, "tooltip": tooltip}
@@ -38,22 +44,25 @@ def forest(rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", colo
         scale = {} if order is None else {"domain": order, **({} if len(order) <= 10 else {"scheme": "tableau20" if len(order) <= 20 else "viridis"})}
         shared["color"] = {"field": color, "type": "nominal", "title": None, **({"scale": scale, "sort": order} if order else {})}
         shared["yOffset"] = {"field": color, **({"sort": order} if order else {})}
+    metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    layer = [
+        {"mark": {"type": "rule", "strokeWidth": 2},
+         "encoding": {**shared, "x": {"field": "low", "type": "quantitative", "title": metrics[0] if len(metrics) == 1 else None,
+                                      "scale": {"zero": False}, "axis": VALUE_AXIS},
+                      "x2": {"field": "high"}}},
+        {"mark": {"type": "point", "filled": True, "size": 50},
+         "encoding": {**shared, "x": {"field": "value", "type": "quantitative"}}},
+    ]
+    if len(metrics) == 1:
+        return _base(rows, title, width=WIDTH, layer=layer)
     return _base(rows, title, facet={"row": {"field": "metric", "type": "nominal", "title": None, "sort": None,
                                       "header": {"labelAngle": 0, "labelAlign": "left", "labelFontWeight": "bold"}}},
-                 spec={"width": WIDTH, "layer": [
-                     {"mark": {"type": "rule", "strokeWidth": 2},
-                      "encoding": {**shared, "x": {"field": "low", "type": "quantitative", "title": None, "scale": {"zero": False},
-                                         "axis": VALUE_AXIS},
-                                   "x2": {"field": "high"}}},
-                     {"mark": {"type": "point", "filled": True, "size": 50},
-                      "encoding": {**shared, "x": {"field": "value", "type": "quantitative"}}},
-                 ]},
-                 resolve={"scale": {"x": "independent"}})
+                 spec={"width": FACET_WIDTH, "layer": layer}, resolve={"scale": {"x": "independent"}})
 
 
 def interval_rows(rows: list[dict[str, Any]], title: str, *, y: str, x_title: str, zero_rule: bool = False) -> dict[str, Any]:
     """One row per `y`, sorted as given: a point at value, a rule over [low, high]; rows
-    {<y>, value, low, high, n}. `zero_rule` draws x = 0 (for differences)."""
+    {<y>, value, low, high, n}. `zero_rule` draws x = 0: every chart of differences asks for it."""
     tooltip = _tip([y], ["value", "low", "high"]) + _tip([], ["n"], "d")
     enc = {"y": {"field": y, "type": "nominal", "sort": None, "title": None}, "tooltip": tooltip}
     layers = [
@@ -89,10 +98,16 @@ def ecdf(rows: list[dict[str, Any]], title: str, x_title: str) -> dict[str, Any]
 
 def stacked_counts(rows: list[dict[str, Any]], title: str, *, y: str, color: str, colors: dict[str, str] | None = None) -> dict[str, Any]:
     """Counts per `y`, stacked by `color`: rows {<y>, <color>, n} (coverage per shard, errors by
-    shard and kind); `colors` fixes each value's colour, in that order."""
+    shard and kind); `colors` fixes each value's colour, in that order. The count axis ticks at
+    whole numbers."""
     scale: dict[str, Any] = {"domain": list(colors), "range": list(colors.values())} if colors else {}
     return _base(rows, title, width=WIDTH, height=max(ROW * len({r[y] for r in rows}), 40), mark="bar",
                  encoding={"y": {"field": y, "type": "nominal", "sort": None, "title": None},
-                           "x": {"field": "n", "type": "quantitative", "title": "records", "stack": True},
+                           "x": {"field": "n", "type": "quantitative", "title": "records", "stack": True, "axis": COUNT_AXIS},
                            "color": {"field": color, "type": "nominal", "scale": scale, "title": None},
                            "tooltip": _tip([y, color], ["n"], "d")})
+
+
+def error_kind_colors(kinds: list[str]) -> dict[str, str]:
+    """Each error kind's colour, most common first: all reds, the first ERROR_COLOR itself."""
+    return {k: ERROR_KIND_COLORS[i % len(ERROR_KIND_COLORS)] for i, k in enumerate(kinds)}

@@ -155,7 +155,7 @@ h3{font-size:15px;margin:20px 0 6px}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #e3e3e3;padding:3px 8px;text-align:left;vertical-align:top;unicode-bidi:isolate}
 th{background:#f6f6f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
-figure{margin:8px 16px 16px 0;display:inline-block;vertical-align:top}figcaption{color:#666;font-size:12px}
+figure{margin:8px 0 16px;display:block}figcaption{color:#666;font-size:12px}.chart{width:100%}
 .text{white-space:pre-wrap;word-break:break-word;unicode-bidi:plaintext;font-family:ui-monospace,Menlo,monospace;font-size:12px;max-height:24em;overflow:auto;background:#fafafa;padding:6px;margin:4px 0}
 details{margin:4px 0}summary{cursor:pointer}details.item{border-left:3px solid #ddd;padding-left:8px}.role{font-weight:600;color:#555}
 .muted{color:#666}a{color:#0b5cad}

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 ITEMS = 20  # rows per table of items to read
 TEXT_LIMIT = 6000  # characters of one message shown; the rest is in trajectories.jsonl
 PASS_AT = re.compile(r"pass@(\d+)$")
-COVERAGE_COLORS = {"ok": "#4c9a2a", "error": "#d1495b", "missing": "#bbbbbb"}
+COVERAGE_COLORS = {"ok": "#4c9a2a", "error": charts.ERROR_COLOR, "missing": "#bbbbbb"}
 THUMBS_PER_ITEM = 4  # thumbnails shown of one item's images; the rest are counted ("+N more")
 PAGE_THUMBNAIL_BYTES = 1024 * 1024  # the data: URLs one page embeds, over every item; then text placeholders
 THUMB_SIDE = 96  # the longest side a shard makes a thumbnail (shardeval.benchmark.images)
@@ -88,6 +88,61 @@ def _as_dicts(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {m: msgspec.to_builtins(v) for m, v in metrics.items()}
 
 
+PASS1_IS_ACCURACY = "pass@1 is accuracy again here (same value and interval; always so with one repeat): shown once, as accuracy"
+SAME_NUMBERS = ("value", "ci_low", "ci_high")
+
+
+def pass1_is_accuracy(metrics: dict[str, Any]) -> bool:
+    """Whether pass@1 says exactly what accuracy says (with one repeat the mean of one sample is
+    the sample): the page then shows that number once."""
+    accuracy, pass1 = metrics.get("accuracy"), metrics.get("pass@1")
+    return accuracy is not None and pass1 is not None and all(accuracy.get(k) == pass1.get(k) for k in SAME_NUMBERS)
+
+
+def shown_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The metrics a benchmark's summary shows: pass@1 left out where it is accuracy again."""
+    return {m: v for m, v in metrics.items() if m != "pass@1"} if pass1_is_accuracy(metrics) else metrics
+
+
+def summary_charts(page: Page, result: "MergeResult", metrics: dict[str, dict[str, Any]], confidence: float) -> list[str]:
+    """One chart per metric over every benchmark, pass@k for every k in one chart (a row per k),
+    and each benchmark with no value to chart named with the reason."""
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    passk: list[dict[str, Any]] = []
+    for name, ms in metrics.items():
+        for row in metric_rows(shown_metrics(ms), benchmark=name):
+            if k := PASS_AT.match(row["metric"]):
+                passk.append({**row, "metric": "pass@k", "k": f"k = {k.group(1)}", "order": int(k.group(1))})
+            else:
+                by_metric.setdefault(row["metric"], []).append(row)
+    level = f"{confidence:.0%}"
+    out = [page.chart(f"summary-{slug(metric)}", charts.forest(rows, f"{metric} of every benchmark with its {level} interval"))
+           for metric, rows in by_metric.items()]
+    if passk:
+        ks = [f"k = {k}" for k in sorted({r["order"] for r in passk})]
+        out.append(page.chart("summary-pass_k", charts.forest(passk, f"pass@k of every benchmark for every k ({', '.join(ks)}) "
+                                                                     f"with its {level} interval", color="k", order=ks)))
+    drawn = {r["benchmark"] for rows in [*by_metric.values(), passk] for r in rows}
+    missing = [(b.manifest.name, no_value_reason(b, metrics[b.manifest.name])) for b in result.benchmarks if b.manifest.name not in drawn]
+    if missing:
+        out.append('<ul class="notes no-value">' + "".join(f'<li class="warn" data-benchmark="{esc(n)}">{esc(n)}: no value to chart: '
+                                                          f"{esc(why)}</li>" for n, why in missing) + "</ul>")
+    return out
+
+
+def no_value_reason(b: "BenchmarkMerge", metrics: dict[str, dict[str, Any]]) -> str:
+    """Why a benchmark has no metric value: every record an error (by kind), none at all, or what
+    its metrics say."""
+    c = counts(b)
+    if c["n_records"] and c["n_errors"] == c["n_records"]:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(c["error_kinds"].items(), key=lambda kv: -kv[1]))
+        return f"all {c['n_records']} records are errors ({kinds})"
+    if not c["n_records"]:
+        return "no record yet"
+    reasons = [v.get("details", {}).get("reason") for v in metrics.values()]
+    return next((r for r in reasons if r), "no metric has a value") + "".join(f"; {p}" for p in b.metric_problems)
+
+
 def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes:
     """The page. Raises vendor.BundleMissing without the charts' JavaScript."""
     run = result.run
@@ -99,13 +154,12 @@ def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes
              f'<span class="verdict {"complete" if result.complete else "partial"}" id="verdict">{verdict}</span>{esc(why)}</p>')
     if notes := run_notes(result):
         page.add("<ul class=\"notes\">" + "".join(f'<li class="warn">{esc(plain(n))}</li>' for n in notes) + "</ul>")
-    every = [row for name, ms in metrics.items() for row in metric_rows(
-        {m: v for m, v in ms.items() if not (PASS_AT.match(m) and m != "pass@1")}, benchmark=name)]
     page.add('<nav class="muted">' + " · ".join(f'<a href="#b-{slug(b.manifest.name)}">{esc(b.manifest.name)}</a>' for b in result.benchmarks)
              + ' · <a href="#provenance">provenance</a></nav>')
-    page.add("<h2>Summary</h2>",
-             page.chart("forest", charts.forest(every, f"Every metric with its {confidence:.0%} interval")) if every else "",
-             *(f"<h3>{esc(name)}</h3>" + metric_table(name, ms, confidence) for name, ms in metrics.items()))
+    page.add("<h2>Summary</h2>", *summary_charts(page, result, metrics, confidence),
+             *(f"<h3>{esc(name)}</h3>" + metric_table(name, shown_metrics(ms), confidence)
+               + (f'<p class="muted pass1">{esc(PASS1_IS_ACCURACY)}; scores.json holds both.</p>' if pass1_is_accuracy(ms) else "")
+               for name, ms in metrics.items()))
     budget = ThumbnailBudget()
     for b in result.benchmarks:
         page.add(*benchmark_section(page, result, b, metrics[b.manifest.name], confidence, budget))
@@ -169,7 +223,8 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
             by_kind[kind] += n
         out.append(page.chart(f"errors-{key}", charts.stacked_counts(
             [{"shard": f"shard {i}", "kind": k, "n": n} for (i, k), n in sorted(errors.items())],
-            f"{name}: errors by shard and kind ({', '.join(f'{k} {n}' for k, n in by_kind.most_common())})", y="shard", color="kind")))
+            f"{name}: errors by shard and kind ({', '.join(f'{k} {n}' for k, n in by_kind.most_common())})", y="shard", color="kind",
+            colors=charts.error_kind_colors([k for k, _ in by_kind.most_common()]))))
     out += items_section(result, b, budget if budget is not None else ThumbnailBudget())
     return out
 
@@ -211,6 +266,8 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailB
     name, key = b.manifest.name, slug(b.manifest.name)
     out = [f"<h3>{esc(name)}: items to read</h3>"]
     categories = bool(b.cells.clusters)
+    judged = any(judged_record(r) for p in chosen for r, _ in records[p])
+    answers = ["answer per repeat", "judge's verdict per repeat"] if judged else ["extracted per repeat"]
     for title, ps in groups:
         if not ps:
             continue
@@ -222,9 +279,11 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailB
             rows.append([f'<a href="#i-{key}-{p}">{esc(first.problem_id)}</a>', *([esc(first.cluster or "")] if categories else []),
                          num(sum(s) / len(s) if s else None, f"{name}/item/{p}/mean"), esc(f"{len(s)}/{b.cells.repeats}"),
                          f'<td class="text-cell">{esc(first.reference)}</td>',
-                         f'<td class="text-cell">{esc(" | ".join(_extracted(r) for r, _ in recs))}</td>'])
-        out.append(f"<h4>{esc(title)}</h4>" + table(["problem", *(["category"] if categories else []), "mean score", "valid", "reference", "extracted per repeat"], rows,
-                                                      cls="items"))
+                         *([f'<td class="text-cell answer">{esc(" | ".join(_answer(r) for r, _ in recs))}</td>',
+                            f'<td class="text-cell judge-verdict">{esc(" | ".join(_verdict(r) for r, _ in recs))}</td>'] if judged
+                           else [f'<td class="text-cell">{esc(" | ".join(_extracted(r) for r, _ in recs))}</td>'])])
+        out.append(f"<h4>{esc(title)}</h4>" + table(["problem", *(["category"] if categories else []), "mean score", "valid", "reference",
+                                                     *answers], rows, cls="items"))
     images = {p: item_images(records[p]) for p in chosen}
     digests = {info.sha256 for shown in images.values() for info in shown[:THUMBS_PER_ITEM]}
     thumbs = read_thumbnails(result, name, digests) if digests else {}
@@ -237,6 +296,29 @@ def _extracted(r: ResultRecord) -> str:
     if r.status != "ok":
         return f"[{r.error_kind}]"
     return "—" if r.extracted is None else str(r.extracted)
+
+
+ANSWER_LIMIT = 200  # characters of one repeat's answer in the items table; the item's details hold it whole
+
+
+def judged_record(r: ResultRecord) -> bool:
+    """Scored by a judge: its `extracted` is the judge's verdict, not the model's answer."""
+    return r.judge is not msgspec.UNSET
+
+
+def _answer(r: ResultRecord) -> str:
+    """A judged repeat's answer (the model's reply, cut), as the items table shows it."""
+    if r.status != "ok" and not r.response:
+        return f"[{r.error_kind}]"
+    return _cut(r.response.strip(), ANSWER_LIMIT) if r.response.strip() else "—"
+
+
+def _verdict(r: ResultRecord) -> str:
+    """What the judge said of a repeat's answer: its verdict, or why there is none."""
+    j = r.judge if judged_record(r) else None
+    if j is not None and j.verdict is not None:
+        return j.verdict
+    return f"[{r.error_kind or (j.error_kind if j is not None else None) or 'no verdict'}]"
 
 
 def _keep(heap: list[tuple[float, int]], negated: tuple[float, int]) -> None:
@@ -330,8 +412,11 @@ def item_detail(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecor
     """One problem's standing records, the images it showed (`images`, already drawn) and the
     conversation of its first record that is not right."""
     first = recs[0][0]
+    judged = any(judged_record(r) for r, _ in recs)
+    said = (lambda r: [f'<td class="text-cell answer">{esc(_answer(r))}</td>', f'<td class="text-cell judge-verdict">{esc(_verdict(r))}</td>']) \
+        if judged else (lambda r: [f'<td class="text-cell">{esc(r.extracted)}</td>'])
     rows = [[num(r.repeat, f"item/{p}/repeat"), esc(r.status), num(r.score, f"item/{p}/{r.repeat}/score"),
-             f'<td class="text-cell">{esc(r.extracted)}</td>', esc(r.error_kind or ""), f'<td class="text-cell">{esc(r.error or "")}</td>']
+             *said(r), esc(r.error_kind or ""), f'<td class="text-cell">{esc(r.error or "")}</td>']
             for r, _ in recs]
     shown = next(((r, t) for r, t in recs if t is not None and r.score != 1.0), next(((r, t) for r, t in recs if t is not None), None))
     where = f"merged/{first.benchmark}/{TRAJECTORIES_FILE}"
@@ -346,7 +431,8 @@ def item_detail(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecor
     return (f'<details class="item" id="i-{key}-{p}"><summary>{esc(first.problem_id)} <span class="muted">(problem {p}'
             f'{", " + esc(first.cluster) if first.cluster else ""})</span></summary>' + images +
             f"<p>reference: <span class=\"text-inline\">{esc(first.reference)}</span></p>"
-            + table(["repeat", "status", "score", "extracted", "error kind", "error"], rows) + conversation + "</details>")
+            + table(["repeat", "status", "score", *(["answer", "judge's verdict"] if judged else ["extracted"]), "error kind", "error"], rows)
+            + conversation + "</details>")
 
 
 def provenance_table(run: Any) -> str:

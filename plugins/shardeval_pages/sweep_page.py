@@ -15,7 +15,7 @@ from urllib.parse import quote
 from shardeval.api import NOT_COMPARED, not_compared_notes
 import shardeval_pages.charts as charts
 from shardeval_pages.page import Page, esc, finite, num, p_cell, span, table
-from shardeval_pages.report_page import slug
+from shardeval_pages.report_page import PASS1_IS_ACCURACY, pass1_is_accuracy, slug
 
 if TYPE_CHECKING:
     from shardeval.api import SweepMerge
@@ -43,9 +43,22 @@ def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, s
         page.add('<ul class="notes">' + "".join(f'<li class="warn">{esc(n)}</li>' for n in notes) + "</ul>")
     page.add("<h2>Models</h2>", models_table(sweep, links))
     for metric in dict.fromkeys(c["metric"] for c in doc["cells"]):
+        if metric == "pass@1" and same_as_accuracy(doc["cells"]):
+            page.add(f'<h2 id="m-{slug(metric)}">pass@1</h2><p class="muted pass1">{esc(PASS1_IS_ACCURACY)} in every cell; '
+                     "sweep.json holds both.</p>")
+            continue
         page.add(*metric_section(page, doc, plan.services, metric, benches, confidence))
     page.add(*vs_section(page, doc, plan.baseline, confidence))
     return page.render()
+
+
+def same_as_accuracy(cells: list[dict[str, Any]]) -> bool:
+    """Whether every pass@1 cell is its accuracy cell again (report_page.pass1_is_accuracy): the
+    page would show the same grid twice."""
+    accuracy = {(c["service"], c["benchmark"]): c for c in cells if c["metric"] == "accuracy"}
+    pass1 = [c for c in cells if c["metric"] == "pass@1"]
+    return bool(pass1) and all(pass1_is_accuracy({"accuracy": accuracy.get((c["service"], c["benchmark"])), "pass@1": c})
+                               for c in pass1)
 
 
 def models_table(sweep: "SweepMerge", links: dict[str, str]) -> str:
