@@ -27,7 +27,7 @@ from shardeval.results.quoting import plain_text as q
 from shardeval.results.report import fmt
 from shardeval.store.discover import Run, load_shards, model_dirs, read_plan
 from shardeval.store.liveness import clock
-from shardeval.store.records import RESULTS_FILE, SweepPlan
+from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, SweepPlan
 
 NOTHING_YET = "no shard has started writing yet"
 
@@ -163,7 +163,7 @@ def run_status(run: Run, metrics: bool = False, followed: Followed | None = None
                      list(run.mixed_served))
 
 
-def headline(bm) -> str | None:
+def headline(bm: BenchmarkManifest) -> str | None:
     """The metric the live page shows for a benchmark (None: e.g. perplexity, no accuracy to speak of)."""
     return headline_metric(bm.metrics, accuracy_from_pass_at_k=True)
 
@@ -193,7 +193,8 @@ def running_metrics(run: Run, benchmarks: list[BenchmarkProgress], followed: Fol
             bp.value = msgspec.structs.replace(value, details={})  # per-category lists stay in the merge's report
 
 
-def _metric(table, name: str) -> tuple[MetricValue | None, list[str]]:
+def _metric(table: object, name: str) -> tuple[MetricValue | None, list[str]]:
+    """One metric of a table (merge's Cells or a RunningTable) and what went wrong computing it."""
     values, problems = compute_metrics(table, [name], MetricOptions())
     return values.get(name), problems
 
