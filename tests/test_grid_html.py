@@ -55,6 +55,14 @@ def pass1_is_accuracy(doc: dict, metric: str) -> bool:
                for c in doc["cells"] if c["metric"] == "pass@1")
 
 
+def sweep_charts(doc: dict) -> int:
+    """The charts sweep.html draws: per benchmark, one of every model for each metric with a
+    value (pass@1 that is accuracy again shown once), and one of the differences."""
+    shown = {(c["metric"], c["benchmark"]) for c in doc["cells"]
+             if not pass1_is_accuracy(doc, c["metric"]) and c["value"] is not None}
+    return len(shown) + len({r["benchmark"] for r in doc["vs_baseline"] if r["diff"] is not None})
+
+
 def html_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if ".html" in line]
 
@@ -97,12 +105,16 @@ def test_sweep_html_draws_every_chart_offline_with_the_numbers_of_sweep_json(swe
     expected |= {f"vs/{r['service']}/{r['benchmark']}/{f}": r[f] for r in doc["vs_baseline"]
                  for f in ("diff", "ci_low", "ci_high", "p_value", "p_holm", "n")}
     with visit(browser, (merged / "sweep.html").as_uri(), ready=READY) as v:
-        assert_drawn_offline_and_inert(v, charts=len(metrics) + 1)  # one forest per metric, the differences
+        assert_drawn_offline_and_inert(v, charts=sweep_charts(doc))
         assert page_numbers(v) == expected
         assert v.page.inner_text("h1") == f"shardeval sweep: {root}"
         assert v.page.inner_text("#verdict") == "COMPLETE"
-        legend = v.page.eval_on_selector_all("#grid-accuracy g.role-legend-label text", "ts => ts.map(t => t.textContent)")
-        assert legend == MODELS  # the sweep's order, not the alphabet's
+        for chart in ("grid-accuracy-arith", "grid-accuracy-arith_b"):
+            models = v.page.eval_on_selector_all(f"#{chart} g.role-axis[aria-label^='X-axis'] g.role-axis-label text",
+                                                 "ts => ts.map(t => t.textContent)")
+            assert models == MODELS  # the sweep's order, not the alphabet's
+        assert v.page.eval_on_selector_all("#vs-arith g.role-axis[aria-label^='X-axis'] g.role-axis-label text",
+                                           "ts => ts.map(t => t.textContent)") == MODELS[1:]
         links = v.page.eval_on_selector_all("a.report", "as => as.map(a => [a.closest('tr').cells[0].textContent, a.href])")
     assert [(name.split(" ")[0], Path(unquote(urlsplit(href).path))) for name, href in links] == [
         (m, root / m / "merged" / "report.html") for m in MODELS]  # relative links that resolve, hostile folder and all
@@ -124,7 +136,7 @@ def test_missing_models_and_partial_cells_are_said_on_the_page(sweep, browser, t
     doc = json.loads((out / "sweep.json").read_text())
     shown_name = "step99"
     with visit(browser, (out / "sweep.html").as_uri(), ready=READY) as v:
-        assert_drawn_offline_and_inert(v, charts=len({c["metric"] for c in doc["cells"] if not pass1_is_accuracy(doc, c["metric"])}) + 1)
+        assert_drawn_offline_and_inert(v, charts=sweep_charts(doc))
         assert v.page.inner_text("#verdict") == "PARTIAL"
         states = dict(v.page.eval_on_selector_all("table.models tbody tr", "rs => rs.map(r => [r.cells[0].textContent, r.cells[1].textContent])"))
         assert states == {"base (baseline)": "complete", "step2": "complete", "step10": "partial", shown_name: "no shard has written yet"}

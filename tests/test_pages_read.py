@@ -95,7 +95,10 @@ def test_every_chart_of_differences_draws_zero(tmp_path):
     out = tmp_path / "compare.html"
     done = shardeval_cmd("compare", str(root / "step1000"), str(root / "step2000"), "--html", str(out))
     assert out.is_file(), done.stderr
-    for page, chart in ((root / "merged" / "sweep.html", "vs-baseline-chart"), (out, "diff")):
-        layers = specs(page)[chart]["layer"]
-        zero = [layer for layer in layers if layer.get("mark", {}).get("type") == "rule" and "data" in layer]
-        assert zero and zero[0]["data"]["values"] == [{"zero": 0}], (page, layers)
+    sweep_specs = specs(root / "merged" / "sweep.html")
+    differences = [(sweep_specs, chart) for chart in sweep_specs if chart.startswith("vs-")]
+    assert len(differences) == 2  # one per benchmark
+    for charts, chart in [*differences, (specs(out), "diff")]:
+        layers = charts[chart]["layer"]
+        zero = [layer for layer in layers if layer.get("mark", {}).get("type") == "rule" and "values" in layer.get("data", {})]
+        assert zero and zero[0]["data"]["values"] == [{"zero": 0}], (chart, layers)

@@ -17,6 +17,7 @@ ROW = 16  # pixels per row of a chart with one row per category
 # whose answers were all right, a server with one TTFT): 0.7 alone was labelled "1", 0.1 "0".
 VALUE_AXIS = {"format": ".6~g", "tickCount": 10}  # ten ticks at most: a chart as wide as the page had thirty
 COUNT_AXIS = {"tickMinStep": 1, "format": "d"}  # a count has no half: 2.5 records is never a tick
+POINT_COLOR, INTERVAL_COLOR = "#1f5a96", "#9fbbd9"  # a sweep's value and, lighter behind it, its interval
 ERROR_COLOR = "#d1495b"  # an error is this colour in every chart (coverage, errors by kind)
 # errors by kind: the most common kind in ERROR_COLOR, the others in reds around it
 ERROR_KIND_COLORS = [ERROR_COLOR, "#8c1c2b", "#f08a97", "#b5343f", "#5e0f19", "#f7bcc3"]
@@ -74,6 +75,33 @@ def interval_rows(rows: list[dict[str, Any]], title: str, *, y: str, x_title: st
         layers.append({"data": {"values": [{"zero": 0}]}, "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#888"},
                        "encoding": {"x": {"field": "zero", "type": "quantitative"}}})
     return _base(rows, title, width=WIDTH, height=max(ROW * len(rows), 40), layer=layers)
+
+
+def across_models(data: str, where: dict[str, str], title: str, *, order: list[str], value: str, y_title: str,
+                  zero_rule: bool = False) -> dict[str, Any]:
+    """One benchmark's `value` for every model of a sweep, left to right in the sweep's order (a
+    training run's checkpoints read as a curve): a point, and a rule over [ci_low, ci_high] where
+    there is an interval. The rows are the page's dataset `data`, filtered to `where` in the
+    chart, so twenty charts of one sweep carry no copy of it. `zero_rule` draws y = 0."""
+    interval = {f: f"isValid(datum.ci_{f}) ? datum.ci_{f} : datum.{value}" for f in ("low", "high")}
+    transform = [*({"filter": {"field": f, "equal": v}} for f, v in where.items()),
+                 {"filter": f"isValid(datum.{value})"},
+                 *({"calculate": expr, "as": f} for f, expr in interval.items())]
+    x = {"field": "service", "type": "nominal", "sort": order, "title": None,
+         "axis": {"labelAngle": 0 if len(order) <= 8 else -45, "labelOverlap": True, "labelLimit": 120}}
+    tooltip = _tip(["service"], [value, "low", "high"]) + _tip([], ["n"], "d")
+    rows = {"data": {"name": data}, "transform": transform}
+    layers: list[dict[str, Any]] = [
+        {**rows, "mark": {"type": "rule", "strokeWidth": 2, "color": INTERVAL_COLOR},
+         "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": y_title, "scale": {"zero": False}, "axis": VALUE_AXIS},
+                      "y2": {"field": "high"}, "tooltip": tooltip}},
+        {**rows, "mark": {"type": "point", "filled": True, "size": 40, "color": POINT_COLOR, "opacity": 1},
+         "encoding": {"x": x, "y": {"field": value, "type": "quantitative"}, "tooltip": tooltip}},
+    ]
+    if zero_rule:
+        layers.append({"data": {"values": [{"zero": 0}]}, "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#888"},
+                       "encoding": {"y": {"field": "zero", "type": "quantitative"}}})
+    return {"title": title, "data": {"name": data}, "config": {"view": {"stroke": None}}, "width": WIDTH, "height": 200, "layer": layers}
 
 
 def pass_at_k(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:

@@ -9,12 +9,13 @@ Each model's own report.html is one relative link away (the folder can be moved 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from shardeval.api import NOT_COMPARED, not_compared_notes
 import shardeval_pages.charts as charts
-from shardeval_pages.page import Page, esc, finite, num, p_cell, span, table
+from shardeval_pages.page import Page, esc, finite, table
 from shardeval_pages.report_page import PASS1_IS_ACCURACY, pass1_is_accuracy, slug
 
 if TYPE_CHECKING:
@@ -42,13 +43,14 @@ def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, s
     if notes:
         page.add('<ul class="notes">' + "".join(f'<li class="warn">{esc(n)}</li>' for n in notes) + "</ul>")
     page.add("<h2>Models</h2>", models_table(sweep, links))
+    cell_datasets(page, doc)
     for metric in dict.fromkeys(c["metric"] for c in doc["cells"]):
         if metric == "pass@1" and same_as_accuracy(doc["cells"]):
             page.add(f'<h2 id="m-{slug(metric)}">pass@1</h2><p class="muted pass1">{esc(PASS1_IS_ACCURACY)} in every cell; '
                      "sweep.json holds both.</p>")
             continue
         page.add(*metric_section(page, doc, plan.services, metric, benches, confidence))
-    page.add(*vs_section(page, doc, plan.baseline, confidence))
+    page.add(*vs_section(page, doc, plan.baseline, plan.services, benches, confidence))
     return page.render()
 
 
@@ -69,68 +71,85 @@ def models_table(sweep: "SweepMerge", links: dict[str, str]) -> str:
         rows.append([esc(m.service) + (" <span class=\"muted\">(baseline)</span>" if m.service == sweep.plan.baseline else ""),
                      f'<td class="{"complete" if state == "complete" else "partial"} state">{esc(state)}</td>',
                      f'<a class="report" href="{esc(quote(href))}">{esc(href)}</a>' if href else '<span class="muted">—</span>'])
-    return table(["model", "state", "its report"], rows, cls="models")
+    models = table(["model", "state", "its report"], rows, cls="models")
+    if len(rows) <= MODELS_OPEN:
+        return models
+    states = Counter(m.note if m.result is None else m.result.verdict.lower() for m in sweep.models)
+    said = ", ".join(f"{n} {state}" for state, n in states.most_common())
+    return f'<details class="models"><summary>{len(rows)} models: {esc(said)}</summary>{models}</details>'
+
+
+
+CELL_FIELDS = ["metric", "benchmark", "service", "value", "ci_low", "ci_high", "ci_method", "n_ok", "ok_shown", "complete", "n"]
+VS_FIELDS = ["service", "benchmark", "metric", "diff", "ci_low", "ci_high", "ci_method", "p_value", "p_holm", "test", "n", "note",
+             "complete"]
+GRID_PAGE, VS_PAGE = 25, 50
+MODELS_OPEN = 25  # a longer list of models is folded: the charts come first  # rows a paged table shows at once: a page, not thousands of rows
+NUM, TEXT = "num", "text"
+
+
+def cell_datasets(page: Page, doc: dict[str, Any]) -> None:
+    """sweep.json's cells and differences as the page's two datasets, read by every chart and
+    table of the page (embedded once)."""
+    page.dataset("cells", CELL_FIELDS, [
+        [c["metric"], c["benchmark"], c["service"], c["value"], c["ci_low"], c["ci_high"], c.get("ci_method"), c["n_ok"],
+         f'{c["n_ok"]}/{c["n_expected"]}' + ("" if c["complete"] else " ‡") + (" ≠" if c.get("differs_from_baseline") else ""),
+         c["complete"], c["n"]] for c in doc["cells"]])
+    page.dataset("vs", VS_FIELDS, [
+        [r["service"], r["benchmark"], r["metric"], r["diff"], r["ci_low"], r["ci_high"], r.get("ci_method"), r["p_value"], r["p_holm"],
+         r.get("test"), r["n"],
+         r.get("reason") or ("" if r["complete"] else f"† {r['n_only_baseline']} baseline and {r['n_only_other']} model cells unpaired"),
+         r["complete"]] for r in doc["vs_baseline"]])
 
 
 def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric: str, benches: list[str], confidence: float) -> list[str]:
-    """One metric: the forest of its grid (y = benchmark, colour = model) and the grid as a table."""
-    cells = {(c["service"], c["benchmark"]): c for c in doc["cells"] if c["metric"] == metric}
-    rows = [{"metric": metric, "benchmark": b, "model": s, **span(c["value"], c["ci_low"], c["ci_high"]), "n": c["n"]}
-            for (s, b), c in cells.items() if finite(c["value"])]
-    shown = [s for s in services if any(r["model"] == s for r in rows)]
+    """One metric: a chart per benchmark of every model's value in the sweep's order (a training
+    run's checkpoints read left to right), then the grid as a paged table."""
+    cells = [c for c in doc["cells"] if c["metric"] == metric]
     out = [f'<h2 id="m-{slug(metric)}">{esc(metric)}</h2>']
-    if rows:
-        out.append(page.chart(f"grid-{slug(metric)}", charts.forest(
-            rows, f"{metric} per benchmark and model, {confidence:.0%} intervals", color="model", order=shown)))
     level = f"{confidence:.0%}"
+    for b in benches:
+        if any(finite(c["value"]) for c in cells if c["benchmark"] == b):
+            out.append(page.chart(f"grid-{slug(metric)}-{slug(b)}", charts.across_models(
+                "cells", {"metric": metric, "benchmark": b}, f"{b}: {metric} of every model, {level} intervals",
+                order=services, value="value", y_title=metric)))
     head = ('<tr><th rowspan="2">model</th>' + "".join(f'<th colspan="5">{esc(b)}</th>' for b in benches) + "</tr><tr>"
             + f"<th>value</th><th>{level} low</th><th>{level} high</th><th>method</th><th>ok/expected</th>" * len(benches) + "</tr>")
-    body = []
-    for s in services:
-        tds = []
-        for b in benches:
-            c, key = cells.get((s, b)), f"{metric}/{s}/{b}"
-            if c is None:
-                tds.append('<td class="muted" colspan="5">—</td>')
-                continue
-            mark = ("" if c["complete"] else " ‡") + (" ≠" if c.get("differs_from_baseline") else "")
-            tds += [num(c["value"], f"{key}/value"), num(c["ci_low"], f"{key}/ci_low"), num(c["ci_high"], f"{key}/ci_high"),
-                    f'<td class="method">{esc(c.get("ci_method") or "—")}</td>',
-                    f'<td class="num{"" if c["complete"] else " partial"}" data-key="{esc(key)}/n_ok" data-value="{c["n_ok"]}">'
-                    f'{c["n_ok"]}/{c["n_expected"]}{mark}</td>']
-        body.append(f"<tr><td>{esc(s)}</td>{''.join(tds)}</tr>")
-    out.append(f'<table class="grid"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>')
-    if any(not c["complete"] for c in cells.values()):
+    out.append(page.paged_table(f"grid-table-{slug(metric)}", head, {
+        "data": "cells", "where": {"metric": metric}, "key": metric, "page": GRID_PAGE,
+        "rows": {"field": "service", "order": services}, "cols": {"field": "benchmark", "order": benches},
+        "cells": [{"field": "value", "kind": NUM}, {"field": "ci_low", "kind": NUM}, {"field": "ci_high", "kind": NUM},
+                  {"field": "ci_method", "kind": TEXT, "cls": "method"},
+                  {"field": "n_ok", "kind": "int", "shown": "ok_shown", "partial": "complete"}]}, cls="grid", search="filter models"))
+    if any(not c["complete"] for c in cells):
         out.append(f'<p class="muted">{esc(PARTIAL_CELL)}</p>')
-    if any(c.get("differs_from_baseline") for c in cells.values()):
+    if any(c.get("differs_from_baseline") for c in cells):
         out.append(f'<p class="muted">{esc(NOT_COMPARED)}</p>')
     return out
 
 
-def vs_section(page: Page, doc: dict[str, Any], baseline: str, confidence: float) -> list[str]:
-    """Each model − baseline, paired on the same (problem, repeat) cells: the chart against zero and the table."""
+def vs_section(page: Page, doc: dict[str, Any], baseline: str, services: list[str], benches: list[str], confidence: float) -> list[str]:
+    """Each model − baseline, paired on the same (problem, repeat) cells: a chart per benchmark
+    against zero, then every difference as a paged table."""
     vs = doc["vs_baseline"]
     if not vs:
         return []
-    rows = [{"pair": f"{r['service']} · {r['benchmark']}", **span(r["diff"], r["ci_low"], r["ci_high"]), "n": r["n"]}
-            for r in vs if finite(r["diff"])]
     out = [f"<h2 id=\"vs-baseline\">vs baseline: model − {esc(baseline)}, paired on the same (problem, repeat) cells</h2>"]
-    if rows:
-        out.append(page.chart("vs-baseline-chart", charts.interval_rows(
-            rows, f"difference against {baseline} with its {confidence:.0%} interval", y="pair",
-            x_title=f"model − {baseline}", zero_rule=True)))
-    body = []
-    for r in vs:
-        key = f"vs/{r['service']}/{r['benchmark']}"
-        note = r.get("reason") or ("" if r["complete"] else f"† {r['n_only_baseline']} baseline and {r['n_only_other']} model cells unpaired")
-        body.append([esc(r["service"]), esc(r["benchmark"]), esc(r["metric"]), num(r["diff"], f"{key}/diff"),
-                     num(r["ci_low"], f"{key}/ci_low"), num(r["ci_high"], f"{key}/ci_high"), esc(r.get("ci_method") or "—"),
-                     p_cell(r["p_value"], f"{key}/p_value"),
-                     p_cell(r["p_holm"], f"{key}/p_holm"), esc(r.get("test") or "—"), num(r["n"], f"{key}/n"),
-                     f'<td class="{"" if r["complete"] else "partial"}">{esc(note)}</td>'])
     level = f"{confidence:.0%}"
-    out.append(table(["model", "benchmark", "metric", "difference", f"{level} low", f"{level} high", "method", "p", "p (Holm)", "test", "cells",
-                      "note"], body, cls="vs"))
+    for b in benches:
+        if any(finite(r["diff"]) for r in vs if r["benchmark"] == b):
+            out.append(page.chart(f"vs-{slug(b)}", charts.across_models(
+                "vs", {"benchmark": b}, f"{b}: difference against {baseline} with its {level} interval", order=services,
+                value="diff", y_title=f"model − {baseline}", zero_rule=True)))
+    head = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in ["model", "benchmark", "metric", "difference", f"{level} low", f"{level} high",
+                                                             "method", "p", "p (Holm)", "test", "cells", "note"]) + "</tr>"
+    out.append(page.paged_table("vs-table", head, {
+        "data": "vs", "key": "vs", "keys": ["service", "benchmark"], "page": VS_PAGE, "search": ["service", "benchmark"],
+        "cells": [{"field": "service", "kind": TEXT}, {"field": "benchmark", "kind": TEXT}, {"field": "metric", "kind": TEXT},
+                  {"field": "diff", "kind": NUM}, {"field": "ci_low", "kind": NUM}, {"field": "ci_high", "kind": NUM},
+                  {"field": "ci_method", "kind": TEXT}, {"field": "p_value", "kind": "p"}, {"field": "p_holm", "kind": "p"},
+                  {"field": "test", "kind": TEXT}, {"field": "n", "kind": "int"}, {"field": "note", "kind": TEXT, "partial": "complete"}]},
+        cls="vs", search="filter models or benchmarks"))
     if not all(r["complete"] for r in vs):
         out.append(f'<p class="muted">{esc(PARTIAL_PAIR)}</p>')
     return out
