@@ -8,6 +8,7 @@ was open: console messages, uncaught exceptions and every request it made, so a 
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,32 @@ COUNT_MARKS = """() => Array.from(document.querySelectorAll('.chart')).map(chart
   svgs: chart.querySelectorAll('svg').length,
   marks: chart.querySelectorAll('g.role-mark > *').length,
 }))"""
+
+
+# The charts a reader sees: every `.chart` in the viewport, each drawn (the page marks a drawn
+# chart data-state="drawn"; it draws those in view first).
+IN_VIEW_DRAWN = """() => {
+  const seen = Array.from(document.querySelectorAll('.chart')).filter(c => {
+    const r = c.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; });
+  return seen.length > 0 && seen.every(c => c.dataset.state === 'drawn');
+}"""
+# Scroll the chart at `fraction` of the page's charts (0 the first, 1 the last) to the top of the view.
+SCROLL_TO_CHART = """fraction => {
+  const charts = document.querySelectorAll('.chart');
+  const chart = charts[Math.round((charts.length - 1) * fraction)];
+  chart.scrollIntoView();
+  return chart.id;
+}"""
+# Every number a paged table holds: each page in turn (the pager's next button), as [key, value].
+PAGED_NUMBERS = """async box => {
+  const out = [];
+  for (;;) {
+    box.querySelectorAll('td[data-key]').forEach(td => out.push([td.dataset.key, td.dataset.value]));
+    const next = box.querySelector('.pager button.next');
+    if (!next || next.disabled) return out;
+    next.click();
+  }
+}"""
 
 
 @dataclass
@@ -59,6 +86,19 @@ class Visit:
     def chart_marks(self) -> list[dict[str, Any]]:
         """[{id, svgs, marks}] for every `.chart` element on the page."""
         return self.page.evaluate(COUNT_MARKS)
+
+    def jump_to_chart(self, fraction: float, timeout_ms: int = 30_000) -> str:
+        """Scroll to the chart at `fraction` of the page's charts, as a reader would, and wait
+        until every chart in view is drawn; returns that chart's id."""
+        chart = self.page.evaluate(SCROLL_TO_CHART, fraction)
+        self.page.wait_for_function(IN_VIEW_DRAWN, timeout=timeout_ms)
+        return chart
+
+    def table_numbers(self, selector: str) -> list[tuple[str, Any]]:
+        """Every (data-key, value) of a paged table, read page by page through its pager."""
+        box = self.page.query_selector(selector)
+        assert box is not None, selector
+        return [(key, json.loads(value)) for key, value in box.evaluate(PAGED_NUMBERS)]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pytest
 
 from browser import browser, visit  # noqa: F401  (browser is a fixture)
 from conftest import shardeval_cmd
-from pages_support import FETCH_HINT, without_javascript
+from pages_support import FETCH_HINT, sweep_charts, sweep_numbers, without_javascript
 
 READY = "document.body.dataset.charts"
 MODELS = ["base", "step2", "step10"]  # table order, which is not alphabetical order
@@ -44,23 +44,6 @@ def assert_drawn_offline_and_inert(v, charts: int) -> None:
     for chart in marks:
         assert chart["svgs"] >= 1 and chart["marks"] > 0, chart
     assert v.page.evaluate("() => window.pwned") is None  # no hostile string ran as markup
-
-
-def pass1_is_accuracy(doc: dict, metric: str) -> bool:
-    """pass@1 whose every cell is its accuracy cell again: the page shows it once, as accuracy."""
-    if metric != "pass@1":
-        return False
-    accuracy = {(c["service"], c["benchmark"]): c for c in doc["cells"] if c["metric"] == "accuracy"}
-    return all(all(c[f] == accuracy[c["service"], c["benchmark"]][f] for f in ("value", "ci_low", "ci_high"))
-               for c in doc["cells"] if c["metric"] == "pass@1")
-
-
-def sweep_charts(doc: dict) -> int:
-    """The charts sweep.html draws: per benchmark, one of every model for each metric with a
-    value (pass@1 that is accuracy again shown once), and one of the differences."""
-    shown = {(c["metric"], c["benchmark"]) for c in doc["cells"]
-             if not pass1_is_accuracy(doc, c["metric"]) and c["value"] is not None}
-    return len(shown) + len({r["benchmark"] for r in doc["vs_baseline"] if r["diff"] is not None})
 
 
 def html_lines(stderr: str) -> list[str]:
@@ -99,14 +82,9 @@ def test_sweep_html_draws_every_chart_offline_with_the_numbers_of_sweep_json(swe
     merged = root / "merged"
     doc = json.loads((merged / "sweep.json").read_text())
     assert not doc["partial"] and len(doc["vs_baseline"]) == 4
-    metrics = [m for m in dict.fromkeys(c["metric"] for c in doc["cells"]) if not pass1_is_accuracy(doc, m)]
-    expected = {f"{c['metric']}/{c['service']}/{c['benchmark']}/{f}": c[f] for c in doc["cells"] if c["metric"] in metrics
-                for f in ("value", "ci_low", "ci_high", "n_ok")}
-    expected |= {f"vs/{r['service']}/{r['benchmark']}/{f}": r[f] for r in doc["vs_baseline"]
-                 for f in ("diff", "ci_low", "ci_high", "p_value", "p_holm", "n")}
     with visit(browser, (merged / "sweep.html").as_uri(), ready=READY) as v:
         assert_drawn_offline_and_inert(v, charts=sweep_charts(doc))
-        assert page_numbers(v) == expected
+        assert page_numbers(v) == sweep_numbers(doc)
         assert v.page.inner_text("h1") == f"shardeval sweep: {root}"
         assert v.page.inner_text("#verdict") == "COMPLETE"
         for chart in ("grid-accuracy-arith", "grid-accuracy-arith_b"):

@@ -17,7 +17,7 @@ ROW = 16  # pixels per row of a chart with one row per category
 # whose answers were all right, a server with one TTFT): 0.7 alone was labelled "1", 0.1 "0".
 VALUE_AXIS = {"format": ".6~g", "tickCount": 10}  # ten ticks at most: a chart as wide as the page had thirty
 COUNT_AXIS = {"tickMinStep": 1, "format": "d"}  # a count has no half: 2.5 records is never a tick
-POINT_COLOR, INTERVAL_COLOR = "#1f5a96", "#9fbbd9"  # a sweep's value and, lighter behind it, its interval
+POINT_COLOR, INTERVAL_COLOR = "#1f5a96", "#9fbbd9"  # a value and, lighter behind it, its interval (one-colour charts)
 ERROR_COLOR = "#d1495b"  # an error is this colour in every chart (coverage, errors by kind)
 # errors by kind: the most common kind in ERROR_COLOR, the others in reds around it
 ERROR_KIND_COLORS = [ERROR_COLOR, "#8c1c2b", "#f08a97", "#b5343f", "#5e0f19", "#f7bcc3"]
@@ -46,16 +46,17 @@ def forest(rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", colo
         shared["color"] = {"field": color, "type": "nominal", "title": None, **({"scale": scale, "sort": order} if order else {})}
         shared["yOffset"] = {"field": color, **({"sort": order} if order else {})}
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    plain = {} if color else {"color": INTERVAL_COLOR}  # one colour: the interval lighter than its point
     layer = [
-        {"mark": {"type": "rule", "strokeWidth": 2},
+        {"mark": {"type": "rule", "strokeWidth": 2, **plain},
          "encoding": {**shared, "x": {"field": "low", "type": "quantitative", "title": metrics[0] if len(metrics) == 1 else None,
                                       "scale": {"zero": False}, "axis": VALUE_AXIS},
                       "x2": {"field": "high"}}},
-        {"mark": {"type": "point", "filled": True, "size": 50},
+        {"mark": {"type": "point", "filled": True, "size": 50, **({} if color else {"color": POINT_COLOR})},
          "encoding": {**shared, "x": {"field": "value", "type": "quantitative"}}},
     ]
-    if len(metrics) == 1:
-        return _base(rows, title, width=WIDTH, layer=layer)
+    if len(metrics) == 1:  # a row of ROW pixels per point: its height is known before it is drawn (page.Page.chart)
+        return _base(rows, title, width=WIDTH, height=max(ROW * len({(r[y], r.get(color)) for r in rows}), 40), layer=layer)
     return _base(rows, title, facet={"row": {"field": "metric", "type": "nominal", "title": None, "sort": None,
                                       "header": {"labelAngle": 0, "labelAlign": "left", "labelFontWeight": "bold"}}},
                  spec={"width": FACET_WIDTH, "layer": layer}, resolve={"scale": {"x": "independent"}})
@@ -67,9 +68,10 @@ def interval_rows(rows: list[dict[str, Any]], title: str, *, y: str, x_title: st
     tooltip = _tip([y], ["value", "low", "high"]) + _tip([], ["n"], "d")
     enc = {"y": {"field": y, "type": "nominal", "sort": None, "title": None}, "tooltip": tooltip}
     layers = [
-        {"mark": {"type": "rule", "strokeWidth": 2}, "encoding": {**enc, "x": {"field": "low", "type": "quantitative", "title": x_title,
+        {"mark": {"type": "rule", "strokeWidth": 2, "color": INTERVAL_COLOR}, "encoding": {**enc, "x": {"field": "low", "type": "quantitative", "title": x_title,
                                                                            "scale": {"zero": False}, "axis": VALUE_AXIS}, "x2": {"field": "high"}}},
-        {"mark": {"type": "point", "filled": True}, "encoding": {**enc, "x": {"field": "value", "type": "quantitative"}}},
+        {"mark": {"type": "point", "filled": True, "color": POINT_COLOR},
+         "encoding": {**enc, "x": {"field": "value", "type": "quantitative"}}},
     ]
     if zero_rule:
         layers.append({"data": {"values": [{"zero": 0}]}, "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#888"},
