@@ -16,6 +16,7 @@ import os
 from array import array
 from dataclasses import dataclass, field
 
+from shardeval.results.merge import put_scores
 from shardeval.store.discover import Run, Shard
 from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, ReadReport, ResultRecord, scan_lines
 from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide
@@ -43,11 +44,7 @@ class RunningTable:
         ok = row.status == "ok"
         self.status[cell] = OK if ok else ERROR
         self.score[cell] = row.score if ok and row.score is not None else NAN
-        for name, value in row.scores.items():
-            column = self.extra.get(name)
-            if column is None:
-                column = self.extra[name] = array("d", [NAN]) * (self.n_problems * self.repeats)
-            column[cell] = value if ok else NAN
+        put_scores(self.extra, self.n_problems * self.repeats, cell, row, ok)
         if row.cluster is not None:
             self.cluster[row.problem_idx] = self.clusters.setdefault(row.cluster, len(self.clusters))
         self.changes += 1

@@ -98,11 +98,7 @@ class Cells:
         self.start[cell] = row.started_at or NAN
         self.cached[cell] = row.cached is True
         self.tokens[cell] = min(max(row.completion_tokens or 0, 0), 2**31 - 1)  # a wild value is clamped, not fatal
-        for name, value in row.scores.items():
-            column = self.extra.get(name)
-            if column is None:
-                column = self.extra[name] = array("d", [NAN]) * (self.n_problems * self.repeats)
-            column[cell] = value if ok else NAN
+        put_scores(self.extra, self.n_problems * self.repeats, cell, row, ok)
         if row.cluster is not None:
             self.cluster[row.problem_idx] = self.code(self.clusters, row.cluster)
         if self.predicted is not None and self.gold is not None:
@@ -350,3 +346,13 @@ def read_winners(shards: list[Shard], bench: str, name: str, src_of: array, offs
                 f = files[src] = opened.enter_context(open_regular(os.path.join(shards[src].abspath, bench, name)))
             f.seek(offset)
             yield cell, src, f.read(lengths[cell])
+
+
+def put_scores(extra: dict[str, array], cells: int, cell: int, row: ResultRecord, ok: bool) -> None:
+    """A record's named scores (row.scores) into their columns of `cells` values each; a name
+    seen first gets a column of NaN, and an error's scores are NaN (not a score of the model)."""
+    for name, value in row.scores.items():
+        column = extra.get(name)
+        if column is None:
+            column = extra[name] = array("d", [NAN]) * cells
+        column[cell] = value if ok else NAN
