@@ -8,6 +8,7 @@ What sweep.html must show of a sweep.json: its charts and its numbers by key."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -50,3 +51,9 @@ def sweep_numbers(doc: dict) -> dict[str, object]:
                 for f in ("value", "ci_low", "ci_high", "n_ok")}
     return expected | {f"vs/{r['service']}/{r['benchmark']}/{f}": r[f] for r in doc["vs_baseline"]
                        for f in ("diff", "ci_low", "ci_high", "p_value", "p_holm", "n")}
+
+
+def page_datasets(html: str) -> dict[str, list[dict]]:
+    """The datasets a saved page's charts and tables read (page.Page.dataset), as records."""
+    data = json.loads(html.split('<script type="application/json" id="page-data">', 1)[1].split("</script>", 1)[0])
+    return {name: [dict(zip(d["fields"], row)) for row in d["rows"]] for name, d in data["datasets"].items()}

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, api_eval_config, running_sim, shardeval_cmd
+from pages_support import page_datasets
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SCORER_ENV = {"SHARDEVAL_PLUGINS": "rescore_scorer_plugin", "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
@@ -135,4 +136,6 @@ def test_a_sweep_shows_a_model_scored_otherwise_apart_and_never_pairs_it(tmp_pat
     assert step1.split(" | ")[1].endswith("≠") and not step1.rstrip(" |").endswith("≠")  # arith marked, arith_b not
     html = (merged / "sweep.html").read_text()
     assert "step1 (arith): not compared with base: the scorer differs" in html
-    assert 'data-key="vs/step1/arith/diff"' not in html and 'data-key="vs/step1/arith_b/diff"' in html
+    shown = page_datasets(html)  # what the page's tables and charts draw
+    assert {(r["service"], r["benchmark"]) for r in shown["vs"]} == {("step1", "arith_b"), ("step2", "arith"), ("step2", "arith_b")}
+    assert {(c["service"], c["benchmark"]) for c in shown["cells"] if c["ok_shown"].endswith("≠")} == {("step1", "arith")}

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from browser import browser, visit  # noqa: F401  (browser is a fixture)
 from conftest import REPO, running_sim, shardeval_cmd
 from shardeval.config.loading import load_config
 from shardeval.store.records import read_manifest
@@ -246,7 +247,7 @@ def test_checkpoints_from_a_glob(tmp_path: Path) -> None:
     assert out.returncode == 2 and "would be service 'step1', which is already defined; set sweep.checkpoints.prefix" in out.stderr
 
 
-def test_compare_and_the_sweep_report_the_same_interval_and_p(example_run: Path) -> None:
+def test_compare_and_the_sweep_report_the_same_interval_and_p(example_run: Path, browser) -> None:
     """Issue 24, item 9: one function for paired intervals. `compare base step2` and the sweep's
     vs-baseline row of the same pair give the same interval, stderr and p (they differed in the
     4th decimal: z against t), and a p below 0.0001 reads `<0.0001` in compare's text, sweep.md and
@@ -271,10 +272,15 @@ def test_compare_and_the_sweep_report_the_same_interval_and_p(example_run: Path)
     assert "p = <0.0001" in text.stdout and "p = 0.0000" not in text.stdout
     md = (example_run / "merged" / "sweep.md").read_text()
     assert "| <0.0001 |" in md and "| 0.0000 |" not in md
-    for page in (example_run / "merged" / "sweep.html", example_run.parent / "cmp.html"):
-        if page.exists():  # the plotting extra is installed
-            html = page.read_text()
-            assert "&lt;0.0001</td>" in html and ">0.0000</td>" not in html
+    html = (example_run.parent / "cmp.html").read_text()
+    assert "&lt;0.0001</td>" in html and ">0.0000</td>" not in html
+    # sweep.html's differences are a table its script draws: read as shown, in Chromium
+    with visit(browser, (example_run / "merged" / "sweep.html").as_uri(), ready="document.body.dataset.charts") as v:
+        shown = v.page.eval_on_selector_all("#vs-table td[data-key$='/p_value'], #vs-table td[data-key$='/p_holm']",
+                                            "tds => tds.map(td => [JSON.parse(td.dataset.value), td.textContent])")
+    assert len(shown) == 2 * len(doc["vs_baseline"])
+    assert all(text == (f"{p:.4f}" if p >= 0.0001 else "<0.0001") for p, text in shown), shown
+    assert any(text == "<0.0001" for _, text in shown) and not any(text == "0.0000" for _, text in shown)
 
 
 def test_p_values_read_the_same_everywhere() -> None:
