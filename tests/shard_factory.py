@@ -85,10 +85,13 @@ def make_shard(
     return out
 
 
-def make_sweep(root: str, models: int, benchmarks: int, *, n_problems: int = 12, shards: int = 1, repeats: int = 1) -> list[str]:
+def make_sweep(root: str, models: int, benchmarks: int, *, n_problems: int = 12, shards: int = 1, repeats: int = 1,
+               score: Callable[[int, int, int, int], float] | None = None) -> list[str]:
     """A sweep as `shardeval run` of a sweep config writes it: <root>/sweep_plan.json and, for each
-    model, <root>/<model>/shard_<i>/ holding every benchmark. Model m answers problem p of
-    benchmark b right when (p + m + b) % 3 != 0, so models differ and pairs have discordant cells."""
+    model, <root>/<model>/shard_<i>/ holding every benchmark. `score(m, b, p, r)` is model m's
+    score on problem p, repeat r of benchmark b; by default right when (p + m + b + r) % 3 != 0, so
+    models differ and pairs have discordant cells."""
+    score = score or (lambda m, b, p, r: float((p + m + b + r) % 3 != 0))
     from shardeval.store.discover import PLAN_FILE
     from shardeval.store.records import ServedModel, SweepPlan, pretty_json
 
@@ -113,7 +116,7 @@ def make_sweep(root: str, models: int, benchmarks: int, *, n_problems: int = 12,
                         open(os.path.join(out, bench, "trajectories.jsonl"), "wb") as traj:
                     for p in range(lo, hi):
                         for r in range(repeats):
-                            rec = record(bench, p, r, idx, float((p + m + b + r) % 3 != 0), run=run)
+                            rec = record(bench, p, r, idx, score(m, b, p, r), run=run)
                             res.write(encode_line(rec))
                             traj.write(encode_line(TrajectoryRecord(
                                 benchmark=bench, problem_idx=p, problem_id=rec.problem_id, repeat=r,

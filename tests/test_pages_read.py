@@ -14,6 +14,7 @@ import msgspec
 from browser import browser, visit  # noqa: F401  (browser is a fixture)
 from conftest import shardeval_cmd
 from shard_factory import make_shard, make_sweep, record
+from shardeval.api import fmt_p
 from shardeval.store.records import JudgeRecord, run_id
 from shardeval_pages.charts import ERROR_COLOR
 
@@ -102,3 +103,22 @@ def test_every_chart_of_differences_draws_zero(tmp_path):
         layers = charts[chart]["layer"]
         zero = [layer for layer in layers if layer.get("mark", {}).get("type") == "rule" and "values" in layer.get("data", {})]
         assert zero and zero[0]["data"]["values"] == [{"zero": 0}], (chart, layers)
+
+
+def test_a_number_halfway_between_two_shown_values_reads_as_sweep_md_rounds_it(tmp_path, browser):
+    """Values exactly halfway between two 4-decimal numbers (1/32 = 0.03125, 5/32 = 0.15625) read in
+    sweep.html's tables as Python rounds them in sweep.md and report.md (half to even: 0.0312,
+    0.1562), not as JavaScript's toFixed would (0.0313, 0.1563); every other number too."""
+    root = tmp_path / "sweep"
+    make_sweep(str(root), 2, 1, n_problems=32, score=lambda m, b, p, r: float(p < (1, 5)[m]))
+    assert shardeval_cmd("merge", str(root), "-q").returncode == 0
+    with visit(browser, (root / "merged" / "sweep.html").as_uri(), ready=READY) as v:
+        cells = v.page.eval_on_selector_all("td[data-key]", "tds => tds.map(td => [td.dataset.key, JSON.parse(td.dataset.value), "
+                                                            "td.textContent])")
+    shown = {key: text for key, _, text in cells}
+    assert shown["accuracy/step1000/bench00/value"] == "0.0312" and shown["accuracy/step2000/bench00/value"] == "0.1562"
+    md = (root / "merged" / "sweep.md").read_text()
+    assert "0.0312" in md and "0.1562" in md and "0.0313" not in md
+    for key, value, text in cells:
+        if isinstance(value, float) and not key.endswith(("/n", "/n_ok")):
+            assert text == (fmt_p(value) if key.endswith(("/p_value", "/p_holm")) else f"{value:.4f}"), (key, value, text)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -33,7 +32,6 @@ from shard_factory import make_shard
 
 VIEW = (1100, 700)
 SLOW_SIM = ("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "60", "--itl-ms", "1", "--output-tokens", "4")
-SCREENSHOT_ENV = "SHARDEVAL_STATUS_SCREENSHOT"  # a path: the run test saves the page there mid-run (docs/status_serve.png)
 
 # {data-row: {data-k: text}} of everything the page shows as numbers
 ROWS = """() => Object.fromEntries(Array.from(document.querySelectorAll('[data-row]')).map(r => [r.dataset.row,
@@ -119,8 +117,6 @@ def test_a_run_in_progress_advances_survives_a_killed_shard_and_agrees_with_json
             wait_page(v, f"() => {shard0} >= 5")
             first = v.page.evaluate(done)
             wait_page(v, f"() => ({done})() > {first}")  # advances while the page stays open
-            if os.environ.get(SCREENSHOT_ENV):
-                v.page.screenshot(path=os.environ[SCREENSHOT_ENV])
 
             procs[0].send_signal(signal.SIGKILL)
             procs[0].wait(10)
@@ -339,3 +335,14 @@ def test_a_directory_not_there_yet_is_waited_for_and_bad_input_is_one_line(tmp_p
     assert bad.returncode == 2 and "--interval" in bad.stderr
     alone = shardeval_cmd("status", str(tmp_path), "--port", "8080", timeout=30)
     assert alone.returncode == 2 and alone.stderr.count("\n") == 1 and "--port: only with --serve" in alone.stderr
+
+
+def test_a_value_halfway_between_two_shown_numbers_reads_as_the_text_rounds_it(browser, tmp_path: Path) -> None:
+    """1/32 = 0.03125 shows as 0.0312 on the live page, as Python rounds it in the text and the
+    Markdown (the exact value, a tie to even), not as JavaScript's toFixed would (0.0313)."""
+    root = tmp_path / "run"
+    make_shard(str(root), 0, 1, n_problems=32, score=lambda p, r: float(p == 0))
+    with serving(root) as url, visit(browser, url, viewport=VIEW) as v:
+        wait_page(v, "() => document.querySelector('[data-row=\"bench:arith\"] [data-k=value]') !== null")
+        assert fetch_json(url)["run"]["benchmarks"][0]["value"]["value"] == 0.03125
+        assert rows(v)["bench:arith"]["value"] == "0.0312"

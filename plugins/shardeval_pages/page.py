@@ -160,6 +160,16 @@ CSP_META = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 
             "'unsafe-eval'; style-src 'unsafe-inline'; img-src data:\">\n")
 
 
+# Four decimals as Python's f"{x:.4f}" writes them in the Markdown and the text: from the exact
+# value, a tie to even (1/32 is 0.0312 there; JavaScript's toFixed says 0.0313). For every script
+# of the pages that shows a number the Markdown shows too.
+FOUR_DECIMALS = """var fourDecimals = (function () {
+  var format = new Intl.NumberFormat('en-US', {minimumFractionDigits: 4, maximumFractionDigits: 4, useGrouping: false,
+                                               roundingMode: 'halfEven'});
+  return function (v) { return format.format(v); };
+})();
+"""
+
 # Vega needs 'unsafe-eval' (it compiles expressions); the policy forbids every fetch, so a page
 # that tried to load anything would fail loudly in the console instead of leaking a request.
 #
@@ -168,7 +178,7 @@ CSP_META = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 
 # above them. Each chart's div says `data-state="drawn"`; the body says `data-charts="drawn"` when
 # every chart is (tests and readers wait for it). A chart whose data is a named dataset gets that
 # dataset's rows as objects of its own (Vega marks the objects it reads).
-DRAW = """(function () {
+DRAW = FOUR_DECIMALS + """(function () {
   var specs = JSON.parse(document.getElementById('chart-specs').textContent);
   var dataEl = document.getElementById('page-data');
   var page = dataEl ? JSON.parse(dataEl.textContent) : {datasets: {}, tables: {}};
@@ -232,8 +242,8 @@ DRAW = """(function () {
   // carries its exact value in data-value and its key in data-key, as the static tables do.
   function fmt(v, kind) {
     if (v === null || v === undefined) return '\u2014';
-    if (kind === 'num') return v.toFixed(4);
-    if (kind === 'p') return v < 0.0001 ? '<0.0001' : v.toFixed(4);
+    if (kind === 'num') return fourDecimals(v);
+    if (kind === 'p') return v < 0.0001 ? '<0.0001' : fourDecimals(v);
     return String(v);
   }
   function cell(tr, row, c, key) {

@@ -30,7 +30,7 @@ import msgspec
 from aiohttp import web
 
 from shardeval.api import NOTHING_YET, Followed, MetricOptions, SweepStatus, UsageError, collect_or_nothing, plugin_status
-from shardeval_pages.page import document
+from shardeval_pages.page import FOUR_DECIMALS, document
 
 log = logging.getLogger("shardeval")
 
@@ -46,8 +46,7 @@ td.l,th.l{text-align:left}progress{width:9em;vertical-align:middle}.ci{color:#55
 pre{background:#fff;border:1px solid #dde1e6;padding:.5em}h2{font-size:1.1em;margin:.6em 0 .2em}
 """
 
-SCRIPT = r"""
-"use strict";
+SCRIPT = '\n"use strict";\n' + FOUR_DECIMALS + r"""
 // Every string goes in as a text node or a property: never innerHTML.
 function el(tag, props, ...kids) {
   const e = document.createElement(tag);
@@ -60,7 +59,7 @@ function el(tag, props, ...kids) {
 const text = (s) => el("bdi", {}, s);  // names may hold RTL marks: isolate them
 const rate = (r) => (r ? r.toFixed(1) : "—");
 const eta = (s) => (s === null || s === undefined ? "—" : s.toFixed(0) + "s");
-const fmt = (x) => (x === null || x === undefined ? "—" : x.toFixed(4));
+const fmt = (x) => (x === null || x === undefined ? "—" : fourDecimals(x));  // as the text status rounds
 const k = (key, value) => el("span", {"data-k": key}, value);
 const bar = (done, total) => el("progress", {value: Math.min(done, total), max: Math.max(total, 1)});
 const row = (key, cells) => el("tr", {"data-row": key}, ...cells.map((c) => (c instanceof Node && c.tagName === "TD" ? c : el("td", {}, c))));
