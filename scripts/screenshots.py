@@ -5,7 +5,7 @@ Chromium (Debian's; scripts/setup/chromium.sh installs it):
 - docs/sweep.png: sweep.html of twelve checkpoints of a training run on two benchmarks;
 - docs/status_serve.png: `shardeval status --serve` of that sweep while its shards run.
 
-    .venv/bin/python scripts/screenshots.py        # about two minutes; writes the three files
+    .venv/bin/python scripts/screenshots.py        # about half a minute; writes the three files
 
 A maintainer's tool, not part of the test command: the pages it shows are tested in tests/.
 """
@@ -58,13 +58,17 @@ def shoot(browser, url: str, out: Path, *, height: int, ready: str | None = "doc
 
 
 def main() -> None:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        sys.exit("screenshots: chromium is not installed: run scripts/setup/chromium.sh (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
     work = Path(tempfile.mkdtemp(prefix="shardeval-screens-"))
+    running = status = None
     try:
         # run where the pages will name their folders as a user's would: relative ones
         quick, sweep, live = work / "eval_results" / "arith_sim", work / "training_run", work / "training_run_live"
-        subprocess.run([*SHARDEVAL, "run", str(ROOT / "examples" / "arith_sim.yaml")], cwd=work, check=False, capture_output=True)
+        subprocess.run([*SHARDEVAL, "run", str(ROOT / "examples" / "arith_sim.yaml")], cwd=work, check=True, capture_output=True)
         subprocess.run([*SHARDEVAL, "run", str(sweep_config(work / "sweep.json", ttft_ms=1)), "-o", sweep.name], cwd=work,
                        check=True, capture_output=True)
         # the same sweep, slower, watched while it runs
@@ -75,14 +79,16 @@ def main() -> None:
                                   stderr=subprocess.DEVNULL, text=True)
         url = re.search(r"http://\S+", status.stdout.readline()).group().rstrip("/") + "/"
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"])
+            browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
             shoot(browser, url, DOCS / "status_serve.png", height=1000, ready=None, settle_s=3)
-            status.terminate()
-            running.terminate()
             shoot(browser, (quick / "merged" / "report.html").as_uri(), DOCS / "report.png", height=1400)
             shoot(browser, (sweep / "merged" / "sweep.html").as_uri(), DOCS / "sweep.png", height=1500)
             browser.close()
-    finally:
+    finally:  # the live sweep and its page stop with the script, whatever happened
+        for process in (status, running):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(30)
         shutil.rmtree(work, ignore_errors=True)
 
 

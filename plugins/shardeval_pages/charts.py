@@ -74,9 +74,14 @@ def interval_rows(rows: list[dict[str, Any]], title: str, *, y: str, x_title: st
          "encoding": {**enc, "x": {"field": "value", "type": "quantitative"}}},
     ]
     if zero_rule:
-        layers.append({"data": {"values": [{"zero": 0}]}, "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#888"},
-                       "encoding": {"x": {"field": "zero", "type": "quantitative"}}})
+        layers.append(_zero_rule("x"))
     return _base(rows, title, width=WIDTH, height=max(ROW * len(rows), 40), layer=layers)
+
+
+def _zero_rule(axis: str) -> dict[str, Any]:
+    """A dashed line at 0 on `axis` (x or y), from data of its own: one line, not one per row."""
+    return {"data": {"values": [{"zero": 0}]}, "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#888"},
+            "encoding": {axis: {"field": "zero", "type": "quantitative"}}}
 
 
 def across_models(data: str, where: dict[str, str], title: str, *, order: list[str], value: str, y_title: str,
@@ -101,8 +106,7 @@ def across_models(data: str, where: dict[str, str], title: str, *, order: list[s
          "encoding": {"x": x, "y": {"field": value, "type": "quantitative"}, "tooltip": tooltip}},
     ]
     if zero_rule:
-        layers.append({"data": {"values": [{"zero": 0}]}, "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#888"},
-                       "encoding": {"y": {"field": "zero", "type": "quantitative"}}})
+        layers.append(_zero_rule("y"))
     return {"title": title, "data": {"name": data}, "config": {"view": {"stroke": None}}, "width": WIDTH, "height": 200, "layer": layers}
 
 

@@ -126,9 +126,9 @@ class Page:
 
     def paged_table(self, table_id: str, head: str, spec: dict[str, Any], *, cls: str, search: str) -> str:
         """A table the page's script fills from a dataset a page of rows at a time, with a filter
-        box (`search` is its placeholder); `head` is the table's escaped <thead> HTML. The spec
-        (see TABLES in this module): data, where, key, cells, and either keys (a row per record)
-        or rows and cols (a row per `rows` value, a group of cells per `cols` value)."""
+        box (`search` is its placeholder); `head` is the table's escaped <thead> HTML. The spec (read
+        by pagedTable in DRAW): data, where, key, page, cells, and either keys and search (a row per
+        record) or rows and cols (a row per `rows` value, a group of cells per `cols` value)."""
         self.tables[table_id] = spec
         return (f'<div class="paged" id="{esc(table_id)}"><input type="search" class="filter" placeholder="{esc(search)}" '
                 f'aria-label="{esc(search)}"> <span class="pager"></span>'

@@ -79,12 +79,11 @@ def models_table(sweep: "SweepMerge", links: dict[str, str]) -> str:
     return f'<details class="models"><summary>{len(rows)} models: {esc(said)}</summary>{models}</details>'
 
 
-
 CELL_FIELDS = ["metric", "benchmark", "service", "value", "ci_low", "ci_high", "ci_method", "n_ok", "ok_shown", "complete", "n"]
 VS_FIELDS = ["service", "benchmark", "metric", "diff", "ci_low", "ci_high", "ci_method", "p_value", "p_holm", "test", "n", "note",
              "complete"]
-GRID_PAGE, VS_PAGE = 25, 50
-MODELS_OPEN = 25  # a longer list of models is folded: the charts come first  # rows a paged table shows at once: a page, not thousands of rows
+GRID_PAGE, VS_PAGE = 25, 50  # rows a paged table shows at once: a page, not thousands of rows
+MODELS_OPEN = 25  # a longer list of models is folded: the charts come first
 NUM, TEXT = "num", "text"
 
 

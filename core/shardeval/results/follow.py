@@ -44,7 +44,8 @@ class RunningTable:
         ok = row.status == "ok"
         self.status[cell] = OK if ok else ERROR
         self.score[cell] = row.score if ok and row.score is not None else NAN
-        put_scores(self.extra, self.n_problems * self.repeats, cell, row, ok)
+        if row.scores:  # most records have none: no call in the scan's loop for them
+            put_scores(self.extra, self.n_problems * self.repeats, cell, row, ok)
         if row.cluster is not None:
             self.cluster[row.problem_idx] = self.clusters.setdefault(row.cluster, len(self.clusters))
         self.changes += 1

@@ -98,7 +98,8 @@ class Cells:
         self.start[cell] = row.started_at or NAN
         self.cached[cell] = row.cached is True
         self.tokens[cell] = min(max(row.completion_tokens or 0, 0), 2**31 - 1)  # a wild value is clamped, not fatal
-        put_scores(self.extra, self.n_problems * self.repeats, cell, row, ok)
+        if row.scores:  # most records have none: no call in the scan's loop for them
+            put_scores(self.extra, self.n_problems * self.repeats, cell, row, ok)
         if row.cluster is not None:
             self.cluster[row.problem_idx] = self.code(self.clusters, row.cluster)
         if self.predicted is not None and self.gold is not None:
