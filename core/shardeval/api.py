@@ -35,6 +35,7 @@ if TYPE_CHECKING:
                                              first_number, last_number, normalize, normalize_text, normalize_vqa, numbers_equal,
                                              extract_choice_vlm, vqa_accuracy)
     from shardeval.benchmark.rubric import Rubric
+    from shardeval.benchmark.reasoning import DEFAULT_TAGS, ReplySplit, reply_outcome, split_reply
     from shardeval.benchmark.images import (describe, IMAGE_MARKER, ImageRef, offer_image_bytes, read_source, register_generator, RowImages, check_markers,
                                             resolve_path, split_prompt)
     from shardeval.run.runner import make_benchmark
@@ -87,7 +88,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
     # Every plugin: errors a user sees as one line, the config it is handed, the registry
     ("shardeval.errors", "EXIT_WITH_ERRORS os_error ShardError UsageError"),
     ("shardeval.config", "BenchmarkConfig ClusterConfig Config Count ExportConfig Generation NonNegativeFloat NonNegativeInt "
-     "NonNegativeSeconds Probability Seconds ServiceConfig SolverConfig"),
+     "NonNegativeSeconds Probability ReasoningConfig Seconds ServiceConfig SolverConfig"),
     ("shardeval.config.loading", "load_config"),
     ("shardeval.config.reading", "parse_key_values read_yaml"),
     ("shardeval.plugins", "plugin_manager registry"),
@@ -101,6 +102,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.benchmark.answers", "NUMERIC_METHODS as_number extract_choice extract_numeric final_answer first_number last_number "
      "normalize normalize_text normalize_vqa numbers_equal extract_choice_vlm vqa_accuracy"),
     ("shardeval.benchmark.rubric", "Rubric"),
+    ("shardeval.benchmark.reasoning", "DEFAULT_TAGS ReplySplit reply_outcome split_reply"),
     ("shardeval.benchmark.images", "describe IMAGE_MARKER ImageRef offer_image_bytes read_source register_generator resolve_path RowImages check_markers "
      "split_prompt"),
     ("shardeval.run.runner", "make_benchmark"),

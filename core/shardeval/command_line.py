@@ -25,12 +25,15 @@ _EVALUATION_OPTIONS = (  # in the order --help lists them
     click.option("-n", "--repeats", type=int, help="Times each problem is asked."),
     click.option("--max-problems", type=int, help="Evaluate only the first N problems."),
     click.option("--max-concurrent", type=int, help="Requests in flight per shard."),
+    click.option("--reasoning-effort", type=click.Choice(["low", "medium", "high"]),
+                 help="Reasoning models: how hard to think (reasoning.effort; docs/reasoning.md)."),
+    click.option("--no-thinking", is_flag=True, default=None, help="Reasoning models: ask the server not to think (reasoning.enable: false)."),
 )
 
 
 def evaluation_options(command: F) -> F:
     """`[CONFIG.yaml]` and the quick-mode flags of `shardeval run`: config_path, then bench,
-    model_url, model_id, api_key_env, repeats, max_problems, max_concurrent as keyword arguments
+    model_url, model_id, api_key_env, repeats, max_problems, max_concurrent, reasoning_effort, no_thinking as keyword arguments
     (None when not given), the shape `load_config(config_path, overrides, quick)` takes."""
     for decorator in reversed(_EVALUATION_OPTIONS):
         command = decorator(command)

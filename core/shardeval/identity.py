@@ -33,7 +33,7 @@ import msgspec
 
 from shardeval.benchmark import Benchmark
 from shardeval.benchmark.rubric import JUDGING_VERSION, Rubric
-from shardeval.config import Config, JudgeConfig, ServiceConfig
+from shardeval.config import DEFAULT_REASONING_TAGS, Config, JudgeConfig, ServiceConfig
 from shardeval.config.loading import config_from_data
 from shardeval.config.diff import changes
 from shardeval.config.sweep import model_config
@@ -78,7 +78,10 @@ def service_identity(config: ServiceConfig) -> dict[str, Any]:
     if declared is None:
         shared = {f.name for f in msgspec.structs.fields(ServiceConfig)}
         declared = {f.name: getattr(config, f.name) for f in msgspec.structs.fields(config) if f.name not in shared}
-    return {"type": config.type, "protocol": config.protocol, **declared}
+    # how its replies are split into thinking and answer (docs/reasoning.md): only when not the
+    # default, so identities from before it existed stay what they were
+    tags = {} if config.reasoning_tags == DEFAULT_REASONING_TAGS else {"reasoning_tags": config.reasoning_tags}
+    return {"type": config.type, "protocol": config.protocol, **declared, **tags}
 
 
 def judge_identity(judge: JudgeConfig, service: ServiceConfig | None) -> dict[str, Any]:

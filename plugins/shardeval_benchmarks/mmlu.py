@@ -76,8 +76,6 @@ def loglikelihood_prompt(subject: str, question: str, choices: list[str]) -> str
 
 # --- letter extraction ---------------------------------------------------------------------------
 
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
-_THINK_END = re.compile(r"</think>", re.I)  # a block cut off at its start: only what follows counts
 # "answer is", "answer:", "**Answer:**", "correct option is", "choice would be", …: a word, then a copula or colon
 _TRIGGER = re.compile(
     r"\b(?:answer|option|choice)\b(?:\s*\*\*)?(?:\s*(?:is|was|would\s+be|should\s+be|will\s+be)\b|\s*[:=])", re.I
@@ -121,7 +119,8 @@ def _statement_letter(text: str, at: int) -> tuple[str | None, bool]:
 def extract_letter(response: str) -> str | None:
     """The option letter (A-D) a reply commits to, or None (scored wrong). Rules, in order:
 
-    0. A `<think>…</think>` block is ignored (and with only `</think>`, what precedes it).
+    0. A reasoning model's thinking never reaches it: the shard splits every reply and scores
+       only its answer (shardeval.api.split_reply, docs/reasoning.md).
     1. Answer statements — "answer", "option" or "choice" followed by a copula (is, would be, …)
        or a colon — then a letter, bare, bracketed or in markdown: "The answer is B.", "Answer: (B)",
        "**Answer:** b", "the correct option is C", "answer: \\boxed{D}". The LAST statement wins
@@ -138,7 +137,7 @@ def extract_letter(response: str) -> str | None:
        exactly one distinct letter is the answer; none, or several ("between A and C"), is None.
        A sentence-initial "A" followed by a lowercase word is read as the article.
     """
-    text = _THINK_END.split(_THINK.sub(" ", response))[-1]
+    text = response
     statements = [s for m in _TRIGGER.finditer(text) if (s := _statement_letter(text, m.end()))[0] is not None]
     if statements:
         letter, hedged = statements[-1]
@@ -203,7 +202,7 @@ def parse_row(row: dict[str, Any], where: str) -> tuple[str, list[str], str, str
 
 
 class MmluBenchmark(Benchmark):
-    scorer_version = "1"  # bump when score() or its answer extraction changes
+    scorer_version = "2"  # bump when score() or its answer extraction changes (2: thinking is split off by the core)
     name = "mmlu"
     metrics = ("accuracy",)
 

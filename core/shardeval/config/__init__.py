@@ -7,7 +7,7 @@ config.sweep and config.sampling (the rules a loaded config is completed with).
 """
 
 from shardeval.config.schema import (  # noqa: F401 - the face of the package
-    BenchmarkConfig, CacheConfig, CheckpointsConfig, ClusterConfig, Config, Count, ExportConfig, Generation, JudgeConfig,
-    NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, OutputConfig, Probability, Protocol, RawConfig, Retries,
+    BenchmarkConfig, CacheConfig, DEFAULT_REASONING_TAGS, CheckpointsConfig, ClusterConfig, Config, Count, ExportConfig, Generation, JudgeConfig,
+    NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, OutputConfig, Probability, Protocol, RawConfig, ReasoningConfig, Retries,
     Seconds, ServiceConfig, SolverConfig, SweepConfig, Timeouts,
 )

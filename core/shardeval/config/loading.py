@@ -17,7 +17,7 @@ import msgspec
 from shardeval.benchmark.rubric import check_template, compile_pattern
 from shardeval.config import quick as _quick
 from shardeval.config.reading import apply_overrides, expand, read_yaml, split_endpoint_url, type_expansions
-from shardeval.config.schema import ClusterConfig, Config, ExportConfig, JudgeConfig, RawConfig, ServiceConfig
+from shardeval.config.schema import ClusterConfig, Config, ExportConfig, Generation, JudgeConfig, RawConfig, ServiceConfig
 from shardeval.errors import UsageError
 from shardeval.explain import Where, decode, format_path, kind
 from shardeval.plugins import registry
@@ -166,8 +166,26 @@ def _validate(config: Config, where: Where) -> None:
             defined = ", ".join(config.services) or "none"
             raise where.error(f"no service {bench.solver.service!r}; defined: {defined}", f"{at}.solver.service")
         registry().get("solvers", bench.solver.type, where=f"{where.source}: {at}.solver.type")
+        models = [bench.solver.service] if bench.solver.service is not None else (config.sweep.services if config.sweep else [])
+        _validate_reasoning(bench.solver.generation, models, config, where, f"{at}.solver.generation")
         if bench.judge is not None:
             _validate_judge(bench.judge, config, where, f"{at}.judge")
+            _validate_reasoning(bench.judge.generation, [bench.judge.service], config, where, f"{at}.judge.generation")
+
+
+def _validate_reasoning(generation: Generation, services: list[str], config: Config, where: Where, at: str) -> None:
+    """Every service asked with `generation.reasoning` can pass it (ServiceConfig.reasoning_request):
+    a setting one cannot pass is one line here, before anything is started or asked."""
+    if generation.reasoning is None:
+        return
+    for name in services:
+        service = config.services.get(name)
+        if service is None:
+            continue
+        try:
+            service.reasoning_request(generation.reasoning)
+        except UsageError as exc:
+            raise where.error(f"{exc} (service {name!r}, type {service.type})", at) from None
 
 
 def _validate_judge(judge: JudgeConfig, config: Config, where: Where, at: str) -> None:

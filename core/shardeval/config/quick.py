@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import msgspec
 
-from shardeval.config.schema import CacheConfig, RawConfig, ServiceConfig
+from shardeval.config.schema import BenchmarkConfig, CacheConfig, RawConfig, ReasoningConfig, ServiceConfig
 from shardeval.errors import UsageError
 from shardeval.plugins import registry
 
@@ -14,12 +14,13 @@ from shardeval.plugins import registry
 # of a service. A default the core names, never a type it tests: a service's own config says
 # whether it starts a server (`managed()`) and which model it serves (`served_model()`).
 URL_SERVICE = "api"
-QUICK_KEYS = ("bench", "model_url", "model_id", "api_key_env", "repeats", "max_problems", "max_concurrent", "output_dir", "cache_dir")
+QUICK_KEYS = ("bench", "model_url", "model_id", "api_key_env", "repeats", "max_problems", "max_concurrent", "output_dir", "cache_dir",
+              "reasoning_effort", "no_thinking")
 
 
 def given(quick: Mapping[str, Any] | None) -> dict[str, Any]:
     """The flags given (None: not given; unknown keys are ignored), their numbers checked."""
-    flags = {k: v for k, v in (quick or {}).items() if k in QUICK_KEYS and v is not None}
+    flags = {k: v for k, v in (quick or {}).items() if k in QUICK_KEYS and v is not None and v is not False}
     for key in ("repeats", "max_problems", "max_concurrent"):
         value = flags.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -51,6 +52,9 @@ def apply(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -> None:
     numbers = {k: flags[k] for k in ("repeats", "max_problems", "max_concurrent") if k in flags}
     if numbers:
         raw.benchmarks = [msgspec.structs.replace(b, **numbers) for b in raw.benchmarks]
+    thinking = {k: v for k, v in (("effort", flags.get("reasoning_effort")), ("enable", False if flags.get("no_thinking") else None)) if v is not None}
+    if thinking:  # --reasoning-effort / --no-thinking beat each benchmark's generation.reasoning key by key
+        raw.benchmarks = [_with_reasoning(b, thinking) for b in raw.benchmarks]
     if any(k in flags for k in ("model_url", "model_id", "api_key_env")):
         if raw.sweep is not None:
             flag = next(f"--{k.replace('_', '-')}" for k in ("model_url", "model_id", "api_key_env") if k in flags)
@@ -63,6 +67,13 @@ def apply(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -> None:
         raw.output = msgspec.structs.replace(raw.output, dir=str(flags["output_dir"]))
     if flags.get("cache_dir"):  # --cache-dir beats the file's `cache.dir`
         raw.cache = CacheConfig(dir=str(flags["cache_dir"]))
+
+
+def _with_reasoning(bench: BenchmarkConfig, keys: dict[str, Any]) -> BenchmarkConfig:
+    generation = bench.solver.generation
+    reasoning = msgspec.structs.replace(generation.reasoning or ReasoningConfig(), **keys)
+    solver = msgspec.structs.replace(bench.solver, generation=msgspec.structs.replace(generation, reasoning=reasoning))
+    return msgspec.structs.replace(bench, solver=solver)
 
 
 def _quick_service(name: str, section: dict[str, Any] | None, flags: Mapping[str, Any]) -> dict[str, Any]:

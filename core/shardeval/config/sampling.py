@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from shardeval.benchmark import Benchmark
-from shardeval.config.schema import BenchmarkConfig, Config, Generation
+from shardeval.config.schema import BenchmarkConfig, Config, Generation, ServiceConfig
 
 log = logging.getLogger("shardeval")
 
@@ -132,9 +132,22 @@ def describe(config: Config, registry: Any) -> list[str]:
                  for k, v in values.items()]
         if gen.max_tokens is None and "max_tokens" not in gen.extra:
             parts.append("max_tokens unset (the server's limit)")
+        parts.append(describe_reasoning(gen, config.services.get(bench.solver.service)))
         lines.append(f"benchmarks[{i}] ({bench.id or bench.name}), repeats {bench.repeats}: requests carry " + ", ".join(parts))
         if bench.judge is not None:
             judge = {"temperature": 0.0, **effective(bench.judge.generation)}
             lines.append(f"benchmarks[{i}] judge {bench.judge.service}: requests carry "
                          + ", ".join(f"{k}={v!r}" for k, v in judge.items()))
     return lines
+
+
+def describe_reasoning(gen: Generation, service: ServiceConfig | None) -> str:
+    """How much the model is asked to think, and the request fields that ask it (docs/reasoning.md)."""
+    if gen.reasoning is None:
+        return "reasoning unset (the server's default)"
+    keys = msgspec.to_builtins(gen.reasoning)
+    said = ", ".join(f"{k}={msgspec.json.encode(v).decode()}" for k, v in keys.items()) or "nothing set"
+    if service is None:
+        return f"reasoning {said}"
+    fields = service.reasoning_request(gen.reasoning)
+    return f"reasoning {said} (as {msgspec.json.encode(fields).decode()})"

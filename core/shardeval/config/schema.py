@@ -11,6 +11,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from shardeval.benchmark.reasoning import DEFAULT_TAGS as DEFAULT_REASONING_TAGS
+from shardeval.errors import UsageError
+
 Protocol = Literal["chat_completions", "completions"]
 
 # Declared ranges for numeric limits: every int or float knob of a config section (plugins' too)
@@ -22,10 +25,26 @@ Seconds = Annotated[float, msgspec.Meta(gt=0)]  # a timeout or an interval: zero
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 NonNegativeSeconds = NonNegativeFloat  # a wait that may be none at all
 Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
+Tag = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+def json_value(value: Any) -> str:
+    """A config value as the user would write it in YAML/JSON (true, not True)."""
+    return msgspec.json.encode(value).decode()
 
 
 class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """Base for config sections: unknown keys are errors, defaults stay out of hashes and dumps."""
+
+
+class ReasoningConfig(_Section):
+    """How much a reasoning model thinks (docs/reasoning.md). Each key unset is the server's
+    default, and the record says so; how each reaches the server is the service's business
+    (`ServiceConfig.reasoning_request`). Part of the run identity, as all of `generation` is."""
+
+    enable: bool | None = None  # false: ask the server not to think (a chat template's enable_thinking)
+    effort: Literal["low", "medium", "high"] | None = None  # reasoning_effort, where the model takes it
+    budget_tokens: Count | None = None  # a cap on the thinking tokens, where the server takes one
 
 
 class Generation(_Section):
@@ -36,6 +55,7 @@ class Generation(_Section):
     top_k: Annotated[int, msgspec.Meta(ge=-1)] | None = None  # -1 (or 0): no top-k, as vLLM reads it
     max_tokens: Count | None = None
     stop: list[str] | None = None
+    reasoning: ReasoningConfig | None = None  # None: the server's default
     extra: dict[str, Any] = {}
 
 
@@ -121,6 +141,31 @@ class ServiceConfig(_Section):
     allowed_local_media_path: str | None = None
     # The largest image file a request may carry; a bigger one is refused before any request.
     max_image_bytes: Count = 20 * 1024 * 1024
+    # Reasoning models (docs/reasoning.md): the (opening, closing) tags a reply's thinking is
+    # written between when the server does not send it in a field of its own; null for a model
+    # whose replies are never split inline. Part of the run identity when not the default.
+    reasoning_tags: tuple[Tag, Tag] | None = DEFAULT_REASONING_TAGS
+
+    def reasoning_request(self, reasoning: ReasoningConfig) -> dict[str, Any]:
+        """The request fields that ask this service for `reasoning`, or a UsageError (one line:
+        the key, the value, the fix) for a setting it cannot pass. The default speaks vLLM's
+        OpenAI-compatible dialect: `enable` as the chat template's `enable_thinking`
+        (`chat_template_kwargs`, chat requests only), `effort` as `reasoning_effort` (chat only),
+        `budget_tokens` as `thinking_token_budget`. A service plugin overrides it for another."""
+        fields: dict[str, Any] = {}
+        chat = self.protocol == "chat_completions"
+        for key, value in (("enable", reasoning.enable), ("effort", reasoning.effort)):
+            if value is not None and not chat:
+                raise UsageError(f"reasoning.{key} is {json_value(value)}, which reaches the model through its chat "
+                                 f"template, but the service uses protocol {self.protocol}; set protocol: chat_completions on it, "
+                                 f"or leave reasoning.{key} out")
+        if reasoning.enable is not None:
+            fields["chat_template_kwargs"] = {"enable_thinking": reasoning.enable}
+        if reasoning.effort is not None:
+            fields["reasoning_effort"] = reasoning.effort
+        if reasoning.budget_tokens is not None:
+            fields["thinking_token_budget"] = reasoning.budget_tokens
+        return fields
 
     def identity(self) -> dict[str, Any] | None:
         """The keys that change results (the model, its weights, engine settings that change its

@@ -129,9 +129,14 @@ class _Choice(msgspec.Struct, gc=False):
     finish_reason: str | None = None
 
 
+class _UsageDetails(msgspec.Struct, gc=False):
+    reasoning_tokens: int | None = None  # vLLM and OpenAI: how many of completion_tokens were thinking
+
+
 class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    completion_tokens_details: _UsageDetails | None = None
 
 
 class _ErrorBody(msgspec.Struct, gc=False):
@@ -360,14 +365,32 @@ class _Watchdog:
             self._handle = None
 
 
+COMPACT_PIECES = 1024  # a reply's pieces are joined into one block every this many: ~60 bytes a token become ~4
+
+
+def _text(blocks: list[str], pieces: list[str]) -> str:
+    return "".join(blocks) + "".join(pieces) if blocks else "".join(pieces)
+
+
 class _Reading:
-    """What an attempt has received so far; survives a late failure so a complete answer is kept."""
+    """What an attempt has received so far; survives a late failure so a complete answer is kept.
 
-    __slots__ = ("start", "pieces", "finish_reason", "usage", "ttft", "end", "done", "events", "choices", "answered", "progress", "logprobs")
+    The answer's and the thinking's text are kept as pieces joined into blocks every
+    COMPACT_PIECES chunks, so a 32k-token reply holds about its text's size, not a Python string
+    object per token. The stream's own count of thinking tokens (one per chunk, as vLLM sends
+    them) is kept for servers whose usage does not say: chunks of the reasoning field, or, for
+    thinking inline between `tags`, the content chunks before the one with the last closing tag.
+    """
 
-    def __init__(self, start: float) -> None:
+    __slots__ = ("start", "pieces", "blocks", "thoughts", "thought_blocks", "finish_reason", "usage", "ttft", "end", "done",
+                 "events", "choices", "answered", "progress", "logprobs", "tags", "content_chunks", "thought_chunks", "closed_after")
+
+    def __init__(self, start: float, tags: tuple[str, str] | None = None) -> None:
         self.start = start
         self.pieces: list[str] = []
+        self.blocks: list[str] = []
+        self.thoughts: list[str] | None = None  # None: the server sent no reasoning field
+        self.thought_blocks: list[str] = []
         self.finish_reason: str | None = None
         self.usage: _Usage | None = None
         self.ttft: float | None = None
@@ -380,6 +403,10 @@ class _Reading:
         self.answered = 0
         self.progress = 0  # events that carried content (a choice, usage, [DONE]): what idle watches
         self.logprobs: _Logprobs | None = None
+        self.tags = tags  # (opening, closing) of inline thinking; None: not looked for
+        self.content_chunks = 0
+        self.thought_chunks = 0
+        self.closed_after = 0  # content chunks up to the last one holding the closing tag (0: none did)
 
     @property
     def complete(self) -> bool:
@@ -414,16 +441,35 @@ class _Reading:
             self.progress += 1
             choice = choices[0]
             delta = choice.delta
-            piece = delta.content if delta is not None else choice.text
+            if delta is not None:
+                piece = delta.content
+                thought = delta.reasoning if delta.reasoning is not None else delta.reasoning_content
+            else:
+                piece, thought = choice.text, None
             if piece:
-                self.pieces.append(piece)
-            if self.ttft is None and (piece or (delta is not None and (delta.reasoning_content or delta.reasoning))):
+                pieces = self.pieces
+                pieces.append(piece)
+                if len(pieces) >= COMPACT_PIECES:
+                    self.blocks.append("".join(pieces))
+                    pieces.clear()
+                self.content_chunks += 1
+                if self.tags is not None and self.tags[1] in piece:
+                    self.closed_after = self.content_chunks
+            if thought:
+                thoughts = self.thoughts
+                if thoughts is None:
+                    thoughts = self.thoughts = []
+                thoughts.append(thought)
+                if len(thoughts) >= COMPACT_PIECES:
+                    self.thought_blocks.append("".join(thoughts))
+                    thoughts.clear()
+                self.thought_chunks += 1
+            if self.ttft is None and (piece or thought):
                 self.ttft = now - self.start
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
                 self.answered += 1
-            elif piece is not None or (delta is not None and (
-                    delta.reasoning_content is not None or delta.reasoning is not None or delta.tool_calls is not None)):
+            elif piece is not None or thought is not None or (delta is not None and delta.tool_calls is not None):
                 self.answered += 1
         if msg.usage is not None:
             self.usage = msg.usage
@@ -437,9 +483,14 @@ class _Reading:
         self.choices += 1
         self.answered += 1
         choice = msg.choices[0]
-        text = choice.message.content if choice.message is not None else choice.text
+        message = choice.message
+        text = message.content if message is not None else choice.text
         if text:
             self.pieces.append(text)
+        if message is not None:
+            thought = message.reasoning if message.reasoning is not None else message.reasoning_content
+            if thought:
+                self.thoughts = [thought]
         lp = choice.logprobs
         if lp is not None and lp.tokens is not None:
             if len({len(x) for x in (lp.tokens, lp.token_logprobs, lp.text_offset, lp.top_logprobs) if x is not None}) > 1:
@@ -452,12 +503,31 @@ class _Reading:
         self.done = True
         self.end = now
 
+    def reasoning_tokens(self, text: str) -> tuple[int | None, Literal["usage", "stream"] | None]:
+        """How many tokens the reply thought, and who says so: the server's usage, else the stream
+        (chunks of the reasoning field; for inline thinking, the content chunks before the one
+        that closed it, or all of them when it never closed); (None, None) when neither can tell."""
+        usage = self.usage
+        details = usage.completion_tokens_details if usage is not None else None
+        if details is not None and details.reasoning_tokens is not None:
+            return details.reasoning_tokens, "usage"
+        if self.thought_chunks:
+            return self.thought_chunks, "stream"
+        if self.tags is not None and self.content_chunks:
+            if self.closed_after:
+                return self.closed_after - 1, "stream"
+            if self.tags[0] in text:
+                return self.content_chunks, "stream"
+        return None, None
+
     def completion(self, now: float) -> Completion:
         usage = self.usage
         lp = self.logprobs
+        text = _text(self.blocks, self.pieces)
+        n_thought, counted_by = self.reasoning_tokens(text)
         return Completion(
             status="ok",
-            text="".join(self.pieces),
+            text=text,
             finish_reason=self.finish_reason,
             prompt_tokens=usage.prompt_tokens if usage is not None else None,
             completion_tokens=usage.completion_tokens if usage is not None else None,
@@ -467,6 +537,9 @@ class _Reading:
             prompt_tokens_text=lp.tokens if lp is not None else None,
             text_offsets=lp.text_offset if lp is not None else None,
             top_logprobs=lp.top_logprobs if lp is not None else None,
+            reasoning=None if self.thoughts is None else _text(self.thought_blocks, self.thoughts),
+            reasoning_tokens=n_thought,
+            reasoning_tokens_from=counted_by,
         )
 
 
@@ -510,6 +583,8 @@ class Client:
                 log.info("%s holds a key of %d character(s), under the %d of a secret: it is sent, but not looked for "
                          "in what the server returns (replacing it there would rewrite answers)",
                          endpoint.api_key_env, len(key.strip()), MIN_SECRET_CHARS)
+        tags = config.reasoning_tags
+        self._tags: tuple[str, str] | None = (tags[0], tags[1]) if tags else None  # inline thinking, for the stream's count
         self._echoed = False  # whether an answer held the key (logged once)
         self._session: aiohttp.ClientSession | None = None
         self.cache: Any = None  # shardeval.run.response_cache.ClientCache, set by `use_cache`
@@ -580,11 +655,12 @@ class Client:
     def _hide_in_answer(self, c: Completion) -> Completion:
         """The key out of every text a server put into an answer (a server that echoes it); the
         first answer so changed is logged, so a changed answer is never silent."""
-        if not self._echoed and self._secret in (c.text or ""):  # type: ignore[operator]
+        if not self._echoed and (self._secret in (c.text or "") or self._secret in (c.reasoning or "")):  # type: ignore[operator]
             self._echoed = True
             log.warning("the server at %s echoed the API key inside an answer: replaced by *** there and in any later "
                         "answer (the record holds the answer so changed)", self._url)
         c.text = self._hide(c.text) or ""
+        c.reasoning = self._hide(c.reasoning)
         c.finish_reason = self._hide(c.finish_reason)
         if c.prompt_tokens_text is not None and any(self._secret in t for t in c.prompt_tokens_text if t):  # type: ignore[operator]
             c.prompt_tokens_text = [self._hide(t) or "" for t in c.prompt_tokens_text]
@@ -631,6 +707,8 @@ class Client:
                     completion_tokens=entry.completion_tokens, prompt_logprobs=entry.prompt_logprobs,
                     prompt_tokens_text=entry.prompt_tokens_text, text_offsets=entry.text_offsets,
                     top_logprobs=entry.top_logprobs, started_at=time.time(), latency_s=time.perf_counter() - looked_up, attempts=0, cached=True,
+                    reasoning=entry.reasoning, reasoning_tokens=entry.reasoning_tokens,
+                    reasoning_tokens_from=entry.reasoning_tokens_from,  # type: ignore[arg-type]
                 )
         retries = self.config.retries
         attempts = max(1, retries.attempts)
@@ -676,7 +754,7 @@ class Client:
         task = asyncio.current_task()
         start = loop.time()
         watchdog = _Watchdog(loop, task, self.config.timeouts, start)
-        reading = _Reading(start)
+        reading = _Reading(start, self._tags)
         failure: _Failure | None = None
         try:
             async with self._session.post(url, data=payload) as resp:

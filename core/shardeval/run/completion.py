@@ -31,3 +31,11 @@ class Completion(msgspec.Struct, kw_only=True):
     # `top_logprobs`: per token, the most likely tokens and their logprobs (lm-eval's is_greedy)
     top_logprobs: list[dict[str, float] | None] | None = None
     cached: bool = False  # served from the response cache (shardeval.run.response_cache): no request was sent
+    # A reasoning model's thinking as the server sent it in a field of its own (`reasoning` or
+    # `reasoning_content`; None: it sent none, though the text may still hold inline tags), and how
+    # many tokens it thought: from the usage's `completion_tokens_details.reasoning_tokens`
+    # ("usage"), else counted by the stream, one token per chunk ("stream"); None: not known.
+    # shardeval.benchmark.reasoning splits the reply; the record keeps both parts.
+    reasoning: str | None = None
+    reasoning_tokens: int | None = None
+    reasoning_tokens_from: Literal["usage", "stream"] | None = None

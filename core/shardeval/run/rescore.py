@@ -203,7 +203,7 @@ def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: A
     info = ScorerInfo(benchmark=bm.name, scorer=f"judge {judge.service} ({rubric.mode})", params=identity, plugin=entry.plugin,
                       plugin_version=version, fingerprint=fingerprint, replaces=bm.scorer_fingerprint)
     max_concurrent = int(original.get("max_concurrent") or 32)
-    spec = JudgeSpec(judge.service, config, rubric, generation_params(judge.generation), max_concurrent)
+    spec = JudgeSpec(judge.service, config, rubric, generation_params(judge.generation, config), max_concurrent)
     metrics = bm.metrics if original.get("metrics") else list(metrics_when_judged(data))  # as a run judged so would report
     return BenchmarkRescore(msgspec.structs.replace(bm, scorer_fingerprint=fingerprint, metrics=metrics), data, data, info, spec)
 
@@ -415,7 +415,10 @@ def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, 
                 tally["copied"] += 1
                 return encode_line(record)
             was_ok = record.status == "ok"
-            verdict = await judge.grade(problem(record.problem_idx), record.response, record.seed)
+            if record.outcome == "truncated_reasoning":  # no answer within its budget: it stays 0, nothing to judge
+                tally["copied"] += 1
+                return encode_line(record)
+            verdict = await judge.grade(problem(record.problem_idx), record.scored_text(), record.seed)
             apply_verdict(record, verdict)
             tally["judged"] += 1
             tally["delta"] += (record.status != "ok") - (not was_ok)
@@ -440,13 +443,18 @@ _ABSENT = object()
 def rescore_record(record: ResultRecord, problem: Problem, scorer: Benchmark, data: Benchmark) -> None:
     """Replace the record's `extracted`, `score` and `scores` with the scorer's. Named scores the
     solver measured (not the run's own scorer: log-probabilities, nll) are kept and win on a clash,
-    as when the record was made: they are the keys whose value the run's scorer does not give."""
-    new = scorer.score(problem, record.response)
+    as when the record was made: they are the keys whose value the run's scorer does not give.
+    The scorer reads only the answer (`ResultRecord.scored_text`); a reply cut off while it
+    thought (`truncated_reasoning`) scores 0 with the named scores of no answer, as when it was made."""
+    truncated = record.outcome == "truncated_reasoning"
+    new = scorer.score(problem, "" if truncated else record.scored_text())
+    if truncated:
+        new = msgspec.structs.replace(new, score=0.0, extracted=None)
     if not isinstance(record.judge, msgspec.UnsetType):  # a judge scored it: its verdict and scores go, not kept as measured
         record.judge, record.scores = msgspec.UNSET, {}
     measured: dict[str, float] = {}
     if record.scores and data.solver_scores:
-        own = new if scorer is data else data.score(problem, record.response)
+        own = new if scorer is data else data.score(problem, "" if truncated else record.scored_text())
         measured = {k: v for k, v in record.scores.items() if own.scores.get(k, _ABSENT) != v}
     record.score, record.extracted = new.score, new.extracted
     record.scores = {**new.scores, **measured} if measured else new.scores

@@ -66,6 +66,9 @@ class CacheEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     prompt_tokens_text: list[str] | None = None
     text_offsets: list[int] | None = None
     top_logprobs: list[dict[str, float] | None] | None = None
+    reasoning: str | None = None  # a reasoning model's thinking, as the server sent it apart
+    reasoning_tokens: int | None = None
+    reasoning_tokens_from: str | None = None
 
 
 class _Key(msgspec.Struct):
@@ -299,6 +302,7 @@ class ClientCache:
             key=key, served=self.served, created_at=time.time(), text=c.text, finish_reason=c.finish_reason,
             prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens, prompt_logprobs=c.prompt_logprobs,
             prompt_tokens_text=c.prompt_tokens_text, text_offsets=c.text_offsets, top_logprobs=c.top_logprobs,
+            reasoning=c.reasoning, reasoning_tokens=c.reasoning_tokens, reasoning_tokens_from=c.reasoning_tokens_from,
         ))
 
 

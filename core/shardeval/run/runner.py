@@ -20,7 +20,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Awaitable, BinaryIO, Callable, Iterator, TypeVar
+from typing import Any, Awaitable, BinaryIO, Callable, Iterator, TypeVar
 
 import msgspec
 
@@ -33,6 +33,7 @@ from shardeval.config import BenchmarkConfig, Config
 from shardeval.config.loading import config_for_manifest
 from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError, os_error
 from shardeval.identity import config_hash, judge_identity, judged_fingerprint, prompt_fingerprint, scorer_fingerprint
+from shardeval.benchmark.reasoning import DEFAULT_TAGS, ReplySplit, reply_outcome, split_reply
 from shardeval.benchmark.rubric import Rubric
 from shardeval.run.judging import Judge, Verdict, apply_verdict, metrics_when_judged, rubric_for
 from shardeval.store.liveness import ShardLease
@@ -87,6 +88,8 @@ class BenchmarkPlan:
     scorer_fingerprint: str | None = None
     run: str | None = None  # run_id(config hash): every record carries it, so a copied-in file is told apart
     rubric: Rubric | None = None  # how its judge is asked and read, when a judge scores it (shardeval.benchmark.rubric)
+    # the tags its model writes its thinking between (its service's `reasoning_tags`; None: never split inline)
+    reasoning_tags: tuple[str, str] | None = DEFAULT_TAGS
 
     @property
     def name(self) -> str:
@@ -165,6 +168,9 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
         n = benchmark.size() if bc.max_problems is None else min(bc.max_problems, benchmark.size())
         indices = shard_indices(n, shard.idx, shard.total, config.shuffle_seed)
         plan = BenchmarkPlan(bc, benchmark, n, indices, benchmark.fingerprint(), run=run)
+        service = config.services.get(bc.solver.service)
+        if service is not None:
+            plan.reasoning_tags = service.reasoning_tags
         clash = next((j for j, other in enumerate(plans) if other.name == plan.name), None)
         if clash is not None:
             raise UsageError(
@@ -523,7 +529,7 @@ class ShardRun:
             return None
         handle = handles[jc.service]
         slots = make_slots(plan.config.max_concurrent, handle.client.config.adaptive)
-        return Judge(jc.service, plan.rubric, ServiceHandle(handle.endpoint, handle.client, slots, handle.served), generation_params(jc.generation))
+        return Judge(jc.service, plan.rubric, ServiceHandle(handle.endpoint, handle.client, slots, handle.served), generation_params(jc.generation, handle.client.config))
 
     async def _run_benchmark(self, plan: BenchmarkPlan, handle: ServiceHandle, own: Membership, judge: Judge | None = None) -> Tally:
         """Ask every pair of the shard's share not yet answered; `own` says which records on disk are
@@ -800,8 +806,11 @@ class PairAnswerer:
     async def _settle(self, problem: Problem, repeat: int, seed: int, attempt: Attempt,
                       rejudged: bool) -> tuple[ResultRecord, bytes, bytes | None]:
         verdict = None
-        if self.judge is not None and attempt.completion.status == "ok":
-            verdict = await self.judge.grade(problem, attempt.completion.text, seed)
+        c = attempt.completion
+        if self.judge is not None and c.status == "ok":
+            split = split_of(c, self.plan.reasoning_tags)
+            if reply_outcome(split, c.finish_reason) != "truncated_reasoning":  # no answer to judge: it scores 0
+                verdict = await self.judge.grade(problem, split.answer, seed)  # the judge never reads the thinking
         args = (self.plan, problem, repeat, seed, attempt.completion, self.shard_idx, attempt.scores, verdict, attempt.score)
         if self.scorer:
             record = await asyncio.get_running_loop().run_in_executor(self.scorer, make_record, *args)
@@ -829,6 +838,8 @@ class PairAnswerer:
         """The pair's conversation as a trajectories.jsonl line; None when the config keeps none."""
         if not self.write_trajectories:
             return None
+        if record.reasoning is not msgspec.UNSET and messages and messages[-1].get("role") == "assistant":
+            messages = [*messages[:-1], {**messages[-1], "reasoning": record.reasoning}]  # the thinking beside the raw reply
         return encode_line(
             TrajectoryRecord(
                 benchmark=self.plan.name,
@@ -908,8 +919,21 @@ def saved_completion(record: ResultRecord) -> Completion:
     return Completion(
         status="ok", text=record.response, finish_reason=record.finish_reason, prompt_tokens=record.prompt_tokens,
         completion_tokens=record.completion_tokens, ttft_s=record.ttft_s, latency_s=record.latency_s,
-        started_at=record.started_at, attempts=record.attempts, cached=record.cached is True,
+        started_at=record.started_at, attempts=record.attempts, cached=record.cached is True, **saved_reasoning(record),
     )
+
+
+def saved_reasoning(record: ResultRecord) -> dict[str, Any]:
+    """The Completion fields that give a saved record's reply the split it had: the server's
+    reasoning field when the thinking came in one (its `answer` is then the whole content), and
+    its thinking tokens; inline thinking is split again from the content by the same rule."""
+    fields: dict[str, Any] = {}
+    if record.reasoning is not msgspec.UNSET and record.answer is msgspec.UNSET:
+        fields["reasoning"] = record.reasoning
+    if record.reasoning_tokens is not msgspec.UNSET:
+        fields["reasoning_tokens"] = record.reasoning_tokens
+        fields["reasoning_tokens_from"] = record.reasoning_tokens_from or None
+    return fields
 
 
 def make_record(
@@ -919,7 +943,10 @@ def make_record(
     """The record of one answer; `extra` (the solver's own scores, e.g. log-probabilities) joins the
     benchmark's named scores and wins on a clash: the solver measured it. With a judge's `verdict`,
     the judge scores it, or makes it an error of kind `judge` (the answer is kept). `own`: the
-    solver's whole verdict (another tool's scorers), taken instead of the benchmark's `score`."""
+    solver's whole verdict (another tool's scorers), taken instead of the benchmark's `score`.
+
+    A reasoning model's reply is split here (`split_of`): the benchmark scores only the answer; a
+    reply cut off while it thought is scored 0 (`truncated_reasoning`), never from its thinking."""
     record = ResultRecord(
         benchmark=plan.name,
         problem_idx=problem.idx,
@@ -946,15 +973,43 @@ def make_record(
         record.cached = True
     if problem.images:
         record.images = [ref.info() for ref in problem.images]
+    split = split_of(c, plan.reasoning_tags)
+    keep_reasoning(record, c, split)
     if verdict is not None:
         apply_verdict(record, verdict, extra)
         return record
     if c.status == "ok":  # errors are never scored: they are not wrong answers
-        score = own if own is not None else plan.benchmark.score(problem, c.text)
+        if record.outcome == "truncated_reasoning":  # no answer within its budget: 0, whatever its thinking says;
+            # its named scores are those of no answer (what "" scores: a metric's own value for nothing said)
+            score = Score(score=0.0, scores=plan.benchmark.score(problem, "").scores if own is None and plan.rubric is None else {})
+        else:
+            score = own if own is not None else plan.benchmark.score(problem, split.answer)
         record.score, record.extracted, record.scores = score.score, score.extracted, score.scores
         if extra:
             record.scores = {**record.scores, **extra}
     return record
+
+
+def split_of(c: Completion, tags: tuple[str, str] | None) -> ReplySplit:
+    """A completion's reply split into thinking and answer (shardeval.benchmark.reasoning)."""
+    return split_reply(c.text, c.reasoning, tags)
+
+
+def keep_reasoning(record: ResultRecord, c: Completion, split: ReplySplit) -> None:
+    """Put a reply's thinking, its answer (when not the whole content), its thinking tokens and,
+    for a reply cut off at its length limit, its outcome on the record."""
+    if split.reasoning is not None:
+        record.reasoning = split.reasoning
+        if split.answer != c.text:
+            record.answer = split.answer
+    if c.reasoning_tokens is not None and (split.reasoning is not None or c.reasoning_tokens):
+        record.reasoning_tokens = c.reasoning_tokens
+        if c.reasoning_tokens_from is not None:
+            record.reasoning_tokens_from = c.reasoning_tokens_from
+    if c.status == "ok":
+        outcome = reply_outcome(split, c.finish_reason)
+        if outcome is not None:
+            record.outcome = outcome
 
 
 def missing_pairs(plans: list[BenchmarkPlan], tallies: list[Tally]) -> str | None:

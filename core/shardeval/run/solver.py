@@ -19,7 +19,7 @@ import msgspec
 
 from shardeval.benchmark import Problem, Score
 from shardeval.benchmark.images import IMAGE_MARKER, STORE, ImageRef, ImageUnavailable, split_prompt
-from shardeval.config import Generation, SolverConfig
+from shardeval.config import Generation, ServiceConfig, SolverConfig
 from shardeval.run.completion import Completion
 from shardeval.run.service import Endpoint
 
@@ -73,10 +73,17 @@ class PairsSolver(Protocol):
 SolverFactory = Callable[[SolverConfig, ServiceHandle], Solver]
 
 
-def generation_params(gen: Generation) -> dict[str, Any]:
-    """The request fields a Generation section sets (unset ones are left to the server)."""
+def generation_params(gen: Generation, service: ServiceConfig | None = None) -> dict[str, Any]:
+    """The request fields a Generation section sets (unset ones are left to the server): its
+    sampling keys, its `reasoning` as `service` asks for it (ServiceConfig.reasoning_request,
+    checked at config load), then `extra`, which wins a clash."""
     params = {key: getattr(gen, key) for key in ("temperature", "top_p", "top_k", "max_tokens", "stop")}
-    return {**{k: v for k, v in params.items() if v is not None}, **gen.extra}
+    thinking = service.reasoning_request(gen.reasoning) if gen.reasoning is not None and service is not None else {}
+    extra = gen.extra
+    kwargs = extra.get("chat_template_kwargs")
+    if "chat_template_kwargs" in thinking and isinstance(kwargs, dict):  # both speak to the template: one dict, extra's keys win
+        extra = {**extra, "chat_template_kwargs": {**thinking["chat_template_kwargs"], **kwargs}}
+    return {**{k: v for k, v in params.items() if v is not None}, **thinking, **extra}
 
 
 def conversation(config: SolverConfig, problem: Problem) -> list[dict[str, str]]:
@@ -97,7 +104,7 @@ class SimpleSolver:
     def __init__(self, config: SolverConfig, service: ServiceHandle) -> None:
         self.config = config
         self.service = service
-        self.params = generation_params(config.generation)
+        self.params = generation_params(config.generation, getattr(service.client, "config", None))
         self._scorer: LoglikelihoodSolver | None = None
 
     def payload(self, problem: Problem, seed: int) -> tuple[dict[str, Any], list[dict[str, str]]]:

@@ -106,11 +106,31 @@ class ResultRecord(msgspec.Struct, kw_only=True):
     judge: JudgeRecord | msgspec.UnsetType = msgspec.UNSET
     # The images the problem showed the model, in order (absent for text problems).
     images: list[ImageInfo] | msgspec.UnsetType = msgspec.UNSET
+    # A reasoning model's reply (docs/reasoning.md; all absent for a reply without thinking, so
+    # such records stay what they were). `response` is the content as the server sent it;
+    # `reasoning` its thinking (the server's reasoning field, or the text between inline tags);
+    # `answer` what was scored, when it is not `response` (the text after the last closing tag,
+    # "" for a reply that never closed its thinking): see `scored_text`.
+    reasoning: str | msgspec.UnsetType = msgspec.UNSET
+    answer: str | msgspec.UnsetType = msgspec.UNSET
+    # How many tokens it thought, and who says so: "usage" (the server's
+    # completion_tokens_details.reasoning_tokens) or "stream" (counted one per chunk).
+    reasoning_tokens: int | msgspec.UnsetType = msgspec.UNSET
+    reasoning_tokens_from: Literal["usage", "stream"] | msgspec.UnsetType = msgspec.UNSET
+    # A reply cut off at its length limit: "truncated_reasoning" (inside its thinking: no answer,
+    # scored 0, never from the thinking; not an error, not asked again) or "truncated" (after its
+    # answer began: scored as it stands). Absent for a reply that ended on its own.
+    outcome: Literal["truncated_reasoning", "truncated"] | msgspec.UnsetType = msgspec.UNSET
+
+    def scored_text(self) -> str:
+        """The text every scorer and judge is given: the answer, without the thinking."""
+        return self.response if self.answer is msgspec.UNSET else self.answer
 
 
-class Message(msgspec.Struct):
+class Message(msgspec.Struct, omit_defaults=True):
     role: str
     content: str
+    reasoning: str | None = None  # an assistant turn's thinking (docs/reasoning.md); content is the raw reply
 
 
 class TrajectoryRecord(msgspec.Struct, kw_only=True):
