@@ -269,3 +269,43 @@ def test_a_setting_the_protocol_cannot_carry_is_one_line_before_anything_starts(
     line = done.stderr.strip().splitlines()[-1]
     assert "benchmarks[0].solver.generation" in line and "reasoning.effort" in line and "protocol" in line, line
     assert not (tmp_path / "out").exists()
+
+
+# --- a reasoning judge: its verdict read from its answer, never from its thinking -----------------
+
+
+@pytest.mark.parametrize("form", ["inline", "field", "cut"])
+def test_a_reasoning_judge_is_read_from_its_answer(form: str) -> None:
+    """FastChat's first-rating rule would take [[2]] from the thinking; the verdict is the answer's."""
+    from shardeval.benchmark.rubric import Rubric
+    from shardeval.run.judging import Judge
+    from shardeval.run.solver import ServiceHandle
+    from shardeval.run.client import Client
+    from test_client import endpoint, serve
+
+    thinking = "Is it [[2]]? No, the answer is right."
+    if form == "inline":
+        message = {"role": "assistant", "content": f"<think>{thinking}</think>\nRating: [[9]]"}
+    elif form == "field":
+        message = {"role": "assistant", "content": "Rating: [[9]]", "reasoning": thinking}
+    else:
+        message = {"role": "assistant", "content": f"<think>{thinking}"}
+    finish = "length" if form == "cut" else "stop"
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+
+    async def grade():
+        async with serve(handler) as url:
+            async with Client(endpoint(url), config(stream=False), 2) as client:
+                judge = Judge("judge", Rubric(mode="single"), ServiceHandle(endpoint(url), client), {})
+                return await judge.grade(Problem(idx=0, id="0", prompt="2+2?", reference="4"), "4", 1)
+
+    verdict = run(grade())
+    if form == "cut":
+        assert verdict.error is not None and "cut off while it thought" in verdict.error
+        assert verdict.record.verdict is None
+    else:
+        assert verdict.error is None and verdict.record.verdict == "9", verdict
+        assert verdict.record.reasoning == thinking

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shardeval import plugins
+from shardeval.benchmark.reasoning import DEFAULT_TAGS, ReplySplit, reply_outcome, split_reply
 from shardeval.benchmark.rubric import Rubric
 from shardeval.errors import UsageError
 from shardeval.run.adaptive import make_slots
@@ -105,15 +106,23 @@ class Judge:
         if c.status != "ok":
             record.error_kind = c.error_kind
             return Verdict(record, error=f"judge {self.service!r} could not be asked: {c.error_kind}: {c.error}")
+        split = self._split(c)
+        if split.reasoning is not None:  # a reasoning judge: its verdict is read from its answer, its thinking kept
+            record.reasoning = split.reasoning
         try:
-            record.verdict, score, scores = self.rubric.verdict(c.text)
+            record.verdict, score, scores = self.rubric.verdict(split.answer)
         except ValueError as exc:
-            return Verdict(record, error=f"judge {self.service!r}: {exc}")
+            cut = " (cut off while it thought: raise the judge's max_tokens)" if reply_outcome(split, c.finish_reason) else ""
+            return Verdict(record, error=f"judge {self.service!r}: {exc}{cut}")
         return Verdict(record, score=score, scores=scores)
+
+    def _split(self, c: Any) -> ReplySplit:
+        """The judge's reply split by the one rule (docs/reasoning.md), with its service's tags."""
+        return split_reply(c.text, c.reasoning, getattr(self.handle.client.config, "reasoning_tags", DEFAULT_TAGS))
 
     def _parses(self, c: Any) -> bool:
         try:
-            self.rubric.verdict(c.text)
+            self.rubric.verdict(self._split(c).answer)
         except ValueError:
             return False
         return True

@@ -45,6 +45,7 @@ class JudgeRecord(msgspec.Struct, kw_only=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached: bool = False  # served from the response cache
+    reasoning: str | msgspec.UnsetType = msgspec.UNSET  # a reasoning judge's thinking; its verdict is read from its answer
 
 
 class ImageInfo(msgspec.Struct, kw_only=True):
