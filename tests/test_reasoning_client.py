@@ -5,6 +5,7 @@ and without `completion_tokens_details.reasoning_tokens` in the usage."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
@@ -309,3 +310,32 @@ def test_a_reasoning_judge_is_read_from_its_answer(form: str) -> None:
     else:
         assert verdict.error is None and verdict.record.verdict == "9", verdict
         assert verdict.record.reasoning == thinking
+
+
+# --- long replies: the timeouts are idle-based while thinking flows --------------------------------
+
+
+def test_a_long_thinking_stream_outlives_the_idle_timeout_and_a_stall_inside_it_does_not() -> None:
+    """Thinking chunks every 0.05 s for ~1.5 s under a 0.4 s idle timeout: one answer. The same
+    stream stalling 1 s in the middle of its thinking: an idle timeout, not an answer."""
+    thoughts = [f"step {i}. " for i in range(30)]
+    parts = field_stream("reasoning", thoughts, ["42"])
+
+    async def steady(request: web.Request) -> web.StreamResponse:
+        return await sse(request, *parts, gap=0.05)
+
+    c = run(one(steady, config(idle=0.4, first_token=5.0)))
+    assert c.status == "ok", c.error
+    assert c.latency_s is not None and c.latency_s > 1.0 and c.reasoning == "".join(thoughts)
+
+    async def stalls(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i, part in enumerate(parts):
+            await resp.write(part)
+            await asyncio.sleep(1.0 if i == 10 else 0.01)
+        await resp.write_eof()
+        return resp
+
+    c = run(one(stalls, config(idle=0.4, first_token=5.0)))
+    assert (c.status, c.error_kind) == ("error", "timeout") and "idle" in (c.error or ""), c

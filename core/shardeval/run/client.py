@@ -9,6 +9,16 @@ Log-probabilities: a non-streamed completions response's `choices[0].logprobs` l
 Completion's `prompt_tokens_text`, `prompt_logprobs` and `text_offsets` (see there). Only whole
 bodies are decoded with the logprobs Struct; the streaming hot path never looks at logprobs.
 
+Reasoning models (docs/reasoning.md): the thinking a server sends in a field of its own
+(`reasoning`, vLLM >= 0.10; `reasoning_content`, older vLLM and others), streamed or in the
+message, lands in the Completion's `reasoning`, apart from the answer's text; a reply's content
+is kept as sent (inline `<think>` tags included) and split later, once, by
+shardeval.benchmark.reasoning. Its thinking tokens come from the usage's
+`completion_tokens_details.reasoning_tokens`, else from the stream (one per chunk). A reply is
+kept as blocks of joined pieces (COMPACT_PIECES), so a 32k-token reply holds about its text's
+size; thinking chunks count as content for the idle timeout, so a long think never times out
+while tokens flow.
+
 Failures are data, not exceptions: after the last attempt the Completion says `status="error"`
 with a typed `error_kind`, so the runner can record it and the merge can count it apart from
 wrong answers. Only `asyncio.CancelledError` propagates.
