@@ -200,17 +200,24 @@ def _decode(decode: Any, data: bytes, what: str) -> Any:
     """
     try:
         msg = decode(data)
-    except UnicodeDecodeError:
+    except _UNDECODABLE as exc:
+        if not _invalid_utf8(exc):
+            detail = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+            label = "undecodable stream chunk" if what == "stream chunk" else "response body is not a completion"
+            raise _Failure("protocol", f"{label} ({detail}): {_snippet(data)}") from None
         msg = _decode_replacing(decode, data)
         if msg is None or (msg.error is None and msg.object != "error"):
             raise _Failure("protocol", f"invalid UTF-8 in the {what}: {_snippet(data)}") from None
-    except _UNDECODABLE as exc:
-        detail = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
-        label = "undecodable stream chunk" if what == "stream chunk" else "response body is not a completion"
-        raise _Failure("protocol", f"{label} ({detail}): {_snippet(data)}") from None
     if msg.error is not None or msg.object == "error":
         raise _error_event(msg)
     return msg
+
+
+def _invalid_utf8(exc: BaseException) -> bool:
+    """Whether a decode failed on invalid UTF-8: a UnicodeDecodeError (older msgspec), or msgspec's
+    own DecodeError saying so (0.23 here: the `stream_chunk_content` case of test_hostile_server
+    failed on a fresh install until this)."""
+    return isinstance(exc, UnicodeDecodeError) or (isinstance(exc, msgspec.DecodeError) and "Invalid UTF-8" in str(exc))
 
 
 def _decode_replacing(decode: Any, data: bytes) -> Any:
