@@ -81,7 +81,8 @@ def service_identity(config: ServiceConfig) -> dict[str, Any]:
     # how its replies are split into thinking and answer (docs/reasoning.md): only when not the
     # default, so identities from before it existed stay what they were
     tags = {} if config.reasoning_tags == DEFAULT_REASONING_TAGS else {"reasoning_tags": config.reasoning_tags}
-    return {"type": config.type, "protocol": config.protocol, **declared, **tags}
+    thinking = {} if config.reasoning is None else {"reasoning": config.reasoning}  # how much it is asked to think
+    return {"type": config.type, "protocol": config.protocol, **declared, **tags, **thinking}
 
 
 def judge_identity(judge: JudgeConfig, service: ServiceConfig | None) -> dict[str, Any]:

@@ -176,14 +176,13 @@ def _validate(config: Config, where: Where) -> None:
 def _validate_reasoning(generation: Generation, services: list[str], config: Config, where: Where, at: str) -> None:
     """Every service asked with `generation.reasoning` can pass it (ServiceConfig.reasoning_request):
     a setting one cannot pass is one line here, before anything is started or asked."""
-    if generation.reasoning is None:
-        return
     for name in services:
         service = config.services.get(name)
-        if service is None:
+        reasoning = service.reasoning_for(generation.reasoning) if service is not None else None
+        if service is None or reasoning is None:
             continue
         try:
-            service.reasoning_request(generation.reasoning)
+            service.reasoning_request(reasoning)
         except UsageError as exc:
             raise where.error(f"{exc} (service {name!r}, type {service.type})", at) from None
 

@@ -143,11 +143,12 @@ def describe(config: Config, registry: Any) -> list[str]:
 
 def describe_reasoning(gen: Generation, service: ServiceConfig | None) -> str:
     """How much the model is asked to think, and the request fields that ask it (docs/reasoning.md)."""
-    if gen.reasoning is None:
+    reasoning = service.reasoning_for(gen.reasoning) if service is not None else gen.reasoning
+    if reasoning is None:
         return "reasoning unset (the server's default)"
-    keys = msgspec.to_builtins(gen.reasoning)
+    keys = msgspec.to_builtins(reasoning)
     said = ", ".join(f"{k}={msgspec.json.encode(v).decode()}" for k, v in keys.items()) or "nothing set"
     if service is None:
         return f"reasoning {said}"
-    fields = service.reasoning_request(gen.reasoning)
+    fields = service.reasoning_request(reasoning)
     return f"reasoning {said} (as {msgspec.json.encode(fields).decode()})"

@@ -145,6 +145,20 @@ class ServiceConfig(_Section):
     # written between when the server does not send it in a field of its own; null for a model
     # whose replies are never split inline. Part of the run identity when not the default.
     reasoning_tags: tuple[Tag, Tag] | None = DEFAULT_REASONING_TAGS
+    # How much this service's model is asked to think unless a benchmark's generation.reasoning
+    # says otherwise (key by key): a sweep over effort levels or budgets is one service per
+    # setting. Part of the run identity when set.
+    reasoning: ReasoningConfig | None = None
+
+    def reasoning_for(self, asked: ReasoningConfig | None) -> ReasoningConfig | None:
+        """The reasoning a request asks of this service: `asked` (a generation's), each key it
+        leaves unset taken from the service's own `reasoning`; None when neither sets any."""
+        if self.reasoning is None:
+            return asked
+        if asked is None:
+            return self.reasoning
+        keys = {f: getattr(asked, f) for f in asked.__struct_fields__ if getattr(asked, f) is not None}
+        return msgspec.structs.replace(self.reasoning, **keys)
 
     def reasoning_request(self, reasoning: ReasoningConfig) -> dict[str, Any]:
         """The request fields that ask this service for `reasoning`, or a UsageError (one line:

@@ -75,10 +75,12 @@ SolverFactory = Callable[[SolverConfig, ServiceHandle], Solver]
 
 def generation_params(gen: Generation, service: ServiceConfig | None = None) -> dict[str, Any]:
     """The request fields a Generation section sets (unset ones are left to the server): its
-    sampling keys, its `reasoning` as `service` asks for it (ServiceConfig.reasoning_request,
-    checked at config load), then `extra`, which wins a clash."""
+    sampling keys, its `reasoning` (over the service's own, ServiceConfig.reasoning_for) as
+    `service` asks for it (ServiceConfig.reasoning_request, checked at config load), then `extra`,
+    which wins a clash."""
     params = {key: getattr(gen, key) for key in ("temperature", "top_p", "top_k", "max_tokens", "stop")}
-    thinking = service.reasoning_request(gen.reasoning) if gen.reasoning is not None and service is not None else {}
+    reasoning = service.reasoning_for(gen.reasoning) if service is not None else None
+    thinking = service.reasoning_request(reasoning) if reasoning is not None and service is not None else {}
     extra = gen.extra
     kwargs = extra.get("chat_template_kwargs")
     if "chat_template_kwargs" in thinking and isinstance(kwargs, dict):  # both speak to the template: one dict, extra's keys win
