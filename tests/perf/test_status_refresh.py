@@ -6,7 +6,9 @@ accuracy with its interval: the records as merge counts them, then the metrics p
   every record, as a ratio against a plain merge_run.
 - A sweep while its shards write (issue 30): 200 models x 20 benchmarks against 4 x 5, every
   results file of every model growing between refreshes (the worst case: all models running). A
-  refresh reads only what was appended since the last one, so the 200 x 20 one stays under 1 s.
+  refresh reads only what was appended since the last one: it costs under half a `merge` of the
+  whole sweep, timed in this process on the same files (about a third here: 1.0 s against 3.2 s
+  on a 2-core machine; an absolute bound of 1 s held here and failed on a slower CI machine).
 
 Everything is written with the project's own writer and timed in this process.
 """
@@ -85,7 +87,7 @@ def test_one_refresh_costs_about_a_merge_scan_and_a_later_one_what_was_appended(
 
 SWEEP_LARGE, SWEEP_SMALL = (200, 20), (4, 5)
 SWEEP_PROBLEMS, APPENDED = 12, 3  # records per file: written in four steps of three
-SWEEP_TARGET_S = 1.0
+MAX_SWEEP_RATIO = 0.5  # one refresh while every file grows, against a merge of the whole sweep
 
 
 def refreshes_while_writing(root: str, models: int, benchmarks: int) -> tuple[float, float, int]:
@@ -125,8 +127,14 @@ def test_a_sweep_refresh_while_shards_write_reads_only_what_was_appended(tmp_pat
     small_s, small_first, small_cells = refreshes_while_writing(str(tmp_path / "small"), *SWEEP_SMALL)
     large_s, large_first, large_cells = refreshes_while_writing(str(tmp_path / "large"), *SWEEP_LARGE)
     ratio = large_s / small_s
+    from shardeval.results.sweep_merge import merge_sweep
+    from shardeval.store.discover import read_plan
+
+    large_root = str(tmp_path / "large")
+    merge_s = best_of(1, lambda: merge_sweep(large_root, read_plan(large_root)))
     print(f"\nstatus --serve of a sweep while every shard writes, one refresh: {SWEEP_LARGE[0]} x {SWEEP_LARGE[1]} "
           f"{large_s:.3f} s (first, reading everything: {large_first:.3f} s), {SWEEP_SMALL[0]} x {SWEEP_SMALL[1]} "
           f"{small_s:.4f} s (first {small_first:.4f} s); ratio {ratio:.0f} for {large_cells // small_cells}x the cells "
-          f"({ratio * small_cells / large_cells:.2f} per cell); bound {SWEEP_TARGET_S:g} s")
-    assert large_s <= SWEEP_TARGET_S
+          f"({ratio * small_cells / large_cells:.2f} per cell); merge of the whole sweep {merge_s:.3f} s, "
+          f"refresh / merge {large_s / merge_s:.2f} (bound {MAX_SWEEP_RATIO:g})")
+    assert large_s / merge_s <= MAX_SWEEP_RATIO
