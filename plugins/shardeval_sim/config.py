@@ -53,9 +53,6 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     judge_quality: Probability = D.judge_quality  # judge mode: probability of the right verdict
     judge_garbage: Probability = D.judge_garbage  # judge replies with no verdict (a fault: not identity)
     tool_calls: list[ScriptedToolCall] | None = None  # answers to requests offering tools (None: the default script)
-    # limit_mm_per_prompt and allowed_local_media_path are ServiceConfig's (every service declares
-    # them); the sim is started with them and refuses images as vLLM would. They change no answer,
-    # only which requests are refused, so they are not part of the identity.
     # A reasoning model (docs/reasoning.md). Named reasoning_form, not reasoning: every service's
     # `reasoning` section is what requests ask of the model (ServiceConfig.reasoning).
     reasoning_form: Literal["none", "field", "reasoning_content", "inline"] = "none"
@@ -63,6 +60,9 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     reasoning_tokens_tail: Annotated[float, msgspec.Meta(gt=0)] | None = D.reasoning_tokens_tail
     usage_reasoning_tokens: bool = D.usage_reasoning_tokens
     log_requests: str | None = None  # a JSONL file of every request body (for tests; not identity)
+    # limit_mm_per_prompt and allowed_local_media_path are ServiceConfig's (every service declares
+    # them); the sim is started with them and refuses images as vLLM would. They change no answer,
+    # only which requests are refused, so they are not part of the identity.
     startup_timeout_s: Seconds = 60.0
 
     def identity(self) -> dict[str, Any]:
