@@ -235,6 +235,19 @@ def test_thinking_is_timed_as_tokens_are() -> None:
     assert len(got.thinking_chunks) == 30 and took >= 0.1 + 39 * 0.01 - 0.02
 
 
+def test_a_20k_token_thinking_streams_fast_at_itl_0() -> None:
+    """20,000 thinking chunks (3.8 MB of SSE) at --itl-ms 0: about 25 ms wall and 20-30 ms of the
+    simulator's CPU on the 2-core dev machine (events from cached byte templates, no per-chunk
+    JSON encoding); the bound leaves room for a busy machine."""
+    with running_sim("--reasoning-form", "field", "--reasoning-tokens", "20000", *FAST) as base:
+        chat(base, seed=0)  # warm
+        t0 = time.monotonic()
+        got = chat(base, stream=True)
+        took = time.monotonic() - t0
+    assert len(got.thinking_chunks) == 20000 and got.usage["completion_tokens"] == 20000 + WORDS
+    assert took < 2.0, took
+
+
 # --- usage, and what shardeval's client makes of it ---------------------------------------------------
 
 
