@@ -27,6 +27,7 @@ that is output_tokens × Pareto(ALPHA) (minimum 1, median 2 ** (1 / ALPHA)), cap
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import re
@@ -58,6 +59,10 @@ class Reply:
 
     tokens: list[str]
     finish_reason: str  # "stop" | "length"
+    # Reasoning mode (shardeval_sim.reasoning): the first `thinking` tokens are thinking, the rest
+    # the answer; `thought`: the reply had a thinking phase (it may have been cut to nothing).
+    thinking: int = 0
+    thought: bool = False
 
     @property
     def text(self) -> str:
@@ -95,14 +100,22 @@ def token_logprob(token: str) -> float:
     return -(1.0 + (h % 1000) / 250.0)
 
 
-def output_length(text: str, output_tokens: int, tail: float | None) -> int:
+def output_length(text: str, output_tokens: int, tail: float | None, person: bytes = b"sim-length") -> int:
     """Words in the reply to `text`: `output_tokens`, or with a tail alpha output_tokens × Pareto(alpha),
-    capped at TAIL_CAP × output_tokens (see the module doc)."""
+    capped at TAIL_CAP × output_tokens (see the module doc). `person` keys the hash, so the thinking's
+    length (shardeval_sim.reasoning) is drawn apart from the answer's."""
     if tail is None:
         return output_tokens
-    h = int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8, person=b"sim-length").digest(), "big")
+    h = int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8, person=person).digest(), "big")
     scale = ((h + 1) / 2.0**64) ** (-1.0 / tail)
     return int(min(TAIL_CAP * output_tokens, output_tokens * scale))
+
+
+def cut(tokens: list[str], max_tokens: int | None) -> Reply:
+    """A reply of `tokens`, cut at `max_tokens` with finish_reason `length` as vLLM cuts one."""
+    if max_tokens is not None and max_tokens < len(tokens):
+        return Reply(tokens=tokens[:max_tokens], finish_reason="length")
+    return Reply(tokens=tokens, finish_reason="stop")
 
 
 def wrong_answer(reference: str) -> str:
@@ -137,6 +150,13 @@ class Answerer:
         return next((ref for tail in tails if (ref := self.key(tail)) is not None), None)
 
     def reply(self, text: str, request_seed: int | None, max_tokens: int | None) -> Reply:
+        return cut(self.compose(text, request_seed)[0], max_tokens)
+
+    def compose(self, text: str, request_seed: int | None) -> tuple[list[str], Callable[[], str]]:
+        """(the whole reply's tokens, a function giving the right answer as the benchmark's scorer
+        reads it): the second is what a reasoning reply's thinking works out
+        (shardeval_sim.reasoning), so a scorer that wrongly reads the thinking scores a cut-off or
+        wrong reply right. A function, so a reply without thinking costs nothing more."""
         digest = hashlib.blake2b(
             f"{self.seed}\x1f{request_seed}\x1f{text}".encode("utf-8", "surrogatepass"), digest_size=32
         ).digest()
@@ -149,16 +169,17 @@ class Answerer:
         else:
             answer, correct = wrong_answer(ref), False
         rendered = self.render(ref, correct) if self.render is not None and ref is not None and correct is not None else None
+
+        def planted() -> str:
+            right = self.render(ref, True) if rendered is not None and self.render is not None and ref is not None else None
+            return right if right is not None else f"so the answer is #### {ref.strip() if ref is not None else answer}"
+
         if rendered is not None:  # the benchmark shapes the whole reply (code, a letter, ...)
-            tokens = _TOKEN.findall(rendered) or [rendered]
-        else:
-            tail = ["####", *(answer.split() or ["0"])]
-            start, stride = digest[12], digest[13] | 1
-            words = [VOCAB[(start + i * stride) & 63] for i in range(max(0, output_length(text, self.output_tokens, self.tail) - len(tail)))] + tail
-            tokens = [words[0]] + [" " + w for w in words[1:]]
-        if max_tokens is not None and max_tokens < len(tokens):
-            return Reply(tokens=tokens[:max_tokens], finish_reason="length")
-        return Reply(tokens=tokens, finish_reason="stop")
+            return _TOKEN.findall(rendered) or [rendered], planted
+        tail = ["####", *(answer.split() or ["0"])]
+        start, stride = digest[12], digest[13] | 1
+        words = [VOCAB[(start + i * stride) & 63] for i in range(max(0, output_length(text, self.output_tokens, self.tail) - len(tail)))] + tail
+        return [words[0]] + [" " + w for w in words[1:]], planted
 
 
 # Judge mode: a prompt that asks for the MT-Bench verdict forms is answered as a judge would.
@@ -219,8 +240,12 @@ class Judger:
         return f"The answer was checked against the question step by step.\n\nRating: [[{rating}]]"
 
     def reply(self, text: str, request_seed: int | None, max_tokens: int | None, garbage: bool) -> Reply:
-        said = "I cannot judge this answer without more context." if garbage else self.verdict(text, request_seed)
-        tokens = _TOKEN.findall(said)
-        if max_tokens is not None and max_tokens < len(tokens):
-            return Reply(tokens=tokens[:max_tokens], finish_reason="length")
-        return Reply(tokens=tokens, finish_reason="stop")
+        return cut(self.compose(text, request_seed, garbage)[0], max_tokens)
+
+    def compose(self, text: str, request_seed: int | None, garbage: bool) -> tuple[list[str], Callable[[], str]]:
+        """(the reply's tokens, a function giving its verdict): a reasoning judge's thinking reaches
+        the verdict even when the reply then gives none (garbage), so a parser reading the
+        thinking is caught."""
+        verdict = functools.partial(self.verdict, text, request_seed)
+        said = "I cannot judge this answer without more context." if garbage else verdict()
+        return _TOKEN.findall(said), verdict

@@ -9,7 +9,7 @@ import click
 
 from shardeval.api import UsageError
 from shardeval_sim.settings import SIM_DEFAULTS as D
-from shardeval_sim.settings import SimSettings
+from shardeval_sim.settings import REASONING_FORMS, SimSettings
 
 RATE = click.FloatRange(0.0, 1.0)
 NON_NEGATIVE = click.FloatRange(min=0.0)
@@ -97,6 +97,19 @@ def _tool_script(ctx: click.Context, param: click.Parameter, value: str | None) 
               help='Images one prompt may carry, as vLLM\'s flag: \'{"image": 4}\' (more: HTTP 400, param "image"; unset: no limit).')
 @click.option("--allowed-local-media-path", metavar="DIR",
               help="A folder file:// image URLs may point below, as vLLM's flag (unset: file:// URLs are refused with 400).")
+@click.option("--reasoning-form", type=click.Choice(REASONING_FORMS), default=D.reasoning_form, show_default=True,
+              help="Imitate a reasoning model on vLLM: thinking in delta/message `reasoning` (field), in `reasoning_content`, "
+                   "or inline as <think>…</think> before the answer (no reasoning parser); chat requests only. The answer "
+                   "is the one without reasoning, after \\n\\n; max_tokens, enable_thinking, reasoning_effort and "
+                   "thinking_token_budget are honoured.")
+@click.option("--reasoning-tokens", type=click.IntRange(min=1), default=D.reasoning_tokens, show_default=True,
+              help="Thinking tokens per reply (the mean with --reasoning-tokens-tail), ×0.25/×1/×4 for reasoning_effort low/medium/high.")
+@click.option("--reasoning-tokens-tail", type=click.FloatRange(min=0.0, min_open=True), metavar="ALPHA",
+              help="Heavy-tailed thinking: --reasoning-tokens × Pareto(ALPHA) tokens, drawn from the prompt alone, at most 100 × "
+                   "--reasoning-tokens (unset: fixed).")
+@click.option("--usage-reasoning-tokens/--no-usage-reasoning-tokens", default=D.usage_reasoning_tokens, show_default=True,
+              help="Report usage.completion_tokens_details.reasoning_tokens (off: a client must count the thinking itself).")
+@click.option("--log-requests", metavar="PATH", help="Append every request body, as JSON on one line, to PATH as it arrives (for tests).")
 @click.option("--seed", type=int, default=D.seed, show_default=True, help="Seed for answers and fault draws.")
 @click.option("--root", metavar="PATH", help="The weights /v1/models reports as `root`, as vLLM does (default: the model name).")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=D.max_model_len, show_default=True, help="The context length /v1/models reports.")

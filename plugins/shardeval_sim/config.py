@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -13,7 +13,10 @@ from shardeval_sim.settings import BEHAVIOUR_KEYS, SIM_DEFAULTS as D
 
 # Knobs passed only when they differ from the default, so the command line of a sim that does not
 # judge is what it was, and a node with an older shardeval still starts it.
-ONLY_WHEN_SET = ("judge_quality", "judge_garbage")
+ONLY_WHEN_SET = ("judge_quality", "judge_garbage", "reasoning_form", "reasoning_tokens", "usage_reasoning_tokens")
+# The keys of reasoning mode that change what the simulated model says (usage_reasoning_tokens
+# changes only what usage reports, as fault knobs change only how a reply arrives).
+REASONING_IDENTITY = ("reasoning_form", "reasoning_tokens", "reasoning_tokens_tail")
 
 
 class ScriptedToolCall(msgspec.Struct, forbid_unknown_fields=True):
@@ -50,6 +53,13 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     judge_quality: Probability = D.judge_quality  # judge mode: probability of the right verdict
     judge_garbage: Probability = D.judge_garbage  # judge replies with no verdict (a fault: not identity)
     tool_calls: list[ScriptedToolCall] | None = None  # answers to requests offering tools (None: the default script)
+    # A reasoning model (docs/reasoning.md). Named reasoning_form, not reasoning: every service's
+    # `reasoning` section is what requests ask of the model (ServiceConfig.reasoning).
+    reasoning_form: Literal["none", "field", "reasoning_content", "inline"] = "none"
+    reasoning_tokens: Count = D.reasoning_tokens
+    reasoning_tokens_tail: Annotated[float, msgspec.Meta(gt=0)] | None = D.reasoning_tokens_tail
+    usage_reasoning_tokens: bool = D.usage_reasoning_tokens
+    log_requests: str | None = None  # a JSONL file of every request body (for tests; not identity)
     # limit_mm_per_prompt and allowed_local_media_path are ServiceConfig's (every service declares
     # them); the sim is started with them and refuses images as vLLM would. They change no answer,
     # only which requests are refused, so they are not part of the identity.
@@ -62,12 +72,15 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
         `output_tokens_tail` changes the replies' words (and completion_tokens) as `output_tokens`
         does; it counts only when set, so runs from before it existed keep their identity, and so
         does `judge_quality` (the verdicts of judge mode) when it is not the default, and
-        `tool_calls` (what an agent is made to run) when it is set."""
+        `tool_calls` (what an agent is made to run) when it is set. A reasoning model's keys
+        (REASONING_IDENTITY) count when `reasoning_form` is not "none", each when not its default."""
         keys = ("model", "bench", "bench_params", "accuracy", "output_tokens", "seed")
         tail = {} if self.output_tokens_tail is None else {"output_tokens_tail": self.output_tokens_tail}
         judge = {} if self.judge_quality == D.judge_quality else {"judge_quality": self.judge_quality}
         tools = {} if self.tool_calls is None else {"tool_calls": msgspec.to_builtins(self.tool_calls)}
-        return {**{key: getattr(self, key) for key in keys}, **tail, **judge, **tools}
+        think = {} if self.reasoning_form == D.reasoning_form else {
+            key: getattr(self, key) for key in REASONING_IDENTITY if getattr(self, key) != getattr(D, key)}
+        return {**{key: getattr(self, key) for key in keys}, **tail, **judge, **tools, **think}
 
     def served_model(self) -> str:
         return self.model
@@ -99,6 +112,9 @@ def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list
         elif key == "limit_mm_per_prompt":
             if value is not None:
                 argv += ["--limit-mm-per-prompt", json.dumps(value, sort_keys=True, separators=(",", ":"))]
+        elif key == "usage_reasoning_tokens":
+            if not value:
+                argv += ["--no-usage-reasoning-tokens"]
         elif value is not None and not (key in ONLY_WHEN_SET and value == getattr(D, key)):
             argv += ["--" + key.replace("_", "-"), str(value)]
     return argv

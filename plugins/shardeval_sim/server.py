@@ -36,6 +36,14 @@ key sees the pictures: a prompt with images is looked up by its text and the sha
 image's bytes (`answers.image_key`). GET /sim/stats counts requests, image requests, images
 decoded and image errors, so a test can tell that no request reached the server.
 
+Reasoning models (`--reasoning-form`, shardeval_sim.reasoning): a chat reply thinks before the
+answer it would give without reasoning, the thinking in delta/message `reasoning` or
+`reasoning_content`, or inline between `<think>` tags, one event per token as the answer is;
+usage's `completion_tokens` counts both and `completion_tokens_details.reasoning_tokens` the
+thinking (unless `--no-usage-reasoning-tokens`). Completions requests and tool calls do not think.
+`--log-requests PATH` appends every JSON body, one line each, as it arrives, so a test can see
+what a server was asked (a judge's prompts, say).
+
 Faults are drawn once per request attempt; reset, stall, in-band error and truncated JSON (a chunk
 cut off mid-object, then the end of the body) strike after the first few events of a stream.
 `--max-inflight K` is a rate limiter apart from the drawn faults: a request arriving while K are
@@ -60,14 +68,15 @@ import re
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from aiohttp import web
 import msgspec
-from shardeval_sim.answers import (Answerer, AnswerKey, Grade, Judger, Render, Reply, count_tokens, image_key, split_words, token_logprob,
-                                   tokenize)
+from shardeval_sim.answers import (Answerer, AnswerKey, Grade, Judger, Render, Reply, count_tokens, cut, image_key, split_words,
+                                   token_logprob, tokenize)
+from shardeval_sim.reasoning import Ask, ReasoningRequestError, Thinker, inline_tokens, parse_ask
 from shardeval_sim.settings import SimSettings
 from shardeval_sim.tools import ToolCall, ToolRequestError, offered_tools, plan_call, user_text
 
@@ -196,13 +205,20 @@ def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
 class Simulator:
     """Request handling for one server process; `app()` wires it into aiohttp."""
 
-    def __init__(self, settings: SimSettings, answer_key: AnswerKey | None, render: Render | None = None, grade: Grade | None = None) -> None:
+    def __init__(self, settings: SimSettings, answer_key: AnswerKey | None, render: Render | None = None, grade: Grade | None = None,
+                 request_log: BinaryIO | None = None) -> None:
         self.settings = settings
         self.judger = Judger(answer_key, grade, settings.judge_quality, settings.seed)
         self.garbage = random.Random(f"judge-garbage:{settings.seed}")  # a per-attempt draw, so a retry or rerun can differ
         self.served = settings.model
         self.answerer = Answerer(answer_key, settings.accuracy, settings.output_tokens, settings.seed, render, settings.output_tokens_tail)
         self.faults = Faults(settings)
+        # Reasoning mode (shardeval_sim.reasoning): None answers as a model that does not think.
+        self.form = settings.reasoning_form
+        self.thinker = None if self.form == "none" else Thinker(settings.reasoning_tokens, settings.reasoning_tokens_tail, settings.seed)
+        self._thought_key = "reasoning" if self.form == "field" else "reasoning_content"  # where the field forms put the thinking
+        self._thought_field = self._thought_key.encode()
+        self.request_log = request_log  # --log-requests: every JSON body, a line each, as it arrives
         self.ttft = settings.ttft_ms / 1000.0
         self.itl = settings.itl_ms / 1000.0
         self.ids = itertools.count(1)
@@ -312,6 +328,8 @@ class Simulator:
                 body = _json_decode(await request.read())
             except msgspec.DecodeError as exc:
                 raise BadRequest(400, f"invalid JSON body: {exc}") from None
+            if self.request_log is not None:  # one write per line: shards sharing the file interleave whole lines
+                self.request_log.write(_json_encode(body) + b"\n")
             text, n_prompt = self._parse(body, chat)
             max_tokens = _int_field(body, "max_tokens", 0)
             if chat and body.get("max_completion_tokens") is not None:
@@ -322,6 +340,7 @@ class Simulator:
             stream = bool(body.get("stream"))
             echo, logprobs = (False, None) if chat else self._logprob_fields(body, stream)
             call, text = self._tool_call(body, text, seed) if chat else (None, text)
+            ask = self._ask(body) if chat and self.thinker is not None else None
         except BadRequest as exc:
             return error_response(exc.status, exc.message, exc.kind, exc.param)
         options = body.get("stream_options")
@@ -347,12 +366,17 @@ class Simulator:
                 return await self._respond(request, reply, chat, n_prompt, fault, call=call)
             if Judger.mode(text) is not None:  # a judge prompt: a verdict (or, at --judge-garbage, none)
                 garbage = self.settings.judge_garbage > 0 and self.garbage.random() < self.settings.judge_garbage
-                reply = self.judger.reply(text, seed, max_tokens, garbage)
+                tokens, plant = self.judger.compose(text, seed, garbage)
             else:
-                reply = self.answerer.reply(text, seed, max_tokens)
+                tokens, plant = self.answerer.compose(text, seed)
+            if ask is None or self.thinker is None:
+                reply = cut(tokens, max_tokens)
+            else:  # a reasoning model's chat reply: thinking, then the same answer
+                reply = self.thinker.reply(text, seed, tokens, plant, ask, max_tokens)
             if stream:
-                return await self._stream(request, reply, self._events(reply, chat, n_prompt, include_usage), chat, fault)
-            return await self._respond(request, reply, chat, n_prompt, fault, echo=text if echo else None, logprobs=logprobs is not None)
+                return await self._stream(request, reply, self._events(reply, chat, n_prompt, include_usage, ask is not None), chat, fault)
+            return await self._respond(request, reply, chat, n_prompt, fault, echo=text if echo else None, logprobs=logprobs is not None,
+                                       reasoning=ask is not None)
         finally:
             self.inflight -= 1
 
@@ -373,6 +397,20 @@ class Simulator:
         return call, prompt
 
     @staticmethod
+    def _ask(body: dict[str, Any]) -> Ask:
+        """What a chat request asks of a reasoning model's thinking (400 for what vLLM refuses)."""
+        try:
+            return parse_ask(body)
+        except ReasoningRequestError as exc:
+            raise BadRequest(400, str(exc), param=exc.param) from None
+
+    def _usage_details(self, reply: Reply, reasoning: bool) -> bytes:
+        """`,"completion_tokens_details":{...}` for a reasoning model's chat reply (b"" otherwise)."""
+        if not reasoning or not self.settings.usage_reasoning_tokens:
+            return b""
+        return b',"completion_tokens_details":{"reasoning_tokens":%d}' % reply.thinking
+
+    @staticmethod
     def _logprob_fields(body: dict[str, Any], stream: bool) -> tuple[bool, int | None]:
         """(echo, logprobs) of a completions request; None: no logprobs asked (or a stream: ignored)."""
         echo = body.get("echo")
@@ -386,7 +424,8 @@ class Simulator:
         return bool(echo), None if stream else logprobs
 
     async def _respond(self, request: web.Request, reply: Reply, chat: bool, n_prompt: int, fault: str | None, *,
-                       echo: str | None = None, logprobs: bool = False, call: ToolCall | None = None) -> web.StreamResponse:
+                       echo: str | None = None, logprobs: bool = False, call: ToolCall | None = None,
+                       reasoning: bool = False) -> web.StreamResponse:
         n = len(reply.tokens)
         delay = self.ttft + self.itl * max(0, n - 1)
         if fault == "stall":
@@ -404,10 +443,18 @@ class Simulator:
             return web.Response(body=_json_encode(body), content_type="application/json")
         text = reply.text
         if chat:
+            message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call.as_message()]} if call is not None \
+                else {"role": "assistant", "content": text, "tool_calls": []}
+            if reasoning and self.form == "inline":
+                message["content"] = "".join(inline_tokens(reply))
+            elif reasoning:  # a reasoning parser's split: the thinking in its field, the answer (if begun) as content
+                k = reply.thinking
+                answer = "".join(reply.tokens[k:])
+                message["content"] = answer if answer or not reply.thought else None
+                message[self._thought_key] = "".join(reply.tokens[:k]) or None
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": None, "tool_calls": [call.as_message()]} if call is not None
-                else {"role": "assistant", "content": text, "tool_calls": []},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": reply.finish_reason,
                 "stop_reason": None,
@@ -422,12 +469,15 @@ class Simulator:
             lp = _logprobs(tokenize(prefix), generated) if logprobs else None
             choice = {"index": 0, "text": prefix + text, "logprobs": lp, "finish_reason": reply.finish_reason, "stop_reason": None}
             rid, kind = f"cmpl-sim{next(self.ids):x}", "text_completion"
-        usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n}
+        usage: dict[str, Any] = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n}
+        if reasoning and self.settings.usage_reasoning_tokens:
+            usage["completion_tokens_details"] = {"reasoning_tokens": reply.thinking}
         out = {"id": rid, "object": kind, "created": int(time.time()), "model": self.served, "choices": [choice], "usage": usage}
         return web.Response(body=_json_encode(out), content_type="application/json")
 
-    def _events(self, reply: Reply, chat: bool, n_prompt: int, include_usage: bool) -> list[bytes]:
-        """Every SSE event of one stream, built from byte templates."""
+    def _events(self, reply: Reply, chat: bool, n_prompt: int, include_usage: bool, reasoning: bool = False) -> list[bytes]:
+        """Every SSE event of one stream, built from byte templates. A reasoning model's thinking
+        is one event per token as its answer is: in the form's field, or inline in the content."""
         rid = next(self.ids)
         created = str(int(time.time())).encode()
         model_json = self._model_json
@@ -445,11 +495,22 @@ class Simulator:
             events = []
         tokens = reply.tokens
         token = self._token
-        events.extend(pre + token(t) + mid for t in tokens[:-1])
-        events.append(pre + (token(tokens[-1]) if tokens else b'""') + end)
+        if reasoning and self.form == "inline":
+            tokens = inline_tokens(reply)
+        if reasoning and self.form != "inline" and reply.thinking:
+            k = reply.thinking
+            thought = head + b'[{"index":0,"delta":{"%s":' % self._thought_field
+            parts = [thought + token(t) for t in tokens[:k]]
+            parts.extend(pre + token(t) for t in tokens[k:])
+            events.extend(p + mid for p in parts[:-1])
+            events.append(parts[-1] + end)
+        else:
+            events.extend(pre + token(t) + mid for t in tokens[:-1])
+            events.append(pre + (token(tokens[-1]) if tokens else b'""') + end)
         if include_usage:
             n = len(tokens)
-            events.append(b'%s[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}\n\n' % (head, n_prompt, n_prompt + n, n))
+            events.append(b'%s[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%s}}\n\n' % (
+                head, n_prompt, n_prompt + n, n, self._usage_details(reply, reasoning)))
         events.append(_DONE)
         return events
 
@@ -534,7 +595,15 @@ def _logprobs(prompt_tokens: list[str], generated: list[str]) -> dict[str, Any]:
 async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: Render | None = None, grade: Grade | None = None,
                 announce: Any = print) -> None:
     """Run until SIGTERM or SIGINT; print the one readiness line once connections are accepted."""
-    sim = Simulator(settings, answer_key, render, grade)
+    request_log = None
+    if settings.log_requests:
+        try:
+            request_log = open(settings.log_requests, "ab", buffering=0)  # unbuffered: each body is on disk as it arrives
+        except OSError as exc:
+            from shardeval.api import UsageError
+
+            raise UsageError(f"--log-requests {settings.log_requests}: cannot open it for appending: {exc.strerror or exc}") from None
+    sim = Simulator(settings, answer_key, render, grade, request_log)
     runner = web.AppRunner(sim.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=2048, shutdown_timeout=0.5)
@@ -554,6 +623,9 @@ async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: 
     faults = ", ".join(f"{k} {v:g}" for k, v in settings.fault_rates().items() if v) or "none"
     bench = f"{settings.bench} (accuracy {settings.accuracy:g})" if settings.bench else "none"
     tail = f" × Pareto({settings.output_tokens_tail:g})" if settings.output_tokens_tail else ""
+    if settings.reasoning_form != "none":
+        think_tail = f" × Pareto({settings.reasoning_tokens_tail:g})" if settings.reasoning_tokens_tail else ""
+        tail += f", reasoning {settings.reasoning_form} ({settings.reasoning_tokens} tokens{think_tail})"
     print(f"shardeval sim: model {settings.model!r}, bench {bench}, ttft {settings.ttft_ms:g} ms, "
           f"itl {settings.itl_ms:g} ms, {settings.output_tokens} tokens{tail}, faults: {faults}, seed {settings.seed}",
           file=sys.stderr, flush=True)
@@ -562,3 +634,5 @@ async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: 
         await stop.wait()
     finally:
         await runner.cleanup()
+        if request_log is not None:
+            request_log.close()

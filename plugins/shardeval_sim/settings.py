@@ -47,6 +47,14 @@ class SimSettings:
     # (vLLM's --allowed-local-media-path; None: file:// URLs are refused).
     limit_mm_per_prompt: dict[str, Any] | None = None
     allowed_local_media_path: str | None = None
+    # A reasoning model served by vLLM (shardeval_sim.reasoning): where the thinking goes, one of
+    # REASONING_FORMS ("none": a model that does not think, the replies of before), its mean
+    # length in tokens, and the Pareto shape of per-prompt lengths (None: fixed).
+    reasoning_form: str = "none"
+    reasoning_tokens: int = 64
+    reasoning_tokens_tail: float | None = None
+    usage_reasoning_tokens: bool = True  # usage.completion_tokens_details.reasoning_tokens (false: the client must count)
+    log_requests: str | None = None  # a JSONL file every request body is appended to as it arrives (for tests)
 
     def fault_rates(self) -> dict[str, float]:
         """Per-attempt probabilities of each fault; they are exclusive, so they must sum to <= 1."""
@@ -54,6 +62,7 @@ class SimSettings:
                 "error_200": self.error_200, "truncate_json": self.truncate_json}
 
 
+REASONING_FORMS = ("none", "field", "reasoning_content", "inline")
 SIM_DEFAULTS = SimSettings()
 # Behaviour keys a `type: sim` service config shares with the CLI (the service picks host/port).
 BEHAVIOUR_KEYS = tuple(f.name for f in fields(SimSettings) if f.name not in ("host", "port"))
