@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     # Every plugin: errors a user sees as one line, the config it is handed, the registry
     from shardeval.errors import EXIT_WITH_ERRORS, os_error, ShardError, UsageError
     from shardeval.config import (BenchmarkConfig, ClusterConfig, Config, Count, ExportConfig, Generation, NonNegativeFloat,
-                                  NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig, SolverConfig)
+                                  NonNegativeInt, NonNegativeSeconds, Probability, ReasoningConfig, Seconds, ServiceConfig, SolverConfig)
     from shardeval.config.loading import load_config
     from shardeval.config.reading import parse_key_values, read_yaml
     from shardeval.plugins import plugin_manager, registry
