@@ -205,6 +205,11 @@ def test_a_sweep_carries_the_counts_per_model_and_benchmark_cell(tmp_path: Path)
     table = sweep_md[sweep_md.index("## reasoning"):]
     table = table[:table.index("", 2)]  # to the blank line after the table
     assert sum(line.startswith("| step") for line in table) == 1  # only the cell that thought
+    said = status(str(root)).splitlines()
+    assert [line for line in said if "while thinking" in line] == [f"step2000 bench01: truncated while thinking: 4 of 12 (33.3 %); "
+                                                                   f"cut off after answering: 0; 12 of 12 with thinking; thinking "
+                                                                   f"tokens mean {t['mean']:.0f}, p50 {t['p50']:.0f}, p90 "
+                                                                   f"{t['p90']:.0f}, max 4096 (usage 12)"]
     model_scores = json.loads((root / "step2000" / "merged" / "scores.json").read_text())
     assert model_scores["bench01"]["reasoning"] == want and "reasoning" not in model_scores["bench00"]
 
@@ -350,3 +355,17 @@ def test_inspect_log_holds_the_thinking_as_content_reasoning(merged: tuple[Path,
     assert len(truncated) == 10 and all(s.output.completion == "" and s.scores["shardeval"].value == 0.0 for s in truncated)
     assert log.results.scores[0].metadata["reasoning"] == expected()
     assert not math.isnan(log.results.scores[0].metrics["accuracy"].value)
+
+
+def test_a_standing_line_whose_text_is_not_a_string_is_one_line_when_exported(tmp_path: Path) -> None:
+    """The scan skips the texts, so a line with a number for its response stands in the merge; the
+    export, which decodes it whole, names it in one line instead of a traceback."""
+    root = tmp_path / "run"
+    make_shard(str(root), 0, 1, n_problems=3)
+    path = root / "shard_0" / BENCH / "results.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[0] + lines[1].replace(b'"response":"#### 1"', b'"response":1') + lines[2])
+    assert b'"response":1,' in path.read_bytes()
+    done = shardeval_cmd("export", str(root), "-o", str(tmp_path / "rows.csv"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"shard_0/{BENCH}/results.jsonl: the record at byte {len(lines[0])} is not a valid result record" in done.stderr

@@ -113,8 +113,14 @@ def standing(scanned: list[Scanned]) -> Iterator[tuple[Identity, Any]]:
     for s in scanned:
         c = s.cells
         try:
-            for _, src, line in read_winners(s.run.shards, s.bench, RESULTS_FILE, c.src, c.offset, c.length):
-                yield s.identities[src], decode(line)
+            for cell, src, line in read_winners(s.run.shards, s.bench, RESULTS_FILE, c.src, c.offset, c.length):
+                try:
+                    record = decode(line)
+                except msgspec.ValidationError as exc:  # the scan reads no text field: a line whose text is no string
+                    where = os.path.join(s.run.shards[src].path, s.bench, RESULTS_FILE)
+                    raise UsageError(f"{s.label}{where}: the record at byte {c.offset[cell]} is not a valid result record "
+                                     f"({exc}); move that shard aside or mend the line, then export again") from None
+                yield s.identities[src], record
         except OSError as exc:  # a shard file moved or deleted since the scan: not the output's fault
             raise os_error(exc, "read", fix="a shard changed while exporting; export again") from None
 
