@@ -44,10 +44,11 @@ class ScannedRecord(msgspec.Struct, kw_only=True):
     """What the scans of merge, status and export read of a result record (ResultRecord's fields of
     the same names and types): the cell, its standing, its numbers, and the reasoning facts, but
     none of its texts. A reasoning model's record holds a reply and a thinking of tens of thousands
-    of tokens; decoding them into Python strings cost a scan 2x (ASCII) to 6x (anything else) what
-    it costs to skip them, and the scan needs only whether a record has thinking: `reasoning` is
-    kept as the raw JSON bytes msgspec found (never decoded), the other texts are skipped. The
-    merged files copy each standing line verbatim, and export decodes the standing ones whole."""
+    of tokens; decoding one into Python strings costs 1.3x (ASCII) to 5-6x (text with non-ASCII
+    characters) what skipping it costs, and the scan needs only whether a record has thinking:
+    `reasoning` is kept as the raw JSON bytes msgspec found (never decoded), the other texts are
+    skipped. The merged files copy each standing line verbatim, and export decodes the standing
+    ones whole (naming a line whose text is not a string, which this scan cannot see)."""
 
     benchmark: str
     problem_idx: int
