@@ -7,7 +7,9 @@ server so a test can shape them: overlapping, missing, torn, mixed or huge.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
+
+import msgspec
 
 from shardeval.store.records import (
     BenchmarkManifest,
@@ -24,12 +26,23 @@ Score = Callable[[int, int], float | None]
 
 
 def record(bench: str, p: int, r: int, shard: int, score: float | None = 1.0, status: str = "ok", **kw) -> ResultRecord:
-    return ResultRecord(
+    """A record of problem p, repeat r; `kw` sets any other field (or replaces these defaults)."""
+    fields = dict(
         benchmark=bench, problem_idx=p, problem_id=f"{bench}-{p}", repeat=r, seed=p * 1000 + r,
         status=status, score=score if status == "ok" else None, error_kind=None if status == "ok" else "server_error",
         response=f"#### {p}", reference=str(p), latency_s=0.5 + (p % 7) / 10, ttft_s=0.1, started_at=1_700_000_000.0 + p,
-        completion_tokens=32, shard=shard, **kw,
+        completion_tokens=32, shard=shard,
     )
+    return ResultRecord(**{**fields, **kw})
+
+
+def assistant_turn(rec: ResultRecord) -> dict:
+    """The trajectory's last message, as the runner writes it: the raw reply, with the record's
+    thinking beside it when it has one (docs/reasoning.md)."""
+    turn = {"role": "assistant", "content": rec.response}
+    if rec.reasoning is not msgspec.UNSET:
+        turn["reasoning"] = rec.reasoning
+    return turn
 
 
 def make_shard(
@@ -77,7 +90,7 @@ def make_shard(
                     TrajectoryRecord(
                         benchmark=rec.benchmark, problem_idx=rec.problem_idx, problem_id=rec.problem_id,
                         repeat=rec.repeat, messages=[{"role": "user", "content": prompt(rec.problem_idx)},
-                                                     {"role": "assistant", "content": rec.response}],
+                                                     assistant_turn(rec)],
                         status=rec.status,
                     )
                 )
@@ -86,11 +99,13 @@ def make_shard(
 
 
 def make_sweep(root: str, models: int, benchmarks: int, *, n_problems: int = 12, shards: int = 1, repeats: int = 1,
-               score: Callable[[int, int, int, int], float] | None = None) -> list[str]:
+               score: Callable[[int, int, int, int], float] | None = None,
+               fields: Callable[[int, int, int, int], dict[str, Any]] | None = None) -> list[str]:
     """A sweep as `shardeval run` of a sweep config writes it: <root>/sweep_plan.json and, for each
     model, <root>/<model>/shard_<i>/ holding every benchmark. `score(m, b, p, r)` is model m's
     score on problem p, repeat r of benchmark b; by default right when (p + m + b + r) % 3 != 0, so
-    models differ and pairs have discordant cells."""
+    models differ and pairs have discordant cells. `fields(m, b, p, r)`: more fields of that record
+    (a reasoning model's `reasoning`, `outcome`...)."""
     score = score or (lambda m, b, p, r: float((p + m + b + r) % 3 != 0))
     from shardeval.store.discover import PLAN_FILE
     from shardeval.store.records import ServedModel, SweepPlan, pretty_json
@@ -116,11 +131,11 @@ def make_sweep(root: str, models: int, benchmarks: int, *, n_problems: int = 12,
                         open(os.path.join(out, bench, "trajectories.jsonl"), "wb") as traj:
                     for p in range(lo, hi):
                         for r in range(repeats):
-                            rec = record(bench, p, r, idx, score(m, b, p, r), run=run)
+                            rec = record(bench, p, r, idx, score(m, b, p, r), run=run, **(fields(m, b, p, r) if fields else {}))
                             res.write(encode_line(rec))
                             traj.write(encode_line(TrajectoryRecord(
                                 benchmark=bench, problem_idx=p, problem_id=rec.problem_id, repeat=r,
-                                messages=[{"role": "user", "content": f"q{p}"}, {"role": "assistant", "content": rec.response}])))
+                                messages=[{"role": "user", "content": f"q{p}"}, assistant_turn(rec)])))
             write_manifest(out, Manifest(
                 version="test", shard_idx=idx, total_shards=shards, shard_source="test", config_hash=config_hash,
                 benchmarks=manifests, state="complete", started_at=1_700_000_000.0,

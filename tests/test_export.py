@@ -25,7 +25,7 @@ import pytest
 from conftest import api_eval_config, running_sim, shardeval_cmd
 from shard_factory import make_shard, record
 from shardeval import api
-from shardeval.results.export import RECORD, csv_chunks
+from shardeval.results.export import REASONING, RECORD, csv_chunks
 from shardeval.store.records import ResultRecord, read_manifest
 
 N, REPEATS = 40, 2
@@ -41,7 +41,7 @@ def merged_records(root: Path) -> list[dict]:
 
 
 def expected_rows(root: Path, identity: dict, score_names: list[str]) -> list[dict]:
-    return [{**identity, **{k: rec[k] for k in RECORD}, "cached": rec.get("cached", False),
+    return [{**identity, **{k: rec[k] for k in RECORD}, **{k: rec.get(k) for k in REASONING}, "cached": rec.get("cached", False),
              **{f"scores.{n}": rec["scores"].get(n) for n in score_names}} for rec in merged_records(root)]
 
 
@@ -126,7 +126,7 @@ def test_to_pandas_has_one_row_per_record_and_the_columns(real_run: Path) -> Non
     df = records.to_pandas()
     want = merged_records(real_run)
     assert len(df) == len(records) == len(want)
-    assert list(df.columns) == [*IDENTITY, *RECORD, "cached"]
+    assert list(df.columns) == [*IDENTITY, *RECORD, *REASONING, "cached"]
     assert df["problem_idx"].tolist() == [r["problem_idx"] for r in want]
     assert df["status"].tolist() == [r["status"] for r in want]
     assert [None if s != s else s for s in df["score"].tolist()] == [r["score"] for r in want]  # NaN for an error's score

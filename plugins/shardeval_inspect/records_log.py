@@ -3,7 +3,9 @@
 
 One EvalSample per standing record of the merge (merged/<bench>/results.jsonl, epoch by epoch): the
 conversation its trajectory kept, the model's answer, the score the run gave it (and each named
-score), or the error that ended it. The header says what was evaluated (the benchmark as task, the
+score), or the error that ended it. A reasoning model's turn holds its thinking as Inspect holds
+it, a ContentReasoning before the answer's ContentText (docs/reasoning.md): the viewer shows it
+folded above the answer, and `output.completion` is the answer that was scored. The header says what was evaluated (the benchmark as task, the
 served model, the identity params) and carries shardeval's metrics with their intervals, so the
 numbers read in the viewer are the ones scores.json holds. Ids come from the tracker key, so a
 re-export writes the same log again rather than a new evaluation.
@@ -17,6 +19,8 @@ import os
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
+import msgspec
+
 from shardeval.api import TrackerRun
 
 from shardeval_inspect.outputs import set_status
@@ -25,7 +29,8 @@ SCORER = "shardeval"
 COMPLETE = "COMPLETE"  # TrackerRun.status of a run whose every cell has an ok answer
 _STOP = {"stop": "stop", "length": "max_tokens", "tool_calls": "tool_calls", "content_filter": "content_filter"}
 _RECORD_FACTS = ("status", "error_kind", "attempts", "seed", "problem_idx", "shard", "cluster", "run", "finish_reason",
-                 "latency_s", "ttft_s", "prompt_tokens", "completion_tokens", "cached")
+                 "latency_s", "ttft_s", "prompt_tokens", "completion_tokens", "cached", "outcome", "reasoning_tokens",
+                 "reasoning_tokens_from")
 
 
 def stable_id(key: str, part: str) -> str:
@@ -83,17 +88,17 @@ def sample(rec: dict[str, Any], conversation: dict[str, Any] | None, model: str,
     from inspect_ai.model import ChatMessageAssistant, ModelOutput, ModelUsage
 
     cell = f"{rec['problem_id']}#{rec['repeat']}"
-    messages = [chat_message(m, stable_id(key, f"{cell}#{i}")) for i, m in enumerate((conversation or {}).get("messages", []))]
+    messages = [chat_message(m, stable_id(key, f"{cell}#{i}"), rec) for i, m in enumerate((conversation or {}).get("messages", []))]
     first_answer = next((i for i, m in enumerate(messages) if m.role == "assistant"), len(messages))
     prompt: Any = messages[:first_answer] or f"(the prompt was not kept: output.trajectories was off) {rec['problem_id']}"
-    response = rec.get("response") or ""
+    response = reply_content(rec.get("response") or "", rec.get("reasoning"), rec)
     if rec["status"] == "ok" and not any(m.role == "assistant" for m in messages):
         messages.append(ChatMessageAssistant(id=stable_id(key, f"{cell}#answer"), content=response, model=model))
     output = ModelOutput.from_content(model=model, content=response, stop_reason=_STOP.get(rec.get("finish_reason") or "", "unknown"))
     usage = {}
     if rec.get("prompt_tokens") is not None or rec.get("completion_tokens") is not None:
         i, o = rec.get("prompt_tokens") or 0, rec.get("completion_tokens") or 0
-        output.usage = ModelUsage(input_tokens=i, output_tokens=o, total_tokens=i + o)
+        output.usage = ModelUsage(input_tokens=i, output_tokens=o, total_tokens=i + o, reasoning_tokens=rec.get("reasoning_tokens"))
         usage = {model: output.usage}
     metadata = {k: rec[k] for k in _RECORD_FACTS if k in rec}
     if rec.get("images"):  # which images the model saw, never their bytes
@@ -114,7 +119,7 @@ def sample(rec: dict[str, Any], conversation: dict[str, Any] | None, model: str,
     )
 
 
-def chat_message(message: dict[str, Any], mid: str) -> Any:
+def chat_message(message: dict[str, Any], mid: str, rec: dict[str, Any] | None = None) -> Any:
     from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageTool, ChatMessageUser
 
     kinds = {"system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant, "tool": ChatMessageTool}
@@ -123,7 +128,22 @@ def chat_message(message: dict[str, Any], mid: str) -> Any:
     content = content if isinstance(content, str) else json.dumps(content)
     if kind is None:  # a role Inspect has no message for: kept, as a user turn that says whose it was
         return ChatMessageUser(id=mid, content=f"[{message.get('role')}] {content}")
+    if kind is ChatMessageAssistant and isinstance(message.get("reasoning"), str):  # a reasoning model's turn
+        return kind(id=mid, content=reply_content(content, message["reasoning"], rec or {}))
     return kind(id=mid, content=content)
+
+
+def reply_content(content: str, reasoning: str | None, rec: dict[str, Any]) -> Any:
+    """A reply as Inspect holds it: its thinking as a ContentReasoning, then its answer as a
+    ContentText (the record's `answer` when this is the reply the record scored and the thinking
+    was inline, else the content: a server that sent the thinking apart sent the answer as the
+    content); a reply without thinking stays its text."""
+    if reasoning is None:
+        return content
+    from inspect_ai.model import ContentReasoning, ContentText
+
+    answer = rec["answer"] if isinstance(rec.get("answer"), str) and content == rec.get("response") else content
+    return [ContentReasoning(reasoning=reasoning), ContentText(text=answer)]
 
 
 def scores(rec: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +169,10 @@ def results(run: TrackerRun, samples: list[Any]) -> Any:
         metrics[name] = EvalMetric(name=name, value=m.value, params={"ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n,
                                                                       "ci_method": m.ci_method, "stderr": m.stderr})
     scored = sum(1 for s in samples if s.scores)
+    metadata = {k: run.scores.get(k) for k in ("n_expected", "n_ok", "n_errors", "n_missing", "errors_as_wrong")}
+    if (reasoning := run.scores.get("reasoning")) is not None:  # scores.json's: cut off while thinking, thinking tokens
+        metadata["reasoning"] = msgspec.to_builtins(reasoning)
     score = EvalScore(name=SCORER, scorer=SCORER, metrics=metrics, scored_samples=scored, unscored_samples=len(samples) - scored,
-                      metadata={k: run.scores.get(k) for k in ("n_expected", "n_ok", "n_errors", "n_missing", "errors_as_wrong")})
+                      metadata=metadata)
     return EvalResults(total_samples=int(run.scores.get("n_expected") or len(samples)), completed_samples=int(run.scores.get("n_ok") or 0),
                        scores=[score])

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Iterable, Iterator, NamedTuple
 
+from msgspec import UNSET
+
 from shardeval.errors import UsageError, os_error
 from shardeval.results.merge import Cells, cell_warnings, read_winners, scan_results
 from shardeval.results.metrics import MISSING
@@ -28,6 +30,7 @@ from shardeval.store.records import RESULTS_FILE, ResultRecord
 FORMATS = {"parquet": (".parquet", ".pq"), "csv": (".csv",), "jsonl": (".jsonl", ".ndjson")}
 PARQUET_HINT = "pip install 'shardeval[parquet]'"
 BATCH = 8192  # rows per Parquet record batch and per chunk written
+BATCH_TEXT = 64 << 20  # ... or fewer, once their thinking holds this many characters (32k-token thinking, 8192 rows: 1 GB)
 
 # Column name -> kind (str, int, float, bool); every column may be null but `cached`.
 IDENTITY = {"config_hash": "str", "service": "str", "model": "str", "weights": "str"}
@@ -36,8 +39,12 @@ RECORD = {
     "score": "float", "extracted": "str", "reference": "str", "prompt_tokens": "int", "completion_tokens": "int",
     "latency_s": "float", "ttft_s": "float", "error_kind": "str", "error": "str", "cluster": "str",
 }
+# A reasoning model's reply (docs/reasoning.md); null where the record has none (every record of a
+# model that does not think).
+REASONING = {"reasoning": "str", "answer": "str", "reasoning_tokens": "int", "reasoning_tokens_from": "str", "outcome": "str"}
 SCORE_PREFIX = "scores."  # each name in a record's `scores` is its own float column, e.g. scores.f1
 _fields = attrgetter(*RECORD)
+_reasoning = attrgetter(*REASONING)
 
 
 class Identity(NamedTuple):
@@ -63,7 +70,7 @@ class Scanned:
 
 
 def columns(score_names: Iterable[str]) -> dict[str, str]:
-    return {**IDENTITY, **RECORD, "cached": "bool", **{SCORE_PREFIX + n: "float" for n in score_names}}
+    return {**IDENTITY, **RECORD, **REASONING, "cached": "bool", **{SCORE_PREFIX + n: "float" for n in score_names}}
 
 
 def identity(run: Any, manifest: Any, i: int) -> Identity:
@@ -106,8 +113,14 @@ def standing(scanned: list[Scanned]) -> Iterator[tuple[Identity, Any]]:
     for s in scanned:
         c = s.cells
         try:
-            for _, src, line in read_winners(s.run.shards, s.bench, RESULTS_FILE, c.src, c.offset, c.length):
-                yield s.identities[src], decode(line)
+            for cell, src, line in read_winners(s.run.shards, s.bench, RESULTS_FILE, c.src, c.offset, c.length):
+                try:
+                    record = decode(line)
+                except msgspec.ValidationError as exc:  # the scan reads no text field: a line whose text is no string
+                    where = os.path.join(s.run.shards[src].path, s.bench, RESULTS_FILE)
+                    raise UsageError(f"{s.label}{where}: the record at byte {c.offset[cell]} is not a valid result record "
+                                     f"({exc}); move that shard aside or mend the line, then export again") from None
+                yield s.identities[src], record
         except OSError as exc:  # a shard file moved or deleted since the scan: not the output's fault
             raise os_error(exc, "read", fix="a shard changed while exporting; export again") from None
 
@@ -116,17 +129,35 @@ def score_names(scanned: list[Scanned]) -> list[str]:
     return sorted({name for s in scanned for name in s.cells.extra})
 
 
+_NO_REASONING = (None,) * len(REASONING)
+
+
 def row(ident: Identity, rec: Any, names: list[str]) -> tuple:
-    return (*ident, *_fields(rec), rec.cached is True, *[rec.scores.get(n) for n in names])
+    thought = _reasoning(rec)
+    if thought[0] is not UNSET or thought[2] is not UNSET or thought[4] is not UNSET:
+        thought = tuple(None if v is UNSET else v for v in thought)
+    else:  # a record without thinking, tokens or outcome: all null, as most are
+        thought = _NO_REASONING
+    return (*ident, *_fields(rec), *thought, rec.cached is True, *[rec.scores.get(n) for n in names])
 
 
-def batches(rows: Iterator[tuple]) -> Iterator[list[tuple]]:
-    batch = []
+def batches(rows: Iterator[tuple], names: Iterable[str] = ()) -> Iterator[list[tuple]]:
+    """Rows in batches of BATCH; where `names` has a `reasoning` column, a batch also ends once its
+    thinking reaches BATCH_TEXT characters, so long thinking keeps memory bounded."""
+    names = list(names)
+    at = names.index("reasoning") if "reasoning" in names else None
+    batch, text = [], 0
     for r in rows:
         batch.append(r)
+        if at is not None and (thought := r[at]) is not None:
+            text += len(thought)
+            if text >= BATCH_TEXT:
+                yield batch
+                batch, text = [], 0
+                continue
         if len(batch) == BATCH:
             yield batch
-            batch = []
+            batch, text = [], 0
     if batch:
         yield batch
 
@@ -162,7 +193,7 @@ def jsonl_chunks(names: Iterable[str], rows: Iterator[tuple]) -> Iterator[bytes]
     import msgspec
 
     encode, names = msgspec.json.Encoder().encode, list(names)
-    for batch in batches(rows):
+    for batch in batches(rows, names):
         yield b"".join(encode(dict(zip(names, r))) + b"\n" for r in batch)
 
 
@@ -173,8 +204,9 @@ def csv_chunks(names: Iterable[str], rows: Iterator[tuple]) -> Iterator[bytes]:
 
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
+    names = list(names)
     writer.writerow(names)
-    for batch in batches(rows):
+    for batch in batches(rows, names):
         writer.writerows(batch)
         yield buffer.getvalue().encode()
         buffer.seek(0)
@@ -228,7 +260,7 @@ def parquet_chunks(kinds: dict[str, str], rows: Iterator[tuple]) -> Iterator[byt
     pq = need_pyarrow()
     schema, sink = arrow_schema(kinds), _Chunks()
     with pq.ParquetWriter(sink, schema) as writer:
-        for batch in batches(rows):
+        for batch in batches(rows, kinds):
             arrays = [pa.array(column, type=field.type) for column, field in zip(zip(*batch), schema)]
             writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
             yield sink.drain()

@@ -16,9 +16,9 @@ import os
 from array import array
 from dataclasses import dataclass, field
 
-from shardeval.results.merge import put_scores
+from shardeval.results.merge import UNSET, ReasoningTally, ScannedRecord, put_scores
 from shardeval.store.discover import Run, Shard
-from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, ReadReport, ResultRecord, scan_lines
+from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, ReadReport, scan_lines
 from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide
 
 NAN = float("nan")
@@ -39,7 +39,7 @@ class RunningTable:
         self.labels: dict[str, int] = {}
         self.changes = 0  # records taken so far: a metric computed at the same count still holds
 
-    def take(self, cell: int, row: ResultRecord) -> None:
+    def take(self, cell: int, row: ScannedRecord) -> None:
         """Make `row` the cell's standing record (merge.Cells.take, for these columns)."""
         ok = row.status == "ok"
         self.status[cell] = OK if ok else ERROR
@@ -60,6 +60,7 @@ class FollowedFile:
     standing: bytearray  # MISSING | OK | ERROR per cell of the benchmark (only the shard's share is ever set)
     ok: int = 0
     errors: int = 0
+    reasoning: ReasoningTally = field(default_factory=ReasoningTally)  # its standing ok records' thinking
 
 
 @dataclass
@@ -102,6 +103,21 @@ class Followed:
             return self._restart(key, run, shard, bm, table)
         return f.ok, f.errors, f.report, own.n_cells
 
+    def reasoning_of(self, run: Run, name: str) -> tuple[ReasoningTally, int]:
+        """The thinking of benchmark `name`'s standing ok records as `counts` read them, and how
+        many ok records that is: over every shard of `run`, a shard held in two directories counted
+        once (the copy with the most ok records, as the progress counts it)."""
+        tally, best = ReasoningTally(), {}
+        followed = self._benchmarks.get((run.root, name))
+        for shard in run.shards if followed is not None else ():
+            f = followed.files.get(shard.abspath)
+            idx = shard.manifest.shard_idx
+            if f is not None and (idx not in best or f.ok > best[idx].ok):
+                best[idx] = f
+        for f in best.values():
+            tally.absorb(f.reasoning)
+        return tally, sum(f.ok for f in best.values())
+
     def table_of(self, run: Run, name: str) -> FollowedBenchmark | None:
         """The benchmark `name` of `run` as `counts` left it (None when nothing was read for it)."""
         return self._benchmarks.get((run.root, name))
@@ -136,7 +152,8 @@ class Followed:
         replaced or shrank, so everything read from it so far is void."""
         standing, repeats, refuse, foreign = f.standing, f.own.repeats, f.own.refuse, f.report.foreign
         changed = False
-        for _, _, row in scan_lines(path, ResultRecord, f.report, follow=True):
+        tally = f.reasoning
+        for _, _, row in scan_lines(path, ScannedRecord, f.report, follow=True):
             why = refuse(row)
             if why is not None:
                 foreign[why] = foreign.get(why, 0) + 1
@@ -147,6 +164,8 @@ class Followed:
             if action == TAKE or action == SUPERSEDE:
                 standing[cell] = OK if ok else ERROR
                 changed = True
+                if ok and (row.outcome is not UNSET or row.reasoning is not UNSET or row.reasoning_tokens is not UNSET):
+                    tally.add(row)  # an ok record stands for good: counted once
                 if table is not None:
                     table.take(cell, row)
         if f.report.replaced:

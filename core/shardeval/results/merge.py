@@ -18,7 +18,7 @@ from collections import Counter
 from contextlib import ExitStack
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Literal
 
 import msgspec
 
@@ -31,13 +31,106 @@ from shardeval.store.records import (
     TRAJECTORIES_FILE,
     BenchmarkManifest,
     ReadReport,
-    ResultRecord,
     scan_lines,
 )
 from shardeval.store.shards import shard_indices
 from shardeval.store.standing import DUPLICATE, OTHER_BENCHMARK, SUPERSEDE, TAKE, Membership, decide
 
 NAN = float("nan")
+UNSET = msgspec.UNSET
+
+
+class ScannedRecord(msgspec.Struct, kw_only=True):
+    """What the scans of merge, status and export read of a result record (ResultRecord's fields of
+    the same names and types): the cell, its standing, its numbers, and the reasoning facts, but
+    none of its texts. A reasoning model's record holds a reply and a thinking of tens of thousands
+    of tokens; decoding one into Python strings costs 1.3x (ASCII) to 5-6x (text with non-ASCII
+    characters) what skipping it costs, and the scan needs only whether a record has thinking:
+    `reasoning` is kept as the raw JSON bytes msgspec found (never decoded), the other texts are
+    skipped. The merged files copy each standing line verbatim, and export decodes the standing
+    ones whole (naming a line whose text is not a string, which this scan cannot see)."""
+
+    benchmark: str
+    problem_idx: int
+    problem_id: str
+    repeat: int
+    seed: int
+    status: Literal["ok", "error"]
+    error_kind: str | None = None
+    extracted: str | None = None
+    reference: str | None = None
+    score: float | None = None
+    scores: dict[str, float] = {}
+    completion_tokens: int | None = None
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    started_at: float = 0.0
+    shard: int = 0
+    cluster: str | None = None
+    run: str | None = None
+    cached: bool | msgspec.UnsetType = UNSET
+    reasoning: msgspec.Raw | msgspec.UnsetType = UNSET
+    reasoning_tokens: int | msgspec.UnsetType = UNSET
+    reasoning_tokens_from: Literal["usage", "stream"] | msgspec.UnsetType = UNSET
+    outcome: Literal["truncated_reasoning", "truncated"] | msgspec.UnsetType = UNSET
+
+
+# A JSON string that holds only white space (`"\n\n"`: Qwen3's empty <think></think> in its non-thinking mode)
+_BLANK = re.compile(rb'"(?:[ \t\r\n]|\\[ntr])*"')
+
+
+class ReasoningTally:
+    """What the standing ok records of one benchmark say of their thinking (docs/reasoning.md),
+    added as a scan takes them. An ok record stands for good once taken (shardeval.store.standing),
+    so the counts only grow; a record with no reasoning fact (no `reasoning`, `reasoning_tokens`
+    nor `outcome`: every record of a model that does not think) is never added, so it costs the
+    scan three attribute tests. shardeval.results.report.reasoning_summary makes the
+    ReasoningCounts of scores.json from it."""
+
+    __slots__ = ("n", "truncated_reasoning", "truncated", "with_reasoning", "from_usage", "from_stream", "tokens", "_sorted")
+
+    def __init__(self) -> None:
+        self.n = 0  # ok records with any reasoning fact
+        self.truncated_reasoning = self.truncated = self.with_reasoning = self.from_usage = self.from_stream = 0
+        self.tokens = array("i")  # the thinking tokens of each ok record that counted them
+        self._sorted: list[int] | None = None
+
+    def add(self, row: ScannedRecord) -> None:
+        self.n += 1
+        outcome = row.outcome
+        if outcome == "truncated_reasoning":
+            self.truncated_reasoning += 1
+        elif outcome == "truncated":
+            self.truncated += 1
+        thought = row.reasoning
+        if thought is not UNSET and not (_BLANK.fullmatch(thought) if isinstance(thought, msgspec.Raw) else not thought.strip()):
+            self.with_reasoning += 1
+        tokens = row.reasoning_tokens
+        if tokens is not UNSET:
+            self.tokens.append(min(max(tokens, 0), 2**31 - 1))  # a wild value is clamped, not fatal
+            self._sorted = None
+            source = row.reasoning_tokens_from
+            if source == "usage":
+                self.from_usage += 1
+            elif source == "stream":
+                self.from_stream += 1
+
+    def absorb(self, other: "ReasoningTally") -> None:
+        """Add another tally's records (status: one benchmark's files, each shard counted once)."""
+        self.n += other.n
+        self.truncated_reasoning += other.truncated_reasoning
+        self.truncated += other.truncated
+        self.with_reasoning += other.with_reasoning
+        self.from_usage += other.from_usage
+        self.from_stream += other.from_stream
+        self.tokens.extend(other.tokens)
+        self._sorted = None
+
+    def sorted_tokens(self) -> list[int]:
+        """The thinking tokens in ascending order (sorted once, until the next record is added)."""
+        if self._sorted is None:
+            self._sorted = sorted(self.tokens)
+        return self._sorted
 
 
 @dataclass
@@ -62,6 +155,7 @@ class Cells:
     refused: Counter[str] = field(default_factory=Counter)  # records not their shard's own, by reason
     refused_files: list[str] = field(default_factory=list)  # "shard_1/arith/results.jsonl: 20 of another run"
     unreadable: list[str] = field(default_factory=list)
+    reasoning: ReasoningTally = field(default_factory=ReasoningTally)  # the standing ok records' thinking
 
     @property
     def n_foreign(self) -> int:
@@ -86,9 +180,11 @@ class Cells:
     def code(self, table: dict[str, int], value: str) -> int:
         return table.setdefault(value, len(table))
 
-    def take(self, cell: int, row: ResultRecord, src: int, offset: int, length: int) -> None:
+    def take(self, cell: int, row: ScannedRecord, src: int, offset: int, length: int) -> None:
         """Make `row` the cell's standing record."""
         ok = row.status == "ok"
+        if ok and (row.outcome is not UNSET or row.reasoning is not UNSET or row.reasoning_tokens is not UNSET):
+            self.reasoning.add(row)  # a record of a model that does not think: three tests, no call
         self.status[cell] = OK if ok else ERROR
         self.src[cell], self.offset[cell], self.length[cell] = src, offset, length
         self.score[cell] = row.score if ok and row.score is not None else NAN
@@ -117,7 +213,7 @@ def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
         report = ReadReport(path)
         bm = next(b for b in shard.manifest.benchmarks if b.name == bench)
         refuse, foreign = Membership.of(shard.manifest, bm).refuse, report.foreign
-        for start, length, row in scan_lines(path, ResultRecord, report):  # own_records, inlined: the hot loop
+        for start, length, row in scan_lines(path, ScannedRecord, report):  # own_records, inlined: the hot loop
             why = refuse(row)
             if why is not None:
                 foreign[why] = foreign.get(why, 0) + 1
@@ -349,7 +445,7 @@ def read_winners(shards: list[Shard], bench: str, name: str, src_of: array, offs
             yield cell, src, f.read(lengths[cell])
 
 
-def put_scores(extra: dict[str, array], cells: int, cell: int, row: ResultRecord, ok: bool) -> None:
+def put_scores(extra: dict[str, array], cells: int, cell: int, row: ScannedRecord, ok: bool) -> None:
     """A record's named scores (row.scores) into their columns of `cells` values each; a name
     seen first gets a column of NaN, and an error's scores are NaN (not a score of the model)."""
     for name, value in row.scores.items():

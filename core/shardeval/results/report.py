@@ -2,6 +2,8 @@
 
 scores.json is a pure function of the answers, so a sharded and an unsharded run of the same
 evaluation give identical files; timings live apart in timing.json because they never repeat.
+A benchmark whose answers thought (docs/reasoning.md) has a `reasoning` entry there
+(ReasoningCounts, the one definition: sweep.json, the live status and the exports carry it too).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from shardeval import plugins
 from shardeval.store.liveness import clock
 from shardeval.results.metrics import ERROR, MISSING, OK, MetricValue
@@ -17,7 +21,7 @@ from shardeval.results.quoting import md_text
 
 if TYPE_CHECKING:
     from shardeval.store.discover import Run
-    from shardeval.results.merge import BenchmarkMerge, MergeResult
+    from shardeval.results.merge import BenchmarkMerge, MergeResult, ReasoningTally
 
 
 def counts(b: "BenchmarkMerge") -> dict[str, Any]:
@@ -41,12 +45,94 @@ def counts(b: "BenchmarkMerge") -> dict[str, Any]:
     }
 
 
+class ReasoningTokens(msgspec.Struct, kw_only=True):
+    """How many tokens the answers thought: over the ok answers that counted them (`n`), with who
+    counted (`from`: "usage", the server's own count, or "stream", the client's one per chunk)."""
+
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    max: int
+    from_: dict[str, int] = msgspec.field(name="from")  # {"usage": …, "stream": …}
+
+
+class ReasoningCounts(msgspec.Struct, kw_only=True):
+    """A benchmark's answers as a reasoning model gave them (docs/reasoning.md): scores.json's
+    `reasoning` entry of each benchmark, sweep.json's of each (model, benchmark) cell, the live
+    status's of each benchmark. Absent where no standing ok answer has thinking, thinking
+    tokens or an outcome, so the files of other runs are what they were.
+
+    Every count is of the ok answers (`n_answered`, the denominator): `truncated_reasoning` were
+    cut off while thinking (scored 0), `truncated` cut off after the answer began (scored as they
+    stand), `with_reasoning` carry thinking that is not blank. `reasoning_tokens` is None when no
+    answer counted its thinking tokens."""
+
+    n_answered: int
+    truncated_reasoning: int
+    truncated: int
+    with_reasoning: int
+    reasoning_tokens: ReasoningTokens | None = None
+
+    @property
+    def truncated_reasoning_rate(self) -> float:
+        return self.truncated_reasoning / self.n_answered if self.n_answered else 0.0
+
+    @property
+    def truncated_rate(self) -> float:
+        return self.truncated / self.n_answered if self.n_answered else 0.0
+
+    def describe(self) -> str:
+        """One line, as report.md, sweep.md and `shardeval status` say it: `truncated while
+        thinking: 37 of 200 (18.5 %); cut off after answering: 4; 190 of 200 with thinking;
+        thinking tokens mean 812, p50 640, p90 1900, max 8192 (usage 150, stream 40)`."""
+        n = self.n_answered
+        parts = [f"truncated while thinking: {self.truncated_reasoning} of {n} ({100 * self.truncated_reasoning_rate:.1f} %)",
+                 f"cut off after answering: {self.truncated}", f"{self.with_reasoning} of {n} with thinking"]
+        t = self.reasoning_tokens
+        if t is None:
+            parts.append("thinking tokens not counted")
+        else:
+            sources = ", ".join(f"{k} {v}" for k, v in t.from_.items() if v)
+            parts.append(f"thinking tokens mean {t.mean:.0f}, p50 {t.p50:.0f}, p90 {t.p90:.0f}, max {t.max}"
+                         + (f" ({sources})" if sources else ""))
+        return "; ".join(parts)
+
+
+def reasoning_summary(tally: "ReasoningTally", n_answered: int) -> ReasoningCounts | None:
+    """The ReasoningCounts of a scan's tally over `n_answered` ok answers (None: nothing to count)."""
+    if not tally.n:
+        return None
+    tokens = tally.sorted_tokens()
+    stats = None
+    if tokens:
+        stats = ReasoningTokens(n=len(tokens), mean=sum(tokens) / len(tokens), p50=float(percentile(tokens, 0.5) or 0.0),
+                                p90=float(percentile(tokens, 0.9) or 0.0), max=tokens[-1],
+                                from_={"usage": tally.from_usage, "stream": tally.from_stream})
+    return ReasoningCounts(n_answered=n_answered, truncated_reasoning=tally.truncated_reasoning, truncated=tally.truncated,
+                           with_reasoning=tally.with_reasoning, reasoning_tokens=stats)
+
+
+def reasoning_counts(b: "BenchmarkMerge") -> ReasoningCounts | None:
+    """A merged benchmark's ReasoningCounts (None: no answer of it thought or was cut off)."""
+    return reasoning_summary(b.cells.reasoning, b.cells.status.count(OK))
+
+
+def reasoning_distribution(b: "BenchmarkMerge") -> list[float | None]:
+    """A merged benchmark's thinking tokens at DISTRIBUTION_QUANTILES (as `b.distributions` holds
+    latency's, for a page's chart); [] when no answer counted them."""
+    tokens = b.cells.reasoning.sorted_tokens()
+    return [percentile(tokens, q) for q in DISTRIBUTION_QUANTILES] if tokens else []
+
+
 def scores_document(result: "MergeResult") -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for b in result.benchmarks:
         entry = {**counts(b), "partial": result.partial, "complete": result.complete, "errors_as_wrong": result.errors_as_wrong, "metrics": b.metrics}
         if b.metric_problems:
             entry["metric_problems"] = b.metric_problems
+        if (reasoning := reasoning_counts(b)) is not None:  # absent for a model that does not think
+            entry["reasoning"] = reasoning
         if result.run.mixed_served:
             entry["mixed_models"] = result.run.mixed_served  # merged with --allow-mixed-models
         doc[b.manifest.name] = entry
@@ -197,6 +283,8 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
             latency, ttft = ("/".join(fmt(v, 3) for v in t[key].values()) for key in ("latency_s", "ttft_s"))
             lines.append(f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
                          f"{fmt(t['completion_tokens_per_s'], 1)} completion tokens/s over {fmt(t['wall_span_s'], 1)} s")
+        if (reasoning := reasoning_counts(b)) is not None:
+            lines.append(f"- reasoning: {reasoning.describe()}")
         if t["n_cached"]:
             lines.append(f"- response cache: {t['n_cached']} of {c['n_ok']} ok record(s) answered from the cache, "
                          "no model asked (left out of the latency figures)")

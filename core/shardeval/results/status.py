@@ -18,13 +18,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import msgspec
+
 from shardeval import plugins
 from shardeval.errors import UsageError
 from shardeval.results.follow import Followed
 from shardeval.results.merge import Cells, build_table, compute_metrics, scan_results
 from shardeval.results.metrics import MetricOptions, MetricValue, headline_metric
 from shardeval.results.quoting import plain_text as q
-from shardeval.results.report import fmt
+from shardeval.results.report import ReasoningCounts, fmt, reasoning_summary
 from shardeval.store.discover import Run, load_shards, model_dirs, read_plan
 from shardeval.store.liveness import clock
 from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, SweepPlan
@@ -67,6 +69,9 @@ class BenchmarkProgress:
     metric: str | None = None  # "accuracy" (or "mean"); None when not computed
     value: "MetricValue | None" = None
     problems: list[str] = field(default_factory=list)  # a metric not installed or failed
+    # the answers' thinking so far (ok records cut off while thinking or after answering, thinking
+    # tokens), as scores.json will say it; absent (not in the live page's JSON) where none thought
+    reasoning: ReasoningCounts | msgspec.UnsetType = msgspec.UNSET
 
 
 @dataclass
@@ -156,6 +161,8 @@ def run_status(run: Run, metrics: bool = False, followed: Followed | None = None
         expected = b.n_problems * b.repeats
         eta = (expected - records) / rate if rate and records < expected else None
         benchmarks.append(BenchmarkProgress(b.name, records, errors, expected, rate or None, eta))
+        if (reasoning := reasoning_summary(*followed.reasoning_of(run, b.name))) is not None:
+            benchmarks[-1].reasoning = reasoning
     if metrics:
         running_metrics(run, benchmarks, followed)
     total = sum(b.expected for b in benchmarks)
@@ -172,8 +179,6 @@ def running_metrics(run: Run, benchmarks: list[BenchmarkProgress], followed: Fol
     """Fill each benchmark's accuracy (or mean) with its interval from the records written so far,
     with merge's own pieces (so it equals what `shardeval merge` would say now). A benchmark whose
     records did not change since the last refresh keeps the value computed then."""
-    import msgspec
-
     copied = bool(run.duplicated_shards())  # which copy's record stands depends on the order read: read whole
     for bp, bm in zip(benchmarks, run.benchmarks):
         if (name := headline(bm)) is None:
@@ -253,6 +258,7 @@ def render_status(s: RunStatus) -> str:
     lines += [f"{m.idx:<8} {'not started':<{STATE_WIDTH}} {'':>17} {'':>7} {'':>8} {'':>8}  {q(m.where)}" for m in s.missing]
     lines += [q(p.note) for p in s.shards if p.note]
     lines.append(f"total: {s.done}/{s.total} records ({s.done / s.total:.1%})" if s.total else "total: nothing to do")
+    lines += [f"{q(b.name)}: {b.reasoning.describe()}" for b in s.benchmarks if b.reasoning is not msgspec.UNSET]
     lines += [q(w) for p in s.shards for w in p.warnings]
     lines += [f"warning: shards served by different models: {q(text)} (merge refuses them)" for text in s.mixed]
     return "\n".join(lines)
@@ -272,6 +278,7 @@ def render_sweep_status(s: SweepStatus) -> str:
         for b in run.benchmarks:
             lines.append(f"{q(m.name):<16} {q(b.name):<16} {b.records:>8}/{b.expected:<8} {b.errors:>7} {_rate(b.rate):>8} "
                          f"{_eta(b.eta_s):>8}  {summary}")
+        notes += [f"{q(m.name)} {q(b.name)}: {b.reasoning.describe()}" for b in run.benchmarks if b.reasoning is not msgspec.UNSET]
         notes += [q(f"{m.name}: {p.note}") for p in run.shards if p.note]
         notes += [q(f"{m.name}: shard {x.idx} not started") for x in run.missing]
         notes += [q(f"{m.name}: {w}") for p in run.shards for w in p.warnings]

@@ -27,7 +27,7 @@ from shardeval.results.outputs import REPORT_HTML, write_merged
 from shardeval.results import pages
 from shardeval.results.metrics import MISSING, MetricOptions, headline_metric
 from shardeval.results.quoting import md_text
-from shardeval.results.report import counts, fmt, fmt_p, render_report
+from shardeval.results.report import counts, fmt, fmt_p, reasoning_counts, render_report
 from shardeval.store.atomic import atomic_write
 from shardeval.store.discover import MERGED_DIR, model_roots, naming_model, read_plan, refuse_inside_shard
 from shardeval.store.records import SweepPlan, pretty_json
@@ -101,6 +101,8 @@ def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOpt
             # other questions, or scored otherwise, than the baseline's: shown, marked, never paired with it
             why = incomparable(base[bench].manifest, b.manifest, plan.baseline, m.service) if bench in base else None
             coverage |= {"differs_from_baseline": why} if why else {}
+            if (reasoning := reasoning_counts(b)) is not None:  # absent for a model that does not think
+                coverage["reasoning"] = reasoning
             cells += [{"service": m.service, "benchmark": bench, "metric": name, "value": v.value, "ci_low": v.ci_low,
                        "ci_high": v.ci_high, "n": v.n, "ci_method": v.ci_method, **coverage} for name, v in b.metrics.items()]
             if why:
@@ -196,6 +198,7 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
         for name in plan.services:
             label = f"{md_text(name)} (baseline)" if name == plan.baseline else md_text(name)
             lines.append(f"| {label} | " + " | ".join(_cell_text(table[name, b]) if (name, b) in table else "—" for b in benches) + " |")
+    lines += _reasoning_rows(doc, plan.services, benches)
     if any(not c["complete"] for c in doc["cells"]):
         lines += ["", "‡ not every (problem, repeat) pair has an ok record: the value covers the ones shown (ok/expected)."]
     if doc.get("not_compared"):
@@ -218,6 +221,24 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
         lines += ["", f"- {note}"]
     lines += ["", "Each model's full report: `<model>/merged/report.md`."]
     return "\n".join(lines) + "\n"
+
+
+def _reasoning_rows(doc: dict[str, Any], services: list[str], benches: list[str]) -> list[str]:
+    """sweep.md's table of the answers' thinking per checkpoint (none when no model thinks)."""
+    found = {(c["service"], c["benchmark"]): c["reasoning"] for c in doc["cells"] if c.get("reasoning") is not None}
+    if not found:
+        return []
+    lines = ["", "## reasoning", "", "| model | benchmark | truncated while thinking | cut off after answering | with thinking | "
+             "thinking tokens mean | p50 | p90 | max |", "|---|---|---|---|---|---|---|---|---|"]
+    for name in services:
+        for bench in benches:
+            if (r := found.get((name, bench))) is None:
+                continue
+            t = r.reasoning_tokens
+            tokens = [f"{t.mean:.0f}", f"{t.p50:.0f}", f"{t.p90:.0f}", str(t.max)] if t is not None else ["—"] * 4
+            lines.append(f"| {md_text(name)} | {md_text(bench)} | {r.truncated_reasoning} of {r.n_answered} "
+                         f"({100 * r.truncated_reasoning_rate:.1f} %) | {r.truncated} | {r.with_reasoning} | {' | '.join(tokens)} |")
+    return lines
 
 
 @dataclass

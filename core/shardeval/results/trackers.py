@@ -17,7 +17,9 @@ decided here, once, so MLflow, W&B and Inspect read the same (docs/export.md):
   status, the version that exported it); `metrics` hold every metric's value, interval bounds and
   n, the cell counts, and in a sweep the paired difference against the baseline, under names every
   tracker accepts (`metric_name`): `accuracy`, `accuracy_ci_low`, `accuracy_ci_high`, `accuracy_n`,
-  `vs_baseline/accuracy/diff`.
+  `vs_baseline/accuracy/diff`; for a benchmark whose answers thought (scores.json's `reasoning`),
+  the answers cut off while thinking and after answering, counts and rates, and the thinking
+  tokens' statistics (`REASONING_METRICS`).
 """
 
 from __future__ import annotations
@@ -151,8 +153,25 @@ def _served(result: Any, bench_index: int) -> dict[str, str]:
     return {}
 
 
+# A benchmark's ReasoningCounts (scores.json's `reasoning`) as tracker metrics: name -> its value.
+REASONING_METRICS: dict[str, Callable[[Any], Any]] = {
+    "truncated_reasoning": lambda r: r.truncated_reasoning,
+    "truncated_reasoning_rate": lambda r: r.truncated_reasoning_rate,
+    "truncated": lambda r: r.truncated,
+    "truncated_rate": lambda r: r.truncated_rate,
+    "with_reasoning": lambda r: r.with_reasoning,
+    "reasoning_tokens_n": lambda r: r.reasoning_tokens and r.reasoning_tokens.n,
+    "reasoning_tokens_mean": lambda r: r.reasoning_tokens and r.reasoning_tokens.mean,
+    "reasoning_tokens_p50": lambda r: r.reasoning_tokens and r.reasoning_tokens.p50,
+    "reasoning_tokens_p90": lambda r: r.reasoning_tokens and r.reasoning_tokens.p90,
+    "reasoning_tokens_max": lambda r: r.reasoning_tokens and r.reasoning_tokens.max,
+}
+
+
 def _metrics(entry: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, float]:
     out: dict[str, Any] = {k: entry[k] for k in ("n_expected", "n_ok", "n_errors", "n_missing")}
+    if (reasoning := entry.get("reasoning")) is not None:  # absent for a model that does not think: no metric
+        out |= {name: value(reasoning) for name, value in REASONING_METRICS.items()}
     for name, value in entry["metrics"].items():
         base = metric_name(name)
         out |= {base: value.value, f"{base}_ci_low": value.ci_low, f"{base}_ci_high": value.ci_high, f"{base}_n": value.n}
