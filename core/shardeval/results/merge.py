@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 import msgspec
+from msgspec import UNSET
 
 from shardeval import plugins
 from shardeval.store.discover import Run, Shard, load_shards
@@ -62,6 +63,9 @@ class Cells:
     refused: Counter[str] = field(default_factory=Counter)  # records not their shard's own, by reason
     refused_files: list[str] = field(default_factory=list)  # "shard_1/arith/results.jsonl: 20 of another run"
     unreadable: list[str] = field(default_factory=list)
+    # The standing records' thinking (ReasoningCells), made at the first reply that has any: a
+    # benchmark without reasoning or cut-off replies keeps None and pays nothing for it.
+    reasoning: "ReasoningCells | None" = None
 
     @property
     def n_foreign(self) -> int:
@@ -100,6 +104,8 @@ class Cells:
         self.tokens[cell] = min(max(row.completion_tokens or 0, 0), 2**31 - 1)  # a wild value is clamped, not fatal
         if row.scores:  # most records have none: no call in the scan's loop for them
             put_scores(self.extra, self.n_problems * self.repeats, cell, row, ok)
+        if self.reasoning is not None or not (row.reasoning is UNSET and row.reasoning_tokens is UNSET and row.outcome is UNSET):
+            put_reasoning(self, cell, row, ok)
         if row.cluster is not None:
             self.cluster[row.problem_idx] = self.code(self.clusters, row.cluster)
         if self.predicted is not None and self.gold is not None:
@@ -107,6 +113,39 @@ class Cells:
             self.gold[cell] = self.code(self.labels, row.reference) if row.reference is not None else -1
         if self.problem_ids is not None:
             self.problem_ids[row.problem_idx] = row.problem_id
+
+
+class ReasoningCells:
+    """Per cell, what report.html and sweep.html show of a reasoning model's replies: the standing
+    ok record's reasoning_tokens (-1: none) and its flags (what it says of its thinking; an error
+    record says nothing). 5 bytes a cell, in benchmarks that have such replies only."""
+
+    THOUGHT = 1  # it has thinking (`reasoning`)
+    FROM_USAGE, FROM_STREAM = 2, 4  # who counted its `reasoning_tokens` (`reasoning_tokens_from`)
+    TRUNCATED_REASONING, TRUNCATED = 8, 16  # its `outcome`: cut off while thinking, or after its answer began
+
+    def __init__(self, n: int) -> None:
+        self.tokens = array("i", [-1]) * n
+        self.flags = bytearray(n)
+
+    def put(self, cell: int, row: ResultRecord, ok: bool) -> None:
+        if not ok:
+            self.tokens[cell], self.flags[cell] = -1, 0
+            return
+        tokens = row.reasoning_tokens
+        self.tokens[cell] = min(max(tokens, 0), 2**31 - 1) if isinstance(tokens, int) else -1  # a wild value is clamped, not fatal
+        self.flags[cell] = ((self.THOUGHT if row.reasoning is not UNSET else 0)
+                            | (self.FROM_USAGE if row.reasoning_tokens_from == "usage" else 0)
+                            | (self.FROM_STREAM if row.reasoning_tokens_from == "stream" else 0)
+                            | (self.TRUNCATED_REASONING if row.outcome == "truncated_reasoning" else 0)
+                            | (self.TRUNCATED if row.outcome == "truncated" else 0))
+
+
+def put_reasoning(cells: Cells, cell: int, row: ResultRecord, ok: bool) -> None:
+    """The standing record's thinking into `cells.reasoning` (made here, at the first such record)."""
+    if cells.reasoning is None:
+        cells.reasoning = ReasoningCells(cells.n_problems * cells.repeats)
+    cells.reasoning.put(cell, row, ok)
 
 
 def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
