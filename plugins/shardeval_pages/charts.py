@@ -145,3 +145,21 @@ def stacked_counts(rows: list[dict[str, Any]], title: str, *, y: str, color: str
 def error_kind_colors(kinds: list[str]) -> dict[str, str]:
     """Each error kind's colour, most common first: all reds, the first ERROR_COLOR itself."""
     return {k: ERROR_KIND_COLORS[i % len(ERROR_KIND_COLORS)] for i, k in enumerate(kinds)}
+
+
+# a reasoning benchmark's replies by outcome: answered as the interval blue, cut off after its
+# answer began lighter, cut off while thinking in the error red (it scores 0, like an error counts)
+OUTCOME_COLORS = {"answered": POINT_COLOR, "cut off after answering": "#e0a458", "truncated while thinking": ERROR_COLOR}
+
+
+def histogram(rows: list[dict[str, Any]], title: str, *, x_title: str, colors: dict[str, str]) -> dict[str, Any]:
+    """Counts over [lo, hi) bins, stacked by `outcome`: rows {lo, hi, outcome, n} (binned by the
+    page: a run of any size gives at most a few dozen rows). The count axis ticks at whole numbers."""
+    return _base(rows, title, width=WIDTH, height=180, mark={"type": "bar", "binSpacing": 1},
+                 encoding={"x": {"field": "lo", "type": "quantitative", "title": x_title, "bin": {"binned": True}, "axis": VALUE_AXIS},
+                           "x2": {"field": "hi"},
+                           "y": {"field": "n", "type": "quantitative", "title": "replies", "stack": True, "axis": COUNT_AXIS},
+                           "color": {"field": "outcome", "type": "nominal", "title": None,
+                                     "scale": {"domain": list(colors), "range": list(colors.values())}},
+                           "tooltip": _tip(["outcome"], ["lo", "hi", "n"], "d")})
+
