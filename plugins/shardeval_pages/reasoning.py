@@ -102,3 +102,16 @@ def bin_width(largest: int) -> int:
                 return step * scale
         scale *= 10
 
+
+def sweep_reasoning(sweep: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each (model, benchmark) of a sweep that has thinking or cut-off replies: its `reasoning`
+    object from sweep.json's cells when they carry one, else from the model's merge (`reasoning_of`)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for c in sweep.document["cells"]:
+        if c.get("reasoning"):
+            found.setdefault((c["service"], c["benchmark"]), c["reasoning"])
+    for m in sweep.models:
+        for b in m.result.benchmarks if m.result is not None else []:
+            if (m.service, b.manifest.name) not in found and (summary := reasoning_of(b)) is not None:
+                found[(m.service, b.manifest.name)] = summary
+    return found
