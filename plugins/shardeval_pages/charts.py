@@ -16,7 +16,8 @@ ROW = 16  # pixels per row of a chart with one row per category
 # takes its precision from the tick step, which is 0 when every value is the same (a category
 # whose answers were all right, a server with one TTFT): 0.7 alone was labelled "1", 0.1 "0".
 VALUE_AXIS = {"format": ".6~g", "tickCount": 10}  # ten ticks at most: a chart as wide as the page had thirty
-COUNT_AXIS = {"tickMinStep": 1, "format": "d"}  # a count has no half: 2.5 records is never a tick
+COUNT_AXIS = {"tickMinStep": 1, "format": "d"}
+SHARE_AXIS = {"format": ".1%", "tickCount": 10}  # a share of a whole, as people say it: 13.0%  # a count has no half: 2.5 records is never a tick
 POINT_COLOR, INTERVAL_COLOR = "#1f5a96", "#9fbbd9"  # a value and, lighter behind it, its interval (one-colour charts)
 ERROR_COLOR = "#d1495b"  # an error is this colour in every chart (coverage, errors by kind)
 # errors by kind: the most common kind in ERROR_COLOR, the others in reds around it
@@ -85,11 +86,12 @@ def _zero_rule(axis: str) -> dict[str, Any]:
 
 
 def across_models(data: str, where: dict[str, str], title: str, *, order: list[str], value: str, y_title: str,
-                  zero_rule: bool = False) -> dict[str, Any]:
+                  zero_rule: bool = False, share: bool = False) -> dict[str, Any]:
     """One benchmark's `value` for every model of a sweep, left to right in the sweep's order (a
     training run's checkpoints read as a curve): a point, and a rule over [ci_low, ci_high] where
     there is an interval. The rows are the page's dataset `data`, filtered to `where` in the
-    chart, so twenty charts of one sweep carry no copy of it. `zero_rule` draws y = 0."""
+    chart, so twenty charts of one sweep carry no copy of it. `zero_rule` draws y = 0; `share`
+    reads the value as a share of a whole (an axis from 0, ticks in percent)."""
     interval = {f: f"isValid(datum.ci_{f}) ? datum.ci_{f} : datum.{value}" for f in ("low", "high")}
     transform = [*({"filter": {"field": f, "equal": v}} for f, v in where.items()),
                  {"filter": f"isValid(datum.{value})"},
@@ -100,7 +102,8 @@ def across_models(data: str, where: dict[str, str], title: str, *, order: list[s
     rows = {"data": {"name": data}, "transform": transform}
     layers: list[dict[str, Any]] = [
         {**rows, "mark": {"type": "rule", "strokeWidth": 2, "color": INTERVAL_COLOR},
-         "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": y_title, "scale": {"zero": False}, "axis": VALUE_AXIS},
+         "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": y_title,
+                                    "scale": {"zero": share}, "axis": SHARE_AXIS if share else VALUE_AXIS},
                       "y2": {"field": "high"}, "tooltip": tooltip}},
         {**rows, "mark": {"type": "point", "filled": True, "size": 40, "color": POINT_COLOR, "opacity": 1},
          "encoding": {"x": x, "y": {"field": value, "type": "quantitative"}, "tooltip": tooltip}},
@@ -145,3 +148,36 @@ def stacked_counts(rows: list[dict[str, Any]], title: str, *, y: str, color: str
 def error_kind_colors(kinds: list[str]) -> dict[str, str]:
     """Each error kind's colour, most common first: all reds, the first ERROR_COLOR itself."""
     return {k: ERROR_KIND_COLORS[i % len(ERROR_KIND_COLORS)] for i, k in enumerate(kinds)}
+
+
+# a reasoning benchmark's replies by outcome: answered as the interval blue, cut off after its
+# answer began lighter, cut off while thinking in the error red (it scores 0, like an error counts)
+OUTCOME_COLORS = {"answered": POINT_COLOR, "cut off after answering": "#e0a458", "truncated while thinking": ERROR_COLOR}
+
+
+def histogram(rows: list[dict[str, Any]], title: str, *, x_title: str, colors: dict[str, str]) -> dict[str, Any]:
+    """Counts over [lo, hi) bins, stacked by `outcome`: rows {lo, hi, outcome, n} (binned by the
+    page: a run of any size gives at most a few dozen rows). The count axis ticks at whole numbers."""
+    return _base(rows, title, width=WIDTH, height=180, mark={"type": "bar", "binSpacing": 1},
+                 encoding={"x": {"field": "lo", "type": "quantitative", "title": x_title, "bin": {"binned": True}, "axis": VALUE_AXIS},
+                           "x2": {"field": "hi"},
+                           "y": {"field": "n", "type": "quantitative", "title": "replies", "stack": True, "axis": COUNT_AXIS},
+                           "color": {"field": "outcome", "type": "nominal", "title": None,
+                                     "scale": {"domain": list(colors), "range": list(colors.values())}},
+                           "tooltip": _tip(["outcome"], ["lo", "hi", "n"], "d")})
+
+
+def series_across_models(data: str, where: dict[str, str], title: str, *, order: list[str], values: list[str],
+                         y_title: str) -> dict[str, Any]:
+    """Several numbers of one benchmark for every model of a sweep (each a line with points, in
+    the sweep's order, one colour each): the page's dataset `data` filtered to `where`, its
+    fields `values` folded into (stat, value) in the chart."""
+    x = {"field": "service", "type": "nominal", "sort": order, "title": None,
+         "axis": {"labelAngle": 0 if len(order) <= 8 else -45, "labelOverlap": True, "labelLimit": 120}}
+    transform = [*({"filter": {"field": f, "equal": v}} for f, v in where.items()),
+                 {"fold": values, "as": ["stat", "value"]}, {"filter": "isValid(datum.value)"}]
+    return {"title": title, "data": {"name": data}, "transform": transform, "config": {"view": {"stroke": None}},
+            "width": WIDTH, "height": 200, "mark": {"type": "line", "point": {"filled": True, "size": 40}},
+            "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": y_title, "axis": VALUE_AXIS},
+                         "color": {"field": "stat", "type": "nominal", "title": None, "sort": values},
+                         "tooltip": _tip(["service", "stat"], ["value"], ".1f")}}

@@ -348,4 +348,6 @@ details{margin:4px 0}summary{cursor:pointer}details.item{border-left:3px solid #
 figure.thumb img{display:block;max-width:96px;max-height:96px;object-fit:contain;border:1px solid #e3e3e3;background:#fff}
 .thumb-missing{box-sizing:border-box;width:96px;min-height:64px;padding:4px;display:flex;align-items:center;justify-content:center;text-align:center;background:#f3f3f3;border:1px dashed #bbb;color:#666}
 .thumb-name{white-space:pre-wrap;word-break:break-all;unicode-bidi:plaintext}.thumbs-more{align-self:center}
+.badge{display:inline-block;padding:0 6px;border-radius:8px;background:#f1f1f1}.badge.warn{background:#fff1e0}
+.reply{margin:6px 0 10px}details.thinking{margin:2px 0 0 12px}details.thinking>summary{color:#555}
 """

@@ -4,13 +4,17 @@ Built from the same documents as scores.json and timing.json (so the page cannot
 them) plus the merge's per-cell arrays for what those files do not hold: errors and coverage per
 shard, latency percentiles, and the items to read (worst, most disagreeing, errored) with their
 standing record and conversation, and for an image benchmark the thumbnails of the images each
-item showed the model (from the shards' images.jsonl). Every chart's data is aggregated and the
-thumbnails share one budget; the page's size does not grow with the run's.
+item showed the model (from the shards' images.jsonl). A reasoning model's benchmark also shows
+how many answers were cut off while thinking, its reasoning tokens per reply, and each item's
+thinking folded under its answer (shardeval_pages.reasoning; cut to THINKING_LIMIT per reply,
+THINKING_PER_ITEM per item, PAGE_THINKING_BYTES per page). Every chart's data is aggregated and
+the thumbnails and the thinking each share one budget; the page's size does not grow with the run's.
 """
 
 from __future__ import annotations
 
 import heapq
+import json
 import os
 import re
 from collections import Counter
@@ -23,6 +27,7 @@ from shardeval.api import (DISTRIBUTION_QUANTILES, ERROR, MISSING, OK, RESULTS_F
                            ResultRecord, TrajectoryRecord, counts, provenance_facts, read_thumbnails, read_winners, run_notes, timing)
 import shardeval_pages.charts as charts
 from shardeval_pages.page import Page, esc, finite, num, span, table
+from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, reasoning_of, token_bins
 
 if TYPE_CHECKING:
     from shardeval.api import BenchmarkMerge, MergeResult
@@ -41,6 +46,15 @@ TITLE_LIMIT = 1000
 # markup) is not drawn: the image is named as text instead.
 THUMBNAIL_URL = re.compile(r"data:image/(?:webp|jpeg|png|gif);base64,[A-Za-z0-9+/]+={0,2}")
 MAX_THUMBNAIL_URL = 16 * 1024
+# A reasoning model's thinking, folded under each repeat's answer in the items to read: a reply's
+# thinking may be 100 KB, so each is cut to its first and last THINKING_LIMIT / 2 characters (the
+# end is where it concluded, or where it was cut off), an item embeds THINKING_PER_ITEM characters
+# of thinking over all its repeats (then their lengths only), and the page PAGE_THINKING_BYTES
+# (UTF-8) in all (then placeholders). What is left out is said with the whole length; every
+# thinking is whole in merged/<bench>/trajectories.jsonl (and results.jsonl's `reasoning`).
+THINKING_LIMIT = 4000
+THINKING_PER_ITEM = 12000
+PAGE_THINKING_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -55,6 +69,13 @@ class ThumbnailBudget:
             return False
         self.left -= n
         return True
+
+
+@dataclass
+class ThinkingBudget(ThumbnailBudget):
+    """What is left of the page's PAGE_THINKING_BYTES of thinking text."""
+
+    left: int = PAGE_THINKING_BYTES
 
 
 _MARKUP = re.compile(r"\\([!-/:-@\[-`{-~])|\*\*|`")
@@ -160,15 +181,15 @@ def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes
              *(f"<h3>{esc(name)}</h3>" + metric_table(name, shown_metrics(ms), confidence)
                + (f'<p class="muted pass1">{esc(PASS1_IS_ACCURACY)}; scores.json holds both.</p>' if pass1_is_accuracy(ms) else "")
                for name, ms in metrics.items()))
-    budget = ThumbnailBudget()
+    budget, thinking = ThumbnailBudget(), ThinkingBudget()
     for b in result.benchmarks:
-        page.add(*benchmark_section(page, result, b, metrics[b.manifest.name], confidence, budget))
+        page.add(*benchmark_section(page, result, b, metrics[b.manifest.name], confidence, budget, thinking))
     page.add('<h2 id="provenance">Provenance</h2>', provenance_table(run))
     return page.render()
 
 
 def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", metrics: dict[str, dict[str, Any]],
-                      confidence: float, budget: ThumbnailBudget | None = None) -> list[str]:
+                      confidence: float, budget: ThumbnailBudget | None = None, thinking: ThinkingBudget | None = None) -> list[str]:
     name, c = b.manifest.name, counts(b)
     key = slug(name)
     out = [f'<h2 id="b-{key}">{esc(name)}</h2>',
@@ -176,6 +197,7 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
            f"{c['repeats']} repeats), {c['n_missing']} missing; errors: {c['n_errors']} "
            f"({'scored as wrong' if result.errors_as_wrong else 'excluded from scores'})</p>"]
     out += [f'<p class="warn">{esc(problem)}</p>' for problem in b.metric_problems]
+    out += reasoning_section(page, b)
     per_cluster = (metrics.get("accuracy") or {}).get("details", {}).get("per_cluster")
     if per_cluster:
         rows = [{"category": k, **span(e["value"], e.get("ci_low"), e.get("ci_high")), "n": e["n"]}
@@ -225,8 +247,45 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
             [{"shard": f"shard {i}", "kind": k, "n": n} for (i, k), n in sorted(errors.items())],
             f"{name}: errors by shard and kind ({', '.join(f'{k} {n}' for k, n in by_kind.most_common())})", y="shard", color="kind",
             colors=charts.error_kind_colors([k for k, _ in by_kind.most_common()]))))
-    out += items_section(result, b, budget if budget is not None else ThumbnailBudget())
+    out += items_section(result, b, budget if budget is not None else ThumbnailBudget(), thinking if thinking is not None else ThinkingBudget())
     return out
+
+
+def reasoning_section(page: Page, b: "BenchmarkMerge") -> list[str]:
+    """A reasoning benchmark's replies: how many were cut off while thinking (counted apart from
+    every other answer: scored 0, never from their thinking) and after answering, then the
+    reasoning tokens per reply as numbers and as a histogram. Nothing for a benchmark without
+    thinking or cut-off replies."""
+    summary = reasoning_of(b)
+    if summary is None:
+        return []
+    name, key = b.manifest.name, slug(b.manifest.name)
+    k = f"{name}/reasoning"
+    share = rate(summary)
+    line = (f'<p class="reasoning" id="reasoning-line-{key}"><span class="badge{" warn" if summary["truncated_reasoning"] else ""}">'
+            f'{esc(TRUNCATED_REASONING)}: {figure(summary["truncated_reasoning"], f"{k}/truncated_reasoning")} of '
+            f'{figure(summary["n_answered"], f"{k}/n_answered")}'
+            + (f" ({share * 100:.1f} %)" if share is not None else "") + "</span> · "
+            f'{esc(TRUNCATED)}: {figure(summary["truncated"], f"{k}/truncated")} · '
+            f'with thinking: {figure(summary["with_reasoning"], f"{k}/with_reasoning")}</p>')
+    out = [line]
+    tokens = summary.get("reasoning_tokens")
+    if tokens:
+        fields = ["n", "mean", "p50", "p90", "max"]
+        source = tokens.get("from") or {}
+        out.append(table(["reasoning tokens per reply", *fields, "from usage", "counted by stream"],
+                         [["all answered replies with a count", *(num(tokens.get(f), f"{k}/reasoning_tokens/{f}", 1) for f in fields),
+                           num(source.get("usage"), f"{k}/reasoning_tokens/from/usage"),
+                           num(source.get("stream"), f"{k}/reasoning_tokens/from/stream")]], cls="reasoning-tokens"))
+    if rows := token_bins(b):
+        out.append(page.chart(f"reasoning-{key}", charts.histogram(
+            rows, f"{name}: reasoning tokens per reply, by outcome", x_title="reasoning tokens", colors=charts.OUTCOME_COLORS)))
+    return out
+
+
+def figure(value: Any, key: str) -> str:
+    """A number inside a line of text, its exact value in data-value (as `num`'s cells)."""
+    return f'<span class="num" data-key="{esc(key)}" data-value="{esc(json.dumps(value))}">{esc(value)}</span>'
 
 
 def _problem_scores(b: "BenchmarkMerge") -> Iterator[tuple[int, list[float], int]]:
@@ -242,9 +301,10 @@ def _problem_scores(b: "BenchmarkMerge") -> Iterator[tuple[int, list[float], int
             yield p, scores, errors
 
 
-def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailBudget) -> list[str]:
-    """The items worth reading: lowest mean score, most disagreement between repeats, errors;
-    each links to its standing records, one conversation and the images it showed, shown escaped."""
+def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailBudget, thinking: ThinkingBudget | None = None) -> list[str]:
+    """The items worth reading: lowest mean score, most disagreement between repeats, errors, cut
+    off while thinking; each links to its standing records (a reasoning model's thinking folded
+    under each answer), one conversation and the images it showed, shown escaped."""
     worst: list[tuple[float, int]] = []  # the ITEMS lowest (mean, problem), the ITEMS largest (spread, lowest problem)
     spread: list[tuple[float, int]] = []
     errored: list[int] = []
@@ -258,7 +318,7 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailB
     worst = sorted((-m, -p) for m, p in worst)
     spread = sorted((-v, -p) for v, p in spread)
     groups = [("Lowest mean score", [p for _, p in worst]), ("Most disagreement between repeats", [p for _, p in spread]),
-              ("With errors", errored)]
+              ("With errors", errored), ("Cut off while thinking", cut_off_while_thinking(b))]
     chosen = sorted({p for _, ps in groups for p in ps})
     if not chosen:
         return []
@@ -287,14 +347,23 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailB
     images = {p: item_images(records[p]) for p in chosen}
     digests = {info.sha256 for shown in images.values() for info in shown[:THUMBS_PER_ITEM]}
     thumbs = read_thumbnails(result, name, digests) if digests else {}
-    out += [item_detail(key, p, records[p], gallery(images[p], thumbs, budget)) for p in chosen]
+    thinking = thinking if thinking is not None else ThinkingBudget()
+    out += [item_detail(key, p, records[p], gallery(images[p], thumbs, budget), thinking) for p in chosen]
     return out
+
+
+def cut_off_while_thinking(b: "BenchmarkMerge") -> list[int]:
+    """The first ITEMS problems with a repeat whose standing answer was cut off while thinking."""
+    problems = sorted({cell // b.cells.repeats for cell in b.cells.reasoning.cut_cells})
+    return problems[:ITEMS]
 
 
 def _extracted(r: ResultRecord) -> str:
     """What a repeat answered, as the items table shows it: — where nothing was extracted."""
     if r.status != "ok":
         return f"[{r.error_kind}]"
+    if r.extracted is None and r.outcome == "truncated_reasoning":
+        return f"[{TRUNCATED_REASONING}]"
     return "—" if r.extracted is None else str(r.extracted)
 
 
@@ -307,10 +376,13 @@ def judged_record(r: ResultRecord) -> bool:
 
 
 def _answer(r: ResultRecord) -> str:
-    """A judged repeat's answer (the model's reply, cut), as the items table shows it."""
+    """A judged repeat's answer (the model's reply without its thinking, cut), as the items table shows it."""
     if r.status != "ok" and not r.response:
         return f"[{r.error_kind}]"
-    return _cut(r.response.strip(), ANSWER_LIMIT) if r.response.strip() else "—"
+    if r.outcome == "truncated_reasoning":
+        return f"[{TRUNCATED_REASONING}]"
+    answer = r.scored_text().strip()
+    return _cut(answer, ANSWER_LIMIT) if answer else "—"
 
 
 def _verdict(r: ResultRecord) -> str:
@@ -408,15 +480,18 @@ def _size(n: int) -> str:
     return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MiB"
 
 
-def item_detail(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecord | None]], images: str = "") -> str:
-    """One problem's standing records, the images it showed (`images`, already drawn) and the
-    conversation of its first record that is not right."""
+def item_detail(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecord | None]], images: str = "",
+                thinking: ThinkingBudget | None = None) -> str:
+    """One problem's standing records, the images it showed (`images`, already drawn), each
+    answer with its thinking folded under it (a reasoning model's), and the conversation of its
+    first record that is not right."""
     first = recs[0][0]
     judged = any(judged_record(r) for r, _ in recs)
     said = (lambda r: [f'<td class="text-cell answer">{esc(_answer(r))}</td>', f'<td class="text-cell judge-verdict">{esc(_verdict(r))}</td>']) \
         if judged else (lambda r: [f'<td class="text-cell">{esc(r.extracted)}</td>'])
+    outcomes = any(r.outcome is not msgspec.UNSET for r, _ in recs)
     rows = [[num(r.repeat, f"item/{p}/repeat"), esc(r.status), num(r.score, f"item/{p}/{r.repeat}/score"),
-             *said(r), esc(r.error_kind or ""), f'<td class="text-cell">{esc(r.error or "")}</td>']
+             *said(r), *([outcome_cell(r)] if outcomes else []), esc(r.error_kind or ""), f'<td class="text-cell">{esc(r.error or "")}</td>']
             for r, _ in recs]
     shown = next(((r, t) for r, t in recs if t is not None and r.score != 1.0), next(((r, t) for r, t in recs if t is not None), None))
     where = f"merged/{first.benchmark}/{TRAJECTORIES_FILE}"
@@ -424,15 +499,93 @@ def item_detail(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecor
     if shown is not None:
         r, t = shown
         assert t is not None
+        last = max((i for i, m in enumerate(t.messages) if m.role == "assistant"), default=-1)
         conversation = f"<p class=\"muted\">repeat {r.repeat}:</p>" + "".join(
-            f'<div class="role">{esc(m.role)}</div><div class="text">{_clip(m.content, where)}</div>' for m in t.messages)
+            f'<div class="role">{esc(m.role)}</div><div class="text">{_clip(m.content, where)}</div>'
+            if i != last or r.reasoning is msgspec.UNSET or r.status != "ok" else  # its answer: the thinking is folded above, not twice
+            f'<div class="role">{esc(m.role)} <span class="muted">(the answer; its thinking is folded under repeat {r.repeat} above)'
+            f'</span></div>{_said(r, _clip(r.scored_text(), where))}'
+            for i, m in enumerate(t.messages))
         if r.status == "ok" and r.response and not any(m.role == "assistant" for m in t.messages):
-            conversation += f'<div class="role">reply</div><div class="text">{_clip(r.response, where)}</div>'
+            conversation += f'<div class="role">reply</div><div class="text">{_clip(r.scored_text(), where)}</div>'
+    thoughts = replies(key, p, recs, thinking if thinking is not None else ThinkingBudget(), where)
+    cut = any(r.outcome == "truncated_reasoning" for r, _ in recs)
     return (f'<details class="item" id="i-{key}-{p}"><summary>{esc(first.problem_id)} <span class="muted">(problem {p}'
-            f'{", " + esc(first.cluster) if first.cluster else ""})</span></summary>' + images +
+            f'{", " + esc(first.cluster) if first.cluster else ""})</span>'
+            + (f' <span class="badge warn truncated-reasoning">{esc(TRUNCATED_REASONING)}</span>' if cut else "") + "</summary>" + images +
             f"<p>reference: <span class=\"text-inline\">{esc(first.reference)}</span></p>"
-            + table(["repeat", "status", "score", *(["answer", "judge's verdict"] if judged else ["extracted"]), "error kind", "error"], rows)
-            + conversation + "</details>")
+            + table(["repeat", "status", "score", *(["answer", "judge's verdict"] if judged else ["extracted"]), *(["outcome"] if outcomes else []),
+                     "error kind", "error"], rows)
+            + thoughts + conversation + "</details>")
+
+
+def _said(r: ResultRecord, shown: str) -> str:
+    """A reply's answer (`shown`: its text, escaped and cut), or that it has none and why."""
+    if r.scored_text().strip():
+        return f'<div class="text answer-text">{shown}</div>'
+    why = "no answer: cut off while thinking, scored 0" if r.outcome == "truncated_reasoning" else "no answer"
+    return f'<div class="muted answer-text">{why}</div>'
+
+
+def outcome_cell(r: ResultRecord) -> str:
+    """A cut-off reply's outcome in words (empty for a reply that ended on its own)."""
+    if r.outcome == "truncated_reasoning":
+        return f'<td class="outcome truncated-reasoning warn">{esc(TRUNCATED_REASONING)}</td>'
+    return f'<td class="outcome">{esc(TRUNCATED if r.outcome == "truncated" else "")}</td>'
+
+
+def replies(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecord | None]], budget: ThinkingBudget, where: str) -> str:
+    """Each repeat of a reasoning model: its answer (what was scored), and under it its thinking
+    folded (a collapsed <details>), with its token count and who counted them, cut to the item's
+    and the page's share (THINKING_LIMIT, THINKING_PER_ITEM, PAGE_THINKING_BYTES)."""
+    left = THINKING_PER_ITEM
+    out = []
+    for r, _ in recs:
+        if r.status != "ok" or (r.reasoning is msgspec.UNSET and r.outcome != "truncated_reasoning"):
+            continue
+        answer = r.scored_text()
+        cut = r.outcome == "truncated_reasoning"
+        said = _said(r, esc(_cut(answer, TEXT_LIMIT)))
+        out.append(f'<div class="reply" data-repeat="{r.repeat}"><div class="role">repeat {r.repeat}: answer'
+                   + (f' <span class="badge warn truncated-reasoning">{esc(TRUNCATED_REASONING)}</span>' if cut else "") + "</div>"
+                   + said + thinking_fold(key, p, r, left, budget, where) + "</div>")
+        if r.reasoning is not msgspec.UNSET:
+            left -= min(len(r.reasoning), THINKING_LIMIT, left)
+    return f'<div class="replies">{"".join(out)}</div>' if out else ""
+
+
+TOKENS_FROM = {"usage": "usage", "stream": "counted by stream"}  # who counted a reply's reasoning tokens, in words
+
+
+def thinking_fold(key: str, p: int, r: ResultRecord, left: int, budget: ThinkingBudget, where: str) -> str:
+    """One reply's thinking, folded: its size in the summary, its text (cut) inside, as text."""
+    source = TOKENS_FROM.get(r.reasoning_tokens_from)  # type: ignore[arg-type]
+    tokens = "" if r.reasoning_tokens is msgspec.UNSET else (
+        f'<span class="num" data-key="item/{p}/{r.repeat}/reasoning_tokens" data-value="{r.reasoning_tokens}">{r.reasoning_tokens}</span>'
+        f' tokens{f" ({source})" if source else ""}, ')
+    if r.reasoning is msgspec.UNSET:
+        return f'<p class="muted thinking-none">thinking: {tokens}its text not kept</p>'
+    text = r.reasoning
+    size = f'<span class="thinking-chars" data-value="{len(text)}">{len(text):,}</span> characters'
+    limit = min(THINKING_LIMIT, left)
+    whole = f"the whole thinking is in {where} (and results.jsonl's `reasoning`)"
+    if limit <= 0:
+        body = f'<p class="muted thinking-left-out">not embedded: this item shows {THINKING_PER_ITEM:,} characters of thinking; {esc(whole)}</p>'
+    elif len(text) <= limit:
+        body = _embed(esc(text), text, budget, whole)
+    else:
+        head, tail = text[: limit - limit // 2], text[len(text) - limit // 2:]
+        body = _embed(esc(head) + f'<span class="muted thinking-cut">\n… {len(text) - len(head) - len(tail):,} of its {len(text):,} '
+                      f'characters left out here; {esc(whole)} …\n</span>' + esc(tail), head + tail, budget, whole)
+    return (f'<details class="thinking" id="t-{key}-{p}-{r.repeat}"><summary>thinking: {tokens}{size}</summary>{body}</details>')
+
+
+def _embed(shown: str, raw: str, budget: ThinkingBudget, whole: str) -> str:
+    if not budget.take(len(raw.encode("utf-8", "surrogatepass"))):
+        return (f'<p class="muted thinking-left-out">not embedded: the page holds its {PAGE_THINKING_BYTES // 1024} KiB of thinking; '
+                f"{esc(whole)}</p>")
+    return f'<div class="text thinking-text">{shown}</div>'
+
 
 
 def provenance_table(run: Any) -> str:

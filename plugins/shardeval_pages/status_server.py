@@ -2,7 +2,8 @@
 
 The page (PAGE below: no CDN, no request but its own `status.json`) polls the JSON endpoint. The
 numbers come from shardeval.results.status.collect, the data the text command prints, with each
-benchmark's running accuracy from merge's scan and the metrics plugin. Reading a large run takes
+benchmark's running accuracy from merge's scan and the metrics plugin, and, where its JSON gives a
+benchmark a `reasoning` object, the answers cut off while thinking so far. Reading a large run takes
 seconds, so the server computes in one worker thread (it keeps answering meanwhile), one
 computation at a time, and reuses the result for `interval` seconds: ten open tabs cost what one
 does, and a closed page costs nothing. A directory with no shard yet, a shard that vanishes
@@ -42,7 +43,7 @@ h1{font-size:1.3em;margin:0 .6em 0 0;display:inline}header{margin-bottom:.8em}
 th,td{border:1px solid #dde1e6;padding:.25em .6em;text-align:right;vertical-align:top}th{background:#f0f2f5}
 td.l,th.l{text-align:left}progress{width:9em;vertical-align:middle}.ci{color:#556;font-size:.9em}
 .s-running{color:#0b62c4}.s-complete{color:#17803d}.s-lost,.s-failed{color:#c4210b;font-weight:600}
-.s-interrupted{color:#b86e00}.s-not-started{color:#889}.err{color:#c4210b}ul.notes{padding-left:1.2em}ul.notes li{white-space:pre-wrap}
+.s-interrupted{color:#b86e00}.warn{color:#b86e00}.s-not-started{color:#889}.err{color:#c4210b}ul.notes{padding-left:1.2em}ul.notes li{white-space:pre-wrap}
 pre{background:#fff;border:1px solid #dde1e6;padding:.5em}h2{font-size:1.1em;margin:.6em 0 .2em}
 """
 
@@ -76,6 +77,15 @@ function accuracy(b) {
           k("ci_high", fmt(v.ci_high)), "]")), el("span", {className: "ci"}, k("ci_method", v.ci_method), " n=", k("n", v.n))];
 }
 
+// A reasoning model's answers cut off while thinking, counted apart (the benchmark's `reasoning`,
+// present only where it has thinking or cut-off replies): "truncated while thinking: 3 of 40".
+function thinking(b) {
+  const r = b.reasoning;
+  if (!r) return null;
+  return el("span", {className: r.truncated_reasoning ? "warn" : "", "data-k": "reasoning"}, "truncated while thinking: ",
+            k("truncated_reasoning", r.truncated_reasoning), " of ", k("n_answered", r.n_answered));
+}
+
 function shardTable(run, prefix) {
   const rows = run.shards.map((p) => row(prefix + "shard:" + p.idx + ":" + p.path, [
     td("l", k("idx", p.idx)), td("l", state(p.state)), ...counts(p), errors(p.errors), k("rate", rate(p.rate)),
@@ -100,10 +110,12 @@ function total(done, all, suffix, ...more) {
 }
 
 function runView(run) {
+  const reasoning = run.benchmarks.some((b) => b.reasoning);  // the column only where a benchmark thinks
   const benches = run.benchmarks.map((b) => row("bench:" + b.name, [td("l", text(b.name)), ...counts(b), errors(b.errors),
-    ...accuracy(b), k("rate", rate(b.rate)), k("eta", eta(b.eta_s))]));
+    ...accuracy(b), ...(reasoning ? [td("l", thinking(b))] : []), k("rate", rate(b.rate)), k("eta", eta(b.eta_s))]));
   return [total(run.done, run.total, ""),
-          el("h2", {}, "benchmarks"), table(["benchmark", "progress", "records", "errors", "running accuracy [" + CONFIDENCE + " interval]", "method", "req/s", "eta"], benches),
+          el("h2", {}, "benchmarks"), table(["benchmark", "progress", "records", "errors", "running accuracy [" + CONFIDENCE + " interval]", "method",
+                                             ...(reasoning ? ["reasoning"] : []), "req/s", "eta"], benches),
           el("h2", {}, "shards"), shardTable(run, ""), notes(run, "")];
 }
 
@@ -118,7 +130,8 @@ function sweepView(sw, open) {
       if (!b) return td("", "—");
       const [value, method] = accuracy(b);
       return el("td", {"data-row": "grid:" + m.name + ":" + n, className: "l"}, counts(b)[0], " ", counts(b)[1], el("br"),
-                "errors ", errors(b.errors), " · eta ", k("eta", eta(b.eta_s)), el("br"), value, el("br"), method);
+                "errors ", errors(b.errors), " · eta ", k("eta", eta(b.eta_s)), el("br"), value, el("br"), method,
+                ...(b.reasoning ? [el("br"), thinking(b)] : []));
     });
     const summary = Object.entries(m.run.states).map(([s, n]) => n + " " + s).join(", ");
     const rate0 = m.run.benchmarks.length ? m.run.benchmarks[0].rate : null;

@@ -4,6 +4,9 @@ Built from sweep.json's document alone, so the page cannot disagree with it: for
 forest of every (model, benchmark) value with its interval and the grid as a table, then each
 model's paired difference against the baseline with its interval against zero, p and Holm p.
 Each model's own report.html is one relative link away (the folder can be moved or mailed whole).
+A reasoning model's checkpoints add, per benchmark, the share of answers cut off while thinking and
+the reasoning tokens per reply of every model (sweep.json's `reasoning` where its cells carry it,
+else each model's merge: shardeval_pages.reasoning).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from urllib.parse import quote
 from shardeval.api import NOT_COMPARED, not_compared_notes
 import shardeval_pages.charts as charts
 from shardeval_pages.page import Page, esc, finite, table
+from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, sweep_reasoning
 from shardeval_pages.report_page import PASS1_IS_ACCURACY, pass1_is_accuracy, slug
 
 if TYPE_CHECKING:
@@ -50,6 +54,7 @@ def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, s
                      "sweep.json holds both.</p>")
             continue
         page.add(*metric_section(page, doc, plan.services, metric, benches, confidence))
+    page.add(*reasoning_section(page, sweep, plan.services, benches))
     page.add(*vs_section(page, doc, plan.baseline, plan.services, benches, confidence))
     return page.render()
 
@@ -125,6 +130,51 @@ def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric:
     if any(c.get("differs_from_baseline") for c in cells):
         out.append(f'<p class="muted">{esc(NOT_COMPARED)}</p>')
     return out
+
+
+REASONING_FIELDS = ["service", "benchmark", "truncated_reasoning", "n_answered", "rate", "shown", "truncated", "with_reasoning",
+                    "mean", "mean_shown", "p50", "p50_shown", "n"]
+
+
+def reasoning_section(page: Page, sweep: "SweepMerge", services: list[str], benches: list[str]) -> list[str]:
+    """A reasoning model's checkpoints: per benchmark, the share of answers cut off while thinking
+    and the reasoning tokens per reply (mean and median) of every model in the sweep's order, then
+    the counts as a paged table. Nothing when no (model, benchmark) has thinking or cut-off replies."""
+    found = sweep_reasoning(sweep)
+    if not found:
+        return []
+    rows = []
+    for (service, bench), s in found.items():
+        tokens = s.get("reasoning_tokens") or {}
+        share = rate(s)
+        rows.append([service, bench, s["truncated_reasoning"], s["n_answered"], share,
+                     f'{s["truncated_reasoning"]} of {s["n_answered"]}' + (f" ({share * 100:.1f} %)" if share is not None else ""),
+                     s["truncated"], s["with_reasoning"], tokens.get("mean"), _tokens(tokens.get("mean")), tokens.get("p50"),
+                     _tokens(tokens.get("p50")), s["n_answered"]])
+    page.dataset("reasoning", REASONING_FIELDS, rows)
+    out = ['<h2 id="reasoning">reasoning: answers cut off while thinking, and reasoning tokens per reply</h2>']
+    shown = [b for b in benches if any((m, b) in found for m in services)]
+    for b in shown:
+        out.append(page.chart(f"reasoning-rate-{slug(b)}", charts.across_models(
+            "reasoning", {"benchmark": b}, f"{b}: share of answers {TRUNCATED_REASONING} (of every ok answer)", order=services,
+            value="rate", y_title=f"share {TRUNCATED_REASONING}", share=True)))
+        if any((found.get((m, b)) or {}).get("reasoning_tokens") for m in services):
+            out.append(page.chart(f"reasoning-tokens-{slug(b)}", charts.series_across_models(
+                "reasoning", {"benchmark": b}, f"{b}: reasoning tokens per reply, mean and median", order=services,
+                values=["mean", "p50"], y_title="reasoning tokens")))
+    head = ('<tr><th rowspan="2">model</th>' + "".join(f'<th colspan="4">{esc(b)}</th>' for b in shown) + "</tr><tr>"
+            + f"<th>{esc(TRUNCATED_REASONING)}</th><th>{esc(TRUNCATED)}</th><th>tokens mean</th><th>tokens p50</th>" * len(shown) + "</tr>")
+    out.append(page.paged_table("reasoning-table", head, {
+        "data": "reasoning", "key": "reasoning", "page": GRID_PAGE,
+        "rows": {"field": "service", "order": services}, "cols": {"field": "benchmark", "order": shown},
+        "cells": [{"field": "truncated_reasoning", "kind": "int", "shown": "shown"}, {"field": "truncated", "kind": "int"},
+                  {"field": "mean", "kind": NUM, "shown": "mean_shown"}, {"field": "p50", "kind": NUM, "shown": "p50_shown"}]},
+        cls="reasoning", search="filter models"))
+    return out
+
+
+def _tokens(value: Any) -> str:
+    return "—" if value is None else f"{value:.1f}"
 
 
 def vs_section(page: Page, doc: dict[str, Any], baseline: str, services: list[str], benches: list[str], confidence: float) -> list[str]:

@@ -165,7 +165,7 @@ class Followed:
                 standing[cell] = OK if ok else ERROR
                 changed = True
                 if ok and (row.outcome is not UNSET or row.reasoning is not UNSET or row.reasoning_tokens is not UNSET):
-                    tally.add(row)  # an ok record stands for good: counted once
+                    tally.add(row, cell)  # an ok record stands for good: counted once
                 if table is not None:
                     table.take(cell, row)
         if f.report.replaced:

@@ -87,27 +87,37 @@ class ReasoningTally:
     scan three attribute tests. shardeval.results.report.reasoning_summary makes the
     ReasoningCounts of scores.json from it."""
 
-    __slots__ = ("n", "truncated_reasoning", "truncated", "with_reasoning", "from_usage", "from_stream", "tokens", "_sorted")
+    __slots__ = ("n", "truncated_reasoning", "truncated", "with_reasoning", "from_usage", "from_stream", "tokens", "outcomes",
+                 "cut_cells", "_sorted")
+
+    ANSWERED, TRUNCATED, TRUNCATED_REASONING = 0, 1, 2  # `outcomes`: each counted reply's, for a histogram by outcome
 
     def __init__(self) -> None:
         self.n = 0  # ok records with any reasoning fact
         self.truncated_reasoning = self.truncated = self.with_reasoning = self.from_usage = self.from_stream = 0
         self.tokens = array("i")  # the thinking tokens of each ok record that counted them
+        self.outcomes = bytearray()  # beside `tokens`: that record's outcome (ANSWERED, TRUNCATED, TRUNCATED_REASONING)
+        self.cut_cells = array("q")  # the cells whose standing answer was cut off while thinking (a page lists them)
         self._sorted: list[int] | None = None
 
-    def add(self, row: ScannedRecord) -> None:
+    def add(self, row: ScannedRecord, cell: int = -1) -> None:
         self.n += 1
         outcome = row.outcome
+        kind = self.ANSWERED
         if outcome == "truncated_reasoning":
             self.truncated_reasoning += 1
+            self.cut_cells.append(cell)
+            kind = self.TRUNCATED_REASONING
         elif outcome == "truncated":
             self.truncated += 1
+            kind = self.TRUNCATED
         thought = row.reasoning
         if thought is not UNSET and not (_BLANK.fullmatch(thought) if isinstance(thought, msgspec.Raw) else not thought.strip()):
             self.with_reasoning += 1
         tokens = row.reasoning_tokens
         if tokens is not UNSET:
             self.tokens.append(min(max(tokens, 0), 2**31 - 1))  # a wild value is clamped, not fatal
+            self.outcomes.append(kind)
             self._sorted = None
             source = row.reasoning_tokens_from
             if source == "usage":
@@ -124,6 +134,8 @@ class ReasoningTally:
         self.from_usage += other.from_usage
         self.from_stream += other.from_stream
         self.tokens.extend(other.tokens)
+        self.outcomes.extend(other.outcomes)
+        self.cut_cells.extend(other.cut_cells)
         self._sorted = None
 
     def sorted_tokens(self) -> list[int]:
@@ -184,7 +196,7 @@ class Cells:
         """Make `row` the cell's standing record."""
         ok = row.status == "ok"
         if ok and (row.outcome is not UNSET or row.reasoning is not UNSET or row.reasoning_tokens is not UNSET):
-            self.reasoning.add(row)  # a record of a model that does not think: three tests, no call
+            self.reasoning.add(row, cell)  # a record of a model that does not think: three tests, no call
         self.status[cell] = OK if ok else ERROR
         self.src[cell], self.offset[cell], self.length[cell] = src, offset, length
         self.score[cell] = row.score if ok and row.score is not None else NAN
