@@ -71,8 +71,8 @@ def sweep_reasoning(sweep: Any) -> dict[tuple[str, str], dict[str, Any]]:
     object from sweep.json's cells when they carry one, else from the model's merge (`reasoning_of`)."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for c in sweep.document["cells"]:
-        if c.get("reasoning"):
-            found.setdefault((c["service"], c["benchmark"]), c["reasoning"])
+        if c.get("reasoning"):  # a ReasoningCounts in the document the merge made, a dict in one read back
+            found.setdefault((c["service"], c["benchmark"]), msgspec.to_builtins(c["reasoning"]))
     for m in sweep.models:
         for b in m.result.benchmarks if m.result is not None else []:
             if (m.service, b.manifest.name) not in found and (summary := reasoning_of(b)) is not None:
