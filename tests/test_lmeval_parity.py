@@ -414,5 +414,8 @@ def test_generation_reasoning_on_an_lm_eval_benchmark_is_one_line_naming_gen_kwa
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     run = subprocess.run([sys.executable, "-m", "shardeval", "run", str(tmp_path / "config.yaml"), "--reasoning-effort", "high",
                           "-o", str(tmp_path / "out")], env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
-    assert "solver.generation.reasoning" in run.stderr and "gen_kwargs" in run.stderr, run.stderr
+    # refused when the shard builds the solver (the service is up; a solver sees its config only then), before any request
+    error = run.stderr.splitlines()[-1]
+    assert run.returncode == 2 and error.startswith("shardeval: error:") and "Traceback" not in run.stderr, run.stderr
+    assert "solver.generation.reasoning" in error and "gen_kwargs" in error, run.stderr
+    assert not any(p.stat().st_size for p in (tmp_path / "out").rglob("results.jsonl"))
