@@ -176,6 +176,53 @@ def records(folder: Path, bench: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def thinking_reply(i: int, a: int, b: int) -> tuple[dict[str, Any], int | None]:
+    """How the thinking server answers question i (a + b): (the assistant message, reasoning tokens in
+    the usage). Every third in vLLM's `reasoning` field, every third in the older
+    `reasoning_content`, every third inline between `<think>` tags; right for even i, wrong for odd."""
+    said = a + b if i % 2 == 0 else a + b + 1
+    thought = f"Adding {a} and {b}: {a} + {b} = {a + b}."
+    if i % 3 == 0:
+        return {"content": f"#### {said}", "reasoning": thought}, 7 + i
+    if i % 3 == 1:
+        return {"content": f"#### {said}", "reasoning_content": thought}, 7 + i
+    return {"content": f"<think>\n{thought}\n</think>\n\n#### {said}"}, None
+
+
+@contextmanager
+def thinking_server() -> Iterator[served.Recording]:
+    """A chat server that plays a reasoning model on the arith questions (`thinking_reply`) and records
+    each body it is sent; yields the Recording, its url …/v1."""
+    import re
+
+    from aiohttp import web
+
+    seen = served.Recording(url="")
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.bodies.append(body)
+        asked = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+        i, a, b = map(int, re.search(r"Question (\d+): what is (\d+) \+ (\d+)\?", asked).groups())
+        message, thought = thinking_reply(i, a, b)
+        usage: dict[str, Any] = {"prompt_tokens": 20, "completion_tokens": 30, "total_tokens": 50}
+        if thought is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": thought}
+        return web.json_response({"id": f"t{i}", "object": "chat.completion", "created": 0, "model": MODEL,
+                                  "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "stop"}],
+                                  "usage": usage})
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    with served.app_in_thread(app) as origin:
+        seen.url = origin + "/v1"
+        yield seen
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

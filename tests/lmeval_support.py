@@ -212,10 +212,12 @@ def completions_model_args(url: str, model_dir: str, num_concurrent: int) -> str
             f"tokenizer={model_dir},num_concurrent={num_concurrent},max_retries=3")  # fmt: skip
 
 
-def chat_model_args(url: str, num_concurrent: int) -> str:
-    """`--model_args` for `local-chat-completions`: the messages go as JSON; the server applies its template."""
+def chat_model_args(url: str, num_concurrent: int, think_end_token: str | None = None) -> str:
+    """`--model_args` for `local-chat-completions`: the messages go as JSON; the server applies its
+    template. `think_end_token`: lm-eval's option that drops a reasoning model's inline thinking."""
+    think = f",think_end_token={think_end_token}" if think_end_token is not None else ""
     return (f"model={SERVED_MODEL},base_url={server_root(url)}/v1/chat/completions,tokenizer_backend=none,"
-            f"num_concurrent={num_concurrent},max_retries=3")  # fmt: skip
+            f"num_concurrent={num_concurrent},max_retries=3{think}")  # fmt: skip
 
 
 def _results_files(out_dir: Path) -> set[Path]:
@@ -261,10 +263,11 @@ def run_lm_eval_cli(url: str, model_dir: str, tasks: Sequence[str], include_path
 
 def run_lm_eval_chat_cli(url: str, tasks: Sequence[str], include_path: Path, out_dir: Path, *,
                          num_fewshot: int | None = 0, num_concurrent: int = 8, limit: int | float | None = None,
-                         extra_args: Sequence[str] = (), timeout_s: float = CLI_TIMEOUT_S) -> dict[str, Any]:  # fmt: skip
+                         extra_args: Sequence[str] = (), timeout_s: float = CLI_TIMEOUT_S,
+                         think_end_token: str | None = None) -> dict[str, Any]:  # fmt: skip
     """`lm_eval run --model local-chat-completions --apply_chat_template …` (generate_until tasks only)."""
-    return _run_cli("local-chat-completions", chat_model_args(url, num_concurrent), tasks, include_path, out_dir,
-                    num_fewshot, limit, ["--apply_chat_template", *extra_args], timeout_s)  # fmt: skip
+    return _run_cli("local-chat-completions", chat_model_args(url, num_concurrent, think_end_token), tasks, include_path,
+                    out_dir, num_fewshot, limit, ["--apply_chat_template", *extra_args], timeout_s)  # fmt: skip
 
 
 # --- what lm-eval wrote ------------------------------------------------------------------------------
@@ -327,6 +330,7 @@ class RunSpec:
     num_fewshot: int | None = None  # None: each task's YAML (gsm8k 5, mc_random 3, mmlu and rolling 0)
     limit: int | None = None  # documents per leaf task, as --limit
     chat: bool = False  # local-chat-completions with --apply_chat_template
+    think_end_token: str | None = None  # lm-eval's model arg (chat only): the answer is what follows its last occurrence
 
     def expected_docs(self, task: str) -> int:
         """How many documents lm-eval scores for `task` in this run."""
@@ -360,7 +364,8 @@ def run_reference(spec: RunSpec, url: str, model_dir: str, include_path: Path, o
     start = time.monotonic()
     if spec.chat:
         results = run_lm_eval_chat_cli(url, spec.tasks, include_path, out_dir, num_fewshot=spec.num_fewshot,
-                                       num_concurrent=num_concurrent, limit=spec.limit)  # fmt: skip
+                                       num_concurrent=num_concurrent, limit=spec.limit,
+                                       think_end_token=spec.think_end_token)  # fmt: skip
     else:
         results = run_lm_eval_cli(url, model_dir, spec.tasks, include_path, out_dir, num_fewshot=spec.num_fewshot,
                                   num_concurrent=num_concurrent, limit=spec.limit)  # fmt: skip

@@ -290,3 +290,38 @@ def test_the_api_key_reaches_the_server_and_no_file_of_the_run(troubled: tuple[P
         with zipfile.ZipFile(path) as archive:
             leaks += [f"{path}:{name}" for name in archive.namelist() if SECRET.encode() in archive.read(name)]
     assert not leaks
+
+
+# --- a reasoning model's answer, as Inspect split it (issue 39) ------------------------------------------
+
+
+def ended_sample(content: Any) -> Any:
+    """An ended EvalSample whose answer is one assistant message of `content`, scored C."""
+    from inspect_ai.log import EvalSample
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser, ModelOutput
+    from inspect_ai.scorer import Score
+
+    message = ChatMessageAssistant(content=content, model="m")
+    output = ModelOutput.from_message(message)
+    return EvalSample(id="s00", epoch=1, input="q", target="5", messages=[ChatMessageUser(content="q"), message],
+                      output=output, scores={"match": Score(value="C", answer="5")})
+
+
+def test_inspects_split_stands_and_shardeval_never_splits_its_answer_again() -> None:
+    from inspect_ai._util.content import ContentReasoning, ContentText
+
+    from shardeval.api import split_reply
+    from shardeval_inspect.samples import attempt_of
+
+    tags = ("<think>", "</think>")
+    c = attempt_of(ended_sample([ContentReasoning(reasoning="2 + 3"), ContentText(text="#### 5")]), str, 1, tags).completion
+    assert (c.text, c.reasoning) == ("#### 5", "2 + 3")
+    # a redacted block: its summary, never the opaque payload
+    redacted = ContentReasoning(reasoning="opaque", summary="added them", redacted=True)
+    assert attempt_of(ended_sample([redacted, ContentText(text="5")]), str, 1, tags).completion.reasoning == "added them"
+    # a closing tag with no opening one: Inspect found no thinking and its scorer saw all of it, so
+    # the record's answer is all of it too (reasoning "", the answer never split again)
+    c = attempt_of(ended_sample("so 2 + 3 = 5</think> #### 5"), str, 1, tags).completion
+    assert c.reasoning == "" and split_reply(c.text, c.reasoning, tags).answer == c.text
+    # no thinking and no tag: the record is what it always was
+    assert attempt_of(ended_sample("#### 5"), str, 1, tags).completion.reasoning is None

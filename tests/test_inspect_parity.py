@@ -121,3 +121,92 @@ def test_shardevals_own_records_hold_inspects_scores(runs: Runs) -> None:
         assert r["response"] == sample.output.completion
     accuracy = runs.reference["arith"].results.scores[0].metrics["accuracy"].value
     assert sum(r["score"] for r in merged) / len(merged) == pytest.approx(accuracy)
+
+
+# --- a reasoning model (issue 39) -----------------------------------------------------------------------
+#
+# A small server plays a reasoning model on arith: the thinking in vLLM's `reasoning` field, in the
+# older `reasoning_content`, or inline between <think> tags (inspect_support.thinking_reply). Inspect's
+# provider turns each into ContentReasoning; `inspect eval` with --reasoning-effort/--reasoning-tokens
+# and shardeval with solver.generation.reasoning ask the same questions.
+
+THINK_N = 12
+EFFORT, BUDGET = "high", 64
+
+
+@dataclass
+class ThinkingRuns:
+    reference: Any  # the EvalLog `inspect eval` wrote
+    reference_bodies: list[dict[str, Any]]
+    merged: Any  # merged/inspect/arith.eval
+    records: list[dict[str, Any]]  # merged/arith/results.jsonl
+    bodies: list[dict[str, Any]]  # what shardeval's shards sent
+
+
+@pytest.fixture(scope="module")
+def thinking_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThinkingRuns]:
+    from inspect_support import thinking_server
+
+    root = tmp_path_factory.mktemp("thinking")
+    tasks = write_tasks(root / "tasks", THINK_N)
+    with thinking_server() as seen:
+        inspect_cli = Path(sys.executable).parent / "inspect"
+        env = {**os.environ, "THINK_BASE_URL": seen.url, "THINK_API_KEY": "unused", "INSPECT_DISPLAY": "none"}
+        done = subprocess.run([str(inspect_cli), "eval", f"{tasks}@arith", "--model", f"openai-api/think/{MODEL}",
+                               "--reasoning-effort", EFFORT, "--reasoning-tokens", str(BUDGET), "--log-dir", str(root / "reference")],
+                              env=env, capture_output=True, text=True, timeout=120, cwd=tasks.parent)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        reference_bodies = list(seen.bodies)
+        seen.clear()
+        generation = {"reasoning": {"enable": True, "effort": EFFORT, "budget_tokens": BUDGET}}
+        cfg = inspect_config(root / "config.json", seen.url, tasks,
+                             [{"task": "arith", "repeats": 1, "solver": {"generation": generation}}])
+        run_shards(cfg, root / "run", 2)
+        bodies = list(seen.bodies)
+    merged = merge(root / "run")
+    assert merged.returncode == 0, merged.stderr
+    yield ThinkingRuns(read_log(only_log(root / "reference")), reference_bodies,
+                       read_log(root / "run" / "merged" / "inspect" / "arith.eval"), records(root / "run" / "merged", "arith"), bodies)
+
+
+def reasoning_of(sample: Any) -> list[str]:
+    """The ContentReasoning texts of a sample's answer (its output's message)."""
+    content = sample.output.message.content
+    return [c.reasoning for c in content if c.type == "reasoning"] if isinstance(content, list) else []
+
+
+def test_a_reasoning_models_thinking_is_the_records_and_in_the_log(thinking_runs: ThinkingRuns) -> None:
+    """Per sample: the record's `reasoning` is Inspect's ContentReasoning (in `inspect eval`'s log and in
+    the merged log alike), its response is the ContentText Inspect scored (no thinking in it), its
+    reasoning tokens are Inspect's usage, and it scores as `inspect eval` scored it."""
+    from inspect_ai.scorer import value_to_float
+
+    to_float = value_to_float()
+    reference, merged = cells(thinking_runs.reference), cells(thinking_runs.merged)
+    assert len(thinking_runs.records) == len(reference) == len(merged) == THINK_N
+    for r in thinking_runs.records:
+        key = (r["problem_id"], r["repeat"] + 1)
+        theirs, ours = reference[key], merged[key]
+        assert r["status"] == "ok"
+        assert reasoning_of(theirs) == reasoning_of(ours) == [r["reasoning"]], key
+        assert r["reasoning"].startswith("Adding ")
+        assert r["response"] == theirs.output.completion == ours.output.completion and r["response"].startswith("#### ")
+        assert "answer" not in r  # what was scored is the response: Inspect's text, never split again
+        assert r["score"] == to_float(theirs.scores["match"].value) == to_float(ours.scores["match"].value)
+        tokens = [u.reasoning_tokens for u in theirs.model_usage.values() if u.reasoning_tokens is not None]
+        assert r.get("reasoning_tokens") == (sum(tokens) if tokens else None), key
+    assert {r["score"] for r in thinking_runs.records} == {0.0, 1.0}
+    assert any("reasoning_tokens" not in r for r in thinking_runs.records)  # inline thinking: no count in the usage
+
+
+def test_generation_reasoning_reaches_the_server_as_inspect_and_shardeval_ask(thinking_runs: ThinkingRuns) -> None:
+    """effort is Inspect's reasoning_effort, sent by Inspect; the budget (Inspect's reasoning_tokens, which its
+    OpenAI-compatible provider does not send) and enable reach the server as shardeval asks vLLM."""
+    assert len(thinking_runs.bodies) == len(thinking_runs.reference_bodies) == THINK_N
+    for body in thinking_runs.reference_bodies:
+        assert body["reasoning_effort"] == EFFORT and "thinking_token_budget" not in body
+    for body in thinking_runs.bodies:
+        assert body["reasoning_effort"] == EFFORT
+        assert body["thinking_token_budget"] == BUDGET and body["chat_template_kwargs"] == {"enable_thinking": True}
+    config = next(e for e in thinking_runs.merged.samples[0].events if e.event == "model").config
+    assert (config.reasoning_effort, config.reasoning_tokens) == (EFFORT, BUDGET)

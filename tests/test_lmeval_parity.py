@@ -25,6 +25,7 @@ import math
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -53,8 +54,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
         yield url, model_dir, include, root
 
 
-def shardeval_run(url: str, model_dir: str, include: Path, out: Path, spec: RunSpec) -> None:
-    """The spec's tasks with shardeval: SHARDS shards at once, as on a cluster, then the merge."""
+def shardeval_run(url: str, model_dir: str, include: Path, out: Path, spec: RunSpec, shards: int = SHARDS) -> None:
+    """The spec's tasks with shardeval: `shards` shards at once, as on a cluster, then the merge."""
     params: dict[str, Any] = {"tasks": list(spec.tasks), "include_path": str(include)}
     if spec.chat:
         params["apply_chat_template"] = True
@@ -64,6 +65,8 @@ def shardeval_run(url: str, model_dir: str, include: Path, out: Path, spec: RunS
         params["num_fewshot"] = spec.num_fewshot
     if spec.limit is not None:
         params["limit"] = spec.limit
+    if spec.think_end_token is not None:
+        params["think_end_token"] = spec.think_end_token
     config = {
         "services": {"model": {"type": "api", "url": url, "model": SERVED_MODEL}},
         "benchmarks": [{"name": "lm_eval", "params": params, "max_concurrent": CONCURRENCY}],
@@ -72,10 +75,10 @@ def shardeval_run(url: str, model_dir: str, include: Path, out: Path, spec: RunS
     out.mkdir(parents=True)
     (out / "config.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, **OFFLINE_ENV, "HF_DATASETS_CACHE": str(include.parent / "hf_datasets_cache")}
-    shards = [subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(out / "config.yaml"), "--shard", f"{i}/{SHARDS}",
-                                "-o", str(out / f"shard_{i}")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-              for i in range(SHARDS)]
-    for shard in shards:
+    procs = [subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(out / "config.yaml"), "--shard", f"{i}/{shards}",
+                               "-o", str(out / f"shard_{i}")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for i in range(shards)]
+    for shard in procs:
         _, err = shard.communicate(timeout=1200)
         assert shard.returncode == 0, err[-3000:]
     merged = subprocess.run([sys.executable, "-m", "shardeval", "merge", str(out)], env=env, capture_output=True, text=True,
@@ -213,3 +216,206 @@ def test_few_shot_plans_are_lm_evals(reference: dict[str, lms.ReferenceRun]) -> 
     assert all(lms.prompts(r)[0].count("\nAnswer:") == 6 for r in gsm)  # 5 shots and the question
     chat = reference["gsm8k_chat"].samples["local_gsm8k"]  # --apply_chat_template: the messages, as JSON
     assert all([m["role"] for m in json.loads(lms.prompts(r)[0])] == ["user"] for r in chat)
+
+
+# --- a reasoning model's inline thinking, read with lm-eval's think_end_token (issue 39) ---------------
+#
+# A small real server plays a reasoning model on local_gsm8k (0-shot, the chat template): each question
+# gets one of the reply shapes below, by its row, with the right answer or a wrong one placed where the
+# two rules (lm-eval's: the text after the last think_end_token, lstripped, else all of it; shardeval's:
+# the text after the last closing tag, an unclosed opening tag = no answer) read them differently.
+# lm-eval's CLI and shardeval (2 shards) ask it the same questions; with `think_end_token` set on both,
+# every document must agree as for the real model above. Without it, shardeval reads by its own rule.
+
+THINK_END = "</think>"
+THINK_DOCS = 16  # two of each shape
+THINK_SHARDS = 2  # enough to split the documents; each shard plans lm-eval again (~15 s on two cores)
+THINKING = RunSpec("gsm8k_thinking", ("local_gsm8k",), num_fewshot=0, limit=THINK_DOCS, chat=True, think_end_token=THINK_END)
+OWN_RULE = RunSpec("gsm8k_thinking_own_rule", ("local_gsm8k",), num_fewshot=0, limit=THINK_DOCS, chat=True)
+
+
+def thinking_reply(row: int, gold: str) -> tuple[dict[str, Any], str, int | None]:
+    """(the assistant message, finish_reason, reasoning tokens in the usage) the server sends for `row`."""
+    wrong = str(int(gold.replace(",", "")) + 1)
+    shape = row % 8
+    if shape == 0:  # the usual shape: thinking, then the answer after a blank line
+        return {"content": f"<think>\nLet me think. Maybe {wrong}.\n</think>\n\nThe answer is {gold}.\n#### {gold}"}, "stop", None
+    if shape == 1:  # thinks, answers, thinks again and answers last
+        return {"content": f"<think>First {gold}.</think> I say {wrong}. <think>No: {wrong}.</think>\n\n#### {wrong}"}, "stop", None
+    if shape == 2:  # the template opened the thinking in the prompt: only the closing tag is in the reply
+        return {"content": f"Okay, so it is {wrong}.\n{THINK_END}\n\n#### {gold}"}, "stop", None
+    if shape == 3:  # cut off while thinking, the right number inside the thinking
+        return {"content": f"<think>\nWorking: {wrong} first, then the total is {gold}"}, "length", None
+    if shape == 4:  # the server's reasoning field (vLLM with a reasoning parser), its tokens in the usage
+        return {"content": f"\n#### {gold}", "reasoning": f"Thinking about {wrong}."}, "stop", 5
+    if shape == 5:  # no thinking at all
+        return {"content": f"   #### {gold}"}, "stop", None
+    if shape == 6:  # cut off while thinking, in the older field: no content at all
+        return {"content": None, "reasoning_content": f"cut while thinking {gold}"}, "length", 7
+    return {"content": f"<think>{gold}</think>"}, "stop", None  # closed its thinking, then said nothing
+
+
+@contextmanager
+def thinking_server(rows: list[dict[str, str]]) -> Iterator[str]:
+    """A chat server that answers each gsm8k question (found by its text) with its row's reply shape; yields …/v1."""
+    from aiohttp import web
+
+    from served import app_in_thread
+
+    golds = [(r["question"], i, r["answer"].rsplit("#### ", 1)[1].strip()) for i, r in enumerate(rows)]
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        asked = body["messages"][-1]["content"]
+        row, answer = next((i, g) for q, i, g in golds if q in asked)
+        message, finish, thought = thinking_reply(row, answer)
+        usage: dict[str, Any] = {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}
+        if thought is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": thought}
+        return web.json_response({"id": f"r{row}", "object": "chat.completion", "created": 0, "model": SERVED_MODEL,
+                                  "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
+                                  "usage": usage})
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": SERVED_MODEL, "object": "model"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    with app_in_thread(app) as origin:
+        yield origin + "/v1"
+
+
+@pytest.fixture(scope="module")
+def thinking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path, list[dict[str, str]]]]:
+    """(url, include path, scratch dir, the test rows) with the thinking server, for the module."""
+    pytest.importorskip("lm_eval")
+    root = tmp_path_factory.mktemp("lmeval_thinking")
+    include = write_tasks(root)
+    rows = lms.gsm8k_rows()[: lms.GSM8K_TEST_ROWS]
+    with thinking_server(rows) as url:
+        yield url, include, root, rows
+
+
+def gold(rows: list[dict[str, str]], doc_id: int) -> str:
+    return rows[doc_id]["answer"].rsplit("#### ", 1)[1].strip()
+
+
+def raw_reply(rows: list[dict[str, str]], doc_id: int) -> tuple[str, str | None]:
+    """(content, reasoning field) the server sent for a document (doc ids are the test rows, in order)."""
+    message, _, _ = thinking_reply(doc_id, gold(rows, doc_id))
+    return message["content"] or "", message.get("reasoning", message.get("reasoning_content"))
+
+
+@pytest.fixture(scope="module")
+def thinking_runs(thinking: tuple[str, Path, Path, list]) -> dict[str, tuple[Any, Path]]:
+    """lm-eval's CLI with think_end_token and shardeval with it; shardeval without it (its own rule)."""
+    url, include, root, _ = thinking
+    reference = run_reference(THINKING, url, "", include, root / "cli", num_concurrent=CONCURRENCY)
+    runs = {}
+    for spec in (THINKING, OWN_RULE):
+        shardeval_run(url, "", include, root / f"shardeval_{spec.name}", spec, shards=THINK_SHARDS)
+        runs[spec.name] = root / f"shardeval_{spec.name}"
+    return {"reference": (reference, runs[THINKING.name]), "own_rule": (None, runs[OWN_RULE.name])}
+
+
+def merged_records(run_dir: Path, task: str) -> dict[int, dict[str, Any]]:
+    out = {}
+    for line in (run_dir / "merged" / task / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        out[int(record["problem_id"].rsplit("/", 1)[1])] = record
+    return out
+
+
+def test_with_think_end_token_every_document_is_lm_evals(thinking_runs: dict, thinking: tuple) -> None:
+    """The parity claim with a reasoning option set: the same answers (after lm-eval's split), the same
+    filtered answers and metrics on every document, the same aggregates; and the cases where
+    shardeval's own rule would read otherwise are among them, so the test tells the rules apart."""
+    from shardeval.api import split_reply
+
+    rows = thinking[3]
+    reference, run_dir = thinking_runs["reference"]
+    ours, theirs = read_samples(run_dir / "merged" / "lm_eval")["local_gsm8k"], reference.samples["local_gsm8k"]
+    assert len({r["doc_id"] for r in theirs}) == THINK_DOCS and len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert (a["doc_id"], a["filter"]) == (b["doc_id"], b["filter"])
+        assert a["arguments"] == b["arguments"], a["doc_id"]
+        assert a["resps"] == b["resps"], a["doc_id"]
+        assert a["filtered_resps"] == b["filtered_resps"], a["doc_id"]
+        assert {m: a[m] for m in a["metrics"]} == {m: b[m] for m in b["metrics"]}, a["doc_id"]
+    (results,) = [json.loads(p.read_text()) for p in (run_dir / "merged" / "lm_eval").glob("*/results_*.json")]
+    got, want = numbers(results["results"]["local_gsm8k"]), numbers(reference.results["results"]["local_gsm8k"])
+    assert got.keys() == want.keys() and all(math.isclose(got[k], want[k], abs_tol=1e-9) for k in want)
+    # lm-eval scores the unclosed thinking whole (its last number is the right one); shardeval's rule would not
+    differ = {b["doc_id"] for b in theirs if b["resps"][0][0] != split_reply(*raw_reply(rows, b["doc_id"])).answer}
+    assert {d for d in range(THINK_DOCS) if d % 8 == 3} <= differ
+    flexible = {b["doc_id"]: b["exact_match"] for b in theirs if b["filter"] == "flexible-extract"}
+    assert all(flexible[d] == 1.0 for d in range(THINK_DOCS) if d % 8 == 3)
+
+
+def test_with_think_end_token_records_keep_what_lm_eval_dropped(thinking_runs: dict, thinking: tuple) -> None:
+    """shardeval's records carry lm-eval's per-document metrics, and the thinking lm-eval dropped."""
+    reference, run_dir = thinking_runs["reference"]
+    records = merged_records(run_dir, "local_gsm8k")
+    for b in reference.samples["local_gsm8k"]:
+        assert records[b["doc_id"]]["scores"][f"exact_match,{b['filter']}"] == float(b["exact_match"])
+    wrong = int(gold(thinking[3], 0).replace(",", "")) + 1
+    assert records[0]["reasoning"] == f"\nLet me think. Maybe {wrong}.\n"
+    # no token: all of it is the answer, as lm-eval has it (an answer that kept a tag says "" so it is never split again)
+    assert records[3]["reasoning"] == "" and "reasoning" not in records[5]
+    assert records[4]["reasoning"].startswith("Thinking about") and records[4]["reasoning_tokens"] == 5
+    assert records[4]["reasoning_tokens_from"] == "usage"
+    assert records[6]["reasoning"].startswith("cut while thinking")
+    for record in records.values():  # what was scored is the saved answers, never re-split
+        assert "answer" not in record and json.loads(record["response"])["resps"]
+
+
+def test_without_think_end_token_lm_evals_scorers_see_shardevals_answer(thinking_runs: dict, thinking: tuple) -> None:
+    """Without lm-eval's option, each reply is split by shardeval's rule before lm-eval's filters see
+    it: the saved answers (and so lm-eval's own files) are the answers, the thinking is the record's,
+    and a reply cut off while thinking is scored on no answer, never on its thinking."""
+    from shardeval.api import split_reply
+
+    rows = thinking[3]
+    _, run_dir = thinking_runs["own_rule"]
+    records = merged_records(run_dir, "local_gsm8k")
+    samples = read_samples(run_dir / "merged" / "lm_eval")["local_gsm8k"]
+    assert len(records) == THINK_DOCS
+    for doc_id, record in records.items():
+        split = split_reply(*raw_reply(rows, doc_id))
+        assert json.loads(record["response"])["resps"] == [[split.answer]], doc_id
+        assert record.get("reasoning") == split.reasoning, doc_id
+        if split.unfinished:  # cut off while thinking (or closed with nothing after): no answer, no score
+            assert record["score"] == 0.0 and all(v == 0.0 for v in record["scores"].values()), doc_id
+    for s in samples:
+        assert s["resps"] == [[json.loads(records[s["doc_id"]]["response"])["resps"][0][0]]]
+    assert records[3]["reasoning"].endswith(f"the total is {gold(rows, 3)}")
+
+
+def test_think_end_token_with_the_completions_model_is_one_line(thinking: tuple, tmp_path: Path) -> None:
+    """lm-eval's local-completions ignores think_end_token: shardeval refuses it rather than ignore it."""
+    url, include, _, _ = thinking
+    config = {"services": {"model": {"type": "api", "url": url, "model": SERVED_MODEL}},
+              "benchmarks": [{"name": "lm_eval", "params": {"tasks": ["local_gsm8k"], "include_path": str(include),
+                                                            "tokenizer_backend": "none", "think_end_token": THINK_END}}]}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    run = subprocess.run([sys.executable, "-m", "shardeval", "run", str(tmp_path / "config.yaml"), "-o", str(tmp_path / "out")],
+                         env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "think_end_token" in run.stderr, run.stderr
+    assert "local-chat-completions" in run.stderr
+
+
+def test_generation_reasoning_on_an_lm_eval_benchmark_is_one_line_naming_gen_kwargs(thinking: tuple, tmp_path: Path) -> None:
+    """lm-eval's requests carry the task's gen_kwargs: `--reasoning-effort` would reach none of them, so it is refused."""
+    url, include, _, _ = thinking
+    config = {"services": {"model": {"type": "api", "url": url, "model": SERVED_MODEL}},
+              "benchmarks": [{"name": "lm_eval", "params": {"tasks": ["local_gsm8k"], "include_path": str(include),
+                                                            "apply_chat_template": True, "limit": 2}}]}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    run = subprocess.run([sys.executable, "-m", "shardeval", "run", str(tmp_path / "config.yaml"), "--reasoning-effort", "high",
+                          "-o", str(tmp_path / "out")], env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=300)
+    # refused when the shard builds the solver (the service is up; a solver sees its config only then), before any request
+    error = run.stderr.splitlines()[-1]
+    assert run.returncode == 2 and error.startswith("shardeval: error:") and "Traceback" not in run.stderr, run.stderr
+    assert "solver.generation.reasoning" in error and "gen_kwargs" in error, run.stderr
+    assert not any(p.stat().st_size for p in (tmp_path / "out").rglob("results.jsonl"))

@@ -1,8 +1,11 @@
 """An Inspect sample, as it ended, becomes a shardeval answer: its completion, scores and transcript.
 
-Kept as Inspect gave them: the answer is `output.completion`, each scorer's value is read by
-Inspect's own `value_to_float` (`scores[scorer]`, or `scores[scorer/key]` for a scorer with several
-values; the first is the headline), the usage is the sum over the sample's model calls. A sample
+Kept as Inspect gave them: the answer is `output.completion` (the text content of the last
+assistant message: Inspect's provider has already put a reasoning model's thinking, from the
+server's reasoning field or inline `<think>` tags, into ContentReasoning), and that thinking is the
+record's `reasoning`; each scorer's value is read by Inspect's own `value_to_float`
+(`scores[scorer]`, or `scores[scorer/key]` for a scorer with several values; the first is the
+headline), the usage is the sum over the sample's model calls (reasoning tokens included). A sample
 that ended in an error, or ran out of a limit, is an error record of its own kind (`inspect`,
 `limit`), never scored as wrong. The whole EvalSample rides in the trajectory's `request` under
 `inspect.sample`, so the merge can write one Inspect log with every shard's samples.
@@ -14,7 +17,7 @@ import json
 import math
 import re
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from shardeval.api import Attempt, Completion, Score
 
@@ -31,11 +34,11 @@ API_ERRORS = (("APIConnectionError", "connection"), ("APITimeoutError", "timeout
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def attempt_of(sample: Any, scrub: Callable[[str], str], epoch: int) -> Attempt:
+def attempt_of(sample: Any, scrub: Callable[[str], str], epoch: int, tags: Sequence[str] = ()) -> Attempt:
     """The Attempt for one ended Inspect sample (an EvalSample) that answers the run's `epoch`
     (1-based): a resumed sample may have run as Inspect's epoch 1 for the run's epoch 3, and the
-    saved sample says which epoch of the run it is."""
-    completion = _completion(sample, scrub)
+    saved sample says which epoch of the run it is. `tags`: the service's reasoning_tags."""
+    completion = _completion(sample, scrub, tags)
     score = _score(sample) if completion.status == "ok" else None
     if completion.status == "ok" and score is None:
         completion = Completion(status="error", error_kind=ERROR_KIND, error="Inspect gave the sample no score",
@@ -46,7 +49,7 @@ def attempt_of(sample: Any, scrub: Callable[[str], str], epoch: int) -> Attempt:
     return Attempt(completion=completion, messages=transcript(sample.messages), request=request, score=score)
 
 
-def _completion(sample: Any, scrub: Callable[[str], str]) -> Completion:
+def _completion(sample: Any, scrub: Callable[[str], str], tags: Sequence[str] = ()) -> Completion:
     started = _timestamp(getattr(sample, "started_at", None))
     latency = sample.total_time
     usage = list((sample.model_usage or {}).values())
@@ -54,6 +57,9 @@ def _completion(sample: Any, scrub: Callable[[str], str]) -> Completion:
     generated = sum(u.output_tokens for u in usage) if usage else None
     common: dict[str, Any] = {"started_at": started, "latency_s": latency, "attempts": 1 + len(sample.error_retries or []),
                               "prompt_tokens": prompt, "completion_tokens": generated}
+    thought = [u.reasoning_tokens for u in usage if getattr(u, "reasoning_tokens", None) is not None]
+    if thought:
+        common.update(reasoning_tokens=sum(thought), reasoning_tokens_from="usage")
     if sample.error is not None:
         message = ADDRESS.sub("", first_line(sample.error.message))
         kind = next((k for name, k in API_ERRORS if name in message or name in (sample.error.traceback or "")), ERROR_KIND)
@@ -63,7 +69,22 @@ def _completion(sample: Any, scrub: Callable[[str], str]) -> Completion:
         return Completion(status="error", error_kind=LIMIT_KIND, error=f"Inspect stopped the sample: {what}", **common)
     output = sample.output
     reason = output.choices[0].stop_reason if output is not None and output.choices else None
-    return Completion(status="ok", text=output.completion if output is not None else "", finish_reason=reason, **common)
+    text = output.completion if output is not None else ""
+    return Completion(status="ok", text=text, finish_reason=reason, reasoning=_reasoning(output, text, tags), **common)
+
+
+def _reasoning(output: Any, text: str, tags: Sequence[str]) -> str | None:
+    """The thinking of the sample's answer: its ContentReasoning blocks (a redacted one by its
+    summary), joined. Inspect's split of the reply stands: when it found no thinking but the answer
+    holds one of `tags` (a closing tag with no opening one, which Inspect's parser leaves in the
+    text and its scorers score), the thinking is "" so that shardeval does not split that answer
+    again, and the record's answer is what Inspect scored."""
+    message = output.choices[0].message if output is not None and output.choices else None
+    content = message.content if message is not None else ""
+    blocks = [c for c in content if getattr(c, "type", None) == "reasoning"] if isinstance(content, list) else []
+    if blocks:
+        return "\n\n".join((b.summary or "") if b.redacted else b.reasoning for b in blocks)
+    return "" if any(tag and tag in text for tag in tags) else None
 
 
 def _score(sample: Any) -> Score | None:

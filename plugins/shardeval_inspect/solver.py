@@ -4,8 +4,9 @@ Inspect's runtime runs the samples in this process (`eval_async`), with the task
 sandbox and scorers unchanged, against the endpoint shardeval resolved for the service, through
 Inspect's OpenAI-compatible provider (`openai-api`). The service's settings map onto Inspect's:
 the benchmark's max_concurrent is max_connections (and max_samples), the client's retries and
-timeout are Inspect's max_retries and timeout. A hook hands each sample to shardeval the moment it
-ends, so its record is on disk before the next one ends: a SIGKILL loses only samples in flight.
+timeout are Inspect's max_retries and timeout. `solver.generation.reasoning` maps onto Inspect's
+GenerateConfig (`reasoning_options`). A hook hands each sample to shardeval the moment it ends, so
+its record is on disk before the next one ends: a SIGKILL loses only samples in flight.
 
 Resume is by (sample id, epoch): the pairs asked are grouped by how many epochs each sample still
 needs, and Inspect runs each group with that many epochs; its k-th epoch of a sample is that
@@ -74,16 +75,20 @@ class InspectSolver:
             if problem is None:
                 return
             repeat = missing[problem.id][sample.epoch - 1]
-            await settle(problem, repeat, attempt_of(sample, self.service.client.scrub, repeat + 1))
+            await settle(problem, repeat, attempt_of(sample, self.service.client.scrub, repeat + 1, self._tags()))
 
         token = _SINK.set(ended)
         try:
             with tempfile.TemporaryDirectory(prefix="shardeval-inspect-") as logs:
                 await eval_async(task, model=self._model(), sample_id=[p.metadata["inspect"]["id"] for p in problems],
                                  log_dir=logs, max_samples=self._concurrency(), **eval_options(task, params, epochs),
-                                 **_generation(self.config))
+                                 **_generation(self.config, getattr(self.service.client, "config", None)))
         finally:
             _SINK.reset(token)
+
+    def _tags(self) -> tuple[str, ...]:
+        """The service's reasoning_tags (none: its model never thinks inline)."""
+        return tuple(getattr(getattr(self.service.client, "config", None), "reasoning_tags", None) or ())
 
     def _concurrency(self) -> int:
         return self.service.max_concurrent or 32
@@ -121,8 +126,9 @@ def eval_options(task: Any, params: InspectParams, epochs: int) -> dict[str, Any
             "fail_on_error": params.fail_on_error, "log_level": "warning", "score_display": False, **params.limits()}
 
 
-def _generation(config: SolverConfig) -> dict[str, Any]:
-    """The config's generation keys that are set, as Inspect's GenerateConfig names them (unset: the task's)."""
+def _generation(config: SolverConfig, service: Any = None) -> dict[str, Any]:
+    """The config's generation keys that are set, as Inspect's GenerateConfig names them (unset: the
+    task's); `service` (its ServiceConfig) says how its server is asked for `reasoning`."""
     gen = config.generation
     out: dict[str, Any] = {}
     for key in ("temperature", "top_p", "top_k", "max_tokens"):
@@ -130,9 +136,36 @@ def _generation(config: SolverConfig) -> dict[str, Any]:
             out[key] = getattr(gen, key)
     if gen.stop:
         out["stop_seqs"] = list(gen.stop)
-    if gen.extra:
-        out["extra_body"] = dict(gen.extra)
+    extra = dict(gen.extra)
+    if gen.reasoning is not None:
+        options, fields = reasoning_options(gen.reasoning, service)
+        out.update(options)
+        kwargs = extra.get("chat_template_kwargs")
+        if isinstance(fields.get("chat_template_kwargs"), dict) and isinstance(kwargs, dict):  # one dict, extra's keys win
+            extra["chat_template_kwargs"] = {**fields["chat_template_kwargs"], **kwargs}
+        extra = {**fields, **extra}
+    if extra:
+        out["extra_body"] = extra
     return out
+
+
+def reasoning_options(reasoning: Any, service: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`generation.reasoning` as Inspect takes it: (GenerateConfig fields, request fields for its
+    extra_body). `effort` is Inspect's `reasoning_effort`, which its OpenAI-compatible provider
+    sends as the request's `reasoning_effort`; `budget_tokens` is Inspect's `reasoning_tokens`, which
+    that provider does not send (Anthropic's alone reads it), so the server also gets it as the
+    service asks for it (`thinking_token_budget` for vLLM), in extra_body; `enable` has no
+    GenerateConfig field and goes the same way (`chat_template_kwargs.enable_thinking`). The request
+    fields are the service's `reasoning_request`, what shardeval's own requests carry."""
+    fields = dict(service.reasoning_request(reasoning)) if service is not None and hasattr(service, "reasoning_request") else {}
+    options: dict[str, Any] = {}
+    if reasoning.effort is not None:
+        options["reasoning_effort"] = reasoning.effort
+        if fields.get("reasoning_effort") == reasoning.effort:  # Inspect sends it itself, once
+            del fields["reasoning_effort"]
+    if reasoning.budget_tokens is not None:
+        options["reasoning_tokens"] = reasoning.budget_tokens
+    return options, fields
 
 
 _HOOK_INSTALLED = False

@@ -3,10 +3,12 @@
 A config entry names tasks and groups; `expand` plans them (shardeval_lmeval.plan) and makes one
 benchmark per leaf task, id = the task's name. A problem is one document: its metadata holds the
 request bodies lm-eval would send for it (the `lm_eval` solver sends them), so the dataset
-fingerprint covers every prompt, few-shot examples included. The response a record keeps is the
-list of lm-eval's answers per request (JSON); `score` runs the task's filter pipelines and
-`process_results` on it, per document, as lm-eval's evaluate does: every metric under every
-filter lands in `scores` ("exact_match,strict-match"), the first is the headline `score`.
+fingerprint covers every prompt, few-shot examples included (and `think_end_token`, which changes
+how answers are read, when set). The response a record keeps is the list of lm-eval's answers per
+request (JSON), a generated one without its thinking (shardeval_lmeval.solver); `score` runs the
+task's filter pipelines and `process_results` on it, per document, as lm-eval's evaluate does:
+every metric under every filter lands in `scores` ("exact_match,strict-match"), the first is the
+headline `score`.
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ class LmEvalBenchmark(Benchmark):
         self.task_plan = self.plan.tasks[p.task]
         self.task = self.task_plan.task
         self.wire_model = p.wire_model()
+        # how the solver reads a generated answer, when not shardeval's rule (the key is absent
+        # otherwise, so the dataset fingerprint of a run without it is what it always was)
+        self._reading = {"think_end_token": p.think_end_token} if p.think_end_token is not None else {}
         self.data_origin = f"lm-eval task {p.task}"
         config = self.task.dump_config()
         scoring = {key: config.pop(key, None) for key in SCORING_KEYS}
@@ -102,7 +107,7 @@ class LmEvalBenchmark(Benchmark):
             prompt=prompt,
             reference=str(self.task.doc_to_target(d.doc)),
             metadata={"lm_eval": {"task": self.task_plan.name, "doc_id": d.doc_id, "model": self.wire_model,
-                                  "requests": d.requests}},
+                                  "requests": d.requests, **self._reading}},
         )
 
     def score(self, problem: Problem, response: str) -> Score:

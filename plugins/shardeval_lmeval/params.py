@@ -1,8 +1,10 @@
 """`benchmarks[].params` of `lm_eval`: lm-eval's own run options, under the CLI's names.
 
 The first group is what `lm_eval --tasks … --num_fewshot …` takes; the second is what
-`--model_args` gives `local-completions` / `local-chat-completions` (how a request is built and
-tokenized). `task` is set by shardeval when it expands an entry into one benchmark per leaf task.
+`--model_args` gives `local-completions` / `local-chat-completions` (how a request is built,
+tokenized and read: `think_end_token`, which only the chat model reads, strips a reasoning model's
+inline thinking as lm-eval strips it; docs/lm-eval.md). `task` is set by shardeval when it expands
+an entry into one benchmark per leaf task.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class LmEvalParams(ParamsStruct):
     max_length: Count = 2048
     max_gen_toks: Count = 256
     add_bos_token: bool = False
+    # lm-eval's rule for inline thinking: the answer is the text after the last think_end_token, its
+    # leading whitespace stripped (None: shardeval's rule, docs/reasoning.md); local-chat-completions only
+    think_end_token: Annotated[str, msgspec.Meta(min_length=1)] | None = None
     # set by shardeval: the one leaf task this benchmark is
     task: str | None = None
 
@@ -59,6 +64,8 @@ class LmEvalParams(ParamsStruct):
             args["tokenizer"] = self.tokenizer or served_model
         if self.tokenized_requests is not None:
             args["tokenized_requests"] = self.tokenized_requests
+        if self.think_end_token is not None:
+            args["think_end_token"] = self.think_end_token
         return args
 
     def plan_key(self) -> str:

@@ -27,6 +27,7 @@ from shardeval_lmeval.wire import Wire, build_model
 log = logging.getLogger("shardeval.lm_eval")
 
 SUPPORTED = ("loglikelihood", "loglikelihood_rolling", "generate_until")
+CHAT_MODEL = "local-chat-completions"  # the one lm-eval API model that reads think_end_token
 PLACEHOLDER_MODEL = "served-model"  # bodies are planned before the served model is known; the solver names it
 
 
@@ -101,6 +102,11 @@ def setup(params: LmEvalParams) -> Setup:
         raise UsageError("benchmark lm_eval: params.tasks is empty; name lm-eval tasks or groups, e.g. tasks: [gsm8k]")
     if params.include_path is not None and not os.path.isdir(params.include_path):
         raise UsageError(f"benchmark lm_eval: params.include_path {params.include_path!r} is not a directory")
+    if params.think_end_token is not None and params.wire_model() != CHAT_MODEL:
+        raise UsageError(f"benchmark lm_eval: params.think_end_token is read only by lm-eval's {CHAT_MODEL} (lm-eval "
+                         f"{version}'s {params.wire_model()} ignores it and scores the whole text); use it with "
+                         f"apply_chat_template: true (model {CHAT_MODEL}), or leave it out (shardeval then scores the text "
+                         "after the service's reasoning_tags closing tag; docs/lm-eval.md)")
     model_args = params.model_args(PLACEHOLDER_MODEL)
     if model_args.get("tokenizer") == PLACEHOLDER_MODEL:
         raise UsageError("benchmark lm_eval: params.tokenizer is not set; name the served model's Hugging Face "

@@ -5,6 +5,18 @@ answer as lm-eval reads it. Never streamed, as lm-eval's API models never stream
 A document's requests go out together; each Instance is sent `repeats` times (lm-eval clones it).
 Any failed request makes the document an error record (its kind kept): a partial answer is
 never scored. The record's response is lm-eval's answers as JSON (shardeval_lmeval.benchmark).
+
+A reasoning model's reply is split here, per generated answer, so lm-eval's filters and
+process_results (and the saved answers lm-eval's own files are made from) see only the answer:
+
+- with `think_end_token` (lm-eval's option; local-chat-completions only), by lm-eval's own rule,
+  its parse_generations built with that token: the content after the last token, its leading
+  whitespace stripped; a reply without the token is all answer, as lm-eval scores it;
+- without it, by shardeval's rule (shardeval.benchmark.reasoning, the service's reasoning_tags).
+
+Either way a server's reasoning field is the thinking and the content the answer, as lm-eval (which
+reads only the content) has it. The thinking goes to the record's `reasoning` (the completion's
+reasoning field, so the core keeps it and never splits the answers' JSON again).
 """
 
 from __future__ import annotations
@@ -14,7 +26,8 @@ from typing import Any
 
 import msgspec
 
-from shardeval.api import Attempt, combine_completions, Problem, ServiceHandle, SolverConfig
+from shardeval.api import (Attempt, combine_completions, DEFAULT_TAGS, Problem, ServiceHandle, SolverConfig, split_reply,
+                           UsageError)
 
 from shardeval_lmeval.benchmark import encode_response
 from shardeval_lmeval.wire import build_model, read_generation, read_loglikelihood
@@ -24,15 +37,26 @@ CHAT = "local-chat-completions"
 
 class LmEvalSolver:
     def __init__(self, config: SolverConfig, service: ServiceHandle) -> None:
+        if config.generation.reasoning is not None:  # the bodies are lm-eval's: a setting here would reach no request
+            raise UsageError("benchmark lm_eval: solver.generation.reasoning does not reach lm-eval's requests (they carry "
+                             "the task's gen_kwargs, as under lm_eval); ask as lm-eval asks: params.gen_kwargs, e.g. "
+                             "{reasoning_effort: high} or {chat_template_kwargs: {enable_thinking: false}}, and "
+                             "params.think_end_token to strip inline thinking as lm-eval does (docs/lm-eval.md)")
         self.service = service
-        self._models: dict[str, Any] = {}
+        tags = getattr(getattr(service.client, "config", None), "reasoning_tags", DEFAULT_TAGS)
+        self.tags: tuple[str, str] | None = (tags[0], tags[1]) if tags else None
+        self._models: dict[tuple[str, str | None], Any] = {}
 
-    def _reader(self, name: str) -> Any:
+    def _reader(self, name: str, think_end_token: str | None) -> Any:
         """lm-eval's API model `name`, to read answers with (no tokenizer: reading needs none; the
         chat model's parse_generations is a method, it reads the model's think_end_token)."""
-        if name not in self._models:
-            self._models[name] = build_model(name, {"model": self.service.endpoint.model, "tokenizer_backend": "none"})
-        return self._models[name]
+        key = (name, think_end_token)
+        if key not in self._models:
+            args = {"model": self.service.endpoint.model, "tokenizer_backend": "none"}
+            if think_end_token is not None:
+                args["think_end_token"] = think_end_token
+            self._models[key] = build_model(name, args)
+        return self._models[key]
 
     async def solve(self, problem: Problem, seed: int) -> Attempt:
         plan = problem.metadata["lm_eval"]
@@ -48,31 +72,36 @@ class LmEvalSolver:
         if failed is not None:
             return Attempt(completion=combine_completions(parts, "", failure=(f"request {failed + 1} of {len(parts)}", parts[failed])),
                            messages=messages, request=request)
+        thoughts: list[str | None] = []
         try:
-            resps = self._answers(plan["requests"], iter(parts), model)
+            resps = self._answers(plan["requests"], iter(parts), model, plan.get("think_end_token"), thoughts)
         except (ValueError, TypeError, KeyError, IndexError) as exc:
             c = parts[0]
             bad = msgspec.structs.replace(c, status="error", error_kind="protocol", error=f"lm-eval cannot read the answer: {exc}")
             return Attempt(completion=combine_completions(parts, "", failure=("the answers", bad)), messages=messages, request=request)
         text = encode_response(resps)
         shown = "\n".join(str(x) for r in resps for x in r)
-        return Attempt(completion=combine_completions(parts, text), messages=[*messages, {"role": "assistant", "content": shown}],
-                       request=request)
+        completion = self._with_thinking(combine_completions(parts, text), parts, thoughts, plan.get("think_end_token"))
+        return Attempt(completion=completion, messages=[*messages, {"role": "assistant", "content": shown}], request=request)
 
     async def _send(self, body: dict[str, Any], chat: bool) -> Any:
         full = {"model": self.service.endpoint.model, **body}
         protocol = "chat_completions" if chat else "completions"
         return await self.service.client.request(full, self.service.slots, stream=False, protocol=protocol)
 
-    def _answers(self, requests: list[dict[str, Any]], parts: Any, model: str) -> list[list[Any]]:
-        """lm-eval's answer per request and repeat: a rolling one sums its windows, as lm-eval does."""
-        reader = self._reader(model)
+    def _answers(self, requests: list[dict[str, Any]], parts: Any, model: str, think_end_token: str | None,
+                 thoughts: list[str | None]) -> list[list[Any]]:
+        """lm-eval's answer per request and repeat: a rolling one sums its windows, as lm-eval does.
+        Each generated answer's thinking (None: it had none) is appended to `thoughts`."""
+        reader = self._reader(model, think_end_token)
         out = []
         for r in requests:
             answers = []
             for _ in range(r["repeats"]):
                 if r["type"] == "generate_until":
-                    answers.append(read_generation(reader, next(parts).text, model == CHAT))
+                    answer, thought = self._read(reader, next(parts), model == CHAT, think_end_token)
+                    answers.append(answer)
+                    thoughts.append(thought)
                     continue
                 lls = []
                 for wire in r["wire"]:
@@ -84,3 +113,40 @@ class LmEvalSolver:
                 answers.append(lls[0] if r["type"] == "loglikelihood" else sum(ll for ll, _ in lls))
             out.append(answers)
         return out
+
+    def _read(self, reader: Any, c: Any, chat: bool, think_end_token: str | None) -> tuple[str, str | None]:
+        """One generated reply as (the answer lm-eval scores, its thinking or None)."""
+        if think_end_token is None:  # shardeval's rule: the answer after the last closing tag; unclosed: no answer
+            split = split_reply(c.text, c.reasoning, self.tags)
+            return read_generation(reader, split.answer, chat), split.reasoning
+        # lm-eval's rule, by lm-eval itself: the content after the last think_end_token, lstripped
+        answer = read_generation(reader, c.text, chat)
+        if c.reasoning is not None:
+            return answer, c.reasoning
+        end = c.text.rfind(think_end_token)
+        if end < 0:  # no token: lm-eval scores all of it, so none of it is thinking
+            return answer, None
+        thought = c.text[:end]
+        opening = self.tags[0] if self.tags else DEFAULT_TAGS[0]
+        if thought.lstrip().startswith(opening):
+            thought = thought.lstrip()[len(opening):]
+        return answer, thought
+
+    def _with_thinking(self, c: Any, parts: list[Any], thoughts: list[str | None], think_end_token: str | None) -> Any:
+        """The document's completion with its generated answers' thinking and thinking tokens. Its
+        text is the answers' JSON, which the core would split again by the service's tags: when a
+        tag is in it (an answer that kept one), the thinking is set ("" for none), so it is not."""
+        kept = [(i, t) for i, t in enumerate(thoughts) if t is not None]
+        if len(kept) == 1:
+            reasoning: str | None = kept[0][1]
+        elif kept:
+            reasoning = "\n\n".join(f"[answer {i + 1} of {len(thoughts)}]\n{t}" for i, t in kept)
+        else:
+            tags = [*(self.tags or ()), *((think_end_token,) if think_end_token else ())]
+            reasoning = "" if any(tag in c.text for tag in tags) else None
+        counted = [p.reasoning_tokens for p in parts if p.reasoning_tokens is not None]
+        fields: dict[str, Any] = {"reasoning": reasoning}
+        if counted:
+            fields["reasoning_tokens"] = sum(counted)
+            fields["reasoning_tokens_from"] = next(p.reasoning_tokens_from for p in parts if p.reasoning_tokens is not None)
+        return msgspec.structs.replace(c, **fields)
