@@ -178,6 +178,56 @@ def test_bad_image_values_are_one_line_naming_the_key(tmp_path: Path, key: str, 
     assert "\n" not in str(info.value)
 
 
+# --- reasoning models (issue 39): --reasoning-parser, --chat-template, what a request may carry ------------
+
+
+def test_reasoning_keys_become_flags_and_join_the_identity_only_when_set(tmp_path: Path) -> None:
+    cfg = config(reasoning_parser="qwen3", chat_template="/templates/think.jinja", extra_args=["--enforce-eager"])
+    argv = vllm_argv(cfg, 8000)
+    assert argv[argv.index("--tensor-parallel-size") + 2:] == [
+        "--reasoning-parser", "qwen3", "--chat-template", "/templates/think.jinja", "--enforce-eager"]
+    plain = config().identity()
+    assert not {"reasoning_parser", "chat_template"} & set(plain)
+    assert config(reasoning_parser="qwen3").identity() == plain | {"reasoning_parser": "qwen3"}
+    assert config(chat_template="/t.jinja").identity() == plain | {"chat_template": "/t.jinja"}
+    # the hash pinned before them stays; each changes it
+    assert hash_of(tmp_path, "plain", PLAIN) == "sha256:f158ddf705473859"
+    hashes = {hash_of(tmp_path, f"p{i}", PLAIN | keys) for i, keys in enumerate(
+        [{"reasoning_parser": "qwen3"}, {"reasoning_parser": "deepseek_r1"}, {"chat_template": "/t.jinja"}])}
+    assert len(hashes) == 3 and "sha256:f158ddf705473859" not in hashes
+    # not appended without the standard args (the launch command is written out whole)
+    written = config(launch_command=["python", "-m", "server", "{model}"], standard_args=False, reasoning_parser="qwen3")
+    assert vllm_argv(written, 9000) == ["python", "-m", "server", "org/Model-7B"]
+
+
+def reasoning_config(tmp_path: Path, service: dict[str, Any], reasoning: dict[str, Any]) -> Any:
+    from shardeval.config.loading import load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"services": {"model": {"type": "vllm", "model": "m", **service}},
+                                    "benchmarks": [{"name": "arith", "solver": {"generation": {"reasoning": reasoning}}}]}))
+    return load_config(str(path))
+
+
+def test_a_thinking_budget_needs_a_server_started_with_a_reasoning_parser(tmp_path: Path) -> None:
+    """vLLM 0.32 answers `thinking_token_budget` 400 on a server without a reasoning config
+    (vllm/v1/engine/input_processor.py): refused at load, in one line naming the key and the fix."""
+    with pytest.raises(UsageError, match=r"reasoning\.budget_tokens is 64, which vLLM takes only from a server started with a "
+                       r"reasoning parser; set reasoning_parser .* \(service 'model', type vllm\)") as info:
+        reasoning_config(tmp_path, {}, {"budget_tokens": 64})
+    assert "\n" not in str(info.value)
+    for service in ({"reasoning_parser": "qwen3"}, {"extra_args": ["--reasoning-parser", "qwen3"]},
+                    {"extra_args": ["--reasoning-config={\"reasoning_parser\": \"qwen3\"}"]}):
+        reasoning_config(tmp_path, service, {"budget_tokens": 64})
+    with pytest.raises(UsageError, match="budget_tokens"):  # the key is not appended to a written-out command
+        reasoning_config(tmp_path, {"reasoning_parser": "qwen3", "standard_args": False, "launch_command": ["srv", "{model}"]},
+                         {"budget_tokens": 64})
+    # enable and effort reach any vLLM (chat_template_kwargs, reasoning_effort), parser or not
+    cfg = reasoning_config(tmp_path, {}, {"enable": False, "effort": "low"})
+    asked = cfg.benchmarks[0].solver.generation.reasoning
+    assert cfg.services["model"].reasoning_request(asked) == {"chat_template_kwargs": {"enable_thinking": False}, "reasoning_effort": "low"}
+
+
 @pytest.mark.parametrize("make, what", [(lambda p: None, "does not exist"), (lambda p: p.write_text("x"), "is not a directory")])
 def test_media_path_that_is_no_directory_is_refused_before_launch(tmp_path: Path, make: Any, what: str) -> None:
     media = tmp_path / "images"

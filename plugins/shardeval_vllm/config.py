@@ -21,6 +21,14 @@ The command line is `launch_command` + the model + the standard flags + `extra_a
   processor overrides), this service's own, become
   `--limit-mm-per-prompt`, `--mm-processor-kwargs` (both canonical JSON, the form vLLM 0.32 parses)
   and `--allowed-local-media-path`, when set. A text-only model ignores all three.
+- Reasoning models (docs/reasoning.md): `reasoning_parser` becomes `--reasoning-parser` (vLLM then
+  sends the thinking in the reply's `reasoning` field) and `chat_template` `--chat-template` (a
+  file on the node, or a template in one line), each when set. vLLM 0.32 takes every
+  `generation.reasoning` key per request (`chat_template_kwargs.enable_thinking`,
+  `reasoning_effort`, `thinking_token_budget`), but it answers a request carrying
+  `thinking_token_budget` 400 unless it was started with a reasoning parser (or
+  `--reasoning-config`): `reasoning_request` refuses `budget_tokens` at config load for a server
+  started without one.
 
 `identity()` lists what changes the model's answers; those keys are part of the run's identity,
 so a resume or a merge across a change of any of them is refused.
@@ -35,7 +43,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from shardeval.api import Count, NonNegativeSeconds, Seconds, ServiceConfig, UsageError
+from shardeval.api import Count, NonNegativeSeconds, ReasoningConfig, Seconds, ServiceConfig, UsageError
 
 DEFAULT_LAUNCH_COMMAND = ("vllm", "serve")
 
@@ -56,6 +64,11 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     # HF processor overrides for the model's images (`{num_crops: 4}`, `{max_pixels: 1003520}`): they
     # change how an image is tokenised, so they change answers.
     mm_processor_kwargs: dict[str, Any] | None = None
+    # Reasoning models: vLLM's --reasoning-parser (deepseek_r1, qwen3, olmo3, openai_gptoss, ...),
+    # which moves the thinking into the reply's `reasoning` field, and --chat-template (a file on
+    # the node, or a template in one line) in place of the model's own.
+    reasoning_parser: str | None = None
+    chat_template: str | None = None
     node_pool: str | None = None  # which node pool runs it; read by orchestrators
     extra_args: list[str] = []
     env: dict[str, str] = {}
@@ -86,11 +99,29 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
         keys = ("model", "served_model_name", "revision", "dtype", "quantization", "tensor_parallel_size",
                 "pipeline_parallel_size", "max_model_len", "generation_config", "extra_args")
         identity = {key: getattr(self, key) for key in keys} | {"served_model_name": self.served_model()}
-        # Only when set, so a config written before images keeps its hash.
-        identity |= {key: value for key in _IMAGE_KEYS if (value := getattr(self, key)) is not None}
+        # Only when set, so a config written before images (and reasoning parsers) keeps its hash.
+        identity |= {key: value for key in (*_IMAGE_KEYS, *_REASONING_KEYS) if (value := getattr(self, key)) is not None}
         if not self.standard_args:
             identity["launch_command"] = self.launch_command
         return identity
+
+    def reasoning_request(self, reasoning: ReasoningConfig) -> dict[str, Any]:
+        """vLLM's dialect (ServiceConfig.reasoning_request), less `budget_tokens` on a server started
+        without a reasoning parser: vLLM 0.32 answers every request carrying `thinking_token_budget`
+        400 there ("reasoning_config is not configured"), so it is one line at config load instead."""
+        if reasoning.budget_tokens is not None and not self.parses_reasoning():
+            raise UsageError(f"reasoning.budget_tokens is {reasoning.budget_tokens}, which vLLM takes only from a server started with "
+                             "a reasoning parser; set reasoning_parser on the service (or --reasoning-config in extra_args), "
+                             "or leave reasoning.budget_tokens out")
+        return super().reasoning_request(reasoning)
+
+    def parses_reasoning(self) -> bool:
+        """The server is started with a reasoning parser or config: the key (appended with the
+        standard args), or the flag written in extra_args or the launch command."""
+        if self.reasoning_parser and self.standard_args:
+            return True
+        flags = ("--reasoning-parser", "--reasoning-config")
+        return any(arg in flags or arg.startswith(tuple(f + "=" for f in flags)) for arg in (*(self.launch_command or ()), *self.extra_args))
 
     def gpus(self) -> int:
         """One GPU per tensor- and pipeline-parallel rank."""
@@ -102,6 +133,7 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
 
 
 _IMAGE_KEYS = ("limit_mm_per_prompt", "mm_processor_kwargs", "allowed_local_media_path")
+_REASONING_KEYS = ("reasoning_parser", "chat_template")
 
 
 def canonical_json(value: Any) -> str:
@@ -148,7 +180,7 @@ def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:
             "--port", str(port),
             "--tensor-parallel-size", str(config.tensor_parallel_size),
         ]  # fmt: skip
-        for key in ("revision", "dtype", "quantization", "max_model_len", "pipeline_parallel_size", "generation_config"):
+        for key in ("revision", "dtype", "quantization", "max_model_len", "pipeline_parallel_size", "generation_config", *_REASONING_KEYS):
             if (value := getattr(config, key)) is not None:
                 argv += [f"--{key.replace('_', '-')}", str(value)]
         for key in _IMAGE_KEYS:
