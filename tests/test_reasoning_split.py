@@ -199,7 +199,8 @@ def test_text_before_the_opening_tag_stays_in_the_thinking(preamble: str, thinki
 @given(NO_TAG_TEXT, NO_TAG_TEXT)
 def test_an_unclosed_block_has_no_answer(before: str, thinking: str) -> None:
     split = split_reply(before + OPEN + thinking)
-    assert (split.answer, split.reasoning, split.unfinished) == ("", thinking, True)
+    kept = thinking if not before.strip() else before + OPEN + thinking  # a preamble stays with the thinking
+    assert (split.answer, split.reasoning, split.unfinished) == ("", kept, True)
 
 
 @settings(max_examples=200, deadline=None)
@@ -207,3 +208,11 @@ def test_an_unclosed_block_has_no_answer(before: str, thinking: str) -> None:
 def test_a_reasoning_field_wins_over_tags(content: str, reasoning: str) -> None:
     split = split_reply(content, reasoning=reasoning)
     assert (split.answer, split.reasoning, split.source) == (content, reasoning, "field")
+
+
+@pytest.mark.parametrize("content", ["The answer is 42. <think>but wait", "Let me think.<think>6 x 7 is 42</think>42"])
+def test_text_before_the_opening_tag_is_kept_with_the_thinking_closed_or_not(content):
+    """A preamble before <think> is not the answer, but it is the model's: the split loses none of it."""
+    split = split_reply(content)
+    assert split.reasoning.startswith(content.split("<think>")[0])
+    assert split.answer == ("" if "</think>" not in content else "42")

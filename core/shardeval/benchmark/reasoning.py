@@ -73,8 +73,9 @@ def split_reply(content: str, reasoning: str | None = None, tags: Sequence[str] 
         answer = content[end + len(closing):]
         return ReplySplit(answer=answer, reasoning=thought, source="tags", unfinished=not answer.strip())
     start = content.find(opening)
-    if start >= 0:  # opened, never closed: no answer
-        return ReplySplit(answer="", reasoning=content[start + len(opening):], source="tags", unfinished=True)
+    if start >= 0:  # opened, never closed: no answer; text before the tag stays with the thinking, as above
+        thought = content[start + len(opening):] if not content[:start].strip() else content
+        return ReplySplit(answer="", reasoning=thought, source="tags", unfinished=True)
     return ReplySplit(answer=content)
 
 
