@@ -54,6 +54,14 @@ class ReplySplit(msgspec.Struct, frozen=True, gc=False):
     source: Literal["field", "tags"] | None = None
     unfinished: bool = False
 
+    def shown(self) -> str:
+        """The answer as a judge is shown it: without the whitespace before it when the reply
+        thought (the separator after the thinking: vLLM's parsers send `</think>`'s `\n\n` as the
+        content's start), so a judge reads the same answer whether the model thought or not and
+        in whichever form; a reply without thinking is shown as it came. The record keeps the
+        answer as written."""
+        return self.answer.lstrip() if self.source is not None else self.answer
+
 
 def split_reply(content: str, reasoning: str | None = None, tags: Sequence[str] | None = DEFAULT_TAGS) -> ReplySplit:
     """Split one reply (see the module's rule). `reasoning`: the server's reasoning field (None: it

@@ -418,7 +418,7 @@ def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, 
             if record.outcome == "truncated_reasoning":  # no answer within its budget: it stays 0, nothing to judge
                 tally["copied"] += 1
                 return encode_line(record)
-            verdict = await judge.grade(problem(record.problem_idx), record.scored_text(), record.seed)
+            verdict = await judge.grade(problem(record.problem_idx), record.judged_text(), record.seed)
             apply_verdict(record, verdict)
             tally["judged"] += 1
             tally["delta"] += (record.status != "ok") - (not was_ok)

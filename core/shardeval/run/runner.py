@@ -810,7 +810,7 @@ class PairAnswerer:
         if self.judge is not None and c.status == "ok":
             split = split_of(c, self.plan.reasoning_tags)
             if reply_outcome(split, c.finish_reason) != "truncated_reasoning":  # no answer to judge: it scores 0
-                verdict = await self.judge.grade(problem, split.answer, seed)  # the judge never reads the thinking
+                verdict = await self.judge.grade(problem, split.shown(), seed)  # the judge never reads the thinking
         args = (self.plan, problem, repeat, seed, attempt.completion, self.shard_idx, attempt.scores, verdict, attempt.score)
         if self.scorer:
             record = await asyncio.get_running_loop().run_in_executor(self.scorer, make_record, *args)

@@ -124,8 +124,14 @@ class ResultRecord(msgspec.Struct, kw_only=True):
     outcome: Literal["truncated_reasoning", "truncated"] | msgspec.UnsetType = msgspec.UNSET
 
     def scored_text(self) -> str:
-        """The text every scorer and judge is given: the answer, without the thinking."""
+        """The text every scorer is given: the answer, without the thinking."""
         return self.response if self.answer is msgspec.UNSET else self.answer
+
+    def judged_text(self) -> str:
+        """The text a judge is shown: the scored text, without the whitespace that separates it
+        from the thinking when the reply thought (shardeval.benchmark.reasoning.ReplySplit.shown)."""
+        text = self.scored_text()
+        return text.lstrip() if self.reasoning is not msgspec.UNSET else text
 
 
 class Message(msgspec.Struct, omit_defaults=True):
