@@ -254,3 +254,13 @@ def test_the_response_cache_answers_with_the_thinking(sims: Sims, tmp_path) -> N
         kept = ("response", "answer", "reasoning", "reasoning_tokens", "reasoning_tokens_from", "score")
         assert {k: {f: r.get(f) for f in kept} for k, r in again.items()} == {k: {f: r.get(f) for f in kept} for k, r in first.items()}
         assert all(r["reasoning"] for r in again.values())
+
+
+def test_the_example_runs_and_shows_the_cost_of_thinking_more_within_a_budget(tmp_path) -> None:
+    example = Path(__file__).parent.parent / "examples" / "reasoning_sim.yaml"
+    done = shardeval_cmd("run", str(example), "-o", str(tmp_path / "out"), "-O", "benchmarks.0.params.n=60", timeout=300)
+    assert done.returncode == 0, done.stderr
+    sweep = json.loads((tmp_path / "out" / "merged" / "sweep.json").read_text())
+    cut = {c["service"]: c["reasoning"]["truncated_reasoning"] for c in sweep["cells"]}
+    assert cut["high"] > 3 * max(cut["low"], 1)  # x4 the thinking in the same budget: cut off far more often
+    assert "## reasoning" in (tmp_path / "out" / "merged" / "sweep.md").read_text()
