@@ -16,9 +16,9 @@ import os
 from array import array
 from dataclasses import dataclass, field
 
-from shardeval.results.merge import UNSET, ReasoningTally, ScannedRecord, put_scores
+from shardeval.results.merge import UNSET, ReasoningTally, put_scores
 from shardeval.store.discover import Run, Shard
-from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, ReadReport, scan_lines
+from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, ReadReport, ResultRecord, scan_lines
 from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide
 
 NAN = float("nan")
@@ -39,7 +39,7 @@ class RunningTable:
         self.labels: dict[str, int] = {}
         self.changes = 0  # records taken so far: a metric computed at the same count still holds
 
-    def take(self, cell: int, row: ScannedRecord) -> None:
+    def take(self, cell: int, row: ResultRecord) -> None:
         """Make `row` the cell's standing record (merge.Cells.take, for these columns)."""
         ok = row.status == "ok"
         self.status[cell] = OK if ok else ERROR
@@ -153,7 +153,7 @@ class Followed:
         standing, repeats, refuse, foreign = f.standing, f.own.repeats, f.own.refuse, f.report.foreign
         changed = False
         tally = f.reasoning
-        for _, _, row in scan_lines(path, ScannedRecord, f.report, follow=True):
+        for _, _, row in scan_lines(path, ResultRecord, f.report, follow=True):
             why = refuse(row)
             if why is not None:
                 foreign[why] = foreign.get(why, 0) + 1

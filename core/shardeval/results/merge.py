@@ -18,7 +18,7 @@ from collections import Counter
 from contextlib import ExitStack
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Iterable, Iterator
 
 import msgspec
 
@@ -31,6 +31,7 @@ from shardeval.store.records import (
     TRAJECTORIES_FILE,
     BenchmarkManifest,
     ReadReport,
+    ResultRecord,
     scan_lines,
 )
 from shardeval.store.shards import shard_indices
@@ -39,44 +40,6 @@ from shardeval.store.standing import DUPLICATE, OTHER_BENCHMARK, SUPERSEDE, TAKE
 NAN = float("nan")
 UNSET = msgspec.UNSET
 
-
-class ScannedRecord(msgspec.Struct, kw_only=True):
-    """What the scans of merge, status and export read of a result record (ResultRecord's fields of
-    the same names and types): the cell, its standing, its numbers, and the reasoning facts, but
-    none of its texts. A reasoning model's record holds a reply and a thinking of tens of thousands
-    of tokens; decoding one into Python strings costs 1.3x (ASCII) to 5-6x (text with non-ASCII
-    characters) what skipping it costs, and the scan needs only whether a record has thinking:
-    `reasoning` is kept as the raw JSON bytes msgspec found (never decoded), the other texts are
-    skipped. The merged files copy each standing line verbatim, and export decodes the standing
-    ones whole (naming a line whose text is not a string, which this scan cannot see)."""
-
-    benchmark: str
-    problem_idx: int
-    problem_id: str
-    repeat: int
-    seed: int
-    status: Literal["ok", "error"]
-    error_kind: str | None = None
-    extracted: str | None = None
-    reference: str | None = None
-    score: float | None = None
-    scores: dict[str, float] = {}
-    completion_tokens: int | None = None
-    ttft_s: float | None = None
-    latency_s: float | None = None
-    started_at: float = 0.0
-    shard: int = 0
-    cluster: str | None = None
-    run: str | None = None
-    cached: bool | msgspec.UnsetType = UNSET
-    reasoning: msgspec.Raw | msgspec.UnsetType = UNSET
-    reasoning_tokens: int | msgspec.UnsetType = UNSET
-    reasoning_tokens_from: Literal["usage", "stream"] | msgspec.UnsetType = UNSET
-    outcome: Literal["truncated_reasoning", "truncated"] | msgspec.UnsetType = UNSET
-
-
-# A JSON string that holds only white space (`"\n\n"`: Qwen3's empty <think></think> in its non-thinking mode)
-_BLANK = re.compile(rb'"(?:[ \t\r\n]|\\[ntr])*"')
 
 
 class ReasoningTally:
@@ -100,7 +63,7 @@ class ReasoningTally:
         self.cut_cells = array("q")  # the cells whose standing answer was cut off while thinking (a page lists them)
         self._sorted: list[int] | None = None
 
-    def add(self, row: ScannedRecord, cell: int = -1) -> None:
+    def add(self, row: ResultRecord, cell: int = -1) -> None:
         self.n += 1
         outcome = row.outcome
         kind = self.ANSWERED
@@ -112,7 +75,7 @@ class ReasoningTally:
             self.truncated += 1
             kind = self.TRUNCATED
         thought = row.reasoning
-        if thought is not UNSET and not (_BLANK.fullmatch(thought) if isinstance(thought, msgspec.Raw) else not thought.strip()):
+        if thought is not UNSET and thought.strip():  # Qwen3's empty <think></think> in its non-thinking mode is no thinking
             self.with_reasoning += 1
         tokens = row.reasoning_tokens
         if tokens is not UNSET:
@@ -192,7 +155,7 @@ class Cells:
     def code(self, table: dict[str, int], value: str) -> int:
         return table.setdefault(value, len(table))
 
-    def take(self, cell: int, row: ScannedRecord, src: int, offset: int, length: int) -> None:
+    def take(self, cell: int, row: ResultRecord, src: int, offset: int, length: int) -> None:
         """Make `row` the cell's standing record."""
         ok = row.status == "ok"
         if ok and (row.outcome is not UNSET or row.reasoning is not UNSET or row.reasoning_tokens is not UNSET):
@@ -225,7 +188,7 @@ def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:
         report = ReadReport(path)
         bm = next(b for b in shard.manifest.benchmarks if b.name == bench)
         refuse, foreign = Membership.of(shard.manifest, bm).refuse, report.foreign
-        for start, length, row in scan_lines(path, ScannedRecord, report):  # own_records, inlined: the hot loop
+        for start, length, row in scan_lines(path, ResultRecord, report):  # own_records, inlined: the hot loop
             why = refuse(row)
             if why is not None:
                 foreign[why] = foreign.get(why, 0) + 1
@@ -457,7 +420,7 @@ def read_winners(shards: list[Shard], bench: str, name: str, src_of: array, offs
             yield cell, src, f.read(lengths[cell])
 
 
-def put_scores(extra: dict[str, array], cells: int, cell: int, row: ScannedRecord, ok: bool) -> None:
+def put_scores(extra: dict[str, array], cells: int, cell: int, row: ResultRecord, ok: bool) -> None:
     """A record's named scores (row.scores) into their columns of `cells` values each; a name
     seen first gets a column of NaN, and an error's scores are NaN (not a score of the model)."""
     for name, value in row.scores.items():
