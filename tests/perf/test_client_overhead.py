@@ -24,27 +24,37 @@ ROUNDS = 2
 TARGET = 0.90
 
 
-async def raw_client(base_url: str, n: int, concurrency: int) -> int:
-    """The baseline: what anyone would write in twenty lines (json per chunk, text accumulated)."""
+async def raw_client(base_url: str, n: int, concurrency: int, bodies: list[bytes] | None = None,
+                     thought: list[int] | None = None) -> int:
+    """The baseline: what anyone would write in twenty lines (json per chunk, text accumulated).
+
+    It keeps a reasoning model's thinking (`delta.reasoning`) as well as the content, as shardeval
+    does. `bodies`: send these JSON bodies (e.g. read back from the simulator's `--log-requests`,
+    so both sides send the same) instead of building arith's; `thought`: each reply's thinking
+    characters are appended to it."""
     from shardeval_benchmarks.arith import ArithBenchmark
 
     bench = ArithBenchmark({"n": n})
     url = base_url + "/chat/completions"
     work = iter(range(n))
     done = 0
+    headers = {"Content-Type": "application/json"}
 
     async def worker(session: aiohttp.ClientSession) -> None:
         nonlocal done
         for i in work:
-            body = {
-                "model": "sim",
-                "messages": [{"role": "user", "content": bench.problem(i).prompt}],
-                "stream": True,
-                "seed": i,
-                "max_tokens": 64,
-            }
-            text = []
-            async with session.post(url, json=body) as resp:
+            if bodies is not None:
+                post = session.post(url, data=bodies[i], headers=headers)
+            else:
+                post = session.post(url, json={
+                    "model": "sim",
+                    "messages": [{"role": "user", "content": bench.problem(i).prompt}],
+                    "stream": True,
+                    "seed": i,
+                    "max_tokens": 64,
+                })
+            text, thinking = [], []
+            async with post as resp:
                 async for line in resp.content:
                     if not line.startswith(b"data: "):
                         continue
@@ -52,7 +62,13 @@ async def raw_client(base_url: str, n: int, concurrency: int) -> int:
                         break
                     chunk = json.loads(line[6:])
                     if chunk["choices"]:
-                        text.append(chunk["choices"][0]["delta"].get("content") or "")
+                        delta = chunk["choices"][0]["delta"]
+                        text.append(delta.get("content") or "")
+                        if (piece := delta.get("reasoning")) is not None:
+                            thinking.append(piece)
+            "".join(text)
+            if thought is not None:
+                thought.append(len("".join(thinking)))
             done += 1
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
@@ -60,9 +76,10 @@ async def raw_client(base_url: str, n: int, concurrency: int) -> int:
     return done
 
 
-async def shardeval_client(base_url: str, n: int, concurrency: int, out_dir: str, extra: str = "") -> int:
+async def shardeval_client(base_url: str, n: int, concurrency: int, out_dir: str, extra: str = "", max_tokens: int = 64) -> int:
     """One shard over the whole path (records, trajectories, scoring) against `base_url`; `extra`
-    is more config text (a `cache:` section). Returns how many records it wrote."""
+    is more config text (a `cache:` section). Returns how many records it wrote (to
+    OUT_DIR/shard_0/arith/results.jsonl)."""
     from shardeval.config.loading import load_config
     from shardeval.run.runner import ShardRun
     from shardeval.store.shards import ShardSpec
@@ -78,7 +95,7 @@ benchmarks:
   - name: arith
     params: {{n: {n}}}
     max_concurrent: {concurrency}
-    solver: {{generation: {{max_tokens: 64}}}}
+    solver: {{generation: {{max_tokens: {max_tokens}}}}}
 output: {{progress_interval_s: 0}}
 """
             + extra
