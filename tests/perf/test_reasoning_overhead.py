@@ -23,8 +23,8 @@ several times slower per token. A third client in the same rounds is as lean as 
 (`lean_client`: the same bodies, readany split by hand, msgspec into the three fields it reads):
 the ratio of its CPU a request to shardeval's must also not fall more than 0.05 from short to long.
 CPU, not request rate: with itl 0 on 2 shared cores the long runs' wall time is the simulator's
-and the neighbours' as much as the client's: over five runs the rate ratios to the lean client
-ranged 0.53-1.16, the CPU ratios 0.60-0.73, and within each run the long CPU ratio was 0.00-0.04
+and the neighbours' as much as the client's: over six runs the rate ratios to the lean client
+ranged 0.53-1.16, the CPU ratios 0.60-0.75, and within each run the long CPU ratio was 0.00-0.12
 above the short one.
 
 Memory. The own peak RSS (tests/peak_rss.py) of one `shardeval run` of 128 requests, all in flight
