@@ -49,6 +49,10 @@ class Sims:
     def __init__(self, urls: dict[tuple[str, str], str], judge: str, judge_log: Path, benches: dict) -> None:
         self.urls, self.judge, self.judge_log, self.benches = urls, judge, judge_log, benches
 
+    def asked(self) -> list[str]:
+        """Every request the judge has had so far, each body as one JSON string."""
+        return [json.dumps(json.loads(line)) for line in self.judge_log.read_text().splitlines()] if self.judge_log.exists() else []
+
 
 @pytest.fixture(scope="module")
 def sims(tmp_path_factory) -> Iterator[Sims]:
@@ -98,10 +102,27 @@ def records(out: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
     return found
 
 
+def merge(out: Path) -> dict[str, Any]:
+    """`shardeval merge` of a run; its scores.json."""
+    merged = shardeval_cmd("merge", str(out), "-q")
+    assert merged.returncode == 0, merged.stderr  # cut off while thinking is an answer, not an error
+    return json.loads((out / "merged" / "scores.json").read_text())
+
+
+class Forms(dict):
+    """Each form's run directory, and what the judge was asked while they ran (only then: rescoring
+    and the other tests ask it again later, in whatever order they run)."""
+
+    asked: list[str]
+
+
 @pytest.fixture(scope="module")
-def outs(sims: Sims, tmp_path_factory) -> dict[str, Path]:
+def outs(sims: Sims, tmp_path_factory) -> Forms:
     tmp = tmp_path_factory.mktemp("forms")
-    return {form: run(tmp, config(sims, form), form) for form in FORMS}
+    before = len(sims.asked())
+    found = Forms((form, run(tmp, config(sims, form), form)) for form in FORMS)
+    found.asked = sims.asked()[before:]
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +161,20 @@ def test_the_records_keep_the_thinking_and_count_it(runs) -> None:
     assert not any("reasoning" in r or "reasoning_tokens" in r for r in runs["none"].values())
 
 
-def test_the_judge_is_never_asked_with_the_thinking(runs, sims: Sims) -> None:
-    asked = [json.dumps(json.loads(line)) for line in sims.judge_log.read_text().splitlines()]
+def test_merged_scores_of_a_thinking_model_equal_the_same_model_without_thinking(outs: Forms) -> None:
+    """`shardeval merge` of each form: the same metrics, and only the thinking forms count thinking."""
+    merged = {form: merge(out) for form, out in outs.items()}
+    assert len(merged["none"]) == 4 * 2
+    for form in THINKING:
+        for bench, plain in merged["none"].items():
+            assert merged[form][bench]["metrics"] == plain["metrics"], (form, bench)
+            counted = merged[form][bench]["reasoning"]
+            assert (counted["n_answered"], counted["with_reasoning"], counted["truncated_reasoning"], counted["truncated"]) == (N, N, 0, 0)
+    assert not any(b.get("reasoning") for b in merged["none"].values())
+
+
+def test_the_judge_is_never_asked_with_the_thinking(outs: Forms, runs) -> None:
+    asked = outs.asked
     judged = [r for form in FORMS for (bench, _, _), r in runs[form].items() if bench.startswith("quiz")]
     assert len(asked) == len(judged) == 4 * 2 * N
     for r in judged:
