@@ -271,7 +271,7 @@ def test_a_sweep_over_effort_levels_is_paired_and_each_level_is_its_own_identity
                      "--log-requests", str(log), *FAST) as url:
         cfg = {
             "services": {level: {"type": "api", "url": url, "model": "sim", "reasoning": {"effort": level}} for level in ("low", "high")},
-            "benchmarks": [{**gsm8k[0], "max_problems": N, "solver": {"generation": {"max_tokens": 2048}}}],
+            "benchmarks": [{**gsm8k[0], "max_problems": N, "solver": {"generation": {"max_tokens": budget}}}],
             "sweep": {"services": ["low", "high"]},
             "output": {"progress_interval_s": 0},
         }
@@ -280,15 +280,24 @@ def test_a_sweep_over_effort_levels_is_paired_and_each_level_is_its_own_identity
     assert merged.returncode == 0, merged.stderr
     efforts = sorted(json.loads(line)["reasoning_effort"] for line in log.read_text().splitlines())
     assert efforts == ["high"] * N + ["low"] * N
-    tokens = {level: {r["reasoning_tokens"] for r in records(next((out / level).glob("shard_*"))).values()} for level in ("low", "high")}
-    assert tokens == {"low": {THINK // 4}, "high": {THINK * 4}}  # the simulator thinks x0.25 / x4 as asked
+    got = {level: records(next((out / level).glob("shard_*"))) for level in ("low", "high")}
+    assert {r["reasoning_tokens"] for r in got["low"].values()} == {THINK // 4}  # the simulator thinks x0.25 / x4 as asked
+    assert not any("outcome" in r for r in got["low"].values())
+    assert {(r["reasoning_tokens"], r.get("outcome"), r["score"]) for r in got["high"].values()} == {(budget, "truncated_reasoning", 0.0)}
+    right = sum(r["score"] for r in got["low"].values())
+    assert 0 < right < N  # low is right on some problems and wrong on others: the pairs tell them apart
     hashes = {level: json.loads(next((out / level).glob("shard_*/manifest.json")).read_text())["config_hash"] for level in ("low", "high")}
     assert hashes["low"] != hashes["high"]
     sweep = json.loads((out / "merged" / "sweep.json").read_text())
     pairs = [d for d in sweep["vs_baseline"] if d["service"] == "high"]
-    assert len(pairs) == 1 and pairs[0]["diff"] == 0.0  # the same answers at both levels: thinking more changed nothing here
+    assert len(pairs) == 1 and pairs[0]["n"] == N
+    assert pairs[0]["diff"] == pytest.approx(-right / N)
+    assert pairs[0]["discordant"] == {"baseline_right_other_wrong": right, "baseline_wrong_other_right": 0}
     cells = {c["service"]: c["reasoning"] for c in sweep["cells"]}
-    assert cells["low"]["reasoning_tokens"]["mean"] == THINK // 4 and cells["high"]["reasoning_tokens"]["mean"] == THINK * 4
+    assert cells["low"]["reasoning_tokens"]["mean"] == THINK // 4 and cells["high"]["reasoning_tokens"]["mean"] == budget
+    assert (cells["low"]["truncated_reasoning"], cells["high"]["truncated_reasoning"]) == (0, N)
+    table = (out / "merged" / "sweep.md").read_text().split("## reasoning", 1)[1]
+    assert f"| low | gsm8k | 0 of {N} (0.0 %) |" in table and f"| high | gsm8k | {N} of {N} (100.0 %) |" in table
 
 
 def test_the_response_cache_answers_with_the_thinking(sims: Sims, tmp_path) -> None:
