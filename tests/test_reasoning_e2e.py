@@ -4,9 +4,11 @@ GSM8K, HumanEval, MMLU and a judged bring-your-own benchmark, run and merged wit
 - Four forms (thinking in `reasoning`, in `reasoning_content`, inline `<think>` tags, no thinking):
   every verdict of a thinking form equals the form without thinking, item by item, streamed and
   not; the records keep the thinking; the judge (itself a reasoning model) is never asked with it.
-- Cut off while thinking: every record `truncated_reasoning`, score 0 although the right answer is
-  planted in its thinking, and counted apart in scores.json, report.md, `status` and the export.
-- A sweep of one model at two effort levels: paired like any sweep, each its own identity.
+- Cut off while thinking, streamed and not: every record `truncated_reasoning`, score 0 although
+  the right answer is planted in its thinking, the judge not asked, and counted apart in
+  scores.json, report.md, report.html's text, `status` and the JSONL and CSV exports.
+- A sweep of one model at two effort levels, the higher cut off while thinking: paired like any
+  sweep, each level its own identity, the cut counted per cell in sweep.json and sweep.md.
 - The response cache answers a reasoning model's requests with their thinking.
 """
 
@@ -237,7 +239,9 @@ def test_cut_off_replies_are_counted_apart_in_every_output(cut, tmp_path) -> Non
     for form, out in cut.items():
         scores = json.loads((out / "merged" / "scores.json").read_text())
         report = (out / "merged" / "report.md").read_text()
-        page = re.sub(r"<[^>]+>", "", (out / "merged" / "report.html").read_text())  # the page's text, its markup left out
+        html = out / "merged" / "report.html"
+        assert html.exists(), "no report.html: the pages' JavaScript is missing (scripts/setup/vega.sh)"
+        page = re.sub(r"<[^>]+>", "", html.read_text())  # the page's text, its markup left out
         status = shardeval_cmd("status", str(out))
         assert status.returncode == 0, status.stderr
         assert set(scores) == set(CUT_BENCHES)
