@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from shardeval.results.export import load_run
     from shardeval.results.merge import BenchmarkMerge, merge_run, MergeResult, read_winners
     from shardeval.results.report import (counts, DISTRIBUTION_QUANTILES, fmt, fmt_p, provenance_facts, ReasoningCounts,
-                                          reasoning_counts, reasoning_distribution, ReasoningTokens, run_notes, timing)
+                                          reasoning_counts, ReasoningTokens, run_notes, timing)
     from shardeval.results.quoting import md_text
     # Pages: what a plugin that draws the merge's pages reads (the built-in shardeval_pages)
     from shardeval.results.pages import compare_page
@@ -138,7 +138,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.results.export", "load_run"),
     ("shardeval.results.merge", "BenchmarkMerge merge_run MergeResult read_winners"),
     ("shardeval.results.report", "counts DISTRIBUTION_QUANTILES fmt fmt_p provenance_facts ReasoningCounts reasoning_counts "
-     "reasoning_distribution ReasoningTokens run_notes timing"),
+     "ReasoningTokens run_notes timing"),
     ("shardeval.results.quoting", "md_text"),
     # Pages: what a plugin that draws the merge's pages reads (the built-in shardeval_pages)
     ("shardeval.results.pages", "compare_page"),

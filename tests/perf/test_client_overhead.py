@@ -76,17 +76,10 @@ async def raw_client(base_url: str, n: int, concurrency: int, bodies: list[bytes
     return done
 
 
-async def shardeval_client(base_url: str, n: int, concurrency: int, out_dir: str, extra: str = "", max_tokens: int = 64) -> int:
-    """One shard over the whole path (records, trajectories, scoring) against `base_url`; `extra`
-    is more config text (a `cache:` section). Returns how many records it wrote (to
-    OUT_DIR/shard_0/arith/results.jsonl)."""
-    from shardeval.config.loading import load_config
-    from shardeval.run.runner import ShardRun
-    from shardeval.store.shards import ShardSpec
-
-    os.makedirs(out_dir, exist_ok=True)
-    cfg = os.path.join(out_dir, "config.yaml")
-    with open(cfg, "w") as f:
+def write_arith_config(path: str, base_url: str, n: int, concurrency: int, max_tokens: int = 64, extra: str = "") -> str:
+    """The config of these benchmarks' shards: `n` arith problems against `base_url`; `extra` is
+    more config text (a `cache:` section)."""
+    with open(path, "w") as f:
         f.write(
             f"""
 services:
@@ -100,6 +93,19 @@ output: {{progress_interval_s: 0}}
 """
             + extra
         )
+    return path
+
+
+async def shardeval_client(base_url: str, n: int, concurrency: int, out_dir: str, extra: str = "", max_tokens: int = 64) -> int:
+    """One shard over the whole path (records, trajectories, scoring) against `base_url`; `extra`
+    is more config text (a `cache:` section). Returns how many records it wrote (to
+    OUT_DIR/shard_0/arith/results.jsonl)."""
+    from shardeval.config.loading import load_config
+    from shardeval.run.runner import ShardRun
+    from shardeval.store.shards import ShardSpec
+
+    os.makedirs(out_dir, exist_ok=True)
+    cfg = write_arith_config(os.path.join(out_dir, "config.yaml"), base_url, n, concurrency, max_tokens, extra)
     config = load_config(cfg, [], {})
     code = await ShardRun(config, ShardSpec(0, 1, "perf"), os.path.join(out_dir, "shard_0")).run()
     assert code == 0

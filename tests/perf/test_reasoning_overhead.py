@@ -67,7 +67,7 @@ import msgspec
 
 from conftest import running_sim
 from peak_rss import run_measured
-from test_client_overhead import raw_client, shardeval_client
+from test_client_overhead import raw_client, shardeval_client, write_arith_config
 
 FAST = ("--ttft-ms", "0", "--itl-ms", "0", "--output-tokens", "32")
 THINK_MEAN, TAIL = 20_000, 3.0  # Pareto(3) x N has mean 1.5 N
@@ -209,19 +209,9 @@ def peak_mib(tmp: Path, thinking: int) -> float:
     flags = ("--reasoning-form", "field", "--reasoning-tokens", str(thinking)) if thinking else ()
     out = tmp / f"m{thinking}"
     out.mkdir()
-    config = out / "config.yaml"
     with running_sim("--bench", "arith", *FAST, *flags) as url:
-        config.write_text(f"""
-services:
-  model: {{type: api, url: "{url}", model: sim}}
-benchmarks:
-  - name: arith
-    params: {{n: {MEM_N}}}
-    max_concurrent: {MEM_N}
-    solver: {{generation: {{max_tokens: {MAX_TOKENS}}}}}
-output: {{progress_interval_s: 0}}
-""")
-        done = run_measured([sys.executable, "-m", "shardeval", "run", str(config), "--shard", "0/1", "-o", str(out / "run")], timeout=600)
+        config = write_arith_config(str(out / "config.yaml"), url, MEM_N, MEM_N, MAX_TOKENS)
+        done = run_measured([sys.executable, "-m", "shardeval", "run", config, "--shard", "0/1", "-o", str(out / "run")], timeout=600)
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in (out / "run" / "arith" / "results.jsonl").read_bytes().splitlines()]
     assert len(records) == MEM_N and all((r.get("reasoning_tokens") or 0) == thinking for r in records)

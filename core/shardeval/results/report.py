@@ -118,13 +118,6 @@ def reasoning_counts(b: "BenchmarkMerge") -> ReasoningCounts | None:
     return reasoning_summary(b.cells.reasoning, b.cells.status.count(OK))
 
 
-def reasoning_distribution(b: "BenchmarkMerge") -> list[float | None]:
-    """A merged benchmark's thinking tokens at DISTRIBUTION_QUANTILES (as `b.distributions` holds
-    latency's, for a page's chart); [] when no answer counted them."""
-    tokens = b.cells.reasoning.sorted_tokens()
-    return [percentile(tokens, q) for q in DISTRIBUTION_QUANTILES] if tokens else []
-
-
 def scores_document(result: "MergeResult") -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for b in result.benchmarks:
