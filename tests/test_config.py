@@ -690,3 +690,16 @@ def test_a_service_type_that_is_not_a_name_is_one_line_even_beside_an_expansion(
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "services.model: type: expected str" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("tags, message", [
+    ('["<think>"]', "services.model.reasoning_tags: expected a list of 2 items, got 1"),
+    ('["", "</think>"]', "services.model.reasoning_tags[0]: must not be empty"),
+])
+def test_a_value_of_the_wrong_length_is_named_in_words(tmp_path, tags, message):
+    """Lengths are declared types too: a tuple's size and a string's minimum are said as such, not
+    as msgspec's `Expected array of length 2` or a bare `expected str, got str`."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"services:\n  model: {{type: sim, bench: arith, reasoning_tags: {tags}}}\nbenchmarks:\n  - name: arith\n")
+    done = shardeval_cmd("run", str(cfg), "--dry-run", "-o", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr.strip().endswith(message), done.stderr

@@ -113,7 +113,10 @@ def _first_misfit(value: Any, type_: Any, path: list[PathSeg]) -> tuple[list[Pat
         return path, (f"missing required key {missing!r}" if missing else None), None
     if items is not None and isinstance(value, list):
         bad = next((i for i, item in enumerate(value) if not _fits(item, items)), None)
-        return _first_misfit(value[bad], items, [*path, bad]) if bad is not None else (path, None, None)
+        if bad is not None:
+            return _first_misfit(value[bad], items, [*path, bad])
+        whole = _misfit(value, type_)  # every item fits: its length does not
+        return path, (None if whole.startswith("expected list, got") else whole), None
     return path, _misfit(value, type_), None
 
 
@@ -137,6 +140,18 @@ def _misfit(value: Any, type_: Any) -> str:
                     if bound is not None and not holds(number, bound):
                         what = "an integer" if number_type is int else "a number"
                         return f"must be {what} {op} {number_type(bound)}, got {value!r}"
+        if isinstance(option, mi.StrType) and isinstance(value, str):
+            if option.min_length is not None and len(value) < option.min_length:
+                return "must not be empty" if option.min_length == 1 else f"must be at least {option.min_length} characters, got {value!r}"
+            if option.max_length is not None and len(value) > option.max_length:
+                return f"must be at most {option.max_length} characters, got {_got(value)}"
+        if isinstance(option, (mi.ListType, mi.VarTupleType)) and isinstance(value, list):
+            if option.min_length is not None and len(value) < option.min_length:
+                return f"expected a list of at least {option.min_length} items, got {len(value)}"
+            if option.max_length is not None and len(value) > option.max_length:
+                return f"expected a list of at most {option.max_length} items, got {len(value)}"
+        if isinstance(option, mi.TupleType) and isinstance(value, list) and len(value) != len(option.item_types):
+            return f"expected a list of {len(option.item_types)} items, got {len(value)}"
         if isinstance(option, mi.LiteralType) and type(value) is type(option.values[0]):
             choices = typing.get_args(unwrap(type_, "literal")) or option.values  # as declared, not sorted
             return f"invalid value {value!r}; expected one of: {', '.join(map(str, choices))}"
