@@ -364,9 +364,89 @@ def test_shards_and_their_servers_die_with_a_killed_local_orchestrator(tmp_path,
     proc.communicate()
     left = [pid for pid in pids if not wait_dead(pid, DRAIN_S + MARGIN_S)]
     assert not left, f"outlived their orchestrator: {left}"
-    for i in range(2):  # each shard was told (SIGTERM), so it drained and said so
+    for i in range(2):  # each shard was told (SIGHUP), so it drained and said so
         m = manifest(root / f"shard_{i}")
-        assert m["state"] == "interrupted" and m["reason"] == "SIGTERM"
+        assert m["state"] == "interrupted" and m["reason"] == "SIGHUP"
+
+
+def pipeline_into(reader: list[str], *args: str) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """`shardeval ARGS 2>&1 | READER` as a shell starts it: both in one new process group (the
+    terminal's foreground group), so a Ctrl-C (SIGINT to the group) reaches both, as it does there."""
+    sink = subprocess.Popen(reader, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, process_group=0)
+    launcher = subprocess.Popen([sys.executable, "-m", "shardeval", *args], stdout=sink.stdin, stderr=subprocess.STDOUT,
+                                process_group=sink.pid)
+    assert sink.stdin is not None
+    sink.stdin.close()  # only the launcher holds the pipe's writing end now
+    return sink, launcher
+
+
+def shard_logs(root: Path) -> str:
+    return "".join(p.read_text() for p in sorted(root.glob("shard_*/logs/shard.log")))
+
+
+def test_ctrl_c_through_a_pipe_drains_like_without_it(tmp_path, leftovers):
+    """`shardeval run cfg 2>&1 | tee log`, Ctrl-C: tee dies at once, so the launcher's next line
+    meets a closed pipe. Before, that killed the launcher (exit 1, nothing printed), and its death
+    sent each shard SIGTERM (PR_SET_PDEATHSIG) 0.1 s after the SIGINT, which the shards took for a
+    second signal: no drain, the requests in flight lost. Now the launcher outlives its closed
+    output, the shards drain, and it exits 130."""
+    root = tmp_path / "run"
+    tee, launcher = pipeline_into(["tee", str(tmp_path / "log")], "run", str(write_local_config(tmp_path, 2)), "-o", str(root))
+    for i in range(2):
+        wait_for(f"shard {i}'s records", lambda i=i: lines(root / f"shard_{i}" / "arith" / "results.jsonl") >= 2, timeout=60)
+    os.killpg(tee.pid, signal.SIGINT)
+    assert tee.wait(timeout=10) == -signal.SIGINT
+    assert launcher.wait(timeout=DRAIN_S + 2 * MARGIN_S) == 130
+    logs = shard_logs(root)
+    assert "SIGINT: no new requests" in logs
+    assert "second" not in logs and "cancelled" not in logs and "cancelling" not in logs, logs  # every shard drained
+    for i in range(2):
+        m = manifest(root / f"shard_{i}")
+        assert m["state"] == "interrupted" and m["reason"] == "SIGINT"
+    assert (root / "merged" / "scores.json").exists()  # the launcher went on to merge, talking to no one
+
+
+def test_a_launcher_that_dies_mid_drain_does_not_cut_the_drain_short(tmp_path, leftovers):
+    """The launcher passes SIGINT on, then is killed outright (the OOM killer, a kill -9): the
+    kernel sends each shard SIGHUP for its death (once for each thread of the launcher's that dies:
+    the shard saw two SIGTERMs when it was SIGTERM). That is no one asking for haste, so it is not
+    the shards' second signal: each drains what it has in flight and says so."""
+    root = tmp_path / "run"
+    proc = start("run", str(write_local_config(tmp_path, 2)), "-o", str(root))
+    for i in range(2):
+        wait_for(f"shard {i}'s records", lambda i=i: lines(root / f"shard_{i}" / "arith" / "results.jsonl") >= 2, timeout=60, proc=proc)
+    pids = children(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    wait_for("the shards to hear SIGINT", lambda: shard_logs(root).count("SIGINT: no new requests") == 2, timeout=10)
+    proc.kill()
+    proc.communicate()
+    assert all(wait_dead(pid, DRAIN_S + MARGIN_S) for pid in pids)
+    logs = shard_logs(root)
+    assert logs.count("SIGHUP: the launcher or terminal has gone; the drain goes on") >= 2, logs
+    assert "second" not in logs and "cancelled" not in logs and "cancelling" not in logs, logs
+    for i in range(2):
+        m = manifest(root / f"shard_{i}")
+        assert m["state"] == "interrupted" and m["reason"] == "SIGINT"
+
+
+def test_a_reader_that_stops_reading_does_not_stop_the_run(tmp_path, leftovers):
+    """`shardeval run cfg | head -c 1`: the reader leaves after one byte and no signal comes. The
+    run goes on to the end, every shard complete, exit 0; what it prints goes nowhere."""
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(json.dumps({
+        "services": {"model": {"type": "sim", "bench": "arith", "ttft_ms": 20}},
+        "benchmarks": [{"name": "arith", "params": {"n": 40}, "max_concurrent": 2}],
+        "cluster": {"type": "local", "shards": 2},
+        "output": {"progress_interval_s": 0},
+    }))
+    root = tmp_path / "run"
+    head, launcher = pipeline_into(["head", "-c", "1"], "run", str(cfg), "-o", str(root))
+    assert head.wait(timeout=30) == 0
+    assert launcher.wait(timeout=120) == 0
+    for i in range(2):
+        m = manifest(root / f"shard_{i}")
+        assert m["state"] == "complete", m
+    assert json.loads((root / "merged" / "scores.json").read_text())
 
 
 # --- 5. --fresh: the new run logs into the new logs/shard.log -------------------------------------

@@ -2,7 +2,7 @@
 shardeval_ray`) takes the same evaluation options and fails the same way as `shardeval run`.
 
 `evaluation_options` is the config argument and the quick-mode flags, `override_option` the `-O`
-flag, `run_cli` the one-line errors. click and shardeval.errors only: `--version` imports this.
+flag, `run_cli` the one-line errors. click, shardeval.errors and shardeval.closed_output only: `--version` imports this.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Callable, TypeVar
 
 import click
 
+from shardeval.closed_output import outlive_readers
 from shardeval.errors import ShardError, UsageError
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -50,7 +51,9 @@ _HELP_AS_ERROR = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 def run_cli(command: click.Command, argv: list[str] | None, prog_name: str) -> None:
     """Run a click command the shardeval way: user mistakes become one line and exit 2, an
-    infrastructure failure one line and exit 1, Ctrl-C exit 130, never a traceback for any of them."""
+    infrastructure failure one line and exit 1, Ctrl-C exit 130, never a traceback for any of them;
+    a reader of its output that goes away (`| tee` killed by the same Ctrl-C, `| head`) ends none of it."""
+    outlive_readers()
     try:
         command.main(args=argv, prog_name=prog_name, standalone_mode=False)
     except (UsageError, ShardError) as exc:

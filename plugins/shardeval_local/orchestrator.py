@@ -3,7 +3,10 @@
 The shards live and die with this process: a stop signal (SIGTERM, Ctrl-C) is passed on to every
 running shard, no shard starts after it, each drains and marks itself `interrupted`, and this
 process exits 143 (130 for SIGINT). If this process is killed outright (SIGKILL, the OOM killer),
-the kernel sends each shard SIGTERM (PR_SET_PDEATHSIG), and each shard stops its own servers.
+the kernel sends each shard SIGHUP (PR_SET_PDEATHSIG): it drains as for a stop signal, or, when a stop
+was already passed on, simply goes on draining (a launcher's death is not a second signal), and each
+shard stops its own servers. Output nobody reads any more (`| tee` died) ends none of this
+(shardeval.closed_output).
 """
 
 from __future__ import annotations
@@ -124,7 +127,7 @@ async def _run_all(commands: list[list[str]], labels: list[str], shard_of: list[
         proc = await asyncio.create_subprocess_exec(
             *commands[i], stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,  # signals reach shards only through forward()
-            preexec_fn=die_with_parent(),  # and SIGTERM if this process is killed outright
+            preexec_fn=die_with_parent(signal.SIGHUP),  # and SIGHUP if this process is killed outright
         )
         procs.append(proc)
         if stop:  # the signal came while it was being started

@@ -72,6 +72,8 @@ from shardeval.run.thumbnails import ThumbnailLog
 from shardeval.benchmark.images import DEFAULT_MAX_IMAGE_BYTES, STORE as IMAGE_STORE, image_limit
 
 log = logging.getLogger("shardeval")
+# SIGHUP: the launcher that started the shard, or the terminal, has gone (see ShardRunner._on_signal)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 T = TypeVar("T")
 
 
@@ -265,7 +267,7 @@ class ShardRun:
         """
         log.addHandler(self._log)
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             with suppress(NotImplementedError, RuntimeError):  # not the main thread (e.g. a Ray worker)
                 loop.add_signal_handler(sig, self._on_signal, sig)
                 self._stop_signal = self._stop_signal or loop.create_future()
@@ -388,7 +390,7 @@ class ShardRun:
         for plan, tally in zip(plans, tallies):
             print_summary(plan, tally, self.shard, manifest.finished_at - manifest.started_at)
         if self.stopping:
-            return 143 if self.stopping == "SIGTERM" else 130
+            return 128 + signal.Signals[self.stopping].value  # 143 SIGTERM, 130 SIGINT, 129 SIGHUP
         if manifest.state == "finished_with_errors":
             log.warning("shard %d/%d finished with errors: %s", self.shard.idx, self.shard.total, manifest.reason)
             return EXIT_WITH_ERRORS
@@ -498,7 +500,14 @@ class ShardRun:
         """First signal: no new requests, and drain_timeout_s from now, not from whenever the shard
         next looks, for those in flight (SLURM sends SIGKILL KillWait seconds after SIGTERM). A
         start-up (`_unless_stopped`) or a wait for a place in the window is abandoned at once.
-        Second signal: cancel what is in flight now."""
+        Second signal: cancel what is in flight now. SIGHUP is never a second signal: it says the
+        launcher that started this shard has ended (the local orchestrator asks for it at its death,
+        PR_SET_PDEATHSIG, once per thread of its that dies) or the terminal has gone, which is no one
+        asking for haste (`run | tee` and Ctrl-C killed the launcher mid-drain: the shards took its
+        death for a second signal and dropped what was in flight)."""
+        if self.stopping and sig == signal.SIGHUP:
+            log.warning("SIGHUP: the launcher or terminal has gone; the drain goes on")
+            return
         if self.stopping:
             log.warning("second %s: cancelling requests in flight now", sig.name)
             self._cancel_inflight()
