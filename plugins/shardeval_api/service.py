@@ -23,13 +23,14 @@ class ApiServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     def launch_line(self, command: list[str]) -> str:
         return f"nothing to start; requests go to {self.url}"
 
+    def check(self) -> None:
+        """The URL is http(s), when the config is read (ServiceConfig.check)."""
+        if not self.url.startswith(("http://", "https://")):
+            raise UsageError(f"url: {self.url!r} is not an http(s) URL; give the base URL ending in /v1, e.g. http://node17:8000/v1")
+
 
 @asynccontextmanager
 async def api_service(name: str, config: ApiServiceConfig, ctx: ServiceContext) -> AsyncIterator[Endpoint]:
-    if not config.url.startswith(("http://", "https://")):
-        raise UsageError(
-            f"services.{name}.url: {config.url!r} is not an http(s) URL; give the base URL ending in /v1, "
-            "e.g. http://node17:8000/v1"
-        )
+    config.check()  # as when the config was read: a config built in code is held to it too
     base_url, protocol = split_endpoint_url(config.url)
     yield Endpoint(base_url=base_url, model=config.model, protocol=protocol or config.protocol, api_key_env=config.api_key_env)

@@ -3,7 +3,7 @@ the server, aiohttp and msgspec load when the command runs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -15,16 +15,49 @@ RATE = click.FloatRange(0.0, 1.0)
 NON_NEGATIVE = click.FloatRange(min=0.0)
 
 
+def sim_benchmark(bench: str, params: dict[str, Any], where: str):
+    """The benchmark whose answers the simulator knows, named as a benchmarks: entry names one (a
+    registered name, a data file read by `jsonl`, a YAML mapping read by `custom`), or a UsageError.
+    Building one reads no rows, so a config can be checked with it before anything starts."""
+    from shardeval.api import BenchmarkConfig, make_benchmark, registry
+
+    return make_benchmark(BenchmarkConfig(name=bench, params=params), where, registry())[0]
+
+
+def check_settings(settings: SimSettings, spell: Callable[[str], str]) -> None:
+    """What the flags' types cannot say, as one line naming the setting as `spell` writes it (the
+    flag for `shardeval sim`, the config key for a `type: sim` service, checked before any shard
+    starts): the fault rates' sum, the 5xx statuses, the benchmark and its params."""
+    total = sum(settings.fault_rates().values())
+    if total > 1.0 + 1e-9:
+        keys = " + ".join(spell(key) for key in ("fail_429", "fail_5xx", "reset", "stall", "error_200", "truncate_json"))
+        raise UsageError(f"fault rates sum to {total:g} ({keys}); each attempt gets at most one fault, so the sum must be <= 1")
+    try:
+        statuses = [int(s) for s in settings.fail_5xx_statuses.split(",")]
+    except ValueError:
+        statuses = []
+    if not statuses or not all(500 <= s <= 599 for s in statuses):
+        raise UsageError(f"{spell('fail_5xx_statuses')} {settings.fail_5xx_statuses!r}: expected comma-separated statuses "
+                         "500-599, e.g. 500,502,503")
+    if settings.bench:
+        try:
+            sim_benchmark(settings.bench, settings.bench_params, spell("bench"))
+        except UsageError as exc:  # an unknown name says where already; the benchmark's own words do not
+            message = str(exc)
+            raise UsageError(message if message.startswith(spell("bench") + ":") else f"{spell('bench')} {settings.bench!r}: {message}") from None
+
+
 def load_answer_key(bench: str | None, params: dict[str, Any]):
-    """(answer key: prompt text -> reference, reply renderer, grader) of the registered benchmark,
-    or (None, None, None) without --bench. The renderer lets a benchmark shape whole replies (code,
-    letters); the grader (question, reference, answer) -> right? is its own scorer, for judge mode."""
+    """(answer key: prompt text -> reference, reply renderer, grader) of the benchmark (see
+    sim_benchmark), or (None, None, None) without --bench. The renderer lets a benchmark shape whole
+    replies (code, letters); the grader (question, reference, answer) -> right? is its own scorer,
+    for judge mode."""
     if not bench:
         return None, None, None
-    from shardeval.api import Problem, registry
+    from shardeval.api import Problem
     from shardeval_sim.benchmark_hooks import answer_key, reply_renderer
 
-    benchmark = registry().get("benchmarks", bench, where="--bench").factory(params)
+    benchmark = sim_benchmark(bench, params, "--bench")
 
     def grade(question: str, reference: str, answer: str) -> bool:
         return benchmark.score(Problem(idx=0, id="judged", prompt=question, reference=reference), answer).score >= 1.0
@@ -66,7 +99,8 @@ def _tool_script(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--model", default=D.model, show_default=True, help="The served model name (requests naming another get 404, as from vLLM).")
 @click.option("--served-model-name", hidden=True, help="vLLM-compatible alias: the served name (wins over --model).")
 @click.option("--tensor-parallel-size", type=int, hidden=True, help="vLLM-compatible, ignored.")
-@click.option("--bench", help="A registered benchmark whose answers the simulator knows.")
+@click.option("--bench", help="The benchmark whose answers the simulator knows: a registered name, or a data file or YAML mapping as a "
+                                "benchmarks: entry names one.")
 @click.option("--bench-param", "bench_params", multiple=True, metavar="KEY=VALUE", help="Benchmark parameter (YAML value); repeatable.")
 @click.option("--accuracy", type=RATE, default=D.accuracy, show_default=True, help="Probability of a right answer (deterministic per prompt and seed).")
 @click.option("--ttft-ms", type=NON_NEGATIVE, default=D.ttft_ms, show_default=True, help="Time to first token.")
@@ -125,18 +159,7 @@ def sim_command(served_model_name: str | None, tensor_parallel_size: int | None,
     if served_model_name:
         opts["model"] = served_model_name
     settings = SimSettings(bench_params=parse_key_values(bench_params, "--bench-param", "n=500"), **opts)
-    total = sum(settings.fault_rates().values())
-    if total > 1.0 + 1e-9:
-        raise UsageError(
-            f"fault rates sum to {total:g} (--fail-429 + --fail-5xx + --reset + --stall + --error-200 + --truncate-json); "
-            "each attempt gets at most one fault, so the sum must be <= 1"
-        )
-    try:
-        statuses = [int(s) for s in settings.fail_5xx_statuses.split(",")]
-    except ValueError:
-        statuses = []
-    if not statuses or not all(500 <= s <= 599 for s in statuses):
-        raise UsageError(f"--fail-5xx-statuses {settings.fail_5xx_statuses!r}: expected comma-separated statuses 500-599, e.g. 500,502,503")
+    check_settings(settings, lambda key: "--" + key.replace("_", "-"))
     answer_key, render, grade = load_answer_key(settings.bench, settings.bench_params)
 
     import asyncio

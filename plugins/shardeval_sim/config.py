@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from shardeval.api import Count, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig
-from shardeval_sim.settings import BEHAVIOUR_KEYS, SIM_DEFAULTS as D
+from shardeval_sim.settings import BEHAVIOUR_KEYS, SIM_DEFAULTS as D, SimSettings
 
 # Knobs passed only when they differ from the default, so the command line of a sim that does not
 # judge is what it was, and a node with an older shardeval still starts it.
@@ -81,6 +81,14 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
         think = {} if self.reasoning_form == D.reasoning_form else {
             key: getattr(self, key) for key in REASONING_IDENTITY if getattr(self, key) != getattr(D, key)}
         return {**{key: getattr(self, key) for key in keys}, **tail, **judge, **tools, **think}
+
+    def check(self) -> None:
+        """The checks `shardeval sim` makes of its flags (shardeval_sim.command.check_settings),
+        made of these keys when the config is read, before any shard starts the simulator."""
+        from shardeval_sim.command import check_settings
+
+        keys = {key: getattr(self, key) for key in BEHAVIOUR_KEYS}
+        check_settings(SimSettings(**keys | {"tool_calls": msgspec.to_builtins(self.tool_calls)}), lambda key: key)
 
     def served_model(self) -> str:
         return self.model

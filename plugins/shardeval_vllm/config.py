@@ -78,6 +78,12 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
     startup_timeout_s: Seconds = 1800.0
     stop_timeout_s: NonNegativeSeconds = 30.0
 
+    def check(self) -> None:
+        """When the config is read (ServiceConfig.check); the media folder is the node's, checked
+        when the server starts (check_media_path)."""
+        if not self.launch_command and self.launch_command is not None:
+            raise UsageError("launch_command: must not be empty (default: vllm serve)")
+
     def served_model(self) -> str:
         return self.served_model_name or self.model
 

@@ -26,8 +26,7 @@ def connect_host(host: str) -> str:
 @asynccontextmanager
 async def vllm_service(name: str, config: VllmServiceConfig, ctx: ServiceContext) -> AsyncIterator[Endpoint]:
     what = f"service {name!r} (vllm)"
-    if not config.launch_command and config.launch_command is not None:
-        raise UsageError(f"services.{name}.launch_command: must not be empty (default: vllm serve)")
+    config.check()  # as when the config was read: a config built in code is held to it too
     check_media_path(name, config)  # vLLM would start, then fail every image request (its connector checks it per request)
     env = dict(config.env)
     if config.api_key_env:  # the API key travels in the server's environment, never on argv

@@ -130,6 +130,10 @@ def decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceC
         raise where.error(f"{what} (registered: {known})", at)
     entry = registry().get("services", service_type, where=f"{where.source}: {at}.type")
     service = decode(section, entry.config or ServiceConfig, where, ["services", name])
+    try:
+        service.check()
+    except UsageError as exc:
+        raise where.error(str(exc), at) from None
     url = getattr(service, "url", None)
     base, protocol = split_endpoint_url(url) if isinstance(url, str) else (url, None)
     return msgspec.structs.replace(service, url=base, protocol=protocol) if protocol else service

@@ -181,6 +181,13 @@ class ServiceConfig(_Section):
             fields["thinking_token_budget"] = reasoning.budget_tokens
         return fields
 
+    def check(self) -> None:
+        """What the types cannot say about this section's own keys, as a UsageError naming the key
+        (as it is written under `services.<name>`), the value and the fix. Called when the config is
+        read, on the launcher before any shard starts, so a setting the service would refuse at
+        start-up is never met by every shard at once (then a PARTIAL report of dashes). What can only
+        be known on the node (a directory there, a port free there) is checked when it starts."""
+
     def identity(self) -> dict[str, Any] | None:
         """The keys that change results (the model, its weights, engine settings that change its
         answers; never ports, hosts, keys or timeouts): they join the config hash, so a resume or
