@@ -195,6 +195,97 @@ def test_bad_images_are_one_line_before_any_request(tmp_path, case):
     assert rec.bodies == [] and stats["requests"] == 0  # refused before any request: the simulator counted none
 
 
+def outside_file(tmp: Path) -> Path:
+    """A picture beside the dataset's folder, not in it: what a row must not reach."""
+    (tmp / "secret").mkdir(exist_ok=True)
+    draw(tmp / "secret" / "private.png", 2)
+    return tmp / "secret" / "private.png"
+
+
+# Each: (what the row names, given the data in tmp/data/ and a picture in tmp/secret/; the words of the one line;
+# params for the jsonl benchmark). Issue 40, points 1 and 2: a row's file is read as the data file is
+# (store.regular: a regular file, never waited on, a bounded read), and it lies in the dataset.
+ROW_FILES = {
+    "fifo": (lambda d: os.mkfifo(d / "img" / "fifo.png") or "img/fifo.png", "is a FIFO (named pipe), not a regular file", {}),
+    "directory": (lambda d: (d / "img" / "dir.png").mkdir() or "img/dir.png", "is a directory", {}),
+    "dev_zero_inside_a_root": (lambda d: (d / "img" / "zero.png").symlink_to("/dev/zero") or "img/zero.png",
+                               "is a character device, not a regular file", {"images_root": "/dev"}),
+    "over_the_bound": (lambda d: os.truncate(d / "img" / "huge.png", (256 << 20) + 1) or "img/huge.png",
+                       "more than 268435456 bytes, over max_image_bytes", {}),
+    "dotdot": (lambda d: "../secret/private.png", "is {secret}, outside the dataset", {}),
+    "absolute": (lambda d: str(d.parent / "secret" / "private.png"), "is {secret}, outside the dataset", {}),
+    "symlink_out": (lambda d: (d / "img" / "link.png").symlink_to(d.parent / "secret" / "private.png") or "img/link.png",
+                    "is {secret}, outside the dataset", {}),
+    "symlinked_folder_out": (lambda d: (d / "img" / "sub").symlink_to(d.parent / "secret") or "img/sub/private.png",
+                             "is {secret}, outside the dataset", {}),
+}
+
+
+@pytest.mark.timeout(90)  # a FIFO hung the preflight forever, /dev/zero read until memory ran out: fail, never hang
+@pytest.mark.parametrize("case", list(ROW_FILES))
+def test_a_file_a_row_names_is_read_as_the_data_file_is_and_lies_in_the_dataset(tmp_path, case):
+    make_name, want, params = ROW_FILES[case]
+    secret = outside_file(tmp_path)
+    (tmp_path / "data").mkdir()
+    if case == "over_the_bound":
+        (tmp_path / "data" / "img").mkdir()
+        (tmp_path / "data" / "img" / "huge.png").touch()
+    data = make_data(tmp_path / "data")
+    rows = lines(data)
+    rows[1]["images"][1] = make_name(tmp_path / "data")
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench = "    params: {" + ", ".join(f"{k}: {v}" for k, v in params.items()) + "}\n" if params else ""
+    with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
+        result = shardeval_cmd("run", str(config(tmp_path, rec.url, data, bench=bench)), "--shard", "0/1", timeout=60)
+    assert result.returncode == 2, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "error" in line]
+    assert line.startswith("shardeval: error: ") and "Traceback" not in result.stderr
+    assert "row 1 (id 1): images[1]" in line and want.format(secret=secret) in line, line
+    assert rec.bodies == []  # before any request
+    assert not (tmp_path / "out" / "vqa").exists() or not list((tmp_path / "out").rglob("results.jsonl"))
+
+
+def test_a_file_below_an_explicit_images_root_is_read(tmp_path):
+    """images_root opens one more folder, as vLLM's allowed_local_media_path does: an absolute path
+    and a relative one leading below it are read and sent; the data's own folder stays open."""
+    secret = outside_file(tmp_path)
+    (tmp_path / "data").mkdir()
+    data = make_data(tmp_path / "data")
+    rows = lines(data)
+    rows[0]["images"] = [str(secret)]
+    rows[1]["images"][1] = "../secret/private.png"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench = f"    params: {{images_root: {tmp_path / 'secret'}}}\n"
+    with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
+        result = shardeval_cmd("run", str(config(tmp_path, rec.url, data, bench=bench, repeats=1)), "--shard", "0/1", timeout=60)
+    assert result.returncode == 0, result.stderr
+    sent = {base64.b64decode(p["image_url"]["url"].split(",", 1)[1]) for body in rec.bodies for p in image_parts(body)}
+    assert secret.read_bytes() in sent and (tmp_path / "data" / "img" / "dots1.png").read_bytes() in sent
+
+
+def test_a_byo_mapping_holds_its_rows_to_the_dataset_too(tmp_path):
+    """The custom (YAML mapping) benchmark reads rows' images through the same rule; its
+    `images_root` is relative to the mapping file, as `data` is."""
+    secret = outside_file(tmp_path)
+    (tmp_path / "data").mkdir()
+    data = make_data(tmp_path / "data")
+    rows = lines(data)
+    rows[2]["images"] = ["../secret/private.png"]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    mapping = tmp_path / "data" / "vqa.yaml"
+    mapping.write_text("data: vqa.jsonl\nscorer: exact\n")
+    cfg = tmp_path / "run.yaml"
+    with running_sim(*FAST) as sim:
+        cfg.write_text(f"services:\n  model: {{type: api, url: {sim}, model: sim}}\nbenchmarks:\n  - name: {mapping}\n"
+                       f"output: {{dir: {tmp_path / 'out'}}}\n")
+        refused = shardeval_cmd("run", str(cfg), "--shard", "0/1", timeout=60)
+        mapping.write_text("data: vqa.jsonl\nscorer: exact\nimages_root: ../secret\n")
+        allowed = shardeval_cmd("run", str(cfg), "--shard", "0/1", timeout=60)
+    assert refused.returncode == 2 and f"row 2 (id 2): images[0] '../secret/private.png' is {secret}, outside the dataset" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert allowed.returncode == 0, allowed.stderr
+
+
 def test_an_image_replaced_under_its_name_is_other_data_and_resume_refuses(tmp_path):
     data = make_data(tmp_path)
     with running_sim(*FAST) as sim:

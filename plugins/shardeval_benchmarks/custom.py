@@ -27,6 +27,7 @@ The mapping (unknown keys are one-line errors naming the closest valid key):
       choices: options            # choice scorer: one field holding a list, or a list of field names
       images: images              # images shown with the prompt: paths (relative to the data file), http(s) or
                                   # data: URLs (default: a row's `images` field); `<image>` in the prompt places them
+    images_root: /data/images     # optional: a folder outside the data file's that rows may name images in
     prompt: "Question: {input}\\nAnswer:"   # str.format over the row's fields and {input} {target} {choices}
     system_prompt: Answer briefly.          # sent as a system turn (after the solver's own, if any)
     scorer: exact                 # exact | numeric | regex | choice | vlm_choice | vqa
@@ -86,6 +87,7 @@ class BenchmarkMapping(ParamsStruct):
     sha256: str | None = None
     format: str | None = None
     fields: Fields = msgspec.field(default_factory=Fields)
+    images_root: str | None = None  # a folder outside the data file's that rows may name images in (relative as `data` is)
     prompt: str = "{input}"
     system_prompt: str | None = None
     scorer: Scorer = "exact"
@@ -148,7 +150,10 @@ class CustomBenchmark(RowsBenchmark):
         if mapping.scorer == "regex" and self._regex is None:
             raise UsageError(f"{where}: scorer regex needs `regex:`, a pattern whose group 1 (or whole match) is the answer")
         images_field = f.images or ("images" if "images" in first else None)
-        self.use_images(images_field, _data_dir(mapping.data, base_dir), f"{where} (data {self.rows.origin})")
+        root = mapping.images_root and os.path.abspath(os.path.join(base_dir or os.getcwd(), os.path.expanduser(mapping.images_root)))
+        if root and not os.path.isdir(root):
+            raise UsageError(f"{where}: images_root {root} is not a folder; name the folder that holds the rows' images")
+        self.use_images(images_field, _data_dir(mapping.data, base_dir), f"{where} (data {self.rows.origin})", root or None)
         if first:
             self.row_problem(0, first)  # a mapping mistake shows now, not halfway through a shard
 

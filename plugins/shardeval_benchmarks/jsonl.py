@@ -5,7 +5,8 @@ works, JSONL being the usual one), name (default: the file's stem), prompt_field
 first of prompt/question/input present), messages_field, reference_field (default:
 answer/reference/target), id_field (default: the row index), cluster_field, images_field (default:
 `images` when rows have it: paths relative to the data file, http(s) or data: URLs, placed at the
-prompt's `<image>` markers or before its text). Scoring is exact
+prompt's `<image>` markers or before its text), images_root (a folder outside the data file's that
+rows may name images in; without it a row naming a file outside the data file's folder is refused). Scoring is exact
 match after normalisation (answers.normalize); a GSM8K-style `#### x` in the reference or the
 response is reduced to x first. Rows come from `datasets.open_rows`, so a shard reads only its own.
 """
@@ -26,6 +27,7 @@ class JsonlParams(DataParams):
     id_field: str | None = None
     cluster_field: str | None = None
     images_field: str | None = None
+    images_root: str | None = None  # relative to the working directory, as `path` is
 
 
 class JsonlBenchmark(RowsBenchmark):
@@ -51,7 +53,8 @@ class JsonlBenchmark(RowsBenchmark):
             )
         images_field = p.images_field or ("images" if "images" in first else None)
         base_dir = os.path.dirname(os.path.abspath(p.path)) if p.path else None
-        self.use_images(images_field, base_dir, f"benchmark {self.name} ({self.rows.origin})")
+        self.use_images(images_field, base_dir, f"benchmark {self.name} ({self.rows.origin})",
+                        _folder(p.images_root, f"benchmark {self.name}: params.images_root") if p.images_root else None)
 
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         id_field, cluster_field = self.params.id_field, self.params.cluster_field
@@ -71,6 +74,14 @@ class JsonlBenchmark(RowsBenchmark):
         reference = problem.reference or ""
         want = final_answer(reference) or reference
         return Score(score=1.0 if normalize(extracted) == normalize(want) else 0.0, extracted=extracted.strip())
+
+
+def _folder(path: str, where: str) -> str:
+    """An images_root: an existing folder, made absolute."""
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isdir(path):
+        raise UsageError(f"{where}: {path} is not a folder; name the folder that holds the rows' images")
+    return path
 
 
 def _stem(source: str) -> str:

@@ -602,10 +602,11 @@ class RowsBenchmark(Benchmark):
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         raise NotImplementedError
 
-    def use_images(self, field: str | None, base_dir: str | None, where: str) -> None:
+    def use_images(self, field: str | None, base_dir: str | None, where: str, images_root: str | None = None) -> None:
         """Read images from each row's `field` (None: the rows have none): paths relative to
-        `base_dir`, checked by the preflight, in the dataset fingerprint (shardeval.benchmark.images)."""
-        self.images = RowImages(field, base_dir, where, self.rows.row) if field else None
+        `base_dir`, below it or below `images_root` (an explicit folder the benchmark's params name),
+        checked by the preflight, in the dataset fingerprint (shardeval.benchmark.images)."""
+        self.images = RowImages(field, base_dir, where, self.rows.row, images_root) if field else None
         self.has_images = self.images is not None
 
     def with_images(self, problem: Problem, row: dict[str, Any], text: str, where: str) -> Problem:

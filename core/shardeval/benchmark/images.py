@@ -28,9 +28,11 @@ import msgspec
 
 from shardeval.errors import UsageError
 from shardeval.store.records import ImageInfo
+from shardeval.store.regular import FileTooLarge, read_regular
 
 IMAGE_MARKER = "<image>"
 DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
+PREFLIGHT_MAX_BYTES = 256 * 1024 * 1024  # no server takes more; a bigger file is not read into memory
 THUMBNAIL_SIDE = 96  # px, the longest side of a report's thumbnail
 THUMBNAIL_MAX_BYTES = 8 * 1024
 
@@ -129,7 +131,10 @@ def register_generator(name: str, draw: Callable[[str], bytes]) -> None:
 
 
 def read_source(source: str, max_bytes: int | None = None) -> bytes:
-    """The bytes of `source`. Raises OSError or ValueError naming why they cannot be had."""
+    """The bytes of `source`. Raises OSError or ValueError naming why they cannot be had. A file is
+    read as a data file is (shardeval.store.regular): a regular file only, never waited on (a FIFO
+    hung the preflight), and never more than `max_bytes` (default PREFLIGHT_MAX_BYTES: a symlink
+    to /dev/zero passed a size check and was read until memory ran out)."""
     if source.startswith("gen:"):
         name, _, spec = source[4:].partition(":")
         if name not in _GENERATORS:
@@ -139,11 +144,10 @@ def read_source(source: str, max_bytes: int | None = None) -> bytes:
         return decode_data_url(source)
     if source.startswith(("http://", "https://")):
         return _fetch(source, max_bytes)
-    size = os.stat(source).st_size
-    if max_bytes is not None and size > max_bytes:
-        raise ValueError(f"{size} bytes, over max_image_bytes ({max_bytes})")
-    with open(source, "rb") as f:
-        return f.read()
+    try:
+        return read_regular(source, PREFLIGHT_MAX_BYTES if max_bytes is None else max_bytes)
+    except FileTooLarge as exc:
+        raise ValueError(f"more than {exc.max_bytes} bytes, over max_image_bytes") from None
 
 
 def decode_data_url(url: str) -> bytes:
@@ -168,10 +172,11 @@ def _fetch(url: str, max_bytes: int | None) -> bytes:
     """An http(s) image: the download cache's copy, else fetched now (and kept)."""
     path = _cache_path(url)
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return read_regular(path, max_bytes or DEFAULT_MAX_IMAGE_BYTES)
     except FileNotFoundError:
         pass
+    except FileTooLarge:
+        raise ValueError(f"over max_image_bytes ({max_bytes})") from None
     import urllib.request
 
     from shardeval.store.atomic import atomic_write
@@ -460,8 +465,6 @@ def offer_image_bytes(ref: ImageRef, data: bytes) -> None:
 
 # --- images named by data rows (the bring-your-own benchmarks) ---------------------------------
 
-PREFLIGHT_MAX_BYTES = 256 * 1024 * 1024  # no server takes more; a bigger file is not read into memory
-
 
 class RowImages:
     """The images a rows benchmark's rows name in one field: a list of paths (relative to the data
@@ -471,8 +474,12 @@ class RowImages:
     before any request. An image held in a row is read again from the row when a request needs it."""
 
     def __init__(self, field: str, base_dir: str | None, where: str,
-                 row_at: Callable[[int], dict[str, Any]] | None = None) -> None:
+                 row_at: Callable[[int], dict[str, Any]] | None = None, images_root: str | None = None) -> None:
         self.field, self.base_dir, self.where = field, base_dir, where
+        # The folders a row's file may lie in (symlinks resolved): the data file's, and images_root
+        # when the benchmark names one; a path anywhere else is refused (see `_inside`).
+        self.images_root = images_root
+        self._roots = [os.path.realpath(d) for d in (base_dir, images_root) if d]
         self._refs: dict[str, ImageRef] = {}  # source -> its ref (a file named by many rows is read once)
         self._digest: str | None = None
         self._row_at = row_at
@@ -499,6 +506,8 @@ class RowImages:
         else:
             name = entry if isinstance(entry, str) else str(entry["path"])
             source, data = resolve_path(name, self.base_dir), None
+            if not source.startswith(("http://", "https://", "data:", "gen:")):
+                self._inside(source, name, idx, row_id, k)
         ref = self._refs.get(source)
         if ref is None and data is None:
             ref = CHECKED.get(source, name)
@@ -516,6 +525,18 @@ class RowImages:
                                  "replace it with an image file (PNG, JPEG, WebP, GIF, ...)") from None
             self._refs[source] = ref
         return ref
+
+    def _inside(self, source: str, name: str, idx: int, row_id: str, k: int) -> None:
+        """A row names files in its dataset only: below the data file's folder or `images_root`,
+        symlinks resolved (as vLLM's allowed_local_media_path bounds what a request may name). A
+        row naming ../secret/private.png or /etc/… was read, sent to the model and thumbnailed."""
+        real = os.path.realpath(source)
+        if any(os.path.commonpath([real, root]) == root for root in self._roots):
+            return
+        folders = " or ".join(self._roots) or "none: the rows are not a local file"
+        raise UsageError(f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r} is {real}, outside the "
+                         f"dataset (the folders a row may name files in: {folders}; symlinks are followed); move the image "
+                         f"below the data file's folder, or set images_root to the folder that holds it")
 
     def _from_row(self, spec: str) -> bytes:
         idx, k = map(int, spec.split(":"))

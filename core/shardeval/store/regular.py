@@ -49,10 +49,27 @@ def open_regular(path: str) -> BinaryIO:
     return os.fdopen(open_regular_fd(path), "rb")
 
 
-def read_regular(path: str) -> bytes:
-    """The whole content of the regular file at `path`."""
+class FileTooLarge(OSError):
+    """The regular file at the path holds more than the reader takes: not read past that."""
+
+    user_fixable = True
+
+    def __init__(self, path: str, max_bytes: int) -> None:
+        super().__init__(errno.EFBIG, f"more than {max_bytes} bytes", path)
+        self.max_bytes = max_bytes
+
+
+def read_regular(path: str, max_bytes: int | None = None) -> bytes:
+    """The whole content of the regular file at `path`; with `max_bytes`, FileTooLarge when it
+    holds more (counted by reading, never from its size: a file may grow, and a size says nothing
+    of what a path that was swapped since yields)."""
     with open_regular(path) as f:
-        return f.read()
+        if max_bytes is None:
+            return f.read()
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileTooLarge(path, max_bytes)
+    return data
 
 
 def open_append_fd(path: str) -> int:
