@@ -64,6 +64,8 @@ from shardeval.store.records import (
     encode_line,
     read_manifest,
     scan_lines,
+    score_fault,
+    unscorable,
     write_manifest,
 )
 from shardeval.store.standing import Membership, count_cells, standing_error_kinds
@@ -355,6 +357,9 @@ def rescore_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership) 
         before, failed = record.score, False
         try:
             rescore_record(record, p, b.scorer, b.data)
+            if (fault := score_fault(record)) is not None:  # as in a run: never written as a line no reader decodes
+                unscorable(record, f"rescore: {b.info.scorer}", fault)
+                failed = True
         except Exception as exc:  # as in a run: the scorer's failure is an `internal` error, never a score
             record.status, record.error_kind, record.error = "error", "internal", f"rescore: {type(exc).__name__}: {exc}"
             record.score, record.extracted, record.scores, failed = None, None, {}, True

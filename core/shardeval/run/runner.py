@@ -53,7 +53,9 @@ from shardeval.store.records import (
     encode_line,
     pretty_json,
     run_id,
+    score_fault,
     seal_torn_tail,
+    unscorable,
     write_manifest,
 )
 from shardeval.run.provenance import collect_provenance, read_served
@@ -66,7 +68,7 @@ from shardeval.run.resume import make_output_dir, prepare_output_dir, refuse, se
 from shardeval.store.seeds import request_seed
 from shardeval.run.service import ServiceContext
 from shardeval.store.shards import ShardSpec, shard_indices
-from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide, nothing_to_ask, own_records
+from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Cells, Membership, decide, nothing_to_ask, own_records, read_cells
 from shardeval.run.solver import Attempt, PairsSolver, ServiceHandle, Solver, generation_params
 from shardeval.run.thumbnails import ThumbnailLog
 from shardeval.benchmark.images import DEFAULT_MAX_IMAGE_BYTES, STORE as IMAGE_STORE, image_limit
@@ -121,7 +123,9 @@ class BenchmarkPlan:
 
 @dataclass
 class Tally:
-    """Per-benchmark outcome of this shard: status per (problem, repeat) and pooled latencies."""
+    """Per-benchmark work of this shard: status per (problem, repeat) as it goes (what to ask, what
+    a resume skips), pooled latencies and scores. The verdict is not taken from it but from the
+    records as they read back (shardeval.store.standing.read_cells)."""
 
     n_problems: int
     repeats: int
@@ -129,8 +133,7 @@ class Tally:
     latencies: array = field(default_factory=lambda: array("f"))
     score_sum: float = 0.0
     n_scored: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
-    error_kind: dict[int, str] = field(default_factory=dict)  # cell -> kind, for the cells whose record is an error
+    errors: Counter[str] = field(default_factory=Counter)  # this session's error records by kind
 
     def __post_init__(self) -> None:
         self.status = bytearray(self.n_problems * self.repeats)
@@ -138,10 +141,6 @@ class Tally:
     def add(self, record: ResultRecord, fresh: bool = True) -> None:
         cell = record.problem_idx * self.repeats + record.repeat
         self.status[cell] = OK if record.status == "ok" else ERROR
-        if record.status == "ok":
-            self.error_kind.pop(cell, None)
-        else:
-            self.error_kind[cell] = record.error_kind or "unknown"
         if record.status == "ok":
             if record.score is not None:
                 self.score_sum += record.score
@@ -151,12 +150,6 @@ class Tally:
         elif fresh:
             self.errors[record.error_kind or "unknown"] += 1
 
-    def counts(self) -> tuple[int, int]:
-        return self.status.count(OK), self.status.count(ERROR)
-
-    def standing_errors(self) -> Counter[str]:
-        """The cells that end in an error, by kind (an error a later ok answer replaced is not one)."""
-        return Counter(self.error_kind.values())
 
 
 def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
@@ -358,9 +351,12 @@ class ShardRun:
                     judge = self._judge(plan, handles)
                     tally = await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm), judge)
                     tallies.append(tally)
-                    bm.n_ok, bm.n_error = tally.counts()
-                    bm.error_kinds = dict(sorted(tally.standing_errors().items()))
-                failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, tallies))
+                # what the shard says is what it wrote: its files read back by the merge's reader, not what it counted
+                cells = [read_cells(os.path.join(self.out_dir, bm.name, RESULTS_FILE), Membership.of(manifest, bm))
+                         for bm in manifest.benchmarks[:len(tallies)]]
+                for bm, read in zip(manifest.benchmarks, cells):
+                    bm.n_ok, bm.n_error, bm.error_kinds = read.n_ok, read.n_error, read.error_kinds
+                failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, cells))
                 if failure:
                     raise ShardError(failure)
         except BaseException as exc:
@@ -372,7 +368,7 @@ class ShardRun:
         else:
             manifest.state = "interrupted" if self.stopping else "complete"
             manifest.reason = self.stopping
-            if not self.stopping and (errors := sum((t.standing_errors() for t in tallies), Counter())):
+            if not self.stopping and (errors := sum((Counter(read.error_kinds) for read in cells), Counter())):
                 # every pair has a record, but not every one an answer: not complete (issue 24), exit 3
                 cells = sum(len(plan.indices) * plan.config.repeats for plan, _ in zip(plans, tallies))  # this shard's pairs
                 manifest.state = "finished_with_errors"
@@ -387,8 +383,8 @@ class ShardRun:
             else:
                 write_final_manifest(self.out_dir, manifest)
                 self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
-        for plan, tally in zip(plans, tallies):
-            print_summary(plan, tally, self.shard, manifest.finished_at - manifest.started_at)
+        for plan, tally, bm in zip(plans, tallies, manifest.benchmarks):
+            print_summary(plan, tally, bm, self.shard, manifest.finished_at - manifest.started_at)
         if self.stopping:
             return 128 + signal.Signals[self.stopping].value  # 143 SIGTERM, 130 SIGINT, 129 SIGHUP
         if manifest.state == "finished_with_errors":
@@ -986,8 +982,7 @@ def make_record(
     keep_reasoning(record, c, split)
     if verdict is not None:
         apply_verdict(record, verdict, extra)
-        return record
-    if c.status == "ok":  # errors are never scored: they are not wrong answers
+    elif c.status == "ok":  # errors are never scored: they are not wrong answers
         if record.outcome == "truncated_reasoning":  # no answer within its budget: 0, whatever its thinking says;
             # its named scores are those of no answer (what "" scores: a metric's own value for nothing said)
             score = Score(score=0.0, scores=plan.benchmark.score(problem, "").scores if own is None and plan.rubric is None else {})
@@ -996,7 +991,22 @@ def make_record(
         record.score, record.extracted, record.scores = score.score, score.extracted, score.scores
         if extra:
             record.scores = {**record.scores, **extra}
+    if record.status == "ok" and (fault := score_fault(record)) is not None:
+        unscorable(record, scorer_named(plan, fault, extra, own, verdict), fault)
     return record
+
+
+def scorer_named(plan: BenchmarkPlan, fault: str, extra: dict[str, float] | None, own: Score | None,
+                 verdict: Verdict | None) -> str:
+    """Who gave a record's bad score, for its error: the solver's own measure, the judge, the
+    solver's scorers (another tool's, e.g. lm-eval's process_results), or the benchmark's scorer."""
+    if extra and any(fault.startswith(f"scores[{key!r}]") for key in extra):
+        return f"the solver of {plan.name} (its measured scores)"
+    if verdict is not None:
+        return f"the judge of {plan.name}"
+    if own is not None:
+        return f"the scorers the solver of {plan.name} ran"
+    return f"the scorer of benchmark {plan.name} ({type(plan.benchmark).__module__}.{type(plan.benchmark).__qualname__})"
 
 
 def split_of(c: Completion, tags: tuple[str, str] | None) -> ReplySplit:
@@ -1021,21 +1031,26 @@ def keep_reasoning(record: ResultRecord, c: Completion, split: ReplySplit) -> No
             record.outcome = outcome
 
 
-def missing_pairs(plans: list[BenchmarkPlan], tallies: list[Tally]) -> str | None:
-    """Why a shard that ran to its end is not complete: pairs with no record at all (a request task
-    that ended without writing one). None when every pair of every benchmark run has a record."""
-    expected = {plan.name: len(plan.indices) * plan.config.repeats for plan, _ in zip(plans, tallies)}
-    gaps = {plan.name: expected[plan.name] - sum(tally.counts()) for plan, tally in zip(plans, tallies)}
+def missing_pairs(plans: list[BenchmarkPlan], cells: list[Cells]) -> str | None:
+    """Why a shard that ran to its end is not complete: pairs with no record that reads back (a
+    request task that ended without writing one, or a line its reader cannot decode). None when
+    every pair of every benchmark run has a readable record."""
+    expected = {plan.name: len(plan.indices) * plan.config.repeats for plan, _ in zip(plans, cells)}
+    gaps = {plan.name: expected[plan.name] - read.n_ok - read.n_error for plan, read in zip(plans, cells)}
     missing = sum(gaps.values())
     if not missing:
         return None
     parts = ", ".join(f"{name} {gap}" for name, gap in gaps.items() if gap)
-    return (f"{missing} of {sum(expected.values())} pair(s) have no record after the run ({parts}): their request tasks ended "
-            "without writing one; rerun the shard to ask them")
+    skipped = "; ".join(text for read in cells if (text := read.report.describe()) is not None)
+    return (f"{missing} of {sum(expected.values())} pair(s) have no readable record after the run ({parts}): their request "
+            f"tasks ended without writing one{', or what they wrote does not read back (' + skipped + ')' if skipped else ''}; "
+            "rerun the shard to ask them")
 
 
-def print_summary(plan: BenchmarkPlan, tally: Tally, shard: ShardSpec, elapsed: float) -> None:
-    n_ok, n_err = tally.counts()
+def print_summary(plan: BenchmarkPlan, tally: Tally, bm: BenchmarkManifest, shard: ShardSpec, elapsed: float) -> None:
+    """The shard's line for one benchmark: its counts as its records read back (the manifest's), the
+    mean score, latencies and errors of the answers this session got."""
+    n_ok, n_err = bm.n_ok, bm.n_error
     total = len(plan.indices) * plan.config.repeats
     mean = tally.score_sum / tally.n_scored if tally.n_scored else float("nan")
     lat = sorted(tally.latencies)

@@ -6,6 +6,7 @@ schema that users' scripts read: add fields, never rename them.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Type, TypeVar
@@ -296,7 +297,38 @@ _encoder = msgspec.json.Encoder()
 T = TypeVar("T")
 
 
+def score_fault(record: ResultRecord) -> str | None:
+    """What in the record's `score` and `scores` is not a finite number (`score nan`,
+    `scores['acc'] inf`, `scores['em'] True`), or None. JSON has no NaN: msgspec writes it as
+    null, and a line whose `scores` hold a null (or a bool, or a string) does not decode, so the
+    shard's own reader and the merge skipped a record the shard had counted ok."""
+    if record.score is not None and not _finite(record.score):
+        return f"score {record.score!r}"
+    for key, value in record.scores.items():
+        if not _finite(value):
+            return f"scores[{key!r}] {value!r}"
+    return None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def unscorable(record: ResultRecord, who: str, fault: str) -> None:
+    """Make `record` an `internal` error that says which scorer gave what (its answer kept, never
+    scored): a score that is not a finite number is the scorer's failure, not a wrong answer, and
+    a rerun asks the pair again, as for a scorer that raises."""
+    record.status, record.error_kind = "error", "internal"
+    record.error = f"{who} gave {fault}, not a finite number; fix the scorer (a score must be a finite number)"
+    record.score, record.extracted, record.scores = None, None, {}
+
+
 def encode_line(obj: Any) -> bytes:
+    """One JSON line. The last gate of every results file: a ResultRecord still holding a score that
+    is not a finite number (a path that did not check it) is written as the error it is, never as
+    a line no reader can decode."""
+    if isinstance(obj, ResultRecord) and (fault := score_fault(obj)) is not None:
+        unscorable(obj, "a scorer", fault)
     return _encoder.encode(obj) + b"\n"
 
 

@@ -119,24 +119,26 @@ def own_records(path: str, own: Membership, report: ReadReport) -> Iterator[tupl
         yield start, length, record
 
 
-def count_cells(path: str, own: Membership) -> tuple[int, int, ReadReport]:
-    """(cells with an ok record, cells whose standing record is an error) of one shard's results
-    file, counting only its own records, by the rule above."""
+@dataclass(frozen=True)
+class Cells:
+    """One shard's results file as its reader sees it, by the rule above: the cells whose standing
+    record is ok, those whose standing record is an error (by kind), and what the read skipped."""
+
+    n_ok: int
+    error_kinds: dict[str, int]
+    report: ReadReport
+
+    @property
+    def n_error(self) -> int:
+        return sum(self.error_kinds.values())
+
+
+def read_cells(path: str, own: Membership) -> Cells:
+    """The standing record of every cell of one shard's results file, counting only its own."""
     report = ReadReport(path)
     states = bytearray(own.n_problems * own.repeats)
-    for _, _, record in own_records(path, own, report):
-        cell = record.problem_idx * own.repeats + record.repeat
-        ok = record.status == "ok"
-        if decide(states[cell], ok) in (TAKE, SUPERSEDE):
-            states[cell] = OK if ok else ERROR
-    return states.count(OK), states.count(ERROR), report
-
-
-def standing_error_kinds(path: str, own: Membership) -> dict[str, int]:
-    """The cells of one shard's results file whose standing record is an error, by kind (sorted)."""
-    states = bytearray(own.n_problems * own.repeats)
     kind: dict[int, str] = {}
-    for _, _, record in own_records(path, own, ReadReport(path)):
+    for _, _, record in own_records(path, own, report):
         cell = record.problem_idx * own.repeats + record.repeat
         ok = record.status == "ok"
         if decide(states[cell], ok) in (TAKE, SUPERSEDE):
@@ -148,7 +150,19 @@ def standing_error_kinds(path: str, own: Membership) -> dict[str, int]:
     counts: dict[str, int] = {}
     for k in kind.values():
         counts[k] = counts.get(k, 0) + 1
-    return dict(sorted(counts.items()))
+    return Cells(states.count(OK), dict(sorted(counts.items())), report)
+
+
+def count_cells(path: str, own: Membership) -> tuple[int, int, ReadReport]:
+    """(cells with an ok record, cells whose standing record is an error) of one shard's results
+    file, counting only its own records, by the rule above."""
+    cells = read_cells(path, own)
+    return cells.n_ok, cells.n_error, cells.report
+
+
+def standing_error_kinds(path: str, own: Membership) -> dict[str, int]:
+    """The cells of one shard's results file whose standing record is an error, by kind (sorted)."""
+    return read_cells(path, own).error_kinds
 
 
 def nothing_to_ask(out_dir: str, manifest: Manifest) -> bool:
