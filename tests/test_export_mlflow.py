@@ -144,7 +144,8 @@ def test_failures_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     done = shardeval_cmd("export", str(out), "--to", "mlflow", "--tracking-uri", "http://127.0.0.1:9", env=env(store))
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert "cannot reach the tracking store at http://127.0.0.1:9" in lines[0] and TOKEN not in done.stderr
+    assert "cannot reach the tracking store at http://127.0.0.1:9" in lines[0] and lines[0].endswith("and the network")
+    assert TOKEN not in done.stderr
     assert time.monotonic() - start < 60
     secret = "hunter2-password-value"
     done = shardeval_cmd("export", str(out), "--to", "mlflow", "--tracking-uri", f"https://bob:{secret}@mlflow.example", env=env(store))
@@ -171,3 +172,31 @@ def test_config_export_runs_at_the_end_of_a_local_launch(tmp_path: Path) -> None
     scores = json.loads((out / "merged" / "scores.json").read_text())
     for name, run in runs(store, "launch").items():
         assert_equals_scores(run, scores[name.split("/")[1]])
+
+
+def test_concurrent_exports_into_a_new_experiment_all_land(tmp_path: Path) -> None:
+    """Four `export --to mlflow` of four runs into one new experiment at once (issue 40, point 6):
+    each looks the experiment up, finds none and creates it; all but one creator are told it
+    already exists. Before, that one failed about half the time, as "cannot reach the tracking
+    store ... check the network". Create-or-get now takes the experiment another process made.
+    Three rounds, each into a new experiment, bounded in time."""
+    import os
+    import subprocess
+    import sys
+
+    roots = [tmp_path / f"run{i}" for i in range(4)]
+    for i, root in enumerate(roots):  # four runs (four sizes: four run ids), so four exports of their own
+        done = shardeval_cmd("run", str(config(tmp_path, f"c{i}.yaml", n=8 + i)), "-o", str(root))
+        assert done.returncode == 0, done.stderr
+    store = tmp_path / "mlruns"
+    for round_ in range(3):
+        procs = [subprocess.Popen([sys.executable, "-m", "shardeval", "export", str(root), "--to", "mlflow", "--experiment",
+                                   f"race{round_}"], env={**os.environ, **env(store)}, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for root in roots]
+        results = [p.communicate(timeout=180) for p in procs]
+        for p, (stdout, stderr) in zip(procs, results):
+            assert p.returncode == 0, stderr
+            assert f"in experiment 'race{round_}'" in stdout
+        client = MlflowClient(tracking_uri=store.as_uri())
+        (experiment,) = [e for e in client.search_experiments() if e.name == f"race{round_}"]
+        assert len(client.search_runs([experiment.experiment_id])) == 8  # two benchmarks of each of the four runs

@@ -135,3 +135,40 @@ def test_existing_runs_are_found_by_key_in_one_paged_search(monkeypatch: pytest.
     monkeypatch.setattr(client, "search_runs", three_a_page)
     found = _runs_by_key(client, experiment)
     assert {key: run.info.run_id for key, run in found.items()} == made and len(pages) == 3
+
+
+@pytest.mark.parametrize("status, body, said", [
+    (500, b'{"error_code": "INTERNAL_ERROR", "message": "database is locked"}', "database is locked"),
+    (400, b'{"error_code": "INVALID_PARAMETER_VALUE", "message": "experiment name too long"}', "experiment name too long"),
+])
+def test_a_store_that_answers_with_an_error_is_named_for_it_never_the_network(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                             status: int, body: bytes, said: str) -> None:
+    """Issue 40, point 6: every failure of the store was "cannot reach the tracking store ... check
+    the network", an `experiment already exists` as well. A store that answers says its own words;
+    only a store that cannot be reached is the network (the unreachable case: test_export_mlflow)."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    try:
+        with pytest.raises(ShardError) as failed:
+            export_mlflow(MlflowExportConfig(to="mlflow", tracking_uri=url), nothing_to_export(tmp_path / "out"))
+    finally:
+        server.shutdown()
+    line = str(failed.value)
+    assert line.startswith(f"mlflow: the tracking store at {url} failed: ") and said in line, line
+    assert "network" not in line and "cannot reach" not in line and "\n" not in line

@@ -56,3 +56,26 @@ def os_error(exc: OSError, verb: str, *, fix: str | None = None, alternative: st
         advice += f", or {alternative}"
     text = f"cannot {verb} {where}: {why}" + (f" ({code})" if code else "") + f"; {advice}"
     return UsageError(text) if code in _USER_ERRNOS or getattr(exc, "user_fixable", False) else ShardError(text)
+
+
+# How a library says the network failed: the exception types on the way (requests', urllib3's, httpx's,
+# the standard library's) and, for a library that kept only the text, its words.
+_NETWORK_TYPES = {"ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout", "MaxRetryError", "NewConnectionError",
+                  "ConnectionRefusedError", "ConnectionResetError", "TimeoutError", "gaierror", "ProxyError", "SSLError",
+                  "ConnectError", "ReadError", "RemoteProtocolError"}
+_NETWORK_WORDS = ("max retries exceeded", "failed to establish a new connection", "connection refused", "connection reset",
+                  "name or service not known", "temporary failure in name resolution", "timed out", "deadline exceeded",
+                  "no route to host", "network is unreachable")
+
+
+def network_failure(exc: BaseException | None) -> bool:
+    """Whether a library's failure is the network's (a connection or name-resolution error anywhere
+    on the exception's chain, or a message that says one), so that an error names its true cause:
+    a server that answered with an error of its own is never "check the network"."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if any(cls.__name__ in _NETWORK_TYPES for cls in type(exc).__mro__) or any(w in str(exc).lower() for w in _NETWORK_WORDS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

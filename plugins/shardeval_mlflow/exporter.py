@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any, Iterator
 
-from shardeval.api import ShardError, TrackerExport, TrackerRun, UsageError, redact_urls
+from shardeval.api import network_failure, ShardError, TrackerExport, TrackerRun, UsageError, redact_urls
 from shardeval_mlflow.config import EXTRA, MlflowExportConfig, tracking_uri
 
 KEY_TAG = "shardeval.key"
@@ -68,18 +68,14 @@ def _export(MlflowClient: Any, config: MlflowExportConfig, export: TrackerExport
     shown = redact_urls(uri)
     try:
         client = MlflowClient(tracking_uri=uri)
-        experiment = client.get_experiment_by_name(experiment_name)
-        experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(experiment_name)
-        existing = _runs_by_key(client, experiment_id) if experiment is not None else {}
+        experiment, made = _create_or_get(client, experiment_name)
+        experiment_id = experiment.experiment_id
+        existing = {} if made else _runs_by_key(client, experiment_id)
     except (UsageError, ShardError):
         raise
     except Exception as exc:
-        reason = _one_line(exc)
-        refused = any(f"error code {code}" in reason for code in (401, 403))
-        raise ShardError(f"mlflow: {'the tracking store refused us' if refused else 'cannot reach the tracking store'} at "
-                         f"{shown}: {reason}; check --tracking-uri / MLFLOW_TRACKING_URI and the network (credentials: "
-                         "MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD)") from None
-    if experiment is not None and experiment.lifecycle_stage == "deleted":
+        raise ShardError(_store_failure(exc, shown)) from None
+    if experiment.lifecycle_stage == "deleted":
         raise UsageError(f"mlflow: experiment '{experiment_name}' at {shown} is deleted: restore it (`mlflow experiments "
                          f"restore --experiment-id {experiment_id}`) or export to another (--experiment NAME)")
     created, notes = 0, []
@@ -102,6 +98,37 @@ def _export(MlflowClient: Any, config: MlflowExportConfig, export: TrackerExport
     elif uri.startswith(("http://", "https://")):
         line += f"; open {shown.rstrip('/')}/#/experiments/{experiment_id}"
     return [line, *notes]
+
+
+def _create_or_get(client: Any, name: str) -> tuple[Any, bool]:
+    """(the experiment named `name`, whether this call made it). A lookup, then a create, is a race
+    with any other exporter doing the same (four exports into a new experiment at once): the
+    creator that loses is told it already exists, and takes the one the winner made."""
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment, False
+    try:
+        return client.get_experiment(client.create_experiment(name)), True
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS" or (experiment := client.get_experiment_by_name(name)) is None:
+            raise
+        return experiment, False
+
+
+def _store_failure(exc: BaseException, shown: str) -> str:
+    """The one line for a failure to open the tracking store, naming its true cause: the store
+    refused the credentials, it cannot be reached (the network), or it answered with an error of
+    its own (said as it is: never "check the network" by default)."""
+    reason = _one_line(exc)
+    fix = "check --tracking-uri / MLFLOW_TRACKING_URI"
+    if any(f"error code {code}" in reason for code in (401, 403)):
+        return (f"mlflow: the tracking store refused us at {shown}: {reason}; {fix} and the credentials "
+                "(MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD)")
+    if network_failure(exc):
+        return f"mlflow: cannot reach the tracking store at {shown}: {reason}; {fix} and the network"
+    return f"mlflow: the tracking store at {shown} failed: {reason}"
 
 
 def _runs_by_key(client: Any, experiment_id: str) -> dict[str, Any]:

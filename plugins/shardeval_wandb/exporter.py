@@ -30,7 +30,7 @@ import re
 import tempfile
 from typing import Any
 
-from shardeval.api import ShardError, TrackerExport, TrackerRun, UsageError
+from shardeval.api import network_failure, ShardError, TrackerExport, TrackerRun, UsageError
 from shardeval_wandb.config import EXTRA, WandbExportConfig, check_project
 
 STEP_METRIC = "checkpoint_step"
@@ -211,6 +211,8 @@ def _failure(exc: Exception, wandb: Any, base_url: str, mode: str, project: str,
     if isinstance(exc, getattr(wandb.errors, "AuthenticationError", ())):
         return (f"wandb: W&B at {base_url} refused the API key{so_far}: {said}; check WANDB_API_KEY "
                 f"(or `wandb login`) and WANDB_ENTITY")
-    return (f"wandb: cannot export to W&B at {base_url} (project '{project}'){so_far}: {said}; check WANDB_BASE_URL and the "
+    if not network_failure(exc):  # W&B answered, with an error of its own: said as it is, not blamed on the network
+        return f"wandb: W&B at {base_url} (project '{project}') failed{so_far}: {type(exc).__name__}: {said}"
+    return (f"wandb: cannot reach W&B at {base_url} (project '{project}'){so_far}: {said}; check WANDB_BASE_URL and the "
             f"network, or export offline (WANDB_MODE=offline shardeval export {export.root} --to wandb) and upload later "
             f"with `wandb sync`")
