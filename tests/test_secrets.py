@@ -239,9 +239,12 @@ def test_a_key_in_an_answer_and_in_an_error_is_replaced_in_both_or_in_neither(tm
     assert ("echoed the API key inside an answer" in texts["answer_body"][1]) == secret
 
 
-CREDENTIAL_URLS = {
-    "user_and_password": ("http://evaluser:pw-{secret}@127.0.0.1:{port}/v1", "pw-{secret}"),
-    "user_only": ("http://tok-{secret}@127.0.0.1:{port}/v1", "tok-{secret}"),
+CREDENTIAL_URLS = {  # (the URL, its secret, how it is shown)
+    "user_and_password": ("http://evaluser:pw-{secret}@127.0.0.1:{port}/v1", "pw-{secret}", "http://***@127.0.0.1:{port}/v1"),
+    "user_only": ("http://tok-{secret}@127.0.0.1:{port}/v1", "tok-{secret}", "http://***@127.0.0.1:{port}/v1"),
+    # issue 40, point 7: secrets by their shape, not their name
+    "query_session": ("http://127.0.0.1:{port}/v1?session=s-{secret}", "s-{secret}", "http://127.0.0.1:{port}/v1?session=***"),
+    "fragment_token": ("http://127.0.0.1:{port}/v1#access_token=a-{secret}", "a-{secret}", "http://127.0.0.1:{port}/v1#access_token=***"),
 }
 
 
@@ -251,7 +254,7 @@ def test_url_credentials_reach_no_manifest_log_record_or_output(tmp_path, shape,
     """https://user:pass@host: the credentials are sent (aiohttp: basic auth) and written nowhere,
     whether the endpoint answers or cannot be reached (its URL is then in the error lines)."""
     token = secrets.token_hex(8)
-    template, needle = CREDENTIAL_URLS[shape]
+    template, needle, shown = CREDENTIAL_URLS[shape]
     needle = needle.format(secret=token)
     with running_sim("--bench", "arith", "--ttft-ms", "1", "--itl-ms", "0") as sim_url:
         port = sim_url.rsplit(":", 1)[1].split("/")[0] if reachable else "9"
@@ -262,7 +265,9 @@ def test_url_credentials_reach_no_manifest_log_record_or_output(tmp_path, shape,
         merged = shardeval_cmd("merge", str(tmp_path / "run"))
         status = shardeval_cmd("status", str(tmp_path / "run"))
     texts = [result.stdout, result.stderr, merged.stdout, merged.stderr, status.stdout, status.stderr]
-    assert (result.returncode == 0) == reachable, result.stderr
+    # a base URL with a query or a fragment is no base URL: refused in one line (exit 2), redacted
+    usable = "?" not in template and "#" not in template
+    assert result.returncode == (0 if usable else 2) if reachable else result.returncode not in (0, 2), result.stderr
     for text in texts:
         assert needle not in text, text
     cfg.unlink()  # the user's own file holds the URL as written; everything shardeval wrote must not
@@ -270,9 +275,9 @@ def test_url_credentials_reach_no_manifest_log_record_or_output(tmp_path, shape,
         for name in files:
             assert needle.encode() not in Path(dirpath, name).read_bytes(), os.path.join(dirpath, name)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["config"]["services"]["model"]["url"] == f"http://***@127.0.0.1:{port}/v1"
-    if not reachable:
-        assert f"http://***@127.0.0.1:{port}/v1" in result.stderr  # named, redacted, not dropped
+    assert manifest["config"]["services"]["model"]["url"] == shown.format(port=port)
+    if not (reachable and usable):
+        assert shown.format(port=port) in result.stderr  # named, redacted, not dropped
 
 
 @pytest.mark.parametrize("cluster", ["compose", "kubernetes"])
@@ -299,7 +304,72 @@ def test_secret_query_parameters_and_userinfo_are_redacted_in_any_text():
     assert redact_urls(text) == "GET https://***@h/v1/x?api_key=***&lang=en&X-Amz-Signature=*** and https://***@h2 (see a@b.org)"
     assert url_credentials("url: https://${U}:${P:-x}@h/v1") is None
     assert url_credentials("https://h/v1?lang=en") is None and url_credentials("https://h/?token=t") == "https://h/?token=***"
-    # Azure Functions' function key travels as ?code=; a name only containing it (zipcode) is no secret
+    # Azure Functions' function key travels as ?code=; in a URL every value but a harmless name's is one (issue 40)
     assert redact_urls("https://f.azurewebsites.net/api/v1?code=AbC123xyz&zipcode=10115") == \
-        "https://f.azurewebsites.net/api/v1?code=***&zipcode=10115"
+        "https://f.azurewebsites.net/api/v1?code=***&zipcode=***"
+    # outside a URL, a name only containing it (zipcode) is no secret
+    assert redact_urls("GET /api/v1?code=AbC123xyz&zipcode=10115") == "GET /api/v1?code=***&zipcode=10115"
     assert url_credentials("https://h/v1?pwd=hunter22") == "https://h/v1?pwd=***"
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from shardeval.redact import HARMLESS_PARAMS  # noqa: E402
+
+_NAME = st.text("abcdefghijklmnopqrstuvwxyz_-.", min_size=1, max_size=12).filter(lambda n: n.lower() not in HARMLESS_PARAMS)
+_VALUE = st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdef%+/._~-", min_size=6, max_size=40).map(lambda v: "Q" + v)
+
+
+@settings(max_examples=400, deadline=None)
+@given(name=_NAME, value=_VALUE, where=st.sampled_from(["query", "second", "fragment", "bare_fragment", "bare_query"]),
+       scheme=st.sampled_from(["http", "https", "file", "sqlite", "databricks"]))
+def test_every_query_value_and_fragment_of_a_url_is_a_secret_by_its_shape(name, value, where, scheme):
+    """Issue 40, point 7: `#access_token=`, `?jwt=`, `?pass=`, `?bearer=`, `?session=` were not seen
+    as credentials: a list of names never ends. Any value of a name not known to be harmless, and
+    any fragment that is not a route or a short anchor, is `***` wherever a URL is echoed; the
+    harmless names' values stay, so the URL stays recognisable."""
+    from shardeval.redact import redact_urls, url_credentials
+
+    url = {
+        "query": f"{scheme}://host:5000/api?{name}={value}&lang=en",
+        "second": f"{scheme}://host/p?page=2&{name}={value}",
+        "fragment": f"{scheme}://host/#{name}={value}&model=m",
+        "bare_fragment": f"{scheme}://host/p#{value}.{value}",
+        "bare_query": f"{scheme}://host/p?{value}",
+    }[where]
+    text = f"cannot reach {url} (connection refused)."
+    shown = redact_urls(text)
+    assert value not in shown, shown
+    assert url_credentials(text) is not None and value not in url_credentials(text)
+    assert shown.endswith(" (connection refused).") and "host" in shown
+    if where == "query":
+        assert "lang=en" in shown
+    if where == "second":
+        assert "page=2" in shown
+
+
+def test_harmless_query_names_routes_and_variables_are_kept():
+    from shardeval.redact import redact_urls, url_credentials
+
+    for url in ("https://h/v1?api-version=2024-06-01", "http://h:5000/#/experiments/3", "https://h/docs#install",
+                "https://h/v1?key=${API_KEY}", "https://hf.co/d/resolve/main/x.jsonl?download=true"):
+        assert redact_urls(url) == url and url_credentials(url) is None, url
+
+
+def test_an_mlflow_uri_with_a_token_in_its_query_or_fragment_is_refused_and_never_shown(tmp_path):
+    """MLflow's connection error printed such a URI in full; now it is a credential like userinfo:
+    refused before any merge, exit 2, the secret nowhere in what shardeval prints or writes."""
+    pytest.importorskip("mlflow")
+    token = secrets.token_hex(8)
+    out = tmp_path / "out"
+    with running_sim("--bench", "arith", "--ttft-ms", "1", "--itl-ms", "0") as url:
+        assert shardeval_cmd("run", str(api_eval_config(tmp_path / "c.yaml", url, n=4)), "-o", str(out)).returncode == 0
+    for uri in (f"http://127.0.0.1:9/?jwt=j{token}", f"http://127.0.0.1:9/#access_token=a{token}",
+                f"http://127.0.0.1:9/?pass=p{token}&bearer=b{token}&session=s{token}"):
+        done = shardeval_cmd("export", str(out), "--to", "mlflow", "--tracking-uri", uri)
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert "holds credentials" in line and token not in done.stdout + done.stderr, line
+    for dirpath, _, files in os.walk(tmp_path):
+        for name in files:
+            assert token.encode() not in Path(dirpath, name).read_bytes(), os.path.join(dirpath, name)

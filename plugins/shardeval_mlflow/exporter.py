@@ -68,7 +68,8 @@ def _export(MlflowClient: Any, config: MlflowExportConfig, export: TrackerExport
     shown = redact_urls(uri)
     try:
         client = MlflowClient(tracking_uri=uri)
-        experiment, made = _create_or_get(client, experiment_name)
+        with _folder_store_lock(uri):
+            experiment, made = _create_or_get(client, experiment_name)
         experiment_id = experiment.experiment_id
         existing = {} if made else _runs_by_key(client, experiment_id)
     except (UsageError, ShardError):
@@ -98,6 +99,30 @@ def _export(MlflowClient: Any, config: MlflowExportConfig, export: TrackerExport
     elif uri.startswith(("http://", "https://")):
         line += f"; open {shown.rstrip('/')}/#/experiments/{experiment_id}"
     return [line, *notes]
+
+
+@contextlib.contextmanager
+def _folder_store_lock(uri: str) -> Iterator[None]:
+    """For a folder store, an exclusive flock on its folder while the experiment is looked up and
+    made: MLflow's folder store checks a name, then makes a new folder, so two exporters at once
+    made two experiments of one name (each then wrote its runs into its own). A server or a database
+    has its own unique names (and the create-or-get below); no file is made for the lock."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file") or uri.startswith(("databricks", "uc")):
+        yield
+        return
+    folder = unquote(parsed.path) if parsed.scheme else uri
+    os.makedirs(folder, exist_ok=True)  # MLflow makes it on its first write anyway
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _create_or_get(client: Any, name: str) -> tuple[Any, bool]:
