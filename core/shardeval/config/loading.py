@@ -86,7 +86,7 @@ def config_from_data(data: dict[str, Any]) -> Config:
     none left). For comparing an earlier run with this one (shardeval.identity.identity_changes)."""
     where = Where(source="manifest.json")
     raw = decode(dict(data), RawConfig, where)
-    services = {name: decode_service(name, section, where) for name, section in raw.services.items()}
+    services = {name: decode_service(name, section, where, check=False) for name, section in raw.services.items()}
     cluster = _decode_cluster(raw.cluster, where)
     return Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster,
                                                    "export": decode_exports(raw.export, where)})
@@ -120,8 +120,10 @@ def decode_exports(entries: list[dict[str, Any]], where: Where, at: str = "expor
     return exports
 
 
-def decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceConfig:
-    """With its type's Struct; a full …/chat/completions or …/completions `url` sets the protocol."""
+def decode_service(name: str, section: dict[str, Any], where: Where, check: bool = True) -> ServiceConfig:
+    """With its type's Struct; a full …/chat/completions or …/completions `url` sets the protocol.
+    `check`: ServiceConfig.check() too (False for a config as a manifest recorded it: what it was,
+    read back to compare, not a setting about to be used on this node)."""
     at = format_path(["services", name])
     service_type = section.get("type")
     if not isinstance(service_type, str):
@@ -131,7 +133,8 @@ def decode_service(name: str, section: dict[str, Any], where: Where) -> ServiceC
     entry = registry().get("services", service_type, where=f"{where.source}: {at}.type")
     service = decode(section, entry.config or ServiceConfig, where, ["services", name])
     try:
-        service.check()
+        if check:
+            service.check()
     except UsageError as exc:
         raise where.error(str(exc), at) from None
     url = getattr(service, "url", None)
