@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from shardeval.api import atomic_write
+from shardeval.api import atomic_write, fmt
 
 import shardeval_pages.vendor as vendor
 
@@ -72,7 +72,7 @@ def num(value: Any, key: str, digits: int = 4) -> str:
     the JSON files) and a rounded one as text."""
     if value is None or (isinstance(value, float) and value != value):
         return f'<td class="num" data-key="{esc(key)}" data-value="null">—</td>'
-    shown = f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+    shown = fmt(value, digits) if isinstance(value, float) else str(value)  # the one rounding rule (report.fmt)
     return f'<td class="num" data-key="{esc(key)}" data-value="{esc(json.dumps(value))}">{shown}</td>'
 
 
@@ -91,7 +91,7 @@ def p_cell(p: Any, key: str) -> str:
     from shardeval.api import fmt_p
 
     cell = num(p, key)
-    return cell.replace(f">{p:.4f}</td>", f">{esc(fmt_p(p))}</td>") if finite(p) else cell
+    return cell.replace(f">{fmt(p)}</td>", f">{esc(fmt_p(p))}</td>") if finite(p) else cell
 
 
 @dataclass
@@ -160,9 +160,10 @@ CSP_META = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 
             "'unsafe-eval'; style-src 'unsafe-inline'; img-src data:\">\n")
 
 
-# Four decimals as Python's f"{x:.4f}" writes them in the Markdown and the text: from the exact
-# value, a tie to even (1/32 is 0.0312 there; JavaScript's toFixed says 0.0313). For every script
-# of the pages that shows a number the Markdown shows too.
+# Four decimals by the one rounding rule of every output (shardeval.api.fmt): the number's shortest
+# decimal form, a tie to even (443/800 is 0.5538, 1/32 is 0.0312; JavaScript's toFixed says 0.5537
+# and 0.0313). ICU reads a double as that shortest form, so Intl's halfEven is the same rule. For
+# every script of the pages that shows a number the Markdown shows too.
 FOUR_DECIMALS = """var fourDecimals = (function () {
   var format = new Intl.NumberFormat('en-US', {minimumFractionDigits: 4, maximumFractionDigits: 4, useGrouping: false,
                                                roundingMode: 'halfEven'});

@@ -17,6 +17,7 @@ import msgspec
 from shardeval import plugins
 from shardeval.store.liveness import clock
 from shardeval.results.metrics import ERROR, MISSING, OK, MetricValue
+from shardeval.numbers import fmt
 from shardeval.results.quoting import md_text
 
 if TYPE_CHECKING:
@@ -181,10 +182,6 @@ def timing(b: "BenchmarkMerge") -> dict[str, Any]:
 
 def timing_document(result: "MergeResult") -> dict[str, Any]:
     return {b.manifest.name: timing(b) for b in result.benchmarks}
-
-
-def fmt(x: float | None, digits: int = 4) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 P_FLOOR = 0.0001

@@ -68,6 +68,7 @@ from shardeval.run.resume import make_output_dir, prepare_output_dir, refuse, se
 from shardeval.store.seeds import request_seed
 from shardeval.run.service import ServiceContext
 from shardeval.store.shards import ShardSpec, shard_indices
+from shardeval.numbers import fmt
 from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Cells, Membership, decide, nothing_to_ask, own_records, read_cells
 from shardeval.run.solver import Attempt, PairsSolver, ServiceHandle, Solver, generation_params
 from shardeval.run.thumbnails import ThumbnailLog
@@ -1060,7 +1061,7 @@ def print_summary(plan: BenchmarkPlan, tally: Tally, bm: BenchmarkManifest, shar
     errors = ", ".join(f"{k} {v}" for k, v in sorted(tally.errors.items())) or "none"
     log.info(
         "shard %d/%d %s: problems [%d, %d) x %d repeats: %d/%d ok, %d error(s) (%s), missing %d; "
-        "mean score %.4f over %d ok; latency p50 %.3f s p95 %.3f s; %.1f req/s",
+        "mean score %s over %d ok; latency p50 %.3f s p95 %.3f s; %.1f req/s",
         shard.idx, shard.total, plan.name, *plan.manifest().range, plan.config.repeats,
-        n_ok, total, n_err, errors, total - n_ok - n_err, mean, tally.n_scored, p50, p95, rate,
+        n_ok, total, n_err, errors, total - n_ok - n_err, fmt(mean), tally.n_scored, p50, p95, rate,
     )

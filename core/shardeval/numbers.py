@@ -1,0 +1,27 @@
+"""How a number is written as text: one rule for every output (issue 40, point 11).
+
+443/800 read 0.5538 on sweep.html and the live page and 0.5537 in sweep.md and the terminal: the
+pages rounded the decimal half to even, the Markdown formatted the binary float. Every text a
+command writes takes its numbers from `fmt` (the pages' script applies the same rule, see there).
+Stdlib only, at the base of the core, so a shard's summary line and the merge's files share it.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import ROUND_HALF_EVEN, Decimal
+
+
+def fmt(x: float | None, digits: int = 4) -> str:
+    """A number as every output shows it (the terminal, report.md, sweep.md, the pages' cells and
+    the status page): `digits` decimals, rounded from the number's shortest decimal form (what
+    repr and the JSON files say, 443/800 -> 0.55375) half to even (0.5538; 1/32 -> 0.0312). The
+    pages' script rounds the same way (Intl.NumberFormat, roundingMode halfEven, which reads that
+    same shortest form); f"{x:.4f}" rounded the binary value instead (0.5537), so the pages and
+    the Markdown disagreed at ties. "—" for nothing or NaN."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if isinstance(x, float) and math.isinf(x):
+        return f"{x}"
+    exact = Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_EVEN)
+    return f"{exact:.{digits}f}"
