@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from shardeval.hookspecs import hookimpl
     # Every plugin: errors a user sees as one line, the config it is handed, the registry
-    from shardeval.errors import EXIT_WITH_ERRORS, network_failure, os_error, ShardError, UsageError
+    from shardeval.errors import EXIT_WITH_ERRORS, library_call, network_failure, os_error, ShardError, UsageError
     from shardeval.config import (BenchmarkConfig, ClusterConfig, Config, Count, ExportConfig, Generation, NonNegativeFloat,
                                   NonNegativeInt, NonNegativeSeconds, Probability, ReasoningConfig, Seconds, ServiceConfig,
                                   SolverConfig)
@@ -87,7 +87,7 @@ if TYPE_CHECKING:
 _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.hookspecs", "hookimpl"),  # the mark of a hook implementation (pluggy)
     # Every plugin: errors a user sees as one line, the config it is handed, the registry
-    ("shardeval.errors", "EXIT_WITH_ERRORS network_failure os_error ShardError UsageError"),
+    ("shardeval.errors", "EXIT_WITH_ERRORS library_call network_failure os_error ShardError UsageError"),
     ("shardeval.config", "BenchmarkConfig ClusterConfig Config Count ExportConfig Generation NonNegativeFloat NonNegativeInt "
      "NonNegativeSeconds Probability ReasoningConfig Seconds ServiceConfig SolverConfig"),
     ("shardeval.config.loading", "load_config"),

@@ -7,6 +7,10 @@ recorded per request instead and never reach here.
 
 from __future__ import annotations
 
+import errno
+from contextlib import contextmanager
+from typing import Iterator
+
 
 # Exit codes: 0 every cell has an ok record (COMPLETE); 1 an infrastructure failure (ShardError);
 # 2 a mistake in the user's input (UsageError); 3 finished, but not every cell has an ok record: a
@@ -79,3 +83,45 @@ def network_failure(exc: BaseException | None) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+# An OSError from a library looking at what the user named: the input's fault (exit 2), not the machine's.
+_INPUT_ERRNOS = {"ENAMETOOLONG", "ENOENT", "ENOTDIR", "EISDIR", "ELOOP", "EACCES", "EPERM", "EINVAL", "EILSEQ"}
+# What a library raises about the input it was handed (a task name, a task file, an image): exit 2.
+_INPUT_EXCEPTIONS = (ValueError, LookupError, TypeError, SyntaxError, NameError, AttributeError, AssertionError, ImportError)
+
+
+@contextmanager
+def library_call(library: str, subject: str) -> Iterator[None]:
+    """The one boundary around a call into another tool (lm-eval, Inspect, MLflow, W&B, Pillow) at
+    planning, loading, merging and export: whatever it raises becomes one line naming `subject`
+    (the input: a task name, a task file, an image, a store), never a traceback. The input's fault
+    (an OSError about the path it names, ENAMETOOLONG for a 300-character task name; a ValueError,
+    a KeyError, a SyntaxError in a task file; a package it needs that is missing) is a UsageError,
+    exit 2; anything else (the network, the disk, a bug) a ShardError, exit 1. shardeval's own
+    errors, Ctrl-C and exits pass through."""
+    try:
+        yield
+    except (UsageError, ShardError):
+        raise
+    except OSError as exc:
+        name = errno.errorcode.get(exc.errno or 0, "")
+        what = f"{library}: {_first_line(exc.strerror or str(exc))}"
+        if name in _INPUT_ERRNOS and not network_failure(exc):
+            raise UsageError(f"{subject}: {what}; check the name or path given") from None
+        raise ShardError(f"{subject}: {what}") from None
+    except Exception as exc:  # noqa: BLE001 - the boundary: every kind a library may raise
+        said = f"{library}: {type(exc).__name__}: {_first_line(str(exc))}"
+        if isinstance(exc, ImportError) and getattr(exc, "name", None):
+            raise UsageError(f"{subject}: {library} needs the package {exc.name}, which is not installed: pip install it "
+                             f"(or the shardeval extra that brings {library})") from None
+        if isinstance(exc, _INPUT_EXCEPTIONS) and not network_failure(exc):
+            raise UsageError(f"{subject}: {said}") from None
+        raise ShardError(f"{subject}: {said}") from None
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    """A library's message as one line of at most `limit` characters (URL secrets are taken out
+    where the line is printed: run_cli)."""
+    line = next((part.strip() for part in str(text).splitlines() if part.strip()), "")
+    return line if len(line) <= limit else line[:limit - 1] + "…"

@@ -25,9 +25,11 @@ def register_solvers(register):
 
 @hookimpl
 def write_merged_outputs(result, out_dir):
+    from shardeval.api import library_call
     from shardeval_inspect.outputs import write_inspect_logs  # imports no Inspect unless the run has inspect entries
 
-    return write_inspect_logs(result, out_dir)
+    with library_call("Inspect", f"the Inspect logs under {out_dir}"):
+        return write_inspect_logs(result, out_dir)
 
 
 @hookimpl

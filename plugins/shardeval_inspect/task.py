@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from shardeval.api import UsageError
+from shardeval.api import library_call, UsageError
 
 from shardeval_inspect.params import InspectParams, require_inspect
 
@@ -41,8 +41,10 @@ class LoadedTask:
 
 
 def load(params: InspectParams) -> LoadedTask:
-    """The task `params` name, created with its arguments (cached: a shard plans, runs and merges it)."""
-    return _load(params.task, _frozen(params.task_args))
+    """The task `params` name, created with its arguments (cached: a shard plans, runs and merges it).
+    Whatever Inspect raises on the way (reading the task's dataset too) is one line (library_call)."""
+    with library_call("Inspect", f"benchmarks[].params.task {params.task[:120]!r}"):
+        return _load(params.task, _frozen(params.task_args))
 
 
 def _frozen(args: dict[str, Any]) -> str:

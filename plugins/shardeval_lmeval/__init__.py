@@ -29,6 +29,8 @@ def register_metrics(register):
 
 @hookimpl
 def write_merged_outputs(result, out_dir):
+    from shardeval.api import library_call
     from shardeval_lmeval.outputs import write_lm_eval_outputs  # imports no lm-eval unless the run has lm_eval entries
 
-    return write_lm_eval_outputs(result, out_dir)
+    with library_call("lm-eval", f"the lm-eval results under {out_dir}"):
+        return write_lm_eval_outputs(result, out_dir)

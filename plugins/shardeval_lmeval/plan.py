@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from shardeval.api import UsageError
+from shardeval.api import library_call, UsageError
 
 from shardeval_lmeval.params import LmEvalParams, require_lm_eval
 from shardeval_lmeval.wire import Wire, build_model
@@ -63,7 +63,9 @@ def plan(params: LmEvalParams) -> Plan:
     """The plan for `params` (made once per process)."""
     key = params.plan_key()
     if key not in _PLANS:
-        _PLANS[key] = _make(params)
+        tasks = params.task or ", ".join(params.task_list())
+        with library_call("lm-eval", f"benchmark lm_eval: tasks {tasks[:80] + '…' if len(tasks) > 80 else tasks}"):
+            _PLANS[key] = _make(params)
     return _PLANS[key]
 
 
