@@ -210,3 +210,52 @@ def test_generation_reasoning_reaches_the_server_as_inspect_and_shardeval_ask(th
         assert body["thinking_token_budget"] == BUDGET and body["chat_template_kwargs"] == {"enable_thinking": True}
     config = next(e for e in thinking_runs.merged.samples[0].events if e.event == "model").config
     assert (config.reasoning_effort, config.reasoning_tokens) == (EFFORT, BUDGET)
+
+
+EPOCHS_TASK = '''
+from inspect_ai import Epochs, Task, task
+from inspect_ai.dataset import json_dataset
+from inspect_ai.scorer import match
+from inspect_ai.solver import generate
+
+
+@task
+def arith_epochs():
+    return Task(dataset=json_dataset("arith.jsonl"), solver=generate(), scorer=match(), epochs=Epochs(3, "mean"))
+'''
+
+
+def test_a_tasks_own_epochs_are_the_default_and_the_log_names_the_runs_url(tmp_path) -> None:
+    """Issue 40, point 13: with `repeats` left out, a task's own `Epochs(3, "mean")` was ignored (1
+    epoch; accuracy 0.5 against Inspect's 0.4583), and the merged log's model_base_url was a
+    placeholder. Every default now comes from the task: 3 epochs, Inspect's numbers, the run's URL."""
+    import json
+
+    tasks = write_tasks(tmp_path / "tasks", 16)
+    epochs_file = tasks.parent / "epochs_tasks.py"
+    epochs_file.write_text(EPOCHS_TASK)
+    with inspect_sim(tasks) as url:
+        inspect_cli = Path(sys.executable).parent / "inspect"
+        env = {**os.environ, "SIM_BASE_URL": url, "SIM_API_KEY": "unused", "INSPECT_DISPLAY": "none"}
+        done = subprocess.run([str(inspect_cli), "eval", f"{epochs_file}@arith_epochs", "--model", f"openai-api/sim/{MODEL}",
+                               "--log-dir", str(tmp_path / "reference")], env=env, capture_output=True, text=True, timeout=120,
+                              cwd=tasks.parent)  # no --epochs: the task's own
+        assert done.returncode == 0, done.stderr[-2000:]
+        cfg = tmp_path / "run.json"
+        cfg.write_text(json.dumps({"services": {"model": {"type": "api", "url": url, "model": MODEL}},
+                                   "benchmarks": [{"name": "inspect", "params": {"task": f"{epochs_file}@arith_epochs"}}],
+                                   "output": {"progress_interval_s": 0}}))  # no repeats
+        run_shards(cfg, tmp_path / "run", 2)
+    assert merge(tmp_path / "run").returncode == 0
+    reference = read_log(only_log(tmp_path / "reference"))
+    merged = read_log(tmp_path / "run" / "merged" / "inspect" / "arith_epochs.eval")
+    assert reference.eval.config.epochs == merged.eval.config.epochs == 3
+    assert len(merged.samples) == len(reference.samples) == 16 * 3
+
+    def metrics(log: Any) -> dict[tuple[str, str | None], dict[str, float]]:
+        return {(s.name, s.reducer): {m.name: m.value for m in s.metrics.values()} for s in log.results.scores}
+
+    assert metrics(merged).keys() == metrics(reference).keys()
+    for key, values in metrics(reference).items():
+        assert metrics(merged)[key] == pytest.approx(values, rel=1e-12, abs=1e-15), key
+    assert merged.eval.model_base_url == url

@@ -58,6 +58,13 @@ class InspectBenchmark(Benchmark):
         return {"task": argument}
 
     @classmethod
+    def default_repeats(cls, params: dict[str, Any]) -> int | None:
+        """The task's own `epochs` (`Task(epochs=Epochs(3, "mean"))`) when the config leaves
+        `repeats` out, as `inspect eval` runs it: 1 instead of 3 gave another number than Inspect's."""
+        epochs = getattr(load(inspect_params(params)).task, "epochs", None)
+        return epochs if isinstance(epochs, int) and epochs > 1 else None
+
+    @classmethod
     def default_sampling(cls, repeats: int) -> dict[str, Any]:
         """Nothing: the task's own GenerateConfig (and Inspect's defaults) decide, as under `inspect eval`."""
         return {}

@@ -16,7 +16,7 @@ from typing import Any
 from shardeval.api import TrackerExport, TrackerRun, UsageError
 
 from shardeval_inspect.export_config import InspectExportConfig
-from shardeval_inspect.outputs import NotWritten, inspect_entries, served_model, task_log, write_log
+from shardeval_inspect.outputs import NotWritten, inspect_entries, model_base_url, served_model, task_log, write_log
 from shardeval_inspect.records_log import records_log, stable_id
 
 
@@ -34,7 +34,7 @@ def run_log(run: TrackerRun) -> tuple[Any, str]:
         return records_log(run), ""
     bench = next(b for b in run.merge.benchmarks if b.manifest.name == run.benchmark)
     try:
-        log = task_log(entry, bench, served_model(run.merge), run.merged_dir)
+        log = task_log(entry, bench, served_model(run.merge), run.merged_dir, model_base_url(run.merge, entry))
     except (NotWritten, UsageError) as exc:
         return records_log(run), f"inspect: {run.name}: the task's own log cannot be made here ({exc}); written from the records"
     log.eval.eval_id, log.eval.run_id = stable_id(run.key, "eval"), stable_id(run.key, "run")

@@ -41,6 +41,16 @@ def served_model(result: Any) -> str:
     return next((s.model for s in result.run.shards[0].manifest.served.values()), "model")
 
 
+def model_base_url(result: Any, entry: dict[str, Any]) -> str | None:
+    """The base URL the entry's service was asked at, as the run's manifest keeps it (secrets
+    redacted there): the log's `model_base_url`. None for a server the shards started themselves
+    (its address was each node's own), never the header's placeholder."""
+    services = result.run.shards[0].manifest.config.get("services") or {}
+    name = (entry.get("solver") or {}).get("service") or next(iter(services), None)
+    url = (services.get(name) or {}).get("url") if name is not None else None
+    return url if isinstance(url, str) else None
+
+
 def write_inspect_logs(result: Any, out_dir: str) -> list[str]:
     """Write the log of every inspect entry of the run; lines for what was not written."""
     entries = inspect_entries(result)
@@ -54,7 +64,7 @@ def write_inspect_logs(result: Any, out_dir: str) -> list[str]:
             continue
         path = os.path.join(out_dir, OUT, f"{bid}.eval")
         try:
-            write_log(task_log(entry, merged[bid], served, out_dir), path)
+            write_log(task_log(entry, merged[bid], served, out_dir, model_base_url(result, entry)), path)
             continue
         except NotWritten as exc:
             note = f"Inspect log not written for {bid}: {exc}"
@@ -68,7 +78,7 @@ def write_inspect_logs(result: Any, out_dir: str) -> list[str]:
     return notes
 
 
-def task_log(entry: dict[str, Any], merge: Any, served: str, merged_dir: str) -> Any:
+def task_log(entry: dict[str, Any], merge: Any, served: str, merged_dir: str, base_url: str | None = None) -> Any:
     """The Inspect log of one inspect benchmark's merge (a BenchmarkMerge, written in `merged_dir`):
     Inspect's header for the task, the samples the shards kept, metrics and status over them.
     NotWritten says why not."""
@@ -93,6 +103,7 @@ def task_log(entry: dict[str, Any], merge: Any, served: str, merged_dir: str) ->
     order = {str(s.id): i for i, s in enumerate(bench.loaded.samples)}
     samples.sort(key=lambda s: (s.epoch, order.get(str(s.id), len(order))))
     log = _header(bench, int(entry.get("repeats") or 1), served)
+    log.eval.model_base_url = base_url  # the run's, not the header's placeholder
     log.samples = samples
     _finish(log, merge)
     return log

@@ -75,6 +75,13 @@ class Benchmark:
         return {"temperature": 0.0} if repeats == 1 else {"temperature": 1.0}
 
     @classmethod
+    def default_repeats(cls, params: dict[str, Any]) -> int | None:
+        """How many times each problem is asked when the config does not say (`repeats` left out),
+        as the benchmark's own definition says (an Inspect task's `epochs`); None: once. Every
+        default comes from the task, as its reference tool would run it."""
+        return None
+
+    @classmethod
     def scored_by_likelihood(cls, params: dict[str, Any]) -> bool:
         """Whether, built with `params`, its problems are scored by their log-likelihood
         (metadata `scoring: loglikelihood`) rather than answered: such requests generate nothing

@@ -70,6 +70,7 @@ def load_config(
     from shardeval.config import expansion, sampling, sweep
 
     sweep.resolve(raw, where)  # benchmarks' default service; a sweep's generated checkpoint services
+    _default_repeats(raw, data, where)
     _quick.apply(raw, flags, path)
     services = {name: decode_service(name, section, where) for name, section in raw.services.items()}
     cluster = _decode_cluster(raw.cluster, where)
@@ -78,6 +79,23 @@ def load_config(
     config = expansion.expand(config, registry(), where)  # `--bench NAME:ARG`; an lm-eval group's leaf tasks
     _validate(config, where)
     return sampling.complete(config, registry())  # no key left to a server's default (docs/benchmarks.md)
+
+
+def _default_repeats(raw: RawConfig, data: dict[str, Any], where: Where) -> None:
+    """A benchmark whose entry leaves `repeats` out takes its own default (Benchmark.default_repeats:
+    an Inspect task's `epochs`), as its reference tool runs it; an entry, an -O or --repeats that
+    says how many wins. Only the entries written as mappings can leave it out."""
+    from shardeval.config.sampling import benchmark_class
+
+    entries = data.get("benchmarks") if isinstance(data.get("benchmarks"), list) else []
+    for i, bench in enumerate(raw.benchmarks):
+        if i < len(entries) and isinstance(entries[i], dict) and "repeats" not in entries[i]:
+            try:
+                repeats = benchmark_class(bench, registry()).default_repeats(dict(bench.params))
+            except UsageError as exc:
+                raise where.error(str(exc), f"benchmarks[{i}]") from None
+            if repeats is not None and repeats != bench.repeats:
+                raw.benchmarks[i] = msgspec.structs.replace(bench, repeats=repeats)
 
 
 def config_from_data(data: dict[str, Any]) -> Config:
