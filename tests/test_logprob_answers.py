@@ -1,0 +1,156 @@
+"""An echo answer is checked against the request it answers (issue 40, point 3).
+
+A tiny real OpenAI-compatible server on 127.0.0.1 answers `/v1/completions` with `echo` and
+`logprobs` as vLLM does (the prompt's tokens, the first with a null logprob, then one generated
+token per max_tokens), or misbehaves on purpose, chosen by the path of the URL:
+
+- short: only the last 2 entries of each logprobs list (an 8-token prompt scored on 2);
+- positive: a continuation token's logprob is +0.7 (and its top_logprobs);
+- nan / inf: a continuation token's logprob is NaN / 1e400 (JSON that no decoder reads as a float);
+- nospan: the echo stops before the continuation (its tokens missing);
+- good: vLLM's shape.
+
+Through real `shardeval run` subprocesses: lm-eval's multiple choice (a local task YAML over a local
+JSONL, the CI tokenizer), the core's loglikelihood solver (mmlu in loglikelihood mode) and
+`perplexity`. Every misbehaving answer is a `protocol` error record naming what was wrong, the
+shard is not COMPLETE and exits nonzero; a good server still scores every document.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from served import app_in_thread
+
+BAD = ("short", "positive", "nan", "inf", "nospan")
+
+
+def text_tokens(text: str) -> list[str]:
+    return re.findall(r"\s*\S+|\s+", text)
+
+
+def echo_logprobs(mode: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(raw JSON logprobs object, text) for one echo request, as `mode` answers it."""
+    prompt = body["prompt"]
+    if isinstance(prompt, list):
+        ids = prompt[0] if prompt and isinstance(prompt[0], list) else prompt
+        toks = [f"<{i}>" for i in ids]
+    else:
+        toks = text_tokens(prompt)
+    if mode == "nospan":
+        toks = toks[: max(1, len(toks) // 2)]  # the continuation (and more) left out
+    toks = toks + [" x"] * min(1, int(body.get("max_tokens", 0)))
+    values: list[Any] = [-(1.0 + (sum(map(ord, t)) % 9) / 4) for t in toks]
+    values[0] = None
+    offsets = [sum(len(t) for t in toks[:i]) for i in range(len(toks))]
+    top: list[Any] = [None if v is None else {t: v} for t, v in zip(toks, values)]
+    bad = len(toks) - 2 if len(toks) > 2 else len(toks) - 1  # the last prompt token: always in the continuation
+    if mode == "positive":
+        values[bad], top[bad] = 0.7, {toks[bad]: 0.7}
+    if mode == "short":
+        toks, values, offsets, top = toks[-2:], values[-2:], offsets[-2:], top[-2:]
+    lp = json.dumps({"tokens": toks, "token_logprobs": values, "text_offset": offsets, "top_logprobs": top})
+    if mode in ("nan", "inf"):  # values JSON cannot carry: written raw, as a broken server would
+        raw = "NaN" if mode == "nan" else "1e400"
+        lp = lp.replace(json.dumps(values[bad]), raw, 1) if values[bad] is not None else lp
+    return lp, "".join(toks)
+
+
+def make_app() -> web.Application:
+    async def completions(request: web.Request) -> web.Response:
+        mode = request.match_info["mode"]
+        body = await request.json()
+        lp, text = echo_logprobs(mode, body)
+        n = len(text_tokens(text))
+        raw = ('{"id":"cmpl-1","object":"text_completion","created":0,"model":"%s","choices":[{"index":0,"text":%s,'
+               '"logprobs":%s,"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}}'
+               % (body.get("model", "m"), json.dumps(text), lp, n, n + 1))
+        return web.Response(text=raw, content_type="application/json")
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+
+    app = web.Application()
+    app.router.add_post("/{mode}/v1/completions", completions)
+    app.router.add_get("/{mode}/v1/models", models)
+    return app
+
+
+@pytest.fixture(scope="module")
+def origin() -> Any:
+    with app_in_thread(make_app()) as url:
+        yield url
+
+
+def run_shard(config: dict[str, Any], out: Path) -> subprocess.CompletedProcess[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = out / "config.json"
+    cfg.write_text(json.dumps(config))
+    env_extra = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                 "HF_DATASETS_CACHE": str(out / "hf_cache")}
+    import os
+
+    return subprocess.run([sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(out / "shard_0")],
+                          env={**os.environ, **env_extra}, capture_output=True, text=True, timeout=600)
+
+
+def shard_records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for p in sorted((out / "shard_0").glob("*/results.jsonl"))
+            for line in p.read_text().splitlines() if line.strip()]
+
+
+def assert_protocol_errors(done: subprocess.CompletedProcess[str], out: Path, needle: str) -> None:
+    recs = shard_records(out)
+    assert recs, done.stderr[-2000:]
+    assert done.returncode != 0, done.stderr[-2000:]
+    assert all(r["status"] == "error" and r["error_kind"] == "protocol" for r in recs), [
+        (r["status"], r.get("error_kind"), r.get("error")) for r in recs]
+    assert all(re.search(needle, r["error"]) for r in recs), [r["error"] for r in recs]
+    manifest = json.loads((out / "shard_0" / "manifest.json").read_text()) if (out / "shard_0" / "manifest.json").exists() else {}
+    assert manifest.get("status") != "complete", manifest.get("status")
+
+
+NEEDLES = {  # what the record's error says, per mode
+    "short": r"echo holds 2 token logprob|cover only",
+    "positive": r"logprob 0\.7 .*finite number <= 0",
+    "nan": r"(?i)malformed|decode|invalid",
+    "inf": r"(?i)out of range|decode|invalid",
+    "nospan": r"echo holds \d+ token logprob|cover only",
+}
+
+# --- the core's loglikelihood solver (mmlu, loglikelihood mode) and perplexity ---------------------------
+
+DOCS = ["The cat sat on the mat and looked around the room.", "One two three four five six seven eight nine ten.",
+        "A third document with a handful of words in it."]
+
+
+def perplexity_config(url: str, data: Path) -> dict[str, Any]:
+    data.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS))
+    return {"services": {"model": {"type": "api", "url": url, "model": "tiny"}},
+            "benchmarks": [{"name": "perplexity", "params": {"path": str(data)}}],
+            "output": {"progress_interval_s": 0}}
+
+
+@pytest.mark.parametrize("mode", BAD)
+def test_perplexity_refuses_a_bad_echo(origin: str, mode: str, tmp_path: Path) -> None:
+    done = run_shard(perplexity_config(f"{origin}/{mode}/v1", tmp_path / "docs.jsonl"), tmp_path / "run")
+    needle = {**NEEDLES, "short": r"cover only", "nospan": r"cover only"}[mode]
+    assert_protocol_errors(done, tmp_path / "run", needle)
+
+
+def test_perplexity_on_a_good_server_scores_every_document(origin: str, tmp_path: Path) -> None:
+    done = run_shard(perplexity_config(f"{origin}/good/v1", tmp_path / "docs.jsonl"), tmp_path / "run")
+    assert done.returncode == 0, done.stderr[-2000:]
+    recs = shard_records(tmp_path / "run")
+    assert len(recs) == len(DOCS) and all(r["status"] == "ok" for r in recs)
+    for r in recs:
+        assert r["scores"]["nll"] > 0 and math.isfinite(r["scores"]["nll"])
