@@ -41,6 +41,8 @@ def text_tokens(text: str) -> list[str]:
 def echo_logprobs(mode: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(raw JSON logprobs object, text) for one echo request, as `mode` answers it."""
     prompt = body["prompt"]
+    if mode.startswith("cherry-"):  # misbehave only on prompts that end with a choice naming cherry
+        mode = mode.split("-", 1)[1] if isinstance(prompt, str) and "cherry" in prompt else "good"
     if isinstance(prompt, list):
         ids = prompt[0] if prompt and isinstance(prompt[0], list) else prompt
         toks = [f"<{i}>" for i in ids]
@@ -154,3 +156,91 @@ def test_perplexity_on_a_good_server_scores_every_document(origin: str, tmp_path
     assert len(recs) == len(DOCS) and all(r["status"] == "ok" for r in recs)
     for r in recs:
         assert r["scores"]["nll"] > 0 and math.isfinite(r["scores"]["nll"])
+
+
+def test_one_bad_choice_makes_the_whole_question_an_error(origin: str) -> None:
+    """The core's multiple choice: 4 choices, only the one with "cherry" answered with a positive
+    logprob; the question is an error naming that choice, never scored on the other three."""
+    import asyncio
+
+    from shardeval.config import Generation, Retries, ServiceConfig, SolverConfig
+    from shardeval.benchmark import Problem
+    from shardeval.run.client import Client
+    from shardeval.run.service import Endpoint
+    from shardeval.run.solver import LoglikelihoodSolver, ServiceHandle
+
+    async def go(mode: str) -> Any:
+        url = f"{origin}/{mode}/v1"
+        cfg = ServiceConfig(type="api", retries=Retries(attempts=1))
+        async with Client(Endpoint(url, "tiny", "completions"), cfg, 4) as client:
+            handle = ServiceHandle(Endpoint(url, "tiny", "completions"), client, asyncio.Semaphore(4))
+            solver = LoglikelihoodSolver(SolverConfig(generation=Generation(max_tokens=8)), handle)
+            problem = Problem(idx=0, id="p0", prompt="Which fruit is yellow?\nAnswer:", reference="B",
+                              metadata={"choices": [" apple", " banana", " cherry pie", " kiwi"]})
+            return await solver.solve(problem, seed=1)
+
+    bad = asyncio.run(go("cherry-positive"))
+    assert bad.completion.status == "error" and bad.completion.error_kind == "protocol", bad.completion
+    assert bad.completion.error.startswith("choice C:") and "0.7" in bad.completion.error
+    assert not bad.scores
+    good = asyncio.run(go("good"))
+    assert good.completion.status == "ok" and set(good.scores) >= {"logprob_A", "logprob_B", "logprob_C", "logprob_D"}
+
+
+# --- lm-eval's adapter: a local multiple-choice task over a local JSONL ---------------------------------
+
+MC_ROWS = [{"question": "Which fruit is yellow?", "choices": ["apple", "banana", "cherry", "kiwi"], "answer": 1},
+           {"question": "Which animal barks?", "choices": ["cat", "dog", "cow", "owl"], "answer": 1},
+           {"question": "What is two plus two?", "choices": ["three", "four", "five", "six"], "answer": 1}]
+
+
+def tokenizer_dir() -> str:
+    """The CI model's tokenizer (scripts/setup/vllm.sh): lm-eval tokenizes loglikelihood requests itself."""
+    from vllm_real import vllm_paths
+
+    paths = vllm_paths()
+    if paths is None:
+        pytest.skip("no tokenizer here: run scripts/setup/vllm.sh")
+    return paths[1]
+
+
+def write_mc_task(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    data = root / "mc.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in MC_ROWS))
+    (root / "tiny_mc.yaml").write_text(
+        "task: tiny_mc\n"
+        "dataset_path: json\n"
+        "dataset_name: null\n"
+        f"dataset_kwargs: {{data_files: {{test: {json.dumps(str(data))}}}}}\n"
+        "test_split: test\n"
+        "output_type: multiple_choice\n"
+        'doc_to_text: "Question: {{question}}\\nAnswer:"\n'
+        'doc_to_choice: "{{choices}}"\n'
+        'doc_to_target: "{{answer}}"\n'
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+    )
+    return root
+
+
+def lm_eval_config(url: str, tasks: Path, task: str) -> dict[str, Any]:
+    params = {"tasks": [task], "include_path": str(tasks), "tokenizer": tokenizer_dir()}
+    return {"services": {"model": {"type": "api", "url": url, "model": "tiny"}},
+            "benchmarks": [{"name": "lm_eval", "params": params, "max_concurrent": 4}],
+            "output": {"progress_interval_s": 0}}
+
+
+@pytest.mark.parametrize("mode", BAD)
+def test_lm_eval_refuses_a_bad_echo(origin: str, mode: str, tmp_path: Path) -> None:
+    pytest.importorskip("lm_eval")
+    done = run_shard(lm_eval_config(f"{origin}/{mode}/v1", write_mc_task(tmp_path / "tasks"), "tiny_mc"), tmp_path / "run")
+    assert_protocol_errors(done, tmp_path / "run", NEEDLES[mode])
+    assert len(shard_records(tmp_path / "run")) == len(MC_ROWS)
+
+
+def test_lm_eval_on_a_good_server_scores_every_document(origin: str, tmp_path: Path) -> None:
+    pytest.importorskip("lm_eval")
+    done = run_shard(lm_eval_config(f"{origin}/good/v1", write_mc_task(tmp_path / "tasks"), "tiny_mc"), tmp_path / "run")
+    assert done.returncode == 0, done.stderr[-2000:]
+    recs = shard_records(tmp_path / "run")
+    assert len(recs) == len(MC_ROWS) and all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
