@@ -244,3 +244,58 @@ def test_lm_eval_on_a_good_server_scores_every_document(origin: str, tmp_path: P
     assert done.returncode == 0, done.stderr[-2000:]
     recs = shard_records(tmp_path / "run")
     assert len(recs) == len(MC_ROWS) and all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
+
+
+# --- issue 40 point 13: a loglikelihood_rolling task's headline is lm-eval's corpus-level metrics ----------
+
+PAGES = ["The quick brown fox jumps over the lazy dog near the river bank.",
+         "A second page of text , with wikitext 's spacing @-@ and a few more words to score .",
+         "Third and last : short ."]
+ROLLING_METRICS = ("word_perplexity,none", "byte_perplexity,none", "bits_per_byte,none")
+
+
+def write_rolling_task(root: Path) -> Path:
+    import lm_eval
+
+    root.mkdir(parents=True, exist_ok=True)
+    data = root / "pages.jsonl"
+    data.write_text("".join(json.dumps({"page": p}) + "\n" for p in PAGES))
+    wikitext = Path(lm_eval.__file__).parent / "tasks" / "wikitext" / "wikitext.yaml"
+    (root / "tiny_rolling.yaml").write_text(
+        f"include: {wikitext}\n"
+        "task: tiny_rolling\n"
+        "tag: []\n"
+        "dataset_path: json\n"
+        "dataset_name: null\n"
+        f"dataset_kwargs: {{data_files: {{test: {json.dumps(str(data))}}}, cache_dir: {json.dumps(str(root / 'cache'))}}}\n"
+        "training_split: null\nvalidation_split: null\ntest_split: test\n"
+    )
+    return root
+
+
+def test_a_rolling_tasks_headline_is_lm_evals_perplexities_not_an_accuracy(origin: str, tmp_path: Path) -> None:
+    """wikitext-like: scores.json and report.md carry word_perplexity, byte_perplexity and
+    bits_per_byte equal to lm-eval's own run on the same server and data, and no accuracy."""
+    pytest.importorskip("lm_eval")
+    from lmeval_support import run_lm_eval_cli
+
+    tasks = write_rolling_task(tmp_path / "tasks")
+    url = f"{origin}/good/v1"
+    done = run_shard(lm_eval_config(url, tasks, "tiny_rolling"), tmp_path / "run")
+    assert done.returncode == 0, done.stderr[-2000:]
+    merged = subprocess.run([sys.executable, "-m", "shardeval", "merge", str(tmp_path / "run")], capture_output=True, text=True,
+                            timeout=600)
+    assert merged.returncode == 0, merged.stderr[-2000:]
+    scores = json.loads((tmp_path / "run" / "merged" / "scores.json").read_text())
+    bench = scores["tiny_rolling"]
+    assert "accuracy" not in bench["metrics"], bench["metrics"]
+    reference = run_lm_eval_cli(url, tokenizer_dir(), ["tiny_rolling"], tasks, tmp_path / "cli", num_concurrent=2)
+    theirs = reference["results"]["tiny_rolling"]
+    report = (tmp_path / "run" / "merged" / "report.md").read_text()
+    assert "accuracy" not in report, report
+    for name in ROLLING_METRICS:
+        assert bench["metrics"][name]["value"] == pytest.approx(theirs[name], rel=1e-12), (name, bench["metrics"][name], theirs)
+        assert name.split(",")[0] in report
+    header = json.loads(next((tmp_path / "run" / "merged" / "lm_eval").glob("*/results_*.json")).read_text())
+    for name in ROLLING_METRICS:
+        assert header["results"]["tiny_rolling"][name] == pytest.approx(theirs[name], rel=1e-12)
