@@ -296,6 +296,14 @@ def test_a_rolling_tasks_headline_is_lm_evals_perplexities_not_an_accuracy(origi
     for name in ROLLING_METRICS:
         assert bench["metrics"][name]["value"] == pytest.approx(theirs[name], rel=1e-12), (name, bench["metrics"][name], theirs)
         assert name.split(",")[0] in report
-    header = json.loads(next((tmp_path / "run" / "merged" / "lm_eval").glob("*/results_*.json")).read_text())
+    (results_file,) = (tmp_path / "run" / "merged" / "lm_eval").glob("*/results_*.json")
+    header = json.loads(results_file.read_text())
     for name in ROLLING_METRICS:
         assert header["results"]["tiny_rolling"][name] == pytest.approx(theirs[name], rel=1e-12)
+    # the header says what the run used, as lm-eval's own does, never the planning placeholder
+    assert "served-model" not in results_file.read_text()
+    args = header["config"]["model_args"]
+    assert (args["model"], args["base_url"], args["tokenizer"]) == ("tiny", f"{url}/completions", tokenizer_dir())
+    for key in ("tokenizer_pad_token", "tokenizer_eos_token", "tokenizer_bos_token", "eot_token_id"):
+        assert header[key] == reference[key] and header[key] is not None, key
+    assert header["model_name"] == "tiny"
