@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -99,8 +100,6 @@ def run_shard(config: dict[str, Any], out: Path) -> subprocess.CompletedProcess[
     cfg.write_text(json.dumps(config))
     env_extra = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                  "HF_DATASETS_CACHE": str(out / "hf_cache")}
-    import os
-
     return subprocess.run([sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(out / "shard_0")],
                           env={**os.environ, **env_extra}, capture_output=True, text=True, timeout=600)
 
