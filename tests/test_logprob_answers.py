@@ -39,11 +39,21 @@ def text_tokens(text: str) -> list[str]:
     return re.findall(r"\s*\S+|\s+", text)
 
 
+CHERRY_IDS: list[int] = []  # the tokenizer's ids of " cherry", set by a test that asks lm-eval about it
+
+
+def names_cherry(prompt: Any) -> bool:
+    if isinstance(prompt, str):
+        return "cherry" in prompt
+    ids = prompt[0] if prompt and isinstance(prompt[0], list) else prompt
+    return bool(CHERRY_IDS) and ids[-len(CHERRY_IDS):] == CHERRY_IDS
+
+
 def echo_logprobs(mode: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(raw JSON logprobs object, text) for one echo request, as `mode` answers it."""
     prompt = body["prompt"]
     if mode.startswith("cherry-"):  # misbehave only on prompts that end with a choice naming cherry
-        mode = mode.split("-", 1)[1] if isinstance(prompt, str) and "cherry" in prompt else "good"
+        mode = mode.split("-", 1)[1] if names_cherry(prompt) else "good"
     if isinstance(prompt, list):
         ids = prompt[0] if prompt and isinstance(prompt[0], list) else prompt
         toks = [f"<{i}>" for i in ids]
@@ -306,3 +316,23 @@ def test_a_rolling_tasks_headline_is_lm_evals_perplexities_not_an_accuracy(origi
     for key in ("tokenizer_pad_token", "tokenizer_eos_token", "tokenizer_bos_token", "eot_token_id"):
         assert header[key] == reference[key] and header[key] is not None, key
     assert header["model_name"] == "tiny"
+
+
+def test_lm_eval_a_question_with_one_bad_choice_is_an_error_and_the_others_score(origin: str, tmp_path: Path) -> None:
+    """Only the request for the choice " cherry" (question 0 of 3) gets a positive logprob: that
+    question is a protocol error, never scored on its other three choices; the others are ok."""
+    pytest.importorskip("lm_eval")
+    from transformers import AutoTokenizer
+
+    CHERRY_IDS[:] = AutoTokenizer.from_pretrained(tokenizer_dir()).encode(" cherry", add_special_tokens=False)
+    try:
+        done = run_shard(lm_eval_config(f"{origin}/cherry-positive/v1", write_mc_task(tmp_path / "tasks"), "tiny_mc"),
+                         tmp_path / "run")
+    finally:
+        CHERRY_IDS.clear()
+    recs = {r["problem_id"]: r for r in shard_records(tmp_path / "run")}
+    assert done.returncode != 0, done.stderr[-2000:]
+    bad = recs["tiny_mc/0"]
+    assert (bad["status"], bad["error_kind"]) == ("error", "protocol") and "0.7" in bad["error"], bad
+    assert not bad.get("scores")
+    assert all(recs[f"tiny_mc/{i}"]["status"] == "ok" for i in (1, 2)), recs
