@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from shardeval.run.runner import make_benchmark
     # Service and solver: an endpoint to ask, a server process to start, how a problem is asked
     from shardeval.run.service import Endpoint, ServiceContext, ServiceFactory
-    from shardeval.run.solver import (Attempt, combine_completions, LoglikelihoodSolver, PairsSolver, ServiceHandle, SimpleSolver, Solver,
+    from shardeval.run.solver import (Attempt, check_logprobs, combine_completions, LoglikelihoodSolver, PairsSolver, ServiceHandle, SimpleSolver, Solver,
                                       SolverFactory)
     from shardeval.run.completion import Completion
     from shardeval.config.reading import split_endpoint_url
@@ -109,7 +109,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.run.runner", "make_benchmark"),
     # Service and solver: an endpoint to ask, a server process to start, how a problem is asked
     ("shardeval.run.service", "Endpoint ServiceContext ServiceFactory"),
-    ("shardeval.run.solver", "Attempt combine_completions LoglikelihoodSolver PairsSolver ServiceHandle SimpleSolver Solver "
+    ("shardeval.run.solver", "Attempt check_logprobs combine_completions LoglikelihoodSolver PairsSolver ServiceHandle SimpleSolver Solver "
      "SolverFactory"),
     ("shardeval.run.completion", "Completion"),
     ("shardeval.config.reading", "split_endpoint_url"),

@@ -86,6 +86,16 @@ class LmEvalBenchmark(Benchmark):
         # otherwise, so the dataset fingerprint of a run without it is what it always was)
         self._reading = {"think_end_token": p.think_end_token} if p.think_end_token is not None else {}
         self.data_origin = f"lm-eval task {p.task}"
+        # Corpus-level metrics (wikitext's word_perplexity: lm-eval aggregates (loglikelihood, words)
+        # pairs over all documents, weighted): metric -> its registered aggregation's name. A
+        # document keeps each pair's parts in `scores` ("word_perplexity,none|weighted_perplexity|0"),
+        # shardeval_lmeval.metrics aggregates them with lm-eval's own function.
+        aggregations = self.task.aggregation()
+        self._corpus = {m: _aggregation_name(f) for m, f in aggregations.items() if _aggregation_name(f) not in PER_DOCUMENT}
+        # A task without one per-document metric (every one corpus-level) has no accuracy: its
+        # headline is lm-eval's numbers, never a mean of placeholder scores.
+        if all(m in self._corpus for m in aggregations):
+            self.metrics = ("lm_eval",)
         config = self.task.dump_config()
         scoring = {key: config.pop(key, None) for key in SCORING_KEYS}
         self._config = config  # what makes the requests: it joins the dataset fingerprint
@@ -114,10 +124,12 @@ class LmEvalBenchmark(Benchmark):
         d = self.task_plan.docs[problem.idx]
         metrics, filtered = self.doc_metrics(d, decode_response(response, d))
         scalars = {key: float(v) for key, v in metrics.items() if _scalar(v)}
+        parts = {f"{key}|{self._corpus[key.split(',', 1)[0]]}|{j}": float(x) for key, v in metrics.items()
+                 if _pair(v) and key.split(",", 1)[0] in self._corpus for j, x in enumerate(v)}
         headline = next(iter(scalars.values()), 0.0)
         first = next(iter(filtered.values()), [])
         extracted = first[0] if len(first) == 1 and isinstance(first[0], str) else None
-        return Score(score=headline, extracted=extracted, scores=scalars)
+        return Score(score=headline, extracted=extracted, scores={**scalars, **parts})
 
     def doc_metrics(self, d: Any, resps: list[list[Any]]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
         """Every metric of every filter for one document, as lm-eval's evaluate computes them (the
@@ -178,6 +190,22 @@ def lm_eval_answer(request_type: str, saved: Any) -> Any:
     """One saved answer as lm-eval's model returns it: a loglikelihood one is a (log-likelihood,
     is_greedy) tuple, which JSON keeps as a list."""
     return tuple(saved) if request_type == "loglikelihood" else saved
+
+
+PER_DOCUMENT = {"mean", "median", "nanmean"}  # aggregations of one number per document
+
+
+def _aggregation_name(fn: Any) -> str:
+    """The name lm-eval registered an aggregation function under ("" when it is not registered)."""
+    import lm_eval.api.metrics  # noqa: F401  (registers lm-eval's aggregations)
+    from lm_eval.api.registry import AGGREGATION_REGISTRY
+
+    return next((name for name, f in AGGREGATION_REGISTRY.items() if f is fn), "")
+
+
+def _pair(value: Any) -> bool:
+    """A corpus-level metric's per-document item: a tuple of numbers (lm-eval's (loglikelihood, words))."""
+    return isinstance(value, (tuple, list)) and bool(value) and all(_scalar(x) for x in value)
 
 
 def _scalar(value: Any) -> bool:

@@ -30,8 +30,10 @@ def write_lm_eval_outputs(result: Any, out_dir: str) -> list[str]:
     """Write lm-eval's files for every lm_eval entry of the run; lines for what was not written."""
     manifest = result.run.shards[0].manifest
     served = next((s.model for s in manifest.served.values()), "model")
+    services = manifest.config.get("services") or {}
     merged = {b.manifest.name: b for b in result.benchmarks}
     entries: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}  # plan key -> (params, task -> benchmark id)
+    urls: dict[str, str | None] = {}  # plan key -> the service's URL, as the config gave it
     for bench in manifest.config.get("benchmarks", []):
         if not isinstance(bench, dict) or bench.get("name") != LmEvalBenchmark.name:
             continue
@@ -39,14 +41,16 @@ def write_lm_eval_outputs(result: Any, out_dir: str) -> list[str]:
         task = params.get("task")
         p = decode_params(params, LmEvalParams, source=SOURCE)
         entry = entries.setdefault(p.plan_key(), ({k: v for k, v in params.items() if k != "task"}, {}))
+        service = services.get(bench.get("service") or "model") or next(iter(services.values()), {})
+        urls.setdefault(p.plan_key(), service.get("url") if isinstance(service, dict) else None)
         entry[1][task] = bench.get("id") or benchmark_id(task)
     if not entries:
         return []
     _remove_earlier(os.path.join(out_dir, OUT))
     notes = []
-    for params, ids in entries.values():
+    for key, (params, ids) in entries.items():
         try:
-            note = _write_entry(params, ids, merged, out_dir, served)
+            note = _write_entry(params, ids, merged, out_dir, served, urls.get(key))
         except UsageError as exc:
             note = f"lm-eval results not written: {exc}"
         if note:
@@ -62,7 +66,8 @@ def _remove_earlier(folder: str) -> None:
         os.remove(path)
 
 
-def _write_entry(params: dict[str, Any], ids: dict[str, str], merged: dict[str, Any], out_dir: str, served: str) -> str:
+def _write_entry(params: dict[str, Any], ids: dict[str, str], merged: dict[str, Any], out_dir: str, served: str,
+                 url: str | None) -> str:
     incomplete = [bid for bid in ids.values() if bid not in merged or any(s != OK for s in merged[bid].table.status)]
     if incomplete:
         return (f"lm-eval results not written for {', '.join(ids.values())}: {', '.join(incomplete)} "
@@ -87,14 +92,32 @@ def _write_entry(params: dict[str, Any], ids: dict[str, str], merged: dict[str, 
                 for idx, resps in enumerate(json.loads(record["response"])["resps"]):
                     answers[(task, doc_id, idx)] = resps
     with quiet():
-        results = _replay(setup(p), answers, p, os.path.join(out_dir, OUT), served)
+        results = _replay(setup(p), answers, p, os.path.join(out_dir, OUT), served, url)
     return "" if results else f"lm-eval results not written for {', '.join(ids.values())}: lm-eval returned nothing"
 
 
+def base_url(url: str | None, chat: bool) -> str | None:
+    """lm-eval's base_url for a service URL (…/v1 or the server's root): the endpoint it posts to."""
+    if not url:
+        return None
+    root = url.rstrip("/")
+    root = root if root.endswith("/v1") else root + "/v1"
+    return root + ("/chat/completions" if chat else "/completions")
+
+
+def run_model_args(p: LmEvalParams, served: str, url: str | None) -> dict[str, Any]:
+    """The `--model_args` lm-eval would have been given for this run: the served model's name, the
+    service's endpoint and the params' tokenizer (planning used a placeholder name; none is kept)."""
+    args = p.model_args(served)
+    endpoint = base_url(url, p.wire_model() == "local-chat-completions")
+    return {"model": served, **({"base_url": endpoint} if endpoint else {}), **{k: v for k, v in args.items() if k != "model"}}
+
+
 def _replay(lm_eval: Any, answers: dict[tuple[str, int, int], list[Any]], p: LmEvalParams, output_path: str,
-            served: str) -> Any:
+            served: str, url: str | None = None) -> Any:
     """simple_evaluate again, as planned, with each request answered from the saved answers."""
     from lm_eval.loggers import EvaluationTracker
+    from lm_eval.loggers.utils import add_tokenizer_info
 
     served_count: dict[tuple[str, int, int], int] = {}
 
@@ -115,7 +138,12 @@ def _replay(lm_eval: Any, answers: dict[tuple[str, int, int], list[Any]], p: LmE
     if results is None:
         return None
     results["config"]["model"] = f"shardeval ({p.wire_model()})"
-    results["config"]["model_args"] = model_args
+    args = run_model_args(p, served, url)
+    results["config"]["model_args"] = args
+    for config in results.get("configs", {}).values():  # lm-eval copies the model args into each task's metadata
+        if isinstance(config.get("metadata"), dict) and "model" in config["metadata"]:
+            config["metadata"].update(args)
+    add_tokenizer_info(results, lm_eval.wire_model)  # the run's tokenizer (the stand-in has none)
     samples = results.pop("samples")
     tracker.save_results_aggregated(results=results, samples=samples)
     for task_name in results["configs"]:

@@ -26,13 +26,48 @@ from typing import Any
 
 import msgspec
 
-from shardeval.api import (Attempt, combine_completions, DEFAULT_TAGS, Problem, ServiceHandle, SolverConfig, split_reply,
+from shardeval.api import (Attempt, check_logprobs, combine_completions, DEFAULT_TAGS, Problem, ServiceHandle, SolverConfig, split_reply,
                            UsageError)
 
 from shardeval_lmeval.benchmark import encode_response
 from shardeval_lmeval.wire import build_model, read_generation, read_loglikelihood
 
 CHAT = "local-chat-completions"
+
+
+def prompt_tokens(body: dict[str, Any]) -> int | None:
+    """How many tokens a loglikelihood body's prompt holds (lm-eval sends [[ids]] or [ids]); None for text."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+        prompt = prompt[0] if len(prompt) == 1 else None
+    return len(prompt) if isinstance(prompt, list) else None
+
+
+def check_echo(body: dict[str, Any], ctxlen: int, token_logprobs: list[Any], top_logprobs: list[Any]) -> None:
+    """Raise ValueError unless an echo answer covers what lm-eval reads from it.
+
+    lm-eval sums token_logprobs[ctxlen:-1]: the prompt's tokens, then the one generated token it
+    asks for (max_tokens 1) is dropped. A list of another length shifts or shortens that slice and
+    lm-eval would score it silently (2 entries for 8 tokens: an empty sum, log-likelihood 0.0), so
+    the length must be the prompt's tokens plus one, the continuation's span must hold a token,
+    and each of its values (and its top_logprobs, which decide is_greedy) must be a finite number <= 0.
+    """
+    n = prompt_tokens(body)
+    have = len(token_logprobs)
+    if n is not None and have != n + 1:
+        raise ValueError(f"the echo holds {have} token logprob(s) for a prompt of {n} token(s) and 1 generated; "
+                         f"expected {n + 1}")
+    end = have - 1
+    if ctxlen >= end:
+        raise ValueError(f"the echo holds {have} token logprob(s): none for the continuation after context token {ctxlen}")
+    if len(top_logprobs) != have:
+        raise ValueError(f"the echo holds {have} token logprob(s) but {len(top_logprobs)} top_logprobs")
+    check_logprobs(token_logprobs, range(ctxlen, end))
+    for i in range(ctxlen, end):
+        top = top_logprobs[i]
+        if not isinstance(top, dict) or not top:
+            raise ValueError(f"the echo's top_logprobs for token {i} is {top!r}, not the most likely tokens with their logprobs")
+        check_logprobs(list(top.values()), range(len(top)))
 
 
 class LmEvalSolver:
@@ -109,6 +144,7 @@ class LmEvalSolver:
                     if c.prompt_logprobs is None or c.top_logprobs is None:
                         raise ValueError("the response has no logprobs with top_logprobs; the server must support `echo` "
                                          "with `logprobs` on /v1/completions, as vLLM does")
+                    check_echo(wire["body"], wire["ctxlen"], c.prompt_logprobs, c.top_logprobs)
                     lls.append(read_loglikelihood(reader, c.prompt_logprobs, c.top_logprobs, [wire["body"]["prompt"]], wire["ctxlen"]))
                 answers.append(lls[0] if r["type"] == "loglikelihood" else sum(ll for ll, _ in lls))
             out.append(answers)

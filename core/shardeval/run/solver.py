@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
 import msgspec
 
@@ -194,6 +194,18 @@ def split_trailing_space(context: str, continuation: str) -> tuple[str, str]:
     return stripped, context[len(stripped):] + continuation
 
 
+def check_logprobs(logprobs: Sequence[Any], used: Iterable[int], tokens: Sequence[str] | None = None) -> None:
+    """Raise ValueError naming the first of logprobs[i], i in `used`, that is not a finite number <= 0.
+
+    A log-probability is at most 0; NaN, an infinity or a positive value is a server's bug that
+    would otherwise be summed into a score (a positive one even above the truth)."""
+    for i in used:
+        v = logprobs[i]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v > 0:
+            name = f" ({tokens[i]!r})" if tokens is not None and i < len(tokens) else ""
+            raise ValueError(f"the server sent logprob {v!r} for token {i}{name}; a log-probability is a finite number <= 0")
+
+
 def span_logprobs(
     tokens: Sequence[str],
     logprobs: Sequence[float | None],
@@ -222,10 +234,16 @@ def span_logprobs(
             f"for a prompt of {prompt_len} characters"
         )
     shift = offsets[n - 1] + len(tokens[n - 1]) - prompt_len
+    if offsets[0] - shift > 0:  # the echoed tokens begin inside the prompt: some of it was never scored
+        raise ValueError(
+            f"the logprobs cover only the prompt's last {prompt_len - (offsets[0] - shift)} of {prompt_len} characters "
+            f"({n} token(s)); the echo must hold every prompt token"
+        )
     span = [i for i in range(n) if offsets[i] - shift >= start and (i or logprobs[0] is not None)]
     missing = next((i for i in span if logprobs[i] is None), None)
     if missing is not None:
         raise ValueError(f"the server sent no logprob for prompt token {missing} ({tokens[missing]!r})")
+    check_logprobs(logprobs, span, tokens)
     if not span and not allow_empty:
         raise ValueError(
             f"no scored token starts at or after character {start} of the prompt (the tokenizer merged the continuation "
