@@ -121,12 +121,14 @@ class PerplexityBenchmark(RowsBenchmark):
         return Problem(idx=idx, id=pid, prompt=text, metadata=self._metadata)
 
     def score(self, problem: Problem, response: str) -> Score:
-        """The document's per-token NLL, which the solver replies as text (NaN: no token scored)."""
+        """The document's per-token NLL, which the solver replies as text; None when no token was
+        scored (the solver says NaN): an ok record in no mean, never a score that is not a number
+        (which a record refuses: shardeval.store.records.score_fault)."""
         try:
             value = float(response)
         except ValueError:
             value = math.nan
-        return Score(score=value)
+        return Score(score=value if math.isfinite(value) else None)
 
     def answer_key(self):
         return lambda text: None  # nothing to answer: the simulator's logprobs need no key

@@ -36,7 +36,9 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Score(msgspec.Struct, kw_only=True):
-    score: float
+    # A finite number; None for an answer there is nothing to score (a document with no token to
+    # predict): ok, in no mean. NaN or ±inf here, or in `scores`, makes the record an error.
+    score: float | None
     extracted: str | None = None
     scores: dict[str, float] = {}
 
