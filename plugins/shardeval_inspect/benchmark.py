@@ -30,6 +30,22 @@ def inspect_params(params: dict[str, Any]) -> InspectParams:
     return decode_params(params, InspectParams, source=SOURCE)
 
 
+def check_provider() -> None:
+    """Inspect's OpenAI-compatible provider, made as a shard makes it, before any request: it needs
+    the `openai` package, an optional dependency of Inspect's. Without it every sample ended an
+    `internal` error quoting Inspect's rich markup, exit 3; now one line naming the extra, exit 2."""
+    from shardeval_inspect.solver import inspect_model
+
+    try:
+        inspect_model("preflight", "http://127.0.0.1:9/v1", "")  # made, never asked
+    except Exception as exc:  # noqa: BLE001 - Inspect's PrerequisiteError, or the import it failed on
+        said = " ".join(re.sub(r"\[/?[a-z]+\]", "", str(exc)).split())
+        if "requires" in said or isinstance(exc, ImportError):
+            raise UsageError(f"{SOURCE}: Inspect's OpenAI-compatible provider cannot be made here: {said} "
+                             f"(pip install 'shardeval[inspect]' brings it)") from None
+        raise
+
+
 def benchmark_id(name: str) -> str:
     """A task's name as a folder name (shardeval ids: letters, digits, '.', '_', '-')."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".-") or "task"
@@ -76,6 +92,7 @@ class InspectBenchmark(Benchmark):
         self.scorer_version = f"inspect_ai {self.loaded.inspect_version}; task {self.loaded.source_sha256}"
 
     def preflight(self) -> None:
+        check_provider()
         check_sandbox(f"{SOURCE} {self.params.task!r}", sandbox_type(self.loaded.task, self.params))
 
     def size(self) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 from shardeval.api import Count, ParamsStruct, UsageError
 
-EXTRA = "pip install 'shardeval[inspect]' (the one file: shardeval plugins install 'inspect-ai>=0.3.285,<0.3.300')"
+EXTRA = "pip install 'shardeval[inspect]' (the one file: shardeval plugins install 'inspect-ai>=0.3.285,<0.3.300' 'openai>=1.40')"
 SANDBOXES = ("docker", "local")
 
 
