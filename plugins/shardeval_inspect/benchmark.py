@@ -18,6 +18,7 @@ from typing import Any
 from shardeval.api import Benchmark, decode_params, Problem, Score, UsageError
 
 from shardeval_inspect.params import InspectParams
+from shardeval_inspect.provider import check_provider
 from shardeval_inspect.task import check_sandbox, load, LoadedTask, sandbox_type
 
 SOURCE = "benchmark inspect"
@@ -28,22 +29,6 @@ def inspect_params(params: dict[str, Any]) -> InspectParams:
         raise UsageError(f"{SOURCE}: needs params.task: `path/to/tasks.py@task_name` or a registered Inspect task; "
                          "docs/inspect.md")
     return decode_params(params, InspectParams, source=SOURCE)
-
-
-def check_provider() -> None:
-    """Inspect's OpenAI-compatible provider, made as a shard makes it, before any request: it needs
-    the `openai` package, an optional dependency of Inspect's. Without it every sample ended an
-    `internal` error quoting Inspect's rich markup, exit 3; now one line naming the extra, exit 2."""
-    from shardeval_inspect.solver import inspect_model
-
-    try:
-        inspect_model("preflight", "http://127.0.0.1:9/v1", "")  # made, never asked
-    except Exception as exc:  # noqa: BLE001 - Inspect's PrerequisiteError, or the import it failed on
-        said = " ".join(re.sub(r"\[/?[a-z]+\]", "", str(exc)).split())
-        if "requires" in said or isinstance(exc, ImportError):
-            raise UsageError(f"{SOURCE}: Inspect's OpenAI-compatible provider cannot be made here: {said} "
-                             f"(pip install 'shardeval[inspect]' brings it)") from None
-        raise
 
 
 def benchmark_id(name: str) -> str:

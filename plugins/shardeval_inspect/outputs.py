@@ -114,7 +114,8 @@ def _header(bench: Any, epochs: int, served: str) -> Any:
     model, at an address nothing listens on, is never asked)."""
     from inspect_ai import eval as inspect_eval
 
-    from shardeval_inspect.solver import eval_options, inspect_model
+    from shardeval_inspect.provider import inspect_model
+    from shardeval_inspect.solver import eval_options
     from shardeval_inspect.task import quiet_inspect
 
     quiet_inspect()

@@ -27,10 +27,10 @@ from shardeval.api import Attempt, Problem, ServiceHandle, SolverConfig, UsageEr
 
 from shardeval_inspect.benchmark import inspect_params
 from shardeval_inspect.params import InspectParams
+from shardeval_inspect.provider import inspect_model
 from shardeval_inspect.samples import attempt_of
 from shardeval_inspect.task import load, quiet_inspect
 
-PROVIDER = "openai-api/shardeval"  # Inspect's OpenAI-compatible provider; `shardeval` names the service
 Settle = Callable[[Problem, int, Attempt], Awaitable[None]]
 _SINK: contextvars.ContextVar[Callable[[Any], Awaitable[None]] | None] = contextvars.ContextVar("shardeval_inspect_sink", default=None)
 
@@ -105,14 +105,6 @@ class InspectSolver:
         config = GenerateConfig(max_connections=self._concurrency(), max_retries=max(0, client.retries.attempts - 1),
                                 timeout=int(timeout))
         return inspect_model(endpoint.model, endpoint.base_url, key, config)
-
-
-def inspect_model(served: str, base_url: str, api_key: str, config: Any = None) -> Any:
-    """Inspect's OpenAI-compatible model for `served` at `base_url` (a key it never writes to its log)."""
-    from inspect_ai.model import GenerateConfig, get_model
-
-    return get_model(f"{PROVIDER}/{served}", base_url=base_url, api_key=api_key or "none", config=config or GenerateConfig(),
-                     memoize=False)
 
 
 def eval_options(task: Any, params: InspectParams, epochs: int) -> dict[str, Any]:

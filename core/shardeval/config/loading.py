@@ -70,7 +70,7 @@ def load_config(
     from shardeval.config import expansion, sampling, sweep
 
     sweep.resolve(raw, where)  # benchmarks' default service; a sweep's generated checkpoint services
-    _default_repeats(raw, data, where)
+    _default_repeats(raw, data, where, sampling.benchmark_class)
     _quick.apply(raw, flags, path)
     services = {name: decode_service(name, section, where) for name, section in raw.services.items()}
     cluster = _decode_cluster(raw.cluster, where)
@@ -81,12 +81,11 @@ def load_config(
     return sampling.complete(config, registry())  # no key left to a server's default (docs/benchmarks.md)
 
 
-def _default_repeats(raw: RawConfig, data: dict[str, Any], where: Where) -> None:
+def _default_repeats(raw: RawConfig, data: dict[str, Any], where: Where, benchmark_class: Any) -> None:
     """A benchmark whose entry leaves `repeats` out takes its own default (Benchmark.default_repeats:
     an Inspect task's `epochs`), as its reference tool runs it; an entry, an -O or --repeats that
-    says how many wins. Only the entries written as mappings can leave it out."""
-    from shardeval.config.sampling import benchmark_class
-
+    says how many wins. Only the entries written as mappings can leave it out. `benchmark_class`:
+    shardeval.config.sampling's (loaded with the config, after the plugins)."""
     entries = data.get("benchmarks") if isinstance(data.get("benchmarks"), list) else []
     for i, bench in enumerate(raw.benchmarks):
         if i < len(entries) and isinstance(entries[i], dict) and "repeats" not in entries[i]:
