@@ -455,6 +455,17 @@ def test_a_reader_that_stops_reading_does_not_stop_the_run(tmp_path, leftovers):
     assert json.loads((root / "merged" / "scores.json").read_text())
 
 
+def test_an_export_to_a_reader_that_stops_reading_ends_quietly(tmp_path):
+    """`shardeval export RUN -o - | head -c 100`: the rows outgrow the pipe, the reader leaves; the
+    export stops writing, with no traceback and exit 0 (a BrokenPipeError escaped before)."""
+    from shard_factory import make_shard
+
+    make_shard(str(tmp_path / "run"), 0, 1, n_problems=5000)
+    head, export = pipeline_into(["head", "-c", "100"], "export", str(tmp_path / "run"), "--format", "jsonl", "-o", "-")
+    assert head.wait(timeout=60) == 0
+    assert export.wait(timeout=120) == 0
+
+
 # --- 5. --fresh: the new run logs into the new logs/shard.log -------------------------------------
 
 

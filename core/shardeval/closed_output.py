@@ -39,14 +39,19 @@ class _OutlivesReader:
             self._stream.flush()  # what the buffer still held goes to /dev/null
 
     def _to_devnull(self) -> None:
-        devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.dup2(devnull, self._stream.fileno(), inheritable=False)
-        finally:
-            os.close(devnull)
+        to_devnull(self._stream.fileno())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def to_devnull(fd: int) -> None:
+    """Point `fd` at /dev/null: its reader is gone, and what is still written there goes nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.dup2(devnull, fd, inheritable=False)
+    finally:
+        os.close(devnull)
 
 
 def outlive_readers() -> None:

@@ -21,6 +21,7 @@ import sys
 import threading
 from typing import Callable, Iterable
 
+from shardeval.closed_output import to_devnull
 from shardeval.errors import UsageError
 from shardeval.store.regular import kind_of
 
@@ -69,9 +70,12 @@ def write_output(path: str, data: bytes | Iterable[bytes]) -> None:
     """`atomic_write`, and `-` for standard output."""
     if path == STDOUT:
         out = sys.stdout.buffer
-        for chunk in _chunks(data):
-            out.write(chunk)
-        out.flush()
+        try:
+            for chunk in _chunks(data):
+                out.write(chunk)
+            out.flush()
+        except BrokenPipeError:  # `export -o - | head`: the reader took what it wanted (shardeval.closed_output)
+            to_devnull(out.fileno())
         return
     atomic_write(path, data)
 
