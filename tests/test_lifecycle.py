@@ -377,9 +377,14 @@ def test_shards_and_their_servers_die_with_a_killed_local_orchestrator(tmp_path,
 def pipeline_into(reader: list[str], *args: str) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
     """`shardeval ARGS 2>&1 | READER` as a shell starts it: both in one new process group (the
     terminal's foreground group), so a Ctrl-C (SIGINT to the group) reaches both, as it does there."""
-    sink = subprocess.Popen(reader, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, process_group=0)
+    # A foreground job's SIGINT is the default action; a test run from a background job (`cmd &`, CI)
+    # inherits it ignored, and then tee would not die: set it back, as a terminal's shell does.
+    def foreground() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    sink = subprocess.Popen(reader, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, process_group=0, preexec_fn=foreground)
     launcher = subprocess.Popen([sys.executable, "-m", "shardeval", *args], stdout=sink.stdin, stderr=subprocess.STDOUT,
-                                process_group=sink.pid)
+                                process_group=sink.pid, preexec_fn=foreground)
     assert sink.stdin is not None
     sink.stdin.close()  # only the launcher holds the pipe's writing end now
     return sink, launcher

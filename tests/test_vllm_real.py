@@ -147,7 +147,8 @@ def test_image_flags_parse_and_an_image_request_is_a_client_error_never_a_score(
                     + json.dumps({"question": "Colour? <image>", "answer": "blue", "images": [str(tmp_path / "inline.png")]}) + "\n")
     with recording_proxy(url, Recording("")) as rec:
         service = {**api(rec.url), "limit_mm_per_prompt": {"image": IMAGE_LIMIT}, "allowed_local_media_path": str(media)}
-        shard = run_shard(tmp_path, "look", service, {"name": str(data), "solver": {"generation": {"max_tokens": 4}}}, exit_code=3)
+        shard = run_shard(tmp_path, "look", service, {"name": str(data), "params": {"images_root": str(media)},  # a row's file lies
+                                                      "solver": {"generation": {"max_tokens": 4}}}, exit_code=3)  # in the dataset or a root
     sent = sorted(p["image_url"]["url"].split(":", 1)[0] for b in rec.bodies for p in b["messages"][-1]["content"] if p["type"] == "image_url")
     assert sent == ["data", "file"]
     rs = records(shard, "look")
