@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
 
 
 def fmt(x: float | None, digits: int = 4) -> str:
@@ -25,3 +26,9 @@ def fmt(x: float | None, digits: int = 4) -> str:
         return f"{x}"
     exact = Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_EVEN)
     return f"{exact:.{digits}f}"
+
+
+def finite_number(x: Any) -> bool:
+    """An int or float that is finite, and not a bool: what a score, a log-probability or a
+    table's number must be to be written as one (JSON has no NaN; a bool is not a measure)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

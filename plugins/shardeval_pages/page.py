@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from shardeval.api import atomic_write, fmt
+from shardeval.api import atomic_write, finite_number, fmt
 
 import shardeval_pages.vendor as vendor
 
@@ -76,8 +75,7 @@ def num(value: Any, key: str, digits: int = 4) -> str:
     return f'<td class="num" data-key="{esc(key)}" data-value="{esc(json.dumps(value))}">{shown}</td>'
 
 
-def finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+finite = finite_number  # a number a page may show as one (shardeval.numbers)
 
 
 def span(value: float, low: Any, high: Any) -> dict[str, float]:

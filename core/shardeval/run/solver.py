@@ -20,6 +20,7 @@ import msgspec
 from shardeval.benchmark import Problem, Score
 from shardeval.benchmark.images import IMAGE_MARKER, STORE, ImageRef, ImageUnavailable, split_prompt
 from shardeval.config import Generation, ServiceConfig, SolverConfig
+from shardeval.numbers import finite_number
 from shardeval.run.completion import Completion
 from shardeval.run.service import Endpoint
 
@@ -201,7 +202,7 @@ def check_logprobs(logprobs: Sequence[Any], used: Iterable[int], tokens: Sequenc
     would otherwise be summed into a score (a positive one even above the truth)."""
     for i in used:
         v = logprobs[i]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v > 0:
+        if not finite_number(v) or v > 0:
             name = f" ({tokens[i]!r})" if tokens is not None and i < len(tokens) else ""
             raise ValueError(f"the server sent logprob {v!r} for token {i}{name}; a log-probability is a finite number <= 0")
 

@@ -6,13 +6,13 @@ schema that users' scripts read: add fields, never rename them.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Type, TypeVar
 
 import msgspec
 
+from shardeval.numbers import finite_number
 from shardeval.store.atomic import atomic_write
 from shardeval.errors import UsageError, os_error
 from shardeval.redact import redact_urls
@@ -302,16 +302,12 @@ def score_fault(record: ResultRecord) -> str | None:
     `scores['acc'] inf`, `scores['em'] True`), or None. JSON has no NaN: msgspec writes it as
     null, and a line whose `scores` hold a null (or a bool, or a string) does not decode, so the
     shard's own reader and the merge skipped a record the shard had counted ok."""
-    if record.score is not None and not _finite(record.score):
+    if record.score is not None and not finite_number(record.score):
         return f"score {record.score!r}"
     for key, value in record.scores.items():
-        if not _finite(value):
+        if not finite_number(value):
             return f"scores[{key!r}] {value!r}"
     return None
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def unscorable(record: ResultRecord, who: str, fault: str) -> None:
