@@ -5,7 +5,11 @@ request always gets the same words, and whether an answer is right is a coin wit
 `accuracy` that a test can check against the known truth. Tokens are words (a fake tokenizer).
 
 Log-probabilities (for `echo` + `logprobs` on /v1/completions) are a pure function of a token's
-text, never of the seed or the prompt around it, so a test can compute a perplexity exactly:
+text, never of the seed or the prompt around it, so a test can compute a perplexity exactly, with
+one exception: a prompt that is a known question's context followed by a continuation (lm-eval's
+multiple-choice requests) gets CHOSEN_LOGPROB or SHUNNED_LOGPROB on the continuation's tokens when
+that continuation is the question's reference, so the model picks the right option with
+probability `accuracy` (one coin per question and request seed, `Answerer.chooses_right`):
 
     tokenize(text)      = re.findall(r"\s*\S+|\s+", text): each word with the whitespace before
                           it ("a b\n" -> ["a", " b", "\n"]); the pieces concatenate to the text
@@ -36,6 +40,26 @@ from typing import Callable
 
 AnswerKey = Callable[[str], "str | None"]
 Render = Callable[[str, bool], "str | None"]  # (reference, correct) -> the whole reply, or None
+Grade = Callable[[str, str, str], bool]  # (question, reference, answer) -> is the answer right
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the simulator knows of one benchmark: its answer key, how it shapes a whole reply (None:
+    the generic reply), how it grades an answer (judge mode). A simulator may know several; a
+    prompt is answered by the first whose key knows it, in the order given."""
+
+    key: AnswerKey
+    render: Render | None = None
+    grade: Grade | None = None
+
+
+def look_up(known: "tuple[Known, ...]", text: str) -> "tuple[str, Known] | None":
+    """(reference, the benchmark that knows it) for `text`, or None."""
+    for bench in known:
+        if (ref := bench.key(text)) is not None:
+            return ref, bench
+    return None
 _TOKEN = re.compile(r"\s*\S+")
 _ECHO_TOKEN = re.compile(r"\s*\S+|\s+")
 
@@ -51,6 +75,12 @@ VOCAB: tuple[str, ...] = tuple(
 )
 assert len(VOCAB) == 64, len(VOCAB)
 TAIL_CAP = 100  # a heavy-tailed reply is at most this many times output_tokens
+CONTINUATION_TOKENS = 64  # the longest multiple-choice option (in tokens) the simulator recognises
+# The right option's tokens of a known multiple-choice question: CHOSEN when the coin says the
+# model is right (every other option keeps token_logprob, so the right one wins), SHUNNED when it
+# says wrong (so another option wins). Far enough outside token_logprob's [-4.996, -1] that the
+# choice holds under lm-eval's length normalisations too (acc_norm: per character).
+CHOSEN_LOGPROB, SHUNNED_LOGPROB = -0.01, -100.0
 
 
 @dataclass(frozen=True)
@@ -131,23 +161,43 @@ def wrong_answer(reference: str) -> str:
 
 @dataclass(frozen=True)
 class Answerer:
-    """Turns prompt text into a Reply; `key` maps a prompt to its reference (None if unknown)."""
+    """Turns prompt text into a Reply; `known` maps a prompt to its reference (see `look_up`)."""
 
-    key: AnswerKey | None
+    known: tuple[Known, ...]
     accuracy: float
     output_tokens: int
     seed: int
-    render: Render | None = None
     tail: float | None = None  # Pareto shape of the reply lengths (None: always output_tokens)
 
-    def reference(self, text: str) -> str | None:
-        """The gold answer for `text`; for a completions prompt that starts with a system prompt
-        or few-shot turns, also try what follows each blank line."""
-        if self.key is None:
+    def reference(self, text: str) -> tuple[str, Known] | None:
+        """(the gold answer for `text`, the benchmark that knows it); for a completions prompt that
+        starts with a system prompt or few-shot turns, also try what follows each blank line."""
+        if not self.known:
             return None
         parts = text.split("\n\n", 8)
         tails = ("\n\n".join(parts[k:]) for k in range(len(parts)))  # the whole text, then up to 8 tails
-        return next((ref for tail in tails if (ref := self.key(tail)) is not None), None)
+        return next((found for tail in tails if (found := look_up(self.known, tail)) is not None), None)
+
+    def continuation(self, text: str) -> tuple[int, bool] | None:
+        """For a log-likelihood request (a prompt that is a known question's context followed by a
+        continuation, as lm-eval scores a multiple-choice option): (where the continuation starts,
+        whether it is the question's reference), or None when no context of `text` is known. The
+        split is tried from the last token back, over the last CONTINUATION_TOKENS tokens."""
+        if not self.known:
+            return None
+        starts = [m.start() for m in _ECHO_TOKEN.finditer(text)][1:]  # a continuation follows some context
+        for start in reversed(starts[-CONTINUATION_TOKENS:]):
+            found = self.reference(text[:start])
+            if found is not None:
+                return start, text[start:].strip() == found[0].strip()
+        return None
+
+    def chooses_right(self, context: str, request_seed: int | None) -> bool:
+        """The coin (bias `accuracy`) of a multiple-choice question as its context is asked: the same
+        coin for every option of the question, so exactly one option wins."""
+        digest = hashlib.blake2b(f"{self.seed}\x1f{request_seed}\x1fchoice\x1f{context}".encode("utf-8", "surrogatepass"),
+                                 digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2.0**64 < self.accuracy
 
     def reply(self, text: str, request_seed: int | None, max_tokens: int | None) -> Reply:
         return cut(self.compose(text, request_seed)[0], max_tokens)
@@ -161,17 +211,18 @@ class Answerer:
             f"{self.seed}\x1f{request_seed}\x1f{text}".encode("utf-8", "surrogatepass"), digest_size=32
         ).digest()
         coin = int.from_bytes(digest[:8], "big") / 2.0**64
-        ref = self.reference(text)
+        found = self.reference(text)
+        ref, render = (found[0], found[1].render) if found is not None else (None, None)
         if ref is None:
             answer, correct = str(int.from_bytes(digest[8:12], "big") % 1000), None
         elif coin < self.accuracy:
             answer, correct = ref.strip(), True
         else:
             answer, correct = wrong_answer(ref), False
-        rendered = self.render(ref, correct) if self.render is not None and ref is not None and correct is not None else None
+        rendered = render(ref, correct) if render is not None and ref is not None and correct is not None else None
 
         def planted() -> str:
-            right = self.render(ref, True) if rendered is not None and self.render is not None and ref is not None else None
+            right = render(ref, True) if rendered is not None and render is not None and ref is not None else None
             return right if right is not None else f"so the answer is #### {ref.strip() if ref is not None else answer}"
 
         if rendered is not None:  # the benchmark shapes the whole reply (code, a letter, ...)
@@ -186,7 +237,6 @@ class Answerer:
 _SINGLE_ASK = "Rating: [["
 _PAIRWISE_ASK = "[[A]]"
 _SECTIONS = (("[Question]\n", "[User Question]\n"), ("[The Start of Assistant's Answer]\n", "[The Start of Assistant A's Answer]\n"))
-Grade = Callable[[str, str, str], bool]  # (question, reference, answer) -> is the answer right
 
 
 def _between(text: str, starts: tuple[str, ...], end: str = "\n[") -> str | None:
@@ -204,13 +254,12 @@ class Judger:
     `Rating: [[N]]` or `[[A]]`/`[[B]]`/`[[C]]`) with a verdict drawn from the prompt and seed.
 
     With probability `quality` the verdict is the right one, when the judger can tell: the question
-    is one of the known benchmark's (`key`) and `grade` says whether the answer is right; then a
+    is one of a known benchmark's and its `grade` says whether the answer is right; then a
     right answer gets a rating of 8..10 (pairwise against the reference: [[C]], a tie) and a
     wrong one 1..3 ([[B]], the reference is better). Otherwise the verdict is uniform over 1..10
     (or A, B, C). Unparseable replies (`garbage`) are the server's per-attempt draw, not this."""
 
-    key: AnswerKey | None
-    grade: Grade | None
+    known: tuple[Known, ...]
     quality: float
     seed: int
 
@@ -223,10 +272,10 @@ class Judger:
 
     def correct(self, text: str) -> bool | None:
         question, answer = _between(text, _SECTIONS[0], "\n\n["), _between(text, _SECTIONS[1])
-        if question is None or answer is None or self.key is None or self.grade is None:
+        found = None if question is None or answer is None else look_up(self.known, question)
+        if found is None or found[1].grade is None:
             return None
-        ref = self.key(question)
-        return None if ref is None else self.grade(question, ref, answer)
+        return found[1].grade(question, found[0], answer)
 
     def verdict(self, text: str, request_seed: int | None) -> str:
         mode = self.mode(text)

@@ -9,7 +9,7 @@ import click
 
 from shardeval.api import UsageError
 from shardeval_sim.settings import SIM_DEFAULTS as D
-from shardeval_sim.settings import REASONING_FORMS, SimSettings
+from shardeval_sim.settings import REASONING_FORMS, SimSettings, bench_names
 
 RATE = click.FloatRange(0.0, 1.0)
 NON_NEGATIVE = click.FloatRange(min=0.0)
@@ -39,30 +39,30 @@ def check_settings(settings: SimSettings, spell: Callable[[str], str]) -> None:
     if not statuses or not all(500 <= s <= 599 for s in statuses):
         raise UsageError(f"{spell('fail_5xx_statuses')} {settings.fail_5xx_statuses!r}: expected comma-separated statuses "
                          "500-599, e.g. 500,502,503")
-    if settings.bench:
+    for bench in bench_names(settings.bench):
         try:
-            sim_benchmark(settings.bench, settings.bench_params, spell("bench"))
+            sim_benchmark(bench, settings.bench_params, spell("bench"))
         except UsageError as exc:  # an unknown name says where already; the benchmark's own words do not
             message = str(exc)
-            raise UsageError(message if message.startswith(spell("bench") + ":") else f"{spell('bench')} {settings.bench!r}: {message}") from None
+            raise UsageError(message if message.startswith(spell("bench") + ":") else f"{spell('bench')} {bench!r}: {message}") from None
 
 
-def load_answer_key(bench: str | None, params: dict[str, Any]):
-    """(answer key: prompt text -> reference, reply renderer, grader) of the benchmark (see
-    sim_benchmark), or (None, None, None) without --bench. The renderer lets a benchmark shape whole
-    replies (code, letters); the grader (question, reference, answer) -> right? is its own scorer,
-    for judge mode."""
-    if not bench:
-        return None, None, None
+def load_known(bench: str | list[str] | None, params: dict[str, Any]) -> tuple[Any, ...]:
+    """What the simulator knows of each benchmark named (see sim_benchmark), in order, each with
+    `bench_params`: its answer key (prompt text -> reference), its reply renderer (a benchmark may
+    shape whole replies: code, letters) and its grader (question, reference, answer) -> right?, its
+    own scorer, for judge mode."""
     from shardeval.api import Problem
+    from shardeval_sim.answers import Known
     from shardeval_sim.benchmark_hooks import answer_key, reply_renderer
 
-    benchmark = sim_benchmark(bench, params, "--bench")
+    def known(benchmark: Any) -> Known:
+        def grade(question: str, reference: str, answer: str) -> bool:
+            return benchmark.score(Problem(idx=0, id="judged", prompt=question, reference=reference), answer).score >= 1.0
 
-    def grade(question: str, reference: str, answer: str) -> bool:
-        return benchmark.score(Problem(idx=0, id="judged", prompt=question, reference=reference), answer).score >= 1.0
+        return Known(answer_key(benchmark), reply_renderer(benchmark), grade)
 
-    return answer_key(benchmark), reply_renderer(benchmark), grade
+    return tuple(known(sim_benchmark(name, params, "--bench")) for name in bench_names(bench))
 
 
 def _media_limits(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any] | None:
@@ -99,9 +99,11 @@ def _tool_script(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--model", default=D.model, show_default=True, help="The served model name (requests naming another get 404, as from vLLM).")
 @click.option("--served-model-name", hidden=True, help="vLLM-compatible alias: the served name (wins over --model).")
 @click.option("--tensor-parallel-size", type=int, hidden=True, help="vLLM-compatible, ignored.")
-@click.option("--bench", help="The benchmark whose answers the simulator knows: a registered name, or a data file or YAML mapping as a "
-                                "benchmarks: entry names one.")
-@click.option("--bench-param", "bench_params", multiple=True, metavar="KEY=VALUE", help="Benchmark parameter (YAML value); repeatable.")
+@click.option("--bench", "benches", multiple=True,
+              help="A benchmark whose answers the simulator knows: a registered name, or a data file or YAML mapping as a "
+                   "benchmarks: entry names one; repeatable (a prompt is answered by the first that knows it).")
+@click.option("--bench-param", "bench_params", multiple=True, metavar="KEY=VALUE",
+              help="Benchmark parameter (YAML value), given to every --bench; repeatable.")
 @click.option("--accuracy", type=RATE, default=D.accuracy, show_default=True, help="Probability of a right answer (deterministic per prompt and seed).")
 @click.option("--ttft-ms", type=NON_NEGATIVE, default=D.ttft_ms, show_default=True, help="Time to first token.")
 @click.option("--itl-ms", type=NON_NEGATIVE, default=D.itl_ms, show_default=True, help="Time between tokens.")
@@ -143,11 +145,16 @@ def _tool_script(ctx: click.Context, param: click.Parameter, value: str | None) 
                    "--reasoning-tokens (unset: fixed).")
 @click.option("--usage-reasoning-tokens/--no-usage-reasoning-tokens", default=D.usage_reasoning_tokens, show_default=True,
               help="Report usage.completion_tokens_details.reasoning_tokens (off: a client must count the thinking itself).")
+@click.option("--vary-unseeded", is_flag=True, default=D.vary_unseeded,
+              help="Answer a request without a seed (and temperature not 0) afresh each time the same body is asked, as a "
+                   "sampling server without a seed does: the k-th ask is drawn as with its own seed (Inspect's epochs). Off: "
+                   "the same reply every time.")
 @click.option("--log-requests", metavar="PATH", help="Append every request body, as JSON on one line, to PATH as it arrives (for tests).")
 @click.option("--seed", type=int, default=D.seed, show_default=True, help="Seed for answers and fault draws.")
 @click.option("--root", metavar="PATH", help="The weights /v1/models reports as `root`, as vLLM does (default: the model name).")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=D.max_model_len, show_default=True, help="The context length /v1/models reports.")
-def sim_command(served_model_name: str | None, tensor_parallel_size: int | None, bench_params: tuple[str, ...], **opts: Any) -> None:
+def sim_command(served_model_name: str | None, tensor_parallel_size: int | None, benches: tuple[str, ...], bench_params: tuple[str, ...],
+                **opts: Any) -> None:
     """Run the built-in OpenAI-compatible simulator (for demos, tests and benchmarks).
 
     Faults are drawn per request attempt and are exclusive, so their rates must sum to at most 1.
@@ -158,12 +165,13 @@ def sim_command(served_model_name: str | None, tensor_parallel_size: int | None,
 
     if served_model_name:
         opts["model"] = served_model_name
-    settings = SimSettings(bench_params=parse_key_values(bench_params, "--bench-param", "n=500"), **opts)
+    bench = None if not benches else benches[0] if len(benches) == 1 else list(benches)
+    settings = SimSettings(bench=bench, bench_params=parse_key_values(bench_params, "--bench-param", "n=500"), **opts)
     check_settings(settings, lambda key: "--" + key.replace("_", "-"))
-    answer_key, render, grade = load_answer_key(settings.bench, settings.bench_params)
+    known = load_known(settings.bench, settings.bench_params)
 
     import asyncio
 
     from shardeval_sim.server import serve
 
-    asyncio.run(serve(settings, answer_key, render=render, grade=grade))
+    asyncio.run(serve(settings, known))

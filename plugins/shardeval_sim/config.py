@@ -13,7 +13,7 @@ from shardeval_sim.settings import BEHAVIOUR_KEYS, SIM_DEFAULTS as D, SimSetting
 
 # Knobs passed only when they differ from the default, so the command line of a sim that does not
 # judge is what it was, and a node with an older shardeval still starts it.
-ONLY_WHEN_SET = ("judge_quality", "judge_garbage", "reasoning_form", "reasoning_tokens", "usage_reasoning_tokens")
+ONLY_WHEN_SET = ("judge_quality", "judge_garbage", "reasoning_form", "reasoning_tokens", "usage_reasoning_tokens", "vary_unseeded")
 # The keys of reasoning mode that change what the simulated model says (usage_reasoning_tokens
 # changes only what usage reports, as fault knobs change only how a reply arrives).
 REASONING_IDENTITY = ("reasoning_form", "reasoning_tokens", "reasoning_tokens_tail")
@@ -30,7 +30,7 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     """Keys mirror `shardeval sim` flags (`ttft_ms` is `--ttft-ms`); the service picks the port."""
 
     model: str = D.model
-    bench: str | None = None
+    bench: str | Annotated[list[str], msgspec.Meta(min_length=1)] | None = None  # one benchmark, or several
     bench_params: dict[str, Any] = {}
     accuracy: Probability = D.accuracy
     ttft_ms: NonNegativeFloat = D.ttft_ms
@@ -59,6 +59,7 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     reasoning_tokens: Count = D.reasoning_tokens
     reasoning_tokens_tail: Annotated[float, msgspec.Meta(gt=0)] | None = D.reasoning_tokens_tail
     usage_reasoning_tokens: bool = D.usage_reasoning_tokens
+    vary_unseeded: bool = D.vary_unseeded  # a request without a seed is drawn afresh each time it is asked
     log_requests: str | None = None  # a JSONL file of every request body (for tests; not identity)
     # limit_mm_per_prompt and allowed_local_media_path are ServiceConfig's (every service declares
     # them); the sim is started with them and refuses images as vLLM would. They change no answer,
@@ -78,9 +79,10 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
         tail = {} if self.output_tokens_tail is None else {"output_tokens_tail": self.output_tokens_tail}
         judge = {} if self.judge_quality == D.judge_quality else {"judge_quality": self.judge_quality}
         tools = {} if self.tool_calls is None else {"tool_calls": msgspec.to_builtins(self.tool_calls)}
+        vary = {"vary_unseeded": True} if self.vary_unseeded else {}
         think = {} if self.reasoning_form == D.reasoning_form else {
             key: getattr(self, key) for key in REASONING_IDENTITY if getattr(self, key) != getattr(D, key)}
-        return {**{key: getattr(self, key) for key in keys}, **tail, **judge, **tools, **think}
+        return {**{key: getattr(self, key) for key in keys}, **tail, **judge, **tools, **think, **vary}
 
     def check(self) -> None:
         """The checks `shardeval sim` makes of its flags (shardeval_sim.command.check_settings),
@@ -111,7 +113,10 @@ def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list
     argv = [*(command or self_command()), "sim", "--host", "127.0.0.1", "--port", "0"]
     for key in BEHAVIOUR_KEYS:
         value = getattr(config, key)
-        if key == "bench_params":
+        if key == "bench":
+            for name in [value] if isinstance(value, str) else value or ():
+                argv += ["--bench", name]
+        elif key == "bench_params":
             for k, v in sorted(value.items()):
                 argv += ["--bench-param", f"{k}={json.dumps(v)}"]  # JSON is YAML: the type survives
         elif key == "tool_calls":
@@ -123,6 +128,9 @@ def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list
         elif key == "usage_reasoning_tokens":
             if not value:
                 argv += ["--no-usage-reasoning-tokens"]
+        elif key == "vary_unseeded":
+            if value:
+                argv += ["--vary-unseeded"]
         elif value is not None and not (key in ONLY_WHEN_SET and value == getattr(D, key)):
             argv += ["--" + key.replace("_", "-"), str(value)]
     return argv

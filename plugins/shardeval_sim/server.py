@@ -74,10 +74,10 @@ from urllib.request import url2pathname
 
 from aiohttp import web
 import msgspec
-from shardeval_sim.answers import (Answerer, AnswerKey, Grade, Judger, Render, Reply, count_tokens, cut, image_key, split_words,
-                                   token_logprob, tokenize)
+from shardeval_sim.answers import (CHOSEN_LOGPROB, SHUNNED_LOGPROB, Answerer, Judger, Known, Reply, count_tokens, cut, image_key,
+                                   split_words, token_logprob, tokenize)
 from shardeval_sim.reasoning import Ask, ReasoningRequestError, Thinker, inline_tokens, parse_ask
-from shardeval_sim.settings import SimSettings
+from shardeval_sim.settings import SimSettings, bench_names
 from shardeval_sim.tools import ToolCall, ToolRequestError, offered_tools, plan_call, user_text
 
 _json_encode = msgspec.json.encode
@@ -85,6 +85,7 @@ _json_decode = msgspec.json.decode
 _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 _DONE = b"data: [DONE]\n\n"
 _FAULT_AFTER_EVENTS = 3  # a reset, stall or in-band error comes after this many events
+UNSEEDED_MEMORY = 1 << 20  # --vary-unseeded: request bodies remembered (about 100 MB at most)
 
 
 class Faults:
@@ -205,13 +206,12 @@ def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
 class Simulator:
     """Request handling for one server process; `app()` wires it into aiohttp."""
 
-    def __init__(self, settings: SimSettings, answer_key: AnswerKey | None, render: Render | None = None, grade: Grade | None = None,
-                 request_log: BinaryIO | None = None) -> None:
+    def __init__(self, settings: SimSettings, known: tuple[Known, ...] = (), request_log: BinaryIO | None = None) -> None:
         self.settings = settings
-        self.judger = Judger(answer_key, grade, settings.judge_quality, settings.seed)
+        self.judger = Judger(known, settings.judge_quality, settings.seed)
         self.garbage = random.Random(f"judge-garbage:{settings.seed}")  # a per-attempt draw, so a retry or rerun can differ
         self.served = settings.model
-        self.answerer = Answerer(answer_key, settings.accuracy, settings.output_tokens, settings.seed, render, settings.output_tokens_tail)
+        self.answerer = Answerer(known, settings.accuracy, settings.output_tokens, settings.seed, settings.output_tokens_tail)
         self.faults = Faults(settings)
         # Reasoning mode (shardeval_sim.reasoning): None answers as a model that does not think.
         self.form = settings.reasoning_form
@@ -223,6 +223,7 @@ class Simulator:
         self.itl = settings.itl_ms / 1000.0
         self.ids = itertools.count(1)
         self.inflight = 0  # requests being answered now (for --max-inflight)
+        self._asked: dict[bytes, int] = {}  # --vary-unseeded: times each body (by digest) was asked, oldest first
         self.image_limit = image_limit(settings.limit_mm_per_prompt)
         self.stats = {"requests": 0, "image_requests": 0, "images": 0, "image_errors": 0}  # GET /sim/stats
         self._model_json = _json_encode(self.served)
@@ -325,7 +326,8 @@ class Simulator:
         self.stats["requests"] += 1
         try:
             try:
-                body = _json_decode(await request.read())
+                raw = await request.read()
+                body = _json_decode(raw)
             except msgspec.DecodeError as exc:
                 raise BadRequest(400, f"invalid JSON body: {exc}") from None
             if self.request_log is not None:  # one write per line: shards sharing the file interleave whole lines
@@ -337,6 +339,8 @@ class Simulator:
             seed = _int_field(body, "seed", -(1 << 63))
             if body.get("temperature") == 0:
                 seed = None  # greedy decoding: the same prompt gets the same reply whatever the seed
+            elif seed is None and self.settings.vary_unseeded:
+                seed = self._unseeded_draw(raw)
             stream = bool(body.get("stream"))
             echo, logprobs = (False, None) if chat else self._logprob_fields(body, stream)
             call, text = self._tool_call(body, text, seed) if chat else (None, text)
@@ -375,10 +379,33 @@ class Simulator:
                 reply = self.thinker.reply(text, seed, tokens, plant, ask, max_tokens)
             if stream:
                 return await self._stream(request, reply, self._events(reply, chat, n_prompt, include_usage, ask is not None), chat, fault)
+            chosen = self._chosen(text, seed) if echo and logprobs is not None else None
             return await self._respond(request, reply, chat, n_prompt, fault, echo=text if echo else None, logprobs=logprobs is not None,
-                                       reasoning=ask is not None)
+                                       reasoning=ask is not None, chosen=chosen)
         finally:
             self.inflight -= 1
+
+    def _unseeded_draw(self, raw: bytes) -> int | None:
+        """--vary-unseeded: the seed the k-th ask of this exact body is answered with: None the first
+        time (the reply without the flag), then seeds below any a request may name (_int_field's
+        minimum), so a draw never equals a seeded request's. The multiset of replies to k asks is
+        fixed whatever their order. Bodies are remembered up to UNSEEDED_MEMORY, oldest forgotten."""
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
+        asked = self._asked.pop(digest, 0)
+        self._asked[digest] = asked + 1
+        if len(self._asked) > UNSEEDED_MEMORY:
+            del self._asked[next(iter(self._asked))]
+        return None if asked == 0 else -(1 << 63) - asked
+
+    def _chosen(self, text: str, seed: int | None) -> tuple[int, float] | None:
+        """(where the right option starts in `text`, the logprob each of its tokens gets) when `text`
+        is a known multiple-choice question's context followed by its right option; else None (every
+        token keeps its own logprob). See `answers.Answerer.continuation`."""
+        found = self.answerer.continuation(text)
+        if found is None or not found[1]:
+            return None
+        start = found[0]
+        return start, CHOSEN_LOGPROB if self.answerer.chooses_right(text[:start], seed) else SHUNNED_LOGPROB
 
     def _tool_call(self, body: dict[str, Any], text: str, seed: int | None) -> tuple[ToolCall | None, str]:
         """(the tool call that answers this chat request or None, the text the answer key sees).
@@ -425,7 +452,7 @@ class Simulator:
 
     async def _respond(self, request: web.Request, reply: Reply, chat: bool, n_prompt: int, fault: str | None, *,
                        echo: str | None = None, logprobs: bool = False, call: ToolCall | None = None,
-                       reasoning: bool = False) -> web.StreamResponse:
+                       reasoning: bool = False, chosen: tuple[int, float] | None = None) -> web.StreamResponse:
         n = len(reply.tokens)
         delay = self.ttft + self.itl * max(0, n - 1)
         if fault == "stall":
@@ -466,7 +493,7 @@ class Simulator:
             if prefix and generated and not prefix[-1].isspace() and not generated[0][:1].isspace():
                 generated = [" " + generated[0], *generated[1:]]  # a reply after an echoed prompt starts a new word
                 text = "".join(generated)
-            lp = _logprobs(tokenize(prefix), generated) if logprobs else None
+            lp = _logprobs(tokenize(prefix), generated, chosen) if logprobs else None
             choice = {"index": 0, "text": prefix + text, "logprobs": lp, "finish_reason": reply.finish_reason, "stop_reason": None}
             rid, kind = f"cmpl-sim{next(self.ids):x}", "text_completion"
         usage: dict[str, Any] = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n}
@@ -581,19 +608,24 @@ class Simulator:
         return resp
 
 
-def _logprobs(prompt_tokens: list[str], generated: list[str]) -> dict[str, Any]:
-    """vLLM's completions `logprobs` object for the echoed prompt's tokens, then the generated ones."""
+def _logprobs(prompt_tokens: list[str], generated: list[str], chosen: tuple[int, float] | None = None) -> dict[str, Any]:
+    """vLLM's completions `logprobs` object for the echoed prompt's tokens, then the generated ones;
+    `chosen` (start, value): the prompt's tokens from character `start` on get `value`."""
     tokens = prompt_tokens + generated
     values: list[float | None] = [token_logprob(t) for t in tokens]
+    offsets = list(itertools.accumulate(map(len, tokens[:-1]), initial=0)) if tokens else []
+    if chosen is not None:
+        start, value = chosen
+        for i in range(len(prompt_tokens)):
+            if offsets[i] >= start:
+                values[i] = value
     if prompt_tokens:
         values[0] = None  # nothing precedes the prompt's first token
-    offsets = list(itertools.accumulate(map(len, tokens[:-1]), initial=0)) if tokens else []
     top = [None if v is None else {t: v} for t, v in zip(tokens, values)]
     return {"text_offset": offsets, "token_logprobs": values, "tokens": tokens, "top_logprobs": top}
 
 
-async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: Render | None = None, grade: Grade | None = None,
-                announce: Any = print) -> None:
+async def serve(settings: SimSettings, known: tuple[Known, ...] = (), *, announce: Any = print) -> None:
     """Run until SIGTERM or SIGINT; print the one readiness line once connections are accepted."""
     request_log = None
     if settings.log_requests:
@@ -603,7 +635,7 @@ async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: 
             from shardeval.api import UsageError
 
             raise UsageError(f"--log-requests {settings.log_requests}: cannot open it for appending: {exc.strerror or exc}") from None
-    sim = Simulator(settings, answer_key, render, grade, request_log)
+    sim = Simulator(settings, known, request_log)
     runner = web.AppRunner(sim.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=2048, shutdown_timeout=0.5)
@@ -621,7 +653,8 @@ async def serve(settings: SimSettings, answer_key: AnswerKey | None, *, render: 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     faults = ", ".join(f"{k} {v:g}" for k, v in settings.fault_rates().items() if v) or "none"
-    bench = f"{settings.bench} (accuracy {settings.accuracy:g})" if settings.bench else "none"
+    benches = bench_names(settings.bench)
+    bench = f"{', '.join(benches)} (accuracy {settings.accuracy:g})" if benches else "none"
     tail = f" × Pareto({settings.output_tokens_tail:g})" if settings.output_tokens_tail else ""
     if settings.reasoning_form != "none":
         think_tail = f" × Pareto({settings.reasoning_tokens_tail:g})" if settings.reasoning_tokens_tail else ""

@@ -17,7 +17,7 @@ class SimSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     model: str = "sim"
-    bench: str | None = None
+    bench: str | list[str] | None = None  # the benchmark(s) whose answers it knows (a list: several)
     bench_params: dict[str, Any] = field(default_factory=dict)
     accuracy: float = 0.7
     ttft_ms: float = 50.0
@@ -54,12 +54,21 @@ class SimSettings:
     reasoning_tokens: int = 64
     reasoning_tokens_tail: float | None = None
     usage_reasoning_tokens: bool = True  # usage.completion_tokens_details.reasoning_tokens (false: the client must count)
+    # A request without a seed (and temperature not 0) is drawn afresh each time it is asked, as a
+    # sampling server without a seed draws (Inspect's epochs ask the same body again); off: it gets
+    # the same reply every time.
+    vary_unseeded: bool = False
     log_requests: str | None = None  # a JSONL file every request body is appended to as it arrives (for tests)
 
     def fault_rates(self) -> dict[str, float]:
         """Per-attempt probabilities of each fault; they are exclusive, so they must sum to <= 1."""
         return {"429": self.fail_429, "5xx": self.fail_5xx, "reset": self.reset, "stall": self.stall,
                 "error_200": self.error_200, "truncate_json": self.truncate_json}
+
+
+def bench_names(bench: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """The benchmarks a `bench` setting names: none, one (a string) or several (a list)."""
+    return [] if not bench else [bench] if isinstance(bench, str) else list(bench)
 
 
 REASONING_FORMS = ("none", "field", "reasoning_content", "inline")
