@@ -30,9 +30,9 @@ def nothing_to_export(root: Path) -> TrackerExport:
     return TrackerExport(root=str(root), sweep=False, baseline=None, runs=[], verdict="COMPLETE")
 
 
-def without_sqlalchemy(monkeypatch: pytest.MonkeyPatch) -> None:
+def without(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sqlalchemy" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
 
 
 def test_a_folder_store_without_mlflow_allow_file_store_says_to_set_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -44,9 +44,14 @@ def test_a_folder_store_without_mlflow_allow_file_store_says_to_set_it(monkeypat
     assert not (tmp_path / "mlruns").exists()  # a check writes nothing
 
 
-def test_a_database_store_without_sqlalchemy_and_the_default_one_say_what_to_give(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    without_sqlalchemy(monkeypatch)
-    with pytest.raises(UsageError, match=r"^tracking_uri 'sqlite:///x.db' is a database store.*pip install mlflow"):
+@pytest.mark.parametrize("module", ["sqlalchemy", "alembic"])
+def test_a_database_store_without_sqlalchemy_and_the_default_one_say_what_to_give(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                                   module: str) -> None:
+    """mlflow-skinny alone opens no database, MLflow 3's default store included; the extra brings what
+    it needs (tests/test_extras_alone.py opens the default store from a venv with only the extra)."""
+    without(monkeypatch, module)
+    with pytest.raises(UsageError, match=rf"^tracking_uri 'sqlite:///x.db' is a database store.*\({module} not installed.*"
+                                         r"pip install 'shardeval\[mlflow\]'"):
         MlflowExportConfig(to="mlflow", tracking_uri="sqlite:///x.db").check()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql+psycopg2://db.example/mlflow")
     with pytest.raises(UsageError, match=r"^MLFLOW_TRACKING_URI 'postgresql\+psycopg2://db.example/mlflow' is a database"):

@@ -9,12 +9,15 @@ from urllib.parse import urlparse
 
 from shardeval.api import ExportConfig, UsageError, redact_urls
 
-EXTRA = "pip install 'shardeval[mlflow]' (the one file: shardeval plugins install mlflow-skinny)"
+EXTRA = "pip install 'shardeval[mlflow]' (the one file: shardeval plugins install mlflow-skinny sqlalchemy alembic)"
 CREDENTIALS = ("put credentials in the environment instead: MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and "
                "MLFLOW_TRACKING_PASSWORD")
 ELSEWHERE = ("give a server (--tracking-uri http://HOST:5000), or a folder (file:///PATH/mlruns with "
              "MLFLOW_ALLOW_FILE_STORE=true)")
 DATABASES = {"sqlite", "postgresql", "mysql", "mssql"}  # MLflow's SQLAlchemy stores, `sqlite+driver` alike
+# What MLflow needs to open one (its own migrations run on a new database), which mlflow-skinny leaves out:
+# the extra brings both, so MLflow 3's default store (sqlite:///mlflow.db) opens as installed.
+DATABASE_MODULES = ("sqlalchemy", "alembic")
 _USERINFO = re.compile(r"^[a-z][a-z0-9+.-]*://[^/?#@]*@", re.I)
 
 
@@ -49,7 +52,8 @@ def tracking_uri(config: MlflowExportConfig) -> tuple[str, str]:
 
 def check_store(source: str, uri: str) -> None:
     """A store this MLflow refuses is one line with the fix, not MLflow's paragraph: a folder
-    without MLFLOW_ALLOW_FILE_STORE (MLflow 3), a database without SQLAlchemy (mlflow-skinny)."""
+    without MLFLOW_ALLOW_FILE_STORE (MLflow 3), a database without SQLAlchemy or Alembic (mlflow-skinny
+    installed alone)."""
     scheme = urlparse(uri).scheme.lower() if "://" in uri or uri.startswith("file:") else ""
     if scheme in ("", "file") and uri not in ("databricks", "databricks-uc", "uc"):
         from mlflow import environment_variables
@@ -58,6 +62,6 @@ def check_store(source: str, uri: str) -> None:
         if allowed is not None and not allowed.get():
             raise UsageError(f"{source} '{uri}' is a folder store, which MLflow 3 opens only with "
                              f"MLFLOW_ALLOW_FILE_STORE=true: set it, or give a server (--tracking-uri http://HOST:5000)")
-    elif scheme.split("+")[0] in DATABASES and importlib.util.find_spec("sqlalchemy") is None:
-        raise UsageError(f"{source} '{redact_urls(uri)}' is a database store, which needs the full MLflow package "
-                         f"(pip install mlflow; mlflow-skinny has no SQLAlchemy): install it, or {ELSEWHERE}")
+    elif scheme.split("+")[0] in DATABASES and (missing := [m for m in DATABASE_MODULES if importlib.util.find_spec(m) is None]):
+        raise UsageError(f"{source} '{redact_urls(uri)}' is a database store, which MLflow opens with {' and '.join(DATABASE_MODULES)} "
+                         f"({', '.join(missing)} not installed; the extra brings them): {EXTRA}, or {ELSEWHERE}")
