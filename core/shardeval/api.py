@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from shardeval.store.discover import refuse_inside_shard
     from shardeval.results.export import load_run
     from shardeval.results.merge import BenchmarkMerge, merge_run, MergeResult, read_winners
-    from shardeval.numbers import finite_number
+    from shardeval.numbers import finite_number, percent
     from shardeval.results.report import (counts, DISTRIBUTION_QUANTILES, fmt, fmt_p, provenance_facts, ReasoningCounts,
                                           reasoning_counts, ReasoningTokens, run_notes, timing)
     from shardeval.results.quoting import md_text
@@ -138,7 +138,7 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.store.discover", "refuse_inside_shard"),
     ("shardeval.results.export", "load_run"),
     ("shardeval.results.merge", "BenchmarkMerge merge_run MergeResult read_winners"),
-    ("shardeval.numbers", "finite_number"),
+    ("shardeval.numbers", "finite_number percent"),
     ("shardeval.results.report", "counts DISTRIBUTION_QUANTILES fmt fmt_p provenance_facts ReasoningCounts reasoning_counts "
      "ReasoningTokens run_notes timing"),
     ("shardeval.results.quoting", "md_text"),

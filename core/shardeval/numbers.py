@@ -28,6 +28,16 @@ def fmt(x: float | None, digits: int = 4) -> str:
     return f"{exact:.{digits}f}"
 
 
+def percent(x: float | None, digits: int = 0) -> str:
+    """A share as a percentage, by the same rule as `fmt` (the shortest decimal form, moved two places,
+    rounded half to even): 0.575 -> "58%" (f"{0.575:.0%}" says 57%: the binary value is below the
+    tie), 0.00125 -> "0.12%" at 2 digits."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return fmt(x, digits)
+    exact = Decimal(repr(float(x))).scaleb(2).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_EVEN)
+    return f"{exact:.{digits}f}%"
+
+
 def finite_number(x: Any) -> bool:
     """An int or float that is finite, and not a bool: what a score, a log-probability or a
     table's number must be to be written as one (JSON has no NaN; a bool is not a measure)."""

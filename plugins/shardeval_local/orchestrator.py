@@ -20,7 +20,7 @@ import time
 
 from shardeval.api import (
     EXIT_WITH_ERRORS, ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command, set_aside_shards,
-    UsageError,
+    UsageError, percent,
 )
 
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
@@ -65,7 +65,7 @@ def run_local(request: LaunchRequest) -> int:
         print(f"shardeval: {cell.label}: {outcome} -> {cell.dir}", file=sys.stderr)
     busy, slots = sum(seconds for _, seconds in ends), min(parallel, len(cells))
     print(f"shardeval: {len(cells)} {'cells' if request.sweep else 'shards'} ran in {wall:.2f} s, {slots} at a time: "
-          f"busy {busy:.2f} s, {busy / (slots * wall or 1):.0%} of the slots' time", file=sys.stderr)
+          f"busy {busy:.2f} s, {percent(busy / (slots * wall or 1))} of the slots' time", file=sys.stderr)
     refused = [cell for cell, (code, _) in zip(cells, ends) if code == REFUSED]
     if not stop and refused:
         # each refused before it wrote anything (its reason is above): what its directory holds is not this

@@ -14,7 +14,7 @@ import click
 
 
 def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
-    from shardeval.api import fmt, fmt_p, md_text
+    from shardeval.api import fmt, fmt_p, md_text, percent
 
     lines = [f"# shardeval compare: B = {md_text(name_b)} vs A = {md_text(name_a)}", ""]
     for r in results:
@@ -28,7 +28,7 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
             f"- problems compared: {r['n_shared']}, on {r['n_cells']} (problem, repeat) cells valid in both (only in A: {r['n_only_a']}, only in B: {r['n_only_b']}, "
             f"shared but without a valid answer in one run: {r['n_shared_without_samples']})",
             f"- A mean {fmt(r['a_mean'])}, B mean {fmt(r['b_mean'])}",
-            f"- difference B − A: {fmt(r['diff'])} ± {fmt(r['stderr'])} (stderr); {confidence:.0%} interval "
+            f"- difference B − A: {fmt(r['diff'])} ± {fmt(r['stderr'])} (stderr); {percent(confidence)} interval "
             f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}] ({r['ci_method']}, clustered by {r['clustered_by']}); "
             f"p = {fmt_p(r['p_value'])} ({r['test']})",
             f"- correlation of per-problem scores: {fmt(r['correlation'], 3)}",

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from shardeval.api import MetricOptions, ScoreTable
+from shardeval.api import MetricOptions, ScoreTable, percent
 from shardeval_metrics.dist import t_ppf
 from shardeval_metrics.paired import paired_difference
 from shardeval_metrics.stats import is_binary, match_problems, score_matrix
@@ -50,7 +50,7 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
             "diff": "mean over the (problem, repeat) cells valid in both runs of B - A (paired.paired_difference, "
                     "as the sweep table)",
             "a_mean_b_mean": "means over the shared cells only",
-            "mde_formula": f"(t_(df,1-alpha/2) + t_(df,{POWER:.2f})) * stderr, alpha = {alpha:.6g}, power {POWER:.0%}",
+            "mde_formula": f"(t_(df,1-alpha/2) + t_(df,{POWER:.2f})) * stderr, alpha = {alpha:.6g}, power {percent(POWER)}",
         },
     }
     details = result["details"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import headline_metric
+from shardeval.api import headline_metric, percent
 from shardeval_pages.charts import forest, interval_rows
 from shardeval_pages.page import Page, esc, finite, num, p_cell, span, table
 
@@ -27,7 +27,7 @@ def render_compare_html(run_a: str, run_b: str, a: dict[str, Any], b: dict[str, 
                         confidence: float, errors_as_wrong: bool) -> bytes:
     """The page; `a`, `b`: {benchmark: its BenchmarkMerge}, `results`: compare_tables' per shared
     benchmark. Raises vendor.BundleMissing without the charts' JavaScript."""
-    level = f"{confidence:.0%}"
+    level = f"{percent(confidence)}"
     page = Page(f"shardeval compare: {os.path.basename(os.path.normpath(run_b))} vs {os.path.basename(os.path.normpath(run_a))}")
     page.add("<h1>shardeval compare</h1>",
              f'<p>B = <span class="run" id="run-b">{esc(run_b)}</span><br>A = <span class="run" id="run-a">{esc(run_a)}</span></p>',

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgspec
 
 from shardeval.api import (DISTRIBUTION_QUANTILES, ERROR, MISSING, OK, RESULTS_FILE, TRAJECTORIES_FILE, ImageInfo, ImageThumbnail,
-                           ResultRecord, TrajectoryRecord, counts, provenance_facts, read_thumbnails, read_winners, run_notes, timing)
+                           ResultRecord, TrajectoryRecord, counts, percent, provenance_facts, read_thumbnails, read_winners, run_notes,
+                           timing)
 import shardeval_pages.charts as charts
 from shardeval_pages.page import Page, esc, finite, num, span, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, reasoning_of, token_bins
@@ -96,7 +97,7 @@ def metric_table(name: str, metrics: dict[str, Any], confidence: float) -> str:
     rows = [[esc(m), num(v.get("value"), f"{name}/{m}/value"), num(v.get("ci_low"), f"{name}/{m}/ci_low"),
              num(v.get("ci_high"), f"{name}/{m}/ci_high"), num(v.get("stderr"), f"{name}/{m}/stderr"), esc(v.get("ci_method") or "—"),
              num(v.get("n"), f"{name}/{m}/n")] for m, v in metrics.items()]
-    return table(["metric", "value", f"{confidence:.0%} low", f"{confidence:.0%} high", "stderr", "method", "n"], rows, cls="metrics")
+    return table(["metric", "value", f"{percent(confidence)} low", f"{percent(confidence)} high", "stderr", "method", "n"], rows, cls="metrics")
 
 
 def metric_rows(metrics: dict[str, Any], **labels: Any) -> list[dict[str, Any]]:
@@ -136,7 +137,7 @@ def summary_charts(page: Page, result: "MergeResult", metrics: dict[str, dict[st
                 passk.append({**row, "metric": "pass@k", "k": f"k = {k.group(1)}", "order": int(k.group(1))})
             else:
                 by_metric.setdefault(row["metric"], []).append(row)
-    level = f"{confidence:.0%}"
+    level = f"{percent(confidence)}"
     out = [page.chart(f"summary-{slug(metric)}", charts.forest(rows, f"{metric} of every benchmark with its {level} interval"))
            for metric, rows in by_metric.items()]
     if passk:
@@ -203,7 +204,7 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
         rows = [{"category": k, **span(e["value"], e.get("ci_low"), e.get("ci_high")), "n": e["n"]}
                 for k, e in sorted(per_cluster.items(), key=lambda kv: -kv[1]["value"])]
         methods = ", ".join(sorted({str(e.get("ci_method")) for e in per_cluster.values() if e.get("ci_low") is not None}))
-        out.append(page.chart(f"categories-{key}", charts.interval_rows(rows, f"{name}: accuracy per category, {confidence:.0%} intervals"
+        out.append(page.chart(f"categories-{key}", charts.interval_rows(rows, f"{name}: accuracy per category, {percent(confidence)} intervals"
                                                                       + (f" ({methods})" if methods else ""),
                                                                       y="category", x_title="accuracy")))
     passk = sorted((int(PASS_AT.match(m).group(1)), v) for m, v in metrics.items() if PASS_AT.match(m) and v.get("value") is not None)

@@ -16,7 +16,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from shardeval.api import NOT_COMPARED, not_compared_notes
+from shardeval.api import NOT_COMPARED, not_compared_notes, percent
 import shardeval_pages.charts as charts
 from shardeval_pages.page import Page, esc, finite, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, sweep_reasoning
@@ -39,7 +39,7 @@ def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, s
     page = Page(f"shardeval sweep: {os.path.basename(os.path.normpath(sweep.root))}")
     page.add(f"<h1>shardeval sweep: {esc(sweep.root)}</h1>",
              f"<p>{len(plan.services)} models × {len(benches)} benchmarks, baseline <b>{esc(plan.baseline)}</b>, "
-             f"{confidence:.0%} intervals; errors {'scored as wrong' if doc['errors_as_wrong'] else 'excluded from scores'}. "
+             f"{percent(confidence)} intervals; errors {'scored as wrong' if doc['errors_as_wrong'] else 'excluded from scores'}. "
              f'<span class="verdict {"complete" if sweep.complete else "partial"}" id="verdict">{verdict}</span>{esc(why)}</p>')
     notes = [f"{m['service']}: {m['why']}" + (f" ({m['benchmark']})" if "benchmark" in m else "") for m in doc["missing"]]
     notes += not_compared_notes(doc)
@@ -111,7 +111,7 @@ def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric:
     run's checkpoints read left to right), then the grid as a paged table."""
     cells = [c for c in doc["cells"] if c["metric"] == metric]
     out = [f'<h2 id="m-{slug(metric)}">{esc(metric)}</h2>']
-    level = f"{confidence:.0%}"
+    level = f"{percent(confidence)}"
     for b in benches:
         if any(finite(c["value"]) for c in cells if c["benchmark"] == b):
             out.append(page.chart(f"grid-{slug(metric)}-{slug(b)}", charts.across_models(
@@ -184,7 +184,7 @@ def vs_section(page: Page, doc: dict[str, Any], baseline: str, services: list[st
     if not vs:
         return []
     out = [f"<h2 id=\"vs-baseline\">vs baseline: model − {esc(baseline)}, paired on the same (problem, repeat) cells</h2>"]
-    level = f"{confidence:.0%}"
+    level = f"{percent(confidence)}"
     for b in benches:
         if any(finite(r["diff"]) for r in vs if r["benchmark"] == b):
             out.append(page.chart(f"vs-{slug(b)}", charts.across_models(

@@ -17,7 +17,7 @@ import msgspec
 from shardeval import plugins
 from shardeval.store.liveness import clock
 from shardeval.results.metrics import ERROR, MISSING, OK, MetricValue
-from shardeval.numbers import fmt
+from shardeval.numbers import fmt, percent
 from shardeval.results.quoting import md_text
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ def _interval(entry: dict[str, Any]) -> str:
 
 
 def _metric_rows(metrics: dict[str, MetricValue], confidence: float) -> list[str]:
-    rows = [f"| metric | value | {confidence:.0%} interval | stderr | method | n |", "|---|---|---|---|---|---|"]
+    rows = [f"| metric | value | {percent(confidence)} interval | stderr | method | n |", "|---|---|---|---|---|---|"]
     for name, m in metrics.items():
         rows.append(f"| {md_text(name)} | {fmt(m.value)} | {_interval({'ci_low': m.ci_low, 'ci_high': m.ci_high})} | {fmt(m.stderr)} | {md_text(m.ci_method)} | {m.n} |")
     return rows
@@ -256,7 +256,7 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
         ]
         kinds = ", ".join(f"{k} {v}" for k, v in c["error_kinds"].items())
         treated = "scored as wrong" if result.errors_as_wrong else "excluded from scores"
-        lines.append(f"- errors: {c['n_errors']} ({c['error_rate']:.2%} of records), {treated}" + (f": {kinds}" if kinds else ""))
+        lines.append(f"- errors: {c['n_errors']} ({percent(c['error_rate'], 2)} of records), {treated}" + (f": {kinds}" if kinds else ""))
         if c["n_duplicates"] or c["n_superseded_errors"]:
             lines.append(f"- duplicates: {c['n_duplicates']} extra ok record(s) ignored ({c['n_conflicts']} with a "
                          f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
@@ -264,7 +264,7 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
         if per_cluster := acc.get("per_cluster"):
             rows = [f"| {md_text(name)} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('ci_method', '—')} | {e.get('n', '')} |"
                     for name, e in per_cluster.items()]
-            lines += ["", f"| category | accuracy | {confidence:.0%} interval | method | n |", "|---|---|---|---|---|", *rows, ""]
+            lines += ["", f"| category | accuracy | {percent(confidence)} interval | method | n |", "|---|---|---|---|---|", *rows, ""]
         if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
             se = ", ".join(f"K={k}: {fmt(v)}" for k, v in split["se_if_repeats"].items())
             lines.append(f"- variance: between problems {fmt(split.get('sigma2_between'))}, within a problem "

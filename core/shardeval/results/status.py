@@ -22,6 +22,7 @@ import msgspec
 
 from shardeval import plugins
 from shardeval.errors import UsageError
+from shardeval.numbers import percent
 from shardeval.results.follow import Followed
 from shardeval.results.merge import Cells, build_table, compute_metrics, scan_results
 from shardeval.results.metrics import MetricOptions, MetricValue, headline_metric
@@ -257,7 +258,7 @@ def render_status(s: RunStatus) -> str:
         lines.append(f"{p.idx:<8} {p.state:<{STATE_WIDTH}} {p.records:>8}/{p.expected:<8} {p.errors:>7} {_rate(p.rate):>8} {_eta(p.eta_s):>8}  {q(p.path)}")
     lines += [f"{m.idx:<8} {'not started':<{STATE_WIDTH}} {'':>17} {'':>7} {'':>8} {'':>8}  {q(m.where)}" for m in s.missing]
     lines += [q(p.note) for p in s.shards if p.note]
-    lines.append(f"total: {s.done}/{s.total} records ({s.done / s.total:.1%})" if s.total else "total: nothing to do")
+    lines.append(f"total: {s.done}/{s.total} records ({percent(s.done / s.total, 1)})" if s.total else "total: nothing to do")
     lines += [f"{q(b.name)}: {b.reasoning.describe()}" for b in s.benchmarks if b.reasoning is not msgspec.UNSET]
     lines += [q(w) for p in s.shards for w in p.warnings]
     lines += [f"warning: shards served by different models: {q(text)} (merge refuses them)" for text in s.mixed]
@@ -284,7 +285,7 @@ def render_sweep_status(s: SweepStatus) -> str:
         notes += [q(f"{m.name}: {w}") for p in run.shards for w in p.warnings]
     if s.total:
         counted = f", {s.not_started} model(s) not started counted at a started one's size" if s.not_started else ""
-        lines.append(f"total: {s.done}/{s.total} records ({s.done / s.total:.1%}) of the whole sweep{counted}; "
+        lines.append(f"total: {s.done}/{s.total} records ({percent(s.done / s.total, 1)}) of the whole sweep{counted}; "
                      f"{_rate(s.rate)} req/s, eta {_eta(s.eta_s)}")
     else:
         lines.append("total: no model has started")

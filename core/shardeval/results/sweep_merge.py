@@ -22,6 +22,7 @@ from typing import Any
 from shardeval import plugins
 from shardeval.errors import os_error
 from shardeval.identity import incomparable
+from shardeval.numbers import percent
 from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, merge_run, verdict_text, warnings
 from shardeval.results.outputs import REPORT_HTML, write_merged
 from shardeval.results import pages
@@ -185,7 +186,7 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
     benches = list(dict.fromkeys(c["benchmark"] for c in doc["cells"]))
     lines = [
         f"# shardeval sweep: {md_text(sweep.root)}", "",
-        f"{len(plan.services)} models × {len(benches)} benchmarks, baseline **{md_text(plan.baseline)}**, {confidence:.0%} intervals. "
+        f"{len(plan.services)} models × {len(benches)} benchmarks, baseline **{md_text(plan.baseline)}**, {percent(confidence)} intervals. "
         f"**{sweep.verdict}**{md_text(sweep.verdict_line().removeprefix(sweep.verdict))}",
     ]
     lines += [f"- {md_text(m['service'])}: {md_text(m['why'])}" + (f" ({md_text(m['benchmark'])})" if "benchmark" in m else "") for m in doc["missing"]]
@@ -205,7 +206,7 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
         lines += ["", NOT_COMPARED]
     if doc["vs_baseline"]:
         lines += ["", f"## vs baseline: model − {md_text(plan.baseline)}, paired on the same (problem, repeat) cells", "",
-                  f"| model | benchmark | metric | difference | {confidence:.0%} interval | method | p | p (Holm) | test | cells |",
+                  f"| model | benchmark | metric | difference | {percent(confidence)} interval | method | p | p (Holm) | test | cells |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for row in doc["vs_baseline"]:
             row = {**row, **{key: md_text(row[key]) for key in ("service", "benchmark", "metric", "test") if key in row}}
