@@ -13,13 +13,29 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 # tests/test_docker.py starts the private Docker engine (scripts/setup/docker.sh) and stops it at
 # its end; should the run be cut short, this stops it too, unless it was running before.
+stop_docker=false
 if ! bash scripts/setup/docker.sh status >/dev/null 2>&1; then
-  trap 'bash scripts/setup/docker.sh stop >/dev/null 2>&1 || true' EXIT
+  stop_docker=true
 fi
+# Each extra in a fresh venv of its own (tests/test_extras_fresh_venv.py): mostly pip waiting on
+# the registry, so it runs beside the set-up and the first tests (in a session of its own, so that
+# a run cut short stops all of it); its outcome is checked before the performance tier, which
+# needs the machine to itself.
+extras_log=$(mktemp)
+setsid .venv/bin/python -m pytest -q tests/test_extras_fresh_venv.py >"$extras_log" 2>&1 &
+extras=$!
+cleanup() {
+  kill -- -"$extras" 2>/dev/null || true
+  if $stop_docker; then bash scripts/setup/docker.sh stop >/dev/null 2>&1 || true; fi
+}
+trap cleanup EXIT
 for setup in scripts/setup/*.sh; do
   [ -e "$setup" ] || continue
   echo "== $setup"
   bash "$setup"
 done
-.venv/bin/python -m pytest -q tests --ignore=tests/perf "$@"
+.venv/bin/python -m pytest -q tests --ignore=tests/perf --ignore=tests/test_extras_fresh_venv.py "$@"
+echo "== tests/test_extras_fresh_venv.py (run beside the others)"
+if ! wait $extras; then cat "$extras_log"; exit 1; fi
+tail -n 1 "$extras_log"
 .venv/bin/python -m pytest -q tests/perf -s

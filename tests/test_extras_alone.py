@@ -8,7 +8,7 @@ optional package of Inspect's is caught before any request: one line naming the 
 
 The missing package is made missing here by a stand-in `openai` that fails to import, first on the
 path of the `shardeval run` process (the venv has openai, for the other tests): what Inspect sees
-in a venv without it. A fresh venv per extra is left to a CI job (the closing note of issue 40).
+in a venv without it. tests/test_extras_fresh_venv.py runs each extra from a fresh venv of its own.
 """
 
 from __future__ import annotations
