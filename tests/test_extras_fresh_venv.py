@@ -112,6 +112,8 @@ def base(venv: Venv, tmp_path: Path) -> None:
     """No extra: the README's main job (a sharded run and merge against the simulator)."""
     out = small_arith_run(venv, tmp_path)
     assert "COMPLETE" in (out / "merged" / "report.md").read_text()
+    page = (out / "merged" / "report.html").read_text()
+    assert "dataset.charts" in page and "vegaEmbed" in page  # the pages' own script and Vega's, as package data
     assert len(records(out, "arith")) == 48
     absent = venv.python("import importlib.util as u; print([m for m in ('lm_eval', 'inspect_ai', 'PIL', 'mlflow', 'wandb', "
                          "'pyarrow', 'ray', 'openai') if u.find_spec(m)])")
@@ -188,10 +190,11 @@ def parquet(venv: Venv, tmp_path: Path) -> None:
 
 
 def ray(venv: Venv, tmp_path: Path) -> None:
-    """examples/ray_arith_sim.yaml: a local Ray started, shard tasks run in its workers, merged."""
+    """examples/ray_arith_sim.yaml: a local Ray started, shard tasks run in its workers, merged. A new
+    local Ray (`cluster.address=local`), never one a test beside this one started with `ray start`."""
     out = tmp_path / "ray"
     venv.shardeval("run", "examples/ray_arith_sim.yaml", "-o", str(out), *[a for o in SMALL_ARITH for a in ("-O", o)],
-                   timeout=RUN_TIMEOUT_S * 2)
+                   "-O", "cluster.address=local", timeout=RUN_TIMEOUT_S * 2)
     assert len(records(out, "arith")) == 48
     assert "COMPLETE" in (out / "merged" / "report.md").read_text()
 
