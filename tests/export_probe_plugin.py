@@ -36,3 +36,9 @@ def export_probe(config: ProbeConfig, export: TrackerExport) -> list[str]:
 @hookimpl
 def register_exporters(register):
     register("probe", export_probe, config=ProbeConfig)
+
+
+@hookimpl
+def export_flags(add):
+    """A target's own command-line flag (issue 41, point 3): `export --to probe --probe-file F`."""
+    add("probe", "--probe-file", "file", "where the description goes (default: $PROBE_FILE).", "FILE")

@@ -185,3 +185,24 @@ def test_export_command_line_refusals(tmp_path: Path) -> None:
     assert "export[0].to" in line and "unknown exporter 'tensorboard'" in line and "mlflow" in line and "wandb" in line
     bad = shardeval_cmd("run", str(config(tmp_path, "bad.yaml", export=[{"project": "x"}])), "-o", str(out), env=e)
     assert "missing required key 'to'" in one_line(bad, 2)
+
+
+def test_a_target_brings_its_own_flag_and_the_core_names_none(tmp_path: Path) -> None:
+    """The probe plugin declares `--probe-file` (hookspecs.export_flags): `export --help` shows it, it
+    sets the probe's `file`, another target refuses it naming what that target takes, and given
+    without --to it names the target that takes it. The core's command line names no target's flag."""
+    probe, elsewhere = tmp_path / "probe.jsonl", tmp_path / "given.jsonl"
+    e = env(probe)
+    assert "--probe-file FILE" in shardeval_cmd("export", "--help", env=e).stdout
+    assert "--probe-file" not in shardeval_cmd("export", "--help").stdout  # without the plugin, no such flag
+    out = tmp_path / "out"
+    assert shardeval_cmd("run", str(config(tmp_path)), "-o", str(out), env=e).returncode == 0
+    done = shardeval_cmd("export", str(out), "--to", "probe", "--probe-file", str(elsewhere), env=e)
+    assert done.returncode == 0, done.stderr
+    assert len(exports(elsewhere)) == 1 and not probe.exists()
+    line = one_line(shardeval_cmd("export", str(out), "--to", "mlflow", "--probe-file", "x", env=e), 2)
+    assert line.endswith("--probe-file: not an option of --to mlflow (it takes --tracking-uri, --experiment)"), line
+    line = one_line(shardeval_cmd("export", str(out), "-o", str(tmp_path / "t.csv"), "--probe-file", "x", env=e), 2)
+    assert "--probe-file: only with --to (a tracker); add --to probe" in line
+    core = (Path(TESTS).parent / "core" / "shardeval" / "cli.py").read_text() + (Path(TESTS).parent / "core" / "shardeval" / "results" / "trackers.py").read_text()
+    assert not any(flag in core for flag in ("--tracking-uri", "--experiment", "--project", "--entity"))

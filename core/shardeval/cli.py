@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -11,6 +12,13 @@ from shardeval import __version__
 from shardeval.command_line import evaluation_options, override_option, run_cli
 from shardeval.errors import EXIT_WITH_ERRORS, UsageError
 from shardeval.results.ci_methods import CI_METHODS
+
+
+def _plugins() -> Any:
+    """shardeval.plugins, loaded when a command needs the plugins (not for --help of the group alone)."""
+    from shardeval import plugins
+
+    return plugins
 
 
 class _Group(click.Group):
@@ -21,9 +29,7 @@ class _Group(click.Group):
     def _add_plugin_commands(self) -> None:
         if not self._plugins_added:
             self._plugins_added = True
-            from shardeval import plugins
-
-            plugins.hooks().register_commands(cli=self)
+            _plugins().hooks().register_commands(cli=self)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands:
@@ -33,6 +39,24 @@ class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         self._add_plugin_commands()
         return super().list_commands(ctx)
+
+
+class _ExportCommand(click.Command):
+    """`export`, whose tracker flags come from the plugins of the targets (hookspecs.export_flags),
+    added when the command is parsed or its help shown: the core names no target."""
+
+    _flags_added = False
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if not self._flags_added:
+            self._flags_added = True
+            by_flag: dict[str, list[Any]] = {}
+            for flag in _plugins().export_flags():
+                by_flag.setdefault(flag.flag, []).append(flag)
+            for name, declared in by_flag.items():
+                self.params.append(click.Option([name], metavar=declared[0].metavar,
+                                                help="; ".join(f"--to {f.target}: {f.help}" for f in declared)))
+        return super().get_params(ctx)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -160,7 +184,7 @@ def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, 
     click.echo(render(run_dir))
 
 
-@cli.command("export")
+@cli.command("export", cls=_ExportCommand)
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("-o", "--output", metavar="FILE|DIR",
               help="The file to write (replaced atomically; a pipe or a device is written into; - for standard output); "
@@ -168,12 +192,9 @@ def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, 
 @click.option("--format", "fmt", metavar="parquet|csv|jsonl", help="Default: from FILE's suffix (.parquet, .csv, .jsonl).")
 @click.option("--allow-mixed-models", is_flag=True,
               help="Export shards whose endpoints served different weights (the weights column tells them apart).")
-@click.option("--to", "target", metavar="mlflow|wandb|inspect",
-              help="Export to a tracker instead of a file: one tracker run per model and benchmark, updated on re-export.")
-@click.option("--tracking-uri", metavar="URI", help="--to mlflow: the tracking server or store (default: MLFLOW_TRACKING_URI).")
-@click.option("--experiment", metavar="NAME", help="--to mlflow: the experiment (default: the run directory's name).")
-@click.option("--project", metavar="P", help="--to wandb: the project (default: WANDB_PROJECT, else the run directory's name).")
-@click.option("--entity", metavar="E", help="--to wandb: the entity (default: WANDB_ENTITY, else your default).")
+@click.option("--to", "target", metavar="TARGET",
+              help="Export to a tracker instead of a file (the built-in targets: mlflow, wandb, inspect; `shardeval plugins` "
+                   "lists all): one tracker run per model and benchmark, updated on re-export. Each target's own flags follow.")
 def export_command(run_dir: str, output: str | None, fmt: str | None, allow_mixed_models: bool, target: str | None,
                    **target_options: str | None) -> None:
     """Export RUN_DIR's records to one Parquet, CSV or JSONL file, or its results to a tracker.
@@ -187,15 +208,16 @@ def export_command(run_dir: str, output: str | None, fmt: str | None, allow_mixe
     and report.html) or one Inspect log; exporting again updates them. Credentials come only from the
     tracker's own environment variables. See docs/export.md.
     """
-    if target is not None:
-        from shardeval.results.trackers import export_to
+    given = [dest for dest, value in target_options.items() if value is not None]
+    if target is not None or given:
+        from shardeval.results import trackers
 
-        return export_to(run_dir, target, {**target_options, "output": output}, fmt, allow_mixed_models, click.echo)
-    given = [f"--{key.replace('_', '-')}" for key, value in target_options.items() if value is not None]
-    if given:
-        raise UsageError(f"{', '.join(given)}: only with --to (a tracker); add --to mlflow or --to wandb, or drop it")
+        if target is None:
+            raise UsageError(trackers.flags_without_target(given))
+        return trackers.export_to(run_dir, target, {**target_options, "output": output}, fmt, allow_mixed_models, click.echo)
     if output is None:
-        raise UsageError("export: nothing to write to; give -o FILE (a Parquet, CSV or JSONL table) or --to mlflow|wandb|inspect")
+        raise UsageError("export: nothing to write to; give -o FILE (a Parquet, CSV or JSONL table) or --to TARGET (a tracker: "
+                         "mlflow, wandb, inspect)")
     from shardeval.results.export import export
 
     done = export(run_dir, output, fmt, allow_mixed_models=allow_mixed_models)

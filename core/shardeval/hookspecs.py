@@ -73,6 +73,15 @@ def register_exporters(register: Register) -> None:
     the rules every target keeps (one tracker run per model and benchmark, found again by its key)."""
 
 
+@hookspec
+def export_flags(add: Any) -> None:
+    """Declare the command-line flags of your export targets, as pytest's `pytest_addoption` lets a
+    plugin add its options: `add(target, flag, key, help, metavar="VALUE")` makes `shardeval export
+    --to TARGET FLAG VALUE` set the target config's `key` (e.g. `add("mlflow", "--tracking-uri",
+    "tracking_uri", "the tracking server or store", "URI")`). Stdlib only here: `--help` calls it.
+    The core names no target; `-o` is the core's own and sets a target's `dir` key."""
+
+
 @hookspec(firstresult=True)
 def paired_differences(pairs: list[tuple[ScoreTable, ScoreTable]], options: MetricOptions) -> list[dict] | None:
     """For each (baseline, other) pair of one benchmark's tables: the paired difference other − baseline on the (problem, repeat) cells valid in both, with interval, p-value and the Holm-adjusted p-value across all pairs given (one call = one family). None: no plugin computes it."""

@@ -15,3 +15,9 @@ def register_exporters(register):
     from shardeval_mlflow.config import MlflowExportConfig  # not at the top: --help loads plugins, and a config loads msgspec
 
     register("mlflow", Lazy("shardeval_mlflow.exporter:export_mlflow"), config=MlflowExportConfig)
+
+
+@hookimpl
+def export_flags(add):
+    add("mlflow", "--tracking-uri", "tracking_uri", "the tracking server or store (default: MLFLOW_TRACKING_URI).", "URI")
+    add("mlflow", "--experiment", "experiment", "the experiment (default: the run directory's name).", "NAME")

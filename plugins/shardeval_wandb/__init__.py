@@ -16,3 +16,9 @@ def register_exporters(register):
     from shardeval_wandb.config import WandbExportConfig  # not at the top: --help loads plugins, and a config loads msgspec
 
     register("wandb", Lazy("shardeval_wandb.exporter:export_wandb"), config=WandbExportConfig)
+
+
+@hookimpl
+def export_flags(add):
+    add("wandb", "--project", "project", "the project (default: WANDB_PROJECT, else the run directory's name).", "P")
+    add("wandb", "--entity", "entity", "the entity (default: WANDB_ENTITY, else your default).", "E")

@@ -287,6 +287,11 @@ class ExportConfig(_Section):
 
     to: str
 
+    def check(self) -> None:
+        """What the target can check before any merge (its library installed, a store it can open),
+        raising UsageError; called when the config is read and before `export --to` merges. By
+        default nothing."""
+
 
 class RawConfig(_Section):
     """The file as written: plugin-owned sections still undecoded."""

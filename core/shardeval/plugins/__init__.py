@@ -208,3 +208,34 @@ def plugin_version(name: str) -> str | None:
 
 def hooks() -> pluggy.HookRelay:
     return load().manager.hook
+
+
+@dataclass(frozen=True)
+class ExportFlag:
+    """One flag of `shardeval export --to TARGET` that a plugin declared (hookspecs.export_flags)."""
+
+    target: str
+    flag: str  # "--tracking-uri"
+    key: str  # the target config's key it sets
+    help: str
+    metavar: str = "VALUE"
+
+    @property
+    def dest(self) -> str:
+        """The name click gives the flag's value: --tracking-uri -> tracking_uri."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@lru_cache(maxsize=1)
+def export_flags() -> tuple[ExportFlag, ...]:
+    """Every export target's flags, as the loaded plugins declare them (in load order)."""
+    flags: list[ExportFlag] = []
+
+    def add(target: str, flag: str, key: str, help: str, metavar: str = "VALUE") -> None:
+        if not flag.startswith("--") or flag in ("--to", "--output", "--format", "--allow-mixed-models"):
+            warn(f"an export target's flag {flag!r} for --to {target} is refused: a flag is --name and not one of export's own")
+            return
+        flags.append(ExportFlag(target, flag, key, help, metavar))
+
+    hooks().export_flags(add=add)
+    return tuple(flags)

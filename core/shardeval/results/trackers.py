@@ -232,10 +232,8 @@ def exporter(target: ExportConfig) -> Exporter:
 
 
 def check_target(target: ExportConfig) -> None:
-    """What can be checked before any merge: the target's library is installed (`check()`)."""
-    check = getattr(target, "check", None)
-    if callable(check):
-        check()
+    """What can be checked before any merge: the target's library is installed (its `check()`)."""
+    target.check()
 
 
 def run_export(target: ExportConfig, export: TrackerExport) -> list[str]:
@@ -285,30 +283,38 @@ def export_after_merge(merged: Any, warn: Callable[[str], None], say: Callable[[
                  f"{export.root} --to {target.to}` tries again)")
 
 
-# `export --to` flags -> the target's config key; a flag its target has no key for is refused.
-TARGET_FLAGS = {"tracking_uri": "--tracking-uri", "experiment": "--experiment", "project": "--project", "entity": "--entity",
-                "output": "-o"}
+def flags_without_target(dests: list[str]) -> str:
+    """The line for tracker flags given without --to: which targets take them."""
+    declared = [f for f in plugins.export_flags() if f.dest in dests]
+    names = sorted({f.flag for f in declared})
+    targets = sorted({f.target for f in declared})
+    return f"{', '.join(names)}: only with --to (a tracker); add {' or '.join(f'--to {t}' for t in targets)}, or drop it"
 
 
 def target_from_flags(target: str, options: dict[str, str | None]) -> ExportConfig:
-    """`--to NAME` and its flags as that target's config section (`-o` is its `dir`)."""
+    """`--to NAME` and its flags as that target's config section: each flag sets the key its plugin
+    declared for it (hookspecs.export_flags); `-o` (`output`) is the core's and sets `dir`. A flag
+    of another target is refused, naming the flags this one takes."""
     struct = plugins.registry().get("exporters", target, where="--to").config
     fields = {f.name for f in msgspec.structs.fields(struct)} if struct is not None else set()
+    declared = {f.dest: f for f in plugins.export_flags() if f.target == target and f.key in fields}
+    takes = [f.flag for f in declared.values()] + (["-o"] if "dir" in fields else [])
+    flag_of = {f.dest: f.flag for f in plugins.export_flags()} | {"output": "-o"}
     section: dict[str, str] = {"to": target}
-    for key, value in options.items():
+    for dest, value in options.items():
         if value is None:
             continue
-        name = "dir" if key == "output" else key
-        if name not in fields:
-            takes = [flag for k, flag in TARGET_FLAGS.items() if ("dir" if k == "output" else k) in fields]
-            raise UsageError(f"{TARGET_FLAGS[key]}: not an option of --to {target}"
+        key = "dir" if dest == "output" and "dir" in fields else declared[dest].key if dest in declared else None
+        if key is None:
+            raise UsageError(f"{flag_of.get(dest, dest)}: not an option of --to {target}"
                              + (f" (it takes {', '.join(takes)})" if takes else " (it takes none)"))
-        section[name] = value
-    flag_of = {("dir" if k == "output" else k): flag for k, flag in TARGET_FLAGS.items()}
+        section[key] = value
+    key_flags = {f.key: f.flag for f in declared.values()} | {"dir": "-o"}
     for f in msgspec.structs.fields(struct) if struct is not None else ():
-        if f.required and f.name not in section and f.name in flag_of:
-            raise UsageError(f"--to {target} needs {flag_of[f.name]} (e.g. {flag_of[f.name]} "
-                             f"{'DIR' if f.name == 'dir' else f.name.upper()}); see `shardeval export --help`")
+        if f.required and f.name not in section and f.name in key_flags:
+            flag = key_flags[f.name]
+            raise UsageError(f"--to {target} needs {flag} (e.g. {flag} {'DIR' if f.name == 'dir' else f.name.upper()}); "
+                             "see `shardeval export --help`")
     return decode_exports([section], Where(source="command line"), at="--to")[0]
 
 
