@@ -39,8 +39,7 @@ def benchmark_id(name: str) -> str:
 class InspectBenchmark(Benchmark):
     name = "inspect"
     solver = "inspect"
-    scored_by_solver = True  # the task's scorers ran inside Inspect, where the sample ran (its sandbox)
-    solver_scores = False
+    scores_from = "solver"  # the task's scorers ran inside Inspect, where the sample ran (its sandbox)
     metrics = ("accuracy", "pass@k")
     requests_note = ("Inspect's runtime makes them, with the task's own GenerateConfig; the solver.generation keys that "
                      "are set override it, as `inspect eval --temperature ...` would")

@@ -47,7 +47,7 @@ def benchmark_id(task: str) -> str:
 class LmEvalBenchmark(Benchmark):
     name = "lm_eval"
     solver = "lm_eval"
-    solver_scores = False  # every score is lm-eval's process_results', re-made by a rescore
+    scores_from = "scorer"  # every score is lm-eval's process_results', re-made by a rescore
     metrics = ("accuracy", "lm_eval")
 
     @classmethod

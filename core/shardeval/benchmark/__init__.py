@@ -8,7 +8,7 @@ the rest. Solvers (how a problem becomes requests) and metrics (how scores reduc
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 import msgspec
 
@@ -92,14 +92,15 @@ class Benchmark:
         the class, as `default_sampling`: no data is loaded to know it."""
         return False
 
-    # Whether a record's `scores` may hold numbers its solver measured (log-probabilities), which
-    # `shardeval rescore` keeps; False when every score is the scorer's (an lm-eval task's
-    # metrics), so a metric a re-scoring no longer gives is gone, not kept.
-    solver_scores: bool = True
-    # Whether its solver scores every answer itself (shardeval.run.solver.Attempt.score: an Inspect
-    # task's scorers, which run inside Inspect with its sandbox): `shardeval rescore` cannot score
-    # its records again, and says so, unless another scorer is named for it.
-    scored_by_solver: bool = False
+    # Who gives a record's scores, which `shardeval rescore` must know:
+    #   "scorer_and_solver" (default): the benchmark's scorer, plus numbers its solver measured
+    #       (log-probabilities, nll), which a rescore keeps;
+    #   "scorer": every score is the scorer's (an lm-eval task's metrics), so a metric a re-scoring
+    #       no longer gives is gone, not kept;
+    #   "solver": its solver scores every answer itself (Attempt.score: an Inspect task's scorers,
+    #       which run inside Inspect with its sandbox), so rescore cannot score its records again, and
+    #       says so, unless another scorer is named for it.
+    scores_from: Literal["scorer_and_solver", "scorer", "solver"] = "scorer_and_solver"
     # The solver its problems need (registered name), used when the config leaves `solver.type`
     # at its default: e.g. `lm_eval`, whose problems are lm-eval request lists. None: the config's.
     solver: str | None = None

@@ -171,7 +171,7 @@ def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[B
         scorer = data
         if name != run_config.name or params != run_config.params:
             scorer, entry = make_benchmark(BenchmarkConfig(name=name, params=params), SCORER_FLAG, registry)
-        if scorer.scored_by_solver:
+        if scorer.scores_from == "solver":
             raise UsageError(f"{where}: {bm.name} was scored by its solver (its task's own scorers, run where it ran), which "
                              f"rescore cannot run again; name another scorer with {SCORER_FLAG} {bm.name}=NAME, or run it again")
         version = plugins.plugin_version(entry.plugin)
@@ -458,7 +458,7 @@ def rescore_record(record: ResultRecord, problem: Problem, scorer: Benchmark, da
     if not isinstance(record.judge, msgspec.UnsetType):  # a judge scored it: its verdict and scores go, not kept as measured
         record.judge, record.scores = msgspec.UNSET, {}
     measured: dict[str, float] = {}
-    if record.scores and data.solver_scores:
+    if record.scores and data.scores_from == "scorer_and_solver":
         own = new if scorer is data else data.score(problem, "" if truncated else record.scored_text())
         measured = {k: v for k, v in record.scores.items() if own.scores.get(k, _ABSENT) != v}
     record.score, record.extracted = new.score, new.extracted
