@@ -296,24 +296,21 @@ def target_from_flags(target: str, options: dict[str, str | None]) -> ExportConf
     declared for it (hookspecs.export_flags); `-o` (`output`) is the core's and sets `dir`. A flag
     of another target is refused, naming the flags this one takes."""
     struct = plugins.registry().get("exporters", target, where="--to").config
-    fields = {f.name for f in msgspec.structs.fields(struct)} if struct is not None else set()
-    declared = {f.dest: f for f in plugins.export_flags() if f.target == target and f.key in fields}
-    takes = [f.flag for f in declared.values()] + (["-o"] if "dir" in fields else [])
-    flag_of = {f.dest: f.flag for f in plugins.export_flags()} | {"output": "-o"}
+    fields = {f.name: f for f in msgspec.structs.fields(struct)} if struct is not None else {}
+    keys = {f.dest: (f.flag, f.key) for f in plugins.export_flags() if f.target == target and f.key in fields}
+    if "dir" in fields:
+        keys["output"] = ("-o", "dir")
     section: dict[str, str] = {"to": target}
     for dest, value in options.items():
-        if value is None:
-            continue
-        key = "dir" if dest == "output" and "dir" in fields else declared[dest].key if dest in declared else None
-        if key is None:
-            raise UsageError(f"{flag_of.get(dest, dest)}: not an option of --to {target}"
-                             + (f" (it takes {', '.join(takes)})" if takes else " (it takes none)"))
-        section[key] = value
-    key_flags = {f.key: f.flag for f in declared.values()} | {"dir": "-o"}
-    for f in msgspec.structs.fields(struct) if struct is not None else ():
-        if f.required and f.name not in section and f.name in key_flags:
-            flag = key_flags[f.name]
-            raise UsageError(f"--to {target} needs {flag} (e.g. {flag} {'DIR' if f.name == 'dir' else f.name.upper()}); "
+        if value is not None and dest not in keys:
+            flag = next((f.flag for f in plugins.export_flags() if f.dest == dest), "-o" if dest == "output" else dest)
+            takes = ", ".join(flag for flag, _ in keys.values()) or "none"
+            raise UsageError(f"{flag}: not an option of --to {target} (it takes {takes})")
+        if value is not None:
+            section[keys[dest][1]] = value
+    for flag, key in keys.values():
+        if fields[key].required and key not in section:
+            raise UsageError(f"--to {target} needs {flag} (e.g. {flag} {'DIR' if key == 'dir' else key.upper()}); "
                              "see `shardeval export --help`")
     return decode_exports([section], Where(source="command line"), at="--to")[0]
 
