@@ -52,10 +52,13 @@ def test_every_plugin_and_core_room_is_in_the_contracts() -> None:
     """A new plugin or room of the core cannot slip past the contracts unnamed."""
     import tomllib
 
-    config = tomllib.loads((Path(REPO) / "pyproject.toml").read_text())["tool"]["importlinter"]
+    project = tomllib.loads((Path(REPO) / "pyproject.toml").read_text())
+    config = project["tool"]["importlinter"]
     contracts = {c["type"]: c for c in config["contracts"] if c["type"] != "forbidden"}
     forbidden = [c for c in config["contracts"] if c["type"] == "forbidden"]
     plugins = [name for name in root_packages() if name != "shardeval"]
+    # One list of the built-ins, the folders under plugins/: the entry points and every contract follow it.
+    assert sorted(project["project"]["entry-points"]["shardeval"].values()) == sorted(plugins)
     assert sorted(config["root_packages"]) == sorted(["shardeval", *plugins])
     assert sorted(contracts["independence"]["modules"]) == sorted(plugins)
     assert sorted(contracts["acyclic_siblings"]["ancestors"]) == sorted(["shardeval", *plugins])
