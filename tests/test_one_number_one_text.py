@@ -16,8 +16,8 @@ import pytest
 from browser import browser, visit  # noqa: F401  (browser is a fixture)
 from conftest import shardeval_cmd
 from served import status_serve
-from shard_factory import make_shard, make_sweep
-from shardeval.numbers import fmt
+from shard_factory import make_shard, make_sweep, record
+from shardeval.numbers import fmt, percent
 
 # (problems, right answers, the text every output shows, the text the binary float's rounding gave)
 TIES = [(800, 443, "0.5538", "0.5537"), (160, 7, "0.0438", "0.0437"), (32, 1, "0.0312", "0.0313")]
@@ -62,3 +62,18 @@ def test_a_sweep_says_one_text_in_sweep_md_and_sweep_html(tmp_path, browser, n, 
     with visit(browser, (root / "merged" / "sweep.html").as_uri(), ready=READY) as v:
         page = v.page.inner_text("body")
     assert shown in page and other not in page
+
+
+def test_a_percentage_reads_the_same_in_the_terminal_and_on_the_live_page(tmp_path, browser):
+    """1 of 400 records done: 0.25 %, a tie at one decimal. The terminal's `status` and the live page
+    both say 0.2% (half to even from the shortest decimal form); the page's toFixed said 0.3%, and
+    f"{0.575:.0%}" says 57% where the rule says 58%."""
+    assert (percent(1 / 400, 1), percent(0.575), percent(0.95), percent(0.00125, 2)) == ("0.2%", "58%", "95%", "0.12%")
+    root = tmp_path / "run"
+    make_shard(str(root), 0, 1, n_problems=400, state="running", records=[record("arith", 0, 0, 0)])
+    terminal = shardeval_cmd("status", str(root))
+    assert "1/400 records (0.2%)" in terminal.stdout, terminal.stdout + terminal.stderr
+    with status_serve(root, "--interval", "0.3") as url, visit(browser, url) as v:
+        v.page.wait_for_function("() => document.body.innerText.includes('records (')", timeout=30_000)
+        live = v.page.inner_text("body")
+    assert "records (0.2%)" in live and "0.3%" not in live, live

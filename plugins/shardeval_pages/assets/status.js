@@ -58,7 +58,7 @@ function notes(run, who) {
 
 function total(done, all, suffix, ...more) {
   return el("p", {"data-row": "total"}, bar(done, all), " total: ", k("done", done), "/", k("total", all), " records (",
-            all ? (100 * done / all).toFixed(1) + "%" : "—", ")" + suffix, ...more);
+            all ? percent(done / all, 1) : "—", ")" + suffix, ...more);
 }
 
 function runView(run) {
@@ -123,7 +123,7 @@ async function poll() {
     if (!r.ok) throw new Error("HTTP " + r.status);
     const doc = await r.json();
     interval = doc.interval_s || interval;
-    CONFIDENCE = Math.round(doc.confidence * 100) + "%";
+    CONFIDENCE = percent(doc.confidence, 0);
     show(doc);
   } catch (e) {
     const err = document.getElementById("error");
