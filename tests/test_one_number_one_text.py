@@ -77,3 +77,19 @@ def test_a_percentage_reads_the_same_in_the_terminal_and_on_the_live_page(tmp_pa
         v.page.wait_for_function("() => document.body.innerText.includes('records (')", timeout=30_000)
         live = v.page.inner_text("body")
     assert "records (0.2%)" in live and "0.3%" not in live, live
+
+
+def test_a_charts_tooltip_says_the_tables_text(tmp_path, browser):
+    """Vega's ".4f" rounded the binary value: hovering the accuracy at 443/800 said 0.5537 beside the
+    table's 0.5538. The charts' tooltips now use the pages' format type `decimals` (the one rule)."""
+    root = tmp_path / "run"
+    make_shard(str(root), 0, 1, n_problems=800, score=lambda p, r: float(p < 443), metrics=["accuracy"])
+    assert shardeval_cmd("merge", str(root)).returncode == 0
+    with visit(browser, (root / "merged" / "report.html").as_uri(), ready=READY) as v:
+        assert v.page.evaluate(READY) == "drawn"
+        point = v.page.locator("svg .mark-symbol path").first
+        point.scroll_into_view_if_needed()
+        point.hover(force=True)
+        v.page.wait_for_selector("#vg-tooltip-element.visible", timeout=10_000)
+        tip = v.page.inner_text("#vg-tooltip-element")
+    assert "0.5538" in tip and "0.5537" not in tip, tip

@@ -28,14 +28,14 @@ def fmt(x: float | None, digits: int = 4) -> str:
     return f"{exact:.{digits}f}"
 
 
-def percent(x: float | None, digits: int = 0) -> str:
+def percent(x: float | None, digits: int = 0, sep: str = "") -> str:
     """A share as a percentage, by the same rule as `fmt` (the shortest decimal form, moved two places,
     rounded half to even): 0.575 -> "58%" (f"{0.575:.0%}" says 57%: the binary value is below the
-    tie), 0.00125 -> "0.12%" at 2 digits."""
+    tie), 0.00125 -> "0.12%" at 2 digits; `sep` goes before the sign ("14.3 %")."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return fmt(x, digits)
     exact = Decimal(repr(float(x))).scaleb(2).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_EVEN)
-    return f"{exact:.{digits}f}%"
+    return f"{exact:.{digits}f}{sep}%"
 
 
 def finite_number(x: Any) -> bool:

@@ -24,12 +24,24 @@ ERROR_COLOR = "#d1495b"  # an error is this colour in every chart (coverage, err
 ERROR_KIND_COLORS = [ERROR_COLOR, "#8c1c2b", "#f08a97", "#b5343f", "#5e0f19", "#f7bcc3"]
 
 
-def _tip(nominal: list[str], numbers: list[str], fmt: str = ".4f") -> list[dict[str, Any]]:
-    return [*({"field": f, "type": "nominal"} for f in nominal), *({"field": f, "type": "quantitative", "format": fmt} for f in numbers)]
+# Every chart's config: no frame, and the pages' own format type (draw.js registers `decimals`, the
+# one rounding rule of every output) allowed in its tooltips.
+CONFIG = {"view": {"stroke": None}, "customFormatTypes": True}
+
+
+def _number(digits: int | str) -> dict[str, Any]:
+    """A tooltip's number: `digits` decimals by the one rule (draw.js's `decimals`, as fmt), or "d"
+    for a count. Vega's ".4f" rounds the binary value: a tooltip said 0.5537 beside a table's 0.5538."""
+    return {"format": "d"} if digits == "d" else {"format": str(digits), "formatType": "decimals"}
+
+
+def _tip(nominal: list[str], numbers: list[str], digits: int | str = 4) -> list[dict[str, Any]]:
+    return [*({"field": f, "type": "nominal"} for f in nominal),
+            *({"field": f, "type": "quantitative", **_number(digits)} for f in numbers)]
 
 
 def _base(rows: list[dict[str, Any]], title: str, **extra: Any) -> dict[str, Any]:
-    return {"title": title, "data": {"values": rows}, "config": {"view": {"stroke": None}}, **extra}
+    return {"title": title, "data": {"values": rows}, "config": CONFIG, **extra}
 
 
 def forest(rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", color: str | None = None,
@@ -110,7 +122,7 @@ def across_models(data: str, where: dict[str, str], title: str, *, order: list[s
     ]
     if zero_rule:
         layers.append(_zero_rule("y"))
-    return {"title": title, "data": {"name": data}, "config": {"view": {"stroke": None}}, "width": WIDTH, "height": 200, "layer": layers}
+    return {"title": title, "data": {"name": data}, "config": CONFIG, "width": WIDTH, "height": 200, "layer": layers}
 
 
 def pass_at_k(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
@@ -130,7 +142,7 @@ def ecdf(rows: list[dict[str, Any]], title: str, x_title: str) -> dict[str, Any]
     return _base(rows, title, width=WIDTH, height=200, mark={"type": "line", "interpolate": "step-after", "point": False},
                  encoding={"x": {"field": "seconds", "type": "quantitative", "title": x_title, "axis": VALUE_AXIS},
                            "y": {"field": "q", "type": "quantitative", "title": "fraction of requests", "scale": {"domain": [0, 1]}},
-                           "tooltip": _tip(["benchmark"], ["q", "seconds"], ".3f")})
+                           "tooltip": _tip(["benchmark"], ["q", "seconds"], 3)})
 
 
 def stacked_counts(rows: list[dict[str, Any]], title: str, *, y: str, color: str, colors: dict[str, str] | None = None) -> dict[str, Any]:
@@ -176,8 +188,8 @@ def series_across_models(data: str, where: dict[str, str], title: str, *, order:
          "axis": {"labelAngle": 0 if len(order) <= 8 else -45, "labelOverlap": True, "labelLimit": 120}}
     transform = [*({"filter": {"field": f, "equal": v}} for f, v in where.items()),
                  {"fold": values, "as": ["stat", "value"]}, {"filter": "isValid(datum.value)"}]
-    return {"title": title, "data": {"name": data}, "transform": transform, "config": {"view": {"stroke": None}},
+    return {"title": title, "data": {"name": data}, "transform": transform, "config": CONFIG,
             "width": WIDTH, "height": 200, "mark": {"type": "line", "point": {"filled": True, "size": 40}},
             "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": y_title, "axis": VALUE_AXIS},
                          "color": {"field": "stat", "type": "nominal", "title": None, "sort": values},
-                         "tooltip": _tip(["service", "stat"], ["value"], ".1f")}}
+                         "tooltip": _tip(["service", "stat"], ["value"], 1)}}

@@ -266,7 +266,7 @@ def reasoning_section(page: Page, b: "BenchmarkMerge") -> list[str]:
     line = (f'<p class="reasoning" id="reasoning-line-{key}"><span class="badge{" warn" if summary["truncated_reasoning"] else ""}">'
             f'{esc(TRUNCATED_REASONING)}: {figure(summary["truncated_reasoning"], f"{k}/truncated_reasoning")} of '
             f'{figure(summary["n_answered"], f"{k}/n_answered")}'
-            + (f" ({share * 100:.1f} %)" if share is not None else "") + "</span> · "
+            + (f" ({percent(share, 1, ' ')})" if share is not None else "") + "</span> · "
             f'{esc(TRUNCATED)}: {figure(summary["truncated"], f"{k}/truncated")} · '
             f'with thinking: {figure(summary["with_reasoning"], f"{k}/with_reasoning")}</p>')
     out = [line]

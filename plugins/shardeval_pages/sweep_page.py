@@ -148,7 +148,7 @@ def reasoning_section(page: Page, sweep: "SweepMerge", services: list[str], benc
         tokens = s.get("reasoning_tokens") or {}
         share = rate(s)
         rows.append([service, bench, s["truncated_reasoning"], s["n_answered"], share,
-                     f'{s["truncated_reasoning"]} of {s["n_answered"]}' + (f" ({share * 100:.1f} %)" if share is not None else ""),
+                     f'{s["truncated_reasoning"]} of {s["n_answered"]}' + (f" ({percent(share, 1, ' ')})" if share is not None else ""),
                      s["truncated"], s["with_reasoning"], tokens.get("mean"), _tokens(tokens.get("mean")), tokens.get("p50"),
                      _tokens(tokens.get("p50")), s["n_answered"]])
     page.dataset("reasoning", REASONING_FIELDS, rows)

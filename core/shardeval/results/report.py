@@ -88,7 +88,7 @@ class ReasoningCounts(msgspec.Struct, kw_only=True):
         thinking: 37 of 200 (18.5 %); cut off after answering: 4; 190 of 200 with thinking;
         thinking tokens mean 812, p50 640, p90 1900, max 8192 (usage 150, stream 40)`."""
         n = self.n_answered
-        parts = [f"truncated while thinking: {self.truncated_reasoning} of {n} ({100 * self.truncated_reasoning_rate:.1f} %)",
+        parts = [f"truncated while thinking: {self.truncated_reasoning} of {n} ({percent(self.truncated_reasoning_rate, 1, ' ')})",
                  f"cut off after answering: {self.truncated}", f"{self.with_reasoning} of {n} with thinking"]
         t = self.reasoning_tokens
         if t is None:

@@ -238,7 +238,7 @@ def _reasoning_rows(doc: dict[str, Any], services: list[str], benches: list[str]
             t = r.reasoning_tokens
             tokens = [f"{t.mean:.0f}", f"{t.p50:.0f}", f"{t.p90:.0f}", str(t.max)] if t is not None else ["—"] * 4
             lines.append(f"| {md_text(name)} | {md_text(bench)} | {r.truncated_reasoning} of {r.n_answered} "
-                         f"({100 * r.truncated_reasoning_rate:.1f} %) | {r.truncated} | {r.with_reasoning} | {' | '.join(tokens)} |")
+                         f"({percent(r.truncated_reasoning_rate, 1, ' ')}) | {r.truncated} | {r.with_reasoning} | {' | '.join(tokens)} |")
     return lines
 
 

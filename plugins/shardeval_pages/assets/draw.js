@@ -4,6 +4,10 @@
 // data-charts="drawn" when every chart is. A chart whose data is a named dataset gets that dataset's
 // rows as objects of its own (Vega marks the objects it reads). Then the paged tables.
 (function () {
+  // The charts' tooltips format their numbers by the one rule (charts.py's formatType "decimals").
+  (window.vega || vegaEmbed.vega).expressionFunction('decimals', function (v, digits) {
+    return typeof v === 'number' && isFinite(v) ? decimals(v, Number(digits)) : String(v);
+  });
   var specs = JSON.parse(document.getElementById('chart-specs').textContent);
   var dataEl = document.getElementById('page-data');
   var page = dataEl ? JSON.parse(dataEl.textContent) : {datasets: {}, tables: {}};

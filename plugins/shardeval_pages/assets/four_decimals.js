@@ -13,8 +13,15 @@ var percent = (function () {
     return formats[digits].format(v);
   };
 })();
-var fourDecimals = (function () {
-  var format = new Intl.NumberFormat('en-US', {minimumFractionDigits: 4, maximumFractionDigits: 4, useGrouping: false,
-                                               roundingMode: 'halfEven'});
-  return function (v) { return format.format(v); };
+// decimals(v, digits): `digits` decimals by that rule; fourDecimals(v) the scores' four.
+var decimals = (function () {
+  var formats = {};
+  return function (v, digits) {
+    if (!formats[digits]) {
+      formats[digits] = new Intl.NumberFormat('en-US', {minimumFractionDigits: digits, maximumFractionDigits: digits,
+                                                         useGrouping: false, roundingMode: 'halfEven'});
+    }
+    return formats[digits].format(v);
+  };
 })();
+var fourDecimals = function (v) { return decimals(v, 4); };
