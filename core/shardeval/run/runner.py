@@ -229,6 +229,15 @@ def make_benchmark(bc: BenchmarkConfig, where: str, registry) -> tuple[Benchmark
     return entry.factory(params), entry
 
 
+class _Refused(Exception):
+    """A resume refused (its endpoint serves other weights): the error to raise, and the shard's
+    directory is left as it was."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class ShardRun:
     """Everything one shard does, from its output directory to its final manifest."""
 
@@ -285,8 +294,43 @@ class ShardRun:
                 self._lease.release()
 
     async def _run(self) -> int:
+        """The shard's phases, in order: plan, prepare the output (or find nothing left to ask),
+        answer every benchmark, read back what was written, settle the manifest, exit."""
         plans = plan_benchmarks(self.config, self.shard)
-        manifest = Manifest(
+        manifest = self._new_manifest(plans)
+        resumed, finished = await self._prepare_output(manifest)
+        if finished:
+            return 0
+        self.hooks.shard_started(manifest=manifest, out_dir=self.out_dir)
+        tallies: list[Tally] = []
+        refused = False
+        try:
+            try:
+                cells = await self._answer(plans, manifest, resumed, tallies)
+            except _Refused as exc:
+                refused = True
+                raise exc.error from None
+        except BaseException as exc:
+            manifest.state = "failed"
+            manifest.reason = str(exc) if isinstance(exc, (ShardError, UsageError)) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, OSError):  # the machine, not the user: an infrastructure failure (exit 1)
+                raise ShardError(manifest.reason) from None
+            raise
+        else:
+            self._settle(manifest, plans, tallies, cells)
+        finally:
+            manifest.finished_at = time.time()
+            if refused and resumed is not None:
+                write_final_manifest(self.out_dir, resumed)  # a refused resume leaves the directory as it was
+            else:
+                write_final_manifest(self.out_dir, manifest)
+                self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
+        for plan, tally, bm in zip(plans, tallies, manifest.benchmarks):
+            print_summary(plan, tally, bm, self.shard, manifest.finished_at - manifest.started_at)
+        return self._exit_code(manifest)
+
+    def _new_manifest(self, plans: list[BenchmarkPlan]) -> Manifest:
+        return Manifest(
             version=__version__,
             shard_idx=self.shard.idx,
             total_shards=self.shard.total,
@@ -299,7 +343,11 @@ class ShardRun:
             provenance=collect_provenance(),
             sweep=self.sweep,
         )
-        try:  # preparing the output: what fails here is the output directory (one line, exit 2 or 1)
+
+    async def _prepare_output(self, manifest: Manifest) -> tuple[Manifest | None, bool]:
+        """(the manifest of the run resumed or None, whether nothing is left to ask); the cache opened
+        and logs/shard.log started. What fails here is the output directory: one line, exit 2 or 1."""
+        try:
             # become its one writer (a second is refused, naming the holder) before anything in it is read
             make_output_dir(self.out_dir)
             self._lease = ShardLease(self.out_dir)
@@ -315,77 +363,70 @@ class ShardRun:
                     resumed.state, resumed.reason, resumed.finished_at = "complete", None, time.time()
                     resumed.benchmarks = manifest.benchmarks
                     write_manifest(self.out_dir, resumed)
-                return 0
+                return resumed, True
             if self.config.cache is not None:  # a directory that cannot be used is one line, exit 2, before anything is asked
                 self.cache = await self._open_cache(self.config.cache.dir)
             if resumed is not None:
                 manifest.served = dict(resumed.served)  # kept until the endpoints say what they serve now
-            os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
-            # logs/shard.log opens now, after --fresh moved an earlier run's logs aside, and gets the lines held so far
-            handler = QuietFileHandler(os.path.join(self.out_dir, LOGS_DIR, "shard.log"))
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-            handler.addFilter(RedactingFilter())  # no URL credentials in shard.log
-            early, self._log = self._log, handler
-            early.setTarget(handler)  # type: ignore[attr-defined]
-            early.flush()
-            log.removeHandler(early)
-            log.addHandler(handler)
+            self._open_shard_log()
             write_manifest(self.out_dir, manifest)
         except OSError as exc:
             raise os_error(exc, "write", alternative="give another output directory with -o") from None
-        self.hooks.shard_started(manifest=manifest, out_dir=self.out_dir)
-        tallies: list[Tally] = []
-        refused = False
-        try:
-            async with AsyncExitStack() as stack:
-                handles = await self._start_services(plans, stack)
-                served = {name: handle.served for name, handle in handles.items() if handle.served is not None}
-                reason = served_mismatch(resumed, served) if resumed is not None else None
-                if reason:
-                    refused = True
-                    raise refuse(self.out_dir, reason)
-                manifest.served.update(served)
-                write_manifest(self.out_dir, manifest)
-                for plan, bm in zip(plans, manifest.benchmarks):
-                    if self.stopping or self.service_failure or self.write_failure:
-                        break
-                    judge = self._judge(plan, handles)
-                    tally = await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm), judge)
-                    tallies.append(tally)
-                # what the shard says is what it wrote: its files read back by the merge's reader, not what it counted
-                cells = [read_cells(os.path.join(self.out_dir, bm.name, RESULTS_FILE), Membership.of(manifest, bm))
-                         for bm in manifest.benchmarks[:len(tallies)]]
-                for bm, read in zip(manifest.benchmarks, cells):
-                    bm.n_ok, bm.n_error, bm.error_kinds = read.n_ok, read.n_error, read.error_kinds
-                failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, cells))
-                if failure:
-                    raise ShardError(failure)
-        except BaseException as exc:
-            manifest.state = "failed"
-            manifest.reason = str(exc) if isinstance(exc, (ShardError, UsageError)) else f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, OSError):  # the machine, not the user: an infrastructure failure (exit 1)
-                raise ShardError(manifest.reason) from None
-            raise
-        else:
-            manifest.state = "interrupted" if self.stopping else "complete"
-            manifest.reason = self.stopping
-            if not self.stopping and (errors := sum((Counter(read.error_kinds) for read in cells), Counter())):
-                # every pair has a record, but not every one an answer: not complete (issue 24), exit 3
-                cells = sum(len(plan.indices) * plan.config.repeats for plan, _ in zip(plans, tallies))  # this shard's pairs
-                manifest.state = "finished_with_errors"
-                n = sum(errors.values())
-                kinds = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])))
-                manifest.reason = (f"{n} of {cells} pairs end in errors ({kinds}); "
-                                   "rerun the shard to ask them again (it resumes)")
-        finally:
-            manifest.finished_at = time.time()
-            if refused and resumed is not None:
-                write_final_manifest(self.out_dir, resumed)  # a refused resume leaves the directory as it was
-            else:
-                write_final_manifest(self.out_dir, manifest)
-                self.hooks.shard_finished(manifest=manifest, out_dir=self.out_dir)
-        for plan, tally, bm in zip(plans, tallies, manifest.benchmarks):
-            print_summary(plan, tally, bm, self.shard, manifest.finished_at - manifest.started_at)
+        return resumed, False
+
+    def _open_shard_log(self) -> None:
+        """logs/shard.log opens now, after --fresh moved an earlier run's logs aside, and gets the
+        lines held so far."""
+        os.makedirs(os.path.join(self.out_dir, LOGS_DIR), exist_ok=True)
+        handler = QuietFileHandler(os.path.join(self.out_dir, LOGS_DIR, "shard.log"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.addFilter(RedactingFilter())  # no URL credentials in shard.log
+        early, self._log = self._log, handler
+        early.setTarget(handler)  # type: ignore[attr-defined]
+        early.flush()
+        log.removeHandler(early)
+        log.addHandler(handler)
+
+    async def _answer(self, plans: list[BenchmarkPlan], manifest: Manifest, resumed: Manifest | None,
+                      tallies: list[Tally]) -> list[Cells]:
+        """Start the services, answer each benchmark in turn (appending its tally), then read back
+        what was written: what the shard says is what it wrote, read by the merge's reader, not what
+        it counted. Raises ShardError when a pair is left without a record (not when stopping)."""
+        async with AsyncExitStack() as stack:
+            handles = await self._start_services(plans, stack)
+            served = {name: handle.served for name, handle in handles.items() if handle.served is not None}
+            reason = served_mismatch(resumed, served) if resumed is not None else None
+            if reason:
+                raise _Refused(refuse(self.out_dir, reason))
+            manifest.served.update(served)
+            write_manifest(self.out_dir, manifest)
+            for plan, bm in zip(plans, manifest.benchmarks):
+                if self.stopping or self.service_failure or self.write_failure:
+                    break
+                judge = self._judge(plan, handles)
+                tallies.append(await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm), judge))
+            cells = [read_cells(os.path.join(self.out_dir, bm.name, RESULTS_FILE), Membership.of(manifest, bm))
+                     for bm in manifest.benchmarks[:len(tallies)]]
+            for bm, read in zip(manifest.benchmarks, cells):
+                bm.n_ok, bm.n_error, bm.error_kinds = read.n_ok, read.n_error, read.error_kinds
+            failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, cells))
+            if failure:
+                raise ShardError(failure)
+            return cells
+
+    def _settle(self, manifest: Manifest, plans: list[BenchmarkPlan], tallies: list[Tally], cells: list[Cells]) -> None:
+        """The state of a shard that ran to its end (or was stopped): complete only when every pair
+        has an ok record; every pair recorded but some in errors is finished_with_errors (issue 24)."""
+        manifest.state = "interrupted" if self.stopping else "complete"
+        manifest.reason = self.stopping
+        if not self.stopping and (errors := sum((Counter(read.error_kinds) for read in cells), Counter())):
+            pairs = sum(len(plan.indices) * plan.config.repeats for plan, _ in zip(plans, tallies))  # this shard's pairs
+            manifest.state = "finished_with_errors"
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])))
+            manifest.reason = (f"{sum(errors.values())} of {pairs} pairs end in errors ({kinds}); "
+                               "rerun the shard to ask them again (it resumes)")
+
+    def _exit_code(self, manifest: Manifest) -> int:
         if self.stopping:
             return 128 + signal.Signals[self.stopping].value  # 143 SIGTERM, 130 SIGINT, 129 SIGHUP
         if manifest.state == "finished_with_errors":
