@@ -34,7 +34,17 @@ for setup in scripts/setup/*.sh; do
   echo "== $setup"
   bash "$setup"
 done
-.venv/bin/python -m pytest -q tests --ignore=tests/perf --ignore=tests/test_extras_fresh_venv.py "$@"
+# Parallel workers (pytest-xdist): most tests wait on servers and subprocesses, not on the cores.
+# Files that share one thing of the machine run on one worker (tests/conftest.py SHARED); the tests
+# that time themselves run alone afterwards (SERIAL). SHARDEVAL_TEST_WORKERS=1: all one after another.
+workers=${SHARDEVAL_TEST_WORKERS:-3}
+if [ "$workers" -gt 1 ]; then
+  .venv/bin/python -m pytest -q -n "$workers" --dist loadgroup -m "not serial" tests --ignore=tests/perf \
+    --ignore=tests/test_extras_fresh_venv.py "$@"
+  .venv/bin/python -m pytest -q -m serial tests --ignore=tests/perf --ignore=tests/test_extras_fresh_venv.py "$@"
+else
+  .venv/bin/python -m pytest -q tests --ignore=tests/perf --ignore=tests/test_extras_fresh_venv.py "$@"
+fi
 echo "== tests/test_extras_fresh_venv.py (run beside the others)"
 if ! wait $extras; then cat "$extras_log"; exit 1; fi
 tail -n 1 "$extras_log"

@@ -121,18 +121,24 @@ def descendants(pid: int) -> list[int]:
 # Files that use one thing of the machine's each, so that parallel workers (pytest-xdist, --dist
 # loadgroup) run them one after another on one worker: the private Docker engine (test_docker stops
 # it at its end), the one-node SLURM and the Ray clusters started on it, vLLM on the CPU (one server at
-# a time fits the cores), and the load tests that time themselves. Every other file is a group of its
-# own, so a module's fixtures are made once.
+# a time fits the cores). Every other file is a group of its own, so a module's fixtures are made once.
 SHARED: dict[str, tuple[str, ...]] = {
     "docker": ("test_docker.py", "test_compose.py", "test_inspect_agentic.py", "test_inspect_docker_sandbox.py"),
     "cluster": ("test_slurm.py", "test_ray.py", "test_zipapp.py", "test_zipapp_pages.py"),
     "vllm": ("test_vllm_real.py", "test_vllm_lifecycle.py", "test_vllm_reasoning.py", "test_vllm_request_model.py",
              "test_vllm_service.py", "test_lmeval_parity.py", "test_lmeval_reference.py", "test_vlm_answers.py"),
-    "timing": ("test_faults_load.py", "test_scale.py", "test_lifecycle.py", "test_process_faults.py", "test_peak_rss.py"),
 }
 _GROUP_OF = {name: group for group, names in SHARED.items() for name in names}
+# Files whose tests time themselves against wall-clock bounds (a drain of 15 s, a reply within 2 s,
+# a load test's wall time against its fault-free run): marked `serial`, run alone after the parallel
+# pass (scripts/test.sh), never beside other workers' load.
+SERIAL: tuple[str, ...] = ("test_faults_load.py", "test_scale.py", "test_lifecycle.py", "test_process_faults.py",
+                           "test_peak_rss.py", "test_hostile_server.py", "test_client.py", "test_sim_reasoning.py",
+                           "test_sandbox.py", "test_process.py", "test_not_regular_files.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_GROUP_OF.get(item.path.name, item.path.name)))
+        if item.path.name in SERIAL:
+            item.add_marker(pytest.mark.serial)
