@@ -35,3 +35,15 @@ def test_every_test_a_guarantee_names_exists() -> None:
     missing = [f"docs/guarantees.md:{n}: {path}::{name}" for n, path, name in found
                if not (Path(REPO) / path).is_file() or name not in functions(path)]
     assert not missing, "\n".join(missing)
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_changelog_links_every_section_of_the_page_by_its_anchor() -> None:
+    """docs/changelog.md keeps which work brought which section; the page is ordered by subject."""
+    headings = {slug(line.lstrip("#")) for line in GUARANTEES.read_text().splitlines() if line.startswith("### ")}
+    linked = re.findall(r"\]\(guarantees\.md#([\w-]+)\)", (GUARANTEES.parent / "changelog.md").read_text())
+    assert sorted(linked) == sorted(headings)
