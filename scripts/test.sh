@@ -4,6 +4,11 @@
 # Ray, Kubernetes schema validation, docker-compose, a private Docker engine, the pages' pinned
 # JavaScript from npm; each idempotent),
 # run the unit and integration tests, then the performance benchmarks.
+#
+# `bash scripts/test.sh --quick`: the inner loop. The core's and the plugins' tests that need none of
+# those components (every file but tests/conftest.py's SLOW ones), on parallel workers, in a few
+# minutes; no set-up beyond the venv and the pages' pinned JavaScript, no performance tier. CI runs
+# the whole command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,6 +16,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  bash scripts/setup/vega.sh >/dev/null
+  exec .venv/bin/python -m pytest -q -n "${SHARDEVAL_TEST_WORKERS:-3}" -m "not slow" tests --ignore=tests/perf "$@"
+fi
 # tests/test_docker.py starts the private Docker engine (scripts/setup/docker.sh) and stops it at
 # its end; should the run be cut short, this stops it too, unless it was running before.
 stop_docker=false
@@ -39,7 +49,7 @@ done
 # that time themselves run alone afterwards (SERIAL). SHARDEVAL_TEST_WORKERS=1: all one after another.
 workers=${SHARDEVAL_TEST_WORKERS:-3}
 if [ "$workers" -gt 1 ]; then
-  .venv/bin/python -m pytest -q -n "$workers" --dist loadgroup -m "not serial" tests --ignore=tests/perf \
+  .venv/bin/python -m pytest -q -n "$workers" -m "not serial" tests --ignore=tests/perf \
     --ignore=tests/test_extras_fresh_venv.py "$@"
   .venv/bin/python -m pytest -q -m serial tests --ignore=tests/perf --ignore=tests/test_extras_fresh_venv.py "$@"
 else

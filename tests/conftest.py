@@ -9,7 +9,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -118,15 +118,16 @@ def descendants(pid: int) -> list[int]:
 
 # --- how the test command runs these files (scripts/test.sh) -------------------------------------------
 
-# Files that use one thing of the machine's each, so that parallel workers (pytest-xdist, --dist
-# loadgroup) run them one after another on one worker: the private Docker engine (test_docker stops
+# Files that use one thing of the machine's each, so that parallel workers (pytest-xdist, scheduled
+# by group_of below) run them one after another on one worker: the private Docker engine (test_docker stops
 # it at its end), the one-node SLURM and the Ray clusters started on it, vLLM on the CPU (one server at
 # a time fits the cores). Every other file is a group of its own, so a module's fixtures are made once.
 SHARED: dict[str, tuple[str, ...]] = {
     "docker": ("test_docker.py", "test_compose.py", "test_inspect_agentic.py", "test_inspect_docker_sandbox.py"),
     "cluster": ("test_slurm.py", "test_ray.py", "test_zipapp.py", "test_zipapp_pages.py"),
     "vllm": ("test_vllm_real.py", "test_vllm_lifecycle.py", "test_vllm_reasoning.py", "test_vllm_request_model.py",
-             "test_vllm_service.py", "test_lmeval_parity.py", "test_lmeval_reference.py", "test_vlm_answers.py"),
+             "test_vllm_service.py", "test_lmeval_parity.py", "test_lmeval_reference.py", "test_vlm_answers.py",
+             "test_judge.py", "test_logprob_answers.py"),
 }
 _GROUP_OF = {name: group for group, names in SHARED.items() for name in names}
 # Files whose tests time themselves against wall-clock bounds (a drain of 15 s, a reply within 2 s,
@@ -137,8 +138,45 @@ SERIAL: tuple[str, ...] = ("test_faults_load.py", "test_scale.py", "test_lifecyc
                            "test_sandbox.py", "test_process.py", "test_not_regular_files.py")
 
 
+# Left out of the quick tier (`bash scripts/test.sh --quick`): files that need a component the set-up
+# installs or starts (those above, Chromium, the benchmark data packages, Kubernetes' validator, the
+# reasoning references), run lm-eval or Inspect for real, install packages, or take minutes.
+SLOW: tuple[str, ...] = (
+    *_GROUP_OF, *SERIAL,
+    "test_lmeval.py", "test_inspect.py", "test_inspect_parity.py", "test_inspect_sweep.py", "test_inspect_identity.py",
+    "test_inspect_view.py", "test_library_boundary.py", "test_sim_tools.py", "test_extras_alone.py", "test_extras_fresh_venv.py",
+    "test_plugins_install.py", "test_example_plugin.py", "test_kubernetes.py", "test_reasoning_split.py",
+    "test_export_inspect.py", "test_grid_html.py", "test_one_number_one_text.py", "test_pages_read.py", "test_pages_scale.py",
+    "test_reasoning_pages.py", "test_report_html.py", "test_report_images.py", "test_status_serve.py", "test_sweep.py",
+    "test_gsm8k.py", "test_humaneval.py", "test_mmlu.py", "test_reasoning_e2e.py", "test_export_mlflow.py",
+    "test_export_wandb.py", "test_fuzz.py", "test_interval_coverage.py", "test_sim_knows.py", "test_layers.py",
+)
+
+
+def group_of(nodeid: str) -> str:
+    """The worker group of a test: its file's shared group, else its file."""
+    name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return _GROUP_OF.get(name, name)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Parallel workers take a whole group at a time (xdist's scope scheduling, scoped by group_of).
+    Its own `--dist loadgroup` reads `xdist_group` marks by rewriting node ids, which pytest 9.2's
+    node ids no longer allow: every test went to any worker."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(_GROUP_OF.get(item.path.name, item.path.name)))
-        if item.path.name in SERIAL:
+        name = item.path.name
+        if name in SERIAL:
             item.add_marker(pytest.mark.serial)
+        if name in SLOW:
+            item.add_marker(pytest.mark.slow)
+
