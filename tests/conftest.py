@@ -150,6 +150,7 @@ SLOW: tuple[str, ...] = (
     "test_reasoning_pages.py", "test_report_html.py", "test_report_images.py", "test_status_serve.py", "test_sweep.py",
     "test_gsm8k.py", "test_humaneval.py", "test_mmlu.py", "test_reasoning_e2e.py", "test_export_mlflow.py",
     "test_export_wandb.py", "test_fuzz.py", "test_interval_coverage.py", "test_sim_knows.py", "test_layers.py",
+    "test_preflight.py", "test_secrets.py", "test_slurm_render.py", "test_no_spread.py",
 )
 
 
