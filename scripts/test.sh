@@ -31,6 +31,8 @@ fi
 # the registry, so it runs beside the set-up and the first tests (in a session of its own, so that
 # a run cut short stops all of it); its outcome is checked before the performance tier, which
 # needs the machine to itself.
+# Its wheel carries the pages' pinned JavaScript, fetched first (the set-up below fetches it again: up to date).
+bash scripts/setup/vega.sh
 extras_log=$(mktemp)
 setsid .venv/bin/python -m pytest -q tests/test_extras_fresh_venv.py >"$extras_log" 2>&1 &
 extras=$!
