@@ -22,9 +22,7 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
-    from shardeval.results.merge import BenchmarkMerge, MergeResult
     from shardeval.results.metrics import MetricOptions, ScoreTable
-    from shardeval.results.sweep_merge import SweepMerge
     from shardeval.store.records import Manifest, ResultRecord
     from shardeval.plugins.register import Register
 
@@ -128,7 +126,7 @@ def shard_finished(manifest: Manifest, out_dir: str) -> None:
 
 
 @hookspec
-def write_merged_outputs(result: MergeResult, out_dir: str) -> list[str] | None:
+def write_merged_outputs(result: Any, out_dir: str) -> list[str] | None:
     """A run's merge was written to `out_dir` (merged/<bench>/results.jsonl and the rest; `result`
     is its shardeval.api.MergeResult): write this plugin's own files beside them (lm-eval's
     results_*.json from an lm_eval run). Returns lines for the user, each a file it did not write and
@@ -142,19 +140,19 @@ def write_merged_outputs(result: MergeResult, out_dir: str) -> list[str] | None:
 
 
 @hookspec(firstresult=True)
-def draw_report_page(result: MergeResult, path: str, confidence: float) -> str | None:
+def draw_report_page(result: Any, path: str, confidence: float) -> str | None:
     """Write report.html of a run's merge to `path`: `result` is the shardeval.api.MergeResult that
     scores.json and report.md are made from."""
 
 
 @hookspec(firstresult=True)
-def draw_sweep_page(sweep: SweepMerge, path: str, confidence: float, links: dict[str, str]) -> str | None:
+def draw_sweep_page(sweep: Any, path: str, confidence: float, links: dict[str, str]) -> str | None:
     """Write sweep.html of a sweep's merge (`sweep`: a shardeval.api.SweepMerge) to `path`; `links`
     maps each model to its report.html, relative to it."""
 
 
 @hookspec(firstresult=True)
-def draw_compare_page(path: str, run_a: str, run_b: str, a: dict[str, BenchmarkMerge], b: dict[str, BenchmarkMerge],
+def draw_compare_page(path: str, run_a: str, run_b: str, a: dict[str, Any], b: dict[str, Any],
                       results: list[dict[str, Any]], confidence: float, errors_as_wrong: bool) -> str | None:
     """Write `shardeval compare --html` of two runs to `path`: `a` and `b` map each benchmark to its
     merge, `results` are the comparisons `compare --json` prints."""
