@@ -24,8 +24,12 @@ def fmt(x: float | None, digits: int = 4) -> str:
         return "—"
     if isinstance(x, float) and math.isinf(x):
         return f"{x}"
-    exact = Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_EVEN)
-    return f"{exact:.{digits}f}"
+    return _rounded(Decimal(repr(float(x))), digits)
+
+
+def _rounded(exact: Decimal, digits: int) -> str:
+    """`exact` at `digits` decimals, half to even: the one rule (fmt, percent)."""
+    return f"{exact.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_EVEN):.{digits}f}"
 
 
 def percent(x: float | None, digits: int = 0, sep: str = "") -> str:
@@ -34,8 +38,7 @@ def percent(x: float | None, digits: int = 0, sep: str = "") -> str:
     tie), 0.00125 -> "0.12%" at 2 digits; `sep` goes before the sign ("14.3 %")."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return fmt(x, digits)
-    exact = Decimal(repr(float(x))).scaleb(2).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_EVEN)
-    return f"{exact:.{digits}f}{sep}%"
+    return f"{_rounded(Decimal(repr(float(x))).scaleb(2), digits)}{sep}%"
 
 
 def finite_number(x: Any) -> bool:

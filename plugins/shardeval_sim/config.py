@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from shardeval.api import Count, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig
-from shardeval_sim.settings import BEHAVIOUR_KEYS, SIM_DEFAULTS as D, SimSettings
+from shardeval_sim.settings import BEHAVIOUR_KEYS, SIM_DEFAULTS as D, SimSettings, bench_names
 
 # Knobs passed only when they differ from the default, so the command line of a sim that does not
 # judge is what it was, and a node with an older shardeval still starts it.
@@ -114,7 +114,7 @@ def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list
     for key in BEHAVIOUR_KEYS:
         value = getattr(config, key)
         if key == "bench":
-            for name in [value] if isinstance(value, str) else value or ():
+            for name in bench_names(value):
                 argv += ["--bench", name]
         elif key == "bench_params":
             for k, v in sorted(value.items()):

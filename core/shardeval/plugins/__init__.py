@@ -232,7 +232,7 @@ def export_flags() -> tuple[ExportFlag, ...]:
     flags: list[ExportFlag] = []
 
     def add(target: str, flag: str, key: str, help: str, metavar: str = "VALUE") -> None:
-        if not flag.startswith("--") or flag in ("--to", "--output", "--format", "--allow-mixed-models"):
+        if not flag.startswith("--") or flag in ("--to", "--output", "--format", "--allow-mixed-models", "--help"):
             warn(f"an export target's flag {flag!r} for --to {target} is refused: a flag is --name and not one of export's own")
             return
         flags.append(ExportFlag(target, flag, key, help, metavar))
