@@ -140,7 +140,6 @@ class CustomBenchmark(RowsBenchmark):
                 self.metrics = ("mean",)  # graded scores, not right/wrong
         self._fields_used = _template_fields(mapping.prompt, where, "prompt")
         self.rows = open_rows(mapping.data, sha256=mapping.sha256, name_hint=self.name, format=mapping.format, base_dir=base_dir)
-        self.data_origin = self.rows.origin
         first = self.rows.row(0) if len(self.rows) else {}
         f = mapping.fields
         self.input_field = f.input or self.first_field(first, ("question", "prompt", "input"))

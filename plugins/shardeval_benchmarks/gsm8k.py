@@ -112,7 +112,6 @@ class Gsm8kBenchmark(RowsBenchmark):
         self.name = "gsm8k"
         self.shots = p.shots
         self.rows = open_from_params(p, benchmark="gsm8k", default=_sample_source)
-        self.data_origin = self.rows.origin
         first = self.rows.row(0) if len(self.rows) else {}
         self.question_field = p.question_field or self.first_field(first, QUESTION_FIELDS)
         self.answer_field = p.answer_field or self.first_field(first, ANSWER_FIELDS)

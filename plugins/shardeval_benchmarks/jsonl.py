@@ -41,7 +41,6 @@ class JsonlBenchmark(RowsBenchmark):
         self.name = p.name or _stem(source)
         self.params = p
         self.rows = open_from_params(p, benchmark=self.name)
-        self.data_origin = self.rows.origin
         first = self.rows.row(0) if len(self.rows) else {}
         self.prompt_field = p.prompt_field or self.first_field(first, ("prompt", "question", "input"))
         self.messages_field = p.messages_field

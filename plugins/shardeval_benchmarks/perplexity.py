@@ -101,7 +101,6 @@ class PerplexityBenchmark(RowsBenchmark):
             raise UsageError(f"benchmark {p.name}: format text reads a local file; give it as params.path")
         else:
             self.rows = open_from_params(p, benchmark=p.name)
-        self.data_origin = self.rows.origin
         self._metadata: dict[str, Any] = {"scoring": "loglikelihood"}
         if p.max_chars_per_request is not None:
             self._metadata["max_chars_per_request"] = p.max_chars_per_request
