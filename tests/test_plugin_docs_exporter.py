@@ -85,7 +85,7 @@ def test_the_worked_exporter_runs_from_a_configs_export_list_at_the_end_of_a_lau
                          env=plugin_env)
     assert done.returncode == 0, done.stderr
     assert {r["metric"] for r in rows(target)} >= {"accuracy"}
-    # check() runs when the config is read: nothing starts
+    # check() runs in the launch's preflight: one line, exit 2, nothing started
     bad = config(tmp_path, [{"to": "csv", "file": str(tmp_path / "nowhere" / "m.csv")}])
     line = one_line_error(shardeval_cmd("run", str(bad), "-o", str(tmp_path / "out2"), env=plugin_env))
     assert "is not a folder" in line

@@ -289,8 +289,8 @@ class ExportConfig(_Section):
 
     def check(self) -> None:
         """What the target can check before any merge (its library installed, a store it can open),
-        raising UsageError; called when the config is read and before `export --to` merges. By
-        default nothing."""
+        raising UsageError; called by a launch's preflight, before any shard starts, and by
+        `export --to` before it merges. By default nothing."""
 
 
 class RawConfig(_Section):
