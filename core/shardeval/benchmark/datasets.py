@@ -465,7 +465,7 @@ def _open_hub(source: str, who: str) -> Rows:
     config = parts[2] if len(parts) == 3 else None
     split = split or "test"
     try:
-        import datasets  # type: ignore[import-not-found]
+        import datasets
     except ImportError:
         raise UsageError(
             f"{who}{source}: loading from the Hugging Face hub needs the `datasets` package, which is not installed; "

@@ -320,6 +320,11 @@ class Config(msgspec.Struct, kw_only=True):
     cache: CacheConfig | None = None  # the response cache; None: off (never part of the config hash)
     export: list[ExportConfig] = []  # trackers the end-of-launch merge exports to (never part of the config hash)
 
+    def service_of(self, solver: SolverConfig) -> ServiceConfig | None:
+        """The service `solver` asks; None when it names none (in a sweep's config, a benchmark asks
+        each model: shardeval.config.sweep names it in each model's config) or one not defined."""
+        return None if solver.service is None else self.services.get(solver.service)
+
     def used_services(self) -> dict[str, ServiceConfig]:
         """The services a shard starts: those the benchmarks' solvers use, in first-use order (in
         a sweep, those of any of its runs: a benchmark without a service uses every sweep model),
