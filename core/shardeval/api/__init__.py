@@ -27,7 +27,7 @@ from shardeval.api import roles
 if TYPE_CHECKING:
     from shardeval.hookspecs import hookimpl as hookimpl
 
-ROLE_MODULES = ("plugin", "benchmark", "service", "solver", "orchestrator", "exporter", "metric", "records", "pages")
+ROLE_MODULES = tuple(roles.GROUPS)  # shardeval.api.<role>, each a module of its own
 __all__ = ["hookimpl"]
 
 
