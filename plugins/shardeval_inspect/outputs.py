@@ -33,7 +33,8 @@ class NotWritten(Exception):
 def inspect_entries(result: Any) -> dict[str, dict[str, Any]]:
     """The run's inspect benchmark entries (as its config wrote them), by benchmark id."""
     manifest = result.run.shards[0].manifest
-    return {b.get("id"): b for b in manifest.config.get("benchmarks", []) if isinstance(b, dict) and b.get("name") == "inspect"}
+    return {b["id"]: b for b in manifest.config.get("benchmarks", [])
+            if isinstance(b, dict) and b.get("name") == "inspect" and isinstance(b.get("id"), str)}  # expand() gave each its id
 
 
 def served_model(result: Any) -> str:
