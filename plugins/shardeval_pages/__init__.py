@@ -8,13 +8,16 @@ stays light.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardeval.api import hookimpl
 
+if TYPE_CHECKING:
+    from shardeval.api import MergeResult, SweepMerge
+
 
 @hookimpl
-def draw_report_page(result: Any, path: str, confidence: float) -> str:
+def draw_report_page(result: MergeResult, path: str, confidence: float) -> str:
     from shardeval_pages.page import draw
     from shardeval_pages.report_page import render_report_html
 
@@ -22,7 +25,7 @@ def draw_report_page(result: Any, path: str, confidence: float) -> str:
 
 
 @hookimpl
-def draw_sweep_page(sweep: Any, path: str, confidence: float, links: dict[str, str]) -> str:
+def draw_sweep_page(sweep: SweepMerge, path: str, confidence: float, links: dict[str, str]) -> str:
     from shardeval_pages.page import draw
     from shardeval_pages.sweep_page import render_sweep_html
 
