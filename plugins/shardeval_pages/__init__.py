@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from shardeval.api import hookimpl
 
 if TYPE_CHECKING:
-    from shardeval.api import MergeResult, SweepMerge
+    from shardeval.api import BenchmarkMerge, MergeResult, SweepMerge
 
 
 @hookimpl
@@ -33,7 +33,7 @@ def draw_sweep_page(sweep: SweepMerge, path: str, confidence: float, links: dict
 
 
 @hookimpl
-def draw_compare_page(path: str, run_a: str, run_b: str, a: dict[str, Any], b: dict[str, Any],
+def draw_compare_page(path: str, run_a: str, run_b: str, a: dict[str, BenchmarkMerge], b: dict[str, BenchmarkMerge],
                       results: list[dict[str, Any]], confidence: float, errors_as_wrong: bool) -> str:
     from shardeval_pages.compare_page import render_compare_html
     from shardeval_pages.page import draw
