@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from shardeval.api.plugin import UsageError
+
+if TYPE_CHECKING:
+    from shardeval.api.benchmark import Benchmark
 
 
 def _summary(factory: Any) -> str:
@@ -32,7 +35,7 @@ def _summary(factory: Any) -> str:
     return re.split(r"(?<!\bal)\.\s", first)[0].rstrip(".")
 
 
-def _origin(benchmark: Any) -> str:
+def _origin(benchmark: Benchmark) -> str:
     """Where a built benchmark's rows come from: its `data_origin` (set by datasets-based benchmarks)."""
     return str(benchmark.data_origin or "")
 

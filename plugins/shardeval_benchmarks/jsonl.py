@@ -63,7 +63,7 @@ class JsonlBenchmark(RowsBenchmark):
         problem = Problem(
             idx=idx,
             id=str(row[id_field]) if id_field and id_field in row else str(idx),
-            prompt=None if self.messages_field else str(row.get(self.prompt_field, "")),
+            prompt=None if self.messages_field else str(row.get(self.prompt_field, "")) if self.prompt_field else "",
             messages=row.get(self.messages_field) if self.messages_field else None,
             reference=None if reference is None else str(reference),
             cluster=str(row[cluster_field]) if cluster_field and cluster_field in row else None,

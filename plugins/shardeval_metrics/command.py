@@ -8,9 +8,12 @@ pairwise by `compare_tables`; one asked otherwise is named, never compared.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from shardeval.api.pages import BenchmarkMerge
 
 
 def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
@@ -63,7 +66,7 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
         refuse_inside_shard(html_path, "--html")
     options = MetricOptions(confidence=confidence)
 
-    def merged(run: str) -> dict[str, Any]:
+    def merged(run: str) -> dict[str, BenchmarkMerge]:
         return {x.manifest.name: x for x in merge_run(run, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True).benchmarks}
 
     a, b = merged(run_a), merged(run_b)
@@ -88,14 +91,15 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
         write_page(html_path, run_a, run_b, a, b, results, confidence, errors_as_wrong)
 
 
-def write_page(path: str, *parts: Any) -> None:
+def write_page(path: str, run_a: str, run_b: str, a: dict[str, BenchmarkMerge], b: dict[str, BenchmarkMerge],
+               results: list[dict[str, Any]], confidence: float, errors_as_wrong: bool) -> None:
     """Have the pages plugin draw the page; without its JavaScript the comparison above stands and
     one line on stderr says how to get the page (exit 0). A path that cannot be written is one line, exit 2."""
     from shardeval.api.pages import compare_page
     from shardeval.api.plugin import os_error
 
     try:
-        notice = compare_page(path, *parts)
+        notice = compare_page(path, run_a, run_b, a, b, results, confidence, errors_as_wrong)
     except OSError as exc:
         raise os_error(exc, "write the comparison page to", alternative="pass --html a writable FILE") from None
     if notice:

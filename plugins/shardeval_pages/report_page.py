@@ -208,7 +208,7 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
         out.append(page.chart(f"categories-{key}", charts.interval_rows(rows, f"{name}: accuracy per category, {percent(confidence)} intervals"
                                                                       + (f" ({methods})" if methods else ""),
                                                                       y="category", x_title="accuracy")))
-    passk = sorted((int(PASS_AT.match(m).group(1)), v) for m, v in metrics.items() if PASS_AT.match(m) and v.get("value") is not None)
+    passk = sorted((int(k.group(1)), v) for m, v in metrics.items() if (k := PASS_AT.match(m)) and v.get("value") is not None)
     if len(passk) > 1:
         rows = [{"benchmark": name, "k": k, **span(v["value"], v.get("ci_low"), v.get("ci_high"))}
                 for k, v in passk]
@@ -219,9 +219,9 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
             rows = [{"benchmark": name, "q": q, "seconds": v} for q, v in points]
             out.append(page.chart(f"{label.lower()}-{key}", charts.ecdf(rows, f"{name}: {label} distribution", "seconds")))
     if t["n"]:
-        rows = [[esc(label), *(num(t[field][q], f"{name}/timing/{field}/{q}", 3) for q in ("p50", "p90", "p99"))]
-                for label, field in (("latency (s)", "latency_s"), ("TTFT (s)", "ttft_s"))]
-        out.append(table(["", "p50", "p90", "p99"], rows, cls="timing")
+        timing_rows = [[esc(label), *(num(t[field][q], f"{name}/timing/{field}/{q}", 3) for q in ("p50", "p90", "p99"))]
+                       for label, field in (("latency (s)", "latency_s"), ("TTFT (s)", "ttft_s"))]
+        out.append(table(["", "p50", "p90", "p99"], timing_rows, cls="timing")
                    + f"<p class=\"muted\">{t['n']} answers asked of the model; {t['n_cached']} from the response cache (left out); "
                      f"{t['completion_tokens_per_s'] or 0:.1f} completion tokens/s over {t['wall_span_s'] or 0:.1f} s</p>")
     states, errors = view.shard_outcomes(b)
@@ -230,9 +230,9 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
     out.append(page.chart(f"coverage-{key}", charts.stacked_counts(coverage, f"{name}: coverage per shard", y="shard", color="state",
                                                                    colors=COVERAGE_COLORS)))
     if errors:
-        by_kind = Counter()
-        for (_, kind), n in errors.items():
-            by_kind[kind] += n
+        by_kind: Counter[str] = Counter()
+        for (_, error_kind), n in errors.items():
+            by_kind[error_kind] += n
         out.append(page.chart(f"errors-{key}", charts.stacked_counts(
             [{"shard": f"shard {i}", "kind": k, "n": n} for (i, k), n in sorted(errors.items())],
             f"{name}: errors by shard and kind ({', '.join(f'{k} {n}' for k, n in by_kind.most_common())})", y="shard", color="kind",
@@ -364,7 +364,7 @@ def _answer(r: ResultRecord) -> str:
 
 def _verdict(r: ResultRecord) -> str:
     """What the judge said of a repeat's answer: its verdict, or why there is none."""
-    j = r.judge if judged_record(r) else None
+    j = r.judge if r.judge is not msgspec.UNSET else None  # judged_record(r), which mypy cannot see through
     if j is not None and j.verdict is not None:
         return j.verdict
     return f"[{r.error_kind or (j.error_kind if j is not None else None) or 'no verdict'}]"
@@ -525,7 +525,7 @@ TOKENS_FROM = {"usage": "usage", "stream": "counted by stream"}  # who counted a
 
 def thinking_fold(key: str, p: int, r: ResultRecord, left: int, budget: ThinkingBudget, where: str) -> str:
     """One reply's thinking, folded: its size in the summary, its text (cut) inside, as text."""
-    source = TOKENS_FROM.get(r.reasoning_tokens_from)  # type: ignore[arg-type]
+    source = TOKENS_FROM.get(r.reasoning_tokens_from) if r.reasoning_tokens_from is not msgspec.UNSET else None
     tokens = "" if r.reasoning_tokens is msgspec.UNSET else (
         f'<span class="num" data-key="item/{p}/{r.repeat}/reasoning_tokens" data-value="{r.reasoning_tokens}">{r.reasoning_tokens}</span>'
         f' tokens{f" ({source})" if source else ""}, ')

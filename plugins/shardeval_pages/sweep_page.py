@@ -73,7 +73,7 @@ def models_table(sweep: "SweepMerge", links: dict[str, str]) -> str:
     rows = []
     for m in sweep.models:
         state = m.note if m.result is None else m.result.verdict.lower()
-        href = links.get(m.service)
+        href = links.get(m.service) if m.service is not None else None  # a sweep's models all have one
         rows.append([esc(m.service) + (" <span class=\"muted\">(baseline)</span>" if m.service == sweep.plan.baseline else ""),
                      f'<td class="{"complete" if state == "complete" else "partial"} state">{esc(state)}</td>',
                      f'<a class="report" href="{esc(quote(href))}">{esc(href)}</a>' if href else '<span class="muted">—</span>'])

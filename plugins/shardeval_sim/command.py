@@ -3,7 +3,7 @@ the server, aiohttp and msgspec load when the command runs."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
@@ -11,11 +11,14 @@ from shardeval.api.plugin import UsageError
 from shardeval_sim.settings import SIM_DEFAULTS as D
 from shardeval_sim.settings import REASONING_FORMS, SimSettings, bench_names
 
+if TYPE_CHECKING:
+    from shardeval.api.benchmark import Benchmark
+
 RATE = click.FloatRange(0.0, 1.0)
 NON_NEGATIVE = click.FloatRange(min=0.0)
 
 
-def sim_benchmark(bench: str, params: dict[str, Any], where: str):
+def sim_benchmark(bench: str, params: dict[str, Any], where: str) -> Benchmark:
     """The benchmark whose answers the simulator knows, named as a benchmarks: entry names one (a
     registered name, a data file read by `jsonl`, a YAML mapping read by `custom`), or a UsageError.
     Building one reads no rows, so a config can be checked with it before anything starts."""
@@ -57,9 +60,10 @@ def load_known(bench: str | list[str] | None, params: dict[str, Any]) -> tuple[A
     from shardeval_sim.answers import Known
     from shardeval_sim.benchmark_hooks import answer_key, reply_renderer
 
-    def known(benchmark: Any) -> Known:
+    def known(benchmark: Benchmark) -> Known:
         def grade(question: str, reference: str, answer: str) -> bool:
-            return benchmark.score(Problem(idx=0, id="judged", prompt=question, reference=reference), answer).score >= 1.0
+            score = benchmark.score(Problem(idx=0, id="judged", prompt=question, reference=reference), answer).score
+            return score is not None and score >= 1.0  # None: a score in no mean, which was a TypeError here
 
         return Known(answer_key(benchmark), reply_renderer(benchmark), grade)
 
