@@ -12,12 +12,8 @@ from typing import TYPE_CHECKING
 from shardeval.api.plugin import hookimpl, Lazy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
+    from shardeval.api.exporter import AddExportFlag
     from shardeval.api.plugin import Register
-
-    # shardeval.hookspecs.AddExportFlag, which shardeval.api does not publish yet: add(target, flag, key, help, metavar)
-    AddExportFlag = Callable[[str, str, str, str, str], None]
 
 
 @hookimpl

@@ -12,5 +12,6 @@ from shardeval.api.roles import serve
 if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_rewrite.py --blocks
     from shardeval.config import ExportConfig as ExportConfig
     from shardeval.results.trackers import TrackerExport as TrackerExport, TrackerRun as TrackerRun
+    from shardeval.hookspecs import AddExportFlag as AddExportFlag
 else:  # type checkers read the imports above; at run time each name is imported on first use
     __getattr__, __dir__, __all__ = serve("exporter")

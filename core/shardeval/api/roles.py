@@ -130,6 +130,8 @@ GROUPS: dict[str, tuple[Group, ...]] = {
         group("shardeval.results.trackers", "TrackerExport TrackerRun",
               "a merged run or sweep as one tracker run per model and benchmark: `key`, `step`, `params`, `tags`, "
               "`metrics`, `artifacts(folder)` (docs/export.md)"),
+        group("shardeval.hookspecs", "AddExportFlag",
+              "the `add(target, flag, key, help, metavar)` callback a plugin's `export_flags` hook is handed"),
     ),
     "metric": (  # a number over a benchmark's scores
         group("shardeval.results.metrics", "MetricOptions MetricValue ScoreTable OK headline_metric",
