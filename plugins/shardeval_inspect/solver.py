@@ -23,7 +23,7 @@ import tempfile
 from collections import defaultdict
 from typing import Any, Awaitable, Callable
 
-from shardeval.api import Attempt, Problem, ServiceHandle, SolverConfig, UsageError
+from shardeval.api import Attempt, PairsSolver, Problem, ServiceHandle, SolverConfig, UsageError
 
 from shardeval_inspect.benchmark import inspect_params
 from shardeval_inspect.params import InspectParams
@@ -35,7 +35,7 @@ Settle = Callable[[Problem, int, Attempt], Awaitable[None]]
 _SINK: contextvars.ContextVar[Callable[[Any], Awaitable[None]] | None] = contextvars.ContextVar("shardeval_inspect_sink", default=None)
 
 
-class InspectSolver:
+class InspectSolver(PairsSolver):
     def __init__(self, config: SolverConfig, service: ServiceHandle) -> None:
         if service.endpoint.protocol != "chat_completions":
             raise UsageError("benchmark inspect: Inspect's models speak chat completions; set the service's protocol: chat_completions")

@@ -26,8 +26,8 @@ from typing import Any
 
 import msgspec
 
-from shardeval.api import (Attempt, check_logprobs, combine_completions, DEFAULT_TAGS, Problem, ServiceHandle, SolverConfig, split_reply,
-                           UsageError)
+from shardeval.api import (Attempt, check_logprobs, combine_completions, DEFAULT_TAGS, Problem, ServiceHandle, Solver, SolverConfig,
+                           split_reply, UsageError)
 
 from shardeval_lmeval.benchmark import encode_response
 from shardeval_lmeval.wire import build_model, read_generation, read_loglikelihood
@@ -70,7 +70,7 @@ def check_echo(body: dict[str, Any], ctxlen: int, token_logprobs: list[Any], top
         check_logprobs(list(top.values()), range(len(top)))
 
 
-class LmEvalSolver:
+class LmEvalSolver(Solver):
     def __init__(self, config: SolverConfig, service: ServiceHandle) -> None:
         if config.generation.reasoning is not None:  # the bodies are lm-eval's: a setting here would reach no request
             raise UsageError("benchmark lm_eval: solver.generation.reasoning does not reach lm-eval's requests (they carry "
