@@ -131,7 +131,7 @@ def _key_hint(key: str, fields: dict[str, Any]) -> str:
     return f"did you mean {close[0]!r}?" if close else f"valid keys here: {', '.join(fields) or 'none'}"
 
 
-_NAMES = {mi.IntType: "int", mi.FloatType: "float", mi.StrType: "str", mi.BoolType: "bool", mi.NoneType: "null", mi.StructType:
+_NAMES: dict[type, str] = {mi.IntType: "int", mi.FloatType: "float", mi.StrType: "str", mi.BoolType: "bool", mi.NoneType: "null", mi.StructType:
           "mapping", mi.DictType: "mapping", mi.ListType: "list", mi.VarTupleType: "list", mi.SetType: "list"}
 _ORDER = ("bool", "int", "float", "str", "mapping", "list", "null")  # one order for "expected a or b", as msgspec lists them
 _BOUNDS = (("ge", ">=", operator.ge), ("gt", ">", operator.gt), ("le", "<=", operator.le), ("lt", "<", operator.lt))
