@@ -657,9 +657,9 @@ class ShardRun:
 
     async def _solve_pairs(self, solve_pairs: SolvePairs, plan: BenchmarkPlan, tally: Tally, answerer: PairAnswerer,
                            output: BenchmarkOutput, reach: Reachability) -> None:
-        """Hand every pending pair to a PairsSolver's `solve_pairs` at once and write each record as it settles
-        one. Its task is the one request in flight, so a stop cancels it as it would requests; a
-        pair it did not settle, when it returns or fails, gets an `internal` error record."""
+        """Hand every pending pair to a PairsSolver's `solve_pairs` at once and write each record as
+        it settles one. Its task is the one request in flight, so a stop cancels it as it would
+        requests; a pair it did not settle, when it returns or fails, gets an `internal` error record."""
         todo = {(p.idx, r): (p, r, request_seed(self.config.seed, plan.name, p.id, r)) for p, r in pending_work(plan, tally)}
         if not todo:
             return
@@ -850,9 +850,10 @@ class PairAnswerer:
 
     async def answer(self, problem: Problem, repeat: int, seed: int,
                      solve: Callable[[Problem, int], Awaitable[Attempt]]) -> tuple[ResultRecord, bytes, bytes | None]:
-        """The pair's record and its encoded lines, `solve` asking the model. Any exception on the way (the solver, the
-        client, the scorer, a value that cannot be encoded) becomes an `internal` error record
-        instead, so that no pair is ever left without one; a rerun asks it again."""
+        """The pair's record and its encoded lines, `solve` asking the model. Any exception on the
+        way (the solver, the client, the scorer, a value that cannot be encoded) becomes an
+        `internal` error record instead, so that no pair is ever left without one; a rerun asks it
+        again."""
         attempt = None
         try:
             saved = self.rejudge.pop((problem.idx, repeat), None)
