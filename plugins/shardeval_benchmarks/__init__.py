@@ -8,7 +8,14 @@ Each benchmark's module is imported when the benchmark is first built, so one th
 
 from __future__ import annotations
 
-from shardeval.api import Lazy, hookimpl
+from typing import TYPE_CHECKING
+
+from shardeval.api.plugin import Lazy, hookimpl
+
+if TYPE_CHECKING:
+    import click
+
+    from shardeval.api.plugin import Register
 
 BUILTIN = {
     "arith": "shardeval_benchmarks.arith:ArithBenchmark",
@@ -23,13 +30,13 @@ BUILTIN = {
 
 
 @hookimpl
-def register_benchmarks(register):
+def register_benchmarks(register: Register) -> None:
     for name, target in BUILTIN.items():
         register(name, Lazy(target))
 
 
 @hookimpl
-def register_commands(cli):
+def register_commands(cli: click.Group) -> None:
     from shardeval_benchmarks.command import benchmarks_command
 
     cli.add_command(benchmarks_command)

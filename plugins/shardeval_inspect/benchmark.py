@@ -13,13 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shardeval.api import Benchmark, decode_params, Problem, Score, UsageError
+from shardeval.api.benchmark import Benchmark, decode_params, Problem, Score
+from shardeval.api.plugin import UsageError
 
 from shardeval_inspect.params import InspectParams
 from shardeval_inspect.provider import check_provider
 from shardeval_inspect.task import check_sandbox, load, LoadedTask, sandbox_type
+
+if TYPE_CHECKING:
+    from inspect_ai.model import ChatMessage
 
 SOURCE = "benchmark inspect"
 
@@ -100,13 +104,13 @@ class InspectBenchmark(Benchmark):
         return "sha256:" + h.hexdigest()
 
 
-def _input(value: Any) -> tuple[str | None, list[dict[str, str]] | None]:
+def _input(value: str | list[ChatMessage]) -> tuple[str | None, list[dict[str, str]] | None]:
     if isinstance(value, str):
         return value, None
     return None, [{"role": m.role, "content": m.text} for m in value]
 
 
-def _target(target: Any) -> str | None:
+def _target(target: str | list[str]) -> str | None:
     if isinstance(target, list):
         return ", ".join(target)
     return target or None

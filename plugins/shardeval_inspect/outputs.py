@@ -17,9 +17,19 @@ import io
 import json
 import os
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shardeval.api import OK, TRAJECTORIES_FILE, UsageError
+from shardeval.api.metric import OK
+from shardeval.api.plugin import UsageError
+from shardeval.api.records import TRAJECTORIES_FILE
+
+if TYPE_CHECKING:
+    from inspect_ai.log import EvalLog
+    from inspect_ai.model import ModelUsage
+
+    from shardeval.api.pages import BenchmarkMerge
+    from shardeval.api.records import MergeResult
+    from shardeval_inspect.benchmark import InspectBenchmark
 
 from shardeval_inspect.task import first_line
 
@@ -30,18 +40,19 @@ class NotWritten(Exception):
     """Why an Inspect task's log cannot be made from this run here (its merged results stand)."""
 
 
-def inspect_entries(result: Any) -> dict[str, dict[str, Any]]:
+def inspect_entries(result: MergeResult) -> dict[str, dict[str, Any]]:
     """The run's inspect benchmark entries (as its config wrote them), by benchmark id."""
     manifest = result.run.shards[0].manifest
-    return {b.get("id"): b for b in manifest.config.get("benchmarks", []) if isinstance(b, dict) and b.get("name") == "inspect"}
+    return {b["id"]: b for b in manifest.config.get("benchmarks", [])
+            if isinstance(b, dict) and b.get("name") == "inspect" and isinstance(b.get("id"), str)}  # expand() gave each its id
 
 
-def served_model(result: Any) -> str:
+def served_model(result: MergeResult) -> str:
     """The model id the run's endpoint reported (the log's `model`)."""
     return next((s.model for s in result.run.shards[0].manifest.served.values()), "model")
 
 
-def model_base_url(result: Any, entry: dict[str, Any]) -> str | None:
+def model_base_url(result: MergeResult, entry: dict[str, Any]) -> str | None:
     """The base URL the entry's service was asked at, as the run's manifest keeps it (secrets
     redacted there): the log's `model_base_url`. None for a server the shards started themselves
     (its address was each node's own), never the header's placeholder."""
@@ -51,7 +62,7 @@ def model_base_url(result: Any, entry: dict[str, Any]) -> str | None:
     return url if isinstance(url, str) else None
 
 
-def write_inspect_logs(result: Any, out_dir: str) -> list[str]:
+def write_inspect_logs(result: MergeResult, out_dir: str) -> list[str]:
     """Write the log of every inspect entry of the run; lines for what was not written."""
     entries = inspect_entries(result)
     if not entries:
@@ -78,7 +89,7 @@ def write_inspect_logs(result: Any, out_dir: str) -> list[str]:
     return notes
 
 
-def task_log(entry: dict[str, Any], merge: Any, served: str, merged_dir: str, base_url: str | None = None) -> Any:
+def task_log(entry: dict[str, Any], merge: BenchmarkMerge, served: str, merged_dir: str, base_url: str | None = None) -> EvalLog:
     """The Inspect log of one inspect benchmark's merge (a BenchmarkMerge, written in `merged_dir`):
     Inspect's header for the task, the samples the shards kept, metrics and status over them.
     NotWritten says why not."""
@@ -109,7 +120,7 @@ def task_log(entry: dict[str, Any], merge: Any, served: str, merged_dir: str, ba
     return log
 
 
-def _header(bench: Any, epochs: int, served: str) -> Any:
+def _header(bench: InspectBenchmark, epochs: int, served: str) -> EvalLog:
     """The log Inspect starts for the whole task (spec, plan, dataset), with no sample run (so the
     model, at an address nothing listens on, is never asked)."""
     from inspect_ai import eval as inspect_eval
@@ -125,29 +136,30 @@ def _header(bench: Any, epochs: int, served: str) -> Any:
                             **eval_options(bench.loaded.task, bench.params, epochs))[0]
 
 
-def _finish(log: Any, merge: Any) -> None:
+def _finish(log: EvalLog, merge: BenchmarkMerge) -> None:
     """Status, metrics and stats over the merged samples, as Inspect would have them for one run."""
     from inspect_ai.log import recompute_metrics
 
     status = list(merge.table.status)
-    scored = [s for s in log.samples if s.scores]
+    samples = log.samples or []  # task_log set them
+    scored = [s for s in samples if s.scores]
     if scored:
         recompute_metrics(log)
     set_status(log, sum(s != OK for s in status), len(status))
-    starts = [s.started_at for s in log.samples if s.started_at]
-    ends = [s.completed_at for s in log.samples if s.completed_at]
+    starts = [s.started_at for s in samples if s.started_at]
+    ends = [s.completed_at for s in samples if s.completed_at]
     if starts:
         log.stats.started_at = min(starts)
     if ends:
         log.stats.completed_at = max(ends)
-    usage: dict[str, Any] = {}
-    for s in log.samples:
+    usage: dict[str, ModelUsage] = {}
+    for s in samples:
         for model, u in (s.model_usage or {}).items():
             usage[model] = usage[model] + u if model in usage else u
     log.stats.model_usage = usage
 
 
-def set_status(log: Any, not_ok: int, cells: int) -> None:
+def set_status(log: EvalLog, not_ok: int, cells: int) -> None:
     """`success` only when every (sample, epoch) cell has an ok answer; else `error`, saying how many do not."""
     from inspect_ai._util.error import EvalError
 
@@ -160,7 +172,7 @@ def set_status(log: Any, not_ok: int, cells: int) -> None:
     log.error = EvalError(message=message, traceback=message, traceback_ansi=message)
 
 
-def write_log(log: Any, path: str) -> None:
+def write_log(log: EvalLog, path: str) -> None:
     """Write `log` to `path` as a .eval file, replacing what is there in one step: it is written
     under a temporary name beside it, then renamed, so a reader never sees half a log and a
     re-export never leaves a second one."""

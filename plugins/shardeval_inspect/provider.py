@@ -7,15 +7,18 @@ can be made at all (Inspect leaves the `openai` package it needs optional).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
-from shardeval.api import UsageError
+from shardeval.api.plugin import UsageError
+
+if TYPE_CHECKING:
+    from inspect_ai.model import GenerateConfig, Model
 
 PROVIDER = "openai-api/shardeval"  # Inspect's OpenAI-compatible provider; `shardeval` names the service
 SOURCE = "benchmark inspect"
 
 
-def inspect_model(served: str, base_url: str, api_key: str, config: Any = None) -> Any:
+def inspect_model(served: str, base_url: str, api_key: str, config: GenerateConfig | None = None) -> Model:
     """Inspect's OpenAI-compatible model for `served` at `base_url` (a key it never writes to its log)."""
     from inspect_ai.model import GenerateConfig, get_model
 

@@ -17,17 +17,20 @@ import hashlib
 import json
 import os
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
-from shardeval.api import TrackerRun
+from shardeval.api.exporter import TrackerRun
+
+if TYPE_CHECKING:
+    from inspect_ai.model import ModelUsage, StopReason
 
 from shardeval_inspect.outputs import set_status
 
 SCORER = "shardeval"
 COMPLETE = "COMPLETE"  # TrackerRun.status of a run whose every cell has an ok answer
-_STOP = {"stop": "stop", "length": "max_tokens", "tool_calls": "tool_calls", "content_filter": "content_filter"}
+_STOP: dict[str, StopReason] = {"stop": "stop", "length": "max_tokens", "tool_calls": "tool_calls", "content_filter": "content_filter"}
 _RECORD_FACTS = ("status", "error_kind", "attempts", "seed", "problem_idx", "shard", "cluster", "run", "finish_reason",
                  "latency_s", "ttft_s", "prompt_tokens", "completion_tokens", "cached", "outcome", "reasoning_tokens",
                  "reasoning_tokens_from")
@@ -62,7 +65,7 @@ def records_log(run: TrackerRun) -> Any:
     samples = [sample(rec, conversations.get((rec["problem_id"], rec["repeat"])), model, run.key) for rec in in_order]
     starts = [rec["started_at"] for rec in records if rec.get("started_at")]
     ends = [rec["started_at"] + (rec.get("latency_s") or 0.0) for rec in records if rec.get("started_at")]
-    usage = {}
+    usage: dict[str, ModelUsage] = {}
     for s in samples:
         for name, u in s.model_usage.items():
             usage[name] = usage[name] + u if name in usage else u
@@ -95,7 +98,7 @@ def sample(rec: dict[str, Any], conversation: dict[str, Any] | None, model: str,
     if rec["status"] == "ok" and not any(m.role == "assistant" for m in messages):
         messages.append(ChatMessageAssistant(id=stable_id(key, f"{cell}#answer"), content=response, model=model))
     output = ModelOutput.from_content(model=model, content=response, stop_reason=_STOP.get(rec.get("finish_reason") or "", "unknown"))
-    usage = {}
+    usage: dict[str, ModelUsage] = {}
     if rec.get("prompt_tokens") is not None or rec.get("completion_tokens") is not None:
         i, o = rec.get("prompt_tokens") or 0, rec.get("completion_tokens") or 0
         output.usage = ModelUsage(input_tokens=i, output_tokens=o, total_tokens=i + o, reasoning_tokens=rec.get("reasoning_tokens"))

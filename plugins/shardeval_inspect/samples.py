@@ -17,11 +17,16 @@ import json
 import math
 import re
 from datetime import datetime
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from shardeval.api import Attempt, Completion, Score
+from shardeval.api.benchmark import Score
+from shardeval.api.solver import Attempt, Completion
 
 from shardeval_inspect.task import first_line
+
+if TYPE_CHECKING:
+    from inspect_ai.log import EvalSample
+    from inspect_ai.model import ChatMessage, ModelOutput
 
 ERROR_KIND, LIMIT_KIND = "inspect", "limit"
 # A sample error that is the endpoint's failing (the openai client's exception, after Inspect's
@@ -34,7 +39,7 @@ API_ERRORS = (("APIConnectionError", "connection"), ("APITimeoutError", "timeout
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def attempt_of(sample: Any, scrub: Callable[[str], str], epoch: int, tags: Sequence[str] = ()) -> Attempt:
+def attempt_of(sample: EvalSample, scrub: Callable[[str], str], epoch: int, tags: Sequence[str] = ()) -> Attempt:
     """The Attempt for one ended Inspect sample (an EvalSample) that answers the run's `epoch`
     (1-based): a resumed sample may have run as Inspect's epoch 1 for the run's epoch 3, and the
     saved sample says which epoch of the run it is. `tags`: the service's reasoning_tags."""
@@ -49,7 +54,7 @@ def attempt_of(sample: Any, scrub: Callable[[str], str], epoch: int, tags: Seque
     return Attempt(completion=completion, messages=transcript(sample.messages), request=request, score=score)
 
 
-def _completion(sample: Any, scrub: Callable[[str], str], tags: Sequence[str] = ()) -> Completion:
+def _completion(sample: EvalSample, scrub: Callable[[str], str], tags: Sequence[str] = ()) -> Completion:
     started = _timestamp(getattr(sample, "started_at", None))
     latency = sample.total_time
     usage = list((sample.model_usage or {}).values())
@@ -57,7 +62,7 @@ def _completion(sample: Any, scrub: Callable[[str], str], tags: Sequence[str] = 
     generated = sum(u.output_tokens for u in usage) if usage else None
     common: dict[str, Any] = {"started_at": started, "latency_s": latency, "attempts": 1 + len(sample.error_retries or []),
                               "prompt_tokens": prompt, "completion_tokens": generated}
-    thought = [u.reasoning_tokens for u in usage if getattr(u, "reasoning_tokens", None) is not None]
+    thought = [n for u in usage if (n := getattr(u, "reasoning_tokens", None)) is not None]
     if thought:
         common.update(reasoning_tokens=sum(thought), reasoning_tokens_from="usage")
     if sample.error is not None:
@@ -73,27 +78,30 @@ def _completion(sample: Any, scrub: Callable[[str], str], tags: Sequence[str] = 
     return Completion(status="ok", text=text, finish_reason=reason, reasoning=_reasoning(output, text, tags), **common)
 
 
-def _reasoning(output: Any, text: str, tags: Sequence[str]) -> str | None:
+def _reasoning(output: ModelOutput | None, text: str, tags: Sequence[str]) -> str | None:
     """The thinking of the sample's answer: its ContentReasoning blocks (a redacted one by its
     summary), joined. Inspect's split of the reply stands: when it found no thinking but the answer
     holds one of `tags` (a closing tag with no opening one, which Inspect's parser leaves in the
     text and its scorers score), the thinking is "" so that shardeval does not split that answer
     again, and the record's answer is what Inspect scored."""
+    from inspect_ai.model import ContentReasoning
+
     message = output.choices[0].message if output is not None and output.choices else None
     content = message.content if message is not None else ""
-    blocks = [c for c in content if getattr(c, "type", None) == "reasoning"] if isinstance(content, list) else []
+    blocks = [c for c in content if isinstance(c, ContentReasoning)] if isinstance(content, list) else []
     if blocks:
         return "\n\n".join((b.summary or "") if b.redacted else b.reasoning for b in blocks)
     return "" if any(tag and tag in text for tag in tags) else None
 
 
-def _score(sample: Any) -> Score | None:
+def _score(sample: EvalSample) -> Score | None:
     """Every scorer's value as a float; the first scorer's is the headline."""
     from inspect_ai.scorer import value_to_float
 
     to_float = value_to_float()
     scores: dict[str, float] = {}
-    for name, s in (sample.scores or {}).items():
+    given = sample.scores or {}
+    for name, s in given.items():
         if isinstance(s.value, dict):
             scores.update({f"{name}/{key}": to_float(v) for key, v in s.value.items()})
         elif isinstance(s.value, list):
@@ -102,27 +110,27 @@ def _score(sample: Any) -> Score | None:
             scores[name] = to_float(s.value)
     if not scores:
         return None
-    first = next(iter(sample.scores.values()))
+    first = next(iter(given.values()))
     headline = next(iter(scores.values()))
     if math.isnan(headline):
         return None
     return Score(score=headline, extracted=first.answer, scores=scores)
 
 
-def transcript(messages: list[Any]) -> list[dict[str, str]]:
+def transcript(messages: list[ChatMessage]) -> list[dict[str, str]]:
     """The conversation as role/content turns; a tool call is written into its assistant turn."""
     turns = []
     for m in messages or []:
         text = m.text
         calls = getattr(m, "tool_calls", None) or []
         lines = [f"[tool call {c.id}] {c.function}({json.dumps(c.arguments, ensure_ascii=False)})" for c in calls]
-        if getattr(m, "error", None) is not None:
-            lines.append(f"[tool error] {m.error.type}: {m.error.message}")
+        if (error := getattr(m, "error", None)) is not None:  # a tool message's
+            lines.append(f"[tool error] {error.type}: {error.message}")
         turns.append({"role": m.role, "content": "\n".join(x for x in (text, *lines) if x)})
     return turns
 
 
-def _timestamp(value: Any) -> float:
+def _timestamp(value: object) -> float:
     if isinstance(value, datetime):
         return value.timestamp()
     if isinstance(value, str):

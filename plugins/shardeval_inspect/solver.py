@@ -21,15 +21,24 @@ import io
 import os
 import tempfile
 from collections import defaultdict
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from shardeval.api import Attempt, PairsSolver, Problem, ServiceHandle, SolverConfig, UsageError
+from shardeval.api.benchmark import Problem
+from shardeval.api.plugin import UsageError
+from shardeval.api.solver import Attempt, PairsSolver, ServiceHandle, SolverConfig
 
 from shardeval_inspect.benchmark import inspect_params
 from shardeval_inspect.params import InspectParams
 from shardeval_inspect.provider import inspect_model
 from shardeval_inspect.samples import attempt_of
 from shardeval_inspect.task import load, quiet_inspect
+
+if TYPE_CHECKING:
+    from inspect_ai import Task
+    from inspect_ai.log import EvalSample
+    from inspect_ai.model import Model
+
+    from shardeval.api.service import ReasoningConfig, ServiceConfig
 
 Settle = Callable[[Problem, int, Attempt], Awaitable[None]]
 _SINK: contextvars.ContextVar[Callable[[Any], Awaitable[None]] | None] = contextvars.ContextVar("shardeval_inspect_sink", default=None)
@@ -61,7 +70,7 @@ class InspectSolver(PairsSolver):
         for epochs, sample_ids in sorted(groups.items(), reverse=True):
             await self._run(loaded.task, params, epochs, [problems[i] for i in sample_ids], missing, settle)
 
-    async def _run(self, task: Any, params: InspectParams, epochs: int, problems: list[Problem],
+    async def _run(self, task: Task, params: InspectParams, epochs: int, problems: list[Problem],
                    missing: dict[str, list[int]], settle: Settle) -> None:
         """One eval_async over `problems`, `epochs` each; every sample settles as it ends."""
         from inspect_ai import eval_async
@@ -70,7 +79,7 @@ class InspectSolver(PairsSolver):
         _install_hook()
         by_id = {p.id: p for p in problems}
 
-        async def ended(sample: Any) -> None:
+        async def ended(sample: EvalSample) -> None:
             problem = by_id.get(str(sample.id))
             if problem is None:
                 return
@@ -93,7 +102,7 @@ class InspectSolver(PairsSolver):
     def _concurrency(self) -> int:
         return self.service.max_concurrent or 32
 
-    def _model(self) -> Any:
+    def _model(self) -> Model:
         """Inspect's model for the service's endpoint: the same URL, model name and key shardeval uses,
         its retries and timeout."""
         from inspect_ai.model import GenerateConfig
@@ -107,7 +116,7 @@ class InspectSolver(PairsSolver):
         return inspect_model(endpoint.model, endpoint.base_url, key, config)
 
 
-def eval_options(task: Any, params: InspectParams, epochs: int) -> dict[str, Any]:
+def eval_options(task: Task, params: InspectParams, epochs: int) -> dict[str, Any]:
     """What every Inspect eval of the task is given, a shard's or the merge's header: the epochs with
     the task's own reducers (they shape Inspect's metrics in the merged log), the params' sandbox,
     limits and fail_on_error, and no console of its own."""
@@ -118,7 +127,7 @@ def eval_options(task: Any, params: InspectParams, epochs: int) -> dict[str, Any
             "fail_on_error": params.fail_on_error, "log_level": "warning", "score_display": False, **params.limits()}
 
 
-def _generation(config: SolverConfig, service: Any = None) -> dict[str, Any]:
+def _generation(config: SolverConfig, service: ServiceConfig | None = None) -> dict[str, Any]:
     """The config's generation keys that are set, as Inspect's GenerateConfig names them (unset: the
     task's); `service` (its ServiceConfig) says how its server is asked for `reasoning`."""
     gen = config.generation
@@ -141,7 +150,7 @@ def _generation(config: SolverConfig, service: Any = None) -> dict[str, Any]:
     return out
 
 
-def reasoning_options(reasoning: Any, service: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def reasoning_options(reasoning: ReasoningConfig, service: ServiceConfig | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """`generation.reasoning` as Inspect takes it: (GenerateConfig fields, request fields for its
     extra_body). `effort` is Inspect's `reasoning_effort`, which its OpenAI-compatible provider
     sends as the request's `reasoning_effort`; `budget_tokens` is Inspect's `reasoning_tokens`, which

@@ -19,19 +19,23 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shardeval.api import library_call, UsageError
+from shardeval.api.plugin import library_call, UsageError
 
 from shardeval_inspect.params import InspectParams, require_inspect
+
+if TYPE_CHECKING:
+    from inspect_ai import Task
+    from inspect_ai.dataset import Dataset, Sample
 
 
 @dataclass(frozen=True)
 class LoadedTask:
     """An Inspect Task with what identifies it: the source's hash and Inspect's version."""
 
-    task: Any  # inspect_ai.Task
-    samples: tuple[Any, ...]  # inspect_ai.dataset.Sample, in the dataset's order, every one with an id
+    task: Task
+    samples: tuple[Sample, ...]  # in the dataset's order, every one with an id
     source_sha256: str  # the file that defines the task (for a registered task, its module's file)
     inspect_version: str
 
@@ -104,7 +108,7 @@ def _check_args(where: str, function: Any, args: dict[str, Any]) -> None:
                          f"{', '.join(known) or 'none'}); fix the name or drop it")
 
 
-def _with_ids(dataset: Any) -> list[Any]:
+def _with_ids(dataset: Dataset) -> list[Sample]:
     """The samples, each with its id: Inspect numbers samples without one 1, 2, ... in dataset order."""
     samples = list(dataset)
     for i, sample in enumerate(samples):
@@ -130,7 +134,7 @@ def _source_hash(path: str, function: Any) -> str:
         return "sha256:" + hashlib.sha256(f.read()).hexdigest()
 
 
-def sandbox_type(task: Any, params: InspectParams) -> str | None:
+def sandbox_type(task: Task, params: InspectParams) -> str | None:
     """The sandbox the samples run in: the params' override, else the task's (or its samples')."""
     if params.sandbox:
         return params.sandbox.split(":", 1)[0]

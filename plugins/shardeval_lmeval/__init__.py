@@ -9,27 +9,33 @@ shardeval.api alone: the template for the next adapter.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl, Lazy
+from typing import TYPE_CHECKING
+
+from shardeval.api.plugin import hookimpl, Lazy
+
+if TYPE_CHECKING:
+    from shardeval.api.plugin import Register
+    from shardeval.api.records import MergeResult
 
 
 @hookimpl
-def register_benchmarks(register):
+def register_benchmarks(register: Register) -> None:
     register("lm_eval", Lazy("shardeval_lmeval.benchmark:LmEvalBenchmark"))
 
 
 @hookimpl
-def register_solvers(register):
+def register_solvers(register: Register) -> None:
     register("lm_eval", Lazy("shardeval_lmeval.solver:LmEvalSolver"))
 
 
 @hookimpl
-def register_metrics(register):
+def register_metrics(register: Register) -> None:
     register("lm_eval", Lazy("shardeval_lmeval.metrics:lm_eval_metrics"))
 
 
 @hookimpl
-def write_merged_outputs(result, out_dir):
-    from shardeval.api import library_call
+def write_merged_outputs(result: MergeResult, out_dir: str) -> list[str]:
+    from shardeval.api.plugin import library_call
     from shardeval_lmeval.outputs import write_lm_eval_outputs  # imports no lm-eval unless the run has lm_eval entries
 
     with library_call("lm-eval", f"the lm-eval results under {out_dir}"):

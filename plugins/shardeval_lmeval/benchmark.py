@@ -16,9 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from shardeval.api import Benchmark, decode_params, Problem, Score, UsageError
+from shardeval.api.benchmark import Benchmark, decode_params, Problem, Score
+from shardeval.api.plugin import UsageError
 
 from shardeval_lmeval.params import LmEvalParams
 from shardeval_lmeval.plan import plan
@@ -48,7 +50,7 @@ class LmEvalBenchmark(Benchmark):
     name = "lm_eval"
     solver = "lm_eval"
     scores_from = "scorer"  # every score is lm-eval's process_results', re-made by a rescore
-    metrics = ("accuracy", "lm_eval")
+    metrics: tuple[str, ...] = ("accuracy", "lm_eval")
 
     @classmethod
     def expand(cls, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
@@ -173,7 +175,7 @@ def stable_json(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, default=named).encode()
 
 
-def encode_response(resps: list[list[Any]]) -> str:
+def encode_response(resps: Sequence[Sequence[object]]) -> str:
     """The record's response: lm-eval's answers, one list per request (its repeats)."""
     return json.dumps({"resps": resps}, ensure_ascii=False)
 

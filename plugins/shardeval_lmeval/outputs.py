@@ -17,7 +17,10 @@ import json
 import os
 from typing import Any
 
-from shardeval.api import decode_params, OK, RESULTS_FILE, UsageError
+from shardeval.api.benchmark import decode_params
+from shardeval.api.metric import OK
+from shardeval.api.plugin import UsageError
+from shardeval.api.records import MergeResult, RESULTS_FILE
 
 from shardeval_lmeval.benchmark import benchmark_id, lm_eval_answer, LmEvalBenchmark, SOURCE
 from shardeval_lmeval.params import LmEvalParams
@@ -26,7 +29,7 @@ from shardeval_lmeval.plan import quiet, setup, simple_evaluate, stand_in_model
 OUT = "lm_eval"
 
 
-def write_lm_eval_outputs(result: Any, out_dir: str) -> list[str]:
+def write_lm_eval_outputs(result: MergeResult, out_dir: str) -> list[str]:
     """Write lm-eval's files for every lm_eval entry of the run; lines for what was not written."""
     manifest = result.run.shards[0].manifest
     served = next((s.model for s in manifest.served.values()), "model")
@@ -38,10 +41,12 @@ def write_lm_eval_outputs(result: Any, out_dir: str) -> list[str]:
         if not isinstance(bench, dict) or bench.get("name") != LmEvalBenchmark.name:
             continue
         params = dict(bench.get("params") or {})
-        task = params.get("task")
         p = decode_params(params, LmEvalParams, source=SOURCE)
+        task = p.task
+        if task is None:  # never in a run's config: loading it gave every entry its leaf task (LmEvalBenchmark.expand)
+            continue
         entry = entries.setdefault(p.plan_key(), ({k: v for k, v in params.items() if k != "task"}, {}))
-        service = services.get(bench.get("service") or "model") or next(iter(services.values()), {})
+        service: object = services.get(bench.get("service") or "model") or next(iter(services.values()), {})
         urls.setdefault(p.plan_key(), service.get("url") if isinstance(service, dict) else None)
         entry[1][task] = bench.get("id") or benchmark_id(task)
     if not entries:

@@ -22,17 +22,22 @@ reasoning field, so the core keeps it and never splits the answers' JSON again).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 
-from shardeval.api import (Attempt, check_logprobs, combine_completions, DEFAULT_TAGS, Problem, ServiceHandle, Solver, SolverConfig,
-                           split_reply, UsageError)
+from shardeval.api.benchmark import DEFAULT_TAGS, Problem, split_reply
+from shardeval.api.plugin import UsageError
+from shardeval.api.solver import Attempt, check_logprobs, combine_completions, Completion, ServiceHandle, Solver, SolverConfig
 
 from shardeval_lmeval.benchmark import encode_response
 from shardeval_lmeval.wire import build_model, read_generation, read_loglikelihood
 
 CHAT = "local-chat-completions"
+# One request's answer as lm-eval's model returns it: generated text, a (log-likelihood, is_greedy)
+# pair, or a rolling request's summed log-likelihood.
+Answer = str | tuple[float, bool] | float
 
 
 def prompt_tokens(body: dict[str, Any]) -> int | None:
@@ -119,26 +124,26 @@ class LmEvalSolver(Solver):
         completion = self._with_thinking(combine_completions(parts, text), parts, thoughts, plan.get("think_end_token"))
         return Attempt(completion=completion, messages=[*messages, {"role": "assistant", "content": shown}], request=request)
 
-    async def _send(self, body: dict[str, Any], chat: bool) -> Any:
+    async def _send(self, body: dict[str, Any], chat: bool) -> Completion:
         full = {"model": self.service.endpoint.model, **body}
         protocol = "chat_completions" if chat else "completions"
         return await self.service.client.request(full, self.service.slots, stream=False, protocol=protocol)
 
-    def _answers(self, requests: list[dict[str, Any]], parts: Any, model: str, think_end_token: str | None,
-                 thoughts: list[str | None]) -> list[list[Any]]:
+    def _answers(self, requests: list[dict[str, Any]], parts: Iterator[Completion], model: str, think_end_token: str | None,
+                 thoughts: list[str | None]) -> list[list[Answer]]:
         """lm-eval's answer per request and repeat: a rolling one sums its windows, as lm-eval does.
         Each generated answer's thinking (None: it had none) is appended to `thoughts`."""
         reader = self._reader(model, think_end_token)
         out = []
         for r in requests:
-            answers = []
+            answers: list[Answer] = []
             for _ in range(r["repeats"]):
                 if r["type"] == "generate_until":
                     answer, thought = self._read(reader, next(parts), model == CHAT, think_end_token)
                     answers.append(answer)
                     thoughts.append(thought)
                     continue
-                lls = []
+                lls: list[tuple[float, bool]] = []
                 for wire in r["wire"]:
                     c = next(parts)
                     if c.prompt_logprobs is None or c.top_logprobs is None:
@@ -150,7 +155,7 @@ class LmEvalSolver(Solver):
             out.append(answers)
         return out
 
-    def _read(self, reader: Any, c: Any, chat: bool, think_end_token: str | None) -> tuple[str, str | None]:
+    def _read(self, reader: Any, c: Completion, chat: bool, think_end_token: str | None) -> tuple[str, str | None]:
         """One generated reply as (the answer lm-eval scores, its thinking or None)."""
         if think_end_token is None:  # shardeval's rule: the answer after the last closing tag; unclosed: no answer
             split = split_reply(c.text, c.reasoning, self.tags)
@@ -168,7 +173,7 @@ class LmEvalSolver(Solver):
             thought = thought.lstrip()[len(opening):]
         return answer, thought
 
-    def _with_thinking(self, c: Any, parts: list[Any], thoughts: list[str | None], think_end_token: str | None) -> Any:
+    def _with_thinking(self, c: Completion, parts: list[Completion], thoughts: list[str | None], think_end_token: str | None) -> Completion:
         """The document's completion with its generated answers' thinking and thinking tokens. Its
         text is the answers' JSON, which the core would split again by the service's tags: when a
         tag is in it (an answer that kept one), the thinking is set ("" for none), so it is not."""

@@ -72,7 +72,7 @@ def read_loglikelihood(model: Any, token_logprobs: list, top_logprobs: list | No
 
 def read_generation(model: Any, text: str, chat: bool) -> str:
     """The generated text as lm-eval's parse_generations reads it (None: its placeholder)."""
-    from lm_eval.models.api_models import LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER  # type: ignore[attr-defined]
+    from lm_eval.models.api_models import LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER
 
     choice = {"index": 0, "message": {"content": text}} if chat else {"index": 0, "text": text}
     (answer,) = model.parse_generations(outputs={"choices": [choice]})

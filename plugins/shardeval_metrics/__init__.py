@@ -15,11 +15,19 @@ so loading plugins (`shardeval --help`, `shardeval plugins`) never imports numpy
 
 from __future__ import annotations
 
-from shardeval.api import Lazy, hookimpl
+from typing import TYPE_CHECKING, Any
+
+from shardeval.api.plugin import Lazy, hookimpl
+
+if TYPE_CHECKING:
+    import click
+
+    from shardeval.api.metric import MetricOptions, ScoreTable
+    from shardeval.api.plugin import Register
 
 
 @hookimpl
-def register_metrics(register):
+def register_metrics(register: Register) -> None:
     register("accuracy", Lazy("shardeval_metrics.metrics:accuracy"))
     register("mean", Lazy("shardeval_metrics.metrics:mean"))
     register("pass@k", Lazy("shardeval_metrics.metrics:pass_at_k"))
@@ -28,14 +36,14 @@ def register_metrics(register):
 
 
 @hookimpl
-def register_commands(cli):
+def register_commands(cli: click.Group) -> None:
     from shardeval_metrics.command import compare_command
 
     cli.add_command(compare_command)
 
 
 @hookimpl
-def paired_differences(pairs, options):
+def paired_differences(pairs: list[tuple[ScoreTable, ScoreTable]], options: MetricOptions) -> list[dict[str, Any]]:
     from shardeval_metrics.paired import paired_differences as compute
 
     return compute(pairs, options)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from shardeval.api import MetricOptions, ScoreTable
+from shardeval.api.metric import MetricOptions, ScoreTable
 from shardeval_metrics.dist import clopper_pearson_interval, mcnemar_exact, t_ppf, t_sf
 from shardeval_metrics.stats import cluster_codes, clustered_se, is_binary, match_problems, score_matrix
 
@@ -94,8 +94,8 @@ def paired_difference(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> d
     result.update(diff=diff, baseline_mean=float(da.mean()), other_mean=float(db.mean()))
     by_problem = codes
     se, n_groups = clustered_se(d, codes)
-    if a.cluster is not None and n_problems:
-        by_category = cluster_codes(a, ia[problems])  # per shared problem; one without a category is its own
+    by_category = cluster_codes(a, ia[problems]) if n_problems else None  # per shared problem; None: no categories
+    if by_category is not None:  # a problem without a category is its own
         if 2 <= int(by_category.max()) + 1 < n_problems:
             se_category, n_categories = clustered_se(d, by_category[codes])
             # categories whose differences happen to balance gave SE 0 and [0.1, 0.1] where McNemar's

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from shardeval.api import MetricOptions, MetricValue, ScoreTable
+from shardeval.api.metric import MetricOptions, MetricValue, ScoreTable
 from shardeval_metrics.dist import clopper_pearson_interval, normal_ppf, t_ppf
 
 SE_IF_REPEATS = (1, 2, 4, 8, 16, 32)
@@ -280,7 +280,7 @@ def summarize_mean(
         details["cluster_note"] = "--ci-method clt: clusters ignored (the interval assumes independent problems)"
         groups = None
     se = float(np.std(values, ddof=1)) / math.sqrt(n) if n >= 2 else None
-    if groups is not None:
+    if groups is not None and codes is not None:  # groups is set only from codes
         se_clustered = clustered_se(values, codes)[0]
         if trials is None and choice != "clustered" and se_clustered is not None and se is not None and se_clustered < se:
             # two categories with the same mean gave SE 0 and [0.75, 0.75]: a clustering that shows

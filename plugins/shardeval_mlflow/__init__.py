@@ -7,17 +7,27 @@ imported only when an export runs. Written against shardeval.api alone.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl, Lazy
+from typing import TYPE_CHECKING
+
+from shardeval.api.plugin import hookimpl, Lazy
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from shardeval.api.plugin import Register
+
+    # shardeval.hookspecs.AddExportFlag, which shardeval.api does not publish yet: add(target, flag, key, help, metavar)
+    AddExportFlag = Callable[[str, str, str, str, str], None]
 
 
 @hookimpl
-def register_exporters(register):
+def register_exporters(register: Register) -> None:
     from shardeval_mlflow.config import MlflowExportConfig  # not at the top: --help loads plugins, and a config loads msgspec
 
     register("mlflow", Lazy("shardeval_mlflow.exporter:export_mlflow"), config=MlflowExportConfig)
 
 
 @hookimpl
-def export_flags(add):
+def export_flags(add: AddExportFlag) -> None:
     add("mlflow", "--tracking-uri", "tracking_uri", "the tracking server or store (default: MLFLOW_TRACKING_URI).", "URI")
     add("mlflow", "--experiment", "experiment", "the experiment (default: the run directory's name).", "NAME")

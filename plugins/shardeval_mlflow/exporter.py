@@ -26,10 +26,15 @@ import contextlib
 import os
 import tempfile
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from shardeval.api import network_failure, ShardError, TrackerExport, TrackerRun, UsageError, redact_urls
+from shardeval.api.exporter import TrackerExport, TrackerRun
+from shardeval.api.plugin import network_failure, ShardError, UsageError, redact_urls
 from shardeval_mlflow.config import EXTRA, MlflowExportConfig, tracking_uri
+
+if TYPE_CHECKING:
+    import mlflow
+    from mlflow.entities import Experiment, Run
 
 KEY_TAG = "shardeval.key"
 PARAM_TAG = "shardeval.param."
@@ -62,7 +67,7 @@ def _http_defaults() -> Iterator[None]:
             os.environ.pop(name, None)
 
 
-def _export(MlflowClient: Any, config: MlflowExportConfig, export: TrackerExport) -> list[str]:
+def _export(MlflowClient: type[mlflow.MlflowClient], config: MlflowExportConfig, export: TrackerExport) -> list[str]:
     uri = tracking_uri(config)[1]  # the default resolved here, so that the line names the store written
     experiment_name = config.experiment or os.path.basename(export.root.rstrip(os.sep)) or "shardeval"
     shown = redact_urls(uri)
@@ -125,7 +130,7 @@ def _folder_store_lock(uri: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _create_or_get(client: Any, name: str) -> tuple[Any, bool]:
+def _create_or_get(client: mlflow.MlflowClient, name: str) -> tuple[Experiment, bool]:
     """(the experiment named `name`, whether this call made it). A lookup, then a create, is a race
     with any other exporter doing the same (four exports into a new experiment at once): the
     creator that loses is told it already exists, and takes the one the winner made."""
@@ -156,10 +161,10 @@ def _store_failure(exc: BaseException, shown: str) -> str:
     return f"mlflow: the tracking store at {shown} failed: {reason}"
 
 
-def _runs_by_key(client: Any, experiment_id: str) -> dict[str, Any]:
+def _runs_by_key(client: mlflow.MlflowClient, experiment_id: str) -> dict[str, Run]:
     """The experiment's active runs that shardeval exported, by their key: one search, paged,
     not one per tracker run (a folder store reads every run of the experiment on each search)."""
-    found: dict[str, Any] = {}
+    found: dict[str, Run] = {}
     token = None
     while True:
         page = client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` LIKE '%'", max_results=1000,
@@ -171,7 +176,7 @@ def _runs_by_key(client: Any, experiment_id: str) -> dict[str, Any]:
             return found
 
 
-def _export_run(client: Any, experiment_id: str, run: TrackerRun, current: Any) -> tuple[bool, list[tuple[str, str, str]]]:
+def _export_run(client: mlflow.MlflowClient, experiment_id: str, run: TrackerRun, current: Run | None) -> tuple[bool, list[tuple[str, str, str]]]:
     """One tracker run written, `current` its MLflow run if it has one; (whether it was created,
     the params that could not change)."""
     from mlflow.entities import Metric, Param, RunTag

@@ -8,13 +8,17 @@ stays light.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import hookimpl
+
+if TYPE_CHECKING:
+    from shardeval.api.pages import BenchmarkMerge, SweepMerge
+    from shardeval.api.records import MergeResult
 
 
 @hookimpl
-def draw_report_page(result: Any, path: str, confidence: float) -> str:
+def draw_report_page(result: MergeResult, path: str, confidence: float) -> str:
     from shardeval_pages.page import draw
     from shardeval_pages.report_page import render_report_html
 
@@ -22,7 +26,7 @@ def draw_report_page(result: Any, path: str, confidence: float) -> str:
 
 
 @hookimpl
-def draw_sweep_page(sweep: Any, path: str, confidence: float, links: dict[str, str]) -> str:
+def draw_sweep_page(sweep: SweepMerge, path: str, confidence: float, links: dict[str, str]) -> str:
     from shardeval_pages.page import draw
     from shardeval_pages.sweep_page import render_sweep_html
 
@@ -30,7 +34,7 @@ def draw_sweep_page(sweep: Any, path: str, confidence: float, links: dict[str, s
 
 
 @hookimpl
-def draw_compare_page(path: str, run_a: str, run_b: str, a: dict[str, Any], b: dict[str, Any],
+def draw_compare_page(path: str, run_a: str, run_b: str, a: dict[str, BenchmarkMerge], b: dict[str, BenchmarkMerge],
                       results: list[dict[str, Any]], confidence: float, errors_as_wrong: bool) -> str:
     from shardeval_pages.compare_page import render_compare_html
     from shardeval_pages.page import draw

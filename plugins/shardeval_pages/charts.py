@@ -69,7 +69,7 @@ def forest(rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", colo
          "encoding": {**shared, "x": {"field": "value", "type": "quantitative"}}},
     ]
     if len(metrics) == 1:  # a row of ROW pixels per point: its height is known before it is drawn (page.Page.chart)
-        return _base(rows, title, width=WIDTH, height=max(ROW * len({(r[y], r.get(color)) for r in rows}), 40), layer=layer)
+        return _base(rows, title, width=WIDTH, height=max(ROW * len({(r[y], r.get(color) if color else None) for r in rows}), 40), layer=layer)
     return _base(rows, title, facet={"row": {"field": "metric", "type": "nominal", "title": None, "sort": None,
                                       "header": {"labelAngle": 0, "labelAlign": "left", "labelFontWeight": "bold"}}},
                  spec={"width": FACET_WIDTH, "layer": layer}, resolve={"scale": {"x": "independent"}})

@@ -9,21 +9,25 @@ zero; McNemar; the minimum detectable effect; what the pairing counted. The numb
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shardeval.api import headline_metric, percent
+from shardeval.api.metric import headline_metric
+from shardeval.api.records import percent
 from shardeval_pages.charts import forest, interval_rows
 from shardeval_pages.page import Page, esc, finite, num, p_cell, span, table
 
+if TYPE_CHECKING:
+    from shardeval.api.metric import MetricValue
+    from shardeval.api.pages import BenchmarkMerge
 
 
-def own_mean(metrics: dict[str, Any]) -> tuple[str, Any] | None:
+def own_mean(metrics: dict[str, MetricValue]) -> tuple[str, MetricValue] | None:
     """(name, MetricValue) of the run's mean score, when it has one."""
     name = headline_metric(m for m, v in metrics.items() if finite(v.value))
     return None if name is None else (name, metrics[name])
 
 
-def render_compare_html(run_a: str, run_b: str, a: dict[str, Any], b: dict[str, Any], results: list[dict[str, Any]],
+def render_compare_html(run_a: str, run_b: str, a: dict[str, BenchmarkMerge], b: dict[str, BenchmarkMerge], results: list[dict[str, Any]],
                         confidence: float, errors_as_wrong: bool) -> bytes:
     """The page; `a`, `b`: {benchmark: its BenchmarkMerge}, `results`: compare_tables' per shared
     benchmark. Raises vendor.BundleMissing without the charts' JavaScript."""
@@ -48,6 +52,8 @@ def render_compare_html(run_a: str, run_b: str, a: dict[str, Any], b: dict[str, 
             if found is None:
                 continue
             metric, v = found
+            if v.value is None:  # own_mean's value is finite: never None
+                continue
             key = f"{bench}/{label}/{metric}"
             rows.append({"metric": metric, "benchmark": bench, "run": label, **span(v.value, v.ci_low, v.ci_high), "n": v.n})
             cells.append([esc(bench), esc(label), esc(metric), num(v.value, f"{key}/value"), num(v.ci_low, f"{key}/ci_low"),

@@ -16,14 +16,15 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from shardeval.api import NOT_COMPARED, not_compared_notes, percent
+from shardeval.api.pages import NOT_COMPARED, not_compared_notes
+from shardeval.api.records import percent
 import shardeval_pages.charts as charts
 from shardeval_pages.page import Page, esc, finite, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, sweep_reasoning
 from shardeval_pages.report_page import PASS1_IS_ACCURACY, pass1_is_accuracy, slug
 
 if TYPE_CHECKING:
-    from shardeval.api import SweepMerge
+    from shardeval.api.pages import SweepMerge
 
 PARTIAL_CELL = "‡ not every (problem, repeat) pair has an ok record: the value covers the ok ones (ok/expected)."
 PARTIAL_PAIR = ("† compared only on the cells both models answered; the cells left out are counted in sweep.json "
@@ -72,7 +73,7 @@ def models_table(sweep: "SweepMerge", links: dict[str, str]) -> str:
     rows = []
     for m in sweep.models:
         state = m.note if m.result is None else m.result.verdict.lower()
-        href = links.get(m.service)
+        href = links.get(m.service) if m.service is not None else None  # a sweep's models all have one
         rows.append([esc(m.service) + (" <span class=\"muted\">(baseline)</span>" if m.service == sweep.plan.baseline else ""),
                      f'<td class="{"complete" if state == "complete" else "partial"} state">{esc(state)}</td>',
                      f'<a class="report" href="{esc(quote(href))}">{esc(href)}</a>' if href else '<span class="muted">—</span>'])

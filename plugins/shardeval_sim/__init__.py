@@ -8,18 +8,25 @@ msgspec at import), so `shardeval --help` stays fast.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl
+from typing import TYPE_CHECKING
+
+from shardeval.api.plugin import hookimpl
+
+if TYPE_CHECKING:
+    import click
+
+    from shardeval.api.plugin import Register
 
 
 @hookimpl
-def register_commands(cli):
+def register_commands(cli: click.Group) -> None:
     from shardeval_sim.command import sim_command
 
     cli.add_command(sim_command)
 
 
 @hookimpl
-def register_services(register):
+def register_services(register: Register) -> None:
     from shardeval_sim.config import SimServiceConfig
     from shardeval_sim.service import sim_service
 

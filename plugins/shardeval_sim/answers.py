@@ -272,7 +272,9 @@ class Judger:
 
     def correct(self, text: str) -> bool | None:
         question, answer = _between(text, _SECTIONS[0], "\n\n["), _between(text, _SECTIONS[1])
-        found = None if question is None or answer is None else look_up(self.known, question)
+        if question is None or answer is None:
+            return None
+        found = look_up(self.known, question)
         if found is None or found[1].grade is None:
             return None
         return found[1].grade(question, found[0], answer)

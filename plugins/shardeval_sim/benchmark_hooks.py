@@ -8,9 +8,12 @@ simulator reads them through the functions below, which supply the defaults.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from shardeval_sim.answers import AnswerKey, Render, image_key
+
+if TYPE_CHECKING:
+    from shardeval.api.benchmark import Benchmark, Problem
 
 
 class SimulatedBenchmark(Protocol):
@@ -29,14 +32,14 @@ class SimulatedBenchmark(Protocol):
         define it so simulated answers go through their real extraction and scoring."""
         ...
 
-    def simulated_reference(self, problem: Any) -> str:
+    def simulated_reference(self, problem: Problem) -> str:
         """What the default answer key hands `simulated_reply` for `problem` (default: its
         reference), for a reply that needs more than the reference, such as a multiple-choice
         item's option texts. Only the simulator sees it; scoring uses the problem's reference."""
         ...
 
 
-def answer_key(benchmark: Any) -> AnswerKey:
+def answer_key(benchmark: Benchmark) -> AnswerKey:
     """The benchmark's own `answer_key()`, else an index of every problem: by its text, and for a
     problem with images by its text without `<image>` markers plus the images' digests (`image_key`,
     which the server builds alike from a request), so image benchmarks, built-in or brought as
@@ -44,7 +47,7 @@ def answer_key(benchmark: Any) -> AnswerKey:
     own = getattr(benchmark, "answer_key", None)
     if own is not None:
         return own()
-    from shardeval.api import IMAGE_MARKER
+    from shardeval.api.benchmark import IMAGE_MARKER
 
     reference = getattr(benchmark, "simulated_reference", None) or (lambda p: p.reference)
     key: dict[str, str] = {}
@@ -58,6 +61,6 @@ def answer_key(benchmark: Any) -> AnswerKey:
     return lambda text: key.get(text.strip())
 
 
-def reply_renderer(benchmark: Any) -> Render | None:
+def reply_renderer(benchmark: Benchmark) -> Render | None:
     """The benchmark's own `simulated_reply`, else None (the simulator's generic reply)."""
     return getattr(benchmark, "simulated_reply", None)

@@ -3,23 +3,27 @@ the server, aiohttp and msgspec load when the command runs."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from shardeval.api import UsageError
+from shardeval.api.plugin import UsageError
 from shardeval_sim.settings import SIM_DEFAULTS as D
 from shardeval_sim.settings import REASONING_FORMS, SimSettings, bench_names
+
+if TYPE_CHECKING:
+    from shardeval.api.benchmark import Benchmark
 
 RATE = click.FloatRange(0.0, 1.0)
 NON_NEGATIVE = click.FloatRange(min=0.0)
 
 
-def sim_benchmark(bench: str, params: dict[str, Any], where: str):
+def sim_benchmark(bench: str, params: dict[str, Any], where: str) -> Benchmark:
     """The benchmark whose answers the simulator knows, named as a benchmarks: entry names one (a
     registered name, a data file read by `jsonl`, a YAML mapping read by `custom`), or a UsageError.
     Building one reads no rows, so a config can be checked with it before anything starts."""
-    from shardeval.api import BenchmarkConfig, make_benchmark, registry
+    from shardeval.api.benchmark import BenchmarkConfig, make_benchmark
+    from shardeval.api.plugin import registry
 
     return make_benchmark(BenchmarkConfig(name=bench, params=params), where, registry())[0]
 
@@ -52,13 +56,14 @@ def load_known(bench: str | list[str] | None, params: dict[str, Any]) -> tuple[A
     `bench_params`: its answer key (prompt text -> reference), its reply renderer (a benchmark may
     shape whole replies: code, letters) and its grader (question, reference, answer) -> right?, its
     own scorer, for judge mode."""
-    from shardeval.api import Problem
+    from shardeval.api.benchmark import Problem
     from shardeval_sim.answers import Known
     from shardeval_sim.benchmark_hooks import answer_key, reply_renderer
 
-    def known(benchmark: Any) -> Known:
+    def known(benchmark: Benchmark) -> Known:
         def grade(question: str, reference: str, answer: str) -> bool:
-            return benchmark.score(Problem(idx=0, id="judged", prompt=question, reference=reference), answer).score >= 1.0
+            score = benchmark.score(Problem(idx=0, id="judged", prompt=question, reference=reference), answer).score
+            return score is not None and score >= 1.0  # None: a score in no mean, which was a TypeError here
 
         return Known(answer_key(benchmark), reply_renderer(benchmark), grade)
 
@@ -161,7 +166,7 @@ def sim_command(served_model_name: str | None, tensor_parallel_size: int | None,
     Prints `shardeval sim listening on http://HOST:PORT/v1` once it accepts connections and runs
     until SIGTERM or Ctrl-C.
     """
-    from shardeval.api import parse_key_values  # YAML values, one parser for every such flag
+    from shardeval.api.plugin import parse_key_values  # YAML values, one parser for every such flag
 
     if served_model_name:
         opts["model"] = served_model_name

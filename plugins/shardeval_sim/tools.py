@@ -113,10 +113,16 @@ def _value_for(name: str, schema: Any) -> Any:
         kind, _KNOWN_ARGUMENTS.get(name, "sim"))
 
 
+def _properties(schema: dict[str, Any]) -> dict[str, Any]:
+    """A parameters schema's `properties`, {} when it has none (or not a mapping)."""
+    properties = schema.get("properties")
+    return properties if isinstance(properties, dict) else {}
+
+
 def default_arguments(schema: dict[str, Any]) -> dict[str, Any]:
     """Arguments for a tool from its parameters' schema: each required parameter gets a fixed value
     (`cmd`/`command`: `echo sim`, `code`: `print('sim')`, other strings `sim`, numbers 1, ...)."""
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    properties = _properties(schema)
     required = [r for r in schema.get("required", []) if isinstance(r, str)] if isinstance(schema.get("required"), list) else []
     return {name: _value_for(name, properties.get(name)) for name in required}
 
@@ -124,7 +130,7 @@ def default_arguments(schema: dict[str, Any]) -> dict[str, Any]:
 def submit_arguments(schema: dict[str, Any], answer: str) -> dict[str, Any]:
     """The submit tool's arguments: the answer in `answer` (Inspect's), else in its first required parameter."""
     arguments = default_arguments(schema)
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    properties = _properties(schema)
     key = "answer" if "answer" in properties or not arguments else next(iter(arguments))
     return {**arguments, key: answer}
 

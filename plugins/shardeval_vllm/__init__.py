@@ -6,11 +6,16 @@ vLLM is run as a process (never imported). Like every built-in, this registers t
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl
+from typing import TYPE_CHECKING
+
+from shardeval.api.plugin import hookimpl
+
+if TYPE_CHECKING:
+    from shardeval.api.plugin import Register
 
 
 @hookimpl
-def register_services(register):
+def register_services(register: Register) -> None:
     from shardeval_vllm.config import VllmServiceConfig
     from shardeval_vllm.service import vllm_service
 

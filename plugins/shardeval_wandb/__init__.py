@@ -8,17 +8,27 @@ shardeval.api alone.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl, Lazy
+from typing import TYPE_CHECKING
+
+from shardeval.api.plugin import hookimpl, Lazy
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from shardeval.api.plugin import Register
+
+    # shardeval.hookspecs.AddExportFlag, which shardeval.api does not publish yet: add(target, flag, key, help, metavar)
+    AddExportFlag = Callable[[str, str, str, str, str], None]
 
 
 @hookimpl
-def register_exporters(register):
+def register_exporters(register: Register) -> None:
     from shardeval_wandb.config import WandbExportConfig  # not at the top: --help loads plugins, and a config loads msgspec
 
     register("wandb", Lazy("shardeval_wandb.exporter:export_wandb"), config=WandbExportConfig)
 
 
 @hookimpl
-def export_flags(add):
+def export_flags(add: AddExportFlag) -> None:
     add("wandb", "--project", "project", "the project (default: WANDB_PROJECT, else the run directory's name).", "P")
     add("wandb", "--entity", "entity", "the entity (default: WANDB_ENTITY, else your default).", "E")

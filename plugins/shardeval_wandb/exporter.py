@@ -28,10 +28,15 @@ import inspect
 import os
 import re
 import tempfile
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from shardeval.api import network_failure, ShardError, TrackerExport, TrackerRun, UsageError
+from shardeval.api.exporter import TrackerExport, TrackerRun
+from shardeval.api.plugin import network_failure, ShardError, UsageError
 from shardeval_wandb.config import EXTRA, WandbExportConfig, check_project
+
+if TYPE_CHECKING:
+    import wandb as wandb_module
 
 STEP_METRIC = "checkpoint_step"
 ARTIFACT_TYPE = "evaluation"
@@ -92,7 +97,7 @@ def _directory(config: WandbExportConfig, export: TrackerExport) -> str | None:
     return directory
 
 
-def _settings(wandb: Any, config: WandbExportConfig) -> Any:
+def _settings(wandb: ModuleType, config: WandbExportConfig) -> wandb_module.Settings:
     """Quiet, and nothing of this machine's: no console capture, code, git, requirements or system
     metrics (the export is not the evaluation; its provenance is in the config)."""
     options: dict[str, Any] = dict(silent=True, console="off", save_code=False, disable_code=True, disable_git=True,
@@ -114,7 +119,7 @@ def _one_line(exc: BaseException) -> str:
     return text.replace(key, "***") if key else text
 
 
-def _has_credentials(wandb: Any) -> bool:
+def _has_credentials(wandb: ModuleType) -> bool:
     """Whether W&B has an API key (env, netrc, settings), asked without a prompt: an export at the
     end of a launch must never wait for someone to type one."""
     if "prompt" not in inspect.signature(wandb.login).parameters:
@@ -122,7 +127,7 @@ def _has_credentials(wandb: Any) -> bool:
     return bool(wandb.login(prompt=False, verify=False))
 
 
-def _export_run(wandb: Any, run: TrackerRun, settings: Any, *, project: str, entity: str | None, group: str, directory: str | None) -> Any:
+def _export_run(wandb: ModuleType, run: TrackerRun, settings: wandb_module.Settings, *, project: str, entity: str | None, group: str, directory: str | None) -> wandb_module.Run:
     """One tracker run written: its W&B run created or resumed, updated and finished."""
     with tempfile.TemporaryDirectory(prefix="shardeval-wandb-") as tmp:
         files = run.artifacts(tmp)  # before wandb.init: nothing waits on the server while the table is written
@@ -202,7 +207,7 @@ def _default_project(root: str) -> str:
     return re.sub(r"[/\\#?%:]", "-", name)[:128]
 
 
-def _failure(exc: Exception, wandb: Any, base_url: str, mode: str, project: str, export: TrackerExport, done: int) -> str:
+def _failure(exc: Exception, wandb: ModuleType, base_url: str, mode: str, project: str, export: TrackerExport, done: int) -> str:
     """One line: what W&B said, at which server, and what to do about it."""
     so_far = f" ({done} of {len(export.runs)} runs exported before)" if done else ""
     said = _one_line(exc)

@@ -75,7 +75,8 @@ def _apply_model(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -
         flag = next(f"--{k.replace('_', '-')}" for k in MODEL_FLAGS if k in flags)
         raise UsageError(f"{flag}: {source} is a sweep of several models; set each model in its `services` "
                          "section, or run one model with --sweep-services NAME")
-    for name in dict.fromkeys(b.solver.service for b in raw.benchmarks):
+    # not a sweep, so sweep.resolve named every benchmark's service
+    for name in dict.fromkeys(b.solver.service for b in raw.benchmarks if b.solver.service is not None):
         if name in raw.services or "model_url" in flags:
             raw.services[name] = _quick_service(name, raw.services.get(name), flags)
 

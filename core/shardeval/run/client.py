@@ -614,7 +614,7 @@ def _cache_hit(cache: Any, key: str) -> Completion | None:
         prompt_tokens_text=entry.prompt_tokens_text, text_offsets=entry.text_offsets,
         top_logprobs=entry.top_logprobs, started_at=time.time(), latency_s=time.perf_counter() - looked_up, attempts=0, cached=True,
         reasoning=entry.reasoning, reasoning_tokens=entry.reasoning_tokens,
-        reasoning_tokens_from=entry.reasoning_tokens_from,  # type: ignore[arg-type]
+        reasoning_tokens_from=entry.reasoning_tokens_from,
     )
 
 
@@ -804,6 +804,7 @@ class Client:
                 self._keep_answer(outcome, cache, key, cache_if)
             outcome.started_at, outcome.attempts, outcome.queued_s = started_at, attempt, queued
             return outcome
+        raise AssertionError("unreachable: itertools.count() never ends")  # for the type checker
 
     def _encode(self, body: dict[str, Any], cache: Any, protocol: Protocol | None, cache_salt: str | None) -> tuple[bytes, str | None]:
         """The bytes to send and, with a cache, the key they are stored under (else None). With a
