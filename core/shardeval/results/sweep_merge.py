@@ -126,7 +126,7 @@ def sweep_document(plan: SweepPlan, models: list[SweepModel], options: MetricOpt
     return doc
 
 
-def _cells_of(service: str | None, bench: str, b: BenchmarkMerge, why: str | None) -> list[dict[str, Any]]:
+def _cells_of(service: str, bench: str, b: BenchmarkMerge, why: str | None) -> list[dict[str, Any]]:
     """One model × benchmark's cells of sweep.json, one per metric, each with the coverage behind
     it (and why it is not compared with the baseline, and what the answers thought, when so)."""
     c = counts(b)
@@ -139,7 +139,7 @@ def _cells_of(service: str | None, bench: str, b: BenchmarkMerge, why: str | Non
              "ci_high": v.ci_high, "n": v.n, "ci_method": v.ci_method, **coverage} for name, v in b.metrics.items()]
 
 
-def _missing(plan: SweepPlan, models: list[ModelMerge], merged: dict[str | None, dict[str, BenchmarkMerge]]) -> list[dict[str, Any]]:
+def _missing(plan: SweepPlan, models: list[SweepModel], merged: dict[str, dict[str, BenchmarkMerge]]) -> list[dict[str, Any]]:
     """sweep.json's `missing`: the models with no results, then the benchmarks the baseline lacks."""
     base = merged.get(plan.baseline, {})
     missing: list[dict[str, Any]] = [{"service": m.service, "why": m.note} for m in models if m.result is None]
