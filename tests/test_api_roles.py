@@ -23,7 +23,7 @@ from shardeval.api import roles
 ROOT = Path(REPO)
 # The most names each role may publish (the count when the roles were drawn, issue 41): a new name
 # means a user outside the core needs it, and raising a budget says so in review.
-BUDGET = {"plugin": 19, "benchmark": 35, "service": 9, "solver": 8, "orchestrator": 26, "exporter": 4, "metric": 6,
+BUDGET = {"plugin": 19, "benchmark": 35, "service": 9, "solver": 10, "orchestrator": 26, "exporter": 4, "metric": 6,
           "records": 21, "pages": 8}
 # Orchestrator plugins still on the flat form: another change replaces what they use (ShardRun,
 # load_config, plan_sweep, run_cli, ...) and ports them; then they leave this list, and the names

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from shardeval.api.benchmark import Problem
 from shardeval.api.plugin import UsageError
-from shardeval.api.solver import Attempt, ServiceHandle, SolverConfig
+from shardeval.api.solver import Attempt, PairsSolver, ServiceHandle, SolverConfig
 
 from shardeval_inspect.benchmark import inspect_params
 from shardeval_inspect.params import InspectParams
@@ -44,7 +44,7 @@ Settle = Callable[[Problem, int, Attempt], Awaitable[None]]
 _SINK: contextvars.ContextVar[Callable[[Any], Awaitable[None]] | None] = contextvars.ContextVar("shardeval_inspect_sink", default=None)
 
 
-class InspectSolver:
+class InspectSolver(PairsSolver):
     def __init__(self, config: SolverConfig, service: ServiceHandle) -> None:
         if service.endpoint.protocol != "chat_completions":
             raise UsageError("benchmark inspect: Inspect's models speak chat completions; set the service's protocol: chat_completions")

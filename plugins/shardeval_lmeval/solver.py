@@ -29,7 +29,7 @@ import msgspec
 
 from shardeval.api.benchmark import DEFAULT_TAGS, Problem, split_reply
 from shardeval.api.plugin import UsageError
-from shardeval.api.solver import Attempt, check_logprobs, combine_completions, Completion, ServiceHandle, SolverConfig
+from shardeval.api.solver import Attempt, check_logprobs, combine_completions, Completion, ServiceHandle, Solver, SolverConfig
 
 from shardeval_lmeval.benchmark import encode_response
 from shardeval_lmeval.wire import build_model, read_generation, read_loglikelihood
@@ -75,7 +75,7 @@ def check_echo(body: dict[str, Any], ctxlen: int, token_logprobs: list[Any], top
         check_logprobs(list(top.values()), range(len(top)))
 
 
-class LmEvalSolver:
+class LmEvalSolver(Solver):
     def __init__(self, config: SolverConfig, service: ServiceHandle) -> None:
         if config.generation.reasoning is not None:  # the bodies are lm-eval's: a setting here would reach no request
             raise UsageError("benchmark lm_eval: solver.generation.reasoning does not reach lm-eval's requests (they carry "

@@ -95,6 +95,9 @@ GROUPS: dict[str, tuple[Group, ...]] = {
     ),
     "solver": (  # how a problem is asked
         group("shardeval.config", "SolverConfig", "a solver's config Struct (subclass it)"),
+        group("shardeval.run.solver", "Solver PairsSolver",
+              "the base a solver derives from (it writes `solve(problem, seed)`), and the one for a solver that runs "
+              "a shard's whole share itself (it writes `solve_pairs(pairs, settle)`: Inspect's eval loop)"),
         group("shardeval.run.solver",
               "SimpleSolver LoglikelihoodSolver ServiceHandle Attempt combine_completions check_logprobs",
               "the built-in solvers, the service a solver asks and one attempt of an answer; "
@@ -198,7 +201,7 @@ RETIRED: dict[str, str] = {
     **dict.fromkeys(("ImageRef", "read_source", "resolve_path", "RowImages", "check_markers", "split_prompt"),
                     "shardeval.benchmark.images"),
     "ServiceFactory": "shardeval.run.service",
-    **dict.fromkeys(("PairsSolver", "Solver", "SolverFactory"), "shardeval.run.solver"),
+    **dict.fromkeys(("SolverFactory",), "shardeval.run.solver"),
     "Orchestrator": "shardeval.launch.orchestrator",
     **dict.fromkeys(("checkpoint_step", "metric_name"), "shardeval.results.trackers"),
     **dict.fromkeys(("ERROR", "MISSING", "Metric"), "shardeval.results.metrics"),

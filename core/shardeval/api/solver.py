@@ -11,6 +11,7 @@ from shardeval.api.roles import serve
 
 if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_rewrite.py --blocks
     from shardeval.config import SolverConfig as SolverConfig
+    from shardeval.run.solver import Solver as Solver, PairsSolver as PairsSolver
     from shardeval.run.solver import (SimpleSolver as SimpleSolver, LoglikelihoodSolver as LoglikelihoodSolver,
                                       ServiceHandle as ServiceHandle, Attempt as Attempt,
                                       combine_completions as combine_completions, check_logprobs as check_logprobs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 _FINAL = re.compile(r"####\s*(.+?)\s*$", re.MULTILINE)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -218,6 +219,18 @@ def extract_choice_vlm(text: str, options: list[str]) -> tuple[str | None, str]:
     text = text.strip()
     if not text:
         return None, "none"
+    for rule in _VLM_RULES:
+        decided = rule(text, options, letters)
+        if decided is not None:
+            return decided
+    return None, "none"
+
+
+Decided = tuple[str | None, str]  # (the chosen letter or None, the rule that found it, or why there is none)
+
+
+def _by_answer_tag(text: str, options: list[str], letters: str) -> Decided | None:
+    """Rule 1: the last `<answer>…</answer>` read as a reply of its own; a tag left open abstains."""
     tags = _ANSWER_TAG.findall(text)
     if tags:
         inner = tags[-1].strip()
@@ -227,6 +240,11 @@ def extract_choice_vlm(text: str, options: list[str]) -> tuple[str | None, str]:
         return (letter, "answer tag") if letter else (None, "hedge" if how == "hedge" else "abstain")
     if "<answer>" in text.lower():
         return None, "abstain"  # an answer tag left open: no guess from the words around it
+    return None
+
+
+def _by_boxed(text: str, options: list[str], letters: str) -> Decided | None:
+    """Rule 2: the last `\\boxed{X}`."""
     boxed = _BOXED.findall(text)
     if boxed:
         letter, hedge = _label_at(boxed[-1].strip(), letters)
@@ -234,6 +252,11 @@ def extract_choice_vlm(text: str, options: list[str]) -> tuple[str | None, str]:
             return letter, "boxed"
         if hedge:
             return None, "hedge"
+    return None
+
+
+def _by_declaration(text: str, options: list[str], letters: str) -> Decided | None:
+    """Rule 3: the last declaration ("the answer is X"), naming a letter or an option's text."""
     for match in reversed(list(_DECLARATION.finditer(text))):
         rest = text[match.end():]
         letter, hedge = _label_at(rest, letters)
@@ -244,11 +267,19 @@ def extract_choice_vlm(text: str, options: list[str]) -> tuple[str | None, str]:
         said = re.split(r"[.\n;]|\bbecause\b|\bsince\b", rest, maxsplit=1)[0]
         if (k := _option_text(said, options)) is not None:
             return letters[k], "declaration"
+    return None
+
+
+def _by_label(text: str, options: list[str], letters: str) -> Decided | None:
+    """Rule 4: a reply that starts with the letter."""
     letter, hedge = _label_at(text, letters)
     if hedge:
         return None, "hedge"
-    if letter:
-        return letter, "label"
+    return (letter, "label") if letter else None
+
+
+def _by_lone_letter(text: str, options: list[str], letters: str) -> Decided | None:
+    """Rule 5: exactly one letter standing alone anywhere (two or an alternative: a hedge)."""
     found: list[str] = []
     for match in re.finditer(r"(?<![\w'.$/\\-])(?=[\[(*_\"'`]*[" + letters + r"])", text):
         got, alt = _label_at(text[match.start():], letters)
@@ -260,9 +291,18 @@ def extract_choice_vlm(text: str, options: list[str]) -> tuple[str | None, str]:
         return found[0], "letter"
     if len(found) > 1:
         return None, "hedge"
+    return None
+
+
+def _by_option_text(text: str, options: list[str], letters: str) -> Decided | None:
+    """Rule 6: the reply is, or holds, exactly one option's text."""
     if (k := _option_text(text, options)) is not None:
         return letters[k], "option text"
-    return None, "none"
+    return None
+
+
+_VLM_RULES: tuple[Callable[[str, list[str], str], Decided | None], ...] = (
+    _by_answer_tag, _by_boxed, _by_declaration, _by_label, _by_lone_letter, _by_option_text)
 
 
 # VQA's answer normalisation (the VQA challenge's evaluation, as lmms-eval and VLMEvalKit apply it).

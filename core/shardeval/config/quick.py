@@ -16,6 +16,7 @@ from shardeval.plugins import registry
 URL_SERVICE = "api"
 QUICK_KEYS = ("bench", "model_url", "model_id", "api_key_env", "repeats", "max_problems", "max_concurrent", "output_dir", "cache_dir",
               "reasoning_effort", "no_thinking")
+MODEL_FLAGS = ("model_url", "model_id", "api_key_env")  # the quick flags that set the model a service reaches
 
 
 def given(quick: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -43,31 +44,41 @@ def apply(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -> None:
     """Quick flags beat the file `source` (None: there is none): --bench keeps one benchmark,
     numbers go on every benchmark, the model on the services they use."""
     if source is not None and "bench" in flags:
-        name = flags["bench"]
-        kept = [b for b in raw.benchmarks if name in (b.name, b.id)]
-        if not kept:
-            defined = ", ".join(b.name for b in raw.benchmarks) or "none"
-            raise UsageError(f"--bench {name}: {source} has no benchmark {name!r}; defined: {defined}")
-        raw.benchmarks = kept
+        raw.benchmarks = _kept_benchmark(raw, flags["bench"], source)
     numbers = {k: flags[k] for k in ("repeats", "max_problems", "max_concurrent") if k in flags}
     if numbers:
         raw.benchmarks = [msgspec.structs.replace(b, **numbers) for b in raw.benchmarks]
     thinking = {k: v for k, v in (("effort", flags.get("reasoning_effort")), ("enable", False if flags.get("no_thinking") else None)) if v is not None}
     if thinking:  # --reasoning-effort / --no-thinking beat each benchmark's generation.reasoning key by key
         raw.benchmarks = [_with_reasoning(b, thinking) for b in raw.benchmarks]
-    if any(k in flags for k in ("model_url", "model_id", "api_key_env")):
-        if raw.sweep is not None:
-            flag = next(f"--{k.replace('_', '-')}" for k in ("model_url", "model_id", "api_key_env") if k in flags)
-            raise UsageError(f"{flag}: {source} is a sweep of several models; set each model in its `services` "
-                             "section, or run one model with --sweep-services NAME")
-        # not a sweep, so sweep.resolve named every benchmark's service
-        for name in dict.fromkeys(b.solver.service for b in raw.benchmarks if b.solver.service is not None):
-            if name in raw.services or "model_url" in flags:
-                raw.services[name] = _quick_service(name, raw.services.get(name), flags)
+    if any(k in flags for k in MODEL_FLAGS):
+        _apply_model(raw, flags, source)
     if "output_dir" in flags:
         raw.output = msgspec.structs.replace(raw.output, dir=str(flags["output_dir"]))
     if flags.get("cache_dir"):  # --cache-dir beats the file's `cache.dir`
         raw.cache = CacheConfig(dir=str(flags["cache_dir"]))
+
+
+def _kept_benchmark(raw: RawConfig, name: str, source: str) -> list[BenchmarkConfig]:
+    """--bench NAME with a file: the file's benchmarks of that name or id, or why there are none."""
+    kept = [b for b in raw.benchmarks if name in (b.name, b.id)]
+    if not kept:
+        defined = ", ".join(b.name for b in raw.benchmarks) or "none"
+        raise UsageError(f"--bench {name}: {source} has no benchmark {name!r}; defined: {defined}")
+    return kept
+
+
+def _apply_model(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -> None:
+    """--model-url, --model-id, --api-key-env on each service the benchmarks use (a sweep of
+    several models refuses them: which model would they be?)."""
+    if raw.sweep is not None:
+        flag = next(f"--{k.replace('_', '-')}" for k in MODEL_FLAGS if k in flags)
+        raise UsageError(f"{flag}: {source} is a sweep of several models; set each model in its `services` "
+                         "section, or run one model with --sweep-services NAME")
+    # not a sweep, so sweep.resolve named every benchmark's service
+    for name in dict.fromkeys(b.solver.service for b in raw.benchmarks if b.solver.service is not None):
+        if name in raw.services or "model_url" in flags:
+            raw.services[name] = _quick_service(name, raw.services.get(name), flags)
 
 
 def _with_reasoning(bench: BenchmarkConfig, keys: dict[str, Any]) -> BenchmarkConfig:

@@ -257,53 +257,11 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
                          f"pip 22.2 or newer (its --report); `{sys.executable} -m pip install --user -U pip` updates it")
     target = plugins.plugin_dir()
     app, existing = _dists(app_site_packages()), _dists(target)
-    try:  # staging next to the plugin dir: the final moves are renames
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        work = tempfile.mkdtemp(prefix=".install-", dir=os.path.dirname(target))
-    except OSError:
-        work = tempfile.mkdtemp(prefix="shardeval-plugin-install-")
+    work = _work_dir(target)
     try:
-        wanted = _resolve(specs, pip_options, what, app, work, pip_dir)
-        if not any(item.get("requested") for item in wanted):
-            raise UsageError(f"{what}: pip finds nothing to install: a distribution this shardeval bundles is never installed again")
         staging = os.path.join(work, "staging")
-        _pip(["install", "--no-deps", "--no-warn-script-location", "--target", staging, *pip_options, *map(_pinned, wanted)], what)
-        staged = _dists(staging)
-        top = [staged[canonical(item["metadata"]["name"])] for item in wanted if item.get("requested")]
-        extras = extra_distributions()
-        if bare := next((dist for dist in top if not dist.entry_points and dist.key not in extras), None):
-            raise UsageError(
-                f"{what}: {bare.label} is not a shardeval plugin: it declares no entry point in the "
-                f"`{plugins.ENTRY_POINT_GROUP}` group (see docs/plugins.md), and no extra of shardeval names it "
-                f"({', '.join(sorted(extras)) or 'none'}); nothing installed"
-            )
-
-        # Old files go aside into the work dir, new ones move in; each move is undone, last first,
-        # when anything fails (the plugin's own import and hooks included).
-        os.makedirs(target, exist_ok=True)
-        journal: list[tuple[str, str]] = []
-
-        def aside(path: str) -> None:
-            _move(path, os.path.join(work, "backup", os.path.relpath(path, target)), journal)
-
-        try:
-            for key in staged.keys() & existing.keys():
-                _remove_dist(existing[key], aside)
-            for directory, _, names in os.walk(staging):
-                for name in names:
-                    dest = os.path.normpath(os.path.join(target, os.path.relpath(directory, staging), name))
-                    if os.path.lexists(dest):
-                        aside(dest)
-                    _move(os.path.join(directory, name), dest, journal)
-            lines, failures, warnings = _verify([_dists(target)[d.key] for d in top])
-            if failures:
-                raise UsageError(f"{what}: {'; '.join(failures)}; the plugin directory is left as it was")
-        except BaseException:
-            for source, dest in reversed(journal):
-                if os.path.lexists(dest):
-                    _move(dest, source, [])
-            _prune([dest for _, dest in journal], target)
-            raise
+        staged, top = _stage(specs, pip_options, what, app, work, pip_dir, staging)
+        lines, warnings = _swap_in(staging, staged, existing, top, target, work, what)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -313,6 +271,69 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
     if deps := sorted((d for d in staged.values() if d.key not in {t.key for t in top}), key=lambda d: d.key):
         echo(f"  with: {', '.join(d.label for d in deps)}")
     _show(lines, warnings, echo)
+
+
+def _work_dir(target: str) -> str:
+    """A fresh directory to stage in: next to the plugin dir, so the final moves are renames
+    (elsewhere in the temporary directory when that cannot be made)."""
+    try:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        return tempfile.mkdtemp(prefix=".install-", dir=os.path.dirname(target))
+    except OSError:
+        return tempfile.mkdtemp(prefix="shardeval-plugin-install-")
+
+
+def _stage(specs: list[str], pip_options: list[str], what: str, app: dict[str, Dist], work: str, pip_dir: str,
+           staging: str) -> tuple[dict[str, Dist], list[Dist]]:
+    """Install what `specs` need (beyond the bundled distributions) into `staging`: (every staged
+    distribution, the ones asked for). Refused before the plugin dir is touched: nothing to
+    install, or a distribution asked for that is no shardeval plugin."""
+    wanted = _resolve(specs, pip_options, what, app, work, pip_dir)
+    if not any(item.get("requested") for item in wanted):
+        raise UsageError(f"{what}: pip finds nothing to install: a distribution this shardeval bundles is never installed again")
+    _pip(["install", "--no-deps", "--no-warn-script-location", "--target", staging, *pip_options, *map(_pinned, wanted)], what)
+    staged = _dists(staging)
+    top = [staged[canonical(item["metadata"]["name"])] for item in wanted if item.get("requested")]
+    extras = extra_distributions()
+    if bare := next((dist for dist in top if not dist.entry_points and dist.key not in extras), None):
+        raise UsageError(
+            f"{what}: {bare.label} is not a shardeval plugin: it declares no entry point in the "
+            f"`{plugins.ENTRY_POINT_GROUP}` group (see docs/plugins.md), and no extra of shardeval names it "
+            f"({', '.join(sorted(extras)) or 'none'}); nothing installed"
+        )
+    return staged, top
+
+
+def _swap_in(staging: str, staged: dict[str, Dist], existing: dict[str, Dist], top: list[Dist], target: str, work: str,
+             what: str) -> tuple[list[str], list[str]]:
+    """Move the staged files into the plugin dir and check the plugins load: (their lines, their
+    warnings). Old files go aside into the work dir, new ones move in; each move is undone, last
+    first, when anything fails (the plugin's own import and hooks included)."""
+    os.makedirs(target, exist_ok=True)
+    journal: list[tuple[str, str]] = []
+
+    def aside(path: str) -> None:
+        _move(path, os.path.join(work, "backup", os.path.relpath(path, target)), journal)
+
+    try:
+        for key in staged.keys() & existing.keys():
+            _remove_dist(existing[key], aside)
+        for directory, _, names in os.walk(staging):
+            for name in names:
+                dest = os.path.normpath(os.path.join(target, os.path.relpath(directory, staging), name))
+                if os.path.lexists(dest):
+                    aside(dest)
+                _move(os.path.join(directory, name), dest, journal)
+        lines, failures, warnings = _verify([_dists(target)[d.key] for d in top])
+        if failures:
+            raise UsageError(f"{what}: {'; '.join(failures)}; the plugin directory is left as it was")
+    except BaseException:
+        for source, dest in reversed(journal):
+            if os.path.lexists(dest):
+                _move(dest, source, [])
+        _prune([dest for _, dest in journal], target)
+        raise
+    return lines, warnings
 
 
 # pip with nothing on sys.path but the app's site-packages and pip itself (linked alone into a

@@ -173,11 +173,15 @@ class Cells:
             put_scores(self.extra, self.n_problems * self.repeats, cell, row, ok)
         if row.cluster is not None:
             self.cluster[row.problem_idx] = self.code(self.clusters, row.cluster)
-        if self.predicted is not None and self.gold is not None:
-            self.predicted[cell] = self.code(self.labels, row.extracted) if ok and row.extracted is not None else -1
-            self.gold[cell] = self.code(self.labels, row.reference) if row.reference is not None else -1
+        if self.predicted is not None and self.gold is not None:  # kept only for the metrics that compare labels
+            self._take_labels(self.predicted, self.gold, cell, row, ok)
         if self.problem_ids is not None:
             self.problem_ids[row.problem_idx] = row.problem_id
+
+    def _take_labels(self, predicted: array, gold: array, cell: int, row: ResultRecord, ok: bool) -> None:
+        """The cell's extracted and reference labels, as codes (-1: none; an error predicts none)."""
+        predicted[cell] = self.code(self.labels, row.extracted) if ok and row.extracted is not None else -1
+        gold[cell] = self.code(self.labels, row.reference) if row.reference is not None else -1
 
 
 def scan_results(cells: Cells, bench: str, shards: list[Shard]) -> None:

@@ -23,7 +23,7 @@ from shardeval.results.quoting import md_text
 
 if TYPE_CHECKING:
     from shardeval.store.discover import Run
-    from shardeval.results.merge import BenchmarkMerge, MergeResult, ReasoningTally
+    from shardeval.results.merge import BenchmarkMerge, Cells, MergeResult, ReasoningTally
 
 
 def counts(b: "BenchmarkMerge") -> dict[str, Any]:
@@ -157,15 +157,12 @@ def timing(b: "BenchmarkMerge") -> dict[str, Any]:
     if b.timing_cache is not None:
         return b.timing_cache
     cells = b.cells
-    asked = [s == OK and not c for s, c in zip(cells.status, cells.cached)]
-    ttft, latency = (sorted(v for v, a in zip(col, asked) if a and v == v) for col in (cells.ttft, cells.latency))
+    ttft, latency = _asked_timings(cells)
     # report.html's distributions come from the same sorted columns: sorted once, never kept
     b.distributions = {name: [percentile(values, q) for q in DISTRIBUTION_QUANTILES] if values else []
                        for name, values in (("latency_s", latency), ("ttft_s", ttft))}
     n_cached = sum(1 for s, c in zip(cells.status, cells.cached) if s == OK and c)
-    first = min((v for v in cells.start if v == v), default=None)
-    last = max((s + l for s, l in zip(cells.start, cells.latency) if s == s and l == l), default=None)
-    span = last - first if first is not None and last is not None else None
+    span = _wall_span(cells)
     tokens = sum(t for t, s in zip(cells.tokens, cells.status) if s == OK)
     qs = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
     b.timing_cache = {
@@ -179,6 +176,21 @@ def timing(b: "BenchmarkMerge") -> dict[str, Any]:
         "requests_per_s": (len(latency) + n_cached) / span if span else None,
     }
     return b.timing_cache
+
+
+def _asked_timings(cells: "Cells") -> tuple[list[float], list[float]]:
+    """The TTFTs and latencies of the ok answers a model gave (not the cache), each sorted, the
+    ones not measured (NaN) left out."""
+    asked = [s == OK and not c for s, c in zip(cells.status, cells.cached)]
+    ttft, latency = (sorted(v for v, a in zip(col, asked) if a and v == v) for col in (cells.ttft, cells.latency))
+    return ttft, latency
+
+
+def _wall_span(cells: "Cells") -> float | None:
+    """Seconds from the first request's start to the last one's end (None: no timings)."""
+    first = min((v for v in cells.start if v == v), default=None)
+    last = max((s + l for s, l in zip(cells.start, cells.latency) if s == s and l == l), default=None)
+    return last - first if first is not None and last is not None else None
 
 
 def timing_document(result: "MergeResult") -> dict[str, Any]:
@@ -249,46 +261,72 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
         *(f"- {note}" for note in run_notes(result)),
     ]
     for b in result.benchmarks:
-        c = counts(b)
-        lines += [
-            "", f"## {md_text(b.manifest.name)}", "", *_metric_rows(b.metrics, confidence), "",
-            f"- coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded "
-            f"({c['n_problems']} problems x {c['repeats']} repeats); {c['n_missing']} missing",
-        ]
-        kinds = ", ".join(f"{k} {v}" for k, v in c["error_kinds"].items())
-        treated = "scored as wrong" if result.errors_as_wrong else "excluded from scores"
-        lines.append(f"- errors: {c['n_errors']} ({percent(c['error_rate'], 2)} of records), {treated}" + (f": {kinds}" if kinds else ""))
-        if c["n_duplicates"] or c["n_superseded_errors"]:
-            lines.append(f"- duplicates: {c['n_duplicates']} extra ok record(s) ignored ({c['n_conflicts']} with a "
-                         f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
-        acc = b.metrics["accuracy"].details if "accuracy" in b.metrics else {}
-        if per_cluster := acc.get("per_cluster"):
-            rows = [f"| {md_text(name)} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('ci_method', '—')} | {e.get('n', '')} |"
-                    for name, e in per_cluster.items()]
-            lines += ["", f"| category | accuracy | {percent(confidence)} interval | method | n |", "|---|---|---|---|---|", *rows, ""]
-        if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
-            se = ", ".join(f"K={k}: {fmt(v)}" for k, v in split["se_if_repeats"].items())
-            lines.append(f"- variance: between problems {fmt(split.get('sigma2_between'))}, within a problem "
-                         f"{fmt(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}")
-        if (t := timing(b))["n"]:
-            latency, ttft = ("/".join(fmt(v, 3) for v in t[key].values()) for key in ("latency_s", "ttft_s"))
-            lines.append(f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
-                         f"{fmt(t['completion_tokens_per_s'], 1)} completion tokens/s over {fmt(t['wall_span_s'], 1)} s")
-        if (reasoning := reasoning_counts(b)) is not None:
-            lines.append(f"- reasoning: {reasoning.describe()}")
-        if t["n_cached"]:
-            lines.append(f"- response cache: {t['n_cached']} of {c['n_ok']} ok record(s) answered from the cache, "
-                         "no model asked (left out of the latency figures)")
-        cells = b.cells
-        if cells.unreadable:
-            lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(map(md_text, cells.unreadable[:3]))}")
-        if cells.refused_files:
-            more = " …" if len(cells.refused_files) > 5 else ""
-            lines.append(f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or "
-                         f"written by another run): {'; '.join(map(md_text, cells.refused_files[:5]))}{more}")
-        lines += [f"- {problem}" for problem in b.metric_problems]
+        lines += _benchmark_section(b, result.errors_as_wrong, confidence)
     lines += ["", *render_provenance(run)]
     return "\n".join(lines) + "\n"
+
+
+def _benchmark_section(b: "BenchmarkMerge", errors_as_wrong: bool, confidence: float) -> list[str]:
+    """One benchmark's part of report.md: its metrics, then what its numbers stand on (coverage,
+    errors, duplicates), how they spread, how fast they came, and what was left out."""
+    c = counts(b)
+    lines = [
+        "", f"## {md_text(b.manifest.name)}", "", *_metric_rows(b.metrics, confidence), "",
+        f"- coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded "
+        f"({c['n_problems']} problems x {c['repeats']} repeats); {c['n_missing']} missing",
+    ]
+    kinds = ", ".join(f"{k} {v}" for k, v in c["error_kinds"].items())
+    treated = "scored as wrong" if errors_as_wrong else "excluded from scores"
+    lines.append(f"- errors: {c['n_errors']} ({percent(c['error_rate'], 2)} of records), {treated}" + (f": {kinds}" if kinds else ""))
+    if c["n_duplicates"] or c["n_superseded_errors"]:
+        lines.append(f"- duplicates: {c['n_duplicates']} extra ok record(s) ignored ({c['n_conflicts']} with a "
+                     f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
+    lines += _accuracy_spread(b.metrics["accuracy"].details if "accuracy" in b.metrics else {}, confidence)
+    lines += _speed_lines(b, c["n_ok"])
+    lines += _left_out_lines(b.cells)
+    lines += [f"- {problem}" for problem in b.metric_problems]
+    return lines
+
+
+def _accuracy_spread(acc: dict[str, Any], confidence: float) -> list[str]:
+    """Accuracy per category (a table) and its variance between and within problems."""
+    lines: list[str] = []
+    if per_cluster := acc.get("per_cluster"):
+        rows = [f"| {md_text(name)} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('ci_method', '—')} | {e.get('n', '')} |"
+                for name, e in per_cluster.items()]
+        lines += ["", f"| category | accuracy | {percent(confidence)} interval | method | n |", "|---|---|---|---|---|", *rows, ""]
+    if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
+        se = ", ".join(f"K={k}: {fmt(v)}" for k, v in split["se_if_repeats"].items())
+        lines.append(f"- variance: between problems {fmt(split.get('sigma2_between'))}, within a problem "
+                     f"{fmt(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}")
+    return lines
+
+
+def _speed_lines(b: "BenchmarkMerge", n_ok: int) -> list[str]:
+    """Latency and throughput, how much the answers thought, and how many came from the cache."""
+    lines = []
+    if (t := timing(b))["n"]:
+        latency, ttft = ("/".join(fmt(v, 3) for v in t[key].values()) for key in ("latency_s", "ttft_s"))
+        lines.append(f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
+                     f"{fmt(t['completion_tokens_per_s'], 1)} completion tokens/s over {fmt(t['wall_span_s'], 1)} s")
+    if (reasoning := reasoning_counts(b)) is not None:
+        lines.append(f"- reasoning: {reasoning.describe()}")
+    if t["n_cached"]:
+        lines.append(f"- response cache: {t['n_cached']} of {n_ok} ok record(s) answered from the cache, "
+                     "no model asked (left out of the latency figures)")
+    return lines
+
+
+def _left_out_lines(cells: "Cells") -> list[str]:
+    """What the merge could not or would not read: unreadable lines, records not their shard's own."""
+    lines = []
+    if cells.unreadable:
+        lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(map(md_text, cells.unreadable[:3]))}")
+    if cells.refused_files:
+        more = " …" if len(cells.refused_files) > 5 else ""
+        lines.append(f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or "
+                     f"written by another run): {'; '.join(map(md_text, cells.refused_files[:5]))}{more}")
+    return lines
 
 
 # Facts expected to differ between shards (one per node): listed, never flagged.

@@ -146,29 +146,42 @@ def run_status(run: Run, metrics: bool = False, followed: Followed | None = None
     followed = Followed() if followed is None else followed
     tables = frozenset(b.name for b in run.benchmarks if metrics and headline(b) is not None)
     progress = shard_progress(run, followed=followed, tables=tables)
-    missing = []
-    for idx in run.missing_shards():
-        folder = f"shard_{idx}"  # an orchestrator may have made it already (SLURM: for the task's log)
-        missing.append(MissingShard(idx, f"{folder} (no manifest yet)" if os.path.isdir(os.path.join(run.root, folder)) else "(no directory)"))
+    missing = _missing_shards(run)
     states = Counter(p.state for p in progress) + Counter({"not started": len(missing)})
     rate = sum(p.rate or 0.0 for p in progress if p.state == "running")
-    benchmarks = []
-    for b in run.benchmarks:
-        best: dict[int, tuple[int, int, int]] = {}  # a shard copied twice counts once
-        for p in progress:
-            got = p.by_benchmark.get(b.name, (0, 0, 0))
-            best[p.idx] = max(best.get(p.idx, got), got)
-        records, errors = sum(min(r, e) for r, _, e in best.values()), sum(err for _, err, _ in best.values())
-        expected = b.n_problems * b.repeats
-        eta = (expected - records) / rate if rate and records < expected else None
-        benchmarks.append(BenchmarkProgress(b.name, records, errors, expected, rate or None, eta))
-        if (reasoning := reasoning_summary(*followed.reasoning_of(run, b.name))) is not None:
-            benchmarks[-1].reasoning = reasoning
+    benchmarks = [_benchmark_progress(run, b, progress, rate, followed) for b in run.benchmarks]
     if metrics:
         running_metrics(run, benchmarks, followed)
     total = sum(b.expected for b in benchmarks)
     return RunStatus(run.root, progress, missing, benchmarks, dict(sorted(states.items())), sum(b.records for b in benchmarks), total,
                      list(run.mixed_served))
+
+
+def _missing_shards(run: Run) -> list[MissingShard]:
+    """The shards with no manifest, each with where it would be (its folder may exist already:
+    an orchestrator may have made it, SLURM for the task's log)."""
+    missing = []
+    for idx in run.missing_shards():
+        folder = f"shard_{idx}"
+        missing.append(MissingShard(idx, f"{folder} (no manifest yet)" if os.path.isdir(os.path.join(run.root, folder)) else "(no directory)"))
+    return missing
+
+
+def _benchmark_progress(run: Run, b: BenchmarkManifest, progress: list[ShardProgress], rate: float,
+                        followed: Followed) -> BenchmarkProgress:
+    """One benchmark's records and errors over the shards (a shard copied twice counts once), its
+    ETA at the run's rate, and what its answers thought so far."""
+    best: dict[int, tuple[int, int, int]] = {}
+    for p in progress:
+        got = p.by_benchmark.get(b.name, (0, 0, 0))
+        best[p.idx] = max(best.get(p.idx, got), got)
+    records, errors = sum(min(r, e) for r, _, e in best.values()), sum(err for _, err, _ in best.values())
+    expected = b.n_problems * b.repeats
+    eta = (expected - records) / rate if rate and records < expected else None
+    found = BenchmarkProgress(b.name, records, errors, expected, rate or None, eta)
+    if (reasoning := reasoning_summary(*followed.reasoning_of(run, b.name))) is not None:
+        found.reasoning = reasoning
+    return found
 
 
 def headline(bm: BenchmarkManifest) -> str | None:

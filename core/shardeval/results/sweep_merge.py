@@ -23,7 +23,7 @@ from shardeval import plugins
 from shardeval.errors import os_error
 from shardeval.identity import incomparable
 from shardeval.numbers import percent
-from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, MergeResult, merge_run, verdict_text, warnings
+from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, BenchmarkMerge, MergeResult, merge_run, verdict_text, warnings
 from shardeval.results.outputs import REPORT_HTML, write_merged
 from shardeval.results import pages
 from shardeval.results.metrics import MISSING, MetricOptions, headline_metric
@@ -103,16 +103,9 @@ def sweep_document(plan: SweepPlan, models: list[SweepModel], options: MetricOpt
     base = merged.get(plan.baseline, {})
     for m in models:
         for bench, b in merged.get(m.service, {}).items():
-            c = counts(b)
-            coverage = {"n_ok": c["n_ok"], "n_expected": c["n_expected"], "n_errors": c["n_errors"], "n_missing": c["n_missing"],
-                        "complete": c["n_ok"] == c["n_expected"]}
             # other questions, or scored otherwise, than the baseline's: shown, marked, never paired with it
             why = incomparable(base[bench].manifest, b.manifest, plan.baseline, m.service) if bench in base else None
-            coverage |= {"differs_from_baseline": why} if why else {}
-            if (reasoning := reasoning_counts(b)) is not None:  # absent for a model that does not think
-                coverage["reasoning"] = reasoning
-            cells += [{"service": m.service, "benchmark": bench, "metric": name, "value": v.value, "ci_low": v.ci_low,
-                       "ci_high": v.ci_high, "n": v.n, "ci_method": v.ci_method, **coverage} for name, v in b.metrics.items()]
+            cells += _cells_of(m.service, bench, b, why)
             if why:
                 apart.append({"service": m.service, "benchmark": bench, "why": f"not compared with {plan.baseline}: {why}"})
             elif m.service != plan.baseline and bench in base:
@@ -121,19 +114,38 @@ def sweep_document(plan: SweepPlan, models: list[SweepModel], options: MetricOpt
                 pairs.append((base[bench].table, b.table))
     found = plugins.hooks().paired_differences(pairs=pairs, options=options) if pairs else []
     vs = [{**label, **row} for label, row in zip(labels, found or [])]
-    missing = [{"service": m.service, "why": m.note} for m in models if m.result is None]
-    missing += [{"service": m.service, "benchmark": bench, "why": "the baseline has no results for it"}
-                for m in models if m.service != plan.baseline for bench in merged.get(m.service, {}) if bench not in base]
     doc: dict[str, Any] = {
         "baseline": plan.baseline, "services": plan.services, "confidence": options.confidence,
         "errors_as_wrong": errors_as_wrong, "partial": any(m.result is None or m.result.partial for m in models),
-        "cells": cells, "vs_baseline": vs, "missing": missing,
+        "cells": cells, "vs_baseline": vs, "missing": _missing(plan, models, merged),
     }
     if apart:  # absent when every pair is comparable: sweep.json of such a sweep is what it was
         doc["not_compared"] = apart
     if pairs and found is None:
         doc["vs_baseline_note"] = "no installed plugin computes paired differences (the built-in `metrics` plugin does)"
     return doc
+
+
+def _cells_of(service: str, bench: str, b: BenchmarkMerge, why: str | None) -> list[dict[str, Any]]:
+    """One model × benchmark's cells of sweep.json, one per metric, each with the coverage behind
+    it (and why it is not compared with the baseline, and what the answers thought, when so)."""
+    c = counts(b)
+    coverage = {"n_ok": c["n_ok"], "n_expected": c["n_expected"], "n_errors": c["n_errors"], "n_missing": c["n_missing"],
+                "complete": c["n_ok"] == c["n_expected"]}
+    coverage |= {"differs_from_baseline": why} if why else {}
+    if (reasoning := reasoning_counts(b)) is not None:  # absent for a model that does not think
+        coverage["reasoning"] = reasoning
+    return [{"service": service, "benchmark": bench, "metric": name, "value": v.value, "ci_low": v.ci_low,
+             "ci_high": v.ci_high, "n": v.n, "ci_method": v.ci_method, **coverage} for name, v in b.metrics.items()]
+
+
+def _missing(plan: SweepPlan, models: list[SweepModel], merged: dict[str, dict[str, BenchmarkMerge]]) -> list[dict[str, Any]]:
+    """sweep.json's `missing`: the models with no results, then the benchmarks the baseline lacks."""
+    base = merged.get(plan.baseline, {})
+    missing: list[dict[str, Any]] = [{"service": m.service, "why": m.note} for m in models if m.result is None]
+    missing += [{"service": m.service, "benchmark": bench, "why": "the baseline has no results for it"}
+                for m in models if m.service != plan.baseline for bench in merged.get(m.service, {}) if bench not in base]
+    return missing
 
 
 def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float = 0.95) -> str:
@@ -200,35 +212,49 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
     lines += [f"- {md_text(m.service)}: {md_text(m.result.verdict_line())} (see {md_text(m.service)}/merged/report.md)"
               for m in sweep.models if m.result is not None and not m.result.complete]
     lines += [f"- {md_text(note)}" for note in not_compared_notes(doc)]
-    for metric in dict.fromkeys(c["metric"] for c in doc["cells"]):
-        table = {(c["service"], c["benchmark"]): c for c in doc["cells"] if c["metric"] == metric}
-        lines += ["", f"## {md_text(metric)}", "", f"| model | {' | '.join(map(md_text, benches))} |", "|---" * (len(benches) + 1) + "|"]
-        for name in plan.services:
-            label = f"{md_text(name)} (baseline)" if name == plan.baseline else md_text(name)
-            lines.append(f"| {label} | " + " | ".join(_cell_text(table[name, b]) if (name, b) in table else "—" for b in benches) + " |")
+    lines += _metric_tables(doc, plan, benches)
     lines += _reasoning_rows(doc, plan.services, benches)
     if any(not c["complete"] for c in doc["cells"]):
         lines += ["", "‡ not every (problem, repeat) pair has an ok record: the value covers the ones shown (ok/expected)."]
     if doc.get("not_compared"):
         lines += ["", NOT_COMPARED]
     if doc["vs_baseline"]:
-        lines += ["", f"## vs baseline: model − {md_text(plan.baseline)}, paired on the same (problem, repeat) cells", "",
-                  f"| model | benchmark | metric | difference | {percent(confidence)} interval | method | p | p (Holm) | test | cells |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for row in doc["vs_baseline"]:
-            row = {**row, **{key: md_text(row[key]) for key in ("service", "benchmark", "metric", "test") if key in row}}
-            mark = "" if row.get("complete") else " †"
-            lines.append(f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
-                         f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {row.get('ci_method', '—')} | {_p(row['p_value'])} | "
-                         f"{_p(row['p_holm'])} | "
-                         f"{row.get('test', '—')} | {row.get('n', '—')} |")
-        if any(not row.get("complete") for row in doc["vs_baseline"]):
-            lines += ["", "† compared only on the cells both models answered; the rest (missing, errors, other problems) "
-                          "is left out of the pair and counted in sweep.json (n_only_baseline, n_only_other)."]
+        lines += _vs_baseline_table(doc["vs_baseline"], plan.baseline, confidence)
     if note := doc.get("vs_baseline_note"):
         lines += ["", f"- {note}"]
     lines += ["", "Each model's full report: `<model>/merged/report.md`."]
     return "\n".join(lines) + "\n"
+
+
+def _metric_tables(doc: dict[str, Any], plan: SweepPlan, benches: list[str]) -> list[str]:
+    """One models × benchmarks table per metric, the baseline marked, "—" where a model has no cell."""
+    lines = []
+    for metric in dict.fromkeys(c["metric"] for c in doc["cells"]):
+        table = {(c["service"], c["benchmark"]): c for c in doc["cells"] if c["metric"] == metric}
+        lines += ["", f"## {md_text(metric)}", "", f"| model | {' | '.join(map(md_text, benches))} |", "|---" * (len(benches) + 1) + "|"]
+        for name in plan.services:
+            label = f"{md_text(name)} (baseline)" if name == plan.baseline else md_text(name)
+            lines.append(f"| {label} | " + " | ".join(_cell_text(table[name, b]) if (name, b) in table else "—" for b in benches) + " |")
+    return lines
+
+
+def _vs_baseline_table(vs_baseline: list[dict[str, Any]], baseline: str, confidence: float) -> list[str]:
+    """The paired differences against the baseline, one row per model × benchmark (†: compared
+    only on the cells both answered)."""
+    lines = ["", f"## vs baseline: model − {md_text(baseline)}, paired on the same (problem, repeat) cells", "",
+             f"| model | benchmark | metric | difference | {percent(confidence)} interval | method | p | p (Holm) | test | cells |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in vs_baseline:
+        row = {**row, **{key: md_text(row[key]) for key in ("service", "benchmark", "metric", "test") if key in row}}
+        mark = "" if row.get("complete") else " †"
+        lines.append(f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
+                     f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {row.get('ci_method', '—')} | {_p(row['p_value'])} | "
+                     f"{_p(row['p_holm'])} | "
+                     f"{row.get('test', '—')} | {row.get('n', '—')} |")
+    if any(not row.get("complete") for row in vs_baseline):
+        lines += ["", "† compared only on the cells both models answered; the rest (missing, errors, other problems) "
+                      "is left out of the pair and counted in sweep.json (n_only_baseline, n_only_other)."]
+    return lines
 
 
 def _reasoning_rows(doc: dict[str, Any], services: list[str], benches: list[str]) -> list[str]:

@@ -87,7 +87,7 @@ import random
 import sys
 import time
 from contextlib import suppress
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Awaitable, Callable, Literal, Mapping
 
 import aiohttp
 import msgspec
@@ -472,17 +472,10 @@ class _Reading:
                 self.content_chunks += 1
                 if self.tags is not None and self.tags[1] in piece:
                     self.closed_after = self.content_chunks
+                if self.ttft is None:
+                    self.ttft = now - self.start
             if thought:
-                thoughts = self.thoughts
-                if thoughts is None:
-                    thoughts = self.thoughts = []
-                thoughts.append(thought)
-                if len(thoughts) >= COMPACT_PIECES:
-                    self.thought_blocks.append("".join(thoughts))
-                    thoughts.clear()
-                self.thought_chunks += 1
-            if self.ttft is None and (piece or thought):
-                self.ttft = now - self.start
+                self._think(thought, now)
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
                 self.answered += 1
@@ -491,6 +484,44 @@ class _Reading:
         if msg.usage is not None:
             self.usage = msg.usage
             self.progress += 1
+
+    def stream_ended(self, ctype: str, now: float) -> None:
+        """The body ended: an incomplete answer raises why (not a stream at all, no answer in it,
+        or cut before its end); a complete one ends now unless [DONE] said when."""
+        if not self.complete:
+            if not self.events and ctype != "text/event-stream":  # e.g. a proxy's HTML page
+                raise _Failure("protocol", f"expected an event stream, got {ctype or 'no content type'}")
+            if self.events and not self.answered and (self.done or not self.choices):
+                raise self.no_choice()
+            what = "no data" if not self.events else f"{self.events} events"
+            raise _Failure("connection", f"stream ended before a finish_reason or [DONE] ({what})")
+        if self.end is None:
+            self.end = now
+
+    def outcome(self, failure: _Failure | None, now: float) -> Completion | _Failure:
+        """What the attempt gets: the answer when nothing failed, or when it was complete before a
+        timeout, a cut or the size limit; else the failure, with the timings so far."""
+        if failure is None or (self.complete and failure.kind in ("timeout", "connection", "too_large")):
+            return self.completion(now)
+        if self.done and not self.answered and failure.kind in ("timeout", "connection"):
+            failure = self.no_choice()  # [DONE] came: what went wrong after it is beside the point
+        failure.ttft_s = self.ttft
+        failure.latency_s = now - self.start
+        return failure
+
+    def _think(self, thought: str, now: float) -> None:
+        """Keep a chunk of the reasoning field (event's, apart: a stream without thinking never
+        comes here)."""
+        thoughts = self.thoughts
+        if thoughts is None:
+            thoughts = self.thoughts = []
+        thoughts.append(thought)
+        if len(thoughts) >= COMPACT_PIECES:
+            self.thought_blocks.append("".join(thoughts))
+            thoughts.clear()
+        self.thought_chunks += 1
+        if self.ttft is None:
+            self.ttft = now - self.start
 
     def body(self, data: bytes, now: float) -> None:
         """Apply a whole (non-streamed) JSON response body."""
@@ -558,6 +589,33 @@ class _Reading:
             reasoning_tokens=n_thought,
             reasoning_tokens_from=counted_by,
         )
+
+
+def _with_stream_fields(body: dict[str, Any], streamed: bool) -> dict[str, Any]:
+    """The body as sent: streamed, it asks for the usage in the last chunk (on top of any
+    stream_options it had); not streamed, any `stream` fields it had are gone."""
+    if streamed:
+        options = body.get("stream_options")
+        return {**body, "stream": True, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
+    if "stream" in body or "stream_options" in body:
+        return {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    return body
+
+
+def _cache_hit(cache: Any, key: str) -> Completion | None:
+    """The answer stored under `key` as a Completion (no attempt, nothing on the wire), or None."""
+    looked_up = time.perf_counter()
+    entry = cache.lookup(key)
+    if entry is None:
+        return None
+    return Completion(
+        status="ok", text=entry.text, finish_reason=entry.finish_reason, prompt_tokens=entry.prompt_tokens,
+        completion_tokens=entry.completion_tokens, prompt_logprobs=entry.prompt_logprobs,
+        prompt_tokens_text=entry.prompt_tokens_text, text_offsets=entry.text_offsets,
+        top_logprobs=entry.top_logprobs, started_at=time.time(), latency_s=time.perf_counter() - looked_up, attempts=0, cached=True,
+        reasoning=entry.reasoning, reasoning_tokens=entry.reasoning_tokens,
+        reasoning_tokens_from=entry.reasoning_tokens_from,
+    )
 
 
 def _too_large(limit: int, received: int) -> _Failure:
@@ -704,29 +762,14 @@ class Client:
         if self._session is None:
             raise RuntimeError("Client.request() called outside `async with Client(...)`")
         streamed = self.config.stream if stream is None else stream
-        if streamed:
-            options = body.get("stream_options")
-            body = {**body, "stream": True, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
-        elif "stream" in body or "stream_options" in body:
-            body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         url = self._url if protocol is None else self._urls[protocol]
-        cache, key = self.cache, None
-        # with a cache, the body is encoded once, keys sorted: the key hashes the bytes that are sent
-        payload = msgspec.json.encode(body) if cache is None else msgspec.json.encode(body, order="sorted")
-        if cache is not None:  # a hit is no request: no slot, no attempt, nothing on the wire
-            # `cache_salt`: what the body names but does not hold (the digests of images sent as file:// URLs)
-            key = cache.key(protocol or self.endpoint.protocol, payload if cache_salt is None else payload + b"\n" + cache_salt.encode())
-            looked_up = time.perf_counter()
-            entry = cache.lookup(key)
-            if entry is not None:
-                return Completion(
-                    status="ok", text=entry.text, finish_reason=entry.finish_reason, prompt_tokens=entry.prompt_tokens,
-                    completion_tokens=entry.completion_tokens, prompt_logprobs=entry.prompt_logprobs,
-                    prompt_tokens_text=entry.prompt_tokens_text, text_offsets=entry.text_offsets,
-                    top_logprobs=entry.top_logprobs, started_at=time.time(), latency_s=time.perf_counter() - looked_up, attempts=0, cached=True,
-                    reasoning=entry.reasoning, reasoning_tokens=entry.reasoning_tokens,
-                    reasoning_tokens_from=entry.reasoning_tokens_from,
-                )
+        cache = self.cache
+        payload, key = self._encode(_with_stream_fields(body, streamed), cache, protocol, cache_salt)
+        if key is not None:  # a hit is no request: no slot, no attempt, nothing on the wire
+            hit = _cache_hit(cache, key)
+            if hit is not None:
+                return hit
+        # the attempts, until one answers or no retry is left; the last failure becomes an error Completion
         retries = self.config.retries
         attempts = max(1, retries.attempts)
         loop = asyncio.get_running_loop()
@@ -758,13 +801,28 @@ class Client:
                     status="error", error_kind=outcome.kind, error=message, ttft_s=outcome.ttft_s, latency_s=outcome.latency_s
                 )
             else:
-                if self._secret:
-                    self._hide_in_answer(outcome)
-                if key is not None and (cache_if is None or cache_if(outcome)):  # only a final, whole answer (errors and cut streams never)
-                    cache.store_answer(key, outcome)
+                self._keep_answer(outcome, cache, key, cache_if)
             outcome.started_at, outcome.attempts, outcome.queued_s = started_at, attempt, queued
             return outcome
         raise AssertionError("unreachable: itertools.count() never ends")  # for the type checker
+
+    def _encode(self, body: dict[str, Any], cache: Any, protocol: Protocol | None, cache_salt: str | None) -> tuple[bytes, str | None]:
+        """The bytes to send and, with a cache, the key they are stored under (else None). With a
+        cache the body is encoded keys sorted, so the key hashes the bytes that are sent;
+        `cache_salt` is what the body names but does not hold (the digests of images sent as
+        file:// URLs)."""
+        if cache is None:
+            return msgspec.json.encode(body), None
+        payload = msgspec.json.encode(body, order="sorted")
+        return payload, cache.key(protocol or self.endpoint.protocol, payload if cache_salt is None else payload + b"\n" + cache_salt.encode())
+
+    def _keep_answer(self, outcome: Completion, cache: Any, key: str | None, cache_if: Callable[[Completion], bool] | None) -> None:
+        """An ok answer, final and whole: the key out of its text, then into the response cache
+        (errors and cut streams never go there)."""
+        if self._secret:
+            self._hide_in_answer(outcome)
+        if key is not None and (cache_if is None or cache_if(outcome)):
+            cache.store_answer(key, outcome)
 
     async def _attempt(self, payload: bytes, loop: asyncio.AbstractEventLoop, url: str, streamed: bool) -> Completion | _Failure:
         """One HTTP exchange under the watchdog. Returns the answer or the reason there is none."""
@@ -776,16 +834,7 @@ class Client:
         failure: _Failure | None = None
         try:
             async with self._session.post(url, data=payload) as resp:
-                if not 200 <= resp.status < 300:
-                    detail = await self._error_detail(resp, watchdog)
-                    text = f"HTTP {resp.status}" + (f" {resp.reason}" if resp.reason else "") + (f": {detail}" if detail else "")
-                    other: ErrorKind = "server_error" if resp.status >= 500 else "protocol"  # 1xx/3xx: not an answer
-                    raise _status_failure(resp.status, text, parse_retry_after(resp.headers), other)
-                ctype = resp.content_type
-                if ctype == "text/event-stream" or (streamed and ctype != "application/json"):
-                    await self._read_stream(resp, watchdog, reading, ctype)
-                else:  # asked not to stream, or a server that ignored `stream: true`
-                    await self._read_body(resp, watchdog, reading)
+                await self._reader(resp, watchdog, reading, streamed)
         except asyncio.CancelledError:
             if watchdog.expired is None or not _own_cancel(task):
                 raise
@@ -802,14 +851,25 @@ class Client:
             failure = _Failure("connection", f"{type(exc).__name__}: {exc}")
         finally:
             watchdog.cancel()
-        now = loop.time()
-        if failure is None or (reading.complete and failure.kind in ("timeout", "connection", "too_large")):
-            return reading.completion(now)
-        if reading.done and not reading.answered and failure.kind in ("timeout", "connection"):
-            failure = reading.no_choice()  # [DONE] came: what went wrong after it is beside the point
-        failure.ttft_s = reading.ttft
-        failure.latency_s = now - start
-        return failure
+        return reading.outcome(failure, loop.time())
+
+    def _reader(self, resp: aiohttp.ClientResponse, watchdog: _Watchdog, reading: _Reading, streamed: bool) -> Awaitable[None]:
+        """What reads the response into `reading`: an event stream or a JSON body, whichever came,
+        or, for a status other than 2xx, its failure. A plain function handing back the reading
+        coroutine, so the hot path's await chain is no deeper than before."""
+        if not 200 <= resp.status < 300:
+            return self._raise_status(resp, watchdog)
+        ctype = resp.content_type
+        if ctype == "text/event-stream" or (streamed and ctype != "application/json"):
+            return self._read_stream(resp, watchdog, reading, ctype)
+        return self._read_body(resp, watchdog, reading)  # asked not to stream, or a server that ignored `stream: true`
+
+    async def _raise_status(self, resp: aiohttp.ClientResponse, watchdog: _Watchdog) -> None:
+        """A status other than 2xx: raise its failure, with the server's message."""
+        detail = await self._error_detail(resp, watchdog)
+        text = f"HTTP {resp.status}" + (f" {resp.reason}" if resp.reason else "") + (f": {detail}" if detail else "")
+        other: ErrorKind = "server_error" if resp.status >= 500 else "protocol"  # 1xx/3xx: not an answer
+        raise _status_failure(resp.status, text, parse_retry_after(resp.headers), other)
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, watchdog: _Watchdog, reading: _Reading, ctype: str) -> None:
         """The SSE hot path: per chunk, one timestamp and one parser call."""
@@ -846,15 +906,7 @@ class Client:
         now = clock()
         for data in parser.finish():
             handle(data, now)
-        if not reading.complete:
-            if not reading.events and ctype != "text/event-stream":  # e.g. a proxy's HTML page
-                raise _Failure("protocol", f"expected an event stream, got {ctype or 'no content type'}")
-            if reading.events and not reading.answered and (reading.done or not reading.choices):
-                raise reading.no_choice()
-            what = "no data" if not reading.events else f"{reading.events} events"
-            raise _Failure("connection", f"stream ended before a finish_reason or [DONE] ({what})")
-        if reading.end is None:
-            reading.end = now
+        reading.stream_ended(ctype, now)
 
     async def _read_body(self, resp: aiohttp.ClientResponse, watchdog: _Watchdog, reading: _Reading) -> None:
         """A non-streamed JSON body, read chunk by chunk so first_token and idle still apply."""

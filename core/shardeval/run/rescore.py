@@ -146,40 +146,50 @@ def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[B
     stored: list[Any] = manifest.config.get("benchmarks", []) if isinstance(manifest.config, dict) else []
     scored = copy.deepcopy(manifest.config) if isinstance(manifest.config, dict) else {}
     apply_overrides(scored, choice.overrides, Where(source=f"{where}/manifest.json"))
+    _refuse_unplannable(manifest, choice, where, stored)
+    return [_plan_one(manifest, choice, where, registry, i, bm, original, wanted)
+            for i, (bm, original, wanted) in enumerate(zip(manifest.benchmarks, stored, scored.get("benchmarks", stored)))]
+
+
+def _refuse_unplannable(manifest: Manifest, choice: ScorerChoice, where: str, stored: list[Any]) -> None:
+    """Before anything is built: a --scorer for a benchmark the shard does not have, or a
+    manifest with no config for its benchmarks (an old shardeval's), is refused."""
     names = [bm.name for bm in manifest.benchmarks]
     if unknown := [b for b in choice.names if b is not None and b not in names]:
         raise UsageError(f"{SCORER_FLAG} {unknown[0]}=…: {where} has no benchmark {unknown[0]!r} (it has: {', '.join(names)})")
     if len(stored) != len(manifest.benchmarks):
         raise UsageError(f"{where}/manifest.json holds no config for its benchmarks (written by an old shardeval?); it cannot be rescored")
-    out = []
-    for i, (bm, original, wanted) in enumerate(zip(manifest.benchmarks, stored, scored.get("benchmarks", stored))):
-        run_config = BenchmarkConfig(name=original["name"], params=original.get("params") or {})
-        data, entry = make_benchmark(run_config, f"benchmarks[{i}].name", registry)
-        if (found := data.fingerprint()) != bm.dataset_fingerprint:
-            raise UsageError(f"{where}: the data of {bm.name} changed since the run ({found}, the run had {bm.dataset_fingerprint}); "
-                             "rescore needs the data the answers were given for")
-        name = choice.names.get(bm.name, choice.names.get(None, original["name"]))
-        # a scorer named for this benchmark beats a judge named for all of them
-        asked = choice.judges.get(bm.name) or (None if bm.name in choice.names else choice.judges.get(None))
-        params = wanted.get("params") or {}
-        if asked is not None or (original.get("judge") and bm.name not in choice.names and None not in choice.names):
-            if params != (original.get("params") or {}):
-                raise UsageError(f"-O benchmarks.{i}.params: {bm.name} is judged again, and a judge takes no scorer params; "
-                                 f"drop the -O, or name a scorer with {SCORER_FLAG} {bm.name}=NAME")
-            out.append(_judged(manifest, bm, data, entry, original, asked, where))  # its judge, or the one named, asked again
-            continue
-        scorer = data
-        if name != run_config.name or params != run_config.params:
-            scorer, entry = make_benchmark(BenchmarkConfig(name=name, params=params), SCORER_FLAG, registry)
-        if scorer.scores_from == "solver":
-            raise UsageError(f"{where}: {bm.name} was scored by its solver (its task's own scorers, run where it ran), which "
-                             f"rescore cannot run again; name another scorer with {SCORER_FLAG} {bm.name}=NAME, or run it again")
-        version = plugins.plugin_version(entry.plugin)
-        fingerprint = scorer_fingerprint(data, bm.n_problems, version, scorer=scorer)
-        info = ScorerInfo(benchmark=bm.name, scorer=name, params=params, plugin=entry.plugin, plugin_version=version,
-                          scorer_version=scorer.scorer_version, fingerprint=fingerprint, replaces=bm.scorer_fingerprint)
-        out.append(BenchmarkRescore(msgspec.structs.replace(bm, scorer_fingerprint=fingerprint), data, scorer, info))
-    return out
+
+
+def _plan_one(manifest: Manifest, choice: ScorerChoice, where: str, registry: Any, i: int, bm: BenchmarkManifest,
+              original: dict[str, Any], wanted: dict[str, Any]) -> BenchmarkRescore:
+    """One benchmark's rescore: its data rebuilt (and checked unchanged), then its judge asked
+    again, or the scorer chosen (its own by default) with its fingerprint."""
+    run_config = BenchmarkConfig(name=original["name"], params=original.get("params") or {})
+    data, entry = make_benchmark(run_config, f"benchmarks[{i}].name", registry)
+    if (found := data.fingerprint()) != bm.dataset_fingerprint:
+        raise UsageError(f"{where}: the data of {bm.name} changed since the run ({found}, the run had {bm.dataset_fingerprint}); "
+                         "rescore needs the data the answers were given for")
+    name = choice.names.get(bm.name, choice.names.get(None, original["name"]))
+    # a scorer named for this benchmark beats a judge named for all of them
+    asked = choice.judges.get(bm.name) or (None if bm.name in choice.names else choice.judges.get(None))
+    params = wanted.get("params") or {}
+    if asked is not None or (original.get("judge") and bm.name not in choice.names and None not in choice.names):
+        if params != (original.get("params") or {}):
+            raise UsageError(f"-O benchmarks.{i}.params: {bm.name} is judged again, and a judge takes no scorer params; "
+                             f"drop the -O, or name a scorer with {SCORER_FLAG} {bm.name}=NAME")
+        return _judged(manifest, bm, data, entry, original, asked, where)  # its judge, or the one named, asked again
+    scorer = data
+    if name != run_config.name or params != run_config.params:
+        scorer, entry = make_benchmark(BenchmarkConfig(name=name, params=params), SCORER_FLAG, registry)
+    if scorer.scores_from == "solver":
+        raise UsageError(f"{where}: {bm.name} was scored by its solver (its task's own scorers, run where it ran), which "
+                         f"rescore cannot run again; name another scorer with {SCORER_FLAG} {bm.name}=NAME, or run it again")
+    version = plugins.plugin_version(entry.plugin)
+    fingerprint = scorer_fingerprint(data, bm.n_problems, version, scorer=scorer)
+    info = ScorerInfo(benchmark=bm.name, scorer=name, params=params, plugin=entry.plugin, plugin_version=version,
+                      scorer_version=scorer.scorer_version, fingerprint=fingerprint, replaces=bm.scorer_fingerprint)
+    return BenchmarkRescore(msgspec.structs.replace(bm, scorer_fingerprint=fingerprint), data, scorer, info)
 
 
 def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: Any, original: dict[str, Any],
@@ -286,17 +296,9 @@ def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServic
     lease.acquire()  # one writer per directory, as for a run: a second rescore of it is refused
     try:
         earlier = read_manifest(dst)
-        if earlier is not None and (why := _not_resumable(earlier, new)) is not None:
-            raise UsageError(f"-o {dst}: {why}; give another -o (or move that directory aside)")
-        consumed = earlier.rescored.sources if earlier is not None else {}  # type: ignore[union-attr]
-        new.rescored.sources, changed = read_sources(results, consumed)  # type: ignore[union-attr]
-        if earlier is not None and (changed or not consumed):
-            why = changed or "it was written by a rescore that recorded no identity of its source, so what it holds cannot be checked"
-            raise UsageError(f"-o {dst}: {why}; the records rescored so far may no longer be the source's: remove {dst} "
-                             f"to rescore it again, or give another -o")
-        if earlier is not None and earlier.state != "running" and consumed == new.rescored.sources:  # type: ignore[union-attr]
-            log.info("%s: already rescored (%s); nothing to do", dst, earlier.state)
-            return earlier.state
+        if (done := _resume(dst, earlier, new, results)) is not None:
+            log.info("%s: already rescored (%s); nothing to do", dst, done)
+            return done
         write_manifest(dst, new)
         for b in benches:
             log.info("%s: rescoring %s", dst, describe(b.info))
@@ -306,20 +308,43 @@ def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServic
             b.manifest.n_ok, b.manifest.n_error, _ = count_cells(os.path.join(dst, b.manifest.name, RESULTS_FILE), own)
             b.manifest.error_kinds = standing_error_kinds(os.path.join(dst, b.manifest.name, RESULTS_FILE), own) if b.manifest.n_error else {}
         new.state, new.reason, new.finished_at = manifest.state, manifest.reason, manifest.finished_at
-        kinds: dict[str, int] = {}
-        for b in benches:
-            for kind, n in b.manifest.error_kinds.items():
-                kinds[kind] = kinds.get(kind, 0) + n
-        if kinds and new.state in ("complete", "finished_with_errors"):  # every pair has a record, not every one an answer
-            cells = sum(Membership.of(manifest, b.manifest).n_cells for b in benches)
-            text = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
-            new.state, new.reason = "finished_with_errors", f"{sum(kinds.values())} of {cells} pairs end in errors ({text})"
+        _count_errors(new, manifest, benches)
         write_manifest(dst, new)
     except OSError as exc:
         raise os_error(exc, "write rescored records under", fix="the source is untouched; free space and rerun to resume") from None
     finally:
         lease.release()
     return new.state
+
+
+def _resume(dst: str, earlier: Manifest | None, new: Manifest, results: dict[str, str]) -> str | None:
+    """Check what `dst` holds against the rescore about to be written (an earlier rescore of the
+    same shard, from the same source bytes, or nothing) and record the sources' identity in
+    `new`; return the earlier state when that rescore had finished (nothing to do), else None."""
+    if earlier is not None and (why := _not_resumable(earlier, new)) is not None:
+        raise UsageError(f"-o {dst}: {why}; give another -o (or move that directory aside)")
+    consumed = earlier.rescored.sources if earlier is not None else {}  # type: ignore[union-attr]
+    new.rescored.sources, changed = read_sources(results, consumed)  # type: ignore[union-attr]
+    if earlier is not None and (changed or not consumed):
+        why = changed or "it was written by a rescore that recorded no identity of its source, so what it holds cannot be checked"
+        raise UsageError(f"-o {dst}: {why}; the records rescored so far may no longer be the source's: remove {dst} "
+                         f"to rescore it again, or give another -o")
+    if earlier is not None and earlier.state != "running" and consumed == new.rescored.sources:  # type: ignore[union-attr]
+        return earlier.state
+    return None
+
+
+def _count_errors(new: Manifest, manifest: Manifest, benches: list[BenchmarkRescore]) -> None:
+    """A finished shard whose rescored records end in errors (a judge's, say) finishes with
+    errors, its reason counting them by kind: every pair has a record, not every one an answer."""
+    kinds: dict[str, int] = {}
+    for b in benches:
+        for kind, n in b.manifest.error_kinds.items():
+            kinds[kind] = kinds.get(kind, 0) + n
+    if kinds and new.state in ("complete", "finished_with_errors"):
+        cells = sum(Membership.of(manifest, b.manifest).n_cells for b in benches)
+        text = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+        new.state, new.reason = "finished_with_errors", f"{sum(kinds.values())} of {cells} pairs end in errors ({text})"
 
 
 def _not_resumable(earlier: Manifest, new: Manifest) -> str | None:

@@ -70,7 +70,7 @@ from shardeval.run.service import ServiceContext
 from shardeval.store.shards import ShardSpec, shard_indices
 from shardeval.numbers import fmt
 from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Cells, Membership, decide, nothing_to_ask, own_records, read_cells
-from shardeval.run.solver import Attempt, PairsSolver, ServiceHandle, Solver, generation_params
+from shardeval.run.solver import Attempt, ServiceHandle, SolvePairs, Solver, as_solver, generation_params
 from shardeval.run.thumbnails import ThumbnailLog
 from shardeval.benchmark.images import DEFAULT_MAX_IMAGE_BYTES, STORE as IMAGE_STORE, image_limit
 
@@ -598,22 +598,13 @@ class ShardRun:
             log.info("%s: resuming: %d of %d already ok on disk", plan.name, n_resumed, total)
 
         with open_append(results_path, buffering=0) as results, open_append(traj_path, buffering=0) as trajectories, \
-                PairAnswerer(plan, self.shard.idx, solver, judge, rejudge, handle.client.scrub, tally,
+                PairAnswerer(plan, self.shard.idx, judge, rejudge, handle.client.scrub, tally,
                              self.config.output.trajectories) as answerer, thumbnails_of(plan, bench_dir) as thumbnails:
             output = BenchmarkOutput(bench_dir, results, trajectories, tally, progress, thumbnails)
-            reach = self._reachability_of(plan, handle, total - n_resumed)
-
-            async def ask(problem: Problem, repeat: int) -> None:
-                seed = request_seed(self.config.seed, plan.name, problem.id, repeat)
-                self._keep(output, reach, *await answerer.answer(problem, repeat, seed))
-
+            share = BenchmarkShare(self, plan, tally, answerer, output, self._reachability_of(plan, handle, total - n_resumed))
             progress.start()
             try:
-                if hasattr(solver, "solve_pairs"):  # another tool's runtime runs the whole share (PairsSolver)
-                    await self._solve_pairs(solver, plan, tally, answerer, output, reach)
-                else:
-                    # Twice the concurrency: tasks sleeping in a retry backoff hold a window place but no slot.
-                    await self._dispatch(pending_work(plan, tally), ask, 2 * plan.config.max_concurrent)
+                await solver.answer_share(share)  # each pair on its own, or all at once (a PairsSolver)
             finally:
                 progress.stop()
         log_adaptive(plan.name, slots)
@@ -626,7 +617,7 @@ class ShardRun:
     def _solver(self, plan: BenchmarkPlan, handle: ServiceHandle) -> Solver:
         """The benchmark's solver (how a problem becomes requests), asking through `handle`."""
         where = f"benchmarks[{self.config.benchmarks.index(plan.config)}].solver.type"
-        return plugins.registry().get("solvers", plan.config.solver.type, where).factory(plan.config.solver, handle)
+        return as_solver(plugins.registry().get("solvers", plan.config.solver.type, where).factory(plan.config.solver, handle))
 
     def _reachability_of(self, plan: BenchmarkPlan, handle: ServiceHandle, to_ask: int) -> Reachability:
         """Whether the benchmark's model endpoint has ever answered: one watch per service, kept
@@ -664,11 +655,11 @@ class ShardRun:
         while self._inflight:
             await asyncio.wait(set(self._inflight))
 
-    async def _solve_pairs(self, solver: PairsSolver, plan: BenchmarkPlan, tally: Tally, answerer: PairAnswerer,
+    async def _solve_pairs(self, solve_pairs: SolvePairs, plan: BenchmarkPlan, tally: Tally, answerer: PairAnswerer,
                            output: BenchmarkOutput, reach: Reachability) -> None:
-        """Hand every pending pair to a PairsSolver at once and write each record as it settles
-        one. Its task is the one request in flight, so a stop cancels it as it would requests; a
-        pair it did not settle, when it returns or fails, gets an `internal` error record."""
+        """Hand every pending pair to a PairsSolver's `solve_pairs` at once and write each record as
+        it settles one. Its task is the one request in flight, so a stop cancels it as it would
+        requests; a pair it did not settle, when it returns or fails, gets an `internal` error record."""
         todo = {(p.idx, r): (p, r, request_seed(self.config.seed, plan.name, p.id, r)) for p, r in pending_work(plan, tally)}
         if not todo:
             return
@@ -679,7 +670,7 @@ class ShardRun:
                 raise ValueError(f"{plan.name}: problem {problem.id} repeat {repeat} was not asked of this shard, or was settled twice")
             self._keep(output, reach, *await answerer.settle(*pair, attempt))
 
-        task = asyncio.ensure_future(solver.solve_pairs(list(todo.values()), settle))
+        task = asyncio.ensure_future(solve_pairs(list(todo.values()), settle))
         self._window, self._inflight = None, {task}
         await asyncio.wait({task})
         self._inflight = set()
@@ -804,18 +795,45 @@ def thumbnails_of(plan: BenchmarkPlan, bench_dir: str) -> Iterator[ThumbnailLog 
         log_file.close()
 
 
+@dataclass
+class BenchmarkShare:
+    """The shard's share of one benchmark as its solver answers it (shardeval.run.solver.Share):
+    either way, each record goes through the same writer, and the shard's stop rules hold."""
+
+    run: ShardRun
+    plan: BenchmarkPlan
+    tally: Tally
+    answerer: PairAnswerer
+    output: BenchmarkOutput
+    reach: Reachability
+
+    async def ask_each(self, solve: Callable[[Problem, int], Awaitable[Attempt]]) -> None:
+        """Each pending pair as its own task; twice the benchmark's concurrency in flight, since
+        tasks sleeping in a retry backoff hold a window place but no slot."""
+        run, plan, answerer, output, reach = self.run, self.plan, self.answerer, self.output, self.reach
+
+        async def ask(problem: Problem, repeat: int) -> None:
+            seed = request_seed(run.config.seed, plan.name, problem.id, repeat)
+            run._keep(output, reach, *await answerer.answer(problem, repeat, seed, solve))
+
+        await run._dispatch(pending_work(plan, self.tally), ask, 2 * plan.config.max_concurrent)
+
+    async def ask_all(self, solve_pairs: SolvePairs) -> None:
+        """Every pending pair at once, to another tool's runtime (a PairsSolver)."""
+        await self.run._solve_pairs(solve_pairs, self.plan, self.tally, self.answerer, self.output, self.reach)
+
+
 class PairAnswerer:
     """One (problem, repeat) pair's record and its encoded lines: the solver asks the model (or a
     `judge` error's saved answer goes to the judge again, `rejudge`), the judge grades it, the
     benchmark scores it, in a thread pool when its scoring takes real time (`score_in_thread`;
     the pool is shut down when the `with` block ends)."""
 
-    def __init__(self, plan: BenchmarkPlan, shard_idx: int, solver: Solver, judge: Judge | None,
+    def __init__(self, plan: BenchmarkPlan, shard_idx: int, judge: Judge | None,
                  rejudge: dict[tuple[int, int], ResultRecord], scrub: Callable[[str], str], tally: Tally,
                  write_trajectories: bool) -> None:
         self.plan = plan
         self.shard_idx = shard_idx
-        self.solver = solver
         self.judge = judge
         self.rejudge = rejudge  # (problem, repeat) -> its judge error record; taken as it is answered
         self.scrub = scrub  # the client's: no key in an error message
@@ -830,15 +848,17 @@ class PairAnswerer:
         if self.scorer:
             self.scorer.shutdown(wait=True)
 
-    async def answer(self, problem: Problem, repeat: int, seed: int) -> tuple[ResultRecord, bytes, bytes | None]:
-        """The pair's record and its encoded lines. Any exception on the way (the solver, the
-        client, the scorer, a value that cannot be encoded) becomes an `internal` error record
-        instead, so that no pair is ever left without one; a rerun asks it again."""
+    async def answer(self, problem: Problem, repeat: int, seed: int,
+                     solve: Callable[[Problem, int], Awaitable[Attempt]]) -> tuple[ResultRecord, bytes, bytes | None]:
+        """The pair's record and its encoded lines, `solve` asking the model. Any exception on the
+        way (the solver, the client, the scorer, a value that cannot be encoded) becomes an
+        `internal` error record instead, so that no pair is ever left without one; a rerun asks it
+        again."""
         attempt = None
         try:
             saved = self.rejudge.pop((problem.idx, repeat), None)
             # a judge error's saved answer goes to the judge again; the model is not asked
-            attempt = Attempt(saved_completion(saved), [], {}) if saved is not None else await self.solver.solve(problem, seed)
+            attempt = Attempt(saved_completion(saved), [], {}) if saved is not None else await solve(problem, seed)
             return await self._settle(problem, repeat, seed, attempt, saved is not None)
         except Exception as exc:  # CancelledError is not an Exception: a cancel still cancels
             return self.failed(problem, repeat, seed, attempt, f"{type(exc).__name__}: {exc}")

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
@@ -53,11 +54,37 @@ class ServiceHandle:
     max_concurrent: int | None = None  # the benchmark's; for a solver that runs its own concurrency (PairsSolver)
 
 
-class Solver(Protocol):
-    async def solve(self, problem: Problem, seed: int) -> Attempt: ...
+Settle = Callable[[Problem, int, Attempt], Awaitable[None]]
+SolvePairs = Callable[[list[tuple[Problem, int, int]], Settle], Awaitable[None]]
 
 
-class PairsSolver(Protocol):
+class Share(Protocol):
+    """A shard's share of one benchmark as the runner hands it to a solver: the pairs not yet
+    answered, and the two ways there are to answer them. The runner writes each record and keeps
+    the shard's stop, resume and failure rules whichever way is taken."""
+
+    async def ask_each(self, solve: Callable[[Problem, int], Awaitable[Attempt]]) -> None:
+        """Ask every pending pair on its own through `solve(problem, seed)`, the runner keeping the
+        benchmark's concurrency; a pair whose `solve` raises gets its own `internal` error record."""
+
+    async def ask_all(self, solve_pairs: SolvePairs) -> None:
+        """Hand every pending (problem, repeat, seed) to `solve_pairs` at once; it awaits
+        `settle(problem, repeat, attempt)` as each pair ends (see PairsSolver)."""
+
+
+class Solver:
+    """How a problem becomes requests to a model. The runner calls one entry, `answer_share`; the
+    default asks each pair on its own through `solve`, which is all most solvers write."""
+
+    async def solve(self, problem: Problem, seed: int) -> Attempt:
+        raise NotImplementedError(f"{type(self).__name__} does not say how to solve a problem")
+
+    async def answer_share(self, share: Share) -> None:
+        """Answer the shard's share of a benchmark: each pair on its own, through `solve`."""
+        await share.ask_each(self.solve)
+
+
+class PairsSolver(Solver):
     """A solver that runs a shard's whole share itself, with its own concurrency: another tool's
     runtime (Inspect's eval loop) that must see every sample at once. It is handed every pending
     (problem, repeat, seed) and calls `settle` once per pair as each ends, so each record is
@@ -65,10 +92,40 @@ class PairsSolver(Protocol):
     settles gets an `internal` error record when it returns or raises (asked again on rerun); when
     the shard stops, its task is cancelled like any request in flight."""
 
-    async def solve(self, problem: Problem, seed: int) -> Attempt: ...
+    async def solve(self, problem: Problem, seed: int) -> Attempt:
+        raise NotImplementedError(f"{type(self).__name__} answers a shard's pairs together, through solve_pairs")
 
-    async def solve_pairs(self, pairs: list[tuple[Problem, int, int]],
-                          settle: Callable[[Problem, int, Attempt], Awaitable[None]]) -> None: ...
+    async def solve_pairs(self, pairs: list[tuple[Problem, int, int]], settle: Settle) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not say how to solve its pairs")
+
+    async def answer_share(self, share: Share) -> None:
+        """Answer the shard's share of a benchmark: every pair at once, through `solve_pairs`."""
+        await share.ask_all(self.solve_pairs)
+
+
+class _DuckSolver(Solver):
+    """A solver written before `Solver` was a base class (an object with `solve`, and perhaps
+    `solve_pairs`): answers its share as it did then. Deprecated: subclass Solver or PairsSolver."""
+
+    def __init__(self, made: Any) -> None:
+        self.made = made
+
+    async def solve(self, problem: Problem, seed: int) -> Attempt:
+        return await self.made.solve(problem, seed)
+
+    async def answer_share(self, share: Share) -> None:
+        solve_pairs = getattr(self.made, "solve_pairs", None)
+        await (share.ask_all(solve_pairs) if solve_pairs is not None else share.ask_each(self.made.solve))
+
+
+def as_solver(made: Any) -> Solver:
+    """What a solver factory made, as a Solver: a third-party solver that does not derive from
+    Solver keeps working for one release, with a DeprecationWarning."""
+    if isinstance(made, Solver):
+        return made
+    warnings.warn(f"{type(made).__name__}: a solver should derive from shardeval.api.Solver (or PairsSolver, "
+                  "for one that runs a shard's whole share itself)", DeprecationWarning, stacklevel=2)
+    return _DuckSolver(made)
 
 
 SolverFactory = Callable[[SolverConfig, ServiceHandle], Solver]
@@ -96,7 +153,7 @@ def conversation(config: SolverConfig, problem: Problem) -> list[dict[str, str]]
     return [*system, *turns]
 
 
-class SimpleSolver:
+class SimpleSolver(Solver):
     """One request per (problem, repeat): optional system prompt, then the problem's turns.
 
     A problem that can only be answered by scoring (metadata `scoring: loglikelihood`, set by
@@ -279,7 +336,7 @@ def rolling_windows(text: str, max_chars: int | None, context_chars: int) -> lis
     return windows
 
 
-class LoglikelihoodSolver:
+class LoglikelihoodSolver(Solver):
     """Scores text by its log-probability under the model: `/v1/completions` with `echo: true,
     logprobs: 1, max_tokens: 0`, never streamed, whatever the service's protocol and stream setting.
 

@@ -38,9 +38,7 @@ class SSEParser:
         if type(chunk) is not bytes:
             chunk = bytes(chunk)
         if self._skip_lf:
-            self._skip_lf = False
-            if chunk[0] == 10:  # the LF of a CRLF split across chunks
-                chunk = chunk[1:]
+            chunk = self._after_cr(chunk)
         if b"\r" in chunk:
             # Rare (LF-only servers are the norm): normalise CRLF and lone CR to LF. A CR at the end
             # may be the first half of a CRLF, so remember to drop a LF starting the next chunk.
@@ -73,12 +71,15 @@ class SSEParser:
                     data.clear()
             elif line.startswith(b"data: "):  # the common case first
                 data.append(line[6:])
-            elif line[:1] != b":":
-                # `data:` without its space, or a field ignored on purpose (`event`, `id`, `retry`, unknown)
-                name, _, value = line.partition(b":")
-                if name == b"data":
-                    data.append(value[1:] if value[:1] == b" " else value)
+            elif line[:1] != b":" and (value := _other_data(line)) is not None:
+                data.append(value)
         return events
+
+    def _after_cr(self, chunk: bytes) -> bytes:
+        """The chunk after one that ended in CR: a LF starting it is that CR's pair (a CRLF split
+        across chunks), not a blank line. Rare, so off feed's path."""
+        self._skip_lf = False
+        return chunk[1:] if chunk[0] == 10 else chunk
 
     def finish(self) -> list[bytes]:
         """End of stream: return an event whose data lines arrived but whose blank line did not.
@@ -95,3 +96,12 @@ class SSEParser:
     def pending(self) -> bool:
         """True while an event or line has started but not been completed."""
         return bool(self._lines or self._tail)
+
+
+def _other_data(line: bytes) -> bytes | None:
+    """The data of a line that is not `data: ...`: `data:` without its space, else None (a field
+    ignored on purpose: `event`, `id`, `retry`, unknown). Rare, so off feed's path."""
+    name, _, value = line.partition(b":")
+    if name != b"data":
+        return None
+    return value[1:] if value[:1] == b" " else value
