@@ -66,6 +66,13 @@ class SolverConfig(_Section):
     system_prompt: str | None = None
     generation: Generation = msgspec.field(default_factory=Generation)
 
+    def named_service(self) -> str:
+        """The service a shard's solver asks: named in every config a shard runs (a run's `model`
+        is filled in when the config is read, a sweep cell's model by the sweep)."""
+        if self.service is None:
+            raise ValueError("solver.service is unset in a resolved config")
+        return self.service
+
 
 class JudgeConfig(_Section):
     """Score a benchmark by asking a judge service (shardeval.run.judging, docs/judges.md). `rubric`

@@ -9,6 +9,7 @@ the requests in flight; a rerun resumes from what is on disk.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import logging.handlers
 import os
@@ -164,7 +165,7 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
         n = benchmark.size() if bc.max_problems is None else min(bc.max_problems, benchmark.size())
         indices = shard_indices(n, shard.idx, shard.total, config.shuffle_seed)
         plan = BenchmarkPlan(bc, benchmark, n, indices, benchmark.fingerprint(), run=run)
-        service = config.services.get(bc.solver.service)
+        service = config.service_of(bc.solver)
         if service is not None:
             plan.reasoning_tags = service.reasoning_tags
         clash = next((j for j, other in enumerate(plans) if other.name == plan.name), None)
@@ -209,7 +210,7 @@ def check_images(config: Config, i: int, benchmark: Benchmark) -> None:
     must fit what that service takes: each refused in one line before any request."""
     bc = config.benchmarks[i]
     where = f"benchmarks[{i}] ({bc.id or bc.name})"
-    service = config.services.get(bc.solver.service)
+    service = config.service_of(bc.solver)
     if service is not None and service.protocol != "chat_completions":
         raise UsageError(f"{where} has images, which only chat requests carry, but service {bc.solver.service!r} uses protocol "
                          f"{service.protocol}; set protocol: chat_completions on it")
@@ -404,7 +405,7 @@ class ShardRun:
                 if self.stopping or self.service_failure or self.write_failure:
                     break
                 judge = self._judge(plan, handles)
-                tallies.append(await self._run_benchmark(plan, handles[plan.config.solver.service], Membership.of(manifest, bm), judge))
+                tallies.append(await self._run_benchmark(plan, handles[plan.config.solver.named_service()], Membership.of(manifest, bm), judge))
             cells = [read_cells(os.path.join(self.out_dir, bm.name, RESULTS_FILE), Membership.of(manifest, bm))
                      for bm in manifest.benchmarks[:len(tallies)]]
             for bm, read in zip(manifest.benchmarks, cells):
@@ -441,7 +442,7 @@ class ShardRun:
         ctx = ServiceContext(os.path.join(self.out_dir, LOGS_DIR), self.shard.idx, self.shard.total)
         handles: dict[str, ServiceHandle] = {}
         judges = [plan.config.judge.service for plan in plans if plan.config.judge is not None]
-        for name in dict.fromkeys([*(plan.config.solver.service for plan in plans), *judges]):  # each once: models, then judges
+        for name in dict.fromkeys([*(plan.config.solver.named_service() for plan in plans), *judges]):  # each once: models, then judges
             handle = await self._unless_stopped(self._start_service(name, plans, stack, ctx))
             if handle is None:
                 break
@@ -506,7 +507,8 @@ class ShardRun:
             return await task
         try:
             if not self._stop_signal.done():
-                await asyncio.wait({task, self._stop_signal}, return_when=asyncio.FIRST_COMPLETED)
+                racing: set[asyncio.Future[Any]] = {task, self._stop_signal}
+                await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # we were cancelled ourselves: never leave the work running alone
             task.cancel()
             raise
@@ -622,10 +624,10 @@ class ShardRun:
     def _reachability_of(self, plan: BenchmarkPlan, handle: ServiceHandle, to_ask: int) -> Reachability:
         """Whether the benchmark's model endpoint has ever answered: one watch per service, kept
         across its benchmarks once it has; `to_ask` caps how many failures in a row it waits for."""
-        reach = self._reachability.get(plan.config.solver.service)
+        reach = self._reachability.get(plan.config.solver.named_service())
         if reach is None or not reach.reachable:
             limit = min(handle.client.config.unreachable_after, to_ask)
-            reach = self._reachability[plan.config.solver.service] = Reachability(handle.endpoint.base_url, limit)
+            reach = self._reachability[plan.config.solver.named_service()] = Reachability(handle.endpoint.base_url, limit)
         return reach
 
     async def _dispatch(self, pairs: Iterator[tuple[Problem, int]], ask: Callable[[Problem, int], Awaitable[None]],
@@ -933,7 +935,7 @@ class QuietFileHandler(logging.FileHandler):
 
     broken = False
 
-    def _open(self):  # type: ignore[no-untyped-def]
+    def _open(self) -> io.TextIOWrapper:
         """Never a blocking open: a FIFO nobody reads at logs/shard.log hung the shard forever, deaf
         to SIGTERM, holding its lock (shardeval.store.regular.open_append_fd)."""
         return open(open_append_fd(self.baseFilename), "a", encoding=self.encoding, errors=self.errors)
