@@ -50,14 +50,13 @@ if TYPE_CHECKING:
                                        ServerProcess)
     from shardeval.store.procfs import Proc, processes, read_process
     from shardeval.redact import is_secret, redact_urls
-    # Orchestrator: turn a launch request into shards somewhere, then merge
+    # Orchestrator: the phases of a launch's lifecycle, the request it is given, one cell run in-process
     from shardeval.launch import setup_logging
-    from shardeval.launch.orchestrator import (Cell, dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, Orchestrator,
-                                               merge_and_report)
-    from shardeval.config.sweep import plan_sweep
-    from shardeval.run.runner import ShardRun
+    from shardeval.launch.lifecycle import CellOutcome, orchestrate, Orchestrator
+    from shardeval.launch.cell import run_cell
+    from shardeval.launch.orchestrator import Cell, dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, merge_and_report
     from shardeval.run.resume import check_submission, set_aside_shards
-    from shardeval.store.shards import shard_indices, shard_range, ShardSpec
+    from shardeval.store.shards import shard_range
     from shardeval.store.standing import nothing_to_ask
     from shardeval.identity import config_hash, incomparable
     # Exporter: a merged run or sweep as tracker runs (MLflow, W&B, Inspect logs), one per model and benchmark
@@ -117,13 +116,13 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.run.process", "describe_exit die_with_parent node_command redact resolve_port self_command ServerProcess"),
     ("shardeval.store.procfs", "Proc processes read_process"),
     ("shardeval.redact", "is_secret redact_urls"),
-    # Orchestrator: turn a launch request into shards somewhere, then merge
+    # Orchestrator: the phases of a launch's lifecycle, the request it is given, one cell run in-process
     ("shardeval.launch", "setup_logging"),
-    ("shardeval.launch.orchestrator", "Cell dump_yaml ENV_NAME escape_dollars LaunchRequest Orchestrator merge_and_report"),
-    ("shardeval.config.sweep", "plan_sweep"),
-    ("shardeval.run.runner", "ShardRun"),
+    ("shardeval.launch.lifecycle", "CellOutcome orchestrate Orchestrator"),
+    ("shardeval.launch.cell", "run_cell"),
+    ("shardeval.launch.orchestrator", "Cell dump_yaml ENV_NAME escape_dollars LaunchRequest merge_and_report"),
     ("shardeval.run.resume", "check_submission set_aside_shards"),
-    ("shardeval.store.shards", "shard_indices shard_range ShardSpec"),
+    ("shardeval.store.shards", "shard_range"),
     ("shardeval.store.standing", "nothing_to_ask"),
     ("shardeval.identity", "config_hash incomparable"),
     # Metric: a number over a benchmark's scores

@@ -13,4 +13,4 @@ def register_orchestrators(register):
     from shardeval.api import Lazy
     from shardeval_compose.config import ComposeClusterConfig
 
-    register("compose", Lazy("shardeval_compose.orchestrator:submit"), config=ComposeClusterConfig)
+    register("compose", Lazy("shardeval_compose.orchestrator:ComposeOrchestrator"), config=ComposeClusterConfig)

@@ -27,7 +27,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from shardeval.api import ENV_NAME, UsageError, dump_yaml, escape_dollars as escape
+from shardeval.api import ENV_NAME, Orchestrator, UsageError, dump_yaml, escape_dollars as escape
 
 if TYPE_CHECKING:
     from shardeval.api import Cell, LaunchRequest
@@ -44,15 +44,30 @@ SHARD_VARIABLES = {"NEL_SHARD_IDX", "NEL_TOTAL_SHARDS"}
 _VOLUME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 
 
-def submit(request: LaunchRequest) -> int:
-    """Write the Compose project; print it (--dry-run) or the commands that run it."""
-    files = render(request)
-    paths = request.write(PROJECT_DIR, files)
-    if request.dry_run:
-        print(files[COMPOSE_FILE], end="")
-    print(f"shardeval: wrote {', '.join(paths.values())}", file=sys.stderr)
-    print(commands(request, paths[COMPOSE_FILE]), end="", file=sys.stderr if request.dry_run else sys.stdout)
-    return 0
+class ComposeOrchestrator(Orchestrator):
+    """Writes the Compose project and prints the commands that run it: shardeval never drives
+    Docker itself, so it does not wait, and `--fresh` travels to the containers."""
+
+    waits = False
+    fresh_on_launcher = False
+
+    def plan(self) -> None:
+        self.files = render(self.request)
+
+    def dry_run(self) -> int:
+        """The compose file on stdout (what is printed is what is written), the commands on stderr."""
+        paths = self.request.write(PROJECT_DIR, self.files)
+        print(self.files[COMPOSE_FILE], end="")
+        print(f"shardeval: wrote {', '.join(paths.values())}", file=sys.stderr)
+        print(commands(self.request, paths[COMPOSE_FILE]), end="", file=sys.stderr)
+        return 0
+
+    def submit(self) -> int:
+        """Write the project; print the commands that run it."""
+        paths = self.request.write(PROJECT_DIR, self.files)
+        print(f"shardeval: wrote {', '.join(paths.values())}", file=sys.stderr)
+        print(commands(self.request, paths[COMPOSE_FILE]), end="")
+        return 0
 
 
 def commands(request: LaunchRequest, path: str) -> str:

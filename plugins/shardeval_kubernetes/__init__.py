@@ -17,4 +17,4 @@ def register_orchestrators(register):
     from shardeval.api import Lazy
     from shardeval_kubernetes.config import KubernetesClusterConfig
 
-    register("kubernetes", Lazy("shardeval_kubernetes.orchestrator:submit"), config=KubernetesClusterConfig)
+    register("kubernetes", Lazy("shardeval_kubernetes.orchestrator:KubernetesOrchestrator"), config=KubernetesClusterConfig)

@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardeval.api import ENV_NAME, EXIT_WITH_ERRORS, UsageError, dump_yaml, escape_dollars as escape
+from shardeval.api import ENV_NAME, EXIT_WITH_ERRORS, Orchestrator, UsageError, dump_yaml, escape_dollars as escape
 
 if TYPE_CHECKING:
     from shardeval.api import Config, LaunchRequest
@@ -82,38 +82,50 @@ def _gpus(configs: list[Config]) -> int:
     return max((service.gpus() for config in configs for service in config.used_services().values()), default=0)
 
 
-def submit(request: LaunchRequest) -> int:
-    """Render and write `<output root>/k8s/eval.yaml`; print it (--dry-run) or apply it."""
-    text, warnings = render(request)
-    for warning in warnings:
-        print(f"shardeval: warning: {warning}", file=sys.stderr)
-    path = request.write("k8s", {"eval.yaml": text})["eval.yaml"]
-    cluster = request.config.cluster
-    if request.dry_run:
-        print(text, end="")
-        print(f"shardeval: wrote {path}; apply it with: kubectl apply -f {shlex.quote(path)}", file=sys.stderr)
+class KubernetesOrchestrator(Orchestrator):
+    """Renders the objects and applies them with kubectl: the cluster runs the pods and the merge
+    Job, so it does not wait, and `--fresh` travels to the pods."""
+
+    waits = False
+    fresh_on_launcher = False
+
+    def plan(self) -> None:
+        """Render and write `<output root>/k8s/eval.yaml` (also in a dry run), after its warnings."""
+        self.text, warnings = render(self.request)
+        for warning in warnings:
+            print(f"shardeval: warning: {warning}", file=sys.stderr)
+        self.path = self.request.write("k8s", {"eval.yaml": self.text})["eval.yaml"]
+
+    def dry_run(self) -> int:
+        print(self.text, end="")
+        print(f"shardeval: wrote {self.path}; apply it with: kubectl apply -f {shlex.quote(self.path)}", file=sys.stderr)
         return 0
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise UsageError(
-            f"kubectl is not on PATH; the manifests are written to {path}: apply them with "
-            f"`kubectl apply -f {path}` where kubectl reaches the cluster (or use --dry-run to only render them)"
-        )
-    argv = [kubectl, *(["--context", cluster.kube_context] if cluster.kube_context else []), "apply", "-f", path]
-    print(f"shardeval: {shlex.join(['kubectl', *argv[1:]])}", file=sys.stderr)
-    code = subprocess.run(argv).returncode
-    name, namespace = cluster.name, cluster.namespace
-    jobs = " ".join(job.name for job in shard_jobs(request, cluster))
-    what = f"{len(request.cells())} {'cells' if request.sweep else 'shards'}"
-    if code != 0:
-        said = (f"kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
-                f"`kubectl delete job -n {namespace} {jobs} {name}-merge` and run again (the results volume is kept "
-                "and shards resume)")
-    else:
-        said = (f"submitted {what} as Job {namespace}/{jobs.replace(' ', ', ')}. Follow: kubectl get job -n {namespace} "
-                f"{jobs} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f")
-    print(f"shardeval: {said}", file=sys.stderr)
-    return code
+
+    def submit(self) -> int:
+        """`kubectl apply`; its exit code, and what to do next."""
+        request, path = self.request, self.path
+        cluster = request.config.cluster
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            raise UsageError(
+                f"kubectl is not on PATH; the manifests are written to {path}: apply them with "
+                f"`kubectl apply -f {path}` where kubectl reaches the cluster (or use --dry-run to only render them)"
+            )
+        argv = [kubectl, *(["--context", cluster.kube_context] if cluster.kube_context else []), "apply", "-f", path]
+        print(f"shardeval: {shlex.join(['kubectl', *argv[1:]])}", file=sys.stderr)
+        code = subprocess.run(argv).returncode
+        name, namespace = cluster.name, cluster.namespace
+        jobs = " ".join(job.name for job in shard_jobs(request, cluster))
+        what = f"{len(request.cells())} {'cells' if request.sweep else 'shards'}"
+        if code != 0:
+            said = (f"kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
+                    f"`kubectl delete job -n {namespace} {jobs} {name}-merge` and run again (the results volume is kept "
+                    "and shards resume)")
+        else:
+            said = (f"submitted {what} as Job {namespace}/{jobs.replace(' ', ', ')}. Follow: kubectl get job -n {namespace} "
+                    f"{jobs} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f")
+        print(f"shardeval: {said}", file=sys.stderr)
+        return code
 
 
 def render(request: LaunchRequest) -> tuple[str, list[str]]:

@@ -28,8 +28,8 @@ def register_orchestrators(register: Any) -> None:
     from shardeval.api import Lazy
     from shardeval_ray.config import RayClusterConfig
 
-    # `cluster.type: ray`: run every shard as a Ray task, then merge (see orchestrator.py)
-    register("ray", Lazy("shardeval_ray.orchestrator:run_ray"), config=RayClusterConfig)
+    # `cluster.type: ray`: every shard a Ray task; the core's lifecycle merges (see orchestrator.py)
+    register("ray", Lazy("shardeval_ray.orchestrator:RayOrchestrator"), config=RayClusterConfig)
 
 
 def __getattr__(name: str) -> Any:

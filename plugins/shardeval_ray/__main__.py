@@ -45,7 +45,7 @@ def main(
     config_path: str | None, overrides: tuple[str, ...], no_merge: bool, fresh: bool, dry_run: bool, **quick: Any
 ) -> None:
     """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
-    from shardeval.api import LaunchRequest, load_config, plan_sweep, setup_logging
+    from shardeval.api import LaunchRequest, setup_logging
     from shardeval_ray.orchestrator import run_ray
 
     setup_logging()
@@ -56,11 +56,9 @@ def main(
     cluster_overrides = [f"cluster.{key}={_yaml(value)}" for key, value in flags.items() if value is not None]
     all_overrides = [*_ray_cluster(config_path), *overrides, *cluster_overrides]
     output_dir = quick.pop("output_dir", None)
-    config = load_config(config_path, all_overrides, quick)
-    sweep = plan_sweep(config) if config.sweep is not None else None  # a sweep: one task per (model, shard)
-    request = LaunchRequest.create(config, config_path, all_overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
-    if sweep is not None and not dry_run:
-        sweep.write_plan(request.output_root)
+    request = LaunchRequest.load(config_path, all_overrides, quick, output_dir, dry_run=dry_run, fresh=fresh)
+    if request.sweep is not None and not dry_run:  # a sweep: one task per (model, shard)
+        request.sweep.write_plan(request.output_root)
     sys.exit(run_ray(request))
 
 

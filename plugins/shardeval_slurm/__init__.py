@@ -18,7 +18,7 @@ def register_orchestrators(register):
     from shardeval_slurm.config import SlurmClusterConfig
 
     # writes eval.sbatch and merge.sbatch under the output root and submits them (see submit.py)
-    register("slurm", Lazy("shardeval_slurm.submit:submit"), config=SlurmClusterConfig)
+    register("slurm", Lazy("shardeval_slurm.submit:SlurmOrchestrator"), config=SlurmClusterConfig)
 
 
 @hookimpl

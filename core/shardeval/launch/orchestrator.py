@@ -72,6 +72,20 @@ class LaunchRequest:
         quick = {k: v for k, v in quick.items() if v is not None}
         return cls(config, config_path, overrides, quick, output_dir or config.output.dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
 
+    @classmethod
+    def load(
+        cls, config_path: str | None, overrides: list[str], quick: dict[str, Any], output_dir: str | None,
+        *, dry_run: bool, fresh: bool,
+    ) -> LaunchRequest:
+        """The request of a launch that an orchestrator's own command starts (`python -m
+        shardeval_ray`): the config loaded as `shardeval run` loads it, its sweep planned."""
+        from shardeval.config.loading import load_config  # not at the top: plugins import this module when they load
+        from shardeval.config.sweep import plan_sweep
+
+        config = load_config(config_path, overrides, quick)
+        sweep = plan_sweep(config) if config.sweep is not None else None  # a sweep: one cell per (model, shard)
+        return cls.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
+
     def runs(self) -> list[ModelRun]:
         """The ordinary runs this launch writes: one, or one per sweep model (in cell order)."""
         if self.sweep is None:
@@ -163,9 +177,6 @@ class LaunchRequest:
     def shard_args(self, idx: int | str, total: int, output_dir: str | None = None, **run: Any) -> list[str]:
         """Arguments after `shardeval run` that make a node run exactly shard idx of total."""
         return [*self.run_args(**run), "--shard", f"{idx}/{total}", "-o", output_dir or self.shard_dir(int(idx))]
-
-
-Orchestrator = Callable[[LaunchRequest], int]
 
 
 def escape_dollars(text: str) -> str:
