@@ -31,6 +31,7 @@ from shardeval.api import ENV_NAME, Orchestrator, UsageError, dump_yaml, escape_
 
 if TYPE_CHECKING:
     from shardeval.api import Cell, LaunchRequest
+    from shardeval_compose.config import ComposeClusterConfig
 
 PROJECT_DIR = "compose"
 COMPOSE_FILE = "docker-compose.yaml"
@@ -101,11 +102,8 @@ def commands(request: LaunchRequest, path: str) -> str:
 def render(request: LaunchRequest) -> dict[str, str]:
     """{file name: text} for the project folder: the compose file and, with a config file, its copy."""
     from shardeval import __version__
-    from shardeval_compose.config import ComposeClusterConfig
 
-    cluster = request.config.cluster
-    if not isinstance(cluster, ComposeClusterConfig):  # decoded by another plugin's Struct
-        raise TypeError(f"expected ComposeClusterConfig, got {type(cluster).__name__}")
+    cluster = compose_cluster(request)
     total = request.total
     image = cluster.image or f"shardeval:{__version__}"
     config_text = request.config_text()
@@ -195,6 +193,16 @@ def render(request: LaunchRequest) -> dict[str, str]:
     return files
 
 
+def compose_cluster(request: LaunchRequest) -> ComposeClusterConfig:
+    """The request's `cluster:` section, as this plugin's Struct decoded it."""
+    from shardeval_compose.config import ComposeClusterConfig
+
+    cluster = request.config.cluster
+    if not isinstance(cluster, ComposeClusterConfig):  # decoded by another plugin's Struct
+        raise TypeError(f"expected ComposeClusterConfig, got {type(cluster).__name__}")
+    return cluster
+
+
 def cell_service(cell: Cell) -> str:
     """`shard-<model>-<i>`: a sweep cell's service name (a model name is already a safe one)."""
     return f"shard-{re.sub(r'[^A-Za-z0-9_.-]', '-', cell.service or '')}-{cell.shard}"
@@ -202,10 +210,11 @@ def cell_service(cell: Cell) -> str:
 
 def _pass_through(request: LaunchRequest) -> set[str]:
     """Variables passed by name: API keys, pass_env, and every ${VAR} the config file expands."""
-    names = set(request.config.cluster.pass_env) | request.config_variables()
+    cluster = compose_cluster(request)
+    names = set(cluster.pass_env) | request.config_variables()
     for name, service in request.config.services.items():
         if service.api_key_env:
             if not ENV_NAME.fullmatch(service.api_key_env):
                 raise UsageError(f"services.{name}.api_key_env {service.api_key_env!r}: not an environment variable name")
             names.add(service.api_key_env)
-    return names - set(request.config.cluster.env) - SHARD_VARIABLES
+    return names - set(cluster.env) - SHARD_VARIABLES

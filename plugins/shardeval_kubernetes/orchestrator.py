@@ -104,7 +104,7 @@ class KubernetesOrchestrator(Orchestrator):
     def submit(self) -> int:
         """`kubectl apply`; its exit code, and what to do next."""
         request, path = self.request, self.path
-        cluster = request.config.cluster
+        cluster = kubernetes_cluster(request)
         kubectl = shutil.which("kubectl")
         if kubectl is None:
             raise UsageError(
@@ -134,11 +134,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
     import msgspec
 
     from shardeval import __version__
-    from shardeval_kubernetes.config import KubernetesClusterConfig
-
-    cluster = request.config.cluster
-    if not isinstance(cluster, KubernetesClusterConfig):  # decoded by another plugin's Struct
-        raise TypeError(f"expected KubernetesClusterConfig, got {type(cluster).__name__}")
+    cluster = kubernetes_cluster(request)
     names = _names(cluster)
     jobs = shard_jobs(request, cluster)
     image = cluster.image or f"shardeval:{__version__}"
@@ -195,6 +191,16 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
     if cluster.merge.enabled:
         docs.append(_merge_job(cluster, names, obj, image, pull_secrets, [job.name for job in jobs]))
     return dump_yaml(docs, _header(secrets, cluster.namespace)), warnings
+
+
+def kubernetes_cluster(request: LaunchRequest) -> KubernetesClusterConfig:
+    """The request's `cluster:` section, as this plugin's Struct decoded it."""
+    from shardeval_kubernetes.config import KubernetesClusterConfig
+
+    cluster = request.config.cluster
+    if not isinstance(cluster, KubernetesClusterConfig):  # decoded by another plugin's Struct
+        raise TypeError(f"expected KubernetesClusterConfig, got {type(cluster).__name__}")
+    return cluster
 
 
 def _shard_job(cluster: KubernetesClusterConfig, job: ShardJob, obj: Any, container: dict[str, Any],
@@ -314,7 +320,7 @@ def _header(refs: dict[str, tuple[str, str]], namespace: str) -> str:
 
 def _shard_env(cluster: KubernetesClusterConfig, total: int, secrets: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
     index = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
-    env = [{"name": "NEL_SHARD_IDX", "valueFrom": index}, {"name": "NEL_TOTAL_SHARDS", "value": str(total)}]
+    env: list[dict[str, Any]] = [{"name": "NEL_SHARD_IDX", "valueFrom": index}, {"name": "NEL_TOTAL_SHARDS", "value": str(total)}]
     reserved = {"NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "JOB_COMPLETION_INDEX"}
     for var, value in cluster.env.items():
         if not ENV_NAME.fullmatch(var):

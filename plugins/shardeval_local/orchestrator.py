@@ -129,7 +129,7 @@ async def _run_all(commands: list[list[str]], labels: list[str], shard_of: list[
         took[i] = time.monotonic() - started.pop(i)
         ends[i] = code, took[i]
 
-    pending, running = list(range(len(commands))), set()
+    pending, running = list(range(len(commands))), set[asyncio.Task[None]]()
     while running or (pending and not stop):
         while pending and len(running) < parallel and not stop:
             i = next_cell(pending, shard_of, started, took, time.monotonic())

@@ -80,7 +80,7 @@ def _ray_cluster(config_path: str | None) -> list[str]:
         kind = cluster.get("type", "local") if isinstance(cluster, dict) else None
     except Exception:  # unreadable or invalid: load_config says why, in one line
         return ["cluster.type=ray"]
-    if kind in (None, "ray"):
+    if kind in (None, "ray") or not isinstance(cluster, dict):
         return ["cluster.type=ray"]
     keep = {k: cluster[k] for k in ("shards",) if k in cluster}
     log.info("%s: its cluster section (type %s) is replaced by type ray for this run", config_path, kind)

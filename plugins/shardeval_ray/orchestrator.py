@@ -92,7 +92,10 @@ class RayOrchestrator(Orchestrator):
         return [CellOutcome(o.cell, o.exit_code()) for o in self._outcomes]
 
     def merges(self) -> bool:
-        return bool(self.request.config.cluster.merge)
+        from shardeval_ray.config import RayClusterConfig
+
+        cluster = self.request.config.cluster
+        return cluster.merge if isinstance(cluster, RayClusterConfig) else True
 
 
 def run_ray(request: LaunchRequest) -> int:

@@ -147,8 +147,8 @@ def service_launch_lines(config: Config, command: list[str], free_ports: bool = 
 
     lines = []
     for name, service in config.used_services().items():
-        if free_ports and service.port_override():
-            service = msgspec.structs.replace(service, **service.port_override())
+        if free_ports and (override := service.port_override()):
+            service = msgspec.structs.replace(service, **override)
         pool = getattr(service, "node_pool", None)
         label = f"services.{name} ({service.type}{f', node pool {pool}' if pool else ''})"
         lines.append(f"{label}: {service.launch_line(command)}")

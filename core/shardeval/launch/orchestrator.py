@@ -1,8 +1,9 @@
-"""The orchestrator API: what a `cluster.type` plugin receives when no shard is selected.
+"""The launch request: what a `cluster.type` plugin receives when no shard is selected.
 
 An orchestrator turns one `shardeval run` into N shard runs (local processes, a SLURM array, an
-Indexed Job, Ray tasks, Compose services). Each of those runs `shard_argv(...)`: the same command
-with `--shard I/N` and its own output directory, so a shard never re-submits the run.
+Indexed Job, Ray tasks, Compose services). Each of those runs `cell_args(...)`: the same command
+with `--shard I/N` and its own output directory, so a shard never re-submits the run. The phases
+an orchestrator fills, and the order the core runs them in, are in shardeval.launch.lifecycle.
 """
 
 from __future__ import annotations
@@ -205,7 +206,8 @@ def dump_yaml(documents: list[dict[str, Any]], header: str = "", explicit_start:
 
 
 def merge_and_report(root: str) -> None:
-    """The step an orchestrator that waits for its shards ends with: merge what they wrote (also
+    """The step a launch that waits for its shards ends with (the lifecycle's `settle`; an
+    orchestrator of the older form calls it itself): merge what they wrote (also
     after a failure: the report then says what is missing) and print the report (of a sweep: the
     models × benchmarks table). What could not be read, and what the merge left out (no HTML
     without the plotting extra), are said on stderr as `shardeval merge` says them. Then the
