@@ -59,9 +59,7 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     """What the lifecycle merged and set aside, instead of doing it."""
     seen: dict[str, list[Any]] = {"merged": [], "set_aside": []}
     monkeypatch.setattr(lifecycle, "merge_and_report", seen["merged"].append)
-    import shardeval.run.resume as resume
-
-    monkeypatch.setattr(resume, "set_aside_shards", seen["set_aside"].append)
+    monkeypatch.setattr(lifecycle, "set_aside_shards", seen["set_aside"].append)
     return seen
 
 

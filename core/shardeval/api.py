@@ -52,9 +52,10 @@ if TYPE_CHECKING:
     from shardeval.redact import is_secret, redact_urls
     # Orchestrator: the phases of a launch's lifecycle, the request it is given, one cell run in-process
     from shardeval.launch import setup_logging
-    from shardeval.launch.lifecycle import CellOutcome, orchestrate, Orchestrator
+    from shardeval.launch.orchestrator import (Cell, CellOutcome, dump_yaml, ENV_NAME, escape_dollars, LaunchRequest,
+                                               merge_and_report, Orchestrator)
+    from shardeval.launch.lifecycle import load_request, orchestrate
     from shardeval.launch.cell import run_cell
-    from shardeval.launch.orchestrator import Cell, dump_yaml, ENV_NAME, escape_dollars, LaunchRequest, merge_and_report
     from shardeval.run.resume import check_submission, set_aside_shards
     from shardeval.store.shards import shard_range
     from shardeval.store.standing import nothing_to_ask
@@ -118,9 +119,10 @@ _LAZY: tuple[tuple[str, str], ...] = (
     ("shardeval.redact", "is_secret redact_urls"),
     # Orchestrator: the phases of a launch's lifecycle, the request it is given, one cell run in-process
     ("shardeval.launch", "setup_logging"),
-    ("shardeval.launch.lifecycle", "CellOutcome orchestrate Orchestrator"),
+    ("shardeval.launch.orchestrator", "Cell CellOutcome dump_yaml ENV_NAME escape_dollars LaunchRequest merge_and_report "
+     "Orchestrator"),
+    ("shardeval.launch.lifecycle", "load_request orchestrate"),
     ("shardeval.launch.cell", "run_cell"),
-    ("shardeval.launch.orchestrator", "Cell dump_yaml ENV_NAME escape_dollars LaunchRequest merge_and_report"),
     ("shardeval.run.resume", "check_submission set_aside_shards"),
     ("shardeval.store.shards", "shard_range"),
     ("shardeval.store.standing", "nothing_to_ask"),

@@ -45,7 +45,7 @@ def main(
     config_path: str | None, overrides: tuple[str, ...], no_merge: bool, fresh: bool, dry_run: bool, **quick: Any
 ) -> None:
     """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
-    from shardeval.api import LaunchRequest, setup_logging
+    from shardeval.api import load_request, setup_logging
     from shardeval_ray.orchestrator import run_ray
 
     setup_logging()
@@ -56,7 +56,7 @@ def main(
     cluster_overrides = [f"cluster.{key}={_yaml(value)}" for key, value in flags.items() if value is not None]
     all_overrides = [*_ray_cluster(config_path), *overrides, *cluster_overrides]
     output_dir = quick.pop("output_dir", None)
-    request = LaunchRequest.load(config_path, all_overrides, quick, output_dir, dry_run=dry_run, fresh=fresh)
+    request = load_request(config_path, all_overrides, quick, output_dir, dry_run=dry_run, fresh=fresh)
     if request.sweep is not None and not dry_run:  # a sweep: one task per (model, shard)
         request.sweep.write_plan(request.output_root)
     sys.exit(run_ray(request))

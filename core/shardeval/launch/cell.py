@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from shardeval import plugins
 from shardeval.launch import log, setup_logging
+from shardeval.run.runner import ShardRun
 from shardeval.store.shards import ShardSpec
 
 if TYPE_CHECKING:
@@ -33,8 +34,6 @@ def run_cell(
     cell's run only. The shard installs its stop-signal handlers only on the main thread and
     removes them when it ends; its log lines go to `out_dir/logs/shard.log` as a process's do.
     """
-    from shardeval.run.runner import ShardRun  # the runner loads with the first cell, never with the plugins
-
     shard = ShardSpec(shard_idx, total, source)
     setup_logging()
     log.info("%s", shard.describe())

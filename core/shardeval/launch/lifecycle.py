@@ -1,7 +1,8 @@
 """The orchestrator lifecycle: what every `cluster.type` does, run by the core in one order.
 
 An orchestrator plugin fills phases (`plan`, `dry_run`, `submit`, `wait`, `collect`) of an
-`Orchestrator`; `run_lifecycle` calls them in order and writes, once for every orchestrator, the
+`Orchestrator` (shardeval.launch.orchestrator, beside the request it is given, so a plugin that
+loads imports nothing heavy); `run_lifecycle` calls them in order and writes, once for every orchestrator, the
 parts of a launch that users rely on being the same everywhere: `--dry-run` starts nothing,
 `--fresh` sets earlier results aside on the launcher (every lease first, then the move) before
 anything is submitted, the cells that refused to start keep a merge from presenting another run's
@@ -18,84 +19,29 @@ from __future__ import annotations
 
 import signal
 import sys
-from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import Any, Callable
 
+from shardeval.config.loading import load_config
+from shardeval.config.sweep import plan_sweep
 from shardeval.errors import EXIT_WITH_ERRORS, UsageError
-from shardeval.launch.orchestrator import Cell, LaunchRequest, merge_and_report
+from shardeval.launch.orchestrator import Cell, CellOutcome, LaunchRequest, merge_and_report, Orchestrator
+from shardeval.run.resume import set_aside_shards
 
 REFUSED = UsageError.exit_code  # a cell that refused its arguments, config or output directory
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 
 
-@dataclass(frozen=True)
-class CellOutcome:
-    """How one cell of a launch ended, as its orchestrator saw it."""
-
-    cell: Cell
-    exit_code: int | None  # its exit code; None: it never ran to an exit (not started after a stop, cancelled)
-    seconds: float = 0.0  # from its start to its end, where the orchestrator measures it
-
-
-class Orchestrator:
-    """One launch on one kind of cluster: the phases a `cluster.type` plugin fills.
-
-    Registered as `register("name", MyOrchestrator, config=MyClusterConfig)` (or a `Lazy` naming
-    the class); the core makes one per launch with the `LaunchRequest` and runs `run_lifecycle`.
-    Class attributes declare how the orchestrator takes part in the protocol:
-
-    - `waits`: True when `submit` + `wait` see every cell end here (local processes, Ray tasks),
-      so the core collects, merges and picks the exit code. False when the cells are handed to a
-      scheduler that runs them later with its own merge (a SLURM array and its merge job, an
-      Indexed Job, a Compose project): `submit`'s code is the launch's.
-    - `fresh_on_launcher`: True when `--fresh` sets earlier results aside here, once, before
-      `submit` (a retried or requeued task then resumes instead of starting over); False when
-      `--fresh` travels to the nodes in their arguments (`run_args()`).
-    - `refusal_stops_the_merge`: True when cells that exited 2 keep the launch from merging (each
-      refused before it wrote anything, so what its directory holds is not this run's); False
-      when they are reported with the other failed cells and the rest is merged.
-    """
-
-    waits: ClassVar[bool] = True
-    fresh_on_launcher: ClassVar[bool] = True
-    refusal_stops_the_merge: ClassVar[bool] = True
-
-    def __init__(self, request: LaunchRequest) -> None:
-        self.request = request
-
-    def plan(self) -> None:
-        """What to run, before anything is printed, moved or submitted: render the files, check
-        what only this orchestrator can (a mistake raises UsageError: one line, exit 2). May
-        replace `self.request` (say, with an absolute output root), which the later phases use."""
-
-    def dry_run(self) -> int:
-        """`--dry-run`: print what `submit` would do, start nothing; the exit code (0)."""
-        raise NotImplementedError(f"{type(self).__name__} has no dry run")
-
-    def submit(self) -> int:
-        """Hand every cell to where it runs: 0 when they were handed over, else the launch's exit
-        code (nothing to wait for). Of an orchestrator that does not wait, the launch's code."""
-        raise NotImplementedError(f"{type(self).__name__} submits nothing")
-
-    def wait(self) -> None:
-        """Return when every submitted cell has ended (or a stop signal ended the launch)."""
-
-    def collect(self) -> list[CellOutcome]:
-        """One outcome per cell, in `request.cells()` order; say what this orchestrator says of
-        each (its exit and time, where it ran)."""
-        return []
-
-    def merges(self) -> bool:
-        """Whether the launch ends with the merge (`merge: false` sections say no)."""
-        return True
-
-    def stopped_by(self) -> signal.Signals | None:
-        """The stop signal (SIGTERM, SIGINT) that ended the launch here, if one did: the cells
-        were told, none started after it, and the launch exits 143 / 130."""
-        return None
-
-
 OrchestratorFactory = Callable[[LaunchRequest], "Orchestrator | int"]
+
+
+def load_request(
+    config_path: str | None, overrides: list[str], quick: dict[str, Any], output_dir: str | None, *, dry_run: bool, fresh: bool,
+) -> LaunchRequest:
+    """The request of a launch that an orchestrator's own command starts (`python -m
+    shardeval_ray`): the config loaded as `shardeval run` loads it, its sweep planned."""
+    config = load_config(config_path, overrides, quick)
+    sweep = plan_sweep(config) if config.sweep is not None else None  # a sweep: one cell per (model, shard)
+    return LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
 
 
 def orchestrate(factory: OrchestratorFactory, request: LaunchRequest) -> int:
@@ -115,8 +61,6 @@ def run_lifecycle(orchestrator: Orchestrator) -> int:
     if request.dry_run:
         return orchestrator.dry_run()
     if request.fresh and orchestrator.fresh_on_launcher:
-        from shardeval.run.resume import set_aside_shards  # not at the top: plugins import this module when they load
-
         for run in request.runs():  # once per model's run: every lease first, then the move, so one shard that
             set_aside_shards(run.root)  # cannot move leaves every other where it was
     code = orchestrator.submit()
