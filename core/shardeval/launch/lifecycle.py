@@ -2,8 +2,8 @@
 
 An orchestrator plugin fills phases (`plan`, `dry_run`, `submit`, `wait`, `collect`) of an
 `Orchestrator` (shardeval.launch.orchestrator, beside the request it is given, so a plugin that
-loads imports nothing heavy); `run_lifecycle` calls them in order and writes, once for every orchestrator, the
-parts of a launch that users rely on being the same everywhere: `--dry-run` starts nothing,
+loads imports nothing heavy); `run_lifecycle` calls them in order and writes, once for every
+orchestrator, the parts of a launch that users rely on being the same everywhere: `--dry-run` starts nothing,
 `--fresh` sets earlier results aside on the launcher (every lease first, then the move) before
 anything is submitted, the cells that refused to start keep a merge from presenting another run's
 results, the merge and its report at the end, the stop-signal message, the failed-shard report,
