@@ -20,7 +20,7 @@ import signal
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import ray
 
@@ -95,7 +95,7 @@ def evaluate_shard(
     with _signals_preserved():  # the cell writes its own logs/shard.log
         try:
             code = run_cell(cfg, shard_idx, total_shards, out_dir, fresh=fresh, sweep=sweep, source=source,
-                            listeners=[fault] if fault else [])
+                            listeners=[fault] if fault else [], on_start=fault.keep_stop if fault else None)
         except UsageError:
             raise  # e.g. a changed config: retrying cannot help, and Ray does not retry it
         except Exception as exc:  # a ShardError says what failed; anything else is named by its type too
@@ -185,13 +185,17 @@ def _signals_preserved() -> Iterator[None]:
 
 class _Fault:
     """The test-only fault of FAULT_ENV: a `record_written` listener of one attempt's cell
-    (run_cell's `listeners`). `raise` stops the shard as Ctrl-C does (SIGINT on this, the main,
-    thread: the shard drains, marks itself interrupted and exits 130), so the attempt fails."""
+    (run_cell's `listeners`). `raise` stops the shard as Ctrl-C does (run_cell's stop: the shard
+    drains, marks itself interrupted and exits 130), so the attempt fails."""
 
     def __init__(self, mode: str, after: int) -> None:
         self.mode, self.after = mode, after
         self.count = 0
         self.fired = False
+        self.stop: Callable[[], None] | None = None
+
+    def keep_stop(self, stop: Callable[[], None]) -> None:
+        self.stop = stop
 
     @classmethod
     def from_env(cls) -> _Fault | None:
@@ -214,4 +218,7 @@ class _Fault:
         if self.fired or self.count < self.after:
             return
         self.fired = True
-        os.kill(os.getpid(), signal.SIGKILL if self.mode == "crash" else signal.SIGINT)
+        if self.mode == "crash":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif self.stop is not None:
+            self.stop()

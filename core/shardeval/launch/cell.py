@@ -8,7 +8,8 @@ It does exactly what that command does inside a shard (the same shard run, the s
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Sequence
+import signal
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from shardeval import plugins
 from shardeval.launch import log, setup_logging
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 def run_cell(
     config: Config, shard_idx: int, total: int, out_dir: str, *, fresh: bool = False, sweep: SweepPlan | None = None,
-    source: str = "run_cell", listeners: Sequence[object] = (),
+    source: str = "run_cell", listeners: Sequence[object] = (), on_start: Callable[[Callable[[], None]], None] | None = None,
 ) -> int:
     """Evaluate shard `shard_idx` of `total` of `config` into `out_dir` (its `shard_<i>` directory)
     and return the shard's exit code (0, 3 with errors, 130 / 143 after a stop signal); a user's
@@ -31,7 +32,10 @@ def run_cell(
     `sweep`: the sweep this cell belongs to (its model's plan, recorded in the manifest);
     `source`: where the shard number came from, for the log line that names the shard;
     `listeners`: objects with hook implementations (`record_written`, ...) that take part in this
-    cell's run only. The shard installs its stop-signal handlers only on the main thread and
+    cell's run only; `on_start`: called, before the cell starts, with a function that stops it as
+    Ctrl-C stops a shard (no new requests, those in flight drain, the manifest says interrupted,
+    exit 130), for a listener that must end the cell early where no signal reaches it (a Ray
+    worker blocks them). The shard installs its stop-signal handlers only on the main thread and
     removes them when it ends; its log lines go to `out_dir/logs/shard.log` as a process's do.
     """
     shard = ShardSpec(shard_idx, total, source)
@@ -40,7 +44,10 @@ def run_cell(
     manager = plugins.plugin_manager()
     joined = [manager.register(listener, name=f"shardeval_cell_listener_{id(listener)}") for listener in listeners]
     try:
-        return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh, sweep=sweep).run())
+        run = ShardRun(config, shard, out_dir, fresh=fresh, sweep=sweep)
+        if on_start is not None:
+            on_start(lambda: run._on_signal(signal.SIGINT))  # what SIGINT's handler does, called in the cell's loop
+        return asyncio.run(run.run())
     finally:
         for name in joined:
             if name is not None:
