@@ -151,6 +151,7 @@ SLOW: tuple[str, ...] = (
     "test_gsm8k.py", "test_humaneval.py", "test_mmlu.py", "test_reasoning_e2e.py", "test_export_mlflow.py",
     "test_export_wandb.py", "test_fuzz.py", "test_interval_coverage.py", "test_sim_knows.py", "test_layers.py",
     "test_preflight.py", "test_secrets.py", "test_slurm_render.py", "test_no_spread.py",
+    "test_static_types.py",  # mypy over the core and every plugin: minutes with a cold cache
 )
 
 

@@ -9,7 +9,8 @@ import json
 import os
 from typing import Literal
 
-from shardeval.api import ExportConfig, ShardError, TrackerExport, UsageError, hookimpl
+from shardeval.api.exporter import ExportConfig, TrackerExport
+from shardeval.api.plugin import ShardError, UsageError, hookimpl
 
 
 class ProbeConfig(ExportConfig):

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
-from shardeval.api import package_data
+from shardeval.api.benchmark import package_data
 
 SERVED_MODEL = "smol"  # the name tests/vllm_real.py serves; lm-eval names its output folder after it
 

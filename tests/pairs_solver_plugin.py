@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
-from shardeval.api import Attempt, Benchmark, hookimpl, Problem, Score, ServiceHandle, SolverConfig
+from shardeval.api.benchmark import Benchmark, Problem, Score
+from shardeval.api.plugin import hookimpl
+from shardeval.api.solver import Attempt, ServiceHandle, SolverConfig
 
 
 class PairsSums(Benchmark):

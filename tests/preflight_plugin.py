@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardeval.api import Benchmark, Problem, Score, UsageError, hookimpl
+from shardeval.api.benchmark import Benchmark, Problem, Score
+from shardeval.api.plugin import UsageError, hookimpl
 
 
 class NeedsImage(Benchmark):

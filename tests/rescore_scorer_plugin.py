@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from shardeval.api import Benchmark, Problem, Score, hookimpl
+from shardeval.api.benchmark import Benchmark, Problem, Score
+from shardeval.api.plugin import hookimpl
 
 
 class LengthMultiple(Benchmark):

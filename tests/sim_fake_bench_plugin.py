@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shardeval.api import Benchmark, Problem, Score, hookimpl
+from shardeval.api.benchmark import Benchmark, Problem, Score
+from shardeval.api.plugin import hookimpl
 
 
 class FakeSums(Benchmark):

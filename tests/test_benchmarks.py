@@ -7,7 +7,7 @@ import json
 import pytest
 
 from shardeval.errors import UsageError
-from shardeval.api import final_answer, normalize
+from shardeval.api.benchmark import final_answer, normalize
 from shardeval_benchmarks.arith import ArithBenchmark, solve_prompt
 from shardeval_benchmarks.jsonl import JsonlBenchmark
 
@@ -99,7 +99,7 @@ def test_benchmark_declares_what_core_reads_and_nothing_only_the_simulator_uses(
     from pathlib import Path
 
     import shardeval
-    from shardeval.api import Benchmark, Problem
+    from shardeval.api.benchmark import Benchmark, Problem
     from shardeval_sim.benchmark_hooks import answer_key, reply_renderer
 
     guarded = []

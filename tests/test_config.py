@@ -577,7 +577,7 @@ def test_every_numeric_limit_of_every_config_section_declares_its_range() -> Non
     import shardeval_benchmarks
     from shardeval.config import RawConfig, ServiceConfig
     from shardeval.plugins import registry
-    from shardeval.api import ParamsStruct
+    from shardeval.api.benchmark import ParamsStruct
 
     structs: list[type] = [RawConfig, ServiceConfig]
     for group in ("services", "orchestrators"):

@@ -1,4 +1,4 @@
-"""`shardeval export` and `shardeval.api.load_run` (issue 18): the rows are the records merge keeps.
+"""`shardeval export` and `shardeval.api.records.load_run` (issue 18): the rows are the records merge keeps.
 
 Runs are real (the CLI against simulators on 127.0.0.1, with faults, reruns and a sweep) or made
 by tests/shard_factory.py where a test needs shapes a server would not give (extra scores,
@@ -24,7 +24,7 @@ import pytest
 
 from conftest import api_eval_config, running_sim, shardeval_cmd
 from shard_factory import make_shard, record
-from shardeval import api
+from shardeval.api import records as api
 from shardeval.results.export import REASONING, RECORD, csv_chunks
 from shardeval.store.records import ResultRecord, read_manifest
 
@@ -269,7 +269,7 @@ def test_parquet_without_pyarrow_says_what_to_install(tmp_path: Path) -> None:
 
 def test_to_pandas_without_pandas_says_what_to_install(tmp_path: Path) -> None:
     make_shard(str(tmp_path / "run"), 0, 1, n_problems=3)
-    probe = ("import shardeval.api as api\nrecords = api.load_run(__import__('sys').argv[1])\nprint(len(records))\n"
+    probe = ("import shardeval.api.records as api\nrecords = api.load_run(__import__('sys').argv[1])\nprint(len(records))\n"
              "try:\n    records.to_pandas()\nexcept ImportError as exc:\n    print(exc)\n")
     r = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "run")], capture_output=True, text=True, timeout=60,
                        env={**os.environ, **shadow(tmp_path, "pandas")})

@@ -156,7 +156,7 @@ def test_failures_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     import importlib.util
 
     from shardeval_mlflow.config import MlflowExportConfig
-    from shardeval.api import UsageError
+    from shardeval.api.plugin import UsageError
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))

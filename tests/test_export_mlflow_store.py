@@ -18,7 +18,8 @@ import pytest
 pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
 
-from shardeval.api import ShardError, TrackerExport, UsageError  # noqa: E402
+from shardeval.api.exporter import TrackerExport  # noqa: E402
+from shardeval.api.plugin import ShardError, UsageError  # noqa: E402
 from shardeval_mlflow.config import MlflowExportConfig  # noqa: E402
 from shardeval_mlflow.exporter import export_mlflow  # noqa: E402
 

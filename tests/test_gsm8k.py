@@ -12,7 +12,7 @@ import pytest
 from conftest import running_sim, shardeval_cmd
 from shardeval.errors import UsageError
 from shardeval_benchmarks import gsm8k
-from shardeval.api import extract_numeric
+from shardeval.api.benchmark import extract_numeric
 from shardeval_benchmarks.gsm8k import EXEMPLARS, INSTRUCTION, Gsm8kBenchmark, question_of, render_prompt
 
 

@@ -310,7 +310,7 @@ def ended_sample(content: Any) -> Any:
 def test_inspects_split_stands_and_shardeval_never_splits_its_answer_again() -> None:
     from inspect_ai._util.content import ContentReasoning, ContentText
 
-    from shardeval.api import split_reply
+    from shardeval.api.benchmark import split_reply
     from shardeval_inspect.samples import attempt_of
 
     tags = ("<think>", "</think>")

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from conftest import shardeval_cmd
-from shardeval.api import library_call, ShardError, UsageError
+from shardeval.api.plugin import library_call, ShardError, UsageError
 
 
 def one_line(proc, code: int) -> str:

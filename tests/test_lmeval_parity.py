@@ -331,7 +331,7 @@ def test_with_think_end_token_every_document_is_lm_evals(thinking_runs: dict, th
     """The parity claim with a reasoning option set: the same answers (after lm-eval's split), the same
     filtered answers and metrics on every document, the same aggregates; and the cases where
     shardeval's own rule would read otherwise are among them, so the test tells the rules apart."""
-    from shardeval.api import split_reply
+    from shardeval.api.benchmark import split_reply
 
     rows = thinking[3]
     reference, run_dir = thinking_runs["reference"]
@@ -374,7 +374,7 @@ def test_without_think_end_token_lm_evals_scorers_see_shardevals_answer(thinking
     """Without lm-eval's option, each reply is split by shardeval's rule before lm-eval's filters see
     it: the saved answers (and so lm-eval's own files) are the answers, the thinking is the record's,
     and a reply cut off while thinking is scored on no answer, never on its thinking."""
-    from shardeval.api import split_reply
+    from shardeval.api.benchmark import split_reply
 
     rows = thinking[3]
     _, run_dir = thinking_runs["own_rule"]

@@ -468,7 +468,7 @@ HEADLINE_CASES = [  # (a benchmark's metric names, its headline, the live status
 
 @pytest.mark.parametrize(("names", "headline", "live"), HEADLINE_CASES)
 def test_headline_metric_of_metric_names(names, headline, live) -> None:
-    from shardeval.api import headline_metric
+    from shardeval.api.metric import headline_metric
 
     assert headline_metric(names) == headline
     assert headline_metric(iter(names)) == headline  # any iterable, read once

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from shardeval.api import CellOutcome, LaunchRequest, Orchestrator, orchestrate
+from shardeval.api.orchestrator import CellOutcome, LaunchRequest, Orchestrator, orchestrate
 from shardeval.config.loading import load_config
 from shardeval.launch import lifecycle
 

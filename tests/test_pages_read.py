@@ -14,7 +14,7 @@ import msgspec
 from browser import browser, visit  # noqa: F401  (browser is a fixture)
 from conftest import shardeval_cmd
 from shard_factory import make_shard, make_sweep, record
-from shardeval.api import fmt_p
+from shardeval.api.records import fmt_p
 from shardeval.store.records import JudgeRecord, run_id
 from shardeval_pages.charts import ERROR_COLOR
 

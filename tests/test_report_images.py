@@ -25,7 +25,9 @@ import pytest
 from browser import browser, visit  # noqa: F401  (browser is a fixture)
 from conftest import running_sim, shardeval_cmd
 from shard_factory import make_shard, record
-from shardeval.api import IMAGES_FILE, ImageInfo, ImageThumbnail, merge_run, read_thumbnails
+from shardeval.api.records import ImageInfo, ImageThumbnail, merge_run
+from shardeval.results.images import read_thumbnails
+from shardeval.store.records import IMAGES_FILE
 from shardeval.store.records import run_id
 import shardeval_pages.report_page as report_page
 

@@ -20,7 +20,7 @@ from conftest import running_sim
 
 pytest.importorskip("PIL")
 
-from shardeval.api import split_prompt  # noqa: E402
+from shardeval.benchmark.images import split_prompt  # noqa: E402
 from shardeval_benchmarks.vision_count import VisionCountBenchmark, draw  # noqa: E402
 
 FAST = ("--ttft-ms", "0", "--itl-ms", "0")
@@ -107,7 +107,7 @@ def test_images_are_decoded_and_bad_ones_refused_as_vllm_refuses_them(tmp_path) 
 def test_the_answer_key_knows_a_problem_by_its_pictures() -> None:
     """Two image problems with the same words differ by their images' digests; a text problem's key is
     as it was. The sim's own image key is what benchmark_hooks builds from Problem.images."""
-    from shardeval.api import Problem
+    from shardeval.api.benchmark import Problem
     from shardeval_sim.answers import image_key
     from shardeval_sim.benchmark_hooks import answer_key
     from shardeval.benchmark.images import describe

@@ -19,7 +19,7 @@ import msgspec
 import pytest
 from conftest import running_sim, shardeval_cmd
 
-from shardeval.api import split_reply
+from shardeval.api.benchmark import split_reply
 from shardeval.benchmark.reasoning import reply_outcome
 
 FAST = ("--ttft-ms", "0", "--itl-ms", "0")

@@ -438,7 +438,7 @@ def test_sweep_cell_runs_under_bash_and_submission_leaves_complete_cells_out(tmp
     lines = (out / "mid" / "shard_1" / "arith" / "results.jsonl").read_text().splitlines()
     bad = json.loads(lines[0]) | {"status": "error", "error_kind": "http", "error": "boom", "score": None}
     (out / "mid" / "shard_1" / "arith" / "results.jsonl").write_text("\n".join([json.dumps(bad), *lines[1:]]) + "\n")
-    from shardeval.api import read_manifest
+    from shardeval.api.records import read_manifest
     from shardeval.store.standing import Membership, count_cells
 
     m = read_manifest(str(out / "mid" / "shard_1"))

@@ -13,7 +13,10 @@ import pytest
 
 pytest.importorskip("PIL")
 
-from shardeval.api import Problem, UsageError, read_source, shard_range, split_prompt  # noqa: E402
+from shardeval.api.benchmark import Problem  # noqa: E402
+from shardeval.api.plugin import UsageError  # noqa: E402
+from shardeval.benchmark.images import read_source, split_prompt  # noqa: E402
+from shardeval.store.shards import shard_range  # noqa: E402
 from shardeval_benchmarks import vision_count  # noqa: E402
 from shardeval_benchmarks.vision_count import VisionCountBenchmark  # noqa: E402
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardeval.api import extract_choice_vlm, normalize_vqa, vqa_accuracy
+from shardeval.api.benchmark import extract_choice_vlm, normalize_vqa, vqa_accuracy
 
 SHAPES = ["circle", "square", "triangle", "star"]
 IMAGES = ["the first image", "the second image"]

@@ -156,9 +156,9 @@ def _misfit(value: Any, type_: Any) -> str:
             choices = typing.get_args(unwrap(type_, "literal")) or option.values  # as declared, not sorted
             return f"invalid value {value!r}; expected one of: {', '.join(map(str, choices))}"
     names = {_NAMES.get(type(o), type(o.values[0]).__name__ if isinstance(o, mi.LiteralType) else "valid") for o in options}
-    names = sorted(names, key=lambda n: _ORDER.index(n) if n in _ORDER else len(_ORDER))
-    hint = "; quote the value in YAML" if names == ["str"] and isinstance(value, (int, float, bool)) else ""
-    return f"expected {' or '.join(names)}, got {_got(value)}{hint}"
+    ordered = sorted(names, key=lambda n: _ORDER.index(n) if n in _ORDER else len(_ORDER))
+    hint = "; quote the value in YAML" if ordered == ["str"] and isinstance(value, (int, float, bool)) else ""
+    return f"expected {' or '.join(ordered)}, got {_got(value)}{hint}"
 
 
 def _got(value: Any) -> str:

@@ -5,43 +5,56 @@ A plugin is a module (found through the `shardeval` entry-point group, the plugi
 (`from shardeval.api import hookimpl`). Hooks are called through pluggy, so `tryfirst`,
 `trylast` and wrappers (`wrapper=True`, `hookwrapper=True`) work as pluggy documents.
 
-Registration hooks receive a `register` callback (a `shardeval.plugins.register.Register`):
-`register(name, factory, config=None)`. The core attributes each registration to the calling
-plugin and reports a clash by name. Precedence (shardeval.plugins.register): a registration from a
+Registration hooks receive a `register` callback (a `shardeval.plugins.register.Register`; its
+type here, shardeval.payloads.RegisterCallback): `register(name, factory, config=None)`. The core
+attributes each registration to the calling plugin and reports a clash by name. Precedence (shardeval.plugins.register): a registration from a
 `tryfirst` hook replaces a plain one on purpose, a plain one replaces a `trylast` one; otherwise
 the plugin loaded first keeps the name and the other is named in a warning. `register.registered` maps each name registered so far to its Entry (a wrapper sees, after its
 `yield`, what the others registered). Lifecycle hooks are named after events and receive plain values.
+
+Every payload is a named type: the store's records (shardeval.store.records), or for what the merge
+computes, a read-only view in shardeval.payloads that the core's class (shardeval.api.MergeResult,
+SweepMerge, ...) satisfies; that room sits below the hooks, so they import it without a cycle.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import pluggy
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: `--help` loads the hooks, and needs none of these
     import click
 
-    from shardeval.results.metrics import MetricOptions, ScoreTable
+    from shardeval.payloads import (
+        BenchmarkMergeView,
+        Comparison,
+        MergeResultView,
+        MetricOptionsView,
+        PairedDifference,
+        RegisterCallback,
+        ScoreTableView,
+        SweepMergeView,
+    )
     from shardeval.store.records import Manifest, ResultRecord
-    from shardeval.plugins.register import Register
 
 hookspec = pluggy.HookspecMarker("shardeval")
 hookimpl = pluggy.HookimplMarker("shardeval")
 
 
 @hookspec
-def register_benchmarks(register: Register) -> None:
+def register_benchmarks(register: RegisterCallback) -> None:
     """Register benchmarks: `register(name, factory)`; factory(params: dict) -> shardeval.api.Benchmark."""
 
 
 @hookspec
-def register_solvers(register: Register) -> None:
+def register_solvers(register: RegisterCallback) -> None:
     """Register solvers: `register(type, factory)`; factory(SolverConfig, ServiceHandle) -> Solver."""
 
 
 @hookspec
-def register_services(register: Register) -> None:
+def register_services(register: RegisterCallback) -> None:
     """Register model services: `register(type, factory, config=ServiceConfig subclass)`.
 
     factory(name, config, ServiceContext) returns an async context manager yielding an Endpoint
@@ -52,7 +65,7 @@ def register_services(register: Register) -> None:
 
 
 @hookspec
-def register_orchestrators(register: Register) -> None:
+def register_orchestrators(register: RegisterCallback) -> None:
     """Register cluster types: `register(type, factory, config=ClusterConfig subclass)`.
 
     factory: an `Orchestrator` subclass (shardeval.launch.lifecycle: the phases the core runs in
@@ -63,12 +76,12 @@ def register_orchestrators(register: Register) -> None:
 
 
 @hookspec
-def register_metrics(register: Register) -> None:
+def register_metrics(register: RegisterCallback) -> None:
     """Register metrics: `register(name, metric)`, metric(ScoreTable, MetricOptions) -> {name: MetricValue}; used by `shardeval merge`."""
 
 
 @hookspec
-def register_exporters(register: Register) -> None:
+def register_exporters(register: RegisterCallback) -> None:
     """Register export targets (`shardeval export RUN --to NAME`, a config's `export:` list):
     `register(name, factory, config=ExportConfig subclass)`; factory(config, TrackerExport) ->
     list of lines for the user. shardeval.results.trackers documents what a TrackerExport holds and
@@ -91,7 +104,7 @@ def export_flags(add: AddExportFlag) -> None:
 
 
 @hookspec(firstresult=True)
-def paired_differences(pairs: list[tuple[ScoreTable, ScoreTable]], options: MetricOptions) -> list[dict] | None:
+def paired_differences(pairs: Sequence[tuple[ScoreTableView, ScoreTableView]], options: MetricOptionsView) -> list[PairedDifference] | None:
     """For each (baseline, other) pair of one benchmark's tables: the paired difference other − baseline on the (problem, repeat) cells valid in both, with interval, p-value and the Holm-adjusted p-value across all pairs given (one call = one family). None: no plugin computes it."""
 
 
@@ -128,7 +141,7 @@ def shard_finished(manifest: Manifest, out_dir: str) -> None:
 
 
 @hookspec
-def write_merged_outputs(result: Any, out_dir: str) -> list[str] | None:
+def write_merged_outputs(result: MergeResultView, out_dir: str) -> list[str] | None:
     """A run's merge was written to `out_dir` (merged/<bench>/results.jsonl and the rest; `result`
     is its shardeval.api.MergeResult): write this plugin's own files beside them (lm-eval's
     results_*.json from an lm_eval run). Returns lines for the user, each a file it did not write and
@@ -142,20 +155,20 @@ def write_merged_outputs(result: Any, out_dir: str) -> list[str] | None:
 
 
 @hookspec(firstresult=True)
-def draw_report_page(result: Any, path: str, confidence: float) -> str | None:
+def draw_report_page(result: MergeResultView, path: str, confidence: float) -> str | None:
     """Write report.html of a run's merge to `path`: `result` is the shardeval.api.MergeResult that
     scores.json and report.md are made from."""
 
 
 @hookspec(firstresult=True)
-def draw_sweep_page(sweep: Any, path: str, confidence: float, links: dict[str, str]) -> str | None:
+def draw_sweep_page(sweep: SweepMergeView, path: str, confidence: float, links: dict[str, str]) -> str | None:
     """Write sweep.html of a sweep's merge (`sweep`: a shardeval.api.SweepMerge) to `path`; `links`
     maps each model to its report.html, relative to it."""
 
 
 @hookspec(firstresult=True)
-def draw_compare_page(path: str, run_a: str, run_b: str, a: dict[str, Any], b: dict[str, Any],
-                      results: list[dict[str, Any]], confidence: float, errors_as_wrong: bool) -> str | None:
+def draw_compare_page(path: str, run_a: str, run_b: str, a: Mapping[str, BenchmarkMergeView],
+                      b: Mapping[str, BenchmarkMergeView], results: Sequence[Comparison], confidence: float, errors_as_wrong: bool) -> str | None:
     """Write `shardeval compare --html` of two runs to `path`: `a` and `b` map each benchmark to its
     merge, `results` are the comparisons `compare --json` prints."""
 

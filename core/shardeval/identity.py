@@ -58,7 +58,7 @@ def config_hash(config: Config) -> str:
         return f"sha256:{hashlib.sha256(canonical_json(runs)).hexdigest()[:16]}"
     benchmarks = []
     for bench in config.benchmarks:
-        service, solver = config.services.get(bench.solver.service), bench.solver
+        service, solver = config.service_of(bench.solver), bench.solver
         benchmarks.append({
             **({} if bench.id is None else {"id": bench.id}),  # absent: older hashes stay valid
             "name": bench.name, "params": bench.params, "repeats": bench.repeats, "max_problems": bench.max_problems,

@@ -113,9 +113,9 @@ def url_credentials(text: str) -> str | None:
     for m in _URL.finditer(text):
         if (shown := _redact_url(m.group(0))) != m.group(0):
             return shown
-    m = _QUERY.search(text)
-    if m and not _ONLY_VARIABLES.fullmatch(m.group(2)):
-        return redact_urls(text[max(0, text.rfind(" ", 0, m.start()) + 1):].split()[0])
+    query = _QUERY.search(text)
+    if query and not _ONLY_VARIABLES.fullmatch(query.group(2)):
+        return redact_urls(text[max(0, text.rfind(" ", 0, query.start()) + 1):].split()[0])
     return None
 
 

@@ -6,7 +6,7 @@ third-party package would be; copy it to start your own service plugin.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import hookimpl
 
 
 @hookimpl
@@ -18,7 +18,7 @@ def register_services(register):
 
 @hookimpl
 def register_solvers(register):
-    from shardeval.api import LoglikelihoodSolver, SimpleSolver
+    from shardeval.api.solver import LoglikelihoodSolver, SimpleSolver
 
     register("simple", SimpleSolver)
     register("loglikelihood", LoglikelihoodSolver)

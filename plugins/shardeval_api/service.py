@@ -5,7 +5,8 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
-from shardeval.api import Endpoint, ServiceConfig, ServiceContext, split_endpoint_url, UsageError
+from shardeval.api.plugin import UsageError
+from shardeval.api.service import Endpoint, ServiceConfig, ServiceContext, split_endpoint_url
 
 
 class ApiServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):

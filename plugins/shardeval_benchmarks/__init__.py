@@ -8,7 +8,7 @@ Each benchmark's module is imported when the benchmark is first built, so one th
 
 from __future__ import annotations
 
-from shardeval.api import Lazy, hookimpl
+from shardeval.api.plugin import Lazy, hookimpl
 
 BUILTIN = {
     "arith": "shardeval_benchmarks.arith:ArithBenchmark",

@@ -13,7 +13,8 @@ import random
 import re
 from typing import Any, Callable
 
-from shardeval.api import Benchmark, Problem, Score, UsageError, as_number, final_answer
+from shardeval.api.benchmark import Benchmark, Problem, Score, as_number, final_answer
+from shardeval.api.plugin import UsageError
 
 GENERATOR_VERSION = "arith-v1"
 INSTRUCTION = "Solve the problem. End your reply with the final answer on its own line as '#### <number>'."

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from shardeval.api import UsageError
+from shardeval.api.plugin import UsageError
 
 
 def _summary(factory: Any) -> str:
@@ -44,7 +44,7 @@ def _origin(benchmark: Any) -> str:
 @click.option("--no-load", is_flag=True, help="List names and plugins only; build nothing, read no data.")
 def benchmarks_command(name: str | None, params: tuple[str, ...], show: int, no_load: bool) -> None:
     """List registered benchmarks (plugin, size, data source), or describe NAME."""
-    from shardeval.api import parse_key_values, registry as plugin_registry  # YAML values, one parser for every such flag
+    from shardeval.api.plugin import parse_key_values, registry as plugin_registry  # YAML values, one parser for every such flag
 
     registry = plugin_registry()
     if name is not None:
@@ -72,7 +72,7 @@ def benchmarks_command(name: str | None, params: tuple[str, ...], show: int, no_
 
 
 def _describe(name: str, params: dict[str, Any], show: int, registry: Any) -> None:
-    from shardeval.api import BenchmarkConfig, make_benchmark
+    from shardeval.api.benchmark import BenchmarkConfig, make_benchmark
 
     bench = make_benchmark(BenchmarkConfig(name=name, params=params), "benchmarks", registry)[0]
     entry = registry.entries["benchmarks"].get(name)

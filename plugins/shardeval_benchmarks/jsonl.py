@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import DataParams, Problem, RowsBenchmark, Score, UsageError, decode_params, final_answer, normalize, open_from_params
+from shardeval.api.benchmark import (DataParams, Problem, RowsBenchmark, Score, decode_params, final_answer, normalize,
+                                     open_from_params)
+from shardeval.api.plugin import UsageError
 
 
 class JsonlParams(DataParams):
@@ -41,7 +43,6 @@ class JsonlBenchmark(RowsBenchmark):
         self.name = p.name or _stem(source)
         self.params = p
         self.rows = open_from_params(p, benchmark=self.name)
-        self.data_origin = self.rows.origin
         first = self.rows.row(0) if len(self.rows) else {}
         self.prompt_field = p.prompt_field or self.first_field(first, ("prompt", "question", "input"))
         self.messages_field = p.messages_field

@@ -34,10 +34,8 @@ import re
 from array import array
 from typing import Any, Literal
 
-from shardeval.api import (
-    Benchmark, DataParams, NonNegativeInt, Problem, Rows, Score, UsageError, decode_params,
-    open_from_params, package_data,
-)
+from shardeval.api.benchmark import Benchmark, DataParams, Problem, Rows, Score, decode_params, open_from_params, package_data
+from shardeval.api.plugin import NonNegativeInt, UsageError
 
 PROMPT_VERSION = "mmlu-v1"  # bump when a prompt's wording changes: it is part of the fingerprint
 LETTERS = ("A", "B", "C", "D")

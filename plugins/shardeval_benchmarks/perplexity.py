@@ -35,8 +35,9 @@ from typing import Annotated, Any
 
 import msgspec
 
-from shardeval.api import (DataParams, decode_params, JsonlRows, open_from_params, open_regular, Problem, Rows, RowsBenchmark,
-                           Score, UsageError)
+from shardeval.api.benchmark import DataParams, decode_params, JsonlRows, open_from_params, Problem, Rows, RowsBenchmark, Score
+from shardeval.api.plugin import UsageError
+from shardeval.api.records import open_regular
 
 
 class PerplexityParams(DataParams):
@@ -101,7 +102,6 @@ class PerplexityBenchmark(RowsBenchmark):
             raise UsageError(f"benchmark {p.name}: format text reads a local file; give it as params.path")
         else:
             self.rows = open_from_params(p, benchmark=p.name)
-        self.data_origin = self.rows.origin
         self._metadata: dict[str, Any] = {"scoring": "loglikelihood"}
         if p.max_chars_per_request is not None:
             self._metadata["max_chars_per_request"] = p.max_chars_per_request

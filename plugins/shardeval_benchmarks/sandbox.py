@@ -58,7 +58,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from shardeval.api import Proc, describe_exit, processes, read_process
+from shardeval.api.benchmark import Proc, describe_exit, processes, read_process
 
 log = logging.getLogger("shardeval")
 

@@ -32,9 +32,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from shardeval.api import (Benchmark, ParamsStruct, Problem, Score, UsageError, decode_params, describe,
-                           extract_choice_vlm, extract_numeric, normalize_vqa, numbers_equal, offer_image_bytes,
-                           register_generator)
+from shardeval.api.benchmark import (Benchmark, ParamsStruct, Problem, Score, decode_params, describe, extract_choice_vlm,
+                                     extract_numeric, normalize_vqa, numbers_equal, offer_image_bytes, register_generator)
+from shardeval.api.plugin import UsageError
 
 GENERATOR_VERSION = "vision_count-v1"
 Kind = Literal["count", "digits", "choice", "compare"]

@@ -27,10 +27,11 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from shardeval.api import ENV_NAME, Orchestrator, UsageError, dump_yaml, escape_dollars as escape
+from shardeval.api.orchestrator import ENV_NAME, Orchestrator, dump_yaml, escape_dollars as escape
+from shardeval.api.plugin import UsageError
 
 if TYPE_CHECKING:
-    from shardeval.api import Cell, LaunchRequest
+    from shardeval.api.orchestrator import Cell, LaunchRequest
     from shardeval_compose.config import ComposeClusterConfig
 
 PROJECT_DIR = "compose"

@@ -10,7 +10,7 @@ is used. Written against shardeval.api alone, like shardeval_lmeval.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl, Lazy
+from shardeval.api.plugin import hookimpl, Lazy
 
 
 @hookimpl
@@ -25,7 +25,7 @@ def register_solvers(register):
 
 @hookimpl
 def write_merged_outputs(result, out_dir):
-    from shardeval.api import library_call
+    from shardeval.api.plugin import library_call
     from shardeval_inspect.outputs import write_inspect_logs  # imports no Inspect unless the run has inspect entries
 
     with library_call("Inspect", f"the Inspect logs under {out_dir}"):

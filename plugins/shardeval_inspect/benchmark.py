@@ -15,7 +15,8 @@ import json
 import re
 from typing import Any
 
-from shardeval.api import Benchmark, decode_params, Problem, Score, UsageError
+from shardeval.api.benchmark import Benchmark, decode_params, Problem, Score
+from shardeval.api.plugin import UsageError
 
 from shardeval_inspect.params import InspectParams
 from shardeval_inspect.provider import check_provider

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import TrackerExport, TrackerRun, UsageError
+from shardeval.api.exporter import TrackerExport, TrackerRun
+from shardeval.api.plugin import UsageError
 
 from shardeval_inspect.export_config import InspectExportConfig
 from shardeval_inspect.outputs import NotWritten, inspect_entries, model_base_url, served_model, task_log, write_log

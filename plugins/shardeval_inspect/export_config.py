@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
-from shardeval.api import ExportConfig, UsageError, refuse_inside_shard
+from shardeval.api.exporter import ExportConfig
+from shardeval.api.plugin import UsageError
+from shardeval.api.records import refuse_inside_shard
 
 from shardeval_inspect.params import EXTRA
 

@@ -19,7 +19,9 @@ import os
 import tempfile
 from typing import Any
 
-from shardeval.api import OK, TRAJECTORIES_FILE, UsageError
+from shardeval.api.metric import OK
+from shardeval.api.plugin import UsageError
+from shardeval.api.records import TRAJECTORIES_FILE
 
 from shardeval_inspect.task import first_line
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shardeval.api import Count, ParamsStruct, UsageError
+from shardeval.api.benchmark import ParamsStruct
+from shardeval.api.plugin import Count, UsageError
 
 EXTRA = "pip install 'shardeval[inspect]' (the one file: shardeval plugins install 'inspect-ai>=0.3.285,<0.3.300' 'openai>=1.40')"
 SANDBOXES = ("docker", "local")

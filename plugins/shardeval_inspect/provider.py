@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shardeval.api import UsageError
+from shardeval.api.plugin import UsageError
 
 PROVIDER = "openai-api/shardeval"  # Inspect's OpenAI-compatible provider; `shardeval` names the service
 SOURCE = "benchmark inspect"

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import msgspec
 
-from shardeval.api import TrackerRun
+from shardeval.api.exporter import TrackerRun
 
 from shardeval_inspect.outputs import set_status
 

@@ -19,7 +19,8 @@ import re
 from datetime import datetime
 from typing import Any, Callable, Sequence
 
-from shardeval.api import Attempt, Completion, Score
+from shardeval.api.benchmark import Score
+from shardeval.api.solver import Attempt, Completion
 
 from shardeval_inspect.task import first_line
 

@@ -23,7 +23,9 @@ import tempfile
 from collections import defaultdict
 from typing import Any, Awaitable, Callable
 
-from shardeval.api import Attempt, Problem, ServiceHandle, SolverConfig, UsageError
+from shardeval.api.benchmark import Problem
+from shardeval.api.plugin import UsageError
+from shardeval.api.solver import Attempt, ServiceHandle, SolverConfig
 
 from shardeval_inspect.benchmark import inspect_params
 from shardeval_inspect.params import InspectParams

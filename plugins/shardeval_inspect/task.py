@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from shardeval.api import library_call, UsageError
+from shardeval.api.plugin import library_call, UsageError
 
 from shardeval_inspect.params import InspectParams, require_inspect
 

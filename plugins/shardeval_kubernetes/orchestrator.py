@@ -29,10 +29,11 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardeval.api import ENV_NAME, EXIT_WITH_ERRORS, Orchestrator, UsageError, dump_yaml, escape_dollars as escape
+from shardeval.api.orchestrator import ENV_NAME, EXIT_WITH_ERRORS, Orchestrator, dump_yaml, escape_dollars as escape
+from shardeval.api.plugin import UsageError
 
 if TYPE_CHECKING:
-    from shardeval.api import Config, LaunchRequest
+    from shardeval.api.orchestrator import Config, LaunchRequest
     from shardeval_kubernetes.config import KubernetesClusterConfig, Resources
 
 CONFIG_DIR = "/config"

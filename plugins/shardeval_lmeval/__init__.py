@@ -9,7 +9,7 @@ shardeval.api alone: the template for the next adapter.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl, Lazy
+from shardeval.api.plugin import hookimpl, Lazy
 
 
 @hookimpl
@@ -29,7 +29,7 @@ def register_metrics(register):
 
 @hookimpl
 def write_merged_outputs(result, out_dir):
-    from shardeval.api import library_call
+    from shardeval.api.plugin import library_call
     from shardeval_lmeval.outputs import write_lm_eval_outputs  # imports no lm-eval unless the run has lm_eval entries
 
     with library_call("lm-eval", f"the lm-eval results under {out_dir}"):

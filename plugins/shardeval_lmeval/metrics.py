@@ -16,7 +16,8 @@ import dataclasses
 import math
 from array import array
 
-from shardeval.api import MetricOptions, MetricValue, registry, ScoreTable
+from shardeval.api.metric import MetricOptions, MetricValue, ScoreTable
+from shardeval.api.plugin import registry
 
 
 def lm_eval_metrics(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValue]:

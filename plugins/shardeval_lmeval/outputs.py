@@ -17,7 +17,10 @@ import json
 import os
 from typing import Any
 
-from shardeval.api import decode_params, OK, RESULTS_FILE, UsageError
+from shardeval.api.benchmark import decode_params
+from shardeval.api.metric import OK
+from shardeval.api.plugin import UsageError
+from shardeval.api.records import RESULTS_FILE
 
 from shardeval_lmeval.benchmark import benchmark_id, lm_eval_answer, LmEvalBenchmark, SOURCE
 from shardeval_lmeval.params import LmEvalParams

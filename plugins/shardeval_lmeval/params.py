@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from shardeval.api import Count, NonNegativeInt, ParamsStruct, UsageError
+from shardeval.api.benchmark import ParamsStruct
+from shardeval.api.plugin import Count, NonNegativeInt, UsageError
 
 EXTRA = ("pip install 'shardeval[lm-eval]' (the one file: shardeval plugins install 'lm-eval[api]>=0.4.13,<0.5' "
          "'transformers>=4.40')")

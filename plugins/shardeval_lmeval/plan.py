@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from shardeval.api import library_call, UsageError
+from shardeval.api.plugin import library_call, UsageError
 
 from shardeval_lmeval.params import LmEvalParams, require_lm_eval
 from shardeval_lmeval.wire import Wire, build_model

@@ -26,8 +26,9 @@ from typing import Any
 
 import msgspec
 
-from shardeval.api import (Attempt, check_logprobs, combine_completions, DEFAULT_TAGS, Problem, ServiceHandle, SolverConfig, split_reply,
-                           UsageError)
+from shardeval.api.benchmark import DEFAULT_TAGS, Problem, split_reply
+from shardeval.api.plugin import UsageError
+from shardeval.api.solver import Attempt, check_logprobs, combine_completions, ServiceHandle, SolverConfig
 
 from shardeval_lmeval.benchmark import encode_response
 from shardeval_lmeval.wire import build_model, read_generation, read_loglikelihood

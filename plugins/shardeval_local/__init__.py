@@ -7,7 +7,7 @@ Indexed Job pod runs, so it is also the template to copy.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import hookimpl
 
 
 @hookimpl

@@ -18,7 +18,10 @@ import signal
 import sys
 import time
 
-from shardeval.api import CellOutcome, ClusterConfig, Count, die_with_parent, Orchestrator, percent, self_command
+from shardeval.api.orchestrator import CellOutcome, ClusterConfig, die_with_parent, Orchestrator
+from shardeval.api.plugin import Count
+from shardeval.api.records import percent
+from shardeval.api.service import self_command
 
 
 class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):

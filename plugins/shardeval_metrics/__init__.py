@@ -15,7 +15,7 @@ so loading plugins (`shardeval --help`, `shardeval plugins`) never imports numpy
 
 from __future__ import annotations
 
-from shardeval.api import Lazy, hookimpl
+from shardeval.api.plugin import Lazy, hookimpl
 
 
 @hookimpl

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from shardeval.api import OK, MetricOptions, MetricValue, ScoreTable
+from shardeval.api.metric import OK, MetricOptions, MetricValue, ScoreTable
 from shardeval_metrics.stats import bootstrap_over_problems, percentile_interval, view
 
 KEYS = ("macro_f1", "weighted_f1", "macro_precision", "macro_recall")

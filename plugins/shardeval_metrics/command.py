@@ -14,7 +14,7 @@ import click
 
 
 def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
-    from shardeval.api import fmt, fmt_p, md_text, percent
+    from shardeval.api.records import fmt, fmt_p, md_text, percent
 
     lines = [f"# shardeval compare: B = {md_text(name_b)} vs A = {md_text(name_a)}", ""]
     for r in results:
@@ -51,7 +51,9 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
               help="Also write the comparison as one self-contained HTML page with charts.")
 def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool, html_path: str | None) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
-    from shardeval.api import check_output, incomparable, merge_run, MetricOptions, refuse_inside_shard, UsageError
+    from shardeval.api.metric import incomparable, MetricOptions
+    from shardeval.api.plugin import UsageError
+    from shardeval.api.records import check_output, merge_run, refuse_inside_shard
     from shardeval_metrics.compare import compare_tables
 
     if html_path == "-":
@@ -89,7 +91,8 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
 def write_page(path: str, *parts: Any) -> None:
     """Have the pages plugin draw the page; without its JavaScript the comparison above stands and
     one line on stderr says how to get the page (exit 0). A path that cannot be written is one line, exit 2."""
-    from shardeval.api import compare_page, os_error
+    from shardeval.api.pages import compare_page
+    from shardeval.api.plugin import os_error
 
     try:
         notice = compare_page(path, *parts)

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from shardeval.api import MetricOptions, ScoreTable, percent
+from shardeval.api.metric import MetricOptions, ScoreTable
+from shardeval.api.records import percent
 from shardeval_metrics.dist import t_ppf
 from shardeval_metrics.paired import paired_difference
 from shardeval_metrics.stats import is_binary, match_problems, score_matrix

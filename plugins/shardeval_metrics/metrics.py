@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from shardeval.api import MetricOptions, MetricValue, ScoreTable
+from shardeval.api.metric import MetricOptions, MetricValue, ScoreTable
 from shardeval_metrics.dist import normal_ppf, t_ppf
 from shardeval_metrics.stats import (
     cluster_codes,

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from shardeval.api import MetricOptions, ScoreTable
+from shardeval.api.metric import MetricOptions, ScoreTable
 from shardeval_metrics.dist import clopper_pearson_interval, mcnemar_exact, t_ppf, t_sf
 from shardeval_metrics.stats import cluster_codes, clustered_se, is_binary, match_problems, score_matrix
 

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from shardeval.api import MetricOptions, MetricValue, ScoreTable
+from shardeval.api.metric import MetricOptions, MetricValue, ScoreTable
 from shardeval_metrics.dist import clopper_pearson_interval, normal_ppf, t_ppf
 
 SE_IF_REPEATS = (1, 2, 4, 8, 16, 32)

@@ -7,7 +7,7 @@ imported only when an export runs. Written against shardeval.api alone.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl, Lazy
+from shardeval.api.plugin import hookimpl, Lazy
 
 
 @hookimpl

@@ -7,7 +7,8 @@ import os
 import re
 from urllib.parse import urlparse
 
-from shardeval.api import ExportConfig, UsageError, redact_urls
+from shardeval.api.exporter import ExportConfig
+from shardeval.api.plugin import UsageError, redact_urls
 
 EXTRA = "pip install 'shardeval[mlflow]' (the one file: shardeval plugins install mlflow-skinny sqlalchemy alembic)"
 CREDENTIALS = ("put credentials in the environment instead: MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and "

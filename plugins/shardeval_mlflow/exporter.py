@@ -28,7 +28,8 @@ import tempfile
 import time
 from typing import Any, Iterator
 
-from shardeval.api import network_failure, ShardError, TrackerExport, TrackerRun, UsageError, redact_urls
+from shardeval.api.exporter import TrackerExport, TrackerRun
+from shardeval.api.plugin import network_failure, ShardError, UsageError, redact_urls
 from shardeval_mlflow.config import EXTRA, MlflowExportConfig, tracking_uri
 
 KEY_TAG = "shardeval.key"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import hookimpl
 
 
 @hookimpl

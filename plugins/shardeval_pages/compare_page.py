@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api import headline_metric, percent
+from shardeval.api.metric import headline_metric
+from shardeval.api.records import percent
 from shardeval_pages.charts import forest, interval_rows
 from shardeval_pages.page import Page, esc, finite, num, p_cell, span, table
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Callable
 
-from shardeval.api import atomic_write, finite_number, fmt
+from shardeval.api.records import atomic_write, finite_number, fmt
 
 import shardeval_pages.vendor as vendor
 
@@ -87,7 +87,7 @@ def span(value: float, low: Any, high: Any) -> dict[str, float]:
 def p_cell(p: Any, key: str) -> str:
     """A p-value cell as people read it (`report.fmt_p`: 4 decimals, or <0.0001, never a bare
     0.0000); the exact value stays in data-value."""
-    from shardeval.api import fmt_p
+    from shardeval.api.records import fmt_p
 
     cell = num(p, key)
     return cell.replace(f">{fmt(p)}</td>", f">{esc(fmt_p(p))}</td>") if finite(p) else cell

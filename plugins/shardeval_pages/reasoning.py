@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from shardeval.api import reasoning_counts
+from shardeval.api.pages import BenchmarkView
 
 if TYPE_CHECKING:
-    from shardeval.api import BenchmarkMerge
+    from shardeval.api.pages import BenchmarkMerge
 
 TRUNCATED_REASONING = "truncated while thinking"
 TRUNCATED = "cut off after answering"
@@ -30,7 +30,7 @@ MAX_BINS = 30  # a histogram's bars at most, whatever the run's size
 
 def reasoning_of(b: "BenchmarkMerge") -> dict[str, Any] | None:
     """The benchmark's `reasoning` object as scores.json writes it, or None (see the module)."""
-    counts = reasoning_counts(b)
+    counts = BenchmarkView(b).reasoning()
     return None if counts is None else msgspec.to_builtins(counts)
 
 

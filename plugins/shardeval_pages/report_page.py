@@ -19,19 +19,19 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from shardeval.api import (DISTRIBUTION_QUANTILES, ERROR, MISSING, OK, RESULTS_FILE, TRAJECTORIES_FILE, ImageInfo, ImageThumbnail,
-                           ResultRecord, TrajectoryRecord, counts, percent, provenance_facts, read_thumbnails, read_winners, run_notes,
-                           timing)
+from shardeval.api.pages import BenchmarkView, ReportView
+from shardeval.api.records import TRAJECTORIES_FILE, ImageInfo, ImageThumbnail, ResultRecord, TrajectoryRecord, percent
 import shardeval_pages.charts as charts
 from shardeval_pages.page import Page, esc, finite, num, span, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, reasoning_of, token_bins
 
 if TYPE_CHECKING:
-    from shardeval.api import BenchmarkMerge, MergeResult
+    from shardeval.api.pages import BenchmarkMerge
+    from shardeval.api.records import MergeResult
 
 ITEMS = 20  # rows per table of items to read
 TEXT_LIMIT = 6000  # characters of one message shown; the rest is in trajectories.jsonl
@@ -155,7 +155,7 @@ def summary_charts(page: Page, result: "MergeResult", metrics: dict[str, dict[st
 def no_value_reason(b: "BenchmarkMerge", metrics: dict[str, dict[str, Any]]) -> str:
     """Why a benchmark has no metric value: every record an error (by kind), none at all, or what
     its metrics say."""
-    c = counts(b)
+    c = BenchmarkView(b).counts()
     if c["n_records"] and c["n_errors"] == c["n_records"]:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(c["error_kinds"].items(), key=lambda kv: -kv[1]))
         return f"all {c['n_records']} records are errors ({kinds})"
@@ -174,7 +174,7 @@ def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes
     page.add(f"<h1>shardeval report: {esc(run.root)}</h1>",
              f'<p>Run <code>{esc(run.config_hash)}</code>: {len(run.present())}/{run.total_shards} shards present. '
              f'<span class="verdict {"complete" if result.complete else "partial"}" id="verdict">{verdict}</span>{esc(why)}</p>')
-    if notes := run_notes(result):
+    if notes := ReportView(result).notes():
         page.add("<ul class=\"notes\">" + "".join(f'<li class="warn">{esc(plain(n))}</li>' for n in notes) + "</ul>")
     page.add('<nav class="muted">' + " · ".join(f'<a href="#b-{slug(b.manifest.name)}">{esc(b.manifest.name)}</a>' for b in result.benchmarks)
              + ' · <a href="#provenance">provenance</a></nav>')
@@ -185,13 +185,14 @@ def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes
     budget, thinking = ThumbnailBudget(), ThinkingBudget()
     for b in result.benchmarks:
         page.add(*benchmark_section(page, result, b, metrics[b.manifest.name], confidence, budget, thinking))
-    page.add('<h2 id="provenance">Provenance</h2>', provenance_table(run))
+    page.add('<h2 id="provenance">Provenance</h2>', provenance_table(ReportView(result)))
     return page.render()
 
 
 def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", metrics: dict[str, dict[str, Any]],
                       confidence: float, budget: ThumbnailBudget | None = None, thinking: ThinkingBudget | None = None) -> list[str]:
-    name, c = b.manifest.name, counts(b)
+    view, facts = ReportView(result), BenchmarkView(b)
+    name, c = b.manifest.name, facts.counts()
     key = slug(name)
     out = [f'<h2 id="b-{key}">{esc(name)}</h2>',
            f"<p>coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded ({c['n_problems']} problems × "
@@ -212,11 +213,10 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
         rows = [{"benchmark": name, "k": k, **span(v["value"], v.get("ci_low"), v.get("ci_high"))}
                 for k, v in passk]
         out.append(page.chart(f"passk-{key}", charts.pass_at_k(rows, f"{name}: pass@k against k")))
-    cells = b.cells
-    t = timing(b)
+    t = facts.timing()
     for label, field in (("latency", "latency_s"), ("TTFT", "ttft_s")):
-        if points := (b.distributions or {}).get(field):
-            rows = [{"benchmark": name, "q": q, "seconds": v} for q, v in zip(DISTRIBUTION_QUANTILES, points)]
+        if points := facts.distribution(field):
+            rows = [{"benchmark": name, "q": q, "seconds": v} for q, v in points]
             out.append(page.chart(f"{label.lower()}-{key}", charts.ecdf(rows, f"{name}: {label} distribution", "seconds")))
     if t["n"]:
         rows = [[esc(label), *(num(t[field][q], f"{name}/timing/{field}/{q}", 3) for q in ("p50", "p90", "p99"))]
@@ -224,18 +224,7 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
         out.append(table(["", "p50", "p90", "p99"], rows, cls="timing")
                    + f"<p class=\"muted\">{t['n']} answers asked of the model; {t['n_cached']} from the response cache (left out); "
                      f"{t['completion_tokens_per_s'] or 0:.1f} completion tokens/s over {t['wall_span_s'] or 0:.1f} s</p>")
-    shard_of = [s.manifest.shard_idx for s in result.run.shards]
-    states: Counter[tuple[int, str]] = Counter()
-    kinds = {code + 1: kind for kind, code in cells.kinds.items()}
-    errors: Counter[tuple[int, str]] = Counter()
-    for status, src, kind in zip(cells.status, cells.src, cells.error_kind):
-        if status != MISSING:
-            states[(shard_of[src], "ok" if status == OK else "error")] += 1
-            if status == ERROR:
-                errors[(shard_of[src], kinds.get(kind, "unknown"))] += 1
-    for idx, n in b.missing_by_shard.items():
-        if n:
-            states[(idx, "missing")] += n
+    states, errors = view.shard_outcomes(b)
     coverage = [{"shard": f"shard {i}", "state": st, "n": states[(i, st)]}
                 for i in range(result.run.total_shards) for st in ("ok", "error", "missing") if states[(i, st)]]
     out.append(page.chart(f"coverage-{key}", charts.stacked_counts(coverage, f"{name}: coverage per shard", y="shard", color="state",
@@ -289,19 +278,6 @@ def figure(value: Any, key: str) -> str:
     return f'<span class="num" data-key="{esc(key)}" data-value="{esc(json.dumps(value))}">{esc(value)}</span>'
 
 
-def _problem_scores(b: "BenchmarkMerge") -> Iterator[tuple[int, list[float], int]]:
-    """(problem, its valid scores, its error count) for every problem with a standing record,
-    one at a time: a million-cell run never holds them all."""
-    cells, repeats = b.cells, b.cells.repeats
-    status, score = cells.status, cells.score
-    for p in range(cells.n_problems):
-        span = range(p * repeats, (p + 1) * repeats)
-        scores = [score[i] for i in span if status[i] == OK and score[i] == score[i]]
-        errors = sum(1 for i in span if status[i] == ERROR)
-        if scores or errors:
-            yield p, scores, errors
-
-
 def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailBudget, thinking: ThinkingBudget | None = None) -> list[str]:
     """The items worth reading: lowest mean score, most disagreement between repeats, errors, cut
     off while thinking; each links to its standing records (a reasoning model's thinking folded
@@ -309,7 +285,7 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailB
     worst: list[tuple[float, int]] = []  # the ITEMS lowest (mean, problem), the ITEMS largest (spread, lowest problem)
     spread: list[tuple[float, int]] = []
     errored: list[int] = []
-    for p, s, errors in _problem_scores(b):
+    for p, s, errors in BenchmarkView(b).problem_scores():
         if s and sum(s) < len(s):
             _keep(worst, (-sum(s) / len(s), -p))
         if len(s) > 1 and min(s) != max(s):  # not the variance's float noise: 3 x 0.1 is not a disagreement
@@ -347,7 +323,7 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailB
                                                      *answers], rows, cls="items"))
     images = {p: item_images(records[p]) for p in chosen}
     digests = {info.sha256 for shown in images.values() for info in shown[:THUMBS_PER_ITEM]}
-    thumbs = read_thumbnails(result, name, digests) if digests else {}
+    thumbs = ReportView(result).thumbnails(name, digests) if digests else {}
     thinking = thinking if thinking is not None else ThinkingBudget()
     out += [item_detail(key, p, records[p], gallery(images[p], thumbs, budget), thinking) for p in chosen]
     return out
@@ -410,18 +386,7 @@ def _variance(s: list[float]) -> float:
 
 def read_items(result: "MergeResult", b: "BenchmarkMerge", problems: list[int]) -> dict[int, list[tuple[ResultRecord, TrajectoryRecord | None]]]:
     """The standing records (and their trajectories) of `problems`, read back from the shards."""
-    c, shards, name = b.cells, result.run.shards, b.manifest.name
-    wanted = [cell for p in problems for cell in range(p * c.repeats, (p + 1) * c.repeats)]
-    trajectories = {}
-    for cell, _, line in read_winners(shards, name, TRAJECTORIES_FILE, c.src, c.traj_offset, c.traj_length, wanted):
-        try:
-            trajectories[cell] = msgspec.json.decode(line, type=TrajectoryRecord)
-        except msgspec.DecodeError:  # a conversation that cannot be shown is left out, not the item
-            pass
-    out: dict[int, list[tuple[ResultRecord, TrajectoryRecord | None]]] = {}
-    for cell, _, line in read_winners(shards, name, RESULTS_FILE, c.src, c.offset, c.length, wanted):
-        out.setdefault(cell // c.repeats, []).append((msgspec.json.decode(line, type=ResultRecord), trajectories.get(cell)))
-    return out
+    return ReportView(result).standing_records(b, problems)
 
 
 def _clip(text: str, where: str) -> str:
@@ -589,9 +554,9 @@ def _embed(shown: str, raw: str, budget: ThinkingBudget, whole: str) -> str:
 
 
 
-def provenance_table(run: Any) -> str:
+def provenance_table(view: ReportView) -> str:
     rows = []
-    for name, values in provenance_facts(run):
+    for name, values in view.provenance():
         shown = "; ".join(f"{v} ({', '.join(paths[:3])}{' …' if len(paths) > 3 else ''})" for v, paths in values.items()) \
             if len(values) > 1 else next(iter(values))
         rows.append([esc(name), f'<td class="{"warn" if len(values) > 1 and name != "host" else ""}">{esc(shown)}</td>'])

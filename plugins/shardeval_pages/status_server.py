@@ -30,7 +30,8 @@ from typing import Any, Callable
 import msgspec
 from aiohttp import web
 
-from shardeval.api import NOTHING_YET, Followed, MetricOptions, SweepStatus, UsageError, collect_or_nothing, plugin_status
+from shardeval.api.pages import LiveStatus
+from shardeval.api.plugin import UsageError
 from shardeval_pages.page import FOUR_DECIMALS, asset, document
 
 log = logging.getLogger("shardeval")
@@ -66,22 +67,17 @@ class Snapshots:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="shardeval-status")
         self._lock = asyncio.Lock()
         self._body, self._at = b"", float("-inf")
-        self._followed = Followed()  # used by the one worker thread only
+        self._status = LiveStatus(root)  # used by the one worker thread only: it follows the files between reads
 
     def compute(self) -> bytes:
         """The JSON document: {root, interval_s, confidence, updated_at, compute_s, error, run | sweep |
         waiting (nothing written yet, while plugins report), extra}."""
         t0 = time.perf_counter()
-        doc: dict[str, Any] = {"root": self.root, "interval_s": self.interval, "confidence": MetricOptions().confidence,
+        doc: dict[str, Any] = {"root": self.root, "interval_s": self.interval, "confidence": self._status.confidence,
                                "updated_at": time.time(), "error": None,
                                "run": None, "sweep": None, "waiting": None, "extra": []}
         try:
-            doc["extra"] = plugin_status(self.root)
-            s = collect_or_nothing(self.root, doc["extra"], metrics=True, followed=self._followed)
-            if s is None:
-                doc["waiting"] = NOTHING_YET
-            else:
-                doc["sweep" if isinstance(s, SweepStatus) else "run"] = s
+            self._status.fill(doc)
         except UsageError as exc:  # no shard yet, or not a run: said on the page, asked again next time
             doc["error"] = str(exc)
         except Exception as exc:  # a shard moved or half-written while read: the next read will see it whole

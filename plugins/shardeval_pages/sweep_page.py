@@ -16,14 +16,15 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from shardeval.api import NOT_COMPARED, not_compared_notes, percent
+from shardeval.api.pages import NOT_COMPARED, not_compared_notes
+from shardeval.api.records import percent
 import shardeval_pages.charts as charts
 from shardeval_pages.page import Page, esc, finite, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, sweep_reasoning
 from shardeval_pages.report_page import PASS1_IS_ACCURACY, pass1_is_accuracy, slug
 
 if TYPE_CHECKING:
-    from shardeval.api import SweepMerge
+    from shardeval.api.pages import SweepMerge
 
 PARTIAL_CELL = "‡ not every (problem, repeat) pair has an ok record: the value covers the ok ones (ok/expected)."
 PARTIAL_PAIR = ("† compared only on the cells both models answered; the cells left out are counted in sweep.json "

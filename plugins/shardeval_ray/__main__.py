@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from shardeval.api import evaluation_options, override_option
+from shardeval.api.orchestrator import evaluation_options, override_option
 
 log = logging.getLogger("shardeval")
 
@@ -45,7 +45,7 @@ def main(
     config_path: str | None, overrides: tuple[str, ...], no_merge: bool, fresh: bool, dry_run: bool, **quick: Any
 ) -> None:
     """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
-    from shardeval.api import load_request, setup_logging
+    from shardeval.api.orchestrator import load_request, setup_logging
     from shardeval_ray.orchestrator import run_ray
 
     setup_logging()
@@ -89,7 +89,7 @@ def _ray_cluster(config_path: str | None) -> list[str]:
 
 def cli(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes are one line and exit 2, as in `shardeval`."""
-    from shardeval.api import run_cli
+    from shardeval.api.orchestrator import run_cli
 
     run_cli(main, argv, "python -m shardeval_ray")
 

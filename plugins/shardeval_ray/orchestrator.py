@@ -23,10 +23,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterator
 
-from shardeval.api import CellOutcome, LaunchRequest, Orchestrator, orchestrate, UsageError
+from shardeval.api.orchestrator import CellOutcome, LaunchRequest, Orchestrator, orchestrate
+from shardeval.api.plugin import UsageError
 
 if TYPE_CHECKING:
-    from shardeval.api import Cell
+    from shardeval.api.orchestrator import Cell
 
 log = logging.getLogger("shardeval")
 

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import ray
 
-from shardeval.api import (Config, hookimpl, load_config, open_regular, read_manifest, RESULTS_FILE, run_cell, shard_range,
-                           ShardError, UsageError)
+from shardeval.api.orchestrator import Config, load_config, run_cell, shard_range
+from shardeval.api.plugin import hookimpl, ShardError, UsageError
+from shardeval.api.records import open_regular, read_manifest, RESULTS_FILE
 
 if TYPE_CHECKING:
-    from shardeval.api import SweepPlan
+    from shardeval.api.records import SweepPlan
 
 log = logging.getLogger("shardeval")
 

@@ -8,7 +8,7 @@ msgspec at import), so `shardeval --help` stays fast.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import hookimpl
 
 
 @hookimpl

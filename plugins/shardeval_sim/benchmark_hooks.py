@@ -44,7 +44,7 @@ def answer_key(benchmark: Any) -> AnswerKey:
     own = getattr(benchmark, "answer_key", None)
     if own is not None:
         return own()
-    from shardeval.api import IMAGE_MARKER
+    from shardeval.api.benchmark import IMAGE_MARKER
 
     reference = getattr(benchmark, "simulated_reference", None) or (lambda p: p.reference)
     key: dict[str, str] = {}

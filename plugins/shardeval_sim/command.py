@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from shardeval.api import UsageError
+from shardeval.api.plugin import UsageError
 from shardeval_sim.settings import SIM_DEFAULTS as D
 from shardeval_sim.settings import REASONING_FORMS, SimSettings, bench_names
 
@@ -19,7 +19,8 @@ def sim_benchmark(bench: str, params: dict[str, Any], where: str):
     """The benchmark whose answers the simulator knows, named as a benchmarks: entry names one (a
     registered name, a data file read by `jsonl`, a YAML mapping read by `custom`), or a UsageError.
     Building one reads no rows, so a config can be checked with it before anything starts."""
-    from shardeval.api import BenchmarkConfig, make_benchmark, registry
+    from shardeval.api.benchmark import BenchmarkConfig, make_benchmark
+    from shardeval.api.plugin import registry
 
     return make_benchmark(BenchmarkConfig(name=bench, params=params), where, registry())[0]
 
@@ -52,7 +53,7 @@ def load_known(bench: str | list[str] | None, params: dict[str, Any]) -> tuple[A
     `bench_params`: its answer key (prompt text -> reference), its reply renderer (a benchmark may
     shape whole replies: code, letters) and its grader (question, reference, answer) -> right?, its
     own scorer, for judge mode."""
-    from shardeval.api import Problem
+    from shardeval.api.benchmark import Problem
     from shardeval_sim.answers import Known
     from shardeval_sim.benchmark_hooks import answer_key, reply_renderer
 
@@ -161,7 +162,7 @@ def sim_command(served_model_name: str | None, tensor_parallel_size: int | None,
     Prints `shardeval sim listening on http://HOST:PORT/v1` once it accepts connections and runs
     until SIGTERM or Ctrl-C.
     """
-    from shardeval.api import parse_key_values  # YAML values, one parser for every such flag
+    from shardeval.api.plugin import parse_key_values  # YAML values, one parser for every such flag
 
     if served_model_name:
         opts["model"] = served_model_name

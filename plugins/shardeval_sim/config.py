@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from shardeval.api import Count, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, Probability, Seconds, ServiceConfig
+from shardeval.api.plugin import Count, NonNegativeFloat, NonNegativeInt, NonNegativeSeconds, Probability, Seconds
+from shardeval.api.service import ServiceConfig
 from shardeval_sim.settings import BEHAVIOUR_KEYS, SIM_DEFAULTS as D, SimSettings, bench_names
 
 # Knobs passed only when they differ from the default, so the command line of a sim that does not
@@ -100,7 +101,7 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
 
     def launch_line(self, command: list[str]) -> str:
         """The `shardeval sim` command line, run as `command` on the node."""
-        from shardeval.api import redact
+        from shardeval.api.service import redact
 
         return shlex.join(redact(sim_argv(self, command)))
 
@@ -108,7 +109,7 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
 def sim_argv(config: SimServiceConfig, command: list[str] | None = None) -> list[str]:
     """The `shardeval sim` command line that realises a service config (always port 0), run as
     `command` (default: this process's own command)."""
-    from shardeval.api import self_command  # process plumbing, loaded when a sim is launched, not at registration
+    from shardeval.api.service import self_command  # process plumbing, loaded when a sim is launched, not at registration
 
     argv = [*(command or self_command()), "sim", "--host", "127.0.0.1", "--port", "0"]
     for key in BEHAVIOUR_KEYS:

@@ -632,7 +632,7 @@ async def serve(settings: SimSettings, known: tuple[Known, ...] = (), *, announc
         try:
             request_log = open(settings.log_requests, "ab", buffering=0)  # unbuffered: each body is on disk as it arrives
         except OSError as exc:
-            from shardeval.api import UsageError
+            from shardeval.api.plugin import UsageError
 
             raise UsageError(f"--log-requests {settings.log_requests}: cannot open it for appending: {exc.strerror or exc}") from None
     sim = Simulator(settings, known, request_log)
@@ -643,7 +643,7 @@ async def serve(settings: SimSettings, known: tuple[Known, ...] = (), *, announc
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        from shardeval.api import UsageError
+        from shardeval.api.plugin import UsageError
 
         raise UsageError(f"--port {settings.port}: cannot listen on {settings.host}: {exc.strerror or exc}") from None
     port = runner.addresses[0][1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from shardeval.api import Endpoint, ServerProcess, ServiceContext
+from shardeval.api.service import Endpoint, ServerProcess, ServiceContext
 from shardeval_sim.config import SimServiceConfig, sim_argv
 
 READY_LINE = r"shardeval sim listening on (http://\S+/v1)"

@@ -37,14 +37,16 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from shardeval.api import Orchestrator, UsageError, atomic_write
+from shardeval.api.orchestrator import Orchestrator
+from shardeval.api.plugin import UsageError
+from shardeval.api.records import atomic_write
 from shardeval_slurm.jobs import array_spec, read_record
 from shardeval_slurm.ray_template import render_ray
 from shardeval_slurm.render import (EVAL_SCRIPT, JOB_FILE, MERGE_SCRIPT, RAY_SCRIPT, check_no_secrets, choose_pool,
                                     node_command, render_array, render_merge)
 
 if TYPE_CHECKING:
-    from shardeval.api import LaunchRequest
+    from shardeval.api.orchestrator import LaunchRequest
     from shardeval_slurm.config import SlurmClusterConfig
 
 log = logging.getLogger("shardeval")
@@ -81,7 +83,7 @@ class SlurmOrchestrator(Orchestrator):
 
     def plan(self) -> None:
         """Render and check the scripts; refuse what every task would refuse after queueing."""
-        from shardeval.api import check_submission, config_hash
+        from shardeval.api.orchestrator import check_submission, config_hash
 
         self.files = render(self.request)
         check_no_secrets(self.files, self.request.config)
@@ -146,7 +148,7 @@ class SlurmOrchestrator(Orchestrator):
     def _write(self) -> tuple[dict[str, str], list[int], list[str]]:
         """The logs folders (SLURM silently drops output whose directory is missing) and the
         scripts; then which cells to submit: {name: path}, the cells' indices, the --array flag."""
-        from shardeval.api import config_hash
+        from shardeval.api.orchestrator import config_hash
 
         request = self.request
         root, total = request.output_root, request.total
@@ -163,7 +165,8 @@ class SlurmOrchestrator(Orchestrator):
 def cell_complete(cell_dir: str, config_hash: str) -> bool:
     """Whether a cell's task would find nothing to do: its manifest says complete, of this config,
     and every pair has an ok record (the core's own rule for starting no server)."""
-    from shardeval.api import nothing_to_ask, read_manifest
+    from shardeval.api.orchestrator import nothing_to_ask
+    from shardeval.api.records import read_manifest
 
     manifest = read_manifest(cell_dir)
     return (manifest is not None and manifest.state == "complete" and manifest.config_hash == config_hash

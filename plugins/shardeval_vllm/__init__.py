@@ -6,7 +6,7 @@ vLLM is run as a process (never imported). Like every built-in, this registers t
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import hookimpl
 
 
 @hookimpl

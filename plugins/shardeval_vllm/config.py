@@ -43,7 +43,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from shardeval.api import Count, NonNegativeSeconds, ReasoningConfig, Seconds, ServiceConfig, UsageError
+from shardeval.api.plugin import Count, NonNegativeSeconds, Seconds, UsageError
+from shardeval.api.service import ReasoningConfig, ServiceConfig
 
 DEFAULT_LAUNCH_COMMAND = ("vllm", "serve")
 
@@ -92,7 +93,7 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
 
     def launch_line(self, command: list[str]) -> str:
         """The `vllm serve` command line as the shard runs it, secrets redacted."""
-        from shardeval.api import redact
+        from shardeval.api.service import redact
 
         where = " (port 0: a free port picked on the node)" if self.port == 0 else ""
         return shlex.join(redact(vllm_argv(self, self.port))) + where

@@ -10,7 +10,8 @@ import os
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from shardeval.api import Endpoint, resolve_port, ServerProcess, ServiceContext, UsageError
+from shardeval.api.plugin import UsageError
+from shardeval.api.service import Endpoint, resolve_port, ServerProcess, ServiceContext
 from shardeval_vllm.config import check_media_path, VllmServiceConfig, vllm_argv
 
 _ANY_ADDRESS = ("", "0.0.0.0", "::")

@@ -8,7 +8,7 @@ shardeval.api alone.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl, Lazy
+from shardeval.api.plugin import hookimpl, Lazy
 
 
 @hookimpl

@@ -6,7 +6,8 @@ import importlib.util
 import re
 from typing import Literal
 
-from shardeval.api import ExportConfig, UsageError
+from shardeval.api.exporter import ExportConfig
+from shardeval.api.plugin import UsageError
 
 EXTRA = "pip install 'shardeval[wandb]' (the one file: shardeval plugins install wandb)"
 # W&B refuses these in a project's name (and the name is part of every URL it draws).

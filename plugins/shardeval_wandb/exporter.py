@@ -30,7 +30,8 @@ import re
 import tempfile
 from typing import Any
 
-from shardeval.api import network_failure, ShardError, TrackerExport, TrackerRun, UsageError
+from shardeval.api.exporter import TrackerExport, TrackerRun
+from shardeval.api.plugin import network_failure, ShardError, UsageError
 from shardeval_wandb.config import EXTRA, WandbExportConfig, check_project
 
 STEP_METRIC = "checkpoint_step"

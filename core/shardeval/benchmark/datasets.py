@@ -465,7 +465,7 @@ def _open_hub(source: str, who: str) -> Rows:
     config = parts[2] if len(parts) == 3 else None
     split = split or "test"
     try:
-        import datasets  # type: ignore[import-not-found]
+        import datasets
     except ImportError:
         raise UsageError(
             f"{who}{source}: loading from the Hugging Face hub needs the `datasets` package, which is not installed; "
@@ -598,6 +598,17 @@ class RowsBenchmark(Benchmark):
 
     rows: Rows
     images: RowImages | None = None  # the rows' image field, when they have one (`use_images`)
+    _origin: str | None = None
+
+    @property
+    def data_origin(self) -> str:
+        """Where its rows come from: the rows' own `origin`, unless the benchmark names it
+        otherwise (assigned: a packaged default named with its package)."""
+        return self._origin if self._origin is not None else self.rows.origin
+
+    @data_origin.setter
+    def data_origin(self, origin: str) -> None:
+        self._origin = origin
 
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         raise NotImplementedError

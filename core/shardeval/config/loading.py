@@ -19,7 +19,7 @@ from shardeval.config import quick as _quick
 from shardeval.config.reading import apply_overrides, expand, read_yaml, split_endpoint_url, type_expansions
 from shardeval.config.schema import ClusterConfig, Config, ExportConfig, Generation, JudgeConfig, RawConfig, ServiceConfig
 from shardeval.errors import UsageError
-from shardeval.explain import Where, decode, format_path, kind
+from shardeval.explain import PathSeg, Where, decode, format_path, kind
 from shardeval.plugins import registry
 from shardeval.redact import redact_in
 
@@ -86,7 +86,8 @@ def _default_repeats(raw: RawConfig, data: dict[str, Any], where: Where, benchma
     an Inspect task's `epochs`), as its reference tool runs it; an entry, an -O or --repeats that
     says how many wins. Only the entries written as mappings can leave it out. `benchmark_class`:
     shardeval.config.sampling's (loaded with the config, after the plugins)."""
-    entries = data.get("benchmarks") if isinstance(data.get("benchmarks"), list) else []
+    listed = data.get("benchmarks")
+    entries = listed if isinstance(listed, list) else []
     for i, bench in enumerate(raw.benchmarks):
         if i < len(entries) and isinstance(entries[i], dict) and "repeats" not in entries[i]:
             try:
@@ -126,7 +127,7 @@ def decode_exports(entries: list[dict[str, Any]], where: Where, at: str = "expor
     service's section (unknown keys, types and ranges are one line naming the key)."""
     exports = []
     for i, entry in enumerate(entries):
-        path = [at, i] if at == "export" else [at]
+        path: list[PathSeg] = [at, i] if at == "export" else [at]
         target = entry.get("to") if isinstance(entry, dict) else None
         if not isinstance(target, str):
             known = ", ".join(sorted(registry().entries["exporters"])) or "none"

@@ -60,7 +60,8 @@ def apply(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -> None:
             flag = next(f"--{k.replace('_', '-')}" for k in ("model_url", "model_id", "api_key_env") if k in flags)
             raise UsageError(f"{flag}: {source} is a sweep of several models; set each model in its `services` "
                              "section, or run one model with --sweep-services NAME")
-        for name in dict.fromkeys(b.solver.service for b in raw.benchmarks):
+        # not a sweep, so sweep.resolve named every benchmark's service
+        for name in dict.fromkeys(b.solver.service for b in raw.benchmarks if b.solver.service is not None):
             if name in raw.services or "model_url" in flags:
                 raw.services[name] = _quick_service(name, raw.services.get(name), flags)
     if "output_dir" in flags:

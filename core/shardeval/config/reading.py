@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import msgspec
 
@@ -35,7 +35,8 @@ def _yaml_loader() -> type:
             seen.add(key)
         return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
-    loader = type("_ShardevalLoader", (base,), {})
+    # a subclass of `base` made at run time (C-accelerated or not), which mypy cannot follow: a SafeConstructor either way
+    loader = cast("type[yaml.constructor.SafeConstructor]", type("_ShardevalLoader", (base,), {}))
     loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
     return loader
 
@@ -63,7 +64,7 @@ def read_yaml(path: str) -> dict[str, Any]:
         mark, context = exc.problem_mark or exc.context_mark, exc.context_mark
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         message = f"{path}{at}: invalid YAML: {exc.problem or exc.context or 'cannot parse'}"
-        if exc.problem and exc.context and context is not None and (context.line, context.column) != (mark.line, mark.column):
+        if exc.problem and exc.context and context is not None and mark is not None and (context.line, context.column) != (mark.line, mark.column):
             message += f" ({exc.context} at line {context.line + 1}, column {context.column + 1})"  # often the cause
         raise UsageError(message) from None
     except yaml.YAMLError as exc:

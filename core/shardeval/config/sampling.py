@@ -47,7 +47,7 @@ def benchmark_class(bench: BenchmarkConfig, registry: Any) -> type[Benchmark]:
     A factory that is not a Benchmark class declares nothing: the base class's default applies."""
     name, _ = registered_name(bench.name, dict(bench.params), registry)
     entry = registry.entries["benchmarks"].get(name)
-    factory = getattr(entry, "factory", None)
+    factory: object = getattr(entry, "factory", None)
     target = factory.load() if hasattr(factory, "load") else factory  # a Lazy "module:Class"
     return target if isinstance(target, type) and issubclass(target, Benchmark) else Benchmark
 
@@ -132,7 +132,7 @@ def describe(config: Config, registry: Any) -> list[str]:
                  for k, v in values.items()]
         if gen.max_tokens is None and "max_tokens" not in gen.extra:
             parts.append("max_tokens unset (the server's limit)")
-        parts.append(describe_reasoning(gen, config.services.get(bench.solver.service)))
+        parts.append(describe_reasoning(gen, config.service_of(bench.solver)))
         lines.append(f"benchmarks[{i}] ({bench.id or bench.name}), repeats {bench.repeats}: requests carry " + ", ".join(parts))
         if bench.judge is not None:
             judge = {"temperature": 0.0, **effective(bench.judge.generation)}

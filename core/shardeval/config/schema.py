@@ -289,8 +289,8 @@ class ExportConfig(_Section):
 
     def check(self) -> None:
         """What the target can check before any merge (its library installed, a store it can open),
-        raising UsageError; called when the config is read and before `export --to` merges. By
-        default nothing."""
+        raising UsageError; called by a launch's preflight, before any shard starts, and by
+        `export --to` before it merges. By default nothing."""
 
 
 class RawConfig(_Section):
@@ -319,6 +319,11 @@ class Config(msgspec.Struct, kw_only=True):
     sweep: SweepConfig | None = None  # set: the config stands for one run per sweep service
     cache: CacheConfig | None = None  # the response cache; None: off (never part of the config hash)
     export: list[ExportConfig] = []  # trackers the end-of-launch merge exports to (never part of the config hash)
+
+    def service_of(self, solver: SolverConfig) -> ServiceConfig | None:
+        """The service `solver` asks; None when it names none (in a sweep's config, a benchmark asks
+        each model: shardeval.config.sweep names it in each model's config) or one not defined."""
+        return None if solver.service is None else self.services.get(solver.service)
 
     def used_services(self) -> dict[str, ServiceConfig]:
         """The services a shard starts: those the benchmarks' solvers use, in first-use order (in

@@ -11,12 +11,14 @@ cluster), while the merge after them reported whatever the output directory held
 - the output root holds nothing of the other kind (a sweep's root for a run, a run's shards for
   a sweep), and can be made and written (`-o`);
 - the response cache directory can be used;
+- every `export:` target passes its own `ExportConfig.check()` (its library installed, a store it
+  can open), which the merge at the end would otherwise find after every shard ran;
 - every benchmark builds (its data is there and reads), passes its own `Benchmark.preflight`
   (images, task names) and, judged, has a rubric its mode can read: where the shards read this
   machine's files (`ClusterConfig.shards_read_local_files`), since a cluster's data may live on
   its nodes alone.
 
-Benchmarks first (they only read), then the output directory, then the cache. Each failure is one
+Benchmarks and export targets first (they only read), then the output directory, then the cache. Each failure is one
 line, exit 2 (UsageError). A dry run writes nothing and probes no directory: it checks only the
 benchmarks (an orchestrator that renders files warns about another run in -o itself).
 """
@@ -47,6 +49,7 @@ def preflight(request: LaunchRequest) -> None:
         check_benchmarks(runs[0].config)  # a sweep's models share the benchmarks: their services differ
     if request.dry_run:  # it writes nothing; an orchestrator that renders files says what it would refuse
         return
+    check_exports(request)
     check_same_kind(request.output_root, request.sweep is not None)
     for run in runs:
         if not request.fresh:
@@ -59,6 +62,15 @@ def preflight(request: LaunchRequest) -> None:
     check_output_root(request.output_root)
     if request.config.cache is not None:
         check_usable(request.config.cache.dir)
+
+
+def check_exports(request: LaunchRequest) -> None:
+    """Each `export:` target's own check, as `shardeval export --to` runs it before any merge."""
+    for i, target in enumerate(request.config.export):
+        try:
+            target.check()
+        except UsageError as exc:
+            raise UsageError(f"{request.config_path or 'the config'}: export[{i}] (to {target.to}): {exc}; nothing started") from None
 
 
 def check_same_kind(root: str, sweep: bool) -> None:

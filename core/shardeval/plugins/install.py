@@ -213,7 +213,9 @@ def _verify(dists: list[Dist]) -> tuple[list[str], list[str], list[str]]:
     importlib.invalidate_caches()
     plugin_set = plugins.discover()
     registry = plugins.collect(plugin_set)
-    lines, failures, warnings = [], [], []
+    lines: list[str] = []
+    failures: list[str] = []
+    warnings: list[str] = []
     for dist in dists:
         for name in dist.entry_points:
             loaded = next((p for p in plugin_set.loaded if p.name == name), None)

@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 from shardeval.errors import UsageError
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from pluggy import HookImpl
+
+    from shardeval.payloads import RegisterCallback
 
 KINDS = ("benchmarks", "solvers", "services", "orchestrators", "metrics", "exporters")
 
@@ -65,7 +69,7 @@ class Register:
         self.registered: Mapping[str, Entry] = MappingProxyType(self.table)
 
     def __call__(self, name: str, factory: Any, config: type | None = None) -> None:
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_code not in self._impls:
             frame = frame.f_back
         impl = None if frame is None else self._impls[frame.f_code]
@@ -104,3 +108,9 @@ class Registry:
             f"(`shardeval plugins` lists what is loaded)"
         )
 
+
+if TYPE_CHECKING:
+
+    def _as_hook_payload(register: Register) -> RegisterCallback:
+        """Never run: mypy holds Register to the type the hooks name it by (shardeval.payloads)."""
+        return register

@@ -17,6 +17,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from shardeval.results.merge import UNSET, ReasoningTally, put_scores
+from shardeval.results.metrics import MetricValue
 from shardeval.store.discover import Run, Shard
 from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, ReadReport, ResultRecord, scan_lines
 from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Membership, decide
@@ -35,7 +36,10 @@ class RunningTable:
         self.cluster = array("i", [-1]) * n_problems
         self.clusters: dict[str, int] = {}
         self.extra: dict[str, array] = {}
-        self.predicted = self.gold = self.problem_ids = None  # the headline metric needs no labels nor ids
+        # the headline metric needs no labels nor ids
+        self.predicted: array | None = None
+        self.gold: array | None = None
+        self.problem_ids: list[str] | None = None
         self.labels: dict[str, int] = {}
         self.changes = 0  # records taken so far: a metric computed at the same count still holds
 
@@ -69,7 +73,7 @@ class FollowedBenchmark:
 
     files: dict[str, FollowedFile] = field(default_factory=dict)  # by shard directory
     table: RunningTable | None = None
-    metric: tuple[int, object] | None = None  # (table.changes, what the metric said then)
+    metric: tuple[int, tuple[MetricValue | None, list[str]]] | None = None  # (table.changes, what the metric said then)
 
 
 class Followed:
@@ -107,10 +111,12 @@ class Followed:
         """The thinking of benchmark `name`'s standing ok records as `counts` read them, and how
         many ok records that is: over every shard of `run`, a shard held in two directories counted
         once (the copy with the most ok records, as the progress counts it)."""
-        tally, best = ReasoningTally(), {}
+        tally = ReasoningTally()
+        best: dict[int, FollowedFile] = {}
         followed = self._benchmarks.get((run.root, name))
-        for shard in run.shards if followed is not None else ():
-            f = followed.files.get(shard.abspath)
+        files = followed.files if followed is not None else {}
+        for shard in run.shards if files else ():
+            f = files.get(shard.abspath)
             idx = shard.manifest.shard_idx
             if f is not None and (idx not in best or f.ok > best[idx].ok):
                 best[idx] = f

@@ -18,7 +18,7 @@ from collections import Counter
 from contextlib import ExitStack
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Protocol
 
 import msgspec
 
@@ -330,7 +330,35 @@ def missing_per_shard(cells: Cells, bm: BenchmarkManifest, total: int, shuffle_s
     return out
 
 
-def build_table(bench: str, cells: Cells, errors_as_wrong: bool) -> ScoreTable:
+class TableColumns(Protocol):
+    """The columns build_table reads: merge's Cells, or the live status's RunningTable
+    (shardeval.results.follow), which keeps only these."""
+
+    @property
+    def n_problems(self) -> int: ...
+    @property
+    def repeats(self) -> int: ...
+    @property
+    def score(self) -> array[float]: ...
+    @property
+    def status(self) -> bytearray: ...
+    @property
+    def cluster(self) -> array[int]: ...
+    @property
+    def clusters(self) -> dict[str, int]: ...
+    @property
+    def extra(self) -> dict[str, array[float]]: ...
+    @property
+    def predicted(self) -> array[int] | None: ...
+    @property
+    def gold(self) -> array[int] | None: ...
+    @property
+    def labels(self) -> dict[str, int]: ...
+    @property
+    def problem_ids(self) -> list[str] | None: ...
+
+
+def build_table(bench: str, cells: TableColumns, errors_as_wrong: bool) -> ScoreTable:
     score = cells.score
     if errors_as_wrong:
         score = array("d", score)

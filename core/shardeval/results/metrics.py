@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import msgspec
 
 from shardeval.results.ci_methods import CI_METHODS  # noqa: F401  (re-exported)
 from shardeval.store.standing import ERROR, MISSING, OK  # noqa: F401 - ScoreTable.status codes: a cell's standing
+
+if TYPE_CHECKING:
+    from shardeval.payloads import MetricOptionsView, MetricValueView, ScoreTableView
 PAIRED_METRICS = ("accuracy", "mean")  # the metrics that are the mean of the cells' scores, which the pairing compares
 
 
@@ -83,3 +86,11 @@ def headline_metric(names: Iterable[str], *, accuracy_from_pass_at_k: bool = Fal
     if found is None and accuracy_from_pass_at_k and "pass@k" in names:
         return "accuracy"
     return found
+
+
+if TYPE_CHECKING:
+
+    def _as_hook_payloads(table: ScoreTable, options: MetricOptions,
+                          value: MetricValue) -> tuple[ScoreTableView, MetricOptionsView, MetricValueView]:
+        """Never run: mypy holds these classes to the types the hooks name them by (shardeval.payloads)."""
+        return table, options, value

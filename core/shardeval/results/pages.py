@@ -5,10 +5,15 @@ not drawn is one line that says why; everything else is written as usual."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from shardeval import plugins
 from shardeval.errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from shardeval.payloads import BenchmarkMergeView, Comparison, MergeResultView, SweepMergeView
 
 NO_PAGES = "no plugin draws the pages (the built-in shardeval_pages is not loaded)"
 
@@ -20,18 +25,22 @@ def not_written(path: str, why: str) -> str:
     return f"{name} not written: {why}{stale}"
 
 
-def report_page(result: Any, path: str, confidence: float) -> str:
+# The payloads are typed with the hooks' views (shardeval.payloads): mypy holds the classes passed
+# here (MergeResult, SweepMerge, BenchmarkMerge) to them.
+
+
+def report_page(result: MergeResultView, path: str, confidence: float) -> str:
     """Draw report.html of `result` (a MergeResult): "" when written, else why not."""
     return _answer(plugins.hooks().draw_report_page(result=result, path=path, confidence=confidence))
 
 
-def sweep_page(sweep: Any, path: str, confidence: float, links: dict[str, str]) -> str:
+def sweep_page(sweep: SweepMergeView, path: str, confidence: float, links: dict[str, str]) -> str:
     """Draw sweep.html of `sweep` (a SweepMerge): "" when written, else why not."""
     return _answer(plugins.hooks().draw_sweep_page(sweep=sweep, path=path, confidence=confidence, links=links))
 
 
-def compare_page(path: str, run_a: str, run_b: str, a: dict[str, Any], b: dict[str, Any],
-                 results: list[dict[str, Any]], confidence: float, errors_as_wrong: bool) -> str | None:
+def compare_page(path: str, run_a: str, run_b: str, a: Mapping[str, BenchmarkMergeView], b: Mapping[str, BenchmarkMergeView],
+                 results: Sequence[Comparison], confidence: float, errors_as_wrong: bool) -> str | None:
     """Draw `compare --html`'s page: None when written, else the one line that says why not."""
     why = _answer(plugins.hooks().draw_compare_page(path=path, run_a=run_a, run_b=run_b, a=a, b=b, results=results,
                                                       confidence=confidence, errors_as_wrong=errors_as_wrong))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -133,7 +134,7 @@ def scores_document(result: "MergeResult") -> dict[str, Any]:
     return doc
 
 
-def percentile(sorted_values: list[float], q: float) -> float | None:
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     """Linear interpolation between closest ranks (numpy's default), on pre-sorted values."""
     if not sorted_values:
         return None

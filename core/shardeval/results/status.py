@@ -25,7 +25,7 @@ from shardeval.errors import UsageError
 from shardeval.numbers import percent
 from shardeval.results.follow import Followed
 from shardeval.results.merge import Cells, build_table, compute_metrics, scan_results
-from shardeval.results.metrics import MetricOptions, MetricValue, headline_metric
+from shardeval.results.metrics import MetricOptions, MetricValue, ScoreTable, headline_metric
 from shardeval.results.quoting import plain_text as q
 from shardeval.results.report import ReasoningCounts, fmt, reasoning_summary
 from shardeval.store.discover import Run, load_shards, model_dirs, read_plan
@@ -199,8 +199,8 @@ def running_metrics(run: Run, benchmarks: list[BenchmarkProgress], followed: Fol
             bp.value = msgspec.structs.replace(value, details={})  # per-category lists stay in the merge's report
 
 
-def _metric(table: object, name: str) -> tuple[MetricValue | None, list[str]]:
-    """One metric of a table (merge's Cells or a RunningTable) and what went wrong computing it."""
+def _metric(table: ScoreTable, name: str) -> tuple[MetricValue | None, list[str]]:
+    """One metric of a table (built from merge's Cells or a RunningTable) and what went wrong computing it."""
     values, problems = compute_metrics(table, [name], MetricOptions())
     return values.get(name), problems
 

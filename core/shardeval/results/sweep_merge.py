@@ -17,13 +17,13 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from shardeval import plugins
 from shardeval.errors import os_error
 from shardeval.identity import incomparable
 from shardeval.numbers import percent
-from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, merge_run, verdict_text, warnings
+from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, MergeResult, merge_run, verdict_text, warnings
 from shardeval.results.outputs import REPORT_HTML, write_merged
 from shardeval.results import pages
 from shardeval.results.metrics import MISSING, MetricOptions, headline_metric
@@ -39,15 +39,22 @@ SWEEP_JSON, SWEEP_MD, SWEEP_HTML = "sweep.json", "sweep.md", "sweep.html"
 @dataclass
 class ModelMerge:
     service: str | None  # None: a run that is not a sweep's
-    result: Any | None  # shardeval.results.merge.MergeResult; None: no shard of it has written yet
+    result: MergeResult | None  # None: no shard of it has written yet
     note: str | None = None
+
+
+@dataclass
+class SweepModel(ModelMerge):
+    """A model of a sweep, named by its service there."""
+
+    service: str
 
 
 @dataclass
 class SweepMerge:
     root: str
     plan: SweepPlan
-    models: list[ModelMerge]
+    models: list[SweepModel]
     document: dict[str, Any]
     notices: list[str] = field(default_factory=list)  # what writing it left out (for stderr), one line per reason
 
@@ -58,7 +65,7 @@ class SweepMerge:
     @property
     def verdict(self) -> str:
         """COMPLETE only when every model's run is (every cell ok); else PARTIAL or ERRORS."""
-        return PARTIAL if self.partial else COMPLETE if all(m.result.complete for m in self.models) else ERRORS
+        return PARTIAL if self.partial else COMPLETE if all(m.result is not None and m.result.complete for m in self.models) else ERRORS
 
     @property
     def complete(self) -> bool:
@@ -77,19 +84,19 @@ def merge_sweep(root: str, plan: SweepPlan, *, errors_as_wrong: bool = False, op
                 allow_mixed_models: bool = False) -> SweepMerge:
     """Merge every model of the sweep (writes nothing) and compare each against the baseline."""
     options = options or MetricOptions()
-    models = []
+    models: list[SweepModel] = []
     for name, run_root in model_roots(root, plan):
         if run_root is None:
-            models.append(ModelMerge(name, None, "no shard has written yet"))
+            models.append(SweepModel(name, None, "no shard has written yet"))
             continue
         with naming_model(name):
             result = merge_run(run_root, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True,
                                allow_mixed_models=allow_mixed_models)
-        models.append(ModelMerge(name, result))
+        models.append(SweepModel(name, result))
     return SweepMerge(root, plan, models, sweep_document(plan, models, options, errors_as_wrong))
 
 
-def sweep_document(plan: SweepPlan, models: list[ModelMerge], options: MetricOptions, errors_as_wrong: bool) -> dict[str, Any]:
+def sweep_document(plan: SweepPlan, models: list[SweepModel], options: MetricOptions, errors_as_wrong: bool) -> dict[str, Any]:
     """sweep.json: the table's cells, the paired differences against the baseline, what is missing."""
     cells, labels, pairs, apart = [], [], [], []
     merged = {m.service: {b.manifest.name: b for b in m.result.benchmarks} for m in models if m.result is not None}
@@ -256,7 +263,7 @@ class Merged:
     verdict: str = "COMPLETE"  # the verdict line: COMPLETE (every cell has an ok record), else e.g. "ERRORS: 3 of 9 cells end in errors (3 client)"
     # What was merged, for what runs after the merge (the config's `export:` targets): each model's
     # (sweep service or None, MergeResult or None), and a sweep's sweep.json document.
-    models: list[ModelMerge] = field(default_factory=list)
+    models: Sequence[ModelMerge] = field(default_factory=list)
     sweep_document: dict[str, Any] | None = None
     root: str = ""  # the run's or the sweep's directory
 

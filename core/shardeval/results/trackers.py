@@ -38,10 +38,10 @@ from shardeval.config.loading import decode_exports
 from shardeval.errors import ShardError, UsageError
 from shardeval.explain import Where
 from shardeval.results.export import export as export_table
-from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL
+from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, MergeResult
 from shardeval.results.outputs import REPORT_HTML
 from shardeval.results.report import counts, scores_document
-from shardeval.results.sweep_merge import merge_any
+from shardeval.results.sweep_merge import Merged, merge_any
 from shardeval.store.discover import EXPORT_FILE, MERGED_DIR, read_export_list
 from shardeval.store.records import run_id
 
@@ -87,7 +87,7 @@ class TrackerRun:
     vs_baseline: list[dict[str, Any]]  # a sweep's paired differences for it (sweep.json rows); [] for the baseline or a run
     run_root: str  # the model's run directory (its shard_<i>/ folders)
     merged_dir: str  # where its merge was written: scores.json, report.html, <benchmark>/results.jsonl, trajectories.jsonl
-    merge: Any = field(repr=False, default=None)  # the shardeval.api.MergeResult it comes from
+    merge: MergeResult = field(repr=False)  # the merge of the model's run it comes from
 
     @property
     def name(self) -> str:
@@ -129,7 +129,7 @@ class TrackerExport:
     notes: list[str] = field(default_factory=list)  # models with nothing to export yet
 
 
-def _provenance(result: Any) -> dict[str, str]:
+def _provenance(result: MergeResult) -> dict[str, str]:
     """Where and with what the run's shards ran; a fact that varies lists every value."""
     facts: dict[str, set[str]] = {}
     for shard in result.run.shards:
@@ -141,7 +141,7 @@ def _provenance(result: Any) -> dict[str, str]:
     return {name: ", ".join(sorted(values)) for name, values in facts.items()}
 
 
-def _served(result: Any, bench_index: int) -> dict[str, str]:
+def _served(result: MergeResult, bench_index: int) -> dict[str, str]:
     """The model the benchmark asked, as its endpoint reported it (first shard that knows)."""
     for shard in result.run.shards:
         manifest = shard.manifest
@@ -181,7 +181,7 @@ def _metrics(entry: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, float
     return {k: float(v) for k, v in out.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
-def tracker_export(merged: Any) -> TrackerExport:
+def tracker_export(merged: Merged) -> TrackerExport:
     """The tracker runs of a merge (shardeval.results.sweep_merge.Merged: a run's or a sweep's)."""
     doc = merged.sweep_document
     sweep = doc is not None
@@ -214,14 +214,14 @@ def tracker_export(merged: Any) -> TrackerExport:
                 "shardeval.benchmark": bench, "shardeval.status": status, "shardeval.partial": str(status == PARTIAL).lower(),
                 "shardeval.step": str(step), "shardeval.exported_by": __version__,
                 "shardeval.root": os.path.abspath(merged.root),
-                **({"shardeval.baseline": doc["baseline"]} if sweep else {}),
+                **({"shardeval.baseline": doc["baseline"]} if doc is not None else {}),
             }
             runs.append(TrackerRun(
                 key=f"{rid}/{bench}", run_id=rid, config_hash=config_hash, model=name, benchmark=bench, step=step, status=status,
                 params={k: v for k, v in params.items() if v != ""}, tags=tags, metrics=_metrics(scores[bench], vs),
                 scores=scores[bench], vs_baseline=vs, run_root=result.run.root, merged_dir=merged_dir, merge=result,
             ))
-    return TrackerExport(os.path.abspath(merged.root), sweep, doc["baseline"] if sweep else None, runs, merged.verdict, notes)
+    return TrackerExport(os.path.abspath(merged.root), sweep, doc["baseline"] if doc is not None else None, runs, merged.verdict, notes)
 
 
 Exporter = Callable[[ExportConfig, TrackerExport], list[str]]
@@ -249,7 +249,7 @@ def run_export(target: ExportConfig, export: TrackerExport) -> list[str]:
         raise ShardError(f"export to {target.to} failed: {type(exc).__name__}: {first}") from None
 
 
-def configured_targets(merged: Any) -> list[ExportConfig]:
+def configured_targets(merged: Merged) -> list[ExportConfig]:
     """The `export:` list of the last launch (<root>/export.json), else of the config the run's
     shards ran with (their manifests record it: shards run by hand, then `merge --export`)."""
     entries = read_export_list(merged.root)
@@ -262,7 +262,7 @@ def configured_targets(merged: Any) -> list[ExportConfig]:
     return []
 
 
-def export_after_merge(merged: Any, warn: Callable[[str], None], say: Callable[[str], None]) -> None:
+def export_after_merge(merged: Merged, warn: Callable[[str], None], say: Callable[[str], None]) -> None:
     """The end of a launch: each configured target in turn. A failure is a warning and never fails
     the merge, whose files are already written."""
     try:

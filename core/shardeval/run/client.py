@@ -725,7 +725,7 @@ class Client:
                     prompt_tokens_text=entry.prompt_tokens_text, text_offsets=entry.text_offsets,
                     top_logprobs=entry.top_logprobs, started_at=time.time(), latency_s=time.perf_counter() - looked_up, attempts=0, cached=True,
                     reasoning=entry.reasoning, reasoning_tokens=entry.reasoning_tokens,
-                    reasoning_tokens_from=entry.reasoning_tokens_from,  # type: ignore[arg-type]
+                    reasoning_tokens_from=entry.reasoning_tokens_from,
                 )
         retries = self.config.retries
         attempts = max(1, retries.attempts)
@@ -764,6 +764,7 @@ class Client:
                     cache.store_answer(key, outcome)
             outcome.started_at, outcome.attempts, outcome.queued_s = started_at, attempt, queued
             return outcome
+        raise AssertionError("unreachable: itertools.count() never ends")  # for the type checker
 
     async def _attempt(self, payload: bytes, loop: asyncio.AbstractEventLoop, url: str, streamed: bool) -> Completion | _Failure:
         """One HTTP exchange under the watchdog. Returns the answer or the reason there is none."""

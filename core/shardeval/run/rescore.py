@@ -143,7 +143,7 @@ def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[B
     """Rebuild each benchmark from the config in the shard's manifest (its data must be unchanged:
     the problems give the references) and the scorer chosen for it, with its fingerprint."""
     registry = plugins.registry()
-    stored = manifest.config.get("benchmarks", []) if isinstance(manifest.config, dict) else []
+    stored: list[Any] = manifest.config.get("benchmarks", []) if isinstance(manifest.config, dict) else []
     scored = copy.deepcopy(manifest.config) if isinstance(manifest.config, dict) else {}
     apply_overrides(scored, choice.overrides, Where(source=f"{where}/manifest.json"))
     names = [bm.name for bm in manifest.benchmarks]
@@ -195,9 +195,10 @@ def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: A
                          f"(it has: {', '.join(services) or 'none'}); a judge must be one of the run's services")
 
     config = decode_service(judge.service, services[judge.service], Where(source=f"{where}/manifest.json"))
-    if "***" in str(getattr(config, "url", "") or ""):  # shardeval.redact: manifests keep no credentials
+    url = getattr(config, "url", "") or ""  # a service type without a URL has none to hide
+    if "***" in str(url):  # shardeval.redact: manifests keep no credentials
         raise UsageError(f"{JUDGE_FLAG} {judge.service}: its URL held credentials, which {where}/manifest.json does not keep "
-                         f"({config.url}); rescore cannot reach it: give the judge's key through api_key_env instead")
+                         f"({url}); rescore cannot reach it: give the judge's key through api_key_env instead")
     rubric = rubric_for(judge, data)
     version = plugins.plugin_version(entry.plugin)
     identity = msgspec.to_builtins(judge_identity(judge, config))

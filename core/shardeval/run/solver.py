@@ -162,11 +162,11 @@ def image_turns(messages: list[dict[str, str]], images: list[ImageRef], service:
             url = STORE.file_url(ref, media_root) or STORE.data_url(ref)
             content.append({"type": "image_url", "image_url": {"url": url}})
             shown.append(ref.placeholder())
-    sent = [*messages[:last], {**messages[last], "content": content}, *messages[last + 1:]]
+    sent: list[dict[str, Any]] = [*messages[:last], {**messages[last], "content": content}, *messages[last + 1:]]
     # where the prompt had markers, each placeholder stands in its marker's place; without any, the
     # images came first and each placeholder gets its own line
     text = "".join(shown) if IMAGE_MARKER in messages[last]["content"] else "\n".join(shown)
-    kept = [*messages[:last], {**messages[last], "content": text}, *messages[last + 1:]]
+    kept: list[dict[str, Any]] = [*messages[:last], {**messages[last], "content": text}, *messages[last + 1:]]
     return sent, kept
 
 
@@ -448,7 +448,7 @@ def combine_completions(parts: list[Any], text: str, failure: tuple[str, Any] | 
         "latency_s": end - start,
         "attempts": sum(c.attempts for c in parts),
         "queued_s": sum((c.queued_s for c in parts), 0.0),
-        "prompt_tokens": sum(tokens) if tokens and all(t is not None for t in tokens) else None,  # type: ignore[misc]
+        "prompt_tokens": sum(tokens) if tokens and all(t is not None for t in tokens) else None,
     }
     if failure is not None:
         where, c = failure

@@ -7,11 +7,11 @@ its hooks. Keep the module light: import the benchmark class inside the hook, so
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import Register, hookimpl
 
 
 @hookimpl
-def register_benchmarks(register):
+def register_benchmarks(register: Register) -> None:
     from shardeval_example.capitals import CapitalsBenchmark
 
     register("capitals", CapitalsBenchmark)
