@@ -23,12 +23,8 @@ from shardeval.api import roles
 ROOT = Path(REPO)
 # The most names each role may publish (the count when the roles were drawn, issue 41): a new name
 # means a user outside the core needs it, and raising a budget says so in review.
-BUDGET = {"plugin": 19, "benchmark": 35, "service": 9, "solver": 10, "orchestrator": 26, "exporter": 4, "metric": 6,
+BUDGET = {"plugin": 19, "benchmark": 35, "service": 9, "solver": 10, "orchestrator": 24, "exporter": 4, "metric": 6,
           "records": 21, "pages": 8}
-# Orchestrator plugins still on the flat form: another change replaces what they use (ShardRun,
-# load_config, plan_sweep, run_cli, ...) and ports them; then they leave this list, and the names
-# only they used leave the orchestrator role (the user check below says which).
-FLAT_FOR_NOW = {"shardeval_local", "shardeval_slurm", "shardeval_kubernetes", "shardeval_compose", "shardeval_ray"}
 
 
 def rewrite_script():
@@ -84,18 +80,9 @@ def test_no_built_in_imports_from_the_flat_form():
     module (`hookimpl` may come from shardeval.api itself)."""
     flat = []
     for where, source in sources_outside_core().items():
-        if where.split("/")[:2][-1] in FLAT_FOR_NOW:
-            continue
         flat += [f"{where}:{node.lineno}: {alias.name}" for node in sdk_imports(source)
                  if node.module == "shardeval.api" for alias in node.names if alias.name != "hookimpl"]
     assert flat == []
-
-
-def test_the_plugins_still_on_the_flat_form_use_only_names_that_resolve():
-    """Until they are ported, the orchestrator plugins' flat imports keep working (with a warning)."""
-    names = {alias.name for where, source in sources_outside_core().items() if where.split("/")[1] in FLAT_FOR_NOW
-             for node in sdk_imports(source) if node.module == "shardeval.api" for alias in node.names}
-    assert names and names <= set(roles.HOME) | {"hookimpl"}
 
 
 def test_each_role_module_declares_its_names_for_type_checkers():
@@ -165,7 +152,8 @@ def test_every_name_of_the_flat_form_still_resolves():
     (internal, served with a warning for one release)."""
     import shardeval.api as api
 
-    added = {"ReportView", "BenchmarkView", "LiveStatus", "AddExportFlag"}  # new with the roles: the pages' views, the exporter's callback
+    added = {"ReportView", "BenchmarkView", "LiveStatus", "AddExportFlag",  # the pages' views, the exporter's callback
+             "CellOutcome", "orchestrate", "load_request", "run_cell"}  # the orchestrator lifecycle's, new with it
     flat = sorted({*roles.HOME, *roles.RETIRED} - added)
     assert len(flat) == 178
     with warnings.catch_warnings():

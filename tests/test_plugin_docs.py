@@ -85,3 +85,41 @@ def test_every_name_of_the_facade_resolves_and_the_page_names_it():
     page = Path(PAGE).read_text(encoding="utf-8")
     unexplained = [n for names in roles.ROLES.values() for n in names if not re.search(rf"[`/ ]{re.escape(n)}[`(]", page)]
     assert unexplained == []
+
+
+def test_the_worked_orchestrator_runs_a_sharded_launch_its_dry_run_and_a_failing_one(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """docs/plugins.md's orchestrator fills the lifecycle's phases and nothing else: the merge at
+    the end, the dry run that starts nothing, the failed-shard report and exit 3 are the core's."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "shardeval_pool.py").write_text(worked_plugin("shardeval_pool.py"), encoding="utf-8")
+    monkeypatch.setenv("SHARDEVAL_PLUGINS", "shardeval_pool")  # the cells' processes load it too
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(modules), os.environ.get("PYTHONPATH", "")]))
+
+    listing = shardeval_cmd("plugins")
+    assert listing.returncode == 0 and "warning" not in listing.stderr, listing.stderr
+    assert "registers: orchestrator pool" in listing.stdout
+
+    pool = ("-O", "cluster.type=pool", "-O", "cluster.shards=3", "-O", "cluster.workers=2", "-O", "benchmarks.0.params.n=12")
+    run_dir = tmp_path / "run"
+    with running_sim("--bench", "arith", "--accuracy", "1.0", *FAST) as url:
+        quick = ("--bench", "arith", "--model-url", url, "--model-id", "sim")
+        plan = shardeval_cmd("run", *quick, *pool, "-o", str(run_dir), "--dry-run")
+        assert plan.returncode == 0, plan.stderr
+        commands = plan.stdout.splitlines()
+        assert [c.split(" --shard ")[1].split()[0] for c in commands] == ["0/3", "1/3", "2/3"], plan.stdout
+        assert not run_dir.exists()  # a dry run starts nothing and writes nothing
+
+        done = shardeval_cmd("run", *quick, *pool, "-o", str(run_dir))
+        assert done.returncode == 0, done.stderr
+    assert f"merged into {run_dir}/merged/" in done.stdout and "**COMPLETE**" in done.stdout, done.stdout
+    scores = json.loads((run_dir / "merged" / "scores.json").read_text())["arith"]
+    assert scores["n_problems"] == 12 and scores["n_missing"] == 0 and scores["metrics"]["accuracy"]["value"] == 1.0
+
+    failing = tmp_path / "failing"
+    with running_sim("--bench", "arith", "--fail-5xx", "1.0", *FAST) as url:
+        quick = ("--bench", "arith", "--model-url", url, "--model-id", "sim", "-O", "services.model.retries.attempts=1")
+        failed = shardeval_cmd("run", *quick, *pool, "-o", str(failing))
+    assert failed.returncode == 3, failed.stdout + failed.stderr  # every shard finished with errors, as each exited
+    assert "**ERRORS**: 12 of 12 cells end in errors" in failed.stdout, failed.stdout
+    assert "shardeval: 3 of 3 shards failed or finished with errors (0, 1, 2); rerun the same command" in failed.stderr

@@ -68,8 +68,10 @@ def register_services(register: RegisterCallback) -> None:
 def register_orchestrators(register: RegisterCallback) -> None:
     """Register cluster types: `register(type, factory, config=ClusterConfig subclass)`.
 
-    factory(request: LaunchRequest) -> exit code; called when no shard is selected (see
-    shardeval.launch.orchestrator: the request carries the config and builds each shard's command line).
+    factory: an `Orchestrator` subclass (shardeval.launch.lifecycle: the phases the core runs in
+    order), made with the `LaunchRequest` when no shard is selected (shardeval.launch.orchestrator:
+    the request carries the config and builds each shard's command line); or, the older form, a
+    function(request) -> exit code that does the whole launch itself.
     """
 
 

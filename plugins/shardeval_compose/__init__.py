@@ -5,12 +5,12 @@ msgspec and PyYAML load in the hook.
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import hookimpl
 
 
 @hookimpl
 def register_orchestrators(register):
-    from shardeval.api import Lazy
+    from shardeval.api.plugin import Lazy
     from shardeval_compose.config import ComposeClusterConfig
 
-    register("compose", Lazy("shardeval_compose.orchestrator:submit"), config=ComposeClusterConfig)
+    register("compose", Lazy("shardeval_compose.orchestrator:ComposeOrchestrator"), config=ComposeClusterConfig)

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from shardeval.api import ClusterConfig
+from shardeval.api.orchestrator import ClusterConfig
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 

@@ -27,10 +27,12 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from shardeval.api import ENV_NAME, UsageError, dump_yaml, escape_dollars as escape
+from shardeval.api.orchestrator import ENV_NAME, Orchestrator, dump_yaml, escape_dollars as escape
+from shardeval.api.plugin import UsageError
 
 if TYPE_CHECKING:
-    from shardeval.api import Cell, LaunchRequest
+    from shardeval.api.orchestrator import Cell, LaunchRequest
+    from shardeval_compose.config import ComposeClusterConfig
 
 PROJECT_DIR = "compose"
 COMPOSE_FILE = "docker-compose.yaml"
@@ -44,15 +46,30 @@ SHARD_VARIABLES = {"NEL_SHARD_IDX", "NEL_TOTAL_SHARDS"}
 _VOLUME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 
 
-def submit(request: LaunchRequest) -> int:
-    """Write the Compose project; print it (--dry-run) or the commands that run it."""
-    files = render(request)
-    paths = request.write(PROJECT_DIR, files)
-    if request.dry_run:
-        print(files[COMPOSE_FILE], end="")
-    print(f"shardeval: wrote {', '.join(paths.values())}", file=sys.stderr)
-    print(commands(request, paths[COMPOSE_FILE]), end="", file=sys.stderr if request.dry_run else sys.stdout)
-    return 0
+class ComposeOrchestrator(Orchestrator):
+    """Writes the Compose project and prints the commands that run it: shardeval never drives
+    Docker itself, so it does not wait, and `--fresh` travels to the containers."""
+
+    waits = False
+    fresh_on_launcher = False
+
+    def plan(self) -> None:
+        self.files = render(self.request)
+
+    def dry_run(self) -> int:
+        """The compose file on stdout (what is printed is what is written), the commands on stderr."""
+        paths = self.request.write(PROJECT_DIR, self.files)
+        print(self.files[COMPOSE_FILE], end="")
+        print(f"shardeval: wrote {', '.join(paths.values())}", file=sys.stderr)
+        print(commands(self.request, paths[COMPOSE_FILE]), end="", file=sys.stderr)
+        return 0
+
+    def submit(self) -> int:
+        """Write the project; print the commands that run it."""
+        paths = self.request.write(PROJECT_DIR, self.files)
+        print(f"shardeval: wrote {', '.join(paths.values())}", file=sys.stderr)
+        print(commands(self.request, paths[COMPOSE_FILE]), end="")
+        return 0
 
 
 def commands(request: LaunchRequest, path: str) -> str:
@@ -86,11 +103,8 @@ def commands(request: LaunchRequest, path: str) -> str:
 def render(request: LaunchRequest) -> dict[str, str]:
     """{file name: text} for the project folder: the compose file and, with a config file, its copy."""
     from shardeval import __version__
-    from shardeval_compose.config import ComposeClusterConfig
 
-    cluster = request.config.cluster
-    if not isinstance(cluster, ComposeClusterConfig):  # decoded by another plugin's Struct
-        raise TypeError(f"expected ComposeClusterConfig, got {type(cluster).__name__}")
+    cluster = compose_cluster(request)
     total = request.total
     image = cluster.image or f"shardeval:{__version__}"
     config_text = request.config_text()
@@ -180,6 +194,16 @@ def render(request: LaunchRequest) -> dict[str, str]:
     return files
 
 
+def compose_cluster(request: LaunchRequest) -> ComposeClusterConfig:
+    """The request's `cluster:` section, as this plugin's Struct decoded it."""
+    from shardeval_compose.config import ComposeClusterConfig
+
+    cluster = request.config.cluster
+    if not isinstance(cluster, ComposeClusterConfig):  # decoded by another plugin's Struct
+        raise TypeError(f"expected ComposeClusterConfig, got {type(cluster).__name__}")
+    return cluster
+
+
 def cell_service(cell: Cell) -> str:
     """`shard-<model>-<i>`: a sweep cell's service name (a model name is already a safe one)."""
     return f"shard-{re.sub(r'[^A-Za-z0-9_.-]', '-', cell.service or '')}-{cell.shard}"
@@ -187,10 +211,11 @@ def cell_service(cell: Cell) -> str:
 
 def _pass_through(request: LaunchRequest) -> set[str]:
     """Variables passed by name: API keys, pass_env, and every ${VAR} the config file expands."""
-    names = set(request.config.cluster.pass_env) | request.config_variables()
+    cluster = compose_cluster(request)
+    names = set(cluster.pass_env) | request.config_variables()
     for name, service in request.config.services.items():
         if service.api_key_env:
             if not ENV_NAME.fullmatch(service.api_key_env):
                 raise UsageError(f"services.{name}.api_key_env {service.api_key_env!r}: not an environment variable name")
             names.add(service.api_key_env)
-    return names - set(request.config.cluster.env) - SHARD_VARIABLES
+    return names - set(cluster.env) - SHARD_VARIABLES

@@ -9,12 +9,12 @@ PyYAML are imported inside the hook and the orchestrator, so loading plugins sta
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import hookimpl
 
 
 @hookimpl
 def register_orchestrators(register):
-    from shardeval.api import Lazy
+    from shardeval.api.plugin import Lazy
     from shardeval_kubernetes.config import KubernetesClusterConfig
 
-    register("kubernetes", Lazy("shardeval_kubernetes.orchestrator:submit"), config=KubernetesClusterConfig)
+    register("kubernetes", Lazy("shardeval_kubernetes.orchestrator:KubernetesOrchestrator"), config=KubernetesClusterConfig)

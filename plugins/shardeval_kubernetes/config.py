@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from shardeval.api import ClusterConfig
+from shardeval.api.orchestrator import ClusterConfig
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Positive = Annotated[int, msgspec.Meta(ge=1)]

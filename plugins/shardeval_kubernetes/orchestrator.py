@@ -29,10 +29,11 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardeval.api import ENV_NAME, EXIT_WITH_ERRORS, UsageError, dump_yaml, escape_dollars as escape
+from shardeval.api.orchestrator import ENV_NAME, EXIT_WITH_ERRORS, Orchestrator, dump_yaml, escape_dollars as escape
+from shardeval.api.plugin import UsageError
 
 if TYPE_CHECKING:
-    from shardeval.api import Config, LaunchRequest
+    from shardeval.api.orchestrator import Config, LaunchRequest
     from shardeval_kubernetes.config import KubernetesClusterConfig, Resources
 
 CONFIG_DIR = "/config"
@@ -82,38 +83,50 @@ def _gpus(configs: list[Config]) -> int:
     return max((service.gpus() for config in configs for service in config.used_services().values()), default=0)
 
 
-def submit(request: LaunchRequest) -> int:
-    """Render and write `<output root>/k8s/eval.yaml`; print it (--dry-run) or apply it."""
-    text, warnings = render(request)
-    for warning in warnings:
-        print(f"shardeval: warning: {warning}", file=sys.stderr)
-    path = request.write("k8s", {"eval.yaml": text})["eval.yaml"]
-    cluster = request.config.cluster
-    if request.dry_run:
-        print(text, end="")
-        print(f"shardeval: wrote {path}; apply it with: kubectl apply -f {shlex.quote(path)}", file=sys.stderr)
+class KubernetesOrchestrator(Orchestrator):
+    """Renders the objects and applies them with kubectl: the cluster runs the pods and the merge
+    Job, so it does not wait, and `--fresh` travels to the pods."""
+
+    waits = False
+    fresh_on_launcher = False
+
+    def plan(self) -> None:
+        """Render and write `<output root>/k8s/eval.yaml` (also in a dry run), after its warnings."""
+        self.text, warnings = render(self.request)
+        for warning in warnings:
+            print(f"shardeval: warning: {warning}", file=sys.stderr)
+        self.path = self.request.write("k8s", {"eval.yaml": self.text})["eval.yaml"]
+
+    def dry_run(self) -> int:
+        print(self.text, end="")
+        print(f"shardeval: wrote {self.path}; apply it with: kubectl apply -f {shlex.quote(self.path)}", file=sys.stderr)
         return 0
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise UsageError(
-            f"kubectl is not on PATH; the manifests are written to {path}: apply them with "
-            f"`kubectl apply -f {path}` where kubectl reaches the cluster (or use --dry-run to only render them)"
-        )
-    argv = [kubectl, *(["--context", cluster.kube_context] if cluster.kube_context else []), "apply", "-f", path]
-    print(f"shardeval: {shlex.join(['kubectl', *argv[1:]])}", file=sys.stderr)
-    code = subprocess.run(argv).returncode
-    name, namespace = cluster.name, cluster.namespace
-    jobs = " ".join(job.name for job in shard_jobs(request, cluster))
-    what = f"{len(request.cells())} {'cells' if request.sweep else 'shards'}"
-    if code != 0:
-        said = (f"kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
-                f"`kubectl delete job -n {namespace} {jobs} {name}-merge` and run again (the results volume is kept "
-                "and shards resume)")
-    else:
-        said = (f"submitted {what} as Job {namespace}/{jobs.replace(' ', ', ')}. Follow: kubectl get job -n {namespace} "
-                f"{jobs} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f")
-    print(f"shardeval: {said}", file=sys.stderr)
-    return code
+
+    def submit(self) -> int:
+        """`kubectl apply`; its exit code, and what to do next."""
+        request, path = self.request, self.path
+        cluster = kubernetes_cluster(request)
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            raise UsageError(
+                f"kubectl is not on PATH; the manifests are written to {path}: apply them with "
+                f"`kubectl apply -f {path}` where kubectl reaches the cluster (or use --dry-run to only render them)"
+            )
+        argv = [kubectl, *(["--context", cluster.kube_context] if cluster.kube_context else []), "apply", "-f", path]
+        print(f"shardeval: {shlex.join(['kubectl', *argv[1:]])}", file=sys.stderr)
+        code = subprocess.run(argv).returncode
+        name, namespace = cluster.name, cluster.namespace
+        jobs = " ".join(job.name for job in shard_jobs(request, cluster))
+        what = f"{len(request.cells())} {'cells' if request.sweep else 'shards'}"
+        if code != 0:
+            said = (f"kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
+                    f"`kubectl delete job -n {namespace} {jobs} {name}-merge` and run again (the results volume is kept "
+                    "and shards resume)")
+        else:
+            said = (f"submitted {what} as Job {namespace}/{jobs.replace(' ', ', ')}. Follow: kubectl get job -n {namespace} "
+                    f"{jobs} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f")
+        print(f"shardeval: {said}", file=sys.stderr)
+        return code
 
 
 def render(request: LaunchRequest) -> tuple[str, list[str]]:
@@ -122,11 +135,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
     import msgspec
 
     from shardeval import __version__
-    from shardeval_kubernetes.config import KubernetesClusterConfig
-
-    cluster = request.config.cluster
-    if not isinstance(cluster, KubernetesClusterConfig):  # decoded by another plugin's Struct
-        raise TypeError(f"expected KubernetesClusterConfig, got {type(cluster).__name__}")
+    cluster = kubernetes_cluster(request)
     names = _names(cluster)
     jobs = shard_jobs(request, cluster)
     image = cluster.image or f"shardeval:{__version__}"
@@ -183,6 +192,16 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
     if cluster.merge.enabled:
         docs.append(_merge_job(cluster, names, obj, image, pull_secrets, [job.name for job in jobs]))
     return dump_yaml(docs, _header(secrets, cluster.namespace)), warnings
+
+
+def kubernetes_cluster(request: LaunchRequest) -> KubernetesClusterConfig:
+    """The request's `cluster:` section, as this plugin's Struct decoded it."""
+    from shardeval_kubernetes.config import KubernetesClusterConfig
+
+    cluster = request.config.cluster
+    if not isinstance(cluster, KubernetesClusterConfig):  # decoded by another plugin's Struct
+        raise TypeError(f"expected KubernetesClusterConfig, got {type(cluster).__name__}")
+    return cluster
 
 
 def _shard_job(cluster: KubernetesClusterConfig, job: ShardJob, obj: Any, container: dict[str, Any],
@@ -302,7 +321,7 @@ def _header(refs: dict[str, tuple[str, str]], namespace: str) -> str:
 
 def _shard_env(cluster: KubernetesClusterConfig, total: int, secrets: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
     index = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
-    env = [{"name": "NEL_SHARD_IDX", "valueFrom": index}, {"name": "NEL_TOTAL_SHARDS", "value": str(total)}]
+    env: list[dict[str, Any]] = [{"name": "NEL_SHARD_IDX", "valueFrom": index}, {"name": "NEL_TOTAL_SHARDS", "value": str(total)}]
     reserved = {"NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "JOB_COMPLETION_INDEX"}
     for var, value in cluster.env.items():
         if not ENV_NAME.fullmatch(var):

@@ -1,16 +1,17 @@
 """Built-in plugin: `cluster.type: local`, every shard as a process on this machine.
 
-The smallest complete orchestrator: it runs `shardeval run … --shard i/N` once per shard, exactly
-the command a SLURM array task or an Indexed Job pod runs, so it is also the template to copy.
+The smallest complete orchestrator: it fills the core's lifecycle (shardeval.api.Orchestrator) by
+running `shardeval run … --shard i/N` once per shard, exactly the command a SLURM array task or an
+Indexed Job pod runs, so it is also the template to copy.
 """
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import hookimpl
 
 
 @hookimpl
 def register_orchestrators(register):
-    from shardeval_local.orchestrator import LocalClusterConfig, run_local
+    from shardeval_local.orchestrator import LocalClusterConfig, LocalOrchestrator
 
-    register("local", run_local, config=LocalClusterConfig)
+    register("local", LocalOrchestrator, config=LocalClusterConfig)

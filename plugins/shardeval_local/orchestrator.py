@@ -18,13 +18,10 @@ import signal
 import sys
 import time
 
-from shardeval.api import (
-    EXIT_WITH_ERRORS, ClusterConfig, Count, die_with_parent, LaunchRequest, merge_and_report, self_command, set_aside_shards,
-    UsageError, percent,
-)
-
-STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
-REFUSED = UsageError.exit_code  # a shard that refused its arguments, config or output directory
+from shardeval.api.orchestrator import CellOutcome, ClusterConfig, die_with_parent, Orchestrator
+from shardeval.api.plugin import Count
+from shardeval.api.records import percent
+from shardeval.api.service import self_command
 
 
 class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -42,51 +39,47 @@ class LocalClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True
         return True
 
 
-def run_local(request: LaunchRequest) -> int:
+class LocalOrchestrator(Orchestrator):
     """Every cell (a shard; in a sweep, a shard of one model) as a child process, `parallel` at a
-    time, the one expected to take longest first (next_cell)."""
-    cells = request.cells()
-    commands = [self_command() + ["run", *request.cell_args(cell)] for cell in cells]
-    if request.dry_run:
-        for command in commands:
+    time, the one expected to take longest first (next_cell). The core's lifecycle does the rest:
+    `--fresh` before the first starts, the merge, the exit code."""
+
+    def plan(self) -> None:
+        self.cells = self.request.cells()
+        self.commands = [self_command() + ["run", *self.request.cell_args(cell)] for cell in self.cells]
+        self.stop: list[signal.Signals] = []
+        self.ends: list[tuple[int | None, float]] = []
+
+    def dry_run(self) -> int:
+        for command in self.commands:
             print(shlex.join(command))
         return 0
-    if request.fresh:  # here, once per model's run, as on a SLURM or Ray driver: every lease first, then
-        for run in request.runs():  # the move, so one shard that cannot move leaves every other where it was
-            set_aside_shards(run.root)
-    parallel = getattr(request.config.cluster, "parallel", None) or request.total * (1 if request.sweep else len(cells))
-    stop: list[signal.Signals] = []
-    start = time.monotonic()
-    ends = asyncio.run(_run_all(commands, [cell.label for cell in cells], [cell.shard for cell in cells], parallel, stop))
-    wall = time.monotonic() - start
-    failed = [cell for cell, (code, _) in zip(cells, ends) if code != 0]
-    for cell, (code, seconds) in zip(cells, ends):
-        outcome = "not started (stopped before its turn)" if code is None else f"exit {code} after {seconds:.2f} s"
-        print(f"shardeval: {cell.label}: {outcome} -> {cell.dir}", file=sys.stderr)
-    busy, slots = sum(seconds for _, seconds in ends), min(parallel, len(cells))
-    print(f"shardeval: {len(cells)} {'cells' if request.sweep else 'shards'} ran in {wall:.2f} s, {slots} at a time: "
-          f"busy {busy:.2f} s, {percent(busy / (slots * wall or 1))} of the slots' time", file=sys.stderr)
-    refused = [cell for cell, (code, _) in zip(cells, ends) if code == REFUSED]
-    if not stop and refused:
-        # each refused before it wrote anything (its reason is above): what its directory holds is not this
-        # run's, and a merge would print it as if it were (in a sweep: a model's old column among the new ones)
-        if len(refused) == len(cells):
-            print(f"shardeval: every {'cell' if request.sweep else 'shard'} refused to start (exit {REFUSED}, the reason above); "
-                  f"nothing merged: what {request.output_root} holds is not this run", file=sys.stderr)
-        else:
-            print(f"shardeval: {', '.join(cell.label for cell in refused)} refused to start (exit {REFUSED}, the reason above); "
-                  f"nothing merged: what {'their directories hold' if len(refused) > 1 else 'its directory holds'} is not "
-                  f"this run's; fix that and rerun the same command to resume", file=sys.stderr)
-        return REFUSED
-    merge_and_report(request.output_root)
-    if stop:
-        print(f"shardeval: interrupted by {stop[0].name}; rerun the same command to resume the shards", file=sys.stderr)
-        return STOP_CODES[stop[0]]
-    if failed:
-        request.report_failed(failed)
-        # every shard that did not succeed finished, with errors: exit 3 as they did; anything else 1
-        return EXIT_WITH_ERRORS if all(ends[cells.index(cell)][0] == EXIT_WITH_ERRORS for cell in failed) else 1
-    return 0
+
+    def submit(self) -> int:
+        """Nothing to hand over ahead: `wait` starts the processes, `parallel` at a time."""
+        request = self.request
+        self.parallel = getattr(request.config.cluster, "parallel", None) or request.total * (1 if request.sweep else len(self.cells))
+        return 0
+
+    def wait(self) -> None:
+        start = time.monotonic()
+        cells = self.cells
+        self.ends = asyncio.run(_run_all(self.commands, [c.label for c in cells], [c.shard for c in cells], self.parallel, self.stop))
+        self.wall = time.monotonic() - start
+
+    def collect(self) -> list[CellOutcome]:
+        """Each cell's exit and time, then how busy the slots were."""
+        cells, ends = self.cells, self.ends
+        for cell, (code, seconds) in zip(cells, ends):
+            outcome = "not started (stopped before its turn)" if code is None else f"exit {code} after {seconds:.2f} s"
+            print(f"shardeval: {cell.label}: {outcome} -> {cell.dir}", file=sys.stderr)
+        busy, slots, wall = sum(seconds for _, seconds in ends), min(self.parallel, len(cells)), self.wall
+        print(f"shardeval: {len(cells)} {'cells' if self.request.sweep else 'shards'} ran in {wall:.2f} s, {slots} at a time: "
+              f"busy {busy:.2f} s, {percent(busy / (slots * wall or 1))} of the slots' time", file=sys.stderr)
+        return [CellOutcome(cell, code, seconds) for cell, (code, seconds) in zip(cells, ends)]
+
+    def stopped_by(self) -> signal.Signals | None:
+        return self.stop[0] if self.stop else None
 
 
 def next_cell(pending: list[int], shard_of: list[int], started: dict[int, float], took: dict[int, float], now: float) -> int:
@@ -139,7 +132,7 @@ async def _run_all(commands: list[list[str]], labels: list[str], shard_of: list[
         took[i] = time.monotonic() - started.pop(i)
         ends[i] = code, took[i]
 
-    pending, running = list(range(len(commands))), set()
+    pending, running = list(range(len(commands))), set[asyncio.Task[None]]()
     while running or (pending and not stop):
         while pending and len(running) < parallel and not stop:
             i = next_cell(pending, shard_of, started, took, time.monotonic())

@@ -18,18 +18,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import hookimpl
 
 __all__ = ["run_shard", "evaluate_shard", "run_ray"]
 
 
 @hookimpl
 def register_orchestrators(register: Any) -> None:
-    from shardeval.api import Lazy
+    from shardeval.api.plugin import Lazy
     from shardeval_ray.config import RayClusterConfig
 
-    # `cluster.type: ray`: run every shard as a Ray task, then merge (see orchestrator.py)
-    register("ray", Lazy("shardeval_ray.orchestrator:run_ray"), config=RayClusterConfig)
+    # `cluster.type: ray`: every shard a Ray task; the core's lifecycle merges (see orchestrator.py)
+    register("ray", Lazy("shardeval_ray.orchestrator:RayOrchestrator"), config=RayClusterConfig)
 
 
 def __getattr__(name: str) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from shardeval.api import evaluation_options, override_option
+from shardeval.api.orchestrator import evaluation_options, override_option
 
 log = logging.getLogger("shardeval")
 
@@ -45,7 +45,7 @@ def main(
     config_path: str | None, overrides: tuple[str, ...], no_merge: bool, fresh: bool, dry_run: bool, **quick: Any
 ) -> None:
     """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
-    from shardeval.api import LaunchRequest, load_config, plan_sweep, setup_logging
+    from shardeval.api.orchestrator import load_request, setup_logging
     from shardeval_ray.orchestrator import run_ray
 
     setup_logging()
@@ -56,11 +56,9 @@ def main(
     cluster_overrides = [f"cluster.{key}={_yaml(value)}" for key, value in flags.items() if value is not None]
     all_overrides = [*_ray_cluster(config_path), *overrides, *cluster_overrides]
     output_dir = quick.pop("output_dir", None)
-    config = load_config(config_path, all_overrides, quick)
-    sweep = plan_sweep(config) if config.sweep is not None else None  # a sweep: one task per (model, shard)
-    request = LaunchRequest.create(config, config_path, all_overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
-    if sweep is not None and not dry_run:
-        sweep.write_plan(request.output_root)
+    request = load_request(config_path, all_overrides, quick, output_dir, dry_run=dry_run, fresh=fresh)
+    if request.sweep is not None and not dry_run:  # a sweep: one task per (model, shard)
+        request.sweep.write_plan(request.output_root)
     sys.exit(run_ray(request))
 
 
@@ -82,7 +80,7 @@ def _ray_cluster(config_path: str | None) -> list[str]:
         kind = cluster.get("type", "local") if isinstance(cluster, dict) else None
     except Exception:  # unreadable or invalid: load_config says why, in one line
         return ["cluster.type=ray"]
-    if kind in (None, "ray"):
+    if kind in (None, "ray") or not isinstance(cluster, dict):
         return ["cluster.type=ray"]
     keep = {k: cluster[k] for k in ("shards",) if k in cluster}
     log.info("%s: its cluster section (type %s) is replaced by type ray for this run", config_path, kind)
@@ -91,7 +89,7 @@ def _ray_cluster(config_path: str | None) -> list[str]:
 
 def cli(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes are one line and exit 2, as in `shardeval`."""
-    from shardeval.api import run_cli
+    from shardeval.api.orchestrator import run_cli
 
     run_cli(main, argv, "python -m shardeval_ray")
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from shardeval.api import ClusterConfig
+from shardeval.api.orchestrator import ClusterConfig
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 

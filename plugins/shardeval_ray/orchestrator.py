@@ -20,13 +20,14 @@ import os
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterator
 
-from shardeval.api import LaunchRequest, merge_and_report, set_aside_shards, ShardError, UsageError
+from shardeval.api.orchestrator import CellOutcome, LaunchRequest, Orchestrator, orchestrate
+from shardeval.api.plugin import UsageError
 
 if TYPE_CHECKING:
-    from shardeval.api import Cell
+    from shardeval.api.orchestrator import Cell
 
 log = logging.getLogger("shardeval")
 
@@ -46,38 +47,61 @@ class Outcome:
     usage_error: bool = False
     cancelled: bool = False
 
+    def exit_code(self) -> int | None:
+        """As the lifecycle counts it: 0, 2 (a usage error, never retried), None (cancelled), 1."""
+        if self.summary is not None:
+            return 0
+        return None if self.cancelled else UsageError.exit_code if self.usage_error else 1
+
+
+class RayOrchestrator(Orchestrator):
+    """Every cell a Ray task; the driver waits for them all and merges (unless `merge: false`).
+    A cell that refused is reported with the failed ones and the rest is merged; Ctrl-C cancels
+    the tasks still pending (exit 130)."""
+
+    refusal_stops_the_merge = False
+
+    def plan(self) -> None:
+        # absolute: the workers write there, and the merge reads what they wrote
+        self.request = replace(self.request, output_root=os.path.abspath(self.request.output_root))
+        if not self.request.config.cluster.shards:
+            log.info("cluster.shards is not set: running 1 shard (set --shards N or cluster.shards)")
+        root = self.request.output_root
+        if not self.request.dry_run and f"{os.sep}runtime_resources{os.sep}" in root:
+            log.warning(
+                "output directory %s lies inside Ray's runtime_env copy of the working dir, which Ray deletes; "
+                "pass an absolute --output-dir on storage that outlives the job",
+                root,
+            )
+
+    def dry_run(self) -> int:
+        return _print_plan(self.request, self.request.config.cluster, self.request.output_root)
+
+    def submit(self) -> int:
+        """Connect to (or start) Ray and run every cell's task; `wait` collects them."""
+        cluster = self.request.config.cluster
+        self._session = contextlib.ExitStack()
+        description = self._session.enter_context(ray_session(cluster))
+        log.info("ray: %s; %d shard task(s) -> %s", description, len(self.request.cells()), self.request.output_root)
+        return 0
+
+    def wait(self) -> None:
+        with self._session:  # the Ray this run started stops once every task ended
+            self._outcomes = _run_tasks(self.request, self.request.config.cluster)
+
+    def collect(self) -> list[CellOutcome]:
+        return [CellOutcome(o.cell, o.exit_code()) for o in self._outcomes]
+
+    def merges(self) -> bool:
+        from shardeval_ray.config import RayClusterConfig
+
+        cluster = self.request.config.cluster
+        return cluster.merge if isinstance(cluster, RayClusterConfig) else True
+
 
 def run_ray(request: LaunchRequest) -> int:
-    cluster = request.config.cluster
-    root = os.path.abspath(request.output_root)
-    if not cluster.shards:
-        log.info("cluster.shards is not set: running 1 shard (set --shards N or cluster.shards)")
-    if request.dry_run:
-        return _print_plan(request, cluster, root)
-    if f"{os.sep}runtime_resources{os.sep}" in root:
-        log.warning(
-            "output directory %s lies inside Ray's runtime_env copy of the working dir, which Ray deletes; "
-            "pass an absolute --output-dir on storage that outlives the job",
-            root,
-        )
-    if request.fresh:  # on the driver, once per model's run: leases first, then the move
-        for run in request.runs():
-            set_aside_shards(os.path.abspath(run.root))
-    with ray_session(cluster) as description:
-        log.info("ray: %s; %d shard task(s) -> %s", description, len(request.cells()), root)
-        outcomes = _run_tasks(request, cluster)
-    if cluster.merge:
-        merge_and_report(root)
-    else:
-        print(f"shardeval: not merged (merge: false); `shardeval merge {root}` merges the shards", file=sys.stderr)
-    failed = [o for o in outcomes if o.summary is None]
-    if failed:
-        request.report_failed([o.cell for o in failed])
-    if any(o.cancelled for o in outcomes):
-        return 130
-    if not failed:
-        return 0
-    return UsageError.exit_code if all(o.usage_error for o in failed) else ShardError.exit_code
+    """The whole Ray launch (`python -m shardeval_ray`, or a notebook): the core's lifecycle."""
+    return orchestrate(RayOrchestrator, request)
 
 
 def resolve_address(configured: str | None, env: dict[str, str] | os._Environ[str]) -> tuple[str | None, str]:

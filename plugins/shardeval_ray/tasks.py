@@ -1,19 +1,18 @@
 """The shard task: one `@ray.remote` call evaluates one shard inside a Ray worker.
 
 `evaluate_shard` does in the worker exactly what `shardeval run … --shard I/N -o <root>/shard_<i>`
-does in a process (same ShardRun, same files), so `shardeval merge` and `shardeval status` work
+does in a process (the core's `run_cell`: the same shard run, the same files), so `shardeval merge` and `shardeval status` work
 unchanged and a shard can be continued by either. Resume is the default, so when Ray retries a task
 (its worker died, or the shard raised `ShardAttemptFailed`) the retry skips every answer the
 failed attempt already wrote. `run_shard` is that function as a Ray remote function.
 
-A Ray worker runs tasks in its main thread and has its own SIGTERM handler; ShardRun installs
+A Ray worker runs tasks in its main thread and has its own SIGTERM handler; the shard installs
 asyncio signal handlers there (a stop signal drains the requests in flight), so the worker's
 handlers and signal wake-up fd are put back after every shard: the worker outlives the task.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -21,15 +20,16 @@ import signal
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import ray
 
-from shardeval.api import (Config, hookimpl, load_config, open_regular, read_manifest, RESULTS_FILE, shard_indices,
-                           shard_range, ShardError, ShardSpec, UsageError)
+from shardeval.api.orchestrator import Config, load_config, run_cell, shard_range
+from shardeval.api.plugin import hookimpl, ShardError, UsageError
+from shardeval.api.records import open_regular, read_manifest, RESULTS_FILE
 
 if TYPE_CHECKING:
-    from shardeval.api import SweepPlan
+    from shardeval.api.records import SweepPlan
 
 log = logging.getLogger("shardeval")
 
@@ -90,21 +90,13 @@ def evaluate_shard(
     node_id = ray.get_runtime_context().get_node_id() if in_ray else None
     task_id = ray.get_runtime_context().get_task_id() if in_ray else None
     source = f"ray task {task_id[:16]} on {node_ip}" if task_id else f"evaluate_shard({shard_idx}, {total_shards})"
-    shard = ShardSpec(shard_idx, total_shards, source)
-
-    from shardeval.api import setup_logging, ShardRun
-
-    setup_logging()
-    log.info("%s", shard.describe())
     started = time.time()
     before = _records_on_disk(out_dir, [b.name for b in cfg.benchmarks])
     fault = _Fault.from_env()
-    with _signals_preserved(), fault or contextlib.nullcontext():  # ShardRun writes its own logs/shard.log
-        run = ShardRun(cfg, shard, out_dir, fresh=fresh, sweep=sweep)
-        if fault is not None:
-            fault.run = run
+    with _signals_preserved():  # the cell writes its own logs/shard.log
         try:
-            code = asyncio.run(run.run())
+            code = run_cell(cfg, shard_idx, total_shards, out_dir, fresh=fresh, sweep=sweep, source=source,
+                            listeners=[fault] if fault else [], on_start=fault.keep_stop if fault else None)
         except UsageError:
             raise  # e.g. a changed config: retrying cannot help, and Ray does not retry it
         except Exception as exc:  # a ShardError says what failed; anything else is named by its type too
@@ -117,9 +109,8 @@ def evaluate_shard(
         raise ShardAttemptFailed(  # Ray sees a failed task; a retry asks the pairs without an ok answer again
             f"shard {shard_idx}/{total_shards} {what} ({why}); a retry resumes it from {out_dir}"
         )
-    counts = {
-        b.name: {"n_ok": b.n_ok, "n_error": b.n_error,
-                 "n_expected": len(shard_indices(b.n_problems, shard_idx, total_shards, cfg.shuffle_seed)) * b.repeats}
+    counts = {  # the shard's problems are its manifest's range (shuffled or not, as many)
+        b.name: {"n_ok": b.n_ok, "n_error": b.n_error, "n_expected": (b.range[1] - b.range[0]) * b.repeats}
         for b in manifest.benchmarks
     }
     return {
@@ -177,9 +168,9 @@ def _records_on_disk(out_dir: str, benchmarks: list[str]) -> int:
 
 @contextlib.contextmanager
 def _signals_preserved() -> Iterator[None]:
-    """Give the worker back its SIGINT/SIGTERM handlers and wake-up fd after ShardRun's asyncio ones."""
+    """Give the worker back its SIGINT/SIGTERM handlers and wake-up fd after the shard's asyncio ones."""
     if threading.current_thread() is not threading.main_thread():
-        yield  # ShardRun installs no handler off the main thread
+        yield  # the shard installs no handler off the main thread
         return
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     wakeup_fd = signal.set_wakeup_fd(-1)
@@ -194,14 +185,18 @@ def _signals_preserved() -> Iterator[None]:
 
 
 class _Fault:
-    """The test-only fault of FAULT_ENV, registered as a `record_written` plugin for one attempt
-    (while `with` it: the shard's run is made inside, so it sees the plugin)."""
+    """The test-only fault of FAULT_ENV: a `record_written` listener of one attempt's cell
+    (run_cell's `listeners`). `raise` stops the shard as Ctrl-C does (run_cell's stop: the shard
+    drains, marks itself interrupted and exits 130), so the attempt fails."""
 
     def __init__(self, mode: str, after: int) -> None:
         self.mode, self.after = mode, after
         self.count = 0
         self.fired = False
-        self.run: Any = None
+        self.stop: Callable[[], None] | None = None
+
+    def keep_stop(self, stop: Callable[[], None]) -> None:
+        self.stop = stop
 
     @classmethod
     def from_env(cls) -> _Fault | None:
@@ -218,16 +213,6 @@ class _Fault:
         log.warning("%s: this attempt will %s after %s records (test fault)", FAULT_ENV, mode, after)
         return cls(mode, int(after))
 
-    def __enter__(self) -> _Fault:
-        from shardeval.api import plugin_manager
-
-        self.manager = plugin_manager()
-        self.manager.register(self, name=f"shardeval_ray_test_fault_{id(self)}")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.manager.unregister(self)
-
     @hookimpl
     def record_written(self, record: Any, out_dir: str) -> None:
         self.count += 1
@@ -236,5 +221,5 @@ class _Fault:
         self.fired = True
         if self.mode == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
-        elif self.run is not None:
-            self.run.stopping = f"test fault after {self.count} records"
+        elif self.stop is not None:
+            self.stop()

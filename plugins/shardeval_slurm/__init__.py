@@ -9,16 +9,16 @@ Registered through the `shardeval` entry-point group like any third-party plugin
 
 from __future__ import annotations
 
-from shardeval.api import hookimpl
+from shardeval.api.plugin import hookimpl
 
 
 @hookimpl
 def register_orchestrators(register):
-    from shardeval.api import Lazy
+    from shardeval.api.plugin import Lazy
     from shardeval_slurm.config import SlurmClusterConfig
 
     # writes eval.sbatch and merge.sbatch under the output root and submits them (see submit.py)
-    register("slurm", Lazy("shardeval_slurm.submit:submit"), config=SlurmClusterConfig)
+    register("slurm", Lazy("shardeval_slurm.submit:SlurmOrchestrator"), config=SlurmClusterConfig)
 
 
 @hookimpl

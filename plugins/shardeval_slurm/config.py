@@ -10,7 +10,7 @@ from typing import Annotated
 
 import msgspec
 
-from shardeval.api import ClusterConfig
+from shardeval.api.orchestrator import ClusterConfig
 
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 Port = Annotated[int, msgspec.Meta(ge=1, le=65535)]

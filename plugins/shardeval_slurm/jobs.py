@@ -106,7 +106,7 @@ class Layout:
         return f"{model} shard {task % self.shards}/{self.shards}"
 
     def complete(self, task: int) -> bool:
-        from shardeval.api import read_manifest
+        from shardeval.api.records import read_manifest
 
         if self.services is None:
             where = os.path.join(self.root, f"shard_{task}")

@@ -31,7 +31,7 @@ from shardeval_slurm.render import (Pool, _common_head, _environment, _extra_fla
                                     sbatch_value, service_launch_lines, shell_line, slurm_path)
 
 if TYPE_CHECKING:
-    from shardeval.api import LaunchRequest
+    from shardeval.api.orchestrator import LaunchRequest
     from shardeval_slurm.config import SlurmClusterConfig
 
 

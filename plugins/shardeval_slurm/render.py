@@ -35,10 +35,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from shardeval import __version__
-from shardeval.api import ENV_NAME, UsageError, is_secret
+from shardeval.api.orchestrator import ENV_NAME
+from shardeval.api.plugin import UsageError, is_secret
 
 if TYPE_CHECKING:
-    from shardeval.api import Config, LaunchRequest
+    from shardeval.api.orchestrator import Config, LaunchRequest
     from shardeval_slurm.config import NodePool, SlurmClusterConfig
 
 EVAL_SCRIPT = "eval.sbatch"
@@ -96,7 +97,7 @@ def comment(text: str) -> str:
 def node_command(cluster: SlurmClusterConfig) -> list[str]:
     """How a node invokes shardeval: `cluster.command`, else this very shardeval (absolute path;
     the one file through its own launcher, so each node picks its own Python)."""
-    from shardeval.api import node_command as this_shardeval
+    from shardeval.api.orchestrator import node_command as this_shardeval
 
     if cluster.command is not None:
         if not cluster.command or not all(cluster.command):
@@ -147,8 +148,8 @@ def service_launch_lines(config: Config, command: list[str], free_ports: bool = 
 
     lines = []
     for name, service in config.used_services().items():
-        if free_ports and service.port_override():
-            service = msgspec.structs.replace(service, **service.port_override())
+        if free_ports and (override := service.port_override()):
+            service = msgspec.structs.replace(service, **override)
         pool = getattr(service, "node_pool", None)
         label = f"services.{name} ({service.type}{f', node pool {pool}' if pool else ''})"
         lines.append(f"{label}: {service.launch_line(command)}")

@@ -37,14 +37,16 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from shardeval.api import UsageError, atomic_write
+from shardeval.api.orchestrator import Orchestrator
+from shardeval.api.plugin import UsageError
+from shardeval.api.records import atomic_write
 from shardeval_slurm.jobs import array_spec, read_record
 from shardeval_slurm.ray_template import render_ray
 from shardeval_slurm.render import (EVAL_SCRIPT, JOB_FILE, MERGE_SCRIPT, RAY_SCRIPT, check_no_secrets, choose_pool,
                                     node_command, render_array, render_merge)
 
 if TYPE_CHECKING:
-    from shardeval.api import LaunchRequest
+    from shardeval.api.orchestrator import LaunchRequest
     from shardeval_slurm.config import SlurmClusterConfig
 
 log = logging.getLogger("shardeval")
@@ -73,76 +75,98 @@ def render(request: LaunchRequest, cwd: str | None = None) -> dict[str, str]:
     return files
 
 
-def submit(request: LaunchRequest) -> int:
-    from shardeval.api import check_submission, config_hash, set_aside_shards
+class SlurmOrchestrator(Orchestrator):
+    """Submits an array job (and its merge job, which waits for it): SLURM runs the cells later,
+    so it does not wait; `--fresh` sets earlier results aside here, at submission."""
 
-    files = render(request)
-    check_no_secrets(files, request.config)
-    request = replace(request, output_root=os.path.abspath(request.output_root))
-    root, total, runs = request.output_root, request.total, request.runs()
-    if not request.dry_run:
-        _refuse_if_still_queued(root)  # before --fresh moves anything: a live task would write into superseded/
-    for run in runs:  # one run, or each model of a sweep in ROOT/<model>/
-        if not request.fresh:
+    waits = False
+
+    def plan(self) -> None:
+        """Render and check the scripts; refuse what every task would refuse after queueing."""
+        from shardeval.api.orchestrator import check_submission, config_hash
+
+        self.files = render(self.request)
+        check_no_secrets(self.files, self.request.config)
+        self.request = request = replace(self.request, output_root=os.path.abspath(self.request.output_root))
+        if not request.dry_run:
+            _refuse_if_still_queued(request.output_root)  # before --fresh moves anything: a live task would write into superseded/
+        if request.fresh:
+            return  # the lifecycle sets each run's shards aside (not in a dry run)
+        for run in request.runs():  # one run, or each model of a sweep in ROOT/<model>/
             # A changed config (say `-O benchmarks.0.repeats=3` on a finished run) is refused here, in one
             # line, not by every task after queueing while the dependent merge reports the old run. A dry
             # run only warns: it submits nothing.
             try:
-                check_submission(run.root, config_hash(run.config), total, run.config)
+                check_submission(run.root, config_hash(run.config), request.total, run.config)
             except UsageError as exc:
                 if not request.dry_run:
                     raise
                 log.warning("%s", exc)
-        elif not request.dry_run:
-            set_aside_shards(run.root)  # leases first, then the move
-    if request.fresh and request.dry_run:
-        log.info("--fresh: earlier results are set aside when the run is submitted; a dry run moves nothing")
-    os.makedirs(os.path.join(root, "logs"), exist_ok=True)
-    if RAY_SCRIPT not in files and request.sweep is None:
-        for i in range(total):
-            os.makedirs(os.path.join(root, f"shard_{i}", "logs"), exist_ok=True)
-    paths = request.write(root, files, mode=0o755)
-    cells, hashes = request.cells(), [config_hash(run.config) for run in runs]
-    todo = [c.index for c in cells if request.fresh or not cell_complete(c.dir, hashes[c.index // total])]
-    array = array_flag(todo, len(cells), request.config.cluster)  # type: ignore[arg-type]
-    if request.dry_run:
-        return _print_dry_run(files, paths, array)
-    if shutil.which("sbatch") is None:
-        raise UsageError(
-            f"sbatch not found on PATH: run this on a SLURM login node, or pass --dry-run to only write the scripts "
-            f"(written: {', '.join(paths.values())})"
-        )
-    what = "cells" if request.sweep else "shards"
-    if not todo and RAY_SCRIPT not in paths:
-        print(f"every one of the {len(cells)} {what} under {root} is already complete: nothing submitted; "
-              f"`shardeval merge {root}` merges them")
+
+    def dry_run(self) -> int:
+        if self.request.fresh:
+            log.info("--fresh: earlier results are set aside when the run is submitted; a dry run moves nothing")
+        paths, todo, array = self._write()
+        return _print_dry_run(self.files, paths, array)
+
+    def submit(self) -> int:
+        request = self.request
+        paths, todo, array = self._write()
+        root, cells = request.output_root, request.cells()
+        if shutil.which("sbatch") is None:
+            raise UsageError(
+                f"sbatch not found on PATH: run this on a SLURM login node, or pass --dry-run to only write the scripts "
+                f"(written: {', '.join(paths.values())})"
+            )
+        what = "cells" if request.sweep else "shards"
+        if not todo and RAY_SCRIPT not in paths:
+            print(f"every one of the {len(cells)} {what} under {root} is already complete: nothing submitted; "
+                  f"`shardeval merge {root}` merges them")
+            return 0
+        record: dict[str, object] = {"submitted_at": time.time(), "total_shards": request.total, "root": root}
+        if RAY_SCRIPT in paths:
+            record["ray_job_id"] = _sbatch(paths[RAY_SCRIPT])
+            log.info("submitted Ray job %s (%s): %d shards as Ray tasks, merged in the job", record["ray_job_id"], paths[RAY_SCRIPT],
+                     request.total)
+        else:
+            record["array_job_id"] = array_id = _sbatch(paths[EVAL_SCRIPT], *array)
+            record["tasks"] = todo
+            if request.sweep is not None:
+                record["sweep"] = {"services": list(request.sweep.services), "shards": request.total}
+            skipped = f", {len(cells) - len(todo)} complete {what} left out" if len(todo) < len(cells) else ""
+            layout = "<model>/shard_<i>" if request.sweep else "shard_<i>"
+            log.info("submitted array job %s (%s): %d tasks%s, %s under %s", array_id, paths[EVAL_SCRIPT], len(todo), skipped, layout, root)
+            if MERGE_SCRIPT in paths:
+                record["merge_job_id"] = _sbatch(paths[MERGE_SCRIPT], f"--dependency=afterany:{array_id}")
+                log.info("submitted merge job %s (%s), after the array ends", record["merge_job_id"], paths[MERGE_SCRIPT])
+        if old := read_record(root):  # slurm_job.json: the latest submission, earlier ones kept under `previous`
+            record["previous"] = [*old.pop("previous", []), old]
+        atomic_write(os.path.join(root, JOB_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        print(f"`shardeval status {root}` shows progress and each task's SLURM state; results: {os.path.join(root, 'merged')}/")
         return 0
-    record: dict[str, object] = {"submitted_at": time.time(), "total_shards": total, "root": root}
-    if RAY_SCRIPT in paths:
-        record["ray_job_id"] = _sbatch(paths[RAY_SCRIPT])
-        log.info("submitted Ray job %s (%s): %d shards as Ray tasks, merged in the job", record["ray_job_id"], paths[RAY_SCRIPT], total)
-    else:
-        record["array_job_id"] = array_id = _sbatch(paths[EVAL_SCRIPT], *array)
-        record["tasks"] = todo
-        if request.sweep is not None:
-            record["sweep"] = {"services": list(request.sweep.services), "shards": total}
-        skipped = f", {len(cells) - len(todo)} complete {what} left out" if len(todo) < len(cells) else ""
-        layout = "<model>/shard_<i>" if request.sweep else "shard_<i>"
-        log.info("submitted array job %s (%s): %d tasks%s, %s under %s", array_id, paths[EVAL_SCRIPT], len(todo), skipped, layout, root)
-        if MERGE_SCRIPT in paths:
-            record["merge_job_id"] = _sbatch(paths[MERGE_SCRIPT], f"--dependency=afterany:{array_id}")
-            log.info("submitted merge job %s (%s), after the array ends", record["merge_job_id"], paths[MERGE_SCRIPT])
-    if old := read_record(root):  # slurm_job.json: the latest submission, earlier ones kept under `previous`
-        record["previous"] = [*old.pop("previous", []), old]
-    atomic_write(os.path.join(root, JOB_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
-    print(f"`shardeval status {root}` shows progress and each task's SLURM state; results: {os.path.join(root, 'merged')}/")
-    return 0
+
+    def _write(self) -> tuple[dict[str, str], list[int], list[str]]:
+        """The logs folders (SLURM silently drops output whose directory is missing) and the
+        scripts; then which cells to submit: {name: path}, the cells' indices, the --array flag."""
+        from shardeval.api.orchestrator import config_hash
+
+        request = self.request
+        root, total = request.output_root, request.total
+        os.makedirs(os.path.join(root, "logs"), exist_ok=True)
+        if RAY_SCRIPT not in self.files and request.sweep is None:
+            for i in range(total):
+                os.makedirs(os.path.join(root, f"shard_{i}", "logs"), exist_ok=True)
+        paths = request.write(root, self.files, mode=0o755)
+        cells, hashes = request.cells(), [config_hash(run.config) for run in request.runs()]
+        todo = [c.index for c in cells if request.fresh or not cell_complete(c.dir, hashes[c.index // total])]
+        return paths, todo, array_flag(todo, len(cells), request.config.cluster)  # type: ignore[arg-type]
 
 
 def cell_complete(cell_dir: str, config_hash: str) -> bool:
     """Whether a cell's task would find nothing to do: its manifest says complete, of this config,
     and every pair has an ok record (the core's own rule for starting no server)."""
-    from shardeval.api import nothing_to_ask, read_manifest
+    from shardeval.api.orchestrator import nothing_to_ask
+    from shardeval.api.records import read_manifest
 
     manifest = read_manifest(cell_dir)
     return (manifest is not None and manifest.state == "complete" and manifest.config_hash == config_hash

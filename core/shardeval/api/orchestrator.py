@@ -10,20 +10,20 @@ from typing import TYPE_CHECKING
 from shardeval.api.roles import serve
 
 if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_rewrite.py --blocks
-    from shardeval.launch.orchestrator import (LaunchRequest as LaunchRequest, Cell as Cell, merge_and_report as merge_and_report,
-                                               dump_yaml as dump_yaml, escape_dollars as escape_dollars, ENV_NAME as ENV_NAME)
+    from shardeval.launch.orchestrator import (Orchestrator as Orchestrator, CellOutcome as CellOutcome,
+                                               LaunchRequest as LaunchRequest, Cell as Cell, dump_yaml as dump_yaml,
+                                               escape_dollars as escape_dollars, ENV_NAME as ENV_NAME)
+    from shardeval.launch.lifecycle import orchestrate as orchestrate, load_request as load_request
+    from shardeval.launch.cell import run_cell as run_cell
     from shardeval.config import Config as Config, ClusterConfig as ClusterConfig
     from shardeval.config.loading import load_config as load_config
-    from shardeval.config.sweep import plan_sweep as plan_sweep
     from shardeval.launch import setup_logging as setup_logging
     from shardeval.errors import EXIT_WITH_ERRORS as EXIT_WITH_ERRORS
-    from shardeval.plugins import plugin_manager as plugin_manager
     from shardeval.command_line import (evaluation_options as evaluation_options, override_option as override_option,
                                         run_cli as run_cli)
-    from shardeval.run.runner import ShardRun as ShardRun
     from shardeval.run.process import node_command as node_command, die_with_parent as die_with_parent
-    from shardeval.run.resume import check_submission as check_submission, set_aside_shards as set_aside_shards
-    from shardeval.store.shards import ShardSpec as ShardSpec, shard_range as shard_range, shard_indices as shard_indices
+    from shardeval.run.resume import check_submission as check_submission
+    from shardeval.store.shards import shard_range as shard_range
     from shardeval.store.standing import nothing_to_ask as nothing_to_ask
     from shardeval.identity import config_hash as config_hash
 else:  # type checkers read the imports above; at run time each name is imported on first use

@@ -105,23 +105,31 @@ GROUPS: dict[str, tuple[Group, ...]] = {
               "requests), `check_logprobs(logprobs, used, tokens=None)` (finite numbers <= 0, else a ValueError)"),
         group("shardeval.run.completion", "Completion", "one answer of the model, with its timing and usage"),
     ),
-    "orchestrator": (  # turn a launch request into shards somewhere, then merge
-        group("shardeval.launch.orchestrator", "LaunchRequest Cell merge_and_report dump_yaml escape_dollars ENV_NAME",
-              "`LaunchRequest`, `Cell` (one (model, shard) of a launch), `merge_and_report(root)`; the scripts an "
+    "orchestrator": (  # the phases of a launch's lifecycle, the request it is given, one cell run in-process
+        group("shardeval.launch.orchestrator", "Orchestrator CellOutcome LaunchRequest Cell dump_yaml escape_dollars ENV_NAME",
+              "`Orchestrator` (the phases of a launch a plugin fills: plan, dry_run, submit, wait, collect; the core "
+              "runs them in order, docs/plugins.md's worked orchestrator), `CellOutcome(cell, exit_code, seconds)` "
+              "(how one cell ended), `LaunchRequest`, `Cell` (one (model, shard) of a launch); the scripts an "
               "orchestrator writes: `dump_yaml`, `escape_dollars`, `ENV_NAME`"),
+        group("shardeval.launch.lifecycle", "orchestrate load_request",
+              "`orchestrate(factory, request)`: run a launch with an orchestrator (an `Orchestrator` through the "
+              "lifecycle); `load_request(config_path, overrides, quick, output_dir, dry_run=, fresh=)`: the request of "
+              "a launch the plugin's own command starts"),
+        group("shardeval.launch.cell", "run_cell",
+              "`run_cell(config, shard_idx, total, out_dir, fresh=, sweep=, source=, listeners=, on_start=)`: one cell "
+              "evaluated in this process, as `shardeval run --shard I/N -o DIR` does (its exit code; `listeners`: "
+              "objects with hook implementations for this cell only; `on_start(stop)`: a function that stops it as "
+              "Ctrl-C would)"),
         group("shardeval.config", "Config ClusterConfig", "a whole run's config, as `LaunchRequest` carries it"),
         group("shardeval.config.loading", "load_config", "`load_config(path, overrides, quick)`"),
-        group("shardeval.config.sweep", "plan_sweep", "`plan_sweep(config)`"),
         group("shardeval.launch", "setup_logging", "`setup_logging()`: the `shardeval:` log lines `run` prints"),
         group("shardeval.errors", "EXIT_WITH_ERRORS", "the exit code of a run that finished with errors"),
-        group("shardeval.plugins", "plugin_manager", "`plugin_manager()`: the pluggy manager"),
         group("shardeval.command_line", "evaluation_options override_option run_cli",
               "`shardeval run`'s options and `run_cli(command, argv, prog_name)`, for a plugin's own entry point"),
-        group("shardeval.run.runner", "ShardRun", "one shard evaluated in this process, as `shardeval run --shard` does"),
         group("shardeval.run.process", "node_command die_with_parent",
               "`node_command()` (how to start this shardeval on a node), `die_with_parent`"),
-        group("shardeval.run.resume", "check_submission set_aside_shards", "`--fresh` and resubmission checks"),
-        group("shardeval.store.shards", "ShardSpec shard_range shard_indices", "a shard's share of the problems"),
+        group("shardeval.run.resume", "check_submission", "a resubmission's check: the shards under a root hold this run"),
+        group("shardeval.store.shards", "shard_range", "`shard_range(n, idx, total)`: a shard's share of the problems"),
         group("shardeval.store.standing", "nothing_to_ask",
               "`nothing_to_ask(shard_dir, manifest)`: every pair already ok, the task would start nothing"),
         group("shardeval.identity", "config_hash", "`config_hash(config)`"),
@@ -202,7 +210,12 @@ RETIRED: dict[str, str] = {
                     "shardeval.benchmark.images"),
     "ServiceFactory": "shardeval.run.service",
     **dict.fromkeys(("SolverFactory",), "shardeval.run.solver"),
-    "Orchestrator": "shardeval.launch.orchestrator",
+    **dict.fromkeys(("merge_and_report",), "shardeval.launch.orchestrator"),  # the lifecycle merges; the older form's
+    "set_aside_shards": "shardeval.run.resume",  # the lifecycle sets aside on --fresh
+    "plan_sweep": "shardeval.config.sweep",  # load_request plans the sweep
+    "plugin_manager": "shardeval.plugins",  # run_cell's listeners join it
+    "ShardRun": "shardeval.run.runner",  # run_cell runs it
+    **dict.fromkeys(("ShardSpec", "shard_indices"), "shardeval.store.shards"),
     **dict.fromkeys(("checkpoint_step", "metric_name"), "shardeval.results.trackers"),
     **dict.fromkeys(("ERROR", "MISSING", "Metric"), "shardeval.results.metrics"),
     **dict.fromkeys(("BenchmarkManifest", "IMAGES_FILE", "Manifest", "Message"), "shardeval.store.records"),

@@ -1,7 +1,8 @@
 """`shardeval run`, from the command line to a shard or an orchestrator.
 
 dispatch: load the config, pick the shard, then run it or hand off; orchestrator: what a
-`cluster.type` plugin receives; preflight: what is checked once before any shard starts. This
+`cluster.type` plugin receives; lifecycle: the phases it fills, run by the core in order; cell: one
+cell run in this process (a Ray task); preflight: what is checked once before any shard starts. This
 module only sets up the log (for `run`, `rescore` and the Ray entry point): an orchestrator plugin
 imports `orchestrator` when it loads, which must not load the runner.
 """

@@ -21,6 +21,7 @@ from shardeval.config.sweep import SWEEP_FLAG, model_config, plan_sweep
 from shardeval.errors import ShardError, UsageError
 from shardeval.identity import config_hash
 from shardeval.launch import log, setup_logging
+from shardeval.launch.lifecycle import orchestrate
 from shardeval.launch.orchestrator import LaunchRequest
 from shardeval.launch.preflight import preflight
 from shardeval.run.runner import ShardRun, plan_benchmarks
@@ -45,17 +46,8 @@ def launch(
     if shard is None and sweep is None and config.cluster.runs_in_process():
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
-        request = LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
-        preflight(request)  # once, before any shard starts: one line, exit 2, nothing started or moved
-        if sweep is not None and not dry_run:
-            sweep.write_plan(request.output_root)
-        if not dry_run:  # the merge that ends the launch (maybe another process: SLURM's merge job) reads it
-            write_export_list(request.output_root, msgspec.to_builtins(config.export))
-        warn_greedy_repeats(config)
-        code = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory(request)
-        if dry_run and code == 0:
-            print_identity(config)
-        return code
+        return hand_off(LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh,
+                                             sweep=sweep))
     plan = None
     if sweep is not None:  # -o is the sweep's root: the cell writes <root>/<service>/shard_<i>/
         name, shard = sweep.select(shard)
@@ -73,6 +65,22 @@ def launch(
         return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh, sweep=plan).run())
     except ShardError as exc:  # already logged by the shard, in its log too
         return exc.exit_code
+
+
+def hand_off(request: LaunchRequest) -> int:
+    """No shard selected: check once, write what the launch's merge reads, then the orchestrator
+    that `cluster.type` names runs the launch (shardeval.launch.lifecycle)."""
+    config = request.config
+    preflight(request)  # once, before any shard starts: one line, exit 2, nothing started or moved
+    if request.sweep is not None and not request.dry_run:
+        request.sweep.write_plan(request.output_root)
+    if not request.dry_run:  # the merge that ends the launch (maybe another process: SLURM's merge job) reads it
+        write_export_list(request.output_root, msgspec.to_builtins(config.export))
+    warn_greedy_repeats(config)
+    code = orchestrate(plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory, request)
+    if request.dry_run and code == 0:
+        print_identity(config)
+    return code
 
 
 def warn_greedy_repeats(config) -> None:

@@ -1,18 +1,20 @@
-"""The orchestrator API: what a `cluster.type` plugin receives when no shard is selected.
+"""The launch request: what a `cluster.type` plugin receives when no shard is selected.
 
 An orchestrator turns one `shardeval run` into N shard runs (local processes, a SLURM array, an
-Indexed Job, Ray tasks, Compose services). Each of those runs `shard_argv(...)`: the same command
+Indexed Job, Ray tasks, Compose services). Each of those runs `cell_args(...)`: the same command
 with `--shard I/N` and its own output directory, so a shard never re-submits the run.
+`Orchestrator` holds the phases a plugin fills; shardeval.launch.lifecycle runs them in order.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from shardeval.config import Config
 from shardeval.errors import UsageError
@@ -165,7 +167,71 @@ class LaunchRequest:
         return [*self.run_args(**run), "--shard", f"{idx}/{total}", "-o", output_dir or self.shard_dir(int(idx))]
 
 
-Orchestrator = Callable[[LaunchRequest], int]
+@dataclass(frozen=True)
+class CellOutcome:
+    """How one cell of a launch ended, as its orchestrator saw it."""
+
+    cell: Cell
+    exit_code: int | None  # its exit code; None: it never ran to an exit (not started after a stop, cancelled)
+    seconds: float = 0.0  # from its start to its end, where the orchestrator measures it
+
+
+class Orchestrator:
+    """One launch on one kind of cluster: the phases a `cluster.type` plugin fills.
+
+    Registered as `register("name", MyOrchestrator, config=MyClusterConfig)` (or a `Lazy` naming
+    the class); the core makes one per launch with the `LaunchRequest` and runs `run_lifecycle`.
+    Class attributes declare how the orchestrator takes part in the protocol:
+
+    - `waits`: True when `submit` + `wait` see every cell end here (local processes, Ray tasks),
+      so the core collects, merges and picks the exit code. False when the cells are handed to a
+      scheduler that runs them later with its own merge (a SLURM array and its merge job, an
+      Indexed Job, a Compose project): `submit`'s code is the launch's.
+    - `fresh_on_launcher`: True when `--fresh` sets earlier results aside here, once, before
+      `submit` (a retried or requeued task then resumes instead of starting over); False when
+      `--fresh` travels to the nodes in their arguments (`run_args()`).
+    - `refusal_stops_the_merge`: True when cells that exited 2 keep the launch from merging (each
+      refused before it wrote anything, so what its directory holds is not this run's); False
+      when they are reported with the other failed cells and the rest is merged.
+    """
+
+    waits: ClassVar[bool] = True
+    fresh_on_launcher: ClassVar[bool] = True
+    refusal_stops_the_merge: ClassVar[bool] = True
+
+    def __init__(self, request: LaunchRequest) -> None:
+        self.request = request
+
+    def plan(self) -> None:
+        """What to run, before anything is printed, moved or submitted: render the files, check
+        what only this orchestrator can (a mistake raises UsageError: one line, exit 2). May
+        replace `self.request` (say, with an absolute output root), which the later phases use."""
+
+    def dry_run(self) -> int:
+        """`--dry-run`: print what `submit` would do, start nothing; the exit code (0)."""
+        raise NotImplementedError(f"{type(self).__name__} has no dry run")
+
+    def submit(self) -> int:
+        """Hand every cell to where it runs: 0 when they were handed over, else the launch's exit
+        code (nothing to wait for). Of an orchestrator that does not wait, the launch's code."""
+        raise NotImplementedError(f"{type(self).__name__} submits nothing")
+
+    def wait(self) -> None:
+        """Return when every submitted cell has ended (or a stop signal ended the launch)."""
+
+    def collect(self) -> list[CellOutcome]:
+        """One outcome per cell, in `request.cells()` order; say what this orchestrator says of
+        each (its exit and time, where it ran)."""
+        return []
+
+    def merges(self) -> bool:
+        """Whether the launch ends with the merge (`merge: false` sections say no)."""
+        return True
+
+    def stopped_by(self) -> signal.Signals | None:
+        """The stop signal (SIGTERM, SIGINT) that ended the launch here, if one did: the cells
+        were told, none started after it, and the launch exits 143 / 130."""
+        return None
 
 
 def escape_dollars(text: str) -> str:
@@ -194,7 +260,8 @@ def dump_yaml(documents: list[dict[str, Any]], header: str = "", explicit_start:
 
 
 def merge_and_report(root: str) -> None:
-    """The step an orchestrator that waits for its shards ends with: merge what they wrote (also
+    """The step a launch that waits for its shards ends with (the lifecycle's `settle`; an
+    orchestrator of the older form calls it itself): merge what they wrote (also
     after a failure: the report then says what is missing) and print the report (of a sweep: the
     models × benchmarks table). What could not be read, and what the merge left out (no HTML
     without the plotting extra), are said on stderr as `shardeval merge` says them. Then the
