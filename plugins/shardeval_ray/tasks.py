@@ -122,7 +122,8 @@ def evaluate_shard(
 
 # Shard tasks are I/O-bound HTTP clients: one CPU each by default; the orchestrator sets
 # num_cpus/num_gpus/resources/retries from the config with .options(...).
-run_shard = ray.remote(num_cpus=1, max_retries=3, retry_exceptions=[ShardAttemptFailed])(evaluate_shard)
+# Ray's overloads type retry_exceptions as bool; its documentation and runtime also take a list of exception types.
+run_shard = ray.remote(num_cpus=1, max_retries=3, retry_exceptions=[ShardAttemptFailed])(evaluate_shard)  # type: ignore[call-overload]
 
 
 def _resolve_config(
