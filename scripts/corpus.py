@@ -47,16 +47,28 @@ TIMEOUT_S = 300
 
 NUM = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 TIMING_KEYS = (  # JSON keys whose values are wall-clock readings or measured durations
-    "ttft_s", "latency_s", "started_at", "finished_at", "updated_at", "ended_at", "pid_start",
-    "wall_span_s", "completion_tokens_per_s", "requests_per_s", "seconds",
+    "ttft_s",
+    "latency_s",
+    "started_at",
+    "finished_at",
+    "updated_at",
+    "ended_at",
+    "pid_start",
+    "wall_span_s",
+    "completion_tokens_per_s",
+    "requests_per_s",
+    "seconds",
 )
 NORMALIZE: list[tuple[str, str, str]] = [
     # timings in JSON (records, manifests, timing.json, heartbeat, chart data in the HTML pages):
     # wall-clock times and measured latencies differ on every run
     (r'"(%s)":\s?%s' % ("|".join(TIMING_KEYS), NUM), r'"\1": <T>', "measured time"),
     # timing.json's latency and TTFT percentiles (keys nested under ttft_s / latency_s)
-    (r'("(?:ttft_s|latency_s)":\s?\{\s*"p50":\s?)%s(,\s*"p90":\s?)%s(,\s*"p99":\s?)%s' % (NUM, NUM, NUM),
-     r"\1<T>\2<T>\3<T>", "measured time"),
+    (
+        r'("(?:ttft_s|latency_s)":\s?\{\s*"p50":\s?)%s(,\s*"p90":\s?)%s(,\s*"p99":\s?)%s' % (NUM, NUM, NUM),
+        r"\1<T>\2<T>\3<T>",
+        "measured time",
+    ),
     # the same percentiles as report.html's table cells (data-value and the text shown)
     (r'(data-key="[^"]*/(?:ttft|latency)[^"]*" data-value=")[^"]*(">)[^<]*', r"\1<T>\2<T>", "measured time"),
     # the time a rescore ran (a manifest's rescored.at), a Unix time
@@ -72,8 +84,11 @@ NORMALIZE: list[tuple[str, str, str]] = [
     (r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?(?:[+-]\d{4}|Z)?", "<DATE>", "wall-clock date"),
     # durations and rates in text: progress and summary lines, report.md's latency line, launcher lines
     (r"(latency p50 )%s s p95 %s s; %s req/s" % (NUM, NUM, NUM), r"\1<T> s p95 <T> s; <T> req/s", "measured time"),
-    (r"(latency p50/p90/p99: )%s/%s/%s s; TTFT p50/p90/p99: %s/%s/%s s" % ((NUM,) * 6),
-     r"\1<T>/<T>/<T> s; TTFT p50/p90/p99: <T>/<T>/<T> s", "measured time"),
+    (
+        r"(latency p50/p90/p99: )%s/%s/%s s; TTFT p50/p90/p99: %s/%s/%s s" % ((NUM,) * 6),
+        r"\1<T>/<T>/<T> s; TTFT p50/p90/p99: <T>/<T>/<T> s",
+        "measured time",
+    ),
     (r"%s( completion tokens/s over )%s s" % (NUM, NUM), r"<T>\1<T> s", "measured time"),
     # rescore's summary line: how long it took and its rate
     (r"; %s s, %s records/s" % (NUM, NUM), r"; <T> s, <T> records/s", "measured time"),
@@ -83,8 +98,7 @@ NORMALIZE: list[tuple[str, str, str]] = [
     # the padding before it goes too
     (r"(\d+/\d+ +\d+) +\d+\.\d+\b", r"\1 <T>", "measured time"),
     (r"(exit \d+ after )%s s" % NUM, r"\1<T> s", "measured time"),
-    (r"(ran in )%s s(, \d+ at a time: busy )%s s, \d+%%( of the slots' time)" % (NUM, NUM),
-     r"\1<T> s\2<T> s, <T>%\3", "measured time"),
+    (r"(ran in )%s s(, \d+ at a time: busy )%s s, \d+%%( of the slots' time)" % (NUM, NUM), r"\1<T> s\2<T> s, <T>%\3", "measured time"),
 ]
 NORMALIZE_RE = [(re.compile(pattern), replacement) for pattern, replacement, _ in NORMALIZE]
 
@@ -180,13 +194,21 @@ class Corpus:
         self.n += 1
         t = time.monotonic()
         try:
-            r = subprocess.run([sys.executable, "-m", "shardeval", *args], cwd=cwd, capture_output=True, text=True,
-                               timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+            r = subprocess.run(
+                [sys.executable, "-m", "shardeval", *args],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+            )
             code, stdout, stderr = r.returncode, r.stdout, r.stderr
         except subprocess.TimeoutExpired as exc:
             code, stdout, stderr = -1, _text(exc.stdout), _text(exc.stderr) + f"\n[corpus: timed out after {TIMEOUT_S} s]\n"
-        body = (f"$ shardeval {' '.join(args)}\n(cwd: {cwd})\nexit: {code}\n"
-                f"--- stdout\n{normalize(stdout)}--- stderr\n{normalize(stderr, 'stderr')}")
+        body = (
+            f"$ shardeval {' '.join(args)}\n(cwd: {cwd})\nexit: {code}\n"
+            f"--- stdout\n{normalize(stdout)}--- stderr\n{normalize(stderr, 'stderr')}"
+        )
         path = self.out / "cmd" / f"{self.n:02d}-{name}.txt"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(body)
@@ -264,20 +286,60 @@ def build(out: Path, root: Path) -> int:
 
     # 1. a single run: arith_sim.yaml, 2 shards launched locally (each starts its simulator), merged
     small = ["-O", "output.progress_interval_s=0"]
-    c.cmd("run-single", "run", str(ex / "arith_sim.yaml"), "-O", "cluster.shards=2", "-O", "benchmarks.0.params.n=60",
-          "-O", "benchmarks.0.repeats=2", "-O", f"output.dir={runs / 'single'}", *small)
+    c.cmd(
+        "run-single",
+        "run",
+        str(ex / "arith_sim.yaml"),
+        "-O",
+        "cluster.shards=2",
+        "-O",
+        "benchmarks.0.params.n=60",
+        "-O",
+        "benchmarks.0.repeats=2",
+        "-O",
+        f"output.dir={runs / 'single'}",
+        *small,
+    )
     c.cmd("merge-single", "merge", str(runs / "single"))
-    c.cmd("merge-single-errors-as-wrong-clopper", "merge", str(runs / "single"), "--errors-as-wrong", "--ci-method",
-          "clopper-pearson", "-o", str(WORK / "out" / "single-cp"))
+    c.cmd(
+        "merge-single-errors-as-wrong-clopper",
+        "merge",
+        str(runs / "single"),
+        "--errors-as-wrong",
+        "--ci-method",
+        "clopper-pearson",
+        "-o",
+        str(WORK / "out" / "single-cp"),
+    )
 
     # 2. a sweep: sweep_sim.yaml (3 models x 2 benchmarks, 2 shards each), then the sweep merge
-    c.cmd("run-sweep", "run", str(ex / "sweep_sim.yaml"), "-O", "benchmarks.0.params.n=60", "-O", "benchmarks.1.params.n=60",
-          "-O", f"output.dir={runs / 'sweep'}", *small)
+    c.cmd(
+        "run-sweep",
+        "run",
+        str(ex / "sweep_sim.yaml"),
+        "-O",
+        "benchmarks.0.params.n=60",
+        "-O",
+        "benchmarks.1.params.n=60",
+        "-O",
+        f"output.dir={runs / 'sweep'}",
+        *small,
+    )
     c.cmd("merge-sweep", "merge", str(runs / "sweep"))
 
     # 3. a judged run: judge_sim.yaml (single and pairwise grading by a simulated judge)
-    c.cmd("run-judge", "run", str(ex / "judge_sim.yaml"), "-O", "benchmarks.0.params.n=40", "-O", "benchmarks.1.params.n=40",
-          "-O", f"output.dir={runs / 'judge'}", *small)
+    c.cmd(
+        "run-judge",
+        "run",
+        str(ex / "judge_sim.yaml"),
+        "-O",
+        "benchmarks.0.params.n=40",
+        "-O",
+        "benchmarks.1.params.n=40",
+        "-O",
+        f"output.dir={runs / 'judge'}",
+        *small,
+    )
     c.cmd("merge-judge", "merge", str(runs / "judge"))
 
     # 4. rescores: the same scorer; a judged run judged again, and judged in another mode; each merged
@@ -285,8 +347,7 @@ def build(out: Path, root: Path) -> int:
     c.cmd("merge-rescored", "merge", str(runs / "rescored"))
     c.cmd("rescore-judge", "rescore", str(runs / "judge"), "-o", str(runs / "judge_rescored"))
     c.cmd("merge-judge-rescored", "merge", str(runs / "judge_rescored"))
-    c.cmd("rescore-judge-pairwise", "rescore", str(runs / "judge"), "-o", str(runs / "judge_pairwise"), "--judge",
-          "arith=judge:pairwise")
+    c.cmd("rescore-judge-pairwise", "rescore", str(runs / "judge"), "-o", str(runs / "judge_pairwise"), "--judge", "arith=judge:pairwise")
     c.cmd("merge-judge-pairwise", "merge", str(runs / "judge_pairwise"))
 
     # 5. an MMLU-shaped run with errors: ERRORS, exit 3 (as tests/perf's MMLU-shaped runs)
@@ -295,8 +356,7 @@ def build(out: Path, root: Path) -> int:
     cfg.write_text(MMLU_CONFIG % (runs / "mmlu"))
     c.cmd("run-mmlu", "run", str(cfg), expect=(3,))
     c.cmd("merge-mmlu", "merge", str(runs / "mmlu"), expect=(3,))
-    c.cmd("merge-mmlu-errors-as-wrong", "merge", str(runs / "mmlu"), "--errors-as-wrong", "-o", str(WORK / "out" / "mmlu-eaw"),
-          expect=(3,))
+    c.cmd("merge-mmlu-errors-as-wrong", "merge", str(runs / "mmlu"), "--errors-as-wrong", "-o", str(WORK / "out" / "mmlu-eaw"), expect=(3,))
 
     # 6. compare: two models of the sweep (paired, same problems), as text, JSON and HTML
     a, b = str(runs / "sweep" / "base"), str(runs / "sweep" / "step1")
@@ -305,8 +365,9 @@ def build(out: Path, root: Path) -> int:
     c.cmd("compare-rejudged", "compare", str(runs / "judge"), str(runs / "judge_pairwise"))
 
     # 7. dry runs of every example config (offline: they print and write, submit nothing), each in its own cwd
-    configs = sorted([*ex.glob("*.yaml"), *ex.glob("k8s/*.yaml"), *ex.glob("compose/*.yaml"),
-                      *(WORK / "shared" / "examples").glob("*.yaml")])
+    configs = sorted(
+        [*ex.glob("*.yaml"), *ex.glob("k8s/*.yaml"), *ex.glob("compose/*.yaml"), *(WORK / "shared" / "examples").glob("*.yaml")]
+    )
     for config in configs:
         slug = str(config.relative_to(WORK)).replace("/", "_").removesuffix(".yaml")
         cwd = WORK / "dry" / slug
@@ -344,7 +405,7 @@ def files(root: Path) -> set[str]:
 
 def _clip(line: str, at: int, width: int = 90) -> str:
     lo = max(0, at - width // 3)
-    return ("…" if lo else "") + line[lo:lo + width] + ("…" if lo + width < len(line) else "")
+    return ("…" if lo else "") + line[lo : lo + width] + ("…" if lo + width < len(line) else "")
 
 
 def first_differences(x: str, y: str, limit: int = 8) -> list[str]:
@@ -370,16 +431,14 @@ def first_differences(x: str, y: str, limit: int = 8) -> list[str]:
     return out
 
 
-def files(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
-
-
 def diff(before: Path, after: Path) -> int:
     a, b = files(before), files(after)
     only_a, only_b, both = sorted(a - b), sorted(b - a), sorted(a & b)
     differing = [name for name in both if (before / name).read_bytes() != (after / name).read_bytes()]
-    print(f"{len(a)} files in {before}, {len(b)} in {after}: {len(only_a)} only before, {len(only_b)} only after, "
-          f"{len(differing)} differ, {len(both) - len(differing)} identical")
+    print(
+        f"{len(a)} files in {before}, {len(b)} in {after}: {len(only_a)} only before, {len(only_b)} only after, "
+        f"{len(differing)} differ, {len(both) - len(differing)} identical"
+    )
     for name in only_a:
         print(f"only in before: {name}")
     for name in only_b:
@@ -402,14 +461,16 @@ def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parent.parent
     if "--root" in argv:
         i = argv.index("--root")
-        root, argv = Path(argv[i + 1]).resolve(), argv[:i] + argv[i + 2:]
+        root, argv = Path(argv[i + 1]).resolve(), argv[:i] + argv[i + 2 :]
     if len(argv) != 1 or argv[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
     t = time.monotonic()
     code = build(Path(argv[0]).resolve(), root)
-    print(f"corpus: {sum(1 for _ in Path(argv[0]).rglob('*') if _.is_file())} files in {argv[0]}, "
-          f"{time.monotonic() - t:.0f} s", file=sys.stderr)
+    print(
+        f"corpus: {sum(1 for _ in Path(argv[0]).rglob('*') if _.is_file())} files in {argv[0]}, {time.monotonic() - t:.0f} s",
+        file=sys.stderr,
+    )
     return code
 
 

@@ -28,15 +28,16 @@ SHARDEVAL = [sys.executable, "-m", "shardeval"]
 WIDTH = 1280
 # Twelve checkpoints whose accuracy climbs and levels off, as a training run's do.
 STEPS = [f"step{1000 * (i + 1)}" for i in range(12)]
-ACCURACY = [round(0.25 + 0.55 * (1 - 0.72 ** i), 3) for i in range(12)]
+ACCURACY = [round(0.25 + 0.55 * (1 - 0.72**i), 3) for i in range(12)]
 
 
 def sweep_config(path: Path, *, ttft_ms: int) -> Path:
     config = {
-        "services": {s: {"type": "sim", "bench": "arith", "accuracy": a, "ttft_ms": ttft_ms, "itl_ms": 0}
-                     for s, a in zip(STEPS, ACCURACY)},
-        "benchmarks": [{"name": "arith", "params": {"n": 120}, "max_concurrent": 8},
-                       {"name": "arith", "id": "arith_hard", "params": {"n": 80, "seed": 7}, "repeats": 2, "max_concurrent": 8}],
+        "services": {s: {"type": "sim", "bench": "arith", "accuracy": a, "ttft_ms": ttft_ms, "itl_ms": 0} for s, a in zip(STEPS, ACCURACY)},
+        "benchmarks": [
+            {"name": "arith", "params": {"n": 120}, "max_concurrent": 8},
+            {"name": "arith", "id": "arith_hard", "params": {"n": 80, "seed": 7}, "repeats": 2, "max_concurrent": 8},
+        ],
         "sweep": {"services": STEPS, "baseline": STEPS[0]},
         "cluster": {"type": "local", "shards": 2, "parallel": 2},
         "output": {"progress_interval_s": 0},
@@ -45,8 +46,9 @@ def sweep_config(path: Path, *, ttft_ms: int) -> Path:
     return path
 
 
-def shoot(browser, url: str, out: Path, *, height: int, ready: str | None = "document.body.dataset.charts === 'drawn'",
-          settle_s: float = 0.0) -> None:
+def shoot(
+    browser, url: str, out: Path, *, height: int, ready: str | None = "document.body.dataset.charts === 'drawn'", settle_s: float = 0.0
+) -> None:
     page = browser.new_page(viewport={"width": WIDTH, "height": height})
     page.goto(url, wait_until="load")
     if ready:
@@ -69,14 +71,27 @@ def main() -> None:
         # run where the pages will name their folders as a user's would: relative ones
         quick, sweep, live = work / "eval_results" / "arith_sim", work / "training_run", work / "training_run_live"
         subprocess.run([*SHARDEVAL, "run", str(ROOT / "examples" / "arith_sim.yaml")], cwd=work, check=True, capture_output=True)
-        subprocess.run([*SHARDEVAL, "run", str(sweep_config(work / "sweep.json", ttft_ms=1)), "-o", sweep.name], cwd=work,
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*SHARDEVAL, "run", str(sweep_config(work / "sweep.json", ttft_ms=1)), "-o", sweep.name],
+            cwd=work,
+            check=True,
+            capture_output=True,
+        )
         # the same sweep, slower, watched while it runs
-        running = subprocess.Popen([*SHARDEVAL, "run", str(sweep_config(work / "live.json", ttft_ms=120)), "-o", live.name],
-                                   cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        running = subprocess.Popen(
+            [*SHARDEVAL, "run", str(sweep_config(work / "live.json", ttft_ms=120)), "-o", live.name],
+            cwd=work,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(8)
-        status = subprocess.Popen([*SHARDEVAL, "status", live.name, "--serve", "--interval", "1"], cwd=work, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True)
+        status = subprocess.Popen(
+            [*SHARDEVAL, "status", live.name, "--serve", "--interval", "1"],
+            cwd=work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         url = re.search(r"http://\S+", status.stdout.readline()).group().rstrip("/") + "/"
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])

@@ -119,8 +119,9 @@ def browser() -> Iterator[Any]:
 
 
 @contextmanager
-def visit(browser: Any, url: str, *, ready: str | None = None, timeout_ms: int = 15_000,
-          viewport: tuple[int, int] = (1280, 900)) -> Iterator[Visit]:
+def visit(
+    browser: Any, url: str, *, ready: str | None = None, timeout_ms: int = 15_000, viewport: tuple[int, int] = (1280, 900)
+) -> Iterator[Visit]:
     """Open `url` in a fresh context (no shared cache or storage), wait for the load event and,
     when given, for the JavaScript expression `ready` to be truthy; record what the page did."""
     context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})

@@ -9,7 +9,8 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -57,7 +58,9 @@ def sim() -> Iterator[str]:
         yield url
 
 
-def shardeval_cmd(*args: str, env: dict[str, str] | None = None, timeout: float = 120, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+def shardeval_cmd(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120, cwd: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess, as a user would."""
     full_env = dict(os.environ)
     if env:
@@ -83,8 +86,16 @@ def process_alive(pid: int) -> bool:
 
 
 def api_eval_config(
-    path: Path, url: str, *, bench: str = "arith", n: int = 3, repeats: int = 1, concurrency: int = 4,
-    service: dict | None = None, benchmark: dict | None = None, output: dict | None = None,
+    path: Path,
+    url: str,
+    *,
+    bench: str = "arith",
+    n: int = 3,
+    repeats: int = 1,
+    concurrency: int = 4,
+    service: dict | None = None,
+    benchmark: dict | None = None,
+    output: dict | None = None,
 ) -> Path:
     """A config file with one `api` service at `url` (model `sim`) and one benchmark, for tests
     that point `shardeval run` at a server of their own; each dict adds to (or replaces) the keys
@@ -125,32 +136,82 @@ def descendants(pid: int) -> list[int]:
 SHARED: dict[str, tuple[str, ...]] = {
     "docker": ("test_docker.py", "test_compose.py", "test_inspect_agentic.py", "test_inspect_docker_sandbox.py"),
     "cluster": ("test_slurm.py", "test_ray.py", "test_zipapp.py", "test_zipapp_pages.py"),
-    "vllm": ("test_vllm_real.py", "test_vllm_lifecycle.py", "test_vllm_reasoning.py", "test_vllm_request_model.py",
-             "test_vllm_service.py", "test_lmeval_parity.py", "test_lmeval_reference.py", "test_vlm_answers.py",
-             "test_judge.py", "test_logprob_answers.py"),
+    "vllm": (
+        "test_vllm_real.py",
+        "test_vllm_lifecycle.py",
+        "test_vllm_reasoning.py",
+        "test_vllm_request_model.py",
+        "test_vllm_service.py",
+        "test_lmeval_parity.py",
+        "test_lmeval_reference.py",
+        "test_vlm_answers.py",
+        "test_judge.py",
+        "test_logprob_answers.py",
+    ),
 }
 _GROUP_OF = {name: group for group, names in SHARED.items() for name in names}
 # Files whose tests time themselves against wall-clock bounds (a drain of 15 s, a reply within 2 s,
 # a load test's wall time against its fault-free run): marked `serial`, run alone after the parallel
 # pass (scripts/test.sh), never beside other workers' load.
-SERIAL: tuple[str, ...] = ("test_faults_load.py", "test_scale.py", "test_lifecycle.py", "test_process_faults.py",
-                           "test_peak_rss.py", "test_hostile_server.py", "test_client.py", "test_sim_reasoning.py",
-                           "test_sandbox.py", "test_process.py", "test_not_regular_files.py")
+SERIAL: tuple[str, ...] = (
+    "test_faults_load.py",
+    "test_scale.py",
+    "test_lifecycle.py",
+    "test_process_faults.py",
+    "test_peak_rss.py",
+    "test_hostile_server.py",
+    "test_client.py",
+    "test_sim_reasoning.py",
+    "test_sandbox.py",
+    "test_process.py",
+    "test_not_regular_files.py",
+)
 
 
 # Left out of the quick tier (`bash scripts/test.sh --quick`): files that need a component the set-up
 # installs or starts (those above, Chromium, the benchmark data packages, Kubernetes' validator, the
 # reasoning references), run lm-eval or Inspect for real, install packages, or take minutes.
 SLOW: tuple[str, ...] = (
-    *_GROUP_OF, *SERIAL,
-    "test_lmeval.py", "test_inspect.py", "test_inspect_parity.py", "test_inspect_sweep.py", "test_inspect_identity.py",
-    "test_inspect_view.py", "test_library_boundary.py", "test_sim_tools.py", "test_extras_alone.py", "test_extras_fresh_venv.py",
-    "test_plugins_install.py", "test_example_plugin.py", "test_kubernetes.py", "test_reasoning_split.py",
-    "test_export_inspect.py", "test_grid_html.py", "test_one_number_one_text.py", "test_pages_read.py", "test_pages_scale.py",
-    "test_reasoning_pages.py", "test_report_html.py", "test_report_images.py", "test_status_serve.py", "test_sweep.py",
-    "test_gsm8k.py", "test_humaneval.py", "test_mmlu.py", "test_reasoning_e2e.py", "test_export_mlflow.py",
-    "test_export_wandb.py", "test_fuzz.py", "test_interval_coverage.py", "test_sim_knows.py", "test_layers.py",
-    "test_preflight.py", "test_secrets.py", "test_slurm_render.py", "test_no_spread.py",
+    *_GROUP_OF,
+    *SERIAL,
+    "test_lmeval.py",
+    "test_inspect.py",
+    "test_inspect_parity.py",
+    "test_inspect_sweep.py",
+    "test_inspect_identity.py",
+    "test_inspect_view.py",
+    "test_library_boundary.py",
+    "test_sim_tools.py",
+    "test_extras_alone.py",
+    "test_extras_fresh_venv.py",
+    "test_plugins_install.py",
+    "test_example_plugin.py",
+    "test_kubernetes.py",
+    "test_reasoning_split.py",
+    "test_export_inspect.py",
+    "test_grid_html.py",
+    "test_one_number_one_text.py",
+    "test_pages_read.py",
+    "test_pages_scale.py",
+    "test_reasoning_pages.py",
+    "test_report_html.py",
+    "test_report_images.py",
+    "test_status_serve.py",
+    "test_sweep.py",
+    "test_gsm8k.py",
+    "test_humaneval.py",
+    "test_mmlu.py",
+    "test_reasoning_e2e.py",
+    "test_export_mlflow.py",
+    "test_export_wandb.py",
+    "test_fuzz.py",
+    "test_interval_coverage.py",
+    "test_sim_knows.py",
+    "test_layers.py",
+    "test_preflight.py",
+    "test_secrets.py",
+    "test_slurm_render.py",
+    "test_no_spread.py",
     "test_static_types.py",  # mypy over the core and every plugin: minutes with a cold cache
 )
 
@@ -181,4 +242,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.serial)
         if name in SLOW:
             item.add_marker(pytest.mark.slow)
-

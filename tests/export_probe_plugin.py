@@ -25,12 +25,35 @@ def export_probe(config: ProbeConfig, export: TrackerExport) -> list[str]:
         raise UsageError("probe: bad value for file")
     if config.fail == "crash":
         raise RuntimeError("the probe library broke\nsecond line of its own traceback")
-    runs = [{"key": r.key, "model": r.model, "benchmark": r.benchmark, "step": r.step, "status": r.status, "params": r.params,
-             "tags": r.tags, "metrics": r.metrics, "vs_baseline": len(r.vs_baseline), "results_file": r.results_file()}
-            for r in export.runs]
+    runs = [
+        {
+            "key": r.key,
+            "model": r.model,
+            "benchmark": r.benchmark,
+            "step": r.step,
+            "status": r.status,
+            "params": r.params,
+            "tags": r.tags,
+            "metrics": r.metrics,
+            "vs_baseline": len(r.vs_baseline),
+            "results_file": r.results_file(),
+        }
+        for r in export.runs
+    ]
     with open(config.file or os.environ["PROBE_FILE"], "a", encoding="utf-8") as f:
-        f.write(json.dumps({"root": export.root, "sweep": export.sweep, "baseline": export.baseline, "verdict": export.verdict,
-                            "notes": export.notes, "runs": runs}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "root": export.root,
+                    "sweep": export.sweep,
+                    "baseline": export.baseline,
+                    "verdict": export.verdict,
+                    "notes": export.notes,
+                    "runs": runs,
+                }
+            )
+            + "\n"
+        )
     return [f"probe: {len(runs)} runs"]
 
 

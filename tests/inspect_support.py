@@ -21,7 +21,8 @@ import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 
 from conftest import running_sim, shardeval_cmd, stop_process
@@ -94,8 +95,22 @@ def write_tasks(folder: Path, n: int) -> Path:
 @contextmanager
 def inspect_sim(tasks: Path, *args: str, accuracy: float = 0.5) -> Iterator[str]:
     """A simulator that knows the answers of tasks.py@arith (and so of every task on its questions)."""
-    with running_sim("--bench", "inspect", "--bench-param", f"task={tasks}@arith", "--accuracy", str(accuracy),
-                     "--ttft-ms", "0", "--itl-ms", "0", "--output-tokens", "12", *args, timeout=60) as url:
+    with running_sim(
+        "--bench",
+        "inspect",
+        "--bench-param",
+        f"task={tasks}@arith",
+        "--accuracy",
+        str(accuracy),
+        "--ttft-ms",
+        "0",
+        "--itl-ms",
+        "0",
+        "--output-tokens",
+        "12",
+        *args,
+        timeout=60,
+    ) as url:
         yield url
 
 
@@ -123,8 +138,11 @@ def inspect_config(path: Path, url: str, tasks: Path, entries: list[dict[str, An
         entry = dict(entry)
         params = {"task": f"{tasks}@{entry.pop('task')}", **entry.pop("params", {})}
         benchmarks.append({"name": "inspect", "params": params, "repeats": 3, "max_concurrent": 8, **entry})
-    config = {"services": {"model": {"type": "api", "url": url, "model": MODEL, **(service or {})}},
-              "benchmarks": benchmarks, "output": {"progress_interval_s": 0}}
+    config = {
+        "services": {"model": {"type": "api", "url": url, "model": MODEL, **(service or {})}},
+        "benchmarks": benchmarks,
+        "output": {"progress_interval_s": 0},
+    }
     path.write_text(json.dumps(config, indent=1))
     return path
 
@@ -134,8 +152,15 @@ def run_shards(cfg: Path, root: Path, total: int, env: dict[str, str] | None = N
     procs = []
     for i in range(total):
         shard_env = {**os.environ, **(env or {}), "NEL_SHARD_IDX": str(i), "NEL_TOTAL_SHARDS": str(total)}
-        procs.append(subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(root / f"shard_{i}")],
-                                      env=shard_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(root / f"shard_{i}")],
+                env=shard_env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     failures = []
     for i, proc in enumerate(procs):
         try:
@@ -208,9 +233,16 @@ def thinking_server() -> Iterator[served.Recording]:
         usage: dict[str, Any] = {"prompt_tokens": 20, "completion_tokens": 30, "total_tokens": 50}
         if thought is not None:
             usage["completion_tokens_details"] = {"reasoning_tokens": thought}
-        return web.json_response({"id": f"t{i}", "object": "chat.completion", "created": 0, "model": MODEL,
-                                  "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "stop"}],
-                                  "usage": usage})
+        return web.json_response(
+            {
+                "id": f"t{i}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": MODEL,
+                "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "stop"}],
+                "usage": usage,
+            }
+        )
 
     async def models(_: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
@@ -234,8 +266,12 @@ def inspect_view(log_dir: Path, timeout: float = 60.0) -> Iterator[str]:
     """`inspect view start` on `log_dir`; yield its origin once it lists the logs; always stop it."""
     port = free_port()
     inspect_cli = Path(sys.executable).parent / "inspect"
-    proc = subprocess.Popen([str(inspect_cli), "view", "start", "--log-dir", str(log_dir), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(inspect_cli), "view", "start", "--log-dir", str(log_dir), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     origin = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout

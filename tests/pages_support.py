@@ -32,8 +32,11 @@ def pass1_is_accuracy(doc: dict, metric: str) -> bool:
     if metric != "pass@1":
         return False
     accuracy = {(c["service"], c["benchmark"]): c for c in doc["cells"] if c["metric"] == "accuracy"}
-    return all(all(c[f] == accuracy[c["service"], c["benchmark"]][f] for f in ("value", "ci_low", "ci_high"))
-               for c in doc["cells"] if c["metric"] == "pass@1")
+    return all(
+        all(c[f] == accuracy[c["service"], c["benchmark"]][f] for f in ("value", "ci_low", "ci_high"))
+        for c in doc["cells"]
+        if c["metric"] == "pass@1"
+    )
 
 
 def sweep_charts(doc: dict) -> int:
@@ -47,10 +50,17 @@ def sweep_charts(doc: dict) -> int:
 def sweep_numbers(doc: dict) -> dict[str, object]:
     """Every number sweep.html's tables show, by the key of its cell (data-key)."""
     metrics = [m for m in dict.fromkeys(c["metric"] for c in doc["cells"]) if not pass1_is_accuracy(doc, m)]
-    expected = {f"{c['metric']}/{c['service']}/{c['benchmark']}/{f}": c[f] for c in doc["cells"] if c["metric"] in metrics
-                for f in ("value", "ci_low", "ci_high", "n_ok")}
-    return expected | {f"vs/{r['service']}/{r['benchmark']}/{f}": r[f] for r in doc["vs_baseline"]
-                       for f in ("diff", "ci_low", "ci_high", "p_value", "p_holm", "n")}
+    expected = {
+        f"{c['metric']}/{c['service']}/{c['benchmark']}/{f}": c[f]
+        for c in doc["cells"]
+        if c["metric"] in metrics
+        for f in ("value", "ci_low", "ci_high", "n_ok")
+    }
+    return expected | {
+        f"vs/{r['service']}/{r['benchmark']}/{f}": r[f]
+        for r in doc["vs_baseline"]
+        for f in ("diff", "ci_low", "ci_high", "p_value", "p_holm", "n")
+    }
 
 
 def page_datasets(html: str) -> dict[str, list[dict]]:

@@ -5,7 +5,8 @@ as `benchmarks[].params.end` says, returns, raises, returns early, or settles a 
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 from shardeval.api.benchmark import Benchmark, Problem, Score
 from shardeval.api.plugin import hookimpl
@@ -25,8 +26,9 @@ class PairsSums(Benchmark):
         return self.n
 
     def problem(self, idx: int) -> Problem:
-        return Problem(idx=idx, id=f"p{idx}", prompt=f"What is {idx} + 1?", reference=str(idx + 1),
-                       metadata={"end": self.end, "after": self.after})
+        return Problem(
+            idx=idx, id=f"p{idx}", prompt=f"What is {idx} + 1?", reference=str(idx + 1), metadata={"end": self.end, "after": self.after}
+        )
 
     def score(self, problem: Problem, response: str) -> Score:
         return Score(score=float(response.strip().endswith(problem.reference or "")))
@@ -39,16 +41,14 @@ class PairsAll:
     async def solve(self, problem: Problem, seed: int) -> Attempt:
         raise AssertionError("the runner hands a PairsSolver its pairs through solve_pairs")
 
-    async def solve_pairs(self, pairs: list[tuple[Problem, int, int]],
-                          settle: Callable[[Problem, int, Attempt], Awaitable[None]]) -> None:
+    async def solve_pairs(self, pairs: list[tuple[Problem, int, int]], settle: Callable[[Problem, int, Attempt], Awaitable[None]]) -> None:
         end, after = pairs[0][0].metadata["end"], pairs[0][0].metadata["after"]
         for n, (problem, repeat, seed) in enumerate(pairs):
             if n == after and end == "raise":
                 raise RuntimeError(f"the solver broke after {after} pairs")
             if n == after and end == "early":
                 return
-            body = {"model": self.service.endpoint.model, "messages": [{"role": "user", "content": problem.prompt}],
-                    "seed": seed}
+            body = {"model": self.service.endpoint.model, "messages": [{"role": "user", "content": problem.prompt}], "seed": seed}
             completion = await self.service.client.request(body, self.service.slots, stream=False, protocol="chat_completions")
             await settle(problem, repeat, Attempt(completion=completion, messages=body["messages"], request={"seed": seed}))
             if n + 1 == after and end == "twice":

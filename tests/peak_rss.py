@@ -53,14 +53,17 @@ class Measured:
     stderr: str
 
 
-def run_measured(cmd: list[str], *, cpu: int | None = None, timeout: float | None = None,
-                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) -> Measured:
+def run_measured(
+    cmd: list[str], *, cpu: int | None = None, timeout: float | None = None, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+) -> Measured:
     """Run `cmd` (argv[0] a path), optionally pinned to one CPU, and measure only it."""
     read_end, write_end = os.pipe()
     try:
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(write_end), "" if cpu is None else str(cpu), *cmd],
-            pass_fds=(write_end,), stdout=stdout, stderr=stderr,
+            pass_fds=(write_end,),
+            stdout=stdout,
+            stderr=stderr,
         )
     finally:
         os.close(write_end)

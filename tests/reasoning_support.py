@@ -16,8 +16,9 @@ from shardeval.store.shards import shard_range
 BENCH = "think"
 N, REPEATS, SHARDS = 12, 2, 2
 BUDGET = 2048  # the reasoning tokens of a reply cut off while thinking
-HOSTILE_THINKING = ("</details></div><script>window.pwned=1</script><img src=x onerror=\"window.pwned=2\"> "
-                    "\"dq\" 'sq' \x00nul \u202eevil\u202c")
+HOSTILE_THINKING = (
+    '</details></div><script>window.pwned=1</script><img src=x onerror="window.pwned=2"> "dq" \'sq\' \x00nul \u202eevil\u202c'
+)
 LONG = 100_000  # characters of thinking of problem 9: cut on the page
 
 
@@ -29,8 +30,9 @@ def thinking_of(p: int, r: int) -> str:
     return f"Let me think about problem {p}, repeat {r}: {p} + 0 = {p}."
 
 
-def reasoning_records(bench: str = BENCH, config_hash: str = "sha256:reasoning", shard: int = 0, lo: int = 0, hi: int = N,
-                      shift: int = 0) -> list[ResultRecord]:
+def reasoning_records(
+    bench: str = BENCH, config_hash: str = "sha256:reasoning", shard: int = 0, lo: int = 0, hi: int = N, shift: int = 0
+) -> list[ResultRecord]:
     """Every (problem, repeat) of [lo, hi): thinking inline (even problems) or in a field (odd);
     repeat 0 of every 4th problem from 1 cut off while thinking, (6, 1) cut off after answering,
     (3, 1) an error that thought (counted nowhere), (0, 1) a reply without thinking; problems 2
@@ -46,8 +48,11 @@ def reasoning_records(bench: str = BENCH, config_hash: str = "sha256:reasoning",
             thought = thinking_of(p, r)
             cut = p % 4 == 1 and r == 0
             answer = "" if cut else f"The answer is {p}"
-            fields = dict(reasoning=thought, reasoning_tokens=BUDGET + shift if cut else 100 * p + r + shift,
-                          reasoning_tokens_from="usage" if p % 2 else "stream")
+            fields = dict(
+                reasoning=thought,
+                reasoning_tokens=BUDGET + shift if cut else 100 * p + r + shift,
+                reasoning_tokens_from="usage" if p % 2 else "stream",
+            )
             if p % 2 == 0:  # inline tags: the raw reply holds them, `answer` what was scored
                 fields |= dict(response=f"<think>{thought}" + ("" if cut else f"</think>{answer}"), answer=answer)
             else:
@@ -85,11 +90,23 @@ def expected_reasoning(records: list[ResultRecord]) -> dict:
         lo, hi = math.floor(pos), min(math.floor(pos) + 1, len(tokens) - 1)
         return tokens[lo] + (tokens[hi] - tokens[lo]) * (pos - lo)
 
-    return {"n_answered": len(ok), "truncated_reasoning": sum(r.outcome == "truncated_reasoning" for r in ok),
-            "truncated": sum(r.outcome == "truncated" for r in ok), "with_reasoning": sum(r.reasoning is not msgspec.UNSET for r in ok),
-            "reasoning_tokens": {"n": len(tokens), "mean": sum(tokens) / len(tokens), "p50": pct(0.5), "p90": pct(0.9), "max": tokens[-1],
-                                 "from": {"usage": sum(r.reasoning_tokens_from == "usage" for r in ok if r.reasoning_tokens is not msgspec.UNSET),
-                                          "stream": sum(r.reasoning_tokens_from == "stream" for r in ok if r.reasoning_tokens is not msgspec.UNSET)}}}
+    return {
+        "n_answered": len(ok),
+        "truncated_reasoning": sum(r.outcome == "truncated_reasoning" for r in ok),
+        "truncated": sum(r.outcome == "truncated" for r in ok),
+        "with_reasoning": sum(r.reasoning is not msgspec.UNSET for r in ok),
+        "reasoning_tokens": {
+            "n": len(tokens),
+            "mean": sum(tokens) / len(tokens),
+            "p50": pct(0.5),
+            "p90": pct(0.9),
+            "max": tokens[-1],
+            "from": {
+                "usage": sum(r.reasoning_tokens_from == "usage" for r in ok if r.reasoning_tokens is not msgspec.UNSET),
+                "stream": sum(r.reasoning_tokens_from == "stream" for r in ok if r.reasoning_tokens is not msgspec.UNSET),
+            },
+        },
+    }
 
 
 def reasoning_sweep(root: str, models: list[str], shards: int = 1) -> dict[str, list[ResultRecord]]:
@@ -97,8 +114,16 @@ def reasoning_sweep(root: str, models: list[str], shards: int = 1) -> dict[str, 
     (no thinking in any model): the first model never thinks, each later one thinks 300 tokens
     more per reply than the one before. Returns each model's records of BENCH."""
     from shardeval.store.discover import PLAN_FILE
-    from shardeval.store.records import (BenchmarkManifest, Manifest, ServedModel, SweepPlan, TrajectoryRecord, encode_line,
-                                         pretty_json, write_manifest)
+    from shardeval.store.records import (
+        BenchmarkManifest,
+        Manifest,
+        ServedModel,
+        SweepPlan,
+        TrajectoryRecord,
+        encode_line,
+        pretty_json,
+        write_manifest,
+    )
 
     plan = SweepPlan(services=models, baseline=models[0], shards=shards)
     os.makedirs(root, exist_ok=True)
@@ -113,24 +138,54 @@ def reasoning_sweep(root: str, models: list[str], shards: int = 1) -> dict[str, 
             manifests = []
             for bench in (BENCH, "plain"):
                 os.makedirs(os.path.join(out, bench), exist_ok=True)
-                manifests.append(BenchmarkManifest(name=bench, range=(lo, hi), repeats=REPEATS, n_problems=N,
-                                                   dataset_fingerprint=f"sha256:{bench}", service=model))
+                manifests.append(
+                    BenchmarkManifest(
+                        name=bench, range=(lo, hi), repeats=REPEATS, n_problems=N, dataset_fingerprint=f"sha256:{bench}", service=model
+                    )
+                )
                 if bench == BENCH and m:
                     records = reasoning_records(bench, config_hash, idx, lo, hi, shift=300 * m)
                     written.setdefault(model, []).extend(records)
                 else:
-                    records = [record(bench, p, r, idx, float((p + r + m) % 3 != 0), run=run_id(config_hash))
-                               for p in range(lo, hi) for r in range(REPEATS)]
-                with open(os.path.join(out, bench, "results.jsonl"), "wb") as res, \
-                        open(os.path.join(out, bench, "trajectories.jsonl"), "wb") as traj:
+                    records = [
+                        record(bench, p, r, idx, float((p + r + m) % 3 != 0), run=run_id(config_hash))
+                        for p in range(lo, hi)
+                        for r in range(REPEATS)
+                    ]
+                with (
+                    open(os.path.join(out, bench, "results.jsonl"), "wb") as res,
+                    open(os.path.join(out, bench, "trajectories.jsonl"), "wb") as traj,
+                ):
                     for rec in records:
                         res.write(encode_line(rec))
-                        traj.write(encode_line(TrajectoryRecord(
-                            benchmark=bench, problem_idx=rec.problem_idx, problem_id=rec.problem_id, repeat=rec.repeat, status=rec.status,
-                            messages=[{"role": "user", "content": f"q{rec.problem_idx}"}, {"role": "assistant", "content": rec.response}])))
-            write_manifest(out, Manifest(
-                version="test", shard_idx=idx, total_shards=shards, shard_source="test", config_hash=config_hash,
-                benchmarks=manifests, state="complete", started_at=1_700_000_000.0,
-                served={model: ServedModel(model=model, root=f"/ckpt/{model}")},
-                sweep=SweepPlan(services=models, baseline=models[0], shards=shards, service=model)))
+                        traj.write(
+                            encode_line(
+                                TrajectoryRecord(
+                                    benchmark=bench,
+                                    problem_idx=rec.problem_idx,
+                                    problem_id=rec.problem_id,
+                                    repeat=rec.repeat,
+                                    status=rec.status,
+                                    messages=[
+                                        {"role": "user", "content": f"q{rec.problem_idx}"},
+                                        {"role": "assistant", "content": rec.response},
+                                    ],
+                                )
+                            )
+                        )
+            write_manifest(
+                out,
+                Manifest(
+                    version="test",
+                    shard_idx=idx,
+                    total_shards=shards,
+                    shard_source="test",
+                    config_hash=config_hash,
+                    benchmarks=manifests,
+                    state="complete",
+                    started_at=1_700_000_000.0,
+                    served={model: ServedModel(model=model, root=f"/ckpt/{model}")},
+                    sweep=SweepPlan(services=models, baseline=models[0], shards=shards, service=model),
+                ),
+            )
     return written

@@ -13,7 +13,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import aiohttp
 from aiohttp import web
@@ -49,8 +50,12 @@ def app_in_thread(app: web.Application, **runner_options: Any) -> Iterator[str]:
 def status_serve(root: Path, *args: str) -> Iterator[str]:
     """`shardeval status ROOT --serve --port 0 ARGS`; yield the URL it prints; SIGTERM it after
     (it must exit 0 within 10 s, without a traceback)."""
-    proc = subprocess.Popen([sys.executable, "-m", "shardeval", "status", str(root), "--serve", "--port", "0", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardeval", "status", str(root), "--serve", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         assert " on http://" in line, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
@@ -62,7 +67,7 @@ def status_serve(root: Path, *args: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            raise AssertionError("status --serve did not stop within 10 s of SIGTERM")
+            raise AssertionError("status --serve did not stop within 10 s of SIGTERM")  # noqa: B904
     assert proc.returncode == 0 and "Traceback" not in err, err
 
 
@@ -91,8 +96,9 @@ def recording_proxy(upstream_url: str, recording: Recording) -> Iterator[Recordi
             recording.bodies.append(json.loads(data))
             recording.authorizations.append(request.headers.get("Authorization", ""))
         async with aiohttp.ClientSession() as session:
-            async with session.request(request.method, upstream + request.path_qs, data=data,
-                                       headers={"Content-Type": request.content_type}) as reply:
+            async with session.request(
+                request.method, upstream + request.path_qs, data=data, headers={"Content-Type": request.content_type}
+            ) as reply:
                 return web.Response(status=reply.status, body=await reply.read(), content_type=reply.content_type)
 
     app = web.Application()

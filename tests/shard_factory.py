@@ -7,7 +7,8 @@ server so a test can shape them: overlapping, missing, torn, mixed or huge.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -28,10 +29,21 @@ Score = Callable[[int, int], float | None]
 def record(bench: str, p: int, r: int, shard: int, score: float | None = 1.0, status: str = "ok", **kw) -> ResultRecord:
     """A record of problem p, repeat r; `kw` sets any other field (or replaces these defaults)."""
     fields = dict(
-        benchmark=bench, problem_idx=p, problem_id=f"{bench}-{p}", repeat=r, seed=p * 1000 + r,
-        status=status, score=score if status == "ok" else None, error_kind=None if status == "ok" else "server_error",
-        response=f"#### {p}", reference=str(p), latency_s=0.5 + (p % 7) / 10, ttft_s=0.1, started_at=1_700_000_000.0 + p,
-        completion_tokens=32, shard=shard,
+        benchmark=bench,
+        problem_idx=p,
+        problem_id=f"{bench}-{p}",
+        repeat=r,
+        seed=p * 1000 + r,
+        status=status,
+        score=score if status == "ok" else None,
+        error_kind=None if status == "ok" else "server_error",
+        response=f"#### {p}",
+        reference=str(p),
+        latency_s=0.5 + (p % 7) / 10,
+        ttft_s=0.1,
+        started_at=1_700_000_000.0 + p,
+        completion_tokens=32,
+        shard=shard,
     )
     return ResultRecord(**{**fields, **kw})
 
@@ -69,14 +81,23 @@ def make_shard(
     write_manifest(
         out,
         Manifest(
-            version="test", shard_idx=idx, total_shards=total, shard_source="test", config_hash=config_hash,
+            version="test",
+            shard_idx=idx,
+            total_shards=total,
+            shard_source="test",
+            config_hash=config_hash,
             benchmarks=[
                 BenchmarkManifest(
-                    name=bench, range=(lo, hi), repeats=repeats, n_problems=n_problems,
-                    dataset_fingerprint=fingerprint, metrics=metrics or ["accuracy", "pass@k"],
+                    name=bench,
+                    range=(lo, hi),
+                    repeats=repeats,
+                    n_problems=n_problems,
+                    dataset_fingerprint=fingerprint,
+                    metrics=metrics or ["accuracy", "pass@k"],
                 )
             ],
-            state=state, started_at=1_700_000_000.0,
+            state=state,
+            started_at=1_700_000_000.0,
         ),
     )
     if records is None:
@@ -88,9 +109,11 @@ def make_shard(
             traj.write(
                 encode_line(
                     TrajectoryRecord(
-                        benchmark=rec.benchmark, problem_idx=rec.problem_idx, problem_id=rec.problem_id,
-                        repeat=rec.repeat, messages=[{"role": "user", "content": prompt(rec.problem_idx)},
-                                                     assistant_turn(rec)],
+                        benchmark=rec.benchmark,
+                        problem_idx=rec.problem_idx,
+                        problem_id=rec.problem_id,
+                        repeat=rec.repeat,
+                        messages=[{"role": "user", "content": prompt(rec.problem_idx)}, assistant_turn(rec)],
                         status=rec.status,
                     )
                 )
@@ -98,9 +121,17 @@ def make_shard(
     return out
 
 
-def make_sweep(root: str, models: int, benchmarks: int, *, n_problems: int = 12, shards: int = 1, repeats: int = 1,
-               score: Callable[[int, int, int, int], float] | None = None,
-               fields: Callable[[int, int, int, int], dict[str, Any]] | None = None) -> list[str]:
+def make_sweep(
+    root: str,
+    models: int,
+    benchmarks: int,
+    *,
+    n_problems: int = 12,
+    shards: int = 1,
+    repeats: int = 1,
+    score: Callable[[int, int, int, int], float] | None = None,
+    fields: Callable[[int, int, int, int], dict[str, Any]] | None = None,
+) -> list[str]:
     """A sweep as `shardeval run` of a sweep config writes it: <root>/sweep_plan.json and, for each
     model, <root>/<model>/shard_<i>/ holding every benchmark. `score(m, b, p, r)` is model m's
     score on problem p, repeat r of benchmark b; by default right when (p + m + b + r) % 3 != 0, so
@@ -125,20 +156,48 @@ def make_sweep(root: str, models: int, benchmarks: int, *, n_problems: int = 12,
             manifests = []
             for b, bench in enumerate(benches):
                 os.makedirs(os.path.join(out, bench), exist_ok=True)
-                manifests.append(BenchmarkManifest(name=bench, range=(lo, hi), repeats=repeats, n_problems=n_problems,
-                                                   dataset_fingerprint=f"sha256:{bench}", service=model))
-                with open(os.path.join(out, bench, "results.jsonl"), "wb") as res, \
-                        open(os.path.join(out, bench, "trajectories.jsonl"), "wb") as traj:
+                manifests.append(
+                    BenchmarkManifest(
+                        name=bench,
+                        range=(lo, hi),
+                        repeats=repeats,
+                        n_problems=n_problems,
+                        dataset_fingerprint=f"sha256:{bench}",
+                        service=model,
+                    )
+                )
+                with (
+                    open(os.path.join(out, bench, "results.jsonl"), "wb") as res,
+                    open(os.path.join(out, bench, "trajectories.jsonl"), "wb") as traj,
+                ):
                     for p in range(lo, hi):
                         for r in range(repeats):
                             rec = record(bench, p, r, idx, score(m, b, p, r), run=run, **(fields(m, b, p, r) if fields else {}))
                             res.write(encode_line(rec))
-                            traj.write(encode_line(TrajectoryRecord(
-                                benchmark=bench, problem_idx=p, problem_id=rec.problem_id, repeat=r,
-                                messages=[{"role": "user", "content": f"q{p}"}, assistant_turn(rec)])))
-            write_manifest(out, Manifest(
-                version="test", shard_idx=idx, total_shards=shards, shard_source="test", config_hash=config_hash,
-                benchmarks=manifests, state="complete", started_at=1_700_000_000.0,
-                served={model: ServedModel(model=model, root=f"/ckpt/{model}")},
-                sweep=SweepPlan(services=names, baseline=names[0], shards=shards, service=model)))
+                            traj.write(
+                                encode_line(
+                                    TrajectoryRecord(
+                                        benchmark=bench,
+                                        problem_idx=p,
+                                        problem_id=rec.problem_id,
+                                        repeat=r,
+                                        messages=[{"role": "user", "content": f"q{p}"}, assistant_turn(rec)],
+                                    )
+                                )
+                            )
+            write_manifest(
+                out,
+                Manifest(
+                    version="test",
+                    shard_idx=idx,
+                    total_shards=shards,
+                    shard_source="test",
+                    config_hash=config_hash,
+                    benchmarks=manifests,
+                    state="complete",
+                    started_at=1_700_000_000.0,
+                    served={model: ServedModel(model=model, root=f"/ckpt/{model}")},
+                    sweep=SweepPlan(services=names, baseline=names[0], shards=shards, service=model),
+                ),
+            )
     return names

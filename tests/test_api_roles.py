@@ -23,8 +23,17 @@ from shardeval.api import roles
 ROOT = Path(REPO)
 # The most names each role may publish (the count when the roles were drawn, issue 41): a new name
 # means a user outside the core needs it, and raising a budget says so in review.
-BUDGET = {"plugin": 19, "benchmark": 35, "service": 9, "solver": 10, "orchestrator": 24, "exporter": 4, "metric": 6,
-          "records": 21, "pages": 8}
+BUDGET = {
+    "plugin": 19,
+    "benchmark": 35,
+    "service": 9,
+    "solver": 10,
+    "orchestrator": 24,
+    "exporter": 4,
+    "metric": 6,
+    "records": 21,
+    "pages": 8,
+}
 
 
 def rewrite_script():
@@ -50,8 +59,11 @@ def sources_outside_core() -> dict[str, str]:
 
 
 def sdk_imports(source: str) -> list[ast.ImportFrom]:
-    return [node for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[:2] == ["shardeval", "api"]]
+    return [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[:2] == ["shardeval", "api"]
+    ]
 
 
 def test_each_role_keeps_to_its_name_budget():
@@ -80,8 +92,13 @@ def test_no_built_in_imports_from_the_flat_form():
     module (`hookimpl` may come from shardeval.api itself)."""
     flat = []
     for where, source in sources_outside_core().items():
-        flat += [f"{where}:{node.lineno}: {alias.name}" for node in sdk_imports(source)
-                 if node.module == "shardeval.api" for alias in node.names if alias.name != "hookimpl"]
+        flat += [
+            f"{where}:{node.lineno}: {alias.name}"
+            for node in sdk_imports(source)
+            if node.module == "shardeval.api"
+            for alias in node.names
+            if alias.name != "hookimpl"
+        ]
     assert flat == []
 
 
@@ -91,8 +108,9 @@ def test_each_role_module_declares_its_names_for_type_checkers():
         path = ROOT / "core" / "shardeval" / "api" / f"{role}.py"
         tree = ast.parse(path.read_text(encoding="utf-8"))
         guarded = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
-        declared = {(node.module, alias.name, alias.asname) for node in guarded.body if isinstance(node, ast.ImportFrom)
-                    for alias in node.names}
+        declared = {
+            (node.module, alias.name, alias.asname) for node in guarded.body if isinstance(node, ast.ImportFrom) for alias in node.names
+        }
         assert declared == {(module, name, name) for name, module in served.items()}, role
         assert rewrite_script().type_block(role) in path.read_text(encoding="utf-8"), f"rerun the script with --blocks ({role})"
 
@@ -107,20 +125,23 @@ def test_docs_plugins_table_is_made_from_the_lists():
 def test_each_role_module_serves_its_names_lazily():
     """A role module imports nothing of shardeval until a name is used; then that name is its core
     module's own object."""
-    probe = ("import sys, importlib\n"
-             "mods = [importlib.import_module(f'shardeval.api.{r}') for r in sys.argv[1:]]\n"
-             "print(sorted(m for m in sys.modules if m.startswith('shardeval')))\n")
+    probe = (
+        "import sys, importlib\n"
+        "mods = [importlib.import_module(f'shardeval.api.{r}') for r in sys.argv[1:]]\n"
+        "print(sorted(m for m in sys.modules if m.startswith('shardeval')))\n"
+    )
     done = subprocess.run([sys.executable, "-c", probe, *roles.ROLES], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str(sorted(["shardeval", "shardeval.api", "shardeval.api.roles",
-                                              *(f"shardeval.api.{r}" for r in roles.ROLES)]))
+    assert done.stdout.strip() == str(
+        sorted(["shardeval", "shardeval.api", "shardeval.api.roles", *(f"shardeval.api.{r}" for r in roles.ROLES)])
+    )
     for role, served in roles.ROLES.items():
         module = importlib.import_module(f"shardeval.api.{role}")
         assert sorted(module.__all__) == sorted(served) == dir(module)
         for name, core in served.items():
             assert getattr(module, name) is getattr(importlib.import_module(core), name)
         with pytest.raises(AttributeError, match="has no attribute 'NotAName'"):
-            getattr(module, "NotAName")
+            _ = module.NotAName
 
 
 def test_the_flat_form_still_works_and_warns_naming_the_new_home():
@@ -131,11 +152,14 @@ def test_the_flat_form_still_works_and_warns_naming_the_new_home():
         warnings.simplefilter("always")
         assert api.Benchmark is Benchmark
     assert [str(w.message) for w in caught] == [
-        "shardeval.api.Benchmark is deprecated: import it from shardeval.api.benchmark "
-        "(from shardeval.api.benchmark import Benchmark)"]
+        "shardeval.api.Benchmark is deprecated: import it from shardeval.api.benchmark (from shardeval.api.benchmark import Benchmark)"
+    ]
     assert all(w.category is DeprecationWarning for w in caught)
-    with pytest.warns(DeprecationWarning, match=r"shardeval.api.counts is deprecated: it is no longer published "
-                                                 r"\(internal: shardeval.results.report\)"):
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"shardeval.api.counts is deprecated: it is no longer published "
+        r"\(internal: shardeval.results.report\)",
+    ):
         from shardeval.api import counts  # noqa: F401
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # hookimpl stays in shardeval.api, undeprecated
@@ -152,8 +176,16 @@ def test_every_name_of_the_flat_form_still_resolves():
     (internal, served with a warning for one release)."""
     import shardeval.api as api
 
-    added = {"ReportView", "BenchmarkView", "LiveStatus", "AddExportFlag",  # the pages' views, the exporter's callback
-             "CellOutcome", "orchestrate", "load_request", "run_cell"}  # the orchestrator lifecycle's, new with it
+    added = {
+        "ReportView",
+        "BenchmarkView",
+        "LiveStatus",
+        "AddExportFlag",  # the pages' views, the exporter's callback
+        "CellOutcome",
+        "orchestrate",
+        "load_request",
+        "run_cell",
+    }  # the orchestrator lifecycle's, new with it
     flat = sorted({*roles.HOME, *roles.RETIRED} - added)
     assert len(flat) == 178
     with warnings.catch_warnings():
@@ -163,14 +195,17 @@ def test_every_name_of_the_flat_form_still_resolves():
 
 def test_the_rewrite_script_splits_a_flat_import_by_role():
     script = rewrite_script()
-    source = ("def f():\n"
-              "    from shardeval.api import (Benchmark, hookimpl,\n"
-              "                               UsageError as Oops, counts)  # why\n"
-              "    return Benchmark\n")
+    source = (
+        "def f():\n"
+        "    from shardeval.api import (Benchmark, hookimpl,\n"
+        "                               UsageError as Oops, counts)  # why\n"
+        "    return Benchmark\n"
+    )
     assert script.rewrite_source(source, "x.py") == (
         "def f():\n"
         "    from shardeval.api.benchmark import Benchmark  # why\n"
         "    from shardeval.api.plugin import hookimpl, UsageError as Oops\n"
         "    from shardeval.api import counts\n"
-        "    return Benchmark\n")
+        "    return Benchmark\n"
+    )
     assert "from shardeval.results.report import counts" in script.rewrite_source(source, "x.py", internal=True)

@@ -105,8 +105,12 @@ def test_benchmark_declares_what_core_reads_and_nothing_only_the_simulator_uses(
     guarded = []
     for path in Path(shardeval.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and node.args
-                    and getattr(node.args[0], "id", None) in ("benchmark", "bench", "data")):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "getattr"
+                and node.args
+                and getattr(node.args[0], "id", None) in ("benchmark", "bench", "data")
+            ):
                 guarded.append(f"{path.name}:{node.lineno}")
     assert guarded == []
     assert (Benchmark.data_origin, Benchmark.judge_rubric) == ("", None)

@@ -117,12 +117,14 @@ def test_exact_scorer_with_aliases_and_normalisation(tmp_path):
 
 
 def test_numeric_scorer(tmp_path):
-    spec = mapping(tmp_path, "data: rows.jsonl\nscorer: numeric\n", rows=[{"input": "2.5 + 1?", "target": 3.5}, {"input": "?", "target": "1,000"}])
+    spec = mapping(
+        tmp_path, "data: rows.jsonl\nscorer: numeric\n", rows=[{"input": "2.5 + 1?", "target": 3.5}, {"input": "?", "target": "1,000"}]
+    )
     b = CustomBenchmark({"spec": spec})
     p, q = b.problem(0), b.problem(1)
     assert p.reference == "3.5" and p.prompt == "2.5 + 1?"
     assert b.score(p, "It is 3.50").score == 1.0 and b.score(p, "#### $3.5").score == 1.0
-    assert b.score(p, "The answer is 3.") .score == 0.0 and b.score(p, "no idea").score == 0.0
+    assert b.score(p, "The answer is 3.").score == 0.0 and b.score(p, "no idea").score == 0.0
     assert b.score(q, "\\boxed{1000}").score == 1.0 and b.score(q, "1,001").score == 0.0
 
 
@@ -149,7 +151,7 @@ def test_choice_scorer_targets_and_rendering(tmp_path):
     ]
     spec = mapping(
         tmp_path,
-        "data: rows.jsonl\nscorer: choice\nfields: {input: q, target: gold, choices: options}\nprompt: \"{input}\\n{choices}\\nAnswer:\"\n",
+        'data: rows.jsonl\nscorer: choice\nfields: {input: q, target: gold, choices: options}\nprompt: "{input}\\n{choices}\\nAnswer:"\n',
         rows=rows,
     )
     b = CustomBenchmark({"spec": spec})
@@ -228,6 +230,16 @@ def test_params_errors(tmp_path):
         CustomBenchmark({"spec": TRIVIA, "prompt": "x"})
     with pytest.raises(UsageError, match="benchmark custom: unknown key 'params.dataa'; did you mean 'data'"):
         CustomBenchmark({"dataa": "x.jsonl"})
-    bad_target = mapping(tmp_path, "data: rows.jsonl\nscorer: choice\nfields: {choices: [a, b]}\n", rows=[{"question": "q", "a": "x", "b": "y", "answer": "Z"}])
+    bad_target = mapping(
+        tmp_path,
+        "data: rows.jsonl\nscorer: choice\nfields: {choices: [a, b]}\n",
+        rows=[{"question": "q", "a": "x", "b": "y", "answer": "Z"}],
+    )
     with pytest.raises(UsageError, match="row 0: target 'Z' is not a letter A-B"):
         CustomBenchmark({"spec": bad_target})
+    # every choice field of a list is looked for, not only the last
+    no_first = mapping(
+        tmp_path, "data: rows.jsonl\nscorer: choice\nfields: {choices: [a, b]}\n", rows=[{"question": "q", "b": "y", "answer": "A"}]
+    )
+    with pytest.raises(UsageError, match=r"fields.choices\[0\] is 'a', but row 0 of .* has no such field"):
+        CustomBenchmark({"spec": no_first})

@@ -25,11 +25,23 @@ def write_config(tmp: Path, url: str, cache: Path | None, *, n: int = 12, attemp
     corpus = tmp / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS))
     config = {
-        "services": {"model": {"type": "api", "url": url, "model": "sim",
-                               "retries": {"attempts": attempts, "backoff_base": 0.01, "backoff_max": 0.02}, **(service or {})}},
+        "services": {
+            "model": {
+                "type": "api",
+                "url": url,
+                "model": "sim",
+                "retries": {"attempts": attempts, "backoff_base": 0.01, "backoff_max": 0.02},
+                **(service or {}),
+            }
+        },
         "benchmarks": [
-            {"name": "arith", "params": {"n": n}, "repeats": 2, "max_concurrent": 8,
-             "solver": {"generation": {"temperature": 0.7, "max_tokens": 64}}},
+            {
+                "name": "arith",
+                "params": {"n": n},
+                "repeats": 2,
+                "max_concurrent": 8,
+                "solver": {"generation": {"temperature": 0.7, "max_tokens": 64}},
+            },
             {"name": "perplexity", "params": {"path": str(corpus)}},
         ],
         "output": {"progress_interval_s": 0},
@@ -103,6 +115,7 @@ def test_another_sampling_parameter_seed_or_served_identity_is_a_miss(tmp_path: 
             assert result.returncode == 0, result.stderr
             assert not any("cached" in r for r in records(tmp_path / name)), name
         same = run(cfg, tmp_path / "same", *base)
+        assert same.returncode == 0, same.stderr
         assert all(r.get("cached") for r in records(tmp_path / "same"))  # the control: an unchanged run hits
     with running_sim(*FAST, "--root", "/ckpt/other-weights") as other:  # same model name, other weights
         result = run(cfg, tmp_path / "other", "-O", f"services.model.url={other}", "--cache-dir", str(cache))
@@ -162,9 +175,26 @@ def test_four_concurrent_shard_processes_leave_a_cache_every_reader_reads(tmp_pa
     cache = tmp_path / "cache"
     cfg = write_config(tmp_path, "http://127.0.0.1:9/v1", cache, n=40)
     with running_sim(*FAST) as url:
-        procs = [subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", f"{i}/4", "-o",
-                                   str(tmp_path / "a" / f"shard_{i}"), "-O", f"services.model.url={url}"],
-                                  stderr=subprocess.PIPE, text=True) for i in range(4)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "shardeval",
+                    "run",
+                    str(cfg),
+                    "--shard",
+                    f"{i}/4",
+                    "-o",
+                    str(tmp_path / "a" / f"shard_{i}"),
+                    "-O",
+                    f"services.model.url={url}",
+                ],
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(4)
+        ]
         outs = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, outs
     assert len(segments(cache)) == 4
@@ -219,8 +249,10 @@ def test_four_writer_processes_at_full_speed_lose_nothing(tmp_path: Path) -> Non
                 assert entry is not None and entry.text == f"answer {me} {i} " + "x" * (i % 300)
     finally:
         store.close()
-    print(f"\n4 writers x {n} entries; {len(seen_while_writing)} readers during the writes indexed up to "
-          f"{max(seen_while_writing, default=0)} entries each")
+    print(
+        f"\n4 writers x {n} entries; {len(seen_while_writing)} readers during the writes indexed up to "
+        f"{max(seen_while_writing, default=0)} entries each"
+    )
 
 
 def test_a_torn_tail_and_a_bad_line_are_ignored(tmp_path: Path) -> None:
@@ -259,8 +291,10 @@ def test_an_unusable_cache_dir_is_one_line_and_exit_2(tmp_path: Path, where: str
 
 def test_the_cache_is_not_part_of_the_run_identity(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, "http://127.0.0.1:9/v1", tmp_path / "c1")
-    ids = [shardeval_cmd("run", str(cfg), "--shard", "0/1", "--dry-run", *extra).stderr.splitlines()[-1]
-           for extra in ((), ("--cache-dir", str(tmp_path / "c2")), ("--no-cache",))]
+    ids = [
+        shardeval_cmd("run", str(cfg), "--shard", "0/1", "--dry-run", *extra).stderr.splitlines()[-1]
+        for extra in ((), ("--cache-dir", str(tmp_path / "c2")), ("--no-cache",))
+    ]
     assert "run identity" in ids[0] and ids[0] == ids[1] == ids[2]
     bad = shardeval_cmd("run", str(cfg), "--dry-run", "-O", "cache.dir=")
     assert bad.returncode == 2 and "cache.dir" in bad.stderr
@@ -272,7 +306,9 @@ def test_the_flags_travel_to_the_shards_an_orchestrator_starts(tmp_path: Path) -
     cfg = write_config(tmp_path, "http://127.0.0.1:9/v1", None, attempts=1)
     two = ("-O", "cluster={type: local, shards: 2}")
     with running_sim(*FAST) as url:
-        first = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "a"), "-O", f"services.model.url={url}", *two, "--cache-dir", str(cache))
+        first = shardeval_cmd(
+            "run", str(cfg), "-o", str(tmp_path / "a"), "-O", f"services.model.url={url}", *two, "--cache-dir", str(cache)
+        )
         assert first.returncode == 0, first.stderr
     assert len(segments(cache)) == 2
     down = ("-O", f"services.model.url={url}", *two, "--cache-dir", str(cache))

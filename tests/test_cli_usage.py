@@ -39,15 +39,18 @@ def test_an_unknown_option_is_one_line_for_every_command(path: tuple[str, ...]) 
     assert_one_line(shardeval_cmd(*path, "--no-such-flag"), "No such option '--no-such-flag'", f"see 'shardeval {' '.join(path)} --help'")
 
 
-@pytest.mark.parametrize("argv, needles", [
-    (["merge", "RUN", "--confidence", "2"], ["'--confidence': 2.0 is not in the range 0.5<=x<=0.999"]),
-    (["status", "RUN", "--serve", "--interval", "0"], ["'--interval': 0.0 is not in the range"]),
-    (["status", "RUN", "--serve", "--port", "70000"], ["'--port': 70000 is not in the range 0<=x<=65535"]),
-    (["export", "RUN", "-o", "x.csv", "--format", "xml"], ["--format xml", "parquet, csv or jsonl"]),
-    (["merge"], ["Missing argument 'RUN_DIR'", "see 'shardeval merge --help'"]),
-    (["exprt"], ["No such command 'exprt'", "Did you mean 'export'?", "see 'shardeval --help'"]),
-    (["run", "--fres"], ["No such option '--fres'", "--fresh"]),
-])
+@pytest.mark.parametrize(
+    "argv, needles",
+    [
+        (["merge", "RUN", "--confidence", "2"], ["'--confidence': 2.0 is not in the range 0.5<=x<=0.999"]),
+        (["status", "RUN", "--serve", "--interval", "0"], ["'--interval': 0.0 is not in the range"]),
+        (["status", "RUN", "--serve", "--port", "70000"], ["'--port': 70000 is not in the range 0<=x<=65535"]),
+        (["export", "RUN", "-o", "x.csv", "--format", "xml"], ["--format xml", "parquet, csv or jsonl"]),
+        (["merge"], ["Missing argument 'RUN_DIR'", "see 'shardeval merge --help'"]),
+        (["exprt"], ["No such command 'exprt'", "Did you mean 'export'?", "see 'shardeval --help'"]),
+        (["run", "--fres"], ["No such option '--fres'", "--fresh"]),
+    ],
+)
 def test_a_bad_value_names_the_flag_the_value_and_what_is_allowed(tmp_path, argv: list[str], needles: list[str]) -> None:
     (tmp_path / "RUN").mkdir()
     r = shardeval_cmd(*argv, cwd=str(tmp_path))

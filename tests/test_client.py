@@ -11,7 +11,8 @@ import subprocess
 import sys
 import time
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import msgspec
 import pytest
@@ -105,7 +106,9 @@ def endpoint(url: str, protocol: str = "chat_completions", key_env: str | None =
     return Endpoint(base_url=url, model="m", protocol=protocol, api_key_env=key_env)  # type: ignore[arg-type]
 
 
-async def ask(url: str, cfg: ServiceConfig, pool: int = 4, body: dict[str, Any] | None = None, protocol: str = "chat_completions") -> Completion:
+async def ask(
+    url: str, cfg: ServiceConfig, pool: int = 4, body: dict[str, Any] | None = None, protocol: str = "chat_completions"
+) -> Completion:
     async with Client(endpoint(url, protocol), cfg, pool) as client:
         return await client.request(body or BODY)
 
@@ -187,7 +190,10 @@ def test_non_streaming_parses_json_body() -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         seen.update(await request.json())
         return web.json_response(
-            {"choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 1}}
+            {
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+            }
         )
 
     c = run(one(handler, config(stream=False)))
@@ -267,7 +273,9 @@ def test_bad_url_is_client_error_without_retry() -> None:
 
 def test_400_not_retried_with_server_message() -> None:
     async def bad(request: web.Request) -> web.StreamResponse:
-        return web.json_response({"object": "error", "message": "max_tokens must be at least 1, got -5." + " x" * 400, "code": 400}, status=400)
+        return web.json_response(
+            {"object": "error", "message": "max_tokens must be at least 1, got -5." + " x" * 400, "code": 400}, status=400
+        )
 
     handler, calls = counting(bad)
     c = run(one(handler, config(attempts=5)))
@@ -371,7 +379,7 @@ def unresponsive_port() -> Iterator[int]:
             probe.settimeout(0.2)
             try:
                 probe.connect(("127.0.0.1", port))
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 probe.close()
                 yield port
                 return
@@ -665,7 +673,12 @@ async def sim_batch(url: str, cfg: ServiceConfig, n: int, protocol: str = "chat_
     async with Client(ep, cfg, 8) as client:
         slots = asyncio.Semaphore(8)
         bodies = [
-            {"model": "sim", "seed": i, "max_tokens": 8, **({"messages": [{"role": "user", "content": f"q{i}"}]} if protocol == "chat_completions" else {"prompt": f"q{i}"})}
+            {
+                "model": "sim",
+                "seed": i,
+                "max_tokens": 8,
+                **({"messages": [{"role": "user", "content": f"q{i}"}]} if protocol == "chat_completions" else {"prompt": f"q{i}"}),
+            }
             for i in range(n)
         ]
         return list(await asyncio.gather(*(timed(client, b, slots) for b in bodies)))
@@ -723,7 +736,22 @@ def test_sim_faults_without_retries_have_the_right_kind(flags: tuple[str, ...], 
     assert {c.error_kind for c in failed} == {kind}, [(c.error_kind, c.error) for c in failed]
 
 
-ALL_FAULTS = ("--fail-429", "0.1", "--retry-after", "0.1", "--fail-5xx", "0.1", "--reset", "0.1", "--stall", "0.1", "--stall-s", "5", "--error-200", "0.1")
+ALL_FAULTS = (
+    "--fail-429",
+    "0.1",
+    "--retry-after",
+    "0.1",
+    "--fail-5xx",
+    "0.1",
+    "--reset",
+    "0.1",
+    "--stall",
+    "0.1",
+    "--stall-s",
+    "5",
+    "--error-200",
+    "0.1",
+)
 
 
 @needs_sim
@@ -736,4 +764,3 @@ def test_sim_all_faults_non_streaming() -> None:
     assert kinds <= {"rate_limited", "server_error", "connection", "timeout"} and len(kinds) >= 3, kinds
     assert any(c.status == "ok" for c in once) and all(c.attempts == 1 for c in once)
     assert all(c.status == "ok" and c.ttft_s is None and c.text for c in retried), [c.error for c in retried if c.status != "ok"]
-

@@ -110,7 +110,7 @@ def service_process(service: dict[str, Any], results: Path | None, workdir: Path
     def local(arg: str) -> str:
         arg = arg.replace("$$", "$")
         for container, host in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
-            arg = re.sub(rf"(^|=){re.escape(container)}(?=/|$)", lambda m: m.group(1) + str(host), arg)
+            arg = re.sub(rf"(^|=){re.escape(container)}(?=/|$)", lambda m: m.group(1) + str(host), arg)  # noqa: B023
         return arg
 
     argv = [local(a) for a in [*service.get("entrypoint", []), *service.get("command", [])]]
@@ -190,8 +190,9 @@ def test_each_service_runs_locally_against_a_real_simulator_and_merges(tmp_path,
     with running_sim("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "1", "--itl-ms", "0") as url:
         path, _ = render(tmp_path, api_config(url, shards=4), env={KEY_VAR: SECRET_VALUE})
         report = run_shards_and_merge(docker_compose, path, 4, {KEY_VAR: SECRET_VALUE}, tmp_path)
-        whole = shardeval_cmd("run", str(tmp_path / "compose.yaml"), "--shard", "0/1", "-o", str(tmp_path / "whole" / "shard_0"),
-                              env={KEY_VAR: SECRET_VALUE})
+        whole = shardeval_cmd(
+            "run", str(tmp_path / "compose.yaml"), "--shard", "0/1", "-o", str(tmp_path / "whole" / "shard_0"), env={KEY_VAR: SECRET_VALUE}
+        )
         assert whole.returncode == 0, whole.stderr
     root = tmp_path / "out"  # bind-mounted at /results: shards land beside compose/, as in local runs
     assert sorted(p.name for p in root.glob("shard_*")) == [f"shard_{i}" for i in range(4)]
@@ -213,7 +214,7 @@ def test_seed_example_is_the_rendering_validates_and_runs(tmp_path, docker_compo
     assert result.returncode == 0, result.stderr
     for name in ("docker-compose.yaml", "config.yaml"):
         assert (tmp_path / "out" / "compose" / name).read_text() == (example / "deploy" / name).read_text(), (
-            f"regenerate: shardeval run examples/compose/arith_sim.yaml --dry-run -o /tmp/r && cp /tmp/r/compose/* examples/compose/deploy/"
+            "regenerate: shardeval run examples/compose/arith_sim.yaml --dry-run -o /tmp/r && cp /tmp/r/compose/* examples/compose/deploy/"
         )
     assert "NEL_SHARD_IDX=$i NEL_TOTAL_SHARDS=4 docker compose -f" in result.stderr
     results = tmp_path / "results"
@@ -226,8 +227,12 @@ def test_seed_example_is_the_rendering_validates_and_runs(tmp_path, docker_compo
 
 def test_commands_escaping_and_user_mistakes(tmp_path, docker_compose):
     prompt = "Pay $5 or ${HOME} $(x) $$"
-    path, _ = render(tmp_path, api_config("http://127.0.0.1:9/v1", cluster_extra="  results_volume: eval-results"),
-                     "-O", f"benchmarks.0.solver.system_prompt={prompt}")
+    path, _ = render(
+        tmp_path,
+        api_config("http://127.0.0.1:9/v1", cluster_extra="  results_volume: eval-results"),
+        "-O",
+        f"benchmarks.0.solver.system_prompt={prompt}",
+    )
     resolved = compose_config(docker_compose, path, {"NEL_SHARD_IDX": "1"})
     assert "eval-results" in resolved["volumes"]
     command = [a.replace("$$", "$") for a in resolved["services"]["eval-shard"]["command"]]

@@ -73,14 +73,14 @@ def test_seed_example_loads_unchanged() -> None:
     config = load_config(str(SEED), env={})
     service = config.services["model"]
     assert service.type == "vllm" and service.protocol == "chat_completions"
-    assert getattr(service, "model") == "nvidia/Llama-3.1-70B-Instruct"
-    assert getattr(service, "tensor_parallel_size") == 4 and getattr(service, "port") == 8000
-    assert getattr(service, "node_pool") == "compute"
+    assert service.model == "nvidia/Llama-3.1-70B-Instruct"
+    assert service.tensor_parallel_size == 4 and service.port == 8000
+    assert service.node_pool == "compute"
     assert [b.name for b in config.benchmarks] == ["gsm8k"]
     assert config.benchmarks[0].solver.service == "model"
     cluster = config.cluster
-    assert (cluster.type, cluster.shards, getattr(cluster, "walltime")) == ("slurm", 16, "02:00:00")
-    pool = getattr(cluster, "node_pools")["compute"]
+    assert (cluster.type, cluster.shards, cluster.walltime) == ("slurm", 16, "02:00:00")
+    pool = cluster.node_pools["compute"]
     assert (pool.partition, pool.nodes, pool.ntasks_per_node, pool.gres) == ("batch", 1, 1, "gpu:4")
 
 
@@ -88,7 +88,7 @@ def test_seed_cluster_section_with_the_model_pointed_at_an_endpoint() -> None:
     """--model-url turns the vllm service into an api one; the slurm section decodes on its own."""
     config = load_config(str(SEED), quick={"model_url": "http://node17:8000/v1"}, env={})
     service = config.services["model"]
-    assert (service.type, getattr(service, "url"), getattr(service, "model")) == (
+    assert (service.type, service.url, service.model) == (
         "api",
         "http://node17:8000/v1",
         "nvidia/Llama-3.1-70B-Instruct",
@@ -151,7 +151,10 @@ def test_unknown_key_without_a_close_match_lists_the_valid_ones(in_tmp: Path) ->
         ),
         (BASE.replace("- name: arith", "- nam: arith"), "config.yaml: unknown key 'benchmarks[0].nam'; did you mean 'name'?"),
         ("benchmarks: [{repeats: 1}]\n", "config.yaml: benchmarks[0]: missing required key 'name'"),
-        (BASE + "cluster: {type: slurm, walltime: 2:00:00}\n", "config.yaml: cluster.walltime: expected str, got int (7200); quote the value in YAML"),
+        (
+            BASE + "cluster: {type: slurm, walltime: 2:00:00}\n",
+            "config.yaml: cluster.walltime: expected str, got int (7200); quote the value in YAML",
+        ),
         (
             BASE + "cluster: {type: slurm, walltime: '1:00', max_parallel: 0}\n",
             "config.yaml: cluster.max_parallel: must be an integer >= 1, got 0",
@@ -232,15 +235,16 @@ def test_not_utf8(in_tmp: Path) -> None:
 
 
 def test_env_expansion(in_tmp: Path) -> None:
-    text = BASE.replace("http://127.0.0.1:9/v1", "http://${HOST}:${PORT:-8000}/v1").replace(
-        "repeats: 2", "repeats: ${REPEATS:-3}"
-    ) + "output: {dir: '$${HOME}/out-${EMPTY:-fallback}'}\n"
+    text = (
+        BASE.replace("http://127.0.0.1:9/v1", "http://${HOST}:${PORT:-8000}/v1").replace("repeats: 2", "repeats: ${REPEATS:-3}")
+        + "output: {dir: '$${HOME}/out-${EMPTY:-fallback}'}\n"
+    )
     config = load(text, env={"HOST": "node17", "EMPTY": ""})
-    assert getattr(config.services["model"], "url") == "http://node17:8000/v1"
+    assert config.services["model"].url == "http://node17:8000/v1"
     assert config.benchmarks[0].repeats == 3  # a number from a variable decodes as an int
     assert config.output.dir == "${HOME}/out-fallback"
     config = load(text, env={"HOST": "h", "PORT": "9000", "REPEATS": "5"})
-    assert getattr(config.services["model"], "url") == "http://h:9000/v1" and config.benchmarks[0].repeats == 5
+    assert config.services["model"].url == "http://h:9000/v1" and config.benchmarks[0].repeats == 5
 
 
 def test_unset_variable_names_variable_and_key_path(in_tmp: Path) -> None:
@@ -259,7 +263,7 @@ def test_bad_reference_and_wrong_type_from_a_variable(in_tmp: Path) -> None:
 def test_env_defaults_to_os_environ(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHARDEVAL_TEST_MODEL", "from-os")
     config = load_config(write(BASE.replace("model: llama", "model: ${SHARDEVAL_TEST_MODEL}")))
-    assert getattr(config.services["model"], "model") == "from-os"
+    assert config.services["model"].model == "from-os"
 
 
 # --- -O overrides ------------------------------------------------------------------------------
@@ -283,7 +287,7 @@ def test_overrides_parse_yaml_values_and_index_lists(in_tmp: Path) -> None:
     assert bench.solver.generation.temperature == 0.7 and bench.solver.generation.stop == ["a", "b"]
     assert bench.solver.system_prompt == "Answer: yes"
     assert bench.params == {"n": None}
-    assert getattr(config.services["model"], "url") == "http://h:1/v1"
+    assert config.services["model"].url == "http://h:1/v1"
     assert config.output.trajectories is False
 
 
@@ -317,7 +321,7 @@ def test_quick_mode_without_a_file() -> None:
         env={},
     )
     service = config.services["model"]
-    assert (service.type, getattr(service, "url"), getattr(service, "model"), service.api_key_env) == (
+    assert (service.type, service.url, service.model, service.api_key_env) == (
         "api",
         "http://node17:8000/v1",
         "llama-70b",
@@ -339,7 +343,7 @@ def test_quick_mode_without_a_file() -> None:
 def test_quick_model_url_forms(url: str, base: str, protocol: str) -> None:
     config = load_config(None, quick={"bench": "arith", "model_url": url, "model_id": "m"}, env={})
     service = config.services["model"]
-    assert getattr(service, "url").rstrip("/") == base and service.protocol == protocol
+    assert service.url.rstrip("/") == base and service.protocol == protocol
 
 
 def test_quick_mode_says_what_is_missing() -> None:
@@ -372,8 +376,8 @@ def test_quick_bench_keeps_one_and_model_flags_touch_only_its_service(in_tmp: Pa
     config = load(TWO, quick={"bench": "other", "model_id": "judge-2", "api_key_env": "JUDGE_KEY"})
     assert [b.name for b in config.benchmarks] == ["other"]
     judge, model = config.services["judge"], config.services["model"]
-    assert (getattr(judge, "model"), judge.api_key_env) == ("judge-2", "JUDGE_KEY")
-    assert (getattr(model, "model"), model.api_key_env) == ("llama", None)
+    assert (judge.model, judge.api_key_env) == ("judge-2", "JUDGE_KEY")
+    assert (model.model, model.api_key_env) == ("llama", None)
     assert error(TWO, quick={"bench": "gsm9k"}) == "--bench gsm9k: config.yaml has no benchmark 'gsm9k'; defined: arith, other"
 
 
@@ -386,7 +390,7 @@ def test_quick_model_url_turns_a_managed_service_into_api(in_tmp: Path) -> None:
     )
     service = config.services["model"]
     assert service.type == "api" and not hasattr(service, "tensor_parallel_size")
-    assert (getattr(service, "url"), getattr(service, "model"), service.protocol, service.api_key_env) == (
+    assert (service.url, service.model, service.protocol, service.api_key_env) == (
         "http://n:1/v1",
         "served",
         "completions",
@@ -443,8 +447,11 @@ def test_config_hash_form_and_stability(in_tmp: Path) -> None:
 def test_config_hash_of_a_run_started_before_canonical_json_is_unchanged() -> None:
     """The hash moved from msgspec's sorted encoding to canonical JSON (json.dumps, sorted keys,
     compact, UTF-8); runs started before must still resume. The value is what the old code wrote."""
-    config = load_config(None, ["benchmarks.0.params={n: 20, note: 'héllo ✓'}", "benchmarks.0.solver.generation.temperature=0.7", "seed=7"],
-                         quick={"bench": "arith", "model_url": "http://127.0.0.1:9/v1", "model_id": "m"})
+    config = load_config(
+        None,
+        ["benchmarks.0.params={n: 20, note: 'héllo ✓'}", "benchmarks.0.solver.generation.temperature=0.7", "seed=7"],
+        quick={"bench": "arith", "model_url": "http://127.0.0.1:9/v1", "model_id": "m"},
+    )
     assert config_hash(config) == "sha256:76de266e07a8fb79"
 
 
@@ -520,8 +527,12 @@ def test_cli_missing_config_file(tmp_path: Path) -> None:
         (BASE, ("--shard", "5/4", "-o", "out"), {}, ("--shard 5/4",)),
         (BASE, ("-o", "out"), {"NEL_SHARD_IDX": "abc", "NEL_TOTAL_SHARDS": "4"}, ("NEL_SHARD_IDX='abc'",)),
         # a service type that is not a name, with --model-url (quick mode asks the service's Struct): a TypeError before
-        (BASE.replace("type: api\n    url: http://127.0.0.1:9/v1\n    model: llama", "type: [api]"), ("--model-url", "http://h/v1"), {},
-         ("--model-url: service 'model' now reaches that URL and needs the served model: pass --model-id",)),
+        (
+            BASE.replace("type: api\n    url: http://127.0.0.1:9/v1\n    model: llama", "type: [api]"),
+            ("--model-url", "http://h/v1"),
+            {},
+            ("--model-url: service 'model' now reaches that URL and needs the served model: pass --model-id",),
+        ),
     ],
     ids=["malformed_yaml", "unknown_key", "wrong_type", "bad_shard_flag", "bad_nel_shard_idx", "type_list_with_model_url"],
 )
@@ -540,8 +551,6 @@ def _numeric_fields(struct: type, seen: set[type]) -> list[tuple[str, str, bool]
     """(Struct.field, type, has a declared range) for every int/float field, recursing into
     nested Structs, lists and dicts of them."""
     import typing
-
-    from shardeval.explain import unwrap as _unwrap
 
     out = []
     if struct in seen:
@@ -629,7 +638,10 @@ def test_nonsense_limits_are_one_line_naming_key_and_value(in_tmp: Path, overrid
         ("{type: vllm, model: m, tensor_parallel_size: 0}", "services.model.tensor_parallel_size: must be an integer >= 1, got 0"),
         ("{type: vllm, model: m, port: 70000}", "services.model.port: must be an integer <= 65535, got 70000"),
         ("{type: vllm, model: m, startup_timeout_s: -1}", "services.model.startup_timeout_s: must be a number > 0.0, got -1"),
-        ("{type: api, url: 'http://h/v1', model: m, timeouts: {idle: '${IDLE}'}}", "services.model.timeouts.idle: must be a number > 0.0, got '0'"),
+        (
+            "{type: api, url: 'http://h/v1', model: m, timeouts: {idle: '${IDLE}'}}",
+            "services.model.timeouts.idle: must be a number > 0.0, got '0'",
+        ),
     ],
 )
 def test_plugin_sections_declare_their_ranges_too(in_tmp: Path, section: str, expected: str) -> None:
@@ -684,18 +696,22 @@ def test_a_service_type_that_is_not_a_name_is_one_line_even_beside_an_expansion(
     """The `${VAR}` typing looks up the service's Struct by its `type` before the section is
     decoded: a list or a mapping there must reach the decoder's one-line error, not the registry."""
     cfg = tmp_path / "bad_type.yaml"
-    cfg.write_text(f'services: {{model: {{type: {kind}, url: "${{SOME_URL:-http://127.0.0.1:9/v1}}", model: m}}}}\n'
-                   "benchmarks: [{name: arith}]\n")
+    cfg.write_text(
+        f'services: {{model: {{type: {kind}, url: "${{SOME_URL:-http://127.0.0.1:9/v1}}", model: m}}}}\nbenchmarks: [{{name: arith}}]\n'
+    )
     result = shardeval_cmd("run", str(cfg), "--dry-run")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "services.model: type: expected str" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("tags, message", [
-    ('["<think>"]', "services.model.reasoning_tags: expected a list of 2 items, got 1"),
-    ('["", "</think>"]', "services.model.reasoning_tags[0]: must not be empty"),
-])
+@pytest.mark.parametrize(
+    "tags, message",
+    [
+        ('["<think>"]', "services.model.reasoning_tags: expected a list of 2 items, got 1"),
+        ('["", "</think>"]', "services.model.reasoning_tags[0]: must not be empty"),
+    ],
+)
 def test_a_value_of_the_wrong_length_is_named_in_words(tmp_path, tags, message):
     """Lengths are declared types too: a tuple's size and a string's minimum are said as such, not
     as msgspec's `Expected array of length 2` or a bare `expected str, got str`."""

@@ -149,7 +149,7 @@ def test_parquet_route_with_a_stand_in_for_pyarrow(tmp_path, monkeypatch):
             self._rows = rows
             self.num_rows = len(rows)
 
-        def slice(self, offset: int, length: int) -> "Table":
+        def slice(self, offset: int, length: int) -> Table:
             return Table(self._rows[offset : offset + length])
 
         def to_pylist(self) -> list[dict]:
@@ -233,7 +233,7 @@ class Server:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:
                 outer.hits[self.path] = outer.hits.get(self.path, 0) + 1
                 body = outer.files.get(self.path)
                 if body is None:

@@ -24,7 +24,8 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 import yaml
@@ -68,7 +69,9 @@ def engine() -> Iterator[dict[str, str]]:
         pytest.skip(f"no Docker engine: {why.group(1)}")
     found = read_env_file()
     assert "SHARDEVAL_DOCKER_HOST" in found, f"{CACHE / 'docker' / 'env'} after docker.sh start: {found}\n{start.stderr}"
-    env = {k: v for k, v in os.environ.items() if k not in SHARD_VARS and k != KEY_VAR and not k.startswith(("SLURM_", "DOCKER_", "COMPOSE_"))}
+    env = {
+        k: v for k, v in os.environ.items() if k not in SHARD_VARS and k != KEY_VAR and not k.startswith(("SLURM_", "DOCKER_", "COMPOSE_"))
+    }
     env.update(DOCKER_HOST=found["SHARDEVAL_DOCKER_HOST"], PATH=found["SHARDEVAL_DOCKER_PATH"] + os.pathsep + env["PATH"])
     if "SHARDEVAL_DOCKER_CONFIG" in found:  # where the CLI finds the compose and buildx plugins
         env["DOCKER_CONFIG"] = found["SHARDEVAL_DOCKER_CONFIG"]
@@ -113,8 +116,20 @@ def image(engine) -> str:
     pyz = built_zipapp()
     tag = f"shardeval:{__version__}"
     classic = {**engine, "DOCKER_BUILDKIT": "0"}  # with buildx installed, BuildKit is the default
-    build = docker(classic, "build", "--network=host", "-f", "build/Dockerfile", "--build-arg", f"BASE={engine['SHARDEVAL_DOCKER_BASE']}",
-                   "-t", tag, ".", cwd=REPO, timeout=600)
+    build = docker(
+        classic,
+        "build",
+        "--network=host",
+        "-f",
+        "build/Dockerfile",
+        "--build-arg",
+        f"BASE={engine['SHARDEVAL_DOCKER_BASE']}",
+        "-t",
+        tag,
+        ".",
+        cwd=REPO,
+        timeout=600,
+    )
     # the classic builder reads only ./.dockerignore: the context is the file
     sent = re.search(r"(?:Sending build context to Docker daemon|transferring context:)\s+([\d.]+)([kMG]?B)", build.stdout + build.stderr)
     assert sent, build.stdout[:2000]
@@ -178,8 +193,20 @@ def test_image_entrypoint_read_only_and_non_root(engine, image):
         assert ran.stdout.strip() == f"shardeval, version {__version__}" and ran.stderr == "", (user, ran)
     # BuildKit reads build/Dockerfile.dockerignore instead; the same Dockerfile builds with it too
     kit = {**engine, "DOCKER_BUILDKIT": "1"}
-    docker(kit, "build", "--network=host", "-f", "build/Dockerfile", "--build-arg", f"BASE={engine['SHARDEVAL_DOCKER_BASE']}",
-           "-t", "shardeval-test:buildkit", ".", cwd=REPO, timeout=600)
+    docker(
+        kit,
+        "build",
+        "--network=host",
+        "-f",
+        "build/Dockerfile",
+        "--build-arg",
+        f"BASE={engine['SHARDEVAL_DOCKER_BASE']}",
+        "-t",
+        "shardeval-test:buildkit",
+        ".",
+        cwd=REPO,
+        timeout=600,
+    )
     ran = docker(engine, "run", "--rm", "--label", LABEL, "--network=none", "--read-only", "shardeval-test:buildkit", "--version")
     assert ran.stdout.strip() == f"shardeval, version {__version__}"
     docker(engine, "rmi", "shardeval-test:buildkit")
@@ -193,8 +220,20 @@ def test_one_shard_in_the_container_equals_the_host_run(engine, image, tmp_path)
         config = tmp_path / "eval.yaml"
         config.write_text(api_config(url, "  type: local"))
         env = {**engine, KEY_VAR: SECRET_VALUE}
-        common = ["run", "--rm", "--label", LABEL, "--network=host", "--read-only", "--user", f"{UID}:{UID}",
-                  "-v", f"{config}:/config/eval.yaml:ro", "-v", f"{work}:/results"]
+        common = [
+            "run",
+            "--rm",
+            "--label",
+            LABEL,
+            "--network=host",
+            "--read-only",
+            "--user",
+            f"{UID}:{UID}",
+            "-v",
+            f"{config}:/config/eval.yaml:ro",
+            "-v",
+            f"{work}:/results",
+        ]
         ran = docker(env, *common, "-e", KEY_VAR, image, "run", "/config/eval.yaml", "--shard", "0/1", "-o", "/results/shard_0")
         assert "shard 0/1 arith" in ran.stderr and "80/80 ok, 0 error(s)" in ran.stderr, ran.stderr  # 40 problems x 2
         reference = reference_scores(config, tmp_path, env={KEY_VAR: SECRET_VALUE})
@@ -217,7 +256,9 @@ def compose_cli(request, engine) -> list[str]:
     return ["docker", "compose"]
 
 
-def compose_loop(tool: list[str], engine: dict[str, str], path: Path, total: int, caller_env: dict[str, str], project: str) -> tuple[list[dict[str, Any]], str]:
+def compose_loop(
+    tool: list[str], engine: dict[str, str], path: Path, total: int, caller_env: dict[str, str], project: str
+) -> tuple[list[dict[str, Any]], str]:
     """The seed's loop, `NEL_SHARD_IDX=$i NEL_TOTAL_SHARDS=N docker-compose -f F --profile sharded
     run -d eval-shard` for every i, each waited for (bounded), then `--profile merge run --rm
     eval-merge`. Returns the shard containers' `docker inspect` and the merge's output."""
@@ -226,7 +267,10 @@ def compose_loop(tool: list[str], engine: dict[str, str], path: Path, total: int
     for i in range(total):
         started = subprocess.run(
             [*tool, "-f", str(path), "--profile", "sharded", "run", "-d", "eval-shard"],
-            env={**env, "NEL_SHARD_IDX": str(i), "NEL_TOTAL_SHARDS": str(total)}, capture_output=True, text=True, timeout=120,
+            env={**env, "NEL_SHARD_IDX": str(i), "NEL_TOTAL_SHARDS": str(total)},
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert started.returncode == 0, started.stdout + started.stderr
         names.append(started.stdout.split()[-1])  # `run -d` prints the container's name
@@ -238,8 +282,9 @@ def compose_loop(tool: list[str], engine: dict[str, str], path: Path, total: int
         assert f"shard {i}/{total} (from NEL_SHARD_IDX={i}, NEL_TOTAL_SHARDS={total})" in logs.stdout + logs.stderr
         inspected.append(json.loads(docker(engine, "inspect", name).stdout)[0])
         docker(engine, "rm", name)
-    merge = subprocess.run([*tool, "-f", str(path), "--profile", "merge", "run", "--rm", "eval-merge"],
-                           env=env, capture_output=True, text=True, timeout=180)
+    merge = subprocess.run(
+        [*tool, "-f", str(path), "--profile", "merge", "run", "--rm", "eval-merge"], env=env, capture_output=True, text=True, timeout=180
+    )
     assert merge.returncode == 0, merge.stdout + merge.stderr
     return inspected, merge.stdout + merge.stderr
 
@@ -284,16 +329,22 @@ def test_checked_in_compose_example_runs_as_is(engine, image, compose_cli, tmp_p
     assert "COMPLETE" in report
     scores = json.loads((tmp_path / "merged" / "scores.json").read_text())["arith"]  # `..` is the output root
     assert (scores["n_records"], scores["n_missing"], scores["n_errors"]) == (160, 0, 0)
-    down = subprocess.run([*compose_cli, "-f", str(project / "docker-compose.yaml"), "down"], capture_output=True, text=True,
-                          env={**engine, "COMPOSE_PROJECT_NAME": PROJECTS[1]}, timeout=120)
+    down = subprocess.run(
+        [*compose_cli, "-f", str(project / "docker-compose.yaml"), "down"],
+        capture_output=True,
+        text=True,
+        env={**engine, "COMPOSE_PROJECT_NAME": PROJECTS[1]},
+        timeout=120,
+    )
     assert down.returncode == 0, down.stderr
 
 
 # --- Kubernetes --------------------------------------------------------------------------------
 
 
-def run_container(engine: dict[str, str], image: str, container: dict[str, Any], env: dict[str, str], mounts: dict[str, tuple[Path, bool]],
-                  network: str) -> str:
+def run_container(
+    engine: dict[str, str], image: str, container: dict[str, Any], env: dict[str, str], mounts: dict[str, tuple[Path, bool]], network: str
+) -> str:
     """`docker run -d` of one rendered container: its command as entrypoint + args, its env
     (values already resolved as the kubelet would), its securityContext, the given mounts."""
     from test_kubernetes import kubelet_expand
@@ -319,8 +370,10 @@ def test_indexed_job_containers_run_in_the_image(engine, image, tmp_path):
     index's rendered container, then the merge Job's, in the image; equal to an unsharded run."""
     from test_kubernetes import container_env, indexed_job, merge_job, mount_folders
 
-    cluster = ("  type: kubernetes\n  name: arith-docker\n  namespace: evals\n  shards: 8\n"
-               f"  security_context: {{runAsUser: {UID}, runAsGroup: {UID}, runAsNonRoot: true, readOnlyRootFilesystem: true}}")
+    cluster = (
+        "  type: kubernetes\n  name: arith-docker\n  namespace: evals\n  shards: 8\n"
+        f"  security_context: {{runAsUser: {UID}, runAsGroup: {UID}, runAsNonRoot: true, readOnlyRootFilesystem: true}}"
+    )
     secrets = {("shardeval-api-keys", KEY_VAR): SECRET_VALUE}
     with running_sim(*SIM_ARGS) as url:
         config = tmp_path / "k8s.yaml"
@@ -337,8 +390,10 @@ def test_indexed_job_containers_run_in_the_image(engine, image, tmp_path):
         claim = chowned(folders["/results"])
         read_only = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
         mounts = {path: (folder, read_only[path]) for path, folder in folders.items()}
-        ids = [run_container(engine, image, container, container_env(container, i, secrets), mounts, "host")
-               for i in range(job["spec"]["completions"])]  # parallelism = completions: all at once
+        ids = [
+            run_container(engine, image, container, container_env(container, i, secrets), mounts, "host")
+            for i in range(job["spec"]["completions"])
+        ]  # parallelism = completions: all at once
         for i, cid in enumerate(ids):
             code = docker(engine, "wait", cid, timeout=180).stdout.strip()
             logs = docker(engine, "logs", cid)

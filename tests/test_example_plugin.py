@@ -99,7 +99,9 @@ def test_the_plugin_is_found_through_its_entry_point(plugin_dir):
 def test_a_real_run_of_the_plugin_benchmark(plugin_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("SHARDEVAL_PLUGIN_DIR", plugin_dir)  # the simulator and the run both load it
     with running_sim("--bench", "capitals", "--accuracy", "0.5", "--ttft-ms", "0", "--itl-ms", "0") as url:
-        result = shardeval_cmd("run", "--bench", "capitals", "--model-url", url, "--model-id", "sim", "-n", "2", "-o", str(tmp_path / "out"))
+        result = shardeval_cmd(
+            "run", "--bench", "capitals", "--model-url", url, "--model-id", "sim", "-n", "2", "-o", str(tmp_path / "out")
+        )
     assert result.returncode == 0, result.stderr
     recs = [json.loads(x) for x in (tmp_path / "out" / "capitals" / "results.jsonl").read_text().splitlines()]
     assert len(recs) == 48 and all(r["status"] == "ok" for r in recs)

@@ -30,8 +30,16 @@ from shardeval.store.records import ResultRecord, read_manifest
 
 N, REPEATS = 40, 2
 IDENTITY = ("config_hash", "service", "model", "weights")
-HOSTILE = ['say "hi", then, bye', "two\nlines\r\nand\rcarriage", "nul\x00byte", "\u202eRTL override\u200f mark",
-           "<script>alert(1)</script>", "'single' ;=1+1", "emoji \U0001f600 tab\t", ""]
+HOSTILE = [
+    'say "hi", then, bye',
+    "two\nlines\r\nand\rcarriage",
+    "nul\x00byte",
+    "\u202eRTL override\u200f mark",
+    "<script>alert(1)</script>",
+    "'single' ;=1+1",
+    "emoji \U0001f600 tab\t",
+    "",
+]
 
 
 def merged_records(root: Path) -> list[dict]:
@@ -41,8 +49,16 @@ def merged_records(root: Path) -> list[dict]:
 
 
 def expected_rows(root: Path, identity: dict, score_names: list[str]) -> list[dict]:
-    return [{**identity, **{k: rec[k] for k in RECORD}, **{k: rec.get(k) for k in REASONING}, "cached": rec.get("cached", False),
-             **{f"scores.{n}": rec["scores"].get(n) for n in score_names}} for rec in merged_records(root)]
+    return [
+        {
+            **identity,
+            **{k: rec[k] for k in RECORD},
+            **{k: rec.get(k) for k in REASONING},
+            "cached": rec.get("cached", False),
+            **{f"scores.{n}": rec["scores"].get(n) for n in score_names},
+        }
+        for rec in merged_records(root)
+    ]
 
 
 def typed(rows: list[dict]) -> list[list[tuple]]:
@@ -176,8 +192,13 @@ def test_hostile_strings_and_extra_scores_survive_every_format(tmp_path: Path) -
 def test_hostile_errors_survive_csv_and_parquet(tmp_path: Path) -> None:
     """The standing record is an error carrying each hostile string (its cell never fixed)."""
     n = len(HOSTILE)
-    make_shard(str(tmp_path / "run"), 0, 1, n_problems=n,
-               records=(rec(p, 0, 0, status="error", error=HOSTILE[p], reference=HOSTILE[p]) for p in range(n)))
+    make_shard(
+        str(tmp_path / "run"),
+        0,
+        1,
+        n_problems=n,
+        records=(rec(p, 0, 0, status="error", error=HOSTILE[p], reference=HOSTILE[p]) for p in range(n)),
+    )
     for suffix in (".parquet", ".csv"):
         r = export(tmp_path / "run", tmp_path / f"e{suffix}")
         assert r.returncode == 0, r.stderr
@@ -189,13 +210,18 @@ def test_hostile_errors_survive_csv_and_parquet(tmp_path: Path) -> None:
 def test_a_sweep_exports_every_model_into_one_file(tmp_path: Path) -> None:
     root = tmp_path / "out"
     with ExitStack() as servers:
-        urls = {name: servers.enter_context(running_sim("--bench", "arith", "--accuracy", acc, "--ttft-ms", "1", "--itl-ms", "0",
-                                                        "--model", f"m_{name}"))
-                for name, acc in (("a", "0.5"), ("b", "0.8"))}
+        urls = {
+            name: servers.enter_context(
+                running_sim("--bench", "arith", "--accuracy", acc, "--ttft-ms", "1", "--itl-ms", "0", "--model", f"m_{name}")
+            )
+            for name, acc in (("a", "0.5"), ("b", "0.8"))
+        }
         config = {
             "services": {name: {"type": "api", "url": url, "model": f"m_{name}"} for name, url in urls.items()},
-            "benchmarks": [{"name": "arith", "params": {"n": 12}, "max_concurrent": 8},
-                           {"name": "arith", "id": "arith_b", "params": {"n": 8, "seed": 3}, "max_concurrent": 8}],
+            "benchmarks": [
+                {"name": "arith", "params": {"n": 12}, "max_concurrent": 8},
+                {"name": "arith", "id": "arith_b", "params": {"n": 8, "seed": 3}, "max_concurrent": 8},
+            ],
             "sweep": {"services": ["b", "a"], "baseline": "b"},
             "cluster": {"type": "local", "shards": 2, "parallel": 2},
             "output": {"dir": str(root), "progress_interval_s": 0},
@@ -206,8 +232,9 @@ def test_a_sweep_exports_every_model_into_one_file(tmp_path: Path) -> None:
     want = []
     for name in ("b", "a"):  # the sweep's order
         manifest = read_manifest(str(root / name / "shard_0"))
-        want += expected_rows(root / name, {"config_hash": manifest.config_hash, "service": name, "model": f"m_{name}",
-                                            "weights": f"m_{name}"}, [])
+        want += expected_rows(
+            root / name, {"config_hash": manifest.config_hash, "service": name, "model": f"m_{name}", "weights": f"m_{name}"}, []
+        )
     assert len(want) == 2 * (12 + 8)
     assert [row["benchmark"] for row in want[:20]] == ["arith"] * 12 + ["arith_b"] * 8
     for suffix in (".parquet", ".jsonl"):
@@ -232,13 +259,16 @@ def test_mixed_weights_are_refused_as_by_merge_and_told_apart_when_allowed(tmp_p
     assert [(row["model"], row["weights"]) for row in got] == [("sim", "weights-0")] * 2 + [("sim", "weights-1")] * 2
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--format", "xml"], "--format xml: not a format export writes; choose parquet, csv or jsonl"),
-    (["-o", "{tmp}/rows.txt"], "cannot tell the format from the suffix '.txt'; pass --format (parquet, csv or jsonl)"),
-    (["-o", "{tmp}/rows"], "cannot tell the format from the suffix '(none)'"),
-    (["-o", "{tmp}/run/shard_0/rows.csv"], "is inside the shard directory"),
-    (["-o", "{tmp}/no/such/dir/rows.csv"], "cannot write the export to"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--format", "xml"], "--format xml: not a format export writes; choose parquet, csv or jsonl"),
+        (["-o", "{tmp}/rows.txt"], "cannot tell the format from the suffix '.txt'; pass --format (parquet, csv or jsonl)"),
+        (["-o", "{tmp}/rows"], "cannot tell the format from the suffix '(none)'"),
+        (["-o", "{tmp}/run/shard_0/rows.csv"], "is inside the shard directory"),
+        (["-o", "{tmp}/no/such/dir/rows.csv"], "cannot write the export to"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     make_shard(str(tmp_path / "run"), 0, 1, n_problems=3)
     before = sorted(str(p) for p in tmp_path.rglob("*"))
@@ -269,10 +299,17 @@ def test_parquet_without_pyarrow_says_what_to_install(tmp_path: Path) -> None:
 
 def test_to_pandas_without_pandas_says_what_to_install(tmp_path: Path) -> None:
     make_shard(str(tmp_path / "run"), 0, 1, n_problems=3)
-    probe = ("import shardeval.api.records as api\nrecords = api.load_run(__import__('sys').argv[1])\nprint(len(records))\n"
-             "try:\n    records.to_pandas()\nexcept ImportError as exc:\n    print(exc)\n")
-    r = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "run")], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, **shadow(tmp_path, "pandas")})
+    probe = (
+        "import shardeval.api.records as api\nrecords = api.load_run(__import__('sys').argv[1])\nprint(len(records))\n"
+        "try:\n    records.to_pandas()\nexcept ImportError as exc:\n    print(exc)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **shadow(tmp_path, "pandas")},
+    )
     assert r.returncode == 0, r.stderr
     count, message = r.stdout.splitlines()
     assert count == "3" and "needs pandas, which is not installed" in message and "pip install pandas" in message

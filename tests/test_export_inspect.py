@@ -30,8 +30,10 @@ SIM = {"type": "sim", "bench": "arith", "accuracy": 0.6, "ttft_ms": 0, "itl_ms":
 def run_config(tmp: Path, name: str, services: dict, sweep: bool = False) -> Path:
     data = {
         "services": services,
-        "benchmarks": [{"name": "arith", "params": {"n": N}, "repeats": REPEATS, "max_concurrent": 8},
-                       {"name": "arith", "id": "arith_b", "params": {"n": N, "seed": 7}, "max_concurrent": 8}],
+        "benchmarks": [
+            {"name": "arith", "params": {"n": N}, "repeats": REPEATS, "max_concurrent": 8},
+            {"name": "arith", "id": "arith_b", "params": {"n": N, "seed": 7}, "max_concurrent": 8},
+        ],
         "cluster": {"type": "local", "shards": 2},
         "output": {"progress_interval_s": 0},
         **({"sweep": {"services": list(services)}} if sweep else {}),
@@ -114,8 +116,7 @@ def test_a_run_with_errors_exports_every_record_its_scores_and_its_errors(errors
     assert f"{N * REPEATS - n_ok} of {N * REPEATS} (sample, epoch) cells have no ok answer" in log.error.message
 
 
-def test_inspect_view_lists_the_exported_logs_and_chromium_shows_the_samples_and_errors(errors_export: tuple[Path, Path],
-                                                                                          browser) -> None:
+def test_inspect_view_lists_the_exported_logs_and_chromium_shows_the_samples_and_errors(errors_export: tuple[Path, Path], browser) -> None:
     root, out = errors_export
     records = jsonl(root / "merged" / "arith" / "results.jsonl")
     failed = [r for r in records if r["status"] != "ok"]
@@ -123,8 +124,7 @@ def test_inspect_view_lists_the_exported_logs_and_chromium_shows_the_samples_and
         with urllib.request.urlopen(origin + "/api/logs", timeout=10) as reply:
             listed = json.loads(reply.read())
         assert sorted((Path(f["name"]).name, f["task"]) for f in listed["files"]) == [("arith.eval", "arith"), ("arith_b.eval", "arith_b")]
-        with visit(browser, origin + "/#/logs/arith.eval", ready="() => document.body.innerText.includes('rows')",
-                   timeout_ms=30_000) as v:
+        with visit(browser, origin + "/#/logs/arith.eval", ready="() => document.body.innerText.includes('rows')", timeout_ms=30_000) as v:
             text = v.page.inner_text("body")
             assert v.exceptions == [] and v.foreign_requests() == []
     assert f"TASK FAILED\n({N * REPEATS} SAMPLES)" in text and f"{N * REPEATS} rows" in text
@@ -160,7 +160,10 @@ def test_an_inspect_task_run_exports_the_log_its_merge_writes(tmp_path: Path) ->
     assert [s.model_dump() for s in exported.samples] == [s.model_dump() for s in merged.samples]
     assert exported.results.model_dump() == merged.results.model_dump()
     assert (exported.eval.task, exported.eval.task_file, exported.plan.model_dump()) == (
-        merged.eval.task, merged.eval.task_file, merged.plan.model_dump())
+        merged.eval.task,
+        merged.eval.task_file,
+        merged.plan.model_dump(),
+    )
 
     # the task gone from where it was: the log is made from the records instead, and says so
     tasks.rename(tasks.with_name("moved.py"))

@@ -49,7 +49,11 @@ def assert_equals_scores(run, scores: dict) -> None:
         safe = name.replace("@", "_at_")
         got = run.data.metrics
         assert (got[safe], got[f"{safe}_ci_low"], got[f"{safe}_ci_high"], got[f"{safe}_n"]) == (
-            m["value"], m["ci_low"], m["ci_high"], m["n"]), name
+            m["value"],
+            m["ci_low"],
+            m["ci_high"],
+            m["n"],
+        ), name
     assert (run.data.metrics["n_ok"], run.data.metrics["n_missing"]) == (scores["n_ok"], scores["n_missing"])
 
 
@@ -82,7 +86,12 @@ def test_a_run_is_one_mlflow_run_per_benchmark_equal_to_scores_json_and_exportin
         assert run.data.tags["shardeval.key"] == key and run.data.tags["shardeval.step"] == "0"
         p = run.data.params
         assert (p["config_hash"], p["model"], p["benchmark"], p["weights"], p["served_model"]) == (
-            manifest["config_hash"], "model", bench, "sim", "sim")
+            manifest["config_hash"],
+            "model",
+            bench,
+            "sim",
+            "sim",
+        )
         assert p["shardeval_version"] == manifest["provenance"]["shardeval"] and p["host"]
         # the partial value and the complete one at the same step, never a copy of either
         history = client.get_metric_history(run.info.run_id, "accuracy")
@@ -190,9 +199,16 @@ def test_concurrent_exports_into_a_new_experiment_all_land(tmp_path: Path) -> No
         assert done.returncode == 0, done.stderr
     store = tmp_path / "mlruns"
     for round_ in range(3):
-        procs = [subprocess.Popen([sys.executable, "-m", "shardeval", "export", str(root), "--to", "mlflow", "--experiment",
-                                   f"race{round_}"], env={**os.environ, **env(store)}, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for root in roots]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "shardeval", "export", str(root), "--to", "mlflow", "--experiment", f"race{round_}"],
+                env={**os.environ, **env(store)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for root in roots
+        ]
         results = [p.communicate(timeout=180) for p in procs]
         for p, (stdout, stderr) in zip(procs, results):
             assert p.returncode == 0, stderr

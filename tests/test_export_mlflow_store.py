@@ -11,17 +11,17 @@ import os
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 pytest.importorskip("mlflow")
-from mlflow import MlflowClient  # noqa: E402
+from mlflow import MlflowClient
 
-from shardeval.api.exporter import TrackerExport  # noqa: E402
-from shardeval.api.plugin import ShardError, UsageError  # noqa: E402
-from shardeval_mlflow.config import MlflowExportConfig  # noqa: E402
-from shardeval_mlflow.exporter import export_mlflow  # noqa: E402
+from shardeval.api.exporter import TrackerExport
+from shardeval.api.plugin import ShardError, UsageError
+from shardeval_mlflow.config import MlflowExportConfig
+from shardeval_mlflow.exporter import export_mlflow
 
 pytestmark = pytest.mark.timeout(60)
 TOKEN = "mlflow-store-test-token-0123456789"
@@ -46,13 +46,17 @@ def test_a_folder_store_without_mlflow_allow_file_store_says_to_set_it(monkeypat
 
 
 @pytest.mark.parametrize("module", ["sqlalchemy", "alembic"])
-def test_a_database_store_without_sqlalchemy_and_the_default_one_say_what_to_give(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                                                   module: str) -> None:
+def test_a_database_store_without_sqlalchemy_and_the_default_one_say_what_to_give(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, module: str
+) -> None:
     """mlflow-skinny alone opens no database, MLflow 3's default store included; the extra brings what
     it needs (tests/test_extras_alone.py opens the default store from a venv with only the extra)."""
     without(monkeypatch, module)
-    with pytest.raises(UsageError, match=rf"^tracking_uri 'sqlite:///x.db' is a database store.*\({module} not installed.*"
-                                         r"pip install 'shardeval\[mlflow\]'"):
+    with pytest.raises(
+        UsageError,
+        match=rf"^tracking_uri 'sqlite:///x.db' is a database store.*\({module} not installed.*"
+        r"pip install 'shardeval\[mlflow\]'",
+    ):
         MlflowExportConfig(to="mlflow", tracking_uri="sqlite:///x.db").check()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql+psycopg2://db.example/mlflow")
     with pytest.raises(UsageError, match=r"^MLFLOW_TRACKING_URI 'postgresql\+psycopg2://db.example/mlflow' is a database"):
@@ -98,7 +102,9 @@ def refusing_server() -> Iterator[str]:
     thread.join(5)
 
 
-def test_a_server_refusing_the_credentials_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch, refusing_server: str, tmp_path: Path) -> None:
+def test_a_server_refusing_the_credentials_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, refusing_server: str, tmp_path: Path
+) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", TOKEN)
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
     with pytest.raises(ShardError) as refused:
@@ -127,8 +133,7 @@ def test_existing_runs_are_found_by_key_in_one_paged_search(monkeypatch: pytest.
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
     experiment = client.create_experiment("out")
-    made = {f"abc{i:09d}/arith": client.create_run(experiment, tags={"shardeval.key": f"abc{i:09d}/arith"}).info.run_id
-            for i in range(7)}
+    made = {f"abc{i:09d}/arith": client.create_run(experiment, tags={"shardeval.key": f"abc{i:09d}/arith"}).info.run_id for i in range(7)}
     client.create_run(experiment, run_name="by hand")  # not shardeval's: never taken for one
     client.delete_run(client.create_run(experiment, tags={"shardeval.key": "deleted/arith"}).info.run_id)
     pages: list[str | None] = []
@@ -143,12 +148,16 @@ def test_existing_runs_are_found_by_key_in_one_paged_search(monkeypatch: pytest.
     assert {key: run.info.run_id for key, run in found.items()} == made and len(pages) == 3
 
 
-@pytest.mark.parametrize("status, body, said", [
-    (500, b'{"error_code": "INTERNAL_ERROR", "message": "database is locked"}', "database is locked"),
-    (400, b'{"error_code": "INVALID_PARAMETER_VALUE", "message": "experiment name too long"}', "experiment name too long"),
-])
-def test_a_store_that_answers_with_an_error_is_named_for_it_never_the_network(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                                             status: int, body: bytes, said: str) -> None:
+@pytest.mark.parametrize(
+    "status, body, said",
+    [
+        (500, b'{"error_code": "INTERNAL_ERROR", "message": "database is locked"}', "database is locked"),
+        (400, b'{"error_code": "INVALID_PARAMETER_VALUE", "message": "experiment name too long"}', "experiment name too long"),
+    ],
+)
+def test_a_store_that_answers_with_an_error_is_named_for_it_never_the_network(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, status: int, body: bytes, said: str
+) -> None:
     """Issue 40, point 6: every failure of the store was "cannot reach the tracking store ... check
     the network", an `experiment already exists` as well. A store that answers says its own words;
     only a store that cannot be reached is the network (the unreachable case: test_export_mlflow)."""

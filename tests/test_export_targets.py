@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, shardeval_cmd
+from conftest import shardeval_cmd
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SIM = {"type": "sim", "bench": "arith", "accuracy": 0.7, "ttft_ms": 0, "itl_ms": 0, "output_tokens": 8}
@@ -22,8 +22,11 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def env(probe: Path) -> dict[str, str]:
-    return {"SHARDEVAL_PLUGINS": "export_probe_plugin", "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]),
-            "PROBE_FILE": str(probe)}
+    return {
+        "SHARDEVAL_PLUGINS": "export_probe_plugin",
+        "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]),
+        "PROBE_FILE": str(probe),
+    }
 
 
 def config(tmp: Path, name: str = "c.yaml", *, export: list | None = None, sweep: list[str] | None = None, n: int = 12) -> Path:
@@ -75,14 +78,23 @@ def test_config_export_runs_at_the_end_of_a_local_launch_and_keeps_the_run_ident
     assert [r["key"] for r in sent["runs"]] == [f"{run_id}/arith", f"{run_id}/arith_b"]
     for r in sent["runs"]:
         assert (r["model"], r["step"], r["status"], r["tags"]["shardeval.status"], r["tags"]["shardeval.partial"]) == (
-            "model", 0, "COMPLETE", "COMPLETE", "false")
+            "model",
+            0,
+            "COMPLETE",
+            "COMPLETE",
+            "false",
+        )
         assert r["params"]["config_hash"] == next(iter(hashes)) and r["params"]["weights"] == "sim"
         assert r["params"]["shardeval_version"] and r["params"]["host"]
         s = scores[r["benchmark"]]
         for name, m in s["metrics"].items():  # every metric: value, bounds and n, to the last digit
             safe = name.replace("@", "_at_")
             assert (r["metrics"][safe], r["metrics"][f"{safe}_ci_low"], r["metrics"][f"{safe}_ci_high"], r["metrics"][f"{safe}_n"]) == (
-                m["value"], m["ci_low"], m["ci_high"], m["n"])
+                m["value"],
+                m["ci_low"],
+                m["ci_high"],
+                m["n"],
+            )
         assert (r["metrics"]["n_ok"], r["metrics"]["n_expected"], r["metrics"]["n_errors"]) == (s["n_ok"], s["n_expected"], 0)
         assert r["results_file"] == str(out / "merged" / r["benchmark"] / "results.jsonl")
 
@@ -170,7 +182,9 @@ def test_export_command_line_refusals(tmp_path: Path) -> None:
     probe, out = tmp_path / "probe.jsonl", tmp_path / "out"
     e = env(probe)
     assert "give -o FILE" in one_line(shardeval_cmd("export", str(out), env=e), 2)
-    assert "--project: only with --to" in one_line(shardeval_cmd("export", str(out), "-o", str(tmp_path / "t.csv"), "--project", "p", env=e), 2)
+    assert "--project: only with --to" in one_line(
+        shardeval_cmd("export", str(out), "-o", str(tmp_path / "t.csv"), "--project", "p", env=e), 2
+    )
     assert "unknown exporter 'mlfow'; did you mean 'mlflow'?" in one_line(shardeval_cmd("export", str(out), "--to", "mlfow", env=e), 2)
     line = one_line(shardeval_cmd("export", str(out), "--to", "probe", "--tracking-uri", "file:///x", env=e), 2)
     assert "--tracking-uri: not an option of --to probe" in line
@@ -204,5 +218,7 @@ def test_a_target_brings_its_own_flag_and_the_core_names_none(tmp_path: Path) ->
     assert line.endswith("--probe-file: not an option of --to mlflow (it takes --tracking-uri, --experiment)"), line
     line = one_line(shardeval_cmd("export", str(out), "-o", str(tmp_path / "t.csv"), "--probe-file", "x", env=e), 2)
     assert "--probe-file: only with --to (a tracker); add --to probe" in line
-    core = (Path(TESTS).parent / "core" / "shardeval" / "cli.py").read_text() + (Path(TESTS).parent / "core" / "shardeval" / "results" / "trackers.py").read_text()
+    core = (Path(TESTS).parent / "core" / "shardeval" / "cli.py").read_text() + (
+        Path(TESTS).parent / "core" / "shardeval" / "results" / "trackers.py"
+    ).read_text()
     assert not any(flag in core for flag in ("--tracking-uri", "--experiment", "--project", "--entity"))

@@ -15,20 +15,32 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from conftest import REPO
 
 pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'shardeval[wandb]')")
-from wandb.proto import wandb_internal_pb2  # noqa: E402
+from wandb.proto import wandb_internal_pb2
 
 pytestmark = pytest.mark.timeout(120)
 
 FAKE_KEY = "shardevaltestkey" + "0123456789abcdef" * 2 + "zz"  # a W&B-shaped key that must never be written
-WANDB_VARS = ("WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_MODE",
-              "WANDB_INIT_TIMEOUT", "WANDB_SILENT", "WANDB_RUN_ID", "WANDB_RESUME", "NETRC")
+WANDB_VARS = (
+    "WANDB_API_KEY",
+    "WANDB_BASE_URL",
+    "WANDB_DIR",
+    "WANDB_PROJECT",
+    "WANDB_ENTITY",
+    "WANDB_MODE",
+    "WANDB_INIT_TIMEOUT",
+    "WANDB_SILENT",
+    "WANDB_RUN_ID",
+    "WANDB_RESUME",
+    "NETRC",
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,19 +58,46 @@ def wandb_env(home: Path, **extra: str) -> dict[str, str]:
     """The environment of an export: W&B's own folders under `home` (nothing of the user's),
     offline unless told otherwise, a fake API key present to prove it is never written."""
     env = {k: v for k, v in os.environ.items() if k not in WANDB_VARS}
-    env.update({"HOME": str(home), "WANDB_CONFIG_DIR": str(home / "config"), "WANDB_DATA_DIR": str(home / "data"),
-                "WANDB_CACHE_DIR": str(home / "cache"), "WANDB_MODE": "offline", "WANDB_API_KEY": FAKE_KEY, **extra})
+    env.update(
+        {
+            "HOME": str(home),
+            "WANDB_CONFIG_DIR": str(home / "config"),
+            "WANDB_DATA_DIR": str(home / "data"),
+            "WANDB_CACHE_DIR": str(home / "cache"),
+            "WANDB_MODE": "offline",
+            "WANDB_API_KEY": FAKE_KEY,
+            **extra,
+        }
+    )
     return env
 
 
 def export(root: Path, env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["unshare", "-rn", sys.executable, "-m", "shardeval", "export", str(root), "--to", "wandb", *args],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["unshare", "-rn", sys.executable, "-m", "shardeval", "export", str(root), "--to", "wandb", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_example(out: Path, example: str, *overrides: str) -> Path:
-    done = subprocess.run([sys.executable, "-m", "shardeval", "run", os.path.join(REPO, "examples", example), "-o", str(out),
-                           *[a for o in overrides for a in ("-O", o)]], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shardeval",
+            "run",
+            os.path.join(REPO, "examples", example),
+            "-o",
+            str(out),
+            *[a for o in overrides for a in ("-O", o)],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -79,10 +118,10 @@ def records(path: Path) -> Iterator[Any]:
         if left < _HEADER:  # a block's tail too short for a header is padding
             pos += left
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + _HEADER])
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + _HEADER])
         if kind == 0 and length == 0:
             break
-        pending += data[pos + _HEADER:pos + _HEADER + length]
+        pending += data[pos + _HEADER : pos + _HEADER + length]
         pos += _HEADER + length
         if kind in (_FULL, _LAST):
             record = wandb_internal_pb2.Record()
@@ -157,29 +196,40 @@ def metric_values(scores_entry: dict[str, Any]) -> dict[str, float]:
 
 # --- fixtures: one small run and one small sweep for the whole file ---
 
+
 @pytest.fixture(scope="module")
 def plain_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_example(tmp_path_factory.mktemp("plain") / "arith", "arith_sim.yaml", "benchmarks.0.params.n=30",
-                       "benchmarks.0.repeats=2", "cluster.shards=2", "services.model.ttft_ms=0", "services.model.itl_ms=0",
-                       "output.progress_interval_s=0")
+    return run_example(
+        tmp_path_factory.mktemp("plain") / "arith",
+        "arith_sim.yaml",
+        "benchmarks.0.params.n=30",
+        "benchmarks.0.repeats=2",
+        "cluster.shards=2",
+        "services.model.ttft_ms=0",
+        "services.model.itl_ms=0",
+        "output.progress_interval_s=0",
+    )
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fast = [f"services.{s}.ttft_ms=0" for s in ("base", "step1", "step2")] + [f"services.{s}.itl_ms=0" for s in ("base", "step1", "step2")]
-    return run_example(tmp_path_factory.mktemp("sweep") / "sweep", "sweep_sim.yaml", "benchmarks.0.params.n=30",
-                       "benchmarks.1.params.n=30", *fast)
+    return run_example(
+        tmp_path_factory.mktemp("sweep") / "sweep", "sweep_sim.yaml", "benchmarks.0.params.n=30", "benchmarks.1.params.n=30", *fast
+    )
 
 
 def test_a_run_exported_offline_holds_the_identity_and_every_metric_as_scores_json_says(
-        isolated: None, plain_run: Path, tmp_path: Path) -> None:
+    isolated: None, plain_run: Path, tmp_path: Path
+) -> None:
     started = time.monotonic()
     done = export(plain_run, wandb_env(tmp_path))
     took = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     wandb_dir = plain_run / "merged" / "wandb"  # the default: beside the merged results
-    assert done.stdout.strip() == (f"wandb: 1 run in project 'arith' (offline: {wandb_dir}; "
-                                   f"`wandb sync {wandb_dir}` uploads it)"), done.stdout
+    assert done.stdout.strip() == (f"wandb: 1 run in project 'arith' (offline: {wandb_dir}; `wandb sync {wandb_dir}` uploads it)"), (
+        done.stdout
+    )
     assert "Traceback" not in done.stderr and "wandb:" not in done.stderr, done.stderr  # W&B's console stays quiet
     assert took < 60, f"exporting one run took {took:.1f}s"
 
@@ -208,7 +258,8 @@ def test_a_run_exported_offline_holds_the_identity_and_every_metric_as_scores_js
 
 
 def test_a_sweep_is_one_run_per_model_and_benchmark_with_steps_and_differences_and_a_reexport_keeps_the_ids(
-        isolated: None, sweep: Path, tmp_path: Path) -> None:
+    isolated: None, sweep: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "wandb_runs"
     started = time.monotonic()
     first = export(sweep, wandb_env(tmp_path), "-o", str(out), "--project", "ckpt-sweep", "--entity", "team")
@@ -225,7 +276,12 @@ def test_a_sweep_is_one_run_per_model_and_benchmark_with_steps_and_differences_a
     for name, run in by_name.items():
         model, bench = name.split("/")
         step = {"base": 0, "step1": 1, "step2": 2}[model]
-        assert (run.project, run.group, run.summary["checkpoint_step"], run.config["checkpoint_step"]) == ("ckpt-sweep", "sweep", step, step)
+        assert (run.project, run.group, run.summary["checkpoint_step"], run.config["checkpoint_step"]) == (
+            "ckpt-sweep",
+            "sweep",
+            step,
+            step,
+        )
         assert run.config["shardeval.baseline"] == "base" and f"model:{model}" in run.tags
         scores = json.loads((sweep / model / "merged" / "scores.json").read_text())[bench]
         expected = metric_values(scores)
@@ -261,7 +317,8 @@ def one_error_line(done: subprocess.CompletedProcess[str], code: int) -> str:
 
 
 def test_an_unreachable_server_is_one_line_in_bounded_time_and_a_missing_key_or_extra_is_a_usage_error(
-        isolated: None, plain_run: Path, tmp_path: Path) -> None:
+    isolated: None, plain_run: Path, tmp_path: Path
+) -> None:
     url = f"http://127.0.0.1:{closed_port()}"
     online = wandb_env(tmp_path, WANDB_MODE="online", WANDB_BASE_URL=url, WANDB_INIT_TIMEOUT="3")
     started = time.monotonic()
@@ -283,11 +340,18 @@ def test_an_unreachable_server_is_one_line_in_bounded_time_and_a_missing_key_or_
     assert "--project 'a/b'" in line, line
 
     # wandb not installed: one line naming the extra, exit 2, before any merge
-    hide = ("import importlib.util as u, sys; f = u.find_spec; "
-            "u.find_spec = lambda name, *a: None if name == 'wandb' else f(name, *a); "
-            "from shardeval.cli import main; sys.argv[0] = 'shardeval'; main()")
-    done = subprocess.run([sys.executable, "-c", hide, "export", str(plain_run), "--to", "wandb"], env=wandb_env(tmp_path),
-                          capture_output=True, text=True, timeout=60)
+    hide = (
+        "import importlib.util as u, sys; f = u.find_spec; "
+        "u.find_spec = lambda name, *a: None if name == 'wandb' else f(name, *a); "
+        "from shardeval.cli import main; sys.argv[0] = 'shardeval'; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hide, "export", str(plain_run), "--to", "wandb"],
+        env=wandb_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     line = one_error_line(done, 2)
     assert "shardeval[wandb]" in line, line
 

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -40,8 +40,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy2(ROOT / name, source / name)
     for name in ("core", "plugins", "shims"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source), "-w", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source), "-w", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     (found,) = out.glob("shardeval-*.whl")
     return found
@@ -54,14 +58,24 @@ class Venv:
         self.path, self.home = path, home
 
     def env(self, **extra: str) -> dict[str, str]:
-        keep = {k: v for k, v in os.environ.items()
-                if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME") and not k.startswith(("WANDB_", "MLFLOW_", "HF_"))}
-        return {**keep, "PATH": f"{self.path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(self.path),
-                "HOME": str(self.home), **OFFLINE, **extra}
+        keep = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME") and not k.startswith(("WANDB_", "MLFLOW_", "HF_"))
+        }
+        return {
+            **keep,
+            "PATH": f"{self.path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "VIRTUAL_ENV": str(self.path),
+            "HOME": str(self.home),
+            **OFFLINE,
+            **extra,
+        }
 
     def run(self, *args: str, cwd: Path = ROOT, timeout: float = RUN_TIMEOUT_S, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(self.path / "bin" / args[0]), *args[1:]], cwd=cwd, env=self.env(**env),
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [str(self.path / "bin" / args[0]), *args[1:]], cwd=cwd, env=self.env(**env), capture_output=True, text=True, timeout=timeout
+        )
 
     def shardeval(self, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
         done = self.run("shardeval", *args, **kwargs)
@@ -78,8 +92,12 @@ def fresh_venv(tmp_path: Path, wheel: Path, extra: str) -> Venv:
     path = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=120)
     requirement = f"shardeval[{extra}] @ {wheel.as_uri()}" if extra else f"shardeval @ {wheel.as_uri()}"
-    done = subprocess.run([str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", requirement],
-                          capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+    done = subprocess.run(
+        [str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", requirement],
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT_S,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     home = tmp_path / "home"
     home.mkdir()
@@ -95,8 +113,12 @@ def metric(out: Path, bench: str, name: str) -> float:
 
 
 def records(out: Path, bench: str) -> list[dict]:
-    return [json.loads(line) for path in sorted(out.glob(f"shard_*/{bench}/results.jsonl"))
-            for line in path.read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for path in sorted(out.glob(f"shard_*/{bench}/results.jsonl"))
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def small_arith_run(venv: Venv, tmp_path: Path) -> Path:
@@ -115,8 +137,10 @@ def base(venv: Venv, tmp_path: Path) -> None:
     page = (out / "merged" / "report.html").read_text()
     assert "dataset.charts" in page and "vegaEmbed" in page  # the pages' own script and Vega's, as package data
     assert len(records(out, "arith")) == 48
-    absent = venv.python("import importlib.util as u; print([m for m in ('lm_eval', 'inspect_ai', 'PIL', 'mlflow', 'wandb', "
-                         "'pyarrow', 'ray', 'openai') if u.find_spec(m)])")
+    absent = venv.python(
+        "import importlib.util as u; print([m for m in ('lm_eval', 'inspect_ai', 'PIL', 'mlflow', 'wandb', "
+        "'pyarrow', 'ray', 'openai') if u.find_spec(m)])"
+    )
     assert absent.strip() == "[]", absent  # the base install brings no extra's package
 
 
@@ -152,9 +176,22 @@ def inspect(venv: Venv, tmp_path: Path) -> None:
 def images(venv: Venv, tmp_path: Path) -> None:
     """examples/vision_sim.yaml: images drawn, sent and decoded by the simulator (Pillow on both ends)."""
     out = tmp_path / "vision"
-    venv.shardeval("run", "examples/vision_sim.yaml", "-o", str(out), "-O", "benchmarks.0.params.n=12", "-O",
-                   "services.model.bench_params.n=12", "-O", "benchmarks.0.repeats=1", "-O", "cluster.shards=2",
-                   "-O", "output.progress_interval_s=0")
+    venv.shardeval(
+        "run",
+        "examples/vision_sim.yaml",
+        "-o",
+        str(out),
+        "-O",
+        "benchmarks.0.params.n=12",
+        "-O",
+        "services.model.bench_params.n=12",
+        "-O",
+        "benchmarks.0.repeats=1",
+        "-O",
+        "cluster.shards=2",
+        "-O",
+        "output.progress_interval_s=0",
+    )
     got = records(out, "vision_count")
     assert len(got) == 12 and all(r["status"] == "ok" for r in got), got[:2]
     assert 0 < sum(r["score"] for r in got) < 12
@@ -168,16 +205,28 @@ def mlflow(venv: Venv, tmp_path: Path) -> None:
     where.mkdir()
     venv.shardeval("export", str(out), "--to", "mlflow", cwd=where)
     assert (where / "mlflow.db").is_file()
-    runs = venv.python("from mlflow import MlflowClient; c = MlflowClient(); e = c.get_experiment_by_name('arith'); "
-                       "print(len(c.search_runs([e.experiment_id])))", cwd=where)
+    runs = venv.python(
+        "from mlflow import MlflowClient; c = MlflowClient(); e = c.get_experiment_by_name('arith'); "
+        "print(len(c.search_runs([e.experiment_id])))",
+        cwd=where,
+    )
     assert runs.strip() == "1", runs
 
 
 def wandb(venv: Venv, tmp_path: Path) -> None:
     """`export --to wandb`, offline (W&B's own offline mode: the run is written to local files)."""
     out = small_arith_run(venv, tmp_path)
-    venv.shardeval("export", str(out), "--to", "wandb", "--project", "extras", WANDB_MODE="offline",
-                   WANDB_DIR=str(tmp_path / "wandb"), WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"))
+    venv.shardeval(
+        "export",
+        str(out),
+        "--to",
+        "wandb",
+        "--project",
+        "extras",
+        WANDB_MODE="offline",
+        WANDB_DIR=str(tmp_path / "wandb"),
+        WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"),
+    )
     assert list((tmp_path / "wandb").rglob("*.wandb")), "no offline run written"
 
 
@@ -193,15 +242,29 @@ def ray(venv: Venv, tmp_path: Path) -> None:
     """examples/ray_arith_sim.yaml: a local Ray started, shard tasks run in its workers, merged. A new
     local Ray (`cluster.address=local`), never one a test beside this one started with `ray start`."""
     out = tmp_path / "ray"
-    venv.shardeval("run", "examples/ray_arith_sim.yaml", "-o", str(out), *[a for o in SMALL_ARITH for a in ("-O", o)],
-                   "-O", "cluster.address=local", timeout=RUN_TIMEOUT_S * 2)
+    venv.shardeval(
+        "run",
+        "examples/ray_arith_sim.yaml",
+        "-o",
+        str(out),
+        *[a for o in SMALL_ARITH for a in ("-O", o)],
+        "-O",
+        "cluster.address=local",
+        timeout=RUN_TIMEOUT_S * 2,
+    )
     assert len(records(out, "arith")) == 48
     assert "COMPLETE" in (out / "merged" / "report.md").read_text()
 
 
 FEATURES: dict[str, Callable[[Venv, Path], None]] = {
-    "": base, "lm-eval": lm_eval, "inspect": inspect, "images": images, "mlflow": mlflow, "wandb": wandb,
-    "parquet": parquet, "ray": ray,
+    "": base,
+    "lm-eval": lm_eval,
+    "inspect": inspect,
+    "images": images,
+    "mlflow": mlflow,
+    "wandb": wandb,
+    "parquet": parquet,
+    "ray": ray,
 }
 
 

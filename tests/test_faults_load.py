@@ -31,12 +31,30 @@ SIM = ("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "5", "--itl-ms", "1
 SAME = ("response", "extracted", "score", "reference", "seed", "finish_reason", "completion_tokens")
 
 
-def write_config(tmp: Path, url: str, *, n: int = N, attempts: int = ATTEMPTS, stream: bool = True, service: dict | None = None,
-                 concurrency: int = CONCURRENCY, backoff_base: float = 0.05, backoff_max: float = 0.5) -> Path:
+def write_config(
+    tmp: Path,
+    url: str,
+    *,
+    n: int = N,
+    attempts: int = ATTEMPTS,
+    stream: bool = True,
+    service: dict | None = None,
+    concurrency: int = CONCURRENCY,
+    backoff_base: float = 0.05,
+    backoff_max: float = 0.5,
+) -> Path:
     return api_eval_config(
-        tmp / f"config-{time.monotonic_ns()}.yaml", url, n=n, repeats=REPEATS, concurrency=concurrency,
-        service={"stream": stream, "timeouts": {"connect": 2, "first_token": 5, "idle": 0.5},
-                 "retries": {"attempts": attempts, "backoff_base": backoff_base, "backoff_max": backoff_max}, **(service or {})},
+        tmp / f"config-{time.monotonic_ns()}.yaml",
+        url,
+        n=n,
+        repeats=REPEATS,
+        concurrency=concurrency,
+        service={
+            "stream": stream,
+            "timeouts": {"connect": 2, "first_token": 5, "idle": 0.5},
+            "retries": {"attempts": attempts, "backoff_base": backoff_base, "backoff_max": backoff_max},
+            **(service or {}),
+        },
         benchmark={"solver": {"generation": {"temperature": 0.7, "max_tokens": 64}}},
         output={"progress_interval_s": 5},
     )
@@ -91,8 +109,24 @@ FAULTS = {
     "truncated_json_chunk": (("--truncate-json", "0.3"), {"protocol"}, True),
     "truncated_json_body": (("--truncate-json", "0.3"), {"protocol"}, False),
     "everything_at_once": (
-        ("--fail-429", "0.1", "--retry-after", "0.1", "--fail-5xx", "0.1", "--reset", "0.1", "--stall", "0.05",
-         "--stall-s", "3", "--truncate-json", "0.1", "--error-200", "0.05"),
+        (
+            "--fail-429",
+            "0.1",
+            "--retry-after",
+            "0.1",
+            "--fail-5xx",
+            "0.1",
+            "--reset",
+            "0.1",
+            "--stall",
+            "0.05",
+            "--stall-s",
+            "3",
+            "--truncate-json",
+            "0.1",
+            "--error-200",
+            "0.05",
+        ),
         {"rate_limited", "server_error", "connection", "timeout", "protocol"},
         True,
     ),
@@ -122,7 +156,9 @@ def test_fault_under_load_keeps_records_complete_and_correct(tmp_path, baseline,
 def start_sim(port: int, *args: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "shardeval", "sim", "--host", "127.0.0.1", "--port", str(port), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     line = proc.stdout.readline() if proc.stdout else ""
     if "listening on" not in line:
@@ -154,7 +190,9 @@ def test_server_that_disappears_and_comes_back(tmp_path, baseline):
     server = start_sim(port, *slow)
     shard = subprocess.Popen(
         [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         results = out / "arith" / "results.jsonl"
@@ -189,10 +227,10 @@ def test_server_that_disappears_and_comes_back(tmp_path, baseline):
 
 def run_limited(tmp: Path, adaptive: bool) -> tuple[list[dict], float]:
     """1000 requests, window cap 256, against a server that refuses (429) beyond 16 in flight."""
-    with running_sim("--bench", "arith", "--ttft-ms", "30", "--itl-ms", "1", "--output-tokens", "12",
-                     "--max-inflight", "16", "--retry-after", "0") as url:
-        cfg = write_config(tmp, url, n=500, attempts=8, backoff_base=0.05, backoff_max=1.0,
-                           service={"adaptive": adaptive})
+    with running_sim(
+        "--bench", "arith", "--ttft-ms", "30", "--itl-ms", "1", "--output-tokens", "12", "--max-inflight", "16", "--retry-after", "0"
+    ) as url:
+        cfg = write_config(tmp, url, n=500, attempts=8, backoff_base=0.05, backoff_max=1.0, service={"adaptive": adaptive})
         out = tmp / ("adaptive" if adaptive else "fixed")
         result, wall = run_shard(cfg, out, timeout=240)
     assert result.returncode == expected_exit(out), result.stderr
@@ -209,8 +247,10 @@ def test_adaptive_concurrency_wastes_far_fewer_attempts_than_a_fixed_window(tmp_
     adaptive_attempts = sum(r["attempts"] for r in adaptive)
     fixed_ok = sum(r["status"] == "ok" for r in fixed)
     adaptive_ok = sum(r["status"] == "ok" for r in adaptive)
-    summary = (f"fixed: {fixed_attempts} attempts, {fixed_ok} ok, {fixed_wall:.1f} s; "
-               f"adaptive: {adaptive_attempts} attempts, {adaptive_ok} ok, {adaptive_wall:.1f} s")
+    summary = (
+        f"fixed: {fixed_attempts} attempts, {fixed_ok} ok, {fixed_wall:.1f} s; "
+        f"adaptive: {adaptive_attempts} attempts, {adaptive_ok} ok, {adaptive_wall:.1f} s"
+    )
     print(summary)
     assert adaptive_ok >= fixed_ok, summary
     assert adaptive_attempts <= 0.5 * fixed_attempts, summary  # far fewer 429s wasted

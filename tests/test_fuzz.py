@@ -32,26 +32,99 @@ FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 # --- the config loader ----------------------------------------------------------------------------
 
 KEYS = [
-    "services", "benchmarks", "cluster", "output", "seed", "shuffle_seed", "model", "type", "url", "api_key_env",
-    "protocol", "stream", "timeouts", "retries", "attempts", "backoff_base", "idle", "connect", "first_token", "total",
-    "adaptive", "name", "solver", "service", "generation", "temperature", "max_tokens", "stop", "extra", "repeats",
-    "max_problems", "max_concurrent", "params", "metrics", "n", "dir", "trajectories", "drain_timeout_s", "shards",
-    "walltime", "system_prompt", "bench", "accuracy", "fail_429", "namespace", "image",
+    "services",
+    "benchmarks",
+    "cluster",
+    "output",
+    "seed",
+    "shuffle_seed",
+    "model",
+    "type",
+    "url",
+    "api_key_env",
+    "protocol",
+    "stream",
+    "timeouts",
+    "retries",
+    "attempts",
+    "backoff_base",
+    "idle",
+    "connect",
+    "first_token",
+    "total",
+    "adaptive",
+    "name",
+    "solver",
+    "service",
+    "generation",
+    "temperature",
+    "max_tokens",
+    "stop",
+    "extra",
+    "repeats",
+    "max_problems",
+    "max_concurrent",
+    "params",
+    "metrics",
+    "n",
+    "dir",
+    "trajectories",
+    "drain_timeout_s",
+    "shards",
+    "walltime",
+    "system_prompt",
+    "bench",
+    "accuracy",
+    "fail_429",
+    "namespace",
+    "image",
 ]
 VALID = {
     "services": {"model": {"type": "sim", "bench": "arith", "timeouts": {"idle": 5}, "retries": {"attempts": 3}}},
-    "benchmarks": [{"name": "arith", "params": {"n": 20}, "repeats": 2, "max_concurrent": 8,
-                    "solver": {"type": "simple", "service": "model", "generation": {"temperature": 0.7}}}],
+    "benchmarks": [
+        {
+            "name": "arith",
+            "params": {"n": 20},
+            "repeats": 2,
+            "max_concurrent": 8,
+            "solver": {"type": "simple", "service": "model", "generation": {"temperature": 0.7}},
+        }
+    ],
     "cluster": {"type": "local"},
     "output": {"dir": "./out"},
     "seed": 1,
 }
 
 scalars = (
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20)
-    | st.sampled_from(["${HOME}", "${UNSET_FUZZ_VAR}", "${X:-3}", "$$", "${", "sim", "api", "vllm", "slurm", "kubernetes",
-                       "compose", "ray", "local", "arith", "x.jsonl", "x.yaml", "chat_completions", "completions", "-1", "1e9"])
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20)
+    | st.sampled_from(
+        [
+            "${HOME}",
+            "${UNSET_FUZZ_VAR}",
+            "${X:-3}",
+            "$$",
+            "${",
+            "sim",
+            "api",
+            "vllm",
+            "slurm",
+            "kubernetes",
+            "compose",
+            "ray",
+            "local",
+            "arith",
+            "x.jsonl",
+            "x.yaml",
+            "chat_completions",
+            "completions",
+            "-1",
+            "1e9",
+        ]
+    )
 )
 nested = st.recursive(
     scalars,
@@ -117,9 +190,20 @@ def test_config_loader_on_a_valid_config_with_one_value_replaced(cfg_dir, rnd, j
 
 # --- the shard detector ---------------------------------------------------------------------------
 
-SHARD_VARS = ["NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
-              "SLURM_ARRAY_TASK_STEP", "SLURM_ARRAY_TASK_COUNT", "JOB_COMPLETION_INDEX", "SHARDEVAL_TOTAL_SHARDS",
-              "RANK", "WORLD_SIZE", "LOCAL_RANK"]
+SHARD_VARS = [
+    "NEL_SHARD_IDX",
+    "NEL_TOTAL_SHARDS",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_STEP",
+    "SLURM_ARRAY_TASK_COUNT",
+    "JOB_COMPLETION_INDEX",
+    "SHARDEVAL_TOTAL_SHARDS",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+]
 env_values = st.one_of(
     st.integers(min_value=-5, max_value=10**20).map(str),
     st.text(max_size=8),
@@ -148,11 +232,25 @@ good = ResultRecord(benchmark="arith", problem_idx=3, problem_id="arith-3", repe
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.binary(max_size=200) | st.just(encode_line(good)) | st.sampled_from([
-    b'{"benchmark": 1}\n', b'{"benchmark":"arith","problem_idx":"x","problem_id":"a","repeat":0,"seed":0,"status":"ok"}\n',
-    b'{"benchmark":"arith","problem_idx":1,"problem_id":"a","repeat":0,"seed":0,"status":"maybe"}\n', b"[]\n", b"null\n",
-    b"\xff\xfe\n", b'{"a":' * 50 + b"\n", encode_line(good)[:20],
-]), max_size=30))
+@given(
+    st.lists(
+        st.binary(max_size=200)
+        | st.just(encode_line(good))
+        | st.sampled_from(
+            [
+                b'{"benchmark": 1}\n',
+                b'{"benchmark":"arith","problem_idx":"x","problem_id":"a","repeat":0,"seed":0,"status":"ok"}\n',
+                b'{"benchmark":"arith","problem_idx":1,"problem_id":"a","repeat":0,"seed":0,"status":"maybe"}\n',
+                b"[]\n",
+                b"null\n",
+                b"\xff\xfe\n",
+                b'{"a":' * 50 + b"\n",
+                encode_line(good)[:20],
+            ]
+        ),
+        max_size=30,
+    )
+)
 def test_record_reader_never_raises_and_keeps_every_good_line(pieces):
     data = b"".join(pieces)
     with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
@@ -183,9 +281,27 @@ def test_record_reader_on_a_huge_line_between_good_ones(tmp_path):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.binary(max_size=64) | st.sampled_from([b"\r", b"\n", b"\r\n", b": ping\n", b"data:", b"data: [DONE]\n\n",
-                                                          b"\xe2\x9c", b"\x93", b"\xef\xbb\xbf", b"data: {\"choices\":[", b"\n\n"]),
-                max_size=40))
+@given(
+    st.lists(
+        st.binary(max_size=64)
+        | st.sampled_from(
+            [
+                b"\r",
+                b"\n",
+                b"\r\n",
+                b": ping\n",
+                b"data:",
+                b"data: [DONE]\n\n",
+                b"\xe2\x9c",
+                b"\x93",
+                b"\xef\xbb\xbf",
+                b'data: {"choices":[',
+                b"\n\n",
+            ]
+        ),
+        max_size=40,
+    )
+)
 def test_stream_reader_on_random_bytes_gives_an_answer_or_a_typed_failure(chunks):
     """Whatever a server sends: events parse or the attempt fails with a kind — never a crash."""
     parser = SSEParser()
@@ -203,8 +319,11 @@ def test_stream_reader_on_random_bytes_gives_an_answer_or_a_typed_failure(chunks
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.text(max_size=12), min_size=1, max_size=6), st.lists(st.integers(0, 400), max_size=20),
-       st.sampled_from([b"\n", b"\r\n", b"\r"]))
+@given(
+    st.lists(st.text(max_size=12), min_size=1, max_size=6),
+    st.lists(st.integers(0, 400), max_size=20),
+    st.sampled_from([b"\n", b"\r\n", b"\r"]),
+)
 def test_a_real_stream_split_anywhere_with_any_line_ending_reads_the_same(pieces, cuts, eol):
     """vLLM-shaped chunks with multibyte text, comments and a chosen line ending, cut at random
     byte offsets (inside CRLF pairs and UTF-8 characters): the answer text is exactly the pieces."""

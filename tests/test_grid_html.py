@@ -57,8 +57,10 @@ def sweep(tmp_path_factory) -> tuple[Path, Path]:
     accuracy = dict(zip(MODELS, (0.5, 0.65, 0.8)))
     config = {
         "services": {name: {"type": "sim", "bench": "arith", "accuracy": acc, "ttft_ms": 1, "itl_ms": 0} for name, acc in accuracy.items()},
-        "benchmarks": [{"name": "arith", "params": {"n": 30}, "max_concurrent": 8},
-                       {"name": "arith", "id": "arith_b", "params": {"n": 20, "seed": 3}, "repeats": 2, "max_concurrent": 8}],
+        "benchmarks": [
+            {"name": "arith", "params": {"n": 30}, "max_concurrent": 8},
+            {"name": "arith", "id": "arith_b", "params": {"n": 20, "seed": 3}, "repeats": 2, "max_concurrent": 8},
+        ],
         "sweep": {"services": MODELS, "baseline": "base"},
         "cluster": {"type": "local", "shards": 2, "parallel": 3},
         "output": {"progress_interval_s": 0},
@@ -88,14 +90,20 @@ def test_sweep_html_draws_every_chart_offline_with_the_numbers_of_sweep_json(swe
         assert v.page.inner_text("h1") == f"shardeval sweep: {root}"
         assert v.page.inner_text("#verdict") == "COMPLETE"
         for chart in ("grid-accuracy-arith", "grid-accuracy-arith_b"):
-            models = v.page.eval_on_selector_all(f"#{chart} g.role-axis[aria-label^='X-axis'] g.role-axis-label text",
-                                                 "ts => ts.map(t => t.textContent)")
+            models = v.page.eval_on_selector_all(
+                f"#{chart} g.role-axis[aria-label^='X-axis'] g.role-axis-label text", "ts => ts.map(t => t.textContent)"
+            )
             assert models == MODELS  # the sweep's order, not the alphabet's
-        assert v.page.eval_on_selector_all("#vs-arith g.role-axis[aria-label^='X-axis'] g.role-axis-label text",
-                                           "ts => ts.map(t => t.textContent)") == MODELS[1:]
+        assert (
+            v.page.eval_on_selector_all(
+                "#vs-arith g.role-axis[aria-label^='X-axis'] g.role-axis-label text", "ts => ts.map(t => t.textContent)"
+            )
+            == MODELS[1:]
+        )
         links = v.page.eval_on_selector_all("a.report", "as => as.map(a => [a.closest('tr').cells[0].textContent, a.href])")
     assert [(name.split(" ")[0], Path(unquote(urlsplit(href).path))) for name, href in links] == [
-        (m, root / m / "merged" / "report.html") for m in MODELS]  # relative links that resolve, hostile folder and all
+        (m, root / m / "merged" / "report.html") for m in MODELS
+    ]  # relative links that resolve, hostile folder and all
     assert all((root / m / "merged" / "report.html").is_file() for m in MODELS)
     again = shardeval_cmd("merge", str(root))
     assert again.returncode == 0 and html_lines(again.stderr) == [], again.stderr
@@ -116,12 +124,16 @@ def test_missing_models_and_partial_cells_are_said_on_the_page(sweep, browser, t
     with visit(browser, (out / "sweep.html").as_uri(), ready=READY) as v:
         assert_drawn_offline_and_inert(v, charts=sweep_charts(doc))
         assert v.page.inner_text("#verdict") == "PARTIAL"
-        states = dict(v.page.eval_on_selector_all("table.models tbody tr", "rs => rs.map(r => [r.cells[0].textContent, r.cells[1].textContent])"))
+        states = dict(
+            v.page.eval_on_selector_all("table.models tbody tr", "rs => rs.map(r => [r.cells[0].textContent, r.cells[1].textContent])")
+        )
         assert states == {"base (baseline)": "complete", "step2": "complete", "step10": "partial", shown_name: "no shard has written yet"}
         assert f"{shown_name}: no shard has written yet" in v.page.inner_text("ul.notes")
         partial = v.page.eval_on_selector_all("table.grid td.partial", "tds => tds.map(td => [td.dataset.key, td.textContent])")
         assert ["accuracy/step10/arith/n_ok", "15/30 ‡"] in partial and all(key.split("/")[1] == "step10" for key, _ in partial)
-        row = v.page.eval_on_selector("table.vs tbody", "b => Array.from(b.rows).map(r => r.textContent).find(t => t.startsWith('step10arith'))")
+        row = v.page.eval_on_selector(
+            "table.vs tbody", "b => Array.from(b.rows).map(r => r.textContent).find(t => t.startsWith('step10arith'))"
+        )
         assert "†" in row
         assert "‡ not every (problem, repeat) pair" in v.page.inner_text("body")
         links = v.page.eval_on_selector_all("a.report", "as => as.map(a => a.getAttribute('href'))")
@@ -150,11 +162,30 @@ def test_compare_html_shows_the_numbers_of_compare_json_and_of_each_runs_scores(
     scores = {label: json.loads((run / "merged" / "scores.json").read_text()) for label, run in (("A", run_a), ("B", run_b))}
     expected = {}
     for bench, r in results.items():
-        expected |= {f"{bench}/{f}": r[f] for f in ("diff", "ci_low", "ci_high", "stderr", "p_value", "correlation", "mde", "a_mean",
-                                                    "b_mean", "n_shared", "n_only_a", "n_only_b", "n_shared_without_samples")}
+        expected |= {
+            f"{bench}/{f}": r[f]
+            for f in (
+                "diff",
+                "ci_low",
+                "ci_high",
+                "stderr",
+                "p_value",
+                "correlation",
+                "mde",
+                "a_mean",
+                "b_mean",
+                "n_shared",
+                "n_only_a",
+                "n_only_b",
+                "n_shared_without_samples",
+            )
+        }
         expected |= {f"{bench}/mcnemar/{f}": r["mcnemar"][f] for f in ("p_value", "a_right_b_wrong", "a_wrong_b_right") if r["mcnemar"]}
-        expected |= {f"{bench}/{label}/accuracy/{f}": s[bench]["metrics"]["accuracy"][f] for label, s in scores.items()
-                     for f in ("value", "ci_low", "ci_high", "n")}
+        expected |= {
+            f"{bench}/{label}/accuracy/{f}": s[bench]["metrics"]["accuracy"][f]
+            for label, s in scores.items()
+            for f in ("value", "ci_low", "ci_high", "n")
+        }
     assert results["arith"]["mcnemar"] and not results["arith_b"]["mcnemar"]  # repeats 2: McNemar does not apply
     with visit(browser, page.as_uri(), ready=READY) as v:
         assert_drawn_offline_and_inert(v, charts=2)  # the means, the differences

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from conftest import REPO
@@ -18,22 +18,28 @@ GUARANTEES = Path(REPO) / "docs" / "guarantees.md"
 REFERENCE = re.compile(r"^- (tests/[\w/]+\.py)::(\w+)")
 
 
-@lru_cache(maxsize=None)
+@cache
 def functions(path: str) -> frozenset[str]:
     tree = ast.parse((Path(REPO) / path).read_text(encoding="utf-8"))
     return frozenset(n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def references() -> list[tuple[int, str, str]]:
-    return [(number, m.group(1), m.group(2)) for number, line in enumerate(GUARANTEES.read_text().splitlines(), 1)
-            if (m := REFERENCE.match(line))]
+    return [
+        (number, m.group(1), m.group(2))
+        for number, line in enumerate(GUARANTEES.read_text().splitlines(), 1)
+        if (m := REFERENCE.match(line))
+    ]
 
 
 def test_every_test_a_guarantee_names_exists() -> None:
     found = references()
     assert len(found) > 400  # the page's lists are read, not skipped
-    missing = [f"docs/guarantees.md:{n}: {path}::{name}" for n, path, name in found
-               if not (Path(REPO) / path).is_file() or name not in functions(path)]
+    missing = [
+        f"docs/guarantees.md:{n}: {path}::{name}"
+        for n, path, name in found
+        if not (Path(REPO) / path).is_file() or name not in functions(path)
+    ]
     assert not missing, "\n".join(missing)
 
 

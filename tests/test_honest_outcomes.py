@@ -65,6 +65,7 @@ def test_a_model_id_the_simulator_does_not_serve_stops_before_any_request(tmp_pa
 
 def only_models(*ids: str):
     """A POST handler as vLLM's: an answer for a listed model, a 404 for any other."""
+
     async def reply(request: Request, writer: Any) -> None:
         if json.loads(request.body).get("model") in ids:
             await ANSWER(request, writer)
@@ -101,6 +102,7 @@ def test_a_base_url_without_v1_is_refused_naming_the_v1_url(tmp_path: Path, path
     """Before: every request a 404 `client` error, exit 0. The base URL's /models does not answer,
     `<origin>/v1/models` does, and a one-token request to the URL as given is refused: the refusal
     names the /v1 URL and what it serves."""
+
     async def only_at_v1(request: Request, writer: Any) -> None:
         if request.path == "/v1/chat/completions":
             await ANSWER(request, writer)
@@ -131,22 +133,28 @@ def test_a_judge_model_the_endpoint_does_not_serve_stops_the_shard(tmp_path: Pat
     assert records(tmp_path / "out") == []
 
 
-@pytest.mark.parametrize("path,get", [
-    ("/v1", None),  # /models 404s: nothing to compare
-    ("", None),  # no /v1 and no /v1/models either: no better URL to suggest
-    ("", models_at("/models", "sim")),  # a server that serves the API at its root
-    ("/openai", None),  # /openai/models answers an HTML page, and there is no /v1/models
-    ("/openai", models_at("/v1/models", "sim")),  # /v1/models lists it, but /openai answers requests too
-], ids=["no_models_route", "no_models_anywhere", "api_at_the_root", "html_models_page", "answers_outside_v1_too"])
+@pytest.mark.parametrize(
+    "path,get",
+    [
+        ("/v1", None),  # /models 404s: nothing to compare
+        ("", None),  # no /v1 and no /v1/models either: no better URL to suggest
+        ("", models_at("/models", "sim")),  # a server that serves the API at its root
+        ("/openai", None),  # /openai/models answers an HTML page, and there is no /v1/models
+        ("/openai", models_at("/v1/models", "sim")),  # /v1/models lists it, but /openai answers requests too
+    ],
+    ids=["no_models_route", "no_models_anywhere", "api_at_the_root", "html_models_page", "answers_outside_v1_too"],
+)
 def test_servers_without_a_models_list_at_the_url_still_run(tmp_path: Path, path: str, get: Any) -> None:
     """Refusing is only for an endpoint that answers the question with a list: a server without
     /models runs as before (its served identity unknown)."""
     if path == "/openai" and get is None:
+
         async def html_then_list(request: Request, writer: Any) -> None:
             if request.path == "/openai/models":
                 writer.write(response(200, b"<html>models</html>", ctype=b"text/html"))
             else:
                 writer.write(response(404, b"{}"))
+
         get = html_then_list
     with RawServer(ANSWER, get=get) as server:
         cfg = write_config(tmp_path, f"http://127.0.0.1:{server.port}{path}", n=2, repeats=1)
@@ -217,6 +225,7 @@ def test_a_shard_counts_its_own_pairs_when_it_says_how_many_end_in_errors(tmp_pa
 def test_errors_of_several_kinds_among_answers_are_counted_by_kind(tmp_path: Path) -> None:
     """Variant: a mix of answers, protocol errors (an empty stream) and server errors; the verdict
     counts them by kind, and `--errors-as-wrong` (which scores them) does not make the run complete."""
+
     async def mixed(request: Request, writer: Any) -> None:  # by the request's number: 1 answer, 2 empty stream, 3 a 500
         kind = request.n % 3
         if kind == 1:

@@ -19,7 +19,8 @@ import time
 import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 import msgspec
 import pytest
@@ -33,7 +34,6 @@ from conftest import api_eval_config, shardeval_cmd
 from peak_rss import run_measured
 from test_client import DONE, closed_port, run
 from test_client import ask as client_ask
-
 
 
 # --- a raw HTTP/1.1 server that sends exactly what a test tells it to ------------------------------
@@ -139,8 +139,10 @@ class CountingWriter:
 
 def response(status: int, body: bytes, ctype: bytes = b"application/json", reason: bytes = b"X", extra: bytes = b"") -> bytes:
     """A whole HTTP/1.1 response with a Content-Length."""
-    return (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n%s\r\n"
-            % (status, reason, ctype, len(body), extra)) + body
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n%s\r\n"
+        % (status, reason, ctype, len(body), extra)
+    ) + body
 
 
 def stream_head(ctype: bytes = b"text/event-stream") -> bytes:
@@ -197,13 +199,31 @@ def ask(url: str, cfg: ServiceConfig, timeout: float = 15.0) -> Completion:
 # --- shardeval run against such a server ---------------------------------------------------------
 
 
-def write_config(tmp: Path, url: str, *, n: int = 3, repeats: int = 2, attempts: int = 2, stream: bool = True,
-                 concurrency: int = 4, service: dict | None = None, idle: float = 2) -> Path:
+def write_config(
+    tmp: Path,
+    url: str,
+    *,
+    n: int = 3,
+    repeats: int = 2,
+    attempts: int = 2,
+    stream: bool = True,
+    concurrency: int = 4,
+    service: dict | None = None,
+    idle: float = 2,
+) -> Path:
     """A shard config against a test server: fast retries, short timeouts."""
     return api_eval_config(
-        tmp / f"config-{time.monotonic_ns()}.yaml", url, n=n, repeats=repeats, concurrency=concurrency,
-        service={"stream": stream, "timeouts": {"connect": 2, "first_token": 5, "idle": idle},
-                 "retries": {"attempts": attempts, "backoff_base": 0.01, "backoff_max": 0.05}, **(service or {})},
+        tmp / f"config-{time.monotonic_ns()}.yaml",
+        url,
+        n=n,
+        repeats=repeats,
+        concurrency=concurrency,
+        service={
+            "stream": stream,
+            "timeouts": {"connect": 2, "first_token": 5, "idle": idle},
+            "retries": {"attempts": attempts, "backoff_base": 0.01, "backoff_max": 0.05},
+            **(service or {}),
+        },
         output={"progress_interval_s": 5, "drain_timeout_s": 2},
     )
 
@@ -217,7 +237,9 @@ def manifest(out: Path) -> dict:
     return json.loads((out / "manifest.json").read_text())
 
 
-def run_shard(cfg: Path, out: Path, timeout: float = 120, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
+def run_shard(
+    cfg: Path, out: Path, timeout: float = 120, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], float]:
     t0 = time.monotonic()
     result = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out), timeout=timeout, env=env)
     return result, time.monotonic() - t0
@@ -239,23 +261,47 @@ FF_BODY = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"a\xf
 # case: (reply, stream, error_kind, retried, text the error message must hold)
 UNDECODABLE: dict[str, tuple[Reply, bool, str, bool, str]] = {
     "stream_chunk_content": (sse(delta("par"), FF_CONTENT, DONE), True, "protocol", True, "invalid UTF-8"),
-    "stream_chunk_finish_reason": (sse(b'data: {"choices":[{"delta":{"content":"x"},"finish_reason":"st\xffop"}]}\n\n', DONE),
-                                   True, "protocol", True, "invalid UTF-8"),
-    "stream_chunk_reasoning": (sse(b'data: {"choices":[{"delta":{"reasoning_content":"\xfe\xff"}}]}\n\n', *GOOD),
-                               True, "protocol", True, "invalid UTF-8"),
+    "stream_chunk_finish_reason": (
+        sse(b'data: {"choices":[{"delta":{"content":"x"},"finish_reason":"st\xffop"}]}\n\n', DONE),
+        True,
+        "protocol",
+        True,
+        "invalid UTF-8",
+    ),
+    "stream_chunk_reasoning": (
+        sse(b'data: {"choices":[{"delta":{"reasoning_content":"\xfe\xff"}}]}\n\n', *GOOD),
+        True,
+        "protocol",
+        True,
+        "invalid UTF-8",
+    ),
     "stream_chunk_nested_100k_deep": (sse(b"data: " + DEEP + b"\n\n", *GOOD), True, "protocol", True, "undecodable stream chunk"),
     "body_content": (whole(response(200, FF_BODY)), False, "protocol", True, "invalid UTF-8"),
     "body_nested_100k_deep": (whole(response(200, DEEP)), False, "protocol", True, "not a completion"),
-    "error_event_500": (sse(b'data: {"error":{"message":"engine \xff died","code":500}}\n\n'), True, "server_error", True,
-                        "engine \ufffd died"),
-    "error_event_400": (sse(b'data: {"error":{"message":"prompt \xff too long","code":400}}\n\n'), True, "client", False,
-                        "prompt \ufffd too long"),
-    "http_500_body": (whole(response(500, b'{"error":{"message":"out of \xff memory"}}')), True, "server_error", True,
-                      "out of \ufffd memory"),
+    "error_event_500": (
+        sse(b'data: {"error":{"message":"engine \xff died","code":500}}\n\n'),
+        True,
+        "server_error",
+        True,
+        "engine \ufffd died",
+    ),
+    "error_event_400": (
+        sse(b'data: {"error":{"message":"prompt \xff too long","code":400}}\n\n'),
+        True,
+        "client",
+        False,
+        "prompt \ufffd too long",
+    ),
+    "http_500_body": (
+        whole(response(500, b'{"error":{"message":"out of \xff memory"}}')),
+        True,
+        "server_error",
+        True,
+        "out of \ufffd memory",
+    ),
     "http_400_body": (whole(response(400, b'{"message":"bad \xff request"}')), True, "client", False, "bad \ufffd request"),
     "http_500_body_nested_100k_deep": (whole(response(500, DEEP)), True, "server_error", True, "HTTP 500"),
-    "http_429_retry_after_bytes": (whole(response(429, b"{}", extra=b"Retry-After: \xff\xfe\r\n")), True, "rate_limited", True,
-                                   "HTTP 429"),
+    "http_429_retry_after_bytes": (whole(response(429, b"{}", extra=b"Retry-After: \xff\xfe\r\n")), True, "rate_limited", True, "HTTP 429"),
     "http_503_reason_phrase": (whole(response(503, b"{}", reason=b"Un\xffavailable")), True, "server_error", True, "HTTP 503"),
 }
 
@@ -359,13 +405,27 @@ def test_a_stream_whose_choices_never_carried_an_answer_is_a_protocol_error(case
     assert time.monotonic() - t0 < 5
 
 
-@pytest.mark.parametrize("parts", [
-    (ROLE, delta("", "stop"), DONE), (delta("", "stop"), DONE), (EMPTY, delta("", "length")), (ROLE_NULL, delta(""), DONE),
-    (ROLE, event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), DONE),
-    (ROLE, event({"choices": [{"index": 0, "delta": {"reasoning_content": ""}}]}), DONE),
-    (ROLE, event({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "f"}}]}}]}), DONE),
-], ids=["role_then_empty_content_with_finish", "empty_content_with_finish", "finish_without_done", "empty_content_then_done",
-        "role_then_finish_with_empty_delta", "empty_reasoning_then_done", "tool_call_then_done"])
+@pytest.mark.parametrize(
+    "parts",
+    [
+        (ROLE, delta("", "stop"), DONE),
+        (delta("", "stop"), DONE),
+        (EMPTY, delta("", "length")),
+        (ROLE_NULL, delta(""), DONE),
+        (ROLE, event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), DONE),
+        (ROLE, event({"choices": [{"index": 0, "delta": {"reasoning_content": ""}}]}), DONE),
+        (ROLE, event({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "f"}}]}}]}), DONE),
+    ],
+    ids=[
+        "role_then_empty_content_with_finish",
+        "empty_content_with_finish",
+        "finish_without_done",
+        "empty_content_then_done",
+        "role_then_finish_with_empty_delta",
+        "empty_reasoning_then_done",
+        "tool_call_then_done",
+    ],
+)
 def test_an_empty_answer_the_server_gave_is_still_an_answer(parts: tuple[bytes, ...]) -> None:
     """A model may legitimately answer nothing: a `content: ""` (vLLM, OpenAI), reasoning, a tool
     call or a finish_reason (llama.cpp's last chunk) says the server did generate, and answered ""."""
@@ -406,8 +466,11 @@ async def endless_body(request: Request, writer: Any) -> None:
 CAP = 1 << 20
 
 
-@pytest.mark.parametrize("reply,stream", [(endless_stream, True), (endless_line, True), (endless_body, False)],
-                         ids=["endless_sse_stream", "endless_sse_line", "endless_json_body"])
+@pytest.mark.parametrize(
+    "reply,stream",
+    [(endless_stream, True), (endless_line, True), (endless_body, False)],
+    ids=["endless_sse_stream", "endless_sse_line", "endless_json_body"],
+)
 def test_a_response_without_end_is_cut_at_the_cap_as_too_large(reply: Reply, stream: bool) -> None:
     """64 KiB chunks forever: the request ends as `too_large` once the cap is passed, is not retried,
     holds about the cap in memory, and the server sees the connection closed soon after."""
@@ -599,9 +662,14 @@ def register_benchmarks(register):
 
 def faulty_config(tmp: Path, url: str) -> Path:
     return api_eval_config(
-        tmp / "faulty.yaml", url, bench="fragile", n=9, repeats=2,
+        tmp / "faulty.yaml",
+        url,
+        bench="fragile",
+        n=9,
+        repeats=2,
         service={"api_key_env": KEY_VAR, "retries": {"attempts": 2, "backoff_base": 0.01, "backoff_max": 0.05}},
-        benchmark={"solver": {"type": "faulty"}}, output={"progress_interval_s": 5},
+        benchmark={"solver": {"type": "faulty"}},
+        output={"progress_interval_s": 5},
     )
 
 
@@ -617,15 +685,18 @@ def good_answers() -> Reply:
 def faulty_env(tmp: Path, fault: str, every: int) -> dict[str, str]:
     (tmp / "faulty_plugin.py").write_text(FAULTY_PLUGIN)
     path = os.pathsep.join(filter(None, [str(tmp), os.environ.get("PYTHONPATH")]))  # the shardeval under test, not another
-    return {"SHARDEVAL_PLUGINS": "faulty_plugin", "PYTHONPATH": path, "FAULT": fault, "FAULT_EVERY": str(every),
-            KEY_VAR: SECRET}
+    return {"SHARDEVAL_PLUGINS": "faulty_plugin", "PYTHONPATH": path, "FAULT": fault, "FAULT_EVERY": str(every), KEY_VAR: SECRET}
 
 
-@pytest.mark.parametrize("fault,message", [
-    ("solver", "RuntimeError: solver broke near ***"),
-    ("scorer", "ZeroDivisionError: scorer divided by zero"),
-    ("unencodable", "TypeError"),
-], ids=["solver", "scorer", "unencodable"])
+@pytest.mark.parametrize(
+    "fault,message",
+    [
+        ("solver", "RuntimeError: solver broke near ***"),
+        ("scorer", "ZeroDivisionError: scorer divided by zero"),
+        ("unencodable", "TypeError"),
+    ],
+    ids=["solver", "scorer", "unencodable"],
+)
 def test_an_exception_in_a_request_task_becomes_an_internal_error_record(tmp_path: Path, fault: str, message: str) -> None:
     """A solver, scorer or record that raises: that pair gets an `internal` error record (type and
     message, the key scrubbed) and the others go on; a rerun without the fault asks only those."""

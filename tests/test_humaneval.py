@@ -6,7 +6,6 @@ import gzip
 import importlib.util
 import json
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -269,9 +268,17 @@ def test_simulated_replies_are_right_or_wrong_as_asked(bench):
 
 def write_config(tmp: Path, url: str, style: str, repeats: int, protocol: str = "chat_completions", **benchmark) -> Path:
     return api_eval_config(
-        tmp / f"humaneval-{style}.yaml", url, bench="humaneval", repeats=repeats, concurrency=8, service={"protocol": protocol},
-        benchmark={"params": {"style": style, "timeout_s": 10, "memory_mb": 512}, **benchmark,
-                   "solver": {"type": "simple", "service": "model", "generation": {"temperature": 0.8}}},
+        tmp / f"humaneval-{style}.yaml",
+        url,
+        bench="humaneval",
+        repeats=repeats,
+        concurrency=8,
+        service={"protocol": protocol},
+        benchmark={
+            "params": {"style": style, "timeout_s": 10, "memory_mb": 512},
+            **benchmark,
+            "solver": {"type": "simple", "service": "model", "generation": {"temperature": 0.8}},
+        },
     )
 
 
@@ -313,7 +320,9 @@ def test_sharded_run_against_the_simulator_scores_every_answer_right(tmp_path):
 
 
 def test_completion_style_run_against_the_simulator(tmp_path):
-    with running_sim("--bench", "humaneval", "--bench-param", "style=completion", "--accuracy", "0.5", "--ttft-ms", "0", "--itl-ms", "0") as url:
+    with running_sim(
+        "--bench", "humaneval", "--bench-param", "style=completion", "--accuracy", "0.5", "--ttft-ms", "0", "--itl-ms", "0"
+    ) as url:
         cfg = write_config(tmp_path, url, "completion", 1, protocol="completions", max_problems=24)
         result = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out"), timeout=120)
         assert result.returncode == 0, result.stderr

@@ -78,13 +78,14 @@ def test_a_written_out_launch_command_counts_only_without_standard_args(tmp_path
 
 def test_every_builtin_service_declares_its_identity() -> None:
     from shardeval import plugins
+
     services = plugins.registry().entries["services"]
     assert {"api", "sim", "vllm"} <= set(services)
     assert [name for name, e in services.items() if not e.config.declares_identity()] == []
     assert plugins.undeclared_identities(plugins.registry()) == []
 
 
-UNDECLARED_PLUGIN = '''
+UNDECLARED_PLUGIN = """
 from shardeval.config import ServiceConfig
 from shardeval.hookspecs import hookimpl
 
@@ -97,7 +98,7 @@ class NoIdentityConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
 @hookimpl
 def register_services(register):
     register("noident", lambda *a: None, config=NoIdentityConfig)
-'''
+"""
 
 
 def test_a_service_without_declared_identity_is_warned_at_load_and_counts_every_key(tmp_path: Path) -> None:
@@ -128,14 +129,41 @@ def test_a_service_without_declared_identity_is_warned_at_load_and_counts_every_
 
 def vllm_sim_config(tmp_path: Path, weights: str, n: int = 12) -> Path:
     """A `vllm` service whose engine is the simulator: it reports `root: <weights>` like vLLM."""
-    launch = [sys.executable, "-m", "shardeval", "sim", "--ttft-ms", "0", "--itl-ms", "0", "--bench", "arith",
-              "--bench-param", f"n={n}", "--root", "{model}"]
+    launch = [
+        sys.executable,
+        "-m",
+        "shardeval",
+        "sim",
+        "--ttft-ms",
+        "0",
+        "--itl-ms",
+        "0",
+        "--bench",
+        "arith",
+        "--bench-param",
+        f"n={n}",
+        "--root",
+        "{model}",
+    ]
     cfg = tmp_path / f"vllm_{os.path.basename(weights)}.yaml"
-    cfg.write_text(json.dumps({
-        "services": {"model": {"type": "vllm", "model": weights, "served_model_name": "policy", "port": 0,
-                               "launch_command": launch, "startup_timeout_s": 60, "stop_timeout_s": 5}},
-        "benchmarks": [{"name": "arith", "params": {"n": n}, "max_concurrent": 4}],
-    }))
+    cfg.write_text(
+        json.dumps(
+            {
+                "services": {
+                    "model": {
+                        "type": "vllm",
+                        "model": weights,
+                        "served_model_name": "policy",
+                        "port": 0,
+                        "launch_command": launch,
+                        "startup_timeout_s": 60,
+                        "stop_timeout_s": 5,
+                    }
+                },
+                "benchmarks": [{"name": "arith", "params": {"n": n}, "max_concurrent": 4}],
+            }
+        )
+    )
     return cfg
 
 
@@ -410,7 +438,9 @@ def test_every_manifest_carries_provenance_and_the_report_flags_what_varies(tmp_
 def test_dry_run_prints_the_run_identity(tmp_path: Path) -> None:
     def identity(**service: Any) -> str:
         cfg = tmp_path / "d.yaml"
-        cfg.write_text(json.dumps({"services": {"model": {**VLLM_BASE, **service}}, "benchmarks": [{"name": "arith", "params": {"n": 10}}]}))
+        cfg.write_text(
+            json.dumps({"services": {"model": {**VLLM_BASE, **service}}, "benchmarks": [{"name": "arith", "params": {"n": 10}}]})
+        )
         done = shardeval_cmd("run", str(cfg), "--dry-run", "-o", str(tmp_path / "o"))
         assert done.returncode == 0, done.stderr
         assert "run identity" not in done.stdout  # stdout is what a dry run renders (a script, manifests)
@@ -423,18 +453,27 @@ def test_dry_run_prints_the_run_identity(tmp_path: Path) -> None:
 
 
 def test_old_manifests_without_the_new_fields_still_load() -> None:
-    old = {"version": "0.0.9", "shard_idx": 0, "total_shards": 1, "shard_source": "x", "config_hash": "sha256:1",
-           "benchmarks": [{"name": "arith", "range": [0, 1], "repeats": 1, "n_problems": 1, "dataset_fingerprint": "d"}]}
+    old = {
+        "version": "0.0.9",
+        "shard_idx": 0,
+        "total_shards": 1,
+        "shard_source": "x",
+        "config_hash": "sha256:1",
+        "benchmarks": [{"name": "arith", "range": [0, 1], "repeats": 1, "n_problems": 1, "dataset_fingerprint": "d"}],
+    }
     m = msgspec.json.decode(json.dumps(old), type=Manifest)
     assert m.served == {} and m.provenance is None and m.benchmarks[0].prompt_fingerprint is None
     assert encode_line(m)
 
 
-@pytest.mark.parametrize("section, key", [
-    ({"type": "api", "url": "http://h:1/v1", "model": "m"}, "a1fef1f93be30d25822e64bf6ba64d94422aec153bfdd85bf13331eb736d039c"),
-    ({"type": "sim"}, "40aea7ad8c8c31561793cb8350ef2b3cf4cd3cfb6e85b9a2c73d85b4bb8061c7"),
-    ({"type": "vllm", "model": "org/w", "port": 8000}, "90f2e4dbc87f812d3519c0eb6135f6a4778bf1b8ff2d96192ee0dd51cffad7a9"),
-])
+@pytest.mark.parametrize(
+    "section, key",
+    [
+        ({"type": "api", "url": "http://h:1/v1", "model": "m"}, "a1fef1f93be30d25822e64bf6ba64d94422aec153bfdd85bf13331eb736d039c"),
+        ({"type": "sim"}, "40aea7ad8c8c31561793cb8350ef2b3cf4cd3cfb6e85b9a2c73d85b4bb8061c7"),
+        ({"type": "vllm", "model": "org/w", "port": 8000}, "90f2e4dbc87f812d3519c0eb6135f6a4778bf1b8ff2d96192ee0dd51cffad7a9"),
+    ],
+)
 def test_the_response_cache_key_is_the_one_earlier_caches_were_written_with(section: dict, key: str) -> None:
     """The key's rule moved into shardeval.identity (issue 25); the keys it gives are the ones
     ClientCache.key gave before, so a cache written then still answers."""

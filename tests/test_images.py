@@ -42,11 +42,20 @@ def make_data(tmp: Path, rows: list[dict] | None = None) -> Path:
     (tmp / "img").mkdir(exist_ok=True)
     for n in range(1, 4):
         draw(tmp / "img" / f"dots{n}.png", n)
-    rows = rows if rows is not None else [
-        {"id": "a", "question": "How many dots? <image> Answer with a number.", "answer": "1", "images": ["img/dots1.png"]},
-        {"id": "b", "question": "Left <image> right <image>: which has more?", "answer": "right", "images": ["img/dots1.png", "img/dots2.png"]},
-        {"id": "c", "question": "How many dots?", "answer": "3", "images": ["img/dots3.png"]},
-    ]
+    rows = (
+        rows
+        if rows is not None
+        else [
+            {"id": "a", "question": "How many dots? <image> Answer with a number.", "answer": "1", "images": ["img/dots1.png"]},
+            {
+                "id": "b",
+                "question": "Left <image> right <image>: which has more?",
+                "answer": "right",
+                "images": ["img/dots1.png", "img/dots2.png"],
+            },
+            {"id": "c", "question": "How many dots?", "answer": "3", "images": ["img/dots3.png"]},
+        ]
+    )
     path = tmp / "vqa.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -100,8 +109,10 @@ def test_rows_images_go_on_the_wire_in_marker_order_and_records_keep_digests(tmp
     records = lines(out / "results.jsonl")
     assert len(records) == 6 and all(r["status"] == "ok" for r in records)
     b = next(r for r in records if r["problem_idx"] == 1)
-    assert b["images"] == [{"sha256": digests[1], "bytes": (tmp_path / "img/dots1.png").stat().st_size, "width": 48, "height": 48},
-                           {"sha256": digests[2], "bytes": (tmp_path / "img/dots2.png").stat().st_size, "width": 48, "height": 48}]
+    assert b["images"] == [
+        {"sha256": digests[1], "bytes": (tmp_path / "img/dots1.png").stat().st_size, "width": 48, "height": 48},
+        {"sha256": digests[2], "bytes": (tmp_path / "img/dots2.png").stat().st_size, "width": 48, "height": 48},
+    ]
     trajectories = (out / "trajectories.jsonl").read_text()
     assert "base64" not in trajectories and "data:image" not in trajectories  # digests, never bytes
     first = lines(out / "trajectories.jsonl")[0]["messages"][0]["content"]
@@ -113,7 +124,9 @@ def test_rows_images_go_on_the_wire_in_marker_order_and_records_keep_digests(tmp
     for t in thumbs:
         assert t["thumbnail"].startswith("data:image/") and len(t["thumbnail"]) < 12_000 and t["name"].startswith("img/dots")
     log = (tmp_path / "out" / "shard_0" / "logs" / "shard.log").read_text()
-    assert "vqa: images: 3 encoded, 5 reused, 3 read" in log  # 4 image parts x 2 repeats = 8 uses, 3 distinct images: each read and encoded once
+    assert (
+        "vqa: images: 3 encoded, 5 reused, 3 read" in log
+    )  # 4 image parts x 2 repeats = 8 uses, 3 distinct images: each read and encoded once
 
     # a rescore scores the saved answers again and keeps the images' records and thumbnails
     rescored = shardeval_cmd("rescore", str(tmp_path / "out"), "-o", str(tmp_path / "rescored"))
@@ -135,8 +148,10 @@ def test_file_urls_when_the_service_reads_the_folder_itself(tmp_path):
     elsewhere.mkdir()
     shutil.copy(tmp_path / "img" / "dots3.png", elsewhere / "dots3.png")
     (tmp_path / "img" / "link.png").symlink_to(elsewhere / "dots3.png")  # resolves outside the folder: base64
-    rows = [{"id": "in", "question": "q <image>", "answer": "1", "images": ["img/dots1.png"]},
-            {"id": "out", "question": "q <image>", "answer": "1", "images": ["img/link.png"]}]
+    rows = [
+        {"id": "in", "question": "q <image>", "answer": "1", "images": ["img/dots1.png"]},
+        {"id": "out", "question": "q <image>", "answer": "1", "images": ["img/link.png"]},
+    ]
     make_data(tmp_path, rows)
     service = f"    allowed_local_media_path: {tmp_path / 'img'}\n"
     # the simulator reads file:// images only under its own --allowed-local-media-path, as vLLM does
@@ -151,10 +166,17 @@ def test_file_urls_when_the_service_reads_the_folder_itself(tmp_path):
 
 # (the service's lines, the benchmark's lines, what the one error line says) of configs that refuse good rows
 REFUSED_BY_CONFIG = {
-    "limit": ("    limit_mm_per_prompt: {image: 1}\n", "", "problem 1 (id 1): 2 images, more than the service's limit_mm_per_prompt image 1"),
+    "limit": (
+        "    limit_mm_per_prompt: {image: 1}\n",
+        "",
+        "problem 1 (id 1): 2 images, more than the service's limit_mm_per_prompt image 1",
+    ),
     "too_big": ("    max_image_bytes: 100\n", "", "image img/dots1.png is"),
-    "completions": ("    protocol: completions\n", "",
-                    "has images, which only chat requests carry, but service 'model' uses protocol completions"),
+    "completions": (
+        "    protocol: completions\n",
+        "",
+        "has images, which only chat requests carry, but service 'model' uses protocol completions",
+    ),
     "loglikelihood": ("", "    solver: {type: loglikelihood}\n", "has images, but solver.type loglikelihood scores text only"),
 }
 
@@ -208,16 +230,28 @@ def outside_file(tmp: Path) -> Path:
 ROW_FILES = {
     "fifo": (lambda d: os.mkfifo(d / "img" / "fifo.png") or "img/fifo.png", "is a FIFO (named pipe), not a regular file", {}),
     "directory": (lambda d: (d / "img" / "dir.png").mkdir() or "img/dir.png", "is a directory", {}),
-    "dev_zero_inside_a_root": (lambda d: (d / "img" / "zero.png").symlink_to("/dev/zero") or "img/zero.png",
-                               "is a character device, not a regular file", {"images_root": "/dev"}),
-    "over_the_bound": (lambda d: os.truncate(d / "img" / "huge.png", (256 << 20) + 1) or "img/huge.png",
-                       "more than 268435456 bytes, over max_image_bytes", {}),
+    "dev_zero_inside_a_root": (
+        lambda d: (d / "img" / "zero.png").symlink_to("/dev/zero") or "img/zero.png",
+        "is a character device, not a regular file",
+        {"images_root": "/dev"},
+    ),
+    "over_the_bound": (
+        lambda d: os.truncate(d / "img" / "huge.png", (256 << 20) + 1) or "img/huge.png",
+        "more than 268435456 bytes, over max_image_bytes",
+        {},
+    ),
     "dotdot": (lambda d: "../secret/private.png", "is {secret}, outside the dataset", {}),
     "absolute": (lambda d: str(d.parent / "secret" / "private.png"), "is {secret}, outside the dataset", {}),
-    "symlink_out": (lambda d: (d / "img" / "link.png").symlink_to(d.parent / "secret" / "private.png") or "img/link.png",
-                    "is {secret}, outside the dataset", {}),
-    "symlinked_folder_out": (lambda d: (d / "img" / "sub").symlink_to(d.parent / "secret") or "img/sub/private.png",
-                             "is {secret}, outside the dataset", {}),
+    "symlink_out": (
+        lambda d: (d / "img" / "link.png").symlink_to(d.parent / "secret" / "private.png") or "img/link.png",
+        "is {secret}, outside the dataset",
+        {},
+    ),
+    "symlinked_folder_out": (
+        lambda d: (d / "img" / "sub").symlink_to(d.parent / "secret") or "img/sub/private.png",
+        "is {secret}, outside the dataset",
+        {},
+    ),
 }
 
 
@@ -276,8 +310,10 @@ def test_a_byo_mapping_holds_its_rows_to_the_dataset_too(tmp_path):
     mapping.write_text("data: vqa.jsonl\nscorer: exact\n")
     cfg = tmp_path / "run.yaml"
     with running_sim(*FAST) as sim:
-        cfg.write_text(f"services:\n  model: {{type: api, url: {sim}, model: sim}}\nbenchmarks:\n  - name: {mapping}\n"
-                       f"output: {{dir: {tmp_path / 'out'}}}\n")
+        cfg.write_text(
+            f"services:\n  model: {{type: api, url: {sim}, model: sim}}\nbenchmarks:\n  - name: {mapping}\n"
+            f"output: {{dir: {tmp_path / 'out'}}}\n"
+        )
         refused = shardeval_cmd("run", str(cfg), "--shard", "0/1", timeout=60)
         mapping.write_text("data: vqa.jsonl\nscorer: exact\nimages_root: ../secret\n")
         allowed = shardeval_cmd("run", str(cfg), "--shard", "0/1", timeout=60)
@@ -411,16 +447,19 @@ def test_images_held_in_parquet_rows_as_hugging_face_stores_them(tmp_path):
     import pyarrow.parquet as pq
 
     pngs = [draw(tmp_path / f"p{n}.png", n) for n in (1, 2)]
-    table = pa.table({
-        "question": ["How many dots?", "And here? <image>"],
-        "answer": ["1", "2"],
-        "image": [{"bytes": pngs[0], "path": "val/p1.png"}, {"bytes": pngs[1], "path": None}],
-    })
+    table = pa.table(
+        {
+            "question": ["How many dots?", "And here? <image>"],
+            "answer": ["1", "2"],
+            "image": [{"bytes": pngs[0], "path": "val/p1.png"}, {"bytes": pngs[1], "path": None}],
+        }
+    )
     data = tmp_path / "vqa.parquet"
     pq.write_table(table, data)
     with running_sim(*FAST) as sim, recording_proxy(sim, Recording("")) as rec:
-        result = shardeval_cmd("run", str(config(tmp_path, rec.url, data, bench="    params: {images_field: image}\n", repeats=2)),
-                               "--shard", "0/1")
+        result = shardeval_cmd(
+            "run", str(config(tmp_path, rec.url, data, bench="    params: {images_field: image}\n", repeats=2)), "--shard", "0/1"
+        )
     assert result.returncode == 0, result.stderr
     sent = sorted(base64.b64decode(image_parts(b)[0]["image_url"]["url"].split(",", 1)[1]) for b in rec.bodies)
     assert sent == sorted(pngs * 2)
@@ -435,8 +474,16 @@ def test_byo_vqa_and_vlm_choice_scorers(tmp_path):
 
     make_data(tmp_path)
     humans = ["2", "2", "two", "2", "3", "2", "2", "3", "2", "2"]
-    rows = [{"id": "v", "q": "How many? <image>", "a": humans, "images": ["img/dots2.png"]},
-            {"id": "m", "q": "Which shape? <image>\n{choices}", "a": "B", "opts": ["circle", "triangle", "square"], "images": ["img/dots1.png"]}]
+    rows = [
+        {"id": "v", "q": "How many? <image>", "a": humans, "images": ["img/dots2.png"]},
+        {
+            "id": "m",
+            "q": "Which shape? <image>\n{choices}",
+            "a": "B",
+            "opts": ["circle", "triangle", "square"],
+            "images": ["img/dots1.png"],
+        },
+    ]
     for r in rows:
         (tmp_path / f"{r['id']}.jsonl").write_text(json.dumps(r) + "\n")
     vqa = CustomBenchmark({"data": str(tmp_path / "v.jsonl"), "fields": {"input": "q", "target": "a"}, "scorer": "vqa"})
@@ -444,8 +491,14 @@ def test_byo_vqa_and_vlm_choice_scorers(tmp_path):
     assert vqa.score(p, "#### two").score == 1.0  # eight humans said 2 ("two" normalises to it)
     assert vqa.score(p, "The answer is 3").score == pytest.approx(0.6)  # two humans said 3
     assert vqa.score(p, "5").score == 0.0
-    mc = CustomBenchmark({"data": str(tmp_path / "m.jsonl"), "fields": {"input": "q", "target": "a", "choices": "opts"},
-                          "scorer": "vlm_choice", "prompt": "{q}"})
+    mc = CustomBenchmark(
+        {
+            "data": str(tmp_path / "m.jsonl"),
+            "fields": {"input": "q", "target": "a", "choices": "opts"},
+            "scorer": "vlm_choice",
+            "prompt": "{q}",
+        }
+    )
     p = mc.problem(0)
     assert p.images and p.reference == "B"
     for reply in ("B", "(B)", "B.", "The answer is B", "the triangle"):

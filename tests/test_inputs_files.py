@@ -110,15 +110,20 @@ def _template(lines: list[bytes], **change) -> bytes:
 BAD_LINES = {
     # invalid UTF-8 inside an otherwise well-formed record of a cell the rerun must fill
     "invalid_utf8": lambda t: [t[0].replace(b'"response":"', b'"response":"\xff\xfe\xc3(')],
-    "not_json": lambda t: [b"this is not json\n", b"{\"benchmark\": \"arith\", \n"],
+    "not_json": lambda t: [b"this is not json\n", b'{"benchmark": "arith", \n'],
     "json_of_another_type": lambda t: [b"[1, 2, 3]\n", b"42\n", b"null\n", b'"a string"\n', b"true\n"],
     "wrong_shape": lambda t: [b'{"foo": 1}\n', b"{}\n", _template(t, seed=None)],
     "a_field_of_the_wrong_type": lambda t: [
-        _template(t, response=5), _template(t, problem_idx="3"), _template(t, scores={"x": "high"}),
+        _template(t, response=5),
+        _template(t, problem_idx="3"),
+        _template(t, scores={"x": "high"}),
     ],
     "wild_values": lambda t: [
-        _template(t, completion_tokens=2**40), _template(t, status="maybe"), _template(t, problem_idx=2**70),
-        _template(t, repeat=-1), _template(t, score=1e999),
+        _template(t, completion_tokens=2**40),
+        _template(t, status="maybe"),
+        _template(t, problem_idx=2**70),
+        _template(t, repeat=-1),
+        _template(t, score=1e999),
     ],
     "nul_block": lambda t: [b"\0" * 8192 + b"\n", b"\0" * 300 + t[0]],
     "huge_line": lambda t: [b'{"benchmark": "arith", "response": "' + b"x" * (16 << 20) + b'"}\n'],
@@ -289,8 +294,9 @@ def test_a_rerun_while_the_disk_is_still_full_is_one_line_and_leaves_no_tmp(smal
     first = run_shard(cfg, out)
     assert first.returncode == 0, first.stderr
     fill(small_tmpfs)  # a complete shard run again has nothing to write: the full disk does not matter
-    complete = subprocess.run([sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(out)],
-                              capture_output=True, text=True, timeout=120)
+    complete = subprocess.run(
+        [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(out)], capture_output=True, text=True, timeout=120
+    )
     assert complete.returncode == 0 and "nothing to ask" in complete.stderr and tmp_files(small_tmpfs) == [], complete.stderr
     os.unlink(small_tmpfs / "filler")
     path = out / "arith" / "results.jsonl"
@@ -300,7 +306,9 @@ def test_a_rerun_while_the_disk_is_still_full_is_one_line_and_leaves_no_tmp(smal
     for fresh in ([], ["--fresh"]):
         again = subprocess.run(
             [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(out), *fresh],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         if again.returncode == 0 and fresh:  # --fresh only renames: it may fit; then it must have worked
             continue
@@ -355,7 +363,15 @@ def test_a_data_file_that_is_not_utf8_or_is_cut_off_is_one_line_exit_2(tmp_path,
     data = DATA[name]
     path.write_bytes(data if data is not None else gzip.compress(b'{"question": "1+1", "answer": "2"}\n' * 200)[:60])
     result = shardeval_cmd(
-        "run", "--bench", str(path), "--model-url", "http://127.0.0.1:9/v1", "--model-id", "m", "-o", str(tmp_path / "out"),
+        "run",
+        "--bench",
+        str(path),
+        "--model-url",
+        "http://127.0.0.1:9/v1",
+        "--model-id",
+        "m",
+        "-o",
+        str(tmp_path / "out"),
         "--dry-run",
     )
     one_error_line(result, 2, str(path))

@@ -17,18 +17,29 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from conftest import shardeval_cmd
 from served import kill_shard_mid_run
-from inspect_support import (cells, inspect_config, inspect_sim, merge, question, read_log, records, Recording, recording,
-                             run_shards, write_tasks)
+from inspect_support import (
+    cells,
+    inspect_config,
+    inspect_sim,
+    merge,
+    question,
+    read_log,
+    records,
+    Recording,
+    recording,
+    run_shards,
+    write_tasks,
+)
 
 pytest.importorskip("inspect_ai")
 pytestmark = pytest.mark.timeout(240)
@@ -94,8 +105,9 @@ def test_the_merged_log_has_every_sample_and_epoch(sharded: dict[int, Path]) -> 
         assert (log.results.total_samples, log.results.completed_samples) == (N * EPOCHS, N * EPOCHS)
         assert log.eval.config.epochs == EPOCHS and log.eval.dataset.samples == N
     whole, four = cells(logs[1]), cells(logs[4])
-    assert {k: (s.scores["match"].value, s.output.completion) for k, s in four.items()} == \
-           {k: (s.scores["match"].value, s.output.completion) for k, s in whole.items()}
+    assert {k: (s.scores["match"].value, s.output.completion) for k, s in four.items()} == {
+        k: (s.scores["match"].value, s.output.completion) for k, s in whole.items()
+    }
     assert logs[4].results.scores[0].metrics["accuracy"].value == logs[1].results.scores[0].metrics["accuracy"].value
 
 
@@ -112,8 +124,9 @@ def test_a_missing_shard_makes_the_merged_log_an_error(sharded: dict[int, Path],
     assert len(log.samples) == present < N * EPOCHS
 
 
-def test_a_task_that_no_longer_loads_leaves_the_merge_standing_and_no_earlier_log(sharded: dict[int, Path], tasks: Path,
-                                                                                   tmp_path: Path) -> None:
+def test_a_task_that_no_longer_loads_leaves_the_merge_standing_and_no_earlier_log(
+    sharded: dict[int, Path], tasks: Path, tmp_path: Path
+) -> None:
     """Merging where the task file is gone (moved, another machine): shardeval's own merge stands,
     one line says the Inspect log was not written, and the earlier merge's log is removed, not
     left to read as this merge's."""
@@ -175,13 +188,17 @@ def one_line_error(run: subprocess.CompletedProcess[str], needle: str) -> None:
     assert "Traceback" not in run.stderr and needle in run.stderr, run.stderr
 
 
-@pytest.mark.parametrize("case, entry, needle", [
-    ("task file missing", {"task": "arith", "params": {"task": "{dir}/no_such_tasks.py@arith"}}, "no such file"),
-    ("task not in the file", {"task": "no_such_task"}, "no_such_task"),
-    ("unknown task_args key", {"task": "arith", "params": {"task_args": {"shift": 1}}}, "'shift' is not an argument"),
-])
-def test_bad_input_is_one_line_before_any_request(case: str, entry: dict[str, Any], needle: str, tasks: Path,
-                                                   endpoint: Recording, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "case, entry, needle",
+    [
+        ("task file missing", {"task": "arith", "params": {"task": "{dir}/no_such_tasks.py@arith"}}, "no such file"),
+        ("task not in the file", {"task": "no_such_task"}, "no_such_task"),
+        ("unknown task_args key", {"task": "arith", "params": {"task_args": {"shift": 1}}}, "'shift' is not an argument"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_request(
+    case: str, entry: dict[str, Any], needle: str, tasks: Path, endpoint: Recording, tmp_path: Path
+) -> None:
     params = {k: v.format(dir=tasks.parent) if isinstance(v, str) else v for k, v in entry.get("params", {}).items()}
     cfg = inspect_config(tmp_path / "config.json", endpoint.url, tasks, [{**entry, "params": params}])
     endpoint.clear()
@@ -202,15 +219,15 @@ def test_without_inspect_installed_a_run_is_one_line_naming_the_extra(tasks: Pat
     cfg = inspect_config(tmp_path / "config.json", endpoint.url, tasks, [{"task": "arith"}])
     code = "import sys; sys.modules['inspect_ai'] = None; from shardeval.cli import main; sys.argv[0] = 'shardeval'; main()"
     endpoint.clear()
-    run = subprocess.run([sys.executable, "-c", code, "run", str(cfg), "-o", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", code, "run", str(cfg), "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120
+    )
     one_line_error(run, "pip install 'shardeval[inspect]'")
     assert "plugins install" in run.stderr
     assert endpoint.bodies == []
 
 
-def test_a_docker_sandbox_the_node_cannot_provide_is_one_line_before_any_request(tasks: Path, endpoint: Recording,
-                                                                                   tmp_path: Path) -> None:
+def test_a_docker_sandbox_the_node_cannot_provide_is_one_line_before_any_request(tasks: Path, endpoint: Recording, tmp_path: Path) -> None:
     """The task asks for Inspect's docker sandbox on a node whose docker has no Compose v2 plugin
     (an empty DOCKER_CONFIG, the engine's folder off PATH; or no docker at all): every sample
     would fail in the sandbox, so the run is refused before it asks anything or writes a shard."""
@@ -233,9 +250,13 @@ def troubled(tmp_path_factory: pytest.TempPathFactory, tasks: Path, endpoint: Re
     """One shard of `flaky` (its solver raises for s03) and `chatty` (two turns under message_limit 2),
     2 epochs each, with an API key from the environment; merged. (run dir, Authorization headers seen)"""
     root = tmp_path_factory.mktemp("troubled")
-    cfg = inspect_config(root / "config.json", endpoint.url, tasks,
-                         [{"task": "flaky", "repeats": 2}, {"task": "chatty", "repeats": 2, "params": {"message_limit": 2}}],
-                         service={"api_key_env": KEY_ENV})
+    cfg = inspect_config(
+        root / "config.json",
+        endpoint.url,
+        tasks,
+        [{"task": "flaky", "repeats": 2}, {"task": "chatty", "repeats": 2, "params": {"message_limit": 2}}],
+        service={"api_key_env": KEY_ENV},
+    )
     endpoint.clear()
     run = shardeval_cmd("run", str(cfg), "-o", str(root / "run" / "shard_0"), env={KEY_ENV: SECRET})
     assert run.returncode == 3, run.stderr  # finished, with error records
@@ -303,8 +324,15 @@ def ended_sample(content: Any) -> Any:
 
     message = ChatMessageAssistant(content=content, model="m")
     output = ModelOutput.from_message(message)
-    return EvalSample(id="s00", epoch=1, input="q", target="5", messages=[ChatMessageUser(content="q"), message],
-                      output=output, scores={"match": Score(value="C", answer="5")})
+    return EvalSample(
+        id="s00",
+        epoch=1,
+        input="q",
+        target="5",
+        messages=[ChatMessageUser(content="q"), message],
+        output=output,
+        scores={"match": Score(value="C", answer="5")},
+    )
 
 
 def test_inspects_split_stands_and_shardeval_never_splits_its_answer_again() -> None:

@@ -64,10 +64,15 @@ def write_task(folder: Path, sandbox: str, engine: dict[str, str] | None) -> Non
 
 def write_config(folder: Path, base: str) -> Path:
     config = folder / "agent.yaml"
-    config.write_text(json.dumps({
-        "services": {"model": {"type": "api", "url": base, "model": "sim"}},
-        "benchmarks": [{"name": "inspect", "params": {"task": "agent.py@agent"}, "repeats": REPEATS, "max_concurrent": 2}],
-    }), encoding="utf-8")
+    config.write_text(
+        json.dumps(
+            {
+                "services": {"model": {"type": "api", "url": base, "model": "sim"}},
+                "benchmarks": [{"name": "inspect", "params": {"task": "agent.py@agent"}, "repeats": REPEATS, "max_concurrent": 2}],
+            }
+        ),
+        encoding="utf-8",
+    )
     return config
 
 
@@ -79,8 +84,9 @@ def shard_env(i: int, engine: dict[str, str] | None) -> dict[str, str]:
 
 def remove_inspect_containers(env: dict[str, str]) -> None:
     """Inspect's sandbox containers (its compose projects are named inspect-<task>-<id>)."""
-    listed = subprocess.run(["docker", "ps", "-aq", "--filter", "name=inspect-agent"], env=env, capture_output=True,
-                            text=True, timeout=60).stdout.split()
+    listed = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "name=inspect-agent"], env=env, capture_output=True, text=True, timeout=60
+    ).stdout.split()
     if listed:
         subprocess.run(["docker", "rm", "-f", *listed], env=env, capture_output=True, timeout=120)
 
@@ -93,8 +99,14 @@ def kill_mid_way(folder: Path, config: Path, out: Path, engine: dict[str, str] |
     """Start shard 0 and SIGKILL it once its first record is on disk (others still running);
     returns how many records it had written."""
     results = out / "agent" / "results.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(config), "-o", str(out)], cwd=folder,
-                            env=shard_env(0, engine), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardeval", "run", str(config), "-o", str(out)],
+        cwd=folder,
+        env=shard_env(0, engine),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not read_lines(results):
@@ -119,21 +131,22 @@ def test_react_agent_with_bash_sharded_killed_and_resumed(tmp_path: Path, sandbo
 
     engine = None
     if sandbox == "docker":  # Inspect's own data (its record of running projects) stays in the temporary folder
-        engine = {**request.getfixturevalue("engine"), "XDG_DATA_HOME": str(tmp_path / "data"),
-                  "XDG_CACHE_HOME": str(tmp_path / "cache")}
+        engine = {**request.getfixturevalue("engine"), "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
         request.addfinalizer(lambda: remove_inspect_containers(engine))  # a SIGKILLed shard cannot remove its own
     write_task(tmp_path, sandbox, engine)
     script = [{"name": "bash", "arguments": {"command": COMMAND}}]
-    with running_sim("--ttft-ms", "0", "--itl-ms", "0", "--bench", "arith", "--accuracy", "0.7",
-                     "--tool-calls", json.dumps(script)) as base:
+    with running_sim(
+        "--ttft-ms", "0", "--itl-ms", "0", "--bench", "arith", "--accuracy", "0.7", "--tool-calls", json.dumps(script)
+    ) as base:
         config = write_config(tmp_path, base)
         run = tmp_path / "run"
         per_shard = N_PROBLEMS // SHARDS * REPEATS
         before_kill = kill_mid_way(tmp_path, config, run / "shard_0", engine)
         assert before_kill < per_shard, "the kill came after shard 0 had finished: it proves nothing"
         for i in range(SHARDS):
-            done = shardeval_cmd("run", str(config), "-o", str(run / f"shard_{i}"), env=shard_env(i, engine), cwd=str(tmp_path),
-                                 timeout=180)
+            done = shardeval_cmd(
+                "run", str(config), "-o", str(run / f"shard_{i}"), env=shard_env(i, engine), cwd=str(tmp_path), timeout=180
+            )
             assert done.returncode == 0, done.stderr
         merged = shardeval_cmd("merge", str(run), env=engine, cwd=str(tmp_path), timeout=180)
     assert merged.returncode == 0 and "COMPLETE" in merged.stdout + merged.stderr, merged.stdout + merged.stderr

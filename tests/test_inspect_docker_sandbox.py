@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -108,6 +107,9 @@ def test_inspect_docker_sandbox_runs_commands_in_the_base_image(engine, tmp_path
         assert sample["error"] is None, sample
         assert sample["store"] == {"stdout": "hi\n2\n", "returncode": 0, "inside": "in-container"}, sample
     startups = [s["startup_s"] for s in samples]
-    print(f"\ninspect docker sandbox: {SAMPLES} samples in {result['wall_s']:.1f} s; sandbox startup per sample "
-          + ", ".join(f"{t:.2f}" for t in startups) + " s")
+    print(
+        f"\ninspect docker sandbox: {SAMPLES} samples in {result['wall_s']:.1f} s; sandbox startup per sample "
+        + ", ".join(f"{t:.2f}" for t in startups)
+        + " s"
+    )
     assert inspect_containers(engine) == before, "Inspect left containers behind"

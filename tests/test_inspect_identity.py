@@ -64,8 +64,14 @@ def test_a_shard_is_not_resumed_after_the_task_file_changed(tmp_path: Path) -> N
     (tmp_path / "sums.py").write_text(TASK, encoding="utf-8")
     with running_sim("--ttft-ms", "0", "--itl-ms", "0") as base:
         config = tmp_path / "c.yaml"
-        config.write_text(json.dumps({"services": {"model": {"type": "api", "url": base, "model": "sim"}},
-                                      "benchmarks": [{"name": "inspect", "params": {"task": "sums.py@sums"}}]}))
+        config.write_text(
+            json.dumps(
+                {
+                    "services": {"model": {"type": "api", "url": base, "model": "sim"}},
+                    "benchmarks": [{"name": "inspect", "params": {"task": "sums.py@sums"}}],
+                }
+            )
+        )
         first = shardeval_cmd("run", str(config), "-o", str(tmp_path / "run"), cwd=str(tmp_path))
         assert first.returncode == 0, first.stderr
         (tmp_path / "sums.py").write_text(TASK.replace("What is", "Compute"), encoding="utf-8")

@@ -16,7 +16,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -41,9 +42,24 @@ def inspect_eval(tasks: Path, task: str, url: str, log_dir: Path) -> None:
     """The real `inspect eval` command (the venv's own), with Inspect's OpenAI-compatible provider."""
     inspect_cli = Path(sys.executable).parent / "inspect"
     env = {**os.environ, "SIM_BASE_URL": url, "SIM_API_KEY": "unused", "INSPECT_DISPLAY": "none"}
-    done = subprocess.run([str(inspect_cli), "eval", f"{tasks}@{task}", "--model", f"openai-api/sim/{MODEL}",
-                           "--epochs", str(EPOCHS), "--log-dir", str(log_dir)],
-                          env=env, capture_output=True, text=True, timeout=120, cwd=tasks.parent)
+    done = subprocess.run(
+        [
+            str(inspect_cli),
+            "eval",
+            f"{tasks}@{task}",
+            "--model",
+            f"openai-api/sim/{MODEL}",
+            "--epochs",
+            str(EPOCHS),
+            "--log-dir",
+            str(log_dir),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tasks.parent,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
@@ -68,10 +84,13 @@ def test_every_sample_and_epoch_has_the_same_answer_and_scores(runs: Runs, task:
     reference, merged = cells(runs.reference[task]), cells(runs.merged[task])
     assert len(reference) == TASKS[task] * EPOCHS
     assert sorted(merged) == sorted(reference)
-    differ = [key for key in reference
-              if merged[key].output.completion != reference[key].output.completion
-              or {n: (s.value, s.answer) for n, s in merged[key].scores.items()}
-              != {n: (s.value, s.answer) for n, s in reference[key].scores.items()}]
+    differ = [
+        key
+        for key in reference
+        if merged[key].output.completion != reference[key].output.completion
+        or {n: (s.value, s.answer) for n, s in merged[key].scores.items()}
+        != {n: (s.value, s.answer) for n, s in reference[key].scores.items()}
+    ]
     assert not differ, f"{len(differ)} of {len(reference)} (sample, epoch) differ, e.g. {differ[:3]}"
     values = [s.scores["match"].value for s in reference.values()]
     assert "C" in values and "I" in values, "the simulator should get some right and some wrong"
@@ -152,21 +171,42 @@ def thinking_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Thinking
     with thinking_server() as seen:
         inspect_cli = Path(sys.executable).parent / "inspect"
         env = {**os.environ, "THINK_BASE_URL": seen.url, "THINK_API_KEY": "unused", "INSPECT_DISPLAY": "none"}
-        done = subprocess.run([str(inspect_cli), "eval", f"{tasks}@arith", "--model", f"openai-api/think/{MODEL}",
-                               "--reasoning-effort", EFFORT, "--reasoning-tokens", str(BUDGET), "--log-dir", str(root / "reference")],
-                              env=env, capture_output=True, text=True, timeout=120, cwd=tasks.parent)
+        done = subprocess.run(
+            [
+                str(inspect_cli),
+                "eval",
+                f"{tasks}@arith",
+                "--model",
+                f"openai-api/think/{MODEL}",
+                "--reasoning-effort",
+                EFFORT,
+                "--reasoning-tokens",
+                str(BUDGET),
+                "--log-dir",
+                str(root / "reference"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tasks.parent,
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         reference_bodies = list(seen.bodies)
         seen.clear()
         generation = {"reasoning": {"enable": True, "effort": EFFORT, "budget_tokens": BUDGET}}
-        cfg = inspect_config(root / "config.json", seen.url, tasks,
-                             [{"task": "arith", "repeats": 1, "solver": {"generation": generation}}])
+        cfg = inspect_config(root / "config.json", seen.url, tasks, [{"task": "arith", "repeats": 1, "solver": {"generation": generation}}])
         run_shards(cfg, root / "run", 2)
         bodies = list(seen.bodies)
     merged = merge(root / "run")
     assert merged.returncode == 0, merged.stderr
-    yield ThinkingRuns(read_log(only_log(root / "reference")), reference_bodies,
-                       read_log(root / "run" / "merged" / "inspect" / "arith.eval"), records(root / "run" / "merged", "arith"), bodies)
+    yield ThinkingRuns(
+        read_log(only_log(root / "reference")),
+        reference_bodies,
+        read_log(root / "run" / "merged" / "inspect" / "arith.eval"),
+        records(root / "run" / "merged", "arith"),
+        bodies,
+    )
 
 
 def reasoning_of(sample: Any) -> list[str]:
@@ -212,7 +252,7 @@ def test_generation_reasoning_reaches_the_server_as_inspect_and_shardeval_ask(th
     assert (config.reasoning_effort, config.reasoning_tokens) == (EFFORT, BUDGET)
 
 
-EPOCHS_TASK = '''
+EPOCHS_TASK = """
 from inspect_ai import Epochs, Task, task
 from inspect_ai.dataset import json_dataset
 from inspect_ai.scorer import match
@@ -222,7 +262,7 @@ from inspect_ai.solver import generate
 @task
 def arith_epochs():
     return Task(dataset=json_dataset("arith.jsonl"), solver=generate(), scorer=match(), epochs=Epochs(3, "mean"))
-'''
+"""
 
 
 def test_a_tasks_own_epochs_are_the_default_and_the_log_names_the_runs_url(tmp_path) -> None:
@@ -237,14 +277,33 @@ def test_a_tasks_own_epochs_are_the_default_and_the_log_names_the_runs_url(tmp_p
     with inspect_sim(tasks) as url:
         inspect_cli = Path(sys.executable).parent / "inspect"
         env = {**os.environ, "SIM_BASE_URL": url, "SIM_API_KEY": "unused", "INSPECT_DISPLAY": "none"}
-        done = subprocess.run([str(inspect_cli), "eval", f"{epochs_file}@arith_epochs", "--model", f"openai-api/sim/{MODEL}",
-                               "--log-dir", str(tmp_path / "reference")], env=env, capture_output=True, text=True, timeout=120,
-                              cwd=tasks.parent)  # no --epochs: the task's own
+        done = subprocess.run(
+            [
+                str(inspect_cli),
+                "eval",
+                f"{epochs_file}@arith_epochs",
+                "--model",
+                f"openai-api/sim/{MODEL}",
+                "--log-dir",
+                str(tmp_path / "reference"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tasks.parent,
+        )  # no --epochs: the task's own
         assert done.returncode == 0, done.stderr[-2000:]
         cfg = tmp_path / "run.json"
-        cfg.write_text(json.dumps({"services": {"model": {"type": "api", "url": url, "model": MODEL}},
-                                   "benchmarks": [{"name": "inspect", "params": {"task": f"{epochs_file}@arith_epochs"}}],
-                                   "output": {"progress_interval_s": 0}}))  # no repeats
+        cfg.write_text(
+            json.dumps(
+                {
+                    "services": {"model": {"type": "api", "url": url, "model": MODEL}},
+                    "benchmarks": [{"name": "inspect", "params": {"task": f"{epochs_file}@arith_epochs"}}],
+                    "output": {"progress_interval_s": 0},
+                }
+            )
+        )  # no repeats
         run_shards(cfg, tmp_path / "run", 2)
     assert merge(tmp_path / "run").returncode == 0
     reference = read_log(only_log(tmp_path / "reference"))

@@ -27,16 +27,19 @@ TRUTH = {"weak": 0.3, "strong": 0.9}
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("inspect_sweep")
     tasks = write_tasks(root / "tasks", N)
-    sim = {"type": "sim", "bench": "inspect", "bench_params": {"task": f"{tasks}@arith"}, "ttft_ms": 0, "itl_ms": 0,
-           "output_tokens": 12}
+    sim = {"type": "sim", "bench": "inspect", "bench_params": {"task": f"{tasks}@arith"}, "ttft_ms": 0, "itl_ms": 0, "output_tokens": 12}
     config = root / "sweep.json"
-    config.write_text(json.dumps({
-        "services": {name: {**sim, "accuracy": accuracy} for name, accuracy in TRUTH.items()},
-        "benchmarks": [{"name": "inspect", "params": {"task": f"{tasks}@arith"}, "repeats": EPOCHS}],
-        "sweep": {"services": list(TRUTH), "baseline": "weak"},
-        "cluster": {"type": "local", "shards": 2, "parallel": 2},
-        "output": {"dir": str(root / "out"), "progress_interval_s": 0},
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "services": {name: {**sim, "accuracy": accuracy} for name, accuracy in TRUTH.items()},
+                "benchmarks": [{"name": "inspect", "params": {"task": f"{tasks}@arith"}, "repeats": EPOCHS}],
+                "sweep": {"services": list(TRUTH), "baseline": "weak"},
+                "cluster": {"type": "local", "shards": 2, "parallel": 2},
+                "output": {"dir": str(root / "out"), "progress_interval_s": 0},
+            }
+        )
+    )
     run = shardeval_cmd("run", str(config), cwd=str(root), timeout=400)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return root / "out"

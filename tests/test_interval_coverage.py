@@ -10,8 +10,6 @@ vectorised path is the metric's path. Interval formulas are checked against scip
 from __future__ import annotations
 
 import json
-import math
-import os
 from array import array
 from pathlib import Path
 
@@ -41,8 +39,15 @@ def table(rows, clusters=None) -> ScoreTable:
     x = np.asarray(rows, dtype=float)
     n, r = x.shape
     names = [f"c{i}" for i in range(max(clusters) + 1)] if clusters is not None else []
-    return ScoreTable("t", n, r, array("d", x.ravel()), bytearray([OK]) * (n * r),
-                      cluster=None if clusters is None else array("i", clusters), cluster_names=names)
+    return ScoreTable(
+        "t",
+        n,
+        r,
+        array("d", x.ravel()),
+        bytearray([OK]) * (n * r),
+        cluster=None if clusters is None else array("i", clusters),
+        cluster_names=names,
+    )
 
 
 # --- the cases of the issue, and their class -----------------------------------------------------
@@ -109,8 +114,9 @@ def test_formulas_match_scipy() -> None:
 
 def test_ci_method_choices_on_one_table() -> None:
     rows = [[1]] * 3 + [[0]] * 37
-    got = {m: accuracy(table(rows), MetricOptions(ci_method=m))["accuracy"] for m in
-           ("auto", "wilson", "clopper-pearson", "clt", "clustered")}
+    got = {
+        m: accuracy(table(rows), MetricOptions(ci_method=m))["accuracy"] for m in ("auto", "wilson", "clopper-pearson", "clt", "clustered")
+    }
     assert got["auto"].ci_method == "clopper-pearson"  # 3 successes: Wilson's coverage dips there
     assert (got["auto"].ci_low, got["auto"].ci_high) == pytest.approx(proportion_confint(3, 40, method="beta"), rel=1e-9)
     assert got["wilson"].ci_method == "wilson"
@@ -167,9 +173,12 @@ def test_coverage_simulation_table(capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(24)
     lines, worst = [], 1.0
     for rho in (0.0, 0.05):
-        lines += ["", f"coverage / mean width of 95 % intervals (auto), {RUNS} runs per cell, "
-                      f"cluster rates {'equal' if rho == 0 else f'Beta, ICC {rho}'}",
-                  f"{'n':>5} {'G':>3}  " + "  ".join(f"{f'p={p:g}':>13}" for p in PS)]
+        lines += [
+            "",
+            f"coverage / mean width of 95 % intervals (auto), {RUNS} runs per cell, "
+            f"cluster rates {'equal' if rho == 0 else f'Beta, ICC {rho}'}",
+            f"{'n':>5} {'G':>3}  " + "  ".join(f"{f'p={p:g}':>13}" for p in PS),
+        ]
         for n in NS:
             for g in GS:
                 if g > n or (rho > 0 and g < 10):
@@ -220,7 +229,7 @@ def test_merge_ci_method_flag_and_the_method_beside_every_interval(tmp_path: Pat
             assert acc.get("ci_low") is None and "no spread" in acc["details"]["reason"] and "auto" in acc["details"]["reason"]
         report = (run / "merged" / "report.md").read_text()
         assert f"| {expected} |" in report  # the metrics table
-        per = [line for line in report.splitlines() if line.startswith("| a |") or line.startswith("| b |")]
+        per = [line for line in report.splitlines() if line.startswith("| a |") or line.startswith("| b |")]  # noqa: PIE810
         assert len(per) == 2 and all(line.rstrip(" |").split("|")[-2].strip() for line in per)
         assert all(acc["details"]["per_cluster"][c]["ci_method"] in line for c, line in zip("ab", per))
     html = run / "merged" / "report.html"

@@ -18,16 +18,33 @@ FAST = ("--ttft-ms", "0", "--itl-ms", "0")
 RETRY_ONCE = {"attempts": 1, "backoff_base": 0.01, "backoff_max": 0.01}  # a 5xx from the judge is final at once
 
 
-def write_config(tmp: Path, model_url: str, judge_url: str, *, mode: str = "single", n: int = 40, repeats: int = 2,
-                 cache: Path | None = None, bench: dict | None = None) -> Path:
+def write_config(
+    tmp: Path,
+    model_url: str,
+    judge_url: str,
+    *,
+    mode: str = "single",
+    n: int = 40,
+    repeats: int = 2,
+    cache: Path | None = None,
+    bench: dict | None = None,
+) -> Path:
     config = {
         "services": {
             "model": {"type": "api", "url": model_url, "model": "sim"},
             "judge": {"type": "api", "url": judge_url, "model": "judge", "retries": RETRY_ONCE, "max_response_bytes": 65536},
         },
-        "benchmarks": [{"name": "arith", "params": {"n": n}, "repeats": repeats, "max_concurrent": 8,
-                        "solver": {"service": "model", "generation": {"temperature": 0.7, "max_tokens": 64}},
-                        "judge": {"service": "judge", "mode": mode}, **(bench or {})}],
+        "benchmarks": [
+            {
+                "name": "arith",
+                "params": {"n": n},
+                "repeats": repeats,
+                "max_concurrent": 8,
+                "solver": {"service": "model", "generation": {"temperature": 0.7, "max_tokens": 64}},
+                "judge": {"service": "judge", "mode": mode},
+                **(bench or {}),
+            }
+        ],
         "output": {"progress_interval_s": 0},
         **({"cache": {"dir": str(cache)}} if cache is not None else {}),
     }
@@ -80,8 +97,10 @@ def check_verdicts(recs: list[dict], mode: str) -> int:
 @pytest.mark.parametrize("mode", ["single", "pairwise"])
 def test_scores_are_what_the_judge_said(tmp_path: Path, mode: str) -> None:
     """Acceptance 1: 100 % of parseable verdicts become the record's score; merge reports them."""
-    with running_sim("--bench", "arith", "--accuracy", "0.5", *FAST) as model, \
-         running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "1", *FAST) as judge:
+    with (
+        running_sim("--bench", "arith", "--accuracy", "0.5", *FAST) as model,
+        running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "1", *FAST) as judge,
+    ):
         cfg = write_config(tmp_path, model, judge, mode=mode)
         out = tmp_path / "out"
         done = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out))
@@ -98,8 +117,10 @@ def test_scores_are_what_the_judge_said(tmp_path: Path, mode: str) -> None:
 
 def test_the_simulated_judge_is_deterministic_and_its_quality_counts(tmp_path: Path) -> None:
     """The same run twice gets the same verdicts; at `--judge-quality 0` they are drawn, not the truth."""
-    with running_sim("--bench", "arith", *FAST) as model, \
-         running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "0", *FAST) as judge:
+    with (
+        running_sim("--bench", "arith", *FAST) as model,
+        running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "0", *FAST) as judge,
+    ):
         cfg = write_config(tmp_path, model, judge, n=60, repeats=1)
         for out in ("a", "b"):
             assert shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / out)).returncode == 0
@@ -116,8 +137,9 @@ def test_judge_failures_are_judge_errors_and_a_rerun_asks_only_the_judge(tmp_pat
     cache = tmp_path / "cache"
     out = tmp_path / "out"
     with running_sim("--bench", "arith", *FAST) as model:
-        with running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "1", "--fail-5xx", "0.25",
-                         "--judge-garbage", "0.25", *FAST) as judge:
+        with running_sim(
+            "--model", "judge", "--bench", "arith", "--judge-quality", "1", "--fail-5xx", "0.25", "--judge-garbage", "0.25", *FAST
+        ) as judge:
             cfg = write_config(tmp_path, model, judge, cache=cache)
             first = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out))
         assert first.returncode == 3, first.stderr  # finished with judge errors: not complete (issue 24)
@@ -139,7 +161,7 @@ def test_judge_failures_are_judge_errors_and_a_rerun_asks_only_the_judge(tmp_pat
         second = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out))
     assert second.returncode == 0, second.stderr + second.stdout
     after = records(out)
-    new = after[len(before):]
+    new = after[len(before) :]
     assert len(new) == len(errors) and all(r["status"] == "ok" for r in new)
     old = {(r["problem_idx"], r["repeat"]): r for r in errors}
     for r in new:  # the same answer, now judged; none came from a cached garbage reply
@@ -165,8 +187,17 @@ def test_a_judged_run_from_the_cache_asks_no_judge(tmp_path: Path) -> None:
 def test_judge_sim_example_runs_offline_and_merges(tmp_path: Path) -> None:
     """Acceptance 0: examples/judge_sim.yaml, the simulator as model and judge, 2 shards, merged."""
     out = tmp_path / "out"
-    done = shardeval_cmd("run", str(Path(REPO) / "examples" / "judge_sim.yaml"), "-O", f"output.dir={out}",
-                         "-O", "benchmarks.0.params.n=30", "-O", "benchmarks.1.params.n=30", timeout=240)
+    done = shardeval_cmd(
+        "run",
+        str(Path(REPO) / "examples" / "judge_sim.yaml"),
+        "-O",
+        f"output.dir={out}",
+        "-O",
+        "benchmarks.0.params.n=30",
+        "-O",
+        "benchmarks.1.params.n=30",
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     scores = json.loads((out / "merged" / "scores.json").read_text())
     for name in ("arith", "arith_pairwise"):
@@ -176,7 +207,9 @@ def test_judge_sim_example_runs_offline_and_merges(tmp_path: Path) -> None:
 def test_byo_judged_benchmark_from_yaml(tmp_path: Path) -> None:
     """examples/byo/open_qa.yaml: a judged benchmark with its own rubric and verdict pattern, no Python."""
     with running_sim(*FAST) as model, running_sim("--model", "judge", *FAST) as judge:
-        cfg = write_config(tmp_path, model, judge, bench={"name": str(Path(REPO) / "examples/byo/open_qa.yaml"), "params": {}, "repeats": 1})
+        cfg = write_config(
+            tmp_path, model, judge, bench={"name": str(Path(REPO) / "examples/byo/open_qa.yaml"), "params": {}, "repeats": 1}
+        )
         config = json.loads(cfg.read_text())
         del config["benchmarks"][0]["judge"]["mode"]  # the mapping's own mode (single)
         cfg.write_text(json.dumps(config))
@@ -206,14 +239,17 @@ benchmarks:
 """
 
 
-@pytest.mark.parametrize("judge, says", [
-    ("{service: nobody}", "benchmarks[0].judge.service: no service 'nobody' to judge with; defined: model, judge"),
-    ("{service: judge, mode: triple}", "benchmarks[0].judge.mode"),
-    ("{service: judge, rubric: 'Rate {answr}'}", "rubric uses {answr}; a rubric may use {question}, {answer} and {reference}"),
-    ("{service: judge, rubric: 'Rate {answer!x}'}", "rubric cannot be filled with text"),  # fails only when filled
-    ("{service: judge, rubric: 'Rate {answer:d}'}", "rubric cannot be filled with text"),
-    ("{service: judge, verdict: '([0-9'}", "verdict '([0-9' is not a valid regular expression"),
-])
+@pytest.mark.parametrize(
+    "judge, says",
+    [
+        ("{service: nobody}", "benchmarks[0].judge.service: no service 'nobody' to judge with; defined: model, judge"),
+        ("{service: judge, mode: triple}", "benchmarks[0].judge.mode"),
+        ("{service: judge, rubric: 'Rate {answr}'}", "rubric uses {answr}; a rubric may use {question}, {answer} and {reference}"),
+        ("{service: judge, rubric: 'Rate {answer!x}'}", "rubric cannot be filled with text"),  # fails only when filled
+        ("{service: judge, rubric: 'Rate {answer:d}'}", "rubric cannot be filled with text"),
+        ("{service: judge, verdict: '([0-9'}", "verdict '([0-9' is not a valid regular expression"),
+    ],
+)
 def test_judge_config_errors_are_one_line(tmp_path: Path, judge: str, says: str) -> None:
     done = shardeval_cmd("run", str(config_file(tmp_path, BASE.replace("JUDGE", judge))), "--shard", "0/1", "-o", str(tmp_path / "o"))
     assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -234,13 +270,22 @@ def test_the_judge_is_part_of_the_run_identity(tmp_path: Path) -> None:
 
     plain = hash_of("{service: judge}")
     assert plain == hash_of("{service: judge}")
-    others = [hash_of(None), hash_of("{service: judge}", model="judge-8b"), hash_of("{service: judge, mode: pairwise}"),
-              hash_of("{service: judge, rubric: 'Rate {answer}: Rating: [[N]]'}"), hash_of("{service: judge, verdict: '(\\d+)'}"),
-              hash_of("{service: judge, generation: {temperature: 0.5}}")]
+    others = [
+        hash_of(None),
+        hash_of("{service: judge}", model="judge-8b"),
+        hash_of("{service: judge, mode: pairwise}"),
+        hash_of("{service: judge, rubric: 'Rate {answer}: Rating: [[N]]'}"),
+        hash_of("{service: judge, verdict: '(\\d+)'}"),
+        hash_of("{service: judge, generation: {temperature: 0.5}}"),
+    ]
     assert len({plain, *others}) == 1 + len(others)
     # where the judge runs is not its identity
-    moved = config_file(tmp_path, BASE.replace("JUDGE", "{service: judge}").replace(
-        'judge: {type: api, url: "http://127.0.0.1:9/v1"', 'judge: {type: api, url: "http://10.0.0.1:8000/v1", retries: {attempts: 9}'))
+    moved = config_file(
+        tmp_path,
+        BASE.replace("JUDGE", "{service: judge}").replace(
+            'judge: {type: api, url: "http://127.0.0.1:9/v1"', 'judge: {type: api, url: "http://10.0.0.1:8000/v1", retries: {attempts: 9}'
+        ),
+    )
     assert config_hash(load_config(str(moved))) == plain
 
 
@@ -348,14 +393,25 @@ def test_a_real_cpu_vllm_as_the_judge(tmp_path: Path) -> None:
     from vllm_real import SERVED_NAME, managed_service, require_vllm
 
     python, model = require_vllm()
-    rubric = ("Rate each answer from 1 to 10.\n\nQuestion: What is 2 + 2?\nAnswer: 4\nRating: [[10]]\n\n"
-              "Question: What is 3 + 5?\nAnswer: 9\nRating: [[1]]\n\nQuestion: {question}\nAnswer: {answer}\nRating: [[")
+    rubric = (
+        "Rate each answer from 1 to 10.\n\nQuestion: What is 2 + 2?\nAnswer: 4\nRating: [[10]]\n\n"
+        "Question: What is 3 + 5?\nAnswer: 9\nRating: [[1]]\n\nQuestion: {question}\nAnswer: {answer}\nRating: [["
+    )
     verdict = r"\A\s*(\d+)"
     config = {
-        "services": {"model": {"type": "sim", "bench": "arith", "ttft_ms": 0, "itl_ms": 0},
-                     "judge": managed_service(python, model, protocol="completions")},
-        "benchmarks": [{"name": "arith", "params": {"n": 6}, "max_concurrent": 4, "solver": {"service": "model"},
-                        "judge": {"service": "judge", "rubric": rubric, "verdict": verdict, "generation": {"max_tokens": 8}}}],
+        "services": {
+            "model": {"type": "sim", "bench": "arith", "ttft_ms": 0, "itl_ms": 0},
+            "judge": managed_service(python, model, protocol="completions"),
+        },
+        "benchmarks": [
+            {
+                "name": "arith",
+                "params": {"n": 6},
+                "max_concurrent": 4,
+                "solver": {"service": "model"},
+                "judge": {"service": "judge", "rubric": rubric, "verdict": verdict, "generation": {"max_tokens": 8}},
+            }
+        ],
         "output": {"progress_interval_s": 0},
     }
     cfg = tmp_path / "config.yaml"

@@ -25,7 +25,7 @@ import re
 import threading
 import asyncio
 from pathlib import Path
-from typing import Any, Iterator
+from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
@@ -86,21 +86,54 @@ def shardeval_pairwise(reply: str) -> str:
 PREFIXES = ("", "Rating: ", "rating: ", "RATING:", "Rating:  ", "Score: ", "My rating is ", "Final verdict - ")
 FORMS = ("[[{n}]]", "[{n}]", "[[ {n} ]]", "(({n}))", "{n}", "[[{n}/10]]", "**[[{n}]]**", "`[[{n}]]`")
 NUMBERS = ("7", "7.", "7.5", "10", "1", "0", "11", "3.25", "100", "10.0", "0.5", "9.99")
-PROSE = (("", ""), ("The answer is correct but terse.\n\n", ""), ("", "\n\nThat is my final answer."),
-         ("Explanation: steps [1] and [2] are fine.\n", ""), ("On a scale of 1 to 10 ", "."))
+PROSE = (
+    ("", ""),
+    ("The answer is correct but terse.\n\n", ""),
+    ("", "\n\nThat is my final answer."),
+    ("Explanation: steps [1] and [2] are fine.\n", ""),
+    ("On a scale of 1 to 10 ", "."),
+)
 
 
 def single_corpus() -> list[str]:
-    replies = [f"{before}{prefix}{form.format(n=n)}{after}"
-               for prefix, form, n in itertools.product(PREFIXES, FORMS, NUMBERS)
-               for before, after in [PROSE[len(prefix + form + n) % len(PROSE)]]]
+    replies = [
+        f"{before}{prefix}{form.format(n=n)}{after}"
+        for prefix, form, n in itertools.product(PREFIXES, FORMS, NUMBERS)
+        for before, after in [PROSE[len(prefix + form + n) % len(PROSE)]]
+    ]
     # several ratings: FastChat takes the first of the first form that matches
     for a, b in itertools.product(("3", "9", "7.5", "11", "0"), ("8", "2", "12", "6.")):
-        replies += [f"Rating: [[{a}]]\n\nOn reflection, Rating: [[{b}]]", f"Rating: [{a}]. Corrected: Rating: [[{b}]]",
-                    f"[{a}] [{b}]", f"Rating: [[{a}]] or [[{b}]]", f"Scores: [{a}, {b}] -> [[{b}]]"]
-    replies += ["", "No rating.", "I cannot judge this.", "Rating: seven", "[[seven]]", "[[A]]", "[[-3]]", "[[+4]]",
-                "[[1e1]]", "[[7.5.1]]", "[[.5]]", "[[8]", "[8]]", "Rating: [[ 8]]", "[[٧]]", "Rating: [[7]]\r\n",
-                "Rating: 8/10", "score 8 out of 10", "[[10]]" * 3, "Rating:\n[[6]]", "[[[5]]]", "[[5]]]"]
+        replies += [
+            f"Rating: [[{a}]]\n\nOn reflection, Rating: [[{b}]]",
+            f"Rating: [{a}]. Corrected: Rating: [[{b}]]",
+            f"[{a}] [{b}]",
+            f"Rating: [[{a}]] or [[{b}]]",
+            f"Scores: [{a}, {b}] -> [[{b}]]",
+        ]
+    replies += [
+        "",
+        "No rating.",
+        "I cannot judge this.",
+        "Rating: seven",
+        "[[seven]]",
+        "[[A]]",
+        "[[-3]]",
+        "[[+4]]",
+        "[[1e1]]",
+        "[[7.5.1]]",
+        "[[.5]]",
+        "[[8]",
+        "[8]]",
+        "Rating: [[ 8]]",
+        "[[٧]]",
+        "Rating: [[7]]\r\n",
+        "Rating: 8/10",
+        "score 8 out of 10",
+        "[[10]]" * 3,
+        "Rating:\n[[6]]",
+        "[[[5]]]",
+        "[[5]]]",
+    ]
     return replies
 
 
@@ -108,8 +141,14 @@ def pairwise_corpus() -> list[str]:
     tokens = ("[[A]]", "[[B]]", "[[C]]", "[A]", "[[a]]", "[[ B ]]", "A", "[[TIE]]", "[[A/B]]", "")
     replies = [f"{x} then {y}" for x, y in itertools.product(tokens, repeat=2)]
     replies += [f'Verdict: "{x}" is my answer.' for x in tokens]
-    replies += ['Output "[[A]]" if assistant A is better, "[[B]]" if B is better, and "[[C]]" for a tie. Mine: [[B]]',
-                "After careful thought: [[C]]\n", "[[B]][[A]]", "[[C]] [[B]]", "Assistant A is better.", "[[A]"]
+    replies += [
+        'Output "[[A]]" if assistant A is better, "[[B]]" if B is better, and "[[C]]" for a tie. Mine: [[B]]',
+        "After careful thought: [[C]]\n",
+        "[[B]][[A]]",
+        "[[C]] [[B]]",
+        "Assistant A is better.",
+        "[[A]",
+    ]
     return replies
 
 
@@ -118,7 +157,7 @@ def test_the_corpora_are_varied() -> None:
     assert len(single) >= 200 and len(set(single)) == len(single)
     assert len(pairwise) >= 100
     readings = {fastchat_single(r) for r in single if not _crashes(r)}
-    assert {-1, 7, 7.0, 7.5, 0, 11, 100} <= readings  # no verdict, ints, decimals, out of range all present
+    assert {-1, 7, 7.5, 0, 11, 100} <= readings  # no verdict, ints, decimals, out of range all present
     assert {fastchat_pairwise(r) for r in pairwise} == {"A", "B", "tie", "error"}
 
 
@@ -159,8 +198,15 @@ def test_single_ratings_agree_with_fastchat_on_every_reply_it_reads() -> None:
 
 def test_the_named_cases_read_as_fastchat_reads_them() -> None:
     """Issue 24's cases (rejected or read differently before) and what FastChat makes of them."""
-    for reply, rating in [("[[7]]", 7), ("rating: [[7]]", 7), ("Rating: [7]", 7), ("Rating: [[7.]]", 7),
-                          ("Rating: [[3]] ... no, Rating: [[9]]", 3), ("[4] then [[8]]", 8), ("RATING: [[10]]", 10)]:
+    for reply, rating in [
+        ("[[7]]", 7),
+        ("rating: [[7]]", 7),
+        ("Rating: [7]", 7),
+        ("Rating: [[7.]]", 7),
+        ("Rating: [[3]] ... no, Rating: [[9]]", 3),
+        ("[4] then [[8]]", 8),
+        ("RATING: [[10]]", 10),
+    ]:
         assert fastchat_single(reply) == rating
         assert shardeval_single(reply) == rating, reply
     for reply in ("Rating: [[ 7 ]]", "Rating: [[0]]", "Rating: [[11]]", "Rating: seven"):
@@ -179,16 +225,24 @@ def test_leading_zero_which_fastchat_cannot_read_is_the_number_it_spells() -> No
 def test_pairwise_verdicts_agree_with_fastchat_on_every_reply() -> None:
     """`[[A]]` anywhere wins, else `[[B]]`, else `[[C]]` (a reply holding two verdicts is no longer an
     error: it reads as FastChat reads it)."""
-    disagree = [(r, fastchat_pairwise(r), shardeval_pairwise(r)) for r in pairwise_corpus()
-                if fastchat_pairwise(r) != shardeval_pairwise(r)]
+    disagree = [
+        (r, fastchat_pairwise(r), shardeval_pairwise(r)) for r in pairwise_corpus() if fastchat_pairwise(r) != shardeval_pairwise(r)
+    ]
     print(f"\npairwise, {len(pairwise_corpus())} replies: {len(pairwise_corpus()) - len(disagree)} agree")
     assert not disagree, disagree[:10]
 
 
 # --- a real judged run: a shard asks a judge server that answers in FastChat's forms ---------------
 
-RUN_REPLIES = ("Good answer.\n\n[[7]]", "rating: [[6]]", "Rating: [8]", "Rating: [[7.]]",
-               "Rating: [[3]]\n\nOn reflection: Rating: [[9]]", "Step [2] is wrong. [[4]]", "[[10]] [[1]]")
+RUN_REPLIES = (
+    "Good answer.\n\n[[7]]",
+    "rating: [[6]]",
+    "Rating: [8]",
+    "Rating: [[7.]]",
+    "Rating: [[3]]\n\nOn reflection: Rating: [[9]]",
+    "Step [2] is wrong. [[4]]",
+    "[[10]] [[1]]",
+)
 
 
 @pytest.fixture
@@ -203,9 +257,15 @@ def fastchat_judge() -> Iterator[str]:
         body = await request.json()
         prompt = body["messages"][-1]["content"]
         reply = RUN_REPLIES[int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % len(RUN_REPLIES)]
-        return web.json_response({"id": "x", "object": "chat.completion", "model": "judge",
-                                  "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
-                                  "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+        return web.json_response(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "model": "judge",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+        )
 
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -232,12 +292,25 @@ def fastchat_judge() -> Iterator[str]:
 def test_a_judged_run_scores_what_fastchat_reads(tmp_path: Path, fastchat_judge: str) -> None:
     with running_sim("--bench", "arith", "--ttft-ms", "0", "--itl-ms", "0") as model:
         config = {
-            "services": {"model": {"type": "api", "url": model, "model": "sim"},
-                         "judge": {"type": "api", "url": fastchat_judge, "model": "judge", "stream": False,
-                                   "retries": {"attempts": 1, "backoff_base": 0.01, "backoff_max": 0.01}}},
-            "benchmarks": [{"name": "arith", "params": {"n": 30}, "max_concurrent": 8,
-                            "solver": {"service": "model", "generation": {"temperature": 0, "max_tokens": 64}},
-                            "judge": {"service": "judge", "mode": "single"}}],
+            "services": {
+                "model": {"type": "api", "url": model, "model": "sim"},
+                "judge": {
+                    "type": "api",
+                    "url": fastchat_judge,
+                    "model": "judge",
+                    "stream": False,
+                    "retries": {"attempts": 1, "backoff_base": 0.01, "backoff_max": 0.01},
+                },
+            },
+            "benchmarks": [
+                {
+                    "name": "arith",
+                    "params": {"n": 30},
+                    "max_concurrent": 8,
+                    "solver": {"service": "model", "generation": {"temperature": 0, "max_tokens": 64}},
+                    "judge": {"service": "judge", "mode": "single"},
+                }
+            ],
             "output": {"progress_interval_s": 0},
         }
         path = tmp_path / "config.yaml"

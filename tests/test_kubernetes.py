@@ -282,7 +282,7 @@ def mount_folders(docs: list[dict[str, Any]], pod: dict[str, Any], container: di
 def rewrite_paths(arg: str, folders: dict[str, Path]) -> str:
     """Container paths in an argument (whole, or after `=`) -> the local folders standing in for mounts."""
     for mount, folder in sorted(folders.items(), key=lambda kv: -len(kv[0])):
-        arg = re.sub(rf"(^|=){re.escape(mount)}(?=/|$)", lambda m: m.group(1) + str(folder), arg)
+        arg = re.sub(rf"(^|=){re.escape(mount)}(?=/|$)", lambda m: m.group(1) + str(folder), arg)  # noqa: B023
     return arg
 
 
@@ -388,13 +388,25 @@ def test_manifests_pass_kubernetes_validate_and_the_semantic_checks(tmp_path, ku
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/config", "/results"}
     merge = merge_job(docs)["spec"]["template"]["spec"]
     assert merge["initContainers"][0]["command"] == [
-        "kubectl", "wait", "--for=condition=complete", "job/arith-test", "--namespace=evals", "--timeout=48h",
+        "kubectl",
+        "wait",
+        "--for=condition=complete",
+        "job/arith-test",
+        "--namespace=evals",
+        "--timeout=48h",
     ]
     assert merge["containers"][0]["args"] == ["merge", "/results", "--errors-as-wrong"]
     # a merge that exits 3 (ran; the run is not complete) or 2 is not retried: it would say the same again
     assert merge_job(docs)["spec"]["podFailurePolicy"]["rules"] == [
-        {"action": "FailJob", "onExitCodes": {"containerName": merge["containers"][0]["name"], "operator": "In", "values": [2, 3]}}]
-    context = {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
+        {"action": "FailJob", "onExitCodes": {"containerName": merge["containers"][0]["name"], "operator": "In", "values": [2, 3]}}
+    ]
+    context = {
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "runAsNonRoot": True,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+    }
     assert container["securityContext"] == context == merge["containers"][0]["securityContext"]  # run so in tests/test_docker.py
     assert "securityContext" not in merge["initContainers"][0]  # kubectl's image, its own user
     assert all(d["metadata"]["labels"]["team"] == "evals" for d in docs)
@@ -418,8 +430,13 @@ def test_the_checks_catch_broken_manifests(tmp_path, kubernetes_validate):
     key["value"] = "literal"
     merge_job(broken)["spec"]["template"]["spec"]["serviceAccountName"] = "default"
     problems = "\n".join(manifest_problems(broken, {KEY_VAR}))
-    for expected in ("restartPolicy must be Never or OnFailure", "Indexed requires completions", "$(JOB_INDEX)",
-                     f"{KEY_VAR} must come from a secretKeyRef", "may not get/list/watch jobs"):
+    for expected in (
+        "restartPolicy must be Never or OnFailure",
+        "Indexed requires completions",
+        "$(JOB_INDEX)",
+        f"{KEY_VAR} must come from a secretKeyRef",
+        "may not get/list/watch jobs",
+    ):
         assert expected in problems
     pod["containers"][0]["bogus"] = 1
     bad = tmp_path / "bad.yaml"
@@ -507,9 +524,23 @@ def test_quick_mode_ships_flags_not_a_config_and_escapes_dollars(tmp_path, kuber
     """Without a config file the quick flags travel in the args; user text is escaped for the kubelet."""
     prompt = "Price: $(cost) or $$5, ${HOME}"
     docs, path, result = render(
-        tmp_path, None, "--bench", "arith", "--model-url", "http://127.0.0.1:9/v1", "--model-id", "sim",
-        "--api-key-env", KEY_VAR, "-O", "cluster.type=kubernetes", "-O", "cluster.shards=2",
-        "-O", f"benchmarks.0.solver.system_prompt={prompt}", env={KEY_VAR: SECRET_VALUE},
+        tmp_path,
+        None,
+        "--bench",
+        "arith",
+        "--model-url",
+        "http://127.0.0.1:9/v1",
+        "--model-id",
+        "sim",
+        "--api-key-env",
+        KEY_VAR,
+        "-O",
+        "cluster.type=kubernetes",
+        "-O",
+        "cluster.shards=2",
+        "-O",
+        f"benchmarks.0.solver.system_prompt={prompt}",
+        env={KEY_VAR: SECRET_VALUE},
     )
     validate(kubernetes_validate, path)
     assert manifest_problems(docs, {KEY_VAR}) == []
@@ -518,9 +549,23 @@ def test_quick_mode_ships_flags_not_a_config_and_escapes_dollars(tmp_path, kuber
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/results"}
     expanded = [kubelet_expand(a, {"NEL_SHARD_IDX": "1", "cost": "EXPANDED"}) for a in container["args"]]
     assert expanded == [
-        "run", "--bench", "arith", "--model-url", "http://127.0.0.1:9/v1", "--model-id", "sim", "--api-key-env", KEY_VAR,
-        "-O", "cluster.type=kubernetes", "-O", "cluster.shards=2", "-O", f"benchmarks.0.solver.system_prompt={prompt}",
-        "-o", "/results/shard_1",
+        "run",
+        "--bench",
+        "arith",
+        "--model-url",
+        "http://127.0.0.1:9/v1",
+        "--model-id",
+        "sim",
+        "--api-key-env",
+        KEY_VAR,
+        "-O",
+        "cluster.type=kubernetes",
+        "-O",
+        "cluster.shards=2",
+        "-O",
+        f"benchmarks.0.solver.system_prompt={prompt}",
+        "-o",
+        "/results/shard_1",
     ]
     assert "cluster.shards is not set" not in result.stderr
     assert SECRET_VALUE not in path.read_text()
@@ -647,8 +692,16 @@ def test_a_sweep_is_one_indexed_job_over_model_shard_cells_and_its_pods_run(tmp_
     job = indexed_job(docs)
     assert (job["metadata"]["name"], job["spec"]["completions"], job["spec"]["parallelism"]) == ("sweep-test", 4, 4)
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    assert container["args"] == ["run", "/config/config.yaml", "--sweep-services", "base,step1",
-                                 "--shard", "$(NEL_SHARD_IDX)/4", "-o", "/results"]
+    assert container["args"] == [
+        "run",
+        "/config/config.yaml",
+        "--sweep-services",
+        "base,step1",
+        "--shard",
+        "$(NEL_SHARD_IDX)/4",
+        "-o",
+        "/results",
+    ]
     assert {e["name"]: e.get("value") for e in container["env"]}["NEL_TOTAL_SHARDS"] == "4"
     outputs = run_indexed_job(docs, tmp_path / "cluster", {})
     for index, out in enumerate(outputs):

@@ -31,11 +31,16 @@ MAX_FUNCTION_LEVEL = 20
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     """`lint-imports` with the contracts of `root`/pyproject.toml, over the packages under `root`."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "core"), str(root / "plugins")]),
-           "COLUMNS": "300", "NO_COLOR": "1"}  # no wrapped lines: the assertions read them
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root / "core"), str(root / "plugins")]),
+        "COLUMNS": "300",
+        "NO_COLOR": "1",
+    }  # no wrapped lines: the assertions read them
     command = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
-    return subprocess.run([sys.executable, "-c", command, "pyproject.toml", "--no-cache"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", command, "pyproject.toml", "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def root_packages() -> list[str]:
@@ -85,32 +90,43 @@ def test_a_planted_violation_breaks_the_contracts(tmp_path: Path) -> None:
     """A core module importing a plugin (inside a function: those count too), a plugin importing
     a core internal, and a store module reaching up into run: each is named."""
     plugin = "shardeval_pages"
-    root = plant(tmp_path, {
-        "core/shardeval/store/planted.py": f"def draw():\n    import {plugin}\n\n    return {plugin}\n",
-        "plugins/shardeval_sim/planted.py": "from shardeval.run.runner import ShardRun\n",
-        "core/shardeval/store/planted_up.py": "from shardeval.run import runner\n",
-    })
+    root = plant(
+        tmp_path,
+        {
+            "core/shardeval/store/planted.py": f"def draw():\n    import {plugin}\n\n    return {plugin}\n",
+            "plugins/shardeval_sim/planted.py": "from shardeval.run.runner import ShardRun\n",
+            "core/shardeval/store/planted_up.py": "from shardeval.run import runner\n",
+        },
+    )
     done = lint_imports(root)
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     assert f"shardeval.store.planted -> {plugin}" in out
     assert "shardeval_sim.planted -> shardeval.run.runner" in out
     assert "shardeval.store.planted_up -> shardeval.run" in out
-    for contract in ("The core never imports a plugin: it reaches them through hooks",
-                     "A plugin imports from shardeval only shardeval.api (and shardeval's __version__)",
-                     "Core in layers: a room imports only the rooms below it"):
+    for contract in (
+        "The core never imports a plugin: it reaches them through hooks",
+        "A plugin imports from shardeval only shardeval.api (and shardeval's __version__)",
+        "Core in layers: a room imports only the rooms below it",
+    ):
         assert re.search(re.escape(contract) + r"\s*BROKEN", out), contract
 
 
 def test_a_planted_cycle_is_named(tmp_path: Path) -> None:
     """A loop through a function-level import, between a package and its own module, which the
     acyclic_siblings contract (siblings only) would not see."""
-    root = plant(tmp_path, {
-        "core/shardeval/store/planted.py": "def back():\n    from shardeval.store import planted_pair\n",
-        "core/shardeval/store/planted_pair.py": "from shardeval.store import planted\n",
-    })
-    with pytest.raises(AssertionError, match=r"shardeval\.store\.planted -> shardeval\.store\.planted_pair -> "
-                                             r"shardeval\.store\.planted"):
+    root = plant(
+        tmp_path,
+        {
+            "core/shardeval/store/planted.py": "def back():\n    from shardeval.store import planted_pair\n",
+            "core/shardeval/store/planted_pair.py": "from shardeval.store import planted\n",
+        },
+    )
+    with pytest.raises(
+        AssertionError,
+        match=r"shardeval\.store\.planted -> shardeval\.store\.planted_pair -> "
+        r"shardeval\.store\.planted",
+    ):
         assert_no_cycles(import_graph(root))
 
 
@@ -118,9 +134,11 @@ def import_graph(root: Path) -> dict[str, set[str]]:
     """{module: the modules it imports} for the packages under `root` (grimp, import-linter's
     graph: function-level imports included; imports under TYPE_CHECKING, annotations that never
     run, left out). Built in a subprocess, whose PYTHONPATH finds `root`'s packages."""
-    code = ("import json, sys, grimp\n"
-            f"graph = grimp.build_graph(*{root_packages()!r}, exclude_type_checking_imports=True, cache_dir=None)\n"
-            "json.dump({m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}, sys.stdout)\n")
+    code = (
+        "import json, sys, grimp\n"
+        f"graph = grimp.build_graph(*{root_packages()!r}, exclude_type_checking_imports=True, cache_dir=None)\n"
+        "json.dump({m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}, sys.stdout)\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "core"), str(root / "plugins")])}
     done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -218,6 +236,10 @@ def test_few_function_level_imports_in_the_core() -> None:
 def test_no_core_module_names_a_page() -> None:
     """The pages are the shardeval_pages plugin's: the core reaches them only through the page hooks."""
     pages = re.compile(r"\b(report_html|sweep_html|status_serve|html_page|compare_html|shardeval_pages\.\w+)\b|\bimport charts\b")
-    named = [f"{path.relative_to(REPO)}:{n}: {line.strip()}" for path in sorted(CORE.rglob("*.py"))
-             for n, line in enumerate(path.read_text().splitlines(), 1) if pages.search(line)]
+    named = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in sorted(CORE.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pages.search(line)
+    ]
     assert not named, "core modules that name a page module:\n" + "\n".join(named)

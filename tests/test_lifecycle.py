@@ -19,7 +19,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
@@ -83,7 +83,11 @@ def ping_server(stall_every: int = 1) -> Iterator[PingServer]:
 def write_config(tmp: Path, url: str, n: int, concurrency: int, name: str = "config.yaml") -> Path:
     """One attempt per request, short answers, the test's drain deadline."""
     return api_eval_config(
-        tmp / name, url, n=n, concurrency=concurrency, service={"retries": {"attempts": 1}},
+        tmp / name,
+        url,
+        n=n,
+        concurrency=concurrency,
+        service={"retries": {"attempts": 1}},
         benchmark={"solver": {"type": "simple", "service": "model", "generation": {"max_tokens": 16}}},
         output={"drain_timeout_s": DRAIN_S},
     )
@@ -92,7 +96,10 @@ def write_config(tmp: Path, url: str, n: int, concurrency: int, name: str = "con
 def start(*args: str, env: dict[str, str] | None = None, prefix: list[str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*(prefix or []), sys.executable, "-m", "shardeval", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -158,7 +165,7 @@ def stop_and_time(proc: subprocess.Popen[str], sig: signal.Signals) -> tuple[flo
     except subprocess.TimeoutExpired:
         proc.kill()
         _, err = proc.communicate()
-        raise AssertionError(f"still running {DRAIN_S + MARGIN_S:g} s after {sig.name} (drain_timeout_s {DRAIN_S:g}):\n{err[-3000:]}")
+        raise AssertionError(f"still running {DRAIN_S + MARGIN_S:g} s after {sig.name} (drain_timeout_s {DRAIN_S:g}):\n{err[-3000:]}")  # noqa: B904
     return time.monotonic() - t0, err
 
 
@@ -209,12 +216,24 @@ def test_a_stop_signal_during_a_managed_servers_start_up_stops_it_and_the_shard(
     server = tmp_path / "slow_server.py"
     server.write_text(f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(json.dumps({
-        "services": {"model": {"type": "vllm", "model": "sim", "launch_command": [sys.executable, str(server)],
-                               "port": 0, "startup_timeout_s": 600, "stop_timeout_s": 5}},
-        "benchmarks": [{"name": "arith", "params": {"n": 10}}],
-        "output": {"progress_interval_s": 0, "drain_timeout_s": DRAIN_S},
-    }))
+    cfg.write_text(
+        json.dumps(
+            {
+                "services": {
+                    "model": {
+                        "type": "vllm",
+                        "model": "sim",
+                        "launch_command": [sys.executable, str(server)],
+                        "port": 0,
+                        "startup_timeout_s": 600,
+                        "stop_timeout_s": 5,
+                    }
+                },
+                "benchmarks": [{"name": "arith", "params": {"n": 10}}],
+                "output": {"progress_interval_s": 0, "drain_timeout_s": DRAIN_S},
+            }
+        )
+    )
     out = tmp_path / "out"
     proc = start("run", str(cfg), "--shard", "0/1", "-o", str(out))
     wait_for("the server to start", lambda: pidfile.read_text().strip().isdigit(), proc=proc)
@@ -321,12 +340,16 @@ def test_a_second_writer_is_refused_in_one_line_naming_the_holder(tmp_path, left
 
 def write_local_config(tmp: Path, shards: int, parallel: int | None = None, drain_s: float = DRAIN_S) -> Path:
     path = tmp / "local.yaml"
-    path.write_text(json.dumps({
-        "services": {"model": {"type": "sim", "bench": "arith", "ttft_ms": 300, "itl_ms": 5}},
-        "benchmarks": [{"name": "arith", "params": {"n": 400}, "max_concurrent": 2}],
-        "cluster": {"type": "local", "shards": shards, **({"parallel": parallel} if parallel else {})},
-        "output": {"progress_interval_s": 0, "drain_timeout_s": drain_s},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "services": {"model": {"type": "sim", "bench": "arith", "ttft_ms": 300, "itl_ms": 5}},
+                "benchmarks": [{"name": "arith", "params": {"n": 400}, "max_concurrent": 2}],
+                "cluster": {"type": "local", "shards": shards, **({"parallel": parallel} if parallel else {})},
+                "output": {"progress_interval_s": 0, "drain_timeout_s": drain_s},
+            }
+        )
+    )
     return path
 
 
@@ -360,7 +383,7 @@ def test_shards_and_their_servers_die_with_a_killed_local_orchestrator(tmp_path,
     proc = start("run", str(write_local_config(tmp_path, 2)), "-o", str(root))
     for i in range(2):
         shard = root / f"shard_{i}"
-        wait_for(f"shard {i}'s records", lambda: lines(shard / "arith" / "results.jsonl") >= 2, timeout=60, proc=proc)
+        wait_for(f"shard {i}'s records", lambda: lines(shard / "arith" / "results.jsonl") >= 2, timeout=60, proc=proc)  # noqa: B023
     shards = children(proc.pid)
     assert len(shards) == 2, shards
     pids = [*shards, *(server for pid in shards for server in children(pid))]
@@ -377,14 +400,20 @@ def test_shards_and_their_servers_die_with_a_killed_local_orchestrator(tmp_path,
 def pipeline_into(reader: list[str], *args: str) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
     """`shardeval ARGS 2>&1 | READER` as a shell starts it: both in one new process group (the
     terminal's foreground group), so a Ctrl-C (SIGINT to the group) reaches both, as it does there."""
+
     # A foreground job's SIGINT is the default action; a test run from a background job (`cmd &`, CI)
     # inherits it ignored, and then tee would not die: set it back, as a terminal's shell does.
     def foreground() -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     sink = subprocess.Popen(reader, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, process_group=0, preexec_fn=foreground)
-    launcher = subprocess.Popen([sys.executable, "-m", "shardeval", *args], stdout=sink.stdin, stderr=subprocess.STDOUT,
-                                process_group=sink.pid, preexec_fn=foreground)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "shardeval", *args],
+        stdout=sink.stdin,
+        stderr=subprocess.STDOUT,
+        process_group=sink.pid,
+        preexec_fn=foreground,
+    )
     assert sink.stdin is not None
     sink.stdin.close()  # only the launcher holds the pipe's writing end now
     return sink, launcher
@@ -401,8 +430,9 @@ def test_ctrl_c_through_a_pipe_drains_like_without_it(tmp_path, leftovers):
     second signal: no drain, the requests in flight lost. Now the launcher outlives its closed
     output, the shards drain, and it exits 130."""
     root = tmp_path / "run"
-    tee, launcher = pipeline_into(["tee", str(tmp_path / "log")], "run", str(write_local_config(tmp_path, 2, drain_s=WHOLE_DRAIN_S)),
-                                  "-o", str(root))
+    tee, launcher = pipeline_into(
+        ["tee", str(tmp_path / "log")], "run", str(write_local_config(tmp_path, 2, drain_s=WHOLE_DRAIN_S)), "-o", str(root)
+    )
     for i in range(2):
         wait_for(f"shard {i}'s records", lambda i=i: lines(root / f"shard_{i}" / "arith" / "results.jsonl") >= 2, timeout=60)
     os.killpg(tee.pid, signal.SIGINT)
@@ -444,12 +474,16 @@ def test_a_reader_that_stops_reading_does_not_stop_the_run(tmp_path, leftovers):
     """`shardeval run cfg | head -c 1`: the reader leaves after one byte and no signal comes. The
     run goes on to the end, every shard complete, exit 0; what it prints goes nowhere."""
     cfg = tmp_path / "small.yaml"
-    cfg.write_text(json.dumps({
-        "services": {"model": {"type": "sim", "bench": "arith", "ttft_ms": 20}},
-        "benchmarks": [{"name": "arith", "params": {"n": 40}, "max_concurrent": 2}],
-        "cluster": {"type": "local", "shards": 2},
-        "output": {"progress_interval_s": 0},
-    }))
+    cfg.write_text(
+        json.dumps(
+            {
+                "services": {"model": {"type": "sim", "bench": "arith", "ttft_ms": 20}},
+                "benchmarks": [{"name": "arith", "params": {"n": 40}, "max_concurrent": 2}],
+                "cluster": {"type": "local", "shards": 2},
+                "output": {"progress_interval_s": 0},
+            }
+        )
+    )
     root = tmp_path / "run"
     head, launcher = pipeline_into(["head", "-c", "1"], "run", str(cfg), "-o", str(root))
     assert head.wait(timeout=30) == 0

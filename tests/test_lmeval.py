@@ -24,17 +24,28 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from conftest import shardeval_cmd
 from served import wait_for_records
-from lmeval_local import (DRAWN, env_offline, GSM8K, lm_config, lm_eval_results, N_TEST, Recording, records,
-                          recording_endpoint, trajectories, write_tasks)
+from lmeval_local import (
+    DRAWN,
+    env_offline,
+    GSM8K,
+    lm_config,
+    lm_eval_results,
+    N_TEST,
+    Recording,
+    records,
+    recording_endpoint,
+    trajectories,
+    write_tasks,
+)
 
 pytest.importorskip("lm_eval")
 
@@ -121,8 +132,9 @@ def sharded(tmp_path_factory: pytest.TempPathFactory, tasks: Path, endpoint: Rec
         out = root / f"n{total}"
         for i in range(total):
             if total == 1:
-                done = shardeval_cmd("run", str(cfg), "-o", str(out / "shard_0"),
-                                     env={"NEL_SHARD_IDX": "0", "NEL_TOTAL_SHARDS": "1", **env_offline()})
+                done = shardeval_cmd(
+                    "run", str(cfg), "-o", str(out / "shard_0"), env={"NEL_SHARD_IDX": "0", "NEL_TOTAL_SHARDS": "1", **env_offline()}
+                )
                 assert done.returncode == 0, done.stderr
             elif total == 4:
                 with pytest.MonkeyPatch.context() as mp:
@@ -146,8 +158,14 @@ def per_document(run: Run) -> dict[tuple[str, int], dict[str, Any]]:
             for r in records(shard, bench):
                 key = (bench, r["problem_idx"])
                 assert key not in docs, f"{key} recorded twice"
-                docs[key] = {"prompt": prompts[r["problem_idx"]], "body": canonical(by_prompt[prompts[r["problem_idx"]]]),
-                             "response": r["response"], "score": r["score"], "scores": r["scores"], "status": r["status"]}
+                docs[key] = {
+                    "prompt": prompts[r["problem_idx"]],
+                    "body": canonical(by_prompt[prompts[r["problem_idx"]]]),
+                    "response": r["response"],
+                    "score": r["score"],
+                    "scores": r["scores"],
+                    "status": r["status"],
+                }
     return docs
 
 
@@ -178,7 +196,7 @@ def test_each_prompt_holds_its_tasks_few_shot_examples_drawn_per_document(sharde
             blocks = docs[(bench, i)]["prompt"].split("\n\n")
             assert len(blocks) == SHOTS[bench] + 1 and all(b.startswith("Q: ") for b in blocks)
             assert blocks[-1] == f"Q: {test_questions[i]}\nA:"  # the document's own question, last and unanswered
-            shots = tuple(b[3:b.index("\nA: ")] for b in blocks[:-1])
+            shots = tuple(b[3 : b.index("\nA: ")] for b in blocks[:-1])
             pool = train_questions if bench == GSM8K else set(test_questions) - {test_questions[i]}
             assert set(shots) <= pool and len(set(shots)) == len(shots)
             shots_per_doc.append(shots)
@@ -219,8 +237,7 @@ def test_lm_eval_results_are_not_written_while_a_shard_is_missing(sharded: dict[
     assert (run / "merged" / "scores.json").exists()  # shardeval's own partial merge is still written
 
 
-def test_lm_eval_results_are_not_written_when_the_tasks_now_plan_other_prompts(tmp_path: Path, endpoint: Recording,
-                                                                                capfd) -> None:
+def test_lm_eval_results_are_not_written_when_the_tasks_now_plan_other_prompts(tmp_path: Path, endpoint: Recording, capfd) -> None:
     """The merge replays lm-eval from the task YAMLs as they are now: after a prompt edit the saved
     answers belong to other prompts, so lm-eval's files are not written (and no earlier ones stay)."""
     own_tasks = write_tasks(tmp_path / "tasks")
@@ -244,8 +261,12 @@ def test_a_shard_killed_mid_run_resumes_without_asking_any_answered_document_aga
     with recording_endpoint("--ttft-ms", "120") as slow:
         cfg = lm_config(tmp_path / "config.json", slow.url, tasks, list(TASKS), max_concurrent=2)
         out = tmp_path / "run" / "shard_0"
-        proc = subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(out)],
-                                env={**os.environ, **env_offline()}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(out)],
+            env={**os.environ, **env_offline()},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             wait_for_records(out / GSM8K / "results.jsonl", 3, proc)
         finally:
@@ -360,9 +381,25 @@ def test_shards_run_under_different_filters_are_never_merged(tmp_path: Path, end
 def test_quick_mode_runs_an_lm_eval_task_named_on_the_command_line(tmp_path: Path, tasks: Path, endpoint: Recording) -> None:
     endpoint.clear()
     out = tmp_path / "quick"
-    ok(shardeval_here("run", "--bench", f"lm_eval:{GSM8K}", "--model-url", endpoint.url, "--model-id", "sim",
-                      "--max-problems", "3", "-O", f"benchmarks.0.params.include_path={tasks}",
-                      "-O", "benchmarks.0.params.tokenizer_backend=none", "-o", str(out)))
+    ok(
+        shardeval_here(
+            "run",
+            "--bench",
+            f"lm_eval:{GSM8K}",
+            "--model-url",
+            endpoint.url,
+            "--model-id",
+            "sim",
+            "--max-problems",
+            "3",
+            "-O",
+            f"benchmarks.0.params.include_path={tasks}",
+            "-O",
+            "benchmarks.0.params.tokenizer_backend=none",
+            "-o",
+            str(out),
+        )
+    )
     recs = records(out, GSM8K)
     assert sorted(r["problem_idx"] for r in recs) == [0, 1, 2] and all(r["status"] == "ok" for r in recs)
     assert len(endpoint.bodies) == 3 and all(b["prompt"].count("Q: ") == SHOTS[GSM8K] + 1 for b in endpoint.bodies)
@@ -378,10 +415,10 @@ def one_line_error(capfd, code: int) -> str:
     return err
 
 
-@pytest.mark.parametrize("case", ["unknown task", "data file missing", "include_path a file", "tokenizer unset",
-                                  "unknown key", "multimodal task"])
-def test_bad_input_is_one_line_exit_2_and_asks_nothing(case: str, tmp_path: Path, tasks: Path, endpoint: Recording,
-                                                      capfd) -> None:
+@pytest.mark.parametrize(
+    "case", ["unknown task", "data file missing", "include_path a file", "tokenizer unset", "unknown key", "multimodal task"]
+)
+def test_bad_input_is_one_line_exit_2_and_asks_nothing(case: str, tmp_path: Path, tasks: Path, endpoint: Recording, capfd) -> None:
     include, names, params, needles = tasks, [GSM8K], {}, []
     if case == "unknown task":
         names, needles = ["local_gsm9k"], ["unknown lm-eval task(s) local_gsm9k", "did you mean local_gsm8k"]
@@ -408,14 +445,28 @@ def test_bad_input_is_one_line_exit_2_and_asks_nothing(case: str, tmp_path: Path
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("bench, needle", [("lm_eval:", "--bench lm_eval:TASKS: name lm-eval tasks"),
-                                           ("lm_eval:gsm8kk", "did you mean gsm8k")])
-def test_quick_mode_without_a_known_task_is_one_line(bench: str, needle: str, tmp_path: Path, endpoint: Recording,
-                                                     capfd) -> None:
+@pytest.mark.parametrize(
+    "bench, needle", [("lm_eval:", "--bench lm_eval:TASKS: name lm-eval tasks"), ("lm_eval:gsm8kk", "did you mean gsm8k")]
+)
+def test_quick_mode_without_a_known_task_is_one_line(bench: str, needle: str, tmp_path: Path, endpoint: Recording, capfd) -> None:
     endpoint.clear()
     capfd.readouterr()
-    err = one_line_error(capfd, shardeval_here("run", "--bench", bench, "--model-url", endpoint.url, "--model-id", "sim",
-                                               "-O", "benchmarks.0.params.tokenizer_backend=none", "-o", str(tmp_path / "out")))
+    err = one_line_error(
+        capfd,
+        shardeval_here(
+            "run",
+            "--bench",
+            bench,
+            "--model-url",
+            endpoint.url,
+            "--model-id",
+            "sim",
+            "-O",
+            "benchmarks.0.params.tokenizer_backend=none",
+            "-o",
+            str(tmp_path / "out"),
+        ),
+    )
     assert needle in err, err
     assert endpoint.bodies == []
 
@@ -424,11 +475,17 @@ def test_without_lm_eval_installed_a_run_is_one_line_naming_the_extra(tmp_path: 
     """lm-eval is an optional extra: where it cannot be imported (here: blocked in sys.modules, as
     if never installed), a run that names lm_eval says how to get it, in one line, exit 2."""
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"services": {"model": {"type": "api", "url": "http://127.0.0.1:9/v1", "model": "m"}},
-                               "benchmarks": [{"name": "lm_eval", "params": {"tasks": [GSM8K], "include_path": str(tasks),
-                                                                              "tokenizer_backend": "none"}}]}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "services": {"model": {"type": "api", "url": "http://127.0.0.1:9/v1", "model": "m"}},
+                "benchmarks": [{"name": "lm_eval", "params": {"tasks": [GSM8K], "include_path": str(tasks), "tokenizer_backend": "none"}}],
+            }
+        )
+    )
     code = "import sys; sys.modules['lm_eval'] = None; from shardeval.cli import main; sys.argv[0] = 'shardeval'; main()"
-    run = subprocess.run([sys.executable, "-c", code, "run", str(cfg), "--dry-run"], capture_output=True, text=True,
-                         env=env_offline(), timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", code, "run", str(cfg), "--dry-run"], capture_output=True, text=True, env=env_offline(), timeout=120
+    )
     assert run.returncode == 2, run.stderr
     assert run.stderr.count("\n") == 1 and "pip install 'shardeval[lm-eval]'" in run.stderr and "plugins install" in run.stderr

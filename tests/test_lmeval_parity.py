@@ -27,7 +27,8 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 import yaml
@@ -75,14 +76,20 @@ def shardeval_run(url: str, model_dir: str, include: Path, out: Path, spec: RunS
     out.mkdir(parents=True)
     (out / "config.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, **OFFLINE_ENV, "HF_DATASETS_CACHE": str(include.parent / "hf_datasets_cache")}
-    procs = [subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(out / "config.yaml"), "--shard", f"{i}/{shards}",
-                               "-o", str(out / f"shard_{i}")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for i in range(shards)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "shardeval", "run", str(out / "config.yaml"), "--shard", f"{i}/{shards}", "-o", str(out / f"shard_{i}")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(shards)
+    ]
     for shard in procs:
         _, err = shard.communicate(timeout=1200)
         assert shard.returncode == 0, err[-3000:]
-    merged = subprocess.run([sys.executable, "-m", "shardeval", "merge", str(out)], env=env, capture_output=True, text=True,
-                            timeout=1200)
+    merged = subprocess.run([sys.executable, "-m", "shardeval", "merge", str(out)], env=env, capture_output=True, text=True, timeout=1200)
     assert merged.returncode == 0, merged.stderr[-3000:]
 
 
@@ -272,9 +279,16 @@ def thinking_server(rows: list[dict[str, str]]) -> Iterator[str]:
         usage: dict[str, Any] = {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}
         if thought is not None:
             usage["completion_tokens_details"] = {"reasoning_tokens": thought}
-        return web.json_response({"id": f"r{row}", "object": "chat.completion", "created": 0, "model": SERVED_MODEL,
-                                  "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
-                                  "usage": usage})
+        return web.json_response(
+            {
+                "id": f"r{row}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": SERVED_MODEL,
+                "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
+                "usage": usage,
+            }
+        )
 
     async def models(_: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": SERVED_MODEL, "object": "model"}]})
@@ -395,12 +409,28 @@ def test_without_think_end_token_lm_evals_scorers_see_shardevals_answer(thinking
 def test_think_end_token_with_the_completions_model_is_one_line(thinking: tuple, tmp_path: Path) -> None:
     """lm-eval's local-completions ignores think_end_token: shardeval refuses it rather than ignore it."""
     url, include, _, _ = thinking
-    config = {"services": {"model": {"type": "api", "url": url, "model": SERVED_MODEL}},
-              "benchmarks": [{"name": "lm_eval", "params": {"tasks": ["local_gsm8k"], "include_path": str(include),
-                                                            "tokenizer_backend": "none", "think_end_token": THINK_END}}]}
+    config = {
+        "services": {"model": {"type": "api", "url": url, "model": SERVED_MODEL}},
+        "benchmarks": [
+            {
+                "name": "lm_eval",
+                "params": {
+                    "tasks": ["local_gsm8k"],
+                    "include_path": str(include),
+                    "tokenizer_backend": "none",
+                    "think_end_token": THINK_END,
+                },
+            }
+        ],
+    }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    run = subprocess.run([sys.executable, "-m", "shardeval", "run", str(tmp_path / "config.yaml"), "-o", str(tmp_path / "out")],
-                         env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "shardeval", "run", str(tmp_path / "config.yaml"), "-o", str(tmp_path / "out")],
+        env={**os.environ, **OFFLINE_ENV},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "think_end_token" in run.stderr, run.stderr
     assert "local-chat-completions" in run.stderr
 
@@ -408,12 +438,30 @@ def test_think_end_token_with_the_completions_model_is_one_line(thinking: tuple,
 def test_generation_reasoning_on_an_lm_eval_benchmark_is_one_line_naming_gen_kwargs(thinking: tuple, tmp_path: Path) -> None:
     """lm-eval's requests carry the task's gen_kwargs: `--reasoning-effort` would reach none of them, so it is refused."""
     url, include, _, _ = thinking
-    config = {"services": {"model": {"type": "api", "url": url, "model": SERVED_MODEL}},
-              "benchmarks": [{"name": "lm_eval", "params": {"tasks": ["local_gsm8k"], "include_path": str(include),
-                                                            "apply_chat_template": True, "limit": 2}}]}
+    config = {
+        "services": {"model": {"type": "api", "url": url, "model": SERVED_MODEL}},
+        "benchmarks": [
+            {"name": "lm_eval", "params": {"tasks": ["local_gsm8k"], "include_path": str(include), "apply_chat_template": True, "limit": 2}}
+        ],
+    }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    run = subprocess.run([sys.executable, "-m", "shardeval", "run", str(tmp_path / "config.yaml"), "--reasoning-effort", "high",
-                          "-o", str(tmp_path / "out")], env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shardeval",
+            "run",
+            str(tmp_path / "config.yaml"),
+            "--reasoning-effort",
+            "high",
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        env={**os.environ, **OFFLINE_ENV},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     # refused when the shard builds the solver (the service is up; a solver sees its config only then), before any request
     error = run.stderr.splitlines()[-1]
     assert run.returncode == 2 and error.startswith("shardeval: error:") and "Traceback" not in run.stderr, run.stderr

@@ -46,7 +46,7 @@ def names_cherry(prompt: Any) -> bool:
     if isinstance(prompt, str):
         return "cherry" in prompt
     ids = prompt[0] if prompt and isinstance(prompt[0], list) else prompt
-    return bool(CHERRY_IDS) and ids[-len(CHERRY_IDS):] == CHERRY_IDS
+    return bool(CHERRY_IDS) and ids[-len(CHERRY_IDS) :] == CHERRY_IDS
 
 
 def echo_logprobs(mode: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -84,9 +84,11 @@ def make_app() -> web.Application:
         body = await request.json()
         lp, text = echo_logprobs(mode, body)
         n = len(text_tokens(text))
-        raw = ('{"id":"cmpl-1","object":"text_completion","created":0,"model":"%s","choices":[{"index":0,"text":%s,'
-               '"logprobs":%s,"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}}'
-               % (body.get("model", "m"), json.dumps(text), lp, n, n + 1))
+        raw = (
+            '{"id":"cmpl-1","object":"text_completion","created":0,"model":"%s","choices":[{"index":0,"text":%s,'
+            '"logprobs":%s,"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}}'
+            % (body.get("model", "m"), json.dumps(text), lp, n, n + 1)
+        )
         return web.Response(text=raw, content_type="application/json")
 
     async def models(request: web.Request) -> web.Response:
@@ -108,15 +110,25 @@ def run_shard(config: dict[str, Any], out: Path) -> subprocess.CompletedProcess[
     out.mkdir(parents=True, exist_ok=True)
     cfg = out / "config.json"
     cfg.write_text(json.dumps(config))
-    env_extra = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                 "HF_DATASETS_CACHE": str(out / "hf_cache")}
-    return subprocess.run([sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(out / "shard_0")],
-                          env={**os.environ, **env_extra}, capture_output=True, text=True, timeout=600)
+    env_extra = {
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_DATASETS_CACHE": str(out / "hf_cache"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(out / "shard_0")],
+        env={**os.environ, **env_extra},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def shard_records(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for p in sorted((out / "shard_0").glob("*/results.jsonl"))
-            for line in p.read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line) for p in sorted((out / "shard_0").glob("*/results.jsonl")) for line in p.read_text().splitlines() if line.strip()
+    ]
 
 
 def assert_protocol_errors(done: subprocess.CompletedProcess[str], out: Path, needle: str) -> None:
@@ -124,7 +136,8 @@ def assert_protocol_errors(done: subprocess.CompletedProcess[str], out: Path, ne
     assert recs, done.stderr[-2000:]
     assert done.returncode != 0, done.stderr[-2000:]
     assert all(r["status"] == "error" and r["error_kind"] == "protocol" for r in recs), [
-        (r["status"], r.get("error_kind"), r.get("error")) for r in recs]
+        (r["status"], r.get("error_kind"), r.get("error")) for r in recs
+    ]
     assert all(re.search(needle, r["error"]) for r in recs), [r["error"] for r in recs]
     manifest = json.loads((out / "shard_0" / "manifest.json").read_text()) if (out / "shard_0" / "manifest.json").exists() else {}
     assert manifest.get("status") != "complete", manifest.get("status")
@@ -140,15 +153,20 @@ NEEDLES = {  # what the record's error says, per mode
 
 # --- the core's loglikelihood solver (mmlu, loglikelihood mode) and perplexity ---------------------------
 
-DOCS = ["The cat sat on the mat and looked around the room.", "One two three four five six seven eight nine ten.",
-        "A third document with a handful of words in it."]
+DOCS = [
+    "The cat sat on the mat and looked around the room.",
+    "One two three four five six seven eight nine ten.",
+    "A third document with a handful of words in it.",
+]
 
 
 def perplexity_config(url: str, data: Path) -> dict[str, Any]:
     data.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS))
-    return {"services": {"model": {"type": "api", "url": url, "model": "tiny"}},
-            "benchmarks": [{"name": "perplexity", "params": {"path": str(data)}}],
-            "output": {"progress_interval_s": 0}}
+    return {
+        "services": {"model": {"type": "api", "url": url, "model": "tiny"}},
+        "benchmarks": [{"name": "perplexity", "params": {"path": str(data)}}],
+        "output": {"progress_interval_s": 0},
+    }
 
 
 @pytest.mark.parametrize("mode", BAD)
@@ -184,8 +202,13 @@ def test_one_bad_choice_makes_the_whole_question_an_error(origin: str) -> None:
         async with Client(Endpoint(url, "tiny", "completions"), cfg, 4) as client:
             handle = ServiceHandle(Endpoint(url, "tiny", "completions"), client, asyncio.Semaphore(4))
             solver = LoglikelihoodSolver(SolverConfig(generation=Generation(max_tokens=8)), handle)
-            problem = Problem(idx=0, id="p0", prompt="Which fruit is yellow?\nAnswer:", reference="B",
-                              metadata={"choices": [" apple", " banana", " cherry pie", " kiwi"]})
+            problem = Problem(
+                idx=0,
+                id="p0",
+                prompt="Which fruit is yellow?\nAnswer:",
+                reference="B",
+                metadata={"choices": [" apple", " banana", " cherry pie", " kiwi"]},
+            )
             return await solver.solve(problem, seed=1)
 
     bad = asyncio.run(go("cherry-positive"))
@@ -198,9 +221,11 @@ def test_one_bad_choice_makes_the_whole_question_an_error(origin: str) -> None:
 
 # --- lm-eval's adapter: a local multiple-choice task over a local JSONL ---------------------------------
 
-MC_ROWS = [{"question": "Which fruit is yellow?", "choices": ["apple", "banana", "cherry", "kiwi"], "answer": 1},
-           {"question": "Which animal barks?", "choices": ["cat", "dog", "cow", "owl"], "answer": 1},
-           {"question": "What is two plus two?", "choices": ["three", "four", "five", "six"], "answer": 1}]
+MC_ROWS = [
+    {"question": "Which fruit is yellow?", "choices": ["apple", "banana", "cherry", "kiwi"], "answer": 1},
+    {"question": "Which animal barks?", "choices": ["cat", "dog", "cow", "owl"], "answer": 1},
+    {"question": "What is two plus two?", "choices": ["three", "four", "five", "six"], "answer": 1},
+]
 
 
 def tokenizer_dir() -> str:
@@ -234,9 +259,11 @@ def write_mc_task(root: Path) -> Path:
 
 def lm_eval_config(url: str, tasks: Path, task: str) -> dict[str, Any]:
     params = {"tasks": [task], "include_path": str(tasks), "tokenizer": tokenizer_dir()}
-    return {"services": {"model": {"type": "api", "url": url, "model": "tiny"}},
-            "benchmarks": [{"name": "lm_eval", "params": params, "max_concurrent": 4}],
-            "output": {"progress_interval_s": 0}}
+    return {
+        "services": {"model": {"type": "api", "url": url, "model": "tiny"}},
+        "benchmarks": [{"name": "lm_eval", "params": params, "max_concurrent": 4}],
+        "output": {"progress_interval_s": 0},
+    }
 
 
 @pytest.mark.parametrize("mode", BAD)
@@ -257,9 +284,11 @@ def test_lm_eval_on_a_good_server_scores_every_document(origin: str, tmp_path: P
 
 # --- issue 40 point 13: a loglikelihood_rolling task's headline is lm-eval's corpus-level metrics ----------
 
-PAGES = ["The quick brown fox jumps over the lazy dog near the river bank.",
-         "A second page of text , with wikitext 's spacing @-@ and a few more words to score .",
-         "Third and last : short ."]
+PAGES = [
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "A second page of text , with wikitext 's spacing @-@ and a few more words to score .",
+    "Third and last : short .",
+]
 ROLLING_METRICS = ("word_perplexity,none", "byte_perplexity,none", "bits_per_byte,none")
 
 
@@ -292,8 +321,9 @@ def test_a_rolling_tasks_headline_is_lm_evals_perplexities_not_an_accuracy(origi
     url = f"{origin}/good/v1"
     done = run_shard(lm_eval_config(url, tasks, "tiny_rolling"), tmp_path / "run")
     assert done.returncode == 0, done.stderr[-2000:]
-    merged = subprocess.run([sys.executable, "-m", "shardeval", "merge", str(tmp_path / "run")], capture_output=True, text=True,
-                            timeout=600)
+    merged = subprocess.run(
+        [sys.executable, "-m", "shardeval", "merge", str(tmp_path / "run")], capture_output=True, text=True, timeout=600
+    )
     assert merged.returncode == 0, merged.stderr[-2000:]
     scores = json.loads((tmp_path / "run" / "merged" / "scores.json").read_text())
     bench = scores["tiny_rolling"]
@@ -326,8 +356,7 @@ def test_lm_eval_a_question_with_one_bad_choice_is_an_error_and_the_others_score
 
     CHERRY_IDS[:] = AutoTokenizer.from_pretrained(tokenizer_dir()).encode(" cherry", add_special_tokens=False)
     try:
-        done = run_shard(lm_eval_config(f"{origin}/cherry-positive/v1", write_mc_task(tmp_path / "tasks"), "tiny_mc"),
-                         tmp_path / "run")
+        done = run_shard(lm_eval_config(f"{origin}/cherry-positive/v1", write_mc_task(tmp_path / "tasks"), "tiny_mc"), tmp_path / "run")
     finally:
         CHERRY_IDS.clear()
     recs = {r["problem_id"]: r for r in shard_records(tmp_path / "run")}

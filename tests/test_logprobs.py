@@ -12,7 +12,8 @@ import hashlib
 import math
 import re
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
+from collections.abc import AsyncIterator, Iterator
 
 import msgspec
 import openai
@@ -162,7 +163,9 @@ def test_rolling_windows_cover_the_text_once_at_whitespace() -> None:
 
 
 @asynccontextmanager
-async def solver_for(url: str, cfg: ServiceConfig | None = None, solver: type = LoglikelihoodSolver, model: str = "sim") -> AsyncIterator[Any]:
+async def solver_for(
+    url: str, cfg: ServiceConfig | None = None, solver: type = LoglikelihoodSolver, model: str = "sim"
+) -> AsyncIterator[Any]:
     async with Client(Endpoint(url, model, "chat_completions"), cfg or service_config(), 4) as client:
         handle = ServiceHandle(Endpoint(url, model, "chat_completions"), client, asyncio.Semaphore(4))
         yield solver(SolverConfig(generation=Generation(temperature=0.7, max_tokens=64)), handle)
@@ -220,7 +223,7 @@ def test_solver_argmax_and_length_normalised_argmax_can_differ(url: str) -> None
 
 
 def test_trailing_space_of_the_context_moves_to_the_continuation(url: str) -> None:
-    """"Answer: " + "A" is scored as "Answer:" + " A", as lm-evaluation-harness does."""
+    """ "Answer: " + "A" is scored as "Answer:" + " A", as lm-evaluation-harness does."""
 
     async def go():
         async with solver_for(url) as solver:
@@ -261,6 +264,7 @@ def test_simple_solver_hands_scoring_problems_to_the_loglikelihood_solver(url: s
 
 # --- servers that differ from the simulator -------------------------------------------------------
 
+
 def vllm_like_body(prompt: str, n_generated: int) -> bytes:
     """A vLLM-shaped echo response: a BOS token "<s>" first (its text counted in the offsets)."""
     toks = ["<s>", *tokens(prompt), *[" gen"] * n_generated]
@@ -269,10 +273,20 @@ def vllm_like_body(prompt: str, n_generated: int) -> bytes:
         offsets.append(pos)
         pos += len(t)
     values = [None] + [logprob(t) for t in toks[1:]]
-    choice = {"index": 0, "text": prompt + " gen" * n_generated, "finish_reason": "length",
-              "logprobs": {"tokens": toks, "token_logprobs": values, "text_offset": offsets, "top_logprobs": None}}
-    return msgspec.json.encode({"id": "x", "object": "text_completion", "choices": [choice],
-                                "usage": {"prompt_tokens": len(toks) - n_generated, "completion_tokens": n_generated}})
+    choice = {
+        "index": 0,
+        "text": prompt + " gen" * n_generated,
+        "finish_reason": "length",
+        "logprobs": {"tokens": toks, "token_logprobs": values, "text_offset": offsets, "top_logprobs": None},
+    }
+    return msgspec.json.encode(
+        {
+            "id": "x",
+            "object": "text_completion",
+            "choices": [choice],
+            "usage": {"prompt_tokens": len(toks) - n_generated, "completion_tokens": n_generated},
+        }
+    )
 
 
 def test_server_refusing_max_tokens_0_gets_1_and_bos_offsets_are_aligned() -> None:

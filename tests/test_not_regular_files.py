@@ -49,8 +49,7 @@ def test_a_cache_segment_that_is_not_a_regular_file_is_skipped_not_waited_on(tmp
     cache = tmp_path / "cache"
     plant(cache / "segments" / f"planted-{kind}.jsonl", kind)
     with running_sim("--bench", "arith", "--ttft-ms", "1", "--itl-ms", "0") as url:
-        result = shardeval_cmd("run", str(cache_config(tmp_path, url, cache)), "--shard", "0/1", "-o", str(tmp_path / "out"),
-                               timeout=HANG)
+        result = shardeval_cmd("run", str(cache_config(tmp_path, url, cache)), "--shard", "0/1", "-o", str(tmp_path / "out"), timeout=HANG)
     assert result.returncode == 0, result.stderr
     assert f"cache: segment {cache / 'segments' / f'planted-{kind}.jsonl'} skipped: is a" in result.stderr
     assert "not a regular file" in result.stderr
@@ -83,8 +82,13 @@ def test_a_stop_signal_while_the_cache_is_read_stops_the_shard_within_the_drain_
         (cache / "segments" / f"old-{i:03d}.jsonl").write_bytes(b"")
     mark = tmp_path / "indexing"
     cfg = cache_config(tmp_path, "http://127.0.0.1:9/v1", cache, drain_timeout_s=3)
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_INDEX, "run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "out")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "INDEXING_MARK": str(mark)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_INDEX, "run", str(cfg), "--shard", "0/1", "-o", str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "INDEXING_MARK": str(mark)},
+    )
     try:
         deadline = time.monotonic() + 30
         while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -117,8 +121,16 @@ def finished_run(tmp_path_factory) -> Path:
     return root / "run"
 
 
-@pytest.mark.parametrize("name,kind", [("arith/results.jsonl", "fifo"), ("arith/trajectories.jsonl", "fifo"),
-                                       ("manifest.json", "fifo"), ("manifest.json", "dev_zero"), ("arith/results.jsonl", "dev_zero")])
+@pytest.mark.parametrize(
+    "name,kind",
+    [
+        ("arith/results.jsonl", "fifo"),
+        ("arith/trajectories.jsonl", "fifo"),
+        ("manifest.json", "fifo"),
+        ("manifest.json", "dev_zero"),
+        ("arith/results.jsonl", "dev_zero"),
+    ],
+)
 def test_merge_refuses_a_shard_file_that_is_not_a_regular_file_in_one_line(tmp_path, finished_run, name, kind):
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
@@ -161,8 +173,21 @@ def test_a_benchmark_data_file_that_is_not_a_regular_file_is_one_line_exit_2(tmp
 
 
 def quick_shard(url: str, out: Path) -> subprocess.CompletedProcess[str]:
-    return shardeval_cmd("run", "--bench", "arith", "--model-url", url, "--model-id", "sim", "-o", str(out),
-                         "--max-problems", "3", "--no-cache", timeout=HANG)
+    return shardeval_cmd(
+        "run",
+        "--bench",
+        "arith",
+        "--model-url",
+        url,
+        "--model-id",
+        "sim",
+        "-o",
+        str(out),
+        "--max-problems",
+        "3",
+        "--no-cache",
+        timeout=HANG,
+    )
 
 
 def test_a_shard_log_that_is_a_fifo_nobody_reads_is_one_line_not_a_hang(tmp_path):

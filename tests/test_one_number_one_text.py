@@ -44,8 +44,9 @@ def test_a_run_says_one_text_in_the_terminal_report_md_report_html_and_the_live_
         page = v.page.inner_text("body")
     assert shown in page and other not in page
     with status_serve(root, "--interval", "0.3") as url, visit(browser, url) as v:
-        v.page.wait_for_function(f"() => document.body.innerText.includes('{shown}') || document.body.innerText.includes('{other}')",
-                                 timeout=30_000)
+        v.page.wait_for_function(
+            f"() => document.body.innerText.includes('{shown}') || document.body.innerText.includes('{other}')", timeout=30_000
+        )
         live = v.page.inner_text("body")
     assert shown in live and other not in live, live
 

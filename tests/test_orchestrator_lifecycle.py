@@ -104,12 +104,15 @@ def test_a_failed_hand_over_is_the_launchs_exit_code(tmp_path, recorded):
     assert recorded["merged"] == []
 
 
-@pytest.mark.parametrize(("codes", "exit_code", "said"), [
-    ([3, 3], 3, "2 of 2 shards failed or finished with errors (0, 1)"),
-    ([0, 3], 3, "1 of 2 shards failed or finished with errors (1)"),
-    ([3, 1], 1, "2 of 2 shards failed or finished with errors (0, 1)"),
-    ([143, 0], 1, "1 of 2 shards failed or finished with errors (0)"),
-])
+@pytest.mark.parametrize(
+    ("codes", "exit_code", "said"),
+    [
+        ([3, 3], 3, "2 of 2 shards failed or finished with errors (0, 1)"),
+        ([0, 3], 3, "1 of 2 shards failed or finished with errors (1)"),
+        ([3, 1], 1, "2 of 2 shards failed or finished with errors (0, 1)"),
+        ([143, 0], 1, "1 of 2 shards failed or finished with errors (0)"),
+    ],
+)
 def test_failed_cells_are_merged_then_named_and_the_exit_code_says_how_they_ended(tmp_path, recorded, capsys, codes, exit_code, said):
     fake = Fake(request(tmp_path))
     fake.codes = codes
@@ -129,7 +132,9 @@ def test_a_refused_cell_stops_the_merge_unless_the_orchestrator_merges_the_rest(
     fake = Fake(request(tmp_path))
     fake.codes = [2, 2]
     assert lifecycle.run_lifecycle(fake) == 2
-    assert f"every shard refused to start (exit 2, the reason above); nothing merged: what {tmp_path / 'run'} holds" in capsys.readouterr().err
+    assert (
+        f"every shard refused to start (exit 2, the reason above); nothing merged: what {tmp_path / 'run'} holds" in capsys.readouterr().err
+    )
 
     class MergesTheRest(Fake):
         refusal_stops_the_merge = False

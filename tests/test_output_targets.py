@@ -180,7 +180,8 @@ def test_a_path_that_cannot_take_a_file_is_refused_before_the_run_is_read(tmp_pa
     result = shardeval_cmd("export", str(tmp_path / "no-such-run"), "-o", str(out), timeout=HANG)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"shardeval: error: -o {out}: is {'a directory' if what == 'dir' else 'a socket'}; give the path of a file to write"]
+        f"shardeval: error: -o {out}: is {'a directory' if what == 'dir' else 'a socket'}; give the path of a file to write"
+    ]
 
 
 def test_compare_html_into_a_fifo_and_dev_null(tmp_path, run):

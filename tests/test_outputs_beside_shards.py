@@ -22,8 +22,11 @@ from shard_factory import make_shard
 
 def digest(root: Path) -> dict[str, str]:
     """Every file under root but merge outputs, by content."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and "merged" not in p.parts}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "merged" not in p.parts
+    }
 
 
 def make_run(root: Path, shards: int = 2) -> Path:

@@ -47,12 +47,22 @@ def test_no_module_holds_script_or_style_in_a_string() -> None:
     found = []
     for path in SOURCES:
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                      and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-                    and node.value.count("\n") >= 3 and SCRIPT_OR_STYLE.search(node.value)):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and node.value.count("\n") >= 3
+                and SCRIPT_OR_STYLE.search(node.value)
+            ):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not found, found
 

@@ -36,17 +36,26 @@ def judged_run(root: Path) -> Path:
     `response`), two shards, errors of two kinds."""
     run = run_id(CONFIG)
     for idx in range(2):
+
         def records(idx: int = idx):
             for p in range(idx * 6, idx * 6 + 6):
                 status = "error" if p in (1, 2, 7) else "ok"
                 rec = record("open_qa", p, 0, idx, score=float(verdict(p) == "A"), status=status, run=run)
                 yield msgspec.structs.replace(
-                    rec, response=f"the answer to {p} is {p + 1}", extracted=None if status == "error" else verdict(p),
+                    rec,
+                    response=f"the answer to {p} is {p + 1}",
+                    extracted=None if status == "error" else verdict(p),
                     error_kind="timeout" if p == 7 else rec.error_kind,
-                    judge=JudgeRecord(service="judge", model="judge-sim", mode="pairwise", reply=f"[[{verdict(p)}]]",
-                                      verdict=None if status == "error" else verdict(p)))
-        make_shard(str(root), idx, 2, n_problems=12, bench="open_qa", config_hash=CONFIG, records=records(),
-                   metrics=["accuracy", "pass@k"])
+                    judge=JudgeRecord(
+                        service="judge",
+                        model="judge-sim",
+                        mode="pairwise",
+                        reply=f"[[{verdict(p)}]]",
+                        verdict=None if status == "error" else verdict(p),
+                    ),
+                )
+
+        make_shard(str(root), idx, 2, n_problems=12, bench="open_qa", config_hash=CONFIG, records=records(), metrics=["accuracy", "pass@k"])
     return root
 
 
@@ -79,13 +88,21 @@ def test_a_judged_run_reads_as_answers_and_verdicts_on_a_page_wide_report(tmp_pa
 
 def test_a_benchmark_whose_records_are_all_errors_is_named_in_the_summary(tmp_path, browser):
     run = run_id(CONFIG)
-    make_shard(str(tmp_path / "run"), 0, 1, n_problems=5, bench="down", config_hash=CONFIG,
-               records=[record("down", p, 0, 0, status="error", run=run) for p in range(5)])
+    make_shard(
+        str(tmp_path / "run"),
+        0,
+        1,
+        n_problems=5,
+        bench="down",
+        config_hash=CONFIG,
+        records=[record("down", p, 0, 0, status="error", run=run) for p in range(5)],
+    )
     assert shardeval_cmd("merge", str(tmp_path / "run"), "-q").returncode == 3
     with visit(browser, (tmp_path / "run" / "merged" / "report.html").as_uri(), ready=READY) as v:
         assert v.errors() == []
-        assert v.page.inner_text("ul.no-value li[data-benchmark=down]") == \
-            "down: no value to chart: all 5 records are errors (server_error 5)"
+        assert (
+            v.page.inner_text("ul.no-value li[data-benchmark=down]") == "down: no value to chart: all 5 records are errors (server_error 5)"
+        )
 
 
 def test_every_chart_of_differences_draws_zero(tmp_path):
@@ -113,8 +130,9 @@ def test_a_number_halfway_between_two_shown_values_reads_as_sweep_md_rounds_it(t
     make_sweep(str(root), 2, 1, n_problems=32, score=lambda m, b, p, r: float(p < (1, 5)[m]))
     assert shardeval_cmd("merge", str(root), "-q").returncode == 0
     with visit(browser, (root / "merged" / "sweep.html").as_uri(), ready=READY) as v:
-        cells = v.page.eval_on_selector_all("td[data-key]", "tds => tds.map(td => [td.dataset.key, JSON.parse(td.dataset.value), "
-                                                            "td.textContent])")
+        cells = v.page.eval_on_selector_all(
+            "td[data-key]", "tds => tds.map(td => [td.dataset.key, JSON.parse(td.dataset.value), td.textContent])"
+        )
     shown = {key: text for key, _, text in cells}
     assert shown["accuracy/step1000/bench00/value"] == "0.0312" and shown["accuracy/step2000/bench00/value"] == "0.1562"
     md = (root / "merged" / "sweep.md").read_text()

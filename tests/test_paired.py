@@ -23,8 +23,14 @@ def table(x, *, ids=None, benchmark="b") -> ScoreTable:
     x = np.asarray(x, dtype=np.float64)
     x = x[:, None] if x.ndim == 1 else x
     p, r = x.shape
-    return ScoreTable(benchmark=benchmark, n_problems=p, repeats=r, score=array("d", x.ravel().tobytes()),
-                      status=bytearray([OK]) * (p * r), problem_ids=None if ids is None else list(ids))
+    return ScoreTable(
+        benchmark=benchmark,
+        n_problems=p,
+        repeats=r,
+        score=array("d", x.ravel().tobytes()),
+        status=bytearray([OK]) * (p * r),
+        problem_ids=None if ids is None else list(ids),
+    )
 
 
 def strict_json(result) -> None:
@@ -196,8 +202,11 @@ def test_interval_coverage_and_sign_in_simulation() -> None:
 def test_hook_gives_one_family_with_holm_across_benchmarks() -> None:
     rng = np.random.default_rng(8)
     base = {name: (rng.random(200) < 0.6).astype(float) for name in ("gsm8k", "mmlu")}
-    pairs = [(table(base[name], benchmark=name), table(np.where(rng.random(200) < shift, 1.0, base[name]), benchmark=name))
-             for name in ("gsm8k", "mmlu") for shift in (0.0, 0.05, 0.3)]
+    pairs = [
+        (table(base[name], benchmark=name), table(np.where(rng.random(200) < shift, 1.0, base[name]), benchmark=name))
+        for name in ("gsm8k", "mmlu")
+        for shift in (0.0, 0.05, 0.3)
+    ]
     out = plugins.hooks().paired_differences(pairs=pairs, options=MetricOptions(confidence=0.9))
     strict_json(out)
     assert [r["benchmark"] for r in out] == [b.benchmark for _, b in pairs]

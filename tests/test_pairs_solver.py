@@ -21,9 +21,14 @@ N, REPEATS, AFTER = 6, 2, 5
 
 def run(tmp_path: Path, base: str, end: str) -> tuple[int, list[dict]]:
     config = tmp_path / f"{end}.json"
-    config.write_text(json.dumps({"services": {"model": {"type": "api", "url": base, "model": "sim"}},
-                                  "benchmarks": [{"name": "pairs_sums", "params": {"n": N, "end": end, "after": AFTER},
-                                                  "repeats": REPEATS}]}))
+    config.write_text(
+        json.dumps(
+            {
+                "services": {"model": {"type": "api", "url": base, "model": "sim"}},
+                "benchmarks": [{"name": "pairs_sums", "params": {"n": N, "end": end, "after": AFTER}, "repeats": REPEATS}],
+            }
+        )
+    )
     done = shardeval_cmd("run", str(config), "-o", str(tmp_path / end), env=ENV)
     assert "Traceback" not in done.stderr, done.stderr
     path = tmp_path / end / "pairs_sums" / "results.jsonl"
@@ -31,10 +36,15 @@ def run(tmp_path: Path, base: str, end: str) -> tuple[int, list[dict]]:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("end, why", [("return", None), ("raise", "RuntimeError: the solver broke after 5 pairs"),
-                                      ("early", "its solver ended without answering it"),
-                                      ("twice", "ValueError: pairs_sums: problem p2 repeat 0 was not asked of this shard, "
-                                                "or was settled twice")])
+@pytest.mark.parametrize(
+    "end, why",
+    [
+        ("return", None),
+        ("raise", "RuntimeError: the solver broke after 5 pairs"),
+        ("early", "its solver ended without answering it"),
+        ("twice", "ValueError: pairs_sums: problem p2 repeat 0 was not asked of this shard, or was settled twice"),
+    ],
+)
 def test_every_pair_ends_with_one_record_however_the_solver_ends(tmp_path: Path, end: str, why: str | None) -> None:
     with running_sim("--ttft-ms", "0", "--itl-ms", "0") as base:
         code, records = run(tmp_path, base, end)
@@ -49,6 +59,6 @@ def test_every_pair_ends_with_one_record_however_the_solver_ends(tmp_path: Path,
         if why:  # a rerun asks only the pairs with no ok record (and breaks after AFTER of them again)
             again, after_rerun = run(tmp_path, base, end)
             assert again == 3  # 7 asked, 5 answered before it broke again
-            fresh = after_rerun[len(records):]
+            fresh = after_rerun[len(records) :]
             assert {(r["problem_id"], r["repeat"]) for r in fresh} == {(r["problem_id"], r["repeat"]) for r in failed}
             assert sum(r["status"] == "ok" for r in fresh) == min(AFTER, len(failed))

@@ -52,7 +52,10 @@ def test_exit_codes_signals_stderr_and_the_pinned_cpu_come_through(tmp_path):
     killed = run_measured([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"])
     assert killed.returncode == -15
     cpu, seen = max(os.sched_getaffinity(0)), tmp_path / "cpus"
-    pinned = run_measured([sys.executable, "-c", f"import os, pathlib; pathlib.Path({str(seen)!r}).write_text(repr(sorted(os.sched_getaffinity(0))))"], cpu=cpu)
+    pinned = run_measured(
+        [sys.executable, "-c", f"import os, pathlib; pathlib.Path({str(seen)!r}).write_text(repr(sorted(os.sched_getaffinity(0))))"],
+        cpu=cpu,
+    )
     assert pinned.returncode == 0 and seen.read_text() == repr([cpu]) and pinned.wall_s > 0
 
 

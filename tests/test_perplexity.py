@@ -89,7 +89,7 @@ def test_sharded_perplexity_is_exact_and_identical_to_unsharded(tmp_path: Path, 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": d, "id": f"doc{i}"}) + "\n" for i, d in enumerate(DOCS)))
     cfg = write_config(tmp_path, url, f"{{path: {json.dumps(str(corpus))}, id_field: id}}")
-    whole = run_and_merge(cfg, tmp_path / "whole", 1)
+    run_and_merge(cfg, tmp_path / "whole", 1)
     split = run_and_merge(cfg, tmp_path / "split", 3)
     assert [len(records(tmp_path / "split" / f"shard_{i}")) for i in range(3)] == [4, 3, 3]
     assert (tmp_path / "whole" / "merged" / "scores.json").read_bytes() == (tmp_path / "split" / "merged" / "scores.json").read_bytes()

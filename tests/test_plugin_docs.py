@@ -47,8 +47,21 @@ def test_the_worked_plugin_runs_in_two_shards_against_the_simulator_and_merges(t
     run_dir = tmp_path / "run"
     with running_sim("--bench", "squares", "--accuracy", "1.0", *FAST) as url:
         for i in range(2):
-            result = shardeval_cmd("run", "--bench", "squares", "--model-url", url, "--model-id", "sim", "--shard", f"{i}/2",
-                                   "-O", "benchmarks.0.params.n=12", "-o", str(run_dir / f"shard_{i}"))
+            result = shardeval_cmd(
+                "run",
+                "--bench",
+                "squares",
+                "--model-url",
+                url,
+                "--model-id",
+                "sim",
+                "--shard",
+                f"{i}/2",
+                "-O",
+                "benchmarks.0.params.n=12",
+                "-o",
+                str(run_dir / f"shard_{i}"),
+            )
             assert result.returncode == 0, result.stderr
     merged = shardeval_cmd("merge", str(run_dir), "-q")
     assert merged.returncode == 0, merged.stderr

@@ -29,8 +29,20 @@ def plugin_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def run_and_merge(run_dir: Path, accuracy: str, *overrides: str) -> list[dict]:
     with running_sim("--bench", "antonyms", "--accuracy", accuracy, *FAST) as url:
         for i in range(2):
-            done = shardeval_cmd("run", "--bench", "antonyms", "--model-url", url, "--model-id", "sim", "--shard", f"{i}/2",
-                                 *overrides, "-o", str(run_dir / f"shard_{i}"))
+            done = shardeval_cmd(
+                "run",
+                "--bench",
+                "antonyms",
+                "--model-url",
+                url,
+                "--model-id",
+                "sim",
+                "--shard",
+                f"{i}/2",
+                *overrides,
+                "-o",
+                str(run_dir / f"shard_{i}"),
+            )
             assert done.returncode == 0, done.stderr
     merged = shardeval_cmd("merge", str(run_dir), "-q")
     assert merged.returncode == 0, merged.stderr
@@ -45,8 +57,11 @@ def test_the_worked_chat_benchmark_is_asked_as_a_chat_and_read_as_multiple_choic
     assert all(r["score"] == 1.0 and r["extracted"] == r["reference"] for r in right)
     assert sorted({r["reference"] for r in right}) == ["A", "B", "C", "D"]  # the right option moves
 
-    trajectories = [json.loads(line) for shard in ("shard_0", "shard_1")
-                    for line in (tmp_path / "right" / shard / "antonyms" / "trajectories.jsonl").read_text().splitlines()]
+    trajectories = [
+        json.loads(line)
+        for shard in ("shard_0", "shard_1")
+        for line in (tmp_path / "right" / shard / "antonyms" / "trajectories.jsonl").read_text().splitlines()
+    ]
     asked = trajectories[0]["messages"]
     assert [m["role"] for m in asked[:4]] == ["system", "user", "assistant", "user"]
     assert asked[3]["content"].startswith("Which word means the opposite of") and "\nD. " in asked[3]["content"]

@@ -28,9 +28,13 @@ def plugin_env(tmp_path: Path) -> dict[str, str]:
 
 
 def config(tmp: Path, export: list[dict[str, str]] | None = None) -> Path:
-    data = {"services": {"model": SIM}, "benchmarks": [{"name": "arith", "params": {"n": 10}}],
-            "cluster": {"type": "local", "shards": 2}, "output": {"progress_interval_s": 0},
-            **({"export": export} if export is not None else {})}
+    data = {
+        "services": {"model": SIM},
+        "benchmarks": [{"name": "arith", "params": {"n": 10}}],
+        "cluster": {"type": "local", "shards": 2},
+        "output": {"progress_interval_s": 0},
+        **({"export": export} if export is not None else {}),
+    }
     path = tmp / "run.yaml"
     path.write_text(json.dumps(data))
     return path
@@ -78,11 +82,9 @@ def test_the_worked_exporter_exports_a_merged_run_with_its_own_flag(tmp_path: Pa
     assert help_text.returncode == 0 and "--csv-file" in help_text.stdout
 
 
-def test_the_worked_exporter_runs_from_a_configs_export_list_at_the_end_of_a_launch(tmp_path: Path,
-                                                                                    plugin_env: dict[str, str]) -> None:
+def test_the_worked_exporter_runs_from_a_configs_export_list_at_the_end_of_a_launch(tmp_path: Path, plugin_env: dict[str, str]) -> None:
     target = tmp_path / "from_config.csv"
-    done = shardeval_cmd("run", str(config(tmp_path, [{"to": "csv", "file": str(target)}])), "-o", str(tmp_path / "out"),
-                         env=plugin_env)
+    done = shardeval_cmd("run", str(config(tmp_path, [{"to": "csv", "file": str(target)}])), "-o", str(tmp_path / "out"), env=plugin_env)
     assert done.returncode == 0, done.stderr
     assert {r["metric"] for r in rows(target)} >= {"accuracy"}
     # check() runs in the launch's preflight: one line, exit 2, nothing started

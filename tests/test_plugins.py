@@ -22,8 +22,14 @@ def _path(tmp_path: Path) -> str:
 def test_builtins_register_through_entry_points():
     result = shardeval_cmd("plugins")
     assert result.returncode == 0, result.stderr
-    for name, registers in [("api", "service api"), ("sim", "service sim"), ("benchmarks", "benchmark arith"),
-                            ("local", "orchestrator local"), ("slurm", "orchestrator slurm"), ("vllm", "service vllm")]:
+    for name, registers in [
+        ("api", "service api"),
+        ("sim", "service sim"),
+        ("benchmarks", "benchmark arith"),
+        ("local", "orchestrator local"),
+        ("slurm", "orchestrator slurm"),
+        ("vllm", "service vllm"),
+    ]:
         assert f"{name} " in result.stdout and registers in result.stdout
     assert "entry point (shardeval" in result.stdout
 
@@ -52,8 +58,18 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_rest_still_work(tmp_path
     assert "half-registered" not in listing.stdout  # nothing of the failed call stands
     # and a real run still works with the broken plugins present
     run = shardeval_cmd(
-        "run", "--bench", "arith", "--model-url", sim, "--model-id", "sim", "--max-problems", "3",
-        "-o", str(tmp_path / "out"), env=env,
+        "run",
+        "--bench",
+        "arith",
+        "--model-url",
+        sim,
+        "--model-id",
+        "sim",
+        "--max-problems",
+        "3",
+        "-o",
+        str(tmp_path / "out"),
+        env=env,
     )
     assert run.returncode == 0, run.stderr
     assert run.stderr.count("boom at import") == 1  # named once, not per use
@@ -158,8 +174,7 @@ def test_a_clash_without_intent_is_one_warning_naming_both(tmp_path):
     assert listing.returncode == 0, listing.stderr
     warnings = [line for line in listing.stderr.splitlines() if "warning" in line]
     assert warnings == [
-        "shardeval: warning: plugin 'clash' registers benchmark 'arith', already registered by 'benchmarks'; "
-        "the first one is kept"
+        "shardeval: warning: plugin 'clash' registers benchmark 'arith', already registered by 'benchmarks'; the first one is kept"
     ]
     builtin = listing.stdout.splitlines()[next(i for i, x in enumerate(listing.stdout.splitlines()) if x.startswith("benchmarks ")) + 1]
     assert "benchmark arith" in builtin  # the plugin loaded first keeps the name

@@ -134,14 +134,30 @@ def test_install_list_use_reinstall_and_uninstall_the_example(tmp_path, target):
 def test_dependencies_use_the_bundled_versions_and_only_the_rest_is_installed(tmp_path, target):
     plugin_dir, env = target
     wheels = tmp_path / "wheels"
-    dep = project(tmp_path, "tinydep", "2.0", deps=["click>=8", "pluggy", "not-installable-anywhere; python_version < '3'"],
-                  entry_point=None, code="def main():\n    print('hi')\n", scripts={"tinydep-hello": "tinydep_pkg:main"})
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *OFFLINE, "-w", str(wheels), dep],
-                           capture_output=True, text=True, env={**os.environ, **PIP_ENV}, timeout=120)
+    dep = project(
+        tmp_path,
+        "tinydep",
+        "2.0",
+        deps=["click>=8", "pluggy", "not-installable-anywhere; python_version < '3'"],
+        entry_point=None,
+        code="def main():\n    print('hi')\n",
+        scripts={"tinydep-hello": "tinydep_pkg:main"},
+    )
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *OFFLINE, "-w", str(wheels), dep],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **PIP_ENV},
+        timeout=120,
+    )
     assert build.returncode == 0, build.stderr
-    plugin = project(tmp_path, "uses-dep", deps=["tinydep>=1", "shardeval>=0.1"],
-                     code="import tinydep_pkg\nfrom shardeval.hookspecs import hookimpl\n\n@hookimpl\ndef register_metrics(register):\n"
-                          "    register('uses_dep_metric', object())\n")
+    plugin = project(
+        tmp_path,
+        "uses-dep",
+        deps=["tinydep>=1", "shardeval>=0.1"],
+        code="import tinydep_pkg\nfrom shardeval.hookspecs import hookimpl\n\n@hookimpl\ndef register_metrics(register):\n"
+        "    register('uses_dep_metric', object())\n",
+    )
 
     result = shardeval_cmd("plugins", "install", *OFFLINE, "-f", str(wheels), plugin, env=env)
     assert result.returncode == 0, result.stderr
@@ -180,10 +196,17 @@ def test_a_dependency_needing_another_version_of_a_bundled_package_is_refused(tm
     plugin_dir, env = target
     wheels = tmp_path / "wheels"
     dep = project(tmp_path, "olddep", "2.0", deps=["click<1"], entry_point=None)
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *OFFLINE, "-w", str(wheels), dep],
-                           capture_output=True, text=True, env={**os.environ, **PIP_ENV}, timeout=120)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *OFFLINE, "-w", str(wheels), dep],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **PIP_ENV},
+        timeout=120,
+    )
     assert build.returncode == 0, build.stderr
-    line = one_error_line(shardeval_cmd("plugins", "install", *OFFLINE, "-f", str(wheels), project(tmp_path, "p", deps=["olddep"]), env=env))
+    line = one_error_line(
+        shardeval_cmd("plugins", "install", *OFFLINE, "-f", str(wheels), project(tmp_path, "p", deps=["olddep"]), env=env)
+    )
     assert "olddep 2.0 requires click<1, but this shardeval bundles click" in line and "nothing installed" in line
     assert not plugin_dir.exists() and not list(tmp_path.glob(".install-*"))
 
@@ -237,8 +260,9 @@ def throwaway_venv(tmp_path, with_pip: bool = True) -> str:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     python = str(venv / "bin" / "python")
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     ours = sysconfig.get_paths()["purelib"]
     with open(os.path.join(site, "_shardeval_tests.pth"), "w") as f:
         f.write(f"import site; site.addsitedir({ours!r})\n")
@@ -250,8 +274,7 @@ def throwaway_venv(tmp_path, with_pip: bool = True) -> str:
 
 
 def run_with(python: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([python, "-m", "shardeval", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
+    return subprocess.run([python, "-m", "shardeval", *args], capture_output=True, text=True, timeout=120, env={**os.environ, **env})
 
 
 def test_pip_mode_installs_into_the_running_environment(tmp_path):
@@ -310,8 +333,10 @@ hint: See above for details."""
     assert _pip_error(build.splitlines()) == "invalid command 'bdist_wheel' / metadata-generation-failed"
     crash = ["ERROR: Exception:", "Traceback (most recent call last):", "tomllib.TOMLDecodeError: Expected ']'"]
     assert _pip_error(crash) == "tomllib.TOMLDecodeError: Expected ']'"
-    missing = ["ERROR: Could not find a version that satisfies the requirement x (from versions: none)",
-               "ERROR: No matching distribution found for x"]
+    missing = [
+        "ERROR: Could not find a version that satisfies the requirement x (from versions: none)",
+        "ERROR: No matching distribution found for x",
+    ]
     assert _pip_error(missing).endswith("/ No matching distribution found for x")
 
 

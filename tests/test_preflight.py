@@ -35,9 +35,15 @@ def write(tmp: Path, url: str, *, shards: int | None = 2, bench: dict | None = N
 def snapshot(root: Path) -> dict[str, bytes]:
     """The results and manifests under root (not the logs, lock and heartbeat a writer that
     starts and refuses touches): path -> bytes."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.suffix in (".jsonl", ".json") and p.name != "heartbeat.json"
-            and "merged" not in p.parts and "logs" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+        and p.suffix in (".jsonl", ".json")
+        and p.name != "heartbeat.json"
+        and "merged" not in p.parts
+        and "logs" not in p.parts
+    }
 
 
 def one_error_line(done) -> str:
@@ -64,17 +70,27 @@ def finished(tmp_path: Path):
 # --- item 3: another run in the output directory -------------------------------------------------
 
 
-@pytest.mark.parametrize("args, names", [
-    # temperature is filled with the benchmark's declared default (greedy) when unset, so it changes from 0.0
-    (("-O", "benchmarks[0].solver.generation.temperature=0.2"), ["benchmarks[0].solver.generation.temperature: 0.0 -> 0.2"]),
-    (("-O", "benchmarks[0].solver.generation.top_p=0.9"), ["benchmarks[0].solver.generation.top_p: unset -> 0.9"]),
-    (("--model-id", "other", "-O", "benchmarks.0.repeats=3"), ['services.model.model: "sim" -> "other"', "benchmarks[0].repeats: 1 -> 3"]),
-    (("-O", "benchmarks[0].params.n=8"), ["benchmarks[0].params.n: 6 -> 8"]),
-    (("-O", "benchmarks=[{name: arith, params: {n: 6}}, {name: arith, id: again, params: {n: 2}}]"),
-     ['benchmarks[1]: unset -> {"id": "again", "name": "arith", "params": {"n": 2}']),
-    (("-O", "seed=7", "-O", "benchmarks[0].solver.system_prompt=Be brief."),
-     ["seed: 0 -> 7", 'benchmarks[0].solver.system_prompt: unset -> "Be brief."']),
-])
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        # temperature is filled with the benchmark's declared default (greedy) when unset, so it changes from 0.0
+        (("-O", "benchmarks[0].solver.generation.temperature=0.2"), ["benchmarks[0].solver.generation.temperature: 0.0 -> 0.2"]),
+        (("-O", "benchmarks[0].solver.generation.top_p=0.9"), ["benchmarks[0].solver.generation.top_p: unset -> 0.9"]),
+        (
+            ("--model-id", "other", "-O", "benchmarks.0.repeats=3"),
+            ['services.model.model: "sim" -> "other"', "benchmarks[0].repeats: 1 -> 3"],
+        ),
+        (("-O", "benchmarks[0].params.n=8"), ["benchmarks[0].params.n: 6 -> 8"]),
+        (
+            ("-O", "benchmarks=[{name: arith, params: {n: 6}}, {name: arith, id: again, params: {n: 2}}]"),
+            ['benchmarks[1]: unset -> {"id": "again", "name": "arith", "params": {"n": 2}'],
+        ),
+        (
+            ("-O", "seed=7", "-O", "benchmarks[0].solver.system_prompt=Be brief."),
+            ["seed: 0 -> 7", 'benchmarks[0].solver.system_prompt: unset -> "Be brief."'],
+        ),
+    ],
+)
 def test_a_changed_config_is_refused_before_any_shard_naming_each_change(finished, args, names) -> None:
     """H3: the shards of another run in -o: one line naming every changed key (unset vs set,
     nested, lists), with advice that works; exit 2, no shard started, nothing merged or printed,
@@ -134,13 +150,20 @@ def test_a_sweep_where_one_model_refuses_merges_nothing(tmp_path: Path) -> None:
     """H3g: in a sweep, the endpoint of model b now serves other weights: b's cells refuse, a's
     resume. The sweep table printed b's earlier column among the new ones (exit 1); now the launch
     names the cells that refused, merges and prints nothing, and exits 2."""
+
     def sweep(url_a: str, url_b: str) -> Path:
-        config = {"services": {"a": {"type": "api", "url": url_a, "model": "sim"}, "b": {"type": "api", "url": url_b, "model": "sim",
-                                                                                     "retries": {"attempts": 1}}},
-                  # 10 problems a shard: with half of b's requests failing, each of b's shards keeps some to
-                  # ask again (with 3, one shard drew only successes about once in eight runs, and started nothing)
-                  "benchmarks": [{"name": "arith", "params": {"n": 20}}], "output": {"progress_interval_s": 0},
-                  "sweep": {"services": ["a", "b"], "baseline": "a"}, "cluster": {"shards": 2}}
+        config = {
+            "services": {
+                "a": {"type": "api", "url": url_a, "model": "sim"},
+                "b": {"type": "api", "url": url_b, "model": "sim", "retries": {"attempts": 1}},
+            },
+            # 10 problems a shard: with half of b's requests failing, each of b's shards keeps some to
+            # ask again (with 3, one shard drew only successes about once in eight runs, and started nothing)
+            "benchmarks": [{"name": "arith", "params": {"n": 20}}],
+            "output": {"progress_interval_s": 0},
+            "sweep": {"services": ["a", "b"], "baseline": "a"},
+            "cluster": {"shards": 2},
+        }
         path = tmp_path / "sweep.yaml"
         path.write_text(json.dumps(config))
         return path
@@ -164,8 +187,11 @@ def test_a_run_and_a_sweep_never_launch_into_each_others_root(tmp_path: Path) ->
     that run's shards beside its models and replaced its report. Each is one line now, exit 2,
     nothing started and nothing written."""
     with running_sim(*FAST) as url:
-        sweep = {"services": {"a": {"type": "api", "url": url, "model": "sim"}, "b": {"type": "api", "url": url, "model": "sim"}},
-                 "sweep": {"services": ["a", "b"], "baseline": "a"}, "cluster": {"shards": 2}}
+        sweep = {
+            "services": {"a": {"type": "api", "url": url, "model": "sim"}, "b": {"type": "api", "url": url, "model": "sim"}},
+            "sweep": {"services": ["a", "b"], "baseline": "a"},
+            "cluster": {"shards": 2},
+        }
         plain, swept = write(tmp_path, url), tmp_path / "sweep.yaml"
         config = json.loads(plain.read_text())
         swept.write_text(json.dumps({**config, **sweep}))
@@ -183,13 +209,16 @@ def test_a_run_and_a_sweep_never_launch_into_each_others_root(tmp_path: Path) ->
 # --- item 4: everything checkable, checked once before any shard ----------------------------------
 
 
-@pytest.mark.parametrize("bench, says", [
-    ({"name": "missing/trivia.jsonl", "params": {}}, "missing/trivia.jsonl"),
-    ({"name": "gsm8k", "params": {"path": "no/such/gsm8k.jsonl"}}, "no/such/gsm8k.jsonl"),
-    ({"name": "mmlu", "params": {"path": "no/such/mmlu.csv"}}, "no/such/mmlu.csv"),
-    ({"name": "no/such/spec.yaml", "params": {}}, "no/such/spec.yaml"),
-    ({"name": "mmlu", "params": {"subjects": ["astronomy", "astrology"]}}, "unknown subject 'astrology'"),
-])
+@pytest.mark.parametrize(
+    "bench, says",
+    [
+        ({"name": "missing/trivia.jsonl", "params": {}}, "missing/trivia.jsonl"),
+        ({"name": "gsm8k", "params": {"path": "no/such/gsm8k.jsonl"}}, "no/such/gsm8k.jsonl"),
+        ({"name": "mmlu", "params": {"path": "no/such/mmlu.csv"}}, "no/such/mmlu.csv"),
+        ({"name": "no/such/spec.yaml", "params": {}}, "no/such/spec.yaml"),
+        ({"name": "mmlu", "params": {"subjects": ["astronomy", "astrology"]}}, "unknown subject 'astrology'"),
+    ],
+)
 def test_a_missing_data_file_is_one_line_before_any_shard(tmp_path: Path, bench: dict, says: str) -> None:
     """H4: the data file of a built-in or bring-your-own benchmark is looked for once, by the
     launch, not by every shard after it started; so are the task names its params select."""
@@ -199,11 +228,14 @@ def test_a_missing_data_file_is_one_line_before_any_shard(tmp_path: Path, bench:
     assert not (tmp_path / "out" / "shard_0").exists()
 
 
-@pytest.mark.parametrize("bench, says", [
-    ({"name": "empty.jsonl", "params": {}}, "benchmarks[0] (empty.jsonl): no problems to ask"),
-    ({"name": "blank.jsonl", "params": {}}, "benchmarks[0] (blank.jsonl): no problems to ask"),
-    ({"name": "arith", "params": {"n": 0}}, 'benchmarks[0] (arith): no problems to ask (its data with params {"n":0} holds none)'),
-])
+@pytest.mark.parametrize(
+    "bench, says",
+    [
+        ({"name": "empty.jsonl", "params": {}}, "benchmarks[0] (empty.jsonl): no problems to ask"),
+        ({"name": "blank.jsonl", "params": {}}, "benchmarks[0] (blank.jsonl): no problems to ask"),
+        ({"name": "arith", "params": {"n": 0}}, 'benchmarks[0] (arith): no problems to ask (its data with params {"n":0} holds none)'),
+    ],
+)
 @pytest.mark.parametrize("shards", [2, None])
 def test_a_benchmark_with_no_problems_is_one_line_before_anything_runs(tmp_path: Path, bench: dict, says: str, shards) -> None:
     """H4e: a data file with no rows (a download cut to nothing, only blank lines) or params that
@@ -247,17 +279,30 @@ OPEN_QA = str(Path(REPO) / "examples/byo/open_qa.yaml")
 
 
 def judged_config(tmp: Path, model: str, judge: str, judge_section: dict, shards: int | None = 2) -> Path:
-    return write(tmp, model, shards=shards, bench={"name": OPEN_QA, "params": {}, "solver": {"service": "model"},
-                                                    "judge": judge_section},
-                 extra={"services": {"model": {"type": "api", "url": model, "model": "sim"},
-                                     "judge": {"type": "api", "url": judge, "model": "judge"}}})
+    return write(
+        tmp,
+        model,
+        shards=shards,
+        bench={"name": OPEN_QA, "params": {}, "solver": {"service": "model"}, "judge": judge_section},
+        extra={
+            "services": {"model": {"type": "api", "url": model, "model": "sim"}, "judge": {"type": "api", "url": judge, "model": "judge"}}
+        },
+    )
 
 
-@pytest.mark.parametrize("judge_section, says", [
-    ({"service": "judge", "mode": "pairwise"}, "pairwise judging with the benchmark's own rubric and verdict pattern, written for single"),
-    ({"service": "judge", "mode": "pairwise", "rubric": "Compare {answer} with {reference}."},
-     "pairwise judging with the benchmark's own verdict pattern, written for single"),
-])
+@pytest.mark.parametrize(
+    "judge_section, says",
+    [
+        (
+            {"service": "judge", "mode": "pairwise"},
+            "pairwise judging with the benchmark's own rubric and verdict pattern, written for single",
+        ),
+        (
+            {"service": "judge", "mode": "pairwise", "rubric": "Compare {answer} with {reference}."},
+            "pairwise judging with the benchmark's own verdict pattern, written for single",
+        ),
+    ],
+)
 def test_a_judge_rubric_its_mode_cannot_read_is_refused_before_any_shard(tmp_path: Path, judge_section: dict, says) -> None:
     """H4d: a judged run whose rubric asks for another mode's verdict (the mapping's single rubric
     judged pairwise) would make every record a judge error: one line, exit 2, before any shard."""
@@ -267,15 +312,26 @@ def test_a_judge_rubric_its_mode_cannot_read_is_refused_before_any_shard(tmp_pat
     assert says in line, line
 
 
-@pytest.mark.parametrize("mode, rubric, asked", [
-    ("pairwise", "Rate {answer} from 1 to 10: Rating: [[N]]", "`[[A]]`/`[[B]]`/`[[C]]`"),
-    ("single", "Is {answer} better than {reference}? End with [[A]], [[B]] or [[C]].", "`[[N]]` (as in `Rating: [[5]]`)"),
-])
+@pytest.mark.parametrize(
+    "mode, rubric, asked",
+    [
+        ("pairwise", "Rate {answer} from 1 to 10: Rating: [[N]]", "`[[A]]`/`[[B]]`/`[[C]]`"),
+        ("single", "Is {answer} better than {reference}? End with [[A]], [[B]] or [[C]].", "`[[N]]` (as in `Rating: [[5]]`)"),
+    ],
+)
 def test_a_custom_rubric_that_never_asks_for_the_verdict_is_refused(tmp_path: Path, mode: str, rubric: str, asked: str) -> None:
     """H4e: a config rubric without a verdict pattern must ask for what its mode's parser reads."""
-    cfg = write(tmp_path, "http://127.0.0.1:9/v1", bench={"judge": {"service": "judge", "mode": mode, "rubric": rubric}},
-                extra={"services": {"model": {"type": "api", "url": "http://127.0.0.1:9/v1", "model": "sim"},
-                                    "judge": {"type": "api", "url": "http://127.0.0.1:9/v1", "model": "judge"}}})
+    cfg = write(
+        tmp_path,
+        "http://127.0.0.1:9/v1",
+        bench={"judge": {"service": "judge", "mode": mode, "rubric": rubric}},
+        extra={
+            "services": {
+                "model": {"type": "api", "url": "http://127.0.0.1:9/v1", "model": "sim"},
+                "judge": {"type": "api", "url": "http://127.0.0.1:9/v1", "model": "judge"},
+            }
+        },
+    )
     line = one_error_line(shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out")))
     assert f"never asks for {asked}, the verdict {mode} judging reads" in line, line
 
@@ -402,6 +458,9 @@ def test_the_diff_is_general_over_nested_values() -> None:
     assert len(found) == 4 and changes({"k": None}, {}) == [] and summary([str(i) for i in range(9)]).endswith("; and 3 more")
     quick = {"bench": "arith", "model_url": "http://127.0.0.1:9/v1", "model_id": "sim"}
     one = config_for_manifest(load_config(None, [], quick))
-    two = config_for_manifest(load_config(None, ["benchmarks[0].max_concurrent=3", "services.model.timeouts.connect=3",
-                                                 "benchmarks[0].solver.generation.stop=[x]"], quick))
+    two = config_for_manifest(
+        load_config(
+            None, ["benchmarks[0].max_concurrent=3", "services.model.timeouts.connect=3", "benchmarks[0].solver.generation.stop=[x]"], quick
+        )
+    )
     assert identity_changes(one, two) == ['benchmarks[0].solver.generation.stop: unset -> ["x"]']

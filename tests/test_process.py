@@ -82,13 +82,17 @@ def test_wait_http_succeeds_once_healthy_and_stops_on_exit(tmp_path: Path) -> No
 
 
 def test_crash_at_start_quotes_the_log(tmp_path: Path) -> None:
-    crash = script(tmp_path, "crash.py", """
+    crash = script(
+        tmp_path,
+        "crash.py",
+        """
         import sys
         for i in range(30):
             print(f"init step {i}", flush=True)
         print("torch.OutOfMemoryError: CUDA out of memory", file=sys.stderr, flush=True)
         sys.exit(3)
-    """)
+    """,
+    )
     log_path = tmp_path / "crash.log"
 
     async def go() -> None:
@@ -122,7 +126,11 @@ def test_slow_start_past_the_deadline_fails_and_stops(tmp_path: Path) -> None:
 
 
 def test_wait_log_line_returns_the_match(tmp_path: Path) -> None:
-    ready = script(tmp_path, "ready.py", "import time\ntime.sleep(0.3)\nprint('server listening on http://127.0.0.1:1234/v1', flush=True)\ntime.sleep(60)\n")
+    ready = script(
+        tmp_path,
+        "ready.py",
+        "import time\ntime.sleep(0.3)\nprint('server listening on http://127.0.0.1:1234/v1', flush=True)\ntime.sleep(60)\n",
+    )
     log = tmp_path / "ready.log"
     log.write_text("server listening on http://stale:1/v1\n")  # an earlier run's line must not count
 
@@ -136,7 +144,9 @@ def test_wait_log_line_returns_the_match(tmp_path: Path) -> None:
 
 def test_wait_log_line_fails_on_early_exit(tmp_path: Path) -> None:
     async def go() -> None:
-        async with ServerProcess([sys.executable, "-c", "print('usage: bad flag'); raise SystemExit(2)"], name="r", log_path=str(tmp_path / "r.log")) as proc:
+        async with ServerProcess(
+            [sys.executable, "-c", "print('usage: bad flag'); raise SystemExit(2)"], name="r", log_path=str(tmp_path / "r.log")
+        ) as proc:
             await proc.wait_log_line("listening", timeout_s=10)
 
     with pytest.raises(ShardError, match=r"exit status 2[\s\S]*usage: bad flag"):
@@ -176,7 +186,12 @@ def test_stop_reaches_the_whole_group_term_then_kill(tmp_path: Path, mode: str) 
 
 
 def test_well_behaved_server_stops_quickly(tmp_path: Path) -> None:
-    proc = ServerProcess([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"], name="s", log_path=str(tmp_path / "s.log"), stop_grace_s=20)
+    proc = ServerProcess(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+        name="s",
+        log_path=str(tmp_path / "s.log"),
+        stop_grace_s=20,
+    )
     with proc:  # the sync form works too
         asyncio.run(proc.wait_log_line("up", timeout_s=10))
         t0 = time.monotonic()
@@ -217,7 +232,9 @@ def test_stop_when_the_task_is_cancelled(tmp_path: Path) -> None:
 
 def test_wait_exit_reports_a_death_mid_run(tmp_path: Path) -> None:
     async def go() -> int:
-        async with ServerProcess([sys.executable, "-c", "import time; time.sleep(0.4); raise SystemExit(7)"], name="s", log_path=str(tmp_path / "s.log")) as proc:
+        async with ServerProcess(
+            [sys.executable, "-c", "import time; time.sleep(0.4); raise SystemExit(7)"], name="s", log_path=str(tmp_path / "s.log")
+        ) as proc:
             watchdog = asyncio.create_task(proc.wait_exit(poll_s=0.05))
             code = await asyncio.wait_for(watchdog, 10)
             assert describe_exit(code) == "exit status 7" and not proc.stopping
@@ -243,7 +260,14 @@ def test_port_helpers() -> None:
 
 
 def test_secrets_never_reach_the_log(tmp_path: Path) -> None:
-    assert redact(["vllm", "serve", "m", "--api-key", "sk-123", "--hf-token=hf_abc"]) == ["vllm", "serve", "m", "--api-key", "***", "--hf-token=***"]
+    assert redact(["vllm", "serve", "m", "--api-key", "sk-123", "--hf-token=hf_abc"]) == [
+        "vllm",
+        "serve",
+        "m",
+        "--api-key",
+        "***",
+        "--hf-token=***",
+    ]
     log = tmp_path / "s.log"
     with ServerProcess([sys.executable, "-c", "pass", "--api-key", "sk-secret"], name="s", log_path=str(log)):
         pass
@@ -257,13 +281,17 @@ def test_self_command_runs_this_shardeval() -> None:
 def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
     """If shardeval itself is SIGKILLed (OOM killer, `kill -9`), its server must not be orphaned."""
     pid_file = tmp_path / "server.pid"
-    parent = script(tmp_path, "parent.py", f"""
+    parent = script(
+        tmp_path,
+        "parent.py",
+        f"""
         import os, signal, sys, time
         from shardeval.run.process import ServerProcess
         proc = ServerProcess([sys.executable, "-c", "import time; time.sleep(60)"], name="s", log_path={str(tmp_path / "p.log")!r}).start()
         open({str(pid_file)!r}, "w").write(str(proc.pid))
         os.kill(os.getpid(), signal.SIGKILL)
-    """)
+    """,
+    )
     subprocess.run([sys.executable, parent], timeout=30)
     server = int(pid_file.read_text())
     deadline = time.monotonic() + 5

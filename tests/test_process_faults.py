@@ -27,7 +27,11 @@ SIM = ("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "15", "--itl-ms", "
 
 def write_config(tmp: Path, url: str, n: int = N, concurrency: int = 8) -> Path:
     return api_eval_config(
-        tmp / "config.yaml", url, n=n, repeats=REPEATS, concurrency=concurrency,
+        tmp / "config.yaml",
+        url,
+        n=n,
+        repeats=REPEATS,
+        concurrency=concurrency,
         service={"retries": {"attempts": 3, "backoff_base": 0.05, "backoff_max": 0.2}},
         benchmark={"solver": {"generation": {"temperature": 0.7, "max_tokens": 64}}},
         output={"progress_interval_s": 5, "drain_timeout_s": 5},
@@ -89,7 +93,8 @@ def test_sigkill_at_a_random_point_then_rerun_gives_identical_scores(tmp_path, s
     out = tmp_path / "run" / "shard_0"
     proc = subprocess.Popen(
         [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     results = out / "arith" / "results.jsonl"
     if kill_after == 0:
@@ -117,7 +122,9 @@ def test_sigterm_then_rerun_completes_with_identical_scores(tmp_path, reference)
         out = tmp_path / "run" / "shard_0"
         proc = subprocess.Popen(
             [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(out)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and line_count(out / "arith" / "results.jsonl") < 10:
@@ -196,7 +203,10 @@ def test_write_error_injected_with_a_file_size_limit_stops_with_a_clear_error(tm
     out = tmp_path / "shard_0"
     result = subprocess.run(
         [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/1", "-o", str(out)],
-        capture_output=True, text=True, timeout=120, preexec_fn=_limit_file_size,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_file_size,
     )
     check_write_failure(result, out, "File too large")
     again = shardeval_cmd("run", str(cfg), "--shard", "0/1", "-o", str(out))  # no limit now: resumes

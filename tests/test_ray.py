@@ -19,7 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -36,7 +37,9 @@ def ray_env() -> Iterator[str]:
     setup = subprocess.run(
         ["bash", os.path.join(REPO, "scripts", "setup", "ray.sh")],
         env={**os.environ, "VENV_PYTHON": sys.executable},
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert setup.returncode == 0, f"scripts/setup/ray.sh failed: {setup.stdout}{setup.stderr}"
     tmp = tempfile.mkdtemp(prefix="sr-", dir="/tmp")  # short: Ray's unix socket paths must stay < 108 bytes
@@ -71,7 +74,10 @@ def ray_address(ray_env: str) -> Iterator[str]:
 def launcher(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "shardeval_ray", *args],
-        env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -154,8 +160,20 @@ def descendants(pids: list[int]) -> list[int]:
 def test_seed_command_end_to_end_with_its_own_local_ray(tmp_path: Path, sim_url: str, ray_env: str) -> None:
     out = tmp_path / "ray"
     result = launcher(
-        "--bench", "arith", "--shards", "4", "--repeats", "2", "--max-problems", "40",
-        "--model-url", sim_url, "--model-id", "sim", "--output-dir", str(out),
+        "--bench",
+        "arith",
+        "--shards",
+        "4",
+        "--repeats",
+        "2",
+        "--max-problems",
+        "40",
+        "--model-url",
+        sim_url,
+        "--model-id",
+        "sim",
+        "--output-dir",
+        str(out),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "a new local Ray on 127.0.0.1" in result.stderr
@@ -179,8 +197,19 @@ def test_user_mistakes_are_one_line_and_exit_2_without_starting_ray(tmp_path: Pa
     negative = launcher("--bench", "arith", "--model-url", "http://127.0.0.1:9/v1", "--model-id", "m", "--max-retries", "-5")
     assert negative.returncode == 2 and "cluster.max_retries" in negative.stderr and ">= -1" in negative.stderr
     plan = launcher(
-        "--bench", "arith", "--model-url", "http://127.0.0.1:9/v1", "--model-id", "m", "--shards", "3",
-        "--num-cpus", "0.5", "-o", str(tmp_path), "--dry-run",
+        "--bench",
+        "arith",
+        "--model-url",
+        "http://127.0.0.1:9/v1",
+        "--model-id",
+        "m",
+        "--shards",
+        "3",
+        "--num-cpus",
+        "0.5",
+        "-o",
+        str(tmp_path),
+        "--dry-run",
     )
     assert plan.returncode == 0, plan.stderr
     assert "a new local Ray on 127.0.0.1, no dashboard" in plan.stdout and "num_cpus=0.5" in plan.stdout
@@ -199,8 +228,22 @@ def test_two_raylets_on_loopback_share_the_shards(tmp_path: Path, ray_env: str) 
         with running_sim("--bench", "arith", "--accuracy", str(SIM_ACCURACY), "--ttft-ms", "150", "--itl-ms", "0") as url:
             out = tmp_path / "two"
             result = launcher(
-                "--bench", "arith", "--shards", "2", "--max-problems", "16", "--max-concurrent", "2",
-                "--model-url", url, "--model-id", "sim", "-o", str(out), "--address", cluster.address,
+                "--bench",
+                "arith",
+                "--shards",
+                "2",
+                "--max-problems",
+                "16",
+                "--max-concurrent",
+                "2",
+                "--model-url",
+                url,
+                "--model-id",
+                "sim",
+                "-o",
+                str(out),
+                "--address",
+                cluster.address,
             )
         assert result.returncode == 0, result.stderr[-3000:]
         assert f"the Ray at {cluster.address} (cluster.address)" in result.stderr
@@ -234,8 +277,21 @@ def test_run_shard_remote_writes_the_same_shards_as_shardeval_run(tmp_path: Path
     # The same shard from the plain CLI: identical records (but timing) and the same config hash.
     cli_dir = tmp_path / "cli_shard_1"
     cli = shardeval_cmd(
-        "run", "--bench", "arith", "--model-url", sim_url, "--model-id", "sim", "-n", "2", "--max-problems", "30",
-        "--shard", "1/3", "-o", str(cli_dir),
+        "run",
+        "--bench",
+        "arith",
+        "--model-url",
+        sim_url,
+        "--model-id",
+        "sim",
+        "-n",
+        "2",
+        "--max-problems",
+        "30",
+        "--shard",
+        "1/3",
+        "-o",
+        str(cli_dir),
     )
     assert cli.returncode == 0, cli.stderr
     strip = lambda rs: sorted(({k: v for k, v in r.items() if k not in TIMING} for r in rs), key=lambda r: (r["problem_idx"], r["repeat"]))  # noqa: E731
@@ -310,8 +366,12 @@ def test_the_worker_keeps_its_signal_handlers_after_a_shard(tmp_path: Path, sim_
         before = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
         summary = evaluate_shard("arith", 0, 1, model_url=url, model_id="sim", max_problems=5, output_dir=root)
         after = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
-        return {"main": threading.current_thread() is threading.main_thread(), "same": before == after,
-                "ray_handler": "sigterm_handler" in repr(after[0]), "state": summary["state"]}
+        return {
+            "main": threading.current_thread() is threading.main_thread(),
+            "same": before == after,
+            "ray_handler": "sigterm_handler" in repr(after[0]),
+            "state": summary["state"],
+        }
 
     result = ray.get(probe.remote(sim_url, str(tmp_path / "sig")), timeout=60)
     assert result == {"main": True, "same": True, "ray_handler": True, "state": "complete"}
@@ -322,10 +382,22 @@ def test_cluster_type_ray_through_shardeval_run_joins_a_running_ray(tmp_path: Pa
     (a managed service inside a Ray worker), as tasks on GPU nodes would start vLLM."""
     out = tmp_path / "out"
     result = shardeval_cmd(
-        "run", os.path.join(REPO, "examples", "ray_arith_sim.yaml"), "-o", str(out),
-        "-O", "benchmarks.0.params.n=45", "-O", "benchmarks.0.repeats=2", "-O", "services.model.ttft_ms=2",
-        "-O", "cluster.shards=3", "-O", "cluster.runtime_env={env_vars: {SHARDEVAL_DEMO: '1'}}",
-        env={"RAY_ADDRESS": ray_address}, timeout=240,
+        "run",
+        os.path.join(REPO, "examples", "ray_arith_sim.yaml"),
+        "-o",
+        str(out),
+        "-O",
+        "benchmarks.0.params.n=45",
+        "-O",
+        "benchmarks.0.repeats=2",
+        "-O",
+        "services.model.ttft_ms=2",
+        "-O",
+        "cluster.shards=3",
+        "-O",
+        "cluster.runtime_env={env_vars: {SHARDEVAL_DEMO: '1'}}",
+        env={"RAY_ADDRESS": ray_address},
+        timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"the Ray at {ray_address} (RAY_ADDRESS)" in result.stderr
@@ -345,7 +417,7 @@ def sweep_config(models: dict[str, float]) -> str:
     return f"""services:
 {services}benchmarks:
   - {{name: arith, params: {{n: 12}}, max_concurrent: 8}}
-sweep: {{services: [{', '.join(models)}], baseline: base}}
+sweep: {{services: [{", ".join(models)}], baseline: base}}
 cluster: {{type: ray, shards: 2, num_cpus: 0.5}}
 output: {{progress_interval_s: 0}}
 """
@@ -372,7 +444,9 @@ def test_a_sweep_is_one_task_per_model_shard_cell_and_a_new_model_costs_only_its
     (diff,) = [d for d in sweep["vs_baseline"] if d["metric"] == "accuracy"]
     assert diff["service"] == "step1" and diff["diff"] > 0  # the 0.9 simulator beats the 0.3 one
 
-    finished = {p: p.read_bytes() for p in sorted(out.glob("[bs]*/shard_*/**/*")) if p.is_file() and p.name not in ("heartbeat.json", "shard.lock")}
+    finished = {
+        p: p.read_bytes() for p in sorted(out.glob("[bs]*/shard_*/**/*")) if p.is_file() and p.name not in ("heartbeat.json", "shard.lock")
+    }
     cfg.write_text(sweep_config({"base": 0.3, "step1": 0.9, "top": 0.6}))
     again = shardeval_cmd("run", str(cfg), "-o", str(out), env={"RAY_ADDRESS": ray_address}, timeout=240)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -24,8 +24,7 @@ ANSWERS = ["The answer", " is 4."]
 
 
 def delta_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    obj = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
-           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    obj = {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
     return b"data: " + msgspec.json.encode(obj) + b"\n\n"
 
 
@@ -36,8 +35,9 @@ def usage_chunk(completion: int, reasoning: int | None) -> bytes:
     return b"data: " + msgspec.json.encode({"id": "c1", "choices": [], "usage": usage}) + b"\n\n"
 
 
-def field_stream(field: str, thoughts: list[str], answers: list[str], finish: str = "stop",
-                 reasoning_tokens: int | None = None) -> list[bytes]:
+def field_stream(
+    field: str, thoughts: list[str], answers: list[str], finish: str = "stop", reasoning_tokens: int | None = None
+) -> list[bytes]:
     parts = [delta_chunk({"role": "assistant", "content": ""})]
     parts += [delta_chunk({field: t, "content": None}) for t in thoughts]
     parts += [delta_chunk({"content": a}) for a in answers]
@@ -52,6 +52,7 @@ def inline_stream(pieces: list[str], finish: str = "stop") -> list[bytes]:
 def serving(parts: list[bytes]):
     async def handler(request: web.Request) -> web.StreamResponse:
         return await sse(request, *parts)
+
     return handler
 
 
@@ -72,10 +73,13 @@ def test_usage_reasoning_tokens_win_over_the_stream_count() -> None:
 @pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
 def test_unstreamed_reasoning_field(field: str) -> None:
     async def handler(request: web.Request) -> web.Response:
-        body = {"id": "c1", "object": "chat.completion", "model": "m",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "B", field: "hmm, A? no, B"},
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 3, "completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 8}}}
+        body = {
+            "id": "c1",
+            "object": "chat.completion",
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "B", field: "hmm, A? no, B"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 8}},
+        }
         return web.json_response(body)
 
     c = run(one(handler, config(stream=False)))
@@ -84,8 +88,10 @@ def test_unstreamed_reasoning_field(field: str) -> None:
 
 def test_unstreamed_without_usage_details_does_not_guess() -> None:
     async def handler(request: web.Request) -> web.Response:
-        body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "B", "reasoning": "x y z"},
-                             "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}
+        body = {
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "B", "reasoning": "x y z"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+        }
         return web.json_response(body)
 
     c = run(one(handler, config(stream=False)))
@@ -147,8 +153,14 @@ def record_of(text: str, finish: str = "stop", reasoning: str | None = None, tag
 
     bench = LastWord()
     plan = BenchmarkPlan(BenchmarkConfig(name="lastword"), bench, 1, range(1), "sha256:x", reasoning_tags=tags)
-    c = Completion(status="ok", text=text, finish_reason=finish, reasoning=reasoning, reasoning_tokens=7 if reasoning or "<think>" in text else None,
-                   reasoning_tokens_from="stream" if reasoning or "<think>" in text else None)
+    c = Completion(
+        status="ok",
+        text=text,
+        finish_reason=finish,
+        reasoning=reasoning,
+        reasoning_tokens=7 if reasoning or "<think>" in text else None,
+        reasoning_tokens_from="stream" if reasoning or "<think>" in text else None,
+    )
     return make_record(plan, bench.problem(0), 0, 1, c, 0)
 
 
@@ -161,9 +173,11 @@ def test_inline_reply_scores_only_the_answer_and_keeps_both() -> None:
 
 
 def test_cut_off_while_thinking_scores_zero_even_with_the_reference_in_the_thinking() -> None:
-    for r in (record_of("<think>the answer is 4", finish="length"),
-              record_of("", finish="length", reasoning="the answer is 4"),
-              record_of("</think>", finish="length", reasoning=None)):
+    for r in (
+        record_of("<think>the answer is 4", finish="length"),
+        record_of("", finish="length", reasoning="the answer is 4"),
+        record_of("</think>", finish="length", reasoning=None),
+    ):
         assert r.status == "ok" and r.outcome == "truncated_reasoning", r
         assert r.score == 0.0 and r.extracted is None
         assert r.scores == {"said_anything": 0.0}  # the named scores of no answer
@@ -209,8 +223,12 @@ def test_a_resume_with_other_reasoning_settings_is_refused_naming_the_key(sim: s
     out = str(tmp_path / "out")
     first = shardeval_cmd("run", str(cfg), "-o", out, "--reasoning-effort", "low")
     assert first.returncode == 0, first.stderr
-    for flags, key in ((["--reasoning-effort", "high"], "reasoning.effort"), (["--no-thinking", "--reasoning-effort", "low"], "reasoning.enable"),
-                       ([], "reasoning"), (["-O", "services.model.reasoning_tags=[<r>, </r>]", "--reasoning-effort", "low"], "reasoning_tags")):
+    for flags, key in (
+        (["--reasoning-effort", "high"], "reasoning.effort"),
+        (["--no-thinking", "--reasoning-effort", "low"], "reasoning.enable"),
+        ([], "reasoning"),
+        (["-O", "services.model.reasoning_tags=[<r>, </r>]", "--reasoning-effort", "low"], "reasoning_tags"),
+    ):
         again = shardeval_cmd("run", str(cfg), "-o", out, *flags)
         assert again.returncode == 2, (flags, again.stderr)
         assert key in again.stderr and "Traceback" not in again.stderr, again.stderr
@@ -221,7 +239,6 @@ def test_a_resume_with_other_reasoning_settings_is_refused_naming_the_key(sim: s
 def test_the_reasoning_settings_reach_the_server_as_vllm_names_them(tmp_path) -> None:
     """What a request carries for `reasoning:` (docs/reasoning.md), seen by the server itself."""
     import asyncio
-    import json
     import threading
 
     from conftest import api_eval_config, shardeval_cmd
@@ -230,8 +247,12 @@ def test_the_reasoning_settings_reach_the_server_as_vllm_names_them(tmp_path) ->
 
     async def handler(request: web.Request) -> web.Response:
         bodies.append(await request.json())
-        return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": "#### 1"},
-                                               "finish_reason": "stop"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+        return web.json_response(
+            {
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "#### 1"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            }
+        )
 
     loop = asyncio.new_event_loop()
     app = web.Application()
@@ -244,9 +265,20 @@ def test_the_reasoning_settings_reach_the_server_as_vllm_names_them(tmp_path) ->
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        cfg = api_eval_config(tmp_path / "eval.json", f"http://127.0.0.1:{port}/v1", n=2, service={"stream": False},
-                              benchmark={"solver": {"generation": {"reasoning": {"enable": True, "effort": "medium", "budget_tokens": 512},
-                                                                   "extra": {"chat_template_kwargs": {"custom": 1}}}}})
+        cfg = api_eval_config(
+            tmp_path / "eval.json",
+            f"http://127.0.0.1:{port}/v1",
+            n=2,
+            service={"stream": False},
+            benchmark={
+                "solver": {
+                    "generation": {
+                        "reasoning": {"enable": True, "effort": "medium", "budget_tokens": 512},
+                        "extra": {"chat_template_kwargs": {"custom": 1}},
+                    }
+                }
+            },
+        )
         done = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out"))
         assert done.returncode == 0, done.stderr
     finally:
@@ -263,8 +295,12 @@ def test_the_reasoning_settings_reach_the_server_as_vllm_names_them(tmp_path) ->
 def test_a_setting_the_protocol_cannot_carry_is_one_line_before_anything_starts(tmp_path) -> None:
     from conftest import api_eval_config, shardeval_cmd
 
-    cfg = api_eval_config(tmp_path / "eval.json", "http://127.0.0.1:9/v1", service={"protocol": "completions"},
-                          benchmark={"solver": {"generation": {"reasoning": {"effort": "high"}}}})
+    cfg = api_eval_config(
+        tmp_path / "eval.json",
+        "http://127.0.0.1:9/v1",
+        service={"protocol": "completions"},
+        benchmark={"solver": {"generation": {"reasoning": {"effort": "high"}}}},
+    )
     done = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out"))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     line = done.stderr.strip().splitlines()[-1]
@@ -294,8 +330,9 @@ def test_a_reasoning_judge_is_read_from_its_answer(form: str) -> None:
     finish = "length" if form == "cut" else "stop"
 
     async def handler(request: web.Request) -> web.Response:
-        return web.json_response({"choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+        return web.json_response(
+            {"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+        )
 
     async def grade():
         async with serve(handler) as url:

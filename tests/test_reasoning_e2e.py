@@ -19,7 +19,8 @@ import json
 import re
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from conftest import running_sim, shardeval_cmd
@@ -69,8 +70,23 @@ def sims(tmp_path_factory) -> Iterator[Sims]:
             thinks = ("--reasoning-form", form, "--reasoning-tokens", str(THINK)) if form != "none" else ()
             for name, (_, flags) in benches.items():
                 urls[form, name] = stack.enter_context(running_sim(*flags, "--accuracy", "0.6", "--seed", "7", *thinks, *FAST))
-        judge = stack.enter_context(running_sim("--model", "judge", "--bench", "custom", "--bench-param", f"spec={QUIZ}", "--judge-quality", "1",
-                                                "--reasoning-form", "field", "--log-requests", str(judge_log), *FAST))
+        judge = stack.enter_context(
+            running_sim(
+                "--model",
+                "judge",
+                "--bench",
+                "custom",
+                "--bench-param",
+                f"spec={QUIZ}",
+                "--judge-quality",
+                "1",
+                "--reasoning-form",
+                "field",
+                "--log-requests",
+                str(judge_log),
+                *FAST,
+            )
+        )
         yield Sims(urls, judge, judge_log, benches)
 
 
@@ -82,8 +98,15 @@ def config(sims: Sims, form: str, max_tokens: int = 2048, modes: tuple[str, ...]
         for mode in modes:
             service = f"{name}_{mode}"
             services[service] = {"type": "api", "url": sims.urls[form, name], "model": "sim", "stream": mode == "stream"}
-            entries.append({**entry, "id": f"{name}-{mode}", "max_problems": N, "max_concurrent": 8,
-                            "solver": {"service": service, "generation": {"max_tokens": max_tokens}}})
+            entries.append(
+                {
+                    **entry,
+                    "id": f"{name}-{mode}",
+                    "max_problems": N,
+                    "max_concurrent": 8,
+                    "solver": {"service": service, "generation": {"max_tokens": max_tokens}},
+                }
+            )
     return {"services": services, "benchmarks": entries, "output": {"progress_interval_s": 0}}
 
 
@@ -225,11 +248,20 @@ def test_a_reply_cut_off_while_thinking_is_its_own_outcome_and_scores_0(cut) -> 
         got = records(out)
         assert len(got) == len(CUT_BENCHES) * N
         for key, r in got.items():
-            assert (r["status"], r["outcome"], r["score"], r["answer" if form == "inline" else "response"]) == ("ok", "truncated_reasoning", 0.0, ""), key
+            assert (r["status"], r["outcome"], r["score"], r["answer" if form == "inline" else "response"]) == (
+                "ok",
+                "truncated_reasoning",
+                0.0,
+                "",
+            ), key
             assert r["reasoning_tokens"] == 12 and r["reasoning"]
             # the right answer, planted early in the thinking as each benchmark's scorer reads it: there, and never scored
-            plant = {"gsm8k": f"#### {r['reference']}", "mmlu": f"The answer is {r['reference']}.",
-                     "quiz": f"the answer is ({r['reference']})", "humaneval": "```python"}[key[0].split("-")[0]]
+            plant = {
+                "gsm8k": f"#### {r['reference']}",
+                "mmlu": f"The answer is {r['reference']}.",
+                "quiz": f"the answer is ({r['reference']})",
+                "humaneval": "```python",
+            }[key[0].split("-")[0]]
             planted += plant in r["reasoning"]
     assert planted == 2 * len(CUT_BENCHES) * N
 
@@ -271,8 +303,20 @@ def test_a_sweep_over_effort_levels_is_paired_and_each_level_is_its_own_identity
     log = tmp_path / "asked.jsonl"
     gsm8k = sims.benches["gsm8k"]
     budget = 100
-    with running_sim(*gsm8k[1], "--accuracy", "0.6", "--seed", "7", "--reasoning-form", "field", "--reasoning-tokens", str(THINK),
-                     "--log-requests", str(log), *FAST) as url:
+    with running_sim(
+        *gsm8k[1],
+        "--accuracy",
+        "0.6",
+        "--seed",
+        "7",
+        "--reasoning-form",
+        "field",
+        "--reasoning-tokens",
+        str(THINK),
+        "--log-requests",
+        str(log),
+        *FAST,
+    ) as url:
         cfg = {
             "services": {level: {"type": "api", "url": url, "model": "sim", "reasoning": {"effort": level}} for level in ("low", "high")},
             "benchmarks": [{**gsm8k[0], "max_problems": N, "solver": {"generation": {"max_tokens": budget}}}],
@@ -307,11 +351,16 @@ def test_a_sweep_over_effort_levels_is_paired_and_each_level_is_its_own_identity
 def test_the_response_cache_answers_with_the_thinking(sims: Sims, tmp_path) -> None:
     gsm8k = sims.benches["gsm8k"]
     cache = tmp_path / "cache"
-    cfg = {"services": {"model": {"type": "api", "url": "", "model": "sim"}},
-           "benchmarks": [{**gsm8k[0], "max_problems": N, "solver": {"service": "model", "generation": {"max_tokens": 2048}}}],
-           "cache": {"dir": str(cache)}, "output": {"progress_interval_s": 0}}
+    cfg = {
+        "services": {"model": {"type": "api", "url": "", "model": "sim"}},
+        "benchmarks": [{**gsm8k[0], "max_problems": N, "solver": {"service": "model", "generation": {"max_tokens": 2048}}}],
+        "cache": {"dir": str(cache)},
+        "output": {"progress_interval_s": 0},
+    }
     for form in ("field", "inline"):
-        with running_sim(*gsm8k[1], "--accuracy", "0.6", "--seed", "7", "--reasoning-form", form, "--reasoning-tokens", str(THINK), *FAST) as url:
+        with running_sim(
+            *gsm8k[1], "--accuracy", "0.6", "--seed", "7", "--reasoning-form", form, "--reasoning-tokens", str(THINK), *FAST
+        ) as url:
             cfg["services"]["model"]["url"] = url
             first = records(run(tmp_path, cfg, f"{form}-asked"))
         again = records(run(tmp_path, cfg, f"{form}-cached"))  # the server is gone: every answer from the cache

@@ -46,26 +46,80 @@ def records_of(p: int, r: int, shard: int) -> list:
     """The lines one (problem, repeat) cell gets, by the kind of its problem (8 kinds, 5 problems each)."""
     k, answer = kind(p), f"#### {p}"
     if k == 0:  # cut off while thinking: no answer, scored 0
-        return [record(BENCH, p, r, shard, 0.0, run=RUN, reasoning=THOUGHT, answer="", response=f"<think>{THOUGHT}",
-                       reasoning_tokens=1000 + 10 * p + r, reasoning_tokens_from="usage", outcome="truncated_reasoning",
-                       finish_reason="length")]
+        return [
+            record(
+                BENCH,
+                p,
+                r,
+                shard,
+                0.0,
+                run=RUN,
+                reasoning=THOUGHT,
+                answer="",
+                response=f"<think>{THOUGHT}",
+                reasoning_tokens=1000 + 10 * p + r,
+                reasoning_tokens_from="usage",
+                outcome="truncated_reasoning",
+                finish_reason="length",
+            )
+        ]
     if k == 1:  # thought inline, then answered; tokens counted from the stream
-        return [record(BENCH, p, r, shard, 1.0, run=RUN, reasoning=THOUGHT, answer=answer, response=f"<think>{THOUGHT}</think>{answer}",
-                       reasoning_tokens=20 * p + r, reasoning_tokens_from="stream")]
+        return [
+            record(
+                BENCH,
+                p,
+                r,
+                shard,
+                1.0,
+                run=RUN,
+                reasoning=THOUGHT,
+                answer=answer,
+                response=f"<think>{THOUGHT}</think>{answer}",
+                reasoning_tokens=20 * p + r,
+                reasoning_tokens_from="stream",
+            )
+        ]
     if k == 2:  # no thinking, cut off after the answer began: scored as it stands
         return [record(BENCH, p, r, shard, 1.0, run=RUN, outcome="truncated", finish_reason="length")]
     if k == 3:  # a non-thinking mode's empty <think></think>: thinking present, but blank
-        return [record(BENCH, p, r, shard, 1.0, run=RUN, reasoning="\n\n", answer=answer, reasoning_tokens=0,
-                       reasoning_tokens_from="usage", response=f"<think>\n\n</think>{answer}")]
+        return [
+            record(
+                BENCH,
+                p,
+                r,
+                shard,
+                1.0,
+                run=RUN,
+                reasoning="\n\n",
+                answer=answer,
+                reasoning_tokens=0,
+                reasoning_tokens_from="usage",
+                response=f"<think>\n\n</think>{answer}",
+            )
+        ]
     if k == 4:  # an error that thought, then a plain answer that stands
-        return [record(BENCH, p, r, shard, status="error", run=RUN, reasoning=THOUGHT, reasoning_tokens=99, outcome="truncated"),
-                record(BENCH, p, r, shard, 1.0, run=RUN)]
+        return [
+            record(BENCH, p, r, shard, status="error", run=RUN, reasoning=THOUGHT, reasoning_tokens=99, outcome="truncated"),
+            record(BENCH, p, r, shard, 1.0, run=RUN),
+        ]
     if k == 5:  # an error with thinking, never answered: no ok cell
         return [record(BENCH, p, r, shard, status="error", run=RUN, reasoning=THOUGHT, reasoning_tokens=77, reasoning_tokens_from="usage")]
     if k == 6:  # thought, answered; a duplicate says otherwise and is ignored
-        return [record(BENCH, p, r, shard, 1.0, run=RUN, reasoning=THOUGHT, reasoning_tokens=500, reasoning_tokens_from="usage"),
-                record(BENCH, p, r, shard, 0.0, run=RUN, reasoning=THOUGHT, reasoning_tokens=9999, reasoning_tokens_from="stream",
-                       outcome="truncated_reasoning")]
+        return [
+            record(BENCH, p, r, shard, 1.0, run=RUN, reasoning=THOUGHT, reasoning_tokens=500, reasoning_tokens_from="usage"),
+            record(
+                BENCH,
+                p,
+                r,
+                shard,
+                0.0,
+                run=RUN,
+                reasoning=THOUGHT,
+                reasoning_tokens=9999,
+                reasoning_tokens_from="stream",
+                outcome="truncated_reasoning",
+            ),
+        ]
     return [record(BENCH, p, r, shard, 1.0, run=RUN)]  # a plain answer
 
 
@@ -77,23 +131,32 @@ def shard_lines(shard: int) -> list:
 def expected() -> dict:
     """scores.json's `reasoning` of the run, by hand: 10 cells (5 problems x 2 repeats) of each kind."""
     cells = [(p, r) for p in range(N) for r in range(REPEATS)]
-    tokens = sorted([1000 + 10 * p + r for p, r in cells if kind(p) == 0] + [20 * p + r for p, r in cells if kind(p) == 1]
-                    + [0] * 10 + [500] * 10)
+    tokens = sorted(
+        [1000 + 10 * p + r for p, r in cells if kind(p) == 0] + [20 * p + r for p, r in cells if kind(p) == 1] + [0] * 10 + [500] * 10
+    )
     assert len(tokens) == 40
     return {
         "n_answered": 70,  # 80 cells, 10 of them errors (kind 5)
         "truncated_reasoning": 10,  # kind 0 (kind 6's second copy does not stand)
         "truncated": 10,  # kind 2 (kind 4's error does not count)
         "with_reasoning": 30,  # kinds 0, 1, 6 (kind 3's thinking is blank)
-        "reasoning_tokens": {"n": 40, "mean": float(np.mean(tokens)), "p50": float(np.percentile(tokens, 50)),
-                             "p90": float(np.percentile(tokens, 90)), "max": max(tokens), "from": {"usage": 30, "stream": 10}},
+        "reasoning_tokens": {
+            "n": 40,
+            "mean": float(np.mean(tokens)),
+            "p50": float(np.percentile(tokens, 50)),
+            "p90": float(np.percentile(tokens, 90)),
+            "max": max(tokens),
+            "from": {"usage": 30, "stream": 10},
+        },
     }
 
 
 def line_of(r: dict) -> str:
     t = r["reasoning_tokens"]
-    return (f"truncated while thinking: 10 of 70 (14.3 %); cut off after answering: 10; 30 of 70 with thinking; thinking tokens "
-            f"mean {t['mean']:.0f}, p50 {t['p50']:.0f}, p90 {t['p90']:.0f}, max {t['max']} (usage 30, stream 10)")
+    return (
+        f"truncated while thinking: 10 of 70 (14.3 %); cut off after answering: 10; 30 of 70 with thinking; thinking tokens "
+        f"mean {t['mean']:.0f}, p50 {t['p50']:.0f}, p90 {t['p90']:.0f}, max {t['max']} (usage 30, stream 10)"
+    )
 
 
 def build(root: Path) -> Path:
@@ -130,8 +193,10 @@ def test_scores_json_report_md_and_the_merge_text_count_the_thinking_apart(merge
     assert entry["reasoning"] == want
     assert (entry["n_ok"], entry["n_errors"], entry["metrics"]["accuracy"]["n"]) == (70, 10, 35)  # n: problems answered
     line = f"- reasoning: {line_of(want)}"
-    assert line == ("- reasoning: truncated while thinking: 10 of 70 (14.3 %); cut off after answering: 10; 30 of 70 with "
-                    "thinking; thinking tokens mean 500, p50 500, p90 1169, max 1321 (usage 30, stream 10)")
+    assert line == (
+        "- reasoning: truncated while thinking: 10 of 70 (14.3 %); cut off after answering: 10; 30 of 70 with "
+        "thinking; thinking tokens mean 500, p50 500, p90 1169, max 1321 (usage 30, stream 10)"
+    )
     assert line in (root / "merged" / "report.md").read_text().splitlines()
     assert line in printed.splitlines()
 
@@ -157,7 +222,7 @@ def test_status_counts_the_thinking_as_shards_append_and_equals_a_fresh_read(tmp
     seen, written = [], dict.fromkeys(range(SHARDS), 0)
     for step in (3, 17, 30, None):
         for shard in range(SHARDS):
-            new = lines[shard][written[shard]:step]
+            new = lines[shard][written[shard] : step]
             with open(root / f"shard_{shard}" / BENCH / "results.jsonl", "ab") as f:
                 f.write(b"".join(encode_line(rec) for rec in new))
             written[shard] += len(new)
@@ -175,12 +240,18 @@ def test_status_counts_the_thinking_as_shards_append_and_equals_a_fresh_read(tmp
 
 def test_a_sweep_carries_the_counts_per_model_and_benchmark_cell(tmp_path: Path) -> None:
     """Model step2000 thinks on bench01 only; its cells say so, the other cells have no `reasoning`."""
+
     def fields(m: int, b: int, p: int, r: int) -> dict:
         if (m, b) != (1, 1):
             return {}
         if p % 3 == 0:
-            return {"reasoning": "hmm", "answer": "", "reasoning_tokens": 4096, "reasoning_tokens_from": "usage",
-                    "outcome": "truncated_reasoning"}
+            return {
+                "reasoning": "hmm",
+                "answer": "",
+                "reasoning_tokens": 4096,
+                "reasoning_tokens_from": "usage",
+                "outcome": "truncated_reasoning",
+            }
         return {"reasoning": "so", "answer": f"#### {p}", "reasoning_tokens": 100 * p, "reasoning_tokens_from": "usage"}
 
     root = tmp_path / "sweep"
@@ -189,9 +260,20 @@ def test_a_sweep_carries_the_counts_per_model_and_benchmark_cell(tmp_path: Path)
     assert done.returncode == 0, done.stderr
     doc = json.loads((root / "merged" / "sweep.json").read_text())
     tokens = sorted([4096] * 4 + [100 * p for p in range(12) if p % 3])
-    want = {"n_answered": 12, "truncated_reasoning": 4, "truncated": 0, "with_reasoning": 12,
-            "reasoning_tokens": {"n": 12, "mean": float(np.mean(tokens)), "p50": float(np.percentile(tokens, 50)),
-                                 "p90": float(np.percentile(tokens, 90)), "max": 4096, "from": {"usage": 12, "stream": 0}}}
+    want = {
+        "n_answered": 12,
+        "truncated_reasoning": 4,
+        "truncated": 0,
+        "with_reasoning": 12,
+        "reasoning_tokens": {
+            "n": 12,
+            "mean": float(np.mean(tokens)),
+            "p50": float(np.percentile(tokens, 50)),
+            "p90": float(np.percentile(tokens, 90)),
+            "max": 4096,
+            "from": {"usage": 12, "stream": 0},
+        },
+    }
     for cell in doc["cells"]:
         if (cell["service"], cell["benchmark"]) == ("step2000", "bench01"):
             assert cell["reasoning"] == want, cell
@@ -202,14 +284,16 @@ def test_a_sweep_carries_the_counts_per_model_and_benchmark_cell(tmp_path: Path)
     row = f"| step2000 | bench01 | 4 of 12 (33.3 %) | 0 | 12 | {t['mean']:.0f} | {t['p50']:.0f} | {t['p90']:.0f} | 4096 |"
     sweep_md = (root / "merged" / "sweep.md").read_text().splitlines()
     assert "## reasoning" in sweep_md and row in sweep_md and row in done.stdout.splitlines()
-    table = sweep_md[sweep_md.index("## reasoning"):]
-    table = table[:table.index("", 2)]  # to the blank line after the table
+    table = sweep_md[sweep_md.index("## reasoning") :]
+    table = table[: table.index("", 2)]  # to the blank line after the table
     assert sum(line.startswith("| step") for line in table) == 1  # only the cell that thought
     said = status(str(root)).splitlines()
-    assert [line for line in said if "while thinking" in line] == [f"step2000 bench01: truncated while thinking: 4 of 12 (33.3 %); "
-                                                                   f"cut off after answering: 0; 12 of 12 with thinking; thinking "
-                                                                   f"tokens mean {t['mean']:.0f}, p50 {t['p50']:.0f}, p90 "
-                                                                   f"{t['p90']:.0f}, max 4096 (usage 12)"]
+    assert [line for line in said if "while thinking" in line] == [
+        f"step2000 bench01: truncated while thinking: 4 of 12 (33.3 %); "
+        f"cut off after answering: 0; 12 of 12 with thinking; thinking "
+        f"tokens mean {t['mean']:.0f}, p50 {t['p50']:.0f}, p90 "
+        f"{t['p90']:.0f}, max 4096 (usage 12)"
+    ]
     model_scores = json.loads((root / "step2000" / "merged" / "scores.json").read_text())
     assert model_scores["bench01"]["reasoning"] == want and "reasoning" not in model_scores["bench00"]
 
@@ -221,11 +305,31 @@ def test_a_run_without_thinking_has_no_reasoning_anywhere(tmp_path: Path) -> Non
     done = shardeval_cmd("merge", str(root))
     assert done.returncode == 0, done.stderr
     scores = json.loads((root / "merged" / "scores.json").read_text())
-    assert list(scores[BENCH]) == ["n_problems", "repeats", "n_expected", "n_records", "n_ok", "n_missing", "n_errors", "error_rate",
-                                   "error_kinds", "n_duplicates", "n_conflicts", "n_superseded_errors", "n_refused", "partial",
-                                   "complete", "errors_as_wrong", "metrics"]  # the keys it had before issue 39, in their order
-    for text in ((root / "merged" / "scores.json").read_text(), (root / "merged" / "report.md").read_text(), done.stdout,
-                 status(str(root))):
+    assert list(scores[BENCH]) == [
+        "n_problems",
+        "repeats",
+        "n_expected",
+        "n_records",
+        "n_ok",
+        "n_missing",
+        "n_errors",
+        "error_rate",
+        "error_kinds",
+        "n_duplicates",
+        "n_conflicts",
+        "n_superseded_errors",
+        "n_refused",
+        "partial",
+        "complete",
+        "errors_as_wrong",
+        "metrics",
+    ]  # the keys it had before issue 39, in their order
+    for text in (
+        (root / "merged" / "scores.json").read_text(),
+        (root / "merged" / "report.md").read_text(),
+        done.stdout,
+        status(str(root)),
+    ):
         assert "reasoning" not in text.replace(str(tmp_path), "") and "thinking" not in text.replace(str(tmp_path), "")
     assert "reasoning" not in live_page_json(root).decode()
     sweep = tmp_path / "sweep"
@@ -271,9 +375,18 @@ def test_the_export_ends_a_batch_early_when_its_thinking_is_long(monkeypatch: py
 
 def tracker_metrics(r: dict) -> dict[str, float]:
     t = r["reasoning_tokens"]
-    return {"truncated_reasoning": 10, "truncated_reasoning_rate": 10 / 70, "truncated": 10, "truncated_rate": 10 / 70,
-            "with_reasoning": 30, "reasoning_tokens_n": 40, "reasoning_tokens_mean": t["mean"], "reasoning_tokens_p50": t["p50"],
-            "reasoning_tokens_p90": t["p90"], "reasoning_tokens_max": t["max"]}
+    return {
+        "truncated_reasoning": 10,
+        "truncated_reasoning_rate": 10 / 70,
+        "truncated": 10,
+        "truncated_rate": 10 / 70,
+        "with_reasoning": 30,
+        "reasoning_tokens_n": 40,
+        "reasoning_tokens_mean": t["mean"],
+        "reasoning_tokens_p50": t["p50"],
+        "reasoning_tokens_p90": t["p90"],
+        "reasoning_tokens_max": t["max"],
+    }
 
 
 def copy_run(root: Path, to: Path) -> Path:
@@ -281,8 +394,9 @@ def copy_run(root: Path, to: Path) -> Path:
     return to
 
 
-def test_mlflow_logs_the_truncation_and_the_thinking_tokens(merged: tuple[Path, str], tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mlflow_logs_the_truncation_and_the_thinking_tokens(
+    merged: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("mlflow")
     from mlflow import MlflowClient
 
@@ -332,8 +446,10 @@ def test_inspect_log_holds_the_thinking_as_content_reasoning(merged: tuple[Path,
     assert done.returncode in (0, 3), done.stderr
     log = read_eval_log(str(logs / f"{BENCH}.eval"))
     by_cell = {(s.id, s.epoch): s for s in log.samples}
-    standing = {(r["problem_id"], r["repeat"] + 1): r for r in
-                (json.loads(line) for line in (root / "merged" / BENCH / "results.jsonl").read_text().splitlines())}
+    standing = {
+        (r["problem_id"], r["repeat"] + 1): r
+        for r in (json.loads(line) for line in (root / "merged" / BENCH / "results.jsonl").read_text().splitlines())
+    }
     for cell, rec in standing.items():
         s = by_cell[cell]
         if rec["status"] != "ok":

@@ -17,7 +17,8 @@ import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import msgspec
 import pytest
@@ -85,11 +86,14 @@ def test_report_counts_cut_off_thinking_charts_tokens_and_folds_each_items_think
         marked = v.page.eval_on_selector_all("details.item:has(summary .truncated-reasoning)", "ds => ds.map(d => d.id)")
         assert marked == [f"i-{BENCH}-{p}" for p in (1, 5, 9)]
         # every thinking folded (collapsed) under its answer, with its token count and who counted it
-        folds = v.page.eval_on_selector_all("details.thinking", """ds => ds.map(d => ({id: d.id, open: d.open,
-            summary: d.querySelector('summary').textContent, text: (d.querySelector('.thinking-text') || {}).textContent}))""")
+        folds = v.page.eval_on_selector_all(
+            "details.thinking",
+            """ds => ds.map(d => ({id: d.id, open: d.open,
+            summary: d.querySelector('summary').textContent, text: (d.querySelector('.thinking-text') || {}).textContent}))""",
+        )
         by_id = {f["id"]: f for f in folds}
         assert folds and not any(f["open"] for f in folds)
-        assert by_id[f"t-{BENCH}-1-0"]["summary"].startswith(f"thinking: 2048 tokens (usage), ")
+        assert by_id[f"t-{BENCH}-1-0"]["summary"].startswith("thinking: 2048 tokens (usage), ")
         assert by_id[f"t-{BENCH}-2-0"]["summary"].startswith("thinking: 200 tokens (counted by stream), ")
         assert f"t-{BENCH}-3-1" not in by_id  # an error's thinking is not an answer's
         # hostile thinking is text: </details> closed nothing, <script> and onerror ran nothing
@@ -122,7 +126,9 @@ def test_a_run_without_thinking_shows_none_of_it(tmp_path, browser):
         assert_clean(v)
         assert v.page.evaluate("() => document.querySelectorAll('.reasoning, .reasoning-tokens, details.thinking, .replies').length") == 0
         assert not any(c["id"].startswith("reasoning-") for c in v.chart_marks())
-    ours = (tmp_path / "run" / "merged" / "report.html").read_text().split("<body>", 1)[1].split("<script", 1)[0]  # its body, before any script
+    ours = (
+        (tmp_path / "run" / "merged" / "report.html").read_text().split("<body>", 1)[1].split("<script", 1)[0]
+    )  # its body, before any script
     assert "truncated while thinking" not in ours and "reasoning tokens" not in ours and "thinking:" not in ours
 
 
@@ -162,14 +168,19 @@ def test_sweep_html_shows_cut_off_thinking_and_tokens_per_checkpoint_in_the_swee
         ids = {c["id"] for c in v.chart_marks()}
         assert {f"reasoning-rate-{BENCH}", f"reasoning-tokens-{BENCH}"} <= ids and not any("plain" in i for i in ids if "reasoning" in i)
         for chart in (f"reasoning-rate-{BENCH}", f"reasoning-tokens-{BENCH}"):
-            models = v.page.eval_on_selector_all(f"#{chart} g.role-axis[aria-label^='X-axis'] g.role-axis-label text",
-                                                 "ts => ts.map(t => t.textContent)")
+            models = v.page.eval_on_selector_all(
+                f"#{chart} g.role-axis[aria-label^='X-axis'] g.role-axis-label text", "ts => ts.map(t => t.textContent)"
+            )
             assert models == MODELS[1:]  # the sweep's order; the baseline never thought: no point
         numbers = dict(v.table_numbers("#reasoning-table"))
         want = {}
         for m, s in expected.items():
-            want |= {f"reasoning/{m}/{BENCH}/truncated_reasoning": s["truncated_reasoning"], f"reasoning/{m}/{BENCH}/truncated": s["truncated"],
-                     f"reasoning/{m}/{BENCH}/mean": s["reasoning_tokens"]["mean"], f"reasoning/{m}/{BENCH}/p50": s["reasoning_tokens"]["p50"]}
+            want |= {
+                f"reasoning/{m}/{BENCH}/truncated_reasoning": s["truncated_reasoning"],
+                f"reasoning/{m}/{BENCH}/truncated": s["truncated"],
+                f"reasoning/{m}/{BENCH}/mean": s["reasoning_tokens"]["mean"],
+                f"reasoning/{m}/{BENCH}/p50": s["reasoning_tokens"]["p50"],
+            }
         assert numbers == want
         rows = v.page.eval_on_selector_all("#reasoning-table tbody tr", "rs => rs.map(r => r.textContent)")
         assert rows[0].startswith("base—") and "3 of 23 (13.0 %)" in rows[1]
@@ -206,7 +217,11 @@ def status_page(root: Path, add: Callable[[str | None, dict[str, Any]], None]) -
         runner = web.AppRunner(make_app(snapshots))
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
-        state["url"], state["stop"], state["loop"] = f"http://127.0.0.1:{runner.addresses[0][1]}/", asyncio.Event(), asyncio.get_running_loop()
+        state["url"], state["stop"], state["loop"] = (
+            f"http://127.0.0.1:{runner.addresses[0][1]}/",
+            asyncio.Event(),
+            asyncio.get_running_loop(),
+        )
         started.set()
         try:
             await state["stop"].wait()
@@ -249,10 +264,13 @@ def test_live_status_page_of_a_sweep_counts_per_checkpoint_and_a_run_without_thi
 
     with status_page(root, add) as url, visit(browser, url) as v:
         v.page.wait_for_function("() => document.querySelector('[data-k=reasoning]') !== null", timeout=30_000)
-        shown = v.page.eval_on_selector_all("[data-row^='grid:'] [data-k=reasoning]",
-                                            "es => es.map(e => [e.closest('[data-row]').dataset.row, e.textContent])")
-        assert shown == [[f"grid:{m}:{BENCH}", f"truncated while thinking: {summaries[m]['truncated_reasoning']} of "
-                                               f"{summaries[m]['n_answered']}"] for m in MODELS[1:]]
+        shown = v.page.eval_on_selector_all(
+            "[data-row^='grid:'] [data-k=reasoning]", "es => es.map(e => [e.closest('[data-row]').dataset.row, e.textContent])"
+        )
+        assert shown == [
+            [f"grid:{m}:{BENCH}", f"truncated while thinking: {summaries[m]['truncated_reasoning']} of {summaries[m]['n_answered']}"]
+            for m in MODELS[1:]
+        ]
         assert v.errors() == [] and v.foreign_requests() == []
     make_shard(str(tmp_path / "plain"), 0, 1, n_problems=8)
     with status_page(tmp_path / "plain", lambda model, b: None) as url, visit(browser, url) as v:

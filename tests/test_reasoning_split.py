@@ -32,7 +32,8 @@ import zipimport
 from collections import Counter
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -101,8 +102,9 @@ def compare(name: str) -> tuple[Counter, list[str]]:
             counts["differs"] += 1
             want = text(recorded["gives"])
             if got != want or got.strip() == answer.strip():
-                wrong.append(f"{case['name']}: recorded {recorded['because']} giving {want[:80]!r}; "
-                             f"shardeval {answer[:80]!r}, {name} {got[:80]!r}")
+                wrong.append(
+                    f"{case['name']}: recorded {recorded['because']} giving {want[:80]!r}; shardeval {answer[:80]!r}, {name} {got[:80]!r}"
+                )
     return counts, wrong
 
 
@@ -154,8 +156,7 @@ def test_docs_state_the_comparison() -> None:
 PIECES = st.sampled_from([OPEN, CLOSE, "<THINK>", "think", "<", ">", "/", "\n", " ", "\r\n", "42", "é"])
 TAGGED = st.lists(st.one_of(PIECES, st.text(max_size=6)), max_size=12).map("".join)
 UNTAGGED = st.text().filter(lambda s: OPEN not in s and CLOSE not in s)
-NO_TAG_TEXT = st.lists(st.one_of(PIECES, st.text(max_size=6)), max_size=8).map("".join).filter(
-    lambda s: OPEN not in s and CLOSE not in s)
+NO_TAG_TEXT = st.lists(st.one_of(PIECES, st.text(max_size=6)), max_size=8).map("".join).filter(lambda s: OPEN not in s and CLOSE not in s)
 
 
 @settings(max_examples=500, deadline=None)

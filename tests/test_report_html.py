@@ -8,7 +8,6 @@ from tests/shard_factory.py where a test must shape what records hold (categorie
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import msgspec
@@ -21,7 +20,7 @@ from shard_factory import make_shard, record
 from shardeval.store.records import run_id
 
 READY = "document.body.dataset.charts"
-HOSTILE = "<script>window.pwned=1</script> \"double\" 'single' \x00nul \u202eevil\u202c <img src=x onerror=\"window.pwned=2\">"
+HOSTILE = '<script>window.pwned=1</script> "double" \'single\' \x00nul \u202eevil\u202c <img src=x onerror="window.pwned=2">'
 
 
 def page_numbers(v) -> dict[str, object]:
@@ -106,10 +105,20 @@ def hostile_run(root: Path) -> Path:
             for p in range(lo, hi):
                 for r in range(2):
                     status = "error" if (p, r) == (5, 1) else "ok"
-                    rec = record("arith", p, r, idx, score=float((p + r) % 2) if p % 3 else 0.0, status=status,
-                                 run=run_id(config_hash), cluster=f"subject {p % 3}" if p % 3 else HOSTILE, extracted=HOSTILE)
-                    yield msgspec.structs.replace(rec, response=HOSTILE + f" reply {p}", reference=HOSTILE + str(p),
-                                                  error=HOSTILE if status == "error" else None)
+                    rec = record(
+                        "arith",
+                        p,
+                        r,
+                        idx,
+                        score=float((p + r) % 2) if p % 3 else 0.0,
+                        status=status,
+                        run=run_id(config_hash),
+                        cluster=f"subject {p % 3}" if p % 3 else HOSTILE,
+                        extracted=HOSTILE,
+                    )
+                    yield msgspec.structs.replace(
+                        rec, response=HOSTILE + f" reply {p}", reference=HOSTILE + str(p), error=HOSTILE if status == "error" else None
+                    )
 
         make_shard(str(root), idx, 3, n_problems=n, repeats=2, config_hash=config_hash, records=records(), metrics=["accuracy", "pass@k"])
     return root

@@ -37,7 +37,7 @@ from PIL import Image, ImageDraw  # noqa: E402
 READY = "document.body.dataset.charts"
 HOSTILE_NAMES = [
     '"><img src=x onerror=alert(1)>.png',
-    "it's \"quoted\"\n<script>window.pwned=1</script>\nsecond line.png",
+    'it\'s "quoted"\n<script>window.pwned=1</script>\nsecond line.png',
     "\u202eevil\u202c <svg onload=alert(3)> 'single' & \"double\".webp",
 ]
 
@@ -62,8 +62,17 @@ def digest(seed: int) -> str:
 def thumb_line(seed: int, name: str | None = None, *, thumbnail: str | None | bool = True, noise: bool = False) -> ImageThumbnail:
     """images.jsonl's line of image `seed`: its own thumbnail (True), none (None), or the given text."""
     url, w, h = webp(seed, noise=noise) if thumbnail is True else (thumbnail, 0, 0)
-    return ImageThumbnail(sha256=digest(seed), name=name or f"img/picture {seed}.png", bytes=1000 + seed, width=640, height=480,
-                          mime="image/png", thumbnail=url, thumb_width=w, thumb_height=h)
+    return ImageThumbnail(
+        sha256=digest(seed),
+        name=name or f"img/picture {seed}.png",
+        bytes=1000 + seed,
+        width=640,
+        height=480,
+        mime="image/png",
+        thumbnail=url,
+        thumb_width=w,
+        thumb_height=h,
+    )
 
 
 def info(seed: int) -> ImageInfo:
@@ -89,8 +98,9 @@ def image_run(root: Path, *, n: int = 12, shards: int = 2, images_of=lambda p: [
                 for r in range(2):
                     yield record("arith", p, r, idx, score=score(p, r), run=run_id(config_hash), images=[info(s) for s in images_of(p)])
 
-        out = Path(make_shard(str(root), idx, shards, n_problems=n, repeats=2, config_hash=config_hash, records=records(),
-                              metrics=["accuracy"]))
+        out = Path(
+            make_shard(str(root), idx, shards, n_problems=n, repeats=2, config_hash=config_hash, records=records(), metrics=["accuracy"])
+        )
         sent = list(dict.fromkeys(s for p in range(lo, hi) for s in images_of(p)))
         write_lines(out / "arith" / IMAGES_FILE, lines_of(idx, sent) if lines_of else [thumb_line(s) for s in sent])
     return root
@@ -112,11 +122,19 @@ def test_reader_returns_only_the_asked_digests_and_passes_over_what_it_cannot_re
     a, b = tmp_path / "shard_0" / "arith", tmp_path / "shard_1" / "arith"
     a.mkdir(parents=True)
     b.mkdir(parents=True)
-    write_lines(a / IMAGES_FILE, [
-        thumb_line(1), b"not json at all\n", b'{"sha256": 5}\n', thumb_line(2, thumbnail=None), b"\n",
-        b'{"sha256": "' + digest(3).encode() + b'", "name": "missing every other field"}\n',  # its digest, but no thumbnail line
-        thumb_line(4), b'{"sha256": "' + digest(3).encode() + b'", "name": "torn',  # a torn last line
-    ])
+    write_lines(
+        a / IMAGES_FILE,
+        [
+            thumb_line(1),
+            b"not json at all\n",
+            b'{"sha256": 5}\n',
+            thumb_line(2, thumbnail=None),
+            b"\n",
+            b'{"sha256": "' + digest(3).encode() + b'", "name": "missing every other field"}\n',  # its digest, but no thumbnail line
+            thumb_line(4),
+            b'{"sha256": "' + digest(3).encode() + b'", "name": "torn',  # a torn last line
+        ],
+    )
     write_lines(b / IMAGES_FILE, [thumb_line(2, "img/from shard 1.png"), thumb_line(3), thumb_line(4, "img/second copy.png")])
     (tmp_path / "shard_2").mkdir()  # a shard without images.jsonl: none there, no error
 
@@ -213,11 +231,22 @@ def test_at_most_four_thumbnails_per_item_and_the_rest_counted(tmp_path):
 def test_missing_or_foreign_thumbnails_are_text_placeholders_never_fetched_sources(tmp_path):
     """No line, a null thumbnail, or a line whose `thumbnail` is not an embedded raster image (a
     path, an http URL, SVG, script, markup): each image is named as text, nothing is drawn from it."""
-    odd = {1: None, 2: "/etc/passwd", 3: "http://127.0.0.1:9/x.png", 4: "data:image/svg+xml;base64,PHN2Zz4=",
-           5: "javascript:alert(1)", 6: 'data:image/png;base64,AAAA" onerror="alert(1)', 7: "data:text/html;base64,PGI+",
-           8: "data:image/webp;base64," + "A" * 20_000}
-    run = image_run(tmp_path / "run", n=10, images_of=lambda p: [p],
-                    lines_of=lambda idx, sent: [thumb_line(s, thumbnail=odd.get(s, True)) for s in sent if s != 9])
+    odd = {
+        1: None,
+        2: "/etc/passwd",
+        3: "http://127.0.0.1:9/x.png",
+        4: "data:image/svg+xml;base64,PHN2Zz4=",
+        5: "javascript:alert(1)",
+        6: 'data:image/png;base64,AAAA" onerror="alert(1)',
+        7: "data:text/html;base64,PGI+",
+        8: "data:image/webp;base64," + "A" * 20_000,
+    }
+    run = image_run(
+        tmp_path / "run",
+        n=10,
+        images_of=lambda p: [p],
+        lines_of=lambda idx, sent: [thumb_line(s, thumbnail=odd.get(s, True)) for s in sent if s != 9],
+    )
     html = report(run)
     assert set(drawn_sources(html)) == {webp(0)[0]}
     for s in range(1, 10):
@@ -234,12 +263,18 @@ def test_missing_or_foreign_thumbnails_are_text_placeholders_never_fetched_sourc
 def test_the_page_embeds_at_most_its_thumbnail_budget_whatever_the_run_size(tmp_path):
     """60 items (20 lowest, 20 of most disagreement, 20 with errors) x 4 near-8-KiB thumbnails is
     about 2.6 MB of thumbnails; the page draws 1 MiB of them and names the rest as text."""
+
     def score(p: int, r: int) -> float:
         return [0.0, 1.0][r] if p < 40 else 0.0
 
     n = 200
-    run = image_run(tmp_path / "run", n=n, images_of=lambda p: [4 * p + k for k in range(4)], score=score,
-                    lines_of=lambda idx, sent: [thumb_line(s, noise=True) for s in sent])
+    run = image_run(
+        tmp_path / "run",
+        n=n,
+        images_of=lambda p: [4 * p + k for k in range(4)],
+        score=score,
+        lines_of=lambda idx, sent: [thumb_line(s, noise=True) for s in sent],
+    )
     html = report(run)
     sources = drawn_sources(html)
     figures = html.count('<figure class="thumb"')
@@ -261,8 +296,12 @@ def open_items(v) -> None:
 
 def test_thumbnails_render_in_chromium_and_hostile_names_stay_text(tmp_path, browser):
     names = {0: HOSTILE_NAMES[0], 1: HOSTILE_NAMES[1], 2: HOSTILE_NAMES[2], 5: HOSTILE_NAMES[0] + " (no thumbnail)"}
-    run = image_run(tmp_path / "run", n=6, images_of=lambda p: [p],
-                    lines_of=lambda idx, sent: [thumb_line(s, names.get(s), thumbnail=s != 5 or None) for s in sent])
+    run = image_run(
+        tmp_path / "run",
+        n=6,
+        images_of=lambda p: [p],
+        lines_of=lambda idx, sent: [thumb_line(s, names.get(s), thumbnail=s != 5 or None) for s in sent],
+    )
     assert shardeval_cmd("merge", str(run), "-q").returncode == 0
     page = run / "merged" / "report.html"
     with visit(browser, page.as_uri(), ready=READY) as v:
@@ -270,13 +309,20 @@ def test_thumbnails_render_in_chromium_and_hostile_names_stay_text(tmp_path, bro
         v.page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         open_items(v)
         assert v.page.evaluate(READY) == "drawn" and v.errors() == [] and v.foreign_requests() == []
-        images = v.page.evaluate("() => Array.from(document.images).map(i => [i.currentSrc.slice(0, 23), i.naturalWidth, i.naturalHeight, i.alt])")
+        images = v.page.evaluate(
+            "() => Array.from(document.images).map(i => [i.currentSrc.slice(0, 23), i.naturalWidth, i.naturalHeight, i.alt])"
+        )
         assert len(images) == 5  # image 5 has no thumbnail: a placeholder
         for (src, w, h, alt), s in zip(images, range(5)):
             assert src == "data:image/webp;base64," and (w, h) == (96, 64)
             assert alt == names.get(s, f"img/picture {s}.png")  # the attribute holds the whole hostile name, as text
         assert v.page.evaluate("() => window.pwned") is None and dialogs == []
-        assert v.page.evaluate("() => document.querySelectorAll('.thumbs svg, .thumbs script, .thumbs img:not([src^=\"data:image/webp\"])').length") == 0
+        assert (
+            v.page.evaluate(
+                "() => document.querySelectorAll('.thumbs svg, .thumbs script, .thumbs img:not([src^=\"data:image/webp\"])').length"
+            )
+            == 0
+        )
         assert v.page.evaluate("() => document.querySelectorAll('script').length") == 3  # the page's own
         captions = v.page.evaluate("() => Array.from(document.querySelectorAll('.thumb-name')).map(e => e.textContent)")
         assert captions == [names.get(s, f"img/picture {s}.png") for s in range(6)]
@@ -300,23 +346,36 @@ def test_a_real_image_run_against_the_simulator_shows_its_thumbnails_after_merge
         for d in range(k + 1):
             ImageDraw.Draw(im).ellipse((5 + 20 * d, 30, 20 + 20 * d, 45), fill="red")
         im.save(tmp_path / "img" / file, format="PNG")
-    rows = [{"id": f"q{k}", "question": "How many dots? <image>", "answer": str(k + 1), "images": [f"img/{file}"]}
-            for k, file in enumerate(files)]
-    rows.append({"id": "pair", "question": "Which has more, <image> or <image>?", "answer": "second",
-                 "images": [f"img/{files[0]}", f"img/{files[3]}"]})
+    rows = [
+        {"id": f"q{k}", "question": "How many dots? <image>", "answer": str(k + 1), "images": [f"img/{file}"]}
+        for k, file in enumerate(files)
+    ]
+    rows.append(
+        {
+            "id": "pair",
+            "question": "Which has more, <image> or <image>?",
+            "answer": "second",
+            "images": [f"img/{files[0]}", f"img/{files[3]}"],
+        }
+    )
     data = tmp_path / "dots.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with running_sim("--ttft-ms", "0", "--itl-ms", "0") as url:
         cfg = tmp_path / "run.yaml"
-        cfg.write_text(f"services:\n  model: {{type: api, url: {url}, model: sim}}\n"
-                       f"benchmarks:\n  - name: {data}\n    repeats: 2\noutput: {{dir: {tmp_path / 'out'}, progress_interval_s: 0}}\n")
+        cfg.write_text(
+            f"services:\n  model: {{type: api, url: {url}, model: sim}}\n"
+            f"benchmarks:\n  - name: {data}\n    repeats: 2\noutput: {{dir: {tmp_path / 'out'}, progress_interval_s: 0}}\n"
+        )
         for i in range(2):
             done = shardeval_cmd("run", str(cfg), "--shard", f"{i}/2", "-o", str(tmp_path / "out" / f"shard_{i}"))
             assert done.returncode in (0, 3), done.stderr
     merged = shardeval_cmd("merge", str(tmp_path / "out"), "-q")
     assert merged.returncode in (0, 3), merged.stderr
-    kept = {json.loads(line)["sha256"]: json.loads(line) for i in range(2)
-            for line in (tmp_path / "out" / f"shard_{i}" / "dots" / IMAGES_FILE).read_text().splitlines()}
+    kept = {
+        json.loads(line)["sha256"]: json.loads(line)
+        for i in range(2)
+        for line in (tmp_path / "out" / f"shard_{i}" / "dots" / IMAGES_FILE).read_text().splitlines()
+    }
     assert len(kept) == 4 and {t["name"] for t in kept.values()} == {f"img/{f}" for f in files}
     html = (tmp_path / "out" / "merged" / "report.html").read_text()
     items = len(re.findall(r'<details class="item"', html))

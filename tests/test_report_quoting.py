@@ -10,8 +10,6 @@ as HTML, a link, a code span or emphasis. The text of `status` keeps one line pe
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +19,32 @@ from markdown_it import MarkdownIt
 
 from conftest import shardeval_cmd
 from shardeval.results.quoting import md_text, plain_text
-from shardeval.store.records import (BenchmarkManifest, Manifest, Provenance, ResultRecord, ServedModel, SweepPlan, TrajectoryRecord,
-                               encode_line, run_id, write_manifest)
+from shardeval.store.records import (
+    BenchmarkManifest,
+    Manifest,
+    Provenance,
+    ResultRecord,
+    ServedModel,
+    SweepPlan,
+    TrajectoryRecord,
+    encode_line,
+    run_id,
+    write_manifest,
+)
 
-HOSTILE = ["a|b", "two\nlines", "cr\rhere", "tick`s` | here", "#heading", "<script>alert(1)</script>", "x\r\n| forged | row |",
-           "[link](http://evil.example)", "amp &lt; &amp; *star* ~~del~~", "back\\slash\\|pipe", "tail #"]
+HOSTILE = [
+    "a|b",
+    "two\nlines",
+    "cr\rhere",
+    "tick`s` | here",
+    "#heading",
+    "<script>alert(1)</script>",
+    "x\r\n| forged | row |",
+    "[link](http://evil.example)",
+    "amp &lt; &amp; *star* ~~del~~",
+    "back\\slash\\|pipe",
+    "tail #",
+]
 BENCHES = ["bench|one", "bench\ntwo", "<script>b", "#b `c` *d*"]  # directory names too: no `/`
 CATEGORIES = HOSTILE[:6]
 SWEEP_MODELS = ["__init__", "base_", "m-1.2"]  # what sweep's name rule lets through, emphasis included
@@ -33,38 +52,95 @@ FINGERPRINTS = {"dataset_fingerprint": "sha256:data", "prompt_fingerprint": "sha
 N = 24
 
 
-def write_shard(out: Path, idx: int, total: int, benches: list[str], *, host: str, python: str, weights: str,
-                sweep: SweepPlan | None = None, config_hash: str = "sha256:quoting") -> None:
+def write_shard(
+    out: Path,
+    idx: int,
+    total: int,
+    benches: list[str],
+    *,
+    host: str,
+    python: str,
+    weights: str,
+    sweep: SweepPlan | None = None,
+    config_hash: str = "sha256:quoting",
+) -> None:
     """One complete shard of `benches` (N problems, 2 repeats), written with the project's own Structs."""
     lo, hi = idx * N // total, (idx + 1) * N // total
     out.mkdir(parents=True)
     served = {"svc|x\n<b>": ServedModel(model="m|odel", root=weights, max_model_len=4096)}
-    write_manifest(str(out), Manifest(
-        version="test", shard_idx=idx, total_shards=total, shard_source="test", config_hash=config_hash, state="complete",
-        benchmarks=[BenchmarkManifest(name=b, range=(lo, hi), repeats=2, n_problems=N, service="svc|x\n<b>", **FINGERPRINTS)
-                    for b in benches],
-        served=served, sweep=sweep, started_at=1_700_000_000.0,
-        provenance=Provenance(shardeval="test", python=python, platform="linux|`x`", host=host, plugins={"p|1": "v\n2"})))
+    write_manifest(
+        str(out),
+        Manifest(
+            version="test",
+            shard_idx=idx,
+            total_shards=total,
+            shard_source="test",
+            config_hash=config_hash,
+            state="complete",
+            benchmarks=[
+                BenchmarkManifest(name=b, range=(lo, hi), repeats=2, n_problems=N, service="svc|x\n<b>", **FINGERPRINTS) for b in benches
+            ],
+            served=served,
+            sweep=sweep,
+            started_at=1_700_000_000.0,
+            provenance=Provenance(shardeval="test", python=python, platform="linux|`x`", host=host, plugins={"p|1": "v\n2"}),
+        ),
+    )
     for b in benches:
         (out / b).mkdir(parents=True)
         with open(out / b / "results.jsonl", "wb") as res, open(out / b / "trajectories.jsonl", "wb") as traj:
             for p in range(lo, hi):
                 for r in range(2):
                     pid = HOSTILE[p % len(HOSTILE)] + f"-{p}"
-                    res.write(encode_line(ResultRecord(
-                        benchmark=b, problem_idx=p, problem_id=pid, repeat=r, seed=p * 10 + r, status="ok",
-                        score=float((p + r + idx) % 3 != 0), response=f"#### {p}", reference=str(p), latency_s=0.5, ttft_s=0.1,
-                        started_at=1_700_000_000.0 + p, completion_tokens=8, shard=idx, run=run_id(config_hash),
-                        cluster=CATEGORIES[p % len(CATEGORIES)])))
-                    traj.write(encode_line(TrajectoryRecord(benchmark=b, problem_idx=p, problem_id=pid, repeat=r, status="ok",
-                                                            messages=[{"role": "user", "content": f"q{p}"}])))
+                    res.write(
+                        encode_line(
+                            ResultRecord(
+                                benchmark=b,
+                                problem_idx=p,
+                                problem_id=pid,
+                                repeat=r,
+                                seed=p * 10 + r,
+                                status="ok",
+                                score=float((p + r + idx) % 3 != 0),
+                                response=f"#### {p}",
+                                reference=str(p),
+                                latency_s=0.5,
+                                ttft_s=0.1,
+                                started_at=1_700_000_000.0 + p,
+                                completion_tokens=8,
+                                shard=idx,
+                                run=run_id(config_hash),
+                                cluster=CATEGORIES[p % len(CATEGORIES)],
+                            )
+                        )
+                    )
+                    traj.write(
+                        encode_line(
+                            TrajectoryRecord(
+                                benchmark=b,
+                                problem_idx=p,
+                                problem_id=pid,
+                                repeat=r,
+                                status="ok",
+                                messages=[{"role": "user", "content": f"q{p}"}],
+                            )
+                        )
+                    )
 
 
 def write_run(root: Path, benches: list[str] = BENCHES, sweep: SweepPlan | None = None) -> Path:
     """Two shards whose hosts and Python differ (report.md lists both and flags the varying fact)."""
     for idx in range(2):
-        write_shard(root / f"shard_{idx}|\n#{idx}", idx, 2, benches, host=f"node{idx}|`h`\n# host", python=f"3.1{idx}|<i>\r\n",
-                    weights="<script>w</script>|/weights\n# root", sweep=sweep)
+        write_shard(
+            root / f"shard_{idx}|\n#{idx}",
+            idx,
+            2,
+            benches,
+            host=f"node{idx}|`h`\n# host",
+            python=f"3.1{idx}|<i>\r\n",
+            weights="<script>w</script>|/weights\n# root",
+            sweep=sweep,
+        )
     return root
 
 
@@ -141,7 +217,7 @@ def test_report_md_tables_keep_their_columns_and_quote_every_name(tmp_path: Path
     assert shown("<script>w</script>|/weights\n# root") in text  # the served weights, a server's words
     assert shown("node0|`h`\n# host") + ", " + shown("node1|`h`\n# host") in text  # the per-node fact
     varies = [c for c in text if c.startswith("varies")]
-    assert any(shown("3.10|<i>\r\n") in c and shown(f"shard_0|\n#0") in c for c in varies), varies  # a fact that varies
+    assert any(shown("3.10|<i>\r\n") in c and shown("shard_0|\n#0") in c for c in varies), varies  # a fact that varies
     assert shown("svc|x\n<b>") in " ".join(text)
     assert "<script>" not in md.replace("\\<script\\>", "") and "\n# host" not in md
     assert "unreadable line" in md
@@ -154,8 +230,16 @@ def test_sweep_md_tables_keep_their_columns(tmp_path: Path) -> None:
     (root / "sweep_plan.json").write_bytes(msgspec.json.encode(plan))
     for model in SWEEP_MODELS:
         for idx in range(2):
-            write_shard(root / model / f"shard_{idx}", idx, 2, BENCHES, host="h", python="3", weights="w",
-                        sweep=SweepPlan(services=SWEEP_MODELS, baseline=SWEEP_MODELS[0], shards=2, service=model))
+            write_shard(
+                root / model / f"shard_{idx}",
+                idx,
+                2,
+                BENCHES,
+                host="h",
+                python="3",
+                weights="w",
+                sweep=SweepPlan(services=SWEEP_MODELS, baseline=SWEEP_MODELS[0], shards=2, service=model),
+            )
     done = shardeval_cmd("merge", str(root), "-o", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     md = (tmp_path / "out" / "sweep.md").read_text()
@@ -175,7 +259,10 @@ def test_compare_markdown_headings_quote_runs_and_benchmarks(tmp_path: Path) -> 
     done = shardeval_cmd("compare", str(a), str(b))
     assert done.returncode == 0, done.stderr
     _, headings = parse(done.stdout)
-    assert headings == [f"shardeval compare: B = {shown(b)} vs A = {shown(a)}", *sorted(map(shown, BENCHES), key=lambda h: [shown(x) for x in BENCHES].index(h))]
+    assert headings == [
+        f"shardeval compare: B = {shown(b)} vs A = {shown(a)}",
+        *sorted(map(shown, BENCHES), key=lambda h: [shown(x) for x in BENCHES].index(h)),
+    ]
 
 
 def test_status_text_keeps_one_line_per_row(tmp_path: Path) -> None:

@@ -93,15 +93,30 @@ def test_unchanged_scorer_gives_byte_identical_merge_and_leaves_the_originals_al
 
 def test_another_scorer_changes_the_scores_and_is_named(finished):
     new = finished / "lengths"
-    r = shardeval_cmd("rescore", str(finished / "run"), "-o", str(new), "--scorer", "length_multiple",
-                      "-O", "benchmarks.0.params.modulus=3", "-O", "benchmarks.0.params.in_thread=true", env=SCORER_ENV)
+    r = shardeval_cmd(
+        "rescore",
+        str(finished / "run"),
+        "-o",
+        str(new),
+        "--scorer",
+        "length_multiple",
+        "-O",
+        "benchmarks.0.params.modulus=3",
+        "-O",
+        "benchmarks.0.params.in_thread=true",
+        env=SCORER_ENV,
+    )
     assert r.returncode == 3, r.stderr
     for i in range(2):
         old, got = (records(root / f"shard_{i}" / "arith" / "results.jsonl") for root in (finished / "run", new))
         assert len(got) == len(old)
         for a, b in zip(old, got):
             if a.status == "ok" and a.run == b.run and b.run is not None and a.run != "0123456789ab":
-                assert (b.score, b.extracted, b.scores) == (float(len(a.response) % 3 == 0), str(len(a.response)), {"chars": float(len(a.response))})
+                assert (b.score, b.extracted, b.scores) == (
+                    float(len(a.response) % 3 == 0),
+                    str(len(a.response)),
+                    {"chars": float(len(a.response))},
+                )
                 assert msgspec.structs.replace(b, score=a.score, extracted=a.extracted, scores=a.scores) == a  # nothing else changed
             else:
                 assert b == a  # errors and another run's record: copied as they are
@@ -109,7 +124,12 @@ def test_another_scorer_changes_the_scores_and_is_named(finished):
     assert len({rec.score for rec in ok}) == 2  # some answers of each kind: the check above was not vacuous
 
     info = manifest(new / "shard_0").rescored.scorers[0]
-    assert (info.scorer, info.plugin, info.scorer_version, info.params["modulus"]) == ("length_multiple", "rescore_scorer_plugin", "length-multiple-1", 3)
+    assert (info.scorer, info.plugin, info.scorer_version, info.params["modulus"]) == (
+        "length_multiple",
+        "rescore_scorer_plugin",
+        "length-multiple-1",
+        3,
+    )
     assert info.fingerprint != info.replaces and manifest(new / "shard_0").benchmarks[0].scorer_fingerprint == info.fingerprint
 
     r = shardeval_cmd("merge", str(new), "-o", str(finished / "merged_lengths"), "-q", env=SCORER_ENV)
@@ -136,8 +156,21 @@ def test_another_scorer_changes_the_scores_and_is_named(finished):
 
 def test_a_killed_rescore_resumes_without_redoing_records(finished):
     new = finished / "killed"
-    args = [sys.executable, "-m", "shardeval", "rescore", str(finished / "run"), "-o", str(new), "--shard", "0/2",
-            "--scorer", "length_multiple", "-O", "benchmarks.0.params.delay_s=0.05"]
+    args = [
+        sys.executable,
+        "-m",
+        "shardeval",
+        "rescore",
+        str(finished / "run"),
+        "-o",
+        str(new),
+        "--shard",
+        "0/2",
+        "--scorer",
+        "length_multiple",
+        "-O",
+        "benchmarks.0.params.delay_s=0.05",
+    ]
     out = new / "shard_0" / "arith" / "results.jsonl"
     proc = subprocess.Popen(args, env={**os.environ, **SCORER_ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -193,7 +226,11 @@ def test_a_sweep_keeps_its_layout_and_merges_to_the_same_table(tmp_path):
     for i in range(3):  # an array of three tasks over the three models' shards
         r = shardeval_cmd("rescore", str(tmp_path / "sweep"), "-o", str(tmp_path / "again"), "--shard", f"{i}/3")
         assert r.returncode == 0, r.stderr
-    assert sorted(p.parent.name + "/" + p.name for p in (tmp_path / "again").glob("*/shard_*")) == ["base/shard_0", "step1/shard_0", "step2/shard_0"]
+    assert sorted(p.parent.name + "/" + p.name for p in (tmp_path / "again").glob("*/shard_*")) == [
+        "base/shard_0",
+        "step1/shard_0",
+        "step2/shard_0",
+    ]
     for name in ("sweep", "again"):
         r = shardeval_cmd("merge", str(tmp_path / name), "-q", "-o", str(tmp_path / f"merged_{name}"))
         assert r.returncode == 0, r.stderr
@@ -228,8 +265,21 @@ def test_a_resumed_rescore_refuses_a_source_rewritten_with_the_same_size(finishe
     naming the file; nothing is appended to the half-done rescore."""
     run = _copy_run(finished, tmp_path)
     new = tmp_path / "new"
-    args = [sys.executable, "-m", "shardeval", "rescore", str(run), "-o", str(new), "--shard", "0/2",
-            "--scorer", "length_multiple", "-O", "benchmarks.0.params.delay_s=0.05"]
+    args = [
+        sys.executable,
+        "-m",
+        "shardeval",
+        "rescore",
+        str(run),
+        "-o",
+        str(new),
+        "--shard",
+        "0/2",
+        "--scorer",
+        "length_multiple",
+        "-O",
+        "benchmarks.0.params.delay_s=0.05",
+    ]
     out = new / "shard_0" / "arith" / "results.jsonl"
     n_whole = _kill_midway(args, out)
     source = run / "shard_0" / "arith" / "results.jsonl"
@@ -253,8 +303,10 @@ def test_a_rerun_rescore_refuses_a_truncated_source_and_catches_up_with_an_appen
     run = _copy_run(finished, tmp_path)
     source = run / "shard_0" / "arith" / "results.jsonl"
     lines = source.read_bytes().splitlines(keepends=True)
-    for name, change in (("cut", lambda: source.write_bytes(b"".join(lines[:-3]))),
-                         ("grown", lambda: source.write_bytes(b"".join(lines + lines[:3])))):
+    for name, change in (
+        ("cut", lambda: source.write_bytes(b"".join(lines[:-3]))),
+        ("grown", lambda: source.write_bytes(b"".join(lines + lines[:3]))),
+    ):
         source.write_bytes(b"".join(lines))
         new = tmp_path / name
         r = shardeval_cmd("rescore", str(run), "-o", str(new), "--shard", "0/2")

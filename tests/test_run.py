@@ -24,10 +24,20 @@ TIMING = {"ttft_s", "latency_s", "started_at", "shard"}
 
 def write_config(tmp: Path, url: str, n: int = 60, repeats: int = 2, output: dict | None = None) -> Path:
     return api_eval_config(
-        tmp / "config.yaml", url, n=n, repeats=repeats, concurrency=16,
+        tmp / "config.yaml",
+        url,
+        n=n,
+        repeats=repeats,
+        concurrency=16,
         service={"retries": {"attempts": 3, "backoff_base": 0.05, "backoff_max": 0.2}},
-        benchmark={"solver": {"type": "simple", "service": "model", "system_prompt": "You are careful.",
-                              "generation": {"temperature": 0.7, "max_tokens": 64}}},
+        benchmark={
+            "solver": {
+                "type": "simple",
+                "service": "model",
+                "system_prompt": "You are careful.",
+                "generation": {"temperature": 0.7, "max_tokens": 64},
+            }
+        },
         output={"progress_interval_s": 0.5, **(output or {})},
     )
 
@@ -42,9 +52,7 @@ def manifest(shard_dir: Path) -> dict:
 
 
 def run_shard(cfg: Path, out: Path, idx: int, total: int, *args: str) -> subprocess.CompletedProcess[str]:
-    return shardeval_cmd(
-        "run", str(cfg), "-o", str(out), *args, env={"NEL_SHARD_IDX": str(idx), "NEL_TOTAL_SHARDS": str(total)}
-    )
+    return shardeval_cmd("run", str(cfg), "-o", str(out), *args, env={"NEL_SHARD_IDX": str(idx), "NEL_TOTAL_SHARDS": str(total)})
 
 
 def test_four_manual_shards_cover_every_pair_exactly_once(tmp_path, sim):
@@ -196,8 +204,19 @@ def test_sigterm_stops_cleanly_and_marks_interrupted(tmp_path):
 def test_quick_mode_against_a_running_endpoint(tmp_path, sim):
     out = tmp_path / "quick"
     result = shardeval_cmd(
-        "run", "--bench", "arith", "--model-url", sim + "/chat/completions", "--model-id", "sim",
-        "--max-problems", "8", "-n", "2", "-o", str(out),
+        "run",
+        "--bench",
+        "arith",
+        "--model-url",
+        sim + "/chat/completions",
+        "--model-id",
+        "sim",
+        "--max-problems",
+        "8",
+        "-n",
+        "2",
+        "-o",
+        str(out),
     )
     assert result.returncode == 0, result.stderr
     recs = records(out)
@@ -211,7 +230,9 @@ def test_sigint_stops_cleanly_with_exit_130(tmp_path):
         out = tmp_path / "out"
         proc = subprocess.Popen(
             [sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(out)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         wait_for_lines(out / "arith" / "results.jsonl", 10)
         proc.send_signal(signal.SIGINT)
@@ -259,7 +280,9 @@ def test_progress_plain_lines_in_batch_logs_and_a_live_line_on_a_terminal(tmp_pa
         primary, secondary = pty.openpty()
         proc = subprocess.Popen(
             [sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(tmp_path / "tty"), "-O", "benchmarks.0.max_concurrent=4"],
-            stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary,
+            stdin=subprocess.DEVNULL,
+            stdout=secondary,
+            stderr=secondary,
         )
         os.close(secondary)
         chunks = []

@@ -25,8 +25,7 @@ SCORER_ENV = {"SHARDEVAL_PLUGINS": "rescore_scorer_plugin", "PYTHONPATH": os.pat
 
 def write_rows(path: Path, answers: list[str]) -> Path:
     """A data file whose rows carry two prompt fields, so one file can be asked two ways."""
-    rows = [{"id": f"q{i}", "question": f"What is {i} + 1?", "alt": f"Compute {i} plus one.", "answer": a}
-            for i, a in enumerate(answers)]
+    rows = [{"id": f"q{i}", "question": f"What is {i} + 1?", "alt": f"Compute {i} plus one.", "answer": a} for i, a in enumerate(answers)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -41,15 +40,26 @@ def runs(tmp_path_factory) -> Path:
     answers = [str(i + 1) for i in range(12)]
     data = write_rows(tmp / "qa.jsonl", answers)
     revised = write_rows(tmp / "qa_v2.jsonl", answers[:-1] + ["13.0"])
-    variants = {"a": (data, "question", 0), "same": (data, "question", 7), "prompt": (data, "alt", 0), "revised": (revised, "question", 0),
-                "fewer": (data, "question", 0)}
+    variants = {
+        "a": (data, "question", 0),
+        "same": (data, "question", 7),
+        "prompt": (data, "alt", 0),
+        "revised": (revised, "question", 0),
+        "fewer": (data, "question", 0),
+    }
     with running_sim("--bench", "arith", "--accuracy", "0.6", "--ttft-ms", "1", "--itl-ms", "0") as url:
         for name, (path, field, seed) in variants.items():
             cfg = api_eval_config(tmp / f"{name}.yaml", url, n=30, concurrency=8)
             config = json.loads(cfg.read_text())
             config["seed"] = seed
-            config["benchmarks"].append({"name": str(path), "id": "qa", "params": {"prompt_field": field, "id_field": "id"},
-                                         **({"max_problems": 5} if name == "fewer" else {})})
+            config["benchmarks"].append(
+                {
+                    "name": str(path),
+                    "id": "qa",
+                    "params": {"prompt_field": field, "id_field": "id"},
+                    **({"max_problems": 5} if name == "fewer" else {}),
+                }
+            )
             cfg.write_text(json.dumps(config))
             r = shardeval_cmd("run", str(cfg), "-o", str(tmp / name))
             assert r.returncode == 0, r.stderr
@@ -93,8 +103,11 @@ def test_compare_says_why_runs_of_other_sizes_are_not_compared(runs):
     r = shardeval_cmd("compare", str(runs / "a"), str(runs / "fewer"), "--json")
     assert r.returncode == 0, r.stderr
     found = {x["benchmark"]: x for x in json.loads(r.stdout)}
-    assert found["qa"] == {"benchmark": "qa", "not_compared": "they ask different numbers of problems (A 12, B 5: another "
-                           "max_problems), so their prompts and scorer cannot be checked against each other"}
+    assert found["qa"] == {
+        "benchmark": "qa",
+        "not_compared": "they ask different numbers of problems (A 12, B 5: another "
+        "max_problems), so their prompts and scorer cannot be checked against each other",
+    }
     assert found["arith"]["n_shared"] == 30
 
 
@@ -114,9 +127,12 @@ def test_a_sweep_shows_a_model_scored_otherwise_apart_and_never_pairs_it(tmp_pat
     r = shardeval_cmd("run", example, *small, "-o", str(tmp_path / "sweep"), timeout=180)
     assert r.returncode == 0, r.stderr
     before = json.loads((tmp_path / "sweep" / "merged" / "sweep.json").read_text())
-    assert {(v["service"], v["benchmark"]) for v in before["vs_baseline"]} == {(s, b) for s in ("step1", "step2") for b in ("arith", "arith_b")}
-    r = shardeval_cmd("rescore", str(tmp_path / "sweep"), "-o", str(tmp_path / "rescored"), "--scorer", "arith=length_multiple",
-                      env=SCORER_ENV)
+    assert {(v["service"], v["benchmark"]) for v in before["vs_baseline"]} == {
+        (s, b) for s in ("step1", "step2") for b in ("arith", "arith_b")
+    }
+    r = shardeval_cmd(
+        "rescore", str(tmp_path / "sweep"), "-o", str(tmp_path / "rescored"), "--scorer", "arith=length_multiple", env=SCORER_ENV
+    )
     assert r.returncode == 0, r.stderr
     shutil.rmtree(tmp_path / "sweep" / "step1")
     shutil.copytree(tmp_path / "rescored" / "step1", tmp_path / "sweep" / "step1")

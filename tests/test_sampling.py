@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from aiohttp import web
 
@@ -29,11 +29,15 @@ class RecordingServer:
 
     async def chat(self, request: web.Request) -> web.Response:
         self.bodies.append(json.loads(await request.read()))
-        return web.json_response({
-            "id": "c", "object": "chat.completion", "model": "sim",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "#### 2"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-        })
+        return web.json_response(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "model": "sim",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "#### 2"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            }
+        )
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "sim", "root": "sim", "max_model_len": 4096}]})
@@ -54,8 +58,14 @@ def run_and_collect(tmp_path: Path, *, repeats: int = 1, generation: dict | None
     tmp_path.mkdir(parents=True, exist_ok=True)
     with recording_server() as server:
         solver = {"type": "simple", "service": "model", **({"generation": generation} if generation is not None else {})}
-        config = api_eval_config(tmp_path / "config.yaml", server.url, n=n, repeats=repeats,
-                                 service={"stream": False, "retries": {"attempts": 1}}, benchmark={"solver": solver})
+        config = api_eval_config(
+            tmp_path / "config.yaml",
+            server.url,
+            n=n,
+            repeats=repeats,
+            service={"stream": False, "retries": {"attempts": 1}},
+            benchmark={"solver": solver},
+        )
         proc = shardeval_cmd("run", str(config), "-o", str(tmp_path / "out"))
         assert proc.returncode == 0, proc.stderr
         bodies = list(server.bodies)
@@ -97,8 +107,9 @@ def test_greedy_repeats_are_a_warning_and_run_as_written(tmp_path: Path) -> None
     It may be meant (a server's nondeterminism), so the run goes ahead as written, with one warning."""
     with recording_server() as server:
         solver = {"type": "simple", "service": "model", "generation": {"temperature": 0}}
-        config = api_eval_config(tmp_path / "config.yaml", server.url, n=2, repeats=3,
-                                 service={"stream": False}, benchmark={"solver": solver})
+        config = api_eval_config(
+            tmp_path / "config.yaml", server.url, n=2, repeats=3, service={"stream": False}, benchmark={"solver": solver}
+        )
         proc = shardeval_cmd("run", str(config), "-o", str(tmp_path / "out"))
         assert proc.returncode == 0, proc.stderr
         assert {b["temperature"] for b in server.bodies} == {0}
@@ -115,12 +126,12 @@ def test_dry_run_prints_the_sampling_and_an_unset_key_is_the_same_run_as_its_def
     the default out is the same run (same identity) as one that leaves it unset, one that differs is not."""
     url = "http://127.0.0.1:9/v1"
     unset = api_eval_config(tmp_path / "unset.yaml", url)
-    written = api_eval_config(tmp_path / "written.yaml", url,
-                              benchmark={"solver": {"type": "simple", "generation": {"temperature": 0.0}}})
-    other = api_eval_config(tmp_path / "other.yaml", url,
-                            benchmark={"solver": {"type": "simple", "generation": {"temperature": 0.7}}})
-    runs = {name: shardeval_cmd("run", str(path), "--dry-run", "-o", str(tmp_path / name))
-            for name, path in (("unset", unset), ("written", written), ("other", other))}
+    written = api_eval_config(tmp_path / "written.yaml", url, benchmark={"solver": {"type": "simple", "generation": {"temperature": 0.0}}})
+    other = api_eval_config(tmp_path / "other.yaml", url, benchmark={"solver": {"type": "simple", "generation": {"temperature": 0.7}}})
+    runs = {
+        name: shardeval_cmd("run", str(path), "--dry-run", "-o", str(tmp_path / name))
+        for name, path in (("unset", unset), ("written", written), ("other", other))
+    }
     for proc in runs.values():
         assert proc.returncode == 0, proc.stderr
     assert "benchmarks[0] (arith), repeats 1: requests carry temperature=0.0 (the benchmark's default)" in runs["unset"].stderr
@@ -132,19 +143,24 @@ def test_quick_mode_and_humaneval_declare_their_sampling(tmp_path: Path) -> None
     """H5 variant: `run --bench` (no config file) fills the same defaults; humaneval with repeats
     uses Chen et al.'s pass@k sampling (temperature 0.8, top_p 0.95), greedy without; a judge's
     requests say their temperature too."""
-    quick = shardeval_cmd("run", "--bench", "arith", "--model-url", "http://127.0.0.1:9/v1", "--model-id", "m",
-                          "--dry-run", "-o", str(tmp_path / "q"))
+    quick = shardeval_cmd(
+        "run", "--bench", "arith", "--model-url", "http://127.0.0.1:9/v1", "--model-id", "m", "--dry-run", "-o", str(tmp_path / "q")
+    )
     assert quick.returncode == 0, quick.stderr
     assert "requests carry temperature=0.0 (the benchmark's default)" in quick.stderr
-    for repeats, expected in ((5, "temperature=0.8 (the benchmark's default), top_p=0.95 (the benchmark's default)"),
-                              (1, "temperature=0.0 (the benchmark's default)")):
-        config = api_eval_config(tmp_path / f"he{repeats}.yaml", "http://127.0.0.1:9/v1", bench="humaneval", repeats=repeats,
-                                 benchmark={"params": {}})
+    for repeats, expected in (
+        (5, "temperature=0.8 (the benchmark's default), top_p=0.95 (the benchmark's default)"),
+        (1, "temperature=0.0 (the benchmark's default)"),
+    ):
+        config = api_eval_config(
+            tmp_path / f"he{repeats}.yaml", "http://127.0.0.1:9/v1", bench="humaneval", repeats=repeats, benchmark={"params": {}}
+        )
         proc = shardeval_cmd("run", str(config), "--dry-run", "-o", str(tmp_path / f"he{repeats}"))
         assert proc.returncode == 0, proc.stderr
         assert f"(humaneval), repeats {repeats}: requests carry {expected}" in proc.stderr
-    judged = shardeval_cmd("run", "examples/judge_sim.yaml", "--dry-run", "-o", str(tmp_path / "j"),
-                           cwd=str(Path(__file__).resolve().parent.parent))
+    judged = shardeval_cmd(
+        "run", "examples/judge_sim.yaml", "--dry-run", "-o", str(tmp_path / "j"), cwd=str(Path(__file__).resolve().parent.parent)
+    )
     assert judged.returncode == 0, judged.stderr
     assert "benchmarks[0] judge judge: requests carry temperature=0.0" in judged.stderr
 

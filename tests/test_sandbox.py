@@ -45,8 +45,7 @@ def assert_failed_then_goes_on(result: SandboxResult) -> None:
 
 def live_processes(session: int | None = None, uid: int | None = None) -> list[int]:
     """Running (not zombie) processes in `session` or owned by `uid`."""
-    return [p.pid for p in processes(uid=True)
-            if p.alive and (p.session == session or (uid is not None and p.uid == uid))]
+    return [p.pid for p in processes(uid=True) if p.alive and (p.session == session or (uid is not None and p.uid == uid))]
 
 
 def ids_line(result: SandboxResult) -> dict[str, int]:
@@ -117,7 +116,11 @@ def test_fork_bomb_is_refused_by_the_prelude():
     assert not result.passed and not result.timed_out
     assert "PermissionError" in result.stderr and "os.fork is disabled" in result.stderr
     assert live_processes(session=ids_line(result)["sid"]) == []
-    for code in ("import subprocess\nsubprocess.run(['true'])", "import os\nos.system('true')", "import os\nos.execv('/bin/true', ['true'])"):
+    for code in (
+        "import subprocess\nsubprocess.run(['true'])",
+        "import os\nos.system('true')",
+        "import os\nos.execv('/bin/true', ['true'])",
+    ):
         denied = run(code)
         assert not denied.passed and "PermissionError" in denied.stderr, denied
     assert_failed_then_goes_on(result)
@@ -203,7 +206,7 @@ def listener():
         while not stop.is_set():
             try:
                 conn, _ = server.accept()
-            except (TimeoutError, socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             connected.append(True)
             conn.close()
@@ -265,7 +268,9 @@ while pid > 1:  # every ancestor's environment, the shardeval process included
     pid = ppid
 """
 
-RAW_SECRET_PROGRAM = BYPASS + r"""
+RAW_SECRET_PROGRAM = (
+    BYPASS
+    + r"""
 import os
 def raw_read(path):
     fd = libc.open(path.encode(), 0)
@@ -283,6 +288,7 @@ while pid > 1:
     print("STAT", ppid, raw_read(f"/proc/{ppid}/stat")[:20])
     pid = ppid
 """
+)
 
 # The sandbox is driven from a separate process started WITH the secret in its environment, so the
 # secret really is in /proc/<that pid>/environ (a variable set later in-process would not be).
@@ -441,7 +447,14 @@ def python_for(uid: int) -> str | None:
     """An interpreter `uid` may run (ours may live under /root, which it cannot enter)."""
     for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
         try:
-            probe = subprocess.run([candidate, "-c", "import sys; assert sys.version_info >= (3, 10)"], user=uid, group=uid, extra_groups=[], capture_output=True, timeout=30)
+            probe = subprocess.run(
+                [candidate, "-c", "import sys; assert sys.version_info >= (3, 10)"],
+                user=uid,
+                group=uid,
+                extra_groups=[],
+                capture_output=True,
+                timeout=30,
+            )
         except (OSError, subprocess.SubprocessError):
             continue
         if probe.returncode == 0:
@@ -467,14 +480,26 @@ def test_an_unprivileged_user_still_gets_a_working_contained_sandbox(tmp_path):
         os.chmod(where, 0o755)
         with open(module.__file__) as src, open(os.path.join(where, "sandbox.py"), "w") as dst:
             dst.write(src.read())
-        shutil.copytree(os.path.dirname(shardeval.__file__), os.path.join(where, "shardeval"),  # its /proc reader
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            os.path.dirname(shardeval.__file__),
+            os.path.join(where, "shardeval"),  # its /proc reader
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
         with open(os.path.join(where, "driver.py"), "w") as f:
             f.write(UNPRIVILEGED_DRIVER % BYPASS)
         os.chmod(os.path.join(where, "sandbox.py"), 0o644)
         os.chmod(os.path.join(where, "driver.py"), 0o644)
-        proc = subprocess.run([python, os.path.join(where, "driver.py")], user=65534, group=65534, extra_groups=[],
-                              capture_output=True, text=True, timeout=60, cwd=where, env={"PATH": "/usr/bin:/bin"})
+        proc = subprocess.run(
+            [python, os.path.join(where, "driver.py")],
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=where,
+            env={"PATH": "/usr/bin:/bin"},
+        )
     finally:
         shutil.rmtree(where, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import running_sim  # noqa: E402
-from peak_rss import run_measured  # noqa: E402
+from conftest import running_sim
+from peak_rss import run_measured
 
 
 @dataclass
@@ -79,8 +79,20 @@ def run_scale(root: Path, problems: int, shards: int, parallel: int, timeout_s: 
             """Run shard i; its own peak RSS in MiB (the trampoline keeps pytest's out of it)."""
             with open(root / f"shard_{i}.log", "wb") as log:
                 done = run_measured(
-                    [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", f"{i}/{shards}", "-o", str(root / "run" / f"shard_{i}")],
-                    timeout=max(1.0, deadline - time.monotonic()), stdout=log, stderr=subprocess.STDOUT,
+                    [
+                        sys.executable,
+                        "-m",
+                        "shardeval",
+                        "run",
+                        str(cfg),
+                        "--shard",
+                        f"{i}/{shards}",
+                        "-o",
+                        str(root / "run" / f"shard_{i}"),
+                    ],
+                    timeout=max(1.0, deadline - time.monotonic()),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                 )
             if done.returncode != 0:
                 raise RuntimeError(f"shard {i} exited {done.returncode}: {(root / f'shard_{i}.log').read_text()[-2000:]}")
@@ -93,7 +105,12 @@ def run_scale(root: Path, problems: int, shards: int, parallel: int, timeout_s: 
             pool.shutdown(cancel_futures=True)  # a failed shard stops the rest from starting
         wall = time.monotonic() - t0
     t1 = time.monotonic()
-    merged = subprocess.run([sys.executable, "-m", "shardeval", "merge", str(root / "run")], capture_output=True, text=True, timeout=max(60.0, deadline - t1 + 60))
+    merged = subprocess.run(
+        [sys.executable, "-m", "shardeval", "merge", str(root / "run")],
+        capture_output=True,
+        text=True,
+        timeout=max(60.0, deadline - t1 + 60),
+    )
     merge_s = time.monotonic() - t1
     if merged.returncode != 0:
         raise RuntimeError(f"merge failed: {merged.stderr}")
@@ -105,7 +122,13 @@ def test_20000_problems_in_64_shards_run_and_merge_in_bounded_time(tmp_path):
     result = run_scale(tmp_path, problems=20_000, shards=64, parallel=4, timeout_s=240)
     print(result.summary())
     arith = result.scores["arith"]
-    assert (arith["n_expected"], arith["n_records"], arith["n_missing"], arith["n_errors"], arith["n_duplicates"]) == (20_000, 20_000, 0, 0, 0)
+    assert (arith["n_expected"], arith["n_records"], arith["n_missing"], arith["n_errors"], arith["n_duplicates"]) == (
+        20_000,
+        20_000,
+        0,
+        0,
+        0,
+    )
     assert 0.65 < arith["metrics"]["accuracy"]["value"] < 0.75  # the simulator's 0.7, n = 20,000
     # A shard measures 42 MB here (G17); 150 leaves room for another allocator or Python, and still
     # catches a shard whose memory follows its share of the dataset.

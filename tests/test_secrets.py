@@ -12,7 +12,7 @@ import sys
 import textwrap
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -107,7 +107,7 @@ def assert_no_secret(*texts: str, roots: tuple[Path, ...] = ()) -> int:
     """No text and no file under the roots holds the key; returns how many files were checked."""
     needle = SECRET.encode()
     for text in texts:
-        assert SECRET not in text, f"the API key is in the output: …{text[max(0, text.find(SECRET) - 80):][:200]}…"
+        assert SECRET not in text, f"the API key is in the output: …{text[max(0, text.find(SECRET) - 80) :][:200]}…"
     n = 0
     for root in roots:
         for dirpath, _, files in os.walk(root):
@@ -121,7 +121,12 @@ def assert_no_secret(*texts: str, roots: tuple[Path, ...] = ()) -> int:
 
 def config(tmp: Path, url: str, cluster: dict | None = None, stream: bool = True) -> Path:
     path = api_eval_config(
-        tmp / "config.yaml", url, n=12, repeats=2, concurrency=8, output={"progress_interval_s": 0.2},
+        tmp / "config.yaml",
+        url,
+        n=12,
+        repeats=2,
+        concurrency=8,
+        output={"progress_interval_s": 0.2},
         service={"api_key_env": KEY_VAR, "stream": stream, "retries": {"attempts": 2, "backoff_base": 0.01, "backoff_max": 0.05}},
     )
     if cluster:
@@ -156,8 +161,7 @@ def test_a_server_that_echoes_the_key_in_its_answers_never_gets_it_on_disk(tmp_p
     replaced by `***` before anything is scored, recorded, logged or merged."""
     with echo_server(tmp_path, mode) as url:
         out = tmp_path / "out"
-        result = shardeval_cmd("run", str(config(tmp_path, url, stream=mode == "answer_stream")), "--shard", "0/1",
-                               "-o", str(out), env=ENV)
+        result = shardeval_cmd("run", str(config(tmp_path, url, stream=mode == "answer_stream")), "--shard", "0/1", "-o", str(out), env=ENV)
         merged = shardeval_cmd("merge", str(tmp_path), env=ENV)
     assert result.returncode == 0, result.stderr
     assert merged.returncode == 0, merged.stderr
@@ -171,8 +175,9 @@ def test_a_server_that_echoes_the_key_in_its_answers_never_gets_it_on_disk(tmp_p
 
 
 def test_a_missing_key_variable_is_one_line_naming_the_variable(tmp_path):
-    result = shardeval_cmd("run", str(config(tmp_path, "http://127.0.0.1:9/v1")), "--shard", "0/1", "-o", str(tmp_path / "o"),
-                           env={KEY_VAR: ""})
+    result = shardeval_cmd(
+        "run", str(config(tmp_path, "http://127.0.0.1:9/v1")), "--shard", "0/1", "-o", str(tmp_path / "o"), env={KEY_VAR: ""}
+    )
     assert result.returncode == 2 and KEY_VAR in result.stderr and "Traceback" not in result.stderr
 
 
@@ -229,8 +234,7 @@ def test_a_key_in_an_answer_and_in_an_error_is_replaced_in_both_or_in_neither(tm
     for mode in ("answer_body", "401"):
         with echo_server(tmp_path, mode) as url:
             out = tmp_path / mode
-            result = shardeval_cmd("run", str(config(tmp_path, url, stream=False)), "--shard", "0/1", "-o", str(out),
-                                   env={KEY_VAR: key})
+            result = shardeval_cmd("run", str(config(tmp_path, url, stream=False)), "--shard", "0/1", "-o", str(out), env={KEY_VAR: key})
         assert result.returncode == (0 if mode == "answer_body" else 3), result.stderr  # every 401 a client error (H2)
         texts[mode] = ((out / "arith" / "results.jsonl").read_text(), result.stderr)
     shown = "***" if secret else key
@@ -291,8 +295,9 @@ def test_generated_cluster_files_refuse_url_credentials_but_take_variables(tmp_p
     assert token not in result.stderr + result.stdout
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()] if (tmp_path / "out").exists() else True
     cfg = config(tmp_path, "http://${EVAL_USER}:${EVAL_PASSWORD}@model.internal:8000/v1", CLUSTERS[cluster])
-    result = shardeval_cmd("run", str(cfg), "--dry-run", "-o", str(tmp_path / "out2"),
-                           env={**ENV, "EVAL_USER": "u", "EVAL_PASSWORD": "p" + token})
+    result = shardeval_cmd(
+        "run", str(cfg), "--dry-run", "-o", str(tmp_path / "out2"), env={**ENV, "EVAL_USER": "u", "EVAL_PASSWORD": "p" + token}
+    )
     assert result.returncode == 0, result.stderr
     assert_no_secret(result.stdout, result.stderr, roots=(tmp_path / "out2",))
 
@@ -305,8 +310,10 @@ def test_secret_query_parameters_and_userinfo_are_redacted_in_any_text():
     assert url_credentials("url: https://${U}:${P:-x}@h/v1") is None
     assert url_credentials("https://h/v1?lang=en") is None and url_credentials("https://h/?token=t") == "https://h/?token=***"
     # Azure Functions' function key travels as ?code=; in a URL every value but a harmless name's is one (issue 40)
-    assert redact_urls("https://f.azurewebsites.net/api/v1?code=AbC123xyz&zipcode=10115") == \
-        "https://f.azurewebsites.net/api/v1?code=***&zipcode=***"
+    assert (
+        redact_urls("https://f.azurewebsites.net/api/v1?code=AbC123xyz&zipcode=10115")
+        == "https://f.azurewebsites.net/api/v1?code=***&zipcode=***"
+    )
     # outside a URL, a name only containing it (zipcode) is no secret
     assert redact_urls("GET /api/v1?code=AbC123xyz&zipcode=10115") == "GET /api/v1?code=***&zipcode=10115"
     assert url_credentials("https://h/v1?pwd=hunter22") == "https://h/v1?pwd=***"
@@ -321,8 +328,12 @@ _VALUE = st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdef%+/._~-", min_size=6
 
 
 @settings(max_examples=400, deadline=None)
-@given(name=_NAME, value=_VALUE, where=st.sampled_from(["query", "second", "fragment", "bare_fragment", "bare_query"]),
-       scheme=st.sampled_from(["http", "https", "file", "sqlite", "databricks"]))
+@given(
+    name=_NAME,
+    value=_VALUE,
+    where=st.sampled_from(["query", "second", "fragment", "bare_fragment", "bare_query"]),
+    scheme=st.sampled_from(["http", "https", "file", "sqlite", "databricks"]),
+)
 def test_every_query_value_and_fragment_of_a_url_is_a_secret_by_its_shape(name, value, where, scheme):
     """Issue 40, point 7: `#access_token=`, `?jwt=`, `?pass=`, `?bearer=`, `?session=` were not seen
     as credentials: a list of names never ends. Any value of a name not known to be harmless, and
@@ -351,8 +362,13 @@ def test_every_query_value_and_fragment_of_a_url_is_a_secret_by_its_shape(name, 
 def test_harmless_query_names_routes_and_variables_are_kept():
     from shardeval.redact import redact_urls, url_credentials
 
-    for url in ("https://h/v1?api-version=2024-06-01", "http://h:5000/#/experiments/3", "https://h/docs#install",
-                "https://h/v1?key=${API_KEY}", "https://hf.co/d/resolve/main/x.jsonl?download=true"):
+    for url in (
+        "https://h/v1?api-version=2024-06-01",
+        "http://h:5000/#/experiments/3",
+        "https://h/docs#install",
+        "https://h/v1?key=${API_KEY}",
+        "https://hf.co/d/resolve/main/x.jsonl?download=true",
+    ):
         assert redact_urls(url) == url and url_credentials(url) is None, url
 
 
@@ -364,8 +380,11 @@ def test_an_mlflow_uri_with_a_token_in_its_query_or_fragment_is_refused_and_neve
     out = tmp_path / "out"
     with running_sim("--bench", "arith", "--ttft-ms", "1", "--itl-ms", "0") as url:
         assert shardeval_cmd("run", str(api_eval_config(tmp_path / "c.yaml", url, n=4)), "-o", str(out)).returncode == 0
-    for uri in (f"http://127.0.0.1:9/?jwt=j{token}", f"http://127.0.0.1:9/#access_token=a{token}",
-                f"http://127.0.0.1:9/?pass=p{token}&bearer=b{token}&session=s{token}"):
+    for uri in (
+        f"http://127.0.0.1:9/?jwt=j{token}",
+        f"http://127.0.0.1:9/#access_token=a{token}",
+        f"http://127.0.0.1:9/?pass=p{token}&bearer=b{token}&session=s{token}",
+    ):
         done = shardeval_cmd("export", str(out), "--to", "mlflow", "--tracking-uri", uri)
         assert done.returncode == 2, done.stderr
         (line,) = done.stderr.strip().splitlines()

@@ -18,19 +18,40 @@ from conftest import shardeval_cmd
 
 BAD = {
     "sim bench: a data file that is not there": (
-        {"type": "sim", "bench": "vqa/vqa.jsonl"}, "services.model: bench 'vqa/vqa.jsonl': ", "no such file"),
+        {"type": "sim", "bench": "vqa/vqa.jsonl"},
+        "services.model: bench 'vqa/vqa.jsonl': ",
+        "no such file",
+    ),
     "sim bench: an unknown name": (
-        {"type": "sim", "bench": "arithh"}, "services.model: bench: unknown benchmark 'arithh'; did you mean 'arith'?", ""),
+        {"type": "sim", "bench": "arithh"},
+        "services.model: bench: unknown benchmark 'arithh'; did you mean 'arith'?",
+        "",
+    ),
     "sim bench_params: a key the benchmark has not": (
-        {"type": "sim", "bench": "gsm8k", "bench_params": {"bogus": 1}}, "services.model: bench 'gsm8k': ", "'params.bogus'"),
+        {"type": "sim", "bench": "gsm8k", "bench_params": {"bogus": 1}},
+        "services.model: bench 'gsm8k': ",
+        "'params.bogus'",
+    ),
     "sim fault rates summing past 1": (
-        {"type": "sim", "fail_429": 0.7, "reset": 0.5}, "services.model: fault rates sum to 1.2 (fail_429 + fail_5xx", ""),
+        {"type": "sim", "fail_429": 0.7, "reset": 0.5},
+        "services.model: fault rates sum to 1.2 (fail_429 + fail_5xx",
+        "",
+    ),
     "sim fail_5xx_statuses out of range": (
-        {"type": "sim", "fail_5xx_statuses": "500,404"}, "services.model: fail_5xx_statuses '500,404': expected", ""),
+        {"type": "sim", "fail_5xx_statuses": "500,404"},
+        "services.model: fail_5xx_statuses '500,404': expected",
+        "",
+    ),
     "api url not http(s)": (
-        {"type": "api", "url": "node17:8000/v1", "model": "m"}, "services.model: url: 'node17:8000/v1' is not an http(s) URL", ""),
+        {"type": "api", "url": "node17:8000/v1", "model": "m"},
+        "services.model: url: 'node17:8000/v1' is not an http(s) URL",
+        "",
+    ),
     "vllm launch_command empty": (
-        {"type": "vllm", "model": "m", "launch_command": []}, "services.model: launch_command: must not be empty", ""),
+        {"type": "vllm", "model": "m", "launch_command": []},
+        "services.model: launch_command: must not be empty",
+        "",
+    ),
 }
 
 
@@ -50,7 +71,7 @@ def test_a_service_setting_it_would_refuse_is_one_line_before_any_shard(tmp_path
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith(f"shardeval: error: {tmp_path / 'run.yaml'}: {starts}") or line.startswith(f"shardeval: error: run.yaml: {starts}"), line
+    assert line.startswith((f"shardeval: error: {tmp_path / 'run.yaml'}: {starts}", f"shardeval: error: run.yaml: {starts}")), line
     assert contains in line
     assert not out.exists()  # no shard started, nothing written
 
@@ -59,13 +80,17 @@ def test_a_sim_knows_the_answers_of_a_data_file_as_a_benchmarks_entry_names_it(t
     """The other side of the check: `bench:` takes what a benchmarks: entry takes, a data file too."""
     data = tmp_path / "vqa" / "vqa.jsonl"
     data.parent.mkdir()
-    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n"
-                            for i in range(40)))
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n" for i in range(40)))
     cfg = tmp_path / "run.yaml"
-    cfg.write_text(json.dumps({
-        "services": {"model": {"type": "sim", "bench": "vqa/vqa.jsonl", "accuracy": 1.0, "ttft_ms": 0, "itl_ms": 0}},
-        "benchmarks": [{"name": "vqa/vqa.jsonl"}], "cluster": {"type": "local", "shards": 2},
-    }))
+    cfg.write_text(
+        json.dumps(
+            {
+                "services": {"model": {"type": "sim", "bench": "vqa/vqa.jsonl", "accuracy": 1.0, "ttft_ms": 0, "itl_ms": 0}},
+                "benchmarks": [{"name": "vqa/vqa.jsonl"}],
+                "cluster": {"type": "local", "shards": 2},
+            }
+        )
+    )
     proc = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out"), cwd=str(tmp_path), timeout=120)
     assert proc.returncode == 0, proc.stderr
     scores = json.loads((tmp_path / "out" / "merged" / "scores.json").read_text())

@@ -108,7 +108,7 @@ def test_nel_index_with_total_from_config() -> None:
     [
         (range(1, 17), 1, 1),  # --array=1-16
         (range(0, 31, 2), 0, 2),  # --array=0-30:2
-        (range(0, 16), 0, 1),  # --array=0-15
+        (range(16), 0, 1),  # --array=0-15
         (range(5, 50, 3), 5, 3),  # --array=5-47:3
     ],
 )

@@ -13,7 +13,8 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import aiohttp
 import msgspec
@@ -34,7 +35,7 @@ def url() -> Iterator[str]:
         yield base
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def client(base: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=20)
 
@@ -181,8 +182,10 @@ def test_heavy_tailed_lengths_on_the_wire_are_the_same_for_every_model() -> None
     tail = ("--output-tokens", "4", "--output-tokens-tail", "1.1")
     with running_sim(*FAST, *tail, "--seed", "1") as one, running_sim(*FAST, *tail, "--seed", "2", "--model", "other") as two:
         got = [ask(one, p, seed=3).usage.completion_tokens for p in prompts]
-        other = [client(two).chat.completions.create(model="other", messages=[{"role": "user", "content": p}], seed=9).usage.completion_tokens
-                 for p in prompts]
+        other = [
+            client(two).chat.completions.create(model="other", messages=[{"role": "user", "content": p}], seed=9).usage.completion_tokens
+            for p in prompts
+        ]
         streamed = [c for c in ask(one, prompts[0], seed=3, stream=True) if c.choices and c.choices[0].delta.content]
     truth = [output_length(p, 4, 1.1) for p in prompts]
     assert got == other == truth and len(set(truth)) > 5  # another seed, another model: the same lengths

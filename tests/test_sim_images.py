@@ -10,7 +10,6 @@ import base64
 import hashlib
 import json
 import math
-import os
 import urllib.error
 import urllib.request
 from typing import Any
@@ -20,12 +19,18 @@ from conftest import running_sim
 
 pytest.importorskip("PIL")
 
-from shardeval.benchmark.images import split_prompt  # noqa: E402
-from shardeval_benchmarks.vision_count import VisionCountBenchmark, draw  # noqa: E402
+from shardeval.benchmark.images import split_prompt
+from shardeval_benchmarks.vision_count import VisionCountBenchmark, draw
 
 FAST = ("--ttft-ms", "0", "--itl-ms", "0")
-UNDECODABLE = {"error": {"message": "Failed to load image: cannot identify image file <_io.BytesIO object>",
-                         "type": "BadRequestError", "param": None, "code": 400}}
+UNDECODABLE = {
+    "error": {
+        "message": "Failed to load image: cannot identify image file <_io.BytesIO object>",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
+}
 
 
 def png(colour: tuple[int, int, int] = (200, 0, 0), size: int = 8) -> bytes:
@@ -87,7 +92,9 @@ def test_images_are_decoded_and_bad_ones_refused_as_vllm_refuses_them(tmp_path) 
         assert status == 400 and out["error"]["param"] == "image"
         assert out["error"]["message"].startswith("At most 2 image(s) may be provided in one prompt.")
         # the limit counts the whole conversation, as vLLM's does
-        status, _ = chat(base, message("one", data_url(png())), {"role": "assistant", "content": "ok"}, message("two", data_url(png()), data_url(png())))
+        status, _ = chat(
+            base, message("one", data_url(png())), {"role": "assistant", "content": "ok"}, message("two", data_url(png()), data_url(png()))
+        )
         assert status == 400
         assert chat(base, message("?", f"file://{media / 'ok.png'}"))[0] == 200
         for outside in (tmp_path / "outside.png", media / "link.png", media):
@@ -181,8 +188,9 @@ def test_the_sim_service_passes_the_image_keys() -> None:
 
     from shardeval_sim.config import SimServiceConfig, sim_argv
 
-    config = msgspec.convert({"type": "sim", "limit_mm_per_prompt": {"image": 3}, "allowed_local_media_path": "/data/img"},
-                             SimServiceConfig)
+    config = msgspec.convert(
+        {"type": "sim", "limit_mm_per_prompt": {"image": 3}, "allowed_local_media_path": "/data/img"}, SimServiceConfig
+    )
     argv = sim_argv(config, ["shardeval"])
     assert argv[argv.index("--limit-mm-per-prompt") + 1] == '{"image":3}'
     assert argv[argv.index("--allowed-local-media-path") + 1] == "/data/img"
@@ -214,8 +222,10 @@ def test_byo_rows_with_images_get_the_configured_accuracy(tmp_path) -> None:
     for accuracy in (1.0, 0.0):
         out = tmp_path / f"out{accuracy}"
         cfg = tmp_path / "run.yaml"
-        cfg.write_text(f"services:\n  model: {{type: sim, bench: jsonl, bench_params: {{path: '{data}'}}, accuracy: {accuracy}, ttft_ms: 0, itl_ms: 0}}\n"
-                       f"benchmarks:\n  - name: '{data}'\noutput: {{dir: '{out}'}}\n")
+        cfg.write_text(
+            f"services:\n  model: {{type: sim, bench: jsonl, bench_params: {{path: '{data}'}}, accuracy: {accuracy}, ttft_ms: 0, itl_ms: 0}}\n"
+            f"benchmarks:\n  - name: '{data}'\noutput: {{dir: '{out}'}}\n"
+        )
         done = shardeval_cmd("run", str(cfg), timeout=120)
         assert done.returncode == 0, done.stderr
         records = [json.loads(x) for x in (out / "shard_0" / "rows" / "results.jsonl").read_text().splitlines()]

@@ -39,11 +39,18 @@ def choice_logprobs(url: str, row: dict, seed: int | None = 1234) -> list[float]
     context = f"Question: {row['question']}\nAnswer:"
     out = []
     for choice in row["choices"]:
-        body = {"model": "sim", "prompt": context + " " + choice, "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0,
-                **({"seed": seed} if seed is not None else {})}
+        body = {
+            "model": "sim",
+            "prompt": context + " " + choice,
+            "echo": True,
+            "logprobs": 1,
+            "max_tokens": 1,
+            "temperature": 0,
+            **({"seed": seed} if seed is not None else {}),
+        }
         lp = post(url, "/completions", body)["choices"][0]["logprobs"]
         start = len(tokenize(context))
-        continuation = lp["token_logprobs"][start:len(tokenize(context + " " + choice))]
+        continuation = lp["token_logprobs"][start : len(tokenize(context + " " + choice))]
         assert continuation and all(v is not None and v <= 0 for v in continuation)
         out.append(sum(continuation))
     return out
@@ -54,19 +61,28 @@ def test_a_multiple_choice_question_is_answered_at_the_accuracy_whatever_the_lab
     rows = questions()
     assert {row["choices"].index(row["answer"]) for row in rows} == {0, 1, 2, 3}
     with running_sim("--bench", str(CAPITALS / "capitals.yaml"), "--accuracy", str(accuracy), "--ttft-ms", "0", "--itl-ms", "0") as url:
-        picked = [max(range(4), key=lambda i, lp=choice_logprobs(url, row): lp[i]) for row in rows]
+        picked = [max(range(4), key=lambda i, lp=choice_logprobs(url, row): lp[i]) for row in rows]  # noqa: B008
     assert sum(row["choices"][p] == row["answer"] for row, p in zip(rows, picked)) == right
 
 
 def test_at_half_some_right_some_wrong_and_other_tokens_keep_their_own_values() -> None:
     rows = questions()
     with running_sim("--bench", str(CAPITALS / "capitals.yaml"), "--accuracy", "0.5", "--ttft-ms", "0", "--itl-ms", "0") as url:
-        picked = [max(range(4), key=lambda i, lp=choice_logprobs(url, row): lp[i]) for row in rows]
+        picked = [max(range(4), key=lambda i, lp=choice_logprobs(url, row): lp[i]) for row in rows]  # noqa: B008
         wrong = next(c for c in rows[0]["choices"] if c != rows[0]["answer"])
         prompt = f"Question: {rows[0]['question']}\nAnswer: {wrong}"
         lp = post(url, "/completions", {"model": "sim", "prompt": prompt, "echo": True, "logprobs": 1, "max_tokens": 0})
-        unknown = post(url, "/completions", {"model": "sim", "prompt": "Question: What is the capital of Atlantis?\nAnswer: Poseidonia",
-                                             "echo": True, "logprobs": 1, "max_tokens": 0})
+        unknown = post(
+            url,
+            "/completions",
+            {
+                "model": "sim",
+                "prompt": "Question: What is the capital of Atlantis?\nAnswer: Poseidonia",
+                "echo": True,
+                "logprobs": 1,
+                "max_tokens": 0,
+            },
+        )
     hits = sum(row["choices"][p] == row["answer"] for row, p in zip(rows, picked))
     assert 0 < hits < 16, hits
     tokens = tokenize(prompt)
@@ -81,8 +97,17 @@ def test_lm_eval_reads_the_configured_accuracy_through_the_example(tmp_path: Pat
     env = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     for accuracy in (1.0, 0.0):
         out = tmp_path / f"acc{accuracy}"
-        done = shardeval_cmd("run", "examples/lm_eval_local/run.yaml", "-o", str(out), "-O", f"services.model.accuracy={accuracy}",
-                             env=env, cwd=REPO, timeout=170)
+        done = shardeval_cmd(
+            "run",
+            "examples/lm_eval_local/run.yaml",
+            "-o",
+            str(out),
+            "-O",
+            f"services.model.accuracy={accuracy}",
+            env=env,
+            cwd=REPO,
+            timeout=170,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         metrics = json.loads((out / "merged" / "scores.json").read_text())["capitals_mc"]["metrics"]
         assert metrics["acc,none"]["value"] == metrics["acc_norm,none"]["value"] == accuracy
@@ -91,10 +116,13 @@ def test_lm_eval_reads_the_configured_accuracy_through_the_example(tmp_path: Pat
 def test_one_service_knows_several_benchmarks(tmp_path: Path) -> None:
     """`bench: [arith, trivia.yaml]`: both benchmarks of the run at accuracy 1; the same run with the
     service knowing only arith gets trivia wrong (its answers are then random numbers)."""
+
     def run(bench: object, name: str) -> dict:
-        config = {"services": {"model": {"type": "sim", "bench": bench, "accuracy": 1.0, "ttft_ms": 0, "itl_ms": 0}},
-                  "benchmarks": [{"name": "arith", "params": {"n": 12}}, {"name": TRIVIA}],
-                  "output": {"progress_interval_s": 0}}
+        config = {
+            "services": {"model": {"type": "sim", "bench": bench, "accuracy": 1.0, "ttft_ms": 0, "itl_ms": 0}},
+            "benchmarks": [{"name": "arith", "params": {"n": 12}}, {"name": TRIVIA}],
+            "output": {"progress_interval_s": 0},
+        }
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(config))
         done = shardeval_cmd("run", str(path), "-o", str(tmp_path / name), timeout=170)
@@ -115,8 +143,10 @@ def test_a_bench_list_is_checked_entry_by_entry_and_one_name_keeps_its_identity(
     assert SimServiceConfig(type="sim", bench="arith").identity()["bench"] == "arith"  # runs from before lists keep their identity
     argv = sim_argv(SimServiceConfig(type="sim", bench=["arith", TRIVIA]), ["shardeval"])
     assert argv[argv.index("--bench") + 1] == "arith" and argv.count("--bench") == 2
-    config = {"services": {"model": {"type": "sim", "bench": ["arith", "no/such/file.jsonl"]}},
-              "benchmarks": [{"name": "arith", "params": {"n": 3}}]}
+    config = {
+        "services": {"model": {"type": "sim", "bench": ["arith", "no/such/file.jsonl"]}},
+        "benchmarks": [{"name": "arith", "params": {"n": 3}}],
+    }
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(config))
     done = shardeval_cmd("run", str(path), "-o", str(tmp_path / "out"), timeout=60)

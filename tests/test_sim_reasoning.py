@@ -13,7 +13,8 @@ import urllib.error
 import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import msgspec
 import pytest
@@ -35,10 +36,12 @@ def sim() -> Iterator[Callable[..., str]]:
     """sim(*flags): the base URL of an arith-aware simulator with those flags, started once per module."""
     started: dict[tuple[str, ...], str] = {}
     with ExitStack() as stack:
+
         def get(*flags: str) -> str:
             if flags not in started:
-                started[flags] = stack.enter_context(running_sim("--bench", "arith", "--seed", "7", "--reasoning-tokens", str(THINK),
-                                                                 *FAST, *flags))
+                started[flags] = stack.enter_context(
+                    running_sim("--bench", "arith", "--seed", "7", "--reasoning-tokens", str(THINK), *FAST, *flags)
+                )
             return started[flags]
 
         yield get
@@ -92,8 +95,16 @@ def chat(base: str, content: str = QUESTION, *, stream: bool = False, seed: int 
     assert len(keys) <= 1 and all(len(d) == 1 for d, _ in deltas[1:]), deltas  # one token, in one field, per event
     key = next(iter(keys), None)
     thinking = [d[key] for d, _ in deltas if key in d] if key else []
-    return Got("".join(content) if content else None, "".join(thinking) if key else None, key, deltas[-1][1], events[-1]["usage"],
-               content, thinking, raw)
+    return Got(
+        "".join(content) if content else None,
+        "".join(thinking) if key else None,
+        key,
+        deltas[-1][1],
+        events[-1]["usage"],
+        content,
+        thinking,
+        raw,
+    )
 
 
 def tokens(text: str) -> list[str]:
@@ -155,7 +166,9 @@ def test_completions_requests_and_tool_calls_do_not_think(sim: Callable[..., str
     body = {"model": "sim", "prompt": QUESTION, "seed": 3}
     same = [re.sub(rb'"(id|created)":[^,]+,', b"", post(base, body, "/completions")[1]) for base in (sim(*form("field")), sim())]
     assert same[0] == same[1] and b"reasoning" not in same[0]
-    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}]
+    tools = [
+        {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}
+    ]
     status, raw = post(sim(*form("inline")), {"model": "sim", "messages": [{"role": "user", "content": "ls"}], "tools": tools})
     message = json.loads(raw)["choices"][0]["message"]
     assert status == 200 and message["content"] is None and message["tool_calls"][0]["function"]["name"] == "bash"
@@ -194,7 +207,10 @@ def test_enable_thinking_false_thinks_not_at_all(sim: Callable[..., str]) -> Non
             got = chat(sim(*form(name)), stream=stream, **off)
             assert (got.content, got.thinking, got.finish) == (plain.content, None, "stop"), name
             assert got.usage["completion_tokens"] == WORDS and got.usage["completion_tokens_details"] == {"reasoning_tokens": 0}
-    assert chat(sim(*form("field")), chat_template_kwargs={"enable_thinking": True}).usage["completion_tokens_details"]["reasoning_tokens"] == THINK
+    assert (
+        chat(sim(*form("field")), chat_template_kwargs={"enable_thinking": True}).usage["completion_tokens_details"]["reasoning_tokens"]
+        == THINK
+    )
     status, raw = post(sim(*form("field")), {"model": "sim", "messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": "no"})
     assert status == 400 and json.loads(raw)["error"]["param"] == "chat_template_kwargs"
 
@@ -219,16 +235,22 @@ def test_thinking_token_budget_closes_the_thinking_and_the_answer_follows(sim: C
         assert inline.content == f"<think>{field.thinking}</think>\n\n{plain.content}"
     assert chat(sim(*form("field")), thinking_token_budget=10 * THINK).thinking == whole.thinking  # a budget not reached changes nothing
     nothing = chat(sim(*form("inline")), thinking_token_budget=0)
-    assert nothing.content == f"<think></think>\n\n{plain.content}" and nothing.usage["completion_tokens_details"] == {"reasoning_tokens": 0}
+    assert nothing.content == f"<think></think>\n\n{plain.content}" and nothing.usage["completion_tokens_details"] == {
+        "reasoning_tokens": 0
+    }
     both = chat(sim(*form("field")), thinking_token_budget=7, reasoning_effort="high", max_tokens=9)  # the budget, then max_tokens
     assert (both.thinking, both.content, both.finish) == (field.thinking, "".join(tokens(whole.content or "")[:2]), "length")
     for bad in (-1, "8", True):
-        status, raw = post(sim(*form("field")), {"model": "sim", "messages": [{"role": "user", "content": "x"}], "thinking_token_budget": bad})
+        status, raw = post(
+            sim(*form("field")), {"model": "sim", "messages": [{"role": "user", "content": "x"}], "thinking_token_budget": bad}
+        )
         assert status == 400 and json.loads(raw)["error"]["param"] == "thinking_token_budget", bad
 
 
 def test_thinking_is_timed_as_tokens_are() -> None:
-    with running_sim("--reasoning-form", "field", "--reasoning-tokens", "30", "--output-tokens", "10", "--ttft-ms", "100", "--itl-ms", "10") as base:
+    with running_sim(
+        "--reasoning-form", "field", "--reasoning-tokens", "30", "--output-tokens", "10", "--ttft-ms", "100", "--itl-ms", "10"
+    ) as base:
         t0 = time.monotonic()
         got = chat(base, stream=True)
         took = time.monotonic() - t0
@@ -265,7 +287,9 @@ def test_usage_details_can_be_left_out_and_the_client_counts_the_same(sim: Calla
         quiet = sim(*form(name, "--no-usage-reasoning-tokens"))
         for stream in (False, True):
             assert "completion_tokens_details" not in chat(quiet, stream=stream).usage
-        told, counted, unsaid = (asyncio.run(ask(base, stream)) for base, stream in ((sim(*form(name)), True), (quiet, True), (quiet, False)))
+        told, counted, unsaid = (
+            asyncio.run(ask(base, stream)) for base, stream in ((sim(*form(name)), True), (quiet, True), (quiet, False))
+        )
         assert (told.reasoning_tokens, told.reasoning_tokens_from) == (THINK, "usage")
         assert (counted.reasoning_tokens, counted.reasoning_tokens_from) == (THINK, "stream"), name  # the stream agrees with the usage
         assert (unsaid.reasoning_tokens, unsaid.reasoning_tokens_from) == (None, None)  # nothing to count: no guess
@@ -338,8 +362,11 @@ def test_a_judge_thinks_its_verdict_even_when_it_then_gives_none() -> None:
 
 def test_log_requests_writes_each_body_as_it_arrives(tmp_path: Path) -> None:
     log = tmp_path / "requests.jsonl"
-    bodies = [{"model": "sim", "messages": [{"role": "user", "content": "one"}]}, {"model": "nope", "messages": []},
-              {"model": "sim", "prompt": "two", "max_tokens": 1}]
+    bodies = [
+        {"model": "sim", "messages": [{"role": "user", "content": "one"}]},
+        {"model": "nope", "messages": []},
+        {"model": "sim", "prompt": "two", "max_tokens": 1},
+    ]
     with running_sim("--log-requests", str(log), *FAST) as base:
         for body, path in zip(bodies, ("/chat/completions", "/chat/completions", "/completions")):
             post(base, body, path)
@@ -353,13 +380,23 @@ def test_a_judge_is_never_asked_with_the_models_thinking(tmp_path: Path) -> None
     """A reasoning model (inline, the hardest to split) judged by a reasoning judge that logs what it
     is asked: every judge request holds the model's answer and none of its thinking."""
     log = tmp_path / "judge.jsonl"
-    with running_sim("--bench", "arith", "--accuracy", "0.5", "--reasoning-form", "inline", *FAST) as model, \
-         running_sim("--model", "judge", "--bench", "arith", "--judge-quality", "1", "--reasoning-form", "field",
-                     "--log-requests", str(log), *FAST) as judge:
+    with (
+        running_sim("--bench", "arith", "--accuracy", "0.5", "--reasoning-form", "inline", *FAST) as model,
+        running_sim(
+            "--model", "judge", "--bench", "arith", "--judge-quality", "1", "--reasoning-form", "field", "--log-requests", str(log), *FAST
+        ) as judge,
+    ):
         config = {
             "services": {"model": {"type": "api", "url": model, "model": "sim"}, "judge": {"type": "api", "url": judge, "model": "judge"}},
-            "benchmarks": [{"name": "arith", "params": {"n": 12}, "max_concurrent": 4,
-                            "solver": {"service": "model", "generation": {"max_tokens": 512}}, "judge": {"service": "judge"}}],
+            "benchmarks": [
+                {
+                    "name": "arith",
+                    "params": {"n": 12},
+                    "max_concurrent": 4,
+                    "solver": {"service": "model", "generation": {"max_tokens": 512}},
+                    "judge": {"service": "judge"},
+                }
+            ],
             "output": {"progress_interval_s": 0},
         }
         (tmp_path / "config.json").write_text(json.dumps(config))
@@ -389,14 +426,27 @@ def test_service_config_identity_and_command_line() -> None:
     assert SimServiceConfig(type="sim", reasoning_tokens=9, reasoning_tokens_tail=1.5).identity() == plain.identity()
     field = SimServiceConfig(type="sim", reasoning_form="field")
     assert field.identity() == {**plain.identity(), "reasoning_form": "field"}
-    tuned = msgspec.convert({"type": "sim", "reasoning_form": "inline", "reasoning_tokens": 9, "reasoning_tokens_tail": 1.5,
-                             "usage_reasoning_tokens": False, "log_requests": "/tmp/x.jsonl", "reasoning": {"effort": "low"}},
-                            SimServiceConfig)
+    tuned = msgspec.convert(
+        {
+            "type": "sim",
+            "reasoning_form": "inline",
+            "reasoning_tokens": 9,
+            "reasoning_tokens_tail": 1.5,
+            "usage_reasoning_tokens": False,
+            "log_requests": "/tmp/x.jsonl",
+            "reasoning": {"effort": "low"},
+        },
+        SimServiceConfig,
+    )
     assert tuned.identity() == {**plain.identity(), "reasoning_form": "inline", "reasoning_tokens": 9, "reasoning_tokens_tail": 1.5}
     assert tuned.reasoning is not None and tuned.reasoning.effort == "low"  # the service's ask of the model is another key
     argv = sim_argv(tuned, ["x"])
-    for flag, value in (("--reasoning-form", "inline"), ("--reasoning-tokens", "9"), ("--reasoning-tokens-tail", "1.5"),
-                        ("--log-requests", "/tmp/x.jsonl")):
+    for flag, value in (
+        ("--reasoning-form", "inline"),
+        ("--reasoning-tokens", "9"),
+        ("--reasoning-tokens-tail", "1.5"),
+        ("--log-requests", "/tmp/x.jsonl"),
+    ):
         assert argv[argv.index(flag) + 1] == value
     assert "--no-usage-reasoning-tokens" in argv
     for bad in ({"reasoning_form": "tags"}, {"reasoning_tokens": 0}, {"reasoning_tokens_tail": 0}):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import msgspec
 import openai
@@ -22,8 +23,14 @@ QUESTION = "What is 2 + 3?"
 
 def function_tool(name: str, **params: str) -> dict[str, Any]:
     properties = {p: {"type": kind} for p, kind in params.items()}
-    return {"type": "function", "function": {"name": name, "description": f"the {name} tool",
-                                             "parameters": {"type": "object", "properties": properties, "required": list(params)}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"the {name} tool",
+            "parameters": {"type": "object", "properties": properties, "required": list(params)},
+        },
+    }
 
 
 BASH, PYTHON, SUBMIT = function_tool("bash", cmd="string"), function_tool("python", code="string"), function_tool("submit", answer="string")
@@ -55,8 +62,10 @@ def run_agent(base: str, tools: list[dict[str, Any]], max_turns: int = 6, **kw: 
         calls.append(call)
         if call.function.name == "submit":
             return calls, choice
-        messages += [choice.message.model_dump(exclude_none=True),
-                     {"role": "tool", "tool_call_id": call.id, "content": f"output of {call.function.name}"}]
+        messages += [
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": f"output of {call.function.name}"},
+        ]
     raise AssertionError(f"no final answer after {max_turns} turns: {calls}")
 
 
@@ -78,7 +87,9 @@ def scripted_sim() -> Iterator[str]:
 def test_default_script_calls_the_first_tool_once_then_submits_the_usual_answer(default_sim: str) -> None:
     calls, last = run_agent(default_sim, [BASH, PYTHON, SUBMIT])
     assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
-        ("bash", {"cmd": "echo sim"}), ("submit", {"answer": plain_reply(default_sim, QUESTION)})]
+        ("bash", {"cmd": "echo sim"}),
+        ("submit", {"answer": plain_reply(default_sim, QUESTION)}),
+    ]
     assert last.finish_reason == "tool_calls" and last.message.content is None
     assert all(c.type == "function" and c.id.startswith("call_") for c in calls) and len({c.id for c in calls}) == 2
     again, _ = run_agent(default_sim, [BASH, PYTHON, SUBMIT])  # stateless: a retried conversation gets the same calls
@@ -92,10 +103,19 @@ def test_default_script_calls_the_first_tool_once_then_submits_the_usual_answer(
 def test_default_arguments_follow_the_schema() -> None:
     from shardeval_sim.tools import default_arguments
 
-    schema = {"type": "object", "required": ["path", "n", "mode", "flag", "maybe", "items"],
-              "properties": {"path": {"type": "string"}, "n": {"type": "integer"}, "mode": {"enum": ["r", "w"]},
-                             "flag": {"type": "boolean"}, "maybe": {"anyOf": [{"type": "null"}, {"type": "number"}]},
-                             "items": {"type": "array"}, "optional": {"type": "string"}}}
+    schema = {
+        "type": "object",
+        "required": ["path", "n", "mode", "flag", "maybe", "items"],
+        "properties": {
+            "path": {"type": "string"},
+            "n": {"type": "integer"},
+            "mode": {"enum": ["r", "w"]},
+            "flag": {"type": "boolean"},
+            "maybe": {"anyOf": [{"type": "null"}, {"type": "number"}]},
+            "items": {"type": "array"},
+            "optional": {"type": "string"},
+        },
+    }
     assert default_arguments(schema) == {"path": "sim", "n": 1, "mode": "r", "flag": False, "maybe": 1, "items": []}
 
 
@@ -136,10 +156,15 @@ def test_the_submitted_answer_is_right_as_often_as_the_accuracy_says() -> None:
     with running_sim(*FAST, "--bench", "arith", "--accuracy", "1") as base:
         for i in range(5):
             problem = bench.problem(i)
-            messages = [{"role": "user", "content": problem.user_text()},
-                        {"role": "assistant", "content": None, "tool_calls": [
-                            {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "echo sim"}'}}]},
-                        {"role": "tool", "tool_call_id": "call_1", "content": "sim"}]
+            messages = [
+                {"role": "user", "content": problem.user_text()},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "echo sim"}'}}],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "sim"},
+            ]
             submit = chat(base, messages, tools=[BASH, SUBMIT]).choices[0].message.tool_calls[0]
             assert bench.score(problem, json.loads(submit.function.arguments)["answer"]).score == 1.0
 
@@ -170,7 +195,9 @@ def test_tool_choice_required_always_calls(scripted_sim: str) -> None:
 def test_tool_choice_naming_a_tool_calls_it(scripted_sim: str) -> None:
     start = [{"role": "user", "content": QUESTION}]
     named = chat(scripted_sim, start, tools=[BASH, PYTHON, SUBMIT], tool_choice={"type": "function", "function": {"name": "bash"}})
-    assert json.loads(named.choices[0].message.tool_calls[0].function.arguments) == SCRIPT[0]["arguments"]  # the script's next call is bash's
+    assert (
+        json.loads(named.choices[0].message.tool_calls[0].function.arguments) == SCRIPT[0]["arguments"]
+    )  # the script's next call is bash's
     other = chat(scripted_sim, start, tools=[BASH, PYTHON, SUBMIT], tool_choice={"type": "function", "function": {"name": "python"}})
     assert json.loads(other.choices[0].message.tool_calls[0].function.arguments) == {"code": "print('sim')"}  # python's defaults
     submit = chat(scripted_sim, start, tools=[BASH, SUBMIT], tool_choice={"type": "function", "function": {"name": "submit"}})
@@ -189,8 +216,11 @@ def test_a_script_naming_a_tool_not_offered_is_a_400(scripted_sim: str) -> None:
 
 
 def test_requests_without_tools_are_answered_as_before(default_sim: str) -> None:
-    done = chat(default_sim, [{"role": "user", "content": "first"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": QUESTION}],
-                tool_choice="auto")
+    done = chat(
+        default_sim,
+        [{"role": "user", "content": "first"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": QUESTION}],
+        tool_choice="auto",
+    )
     assert done.choices[0].message.content == plain_reply(default_sim, QUESTION)  # the last user message, as before
     assert done.choices[0].message.tool_calls == [] and done.choices[0].finish_reason == "stop"
 
@@ -202,8 +232,9 @@ def test_streamed_tool_calls_read_back_by_the_openai_client(scripted_sim: str) -
     strict = [{**t, "function": {**t["function"], "strict": True}} for t in (BASH, PYTHON, SUBMIT)]  # the SDK parses only strict tools
     messages = [{"role": "user", "content": QUESTION}]
     whole = chat(scripted_sim, messages, tools=strict)
-    with client(scripted_sim).chat.completions.stream(model="sim", messages=messages, tools=strict,
-                                                       stream_options={"include_usage": True}) as stream:
+    with client(scripted_sim).chat.completions.stream(
+        model="sim", messages=messages, tools=strict, stream_options={"include_usage": True}
+    ) as stream:
         events = list(stream)
         final = stream.get_final_completion()
     call, expected = final.choices[0].message.tool_calls[0], whole.choices[0].message.tool_calls[0]
@@ -270,11 +301,13 @@ def test_inspect_react_agent_runs_bash_in_the_local_sandbox_and_submits(tmp_path
 
     script = [{"name": "bash", "arguments": {"command": "echo $((6 * 7)) && pwd"}}]
     with running_sim(*FAST, "--tool-calls", json.dumps(script)) as base:
-        task = inspect_ai.Task(dataset=[Sample(input=QUESTION, target="5")], solver=react(tools=[bash(timeout=30)]),
-                               scorer=match(), sandbox="local")
+        task = inspect_ai.Task(
+            dataset=[Sample(input=QUESTION, target="5")], solver=react(tools=[bash(timeout=30)]), scorer=match(), sandbox="local"
+        )
         model = get_model("openai-api/sim/sim", base_url=base, api_key="unused", stream=stream)
-        [log] = inspect_ai.eval(task, model=model, log_dir=str(tmp_path / "logs"), display="none",
-                                message_limit=12, time_limit=90, max_retries=0)
+        [log] = inspect_ai.eval(
+            task, model=model, log_dir=str(tmp_path / "logs"), display="none", message_limit=12, time_limit=90, max_retries=0
+        )
         answer = plain_reply(base, QUESTION)
     assert log.status == "success", log.error
     [sample] = [resolve_sample_attachments(s) for s in log.samples]  # long texts are stored once, as attachments

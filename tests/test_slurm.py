@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -41,9 +41,7 @@ def slurm() -> str:
     """A running one-node SLURM, started (or found running) by scripts/setup/slurm.sh."""
     if os.geteuid() != 0 and shutil.which("sbatch") is None:
         pytest.skip("SLURM is not installed and installing it needs root (scripts/setup/slurm.sh)")
-    setup = subprocess.run(
-        ["bash", os.path.join(REPO, "scripts", "setup", "slurm.sh")], capture_output=True, text=True, timeout=600
-    )
+    setup = subprocess.run(["bash", os.path.join(REPO, "scripts", "setup", "slurm.sh")], capture_output=True, text=True, timeout=600)
     assert setup.returncode == 0, f"scripts/setup/slurm.sh failed:\n{setup.stdout}\n{setup.stderr}"
     assert "slurm: ready; config /etc/slurm/slurm.conf" in setup.stdout
     node = subprocess.run(["sinfo", "-h", "-o", "%P %T"], capture_output=True, text=True, check=True).stdout
@@ -260,22 +258,51 @@ def test_tasks_sharing_a_node_each_pick_a_free_port(slurm: str, tmp_path: Path, 
     from shardeval.run.process import free_port
 
     fixed = free_port()
-    launch = [sys.executable, "-m", "shardeval", "sim", "--ttft-ms", "300", "--itl-ms", "0", "--bench", "arith",
-              "--bench-param", "n=40", "--root", "{model}"]
+    launch = [
+        sys.executable,
+        "-m",
+        "shardeval",
+        "sim",
+        "--ttft-ms",
+        "300",
+        "--itl-ms",
+        "0",
+        "--bench",
+        "arith",
+        "--bench-param",
+        "n=40",
+        "--root",
+        "{model}",
+    ]
     cfg = tmp_path / "ports.yaml"
-    cfg.write_text(json.dumps({
-        "services": {"model": {"type": "vllm", "model": "/ckpt/m", "served_model_name": "sim", "port": fixed,
-                               "launch_command": launch, "startup_timeout_s": 60, "stop_timeout_s": 5}},
-        "benchmarks": [{"name": "arith", "params": {"n": 40}, "max_concurrent": 1}],
-        "cluster": {"type": "slurm", "walltime": "5:00", "shards": 2, "partition": "debug", "merge": False},
-    }))
+    cfg.write_text(
+        json.dumps(
+            {
+                "services": {
+                    "model": {
+                        "type": "vllm",
+                        "model": "/ckpt/m",
+                        "served_model_name": "sim",
+                        "port": fixed,
+                        "launch_command": launch,
+                        "startup_timeout_s": 60,
+                        "stop_timeout_s": 5,
+                    }
+                },
+                "benchmarks": [{"name": "arith", "params": {"n": 40}, "max_concurrent": 1}],
+                "cluster": {"type": "slurm", "walltime": "5:00", "shards": 2, "partition": "debug", "merge": False},
+            }
+        )
+    )
     root = tmp_path / "run"
     result = shardeval_cmd("run", str(cfg), "-o", str(root), timeout=120)
     assert result.returncode == 0, result.stderr
     assert "-O services.model.port=0" in (root / "eval.sbatch").read_text()
     array = json.loads((root / "slurm_job.json").read_text())["array_job_id"]
     jobs.append(array)
-    wait_until("both tasks to run at once", lambda: list(tasks(array).values()).count("RUNNING") == 2 or done(array), timeout=120, root=root)
+    wait_until(
+        "both tasks to run at once", lambda: list(tasks(array).values()).count("RUNNING") == 2 or done(array), timeout=120, root=root
+    )
     wait_until("both tasks to finish", lambda: done(array), timeout=180, root=root)
     assert tasks(array) == {"0": "COMPLETED", "1": "COMPLETED"}, logs(root)
     ports = set()
@@ -326,8 +353,9 @@ def test_submitting_twice_while_the_array_runs_is_refused(slurm: str, tmp_path: 
     # refused by whichever check sees the live run first: the shard's writer (its lease names the SLURM
     # job) or the queued tasks of this run's array; either names the job
     assert fresh.returncode == 2 and "Traceback" not in fresh.stderr, fresh.stderr
-    assert (f"job {record['array_job_id']} of this run still has" in fresh.stderr
-            or ("already being written by pid" in fresh.stderr and f"SLURM job {record['array_job_id']}" in fresh.stderr)), fresh.stderr
+    assert f"job {record['array_job_id']} of this run still has" in fresh.stderr or (
+        "already being written by pid" in fresh.stderr and f"SLURM job {record['array_job_id']}" in fresh.stderr
+    ), fresh.stderr
     assert not list(root.glob("shard_*/superseded")) and results.exists()
 
 
@@ -375,7 +403,12 @@ def test_sweep_is_one_array_of_cells_and_one_dependent_merge(slurm: str, tmp_pat
     for c in range(6):
         model, k = ["base", "mid", "top"][c // 2], c % 2
         manifest = json.loads((root / model / f"shard_{k}" / "manifest.json").read_text())
-        assert (manifest["shard_idx"], manifest["total_shards"], manifest["state"], manifest["sweep"]["service"]) == (k, 2, "complete", model)
+        assert (manifest["shard_idx"], manifest["total_shards"], manifest["state"], manifest["sweep"]["service"]) == (
+            k,
+            2,
+            "complete",
+            model,
+        )
         err = (root / "logs" / f"slurm-{array}_{c}.err").read_text()
         assert f"(array {array}_{c}, restart 0)" in err and f"cell {c} = {model} shard {k}/2" in err, err
     sweep = json.loads((root / "merged" / "sweep.json").read_text())
@@ -463,8 +496,19 @@ def test_tasks_whose_pairs_end_in_errors_are_failed_and_the_merge_says_errors(sl
     every pair as an error and exits 3; SLURM marks the task FAILED (not COMPLETED); the merge job
     (afterany) runs, says ERRORS with the count by kind, and fails too."""
     root = tmp_path / "run"
-    record = submit(root, "-O", "benchmarks.0.params.n=10", "-O", "benchmarks.0.repeats=1", "-O", "cluster.shards=2",
-                    "-O", "services.model.fail_5xx=1", "-O", "services.model.retries.attempts=1")
+    record = submit(
+        root,
+        "-O",
+        "benchmarks.0.params.n=10",
+        "-O",
+        "benchmarks.0.repeats=1",
+        "-O",
+        "cluster.shards=2",
+        "-O",
+        "services.model.fail_5xx=1",
+        "-O",
+        "services.model.retries.attempts=1",
+    )
     array, merge = record["array_job_id"], record["merge_job_id"]
     jobs += [array, merge]
     wait_until("the merge job to finish", lambda: done(merge), root=root)
@@ -477,8 +521,9 @@ def test_tasks_whose_pairs_end_in_errors_are_failed_and_the_merge_says_errors(sl
     assert "**ERRORS**: " in report and " server_error)" in report and "COMPLETE" not in report.replace("not complete", ""), report
 
 
-def test_config_export_runs_in_the_dependent_merge_job(slurm: str, tmp_path: Path, jobs: list[str],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_export_runs_in_the_dependent_merge_job(
+    slurm: str, tmp_path: Path, jobs: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`export:` in a config: the merge job (`shardeval merge ROOT --export`) exports to MLflow once
     the array is done; the tracking URI is a ${VAR} of the submitting environment."""
     pytest.importorskip("mlflow")

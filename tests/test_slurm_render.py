@@ -80,7 +80,7 @@ def test_seed_example_dry_run_writes_the_array_script(tmp_path: Path) -> None:
     (command,) = [line for line in script.splitlines() if " run " in line and line.endswith(" &")]
     # not exec: the batch shell stays to turn SLURM's early USR1 into a SIGTERM for the shard alone;
     # no --exclusive, so the fixed port 8000 becomes a free port per task
-    assert f" run {SEED} -O services.model.port=0 --shard \"${{NEL_SHARD_IDX}}\"/16 -o {out}/shard_\"${{NEL_SHARD_IDX}}\" &" in command
+    assert f' run {SEED} -O services.model.port=0 --shard "${{NEL_SHARD_IDX}}"/16 -o {out}/shard_"${{NEL_SHARD_IDX}}" &' in command
     assert "--port 0" in launch and "picks a free port: services.model.port=0" in script
     merge = (out / "merge.sbatch").read_text()
     assert merge.rstrip().endswith(f"merge {out}")
@@ -339,8 +339,9 @@ def test_the_batch_shell_stops_the_shard_so_it_drains(tmp_path: Path, sig: str) 
     text = (out / "eval.sbatch").read_text()
     assert "#SBATCH --signal=B:USR1@25" in sbatch_lines(text)  # drain 20 + margin 5
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NEL_"))}
-    shell = subprocess.Popen(["bash", str(out / "eval.sbatch")], env={**env, "NEL_SHARD_IDX": "0"},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    shell = subprocess.Popen(
+        ["bash", str(out / "eval.sbatch")], env={**env, "NEL_SHARD_IDX": "0"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     results = out / "shard_0" / "arith" / "results.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (not results.exists() or results.read_bytes().count(b"\n") < 8):
@@ -372,7 +373,10 @@ def test_fresh_at_submission_refuses_a_shard_still_being_written(tmp_path: Path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NEL_"))}
     by_hand = subprocess.Popen(
         [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", "0/2", "-o", str(root / "shard_0")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         results = root / "shard_0" / "arith" / "results.jsonl"

@@ -19,8 +19,9 @@ PLUGINS = Path(REPO) / "plugins"
 def mypy(*packages: str) -> subprocess.CompletedProcess[str]:
     """`python -m mypy -p PACKAGE ...` in the checkout, with its pyproject.toml's settings."""
     args = [arg for package in packages for arg in ("-p", package)]
-    return subprocess.run([sys.executable, "-m", "mypy", "--config-file", "pyproject.toml", *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "pyproject.toml", *args], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
 
 
 def check(done: subprocess.CompletedProcess[str]) -> None:

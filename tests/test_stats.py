@@ -68,10 +68,14 @@ def test_pass_at_k_large_n(n: int) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 300).flatmap(lambda k: st.tuples(
-    st.just(k),
-    st.lists(st.integers(k, 400).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n))), min_size=1, max_size=30),
-)))
+@given(
+    st.integers(1, 300).flatmap(
+        lambda k: st.tuples(
+            st.just(k),
+            st.lists(st.integers(k, 400).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n))), min_size=1, max_size=30),
+        )
+    )
+)
 def test_pass_at_k_mixed_arrays(case: tuple[int, list[tuple[int, int]]]) -> None:
     """Arbitrary mixes of (n, c) pairs (repeated, unsorted) keep every problem's own value."""
     k, pairs = case
@@ -92,7 +96,30 @@ def test_pass_at_k_edges() -> None:
 
 # --- distributions -----------------------------------------------------------------------------
 
-PS = [1e-6, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.49, 0.51, 0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.995, 0.999, 0.9995, 1 - 1e-6]
+PS = [
+    1e-6,
+    0.0005,
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.2,
+    0.4,
+    0.49,
+    0.51,
+    0.6,
+    0.8,
+    0.9,
+    0.95,
+    0.975,
+    0.99,
+    0.995,
+    0.999,
+    0.9995,
+    1 - 1e-6,
+]
 
 
 def test_t_ppf_matches_scipy() -> None:
@@ -185,7 +212,7 @@ def clustered_se_loop(values: list[float], clusters: list[int]) -> float:
 
 def test_clustered_se_matches_loop() -> None:
     rng = np.random.default_rng(11)
-    for trial in range(20):
+    for _ in range(20):
         n = int(rng.integers(5, 300))
         g = int(rng.integers(2, min(n, 40) + 1))
         clusters = rng.integers(0, g, n)
@@ -360,10 +387,7 @@ def test_coverage_perplexity_delta_method() -> None:
     n = 200
     tokens = rng.integers(20, 201, (RUNS, n)).astype(float)
     nll = tokens * rng.uniform(1, 3, (RUNS, n))
-    values = [
-        perplexity(table(np.zeros(n), extra={"nll": a, "tokens": t}), OPTS)
-        for a, t in zip(nll, tokens)
-    ]
+    values = [perplexity(table(np.zeros(n), extra={"nll": a, "tokens": t}), OPTS) for a, t in zip(nll, tokens)]
     assert {v["token_nll"].ci_method for v in values} == {"delta"}
     assert abs(coverage([interval(v["token_nll"]) for v in values], 2.0) - 0.95) < 0.02
     assert abs(coverage([interval(v["perplexity"]) for v in values], math.exp(2.0)) - 0.95) < 0.02

@@ -22,12 +22,14 @@ RUN = run_id("sha256:test")
 
 def numbers(s) -> object:
     """What a refresh shows, less the rates and ETAs (they move with the clock)."""
+
     def strip(x):
         if isinstance(x, dict):
             return {k: strip(v) for k, v in x.items() if k not in ("rate", "eta_s")}
         if isinstance(x, list):
             return [strip(v) for v in x]
         return x
+
     return strip(msgspec.to_builtins(s))
 
 
@@ -52,8 +54,16 @@ def make_run(root: Path) -> None:
     """Two running shards, each with its first three problems written."""
     for idx in range(2):
         lo = idx * PROBLEMS // 2
-        make_shard(str(root), idx, 2, n_problems=PROBLEMS, repeats=REPEATS, bench=BENCH, state="running",
-                   records=[record(BENCH, p, r, idx, float(p % 2), run=RUN) for p in range(lo, lo + 3) for r in range(REPEATS)])
+        make_shard(
+            str(root),
+            idx,
+            2,
+            n_problems=PROBLEMS,
+            repeats=REPEATS,
+            bench=BENCH,
+            state="running",
+            records=[record(BENCH, p, r, idx, float(p % 2), run=RUN) for p in range(lo, lo + 3) for r in range(REPEATS)],
+        )
 
 
 def test_refreshes_read_what_was_appended_and_equal_a_fresh_read(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -48,14 +48,35 @@ def run_dir(tmp_path: Path) -> Path:
 def test_loopback_answers_its_own_names_and_refuses_any_other(run_dir: Path) -> None:
     with serving(run_dir) as (shown, port):
         assert shown == "127.0.0.1"
-        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", f"LOCALHOST:{port}", f"LocalHost.:{port}",
-                     "127.0.0.1", "localhost", "[::1]", "localhost:9999"):  # no port / a tunnel's port: the name is what counts
+        for host in (
+            f"127.0.0.1:{port}",
+            f"localhost:{port}",
+            f"[::1]:{port}",
+            f"LOCALHOST:{port}",
+            f"LocalHost.:{port}",
+            "127.0.0.1",
+            "localhost",
+            "[::1]",
+            "localhost:9999",
+        ):  # no port / a tunnel's port: the name is what counts
             status, body = ask(port, host)
             assert status == 200 and b"<script>" in body, host
             assert ask(port, host, "/status.json")[0] == 200, host
-        for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}", f"localhost.evil.example:{port}",
-                     f"127.0.0.2:{port}", f"0.0.0.0:{port}", f"192.168.1.20:{port}", f"127.0.0.1:{port}@evil.example",
-                     f"127.0.0.1:x{port}", f"::1:{port}", "", f"[::1]x:{port}", f"evil.example:{port}, 127.0.0.1:{port}"):
+        for host in (
+            f"evil.example:{port}",
+            "evil.example",
+            f"127.0.0.1.evil.example:{port}",
+            f"localhost.evil.example:{port}",
+            f"127.0.0.2:{port}",
+            f"0.0.0.0:{port}",
+            f"192.168.1.20:{port}",
+            f"127.0.0.1:{port}@evil.example",
+            f"127.0.0.1:x{port}",
+            f"::1:{port}",
+            "",
+            f"[::1]x:{port}",
+            f"evil.example:{port}, 127.0.0.1:{port}",
+        ):
             for path in ("/", "/status.json"):
                 status, body = ask(port, host, path)
                 assert status == 421, (host, path, status)
@@ -71,8 +92,15 @@ def test_every_interface_answers_the_printed_name_and_addresses_not_other_names(
     as such (an address cannot be rebound), localhost; never a name that is not the machine's."""
     with serving(run_dir, "--host", "0.0.0.0") as (shown, port):
         assert shown == socket.gethostname()
-        for host in (f"{shown}:{port}", f"{shown.upper()}:{port}", f"{socket.getfqdn()}:{port}", f"127.0.0.1:{port}",
-                     f"10.1.2.3:{port}", f"[fe80::1]:{port}", f"localhost:{port}"):
+        for host in (
+            f"{shown}:{port}",
+            f"{shown.upper()}:{port}",
+            f"{socket.getfqdn()}:{port}",
+            f"127.0.0.1:{port}",
+            f"10.1.2.3:{port}",
+            f"[fe80::1]:{port}",
+            f"localhost:{port}",
+        ):
             assert ask(port, host)[0] == 200, host
         for host in (f"evil.example:{port}", f"{shown}.evil.example:{port}", f"10.1.2.3.nip.io:{port}"):
             assert ask(port, host)[0] == 421, host

@@ -20,7 +20,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import msgspec
 import pytest
@@ -88,8 +89,12 @@ def check_accuracy(shown: dict[str, str], metric: dict[str, Any], merged: dict[s
 
 
 def start_shard(cfg: Path, out: Path, i: int, total: int) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", f"{i}/{total}", "-o", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "shardeval", "run", str(cfg), "--shard", f"{i}/{total}", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(procs: list[subprocess.Popen[str]], timeout: float = 90) -> None:
@@ -120,7 +125,10 @@ def test_a_run_in_progress_advances_survives_a_killed_shard_and_agrees_with_json
 
             procs[0].send_signal(signal.SIGKILL)
             procs[0].wait(10)
-            wait_page(v, "() => Array.from(document.querySelectorAll('[data-row^=\"shard:0:\"] [data-k=state]')).some(e => e.textContent === 'lost')")
+            wait_page(
+                v,
+                "() => Array.from(document.querySelectorAll('[data-row^=\"shard:0:\"] [data-k=state]')).some(e => e.textContent === 'lost')",
+            )
             shown = shown_after_next_update(v)["shard:0:shard_0"]
             doc = fetch_json(url)
             lost = next(p for p in doc["run"]["shards"] if p["idx"] == 0)
@@ -132,8 +140,11 @@ def test_a_run_in_progress_advances_survives_a_killed_shard_and_agrees_with_json
             assert "shard 0 lost since" in v.page.text_content("ul.notes")
 
             procs[0] = start_shard(cfg, run / "shard_0", 0, 2)  # the rerun resumes
-            wait_page(v, "() => Array.from(document.querySelectorAll('[data-row^=\"shard:0:\"]')).some(r => "
-                         f"r.querySelector('[data-k=state]').textContent !== 'lost' && +r.querySelector('[data-k=records]').textContent > {lost['records']})")
+            wait_page(
+                v,
+                "() => Array.from(document.querySelectorAll('[data-row^=\"shard:0:\"]')).some(r => "
+                f"r.querySelector('[data-k=state]').textContent !== 'lost' && +r.querySelector('[data-k=records]').textContent > {lost['records']})",
+            )
             finish(procs)
             wait_page(v, "() => document.querySelectorAll('[data-row^=\"shard:\"] .s-complete').length === 2")
             shown, doc, text = shown_after_next_update(v), fetch_json(url), text_rows(run)
@@ -148,7 +159,11 @@ def test_a_run_in_progress_advances_survives_a_killed_shard_and_agrees_with_json
     scores = json.loads((run / "merged" / "scores.json").read_text())["arith"]["metrics"]["accuracy"]
     for p in doc["run"]["shards"]:
         row, line = shown[f"shard:{p['idx']}:{p['path']}"], text_rows(run)[p["idx"]]
-        assert (row["state"], f"{row['records']}/{row['expected']}", int(row["errors"])) == (p["state"], f"{p['records']}/{p['expected']}", p["errors"])
+        assert (row["state"], f"{row['records']}/{row['expected']}", int(row["errors"])) == (
+            p["state"],
+            f"{p['records']}/{p['expected']}",
+            p["errors"],
+        )
         assert line[:3] == [p["state"], f"{p['records']}/{p['expected']}", str(p["errors"])] == text[p["idx"]][:3]
     assert (shown["total"]["done"], shown["total"]["total"]) == (str(doc["run"]["done"]), str(doc["run"]["total"])) == ("300", "300")
     bench = doc["run"]["benchmarks"][0]
@@ -178,10 +193,14 @@ def test_hostile_names_and_warnings_are_shown_as_text(browser, tmp_path: Path) -
         wait_page(v, "() => +(document.body.dataset.updates || 0) >= 1")
         body = v.page.text_content("body")
         assert HOSTILE_BENCH in body and HOSTILE_ROOT in body
-        assert v.page.evaluate("() => [document.querySelector('img'), document.querySelectorAll('script').length, "
-                               "document.querySelector('[onerror]')]") == [None, 1, None]
-        shown = v.page.evaluate("name => Array.from(document.querySelectorAll('[data-row]')).find(r => r.dataset.row === 'bench:' + name)"
-                                ".querySelector('bdi').textContent", HOSTILE_BENCH)
+        assert v.page.evaluate(
+            "() => [document.querySelector('img'), document.querySelectorAll('script').length, document.querySelector('[onerror]')]"
+        ) == [None, 1, None]
+        shown = v.page.evaluate(
+            "name => Array.from(document.querySelectorAll('[data-row]')).find(r => r.dataset.row === 'bench:' + name)"
+            ".querySelector('bdi').textContent",
+            HOSTILE_BENCH,
+        )
         assert shown == HOSTILE_BENCH
         assert rows(v)["shard:1:shard_1_\udcff"]["state"] == "complete"  # shown (the byte as a lone surrogate)
         doc = fetch_json(url)
@@ -217,8 +236,10 @@ def test_shards_that_appear_and_vanish_keep_the_page_working(browser, tmp_path: 
 def _sweep_config(path: Path, urls: dict[str, str], out: Path) -> Path:
     config = {
         "services": {name: {"type": "api", "url": url, "model": "sim"} for name, url in urls.items()},
-        "benchmarks": [{"name": "arith", "params": {"n": 60}, "max_concurrent": 2},
-                       {"name": "arith", "id": "arith_b", "params": {"n": 60, "seed": 3}, "max_concurrent": 2}],
+        "benchmarks": [
+            {"name": "arith", "params": {"n": 60}, "max_concurrent": 2},
+            {"name": "arith", "id": "arith_b", "params": {"n": 60, "seed": 3}, "max_concurrent": 2},
+        ],
         "sweep": {"services": list(urls), "baseline": next(iter(urls))},
         "cluster": {"type": "local", "shards": 2, "parallel": 2},
         "output": {"dir": str(out), "progress_interval_s": 0},
@@ -236,16 +257,19 @@ def test_a_sweep_in_progress_shows_the_grid_advancing_and_its_numbers(browser, t
     with running_sim(*slow, "--accuracy", "0.5") as base, running_sim(*slow, "--accuracy", "0.9") as better:
         cfg = _sweep_config(tmp_path / "sweep.json", {"base": base, "better": better}, out)
         # served from the start: before the plan and the first shard exist the page says so, then fills in
-        proc = subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(cfg)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shardeval", "run", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         try:
             with serving(out) as url, visit(browser, url, viewport=VIEW) as v:
                 done = "() => +(document.querySelector('[data-row=total] [data-k=done]') || {textContent: 0}).textContent"
                 wait_page(v, f"() => ({done})() >= 5", timeout_s=60)
                 first = v.page.evaluate(done)
                 # the bar counts the whole sweep from the start, a model not started yet included, with its ETA
-                row = v.page.evaluate("() => ({total: document.querySelector('[data-row=total] [data-k=total]').textContent, "
-                                      "eta: document.querySelector('[data-row=total] [data-k=eta]').textContent})")
+                row = v.page.evaluate(
+                    "() => ({total: document.querySelector('[data-row=total] [data-k=total]').textContent, "
+                    "eta: document.querySelector('[data-row=total] [data-k=eta]').textContent})"
+                )
                 assert row["total"] == "240" and row["eta"], row
                 wait_page(v, f"() => ({done})() > {first}")
                 _, err = proc.communicate(timeout=120)
@@ -299,6 +323,7 @@ def test_one_computation_at_a_time_cached_and_the_server_answers_meanwhile(tmp_p
         base = f"http://127.0.0.1:{runner.addresses[0][1]}/"
         try:
             async with aiohttp.ClientSession() as session:
+
                 async def get(path: str) -> bytes:
                     async with session.get(base + path) as r:
                         assert r.status == 200

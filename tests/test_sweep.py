@@ -47,8 +47,7 @@ def test_example_table_contains_the_true_accuracies_and_right_signs(example_run:
     doc = _sweep_json(example_run)
     assert doc["baseline"] == "base" and doc["services"] == ["base", "step1", "step2"]
     cells = [c for c in doc["cells"] if c["metric"] == "accuracy"]
-    assert sorted((c["service"], c["benchmark"]) for c in cells) == sorted(
-        (s, b) for s in truth for b in ("arith", "arith_b"))  # 3 x 2
+    assert sorted((c["service"], c["benchmark"]) for c in cells) == sorted((s, b) for s in truth for b in ("arith", "arith_b"))  # 3 x 2
     for c in cells:
         assert c["ci_low"] <= truth[c["service"]] <= c["ci_high"], c
         assert c["complete"] and c["n"] == 400
@@ -103,8 +102,10 @@ def test_status_shows_the_grid(example_run: Path, tmp_path: Path) -> None:
 def _api_sweep(path: Path, urls: dict[str, str], root: Path, n: int = 40) -> Path:
     config = {
         "services": {name: {"type": "api", "url": url, "model": "sim"} for name, url in urls.items()},
-        "benchmarks": [{"name": "arith", "params": {"n": n}, "max_concurrent": 8},
-                       {"name": "arith", "id": "arith_b", "params": {"n": n, "seed": 3}, "max_concurrent": 8}],
+        "benchmarks": [
+            {"name": "arith", "params": {"n": n}, "max_concurrent": 8},
+            {"name": "arith", "id": "arith_b", "params": {"n": n, "seed": 3}, "max_concurrent": 8},
+        ],
         "sweep": {"services": list(urls), "baseline": next(iter(urls))},
         "cluster": {"type": "local", "shards": 2, "parallel": 2},
         "output": {"dir": str(root), "progress_interval_s": 0},
@@ -122,8 +123,10 @@ def test_adding_a_model_asks_only_its_cells(tmp_path: Path) -> None:
     nothing and do not fail; only the new model's requests are asked."""
     root = tmp_path / "out"
     with ExitStack() as old:
-        urls = {name: old.enter_context(running_sim("--bench", "arith", "--accuracy", acc, "--ttft-ms", "1", "--itl-ms", "0"))
-                for name, acc in (("a", "0.5"), ("b", "0.6"), ("c", "0.7"))}
+        urls = {
+            name: old.enter_context(running_sim("--bench", "arith", "--accuracy", acc, "--ttft-ms", "1", "--itl-ms", "0"))
+            for name, acc in (("a", "0.5"), ("b", "0.6"), ("c", "0.7"))
+        }
         first = shardeval_cmd("run", str(_api_sweep(tmp_path / "three.yaml", urls, root)), timeout=180)
         assert first.returncode == 0, first.stderr[-3000:]
     before = _results(root)
@@ -150,9 +153,12 @@ def api_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("api_sweep")
     root = tmp / "out"
     with ExitStack() as servers:
-        urls = {name: servers.enter_context(running_sim("--bench", "arith", "--accuracy", acc, "--ttft-ms", "1", "--itl-ms", "0",
-                                                        "--model", "sim"))
-                for name, acc in (("a", "0.5"), ("b", "0.8"))}
+        urls = {
+            name: servers.enter_context(
+                running_sim("--bench", "arith", "--accuracy", acc, "--ttft-ms", "1", "--itl-ms", "0", "--model", "sim")
+            )
+            for name, acc in (("a", "0.5"), ("b", "0.8"))
+        }
         run = shardeval_cmd("run", str(_api_sweep(tmp / "two.yaml", urls, root, n=30)), timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
     return root
@@ -163,8 +169,7 @@ def _merge_both(root: Path, model: str, tmp: Path, *flags: str) -> tuple[dict, d
     sweep = shardeval_cmd("merge", "-q", *flags, str(root))
     alone = shardeval_cmd("merge", "-q", *flags, str(root / model), "-o", str(tmp / "alone"))
     assert sweep.returncode == alone.returncode and sweep.returncode in (0, 3), sweep.stderr + alone.stderr
-    return (json.loads((root / model / "merged" / "scores.json").read_text()),
-            json.loads((tmp / "alone" / "scores.json").read_text()))
+    return (json.loads((root / model / "merged" / "scores.json").read_text()), json.loads((tmp / "alone" / "scores.json").read_text()))
 
 
 def test_duplicated_and_missing_cells_merge_as_in_a_single_run(api_run: Path, tmp_path: Path) -> None:
@@ -208,15 +213,18 @@ def test_a_launch_index_selects_a_cell(tmp_path: Path) -> None:
     assert f"-> {tmp_path}/step2/shard_1/arith" in picked.stdout, picked.stderr
 
 
-@pytest.mark.parametrize("argv, env, message", [
-    (["--shard", "0/5"], {}, "does not split over the sweep's 3 models"),
-    (["--sweep-services", "base,nope"], {}, "'nope' is not a model of the sweep; its models: base, step1, step2"),
-    (["--sweep-services", "base,base"], {}, "give each model once"),
-    (["--model-url", "http://127.0.0.1:9/v1"], {}, "is a sweep of several models"),
-    (["-O", "sweep.baseline=zzz"], {}, "sweep.baseline: 'zzz' is not one of the sweep's models"),
-    (["-O", "sweep.services=[base, ghost]"], {}, "sweep.services[1]: no service 'ghost'"),
-    (["-O", "benchmarks.0.solver.service=base", "-O", "benchmarks.1.solver.service=base"], {}, "none runs against the sweep's models"),
-])
+@pytest.mark.parametrize(
+    "argv, env, message",
+    [
+        (["--shard", "0/5"], {}, "does not split over the sweep's 3 models"),
+        (["--sweep-services", "base,nope"], {}, "'nope' is not a model of the sweep; its models: base, step1, step2"),
+        (["--sweep-services", "base,base"], {}, "give each model once"),
+        (["--model-url", "http://127.0.0.1:9/v1"], {}, "is a sweep of several models"),
+        (["-O", "sweep.baseline=zzz"], {}, "sweep.baseline: 'zzz' is not one of the sweep's models"),
+        (["-O", "sweep.services=[base, ghost]"], {}, "sweep.services[1]: no service 'ghost'"),
+        (["-O", "benchmarks.0.solver.service=base", "-O", "benchmarks.1.solver.service=base"], {}, "none runs against the sweep's models"),
+    ],
+)
 def test_bad_sweep_input_is_one_line(argv: list[str], env: dict[str, str], message: str, tmp_path: Path) -> None:
     out = shardeval_cmd("run", EXAMPLE, "--dry-run", "-o", str(tmp_path), *argv, env=env)
     assert out.returncode == 2, out.stderr
@@ -264,8 +272,7 @@ def test_compare_and_the_sweep_report_the_same_interval_and_p(example_run: Path,
             for key in ("diff", "stderr", "ci_low", "ci_high", "p_value", "df", "test", "ci_method"):
                 assert mine[key] == row[key], (service, row["benchmark"], key, mine[key], row[key])
             assert mine["n_cells"] == row["n"] == 400
-    text = shardeval_cmd("compare", str(example_run / "base"), str(example_run / "step2"),
-                         "--html", str(example_run.parent / "cmp.html"))
+    text = shardeval_cmd("compare", str(example_run / "base"), str(example_run / "step2"), "--html", str(example_run.parent / "cmp.html"))
     assert text.returncode == 0, text.stderr
     tiny = [r for r in doc["vs_baseline"] if r["p_value"] < 0.0001]
     assert tiny, "the example has a pair with p < 0.0001"
@@ -276,8 +283,10 @@ def test_compare_and_the_sweep_report_the_same_interval_and_p(example_run: Path,
     assert "&lt;0.0001</td>" in html and ">0.0000</td>" not in html
     # sweep.html's differences are a table its script draws: read as shown, in Chromium
     with visit(browser, (example_run / "merged" / "sweep.html").as_uri(), ready="document.body.dataset.charts") as v:
-        shown = v.page.eval_on_selector_all("#vs-table td[data-key$='/p_value'], #vs-table td[data-key$='/p_holm']",
-                                            "tds => tds.map(td => [JSON.parse(td.dataset.value), td.textContent])")
+        shown = v.page.eval_on_selector_all(
+            "#vs-table td[data-key$='/p_value'], #vs-table td[data-key$='/p_holm']",
+            "tds => tds.map(td => [JSON.parse(td.dataset.value), td.textContent])",
+        )
     assert len(shown) == 2 * len(doc["vs_baseline"])
     assert all(text == (f"{p:.4f}" if p >= 0.0001 else "<0.0001") for p, text in shown), shown
     assert any(text == "<0.0001" for _, text in shown) and not any(text == "0.0000" for _, text in shown)
@@ -289,6 +298,13 @@ def test_p_values_read_the_same_everywhere() -> None:
     from shardeval.results.report import fmt_p
 
     assert [fmt_p(p) for p in (0.0, 1e-300, 0.00009999, 0.0001, 0.03125, 1.0, None)] == [
-        "<0.0001", "<0.0001", "<0.0001", "0.0001", "0.0312", "1.0000", "—"]
+        "<0.0001",
+        "<0.0001",
+        "<0.0001",
+        "0.0001",
+        "0.0312",
+        "1.0000",
+        "—",
+    ]
     assert ">&lt;0.0001</td>" in p_cell(0.0, "k") and 'data-value="0.0"' in p_cell(0.0, "k")
     assert ">0.0312</td>" in p_cell(0.03125, "k")

@@ -31,8 +31,11 @@ def tree(tmp: Path, lock: dict | None = None) -> Path:
 def test_fetch_writes_the_locked_files_once(tmp_path):
     root = tree(tmp_path)
     first = vendor.fetch(root)  # the default cache: offline after scripts/setup/vega.sh
-    assert first == ["vega 6.2.0: vendor/vega.min.js written", "vega-lite 6.4.1: vendor/vega-lite.min.js written",
-                     "vega-embed 7.0.2: vendor/vega-embed.min.js written"]
+    assert first == [
+        "vega 6.2.0: vendor/vega.min.js written",
+        "vega-lite 6.4.1: vendor/vega-lite.min.js written",
+        "vega-embed 7.0.2: vendor/vega-embed.min.js written",
+    ]
     for name in ("vega.min.js", "vega-lite.min.js", "vega-embed.min.js"):
         assert (root / "vendor" / name).read_bytes() == (PAGES / "vendor" / name).read_bytes()
     assert all(line.endswith("up to date") for line in vendor.fetch(root))
@@ -68,6 +71,11 @@ def test_javascript_is_the_three_files_in_load_order():
 def test_the_command_line_says_what_it_did(tmp_path):
     proc = subprocess.run([sys.executable, str(PAGES / "vendor.py"), "fetch"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines() == [f"vendor: {line}" for line in (
-        "vega 6.2.0: vendor/vega.min.js up to date", "vega-lite 6.4.1: vendor/vega-lite.min.js up to date",
-        "vega-embed 7.0.2: vendor/vega-embed.min.js up to date")]
+    assert proc.stderr.splitlines() == [
+        f"vendor: {line}"
+        for line in (
+            "vega 6.2.0: vendor/vega.min.js up to date",
+            "vega-lite 6.4.1: vendor/vega-lite.min.js up to date",
+            "vega-embed 7.0.2: vendor/vega-embed.min.js up to date",
+        )
+    ]

@@ -13,12 +13,12 @@ import pytest
 
 pytest.importorskip("PIL")
 
-from shardeval.api.benchmark import Problem  # noqa: E402
-from shardeval.api.plugin import UsageError  # noqa: E402
-from shardeval.benchmark.images import read_source, split_prompt  # noqa: E402
-from shardeval.store.shards import shard_range  # noqa: E402
-from shardeval_benchmarks import vision_count  # noqa: E402
-from shardeval_benchmarks.vision_count import VisionCountBenchmark  # noqa: E402
+from shardeval.api.benchmark import Problem
+from shardeval.api.plugin import UsageError
+from shardeval.benchmark.images import read_source, split_prompt
+from shardeval.store.shards import shard_range
+from shardeval_benchmarks import vision_count
+from shardeval_benchmarks.vision_count import VisionCountBenchmark
 
 N = 24
 
@@ -33,8 +33,10 @@ def summary(b: VisionCountBenchmark, indices) -> list[list]:
 
 def test_the_same_problems_in_another_process_and_any_shard_split() -> None:
     here = summary(bench(), range(N))
-    code = ("import json; from shardeval_benchmarks.vision_count import VisionCountBenchmark as B; b = B({'n': %d}); "
-            "print(json.dumps([[p.id, p.prompt, p.reference, p.cluster, [r.sha256 for r in p.images]] for p in b.problems(range(%d))]))") % (N, N)
+    code = (
+        "import json; from shardeval_benchmarks.vision_count import VisionCountBenchmark as B; b = B({'n': %d}); "
+        "print(json.dumps([[p.id, p.prompt, p.reference, p.cluster, [r.sha256 for r in p.images]] for p in b.problems(range(%d))]))"
+    ) % (N, N)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=os.environ)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == here
@@ -85,19 +87,24 @@ def test_fingerprint_is_stable_cheap_and_follows_the_params(monkeypatch: pytest.
     big = VisionCountBenchmark({"n": 10**6})
     monkeypatch.setattr(vision_count, "render", lambda *a: pytest.fail("the fingerprint drew an image"))
     assert big.fingerprint() == VisionCountBenchmark({"n": 10**6}).fingerprint()
-    others = {VisionCountBenchmark(p).fingerprint() for p in
-              ({"n": 10**6, "seed": 1}, {"n": 10**5}, {"n": 10**6, "size": 128}, {"n": 10**6, "kinds": ["count"]})}
+    others = {
+        VisionCountBenchmark(p).fingerprint()
+        for p in ({"n": 10**6, "seed": 1}, {"n": 10**5}, {"n": 10**6, "size": 128}, {"n": 10**6, "kinds": ["count"]})
+    }
     assert len(others) == 4 and big.fingerprint() not in others
 
 
-@pytest.mark.parametrize("params, words", [
-    ({"n": -1}, "params.n"),
-    ({"kinds": ["count", "bogus"]}, "params.kinds"),
-    ({"kinds": []}, "params.kinds"),
-    ({"kinds": ["count", "count"]}, "twice"),
-    ({"size": 8}, "params.size"),
-    ({"seeed": 1}, "seeed"),
-])
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ({"n": -1}, "params.n"),
+        ({"kinds": ["count", "bogus"]}, "params.kinds"),
+        ({"kinds": []}, "params.kinds"),
+        ({"kinds": ["count", "count"]}, "twice"),
+        ({"size": 8}, "params.size"),
+        ({"seeed": 1}, "seeed"),
+    ],
+)
 def test_bad_params_are_one_line(params: dict, words: str) -> None:
     with pytest.raises(UsageError, match=words) as info:
         VisionCountBenchmark(params)
@@ -115,8 +122,9 @@ def test_image_limit_is_checked_without_drawing(monkeypatch: pytest.MonkeyPatch)
 
 def test_short_answers_score_as_numbers() -> None:
     b = bench()
-    count = Problem(idx=0, id="c", prompt="How many red shapes are in the image?", reference="3", cluster="count",
-                    metadata={"kind": "count"})
+    count = Problem(
+        idx=0, id="c", prompt="How many red shapes are in the image?", reference="3", cluster="count", metadata={"kind": "count"}
+    )
     for right in ("3", "three", "Three.", "There are 3 red shapes.", "I count three red shapes.", "#### 3", "The answer is 3.", "**3**"):
         assert b.score(count, right).score == 1.0, right
     for wrong in ("4", "four", "There are 4 red shapes.", "", "many", "thirteen"):
@@ -129,9 +137,26 @@ def test_short_answers_score_as_numbers() -> None:
 
 def test_multiple_choice_scores_every_form() -> None:
     b = bench()
-    choice = Problem(idx=2, id="m", prompt="Which shape?", reference="C", cluster="choice",
-                     metadata={"kind": "choice", "options": ["star", "circle", "triangle", "square"]})
-    for right in ("C", "(C)", "C.", "The answer is C.", "Answer: C", "**C**", "<answer>C</answer>", "triangle", "The triangle.", "C. triangle"):
+    choice = Problem(
+        idx=2,
+        id="m",
+        prompt="Which shape?",
+        reference="C",
+        cluster="choice",
+        metadata={"kind": "choice", "options": ["star", "circle", "triangle", "square"]},
+    )
+    for right in (
+        "C",
+        "(C)",
+        "C.",
+        "The answer is C.",
+        "Answer: C",
+        "**C**",
+        "<answer>C</answer>",
+        "triangle",
+        "The triangle.",
+        "C. triangle",
+    ):
         assert b.score(choice, right).score == 1.0, right
     for wrong in ("B", "circle", "A or C", "C/D", "A circle", "I cannot tell."):
         assert b.score(choice, wrong).score == 0.0, wrong
@@ -161,7 +186,7 @@ def test_every_scene_fits_and_its_reference_is_what_it_shows(kind: str) -> None:
             if isinstance(image, dict):
                 assert image["digits"] == plan["reference"]
                 continue
-            assert len(image) <= vision_count.GRID ** 2
+            assert len(image) <= vision_count.GRID**2
             assert len({(x // 56, y // 56) for _, _, x, y, _ in image}) == len(image)  # one per cell
         if kind == "count":
             colour = plan["question"].split()[2]

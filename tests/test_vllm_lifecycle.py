@@ -30,9 +30,7 @@ def write_config(tmp_path: Path, pidfile: Path, itl_ms: float = 20.0, kind: str 
     (or the third-party `type: wrapped`, launching it as written)."""
     wrapper = tmp_path / "pidwrap.py"
     wrapper.write_text(
-        "import os, sys\n"
-        f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
-        "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
+        f"import os, sys\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\nos.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
     )
     launch = [
         sys.executable, str(wrapper), "-m", "shardeval", "sim", "--bench", "arith", "--ttft-ms", "100",

@@ -19,7 +19,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import aiohttp
 import pytest
@@ -62,7 +63,9 @@ def run_shard(tmp_path: Path, name: str, service: dict[str, Any], benchmark: dic
     out = tmp_path / name
     out.mkdir(parents=True, exist_ok=True)
     cfg = out / "config.yaml"
-    cfg.write_text(json.dumps({"services": {"model": service}, "benchmarks": [benchmark], "seed": seed, "output": {"progress_interval_s": 0}}))
+    cfg.write_text(
+        json.dumps({"services": {"model": service}, "benchmarks": [benchmark], "seed": seed, "output": {"progress_interval_s": 0}})
+    )
     code = asyncio.run(ShardRun(load_config(str(cfg), [], {}), ShardSpec(0, 1, "test"), str(out / "shard_0")).run())
     assert code == exit_code
     return out / "shard_0"
@@ -88,7 +91,10 @@ def arith(n: int, **generation: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("stream", [True, False])
 def test_length_and_stop_with_usage(vllm_url: str, tmp_path: Path, protocol: str, stream: bool) -> None:
     # ignore_eos: a small model may end a completion within 5 tokens; this forces the limit.
-    short = records(run_shard(tmp_path, "short", api(vllm_url, protocol, stream), arith(4, max_tokens=5, temperature=0.0, extra={"ignore_eos": True})), "arith")
+    short = records(
+        run_shard(tmp_path, "short", api(vllm_url, protocol, stream), arith(4, max_tokens=5, temperature=0.0, extra={"ignore_eos": True})),
+        "arith",
+    )
     assert len(short) == 4
     for r in short:
         assert r["status"] == "ok", r
@@ -130,7 +136,9 @@ def test_seed_varies_repeats_and_reproduces_reruns(vllm_url: str, tmp_path: Path
 # --- images: the argv parses, and a text model's 400 is a client error -----------------------------
 
 
-def test_image_flags_parse_and_an_image_request_is_a_client_error_never_a_score(vllm_server: tuple[str, Path, Path], tmp_path: Path) -> None:
+def test_image_flags_parse_and_an_image_request_is_a_client_error_never_a_score(
+    vllm_server: tuple[str, Path, Path], tmp_path: Path
+) -> None:
     """SmolLM2 answers any image request 400 "smol is not a multimodal model", after vLLM's part
     parser accepted the parts and before it decodes an image: shardeval's wire form (a data: URL,
     and a file:// URL under the allowed folder) parses live, and the 400 is recorded as a `client`
@@ -143,13 +151,28 @@ def test_image_flags_parse_and_an_image_request_is_a_client_error_never_a_score(
     Image.new("RGB", (8, 8), (200, 30, 30)).save(media / "served.png")  # the server may read it: a file:// URL
     Image.new("RGB", (8, 8), (30, 30, 200)).save(tmp_path / "inline.png")  # outside its folder: base64
     data = tmp_path / "look.jsonl"
-    data.write_text(json.dumps({"question": "Colour? <image>", "answer": "red", "images": [str(media / "served.png")]}) + "\n"
-                    + json.dumps({"question": "Colour? <image>", "answer": "blue", "images": [str(tmp_path / "inline.png")]}) + "\n")
+    data.write_text(
+        json.dumps({"question": "Colour? <image>", "answer": "red", "images": [str(media / "served.png")]})
+        + "\n"
+        + json.dumps({"question": "Colour? <image>", "answer": "blue", "images": [str(tmp_path / "inline.png")]})
+        + "\n"
+    )
     with recording_proxy(url, Recording("")) as rec:
         service = {**api(rec.url), "limit_mm_per_prompt": {"image": IMAGE_LIMIT}, "allowed_local_media_path": str(media)}
-        shard = run_shard(tmp_path, "look", service, {"name": str(data), "params": {"images_root": str(media)},  # a row's file lies
-                                                      "solver": {"generation": {"max_tokens": 4}}}, exit_code=3)  # in the dataset or a root
-    sent = sorted(p["image_url"]["url"].split(":", 1)[0] for b in rec.bodies for p in b["messages"][-1]["content"] if p["type"] == "image_url")
+        shard = run_shard(
+            tmp_path,
+            "look",
+            service,
+            {
+                "name": str(data),
+                "params": {"images_root": str(media)},  # a row's file lies
+                "solver": {"generation": {"max_tokens": 4}},
+            },
+            exit_code=3,
+        )  # in the dataset or a root
+    sent = sorted(
+        p["image_url"]["url"].split(":", 1)[0] for b in rec.bodies for p in b["messages"][-1]["content"] if p["type"] == "image_url"
+    )
     assert sent == ["data", "file"]
     rs = records(shard, "look")
     assert len(rs) == 2
@@ -325,4 +348,3 @@ def test_vllm_killed_mid_run_fails_the_shard_with_the_reason(tmp_path: Path) -> 
         assert r["status"] == "ok" or (r["error_kind"] == "connection" and r.get("score") is None), r
     assert manifest["benchmarks"][0]["n_ok"] == sum(r["status"] == "ok" for r in rs)
     assert wait_gone(pids)
-

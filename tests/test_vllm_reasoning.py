@@ -162,11 +162,19 @@ def test_report_html_shows_the_thinking(thinking_run: dict[str, Any]) -> None:
     its prompt (the model often begins by repeating the question) or of its answer."""
     merged: Path = thinking_run["merged"]
     page = (merged / "report.html").read_text()
-    prompts = "".join(m["content"] for b in ("think", "budget") for t in records(merged / b / "trajectories.jsonl")
-                      for m in t["messages"] if m["role"] != "assistant")
+    prompts = "".join(
+        m["content"]
+        for b in ("think", "budget")
+        for t in records(merged / b / "trajectories.jsonl")
+        for m in t["messages"]
+        if m["role"] != "assistant"
+    )
     thoughts = [r for b in ("think", "budget") for r in records(merged / b / "results.jsonl")]
-    own = [r["reasoning"].strip() for r in thoughts
-           if r["reasoning"].strip() and r["reasoning"].strip() not in prompts and r["reasoning"].strip() not in r["response"]]
+    own = [
+        r["reasoning"].strip()
+        for r in thoughts
+        if r["reasoning"].strip() and r["reasoning"].strip() not in prompts and r["reasoning"].strip() not in r["response"]
+    ]
     assert own, f"every record's thinking is also text of its prompt: {[r['reasoning'] for r in thoughts]!r}"
     shown = [t for t in own if html.escape(t, quote=False) in page or html.escape(t) in page]
     assert shown, f"no record's thinking in report.html; the thinking was {own!r}"

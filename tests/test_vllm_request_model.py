@@ -20,7 +20,8 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -37,8 +38,15 @@ VALIDATOR = os.path.join(REPO, "tests", "vllm_validate_bodies.py")
 LIMIT = 4  # the services' limit_mm_per_prompt image, and the validator's --limit-image
 FAST = ("--ttft-ms", "0", "--itl-ms", "0")
 # (file name, Pillow mode, format): what a data set may hold; vLLM sniffs the format itself.
-PICTURES = [("red.png", "RGB", "PNG"), ("alpha.png", "RGBA", "PNG"), ("grey.png", "L", "PNG"), ("palette.gif", "P", "GIF"),
-            ("photo.jpg", "RGB", "JPEG"), ("web.webp", "RGB", "WEBP"), ("two words #1 é.png", "RGB", "PNG")]
+PICTURES = [
+    ("red.png", "RGB", "PNG"),
+    ("alpha.png", "RGBA", "PNG"),
+    ("grey.png", "L", "PNG"),
+    ("palette.gif", "P", "GIF"),
+    ("photo.jpg", "RGB", "JPEG"),
+    ("web.webp", "RGB", "WEBP"),
+    ("two words #1 é.png", "RGB", "PNG"),
+]
 
 
 def picture(path: Path, mode: str, fmt: str, n: int) -> None:
@@ -53,14 +61,24 @@ def write_data(tmp: Path) -> dict[str, Path]:
     img.mkdir()
     for n, (name, mode, fmt) in enumerate(PICTURES):
         picture(img / name, mode, fmt, n)
-    rows = [{"id": f"one-{name}", "question": f"What is drawn in {name}? <image> Answer briefly.", "answer": "a box",
-             "images": [f"img/{name}"]} for name, _, _ in PICTURES]
+    rows = [
+        {"id": f"one-{name}", "question": f"What is drawn in {name}? <image> Answer briefly.", "answer": "a box", "images": [f"img/{name}"]}
+        for name, _, _ in PICTURES
+    ]
     rows += [
-        {"id": "three", "question": "<image> then <image> and last <image>: which is widest?", "answer": "last",
-         "images": ["img/red.png", "img/photo.jpg", "img/web.webp"]},
+        {
+            "id": "three",
+            "question": "<image> then <image> and last <image>: which is widest?",
+            "answer": "last",
+            "images": ["img/red.png", "img/photo.jpg", "img/web.webp"],
+        },
         {"id": "unmarked", "question": "How many boxes?", "answer": "2", "images": ["img/grey.png", "img/alpha.png"]},
-        {"id": "at-limit", "question": "<image><image><image><image> Same?", "answer": "no",
-         "images": [f"img/{name}" for name, _, _ in PICTURES[:LIMIT]]},
+        {
+            "id": "at-limit",
+            "question": "<image><image><image><image> Same?",
+            "answer": "no",
+            "images": [f"img/{name}" for name, _, _ in PICTURES[:LIMIT]],
+        },
     ]
     vqa = tmp / "vqa.jsonl"
     vqa.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -70,12 +88,16 @@ def write_data(tmp: Path) -> dict[str, Path]:
     def data_url(name: str) -> str:
         return "data:image/png;base64," + base64.b64encode((img / name).read_bytes()).decode()
 
-    mc_rows = [{"q": f"Which colour fills the box? <image>", "options": ["red", "green", "blue"], "answer": "A",
-                "images": [data_url(name)]} for name in ("red.png", "grey.png")]
+    mc_rows = [
+        {"q": "Which colour fills the box? <image>", "options": ["red", "green", "blue"], "answer": "A", "images": [data_url(name)]}
+        for name in ("red.png", "grey.png")
+    ]
     (tmp / "mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mc_rows))
     mc = tmp / "mc.yaml"
-    mc.write_text("name: mc\ndata: mc.jsonl\nfields: {input: q, choices: options, target: answer}\n"
-                  "prompt: \"{input}\\n{choices}\\nAnswer with the letter.\"\nsystem_prompt: Look closely.\nscorer: choice\n")
+    mc.write_text(
+        "name: mc\ndata: mc.jsonl\nfields: {input: q, choices: options, target: answer}\n"
+        'prompt: "{input}\\n{choices}\\nAnswer with the letter."\nsystem_prompt: Look closely.\nscorer: choice\n'
+    )
     return {"vqa": vqa, "mc": mc, "img": img}
 
 
@@ -99,8 +121,13 @@ def run_config(tmp: Path, url: str, data: dict[str, Path]) -> Path:
 
 
 def image_urls(body: dict[str, Any]) -> list[str]:
-    return [p["image_url"]["url"] for m in body["messages"] if isinstance(m["content"], list)
-            for p in m["content"] if p.get("type") == "image_url"]
+    return [
+        p["image_url"]["url"]
+        for m in body["messages"]
+        if isinstance(m["content"], list)
+        for p in m["content"]
+        if p.get("type") == "image_url"
+    ]
 
 
 def spoiled(bodies: list[dict[str, Any]], outside: Path) -> dict[str, dict[str, Any]]:
@@ -118,8 +145,10 @@ def spoiled(bodies: list[dict[str, Any]], outside: Path) -> dict[str, dict[str, 
         "bare string": with_first_image(lambda p: p.update(image_url=p["image_url"]["url"])),
         "not a picture": with_first_image(lambda p: p["image_url"].update(url="data:image/png;base64,aGVsbG8gd29ybGQ=")),
         "outside the folder": with_first_image(lambda p: p["image_url"].update(url=f"file://{outside}")),
-        "over the limit": {**body, "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": image_urls(body)[0]}}] * (LIMIT + 1)}]},
+        "over the limit": {
+            **body,
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image_urls(body)[0]}}] * (LIMIT + 1)}],
+        },
     }
 
 
@@ -140,14 +169,24 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     picture(outside, "RGB", "PNG", 1)
     bad = spoiled(sent, outside)
     lines = "".join(json.dumps(b) + "\n" for b in [*sent, *bad.values()])
-    done = subprocess.run([paths[0], VALIDATOR, "--allowed-local-media-path", str(data["img"]), "--limit-image", str(LIMIT)],
-                          input=lines, capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "VLLM_NO_USAGE_STATS": "1"})
+    done = subprocess.run(
+        [paths[0], VALIDATOR, "--allowed-local-media-path", str(data["img"]), "--limit-image", str(LIMIT)],
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "VLLM_NO_USAGE_STATS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     header, *verdicts = [json.loads(line) for line in done.stdout.splitlines()]
     assert [v["line"] for v in verdicts] == list(range(1, len(sent) + len(bad) + 1)), done.stdout[-3000:]
-    yield {"sent": sent, "header": header, "verdicts": verdicts[: len(sent)],
-           "bad": dict(zip(bad, verdicts[len(sent):])), "img": data["img"]}
+    yield {
+        "sent": sent,
+        "header": header,
+        "verdicts": verdicts[: len(sent)],
+        "bad": dict(zip(bad, verdicts[len(sent) :])),
+        "img": data["img"],
+    }
 
 
 def test_every_body_sent_validates_against_vllms_request_model(checked: dict[str, Any]) -> None:
@@ -156,7 +195,9 @@ def test_every_body_sent_validates_against_vllms_request_model(checked: dict[str
     assert len(sent) == 10 * 2 + 2 + 10 + 8  # vqa twice, mc, vqa as files, vision_count
     refused = [(v, sent[v["line"] - 1]["messages"][-1]["content"][0]) for v in verdicts if not v["ok"]]
     assert not refused, refused[:3]
-    assert sum(v["images"] for v in verdicts) == sum(len(image_urls(b)) for b in sent) == (7 + 3 + 2 + LIMIT) * 3 + 2 + 10  # vision_count: 6 one-image problems, 2 compare pairs
+    assert (
+        sum(v["images"] for v in verdicts) == sum(len(image_urls(b)) for b in sent) == (7 + 3 + 2 + LIMIT) * 3 + 2 + 10
+    )  # vision_count: 6 one-image problems, 2 compare pairs
     assert max(v["images"] for v in verdicts) == LIMIT
     # vLLM 0.32's private part parser (vllm/renderers/chat_utils.py `_parse_chat_message_content_mm_part`)
     # was used beside openai's public part types; where a later vLLM moves it, the public ones stand alone.
@@ -181,12 +222,15 @@ def test_the_bodies_cover_markers_system_turns_and_both_url_forms(checked: dict[
     assert mimes == {"data:image/png", "data:image/gif", "data:image/jpeg", "data:image/webp"}
 
 
-@pytest.mark.parametrize("case, error", [
-    ("bare string", "Input should be a valid dictionary"),
-    ("not a picture", "Failed to load image"),
-    ("outside the folder", "must be a subpath of `--allowed-local-media-path"),
-    ("over the limit", f"{LIMIT + 1} images, over --limit-image {LIMIT}"),
-])
+@pytest.mark.parametrize(
+    "case, error",
+    [
+        ("bare string", "Input should be a valid dictionary"),
+        ("not a picture", "Failed to load image"),
+        ("outside the folder", "must be a subpath of `--allowed-local-media-path"),
+        ("over the limit", f"{LIMIT + 1} images, over --limit-image {LIMIT}"),
+    ],
+)
 def test_a_spoiled_body_is_refused(checked: dict[str, Any], case: str, error: str) -> None:
     verdict = checked["bad"][case]
     assert not verdict["ok"] and error in verdict["error"], verdict

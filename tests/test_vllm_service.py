@@ -40,8 +40,6 @@ def ctx(tmp_path: Path) -> ServiceContext:
     return ServiceContext(logs_dir=str(tmp_path / "logs"), shard_idx=0, total_shards=1)
 
 
-
-
 # --- config and command line ------------------------------------------------------------------
 
 
@@ -161,18 +159,20 @@ def test_a_config_written_before_images_keeps_its_hash(tmp_path: Path) -> None:
     assert limits[0] != limits[1]
 
 
-@pytest.mark.parametrize("key, value, named", [
-    ("limit_mm_per_prompt", {"image": "four"}, r"limit_mm_per_prompt"),
-    ("limit_mm_per_prompt", "image=4", r"limit_mm_per_prompt"),
-    ("mm_processor_kwargs", "num_crops=4", r"mm_processor_kwargs"),
-    ("allowed_local_media_path", ["/data"], r"allowed_local_media_path"),
-])
+@pytest.mark.parametrize(
+    "key, value, named",
+    [
+        ("limit_mm_per_prompt", {"image": "four"}, r"limit_mm_per_prompt"),
+        ("limit_mm_per_prompt", "image=4", r"limit_mm_per_prompt"),
+        ("mm_processor_kwargs", "num_crops=4", r"mm_processor_kwargs"),
+        ("allowed_local_media_path", ["/data"], r"allowed_local_media_path"),
+    ],
+)
 def test_bad_image_values_are_one_line_naming_the_key(tmp_path: Path, key: str, value: Any, named: str) -> None:
     from shardeval.config.loading import load_config
 
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"services": {"model": {"type": "vllm", "model": "m", key: value}},
-                                    "benchmarks": [{"name": "arith"}]}))
+    path.write_text(yaml.safe_dump({"services": {"model": {"type": "vllm", "model": "m", key: value}}, "benchmarks": [{"name": "arith"}]}))
     with pytest.raises(UsageError, match=named) as info:
         load_config(str(path))
     assert "\n" not in str(info.value)
@@ -184,16 +184,23 @@ def test_bad_image_values_are_one_line_naming_the_key(tmp_path: Path, key: str, 
 def test_reasoning_keys_become_flags_and_join_the_identity_only_when_set(tmp_path: Path) -> None:
     cfg = config(reasoning_parser="qwen3", chat_template="/templates/think.jinja", extra_args=["--enforce-eager"])
     argv = vllm_argv(cfg, 8000)
-    assert argv[argv.index("--tensor-parallel-size") + 2:] == [
-        "--reasoning-parser", "qwen3", "--chat-template", "/templates/think.jinja", "--enforce-eager"]
+    assert argv[argv.index("--tensor-parallel-size") + 2 :] == [
+        "--reasoning-parser",
+        "qwen3",
+        "--chat-template",
+        "/templates/think.jinja",
+        "--enforce-eager",
+    ]
     plain = config().identity()
     assert not {"reasoning_parser", "chat_template"} & set(plain)
     assert config(reasoning_parser="qwen3").identity() == plain | {"reasoning_parser": "qwen3"}
     assert config(chat_template="/t.jinja").identity() == plain | {"chat_template": "/t.jinja"}
     # the hash pinned before them stays; each changes it
     assert hash_of(tmp_path, "plain", PLAIN) == "sha256:f158ddf705473859"
-    hashes = {hash_of(tmp_path, f"p{i}", PLAIN | keys) for i, keys in enumerate(
-        [{"reasoning_parser": "qwen3"}, {"reasoning_parser": "deepseek_r1"}, {"chat_template": "/t.jinja"}])}
+    hashes = {
+        hash_of(tmp_path, f"p{i}", PLAIN | keys)
+        for i, keys in enumerate([{"reasoning_parser": "qwen3"}, {"reasoning_parser": "deepseek_r1"}, {"chat_template": "/t.jinja"}])
+    }
     assert len(hashes) == 3 and "sha256:f158ddf705473859" not in hashes
     # not appended without the standard args (the launch command is written out whole)
     written = config(launch_command=["python", "-m", "server", "{model}"], standard_args=False, reasoning_parser="qwen3")
@@ -204,24 +211,37 @@ def reasoning_config(tmp_path: Path, service: dict[str, Any], reasoning: dict[st
     from shardeval.config.loading import load_config
 
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"services": {"model": {"type": "vllm", "model": "m", **service}},
-                                    "benchmarks": [{"name": "arith", "solver": {"generation": {"reasoning": reasoning}}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "services": {"model": {"type": "vllm", "model": "m", **service}},
+                "benchmarks": [{"name": "arith", "solver": {"generation": {"reasoning": reasoning}}}],
+            }
+        )
+    )
     return load_config(str(path))
 
 
 def test_a_thinking_budget_needs_a_server_started_with_a_reasoning_parser(tmp_path: Path) -> None:
     """vLLM 0.32 answers `thinking_token_budget` 400 on a server without a reasoning config
     (vllm/v1/engine/input_processor.py): refused at load, in one line naming the key and the fix."""
-    with pytest.raises(UsageError, match=r"reasoning\.budget_tokens is 64, which vLLM takes only from a server started with a "
-                       r"reasoning parser; set reasoning_parser .* \(service 'model', type vllm\)") as info:
+    with pytest.raises(
+        UsageError,
+        match=r"reasoning\.budget_tokens is 64, which vLLM takes only from a server started with a "
+        r"reasoning parser; set reasoning_parser .* \(service 'model', type vllm\)",
+    ) as info:
         reasoning_config(tmp_path, {}, {"budget_tokens": 64})
     assert "\n" not in str(info.value)
-    for service in ({"reasoning_parser": "qwen3"}, {"extra_args": ["--reasoning-parser", "qwen3"]},
-                    {"extra_args": ["--reasoning-config={\"reasoning_parser\": \"qwen3\"}"]}):
+    for service in (
+        {"reasoning_parser": "qwen3"},
+        {"extra_args": ["--reasoning-parser", "qwen3"]},
+        {"extra_args": ['--reasoning-config={"reasoning_parser": "qwen3"}']},
+    ):
         reasoning_config(tmp_path, service, {"budget_tokens": 64})
     with pytest.raises(UsageError, match="budget_tokens"):  # the key is not appended to a written-out command
-        reasoning_config(tmp_path, {"reasoning_parser": "qwen3", "standard_args": False, "launch_command": ["srv", "{model}"]},
-                         {"budget_tokens": 64})
+        reasoning_config(
+            tmp_path, {"reasoning_parser": "qwen3", "standard_args": False, "launch_command": ["srv", "{model}"]}, {"budget_tokens": 64}
+        )
     # enable and effort reach any vLLM (chat_template_kwargs, reasoning_effort), parser or not
     cfg = reasoning_config(tmp_path, {}, {"enable": False, "effort": "low"})
     asked = cfg.benchmarks[0].solver.generation.reasoning
@@ -233,8 +253,12 @@ def test_media_path_that_is_no_directory_is_refused_before_launch(tmp_path: Path
     media = tmp_path / "images"
     make(media)
     never = tmp_path / "launched"
-    cfg = config(launch_command=[sys.executable, "-c", f"open({str(never)!r}, 'w')"], standard_args=False,
-                 allowed_local_media_path=str(media), port=0)
+    cfg = config(
+        launch_command=[sys.executable, "-c", f"open({str(never)!r}, 'w')"],
+        standard_args=False,
+        allowed_local_media_path=str(media),
+        port=0,
+    )
 
     async def go() -> None:
         async with vllm_service("model", cfg, ctx(tmp_path)):
@@ -306,12 +330,21 @@ def test_crash_at_start_quotes_the_log(tmp_path: Path) -> None:
         async with vllm_service("model", cfg, ctx(tmp_path)):
             pass
 
-    with pytest.raises(ShardError, match=r"service 'model' \(vllm\): exited during start-up \(exit status 1\)[\s\S]*unknown model architecture"):
+    with pytest.raises(
+        ShardError, match=r"service 'model' \(vllm\): exited during start-up \(exit status 1\)[\s\S]*unknown model architecture"
+    ):
         asyncio.run(go())
 
 
 def test_slow_start_past_the_deadline(tmp_path: Path) -> None:
-    cfg = config(launch_command=[sys.executable, "-c", "import time; time.sleep(60)"], standard_args=False, port=0, startup_timeout_s=1.5, stop_timeout_s=2)
+    cfg = config(
+        launch_command=[sys.executable, "-c", "import time; time.sleep(60)"],
+        standard_args=False,
+        port=0,
+        startup_timeout_s=1.5,
+        stop_timeout_s=2,
+    )
+
     async def go() -> None:
         async with vllm_service("model", cfg, ctx(tmp_path)):
             pass

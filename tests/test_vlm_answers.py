@@ -11,60 +11,66 @@ SHAPES = ["circle", "square", "triangle", "star"]
 IMAGES = ["the first image", "the second image"]
 
 
-@pytest.mark.parametrize("reply, letter, rule", [
-    ("B", "B", "label"),
-    ("(B)", "B", "label"),
-    ("B.", "B", "label"),
-    ("B)", "B", "label"),
-    ("B: square", "B", "label"),
-    ("**B**", "B", "label"),
-    ("[B] square", "B", "label"),
-    ("b", "B", "label"),
-    ("b) square", "B", "label"),
-    ("A. circle", "A", "label"),
-    ("The answer is B", "B", "declaration"),
-    ("The answer is B.", "B", "declaration"),
-    ("Answer: B", "B", "declaration"),
-    ("answer: b.", "B", "declaration"),
-    ("The correct option is (D).", "D", "declaration"),
-    ("I would choose D.", "D", "declaration"),
-    ("#### C", "C", "declaration"),
-    ("The answer is A because the circles outnumber the rest.", "A", "declaration"),
-    ("The answer is a triangle.", "C", "declaration"),  # "a" is the article; the words name option C
-    ("The answer is the square.", "B", "declaration"),
-    ("Looking at it, B is wrong... Final answer: C", "C", "declaration"),  # the last declaration wins
-    ("<answer>B</answer>", "B", "answer tag"),
-    ("Thinking: maybe A. <answer>(C)</answer>", "C", "answer tag"),
-    ("\\boxed{D}", "D", "boxed"),
-    ("I think it's (C).", "C", "letter"),
-    ("Option D fits best", "D", "letter"),
-    ("the triangle", "C", "option text"),
-    ("Triangles.", "C", "option text"),
-    ("TRIANGLE", "C", "option text"),
-    ("A circle appears most often.", "A", "option text"),  # "A" is the article here, the text says circle
-    ("a circle", "A", "option text"),
-])
+@pytest.mark.parametrize(
+    "reply, letter, rule",
+    [
+        ("B", "B", "label"),
+        ("(B)", "B", "label"),
+        ("B.", "B", "label"),
+        ("B)", "B", "label"),
+        ("B: square", "B", "label"),
+        ("**B**", "B", "label"),
+        ("[B] square", "B", "label"),
+        ("b", "B", "label"),
+        ("b) square", "B", "label"),
+        ("A. circle", "A", "label"),
+        ("The answer is B", "B", "declaration"),
+        ("The answer is B.", "B", "declaration"),
+        ("Answer: B", "B", "declaration"),
+        ("answer: b.", "B", "declaration"),
+        ("The correct option is (D).", "D", "declaration"),
+        ("I would choose D.", "D", "declaration"),
+        ("#### C", "C", "declaration"),
+        ("The answer is A because the circles outnumber the rest.", "A", "declaration"),
+        ("The answer is a triangle.", "C", "declaration"),  # "a" is the article; the words name option C
+        ("The answer is the square.", "B", "declaration"),
+        ("Looking at it, B is wrong... Final answer: C", "C", "declaration"),  # the last declaration wins
+        ("<answer>B</answer>", "B", "answer tag"),
+        ("Thinking: maybe A. <answer>(C)</answer>", "C", "answer tag"),
+        ("\\boxed{D}", "D", "boxed"),
+        ("I think it's (C).", "C", "letter"),
+        ("Option D fits best", "D", "letter"),
+        ("the triangle", "C", "option text"),
+        ("Triangles.", "C", "option text"),
+        ("TRIANGLE", "C", "option text"),
+        ("A circle appears most often.", "A", "option text"),  # "A" is the article here, the text says circle
+        ("a circle", "A", "option text"),
+    ],
+)
 def test_reply_forms(reply: str, letter: str, rule: str) -> None:
     assert extract_choice_vlm(reply, SHAPES) == (letter, rule)
 
 
-@pytest.mark.parametrize("reply, why", [
-    ("A or B", "hedge"),
-    ("A/B", "hedge"),
-    ("A, B", "hedge"),
-    ("The answer is A or B.", "hedge"),
-    ("It could be (A) or maybe (C).", "hedge"),
-    ("<answer>maybe</answer>", "abstain"),  # an answer tag with nothing in it: never an earlier guess
-    ("B. <answer>no idea</answer>", "abstain"),
-    ("I think B. <answer>C", "abstain"),  # a tag left open
-    ("", "none"),
-    ("Because of the light, I cannot tell.", "none"),  # letters inside words, the pronoun I
-    ("See B.com or C:/images for details", "none"),  # a URL and a path are not labels
-    ("There are 3 red shapes.", "none"),
-    ("circle and square", "none"),  # two options' texts: no choice
-    ("I count five", "none"),
-    ("E", "none"),  # not among four options
-])
+@pytest.mark.parametrize(
+    "reply, why",
+    [
+        ("A or B", "hedge"),
+        ("A/B", "hedge"),
+        ("A, B", "hedge"),
+        ("The answer is A or B.", "hedge"),
+        ("It could be (A) or maybe (C).", "hedge"),
+        ("<answer>maybe</answer>", "abstain"),  # an answer tag with nothing in it: never an earlier guess
+        ("B. <answer>no idea</answer>", "abstain"),
+        ("I think B. <answer>C", "abstain"),  # a tag left open
+        ("", "none"),
+        ("Because of the light, I cannot tell.", "none"),  # letters inside words, the pronoun I
+        ("See B.com or C:/images for details", "none"),  # a URL and a path are not labels
+        ("There are 3 red shapes.", "none"),
+        ("circle and square", "none"),  # two options' texts: no choice
+        ("I count five", "none"),
+        ("E", "none"),  # not among four options
+    ],
+)
 def test_hostile_replies_choose_nothing(reply: str, why: str) -> None:
     assert extract_choice_vlm(reply, SHAPES) == (None, why)
 
@@ -82,23 +88,26 @@ def test_option_text_guards() -> None:
     assert extract_choice_vlm("red, not dark red", colours) == (None, "none")
 
 
-@pytest.mark.parametrize("text, want", [
-    ("Three.", "3"),
-    ("The cat", "cat"),
-    ("an apple", "apple"),
-    ("4,721", "4721"),
-    ("3.5", "3.5"),
-    ("It is 3.", "it is 3"),
-    ("ten", "10"),
-    ("eleven", "eleven"),  # only zero..ten become digits
-    ("none", "0"),
-    ("dont know", "don't know"),
-    ("Yes!", "yes"),
-    ("two  dogs\n", "2 dogs"),
-    ("a (big) cat", "big cat"),  # punctuation next to a space is deleted
-    ("black-and-white", "black and white"),  # elsewhere it becomes a space
-    ("e.g", "eg"),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("Three.", "3"),
+        ("The cat", "cat"),
+        ("an apple", "apple"),
+        ("4,721", "4721"),
+        ("3.5", "3.5"),
+        ("It is 3.", "it is 3"),
+        ("ten", "10"),
+        ("eleven", "eleven"),  # only zero..ten become digits
+        ("none", "0"),
+        ("dont know", "don't know"),
+        ("Yes!", "yes"),
+        ("two  dogs\n", "2 dogs"),
+        ("a (big) cat", "big cat"),  # punctuation next to a space is deleted
+        ("black-and-white", "black and white"),  # elsewhere it becomes a space
+        ("e.g", "eg"),
+    ],
+)
 def test_normalize_vqa(text: str, want: str) -> None:
     assert normalize_vqa(text) == want
 

@@ -199,7 +199,6 @@ def test_every_target_has_every_locked_package(pyz):
     gets every package build/requirements.lock names for its Python; each compiled one with
     extensions for exactly that Python and machine (ELF header checked), each pure one its files.
     3.14 and musl cannot run here; the other targets also run in the tests above."""
-    import io
     import zipfile
 
     from packaging.markers import Marker
@@ -214,7 +213,7 @@ def test_every_target_has_every_locked_package(pyz):
         members = payload.infolist()
         for target in info["targets"]:
             tag, arch = target.partition("-")[0], target.rpartition("-")[2]
-            share = {dest[len("site-packages/"):]: m for m in members if (dest := extract.destination(m.filename, info, target))}
+            share = {dest[len("site-packages/") :]: m for m in members if (dest := extract.destination(m.filename, info, target))}
             python = {"python_version": f"3.{tag[3:]}", "python_full_version": f"3.{tag[3:]}.0"}
             wanted = [pin.strip() for pin, *marker in lock if not marker or Marker(marker[0]).evaluate(python)]
             # musllinux wheels name extensions "-linux-musl" or, as CPython did before 3.13, "-linux-gnu"
@@ -246,8 +245,11 @@ def test_two_builds_are_byte_identical(pyz, tmp_path):
             shutil.copy2(REPO / rel, elsewhere / rel)
     # a copy has no git history: give it the commit time a build takes its timestamps from
     epoch = subprocess.run(["git", "log", "-1", "--format=%ct"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-    proc = run(["bash", str(elsewhere / "build" / "build.sh"), "--out", str(tmp_path / "dist"), "--work", str(tmp_path / "work")],
-               env={"SOURCE_DATE_EPOCH": epoch}, timeout=900)
+    proc = run(
+        ["bash", str(elsewhere / "build" / "build.sh"), "--out", str(tmp_path / "dist"), "--work", str(tmp_path / "work")],
+        env={"SOURCE_DATE_EPOCH": epoch},
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = hashlib.sha256(pyz.read_bytes()).hexdigest()
     second = hashlib.sha256((tmp_path / "dist" / "shardeval.pyz").read_bytes()).hexdigest()
@@ -310,7 +312,7 @@ def dockerfile() -> tuple[dict[str, str], list[str]]:
         if line.startswith("ENV "):
             env.update(item.split("=", 1) for item in shlex.split(line[4:]))
         elif line.startswith("ENTRYPOINT "):
-            entrypoint = json.loads(line[len("ENTRYPOINT "):])
+            entrypoint = json.loads(line[len("ENTRYPOINT ") :])
     return env, entrypoint
 
 
@@ -372,8 +374,18 @@ def test_aarch64_build_under_qemu(pyz, reference):
         write_config(host, inside / "out")
         (host / "home").mkdir()
         env = {"HOME": str(inside / "home"), "SHARDEVAL_ZIPAPP_ROOT": str(inside / "root"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-        proc = run([shutil.which("chroot") or "/usr/sbin/chroot", str(ARM64_ROOT), "/usr/bin/python3", str(inside / "shardeval.pyz"), "run", str(inside / "eval.yaml")],
-                   env=env, timeout=400)
+        proc = run(
+            [
+                shutil.which("chroot") or "/usr/sbin/chroot",
+                str(ARM64_ROOT),
+                "/usr/bin/python3",
+                str(inside / "shardeval.pyz"),
+                "run",
+                str(inside / "eval.yaml"),
+            ],
+            env=env,
+            timeout=400,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert (host / "out" / "merged" / "scores.json").read_bytes() == reference
         machines = {p.name.split("-", 1)[1] for p in (host / "root").iterdir()}
@@ -411,7 +423,7 @@ services:
 benchmarks:
   - {{name: capitals, max_concurrent: 8, solver: {{type: simple, service: model}}}}
 cluster: {{type: local, shards: 2}}
-output: {{dir: {tmp_path / 'out'}}}
+output: {{dir: {tmp_path / "out"}}}
 """
     )
     proc = run([python, str(pyz), "run", str(config)], env=env)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -29,7 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import vllm
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest

@@ -54,8 +54,9 @@ class _ExportCommand(click.Command):
             for flag in _plugins().export_flags():
                 by_flag.setdefault(flag.flag, []).append(flag)
             for name, declared in by_flag.items():
-                self.params.append(click.Option([name], metavar=declared[0].metavar,
-                                                help="; ".join(f"--to {f.target}: {f.help}" for f in declared)))
+                self.params.append(
+                    click.Option([name], metavar=declared[0].metavar, help="; ".join(f"--to {f.target}: {f.help}" for f in declared))
+                )
         return super().get_params(ctx)
 
 
@@ -75,8 +76,15 @@ def cli() -> None:
 @click.option("--no-cache", is_flag=True, help="Bypass the response cache: read nothing from it, write nothing to it.")
 @override_option
 @click.option("--dry-run", is_flag=True, help="Show what would run or be submitted; run nothing.")
-def run(config_path: str | None, shard_flag: str | None, sweep_services: str | None, overrides: tuple[str, ...], dry_run: bool,
-        fresh: bool, **quick: object) -> None:
+def run(
+    config_path: str | None,
+    shard_flag: str | None,
+    sweep_services: str | None,
+    overrides: tuple[str, ...],
+    dry_run: bool,
+    fresh: bool,
+    **quick: object,
+) -> None:
     """Evaluate one shard, or hand the whole run to the configured orchestrator.
 
     A sweep config (a `sweep:` section) runs every model's shards; each model writes the
@@ -84,8 +92,9 @@ def run(config_path: str | None, shard_flag: str | None, sweep_services: str | N
     """
     from shardeval.launch.dispatch import launch
 
-    sys.exit(launch(config_path, quick, list(overrides), shard_flag=shard_flag, fresh=fresh, dry_run=dry_run,
-                    sweep_services=sweep_services))
+    sys.exit(
+        launch(config_path, quick, list(overrides), shard_flag=shard_flag, fresh=fresh, dry_run=dry_run, sweep_services=sweep_services)
+    )
 
 
 @cli.command()
@@ -94,16 +103,37 @@ def run(config_path: str | None, shard_flag: str | None, sweep_services: str | N
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True, help="Interval level.")
 @click.option("--bootstrap", "bootstrap_samples", type=click.IntRange(100), default=1000, show_default=True, help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
-@click.option("--ci-method", type=click.Choice(CI_METHODS), default="auto", show_default=True,
-              help="How a mean's interval is built; auto: Wilson/Clopper-Pearson for proportions at their "
-                   "effective size, normal otherwise (docs/merge.md).")
+@click.option(
+    "--ci-method",
+    type=click.Choice(CI_METHODS),
+    default="auto",
+    show_default=True,
+    help="How a mean's interval is built; auto: Wilson/Clopper-Pearson for proportions at their "
+    "effective size, normal otherwise (docs/merge.md).",
+)
 @click.option("-o", "--output-dir", help="Where merged/ goes (default: RUN_DIR/merged; never inside a shard directory).")
 @click.option("-q", "--quiet", is_flag=True, help="Write the files; print nothing.")
-@click.option("--allow-mixed-models", is_flag=True, help="Pool shards whose endpoints served different weights (the report then says MIXED).")
-@click.option("--export", "run_exports", is_flag=True,
-              help="Then export to the trackers of the config's `export:` list, as the end of a launch does (docs/export.md).")
-def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samples: int, seed: int, ci_method: str,
-          output_dir: str | None, quiet: bool, allow_mixed_models: bool, run_exports: bool) -> None:
+@click.option(
+    "--allow-mixed-models", is_flag=True, help="Pool shards whose endpoints served different weights (the report then says MIXED)."
+)
+@click.option(
+    "--export",
+    "run_exports",
+    is_flag=True,
+    help="Then export to the trackers of the config's `export:` list, as the end of a launch does (docs/export.md).",
+)
+def merge(
+    run_dir: str,
+    errors_as_wrong: bool,
+    confidence: float,
+    bootstrap_samples: int,
+    seed: int,
+    ci_method: str,
+    output_dir: str | None,
+    quiet: bool,
+    allow_mixed_models: bool,
+    run_exports: bool,
+) -> None:
     """Merge every shard directory under RUN_DIR into RUN_DIR/merged/ and print the report.
 
     Safe to run any time, also while shards are still running (the report then says PARTIAL).
@@ -115,8 +145,14 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
     from shardeval.results import metrics, sweep_merge, trackers
 
     options = metrics.MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed, ci_method=ci_method)
-    merged = sweep_merge.merge_any(run_dir, out_dir=output_dir, confidence=confidence, errors_as_wrong=errors_as_wrong, options=options,
-                       allow_mixed_models=allow_mixed_models)
+    merged = sweep_merge.merge_any(
+        run_dir,
+        out_dir=output_dir,
+        confidence=confidence,
+        errors_as_wrong=errors_as_wrong,
+        options=options,
+        allow_mixed_models=allow_mixed_models,
+    )
     for line in merged.warnings:
         click.echo(f"shardeval: warning: {line}", err=True)
     for notice in merged.notices:
@@ -127,8 +163,9 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
         if not merged.notices:
             click.echo(f"open {merged.page} in a browser: {merged.page_shows}")
     if run_exports:  # a tracker's failure is a warning: the merge's files and exit status stand
-        trackers.export_after_merge(merged, lambda line: click.echo(f"shardeval: warning: {line}", err=True),
-                           lambda line: None if quiet else click.echo(line))
+        trackers.export_after_merge(
+            merged, lambda line: click.echo(f"shardeval: warning: {line}", err=True), lambda line: None if quiet else click.echo(line)
+        )
     if merged.verdict != "COMPLETE":  # exit 0 only when every cell has an ok record (issue 24)
         click.echo(f"shardeval: not complete: {merged.verdict} (exit {EXIT_WITH_ERRORS}; the files are written)", err=True)
         sys.exit(EXIT_WITH_ERRORS)
@@ -138,13 +175,24 @@ def merge(run_dir: str, errors_as_wrong: bool, confidence: float, bootstrap_samp
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("-o", "--output-dir", required=True, help="Where the rescored shard directories go (outside RUN_DIR).")
 @click.option("--shard", "shard_flag", metavar="I/N", help="Rescore every N-th shard directory from the I-th (also the shard variables).")
-@click.option("--scorer", "scorers", multiple=True, metavar="[BENCH=]NAME",
-              help="Score with registered benchmark NAME's scorer (for BENCH only, or all).")
+@click.option(
+    "--scorer",
+    "scorers",
+    multiple=True,
+    metavar="[BENCH=]NAME",
+    help="Score with registered benchmark NAME's scorer (for BENCH only, or all).",
+)
 @click.option("-O", "overrides", multiple=True, metavar="benchmarks.N.params.KEY=VALUE", help="A param the scorer is built with.")
-@click.option("--judge", "judges", multiple=True, metavar="[BENCH=]SERVICE[:MODE]",
-              help="Judge the saved answers again with SERVICE (one of the run's services), single or pairwise.")
-def rescore(run_dir: str, output_dir: str, shard_flag: str | None, scorers: tuple[str, ...], overrides: tuple[str, ...],
-            judges: tuple[str, ...]) -> None:
+@click.option(
+    "--judge",
+    "judges",
+    multiple=True,
+    metavar="[BENCH=]SERVICE[:MODE]",
+    help="Judge the saved answers again with SERVICE (one of the run's services), single or pairwise.",
+)
+def rescore(
+    run_dir: str, output_dir: str, shard_flag: str | None, scorers: tuple[str, ...], overrides: tuple[str, ...], judges: tuple[str, ...]
+) -> None:
     """Score RUN_DIR's saved answers again into new shard directories; ask no model anything.
 
     Records keep their answers; `extracted`, `score` and `scores` come from the current scorer or
@@ -163,8 +211,13 @@ def rescore(run_dir: str, output_dir: str, shard_flag: str | None, scorers: tupl
 @click.option("--serve", is_flag=True, help="Serve a live page instead (progress, rate, ETA, running accuracy with its interval).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="With --serve: the address to listen on (0.0.0.0 exposes it).")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="With --serve: the port (0: a free one).")
-@click.option("--interval", type=click.FloatRange(0.1, 3600), default=2.0, show_default=True,
-              help="With --serve: seconds between reads of the shard files (and the page's refreshes).")
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1, 3600),
+    default=2.0,
+    show_default=True,
+    help="With --serve: seconds between reads of the shard files (and the page's refreshes).",
+)
 @click.pass_context
 def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, interval: float) -> None:
     """Per-shard state, progress, errors, rate and ETA of a run (also while it runs).
@@ -172,9 +225,13 @@ def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, 
     With --serve: a web page that refreshes them, with each benchmark's running accuracy and its
     interval (of a sweep: the models x benchmarks grid); it prints its URL and serves until Ctrl-C.
     """
-    given = [f"--{name}" for name in ("host", "port", "interval") if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    given = [
+        f"--{name}" for name in ("host", "port", "interval") if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    ]
     if given and not serve:
-        raise UsageError(f"{', '.join(given)}: only with --serve (the live page); add --serve, or drop {'them' if len(given) > 1 else 'it'}")
+        raise UsageError(
+            f"{', '.join(given)}: only with --serve (the live page); add --serve, or drop {'them' if len(given) > 1 else 'it'}"
+        )
     if serve:
         from shardeval.results.pages import serve_status
 
@@ -186,17 +243,29 @@ def status(ctx: click.Context, run_dir: str, serve: bool, host: str, port: int, 
 
 @cli.command("export", cls=_ExportCommand)
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("-o", "--output", metavar="FILE|DIR",
-              help="The file to write (replaced atomically; a pipe or a device is written into; - for standard output); "
-                   "with --to inspect, the folder for the .eval logs; with --to wandb, where W&B's run folders go.")
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE|DIR",
+    help="The file to write (replaced atomically; a pipe or a device is written into; - for standard output); "
+    "with --to inspect, the folder for the .eval logs; with --to wandb, where W&B's run folders go.",
+)
 @click.option("--format", "fmt", metavar="parquet|csv|jsonl", help="Default: from FILE's suffix (.parquet, .csv, .jsonl).")
-@click.option("--allow-mixed-models", is_flag=True,
-              help="Export shards whose endpoints served different weights (the weights column tells them apart).")
-@click.option("--to", "target", metavar="TARGET",
-              help="Export to a tracker instead of a file (the built-in targets: mlflow, wandb, inspect; `shardeval plugins` "
-                   "lists all): one tracker run per model and benchmark, updated on re-export. Each target's own flags follow.")
-def export_command(run_dir: str, output: str | None, fmt: str | None, allow_mixed_models: bool, target: str | None,
-                   **target_options: str | None) -> None:
+@click.option(
+    "--allow-mixed-models",
+    is_flag=True,
+    help="Export shards whose endpoints served different weights (the weights column tells them apart).",
+)
+@click.option(
+    "--to",
+    "target",
+    metavar="TARGET",
+    help="Export to a tracker instead of a file (the built-in targets: mlflow, wandb, inspect; `shardeval plugins` "
+    "lists all): one tracker run per model and benchmark, updated on re-export. Each target's own flags follow.",
+)
+def export_command(
+    run_dir: str, output: str | None, fmt: str | None, allow_mixed_models: bool, target: str | None, **target_options: str | None
+) -> None:
     """Export RUN_DIR's records to one Parquet, CSV or JSONL file, or its results to a tracker.
 
     A file (-o): one row per standing record (the one merge keeps per problem and repeat), in merge
@@ -216,16 +285,18 @@ def export_command(run_dir: str, output: str | None, fmt: str | None, allow_mixe
             raise UsageError(trackers.flags_without_target(given))
         return trackers.export_to(run_dir, target, {**target_options, "output": output}, fmt, allow_mixed_models, click.echo)
     if output is None:
-        raise UsageError("export: nothing to write to; give -o FILE (a Parquet, CSV or JSONL table) or --to TARGET (a tracker: "
-                         "mlflow, wandb, inspect)")
+        raise UsageError(
+            "export: nothing to write to; give -o FILE (a Parquet, CSV or JSONL table) or --to TARGET (a tracker: mlflow, wandb, inspect)"
+        )
     from shardeval.results.export import export
 
     done = export(run_dir, output, fmt, allow_mixed_models=allow_mixed_models)
     for line in done.warnings:
         click.echo(f"shardeval: warning: {line}", err=True)
     missing = f"; {done.missing} cells have no record yet" if done.missing else ""
-    click.echo(f"written: {'standard output' if output == '-' else output} ({done.format}, {done.rows} rows{missing})",
-               err=output == "-")  # the data is on stdout: the summary goes beside it, not into it
+    click.echo(
+        f"written: {'standard output' if output == '-' else output} ({done.format}, {done.rows} rows{missing})", err=output == "-"
+    )  # the data is on stdout: the summary goes beside it, not into it
 
 
 @cli.group("plugins", invoke_without_command=True)
@@ -250,8 +321,11 @@ def plugins_command(ctx: click.Context) -> None:
             click.echo(f"{'':<12} registers: {', '.join(mine)}")
     for failure in loaded.failures:
         click.echo(f"FAILED       {failure}")
-    how = ("`shardeval plugins install` adds plugins here, pinned to the bundled versions" if install_mode() == "target"
-           else f"searched too; `shardeval plugins install` uses pip in the environment of {sys.executable}")
+    how = (
+        "`shardeval plugins install` adds plugins here, pinned to the bundled versions"
+        if install_mode() == "target"
+        else f"searched too; `shardeval plugins install` uses pip in the environment of {sys.executable}"
+    )
     click.echo(f"plugin dir: {plugins.plugin_dir()} ({how})")
 
 
@@ -263,8 +337,15 @@ def plugins_command(ctx: click.Context) -> None:
 @click.option("--no-index", is_flag=True, help="Use no package index (only --find-links and local paths).")
 @click.option("--no-build-isolation", is_flag=True, help="Build from source with the build tools already installed (offline).")
 @click.option("--pre", is_flag=True, help="Allow pre-release versions.")
-def plugins_install(specs: tuple[str, ...], index_url: str | None, extra_index_url: tuple[str, ...],
-                    find_links: tuple[str, ...], no_index: bool, no_build_isolation: bool, pre: bool) -> None:
+def plugins_install(
+    specs: tuple[str, ...],
+    index_url: str | None,
+    extra_index_url: tuple[str, ...],
+    find_links: tuple[str, ...],
+    no_index: bool,
+    no_build_isolation: bool,
+    pre: bool,
+) -> None:
     """Install plugins (a package name, a wheel, or a project directory).
 
     From the zipapp: into the plugin directory (pip --target), using the versions of every

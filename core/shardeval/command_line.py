@@ -8,7 +8,8 @@ flag, `run_cli` the one-line errors. click, shardeval.errors and shardeval.close
 from __future__ import annotations
 
 import sys
-from typing import Callable, TypeVar
+from typing import TypeVar
+from collections.abc import Callable
 
 import click
 
@@ -26,9 +27,14 @@ _EVALUATION_OPTIONS = (  # in the order --help lists them
     click.option("-n", "--repeats", type=int, help="Times each problem is asked."),
     click.option("--max-problems", type=int, help="Evaluate only the first N problems."),
     click.option("--max-concurrent", type=int, help="Requests in flight per shard."),
-    click.option("--reasoning-effort", type=click.Choice(["low", "medium", "high"]),
-                 help="Reasoning models: how hard to think (reasoning.effort; docs/reasoning.md)."),
-    click.option("--no-thinking", is_flag=True, default=None, help="Reasoning models: ask the server not to think (reasoning.enable: false)."),
+    click.option(
+        "--reasoning-effort",
+        type=click.Choice(["low", "medium", "high"]),
+        help="Reasoning models: how hard to think (reasoning.effort; docs/reasoning.md).",
+    ),
+    click.option(
+        "--no-thinking", is_flag=True, default=None, help="Reasoning models: ask the server not to think (reasoning.enable: false)."
+    ),
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 
 # Exit codes: 0 every cell has an ok record (COMPLETE); 1 an infrastructure failure (ShardError);
@@ -64,12 +64,35 @@ def os_error(exc: OSError, verb: str, *, fix: str | None = None, alternative: st
 
 # How a library says the network failed: the exception types on the way (requests', urllib3's, httpx's,
 # the standard library's) and, for a library that kept only the text, its words.
-_NETWORK_TYPES = {"ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout", "MaxRetryError", "NewConnectionError",
-                  "ConnectionRefusedError", "ConnectionResetError", "TimeoutError", "gaierror", "ProxyError", "SSLError",
-                  "ConnectError", "ReadError", "RemoteProtocolError"}
-_NETWORK_WORDS = ("max retries exceeded", "failed to establish a new connection", "connection refused", "connection reset",
-                  "name or service not known", "temporary failure in name resolution", "timed out", "deadline exceeded",
-                  "no route to host", "network is unreachable")
+_NETWORK_TYPES = {
+    "ConnectionError",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "Timeout",
+    "MaxRetryError",
+    "NewConnectionError",
+    "ConnectionRefusedError",
+    "ConnectionResetError",
+    "TimeoutError",
+    "gaierror",
+    "ProxyError",
+    "SSLError",
+    "ConnectError",
+    "ReadError",
+    "RemoteProtocolError",
+}
+_NETWORK_WORDS = (
+    "max retries exceeded",
+    "failed to establish a new connection",
+    "connection refused",
+    "connection reset",
+    "name or service not known",
+    "temporary failure in name resolution",
+    "timed out",
+    "deadline exceeded",
+    "no route to host",
+    "network is unreachable",
+)
 
 
 def network_failure(exc: BaseException | None) -> bool:
@@ -110,11 +133,13 @@ def library_call(library: str, subject: str) -> Iterator[None]:
         if name in _INPUT_ERRNOS and not network_failure(exc):
             raise UsageError(f"{subject}: {what}; check the name or path given") from None
         raise ShardError(f"{subject}: {what}") from None
-    except Exception as exc:  # noqa: BLE001 - the boundary: every kind a library may raise
+    except Exception as exc:
         said = f"{library}: {type(exc).__name__}: {_first_line(str(exc))}"
         if isinstance(exc, ImportError) and getattr(exc, "name", None):
-            raise UsageError(f"{subject}: {library} needs the package {exc.name}, which is not installed: pip install it "
-                             f"(or the shardeval extra that brings {library})") from None
+            raise UsageError(
+                f"{subject}: {library} needs the package {exc.name}, which is not installed: pip install it "
+                f"(or the shardeval extra that brings {library})"
+            ) from None
         if isinstance(exc, _INPUT_EXCEPTIONS) and not network_failure(exc):
             raise UsageError(f"{subject}: {said}") from None
         raise ShardError(f"{subject}: {said}") from None
@@ -124,4 +149,4 @@ def _first_line(text: str, limit: int = 300) -> str:
     """A library's message as one line of at most `limit` characters (URL secrets are taken out
     where the line is printed: run_cli)."""
     line = next((part.strip() for part in str(text).splitlines() if part.strip()), "")
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    return line if len(line) <= limit else line[: limit - 1] + "…"

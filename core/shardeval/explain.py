@@ -13,7 +13,8 @@ import operator
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import msgspec
 import msgspec.inspect as mi
@@ -54,7 +55,15 @@ def format_path(path: Sequence[PathSeg]) -> str:
 
 
 def kind(value: Any) -> str:
-    return "null" if value is None else "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
+    return (
+        "null"
+        if value is None
+        else "a mapping"
+        if isinstance(value, dict)
+        else "a list"
+        if isinstance(value, list)
+        else type(value).__name__
+    )
 
 
 def unwrap(type_: Any, want: str) -> Any:
@@ -105,8 +114,9 @@ def _first_misfit(value: Any, type_: Any, path: list[PathSeg]) -> tuple[list[Pat
     return path, _misfit(value, type_), None
 
 
-def _first_misfit_in_mapping(value: dict[Any, Any], struct: Any, values: Any,
-                             path: list[PathSeg]) -> tuple[list[PathSeg], str | None, str | None]:
+def _first_misfit_in_mapping(
+    value: dict[Any, Any], struct: Any, values: Any, path: list[PathSeg]
+) -> tuple[list[PathSeg], str | None, str | None]:
     """_first_misfit of a mapping, read as the `struct` it declares (else a dict of `values`): a
     key that is no string or not known, the first value that does not fit, a missing required key."""
     fields = {f.encode_name: f for f in msgspec.structs.fields(struct)} if struct is not None else {}
@@ -131,8 +141,18 @@ def _key_hint(key: str, fields: dict[str, Any]) -> str:
     return f"did you mean {close[0]!r}?" if close else f"valid keys here: {', '.join(fields) or 'none'}"
 
 
-_NAMES: dict[type, str] = {mi.IntType: "int", mi.FloatType: "float", mi.StrType: "str", mi.BoolType: "bool", mi.NoneType: "null", mi.StructType:
-          "mapping", mi.DictType: "mapping", mi.ListType: "list", mi.VarTupleType: "list", mi.SetType: "list"}
+_NAMES: dict[type, str] = {
+    mi.IntType: "int",
+    mi.FloatType: "float",
+    mi.StrType: "str",
+    mi.BoolType: "bool",
+    mi.NoneType: "null",
+    mi.StructType: "mapping",
+    mi.DictType: "mapping",
+    mi.ListType: "list",
+    mi.VarTupleType: "list",
+    mi.SetType: "list",
+}
 _ORDER = ("bool", "int", "float", "str", "mapping", "list", "null")  # one order for "expected a or b", as msgspec lists them
 _BOUNDS = (("ge", ">=", operator.ge), ("gt", ">", operator.gt), ("le", "<=", operator.le), ("lt", "<", operator.lt))
 
@@ -202,8 +222,13 @@ def _literal_misfit(option: Any, value: Any, type_: Any) -> str | None:
 
 
 _OPTION_CHECKS: dict[type, Callable[[Any, Any, Any], str | None]] = {
-    mi.IntType: _number_misfit, mi.FloatType: _number_misfit, mi.StrType: _str_misfit, mi.ListType: _list_misfit,
-    mi.VarTupleType: _list_misfit, mi.TupleType: _tuple_misfit, mi.LiteralType: _literal_misfit,
+    mi.IntType: _number_misfit,
+    mi.FloatType: _number_misfit,
+    mi.StrType: _str_misfit,
+    mi.ListType: _list_misfit,
+    mi.VarTupleType: _list_misfit,
+    mi.TupleType: _tuple_misfit,
+    mi.LiteralType: _literal_misfit,
 }
 
 
@@ -220,4 +245,3 @@ def _got(value: Any) -> str:
         shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
         return f"{type(value).__name__} ({shown})"
     return kind(value) if not isinstance(value, bool) else f"bool ({value})"
-

@@ -167,8 +167,16 @@ def draw_sweep_page(sweep: SweepMergeView, path: str, confidence: float, links: 
 
 
 @hookspec(firstresult=True)
-def draw_compare_page(path: str, run_a: str, run_b: str, a: Mapping[str, BenchmarkMergeView],
-                      b: Mapping[str, BenchmarkMergeView], results: Sequence[Comparison], confidence: float, errors_as_wrong: bool) -> str | None:
+def draw_compare_page(
+    path: str,
+    run_a: str,
+    run_b: str,
+    a: Mapping[str, BenchmarkMergeView],
+    b: Mapping[str, BenchmarkMergeView],
+    results: Sequence[Comparison],
+    confidence: float,
+    errors_as_wrong: bool,
+) -> str | None:
     """Write `shardeval compare --html` of two runs to `path`: `a` and `b` map each benchmark to its
     merge, `results` are the comparisons `compare --json` prints."""
 

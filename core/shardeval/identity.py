@@ -59,13 +59,22 @@ def config_hash(config: Config) -> str:
     benchmarks = []
     for bench in config.benchmarks:
         service, solver = config.service_of(bench.solver), bench.solver
-        benchmarks.append({
-            **({} if bench.id is None else {"id": bench.id}),  # absent: older hashes stay valid
-            "name": bench.name, "params": bench.params, "repeats": bench.repeats, "max_problems": bench.max_problems,
-            "solver": {"type": solver.type, "system_prompt": solver.system_prompt, "generation": solver.generation,
-                       "service": service_identity(service) if service is not None else None},
-            **({} if bench.judge is None else {"judge": judge_identity(bench.judge, config.services.get(bench.judge.service))}),
-        })
+        benchmarks.append(
+            {
+                **({} if bench.id is None else {"id": bench.id}),  # absent: older hashes stay valid
+                "name": bench.name,
+                "params": bench.params,
+                "repeats": bench.repeats,
+                "max_problems": bench.max_problems,
+                "solver": {
+                    "type": solver.type,
+                    "system_prompt": solver.system_prompt,
+                    "generation": solver.generation,
+                    "service": service_identity(service) if service is not None else None,
+                },
+                **({} if bench.judge is None else {"judge": judge_identity(bench.judge, config.services.get(bench.judge.service))}),
+            }
+        )
     payload = {"seed": config.seed, "shuffle_seed": config.shuffle_seed, "benchmarks": benchmarks}
     return f"sha256:{hashlib.sha256(canonical_json(payload)).hexdigest()[:16]}"
 
@@ -88,8 +97,13 @@ def service_identity(config: ServiceConfig) -> dict[str, Any]:
 def judge_identity(judge: JudgeConfig, service: ServiceConfig | None) -> dict[str, Any]:
     """What of a benchmark's judge changes its scores: the judge service's declared identity, the
     mode, rubric, verdict pattern and generation. Absent for benchmarks without a judge."""
-    return {"service": service_identity(service) if service is not None else judge.service, "mode": judge.mode,
-            "rubric": judge.rubric, "verdict": judge.verdict, "generation": judge.generation}
+    return {
+        "service": service_identity(service) if service is not None else judge.service,
+        "mode": judge.mode,
+        "rubric": judge.rubric,
+        "verdict": judge.verdict,
+        "generation": judge.generation,
+    }
 
 
 def rubric_identity(rubric: Rubric) -> dict[str, Any]:
@@ -106,15 +120,29 @@ def identity_view(config: Config) -> dict[str, Any]:
     benchmarks = []
     for bench in config.benchmarks:
         solver = bench.solver
-        entry = {"id": bench.id, "name": bench.name, "params": bench.params, "repeats": bench.repeats,
-                 "max_problems": bench.max_problems,
-                 "solver": {"type": solver.type, "service": solver.service, "system_prompt": solver.system_prompt,
-                            "generation": solver.generation}}
+        entry = {
+            "id": bench.id,
+            "name": bench.name,
+            "params": bench.params,
+            "repeats": bench.repeats,
+            "max_problems": bench.max_problems,
+            "solver": {
+                "type": solver.type,
+                "service": solver.service,
+                "system_prompt": solver.system_prompt,
+                "generation": solver.generation,
+            },
+        }
         names = [solver.service]
         if bench.judge is not None:
             judge = bench.judge
-            entry["judge"] = {"service": judge.service, "mode": judge.mode, "rubric": judge.rubric,
-                              "verdict": judge.verdict, "generation": judge.generation}
+            entry["judge"] = {
+                "service": judge.service,
+                "mode": judge.mode,
+                "rubric": judge.rubric,
+                "verdict": judge.verdict,
+                "generation": judge.generation,
+            }
             names.append(judge.service)
         for name in names:
             if name is not None and name in config.services:
@@ -130,7 +158,7 @@ def identity_changes(old_config: dict[str, Any], new_config: dict[str, Any]) -> 
     that no longer reads (written by another version, a plugin gone) is compared whole, as recorded."""
     try:
         old, new = identity_view(config_from_data(old_config)), identity_view(config_from_data(new_config))
-    except Exception:  # noqa: BLE001 - any reason it does not read back: compare what was recorded
+    except Exception:
         return changes(old_config, new_config)
     return changes(old, new)
 
@@ -180,8 +208,7 @@ def scorer_fingerprint(benchmark: Benchmark, n_problems: int, provider_version: 
     payload: dict[str, Any] = {"scorer": f"{type(scorer).__module__}.{type(scorer).__qualname__}", "version": version}
     if not scorer.score_in_thread:
         payload["probes"] = [
-            [_probe_score(scorer, p, text) for text in (p.reference or "", "")]
-            for p in benchmark.problems(probe_indices(n_problems))
+            [_probe_score(scorer, p, text) for text in (p.reference or "", "")] for p in benchmark.problems(probe_indices(n_problems))
         ]
     return _digest(payload)
 
@@ -216,11 +243,17 @@ def incomparable(a: Any, b: Any, label_a: str = "A", label_b: str = "B") -> str 
     rendering, so naming them as the reason would be wrong."""
     n_a, n_b = getattr(a, "n_problems", None), getattr(b, "n_problems", None)
     sized = n_a is not None and n_b is not None and n_a != n_b
-    parts = [f"the {label} differ{'s' if label == 'scorer' else ''} ({label_a} {x}, {label_b} {y})"
-             for attr, label in COMPARED
-             if (x := getattr(a, attr, None)) is not None and (y := getattr(b, attr, None)) is not None and x != y
-             and not (sized and attr != "dataset_fingerprint")]
+    parts = [
+        f"the {label} differ{'s' if label == 'scorer' else ''} ({label_a} {x}, {label_b} {y})"
+        for attr, label in COMPARED
+        if (x := getattr(a, attr, None)) is not None
+        and (y := getattr(b, attr, None)) is not None
+        and x != y
+        and not (sized and attr != "dataset_fingerprint")
+    ]
     if sized:
-        parts.append(f"they ask different numbers of problems ({label_a} {n_a}, {label_b} {n_b}: another max_problems), "
-                     "so their prompts and scorer cannot be checked against each other")
+        parts.append(
+            f"they ask different numbers of problems ({label_a} {n_a}, {label_b} {n_b}: another max_problems), "
+            "so their prompts and scorer cannot be checked against each other"
+        )
     return "; ".join(parts) or None

@@ -68,20 +68,25 @@ class ScoreTableView(Protocol):
     @property
     def score(self) -> array[float]:
         """The primary score per cell; NaN where the cell has no valid sample (missing, error)."""
+
     @property
     def status(self) -> bytearray:
         """MISSING | OK | ERROR per cell (shardeval.store.standing)."""
+
     @property
     def cluster(self) -> array[int] | None:
         """Per problem: an index into cluster_names, -1 unknown; None without categories."""
+
     @property
     def cluster_names(self) -> list[str]: ...
     @property
     def extra(self) -> dict[str, array[float]]:
         """Per cell: the records' named `scores`."""
+
     @property
     def predicted(self) -> array[int] | None:
         """Per cell: an index into labels (classification), -1 none."""
+
     @property
     def gold(self) -> array[int] | None: ...
     @property
@@ -130,6 +135,7 @@ class ReasoningTallyView(Protocol):
     @property
     def n(self) -> int:
         """Ok records with any reasoning fact."""
+
     @property
     def truncated_reasoning(self) -> int: ...
     @property
@@ -139,12 +145,15 @@ class ReasoningTallyView(Protocol):
     @property
     def tokens(self) -> array[int]:
         """The thinking tokens of each ok record that counted them."""
+
     @property
     def outcomes(self) -> bytearray:
         """Beside `tokens`: that record's outcome (ReasoningTally.ANSWERED, TRUNCATED, TRUNCATED_REASONING)."""
+
     @property
     def cut_cells(self) -> array[int]:
         """The cells whose standing answer was cut off while thinking."""
+
     def sorted_tokens(self) -> list[int]: ...
 
 
@@ -159,11 +168,13 @@ class CellsView(Protocol):
     @property
     def status(self) -> bytearray:
         """MISSING | OK | ERROR per cell."""
+
     @property
     def score(self) -> array[float]: ...
     @property
     def error_kind(self) -> bytearray:
         """0 for no error, else 1 + the kind's code in `kinds`."""
+
     @property
     def kinds(self) -> dict[str, int]: ...
     @property
@@ -177,19 +188,23 @@ class CellsView(Protocol):
     @property
     def src(self) -> array[int]:
         """The standing record's shard (an index into run.shards), -1 none."""
+
     @property
     def offset(self) -> array[int]:
         """Where its line starts in that shard's results file."""
+
     @property
     def length(self) -> array[int]: ...
     @property
     def traj_offset(self) -> array[int]:
         """Where its trajectory's line starts, -1 none (known once the merge wrote its files)."""
+
     @property
     def traj_length(self) -> array[int]: ...
     @property
     def cluster(self) -> array[int]:
         """Per problem: an index into `clusters`' codes, -1 none."""
+
     @property
     def clusters(self) -> dict[str, int]: ...
     @property
@@ -212,6 +227,7 @@ class BenchmarkMergeView(Protocol):
     @property
     def metric_problems(self) -> list[str]:
         """Metrics not installed or failed, one line each."""
+
     @property
     def distributions(self) -> dict[str, list[float | None]] | None: ...
 
@@ -229,6 +245,7 @@ class MergeResultView(Protocol):
     @property
     def verdict(self) -> str:
         """COMPLETE, PARTIAL or ERRORS."""
+
     @property
     def complete(self) -> bool: ...
     @property
@@ -244,9 +261,11 @@ class ModelMergeView(Protocol):
     @property
     def service(self) -> str | None:
         """The sweep's name of the model; None for a run that is not a sweep's."""
+
     @property
     def result(self) -> MergeResultView | None:
         """None: no shard of it has written yet (`note` says so)."""
+
     @property
     def note(self) -> str | None: ...
 
@@ -263,6 +282,7 @@ class SweepMergeView(Protocol):
     @property
     def document(self) -> Mapping[str, object]:
         """sweep.json as written."""
+
     @property
     def verdict(self) -> str: ...
     @property

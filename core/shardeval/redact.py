@@ -27,8 +27,10 @@ MIN_SECRET_CHARS = 8
 # scheme://USERINFO@ : userinfo is everything up to the first @ before the host (no / ? # or space)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#@\s\"'<>]+)@")
 # names that say secret anywhere in them, or exactly `code` (Azure Functions' key) or `pwd`
-_QUERY = re.compile(r"(?i)([?&;](?:[a-z0-9_.-]*(?:key|token|secret|passw|sig|auth|credential)[a-z0-9_.-]*|code|pwd)=)"
-                    r"([^&#\s\"'<>]+)")
+_QUERY = re.compile(
+    r"(?i)([?&;](?:[a-z0-9_.-]*(?:key|token|secret|passw|sig|auth|credential)[a-z0-9_.-]*|code|pwd)=)"
+    r"([^&#\s\"'<>]+)"
+)
 _ONLY_VARIABLES = re.compile(r"(?:\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}|:)+")
 # a URL as it is echoed in text: up to whitespace, a quote or an angle bracket, less the punctuation
 # of the sentence around it ("(see https://h/?a=b).")
@@ -38,11 +40,38 @@ _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>]+?(?=[.,;:!?)]*(?:[\s\"'
 # download, view, tab, lang, locale), a version or revision of a public thing (api-version: Azure
 # OpenAI's required API date; v, version, rev, revision, ref, branch), a model's or deployment's
 # name (model, deployment), and MLflow's and W&B's page ids (experiment_id, run_id, project).
-HARMLESS_PARAMS = frozenset({
-    "page", "per_page", "page_size", "limit", "offset", "sort", "order", "format", "alt", "raw", "dl", "download", "view",
-    "tab", "lang", "locale", "api-version", "v", "version", "rev", "revision", "ref", "branch", "model", "deployment",
-    "experiment_id", "run_id", "project",
-})
+HARMLESS_PARAMS = frozenset(
+    {
+        "page",
+        "per_page",
+        "page_size",
+        "limit",
+        "offset",
+        "sort",
+        "order",
+        "format",
+        "alt",
+        "raw",
+        "dl",
+        "download",
+        "view",
+        "tab",
+        "lang",
+        "locale",
+        "api-version",
+        "v",
+        "version",
+        "rev",
+        "revision",
+        "ref",
+        "branch",
+        "model",
+        "deployment",
+        "experiment_id",
+        "run_id",
+        "project",
+    }
+)
 _ANCHOR = re.compile(r"[A-Za-z0-9_-]{1,24}")
 
 
@@ -58,8 +87,7 @@ def redact_urls(text: str) -> str:
     text = _USERINFO.sub(lambda m: m.group(1) + ("***@" if not _ONLY_VARIABLES.fullmatch(m.group(2)) else m.group(2) + "@"), text)
     if "://" in text:
         text = _URL.sub(lambda m: _redact_url(m.group(0)), text)
-    return _QUERY.sub(lambda m: m.group(1) + (m.group(2) if m.group(2) == "***" or _ONLY_VARIABLES.fullmatch(m.group(2)) else "***"),
-                      text)
+    return _QUERY.sub(lambda m: m.group(1) + (m.group(2) if m.group(2) == "***" or _ONLY_VARIABLES.fullmatch(m.group(2)) else "***"), text)
 
 
 def _redact_url(url: str) -> str:
@@ -109,13 +137,13 @@ def url_credentials(text: str) -> str | None:
     Userinfo made only of ${VAR}s is no credential: it expands where the file is used."""
     for m in _USERINFO.finditer(text):
         if not _ONLY_VARIABLES.fullmatch(m.group(2)):
-            return redact_urls(text[m.start():].split()[0])
+            return redact_urls(text[m.start() :].split()[0])
     for m in _URL.finditer(text):
         if (shown := _redact_url(m.group(0))) != m.group(0):
             return shown
     query = _QUERY.search(text)
     if query and not _ONLY_VARIABLES.fullmatch(query.group(2)):
-        return redact_urls(text[max(0, text.rfind(" ", 0, query.start()) + 1):].split()[0])
+        return redact_urls(text[max(0, text.rfind(" ", 0, query.start()) + 1) :].split()[0])
     return None
 
 

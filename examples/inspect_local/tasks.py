@@ -14,5 +14,9 @@ DATA = Path(__file__).resolve().parent.parent / "lm_eval_local" / "capitals.json
 @task
 def capitals():
     """Each question three times (the task's own epochs, reduced by their mean, as Inspect does)."""
-    return Task(dataset=json_dataset(str(DATA), FieldSpec(input="question", target="answer", id="id")),
-                solver=generate(), scorer=match(), epochs=Epochs(3, "mean"))
+    return Task(
+        dataset=json_dataset(str(DATA), FieldSpec(input="question", target="answer", id="id")),
+        solver=generate(),
+        scorer=match(),
+        epochs=Epochs(3, "mean"),
+    )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
+from collections.abc import AsyncIterator
 
 from shardeval.api.plugin import UsageError
 from shardeval.api.service import Endpoint, ServiceConfig, ServiceContext, split_endpoint_url

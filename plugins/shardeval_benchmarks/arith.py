@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from shardeval.api.benchmark import Benchmark, Problem, Score, as_number, final_answer
 from shardeval.api.plugin import UsageError
@@ -50,6 +51,7 @@ PATTERNS = [re.compile(regex) for _, regex, _ in TEMPLATES]
 
 class ArithBenchmark(Benchmark):
     """params: n (problems, default 1000), seed (default 0)."""
+
     scorer_version = "1"  # bump when score() or its answer extraction changes
     name = "arith"
 

@@ -89,8 +89,11 @@ def _describe(name: str, params: dict[str, Any], show: int, registry: Any) -> No
     click.echo(f"fingerprint: {bench.fingerprint()}")
     click.echo(f"metrics:     {', '.join(bench.metrics)}")
     for problem in bench.problems(range(min(show, bench.size()))):
-        click.echo(f"\n--- problem {problem.idx} (id {problem.id}, reference {problem.reference!r}"
-                   + (f", cluster {problem.cluster!r}" if problem.cluster else "") + ")")
+        click.echo(
+            f"\n--- problem {problem.idx} (id {problem.id}, reference {problem.reference!r}"
+            + (f", cluster {problem.cluster!r}" if problem.cluster else "")
+            + ")"
+        )
         if problem.messages:
             for m in problem.messages:
                 click.echo(f"[{m.get('role')}] {m.get('content')}")

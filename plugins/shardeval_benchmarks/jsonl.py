@@ -16,8 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardeval.api.benchmark import (DataParams, Problem, RowsBenchmark, Score, decode_params, final_answer, normalize,
-                                     open_from_params)
+from shardeval.api.benchmark import DataParams, Problem, RowsBenchmark, Score, decode_params, final_answer, normalize, open_from_params
 from shardeval.api.plugin import UsageError
 
 
@@ -54,8 +53,12 @@ class JsonlBenchmark(RowsBenchmark):
             )
         images_field = p.images_field or ("images" if "images" in first else None)
         base_dir = os.path.dirname(os.path.abspath(p.path)) if p.path else None
-        self.use_images(images_field, base_dir, f"benchmark {self.name} ({self.rows.origin})",
-                        _folder(p.images_root, f"benchmark {self.name}: params.images_root") if p.images_root else None)
+        self.use_images(
+            images_field,
+            base_dir,
+            f"benchmark {self.name} ({self.rows.origin})",
+            _folder(p.images_root, f"benchmark {self.name}: params.images_root") if p.images_root else None,
+        )
 
     def row_problem(self, idx: int, row: dict[str, Any]) -> Problem:
         id_field, cluster_field = self.params.id_field, self.params.cluster_field
@@ -68,7 +71,9 @@ class JsonlBenchmark(RowsBenchmark):
             reference=None if reference is None else str(reference),
             cluster=str(row[cluster_field]) if cluster_field and cluster_field in row else None,
         )
-        return self.with_images(problem, row, problem.user_text(), f"benchmark {self.name} ({self.rows.origin}): row {idx} (id {problem.id})")
+        return self.with_images(
+            problem, row, problem.user_text(), f"benchmark {self.name} ({self.rows.origin}): row {idx} (id {problem.id})"
+        )
 
     def score(self, problem: Problem, response: str) -> Score:
         extracted = final_answer(response) or response

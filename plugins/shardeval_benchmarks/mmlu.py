@@ -76,9 +76,7 @@ def loglikelihood_prompt(subject: str, question: str, choices: list[str]) -> str
 # --- letter extraction ---------------------------------------------------------------------------
 
 # "answer is", "answer:", "**Answer:**", "correct option is", "choice would be", …: a word, then a copula or colon
-_TRIGGER = re.compile(
-    r"\b(?:answer|option|choice)\b(?:\s*\*\*)?(?:\s*(?:is|was|would\s+be|should\s+be|will\s+be)\b|\s*[:=])", re.I
-)
+_TRIGGER = re.compile(r"\b(?:answer|option|choice)\b(?:\s*\*\*)?(?:\s*(?:is|was|would\s+be|should\s+be|will\s+be)\b|\s*[:=])", re.I)
 _SEP = re.compile(r"[\s*_:=\-$]*(?:(?:option|choice|letter)\b\s*)?(?:\\boxed\{|\\text\{|\\textbf\{)?\s*", re.I)
 _TOKEN = re.compile(r"(?P<open>[(\[])?\s*(?P<letter>[A-Za-z])(?![A-Za-z0-9'’])(?P<close>\s*[)\]])?")
 _HEDGE = re.compile(
@@ -106,7 +104,7 @@ def _statement_letter(text: str, at: int) -> tuple[str | None, bool]:
     m = _TOKEN.match(text, pos)
     if m is None:
         return None, False
-    letter, rest = m.group("letter"), text[m.end():]
+    letter, rest = m.group("letter"), text[m.end() :]
     wrapped = bool(m.group("open") or m.group("close"))
     if letter.islower() and not wrapped and not re.match(r"\s*(?:[.:*]\s*)?(?:$|\n)", rest):
         return None, False  # "the answer is a prime number": an article, not option (a)
@@ -271,19 +269,24 @@ class MmluBenchmark(Benchmark):
         subject, question, choices, gold = parse_row(row, f"{self.rows.origin}: row {self._row[idx]}")
         problem_id = f"{subject}/{self._number[idx]}"
         if self.params.mode == "generative":
-            return Problem(idx=idx, id=problem_id, reference=gold, cluster=subject,
-                           prompt=generative_prompt(subject, question, choices))
+            return Problem(idx=idx, id=problem_id, reference=gold, cluster=subject, prompt=generative_prompt(subject, question, choices))
         continuations = [f" {c}" for c in LETTERS] if self.params.continuation == "letter" else [f" {c.strip()}" for c in choices]
         metadata = {"scoring": "loglikelihood", "choices": continuations, "labels": list(LETTERS)}
-        return Problem(idx=idx, id=problem_id, reference=gold, cluster=subject,
-                       prompt=loglikelihood_prompt(subject, question, choices), metadata=metadata)
+        return Problem(
+            idx=idx,
+            id=problem_id,
+            reference=gold,
+            cluster=subject,
+            prompt=loglikelihood_prompt(subject, question, choices),
+            metadata=metadata,
+        )
 
     def score(self, problem: Problem, response: str) -> Score:
         letter = extract_letter(response)
         return Score(score=float(letter is not None and letter == problem.reference), extracted=letter)
 
     def simulated_reply(self, reference: str, correct: bool) -> str | None:
-        """"The answer is X.": the reference, or the next letter round A-D when wrong."""
+        """ "The answer is X.": the reference, or the next letter round A-D when wrong."""
         ref = reference.strip().upper()
         if ref not in LETTERS:
             return None

@@ -66,7 +66,9 @@ class TextLines(JsonlRows):
         try:
             return {"text": line.rstrip(b"\r\n").decode("utf-8")}
         except UnicodeDecodeError as exc:
-            raise UsageError(f"{self.origin}: document {i} is not UTF-8 (bad byte at offset {exc.start}); save the corpus as UTF-8") from None
+            raise UsageError(
+                f"{self.origin}: document {i} is not UTF-8 (bad byte at offset {exc.start}); save the corpus as UTF-8"
+            ) from None
 
 
 class PerplexityBenchmark(RowsBenchmark):
@@ -132,4 +134,3 @@ class PerplexityBenchmark(RowsBenchmark):
 
     def answer_key(self):
         return lambda text: None  # nothing to answer: the simulator's logprobs need no key
-

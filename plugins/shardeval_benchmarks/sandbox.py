@@ -56,7 +56,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from shardeval.api.benchmark import Proc, describe_exit, processes, read_process
 
@@ -474,8 +474,10 @@ def _root_mode() -> bool:
     """Root with a usable uid pool: the strong mode (a per-run uid, NPROC enforced, uid sweep)."""
     root_mode = os.geteuid() == 0 and _UID_POOL.usable()
     if os.geteuid() == 0 and not root_mode:
-        log.warning("sandbox: running as root but cannot switch to an unprivileged uid; "
-                    "sandboxed code keeps root's uid (only the prelude and namespaces contain it)")
+        log.warning(
+            "sandbox: running as root but cannot switch to an unprivileged uid; "
+            "sandboxed code keeps root's uid (only the prelude and namespaces contain it)"
+        )
     return root_mode
 
 
@@ -704,8 +706,17 @@ class _UidPool:
             uid = self.acquire()
             try:
                 probe = subprocess.run(
-                    [sys.executable, "-I", "-S", "-c", f"import os; os.setgroups([]); os.setresgid({uid},{uid},{uid}); os.setresuid({uid},{uid},{uid})"],
-                    env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+                    [
+                        sys.executable,
+                        "-I",
+                        "-S",
+                        "-c",
+                        f"import os; os.setgroups([]); os.setresgid({uid},{uid},{uid}); os.setresuid({uid},{uid},{uid})",
+                    ],
+                    env={"PATH": "/usr/bin:/bin"},
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=30,
                 )
                 return probe.returncode == 0
             finally:

@@ -32,8 +32,20 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from shardeval.api.benchmark import (Benchmark, ParamsStruct, Problem, Score, decode_params, describe, extract_choice_vlm,
-                                     extract_numeric, normalize_vqa, numbers_equal, offer_image_bytes, register_generator)
+from shardeval.api.benchmark import (
+    Benchmark,
+    ParamsStruct,
+    Problem,
+    Score,
+    decode_params,
+    describe,
+    extract_choice_vlm,
+    extract_numeric,
+    normalize_vqa,
+    numbers_equal,
+    offer_image_bytes,
+    register_generator,
+)
 from shardeval.api.plugin import UsageError
 
 GENERATOR_VERSION = "vision_count-v1"
@@ -47,8 +59,18 @@ PNG_LEVEL = 6
 COMPARE_OPTIONS = ["the first image", "the second image"]
 # Seven-segment digits: which of the segments a (top), b (upper right), c (lower right), d (bottom),
 # e (lower left), f (upper left), g (middle) are lit.
-SEGMENTS = {"0": "abcdef", "1": "bc", "2": "abdeg", "3": "abcdg", "4": "bcfg", "5": "acdfg", "6": "acdefg",
-            "7": "abc", "8": "abcdefg", "9": "abcdfg"}
+SEGMENTS = {
+    "0": "abcdef",
+    "1": "bc",
+    "2": "abdeg",
+    "3": "abcdg",
+    "4": "bcfg",
+    "5": "acdfg",
+    "6": "acdefg",
+    "7": "abc",
+    "8": "abcdefg",
+    "9": "abcdfg",
+}
 LETTER_ONLY = "Answer with the option's letter."
 
 
@@ -86,12 +108,19 @@ def scene(seed: int, size: int, kind: str, idx: int) -> dict[str, Any]:
         want = rng.randint(1, 9)
         others = [(rng.choice(SHAPES), rng.choice([c for c in colours if c != colour])) for _ in range(rng.randint(0, 6))]
         items = [(rng.choice(SHAPES), colour) for _ in range(want)] + others
-        return {"question": f"How many {colour} shapes are in the image? Answer with a number.", "reference": str(want),
-                "images": [place(rng, size, items)], "noun": f"{colour} shapes"}
+        return {
+            "question": f"How many {colour} shapes are in the image? Answer with a number.",
+            "reference": str(want),
+            "images": [place(rng, size, items)],
+            "noun": f"{colour} shapes",
+        }
     if kind == "digits":
         number = str(rng.randint(1, 9)) + "".join(str(rng.randint(0, 9)) for _ in range(rng.randint(1, 3)))
-        return {"question": "What number is written in the image? Answer with the number.", "reference": number,
-                "images": [{"digits": number, "colour": rng.choice(colours), "jx": rng.random(), "jy": rng.random()}]}
+        return {
+            "question": "What number is written in the image? Answer with the number.",
+            "reference": number,
+            "images": [{"digits": number, "colour": rng.choice(colours), "jx": rng.random(), "jy": rng.random()}],
+        }
     if kind == "choice":
         if rng.random() < 0.5:  # which shape is most frequent
             answer = rng.choice(SHAPES)
@@ -108,8 +137,12 @@ def scene(seed: int, size: int, kind: str, idx: int) -> dict[str, Any]:
             question, options = "What colour are the squares in the image?", rng.sample(colours, len(colours))
         rng.shuffle(items)
         lines = "\n".join(f"{letter}. {text}" for letter, text in zip(LETTERS, options))
-        return {"question": f"{question}\n{lines}\n{LETTER_ONLY}", "reference": LETTERS[options.index(answer)],
-                "options": options, "images": [place(rng, size, items)]}
+        return {
+            "question": f"{question}\n{lines}\n{LETTER_ONLY}",
+            "reference": LETTERS[options.index(answer)],
+            "options": options,
+            "images": [place(rng, size, items)],
+        }
     # compare: two images, which has more circles
     first, second = rng.sample(range(1, 9), 2)
     images = []
@@ -151,8 +184,9 @@ def _shape(draw: Any, shape: str, colour: str, x: int, y: int, side: int) -> Non
         draw.polygon([(x + side / 2, y), (x + side, y + side), (x, y + side)], fill=ink)
     else:  # a five-pointed star
         cx, cy, outer = x + side / 2, y + side / 2, side / 2
-        points = [(cx + r * math.sin(k * math.pi / 5), cy - r * math.cos(k * math.pi / 5))
-                  for k, r in zip(range(10), [outer, outer * 0.45] * 5)]
+        points = [
+            (cx + r * math.sin(k * math.pi / 5), cy - r * math.cos(k * math.pi / 5)) for k, r in zip(range(10), [outer, outer * 0.45] * 5)
+        ]
         draw.polygon(points, fill=ink)
 
 
@@ -167,10 +201,15 @@ def _digits(draw: Any, size: int, spec: dict[str, Any]) -> None:
     half = height / 2
     for i, digit in enumerate(number):
         x = x0 + i * (width + gap)
-        bars = {"a": (x, y0, x + width, y0 + thick), "g": (x, y0 + half - thick / 2, x + width, y0 + half + thick / 2),
-                "d": (x, y0 + height - thick, x + width, y0 + height), "f": (x, y0, x + thick, y0 + half),
-                "b": (x + width - thick, y0, x + width, y0 + half), "e": (x, y0 + half, x + thick, y0 + height),
-                "c": (x + width - thick, y0 + half, x + width, y0 + height)}
+        bars = {
+            "a": (x, y0, x + width, y0 + thick),
+            "g": (x, y0 + half - thick / 2, x + width, y0 + half + thick / 2),
+            "d": (x, y0 + height - thick, x + width, y0 + height),
+            "f": (x, y0, x + thick, y0 + half),
+            "b": (x + width - thick, y0, x + width, y0 + half),
+            "e": (x, y0 + half, x + thick, y0 + height),
+            "c": (x + width - thick, y0 + half, x + width, y0 + height),
+        }
         for segment in SEGMENTS[digit]:
             draw.rectangle([round(v) for v in bars[segment]], fill=ink)
 
@@ -211,8 +250,9 @@ class VisionCountBenchmark(Benchmark):
         try:
             import PIL  # noqa: F401
         except ImportError:
-            raise UsageError("benchmark vision_count draws its images with Pillow: pip install 'shardeval[images]' "
-                             "(or pip install pillow)") from None
+            raise UsageError(
+                "benchmark vision_count draws its images with Pillow: pip install 'shardeval[images]' (or pip install pillow)"
+            ) from None
         register_generator("vision_count", draw)
 
     def size(self) -> int:
@@ -233,8 +273,15 @@ class VisionCountBenchmark(Benchmark):
             offer_image_bytes(ref, png)
             refs.append(ref)
         metadata = {"kind": kind, **({"options": plan["options"]} if "options" in plan else {})}
-        return Problem(idx=idx, id=f"vision_count-{p.seed}-{idx}", prompt=plan["question"], reference=plan["reference"],
-                       cluster=kind, metadata=metadata, images=refs)
+        return Problem(
+            idx=idx,
+            id=f"vision_count-{p.seed}-{idx}",
+            prompt=plan["question"],
+            reference=plan["reference"],
+            cluster=kind,
+            metadata=metadata,
+            images=refs,
+        )
 
     def fingerprint(self) -> str:
         """The problems are a pure function of (generator version, params) and the Pillow that
@@ -249,8 +296,10 @@ class VisionCountBenchmark(Benchmark):
         about one byte per pixel (palette), far under any max_image_bytes for sizes up to 2048."""
         most = 2 if "compare" in self.params.kinds and self.params.n > self.params.kinds.index("compare") else 1
         if limit is not None and most > limit:
-            raise UsageError(f"{where}: vision_count's compare items have 2 images, more than the service's limit_mm_per_prompt "
-                             f"image {limit}; raise limit_mm_per_prompt or leave compare out of params.kinds")
+            raise UsageError(
+                f"{where}: vision_count's compare items have 2 images, more than the service's limit_mm_per_prompt "
+                f"image {limit}; raise limit_mm_per_prompt or leave compare out of params.kinds"
+            )
         if self.params.size * self.params.size + 65536 > max_bytes:
             super().check_images(limit, max_bytes, where)
 
@@ -268,8 +317,14 @@ class VisionCountBenchmark(Benchmark):
         """What `simulated_reply` is handed for this problem: the reference with the option texts,
         so a simulated reply may name an option by its text."""
         counted = re.search(r"How many (\w+ shapes)", problem.prompt or "")
-        return json.dumps({"id": problem.id, "answer": problem.reference, "options": problem.metadata.get("options"),
-                           "noun": counted.group(1) if counted else None})
+        return json.dumps(
+            {
+                "id": problem.id,
+                "answer": problem.reference,
+                "options": problem.metadata.get("options"),
+                "noun": counted.group(1) if counted else None,
+            }
+        )
 
     def simulated_reply(self, reference: str, correct: bool) -> str | None:
         """A reply in one of the forms VLMs use, drawn from the problem: every right one scores 1
@@ -283,17 +338,32 @@ class VisionCountBenchmark(Benchmark):
         if options:
             k = LETTERS.index(answer) if correct else (LETTERS.index(answer) + 1 + pick % (len(options) - 1)) % len(options)
             letter, text = LETTERS[k], options[k]
-            forms = [letter, f"({letter})", f"{letter}.", f"The answer is {letter}.", f"**{letter}**", f"Answer: {letter}",
-                     f"<answer>{letter}</answer>", f"{letter}. {text}", text, f"{text[0].upper()}{text[1:]}."]
+            forms = [
+                letter,
+                f"({letter})",
+                f"{letter}.",
+                f"The answer is {letter}.",
+                f"**{letter}**",
+                f"Answer: {letter}",
+                f"<answer>{letter}</answer>",
+                f"{letter}. {text}",
+                text,
+                f"{text[0].upper()}{text[1:]}.",
+            ]
             return forms[(pick >> 8) % len(forms)]
         if not answer.isdigit():
             return None
         value = str(int(answer) + (0 if correct else 1))
         spoken = SPOKEN[int(value)] if int(value) < len(SPOKEN) else value
         noun = item.get("noun")
-        forms = [value, spoken, f"The answer is {value}.", f"#### {value}",
-                 f"There are {value} {noun}." if noun else f"The number is {value}.",
-                 f"I count {spoken} {noun}." if noun else f"It reads {value}."]
+        forms = [
+            value,
+            spoken,
+            f"The answer is {value}.",
+            f"#### {value}",
+            f"There are {value} {noun}." if noun else f"The number is {value}.",
+            f"I count {spoken} {noun}." if noun else f"It reads {value}.",
+        ]
         return forms[(pick >> 8) % len(forms)]
 
 

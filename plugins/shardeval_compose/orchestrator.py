@@ -83,7 +83,7 @@ def commands(request: LaunchRequest, path: str) -> str:
             f"# {len(request.cells())} cells ({len(request.sweep.services)} models x {total} shards), each its own container; "
             f"the merge runs once all exited 0{export}:",
             f"docker compose -f {f} up",
-            f"# after a failure: the same `up` again (finished cells end at once), or merge what exists:",
+            "# after a failure: the same `up` again (finished cells end at once), or merge what exists:",
             f"docker compose -f {f} run --rm --no-deps {MERGE_SERVICE}",
         ]
     else:
@@ -122,9 +122,7 @@ def render(request: LaunchRequest) -> dict[str, str]:
         if not ENV_NAME.fullmatch(var):
             raise UsageError(f"cluster: {var!r} is not an environment variable name")
         if var in SHARD_VARIABLES:
-            raise UsageError(
-                f"cluster: {var} comes from the `docker compose run` command line; remove it from cluster.env/pass_env"
-            )
+            raise UsageError(f"cluster: {var} comes from the `docker compose run` command line; remove it from cluster.env/pass_env")
 
     plain = [f"{k}={escape(str(v))}" for k, v in cluster.env.items()]
     passed = sorted(_pass_through(request))  # by name only: compose copies the value from the caller's environment
@@ -179,7 +177,7 @@ def render(request: LaunchRequest) -> dict[str, str]:
     if request.sweep is not None:
         header = (
             "# Rendered by shardeval (cluster.type: compose). A sweep: one container per (model, shard) cell, then\n"
-            f"# the merge once every cell exited 0: docker compose -f docker-compose.yaml up\n"
+            "# the merge once every cell exited 0: docker compose -f docker-compose.yaml up\n"
         )
     else:
         header = (

@@ -30,8 +30,7 @@ SOURCE = "benchmark inspect"
 
 def inspect_params(params: dict[str, Any]) -> InspectParams:
     if isinstance(params, dict) and "task" not in params:
-        raise UsageError(f"{SOURCE}: needs params.task: `path/to/tasks.py@task_name` or a registered Inspect task; "
-                         "docs/inspect.md")
+        raise UsageError(f"{SOURCE}: needs params.task: `path/to/tasks.py@task_name` or a registered Inspect task; docs/inspect.md")
     return decode_params(params, InspectParams, source=SOURCE)
 
 
@@ -45,8 +44,10 @@ class InspectBenchmark(Benchmark):
     solver = "inspect"
     scores_from = "solver"  # the task's scorers ran inside Inspect, where the sample ran (its sandbox)
     metrics = ("accuracy", "pass@k")
-    requests_note = ("Inspect's runtime makes them, with the task's own GenerateConfig; the solver.generation keys that "
-                     "are set override it, as `inspect eval --temperature ...` would")
+    requests_note = (
+        "Inspect's runtime makes them, with the task's own GenerateConfig; the solver.generation keys that "
+        "are set override it, as `inspect eval --temperature ...` would"
+    )
 
     @classmethod
     def expand(cls, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
@@ -89,16 +90,26 @@ class InspectBenchmark(Benchmark):
     def problem(self, idx: int) -> Problem:
         sample = self.loaded.samples[idx]
         prompt, messages = _input(sample.input)
-        return Problem(idx=idx, id=str(sample.id), prompt=prompt, messages=messages, reference=_target(sample.target),
-                       metadata={"inspect": {"id": sample.id, "params": self.raw_params}})
+        return Problem(
+            idx=idx,
+            id=str(sample.id),
+            prompt=prompt,
+            messages=messages,
+            reference=_target(sample.target),
+            metadata={"inspect": {"id": sample.id, "params": self.raw_params}},
+        )
 
     def score(self, problem: Problem, response: str) -> Score:
         raise UsageError(f"{SOURCE}: its answers are scored by the task's own scorers, inside Inspect (the `inspect` solver)")
 
     def fingerprint(self) -> str:
         h = hashlib.sha256()
-        h.update(json.dumps({"inspect_ai": self.loaded.inspect_version, "source": self.loaded.source_sha256,
-                             "params": self.params.identity()}, sort_keys=True).encode())
+        h.update(
+            json.dumps(
+                {"inspect_ai": self.loaded.inspect_version, "source": self.loaded.source_sha256, "params": self.params.identity()},
+                sort_keys=True,
+            ).encode()
+        )
         for sample in self.loaded.samples:
             h.update(sample.model_dump_json(exclude_none=True).encode() + b"\n")
         return "sha256:" + h.hexdigest()

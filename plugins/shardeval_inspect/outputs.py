@@ -43,8 +43,11 @@ class NotWritten(Exception):
 def inspect_entries(result: MergeResult) -> dict[str, dict[str, Any]]:
     """The run's inspect benchmark entries (as its config wrote them), by benchmark id."""
     manifest = result.run.shards[0].manifest
-    return {b["id"]: b for b in manifest.config.get("benchmarks", [])
-            if isinstance(b, dict) and b.get("name") == "inspect" and isinstance(b.get("id"), str)}  # expand() gave each its id
+    return {
+        b["id"]: b
+        for b in manifest.config.get("benchmarks", [])
+        if isinstance(b, dict) and b.get("name") == "inspect" and isinstance(b.get("id"), str)
+    }  # expand() gave each its id
 
 
 def served_model(result: MergeResult) -> str:
@@ -132,8 +135,9 @@ def _header(bench: InspectBenchmark, epochs: int, served: str) -> EvalLog:
     quiet_inspect()
     model = inspect_model(served, "http://127.0.0.1:9/v1", "")
     with tempfile.TemporaryDirectory(prefix="shardeval-inspect-") as logs, contextlib.redirect_stdout(io.StringIO()):
-        return inspect_eval(bench.loaded.task, model=model, run_samples=False, log_dir=logs,
-                            **eval_options(bench.loaded.task, bench.params, epochs))[0]
+        return inspect_eval(
+            bench.loaded.task, model=model, run_samples=False, log_dir=logs, **eval_options(bench.loaded.task, bench.params, epochs)
+        )[0]
 
 
 def _finish(log: EvalLog, merge: BenchmarkMerge) -> None:
@@ -167,8 +171,10 @@ def set_status(log: EvalLog, not_ok: int, cells: int) -> None:
         log.status, log.error = "success", None
         return
     log.status = "error"
-    message = (f"shardeval merge: {not_ok} of {cells} (sample, epoch) cells have no ok answer (missing or "
-               "in error); the metrics cover the samples that ended. Rerun the shards, then merge again.")
+    message = (
+        f"shardeval merge: {not_ok} of {cells} (sample, epoch) cells have no ok answer (missing or "
+        "in error); the metrics cover the samples that ended. Rerun the shards, then merge again."
+    )
     log.error = EvalError(message=message, traceback=message, traceback_ansi=message)
 
 

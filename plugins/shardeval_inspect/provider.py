@@ -22,8 +22,7 @@ def inspect_model(served: str, base_url: str, api_key: str, config: GenerateConf
     """Inspect's OpenAI-compatible model for `served` at `base_url` (a key it never writes to its log)."""
     from inspect_ai.model import GenerateConfig, get_model
 
-    return get_model(f"{PROVIDER}/{served}", base_url=base_url, api_key=api_key or "none", config=config or GenerateConfig(),
-                     memoize=False)
+    return get_model(f"{PROVIDER}/{served}", base_url=base_url, api_key=api_key or "none", config=config or GenerateConfig(), memoize=False)
 
 
 def check_provider() -> None:
@@ -32,9 +31,10 @@ def check_provider() -> None:
     `internal` error quoting Inspect's rich markup, exit 3; now one line naming the extra, exit 2."""
     try:
         inspect_model("preflight", "http://127.0.0.1:9/v1", "")  # made, never asked
-    except Exception as exc:  # noqa: BLE001 - Inspect's PrerequisiteError, or the import it failed on
+    except Exception as exc:
         said = " ".join(re.sub(r"\[/?[a-z]+\]", "", str(exc)).split())
         if "requires" in said or isinstance(exc, ImportError):
-            raise UsageError(f"{SOURCE}: Inspect's OpenAI-compatible provider cannot be made here: {said} "
-                             f"(pip install 'shardeval[inspect]' brings it)") from None
+            raise UsageError(
+                f"{SOURCE}: Inspect's OpenAI-compatible provider cannot be made here: {said} (pip install 'shardeval[inspect]' brings it)"
+            ) from None
         raise

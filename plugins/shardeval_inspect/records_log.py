@@ -17,7 +17,8 @@ import hashlib
 import json
 import os
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
 import msgspec
 
@@ -31,9 +32,25 @@ from shardeval_inspect.outputs import set_status
 SCORER = "shardeval"
 COMPLETE = "COMPLETE"  # TrackerRun.status of a run whose every cell has an ok answer
 _STOP: dict[str, StopReason] = {"stop": "stop", "length": "max_tokens", "tool_calls": "tool_calls", "content_filter": "content_filter"}
-_RECORD_FACTS = ("status", "error_kind", "attempts", "seed", "problem_idx", "shard", "cluster", "run", "finish_reason",
-                 "latency_s", "ttft_s", "prompt_tokens", "completion_tokens", "cached", "outcome", "reasoning_tokens",
-                 "reasoning_tokens_from")
+_RECORD_FACTS = (
+    "status",
+    "error_kind",
+    "attempts",
+    "seed",
+    "problem_idx",
+    "shard",
+    "cluster",
+    "run",
+    "finish_reason",
+    "latency_s",
+    "ttft_s",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached",
+    "outcome",
+    "reasoning_tokens",
+    "reasoning_tokens_from",
+)
 
 
 def stable_id(key: str, part: str) -> str:
@@ -70,15 +87,27 @@ def records_log(run: TrackerRun) -> Any:
         for name, u in s.model_usage.items():
             usage[name] = usage[name] + u if name in usage else u
     spec = EvalSpec(
-        eval_id=stable_id(run.key, "eval"), run_id=stable_id(run.key, "run"), task_id=stable_id(run.key, "task"),
-        created=iso(min(starts) if starts else None), task=run.benchmark, task_version=0, task_args={}, model=model,
-        model_args={}, dataset=EvalDataset(name=run.benchmark, samples=int(run.scores.get("n_problems") or 0)),
-        config=EvalConfig(epochs=int(run.scores.get("repeats") or 1)), tags=["shardeval"],
+        eval_id=stable_id(run.key, "eval"),
+        run_id=stable_id(run.key, "run"),
+        task_id=stable_id(run.key, "task"),
+        created=iso(min(starts) if starts else None),
+        task=run.benchmark,
+        task_version=0,
+        task_args={},
+        model=model,
+        model_args={},
+        dataset=EvalDataset(name=run.benchmark, samples=int(run.scores.get("n_problems") or 0)),
+        config=EvalConfig(epochs=int(run.scores.get("repeats") or 1)),
+        tags=["shardeval"],
         metadata={"shardeval": {"key": run.key, "name": run.name, "step": run.step, "status": run.status, **run.params}},
     )
-    log = EvalLog(eval=spec, plan=EvalPlan(name="shardeval"), results=results(run, samples), samples=samples,
-                  stats=EvalStats(started_at=iso(min(starts)) if starts else "", completed_at=iso(max(ends)) if ends else "",
-                                  model_usage=usage))
+    log = EvalLog(
+        eval=spec,
+        plan=EvalPlan(name="shardeval"),
+        results=results(run, samples),
+        samples=samples,
+        stats=EvalStats(started_at=iso(min(starts)) if starts else "", completed_at=iso(max(ends)) if ends else "", model_usage=usage),
+    )
     cells = int(run.scores.get("n_expected") or len(records))
     set_status(log, 0 if run.status == COMPLETE else cells - int(run.scores.get("n_ok") or 0), cells)
     return log
@@ -114,11 +143,20 @@ def sample(rec: dict[str, Any], conversation: dict[str, Any] | None, model: str,
         text = f"{rec.get('error_kind') or 'error'}: {rec.get('error') or 'no answer'}"
         error = EvalError(message=text, traceback=text, traceback_ansi=text)
     return EvalSample(
-        id=rec["problem_id"], epoch=rec["repeat"] + 1, input=prompt, target=str(rec.get("reference") or ""),
-        messages=messages, output=output, scores=scores(rec) if error is None else None, metadata=metadata,
-        model_usage=usage, error=error, uuid=stable_id(key, cell),
+        id=rec["problem_id"],
+        epoch=rec["repeat"] + 1,
+        input=prompt,
+        target=str(rec.get("reference") or ""),
+        messages=messages,
+        output=output,
+        scores=scores(rec) if error is None else None,
+        metadata=metadata,
+        model_usage=usage,
+        error=error,
+        uuid=stable_id(key, cell),
         started_at=iso(started) if started else None,
-        completed_at=iso(started + (rec.get("latency_s") or 0.0)) if started else None, total_time=rec.get("latency_s"),
+        completed_at=iso(started + (rec.get("latency_s") or 0.0)) if started else None,
+        total_time=rec.get("latency_s"),
     )
 
 
@@ -169,13 +207,18 @@ def results(run: TrackerRun, samples: list[Any]) -> Any:
     for name, m in run.scores["metrics"].items():
         if m.value is None:
             continue
-        metrics[name] = EvalMetric(name=name, value=m.value, params={"ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n,
-                                                                      "ci_method": m.ci_method, "stderr": m.stderr})
+        metrics[name] = EvalMetric(
+            name=name,
+            value=m.value,
+            params={"ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n, "ci_method": m.ci_method, "stderr": m.stderr},
+        )
     scored = sum(1 for s in samples if s.scores)
     metadata = {k: run.scores.get(k) for k in ("n_expected", "n_ok", "n_errors", "n_missing", "errors_as_wrong")}
     if (reasoning := run.scores.get("reasoning")) is not None:  # scores.json's: cut off while thinking, thinking tokens
         metadata["reasoning"] = msgspec.to_builtins(reasoning)
-    score = EvalScore(name=SCORER, scorer=SCORER, metrics=metrics, scored_samples=scored, unscored_samples=len(samples) - scored,
-                      metadata=metadata)
-    return EvalResults(total_samples=int(run.scores.get("n_expected") or len(samples)), completed_samples=int(run.scores.get("n_ok") or 0),
-                       scores=[score])
+    score = EvalScore(
+        name=SCORER, scorer=SCORER, metrics=metrics, scored_samples=scored, unscored_samples=len(samples) - scored, metadata=metadata
+    )
+    return EvalResults(
+        total_samples=int(run.scores.get("n_expected") or len(samples)), completed_samples=int(run.scores.get("n_ok") or 0), scores=[score]
+    )

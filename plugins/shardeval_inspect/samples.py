@@ -17,7 +17,8 @@ import json
 import math
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
 
 from shardeval.api.benchmark import Score
 from shardeval.api.solver import Attempt, Completion
@@ -32,10 +33,17 @@ ERROR_KIND, LIMIT_KIND = "inspect", "limit"
 # A sample error that is the endpoint's failing (the openai client's exception, after Inspect's
 # retries) keeps shardeval's kind for it, so an unreachable server stops the shard as it would a
 # native benchmark's; any other error in the task's code or tools is kind `inspect`.
-API_ERRORS = (("APIConnectionError", "connection"), ("APITimeoutError", "timeout"), ("RateLimitError", "rate_limited"),
-              ("InternalServerError", "server_error"), ("ServiceUnavailableError", "server_error"),
-              ("BadRequestError", "client"), ("NotFoundError", "client"), ("AuthenticationError", "client"),
-              ("PermissionDeniedError", "client"))
+API_ERRORS = (
+    ("APIConnectionError", "connection"),
+    ("APITimeoutError", "timeout"),
+    ("RateLimitError", "rate_limited"),
+    ("InternalServerError", "server_error"),
+    ("ServiceUnavailableError", "server_error"),
+    ("BadRequestError", "client"),
+    ("NotFoundError", "client"),
+    ("AuthenticationError", "client"),
+    ("PermissionDeniedError", "client"),
+)
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
@@ -46,8 +54,14 @@ def attempt_of(sample: EvalSample, scrub: Callable[[str], str], epoch: int, tags
     completion = _completion(sample, scrub, tags)
     score = _score(sample) if completion.status == "ok" else None
     if completion.status == "ok" and score is None:
-        completion = Completion(status="error", error_kind=ERROR_KIND, error="Inspect gave the sample no score",
-                                started_at=completion.started_at, latency_s=completion.latency_s, attempts=1)
+        completion = Completion(
+            status="error",
+            error_kind=ERROR_KIND,
+            error="Inspect gave the sample no score",
+            started_at=completion.started_at,
+            latency_s=completion.latency_s,
+            attempts=1,
+        )
     saved = sample.model_dump(mode="json", exclude_none=True)
     saved["epoch"] = epoch
     request = {"inspect": {"sample_id": sample.id, "epoch": epoch, "sample": saved}}
@@ -60,8 +74,13 @@ def _completion(sample: EvalSample, scrub: Callable[[str], str], tags: Sequence[
     usage = list((sample.model_usage or {}).values())
     prompt = sum(u.input_tokens for u in usage) if usage else None
     generated = sum(u.output_tokens for u in usage) if usage else None
-    common: dict[str, Any] = {"started_at": started, "latency_s": latency, "attempts": 1 + len(sample.error_retries or []),
-                              "prompt_tokens": prompt, "completion_tokens": generated}
+    common: dict[str, Any] = {
+        "started_at": started,
+        "latency_s": latency,
+        "attempts": 1 + len(sample.error_retries or []),
+        "prompt_tokens": prompt,
+        "completion_tokens": generated,
+    }
     thought = [n for u in usage if (n := getattr(u, "reasoning_tokens", None)) is not None]
     if thought:
         common.update(reasoning_tokens=sum(thought), reasoning_tokens_from="usage")

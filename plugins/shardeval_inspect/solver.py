@@ -21,7 +21,8 @@ import io
 import os
 import tempfile
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
 
 from shardeval.api.benchmark import Problem
 from shardeval.api.plugin import UsageError
@@ -70,8 +71,9 @@ class InspectSolver(PairsSolver):
         for epochs, sample_ids in sorted(groups.items(), reverse=True):
             await self._run(loaded.task, params, epochs, [problems[i] for i in sample_ids], missing, settle)
 
-    async def _run(self, task: Task, params: InspectParams, epochs: int, problems: list[Problem],
-                   missing: dict[str, list[int]], settle: Settle) -> None:
+    async def _run(
+        self, task: Task, params: InspectParams, epochs: int, problems: list[Problem], missing: dict[str, list[int]], settle: Settle
+    ) -> None:
         """One eval_async over `problems`, `epochs` each; every sample settles as it ends."""
         from inspect_ai import eval_async
 
@@ -89,9 +91,15 @@ class InspectSolver(PairsSolver):
         token = _SINK.set(ended)
         try:
             with tempfile.TemporaryDirectory(prefix="shardeval-inspect-") as logs:
-                await eval_async(task, model=self._model(), sample_id=[p.metadata["inspect"]["id"] for p in problems],
-                                 log_dir=logs, max_samples=self._concurrency(), **eval_options(task, params, epochs),
-                                 **_generation(self.config, getattr(self.service.client, "config", None)))
+                await eval_async(
+                    task,
+                    model=self._model(),
+                    sample_id=[p.metadata["inspect"]["id"] for p in problems],
+                    log_dir=logs,
+                    max_samples=self._concurrency(),
+                    **eval_options(task, params, epochs),
+                    **_generation(self.config, getattr(self.service.client, "config", None)),
+                )
         finally:
             _SINK.reset(token)
 
@@ -111,8 +119,7 @@ class InspectSolver(PairsSolver):
         endpoint = self.service.endpoint
         key = os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else ""
         timeout = client.timeouts.total or client.timeouts.first_token
-        config = GenerateConfig(max_connections=self._concurrency(), max_retries=max(0, client.retries.attempts - 1),
-                                timeout=int(timeout))
+        config = GenerateConfig(max_connections=self._concurrency(), max_retries=max(0, client.retries.attempts - 1), timeout=int(timeout))
         return inspect_model(endpoint.model, endpoint.base_url, key, config)
 
 
@@ -123,8 +130,14 @@ def eval_options(task: Task, params: InspectParams, epochs: int) -> dict[str, An
     from inspect_ai import Epochs
 
     reducer = getattr(task, "epochs_reducer", None)
-    return {"epochs": Epochs(epochs, reducer) if reducer else epochs, "sandbox": params.sandbox,
-            "fail_on_error": params.fail_on_error, "log_level": "warning", "score_display": False, **params.limits()}
+    return {
+        "epochs": Epochs(epochs, reducer) if reducer else epochs,
+        "sandbox": params.sandbox,
+        "fail_on_error": params.fail_on_error,
+        "log_level": "warning",
+        "score_display": False,
+        **params.limits(),
+    }
 
 
 def _generation(config: SolverConfig, service: ServiceConfig | None = None) -> dict[str, Any]:

@@ -73,8 +73,10 @@ def _load(spec: str, args_json: str) -> LoadedTask:
         raise UsageError(f"{where}: Inspect cannot load it: {type(exc).__name__}: {first_line(str(exc))}") from None
     if len(tasks) != 1:
         found = "no task" if not tasks else f"{len(tasks)} tasks ({', '.join(t.name for t in tasks)})"
-        raise UsageError(f"{where}: it names {found}; give one task as `file.py@task_name` or a registered name "
-                         "(a package's task must be installed: pip install it)")
+        raise UsageError(
+            f"{where}: it names {found}; give one task as `file.py@task_name` or a registered name "
+            "(a package's task must be installed: pip install it)"
+        )
     function = _task_function(spec, tasks[0].name)
     _check_args(where, function, args)
     try:
@@ -104,8 +106,10 @@ def _check_args(where: str, function: Any, args: dict[str, Any]) -> None:
         return
     known = [n for n, p in signature.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     if unknown := sorted(set(args) - set(known)):
-        raise UsageError(f"{where}: task_args {unknown[0]!r} is not an argument of the task (it takes: "
-                         f"{', '.join(known) or 'none'}); fix the name or drop it")
+        raise UsageError(
+            f"{where}: task_args {unknown[0]!r} is not an argument of the task (it takes: "
+            f"{', '.join(known) or 'none'}); fix the name or drop it"
+        )
 
 
 def _with_ids(dataset: Dataset) -> list[Sample]:
@@ -117,8 +121,9 @@ def _with_ids(dataset: Dataset) -> list[Sample]:
     ids = [str(s.id) for s in samples]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
-        raise UsageError(f"the task's dataset has the sample id {dup!r} more than once; sample ids must be unique "
-                         "(shardeval shards and resumes by id)")
+        raise UsageError(
+            f"the task's dataset has the sample id {dup!r} more than once; sample ids must be unique (shardeval shards and resumes by id)"
+        )
     return samples
 
 
@@ -155,16 +160,20 @@ def check_sandbox(where: str, kind: str | None) -> None:
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise UsageError(f"{where}: the task runs in a `docker` sandbox and `docker compose version` failed ({exc}); {fix}") from None
         if compose.returncode != 0:
-            raise UsageError(f"{where}: the task runs in a `docker` sandbox and this node's docker has no Compose v2 plugin "
-                             f"(`docker compose version`: {first_line(compose.stderr or compose.stdout)}); {fix}")
+            raise UsageError(
+                f"{where}: the task runs in a `docker` sandbox and this node's docker has no Compose v2 plugin "
+                f"(`docker compose version`: {first_line(compose.stderr or compose.stdout)}); {fix}"
+            )
         return
     from inspect_ai.util._sandbox.registry import registry_find_sandboxenv  # a plugin's sandbox (k8s, ...)
 
     try:
         registry_find_sandboxenv(kind)
     except Exception:
-        raise UsageError(f"{where}: sandbox {kind!r} is not one Inspect knows on this node; install its package, "
-                         "or set params.sandbox to docker or local") from None
+        raise UsageError(
+            f"{where}: sandbox {kind!r} is not one Inspect knows on this node; install its package, "
+            "or set params.sandbox to docker or local"
+        ) from None
 
 
 def quiet_inspect() -> None:

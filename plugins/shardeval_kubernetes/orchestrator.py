@@ -19,6 +19,7 @@ The config file is shipped as written (not expanded): `${VAR}` references expand
 its environment, so nothing from the submitting shell's environment, secrets included, lands in
 a manifest. API keys reach the pods only through `secretKeyRef`.
 """
+
 from __future__ import annotations
 
 import re
@@ -45,8 +46,14 @@ MERGE_CONTAINER = "merge"
 WAIT_CONTAINER = "wait-for-shards"
 CONFIGMAP_LIMIT = 1024 * 1024  # bytes; the API server refuses larger ConfigMaps
 RESULTS_MOUNT = {"name": "results", "mountPath": RESULTS_DIR}
-API_VERSIONS = {"ConfigMap": "v1", "PersistentVolumeClaim": "v1", "ServiceAccount": "v1", "Job": "batch/v1",
-                "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1"}
+API_VERSIONS = {
+    "ConfigMap": "v1",
+    "PersistentVolumeClaim": "v1",
+    "ServiceAccount": "v1",
+    "Job": "batch/v1",
+    "Role": "rbac.authorization.k8s.io/v1",
+    "RoleBinding": "rbac.authorization.k8s.io/v1",
+}
 
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -73,8 +80,12 @@ def shard_jobs(request: LaunchRequest, cluster: KubernetesClusterConfig) -> list
     for name in request.sweep.services:
         groups.setdefault(_gpus([request.sweep.configs[name]]), []).append(name)
     return [
-        ShardJob(cluster.name if len(groups) == 1 else f"{cluster.name}-g{k}", len(models) * request.total,
-                 ["run", *request.indexed_args("$(NEL_SHARD_IDX)", models, RESULTS_DIR, config_path=config, escape=escape)], gpus)
+        ShardJob(
+            cluster.name if len(groups) == 1 else f"{cluster.name}-g{k}",
+            len(models) * request.total,
+            ["run", *request.indexed_args("$(NEL_SHARD_IDX)", models, RESULTS_DIR, config_path=config, escape=escape)],
+            gpus,
+        )
         for k, (gpus, models) in enumerate(groups.items())
     ]
 
@@ -119,12 +130,16 @@ class KubernetesOrchestrator(Orchestrator):
         jobs = " ".join(job.name for job in shard_jobs(request, cluster))
         what = f"{len(request.cells())} {'cells' if request.sweep else 'shards'}"
         if code != 0:
-            said = (f"kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
-                    f"`kubectl delete job -n {namespace} {jobs} {name}-merge` and run again (the results volume is kept "
-                    "and shards resume)")
+            said = (
+                f"kubectl apply failed (exit {code}). A Job's pod template cannot change once created: "
+                f"`kubectl delete job -n {namespace} {jobs} {name}-merge` and run again (the results volume is kept "
+                "and shards resume)"
+            )
         else:
-            said = (f"submitted {what} as Job {namespace}/{jobs.replace(' ', ', ')}. Follow: kubectl get job -n {namespace} "
-                    f"{jobs} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f")
+            said = (
+                f"submitted {what} as Job {namespace}/{jobs.replace(' ', ', ')}. Follow: kubectl get job -n {namespace} "
+                f"{jobs} -w; report: kubectl logs -n {namespace} job/{name}-merge -c merge -f"
+            )
         print(f"shardeval: {said}", file=sys.stderr)
         return code
 
@@ -135,6 +150,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
     import msgspec
 
     from shardeval import __version__
+
     cluster = kubernetes_cluster(request)
     names = _names(cluster)
     jobs = shard_jobs(request, cluster)
@@ -204,8 +220,14 @@ def kubernetes_cluster(request: LaunchRequest) -> KubernetesClusterConfig:
     return cluster
 
 
-def _shard_job(cluster: KubernetesClusterConfig, job: ShardJob, obj: Any, container: dict[str, Any],
-               volumes: list[dict[str, Any]], pull_secrets: list[dict[str, str]]) -> dict[str, Any]:
+def _shard_job(
+    cluster: KubernetesClusterConfig,
+    job: ShardJob,
+    obj: Any,
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]],
+    pull_secrets: list[dict[str, str]],
+) -> dict[str, Any]:
     """One Indexed Job: a pod per completion index, NEL_SHARD_IDX from the index."""
     import msgspec
 
@@ -314,8 +336,10 @@ def _header(refs: dict[str, tuple[str, str]], namespace: str) -> str:
     lines = ["# Rendered by shardeval (cluster.type: kubernetes). Apply: kubectl apply -f <this file>"]
     for secret, keys in by_secret.items():
         literals = " ".join(f'--from-literal={key}="${var}"' for key, var in keys.items())
-        lines += [f"# The pods read {', '.join(keys.values())} from Secret {secret}; create it with:",
-                  f"#   kubectl create secret generic {secret} -n {namespace} {literals}"]
+        lines += [
+            f"# The pods read {', '.join(keys.values())} from Secret {secret}; create it with:",
+            f"#   kubectl create secret generic {secret} -n {namespace} {literals}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -343,8 +367,13 @@ def _present(**fields: Any) -> dict[str, Any]:
 
 
 def _container(
-    cluster: KubernetesClusterConfig, name: str, image: str, args: list[str], env: list[dict[str, Any]] | None,
-    resources: Resources, mounts: list[dict[str, Any]],
+    cluster: KubernetesClusterConfig,
+    name: str,
+    image: str,
+    args: list[str],
+    env: list[dict[str, Any]] | None,
+    resources: Resources,
+    mounts: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """A shardeval container (shard or merge): how the image runs shardeval, its resources and
     the cluster's securityContext."""
@@ -376,7 +405,9 @@ def _merge_rbac(names: dict[str, str], obj: Any, namespace: str) -> list[dict[st
         obj("ServiceAccount", account, "merge"),
         obj("Role", account, "merge", rules=rules),
         obj(
-            "RoleBinding", account, "merge",
+            "RoleBinding",
+            account,
+            "merge",
             roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
             subjects=[{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
         ),
@@ -384,7 +415,11 @@ def _merge_rbac(names: dict[str, str], obj: Any, namespace: str) -> list[dict[st
 
 
 def _merge_job(
-    cluster: KubernetesClusterConfig, names: dict[str, str], obj: Any, image: str, pull_secrets: list[dict[str, str]],
+    cluster: KubernetesClusterConfig,
+    names: dict[str, str],
+    obj: Any,
+    image: str,
+    pull_secrets: list[dict[str, str]],
     jobs: list[str],
 ) -> dict[str, Any]:
     """Waits on every Indexed Job's Complete condition (not on files), then merges the volume (a
@@ -393,8 +428,14 @@ def _merge_job(
     wait = {
         "name": WAIT_CONTAINER,
         "image": merge.kubectl_image,
-        "command": ["kubectl", "wait", "--for=condition=complete", *(f"job/{job}" for job in jobs),
-                    f"--namespace={cluster.namespace}", f"--timeout={merge.wait_timeout}"],
+        "command": [
+            "kubectl",
+            "wait",
+            "--for=condition=complete",
+            *(f"job/{job}" for job in jobs),
+            f"--namespace={cluster.namespace}",
+            f"--timeout={merge.wait_timeout}",
+        ],
     }
     args = ["merge", RESULTS_DIR, *(escape(a) for a in merge.args)]
     pod = {
@@ -410,9 +451,11 @@ def _merge_job(
         "backoffLimit": merge.backoff_limit,
         # A merge that ran and found the run not complete (3) or was given a bad argument (2) would
         # say the same again: fail the Job at once rather than retry it backoffLimit times.
-        "podFailurePolicy": {"rules": [
-            {"action": "FailJob", "onExitCodes": {"containerName": MERGE_CONTAINER, "operator": "In", "values": [2, EXIT_WITH_ERRORS]}},
-        ]},
+        "podFailurePolicy": {
+            "rules": [
+                {"action": "FailJob", "onExitCodes": {"containerName": MERGE_CONTAINER, "operator": "In", "values": [2, EXIT_WITH_ERRORS]}},
+            ]
+        },
         **_present(ttlSecondsAfterFinished=cluster.ttl_seconds_after_finished),
     }
     spec["template"] = {"metadata": {"labels": job["metadata"]["labels"]}, "spec": pod}
@@ -422,8 +465,11 @@ def _merge_job(
 def _warnings(request: LaunchRequest, cluster: KubernetesClusterConfig, env: list[dict[str, Any]]) -> list[str]:
     warnings = []
     if cluster.shards is None:
-        warnings.append("cluster.shards is not set: one shard per model" if request.sweep else
-                        "cluster.shards is not set: rendering an Indexed Job with 1 completion (one shard)")
+        warnings.append(
+            "cluster.shards is not set: one shard per model"
+            if request.sweep
+            else "cluster.shards is not set: rendering an Indexed Job with 1 completion (one shard)"
+        )
     missing = sorted(request.config_variables(defaulted=False) - {e["name"] for e in env} - {"JOB_COMPLETION_INDEX"})
     if missing:
         warnings.append(

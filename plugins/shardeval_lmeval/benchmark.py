@@ -30,14 +30,15 @@ ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # The task config keys that score answers rather than make requests (the rest is the dataset's identity).
 SCORING_KEYS = ("filter_list", "metric_list", "process_results")
 # lm-eval metrics that are right/wrong per document: their mean is an accuracy with a binomial interval
-BINARY = {"acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "pass@1", "prompt_level_strict_acc",
-          "prompt_level_loose_acc"}
+BINARY = {"acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "pass@1", "prompt_level_strict_acc", "prompt_level_loose_acc"}
 
 
 def _params(params: dict[str, Any]) -> LmEvalParams:
     if isinstance(params, dict) and "tasks" not in params:
-        raise UsageError(f"{SOURCE}: needs params.tasks: lm-eval task or group names (and params.tokenizer: the served "
-                         "model's tokenizer); docs/lm-eval.md")
+        raise UsageError(
+            f"{SOURCE}: needs params.tasks: lm-eval task or group names (and params.tokenizer: the served "
+            "model's tokenizer); docs/lm-eval.md"
+        )
     return decode_params(params, LmEvalParams, source=SOURCE)
 
 
@@ -75,8 +76,10 @@ class LmEvalBenchmark(Benchmark):
         self.plan = plan(p)
         if p.task is None:
             if len(self.plan.tasks) != 1:
-                raise UsageError(f"{SOURCE}: params.task is unset and the tasks hold {len(self.plan.tasks)} leaf tasks; "
-                                 "load the config with shardeval (it makes one benchmark per leaf task)")
+                raise UsageError(
+                    f"{SOURCE}: params.task is unset and the tasks hold {len(self.plan.tasks)} leaf tasks; "
+                    "load the config with shardeval (it makes one benchmark per leaf task)"
+                )
             p = decode_params({**params, "task": next(iter(self.plan.tasks))}, LmEvalParams, source=SOURCE)
         if p.task not in self.plan.tasks:
             raise UsageError(f"{SOURCE}: params.task {p.task!r} is not among the planned tasks ({', '.join(self.plan.tasks)})")
@@ -103,8 +106,12 @@ class LmEvalBenchmark(Benchmark):
         self._config = config  # what makes the requests: it joins the dataset fingerprint
         # What scores them: the scorer's identity, so shards scored differently never mix, while
         # `shardeval rescore` may re-score saved answers after a filter is edited.
-        self.scorer_version = "lm_eval " + hashlib.sha256(stable_json(
-            {"lm_eval": self.plan.lm_eval_version, "scoring": scoring, "metadata": config.get("metadata")})).hexdigest()[:16]
+        self.scorer_version = (
+            "lm_eval "
+            + hashlib.sha256(
+                stable_json({"lm_eval": self.plan.lm_eval_version, "scoring": scoring, "metadata": config.get("metadata")})
+            ).hexdigest()[:16]
+        )
 
     def size(self) -> int:
         return len(self.task_plan.docs)
@@ -118,16 +125,27 @@ class LmEvalBenchmark(Benchmark):
             id=f"{self.task_plan.name}/{d.doc_id}",
             prompt=prompt,
             reference=str(self.task.doc_to_target(d.doc)),
-            metadata={"lm_eval": {"task": self.task_plan.name, "doc_id": d.doc_id, "model": self.wire_model,
-                                  "requests": d.requests, **self._reading}},
+            metadata={
+                "lm_eval": {
+                    "task": self.task_plan.name,
+                    "doc_id": d.doc_id,
+                    "model": self.wire_model,
+                    "requests": d.requests,
+                    **self._reading,
+                }
+            },
         )
 
     def score(self, problem: Problem, response: str) -> Score:
         d = self.task_plan.docs[problem.idx]
         metrics, filtered = self.doc_metrics(d, decode_response(response, d))
         scalars = {key: float(v) for key, v in metrics.items() if _scalar(v)}
-        parts = {f"{key}|{self._corpus[key.split(',', 1)[0]]}|{j}": float(x) for key, v in metrics.items()
-                 if _pair(v) and key.split(",", 1)[0] in self._corpus for j, x in enumerate(v)}
+        parts = {
+            f"{key}|{self._corpus[key.split(',', 1)[0]]}|{j}": float(x)
+            for key, v in metrics.items()
+            if _pair(v) and key.split(",", 1)[0] in self._corpus
+            for j, x in enumerate(v)
+        }
         headline = next(iter(scalars.values()), 0.0)
         first = next(iter(filtered.values()), [])
         extracted = first[0] if len(first) == 1 and isinstance(first[0], str) else None
@@ -139,9 +157,17 @@ class LmEvalBenchmark(Benchmark):
         filtered answers per filter."""
         from lm_eval.api.instance import Instance
 
-        instances = [Instance(request_type=i.request_type, doc=i.doc, arguments=i.arguments, idx=i.idx,
-                              metadata=(i.task_name, i.doc_id, i.repeats), resps=list(r))
-                     for i, r in zip(d.instances, resps)]
+        instances = [
+            Instance(
+                request_type=i.request_type,
+                doc=i.doc,
+                arguments=i.arguments,
+                idx=i.idx,
+                metadata=(i.task_name, i.doc_id, i.repeats),
+                resps=list(r),
+            )
+            for i, r in zip(d.instances, resps)
+        ]
         for ensemble in self.task._filters:
             ensemble.apply(instances)
         out: dict[str, Any] = {}
@@ -212,4 +238,3 @@ def _pair(value: Any) -> bool:
 
 def _scalar(value: Any) -> bool:
     return isinstance(value, (int, float))  # bool too: lm-eval's exact matches are 0/1 either way
-

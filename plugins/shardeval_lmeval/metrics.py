@@ -48,8 +48,12 @@ def _corpus_metric(aggregation: str, parts: list[array]) -> MetricValue:
 
     items = [tuple(x) for x in zip(*parts) if all(math.isfinite(v) for v in x)]
     value = float(get_aggregation(aggregation)(items)) if items else None
-    return MetricValue(value=value, n=len(items), ci_method="none",
-                       details={"lm_eval_aggregation": aggregation, "corpus_level": True, "lm_eval_stderr": None})
+    return MetricValue(
+        value=value,
+        n=len(items),
+        ci_method="none",
+        details={"lm_eval_aggregation": aggregation, "corpus_level": True, "lm_eval_stderr": None},
+    )
 
 
 def _mean_stderr(values: array) -> float | None:

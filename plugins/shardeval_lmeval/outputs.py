@@ -66,25 +66,32 @@ def write_lm_eval_outputs(result: MergeResult, out_dir: str) -> list[str]:
 def _remove_earlier(folder: str) -> None:
     """An earlier merge's lm-eval files (their names carry the time they were written): a merge
     leaves only its own. Only lm-eval's file names are touched, nothing else in the folder."""
-    for path in glob.glob(os.path.join(glob.escape(folder), "*", "results_*.json")) + \
-            glob.glob(os.path.join(glob.escape(folder), "*", "samples_*.jsonl")):
+    for path in glob.glob(os.path.join(glob.escape(folder), "*", "results_*.json")) + glob.glob(
+        os.path.join(glob.escape(folder), "*", "samples_*.jsonl")
+    ):
         os.remove(path)
 
 
-def _write_entry(params: dict[str, Any], ids: dict[str, str], merged: dict[str, Any], out_dir: str, served: str,
-                 url: str | None) -> str:
+def _write_entry(params: dict[str, Any], ids: dict[str, str], merged: dict[str, Any], out_dir: str, served: str, url: str | None) -> str:
     incomplete = [bid for bid in ids.values() if bid not in merged or any(s != OK for s in merged[bid].table.status)]
     if incomplete:
-        return (f"lm-eval results not written for {', '.join(ids.values())}: {', '.join(incomplete)} "
-                "not complete (every document needs an ok answer); rerun the missing shards, then merge again")
+        return (
+            f"lm-eval results not written for {', '.join(ids.values())}: {', '.join(incomplete)} "
+            "not complete (every document needs an ok answer); rerun the missing shards, then merge again"
+        )
     # The replay plans again, from the task YAMLs and data as they are now: they must still make the
     # requests the shards made, or saved answers would be scored against other prompts.
-    replanned = [bid for task, bid in ids.items()
-                 if LmEvalBenchmark({**params, "task": task}).fingerprint() != merged[bid].manifest.dataset_fingerprint]
+    replanned = [
+        bid
+        for task, bid in ids.items()
+        if LmEvalBenchmark({**params, "task": task}).fingerprint() != merged[bid].manifest.dataset_fingerprint
+    ]
     if replanned:
-        return (f"lm-eval results not written for {', '.join(ids.values())}: lm-eval now plans other requests for "
-                f"{', '.join(replanned)} than the run made (a task's YAML, its data or lm-eval changed since); "
-                "merge where the tasks are as they were")
+        return (
+            f"lm-eval results not written for {', '.join(ids.values())}: lm-eval now plans other requests for "
+            f"{', '.join(replanned)} than the run made (a task's YAML, its data or lm-eval changed since); "
+            "merge where the tasks are as they were"
+        )
     p = decode_params(params, LmEvalParams, source=SOURCE)
     answers: dict[tuple[str, int, int], list[Any]] = {}  # (task, doc_id, request idx) -> its answers
     for task, bid in ids.items():
@@ -118,8 +125,9 @@ def run_model_args(p: LmEvalParams, served: str, url: str | None) -> dict[str, A
     return {"model": served, **({"base_url": endpoint} if endpoint else {}), **{k: v for k, v in args.items() if k != "model"}}
 
 
-def _replay(lm_eval: Any, answers: dict[tuple[str, int, int], list[Any]], p: LmEvalParams, output_path: str,
-            served: str, url: str | None = None) -> Any:
+def _replay(
+    lm_eval: Any, answers: dict[tuple[str, int, int], list[Any]], p: LmEvalParams, output_path: str, served: str, url: str | None = None
+) -> Any:
     """simple_evaluate again, as planned, with each request answered from the saved answers."""
     from lm_eval.loggers import EvaluationTracker
     from lm_eval.loggers.utils import add_tokenizer_info
@@ -137,9 +145,15 @@ def _replay(lm_eval: Any, answers: dict[tuple[str, int, int], list[Any]], p: LmE
 
     tracker = EvaluationTracker(output_path=output_path)
     model_args = f"model={served}"
-    results = simple_evaluate(lm_eval.config, lm_eval.manager, stand_in_model(lm_eval.wire_model, answer),
-                              bootstrap_iters=p.bootstrap_iters,
-                              log_samples=True, evaluation_tracker=tracker, model_args=model_args)
+    results = simple_evaluate(
+        lm_eval.config,
+        lm_eval.manager,
+        stand_in_model(lm_eval.wire_model, answer),
+        bootstrap_iters=p.bootstrap_iters,
+        log_samples=True,
+        evaluation_tracker=tracker,
+        model_args=model_args,
+    )
     if results is None:
         return None
     results["config"]["model"] = f"shardeval ({p.wire_model()})"

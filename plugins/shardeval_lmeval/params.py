@@ -17,8 +17,7 @@ import msgspec
 from shardeval.api.benchmark import ParamsStruct
 from shardeval.api.plugin import Count, NonNegativeInt, UsageError
 
-EXTRA = ("pip install 'shardeval[lm-eval]' (the one file: shardeval plugins install 'lm-eval[api]>=0.4.13,<0.5' "
-         "'transformers>=4.40')")
+EXTRA = "pip install 'shardeval[lm-eval]' (the one file: shardeval plugins install 'lm-eval[api]>=0.4.13,<0.5' 'transformers>=4.40')"
 MODELS = ("local-completions", "local-chat-completions")
 
 
@@ -56,8 +55,12 @@ class LmEvalParams(ParamsStruct):
 
     def model_args(self, served_model: str) -> dict[str, Any]:
         """The `--model_args` lm-eval would be given for these params (no base_url: nothing is sent by lm-eval)."""
-        args: dict[str, Any] = {"model": served_model, "max_length": self.max_length, "max_gen_toks": self.max_gen_toks,
-                                "add_bos_token": self.add_bos_token}
+        args: dict[str, Any] = {
+            "model": served_model,
+            "max_length": self.max_length,
+            "max_gen_toks": self.max_gen_toks,
+            "add_bos_token": self.add_bos_token,
+        }
         chat = self.wire_model() == "local-chat-completions"
         backend = self.tokenizer_backend or ("none" if chat else "huggingface")
         args["tokenizer_backend"] = backend

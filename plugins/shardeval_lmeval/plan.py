@@ -17,7 +17,8 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from shardeval.api.plugin import library_call, UsageError
 
@@ -74,10 +75,16 @@ def evaluator_config(params: LmEvalParams, model_args: dict[str, Any]) -> Any:
     from lm_eval.config.evaluate_config import EvaluatorConfig
 
     options: dict[str, Any] = {
-        "tasks": params.task_list(), "include_path": params.include_path, "num_fewshot": params.num_fewshot,
-        "apply_chat_template": params.apply_chat_template, "fewshot_as_multiturn": params.fewshot_as_multiturn,
-        "system_instruction": params.system_instruction, "gen_kwargs": params.gen_kwargs, "limit": params.limit,
-        "model": params.wire_model(), "model_args": dict(model_args),
+        "tasks": params.task_list(),
+        "include_path": params.include_path,
+        "num_fewshot": params.num_fewshot,
+        "apply_chat_template": params.apply_chat_template,
+        "fewshot_as_multiturn": params.fewshot_as_multiturn,
+        "system_instruction": params.system_instruction,
+        "gen_kwargs": params.gen_kwargs,
+        "limit": params.limit,
+        "model": params.wire_model(),
+        "model_args": dict(model_args),
     }
     if params.seed is not None:
         options["seed"] = params.seed
@@ -105,14 +112,18 @@ def setup(params: LmEvalParams) -> Setup:
     if params.include_path is not None and not os.path.isdir(params.include_path):
         raise UsageError(f"benchmark lm_eval: params.include_path {params.include_path!r} is not a directory")
     if params.think_end_token is not None and params.wire_model() != CHAT_MODEL:
-        raise UsageError(f"benchmark lm_eval: params.think_end_token is read only by lm-eval's {CHAT_MODEL} (lm-eval "
-                         f"{version}'s {params.wire_model()} ignores it and scores the whole text); use it with "
-                         f"apply_chat_template: true (model {CHAT_MODEL}), or leave it out (shardeval then scores the text "
-                         "after the service's reasoning_tags closing tag; docs/lm-eval.md)")
+        raise UsageError(
+            f"benchmark lm_eval: params.think_end_token is read only by lm-eval's {CHAT_MODEL} (lm-eval "
+            f"{version}'s {params.wire_model()} ignores it and scores the whole text); use it with "
+            f"apply_chat_template: true (model {CHAT_MODEL}), or leave it out (shardeval then scores the text "
+            "after the service's reasoning_tags closing tag; docs/lm-eval.md)"
+        )
     model_args = params.model_args(PLACEHOLDER_MODEL)
     if model_args.get("tokenizer") == PLACEHOLDER_MODEL:
-        raise UsageError("benchmark lm_eval: params.tokenizer is not set; name the served model's Hugging Face "
-                         "tokenizer (a name or a local path), or set tokenizer_backend: none for text prompts")
+        raise UsageError(
+            "benchmark lm_eval: params.tokenizer is not set; name the served model's Hugging Face "
+            "tokenizer (a name or a local path), or set tokenizer_backend: none for text prompts"
+        )
     with quiet():
         config = evaluator_config(params, model_args)
         manager = _task_manager(config)
@@ -126,8 +137,9 @@ def _make(params: LmEvalParams) -> Plan:
         wire = Wire(s.wire_model)
         loaded = _plan_requests(s.config, s.manager, wire.model)
         tasks = {name: TaskPlan(name=name, task=task, docs=_docs(name, task, wire)) for name, task in loaded["tasks"].items()}
-    return Plan(params=params, lm_eval_version=s.version, tasks=tasks, groups=loaded.get("groups", {}), config=s.config,
-                wire_model=wire.model)
+    return Plan(
+        params=params, lm_eval_version=s.version, tasks=tasks, groups=loaded.get("groups", {}), config=s.config, wire_model=wire.model
+    )
 
 
 def _task_manager(config: Any) -> Any:
@@ -142,10 +154,13 @@ def _task_manager(config: Any) -> Any:
 
         known = TaskManager(include_path=config.include_path).all_tasks
         missing = [t.strip() for t in text.split(":", 1)[1].split(",")]
-        hints = "; ".join(f"{m!r}: did you mean {', '.join(difflib.get_close_matches(m, known, n=3, cutoff=0.5)) or 'nothing close'}?"
-                          for m in missing)
-        raise UsageError(f"benchmark lm_eval: unknown lm-eval task(s) {', '.join(missing)} ({hints}); "
-                         "`lm_eval ls tasks` lists them, params.include_path adds your own") from None
+        hints = "; ".join(
+            f"{m!r}: did you mean {', '.join(difflib.get_close_matches(m, known, n=3, cutoff=0.5)) or 'nothing close'}?" for m in missing
+        )
+        raise UsageError(
+            f"benchmark lm_eval: unknown lm-eval task(s) {', '.join(missing)} ({hints}); "
+            "`lm_eval ls tasks` lists them, params.include_path adds your own"
+        ) from None
 
 
 def _wire_model(params: LmEvalParams, model_args: dict[str, Any]) -> Any:
@@ -153,8 +168,10 @@ def _wire_model(params: LmEvalParams, model_args: dict[str, Any]) -> Any:
         return build_model(params.wire_model(), model_args)
     except (OSError, ValueError) as exc:  # a tokenizer that cannot be loaded (offline, a wrong name)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"benchmark lm_eval: the tokenizer {model_args.get('tokenizer')!r} cannot be loaded ({first}); "
-                         "set params.tokenizer to the served model's tokenizer (a local path works offline)") from None
+        raise UsageError(
+            f"benchmark lm_eval: the tokenizer {model_args.get('tokenizer')!r} cannot be loaded ({first}); "
+            "set params.tokenizer to the served model's tokenizer (a local path works offline)"
+        ) from None
 
 
 def stand_in_model(wire_model: Any, answer: Any = None) -> Any:
@@ -198,10 +215,19 @@ def simple_evaluate(config: Any, manager: Any, model: Any, **options: Any) -> An
 
     seeds = config.seed or [None] * 4
     return evaluate(
-        model=model, tasks=config.tasks, num_fewshot=config.num_fewshot, limit=config.limit,
-        system_instruction=config.system_instruction, apply_chat_template=config.apply_chat_template,
-        fewshot_as_multiturn=bool(config.fewshot_as_multiturn), gen_kwargs=config.gen_kwargs, task_manager=manager,
-        random_seed=seeds[0], numpy_random_seed=seeds[1], torch_random_seed=seeds[2], fewshot_random_seed=seeds[3],
+        model=model,
+        tasks=config.tasks,
+        num_fewshot=config.num_fewshot,
+        limit=config.limit,
+        system_instruction=config.system_instruction,
+        apply_chat_template=config.apply_chat_template,
+        fewshot_as_multiturn=bool(config.fewshot_as_multiturn),
+        gen_kwargs=config.gen_kwargs,
+        task_manager=manager,
+        random_seed=seeds[0],
+        numpy_random_seed=seeds[1],
+        torch_random_seed=seeds[2],
+        fewshot_random_seed=seeds[3],
         **options,
     )
 
@@ -219,16 +245,17 @@ def _plan_requests(config: Any, manager: Any, wire_model: Any) -> dict[str, Any]
     planner = stand_in_model(wire_model)
     try:
         simple_evaluate(config, manager, planner, bootstrap_iters=0, log_samples=False)
-    except Exception as exc:  # noqa: BLE001 - lm-eval's own errors, in one line
+    except Exception as exc:
         if not planner.asked:  # failed while loading or planning: the user's task, data or options
-            raise UsageError(f"benchmark lm_eval: lm-eval cannot plan {', '.join(map(str, config.tasks))}: "
-                             f"{_one_line(exc)}") from None
+            raise UsageError(f"benchmark lm_eval: lm-eval cannot plan {', '.join(map(str, config.tasks))}: {_one_line(exc)}") from None
         # scoring the planner's empty answers failed: nothing of the plan depends on it
     for name, task in loaded.get("tasks", {}).items():
         kind = task.get_config("output_type")
         if kind not in ("multiple_choice", *SUPPORTED):
-            raise UsageError(f"benchmark lm_eval: task {name} has output_type {kind!r}; shardeval runs "
-                             f"{', '.join(('multiple_choice', *SUPPORTED))} tasks")
+            raise UsageError(
+                f"benchmark lm_eval: task {name} has output_type {kind!r}; shardeval runs "
+                f"{', '.join(('multiple_choice', *SUPPORTED))} tasks"
+            )
     return loaded
 
 

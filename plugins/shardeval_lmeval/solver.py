@@ -60,8 +60,7 @@ def check_echo(body: dict[str, Any], ctxlen: int, token_logprobs: list[Any], top
     n = prompt_tokens(body)
     have = len(token_logprobs)
     if n is not None and have != n + 1:
-        raise ValueError(f"the echo holds {have} token logprob(s) for a prompt of {n} token(s) and 1 generated; "
-                         f"expected {n + 1}")
+        raise ValueError(f"the echo holds {have} token logprob(s) for a prompt of {n} token(s) and 1 generated; expected {n + 1}")
     end = have - 1
     if ctxlen >= end:
         raise ValueError(f"the echo holds {have} token logprob(s): none for the continuation after context token {ctxlen}")
@@ -78,10 +77,12 @@ def check_echo(body: dict[str, Any], ctxlen: int, token_logprobs: list[Any], top
 class LmEvalSolver(Solver):
     def __init__(self, config: SolverConfig, service: ServiceHandle) -> None:
         if config.generation.reasoning is not None:  # the bodies are lm-eval's: a setting here would reach no request
-            raise UsageError("benchmark lm_eval: solver.generation.reasoning does not reach lm-eval's requests (they carry "
-                             "the task's gen_kwargs, as under lm_eval); ask as lm-eval asks: params.gen_kwargs, e.g. "
-                             "{reasoning_effort: high} or {chat_template_kwargs: {enable_thinking: false}}, and "
-                             "params.think_end_token to strip inline thinking as lm-eval does (docs/lm-eval.md)")
+            raise UsageError(
+                "benchmark lm_eval: solver.generation.reasoning does not reach lm-eval's requests (they carry "
+                "the task's gen_kwargs, as under lm_eval); ask as lm-eval asks: params.gen_kwargs, e.g. "
+                "{reasoning_effort: high} or {chat_template_kwargs: {enable_thinking: false}}, and "
+                "params.think_end_token to strip inline thinking as lm-eval does (docs/lm-eval.md)"
+            )
         self.service = service
         tags = getattr(getattr(service.client, "config", None), "reasoning_tags", DEFAULT_TAGS)
         self.tags: tuple[str, str] | None = (tags[0], tags[1]) if tags else None
@@ -105,13 +106,20 @@ class LmEvalSolver(Solver):
         sends = [(r, wire) for r in plan["requests"] for wire in r["wire"] for _ in range(r["repeats"])]
         parts = await asyncio.gather(*(self._send(wire["body"], chat) for _, wire in sends))
         request = {k: v for k, v in plan["requests"][0]["wire"][0]["body"].items() if k not in ("prompt", "messages")}
-        request["lm_eval"] = {"task": plan["task"], "doc_id": plan["doc_id"], "model": model,
-                              "requests": sum(len(r["wire"]) * r["repeats"] for r in plan["requests"])}
+        request["lm_eval"] = {
+            "task": plan["task"],
+            "doc_id": plan["doc_id"],
+            "model": model,
+            "requests": sum(len(r["wire"]) * r["repeats"] for r in plan["requests"]),
+        }
         messages = [{"role": "user", "content": problem.user_text()}]
         failed = next((i for i, c in enumerate(parts) if c.status != "ok"), None)
         if failed is not None:
-            return Attempt(completion=combine_completions(parts, "", failure=(f"request {failed + 1} of {len(parts)}", parts[failed])),
-                           messages=messages, request=request)
+            return Attempt(
+                completion=combine_completions(parts, "", failure=(f"request {failed + 1} of {len(parts)}", parts[failed])),
+                messages=messages,
+                request=request,
+            )
         thoughts: list[str | None] = []
         try:
             resps = self._answers(plan["requests"], iter(parts), model, plan.get("think_end_token"), thoughts)
@@ -129,8 +137,14 @@ class LmEvalSolver(Solver):
         protocol = "chat_completions" if chat else "completions"
         return await self.service.client.request(full, self.service.slots, stream=False, protocol=protocol)
 
-    def _answers(self, requests: list[dict[str, Any]], parts: Iterator[Completion], model: str, think_end_token: str | None,
-                 thoughts: list[str | None]) -> list[list[Answer]]:
+    def _answers(
+        self,
+        requests: list[dict[str, Any]],
+        parts: Iterator[Completion],
+        model: str,
+        think_end_token: str | None,
+        thoughts: list[str | None],
+    ) -> list[list[Answer]]:
         """lm-eval's answer per request and repeat: a rolling one sums its windows, as lm-eval does.
         Each generated answer's thinking (None: it had none) is appended to `thoughts`."""
         reader = self._reader(model, think_end_token)
@@ -147,8 +161,10 @@ class LmEvalSolver(Solver):
                 for wire in r["wire"]:
                     c = next(parts)
                     if c.prompt_logprobs is None or c.top_logprobs is None:
-                        raise ValueError("the response has no logprobs with top_logprobs; the server must support `echo` "
-                                         "with `logprobs` on /v1/completions, as vLLM does")
+                        raise ValueError(
+                            "the response has no logprobs with top_logprobs; the server must support `echo` "
+                            "with `logprobs` on /v1/completions, as vLLM does"
+                        )
                     check_echo(wire["body"], wire["ctxlen"], c.prompt_logprobs, c.top_logprobs)
                     lls.append(read_loglikelihood(reader, c.prompt_logprobs, c.top_logprobs, [wire["body"]["prompt"]], wire["ctxlen"]))
                 answers.append(lls[0] if r["type"] == "loglikelihood" else sum(ll for ll, _ in lls))
@@ -170,7 +186,7 @@ class LmEvalSolver(Solver):
         thought = c.text[:end]
         opening = self.tags[0] if self.tags else DEFAULT_TAGS[0]
         if thought.lstrip().startswith(opening):
-            thought = thought.lstrip()[len(opening):]
+            thought = thought.lstrip()[len(opening) :]
         return answer, thought
 
     def _with_thinking(self, c: Completion, parts: list[Completion], thoughts: list[str | None], think_end_token: str | None) -> Completion:

@@ -44,17 +44,18 @@ class Wire:
             self._windows = []
             getattr(self.model, kind)([instance], disable_tqdm=True)
             inputs, ctxlens, _ = self.model.batch_loglikelihood_requests([self._windows])
-            return [{"body": self._body(self.model.create_message([tokens]), generate=False), "ctxlen": ctxlen}
-                    for tokens, ctxlen in zip(inputs, ctxlens)]
+            return [
+                {"body": self._body(self.model.create_message([tokens]), generate=False), "ctxlen": ctxlen}
+                for tokens, ctxlen in zip(inputs, ctxlens)
+            ]
         if kind == "generate_until":
             context, gen_kwargs = instance.args[0], instance.args[1]
             message: Any = context
             if self.model.tokenized_requests:
                 tokens = self.model.tok_encode(context, add_special_tokens=self.model.add_bos_token)
                 max_gen_toks = gen_kwargs.get("max_gen_toks", self.model._max_gen_toks)
-                message = tokens[-(self.model.max_length - max_gen_toks):]
-            return [{"body": self._body(self.model.create_message([message]), generate=True,
-                                        gen_kwargs=copy.deepcopy(gen_kwargs))}]
+                message = tokens[-(self.model.max_length - max_gen_toks) :]
+            return [{"body": self._body(self.model.create_message([message]), generate=True, gen_kwargs=copy.deepcopy(gen_kwargs))}]
         raise ValueError(f"request type {kind!r}")
 
     def _body(self, messages: Any, **kwargs: Any) -> dict[str, Any]:
@@ -62,8 +63,7 @@ class Wire:
         return {k: v for k, v in body.items() if k != "model"}
 
 
-def read_loglikelihood(model: Any, token_logprobs: list, top_logprobs: list | None, prompt: Any,
-                       ctxlen: int) -> tuple[float, bool]:
+def read_loglikelihood(model: Any, token_logprobs: list, top_logprobs: list | None, prompt: Any, ctxlen: int) -> tuple[float, bool]:
     """(log-likelihood, is_greedy) of one echo response, read by lm-eval's parse_logprobs."""
     choice = {"index": 0, "logprobs": {"token_logprobs": token_logprobs, "top_logprobs": top_logprobs}}
     (answer,) = model.parse_logprobs(outputs={"choices": [choice]}, tokens=prompt, ctxlens=[ctxlen])

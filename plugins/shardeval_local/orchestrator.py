@@ -74,8 +74,11 @@ class LocalOrchestrator(Orchestrator):
             outcome = "not started (stopped before its turn)" if code is None else f"exit {code} after {seconds:.2f} s"
             print(f"shardeval: {cell.label}: {outcome} -> {cell.dir}", file=sys.stderr)
         busy, slots, wall = sum(seconds for _, seconds in ends), min(self.parallel, len(cells)), self.wall
-        print(f"shardeval: {len(cells)} {'cells' if self.request.sweep else 'shards'} ran in {wall:.2f} s, {slots} at a time: "
-              f"busy {busy:.2f} s, {percent(busy / (slots * wall or 1))} of the slots' time", file=sys.stderr)
+        print(
+            f"shardeval: {len(cells)} {'cells' if self.request.sweep else 'shards'} ran in {wall:.2f} s, {slots} at a time: "
+            f"busy {busy:.2f} s, {percent(busy / (slots * wall or 1))} of the slots' time",
+            file=sys.stderr,
+        )
         return [CellOutcome(cell, code, seconds) for cell, (code, seconds) in zip(cells, ends)]
 
     def stopped_by(self) -> signal.Signals | None:
@@ -95,8 +98,9 @@ def next_cell(pending: list[int], shard_of: list[int], started: dict[int, float]
     return max(pending, key=lambda i: (expected.get(shard_of[i], math.inf), -i))
 
 
-async def _run_all(commands: list[list[str]], labels: list[str], shard_of: list[int], parallel: int,
-                   stop: list[signal.Signals]) -> list[tuple[int | None, float]]:
+async def _run_all(
+    commands: list[list[str]], labels: list[str], shard_of: list[int], parallel: int, stop: list[signal.Signals]
+) -> list[tuple[int | None, float]]:
     """Run the cell commands, `parallel` at a time, longest expected first (next_cell); (exit
     code, seconds from start to exit) of each (None, 0: never started because a stop signal came
     first, which is then in `stop`)."""
@@ -118,7 +122,9 @@ async def _run_all(commands: list[list[str]], labels: list[str], shard_of: list[
 
     async def one(i: int) -> None:
         proc = await asyncio.create_subprocess_exec(
-            *commands[i], stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            *commands[i],
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,  # signals reach shards only through forward()
             preexec_fn=die_with_parent(signal.SIGHUP),  # and SIGHUP if this process is killed outright
         )

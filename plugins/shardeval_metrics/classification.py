@@ -107,7 +107,8 @@ def classification(table: ScoreTable, options: MetricOptions) -> dict[str, Metri
             **{key: float(x[0, label]) for key, x in zip(("precision", "recall", "f1"), point[4:])},
             "support": int(support[0, label]),
         }
-        for label in range(n_labels) if support[0, label] > 0 or predicted[0, label] > 0
+        for label in range(n_labels)
+        if support[0, label] > 0 or predicted[0, label] > 0
     }
 
     def statistic(idx: np.ndarray) -> np.ndarray:
@@ -128,9 +129,12 @@ def classification(table: ScoreTable, options: MetricOptions) -> dict[str, Metri
         if key == "macro_f1":
             d["per_class"] = per_class
         if low is None:
-            d["reason"] = ("every bootstrap replicate is the same value: resampling the problems shows no spread, "
-                           "and [value, value] would claim certainty; no interval" if se is not None
-                           else "interval needs >= 2 usable bootstrap replicates")
+            d["reason"] = (
+                "every bootstrap replicate is the same value: resampling the problems shows no spread, "
+                "and [value, value] would claim certainty; no interval"
+                if se is not None
+                else "interval needs >= 2 usable bootstrap replicates"
+            )
         method = "none" if low is None else "bootstrap"
         out[key] = MetricValue(value=float(point[j][0]), stderr=se, ci_low=low, ci_high=high, ci_method=method, n=n, details=d)
     return out

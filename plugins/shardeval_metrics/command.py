@@ -36,7 +36,8 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
             f"p = {fmt_p(r['p_value'])} ({r['test']})",
             f"- correlation of per-problem scores: {fmt(r['correlation'], 3)}",
             f"- McNemar exact test: p = {fmt_p(m.get('p_value'))} (A right, B wrong: {m.get('a_right_b_wrong')}; "
-            f"A wrong, B right: {m.get('a_wrong_b_right')})" if m is not None
+            f"A wrong, B right: {m.get('a_wrong_b_right')})"
+            if m is not None
             else f"- McNemar: not applicable ({r.get('mcnemar_reason')})",
             f"- minimum detectable effect at 80 % power: {fmt(r['mde'])} ({r['details'].get('mde_formula', '')})",
             "",
@@ -50,8 +51,13 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True, help="Interval level.")
 @click.option("--errors-as-wrong", is_flag=True, help="Score errors as wrong answers in both runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Also write the comparison as one self-contained HTML page with charts.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Also write the comparison as one self-contained HTML page with charts.",
+)
 def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool, html_path: str | None) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
     from shardeval.api.metric import incomparable, MetricOptions
@@ -60,8 +66,10 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
     from shardeval_metrics.compare import compare_tables
 
     if html_path == "-":
-        raise UsageError("--html -: the comparison's text goes to standard output; give the page a FILE "
-                         "(a pipe or a device, such as /dev/stdout with its text sent elsewhere, is written into)")
+        raise UsageError(
+            "--html -: the comparison's text goes to standard output; give the page a FILE "
+            "(a pipe or a device, such as /dev/stdout with its text sent elsewhere, is written into)"
+        )
     if html_path and check_output(html_path, "--html") == "file":  # before any run is read
         refuse_inside_shard(html_path, "--html")
     options = MetricOptions(confidence=confidence)
@@ -71,18 +79,20 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
 
     a, b = merged(run_a), merged(run_b)
     if not (shared := [name for name in a if name in b]):
-        raise UsageError(
-            f"{run_a} ({', '.join(a)}) and {run_b} ({', '.join(b)}) share no benchmark; compare runs of the same benchmark"
-        )
+        raise UsageError(f"{run_a} ({', '.join(a)}) and {run_b} ({', '.join(b)}) share no benchmark; compare runs of the same benchmark")
     # only the same questions, asked and scored the same way, are paired (docs/merge.md)
     apart = {name: why for name in shared if (why := incomparable(a[name].manifest, b[name].manifest))}
     if len(apart) == len(shared):
         listed = "; ".join(f"{name}: {why}" for name, why in apart.items())
-        raise UsageError(f"{run_a} and {run_b} do not ask the same questions ({listed}); a difference between them would "
-                         "not be the models' — compare runs of the same data and problems, prompts and scorer "
-                         "(a run scored otherwise can be rescored with the other's scorer: shardeval rescore)")
-    results = [{"benchmark": name, "not_compared": apart[name]} if name in apart
-               else compare_tables(a[name].table, b[name].table, options) for name in shared]
+        raise UsageError(
+            f"{run_a} and {run_b} do not ask the same questions ({listed}); a difference between them would "
+            "not be the models' — compare runs of the same data and problems, prompts and scorer "
+            "(a run scored otherwise can be rescored with the other's scorer: shardeval rescore)"
+        )
+    results = [
+        {"benchmark": name, "not_compared": apart[name]} if name in apart else compare_tables(a[name].table, b[name].table, options)
+        for name in shared
+    ]
     if as_json:
         click.echo(json.dumps(results, indent=2, sort_keys=True))
     else:
@@ -91,8 +101,16 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
         write_page(html_path, run_a, run_b, a, b, results, confidence, errors_as_wrong)
 
 
-def write_page(path: str, run_a: str, run_b: str, a: dict[str, BenchmarkMerge], b: dict[str, BenchmarkMerge],
-               results: list[dict[str, Any]], confidence: float, errors_as_wrong: bool) -> None:
+def write_page(
+    path: str,
+    run_a: str,
+    run_b: str,
+    a: dict[str, BenchmarkMerge],
+    b: dict[str, BenchmarkMerge],
+    results: list[dict[str, Any]],
+    confidence: float,
+    errors_as_wrong: bool,
+) -> None:
     """Have the pages plugin draw the page; without its JavaScript the comparison above stands and
     one line on stderr says how to get the page (exit 0). A path that cannot be written is one line, exit 2."""
     from shardeval.api.pages import compare_page
@@ -104,4 +122,3 @@ def write_page(path: str, run_a: str, run_b: str, a: dict[str, BenchmarkMerge], 
         raise os_error(exc, "write the comparison page to", alternative="pass --html a writable FILE") from None
     if notice:
         click.echo(f"shardeval: {notice}", err=True)
-

@@ -48,8 +48,7 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
         **{k: paired[k] for k in ("diff", "stderr", "ci_low", "ci_high", "p_value", "test", "ci_method", "df", "clustered_by")},
         **dict.fromkeys(("correlation", "mcnemar", "mcnemar_reason", "mde")),
         "details": {
-            "diff": "mean over the (problem, repeat) cells valid in both runs of B - A (paired.paired_difference, "
-                    "as the sweep table)",
+            "diff": "mean over the (problem, repeat) cells valid in both runs of B - A (paired.paired_difference, as the sweep table)",
             "a_mean_b_mean": "means over the shared cells only",
             "mde_formula": f"(t_(df,1-alpha/2) + t_(df,{POWER:.2f})) * stderr, alpha = {alpha:.6g}, power {percent(POWER)}",
         },
@@ -89,7 +88,8 @@ def compare_tables(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> dict
     else:
         binary = is_binary(ca[both]) and is_binary(cb[both])
         result["mcnemar_reason"] = (
-            "McNemar needs binary scores (0/1) in both runs" if not binary
+            "McNemar needs binary scores (0/1) in both runs"
+            if not binary
             else "McNemar needs exactly one shared sample per problem (repeats > 1: see diff and its interval)"
         )
     return result

@@ -78,13 +78,7 @@ def log_beta(a: float, b: float) -> float:
     if large >= 10.0:
         # lgamma(large) - lgamma(large + small) from the Stirling form, in well-conditioned pieces
         s = small + large
-        ratio = (
-            -(large - 0.5) * math.log1p(small / large)
-            - small * math.log(s)
-            + small
-            + _stirling_corr(large)
-            - _stirling_corr(s)
-        )
+        ratio = -(large - 0.5) * math.log1p(small / large) - small * math.log(s) + small + _stirling_corr(large) - _stirling_corr(s)
         return math.lgamma(small) + ratio
     return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
 

@@ -9,7 +9,8 @@ its score is finite; NaN (missing, error) is left out, never read as 0 (merge tu
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -98,8 +99,12 @@ def pass_at_k(table: ScoreTable, options: MetricOptions) -> dict[str, MetricValu
         if n_flagged:
             details["flagged_note"] = f"{n_flagged} problem(s) have fewer than {k} valid samples and are left out"
         out[f"pass@{k}"] = summarize_mean(
-            _pass_at_k(n_valid[index], n_correct[index], k), options, codes=cluster_codes(table, index),
-            trials=n_valid[index] // k, bounds=(0.0, 1.0), details=details,
+            _pass_at_k(n_valid[index], n_correct[index], k),
+            options,
+            codes=cluster_codes(table, index),
+            trials=n_valid[index] // k,
+            bounds=(0.0, 1.0),
+            details=details,
         )
     return out
 
@@ -151,9 +156,8 @@ def _ratio_core(table: ScoreTable, numerator_key: str, denominator_key: str, opt
     else:
         details["reason"] = "stderr and interval need >= 2 problems"
         return ratio, None, None, "none", n, details
-    details["ci_rule"] = (
-        "delta method over problems: SE^2 = n/(n-1) * sum_i (N_i - R*D_i)^2 / (sum D)^2"
-        + (" aggregated by cluster, t on G-1 df" if method == "delta-clustered" else "")
+    details["ci_rule"] = "delta method over problems: SE^2 = n/(n-1) * sum_i (N_i - R*D_i)^2 / (sum D)^2" + (
+        " aggregated by cluster, t on G-1 df" if method == "delta-clustered" else ""
     )
     return ratio, se, crit, method, n, details
 
@@ -173,13 +177,19 @@ def _ratio_value(core, transform: Callable[[float], float] | None) -> MetricValu
         h = max(1e-6, abs(ratio) * 1e-6)
         slope = (f(ratio + h) - f(ratio - h)) / (2 * h)
     return MetricValue(
-        value=value, stderr=abs(slope) * se, ci_low=f(ratio - crit * se), ci_high=f(ratio + crit * se),
-        ci_method=method, n=n, details=details,
+        value=value,
+        stderr=abs(slope) * se,
+        ci_low=f(ratio - crit * se),
+        ci_high=f(ratio + crit * se),
+        ci_method=method,
+        n=n,
+        details=details,
     )
 
 
-def ratio_of_sums(numerator_key: str, denominator_key: str, *, name: str | None = None,
-                  transform: Callable[[float], float] | None = None) -> Callable[[ScoreTable, MetricOptions], dict[str, MetricValue]]:
+def ratio_of_sums(
+    numerator_key: str, denominator_key: str, *, name: str | None = None, transform: Callable[[float], float] | None = None
+) -> Callable[[ScoreTable, MetricOptions], dict[str, MetricValue]]:
     """A metric: Σ extra[numerator_key] / Σ extra[denominator_key] over cells where both are finite.
 
     The sums are global (math.fsum over the whole table in canonical order: exactly the same float

@@ -82,8 +82,7 @@ def paired_difference(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> d
         "n_problems_only_other": int(only_b),
         "clustered_by": "problem",
         "complete": n > 0 and n == a.n_cells == b.n_cells,
-        **dict.fromkeys(("diff", "baseline_mean", "other_mean", "stderr", "ci_low", "ci_high", "df", "p_value",
-                         "p_holm", "discordant")),
+        **dict.fromkeys(("diff", "baseline_mean", "other_mean", "stderr", "ci_low", "ci_high", "df", "p_value", "p_holm", "discordant")),
         "test": "none",
         "ci_method": "none",
     }
@@ -103,15 +102,18 @@ def paired_difference(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> d
             if se is None or (se_category is not None and se_category >= se):
                 codes, se, n_groups, result["clustered_by"] = by_category[codes], se_category, n_categories, "category"
             else:
-                result["cluster_note"] = ("the categories show less spread than the problems alone; clustered by "
-                                          "problem (clustering may widen an interval, never narrow it)")
+                result["cluster_note"] = (
+                    "the categories show less spread than the problems alone; clustered by "
+                    "problem (clustering may widen an interval, never narrow it)"
+                )
     df = n_groups - 1
     per_problem = np.bincount(by_problem, weights=d) / np.bincount(by_problem)
     if se is not None and float(np.ptp(per_problem)) > SAME:
         half = t_ppf(0.5 + options.confidence / 2.0, df) * se
         p = min(1.0, 2.0 * t_sf(abs(diff) / se, df))
-        result.update(stderr=se, ci_low=diff - half, ci_high=diff + half, df=df, p_value=p, test="paired_t",
-                      ci_method="paired-t", n_clusters=n_groups)
+        result.update(
+            stderr=se, ci_low=diff - half, ci_high=diff + half, df=df, p_value=p, test="paired_t", ci_method="paired-t", n_clusters=n_groups
+        )
     elif se is not None:  # every problem differs by the same amount: t has nothing to measure
         result.update(n_clusters=n_groups, **_no_variation(diff, da, db, n_problems, options.confidence))
     else:
@@ -119,8 +121,11 @@ def paired_difference(a: ScoreTable, b: ScoreTable, options: MetricOptions) -> d
     if is_binary(da) and is_binary(db) and n == n_problems:
         right_a, right_b = da == 1.0, db == 1.0
         n_b, n_c = int((right_a & ~right_b).sum()), int((~right_a & right_b).sum())
-        result.update(p_value=mcnemar_exact(n_b, n_c), test="mcnemar_exact",
-                      discordant={"baseline_right_other_wrong": n_b, "baseline_wrong_other_right": n_c})
+        result.update(
+            p_value=mcnemar_exact(n_b, n_c),
+            test="mcnemar_exact",
+            discordant={"baseline_right_other_wrong": n_b, "baseline_wrong_other_right": n_c},
+        )
     return result
 
 
@@ -132,18 +137,22 @@ def _no_variation(diff: float, da: np.ndarray, db: np.ndarray, n_problems: int, 
     leaves at most 1 − l differing by anything else: [max(−1, c·l − (1 − l)), min(1, c·l + (1 − l))].
     p: the exact sign test over the problems (McNemar's with every problem discordant one way), 1
     when c = 0."""
-    out: dict[str, Any] = {"test": "sign_exact", "p_value": 1.0 if diff == 0.0 else mcnemar_exact(0, n_problems),
-                           "reason": f"every problem differs by {diff:.6g}: no spread, so no standard error"}
+    out: dict[str, Any] = {
+        "test": "sign_exact",
+        "p_value": 1.0 if diff == 0.0 else mcnemar_exact(0, n_problems),
+        "reason": f"every problem differs by {diff:.6g}: no spread, so no standard error",
+    }
     scores = np.concatenate([da, db])
     if float(scores.min()) < 0.0 or float(scores.max()) > 1.0:
-        out["reason"] = ("every problem differs by the same amount and the scores are not within [0, 1]: "
-                         "no interval can be built from them")
+        out["reason"] = "every problem differs by the same amount and the scores are not within [0, 1]: no interval can be built from them"
         return out
     low_share = clopper_pearson_interval(n_problems, n_problems, confidence)[0]
-    out.update(ci_low=max(-1.0, diff * low_share - (1.0 - low_share)),
-               ci_high=min(1.0, diff * low_share + (1.0 - low_share)), ci_method="no-variation-bound")
-    out["reason"] += (f"; the interval bounds the share of problems that could differ otherwise (Clopper-Pearson, "
-                      f"{n_problems} problems)")
+    out.update(
+        ci_low=max(-1.0, diff * low_share - (1.0 - low_share)),
+        ci_high=min(1.0, diff * low_share + (1.0 - low_share)),
+        ci_method="no-variation-bound",
+    )
+    out["reason"] += f"; the interval bounds the share of problems that could differ otherwise (Clopper-Pearson, {n_problems} problems)"
     return out
 
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -135,8 +136,9 @@ def clustered_se(values: np.ndarray, codes: np.ndarray) -> tuple[float | None, i
     return math.sqrt(var), n_groups
 
 
-def effective_trials(p_hat: Any, se: Any, trials: Any, n: int, groups: int | None,
-                     confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def effective_trials(
+    p_hat: Any, se: Any, trials: Any, n: int, groups: int | None, confidence: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
     """Korn & Graubard's (1998) effective sample size of a proportion, vectorised: (n*, deff).
 
     deff = se² / (p̂(1−p̂)/(N−1)), the estimated variance over that of N independent Bernoulli
@@ -212,8 +214,9 @@ class Intervals:
     deff: np.ndarray  # the design effect before clamping (NaN where undefined)
 
 
-def mean_intervals(mean: Any, se: Any, trials: Any, n: int, groups: int | None, confidence: float, choice: str,
-                   bounds: tuple[float, float] | None) -> Intervals:
+def mean_intervals(
+    mean: Any, se: Any, trials: Any, n: int, groups: int | None, confidence: float, choice: str, bounds: tuple[float, float] | None
+) -> Intervals:
     """The interval of each mean (vectorised: the coverage simulation calls exactly this).
 
     `se`: the standard error (clustered where `groups`), NaN where there is none (one problem).
@@ -273,7 +276,8 @@ def summarize_mean(
             groups = n_groups
         else:
             details["cluster_note"] = (
-                "all problems share one cluster: a clustered SE needs >= 2 clusters; CLT used" if n_groups < 2
+                "all problems share one cluster: a clustered SE needs >= 2 clusters; CLT used"
+                if n_groups < 2
                 else "every problem is its own cluster: the clustered SE equals the CLT one"
             )
     if groups is not None and choice == "clt":
@@ -285,8 +289,7 @@ def summarize_mean(
         if trials is None and choice != "clustered" and se_clustered is not None and se is not None and se_clustered < se:
             # two categories with the same mean gave SE 0 and [0.75, 0.75]: a clustering that shows
             # less spread than the problems alone is not used (it may widen an interval, never narrow it)
-            details["cluster_note"] = ("the clusters show less spread than the problems alone: CLT used "
-                                       "(--ci-method clustered keeps them)")
+            details["cluster_note"] = "the clusters show less spread than the problems alone: CLT used (--ci-method clustered keeps them)"
             groups = None
         else:
             se = se_clustered
@@ -298,11 +301,13 @@ def summarize_mean(
         return MetricValue(value=mean, n=n, details=details)
     if (trials is None or choice in ("clt", "clustered")) and float(np.ptp(values)) <= SAME:
         # mean ± q·0 is [c, c]: certainty no sample gives
-        details["reason"] = (f"every problem scored {mean:.6g}: no spread, so no standard error and no normal interval"
-                             + (" (for a proportion, --ci-method auto gives Wilson's)" if trials is not None else ""))
+        details["reason"] = f"every problem scored {mean:.6g}: no spread, so no standard error and no normal interval" + (
+            " (for a proportion, --ci-method auto gives Wilson's)" if trials is not None else ""
+        )
         return MetricValue(value=mean, n=n, details=details)
-    got = mean_intervals(mean, math.nan if se is None else se, None if trials is None else float(trials.sum()), n, groups,
-                         options.confidence, choice, bounds)
+    got = mean_intervals(
+        mean, math.nan if se is None else se, None if trials is None else float(trials.sum()), n, groups, options.confidence, choice, bounds
+    )
     low, high = float(got.low), float(got.high)
     if bool(got.proportion):
         method = "clopper-pearson" if bool(got.exact) else "wilson"
@@ -310,8 +315,8 @@ def summarize_mean(
         details.update(n_effective=float(got.n_eff), design_effect=None if math.isnan(deff) else deff)
         details["ci_rule"] = (
             f"{'Clopper-Pearson' if method == 'clopper-pearson' else 'Wilson'} at the effective size n* = "
-            "N / max(1, design effect)" + (", t-adjusted for the clustered variance's Satterthwaite df (Korn & Graubard 1998)"
-                                          if groups else "")
+            "N / max(1, design effect)"
+            + (", t-adjusted for the clustered variance's Satterthwaite df (Korn & Graubard 1998)" if groups else "")
             + ("; at 0 or 1 each problem counts once" if not 0.0 < mean < 1.0 else "")
             + (" (auto: Clopper-Pearson where 0 < n*p < 5 or 0 < n*(1-p) < 5)" if choice == "auto" else "")
         )
@@ -327,8 +332,15 @@ def summarize_mean(
     return MetricValue(value=mean, stderr=se, ci_low=low, ci_high=high, ci_method=method, n=n, details=details)
 
 
-def per_cluster_means(table: ScoreTable, stats: ProblemStats, values: np.ndarray, options: MetricOptions, *,
-                      trials: np.ndarray | None = None, bounds: tuple[float, float] | None = None) -> dict[str, dict[str, Any]]:
+def per_cluster_means(
+    table: ScoreTable,
+    stats: ProblemStats,
+    values: np.ndarray,
+    options: MetricOptions,
+    *,
+    trials: np.ndarray | None = None,
+    bounds: tuple[float, float] | None = None,
+) -> dict[str, dict[str, Any]]:
     """{cluster name: {"value", "n", "stderr", "ci_low", "ci_high", "ci_method"}}, in cluster order.
 
     Each cluster's interval treats its problems as a sample of their own, by summarize_mean's
@@ -339,8 +351,11 @@ def per_cluster_means(table: ScoreTable, stats: ProblemStats, values: np.ndarray
 
     def entry(selected: np.ndarray, cells: np.ndarray | None) -> dict[str, Any]:
         m = summarize_mean(selected, options, trials=cells, bounds=bounds)
-        return {"value": m.value, "n": m.n, **{k: v for k in ("stderr", "ci_low", "ci_high", "ci_method")
-                                               if (v := getattr(m, k)) is not None}}
+        return {
+            "value": m.value,
+            "n": m.n,
+            **{k: v for k in ("stderr", "ci_low", "ci_high", "ci_method") if (v := getattr(m, k)) is not None},
+        }
 
     out: dict[str, dict[str, Any]] = {}
     known = raw >= 0
@@ -407,10 +422,13 @@ def bootstrap_over_problems(statistic: Statistic, n: int, options: MetricOptions
     rng = np.random.default_rng(options.seed)
     total = int(options.bootstrap_samples)
     batch = max(1, min(total, BATCH_ELEMENTS // max(1, n * cells_per_problem)))
-    return np.concatenate([
-        np.asarray(statistic(rng.integers(0, n, size=(min(batch, total - done), n))), dtype=np.float64)
-        for done in range(0, total, batch)
-    ], axis=0)
+    return np.concatenate(
+        [
+            np.asarray(statistic(rng.integers(0, n, size=(min(batch, total - done), n))), dtype=np.float64)
+            for done in range(0, total, batch)
+        ],
+        axis=0,
+    )
 
 
 def percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[float | None, float | None, float | None, int]:

@@ -11,10 +11,8 @@ from shardeval.api.exporter import ExportConfig
 from shardeval.api.plugin import UsageError, redact_urls
 
 EXTRA = "pip install 'shardeval[mlflow]' (the one file: shardeval plugins install mlflow-skinny sqlalchemy alembic)"
-CREDENTIALS = ("put credentials in the environment instead: MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and "
-               "MLFLOW_TRACKING_PASSWORD")
-ELSEWHERE = ("give a server (--tracking-uri http://HOST:5000), or a folder (file:///PATH/mlruns with "
-             "MLFLOW_ALLOW_FILE_STORE=true)")
+CREDENTIALS = "put credentials in the environment instead: MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+ELSEWHERE = "give a server (--tracking-uri http://HOST:5000), or a folder (file:///PATH/mlruns with MLFLOW_ALLOW_FILE_STORE=true)"
 DATABASES = {"sqlite", "postgresql", "mysql", "mssql"}  # MLflow's SQLAlchemy stores, `sqlite+driver` alike
 # What MLflow needs to open one (its own migrations run on a new database), which mlflow-skinny leaves out:
 # the extra brings both, so MLflow 3's default store (sqlite:///mlflow.db) opens as installed.
@@ -23,7 +21,9 @@ _USERINFO = re.compile(r"^[a-z][a-z0-9+.-]*://[^/?#@]*@", re.I)
 
 
 class MlflowExportConfig(ExportConfig):
-    tracking_uri: str | None = None  # default: MLFLOW_TRACKING_URI, else MLflow's own default (sqlite:///mlflow.db, or ./mlruns where one exists)
+    tracking_uri: str | None = (
+        None  # default: MLFLOW_TRACKING_URI, else MLflow's own default (sqlite:///mlflow.db, or ./mlruns where one exists)
+    )
     experiment: str | None = None  # default: the run directory's name
 
     def check(self) -> None:
@@ -39,8 +39,9 @@ class MlflowExportConfig(ExportConfig):
 def tracking_uri(config: MlflowExportConfig) -> tuple[str, str]:
     """(where it came from, the tracking URI): `tracking_uri`, else MLFLOW_TRACKING_URI, else
     MLflow's default as MLflow resolves it. A URI holding credentials is refused, never shown."""
-    source, uri = ("tracking_uri", config.tracking_uri) if config.tracking_uri else (
-        "MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI"))
+    source, uri = (
+        ("tracking_uri", config.tracking_uri) if config.tracking_uri else ("MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI"))
+    )
     if uri and (_USERINFO.match(uri) or redact_urls(uri) != uri):
         # quoted: the line is redacted once more when printed, and `***:` would lose its colon
         raise UsageError(f"{source} '{redact_urls(uri)}' holds credentials; {CREDENTIALS}")
@@ -61,8 +62,12 @@ def check_store(source: str, uri: str) -> None:
 
         allowed = getattr(environment_variables, "MLFLOW_ALLOW_FILE_STORE", None)
         if allowed is not None and not allowed.get():
-            raise UsageError(f"{source} '{uri}' is a folder store, which MLflow 3 opens only with "
-                             f"MLFLOW_ALLOW_FILE_STORE=true: set it, or give a server (--tracking-uri http://HOST:5000)")
+            raise UsageError(
+                f"{source} '{uri}' is a folder store, which MLflow 3 opens only with "
+                f"MLFLOW_ALLOW_FILE_STORE=true: set it, or give a server (--tracking-uri http://HOST:5000)"
+            )
     elif scheme.split("+")[0] in DATABASES and (missing := [m for m in DATABASE_MODULES if importlib.util.find_spec(m) is None]):
-        raise UsageError(f"{source} '{redact_urls(uri)}' is a database store, which MLflow opens with {' and '.join(DATABASE_MODULES)} "
-                         f"({', '.join(missing)} not installed; the extra brings them): {EXTRA}, or {ELSEWHERE}")
+        raise UsageError(
+            f"{source} '{redact_urls(uri)}' is a database store, which MLflow opens with {' and '.join(DATABASE_MODULES)} "
+            f"({', '.join(missing)} not installed; the extra brings them): {EXTRA}, or {ELSEWHERE}"
+        )

@@ -26,7 +26,8 @@ import contextlib
 import os
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
 from shardeval.api.exporter import TrackerExport, TrackerRun
 from shardeval.api.plugin import network_failure, ShardError, UsageError, redact_urls
@@ -40,8 +41,7 @@ KEY_TAG = "shardeval.key"
 PARAM_TAG = "shardeval.param."
 # MLflow's limits per log_batch call, and on a param's value.
 MAX_METRICS, MAX_PARAMS, MAX_TAGS, MAX_PARAM_CHARS = 1000, 100, 100, 6000
-HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
-                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
 
 
 def export_mlflow(config: MlflowExportConfig, export: TrackerExport) -> list[str]:
@@ -82,8 +82,10 @@ def _export(MlflowClient: type[mlflow.MlflowClient], config: MlflowExportConfig,
     except Exception as exc:
         raise ShardError(_store_failure(exc, shown)) from None
     if experiment.lifecycle_stage == "deleted":
-        raise UsageError(f"mlflow: experiment '{experiment_name}' at {shown} is deleted: restore it (`mlflow experiments "
-                         f"restore --experiment-id {experiment_id}`) or export to another (--experiment NAME)")
+        raise UsageError(
+            f"mlflow: experiment '{experiment_name}' at {shown} is deleted: restore it (`mlflow experiments "
+            f"restore --experiment-id {experiment_id}`) or export to another (--experiment NAME)"
+        )
     created, notes = 0, []
     for i, run in enumerate(export.runs):
         try:
@@ -94,8 +96,11 @@ def _export(MlflowClient: type[mlflow.MlflowClient], config: MlflowExportConfig,
             so_far = f" ({i} of {len(export.runs)} runs exported before)" if i else ""
             raise ShardError(f"mlflow: exporting {run.name} to {shown} failed{so_far}: {_one_line(exc)}") from None
         created += made
-        notes += [f"mlflow: {run.name}: param {name} stays {old!r} (MLflow never changes a param); the new value "
-                  f"{new!r} is the tag {PARAM_TAG}{name}" for name, old, new in changed]
+        notes += [
+            f"mlflow: {run.name}: param {name} stays {old!r} (MLflow never changes a param); the new value "
+            f"{new!r} is the tag {PARAM_TAG}{name}"
+            for name, old, new in changed
+        ]
     n = len(export.runs)
     runs = f"{n} run" + ("s" if n != 1 else "")
     line = f"mlflow: {runs} in experiment '{experiment_name}' at {shown} ({created} created, {n - created} updated)"
@@ -154,8 +159,10 @@ def _store_failure(exc: BaseException, shown: str) -> str:
     reason = _one_line(exc)
     fix = "check --tracking-uri / MLFLOW_TRACKING_URI"
     if any(f"error code {code}" in reason for code in (401, 403)):
-        return (f"mlflow: the tracking store refused us at {shown}: {reason}; {fix} and the credentials "
-                "(MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD)")
+        return (
+            f"mlflow: the tracking store refused us at {shown}: {reason}; {fix} and the credentials "
+            "(MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD)"
+        )
     if network_failure(exc):
         return f"mlflow: cannot reach the tracking store at {shown}: {reason}; {fix} and the network"
     return f"mlflow: the tracking store at {shown} failed: {reason}"
@@ -167,8 +174,7 @@ def _runs_by_key(client: mlflow.MlflowClient, experiment_id: str) -> dict[str, R
     found: dict[str, Run] = {}
     token = None
     while True:
-        page = client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` LIKE '%'", max_results=1000,
-                                  page_token=token)
+        page = client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` LIKE '%'", max_results=1000, page_token=token)
         for current in page:
             found.setdefault(current.data.tags[KEY_TAG], current)  # newest first: a copy made by hand loses
         token = page.token
@@ -176,7 +182,9 @@ def _runs_by_key(client: mlflow.MlflowClient, experiment_id: str) -> dict[str, R
             return found
 
 
-def _export_run(client: mlflow.MlflowClient, experiment_id: str, run: TrackerRun, current: Run | None) -> tuple[bool, list[tuple[str, str, str]]]:
+def _export_run(
+    client: mlflow.MlflowClient, experiment_id: str, run: TrackerRun, current: Run | None
+) -> tuple[bool, list[tuple[str, str, str]]]:
     """One tracker run written, `current` its MLflow run if it has one; (whether it was created,
     the params that could not change)."""
     from mlflow.entities import Metric, Param, RunTag
@@ -189,8 +197,7 @@ def _export_run(client: mlflow.MlflowClient, experiment_id: str, run: TrackerRun
     else:
         run_id = client.create_run(experiment_id, run_name=run.name, tags=run.tags).info.run_id
         held_params, held_metrics = {}, {}
-    changed = [(name, held_params[name], value) for name, value in params.items()
-               if name in held_params and held_params[name] != value]
+    changed = [(name, held_params[name], value) for name, value in params.items() if name in held_params and held_params[name] != value]
     tags = {**run.tags, **{f"{PARAM_TAG}{name}": new[:MAX_PARAM_CHARS] for name, _, new in changed}}
     now = int(time.time() * 1000)
     metrics = [Metric(name, value, now, run.step) for name, value in run.metrics.items() if held_metrics.get(name) != value]
@@ -210,7 +217,7 @@ def _export_run(client: mlflow.MlflowClient, experiment_id: str, run: TrackerRun
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _one_line(exc: BaseException) -> str:

@@ -34,8 +34,16 @@ def draw_sweep_page(sweep: SweepMerge, path: str, confidence: float, links: dict
 
 
 @hookimpl
-def draw_compare_page(path: str, run_a: str, run_b: str, a: dict[str, BenchmarkMerge], b: dict[str, BenchmarkMerge],
-                      results: list[dict[str, Any]], confidence: float, errors_as_wrong: bool) -> str:
+def draw_compare_page(
+    path: str,
+    run_a: str,
+    run_b: str,
+    a: dict[str, BenchmarkMerge],
+    b: dict[str, BenchmarkMerge],
+    results: list[dict[str, Any]],
+    confidence: float,
+    errors_as_wrong: bool,
+) -> str:
     from shardeval_pages.compare_page import render_compare_html
     from shardeval_pages.page import draw
 

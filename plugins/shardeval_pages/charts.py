@@ -17,7 +17,10 @@ ROW = 16  # pixels per row of a chart with one row per category
 # whose answers were all right, a server with one TTFT): 0.7 alone was labelled "1", 0.1 "0".
 VALUE_AXIS = {"format": ".6~g", "tickCount": 10}  # ten ticks at most: a chart as wide as the page had thirty
 COUNT_AXIS = {"tickMinStep": 1, "format": "d"}
-SHARE_AXIS = {"format": ".1%", "tickCount": 10}  # a share of a whole, as people say it: 13.0%  # a count has no half: 2.5 records is never a tick
+SHARE_AXIS = {
+    "format": ".1%",
+    "tickCount": 10,
+}  # a share of a whole, as people say it: 13.0%  # a count has no half: 2.5 records is never a tick
 POINT_COLOR, INTERVAL_COLOR = "#1f5a96", "#9fbbd9"  # a value and, lighter behind it, its interval (one-colour charts)
 ERROR_COLOR = "#d1495b"  # an error is this colour in every chart (coverage, errors by kind)
 # errors by kind: the most common kind in ERROR_COLOR, the others in reds around it
@@ -36,16 +39,19 @@ def _number(digits: int | str) -> dict[str, Any]:
 
 
 def _tip(nominal: list[str], numbers: list[str], digits: int | str = 4) -> list[dict[str, Any]]:
-    return [*({"field": f, "type": "nominal"} for f in nominal),
-            *({"field": f, "type": "quantitative", **_number(digits)} for f in numbers)]
+    return [
+        *({"field": f, "type": "nominal"} for f in nominal),
+        *({"field": f, "type": "quantitative", **_number(digits)} for f in numbers),
+    ]
 
 
 def _base(rows: list[dict[str, Any]], title: str, **extra: Any) -> dict[str, Any]:
     return {"title": title, "data": {"values": rows}, "config": CONFIG, **extra}
 
 
-def forest(rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", color: str | None = None,
-           order: list[str] | None = None) -> dict[str, Any]:
+def forest(
+    rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", color: str | None = None, order: list[str] | None = None
+) -> dict[str, Any]:
     """One row per `y` (and colour), a point at `value` and a rule over [low, high]: rows {metric,
     <y>, value, low, high[, <color>]}. Rows of one metric are one view as wide as the page, the
     metric named on its axis; of several, one panel per metric with its own x scale. `order` keeps
@@ -55,24 +61,54 @@ def forest(rows: list[dict[str, Any]], title: str, *, y: str = "benchmark", colo
     tooltip = _tip(["metric", y, *([color] if color else [])], ["value", "low", "high"])
     shared: dict[str, Any] = {"y": enc_y, "tooltip": tooltip}
     if color:
-        scale = {} if order is None else {"domain": order, **({} if len(order) <= 10 else {"scheme": "tableau20" if len(order) <= 20 else "viridis"})}
+        scale = (
+            {}
+            if order is None
+            else {"domain": order, **({} if len(order) <= 10 else {"scheme": "tableau20" if len(order) <= 20 else "viridis"})}
+        )
         shared["color"] = {"field": color, "type": "nominal", "title": None, **({"scale": scale, "sort": order} if order else {})}
         shared["yOffset"] = {"field": color, **({"sort": order} if order else {})}
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
     plain = {} if color else {"color": INTERVAL_COLOR}  # one colour: the interval lighter than its point
     layer = [
-        {"mark": {"type": "rule", "strokeWidth": 2, **plain},
-         "encoding": {**shared, "x": {"field": "low", "type": "quantitative", "title": metrics[0] if len(metrics) == 1 else None,
-                                      "scale": {"zero": False}, "axis": VALUE_AXIS},
-                      "x2": {"field": "high"}}},
-        {"mark": {"type": "point", "filled": True, "size": 50, **({} if color else {"color": POINT_COLOR})},
-         "encoding": {**shared, "x": {"field": "value", "type": "quantitative"}}},
+        {
+            "mark": {"type": "rule", "strokeWidth": 2, **plain},
+            "encoding": {
+                **shared,
+                "x": {
+                    "field": "low",
+                    "type": "quantitative",
+                    "title": metrics[0] if len(metrics) == 1 else None,
+                    "scale": {"zero": False},
+                    "axis": VALUE_AXIS,
+                },
+                "x2": {"field": "high"},
+            },
+        },
+        {
+            "mark": {"type": "point", "filled": True, "size": 50, **({} if color else {"color": POINT_COLOR})},
+            "encoding": {**shared, "x": {"field": "value", "type": "quantitative"}},
+        },
     ]
     if len(metrics) == 1:  # a row of ROW pixels per point: its height is known before it is drawn (page.Page.chart)
-        return _base(rows, title, width=WIDTH, height=max(ROW * len({(r[y], r.get(color) if color else None) for r in rows}), 40), layer=layer)
-    return _base(rows, title, facet={"row": {"field": "metric", "type": "nominal", "title": None, "sort": None,
-                                      "header": {"labelAngle": 0, "labelAlign": "left", "labelFontWeight": "bold"}}},
-                 spec={"width": FACET_WIDTH, "layer": layer}, resolve={"scale": {"x": "independent"}})
+        return _base(
+            rows, title, width=WIDTH, height=max(ROW * len({(r[y], r.get(color) if color else None) for r in rows}), 40), layer=layer
+        )
+    return _base(
+        rows,
+        title,
+        facet={
+            "row": {
+                "field": "metric",
+                "type": "nominal",
+                "title": None,
+                "sort": None,
+                "header": {"labelAngle": 0, "labelAlign": "left", "labelFontWeight": "bold"},
+            }
+        },
+        spec={"width": FACET_WIDTH, "layer": layer},
+        resolve={"scale": {"x": "independent"}},
+    )
 
 
 def interval_rows(rows: list[dict[str, Any]], title: str, *, y: str, x_title: str, zero_rule: bool = False) -> dict[str, Any]:
@@ -81,10 +117,18 @@ def interval_rows(rows: list[dict[str, Any]], title: str, *, y: str, x_title: st
     tooltip = _tip([y], ["value", "low", "high"]) + _tip([], ["n"], "d")
     enc = {"y": {"field": y, "type": "nominal", "sort": None, "title": None}, "tooltip": tooltip}
     layers = [
-        {"mark": {"type": "rule", "strokeWidth": 2, "color": INTERVAL_COLOR}, "encoding": {**enc, "x": {"field": "low", "type": "quantitative", "title": x_title,
-                                                                           "scale": {"zero": False}, "axis": VALUE_AXIS}, "x2": {"field": "high"}}},
-        {"mark": {"type": "point", "filled": True, "color": POINT_COLOR},
-         "encoding": {**enc, "x": {"field": "value", "type": "quantitative"}}},
+        {
+            "mark": {"type": "rule", "strokeWidth": 2, "color": INTERVAL_COLOR},
+            "encoding": {
+                **enc,
+                "x": {"field": "low", "type": "quantitative", "title": x_title, "scale": {"zero": False}, "axis": VALUE_AXIS},
+                "x2": {"field": "high"},
+            },
+        },
+        {
+            "mark": {"type": "point", "filled": True, "color": POINT_COLOR},
+            "encoding": {**enc, "x": {"field": "value", "type": "quantitative"}},
+        },
     ]
     if zero_rule:
         layers.append(_zero_rule("x"))
@@ -93,32 +137,66 @@ def interval_rows(rows: list[dict[str, Any]], title: str, *, y: str, x_title: st
 
 def _zero_rule(axis: str) -> dict[str, Any]:
     """A dashed line at 0 on `axis` (x or y), from data of its own: one line, not one per row."""
-    return {"data": {"values": [{"zero": 0}]}, "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#888"},
-            "encoding": {axis: {"field": "zero", "type": "quantitative"}}}
+    return {
+        "data": {"values": [{"zero": 0}]},
+        "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#888"},
+        "encoding": {axis: {"field": "zero", "type": "quantitative"}},
+    }
 
 
-def across_models(data: str, where: dict[str, str], title: str, *, order: list[str], value: str, y_title: str,
-                  zero_rule: bool = False, share: bool = False) -> dict[str, Any]:
+def across_models(
+    data: str,
+    where: dict[str, str],
+    title: str,
+    *,
+    order: list[str],
+    value: str,
+    y_title: str,
+    zero_rule: bool = False,
+    share: bool = False,
+) -> dict[str, Any]:
     """One benchmark's `value` for every model of a sweep, left to right in the sweep's order (a
     training run's checkpoints read as a curve): a point, and a rule over [ci_low, ci_high] where
     there is an interval. The rows are the page's dataset `data`, filtered to `where` in the
     chart, so twenty charts of one sweep carry no copy of it. `zero_rule` draws y = 0; `share`
     reads the value as a share of a whole (an axis from 0, ticks in percent)."""
     interval = {f: f"isValid(datum.ci_{f}) ? datum.ci_{f} : datum.{value}" for f in ("low", "high")}
-    transform = [*({"filter": {"field": f, "equal": v}} for f, v in where.items()),
-                 {"filter": f"isValid(datum.{value})"},
-                 *({"calculate": expr, "as": f} for f, expr in interval.items())]
-    x = {"field": "service", "type": "nominal", "sort": order, "title": None,
-         "axis": {"labelAngle": 0 if len(order) <= 8 else -45, "labelOverlap": True, "labelLimit": 120}}
+    transform = [
+        *({"filter": {"field": f, "equal": v}} for f, v in where.items()),
+        {"filter": f"isValid(datum.{value})"},
+        *({"calculate": expr, "as": f} for f, expr in interval.items()),
+    ]
+    x = {
+        "field": "service",
+        "type": "nominal",
+        "sort": order,
+        "title": None,
+        "axis": {"labelAngle": 0 if len(order) <= 8 else -45, "labelOverlap": True, "labelLimit": 120},
+    }
     tooltip = _tip(["service"], [value, "low", "high"]) + _tip([], ["n"], "d")
     rows = {"data": {"name": data}, "transform": transform}
     layers: list[dict[str, Any]] = [
-        {**rows, "mark": {"type": "rule", "strokeWidth": 2, "color": INTERVAL_COLOR},
-         "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": y_title,
-                                    "scale": {"zero": share}, "axis": SHARE_AXIS if share else VALUE_AXIS},
-                      "y2": {"field": "high"}, "tooltip": tooltip}},
-        {**rows, "mark": {"type": "point", "filled": True, "size": 40, "color": POINT_COLOR, "opacity": 1},
-         "encoding": {"x": x, "y": {"field": value, "type": "quantitative"}, "tooltip": tooltip}},
+        {
+            **rows,
+            "mark": {"type": "rule", "strokeWidth": 2, "color": INTERVAL_COLOR},
+            "encoding": {
+                "x": x,
+                "y": {
+                    "field": "low",
+                    "type": "quantitative",
+                    "title": y_title,
+                    "scale": {"zero": share},
+                    "axis": SHARE_AXIS if share else VALUE_AXIS,
+                },
+                "y2": {"field": "high"},
+                "tooltip": tooltip,
+            },
+        },
+        {
+            **rows,
+            "mark": {"type": "point", "filled": True, "size": 40, "color": POINT_COLOR, "opacity": 1},
+            "encoding": {"x": x, "y": {"field": value, "type": "quantitative"}, "tooltip": tooltip},
+        },
     ]
     if zero_rule:
         layers.append(_zero_rule("y"))
@@ -127,22 +205,45 @@ def across_models(data: str, where: dict[str, str], title: str, *, order: list[s
 
 def pass_at_k(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
     """pass@k against k of one benchmark, its interval as a band: rows {benchmark, k, value, low, high}."""
-    x = {"field": "k", "type": "quantitative", "axis": {"values": sorted({r["k"] for r in rows}), "format": "d"}}  # ticks at the k's, never 1.5
+    x = {
+        "field": "k",
+        "type": "quantitative",
+        "axis": {"values": sorted({r["k"] for r in rows}), "format": "d"},
+    }  # ticks at the k's, never 1.5
     tooltip = _tip(["benchmark"], ["value", "low", "high"]) + _tip([], ["k"], "d")
-    return _base(rows, title, width=WIDTH, height=220, layer=[
-        {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative"}, "y2": {"field": "high"}}},
-        {"mark": {"type": "line", "point": True}, "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": "pass@k"},
-                                                              "tooltip": tooltip}},
-    ])
+    return _base(
+        rows,
+        title,
+        width=WIDTH,
+        height=220,
+        layer=[
+            {
+                "mark": {"type": "area", "opacity": 0.2},
+                "encoding": {"x": x, "y": {"field": "low", "type": "quantitative"}, "y2": {"field": "high"}},
+            },
+            {
+                "mark": {"type": "line", "point": True},
+                "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": "pass@k"}, "tooltip": tooltip},
+            },
+        ],
+    )
 
 
 def ecdf(rows: list[dict[str, Any]], title: str, x_title: str) -> dict[str, Any]:
     """One benchmark's distribution as its empirical CDF from percentiles: rows {benchmark, q,
     seconds}; the tail shows as the curve's last stretch."""
-    return _base(rows, title, width=WIDTH, height=200, mark={"type": "line", "interpolate": "step-after", "point": False},
-                 encoding={"x": {"field": "seconds", "type": "quantitative", "title": x_title, "axis": VALUE_AXIS},
-                           "y": {"field": "q", "type": "quantitative", "title": "fraction of requests", "scale": {"domain": [0, 1]}},
-                           "tooltip": _tip(["benchmark"], ["q", "seconds"], 3)})
+    return _base(
+        rows,
+        title,
+        width=WIDTH,
+        height=200,
+        mark={"type": "line", "interpolate": "step-after", "point": False},
+        encoding={
+            "x": {"field": "seconds", "type": "quantitative", "title": x_title, "axis": VALUE_AXIS},
+            "y": {"field": "q", "type": "quantitative", "title": "fraction of requests", "scale": {"domain": [0, 1]}},
+            "tooltip": _tip(["benchmark"], ["q", "seconds"], 3),
+        },
+    )
 
 
 def stacked_counts(rows: list[dict[str, Any]], title: str, *, y: str, color: str, colors: dict[str, str] | None = None) -> dict[str, Any]:
@@ -150,11 +251,19 @@ def stacked_counts(rows: list[dict[str, Any]], title: str, *, y: str, color: str
     shard and kind); `colors` fixes each value's colour, in that order. The count axis ticks at
     whole numbers."""
     scale: dict[str, Any] = {"domain": list(colors), "range": list(colors.values())} if colors else {}
-    return _base(rows, title, width=WIDTH, height=max(ROW * len({r[y] for r in rows}), 40), mark="bar",
-                 encoding={"y": {"field": y, "type": "nominal", "sort": None, "title": None},
-                           "x": {"field": "n", "type": "quantitative", "title": "records", "stack": True, "axis": COUNT_AXIS},
-                           "color": {"field": color, "type": "nominal", "scale": scale, "title": None},
-                           "tooltip": _tip([y, color], ["n"], "d")})
+    return _base(
+        rows,
+        title,
+        width=WIDTH,
+        height=max(ROW * len({r[y] for r in rows}), 40),
+        mark="bar",
+        encoding={
+            "y": {"field": y, "type": "nominal", "sort": None, "title": None},
+            "x": {"field": "n", "type": "quantitative", "title": "records", "stack": True, "axis": COUNT_AXIS},
+            "color": {"field": color, "type": "nominal", "scale": scale, "title": None},
+            "tooltip": _tip([y, color], ["n"], "d"),
+        },
+    )
 
 
 def error_kind_colors(kinds: list[str]) -> dict[str, str]:
@@ -170,26 +279,57 @@ OUTCOME_COLORS = {"answered": POINT_COLOR, "cut off after answering": "#e0a458",
 def histogram(rows: list[dict[str, Any]], title: str, *, x_title: str, colors: dict[str, str]) -> dict[str, Any]:
     """Counts over [lo, hi) bins, stacked by `outcome`: rows {lo, hi, outcome, n} (binned by the
     page: a run of any size gives at most a few dozen rows). The count axis ticks at whole numbers."""
-    return _base(rows, title, width=WIDTH, height=180, mark={"type": "bar", "binSpacing": 1},
-                 encoding={"x": {"field": "lo", "type": "quantitative", "title": x_title, "bin": {"binned": True}, "axis": VALUE_AXIS},
-                           "x2": {"field": "hi"},
-                           "y": {"field": "n", "type": "quantitative", "title": "replies", "stack": True, "axis": COUNT_AXIS},
-                           "color": {"field": "outcome", "type": "nominal", "title": None,
-                                     "scale": {"domain": list(colors), "range": list(colors.values())}},
-                           "tooltip": _tip(["outcome"], ["lo", "hi", "n"], "d")})
+    return _base(
+        rows,
+        title,
+        width=WIDTH,
+        height=180,
+        mark={"type": "bar", "binSpacing": 1},
+        encoding={
+            "x": {"field": "lo", "type": "quantitative", "title": x_title, "bin": {"binned": True}, "axis": VALUE_AXIS},
+            "x2": {"field": "hi"},
+            "y": {"field": "n", "type": "quantitative", "title": "replies", "stack": True, "axis": COUNT_AXIS},
+            "color": {
+                "field": "outcome",
+                "type": "nominal",
+                "title": None,
+                "scale": {"domain": list(colors), "range": list(colors.values())},
+            },
+            "tooltip": _tip(["outcome"], ["lo", "hi", "n"], "d"),
+        },
+    )
 
 
-def series_across_models(data: str, where: dict[str, str], title: str, *, order: list[str], values: list[str],
-                         y_title: str) -> dict[str, Any]:
+def series_across_models(
+    data: str, where: dict[str, str], title: str, *, order: list[str], values: list[str], y_title: str
+) -> dict[str, Any]:
     """Several numbers of one benchmark for every model of a sweep (each a line with points, in
     the sweep's order, one colour each): the page's dataset `data` filtered to `where`, its
     fields `values` folded into (stat, value) in the chart."""
-    x = {"field": "service", "type": "nominal", "sort": order, "title": None,
-         "axis": {"labelAngle": 0 if len(order) <= 8 else -45, "labelOverlap": True, "labelLimit": 120}}
-    transform = [*({"filter": {"field": f, "equal": v}} for f, v in where.items()),
-                 {"fold": values, "as": ["stat", "value"]}, {"filter": "isValid(datum.value)"}]
-    return {"title": title, "data": {"name": data}, "transform": transform, "config": CONFIG,
-            "width": WIDTH, "height": 200, "mark": {"type": "line", "point": {"filled": True, "size": 40}},
-            "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": y_title, "axis": VALUE_AXIS},
-                         "color": {"field": "stat", "type": "nominal", "title": None, "sort": values},
-                         "tooltip": _tip(["service", "stat"], ["value"], 1)}}
+    x = {
+        "field": "service",
+        "type": "nominal",
+        "sort": order,
+        "title": None,
+        "axis": {"labelAngle": 0 if len(order) <= 8 else -45, "labelOverlap": True, "labelLimit": 120},
+    }
+    transform = [
+        *({"filter": {"field": f, "equal": v}} for f, v in where.items()),
+        {"fold": values, "as": ["stat", "value"]},
+        {"filter": "isValid(datum.value)"},
+    ]
+    return {
+        "title": title,
+        "data": {"name": data},
+        "transform": transform,
+        "config": CONFIG,
+        "width": WIDTH,
+        "height": 200,
+        "mark": {"type": "line", "point": {"filled": True, "size": 40}},
+        "encoding": {
+            "x": x,
+            "y": {"field": "value", "type": "quantitative", "title": y_title, "axis": VALUE_AXIS},
+            "color": {"field": "stat", "type": "nominal", "title": None, "sort": values},
+            "tooltip": _tip(["service", "stat"], ["value"], 1),
+        },
+    }

@@ -14,7 +14,8 @@ import json
 import re
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from shardeval.api.records import atomic_write, finite_number, fmt
 
@@ -56,8 +57,13 @@ def json_for_script(data: Any) -> str:
     """JSON safe inside <script type="application/json">: no `</script>`, `<!--` or line
     separators can end or bend the element."""
     text = json.dumps(data, ensure_ascii=False, allow_nan=False, sort_keys=False, separators=(",", ":"))
-    return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        text.replace("&", "\\u0026")
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def table(headers: list[str], rows: list[list[str]], *, cls: str = "") -> str:
@@ -129,10 +135,12 @@ class Page:
         by pagedTable in DRAW): data, where, key, page, cells, and either keys and search (a row per
         record) or rows and cols (a row per `rows` value, a group of cells per `cols` value)."""
         self.tables[table_id] = spec
-        return (f'<div class="paged" id="{esc(table_id)}"><input type="search" class="filter" placeholder="{esc(search)}" '
-                f'aria-label="{esc(search)}"> <span class="pager"></span>'
-                f'<table class="{esc(cls)}"><thead>{head}</thead><tbody></tbody></table>'
-                "<noscript>This table is drawn by the page's script; the same numbers are in the JSON beside this page.</noscript></div>")
+        return (
+            f'<div class="paged" id="{esc(table_id)}"><input type="search" class="filter" placeholder="{esc(search)}" '
+            f'aria-label="{esc(search)}"> <span class="pager"></span>'
+            f'<table class="{esc(cls)}"><thead>{head}</thead><tbody></tbody></table>'
+            "<noscript>This table is drawn by the page's script; the same numbers are in the JSON beside this page.</noscript></div>"
+        )
 
     def render(self) -> bytes:
         """The whole page. Raises vendor.BundleMissing when the charts' JavaScript is not installed."""
@@ -141,22 +149,31 @@ class Page:
         if self.datasets or self.tables:
             data = f'\n<script type="application/json" id="page-data">{json_for_script({"datasets": self.datasets, "tables": self.tables})}</script>'
         specs = json_for_script(self.charts)
-        return document(self.title, "".join(self.parts) + f'\n<script type="application/json" id="chart-specs">{specs}</script>' + data,
-                        style=STYLE, scripts=(bundle, DRAW), head=CSP_META).encode()
+        return document(
+            self.title,
+            "".join(self.parts) + f'\n<script type="application/json" id="chart-specs">{specs}</script>' + data,
+            style=STYLE,
+            scripts=(bundle, DRAW),
+            head=CSP_META,
+        ).encode()
 
 
 def document(title: str, body: str, *, style: str, scripts: tuple[str, ...], head: str = "") -> str:
     """The skeleton every page shares, the saved ones and the live status page: one file, its style
     and scripts inline (nothing fetched), `head` for what one page adds (its policy, its icon)."""
     inline = "".join(f"<script>{script}</script>\n" for script in scripts)
-    return ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"{head}<title>{esc(title)}</title>\n<style>{style}</style>\n</head><body>\n{body}\n{inline}</body></html>\n")
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"{head}<title>{esc(title)}</title>\n<style>{style}</style>\n</head><body>\n{body}\n{inline}</body></html>\n"
+    )
 
 
 # A saved page's policy: no request of any kind (its scripts and style are inline).
-CSP_META = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline' "
-            "'unsafe-eval'; style-src 'unsafe-inline'; img-src data:\">\n")
+CSP_META = (
+    "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline' "
+    "'unsafe-eval'; style-src 'unsafe-inline'; img-src data:\">\n"
+)
 
 
 def asset(name: str) -> str:

@@ -28,7 +28,7 @@ OUTCOMES = [ANSWERED, TRUNCATED, TRUNCATED_REASONING]  # the histogram's stackin
 MAX_BINS = 30  # a histogram's bars at most, whatever the run's size
 
 
-def reasoning_of(b: "BenchmarkMerge") -> dict[str, Any] | None:
+def reasoning_of(b: BenchmarkMerge) -> dict[str, Any] | None:
     """The benchmark's `reasoning` object as scores.json writes it, or None (see the module)."""
     counts = BenchmarkView(b).reasoning()
     return None if counts is None else msgspec.to_builtins(counts)
@@ -39,7 +39,7 @@ def rate(summary: dict[str, Any]) -> float | None:
     return summary["truncated_reasoning"] / summary["n_answered"] if summary.get("n_answered") else None
 
 
-def token_bins(b: "BenchmarkMerge") -> list[dict[str, Any]]:
+def token_bins(b: BenchmarkMerge) -> list[dict[str, Any]]:
     """The histogram of reasoning tokens per answered reply: rows {lo, hi, outcome, n}, at most
     MAX_BINS bins of a round width from 0 to the largest count, stacked by outcome (a reply cut
     off while thinking piles up at its budget). Empty when no reply has a token count."""

@@ -94,16 +94,30 @@ def slug(*parts: Any) -> str:
 
 
 def metric_table(name: str, metrics: dict[str, Any], confidence: float) -> str:
-    rows = [[esc(m), num(v.get("value"), f"{name}/{m}/value"), num(v.get("ci_low"), f"{name}/{m}/ci_low"),
-             num(v.get("ci_high"), f"{name}/{m}/ci_high"), num(v.get("stderr"), f"{name}/{m}/stderr"), esc(v.get("ci_method") or "—"),
-             num(v.get("n"), f"{name}/{m}/n")] for m, v in metrics.items()]
-    return table(["metric", "value", f"{percent(confidence)} low", f"{percent(confidence)} high", "stderr", "method", "n"], rows, cls="metrics")
+    rows = [
+        [
+            esc(m),
+            num(v.get("value"), f"{name}/{m}/value"),
+            num(v.get("ci_low"), f"{name}/{m}/ci_low"),
+            num(v.get("ci_high"), f"{name}/{m}/ci_high"),
+            num(v.get("stderr"), f"{name}/{m}/stderr"),
+            esc(v.get("ci_method") or "—"),
+            num(v.get("n"), f"{name}/{m}/n"),
+        ]
+        for m, v in metrics.items()
+    ]
+    return table(
+        ["metric", "value", f"{percent(confidence)} low", f"{percent(confidence)} high", "stderr", "method", "n"], rows, cls="metrics"
+    )
 
 
 def metric_rows(metrics: dict[str, Any], **labels: Any) -> list[dict[str, Any]]:
     """Chart rows for metrics that have a value (an interval where they have one)."""
-    return [{**labels, "metric": m, **span(v["value"], v.get("ci_low"), v.get("ci_high")), "n": v.get("n")}
-            for m, v in metrics.items() if finite(v.get("value"))]
+    return [
+        {**labels, "metric": m, **span(v["value"], v.get("ci_low"), v.get("ci_high")), "n": v.get("n")}
+        for m, v in metrics.items()
+        if finite(v.get("value"))
+    ]
 
 
 def _as_dicts(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -126,7 +140,7 @@ def shown_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     return {m: v for m, v in metrics.items() if m != "pass@1"} if pass1_is_accuracy(metrics) else metrics
 
 
-def summary_charts(page: Page, result: "MergeResult", metrics: dict[str, dict[str, Any]], confidence: float) -> list[str]:
+def summary_charts(page: Page, result: MergeResult, metrics: dict[str, dict[str, Any]], confidence: float) -> list[str]:
     """One chart per metric over every benchmark, pass@k for every k in one chart (a row per k),
     and each benchmark with no value to chart named with the reason."""
     by_metric: dict[str, list[dict[str, Any]]] = {}
@@ -138,21 +152,32 @@ def summary_charts(page: Page, result: "MergeResult", metrics: dict[str, dict[st
             else:
                 by_metric.setdefault(row["metric"], []).append(row)
     level = f"{percent(confidence)}"
-    out = [page.chart(f"summary-{slug(metric)}", charts.forest(rows, f"{metric} of every benchmark with its {level} interval"))
-           for metric, rows in by_metric.items()]
+    out = [
+        page.chart(f"summary-{slug(metric)}", charts.forest(rows, f"{metric} of every benchmark with its {level} interval"))
+        for metric, rows in by_metric.items()
+    ]
     if passk:
         ks = [f"k = {k}" for k in sorted({r["order"] for r in passk})]
-        out.append(page.chart("summary-pass_k", charts.forest(passk, f"pass@k of every benchmark for every k ({', '.join(ks)}) "
-                                                                     f"with its {level} interval", color="k", order=ks)))
+        out.append(
+            page.chart(
+                "summary-pass_k",
+                charts.forest(
+                    passk, f"pass@k of every benchmark for every k ({', '.join(ks)}) with its {level} interval", color="k", order=ks
+                ),
+            )
+        )
     drawn = {r["benchmark"] for rows in [*by_metric.values(), passk] for r in rows}
     missing = [(b.manifest.name, no_value_reason(b, metrics[b.manifest.name])) for b in result.benchmarks if b.manifest.name not in drawn]
     if missing:
-        out.append('<ul class="notes no-value">' + "".join(f'<li class="warn" data-benchmark="{esc(n)}">{esc(n)}: no value to chart: '
-                                                          f"{esc(why)}</li>" for n, why in missing) + "</ul>")
+        out.append(
+            '<ul class="notes no-value">'
+            + "".join(f'<li class="warn" data-benchmark="{esc(n)}">{esc(n)}: no value to chart: {esc(why)}</li>' for n, why in missing)
+            + "</ul>"
+        )
     return out
 
 
-def no_value_reason(b: "BenchmarkMerge", metrics: dict[str, dict[str, Any]]) -> str:
+def no_value_reason(b: BenchmarkMerge, metrics: dict[str, dict[str, Any]]) -> str:
     """Why a benchmark has no metric value: every record an error (by kind), none at all, or what
     its metrics say."""
     c = BenchmarkView(b).counts()
@@ -165,23 +190,34 @@ def no_value_reason(b: "BenchmarkMerge", metrics: dict[str, dict[str, Any]]) -> 
     return next((r for r in reasons if r), "no metric has a value") + "".join(f"; {p}" for p in b.metric_problems)
 
 
-def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes:
+def render_report_html(result: MergeResult, confidence: float = 0.95) -> bytes:
     """The page. Raises vendor.BundleMissing without the charts' JavaScript."""
     run = result.run
     metrics = {b.manifest.name: _as_dicts(b.metrics) for b in result.benchmarks}  # scores.json's "metrics", as JSON values
     page = Page(f"shardeval report: {os.path.basename(os.path.normpath(run.root))}")
     verdict, why = result.verdict, result.verdict_line().removeprefix(result.verdict)
-    page.add(f"<h1>shardeval report: {esc(run.root)}</h1>",
-             f'<p>Run <code>{esc(run.config_hash)}</code>: {len(run.present())}/{run.total_shards} shards present. '
-             f'<span class="verdict {"complete" if result.complete else "partial"}" id="verdict">{verdict}</span>{esc(why)}</p>')
+    page.add(
+        f"<h1>shardeval report: {esc(run.root)}</h1>",
+        f"<p>Run <code>{esc(run.config_hash)}</code>: {len(run.present())}/{run.total_shards} shards present. "
+        f'<span class="verdict {"complete" if result.complete else "partial"}" id="verdict">{verdict}</span>{esc(why)}</p>',
+    )
     if notes := ReportView(result).notes():
-        page.add("<ul class=\"notes\">" + "".join(f'<li class="warn">{esc(plain(n))}</li>' for n in notes) + "</ul>")
-    page.add('<nav class="muted">' + " · ".join(f'<a href="#b-{slug(b.manifest.name)}">{esc(b.manifest.name)}</a>' for b in result.benchmarks)
-             + ' · <a href="#provenance">provenance</a></nav>')
-    page.add("<h2>Summary</h2>", *summary_charts(page, result, metrics, confidence),
-             *(f"<h3>{esc(name)}</h3>" + metric_table(name, shown_metrics(ms), confidence)
-               + (f'<p class="muted pass1">{esc(PASS1_IS_ACCURACY)}; scores.json holds both.</p>' if pass1_is_accuracy(ms) else "")
-               for name, ms in metrics.items()))
+        page.add('<ul class="notes">' + "".join(f'<li class="warn">{esc(plain(n))}</li>' for n in notes) + "</ul>")
+    page.add(
+        '<nav class="muted">'
+        + " · ".join(f'<a href="#b-{slug(b.manifest.name)}">{esc(b.manifest.name)}</a>' for b in result.benchmarks)
+        + ' · <a href="#provenance">provenance</a></nav>'
+    )
+    page.add(
+        "<h2>Summary</h2>",
+        *summary_charts(page, result, metrics, confidence),
+        *(
+            f"<h3>{esc(name)}</h3>"
+            + metric_table(name, shown_metrics(ms), confidence)
+            + (f'<p class="muted pass1">{esc(PASS1_IS_ACCURACY)}; scores.json holds both.</p>' if pass1_is_accuracy(ms) else "")
+            for name, ms in metrics.items()
+        ),
+    )
     budget, thinking = ThumbnailBudget(), ThinkingBudget()
     for b in result.benchmarks:
         page.add(*benchmark_section(page, result, b, metrics[b.manifest.name], confidence, budget, thinking))
@@ -189,29 +225,47 @@ def render_report_html(result: "MergeResult", confidence: float = 0.95) -> bytes
     return page.render()
 
 
-def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", metrics: dict[str, dict[str, Any]],
-                      confidence: float, budget: ThumbnailBudget | None = None, thinking: ThinkingBudget | None = None) -> list[str]:
+def benchmark_section(
+    page: Page,
+    result: MergeResult,
+    b: BenchmarkMerge,
+    metrics: dict[str, dict[str, Any]],
+    confidence: float,
+    budget: ThumbnailBudget | None = None,
+    thinking: ThinkingBudget | None = None,
+) -> list[str]:
     view, facts = ReportView(result), BenchmarkView(b)
     name, c = b.manifest.name, facts.counts()
     key = slug(name)
-    out = [f'<h2 id="b-{key}">{esc(name)}</h2>',
-           f"<p>coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded ({c['n_problems']} problems × "
-           f"{c['repeats']} repeats), {c['n_missing']} missing; errors: {c['n_errors']} "
-           f"({'scored as wrong' if result.errors_as_wrong else 'excluded from scores'})</p>"]
+    out = [
+        f'<h2 id="b-{key}">{esc(name)}</h2>',
+        f"<p>coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded ({c['n_problems']} problems × "
+        f"{c['repeats']} repeats), {c['n_missing']} missing; errors: {c['n_errors']} "
+        f"({'scored as wrong' if result.errors_as_wrong else 'excluded from scores'})</p>",
+    ]
     out += [f'<p class="warn">{esc(problem)}</p>' for problem in b.metric_problems]
     out += reasoning_section(page, b)
     per_cluster = (metrics.get("accuracy") or {}).get("details", {}).get("per_cluster")
     if per_cluster:
-        rows = [{"category": k, **span(e["value"], e.get("ci_low"), e.get("ci_high")), "n": e["n"]}
-                for k, e in sorted(per_cluster.items(), key=lambda kv: -kv[1]["value"])]
+        rows = [
+            {"category": k, **span(e["value"], e.get("ci_low"), e.get("ci_high")), "n": e["n"]}
+            for k, e in sorted(per_cluster.items(), key=lambda kv: -kv[1]["value"])
+        ]
         methods = ", ".join(sorted({str(e.get("ci_method")) for e in per_cluster.values() if e.get("ci_low") is not None}))
-        out.append(page.chart(f"categories-{key}", charts.interval_rows(rows, f"{name}: accuracy per category, {percent(confidence)} intervals"
-                                                                      + (f" ({methods})" if methods else ""),
-                                                                      y="category", x_title="accuracy")))
+        out.append(
+            page.chart(
+                f"categories-{key}",
+                charts.interval_rows(
+                    rows,
+                    f"{name}: accuracy per category, {percent(confidence)} intervals" + (f" ({methods})" if methods else ""),
+                    y="category",
+                    x_title="accuracy",
+                ),
+            )
+        )
     passk = sorted((int(k.group(1)), v) for m, v in metrics.items() if (k := PASS_AT.match(m)) and v.get("value") is not None)
     if len(passk) > 1:
-        rows = [{"benchmark": name, "k": k, **span(v["value"], v.get("ci_low"), v.get("ci_high"))}
-                for k, v in passk]
+        rows = [{"benchmark": name, "k": k, **span(v["value"], v.get("ci_low"), v.get("ci_high"))} for k, v in passk]
         out.append(page.chart(f"passk-{key}", charts.pass_at_k(rows, f"{name}: pass@k against k")))
     t = facts.timing()
     for label, field in (("latency", "latency_s"), ("TTFT", "ttft_s")):
@@ -219,29 +273,51 @@ def benchmark_section(page: Page, result: "MergeResult", b: "BenchmarkMerge", me
             rows = [{"benchmark": name, "q": q, "seconds": v} for q, v in points]
             out.append(page.chart(f"{label.lower()}-{key}", charts.ecdf(rows, f"{name}: {label} distribution", "seconds")))
     if t["n"]:
-        timing_rows = [[esc(label), *(num(t[field][q], f"{name}/timing/{field}/{q}", 3) for q in ("p50", "p90", "p99"))]
-                       for label, field in (("latency (s)", "latency_s"), ("TTFT (s)", "ttft_s"))]
-        out.append(table(["", "p50", "p90", "p99"], timing_rows, cls="timing")
-                   + f"<p class=\"muted\">{t['n']} answers asked of the model; {t['n_cached']} from the response cache (left out); "
-                     f"{t['completion_tokens_per_s'] or 0:.1f} completion tokens/s over {t['wall_span_s'] or 0:.1f} s</p>")
+        timing_rows = [
+            [esc(label), *(num(t[field][q], f"{name}/timing/{field}/{q}", 3) for q in ("p50", "p90", "p99"))]
+            for label, field in (("latency (s)", "latency_s"), ("TTFT (s)", "ttft_s"))
+        ]
+        out.append(
+            table(["", "p50", "p90", "p99"], timing_rows, cls="timing")
+            + f'<p class="muted">{t["n"]} answers asked of the model; {t["n_cached"]} from the response cache (left out); '
+            f"{t['completion_tokens_per_s'] or 0:.1f} completion tokens/s over {t['wall_span_s'] or 0:.1f} s</p>"
+        )
     states, errors = view.shard_outcomes(b)
-    coverage = [{"shard": f"shard {i}", "state": st, "n": states[(i, st)]}
-                for i in range(result.run.total_shards) for st in ("ok", "error", "missing") if states[(i, st)]]
-    out.append(page.chart(f"coverage-{key}", charts.stacked_counts(coverage, f"{name}: coverage per shard", y="shard", color="state",
-                                                                   colors=COVERAGE_COLORS)))
+    coverage = [
+        {"shard": f"shard {i}", "state": st, "n": states[(i, st)]}
+        for i in range(result.run.total_shards)
+        for st in ("ok", "error", "missing")
+        if states[(i, st)]
+    ]
+    out.append(
+        page.chart(
+            f"coverage-{key}",
+            charts.stacked_counts(coverage, f"{name}: coverage per shard", y="shard", color="state", colors=COVERAGE_COLORS),
+        )
+    )
     if errors:
         by_kind: Counter[str] = Counter()
         for (_, error_kind), n in errors.items():
             by_kind[error_kind] += n
-        out.append(page.chart(f"errors-{key}", charts.stacked_counts(
-            [{"shard": f"shard {i}", "kind": k, "n": n} for (i, k), n in sorted(errors.items())],
-            f"{name}: errors by shard and kind ({', '.join(f'{k} {n}' for k, n in by_kind.most_common())})", y="shard", color="kind",
-            colors=charts.error_kind_colors([k for k, _ in by_kind.most_common()]))))
-    out += items_section(result, b, budget if budget is not None else ThumbnailBudget(), thinking if thinking is not None else ThinkingBudget())
+        out.append(
+            page.chart(
+                f"errors-{key}",
+                charts.stacked_counts(
+                    [{"shard": f"shard {i}", "kind": k, "n": n} for (i, k), n in sorted(errors.items())],
+                    f"{name}: errors by shard and kind ({', '.join(f'{k} {n}' for k, n in by_kind.most_common())})",
+                    y="shard",
+                    color="kind",
+                    colors=charts.error_kind_colors([k for k, _ in by_kind.most_common()]),
+                ),
+            )
+        )
+    out += items_section(
+        result, b, budget if budget is not None else ThumbnailBudget(), thinking if thinking is not None else ThinkingBudget()
+    )
     return out
 
 
-def reasoning_section(page: Page, b: "BenchmarkMerge") -> list[str]:
+def reasoning_section(page: Page, b: BenchmarkMerge) -> list[str]:
     """A reasoning benchmark's replies: how many were cut off while thinking (counted apart from
     every other answer: scored 0, never from their thinking) and after answering, then the
     reasoning tokens per reply as numbers and as a histogram. Nothing for a benchmark without
@@ -252,24 +328,41 @@ def reasoning_section(page: Page, b: "BenchmarkMerge") -> list[str]:
     name, key = b.manifest.name, slug(b.manifest.name)
     k = f"{name}/reasoning"
     share = rate(summary)
-    line = (f'<p class="reasoning" id="reasoning-line-{key}"><span class="badge{" warn" if summary["truncated_reasoning"] else ""}">'
-            f'{esc(TRUNCATED_REASONING)}: {figure(summary["truncated_reasoning"], f"{k}/truncated_reasoning")} of '
-            f'{figure(summary["n_answered"], f"{k}/n_answered")}'
-            + (f" ({percent(share, 1, ' ')})" if share is not None else "") + "</span> · "
-            f'{esc(TRUNCATED)}: {figure(summary["truncated"], f"{k}/truncated")} · '
-            f'with thinking: {figure(summary["with_reasoning"], f"{k}/with_reasoning")}</p>')
+    line = (
+        f'<p class="reasoning" id="reasoning-line-{key}"><span class="badge{" warn" if summary["truncated_reasoning"] else ""}">'
+        f"{esc(TRUNCATED_REASONING)}: {figure(summary['truncated_reasoning'], f'{k}/truncated_reasoning')} of "
+        f"{figure(summary['n_answered'], f'{k}/n_answered')}" + (f" ({percent(share, 1, ' ')})" if share is not None else "") + "</span> · "
+        f"{esc(TRUNCATED)}: {figure(summary['truncated'], f'{k}/truncated')} · "
+        f"with thinking: {figure(summary['with_reasoning'], f'{k}/with_reasoning')}</p>"
+    )
     out = [line]
     tokens = summary.get("reasoning_tokens")
     if tokens:
         fields = ["n", "mean", "p50", "p90", "max"]
         source = tokens.get("from") or {}
-        out.append(table(["reasoning tokens per reply", *fields, "from usage", "counted by stream"],
-                         [["all answered replies with a count", *(num(tokens.get(f), f"{k}/reasoning_tokens/{f}", 1) for f in fields),
-                           num(source.get("usage"), f"{k}/reasoning_tokens/from/usage"),
-                           num(source.get("stream"), f"{k}/reasoning_tokens/from/stream")]], cls="reasoning-tokens"))
+        out.append(
+            table(
+                ["reasoning tokens per reply", *fields, "from usage", "counted by stream"],
+                [
+                    [
+                        "all answered replies with a count",
+                        *(num(tokens.get(f), f"{k}/reasoning_tokens/{f}", 1) for f in fields),
+                        num(source.get("usage"), f"{k}/reasoning_tokens/from/usage"),
+                        num(source.get("stream"), f"{k}/reasoning_tokens/from/stream"),
+                    ]
+                ],
+                cls="reasoning-tokens",
+            )
+        )
     if rows := token_bins(b):
-        out.append(page.chart(f"reasoning-{key}", charts.histogram(
-            rows, f"{name}: reasoning tokens per reply, by outcome", x_title="reasoning tokens", colors=charts.OUTCOME_COLORS)))
+        out.append(
+            page.chart(
+                f"reasoning-{key}",
+                charts.histogram(
+                    rows, f"{name}: reasoning tokens per reply, by outcome", x_title="reasoning tokens", colors=charts.OUTCOME_COLORS
+                ),
+            )
+        )
     return out
 
 
@@ -278,7 +371,7 @@ def figure(value: Any, key: str) -> str:
     return f'<span class="num" data-key="{esc(key)}" data-value="{esc(json.dumps(value))}">{esc(value)}</span>'
 
 
-def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailBudget, thinking: ThinkingBudget | None = None) -> list[str]:
+def items_section(result: MergeResult, b: BenchmarkMerge, budget: ThumbnailBudget, thinking: ThinkingBudget | None = None) -> list[str]:
     """The items worth reading: lowest mean score, most disagreement between repeats, errors, cut
     off while thinking; each links to its standing records (a reasoning model's thinking folded
     under each answer), one conversation and the images it showed, shown escaped."""
@@ -294,8 +387,12 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailB
             errored.append(p)
     worst = sorted((-m, -p) for m, p in worst)
     spread = sorted((-v, -p) for v, p in spread)
-    groups = [("Lowest mean score", [p for _, p in worst]), ("Most disagreement between repeats", [p for _, p in spread]),
-              ("With errors", errored), ("Cut off while thinking", cut_off_while_thinking(b))]
+    groups = [
+        ("Lowest mean score", [p for _, p in worst]),
+        ("Most disagreement between repeats", [p for _, p in spread]),
+        ("With errors", errored),
+        ("Cut off while thinking", cut_off_while_thinking(b)),
+    ]
     chosen = sorted({p for _, ps in groups for p in ps})
     if not chosen:
         return []
@@ -313,14 +410,27 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailB
             recs = records[p]
             first = recs[0][0]
             s = [r.score for r, _ in recs if r.status == "ok" and r.score is not None]
-            rows.append([f'<a href="#i-{key}-{p}">{esc(first.problem_id)}</a>', *([esc(first.cluster or "")] if categories else []),
-                         num(sum(s) / len(s) if s else None, f"{name}/item/{p}/mean"), esc(f"{len(s)}/{b.cells.repeats}"),
-                         f'<td class="text-cell">{esc(first.reference)}</td>',
-                         *([f'<td class="text-cell answer">{esc(" | ".join(_answer(r) for r, _ in recs))}</td>',
-                            f'<td class="text-cell judge-verdict">{esc(" | ".join(_verdict(r) for r, _ in recs))}</td>'] if judged
-                           else [f'<td class="text-cell">{esc(" | ".join(_extracted(r) for r, _ in recs))}</td>'])])
-        out.append(f"<h4>{esc(title)}</h4>" + table(["problem", *(["category"] if categories else []), "mean score", "valid", "reference",
-                                                     *answers], rows, cls="items"))
+            rows.append(
+                [
+                    f'<a href="#i-{key}-{p}">{esc(first.problem_id)}</a>',
+                    *([esc(first.cluster or "")] if categories else []),
+                    num(sum(s) / len(s) if s else None, f"{name}/item/{p}/mean"),
+                    esc(f"{len(s)}/{b.cells.repeats}"),
+                    f'<td class="text-cell">{esc(first.reference)}</td>',
+                    *(
+                        [
+                            f'<td class="text-cell answer">{esc(" | ".join(_answer(r) for r, _ in recs))}</td>',
+                            f'<td class="text-cell judge-verdict">{esc(" | ".join(_verdict(r) for r, _ in recs))}</td>',
+                        ]
+                        if judged
+                        else [f'<td class="text-cell">{esc(" | ".join(_extracted(r) for r, _ in recs))}</td>']
+                    ),
+                ]
+            )
+        out.append(
+            f"<h4>{esc(title)}</h4>"
+            + table(["problem", *(["category"] if categories else []), "mean score", "valid", "reference", *answers], rows, cls="items")
+        )
     images = {p: item_images(records[p]) for p in chosen}
     digests = {info.sha256 for shown in images.values() for info in shown[:THUMBS_PER_ITEM]}
     thumbs = ReportView(result).thumbnails(name, digests) if digests else {}
@@ -329,7 +439,7 @@ def items_section(result: "MergeResult", b: "BenchmarkMerge", budget: ThumbnailB
     return out
 
 
-def cut_off_while_thinking(b: "BenchmarkMerge") -> list[int]:
+def cut_off_while_thinking(b: BenchmarkMerge) -> list[int]:
     """The first ITEMS problems with a repeat whose standing answer was cut off while thinking."""
     problems = sorted({cell // b.cells.repeats for cell in b.cells.reasoning.cut_cells})
     return problems[:ITEMS]
@@ -384,7 +494,9 @@ def _variance(s: list[float]) -> float:
     return sum((x - m) ** 2 for x in s) / len(s)
 
 
-def read_items(result: "MergeResult", b: "BenchmarkMerge", problems: list[int]) -> dict[int, list[tuple[ResultRecord, TrajectoryRecord | None]]]:
+def read_items(
+    result: MergeResult, b: BenchmarkMerge, problems: list[int]
+) -> dict[int, list[tuple[ResultRecord, TrajectoryRecord | None]]]:
     """The standing records (and their trajectories) of `problems`, read back from the shards."""
     return ReportView(result).standing_records(b, problems)
 
@@ -405,8 +517,12 @@ def gallery(images: list[ImageInfo], thumbs: dict[str, ImageThumbnail], budget: 
     if not images:
         return ""
     more = len(images) - THUMBS_PER_ITEM
-    return ('<div class="thumbs">' + "".join(thumb_figure(info, thumbs.get(info.sha256), budget) for info in images[:THUMBS_PER_ITEM])
-            + (f'<span class="muted thumbs-more">+{more} more</span>' if more > 0 else "") + "</div>")
+    return (
+        '<div class="thumbs">'
+        + "".join(thumb_figure(info, thumbs.get(info.sha256), budget) for info in images[:THUMBS_PER_ITEM])
+        + (f'<span class="muted thumbs-more">+{more} more</span>' if more > 0 else "")
+        + "</div>"
+    )
 
 
 def thumb_figure(info: ImageInfo, thumb: ImageThumbnail | None, budget: ThumbnailBudget) -> str:
@@ -426,8 +542,10 @@ def thumb_figure(info: ImageInfo, thumb: ImageThumbnail | None, budget: Thumbnai
         w, h = thumb.thumb_width, thumb.thumb_height
         size = f' width="{w}" height="{h}"' if 0 < w <= THUMB_SIDE and 0 < h <= THUMB_SIDE else ""
         drawn = f'<img src="{esc(src)}"{size} alt="{esc(_cut(name, NAME_LIMIT))}">'
-    return (f'<figure class="thumb" title="{esc(title)}">{drawn}<figcaption><span class="thumb-name">{esc(_cut(name, NAME_LIMIT))}'
-            f'</span><br><span class="muted">{esc(facts)}</span></figcaption></figure>')
+    return (
+        f'<figure class="thumb" title="{esc(title)}">{drawn}<figcaption><span class="thumb-name">{esc(_cut(name, NAME_LIMIT))}'
+        f'</span><br><span class="muted">{esc(facts)}</span></figcaption></figure>'
+    )
 
 
 def thumbnail_src(thumb: ImageThumbnail | None) -> str | None:
@@ -446,19 +564,32 @@ def _size(n: int) -> str:
     return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MiB"
 
 
-def item_detail(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecord | None]], images: str = "",
-                thinking: ThinkingBudget | None = None) -> str:
+def item_detail(
+    key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecord | None]], images: str = "", thinking: ThinkingBudget | None = None
+) -> str:
     """One problem's standing records, the images it showed (`images`, already drawn), each
     answer with its thinking folded under it (a reasoning model's), and the conversation of its
     first record that is not right."""
     first = recs[0][0]
     judged = any(judged_record(r) for r, _ in recs)
-    said = (lambda r: [f'<td class="text-cell answer">{esc(_answer(r))}</td>', f'<td class="text-cell judge-verdict">{esc(_verdict(r))}</td>']) \
-        if judged else (lambda r: [f'<td class="text-cell">{esc(r.extracted)}</td>'])
+    said = (
+        (lambda r: [f'<td class="text-cell answer">{esc(_answer(r))}</td>', f'<td class="text-cell judge-verdict">{esc(_verdict(r))}</td>'])
+        if judged
+        else (lambda r: [f'<td class="text-cell">{esc(r.extracted)}</td>'])
+    )
     outcomes = any(r.outcome is not msgspec.UNSET for r, _ in recs)
-    rows = [[num(r.repeat, f"item/{p}/repeat"), esc(r.status), num(r.score, f"item/{p}/{r.repeat}/score"),
-             *said(r), *([outcome_cell(r)] if outcomes else []), esc(r.error_kind or ""), f'<td class="text-cell">{esc(r.error or "")}</td>']
-            for r, _ in recs]
+    rows = [
+        [
+            num(r.repeat, f"item/{p}/repeat"),
+            esc(r.status),
+            num(r.score, f"item/{p}/{r.repeat}/score"),
+            *said(r),
+            *([outcome_cell(r)] if outcomes else []),
+            esc(r.error_kind or ""),
+            f'<td class="text-cell">{esc(r.error or "")}</td>',
+        ]
+        for r, _ in recs
+    ]
     shown = next(((r, t) for r, t in recs if t is not None and r.score != 1.0), next(((r, t) for r, t in recs if t is not None), None))
     where = f"merged/{first.benchmark}/{TRAJECTORIES_FILE}"
     conversation = ""
@@ -466,23 +597,41 @@ def item_detail(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecor
         r, t = shown
         assert t is not None
         last = max((i for i, m in enumerate(t.messages) if m.role == "assistant"), default=-1)
-        conversation = f"<p class=\"muted\">repeat {r.repeat}:</p>" + "".join(
+        conversation = f'<p class="muted">repeat {r.repeat}:</p>' + "".join(
             f'<div class="role">{esc(m.role)}</div><div class="text">{_clip(m.content, where)}</div>'
-            if i != last or r.reasoning is msgspec.UNSET or r.status != "ok" else  # its answer: the thinking is folded above, not twice
-            f'<div class="role">{esc(m.role)} <span class="muted">(the answer; its thinking is folded under repeat {r.repeat} above)'
-            f'</span></div>{_said(r, _clip(r.scored_text(), where))}'
-            for i, m in enumerate(t.messages))
+            if i != last or r.reasoning is msgspec.UNSET or r.status != "ok"
+            # its answer: the thinking is folded above, not twice
+            else f'<div class="role">{esc(m.role)} <span class="muted">(the answer; its thinking is folded under repeat {r.repeat} above)'
+            f"</span></div>{_said(r, _clip(r.scored_text(), where))}"
+            for i, m in enumerate(t.messages)
+        )
         if r.status == "ok" and r.response and not any(m.role == "assistant" for m in t.messages):
             conversation += f'<div class="role">reply</div><div class="text">{_clip(r.scored_text(), where)}</div>'
     thoughts = replies(key, p, recs, thinking if thinking is not None else ThinkingBudget(), where)
     cut = any(r.outcome == "truncated_reasoning" for r, _ in recs)
-    return (f'<details class="item" id="i-{key}-{p}"><summary>{esc(first.problem_id)} <span class="muted">(problem {p}'
-            f'{", " + esc(first.cluster) if first.cluster else ""})</span>'
-            + (f' <span class="badge warn truncated-reasoning">{esc(TRUNCATED_REASONING)}</span>' if cut else "") + "</summary>" + images +
-            f"<p>reference: <span class=\"text-inline\">{esc(first.reference)}</span></p>"
-            + table(["repeat", "status", "score", *(["answer", "judge's verdict"] if judged else ["extracted"]), *(["outcome"] if outcomes else []),
-                     "error kind", "error"], rows)
-            + thoughts + conversation + "</details>")
+    return (
+        f'<details class="item" id="i-{key}-{p}"><summary>{esc(first.problem_id)} <span class="muted">(problem {p}'
+        f"{', ' + esc(first.cluster) if first.cluster else ''})</span>"
+        + (f' <span class="badge warn truncated-reasoning">{esc(TRUNCATED_REASONING)}</span>' if cut else "")
+        + "</summary>"
+        + images
+        + f'<p>reference: <span class="text-inline">{esc(first.reference)}</span></p>'
+        + table(
+            [
+                "repeat",
+                "status",
+                "score",
+                *(["answer", "judge's verdict"] if judged else ["extracted"]),
+                *(["outcome"] if outcomes else []),
+                "error kind",
+                "error",
+            ],
+            rows,
+        )
+        + thoughts
+        + conversation
+        + "</details>"
+    )
 
 
 def _said(r: ResultRecord, shown: str) -> str:
@@ -512,9 +661,14 @@ def replies(key: str, p: int, recs: list[tuple[ResultRecord, TrajectoryRecord | 
         answer = r.scored_text()
         cut = r.outcome == "truncated_reasoning"
         said = _said(r, esc(_cut(answer, TEXT_LIMIT)))
-        out.append(f'<div class="reply" data-repeat="{r.repeat}"><div class="role">repeat {r.repeat}: answer'
-                   + (f' <span class="badge warn truncated-reasoning">{esc(TRUNCATED_REASONING)}</span>' if cut else "") + "</div>"
-                   + said + thinking_fold(key, p, r, left, budget, where) + "</div>")
+        out.append(
+            f'<div class="reply" data-repeat="{r.repeat}"><div class="role">repeat {r.repeat}: answer'
+            + (f' <span class="badge warn truncated-reasoning">{esc(TRUNCATED_REASONING)}</span>' if cut else "")
+            + "</div>"
+            + said
+            + thinking_fold(key, p, r, left, budget, where)
+            + "</div>"
+        )
         if r.reasoning is not msgspec.UNSET:
             left -= min(len(r.reasoning), THINKING_LIMIT, left)
     return f'<div class="replies">{"".join(out)}</div>' if out else ""
@@ -526,9 +680,14 @@ TOKENS_FROM = {"usage": "usage", "stream": "counted by stream"}  # who counted a
 def thinking_fold(key: str, p: int, r: ResultRecord, left: int, budget: ThinkingBudget, where: str) -> str:
     """One reply's thinking, folded: its size in the summary, its text (cut) inside, as text."""
     source = TOKENS_FROM.get(r.reasoning_tokens_from) if r.reasoning_tokens_from is not msgspec.UNSET else None
-    tokens = "" if r.reasoning_tokens is msgspec.UNSET else (
-        f'<span class="num" data-key="item/{p}/{r.repeat}/reasoning_tokens" data-value="{r.reasoning_tokens}">{r.reasoning_tokens}</span>'
-        f' tokens{f" ({source})" if source else ""}, ')
+    tokens = (
+        ""
+        if r.reasoning_tokens is msgspec.UNSET
+        else (
+            f'<span class="num" data-key="item/{p}/{r.repeat}/reasoning_tokens" data-value="{r.reasoning_tokens}">{r.reasoning_tokens}</span>'
+            f" tokens{f' ({source})' if source else ''}, "
+        )
+    )
     if r.reasoning is msgspec.UNSET:
         return f'<p class="muted thinking-none">thinking: {tokens}its text not kept</p>'
     text = r.reasoning
@@ -540,24 +699,33 @@ def thinking_fold(key: str, p: int, r: ResultRecord, left: int, budget: Thinking
     elif len(text) <= limit:
         body = _embed(esc(text), text, budget, whole)
     else:
-        head, tail = text[: limit - limit // 2], text[len(text) - limit // 2:]
-        body = _embed(esc(head) + f'<span class="muted thinking-cut">\n… {len(text) - len(head) - len(tail):,} of its {len(text):,} '
-                      f'characters left out here; {esc(whole)} …\n</span>' + esc(tail), head + tail, budget, whole)
-    return (f'<details class="thinking" id="t-{key}-{p}-{r.repeat}"><summary>thinking: {tokens}{size}</summary>{body}</details>')
+        head, tail = text[: limit - limit // 2], text[len(text) - limit // 2 :]
+        body = _embed(
+            esc(head) + f'<span class="muted thinking-cut">\n… {len(text) - len(head) - len(tail):,} of its {len(text):,} '
+            f"characters left out here; {esc(whole)} …\n</span>" + esc(tail),
+            head + tail,
+            budget,
+            whole,
+        )
+    return f'<details class="thinking" id="t-{key}-{p}-{r.repeat}"><summary>thinking: {tokens}{size}</summary>{body}</details>'
 
 
 def _embed(shown: str, raw: str, budget: ThinkingBudget, whole: str) -> str:
     if not budget.take(len(raw.encode("utf-8", "surrogatepass"))):
-        return (f'<p class="muted thinking-left-out">not embedded: the page holds its {PAGE_THINKING_BYTES // 1024} KiB of thinking; '
-                f"{esc(whole)}</p>")
+        return (
+            f'<p class="muted thinking-left-out">not embedded: the page holds its {PAGE_THINKING_BYTES // 1024} KiB of thinking; '
+            f"{esc(whole)}</p>"
+        )
     return f'<div class="text thinking-text">{shown}</div>'
-
 
 
 def provenance_table(view: ReportView) -> str:
     rows = []
     for name, values in view.provenance():
-        shown = "; ".join(f"{v} ({', '.join(paths[:3])}{' …' if len(paths) > 3 else ''})" for v, paths in values.items()) \
-            if len(values) > 1 else next(iter(values))
+        shown = (
+            "; ".join(f"{v} ({', '.join(paths[:3])}{' …' if len(paths) > 3 else ''})" for v, paths in values.items())
+            if len(values) > 1
+            else next(iter(values))
+        )
         rows.append([esc(name), f'<td class="{"warn" if len(values) > 1 and name != "host" else ""}">{esc(shown)}</td>'])
     return table(["fact", "value"], rows, cls="provenance")

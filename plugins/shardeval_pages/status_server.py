@@ -25,7 +25,8 @@ import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import msgspec
 from aiohttp import web
@@ -40,9 +41,14 @@ STYLE = asset("status.css")
 # The live page's script (assets/status.js), strict, with the pages' one rounding rule.
 SCRIPT = '\n"use strict";\n' + FOUR_DECIMALS + asset("status.js")
 
-PAGE = document("shardeval status", '<header><h1>shardeval status</h1><bdi id="root"></bdi><span id="updated">loading…</span>'
-                '</header>\n<p id="error" hidden></p><main id="view"></main>',
-                style=STYLE, scripts=(SCRIPT,), head='<link rel="icon" href="data:,">\n').encode()
+PAGE = document(
+    "shardeval status",
+    '<header><h1>shardeval status</h1><bdi id="root"></bdi><span id="updated">loading…</span>'
+    '</header>\n<p id="error" hidden></p><main id="view"></main>',
+    style=STYLE,
+    scripts=(SCRIPT,),
+    head='<link rel="icon" href="data:,">\n',
+).encode()
 
 
 def _sha256(source: str) -> str:
@@ -51,7 +57,7 @@ def _sha256(source: str) -> str:
 
 HEADERS = {
     "Content-Security-Policy": f"default-src 'none'; script-src {_sha256(SCRIPT)}; style-src {_sha256(STYLE)}; "
-                               "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
@@ -73,9 +79,17 @@ class Snapshots:
         """The JSON document: {root, interval_s, confidence, updated_at, compute_s, error, run | sweep |
         waiting (nothing written yet, while plugins report), extra}."""
         t0 = time.perf_counter()
-        doc: dict[str, Any] = {"root": self.root, "interval_s": self.interval, "confidence": self._status.confidence,
-                               "updated_at": time.time(), "error": None,
-                               "run": None, "sweep": None, "waiting": None, "extra": []}
+        doc: dict[str, Any] = {
+            "root": self.root,
+            "interval_s": self.interval,
+            "confidence": self._status.confidence,
+            "updated_at": time.time(),
+            "error": None,
+            "run": None,
+            "sweep": None,
+            "waiting": None,
+            "extra": [],
+        }
         try:
             self._status.fill(doc)
         except UsageError as exc:  # no shard yet, or not a run: said on the page, asked again next time
@@ -168,9 +182,12 @@ def host_guard(host: str) -> Any:
                 pass
         if not ok:
             shown = request.headers.get("Host")
-            return web.Response(status=421, text=f"shardeval status: refused: Host {shown!r} is not a name of this server "
-                                                 "(a guard against DNS rebinding); open the URL `status --serve` printed\n",
-                                headers=HEADERS)
+            return web.Response(
+                status=421,
+                text=f"shardeval status: refused: Host {shown!r} is not a name of this server "
+                "(a guard against DNS rebinding); open the URL `status --serve` printed\n",
+                headers=HEADERS,
+            )
         return await handler(request)
 
     return guard
@@ -186,7 +203,11 @@ class _OneLineBadRequests(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, HttpProcessingError):
             record.msg, record.args, record.exc_info, record.exc_text = (
-                "shardeval status: answered a malformed request with %s: %s", (exc.code, " ".join(str(exc.message).split())), None, None)
+                "shardeval status: answered a malformed request with %s: %s",
+                (exc.code, " ".join(str(exc.message).split())),
+                None,
+                None,
+            )
             record.levelno, record.levelname = logging.INFO, "INFO"
         return True
 
@@ -220,8 +241,11 @@ async def serve(root: str, host: str, port: int, interval: float, announce: Call
 
         await runner.cleanup()
         why = exc.strerror or str(exc) or type(exc).__name__
-        fix = ("pick another port (--port 0 takes a free one)" if exc.errno in (errno.EADDRINUSE, errno.EACCES)
-               else "give --host an address of this machine (127.0.0.1, 0.0.0.0 for every interface, or one of its own)")
+        fix = (
+            "pick another port (--port 0 takes a free one)"
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES)
+            else "give --host an address of this machine (127.0.0.1, 0.0.0.0 for every interface, or one of its own)"
+        )
         raise UsageError(f"--host {host} --port {port}: cannot listen: {why}; {fix}") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -244,6 +268,9 @@ async def serve(root: str, host: str, port: int, interval: float, announce: Call
 def run_server(root: str, host: str, port: int, interval: float) -> None:
     """Serve the page; a directory that does not exist yet (the run is being launched) is waited for."""
     if not os.path.isdir(root):
-        print(f"shardeval status: warning: {root} does not exist yet; the page shows the run once a shard writes there",
-              file=sys.stderr, flush=True)
+        print(
+            f"shardeval status: warning: {root} does not exist yet; the page shows the run once a shard writes there",
+            file=sys.stderr,
+            flush=True,
+        )
     asyncio.run(serve(root, host, port, interval, lambda line: print(line, flush=True)))

@@ -27,21 +27,24 @@ if TYPE_CHECKING:
     from shardeval.api.pages import SweepMerge
 
 PARTIAL_CELL = "‡ not every (problem, repeat) pair has an ok record: the value covers the ok ones (ok/expected)."
-PARTIAL_PAIR = ("† compared only on the cells both models answered; the cells left out are counted in sweep.json "
-                "(n_only_baseline, n_only_other).")
+PARTIAL_PAIR = (
+    "† compared only on the cells both models answered; the cells left out are counted in sweep.json (n_only_baseline, n_only_other)."
+)
 
 
-def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, str]) -> bytes:
+def render_sweep_html(sweep: SweepMerge, confidence: float, links: dict[str, str]) -> bytes:
     """The page; `links`: each model's report.html relative to the page. Raises
     vendor.BundleMissing without the charts' JavaScript."""
     doc, plan = sweep.document, sweep.plan
     benches = list(dict.fromkeys(c["benchmark"] for c in doc["cells"]))
     verdict, why = sweep.verdict, sweep.verdict_line().removeprefix(sweep.verdict)
     page = Page(f"shardeval sweep: {os.path.basename(os.path.normpath(sweep.root))}")
-    page.add(f"<h1>shardeval sweep: {esc(sweep.root)}</h1>",
-             f"<p>{len(plan.services)} models × {len(benches)} benchmarks, baseline <b>{esc(plan.baseline)}</b>, "
-             f"{percent(confidence)} intervals; errors {'scored as wrong' if doc['errors_as_wrong'] else 'excluded from scores'}. "
-             f'<span class="verdict {"complete" if sweep.complete else "partial"}" id="verdict">{verdict}</span>{esc(why)}</p>')
+    page.add(
+        f"<h1>shardeval sweep: {esc(sweep.root)}</h1>",
+        f"<p>{len(plan.services)} models × {len(benches)} benchmarks, baseline <b>{esc(plan.baseline)}</b>, "
+        f"{percent(confidence)} intervals; errors {'scored as wrong' if doc['errors_as_wrong'] else 'excluded from scores'}. "
+        f'<span class="verdict {"complete" if sweep.complete else "partial"}" id="verdict">{verdict}</span>{esc(why)}</p>',
+    )
     notes = [f"{m['service']}: {m['why']}" + (f" ({m['benchmark']})" if "benchmark" in m else "") for m in doc["missing"]]
     notes += not_compared_notes(doc)
     notes += [note] if (note := doc.get("vs_baseline_note")) else []
@@ -51,8 +54,10 @@ def render_sweep_html(sweep: "SweepMerge", confidence: float, links: dict[str, s
     cell_datasets(page, doc)
     for metric in dict.fromkeys(c["metric"] for c in doc["cells"]):
         if metric == "pass@1" and same_as_accuracy(doc["cells"]):
-            page.add(f'<h2 id="m-{slug(metric)}">pass@1</h2><p class="muted pass1">{esc(PASS1_IS_ACCURACY)} in every cell; '
-                     "sweep.json holds both.</p>")
+            page.add(
+                f'<h2 id="m-{slug(metric)}">pass@1</h2><p class="muted pass1">{esc(PASS1_IS_ACCURACY)} in every cell; '
+                "sweep.json holds both.</p>"
+            )
             continue
         page.add(*metric_section(page, doc, plan.services, metric, benches, confidence))
     page.add(*reasoning_section(page, sweep, plan.services, benches))
@@ -65,18 +70,21 @@ def same_as_accuracy(cells: list[dict[str, Any]]) -> bool:
     page would show the same grid twice."""
     accuracy = {(c["service"], c["benchmark"]): c for c in cells if c["metric"] == "accuracy"}
     pass1 = [c for c in cells if c["metric"] == "pass@1"]
-    return bool(pass1) and all(pass1_is_accuracy({"accuracy": accuracy.get((c["service"], c["benchmark"])), "pass@1": c})
-                               for c in pass1)
+    return bool(pass1) and all(pass1_is_accuracy({"accuracy": accuracy.get((c["service"], c["benchmark"])), "pass@1": c}) for c in pass1)
 
 
-def models_table(sweep: "SweepMerge", links: dict[str, str]) -> str:
+def models_table(sweep: SweepMerge, links: dict[str, str]) -> str:
     rows = []
     for m in sweep.models:
         state = m.note if m.result is None else m.result.verdict.lower()
         href = links.get(m.service) if m.service is not None else None  # a sweep's models all have one
-        rows.append([esc(m.service) + (" <span class=\"muted\">(baseline)</span>" if m.service == sweep.plan.baseline else ""),
-                     f'<td class="{"complete" if state == "complete" else "partial"} state">{esc(state)}</td>',
-                     f'<a class="report" href="{esc(quote(href))}">{esc(href)}</a>' if href else '<span class="muted">—</span>'])
+        rows.append(
+            [
+                esc(m.service) + (' <span class="muted">(baseline)</span>' if m.service == sweep.plan.baseline else ""),
+                f'<td class="{"complete" if state == "complete" else "partial"} state">{esc(state)}</td>',
+                f'<a class="report" href="{esc(quote(href))}">{esc(href)}</a>' if href else '<span class="muted">—</span>',
+            ]
+        )
     models = table(["model", "state", "its report"], rows, cls="models")
     if len(rows) <= MODELS_OPEN:
         return models
@@ -86,8 +94,21 @@ def models_table(sweep: "SweepMerge", links: dict[str, str]) -> str:
 
 
 CELL_FIELDS = ["metric", "benchmark", "service", "value", "ci_low", "ci_high", "ci_method", "n_ok", "ok_shown", "complete", "n"]
-VS_FIELDS = ["service", "benchmark", "metric", "diff", "ci_low", "ci_high", "ci_method", "p_value", "p_holm", "test", "n", "note",
-             "complete"]
+VS_FIELDS = [
+    "service",
+    "benchmark",
+    "metric",
+    "diff",
+    "ci_low",
+    "ci_high",
+    "ci_method",
+    "p_value",
+    "p_holm",
+    "test",
+    "n",
+    "note",
+    "complete",
+]
 GRID_PAGE, VS_PAGE = 25, 50  # rows a paged table shows at once: a page, not thousands of rows
 MODELS_OPEN = 25  # a longer list of models is folded: the charts come first
 NUM, TEXT = "num", "text"
@@ -96,15 +117,49 @@ NUM, TEXT = "num", "text"
 def cell_datasets(page: Page, doc: dict[str, Any]) -> None:
     """sweep.json's cells and differences as the page's two datasets, read by every chart and
     table of the page (embedded once)."""
-    page.dataset("cells", CELL_FIELDS, [
-        [c["metric"], c["benchmark"], c["service"], c["value"], c["ci_low"], c["ci_high"], c.get("ci_method"), c["n_ok"],
-         f'{c["n_ok"]}/{c["n_expected"]}' + ("" if c["complete"] else " ‡") + (" ≠" if c.get("differs_from_baseline") else ""),
-         c["complete"], c["n"]] for c in doc["cells"]])
-    page.dataset("vs", VS_FIELDS, [
-        [r["service"], r["benchmark"], r["metric"], r["diff"], r["ci_low"], r["ci_high"], r.get("ci_method"), r["p_value"], r["p_holm"],
-         r.get("test"), r["n"],
-         r.get("reason") or ("" if r["complete"] else f"† {r['n_only_baseline']} baseline and {r['n_only_other']} model cells unpaired"),
-         r["complete"]] for r in doc["vs_baseline"]])
+    page.dataset(
+        "cells",
+        CELL_FIELDS,
+        [
+            [
+                c["metric"],
+                c["benchmark"],
+                c["service"],
+                c["value"],
+                c["ci_low"],
+                c["ci_high"],
+                c.get("ci_method"),
+                c["n_ok"],
+                f"{c['n_ok']}/{c['n_expected']}" + ("" if c["complete"] else " ‡") + (" ≠" if c.get("differs_from_baseline") else ""),
+                c["complete"],
+                c["n"],
+            ]
+            for c in doc["cells"]
+        ],
+    )
+    page.dataset(
+        "vs",
+        VS_FIELDS,
+        [
+            [
+                r["service"],
+                r["benchmark"],
+                r["metric"],
+                r["diff"],
+                r["ci_low"],
+                r["ci_high"],
+                r.get("ci_method"),
+                r["p_value"],
+                r["p_holm"],
+                r.get("test"),
+                r["n"],
+                r.get("reason")
+                or ("" if r["complete"] else f"† {r['n_only_baseline']} baseline and {r['n_only_other']} model cells unpaired"),
+                r["complete"],
+            ]
+            for r in doc["vs_baseline"]
+        ],
+    )
 
 
 def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric: str, benches: list[str], confidence: float) -> list[str]:
@@ -115,17 +170,49 @@ def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric:
     level = f"{percent(confidence)}"
     for b in benches:
         if any(finite(c["value"]) for c in cells if c["benchmark"] == b):
-            out.append(page.chart(f"grid-{slug(metric)}-{slug(b)}", charts.across_models(
-                "cells", {"metric": metric, "benchmark": b}, f"{b}: {metric} of every model, {level} intervals",
-                order=services, value="value", y_title=metric)))
-    head = ('<tr><th rowspan="2">model</th>' + "".join(f'<th colspan="5">{esc(b)}</th>' for b in benches) + "</tr><tr>"
-            + f"<th>value</th><th>{level} low</th><th>{level} high</th><th>method</th><th>ok/expected</th>" * len(benches) + "</tr>")
-    out.append(page.paged_table(f"grid-table-{slug(metric)}", head, {
-        "data": "cells", "where": {"metric": metric}, "key": metric, "page": GRID_PAGE,
-        "rows": {"field": "service", "order": services}, "cols": {"field": "benchmark", "order": benches},
-        "cells": [{"field": "value", "kind": NUM}, {"field": "ci_low", "kind": NUM}, {"field": "ci_high", "kind": NUM},
-                  {"field": "ci_method", "kind": TEXT, "cls": "method"},
-                  {"field": "n_ok", "kind": "int", "shown": "ok_shown", "partial": "complete"}]}, cls="grid", search="filter models"))
+            out.append(
+                page.chart(
+                    f"grid-{slug(metric)}-{slug(b)}",
+                    charts.across_models(
+                        "cells",
+                        {"metric": metric, "benchmark": b},
+                        f"{b}: {metric} of every model, {level} intervals",
+                        order=services,
+                        value="value",
+                        y_title=metric,
+                    ),
+                )
+            )
+    head = (
+        '<tr><th rowspan="2">model</th>'
+        + "".join(f'<th colspan="5">{esc(b)}</th>' for b in benches)
+        + "</tr><tr>"
+        + f"<th>value</th><th>{level} low</th><th>{level} high</th><th>method</th><th>ok/expected</th>" * len(benches)
+        + "</tr>"
+    )
+    out.append(
+        page.paged_table(
+            f"grid-table-{slug(metric)}",
+            head,
+            {
+                "data": "cells",
+                "where": {"metric": metric},
+                "key": metric,
+                "page": GRID_PAGE,
+                "rows": {"field": "service", "order": services},
+                "cols": {"field": "benchmark", "order": benches},
+                "cells": [
+                    {"field": "value", "kind": NUM},
+                    {"field": "ci_low", "kind": NUM},
+                    {"field": "ci_high", "kind": NUM},
+                    {"field": "ci_method", "kind": TEXT, "cls": "method"},
+                    {"field": "n_ok", "kind": "int", "shown": "ok_shown", "partial": "complete"},
+                ],
+            },
+            cls="grid",
+            search="filter models",
+        )
+    )
     if any(not c["complete"] for c in cells):
         out.append(f'<p class="muted">{esc(PARTIAL_CELL)}</p>')
     if any(c.get("differs_from_baseline") for c in cells):
@@ -133,11 +220,24 @@ def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric:
     return out
 
 
-REASONING_FIELDS = ["service", "benchmark", "truncated_reasoning", "n_answered", "rate", "shown", "truncated", "with_reasoning",
-                    "mean", "mean_shown", "p50", "p50_shown", "n"]
+REASONING_FIELDS = [
+    "service",
+    "benchmark",
+    "truncated_reasoning",
+    "n_answered",
+    "rate",
+    "shown",
+    "truncated",
+    "with_reasoning",
+    "mean",
+    "mean_shown",
+    "p50",
+    "p50_shown",
+    "n",
+]
 
 
-def reasoning_section(page: Page, sweep: "SweepMerge", services: list[str], benches: list[str]) -> list[str]:
+def reasoning_section(page: Page, sweep: SweepMerge, services: list[str], benches: list[str]) -> list[str]:
     """A reasoning model's checkpoints: per benchmark, the share of answers cut off while thinking
     and the reasoning tokens per reply (mean and median) of every model in the sweep's order, then
     the counts as a paged table. Nothing when no (model, benchmark) has thinking or cut-off replies."""
@@ -148,29 +248,83 @@ def reasoning_section(page: Page, sweep: "SweepMerge", services: list[str], benc
     for (service, bench), s in found.items():
         tokens = s.get("reasoning_tokens") or {}
         share = rate(s)
-        rows.append([service, bench, s["truncated_reasoning"], s["n_answered"], share,
-                     f'{s["truncated_reasoning"]} of {s["n_answered"]}' + (f" ({percent(share, 1, ' ')})" if share is not None else ""),
-                     s["truncated"], s["with_reasoning"], tokens.get("mean"), _tokens(tokens.get("mean")), tokens.get("p50"),
-                     _tokens(tokens.get("p50")), s["n_answered"]])
+        rows.append(
+            [
+                service,
+                bench,
+                s["truncated_reasoning"],
+                s["n_answered"],
+                share,
+                f"{s['truncated_reasoning']} of {s['n_answered']}" + (f" ({percent(share, 1, ' ')})" if share is not None else ""),
+                s["truncated"],
+                s["with_reasoning"],
+                tokens.get("mean"),
+                _tokens(tokens.get("mean")),
+                tokens.get("p50"),
+                _tokens(tokens.get("p50")),
+                s["n_answered"],
+            ]
+        )
     page.dataset("reasoning", REASONING_FIELDS, rows)
     out = ['<h2 id="reasoning">reasoning: answers cut off while thinking, and reasoning tokens per reply</h2>']
     shown = [b for b in benches if any((m, b) in found for m in services)]
     for b in shown:
-        out.append(page.chart(f"reasoning-rate-{slug(b)}", charts.across_models(
-            "reasoning", {"benchmark": b}, f"{b}: share of answers {TRUNCATED_REASONING} (of every ok answer)", order=services,
-            value="rate", y_title=f"share {TRUNCATED_REASONING}", share=True)))
+        out.append(
+            page.chart(
+                f"reasoning-rate-{slug(b)}",
+                charts.across_models(
+                    "reasoning",
+                    {"benchmark": b},
+                    f"{b}: share of answers {TRUNCATED_REASONING} (of every ok answer)",
+                    order=services,
+                    value="rate",
+                    y_title=f"share {TRUNCATED_REASONING}",
+                    share=True,
+                ),
+            )
+        )
         if any((found.get((m, b)) or {}).get("reasoning_tokens") for m in services):
-            out.append(page.chart(f"reasoning-tokens-{slug(b)}", charts.series_across_models(
-                "reasoning", {"benchmark": b}, f"{b}: reasoning tokens per reply, mean and median", order=services,
-                values=["mean", "p50"], y_title="reasoning tokens")))
-    head = ('<tr><th rowspan="2">model</th>' + "".join(f'<th colspan="4">{esc(b)}</th>' for b in shown) + "</tr><tr>"
-            + f"<th>{esc(TRUNCATED_REASONING)}</th><th>{esc(TRUNCATED)}</th><th>tokens mean</th><th>tokens p50</th>" * len(shown) + "</tr>")
-    out.append(page.paged_table("reasoning-table", head, {
-        "data": "reasoning", "key": "reasoning", "page": GRID_PAGE,
-        "rows": {"field": "service", "order": services}, "cols": {"field": "benchmark", "order": shown},
-        "cells": [{"field": "truncated_reasoning", "kind": "int", "shown": "shown"}, {"field": "truncated", "kind": "int"},
-                  {"field": "mean", "kind": NUM, "shown": "mean_shown"}, {"field": "p50", "kind": NUM, "shown": "p50_shown"}]},
-        cls="reasoning", search="filter models"))
+            out.append(
+                page.chart(
+                    f"reasoning-tokens-{slug(b)}",
+                    charts.series_across_models(
+                        "reasoning",
+                        {"benchmark": b},
+                        f"{b}: reasoning tokens per reply, mean and median",
+                        order=services,
+                        values=["mean", "p50"],
+                        y_title="reasoning tokens",
+                    ),
+                )
+            )
+    head = (
+        '<tr><th rowspan="2">model</th>'
+        + "".join(f'<th colspan="4">{esc(b)}</th>' for b in shown)
+        + "</tr><tr>"
+        + f"<th>{esc(TRUNCATED_REASONING)}</th><th>{esc(TRUNCATED)}</th><th>tokens mean</th><th>tokens p50</th>" * len(shown)
+        + "</tr>"
+    )
+    out.append(
+        page.paged_table(
+            "reasoning-table",
+            head,
+            {
+                "data": "reasoning",
+                "key": "reasoning",
+                "page": GRID_PAGE,
+                "rows": {"field": "service", "order": services},
+                "cols": {"field": "benchmark", "order": shown},
+                "cells": [
+                    {"field": "truncated_reasoning", "kind": "int", "shown": "shown"},
+                    {"field": "truncated", "kind": "int"},
+                    {"field": "mean", "kind": NUM, "shown": "mean_shown"},
+                    {"field": "p50", "kind": NUM, "shown": "p50_shown"},
+                ],
+            },
+            cls="reasoning",
+            search="filter models",
+        )
+    )
     return out
 
 
@@ -184,22 +338,74 @@ def vs_section(page: Page, doc: dict[str, Any], baseline: str, services: list[st
     vs = doc["vs_baseline"]
     if not vs:
         return []
-    out = [f"<h2 id=\"vs-baseline\">vs baseline: model − {esc(baseline)}, paired on the same (problem, repeat) cells</h2>"]
+    out = [f'<h2 id="vs-baseline">vs baseline: model − {esc(baseline)}, paired on the same (problem, repeat) cells</h2>']
     level = f"{percent(confidence)}"
     for b in benches:
         if any(finite(r["diff"]) for r in vs if r["benchmark"] == b):
-            out.append(page.chart(f"vs-{slug(b)}", charts.across_models(
-                "vs", {"benchmark": b}, f"{b}: difference against {baseline} with its {level} interval", order=services,
-                value="diff", y_title=f"model − {baseline}", zero_rule=True)))
-    head = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in ["model", "benchmark", "metric", "difference", f"{level} low", f"{level} high",
-                                                             "method", "p", "p (Holm)", "test", "cells", "note"]) + "</tr>"
-    out.append(page.paged_table("vs-table", head, {
-        "data": "vs", "key": "vs", "keys": ["service", "benchmark"], "page": VS_PAGE, "search": ["service", "benchmark"],
-        "cells": [{"field": "service", "kind": TEXT}, {"field": "benchmark", "kind": TEXT}, {"field": "metric", "kind": TEXT},
-                  {"field": "diff", "kind": NUM}, {"field": "ci_low", "kind": NUM}, {"field": "ci_high", "kind": NUM},
-                  {"field": "ci_method", "kind": TEXT}, {"field": "p_value", "kind": "p"}, {"field": "p_holm", "kind": "p"},
-                  {"field": "test", "kind": TEXT}, {"field": "n", "kind": "int"}, {"field": "note", "kind": TEXT, "partial": "complete"}]},
-        cls="vs", search="filter models or benchmarks"))
+            out.append(
+                page.chart(
+                    f"vs-{slug(b)}",
+                    charts.across_models(
+                        "vs",
+                        {"benchmark": b},
+                        f"{b}: difference against {baseline} with its {level} interval",
+                        order=services,
+                        value="diff",
+                        y_title=f"model − {baseline}",
+                        zero_rule=True,
+                    ),
+                )
+            )
+    head = (
+        "<tr>"
+        + "".join(
+            f"<th>{esc(h)}</th>"
+            for h in [
+                "model",
+                "benchmark",
+                "metric",
+                "difference",
+                f"{level} low",
+                f"{level} high",
+                "method",
+                "p",
+                "p (Holm)",
+                "test",
+                "cells",
+                "note",
+            ]
+        )
+        + "</tr>"
+    )
+    out.append(
+        page.paged_table(
+            "vs-table",
+            head,
+            {
+                "data": "vs",
+                "key": "vs",
+                "keys": ["service", "benchmark"],
+                "page": VS_PAGE,
+                "search": ["service", "benchmark"],
+                "cells": [
+                    {"field": "service", "kind": TEXT},
+                    {"field": "benchmark", "kind": TEXT},
+                    {"field": "metric", "kind": TEXT},
+                    {"field": "diff", "kind": NUM},
+                    {"field": "ci_low", "kind": NUM},
+                    {"field": "ci_high", "kind": NUM},
+                    {"field": "ci_method", "kind": TEXT},
+                    {"field": "p_value", "kind": "p"},
+                    {"field": "p_holm", "kind": "p"},
+                    {"field": "test", "kind": TEXT},
+                    {"field": "n", "kind": "int"},
+                    {"field": "note", "kind": TEXT, "partial": "complete"},
+                ],
+            },
+            cls="vs",
+            search="filter models or benchmarks",
+        )
+    )
     if not all(r["complete"] for r in vs):
         out.append(f'<p class="muted">{esc(PARTIAL_PAIR)}</p>')
     return out

@@ -175,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="Vendor the pages' JavaScript pinned in vega.lock.json.")
     parser.add_argument("command", choices=["fetch"])
-    parser.add_argument("--cache", type=Path, default=None,
-                        help="where tarballs are kept (default ${SHARDEVAL_CI_CACHE:-/var/cache/shardeval-ci}/npm)")
+    parser.add_argument(
+        "--cache", type=Path, default=None, help="where tarballs are kept (default ${SHARDEVAL_CI_CACHE:-/var/cache/shardeval-ci}/npm)"
+    )
     args = parser.parse_args(argv)
     try:
         for line in fetch(cache=args.cache):

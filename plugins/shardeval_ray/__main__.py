@@ -41,9 +41,7 @@ RAY_FLAGS = ("shards", "address", "node_ip_address", "num_cpus", "num_gpus", "ma
 @click.option("--fresh", is_flag=True, help="Start over: move earlier results of every shard aside first.")
 @override_option
 @click.option("--dry-run", is_flag=True, help="Show which Ray and which tasks would run; start nothing.")
-def main(
-    config_path: str | None, overrides: tuple[str, ...], no_merge: bool, fresh: bool, dry_run: bool, **quick: Any
-) -> None:
+def main(config_path: str | None, overrides: tuple[str, ...], no_merge: bool, fresh: bool, dry_run: bool, **quick: Any) -> None:
     """Run every shard of an evaluation as a Ray task, then merge the shard directories."""
     from shardeval.api.orchestrator import load_request, setup_logging
     from shardeval_ray.orchestrator import run_ray

@@ -21,7 +21,8 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
 from shardeval.api.orchestrator import CellOutcome, LaunchRequest, Orchestrator, orchestrate
 from shardeval.api.plugin import UsageError
@@ -173,9 +174,7 @@ def ray_session(cluster: Any) -> Iterator[str]:
     try:
         import ray
     except ImportError:
-        raise UsageError(
-            "cluster.type ray needs Ray on this machine: pip install 'shardeval[ray]' (or scripts/setup/ray.sh)"
-        ) from None
+        raise UsageError("cluster.type ray needs Ray on this machine: pip install 'shardeval[ray]' (or scripts/setup/ray.sh)") from None
     kwargs: dict[str, Any] = {"namespace": "shardeval", "log_to_driver": True, "address": address or "local"}
     kwargs |= ({"_node_ip_address": node_ip} if node_ip else {}) | ({"include_dashboard": False} if start else {})
     began = time.monotonic()
@@ -189,7 +188,8 @@ def ray_session(cluster: Any) -> Iterator[str]:
         if start and loopback and actual_ip and not _is_loopback(actual_ip):
             log.warning(
                 "ray: the local Ray uses %s, not loopback (ray was imported before %s=0 could be set)",
-                actual_ip, LOOPBACK_ENV,
+                actual_ip,
+                LOOPBACK_ENV,
             )
         yield f"{why} on {actual_ip or node_ip or '?'} (up in {time.monotonic() - began:.1f} s)"
     finally:
@@ -208,8 +208,12 @@ def task_options(cluster: Any, cell: Cell) -> dict[str, Any]:
 
 def _resource_options(cluster: Any) -> dict[str, Any]:
     options = {
-        "num_cpus": cluster.num_cpus, "num_gpus": cluster.num_gpus, "max_retries": cluster.max_retries,
-        "resources": dict(cluster.resources), "memory": cluster.memory, "runtime_env": dict(cluster.runtime_env),
+        "num_cpus": cluster.num_cpus,
+        "num_gpus": cluster.num_gpus,
+        "max_retries": cluster.max_retries,
+        "resources": dict(cluster.resources),
+        "memory": cluster.memory,
+        "runtime_env": dict(cluster.runtime_env),
     }
     return {key: value for key, value in options.items() if value is not None and value != {}}
 
@@ -218,8 +222,10 @@ def task_call(request: LaunchRequest, cell: Cell) -> tuple[tuple[Any, ...], dict
     """run_shard's arguments for one cell: its (model's) run config, the run's root (absolute, as
     the workers see it) and, in a sweep, the plan its manifest records."""
     sweep = request.sweep
-    kwargs: dict[str, Any] = {"config": sweep.configs[cell.service] if sweep and cell.service else request.config,
-                              "output_dir": os.path.dirname(os.path.abspath(cell.dir))}
+    kwargs: dict[str, Any] = {
+        "config": sweep.configs[cell.service] if sweep and cell.service else request.config,
+        "output_dir": os.path.dirname(os.path.abspath(cell.dir)),
+    }
     if sweep is not None:
         kwargs["sweep"] = sweep.plan(cell.service)
     return (None, cell.shard, cell.shards), kwargs
@@ -295,7 +301,9 @@ def _print_plan(request: LaunchRequest, cluster: Any, root: str) -> int:
     for cell in request.cells():
         (_, idx, total), kwargs = task_call(request, cell)
         plan = f", sweep=<plan of {cell.service}>" if cell.service else ""
-        print(f"run_shard.remote(None, {idx}, {total}, config=<{cell.service or 'loaded'} config>, "
-              f"output_dir={kwargs['output_dir']!r}{plan}) -> {os.path.abspath(cell.dir)}")
+        print(
+            f"run_shard.remote(None, {idx}, {total}, config=<{cell.service or 'loaded'} config>, "
+            f"output_dir={kwargs['output_dir']!r}{plan}) -> {os.path.abspath(cell.dir)}"
+        )
     print(f"then: merge {root} -> {os.path.join(root, 'merged')}" if cluster.merge else "then: no merge (merge: false)")
     return 0

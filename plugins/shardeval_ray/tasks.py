@@ -20,7 +20,8 @@ import signal
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import ray
 
@@ -79,8 +80,13 @@ def evaluate_shard(
     """
     shard_range(0, shard_idx, total_shards)  # one-line UsageError for a bad idx/total
     quick = {
-        "bench": bench, "model_url": model_url, "model_id": model_id, "api_key_env": api_key_env,
-        "repeats": repeats, "max_problems": max_problems, "max_concurrent": max_concurrent,
+        "bench": bench,
+        "model_url": model_url,
+        "model_id": model_id,
+        "api_key_env": api_key_env,
+        "repeats": repeats,
+        "max_problems": max_problems,
+        "max_concurrent": max_concurrent,
     }
     cfg = _resolve_config(config, list(overrides), quick, output_dir)
     root = output_dir if output_dir is not None else cfg.output.dir
@@ -95,8 +101,17 @@ def evaluate_shard(
     fault = _Fault.from_env()
     with _signals_preserved():  # the cell writes its own logs/shard.log
         try:
-            code = run_cell(cfg, shard_idx, total_shards, out_dir, fresh=fresh, sweep=sweep, source=source,
-                            listeners=[fault] if fault else [], on_start=fault.keep_stop if fault else None)
+            code = run_cell(
+                cfg,
+                shard_idx,
+                total_shards,
+                out_dir,
+                fresh=fresh,
+                sweep=sweep,
+                source=source,
+                listeners=[fault] if fault else [],
+                on_start=fault.keep_stop if fault else None,
+            )
         except UsageError:
             raise  # e.g. a changed config: retrying cannot help, and Ray does not retry it
         except Exception as exc:  # a ShardError says what failed; anything else is named by its type too
@@ -110,12 +125,20 @@ def evaluate_shard(
             f"shard {shard_idx}/{total_shards} {what} ({why}); a retry resumes it from {out_dir}"
         )
     counts = {  # the shard's problems are its manifest's range (shuffled or not, as many)
-        b.name: {"n_ok": b.n_ok, "n_error": b.n_error, "n_expected": (b.range[1] - b.range[0]) * b.repeats}
-        for b in manifest.benchmarks
+        b.name: {"n_ok": b.n_ok, "n_error": b.n_error, "n_expected": (b.range[1] - b.range[0]) * b.repeats} for b in manifest.benchmarks
     }
     return {
-        **({"service": sweep.service} if sweep else {}), "shard": shard_idx, "total": total_shards, "out_dir": out_dir, "state": manifest.state, "reason": manifest.reason,
-        "benchmarks": counts, "records_before": before, "node_ip": node_ip, "node_id": node_id, "pid": os.getpid(),
+        **({"service": sweep.service} if sweep else {}),
+        "shard": shard_idx,
+        "total": total_shards,
+        "out_dir": out_dir,
+        "state": manifest.state,
+        "reason": manifest.reason,
+        "benchmarks": counts,
+        "records_before": before,
+        "node_ip": node_ip,
+        "node_id": node_id,
+        "pid": os.getpid(),
         "elapsed_s": round(time.time() - started, 3),
     }
 

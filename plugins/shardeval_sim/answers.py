@@ -36,7 +36,7 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 AnswerKey = Callable[[str], "str | None"]
 Render = Callable[[str, bool], "str | None"]  # (reference, correct) -> the whole reply, or None
@@ -54,12 +54,14 @@ class Known:
     grade: Grade | None = None
 
 
-def look_up(known: "tuple[Known, ...]", text: str) -> "tuple[str, Known] | None":
+def look_up(known: tuple[Known, ...], text: str) -> tuple[str, Known] | None:
     """(reference, the benchmark that knows it) for `text`, or None."""
     for bench in known:
         if (ref := bench.key(text)) is not None:
             return ref, bench
     return None
+
+
 _TOKEN = re.compile(r"\s*\S+")
 _ECHO_TOKEN = re.compile(r"\s*\S+|\s+")
 
@@ -195,8 +197,9 @@ class Answerer:
     def chooses_right(self, context: str, request_seed: int | None) -> bool:
         """The coin (bias `accuracy`) of a multiple-choice question as its context is asked: the same
         coin for every option of the question, so exactly one option wins."""
-        digest = hashlib.blake2b(f"{self.seed}\x1f{request_seed}\x1fchoice\x1f{context}".encode("utf-8", "surrogatepass"),
-                                 digest_size=8).digest()
+        digest = hashlib.blake2b(
+            f"{self.seed}\x1f{request_seed}\x1fchoice\x1f{context}".encode("utf-8", "surrogatepass"), digest_size=8
+        ).digest()
         return int.from_bytes(digest, "big") / 2.0**64 < self.accuracy
 
     def reply(self, text: str, request_seed: int | None, max_tokens: int | None) -> Reply:
@@ -207,9 +210,7 @@ class Answerer:
         reads it): the second is what a reasoning reply's thinking works out
         (shardeval_sim.reasoning), so a scorer that wrongly reads the thinking scores a cut-off or
         wrong reply right. A function, so a reply without thinking costs nothing more."""
-        digest = hashlib.blake2b(
-            f"{self.seed}\x1f{request_seed}\x1f{text}".encode("utf-8", "surrogatepass"), digest_size=32
-        ).digest()
+        digest = hashlib.blake2b(f"{self.seed}\x1f{request_seed}\x1f{text}".encode("utf-8", "surrogatepass"), digest_size=32).digest()
         coin = int.from_bytes(digest[:8], "big") / 2.0**64
         found = self.reference(text)
         ref, render = (found[0], found[1].render) if found is not None else (None, None)
@@ -229,7 +230,9 @@ class Answerer:
             return _TOKEN.findall(rendered) or [rendered], planted
         tail = ["####", *(answer.split() or ["0"])]
         start, stride = digest[12], digest[13] | 1
-        words = [VOCAB[(start + i * stride) & 63] for i in range(max(0, output_length(text, self.output_tokens, self.tail) - len(tail)))] + tail
+        words = [
+            VOCAB[(start + i * stride) & 63] for i in range(max(0, output_length(text, self.output_tokens, self.tail) - len(tail)))
+        ] + tail
         return [words[0]] + [" " + w for w in words[1:]], planted
 
 
@@ -244,7 +247,7 @@ def _between(text: str, starts: tuple[str, ...], end: str = "\n[") -> str | None
         i = text.find(start)
         if i >= 0:
             j = text.find(end, i + len(start))
-            return text[i + len(start): j if j >= 0 else len(text)].strip()
+            return text[i + len(start) : j if j >= 0 else len(text)].strip()
     return None
 
 
@@ -281,7 +284,9 @@ class Judger:
 
     def verdict(self, text: str, request_seed: int | None) -> str:
         mode = self.mode(text)
-        digest = hashlib.blake2b(f"judge\x1f{self.seed}\x1f{request_seed}\x1f{text}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        digest = hashlib.blake2b(
+            f"judge\x1f{self.seed}\x1f{request_seed}\x1f{text}".encode("utf-8", "surrogatepass"), digest_size=16
+        ).digest()
         coin, draw = int.from_bytes(digest[:8], "big") / 2.0**64, int.from_bytes(digest[8:], "big")
         right = self.correct(text) if coin < self.quality else None
         if mode == "pairwise":

@@ -81,8 +81,11 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
         judge = {} if self.judge_quality == D.judge_quality else {"judge_quality": self.judge_quality}
         tools = {} if self.tool_calls is None else {"tool_calls": msgspec.to_builtins(self.tool_calls)}
         vary = {"vary_unseeded": True} if self.vary_unseeded else {}
-        think = {} if self.reasoning_form == D.reasoning_form else {
-            key: getattr(self, key) for key in REASONING_IDENTITY if getattr(self, key) != getattr(D, key)}
+        think = (
+            {}
+            if self.reasoning_form == D.reasoning_form
+            else {key: getattr(self, key) for key in REASONING_IDENTITY if getattr(self, key) != getattr(D, key)}
+        )
         return {**{key: getattr(self, key) for key in keys}, **tail, **judge, **tools, **think, **vary}
 
     def check(self) -> None:

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from shardeval_sim.answers import VOCAB, Reply, output_length, split_words
 
@@ -93,15 +94,17 @@ class Thinker:
 
     def thoughts(self, text: str, request_seed: int | None, planted: list[str], n: int) -> list[str]:
         """`n` thinking tokens: two words, the planted answer, then words with no digit in them."""
-        digest = hashlib.blake2b(f"think\x1f{self.seed}\x1f{request_seed}\x1f{text}".encode("utf-8", "surrogatepass"),
-                                 digest_size=16).digest()
+        digest = hashlib.blake2b(
+            f"think\x1f{self.seed}\x1f{request_seed}\x1f{text}".encode("utf-8", "surrogatepass"), digest_size=16
+        ).digest()
         start, stride = digest[0], digest[1] | 1
         words = [VOCAB[(start + i * stride) & 63] for i in range(max(_LEAD, n - len(planted)))]
         head = [words[0]] + [" " + w for w in words[1:_LEAD]]
         return (head + planted + [" " + w for w in words[_LEAD:]])[:n]
 
-    def reply(self, text: str, request_seed: int | None, answer: list[str], plant: Callable[[], str], ask: Ask,
-              max_tokens: int | None) -> Reply:
+    def reply(
+        self, text: str, request_seed: int | None, answer: list[str], plant: Callable[[], str], ask: Ask, max_tokens: int | None
+    ) -> Reply:
         """The reply to one chat request: thinking then `answer` (its tokens as given without
         reasoning), cut at `max_tokens` as vLLM cuts it."""
         if not ask.enabled:  # the chat template closed the thinking in the prompt: the plain answer

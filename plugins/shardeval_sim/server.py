@@ -74,8 +74,20 @@ from urllib.request import url2pathname
 
 from aiohttp import web
 import msgspec
-from shardeval_sim.answers import (CHOSEN_LOGPROB, SHUNNED_LOGPROB, Answerer, Judger, Known, Reply, count_tokens, cut, image_key,
-                                   split_words, token_logprob, tokenize)
+from shardeval_sim.answers import (
+    CHOSEN_LOGPROB,
+    SHUNNED_LOGPROB,
+    Answerer,
+    Judger,
+    Known,
+    Reply,
+    count_tokens,
+    cut,
+    image_key,
+    split_words,
+    token_logprob,
+    tokenize,
+)
 from shardeval_sim.reasoning import Ask, ReasoningRequestError, Thinker, inline_tokens, parse_ask
 from shardeval_sim.settings import SimSettings, bench_names
 from shardeval_sim.tools import ToolCall, ToolRequestError, offered_tools, plan_call, user_text
@@ -150,8 +162,9 @@ def _pillow() -> Any:
     try:
         from PIL import Image
     except ImportError:
-        raise BadRequest(500, "the simulator decodes images with Pillow, which is not installed here: pip install pillow",
-                         kind="InternalServerError") from None
+        raise BadRequest(
+            500, "the simulator decodes images with Pillow, which is not installed here: pip install pillow", kind="InternalServerError"
+        ) from None
     return Image
 
 
@@ -228,8 +241,15 @@ class Simulator:
         self.stats = {"requests": 0, "image_requests": 0, "images": 0, "image_errors": 0}  # GET /sim/stats
         self._model_json = _json_encode(self.served)
         self._token = functools.lru_cache(maxsize=4096)(_json_encode)  # a token's JSON string, cached
-        model = {"id": self.served, "object": "model", "created": int(time.time()), "owned_by": "shardeval-sim",
-                 "root": settings.root or self.served, "parent": None, "max_model_len": settings.max_model_len}
+        model = {
+            "id": self.served,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "shardeval-sim",
+            "root": settings.root or self.served,
+            "parent": None,
+            "max_model_len": settings.max_model_len,
+        }
         self._models_body = _json_encode({"object": "list", "data": [model]})
         retry = settings.retry_after
         self._retry_headers = {"Retry-After": f"{retry:g}"} if retry > 0 else None
@@ -279,10 +299,15 @@ class Simulator:
         try:
             total = sum(map(len, urls.values()))
             if self.image_limit is not None and total > self.image_limit:
-                raise BadRequest(400, f"At most {self.image_limit} image(s) may be provided in one prompt. "
-                                 "Set --limit-mm-per-prompt to increase this limit.", param="image")
-            digests = {i: [hashlib.sha256(load_image(url, self.settings.allowed_local_media_path)).hexdigest() for url in found]
-                       for i, found in urls.items()}
+                raise BadRequest(
+                    400,
+                    f"At most {self.image_limit} image(s) may be provided in one prompt. Set --limit-mm-per-prompt to increase this limit.",
+                    param="image",
+                )
+            digests = {
+                i: [hashlib.sha256(load_image(url, self.settings.allowed_local_media_path)).hexdigest() for url in found]
+                for i, found in urls.items()
+            }
         except BadRequest:
             self.stats["image_errors"] += 1
             raise
@@ -352,7 +377,9 @@ class Simulator:
 
         limit = self.settings.max_inflight
         if limit and self.inflight >= limit:  # a rate limiter in front of a busy server
-            return error_response(429, f"simulated rate limit: {limit} requests already in flight", "RateLimitError", headers=self._retry_headers)
+            return error_response(
+                429, f"simulated rate limit: {limit} requests already in flight", "RateLimitError", headers=self._retry_headers
+            )
         # Draw this attempt's fault, then answer (or fail) as it says.
         fault = self.faults.draw()
         if fault == "429":
@@ -380,8 +407,17 @@ class Simulator:
             if stream:
                 return await self._stream(request, reply, self._events(reply, chat, n_prompt, include_usage, ask is not None), chat, fault)
             chosen = self._chosen(text, seed) if echo and logprobs is not None else None
-            return await self._respond(request, reply, chat, n_prompt, fault, echo=text if echo else None, logprobs=logprobs is not None,
-                                       reasoning=ask is not None, chosen=chosen)
+            return await self._respond(
+                request,
+                reply,
+                chat,
+                n_prompt,
+                fault,
+                echo=text if echo else None,
+                logprobs=logprobs is not None,
+                reasoning=ask is not None,
+                chosen=chosen,
+            )
         finally:
             self.inflight -= 1
 
@@ -450,9 +486,20 @@ class Simulator:
             raise BadRequest(400, f"logprobs must be at most 20, got {logprobs}", param="logprobs")
         return bool(echo), None if stream else logprobs
 
-    async def _respond(self, request: web.Request, reply: Reply, chat: bool, n_prompt: int, fault: str | None, *,
-                       echo: str | None = None, logprobs: bool = False, call: ToolCall | None = None,
-                       reasoning: bool = False, chosen: tuple[int, float] | None = None) -> web.StreamResponse:
+    async def _respond(
+        self,
+        request: web.Request,
+        reply: Reply,
+        chat: bool,
+        n_prompt: int,
+        fault: str | None,
+        *,
+        echo: str | None = None,
+        logprobs: bool = False,
+        call: ToolCall | None = None,
+        reasoning: bool = False,
+        chosen: tuple[int, float] | None = None,
+    ) -> web.StreamResponse:
         n = len(reply.tokens)
         delay = self.ttft + self.itl * max(0, n - 1)
         if fault == "stall":
@@ -464,14 +511,26 @@ class Simulator:
                 request.transport.abort()
             return web.Response()
         if fault == "truncate_json":
-            return web.Response(body=b'{"id":"chatcmpl-sim","object":"chat.completion","choices":[{"index":0,"mess', content_type="application/json")
+            return web.Response(
+                body=b'{"id":"chatcmpl-sim","object":"chat.completion","choices":[{"index":0,"mess', content_type="application/json"
+            )
         if fault == "error_200":
-            body = {"error": {"message": "simulated error inside an HTTP 200 response", "type": "InternalServerError", "param": None, "code": 500}}
+            body = {
+                "error": {
+                    "message": "simulated error inside an HTTP 200 response",
+                    "type": "InternalServerError",
+                    "param": None,
+                    "code": 500,
+                }
+            }
             return web.Response(body=_json_encode(body), content_type="application/json")
         text = reply.text
         if chat:
-            message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call.as_message()]} if call is not None \
+            message: dict[str, Any] = (
+                {"role": "assistant", "content": None, "tool_calls": [call.as_message()]}
+                if call is not None
                 else {"role": "assistant", "content": text, "tool_calls": []}
+            )
             if reasoning and self.form == "inline":
                 message["content"] = "".join(inline_tokens(reply))
             elif reasoning:  # a reasoning parser's split: the thinking in its field, the answer (if begun) as content
@@ -509,7 +568,11 @@ class Simulator:
         created = str(int(time.time())).encode()
         model_json = self._model_json
         if chat:
-            head = b'data: {"id":"chatcmpl-sim%x","object":"chat.completion.chunk","created":%s,"model":%s,"choices":' % (rid, created, model_json)
+            head = b'data: {"id":"chatcmpl-sim%x","object":"chat.completion.chunk","created":%s,"model":%s,"choices":' % (
+                rid,
+                created,
+                model_json,
+            )
             pre = head + b'[{"index":0,"delta":{"content":'
             mid = b'},"logprobs":null,"finish_reason":null}]}\n\n'
             end = b'},"logprobs":null,"finish_reason":"%s","stop_reason":null}]}\n\n' % reply.finish_reason.encode()
@@ -536,8 +599,10 @@ class Simulator:
             events.append(pre + (token(tokens[-1]) if tokens else b'""') + end)
         if include_usage:
             n = len(tokens)
-            events.append(b'%s[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%s}}\n\n' % (
-                head, n_prompt, n_prompt + n, n, self._usage_details(reply, reasoning)))
+            events.append(
+                b'%s[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%s}}\n\n'
+                % (head, n_prompt, n_prompt + n, n, self._usage_details(reply, reasoning))
+            )
         events.append(_DONE)
         return events
 
@@ -546,9 +611,15 @@ class Simulator:
         arguments yet), one arguments fragment per token (finish_reason `tool_calls` on the last),
         the usage event, [DONE]. The same shape as a text stream, so timing and faults apply alike."""
         head = b'data: {"id":"chatcmpl-sim%x","object":"chat.completion.chunk","created":%d,"model":%s,"choices":' % (
-            next(self.ids), int(time.time()), self._model_json)
-        opening = {"role": "assistant", "content": None, "tool_calls": [{"index": 0, "id": call.id, "type": "function",
-                                                                          "function": {"name": call.name, "arguments": ""}}]}
+            next(self.ids),
+            int(time.time()),
+            self._model_json,
+        )
+        opening = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"index": 0, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}],
+        }
         events = [head + b'[{"index":0,"delta":%s,"logprobs":null,"finish_reason":null}]}\n\n' % _json_encode(opening)]
         for i, fragment in enumerate(reply.tokens):
             delta = {"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]}
@@ -556,7 +627,9 @@ class Simulator:
             events.append(head + b'[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]}\n\n' % (_json_encode(delta), finish))
         if include_usage:
             n = len(reply.tokens)
-            events.append(b'%s[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}\n\n' % (head, n_prompt, n_prompt + n, n))
+            events.append(
+                b'%s[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}\n\n' % (head, n_prompt, n_prompt + n, n)
+            )
         events.append(_DONE)
         return events
 
@@ -659,9 +732,12 @@ async def serve(settings: SimSettings, known: tuple[Known, ...] = (), *, announc
     if settings.reasoning_form != "none":
         think_tail = f" × Pareto({settings.reasoning_tokens_tail:g})" if settings.reasoning_tokens_tail else ""
         tail += f", reasoning {settings.reasoning_form} ({settings.reasoning_tokens} tokens{think_tail})"
-    print(f"shardeval sim: model {settings.model!r}, bench {bench}, ttft {settings.ttft_ms:g} ms, "
-          f"itl {settings.itl_ms:g} ms, {settings.output_tokens} tokens{tail}, faults: {faults}, seed {settings.seed}",
-          file=sys.stderr, flush=True)
+    print(
+        f"shardeval sim: model {settings.model!r}, bench {bench}, ttft {settings.ttft_ms:g} ms, "
+        f"itl {settings.itl_ms:g} ms, {settings.output_tokens} tokens{tail}, faults: {faults}, seed {settings.seed}",
+        file=sys.stderr,
+        flush=True,
+    )
     announce(f"shardeval sim listening on http://{host}:{port}/v1", flush=True)
     try:
         await stop.wait()

@@ -62,8 +62,14 @@ class SimSettings:
 
     def fault_rates(self) -> dict[str, float]:
         """Per-attempt probabilities of each fault; they are exclusive, so they must sum to <= 1."""
-        return {"429": self.fail_429, "5xx": self.fail_5xx, "reset": self.reset, "stall": self.stall,
-                "error_200": self.error_200, "truncate_json": self.truncate_json}
+        return {
+            "429": self.fail_429,
+            "5xx": self.fail_5xx,
+            "reset": self.reset,
+            "stall": self.stall,
+            "error_200": self.error_200,
+            "truncate_json": self.truncate_json,
+        }
 
 
 def bench_names(bench: str | list[str] | tuple[str, ...] | None) -> list[str]:

@@ -71,12 +71,12 @@ def check_script(script: Any) -> list[dict[str, Any]]:
     checked = []
     for i, call in enumerate(script):
         if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
-            raise ValueError(f"call {i}: expected an object with a non-empty \"name\", e.g. {SCRIPT_EXAMPLE}")
+            raise ValueError(f'call {i}: expected an object with a non-empty "name", e.g. {SCRIPT_EXAMPLE}')
         if set(call) - {"name", "arguments"}:
             raise ValueError(f"call {i}: unknown keys {sorted(set(call) - {'name', 'arguments'})} (only name and arguments)")
         arguments = call.get("arguments", {})
         if not isinstance(arguments, dict):
-            raise ValueError(f"call {i} ({call['name']}): \"arguments\" must be an object")
+            raise ValueError(f'call {i} ({call["name"]}): "arguments" must be an object')
         checked.append({"name": call["name"], "arguments": arguments})
     return checked
 
@@ -110,7 +110,8 @@ def _value_for(name: str, schema: Any) -> Any:
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
     return {"integer": 1, "number": 1, "boolean": False, "array": [], "object": {}, "null": None}.get(
-        kind, _KNOWN_ARGUMENTS.get(name, "sim"))
+        kind, _KNOWN_ARGUMENTS.get(name, "sim")
+    )
 
 
 def _properties(schema: dict[str, Any]) -> dict[str, Any]:
@@ -143,7 +144,7 @@ def user_text(messages: list[dict[str, Any]], text_of: Any) -> str:
 def step_of(messages: list[dict[str, Any]]) -> int:
     """Assistant turns with tool calls after the last user message: how far the script has got."""
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    return sum(1 for m in messages[last_user + 1:] if m.get("role") == "assistant" and m.get("tool_calls"))
+    return sum(1 for m in messages[last_user + 1 :] if m.get("role") == "assistant" and m.get("tool_calls"))
 
 
 def _call_id(prompt: str, turn: int, name: str, arguments: str) -> str:
@@ -153,8 +154,9 @@ def _call_id(prompt: str, turn: int, name: str, arguments: str) -> str:
     return "call_" + digest.hexdigest()
 
 
-def plan_call(body: dict[str, Any], offered: dict[str, dict[str, Any]], script: list[dict[str, Any]] | None,
-              prompt: str, answer: Any) -> ToolCall | None:
+def plan_call(
+    body: dict[str, Any], offered: dict[str, dict[str, Any]], script: list[dict[str, Any]] | None, prompt: str, answer: Any
+) -> ToolCall | None:
     """The call answering a request that offers tools, or None for a plain text reply.
 
     `answer()` is the usual reply text to `prompt` (called only when submitting), `script` the
@@ -179,17 +181,25 @@ def plan_call(body: dict[str, Any], offered: dict[str, dict[str, Any]], script: 
             arguments = None
         else:
             return None
-    elif isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict) \
-            and isinstance(choice["function"].get("name"), str):
+    elif (
+        isinstance(choice, dict)
+        and choice.get("type") == "function"
+        and isinstance(choice.get("function"), dict)
+        and isinstance(choice["function"].get("name"), str)
+    ):
         name = choice["function"]["name"]
         arguments = scripted["arguments"] if scripted is not None and scripted["name"] == name else None
     else:
-        raise ToolRequestError(f'tool_choice must be "none", "auto", "required" or '
-                               f'{{"type": "function", "function": {{"name": ...}}}}, got {choice!r}', "tool_choice")
+        raise ToolRequestError(
+            f'tool_choice must be "none", "auto", "required" or {{"type": "function", "function": {{"name": ...}}}}, got {choice!r}',
+            "tool_choice",
+        )
     if name not in offered:
         source = "tool_choice names" if isinstance(choice, dict) else f"the simulator's tool_calls script (call {step}) names"
-        raise ToolRequestError(f"{source} the tool {name!r}, which the request does not offer (tools: {sorted(offered)})",
-                               "tool_choice" if isinstance(choice, dict) else "tools")
+        raise ToolRequestError(
+            f"{source} the tool {name!r}, which the request does not offer (tools: {sorted(offered)})",
+            "tool_choice" if isinstance(choice, dict) else "tools",
+        )
     if arguments is None:
         arguments = submit_arguments(offered[name], answer()) if name == SUBMIT else default_arguments(offered[name])
     encoded = json.dumps(arguments, ensure_ascii=False)

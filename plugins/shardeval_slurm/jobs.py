@@ -70,7 +70,9 @@ def job_tasks(job_id: str, timeout: float = 30.0) -> list[TaskState] | str:
     if proc.returncode != 0:
         said = " ".join(proc.stderr.split())
         if "Invalid job id" in said:
-            return "no longer known to slurmctld (it forgets jobs MinJobAge after they end; `sacct -j " + job_id + "` where accounting runs)"
+            return (
+                "no longer known to slurmctld (it forgets jobs MinJobAge after they end; `sacct -j " + job_id + "` where accounting runs)"
+            )
         return said or f"scontrol exit {proc.returncode}"
     tasks: list[TaskState] = []
     for f in map(parse_fields, proc.stdout.splitlines()):
@@ -78,8 +80,11 @@ def job_tasks(job_id: str, timeout: float = 30.0) -> list[TaskState] | str:
             continue
         reason, nodes, spec = f.get("Reason", "None"), f.get("NodeList", ""), f.get("ArrayTaskId")
         common = dict(
-            state=f.get("JobState", "?"), reason="" if reason == "None" else reason, run_time=f.get("RunTime", ""),
-            nodes="" if nodes == "(null)" else nodes, restarts=f.get("Restarts", "0"),
+            state=f.get("JobState", "?"),
+            reason="" if reason == "None" else reason,
+            run_time=f.get("RunTime", ""),
+            nodes="" if nodes == "(null)" else nodes,
+            restarts=f.get("Restarts", "0"),
         )
         tasks += [TaskState(task=task, **common) for task in (expand_tasks(spec) if spec else ["-"])]
     return sorted(tasks, key=_by_index)
@@ -172,16 +177,20 @@ def _array_lines(job: str, tasks: list[TaskState], record: dict, layout: Layout)
     summary = ", ".join(f"{n} {state}" for state, n in sorted(Counter(t.state for t in tasks).items()))
     cells = {t.task: layout.label(int(t.task)) if t.task.isdigit() else "" for t in tasks}
     width = max(map(len, cells.values()), default=0) if layout.services else 0
-    cell = (lambda text: f" {text:<{width}}") if width else (lambda text: "")  # noqa: E731
-    lines = [f"slurm array job {job}: {summary}",
-             f"  {'task':<6}{cell('cell')} {'state':<12} {'time':>10} {'restarts':>8}  {'node':<12} reason"]
+    cell = (lambda text: f" {text:<{width}}") if width else (lambda text: "")
+    lines = [
+        f"slurm array job {job}: {summary}",
+        f"  {'task':<6}{cell('cell')} {'state':<12} {'time':>10} {'restarts':>8}  {'node':<12} reason",
+    ]
     for t in tasks:
         lines.append(f"  {t.task:<6}{cell(cells[t.task])} {t.state:<12} {t.run_time:>10} {t.restarts:>8}  {t.nodes:<12} {t.reason}")
     again = [int(t.task) for t in tasks if t.state in RESUBMIT and t.task.isdigit() and not layout.complete(int(t.task))]
     if again:
         names = "; ".join(f"task {i} = {layout.label(i)}" for i in again[:8]) + ("; …" if len(again) > 8 else "")
-        lines.append(f"  {len(again)} task(s) ended without completing their {'cell' if layout.services else 'shard'} "
-                     f"({names}); resubmit them (they resume): {layout.resubmit(again)}")
+        lines.append(
+            f"  {len(again)} task(s) ended without completing their {'cell' if layout.services else 'shard'} "
+            f"({names}); resubmit them (they resume): {layout.resubmit(again)}"
+        )
     return lines
 
 

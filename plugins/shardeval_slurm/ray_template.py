@@ -27,8 +27,18 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from shardeval import __version__
-from shardeval_slurm.render import (Pool, _common_head, _environment, _extra_flags, _pool_directives, comment,
-                                    sbatch_value, service_launch_lines, shell_line, slurm_path)
+from shardeval_slurm.render import (
+    Pool,
+    _common_head,
+    _environment,
+    _extra_flags,
+    _pool_directives,
+    comment,
+    sbatch_value,
+    service_launch_lines,
+    shell_line,
+    slurm_path,
+)
 
 if TYPE_CHECKING:
     from shardeval.api.orchestrator import LaunchRequest
@@ -96,12 +106,12 @@ def render_ray(request: LaunchRequest, pool: Pool, command: list[str], cwd: str)
         f"START_TIMEOUT_S={cluster.ray_start_timeout_s}",
         'say() { echo "shardeval ray.sbatch: $*" >&2; }',
         'mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-        'head_node=${nodes[0]}',
+        "head_node=${nodes[0]}",
         'if [ "${#nodes[@]}" -eq 1 ]; then',
         "  head_ip=127.0.0.1  # one node: Ray listens on loopback only",
         "  export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0  # else Ray swaps 127.0.0.1 for the external address",
         "else",
-        '  head_ip=$(srun --nodes=1 --ntasks=1 --overlap -w "$head_node" hostname --ip-address | awk \'{print $1}\')',
+        "  head_ip=$(srun --nodes=1 --ntasks=1 --overlap -w \"$head_node\" hostname --ip-address | awk '{print $1}')",
         "fi",
         'address="$head_ip:$PORT"',
         "# A token for this job only, kept in the environment (srun passes it to every node), never on disk.",
@@ -113,10 +123,10 @@ def render_ray(request: LaunchRequest, pool: Pool, command: list[str], cwd: str)
         'temp_dir="/tmp/ray-shardeval-${SLURM_JOB_ID:-$$}"',
         "steps=()",
         "stop_ray() {  # only what this job started: its own srun steps, never `ray stop`",
-        '  trap - EXIT INT TERM',
+        "  trap - EXIT INT TERM",
         '  for pid in "${steps[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done',
         '  for pid in "${steps[@]}"; do wait "$pid" 2>/dev/null || true; done',
-        '  rm -rf "$temp_dir"  # the head\'s session files, sockets and logs: this job\'s alone',
+        "  rm -rf \"$temp_dir\"  # the head's session files, sockets and logs: this job's alone",
         '  say "Ray stopped"',
         "}",
         "trap stop_ray EXIT",

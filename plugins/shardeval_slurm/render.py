@@ -167,9 +167,7 @@ def _directives(section: object, keys: list[str], at: str) -> list[str]:
     return [line for key in keys for line in _directive(key.replace("_", "-"), getattr(section, key), f"{at}.{key}")]
 
 
-def _common_head(
-    cluster: SlurmClusterConfig, walltime: str, partition: str | None, cwd: str, resources: list[str], logs: str
-) -> list[str]:
+def _common_head(cluster: SlurmClusterConfig, walltime: str, partition: str | None, cwd: str, resources: list[str], logs: str) -> list[str]:
     """--time (from `walltime`, a key of cluster), where and as whom every job of the run runs, its
     `resources`, and its output and error files `logs`.out/.err (appended to across requeues)."""
     lines = _directive("time", getattr(cluster, walltime), f"cluster.{walltime}")
@@ -221,8 +219,7 @@ def _extra_flags(cluster: SlurmClusterConfig) -> list[str]:
     for i, flag in enumerate(cluster.sbatch_extra_flags):
         if not flag.startswith("-") or "\n" in flag or "\r" in flag:
             raise UsageError(
-                f"cluster.sbatch_extra_flags[{i}]: {flag!r} is not one sbatch flag; write it as on the command line, "
-                "e.g. --mail-type=END"
+                f"cluster.sbatch_extra_flags[{i}]: {flag!r} is not one sbatch flag; write it as on the command line, e.g. --mail-type=END"
             )
     return [f"#SBATCH {flag}" for flag in cluster.sbatch_extra_flags]
 
@@ -250,19 +247,22 @@ def render_array(request: LaunchRequest, pool: Pool, command: list[str], cwd: st
     args = request.indexed_args(_INDEX)  # in a sweep: --sweep-services frozen in this order
     source = request.config_path or "the command line (quick mode)"
     if sweep is None:
-        what = [f"# One array task per shard: task i evaluates shard i of {total} into {comment(root)}/shard_i.",
-                "# Submit: sbatch eval.sbatch. Rerun some shards (they resume): sbatch --array=3,7 eval.sbatch"]
-        cell = [f'shard ${{{SHARD_VAR}}}/{total}']
+        what = [
+            f"# One array task per shard: task i evaluates shard i of {total} into {comment(root)}/shard_i.",
+            "# Submit: sbatch eval.sbatch. Rerun some shards (they resume): sbatch --array=3,7 eval.sbatch",
+        ]
+        cell = [f"shard ${{{SHARD_VAR}}}/{total}"]
         logs_note, whose = "shard_i/logs/", "these"
     else:
         models = ", ".join(sweep.services)
-        what = [f"# A sweep: one array task per (model, shard) cell, model-major: task c evaluates shard c mod {total}",
-                f"# of model c div {total} into {comment(root)}/<model>/shard_<i>, the models in this order: {comment(models)}.",
-                f"# Resources: one spec for the whole array, checked against the services of every model ({comment(models)}).",
-                "# Submit with `shardeval run` (it submits only the cells not yet complete). Rerun some cells (they",
-                "# resume; a complete one exits at once): sbatch --array=3,7 eval.sbatch"]
-        cell = [f"models=({shell_line(list(sweep.services))})",
-                f"cell $idx = ${{models[idx / {total}]}} shard $((idx % {total}))/{total}"]
+        what = [
+            f"# A sweep: one array task per (model, shard) cell, model-major: task c evaluates shard c mod {total}",
+            f"# of model c div {total} into {comment(root)}/<model>/shard_<i>, the models in this order: {comment(models)}.",
+            f"# Resources: one spec for the whole array, checked against the services of every model ({comment(models)}).",
+            "# Submit with `shardeval run` (it submits only the cells not yet complete). Rerun some cells (they",
+            "# resume; a complete one exits at once): sbatch --array=3,7 eval.sbatch",
+        ]
+        cell = [f"models=({shell_line(list(sweep.services))})", f"cell $idx = ${{models[idx / {total}]}} shard $((idx % {total}))/{total}"]
         logs_note, whose = "<model>/shard_i/logs/; SLURM's own output goes to logs/", "its model's"
     lines = [
         "#!/bin/bash",
@@ -337,7 +337,7 @@ def run_and_stop_in_time(run_line: str, cluster: SlurmClusterConfig) -> list[str
         "# with SIGTERM, which drains requests in flight, then stops the services it started.",
         "pid=''",
         "timelimit=0",
-        "stop() { [ -n \"$pid\" ] && kill -TERM \"$pid\" 2>/dev/null || true; }",
+        'stop() { [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true; }',
         "trap 'timelimit=1; echo \"shardeval: time limit near: stopping the shard so it drains\" >&2; stop' USR1",
         "trap stop TERM INT",
         f"{run_line} &",

@@ -42,8 +42,17 @@ from shardeval.api.plugin import UsageError
 from shardeval.api.records import atomic_write
 from shardeval_slurm.jobs import array_spec, read_record
 from shardeval_slurm.ray_template import render_ray
-from shardeval_slurm.render import (EVAL_SCRIPT, JOB_FILE, MERGE_SCRIPT, RAY_SCRIPT, check_no_secrets, choose_pool,
-                                    node_command, render_array, render_merge)
+from shardeval_slurm.render import (
+    EVAL_SCRIPT,
+    JOB_FILE,
+    MERGE_SCRIPT,
+    RAY_SCRIPT,
+    check_no_secrets,
+    choose_pool,
+    node_command,
+    render_array,
+    render_merge,
+)
 
 if TYPE_CHECKING:
     from shardeval.api.orchestrator import LaunchRequest
@@ -120,14 +129,20 @@ class SlurmOrchestrator(Orchestrator):
             )
         what = "cells" if request.sweep else "shards"
         if not todo and RAY_SCRIPT not in paths:
-            print(f"every one of the {len(cells)} {what} under {root} is already complete: nothing submitted; "
-                  f"`shardeval merge {root}` merges them")
+            print(
+                f"every one of the {len(cells)} {what} under {root} is already complete: nothing submitted; "
+                f"`shardeval merge {root}` merges them"
+            )
             return 0
         record: dict[str, object] = {"submitted_at": time.time(), "total_shards": request.total, "root": root}
         if RAY_SCRIPT in paths:
             record["ray_job_id"] = _sbatch(paths[RAY_SCRIPT])
-            log.info("submitted Ray job %s (%s): %d shards as Ray tasks, merged in the job", record["ray_job_id"], paths[RAY_SCRIPT],
-                     request.total)
+            log.info(
+                "submitted Ray job %s (%s): %d shards as Ray tasks, merged in the job",
+                record["ray_job_id"],
+                paths[RAY_SCRIPT],
+                request.total,
+            )
         else:
             record["array_job_id"] = array_id = _sbatch(paths[EVAL_SCRIPT], *array)
             record["tasks"] = todo
@@ -169,8 +184,9 @@ def cell_complete(cell_dir: str, config_hash: str) -> bool:
     from shardeval.api.records import read_manifest
 
     manifest = read_manifest(cell_dir)
-    return (manifest is not None and manifest.state == "complete" and manifest.config_hash == config_hash
-            and nothing_to_ask(cell_dir, manifest))
+    return (
+        manifest is not None and manifest.state == "complete" and manifest.config_hash == config_hash and nothing_to_ask(cell_dir, manifest)
+    )
 
 
 def array_flag(todo: list[int], cells: int, cluster: SlurmClusterConfig) -> list[str]:

@@ -103,8 +103,18 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
         engine setting that changes outputs (precision, quantization, parallelism, context length,
         the generation defaults vLLM applies) and the extra engine args. With `standard_args:
         false` the whole launch command is the engine's command line, so it counts too."""
-        keys = ("model", "served_model_name", "revision", "dtype", "quantization", "tensor_parallel_size",
-                "pipeline_parallel_size", "max_model_len", "generation_config", "extra_args")
+        keys = (
+            "model",
+            "served_model_name",
+            "revision",
+            "dtype",
+            "quantization",
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "max_model_len",
+            "generation_config",
+            "extra_args",
+        )
         identity = {key: getattr(self, key) for key in keys} | {"served_model_name": self.served_model()}
         # Only when set, so a config written before images (and reasoning parsers) keeps its hash.
         identity |= {key: value for key in (*_IMAGE_KEYS, *_REASONING_KEYS) if (value := getattr(self, key)) is not None}
@@ -117,9 +127,11 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
         without a reasoning parser: vLLM 0.32 answers every request carrying `thinking_token_budget`
         400 there ("reasoning_config is not configured"), so it is one line at config load instead."""
         if reasoning.budget_tokens is not None and not self.parses_reasoning():
-            raise UsageError(f"reasoning.budget_tokens is {reasoning.budget_tokens}, which vLLM takes only from a server started with "
-                             "a reasoning parser; set reasoning_parser on the service (or --reasoning-config in extra_args), "
-                             "or leave reasoning.budget_tokens out")
+            raise UsageError(
+                f"reasoning.budget_tokens is {reasoning.budget_tokens}, which vLLM takes only from a server started with "
+                "a reasoning parser; set reasoning_parser on the service (or --reasoning-config in extra_args), "
+                "or leave reasoning.budget_tokens out"
+            )
         return super().reasoning_request(reasoning)
 
     def parses_reasoning(self) -> bool:
@@ -128,7 +140,9 @@ class VllmServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True,
         if self.reasoning_parser and self.standard_args:
             return True
         flags = ("--reasoning-parser", "--reasoning-config")
-        return any(arg in flags or arg.startswith(tuple(f + "=" for f in flags)) for arg in (*(self.launch_command or ()), *self.extra_args))
+        return any(
+            arg in flags or arg.startswith(tuple(f + "=" for f in flags)) for arg in (*(self.launch_command or ()), *self.extra_args)
+        )
 
     def gpus(self) -> int:
         """One GPU per tensor- and pipeline-parallel rank."""
@@ -157,8 +171,10 @@ def check_media_path(name: str, config: VllmServiceConfig) -> None:
         return
     if not os.path.isdir(path):
         what = "does not exist" if not os.path.lexists(path) else "is not a directory"
-        raise UsageError(f"services.{name}.allowed_local_media_path: {path} {what} on this node; "
-                         "name the directory that holds the images (or leave the key out to send them inline)")
+        raise UsageError(
+            f"services.{name}.allowed_local_media_path: {path} {what} on this node; "
+            "name the directory that holds the images (or leave the key out to send them inline)"
+        )
 
 
 def vllm_argv(config: VllmServiceConfig, port: int) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from shardeval.api.plugin import UsageError
 from shardeval.api.service import Endpoint, resolve_port, ServerProcess, ServiceContext
@@ -38,7 +38,9 @@ async def vllm_service(name: str, config: VllmServiceConfig, ctx: ServiceContext
                 "(it holds the key the server will require)"
             )
         env["VLLM_API_KEY"] = key
-    port = resolve_port(config.host if config.host not in _ANY_ADDRESS else "0.0.0.0", config.port, on_conflict=config.port_conflict, what=what)
+    port = resolve_port(
+        config.host if config.host not in _ANY_ADDRESS else "0.0.0.0", config.port, on_conflict=config.port_conflict, what=what
+    )
     base = f"http://{connect_host(config.host)}:{port}"
     log_path = ctx.log_path("vllm", name)
     proc = ServerProcess(vllm_argv(config, port), name=what, log_path=log_path, env=env, stop_grace_s=config.stop_timeout_s)

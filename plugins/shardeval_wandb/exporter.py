@@ -71,8 +71,10 @@ def _tag(text: str) -> str:
 
 
 def run_tags(run: TrackerRun) -> list[str]:
-    return [_tag(t) for t in ("shardeval", f"shardeval:{run.key}", f"status:{run.status.lower()}", f"model:{run.model}",
-                              f"benchmark:{run.benchmark}")]
+    return [
+        _tag(t)
+        for t in ("shardeval", f"shardeval:{run.key}", f"status:{run.status.lower()}", f"model:{run.model}", f"benchmark:{run.benchmark}")
+    ]
 
 
 def run_config(run: TrackerRun) -> dict[str, Any]:
@@ -100,9 +102,17 @@ def _directory(config: WandbExportConfig, export: TrackerExport) -> str | None:
 def _settings(wandb: ModuleType, config: WandbExportConfig) -> wandb_module.Settings:
     """Quiet, and nothing of this machine's: no console capture, code, git, requirements or system
     metrics (the export is not the evaluation; its provenance is in the config)."""
-    options: dict[str, Any] = dict(silent=True, console="off", save_code=False, disable_code=True, disable_git=True,
-                                   x_disable_stats=True, x_disable_meta=True, x_disable_machine_info=True,
-                                   x_save_requirements=False)
+    options: dict[str, Any] = dict(
+        silent=True,
+        console="off",
+        save_code=False,
+        disable_code=True,
+        disable_git=True,
+        x_disable_stats=True,
+        x_disable_meta=True,
+        x_disable_machine_info=True,
+        x_save_requirements=False,
+    )
     if not os.environ.get("WANDB_INIT_TIMEOUT"):
         options["init_timeout"] = INIT_TIMEOUT_S
     if config.mode is not None:
@@ -127,22 +137,44 @@ def _has_credentials(wandb: ModuleType) -> bool:
     return bool(wandb.login(prompt=False, verify=False))
 
 
-def _export_run(wandb: ModuleType, run: TrackerRun, settings: wandb_module.Settings, *, project: str, entity: str | None, group: str, directory: str | None) -> wandb_module.Run:
+def _export_run(
+    wandb: ModuleType,
+    run: TrackerRun,
+    settings: wandb_module.Settings,
+    *,
+    project: str,
+    entity: str | None,
+    group: str,
+    directory: str | None,
+) -> wandb_module.Run:
     """One tracker run written: its W&B run created or resumed, updated and finished."""
     with tempfile.TemporaryDirectory(prefix="shardeval-wandb-") as tmp:
         files = run.artifacts(tmp)  # before wandb.init: nothing waits on the server while the table is written
-        r = wandb.init(id=wandb_run_id(run.key), resume="allow", project=project, entity=entity, name=run.name, group=group,
-                       job_type=JOB_TYPE, tags=run_tags(run), config=run_config(run), dir=directory, reinit="create_new",
-                       settings=settings)
+        r = wandb.init(
+            id=wandb_run_id(run.key),
+            resume="allow",
+            project=project,
+            entity=entity,
+            name=run.name,
+            group=group,
+            job_type=JOB_TYPE,
+            tags=run_tags(run),
+            config=run_config(run),
+            dir=directory,
+            reinit="create_new",
+            settings=settings,
+        )
         try:
             r.define_metric(STEP_METRIC)
             r.define_metric("*", step_metric=STEP_METRIC)
             r.log({STEP_METRIC: run.step, **run.metrics})
             r.summary.update({**run.metrics, STEP_METRIC: run.step, "status": run.status})
-            artifact = wandb.Artifact(artifact_name(run), type=ARTIFACT_TYPE,
-                                      description=f"shardeval {run.name}: per-sample table, scores.json, report.html",
-                                      metadata={"key": run.key, "status": run.status, "step": run.step,
-                                                "config_hash": run.config_hash})
+            artifact = wandb.Artifact(
+                artifact_name(run),
+                type=ARTIFACT_TYPE,
+                description=f"shardeval {run.name}: per-sample table, scores.json, report.html",
+                metadata={"key": run.key, "status": run.status, "step": run.step, "config_hash": run.config_hash},
+            )
             for path in files:
                 artifact.add_file(path)  # copied into W&B's staging area now: the temporary folder may go
             r.log_artifact(artifact)
@@ -178,8 +210,10 @@ def export_wandb(config: WandbExportConfig, export: TrackerExport) -> list[str]:
     base_url = str(setup.settings.base_url)
     try:
         if mode != "offline" and not _has_credentials(wandb):
-            raise UsageError(f"--to wandb: no W&B API key for {base_url}: set WANDB_API_KEY (or run `wandb login`), "
-                             f"or export offline (WANDB_MODE=offline) and upload later with `wandb sync`")
+            raise UsageError(
+                f"--to wandb: no W&B API key for {base_url}: set WANDB_API_KEY (or run `wandb login`), "
+                f"or export offline (WANDB_MODE=offline) and upload later with `wandb sync`"
+            )
         done: list[Any] = []
         for run in export.runs:
             try:
@@ -214,10 +248,11 @@ def _failure(exc: Exception, wandb: ModuleType, base_url: str, mode: str, projec
     if mode == "offline":
         return f"wandb: writing the offline runs failed{so_far}: {type(exc).__name__}: {said}"
     if isinstance(exc, getattr(wandb.errors, "AuthenticationError", ())):
-        return (f"wandb: W&B at {base_url} refused the API key{so_far}: {said}; check WANDB_API_KEY "
-                f"(or `wandb login`) and WANDB_ENTITY")
+        return f"wandb: W&B at {base_url} refused the API key{so_far}: {said}; check WANDB_API_KEY (or `wandb login`) and WANDB_ENTITY"
     if not network_failure(exc):  # W&B answered, with an error of its own: said as it is, not blamed on the network
         return f"wandb: W&B at {base_url} (project '{project}') failed{so_far}: {type(exc).__name__}: {said}"
-    return (f"wandb: cannot reach W&B at {base_url} (project '{project}'){so_far}: {said}; check WANDB_BASE_URL and the "
-            f"network, or export offline (WANDB_MODE=offline shardeval export {export.root} --to wandb) and upload later "
-            f"with `wandb sync`")
+    return (
+        f"wandb: cannot reach W&B at {base_url} (project '{project}'){so_far}: {said}; check WANDB_BASE_URL and the "
+        f"network, or export offline (WANDB_MODE=offline shardeval export {export.root} --to wandb) and upload later "
+        f"with `wandb sync`"
+    )

@@ -25,7 +25,7 @@ sys.path[:0] = [str(ROOT / "core")]
 
 from shardeval.api import roles  # noqa: E402  (imports nothing but the lists)
 
-WIDTH = 130  # the longest line the rewrite writes before it wraps (the code's own limit)
+WIDTH = 140  # pyproject's [tool.ruff] line-length: beyond it, the import is written as ruff format writes it
 FLAT = "shardeval.api"
 
 
@@ -37,20 +37,14 @@ def home_of(name: str, internal: bool) -> str | None:
 
 
 def import_line(indent: str, module: str, names: list[str], comment: str = "") -> str:
-    """`from module import a, b` at `indent`, wrapped under its parenthesis beyond WIDTH."""
+    """`from module import a, b` at `indent`; beyond WIDTH, one name a line in parentheses, as
+    `ruff format` writes it (so the formatter leaves what this writes alone)."""
     head = f"{indent}from {module} import "
     line = head + ", ".join(names) + comment
     if len(line) <= WIDTH:
         return line + "\n"
-    lines, current = [], head + "("
-    for i, name in enumerate(names):
-        piece = name + (", " if i < len(names) - 1 else ")")
-        if len(current) + len(piece.rstrip()) > WIDTH and not current.endswith("("):
-            lines.append(current.rstrip())
-            current = " " * len(head + "(")
-        current += piece
-    lines.append(current + comment)
-    return "\n".join(lines) + "\n"
+    body = "".join(f"{indent}    {name},\n" for name in names)
+    return f"{head}(\n{body}{indent}){comment}\n"
 
 
 def rewrite_source(source: str, where: str, internal: bool = False) -> str:
@@ -65,7 +59,7 @@ def rewrite_source(source: str, where: str, internal: bool = False) -> str:
         if not (isinstance(node, ast.ImportFrom) and node.module == FLAT and node.level == 0):
             continue
         first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
-        indent, tail = lines[first][:node.col_offset], lines[last][node.end_col_offset or 0:].rstrip("\n")
+        indent, tail = lines[first][: node.col_offset], lines[last][node.end_col_offset or 0 :].rstrip("\n")
         if indent.strip() or (tail.strip() and not tail.lstrip().startswith("#")):
             print(f"{where}:{node.lineno}: left as it is (not alone on its lines)", file=sys.stderr)
             continue
@@ -78,11 +72,12 @@ def rewrite_source(source: str, where: str, internal: bool = False) -> str:
             by_module.setdefault(module, []).append(alias.name + (f" as {alias.asname}" if alias.asname else ""))
         order = sorted(m for m in by_module if m is not None) + ([None] if None in by_module else [])
         every = comment.lstrip().startswith(("# noqa", "# type:"))  # a marker each line needs, not a remark
-        text = "".join(import_line(indent, module or FLAT, by_module[module], comment if i == 0 or every else "")
-                       for i, module in enumerate(order))
+        text = "".join(
+            import_line(indent, module or FLAT, by_module[module], comment if i == 0 or every else "") for i, module in enumerate(order)
+        )
         edits.append((first, last, text))
     for first, last, text in sorted(edits, reverse=True):
-        lines[first:last + 1] = [text]
+        lines[first : last + 1] = [text]
     return "".join(lines)
 
 
@@ -111,8 +106,10 @@ def python_files(paths: list[str]) -> list[Path]:
 
 
 # --blocks: each role module's `if TYPE_CHECKING:` imports, made from its list (a test checks them)
-BLOCK = re.compile(r"(if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_rewrite.py --blocks\n)"
-                   r"((?:    .*\n|\n(?=    ))*)")
+BLOCK = re.compile(
+    r"(if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_rewrite.py --blocks\n)"
+    r"((?:    .*\n|\n(?=    ))*)"
+)
 
 
 def type_block(role: str) -> str:
@@ -131,7 +128,7 @@ def write_blocks() -> list[Path]:
         match = BLOCK.search(text)
         if match is None:
             raise SystemExit(f"{path}: no `if TYPE_CHECKING:` block marked as made by this script")
-        new = text[:match.start(2)] + type_block(role) + text[match.end(2):]
+        new = text[: match.start(2)] + type_block(role) + text[match.end(2) :]
         if new != text:
             path.write_text(new, encoding="utf-8")
             changed.append(path)
@@ -140,7 +137,10 @@ def write_blocks() -> list[Path]:
 
 # --docs: docs/plugins.md's SDK table, between its two markers
 DOCS = ROOT / "docs" / "plugins.md"
-TABLE_START, TABLE_END = "<!-- sdk table: made from shardeval/api/roles.py by scripts/dev/api_roles_rewrite.py --docs -->", "<!-- sdk table end -->"
+TABLE_START, TABLE_END = (
+    "<!-- sdk table: made from shardeval/api/roles.py by scripts/dev/api_roles_rewrite.py --docs -->",
+    "<!-- sdk table end -->",
+)
 
 
 def docs_table() -> str:

@@ -76,8 +76,7 @@ def parameters(function: Function) -> list[ast.arg]:
 def boundary(plugin: Path, api: dict[str, str], core: dict[str, tuple[set[str], list[str]]]) -> list[tuple[str, Function]]:
     """(where, function) for every boundary function of one plugin package."""
     trees = {p: parse(p) for p in sorted(plugin.rglob("*.py")) if "vendor" not in p.parts}
-    module_of = {".".join(p.relative_to(plugin.parent).with_suffix("").parts).removesuffix(".__init__"): t
-                 for p, t in trees.items()}
+    module_of = {".".join(p.relative_to(plugin.parent).with_suffix("").parts).removesuffix(".__init__"): t for p, t in trees.items()}
     classes = {n.name: n for t in trees.values() for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
     functions = {n.name: n for t in trees.values() for n in t.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
@@ -100,8 +99,11 @@ def boundary(plugin: Path, api: dict[str, str], core: dict[str, tuple[set[str], 
 
     def add_target(name: str, module: str | None = None) -> None:
         tree = module_of.get(module) if module else None
-        scope = ({n.name: n for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
-                 if tree else {**classes, **functions})
+        scope = (
+            {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+            if tree
+            else {**classes, **functions}
+        )
         target = scope.get(name)
         if isinstance(target, (ast.FunctionDef, ast.AsyncFunctionDef)):
             add(f"registered {name}", target)
@@ -114,13 +116,18 @@ def boundary(plugin: Path, api: dict[str, str], core: dict[str, tuple[set[str], 
     for tree in trees.values():
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-                    ast.unparse(d).split("(")[0].endswith("hookimpl") for d in node.decorator_list):
+                ast.unparse(d).split("(")[0].endswith("hookimpl") for d in node.decorator_list
+            ):
                 add(f"hook {node.name}", node)
                 for call in ast.walk(node):
                     if isinstance(call, ast.Call) and ast.unparse(call.func) == "register" and len(call.args) >= 2:
                         target = call.args[1]
-                        if (isinstance(target, ast.Call) and ast.unparse(target.func) == "Lazy" and target.args
-                                and isinstance(target.args[0], ast.Constant)):
+                        if (
+                            isinstance(target, ast.Call)
+                            and ast.unparse(target.func) == "Lazy"
+                            and target.args
+                            and isinstance(target.args[0], ast.Constant)
+                        ):
                             module, _, attr = str(target.args[0].value).partition(":")
                             add_target(attr, module)
                         elif isinstance(target, ast.Name):
@@ -141,8 +148,14 @@ def boundary(plugin: Path, api: dict[str, str], core: dict[str, tuple[set[str], 
 
 def loose_anywhere(plugin: Path) -> tuple[int, int]:
     """(Any or untyped, all) parameters of every function in the package, boundary or not."""
-    every = [p for path in sorted(plugin.rglob("*.py")) if "vendor" not in path.parts
-             for f in ast.walk(parse(path)) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for p in parameters(f)]
+    every = [
+        p
+        for path in sorted(plugin.rglob("*.py"))
+        if "vendor" not in path.parts
+        for f in ast.walk(parse(path))
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for p in parameters(f)
+    ]
     return sum(is_loose(p.annotation) for p in every), len(every)
 
 
@@ -150,8 +163,10 @@ def main(root: Path, only: list[str]) -> None:
     api, core = api_modules(root), core_class_methods(root)
     plugins = sorted(p for p in (root / "plugins").iterdir() if (p / "__init__.py").exists())
     totals = [0, 0, 0, 0, 0, 0, 0]
-    print(f"{'':24} {'boundary: functions':>19} {'params':>6} {'Any/untyped':>11} {'returns Any/none':>16} "
-          f"{'dict[str, Any] etc':>18} | {'all params':>10} {'Any/untyped':>11}")
+    print(
+        f"{'':24} {'boundary: functions':>19} {'params':>6} {'Any/untyped':>11} {'returns Any/none':>16} "
+        f"{'dict[str, Any] etc':>18} | {'all params':>10} {'Any/untyped':>11}"
+    )
     for plugin in plugins:
         if only and plugin.name not in only:
             continue

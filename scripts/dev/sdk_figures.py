@@ -86,7 +86,7 @@ def sdk_names(root: Path) -> dict[str, int]:
 
         return {role: len(names) for role, names in roles.ROLES.items()}
     source = (root / "core" / "shardeval" / "api.py").read_text(encoding="utf-8")
-    block = source[source.index("_LAZY"):source.index("_WHERE")]
+    block = source[source.index("_LAZY") : source.index("_WHERE")]
     per_group: dict[str, int] = {}
     group = "hookimpl"
     for line in block.splitlines():
@@ -118,8 +118,10 @@ def main(root: Path) -> None:
     built_ins = sorted(p.name for p in (root / "plugins").iterdir() if (p / "__init__.py").exists())
     named = {name: len(re.findall(rf'"{name}"', project)) for name in built_ins}
     print(f"places a built-in is named in pyproject.toml: {max(named.values())} (each of {len(built_ins)} built-ins)")
-    print("type errors: python -m mypy (see tests/test_static_types.py); "
-          "radon D or worse: radon cc -s -n D core plugins | grep -c ' - [D-F] '")
+    print(
+        "type errors: python -m mypy (see tests/test_static_types.py); "
+        "radon D or worse: radon cc -s -n D core plugins | grep -c ' - [D-F] '"
+    )
 
 
 if __name__ == "__main__":

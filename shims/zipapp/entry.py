@@ -55,9 +55,11 @@ def refuse(serves: str) -> None:
     import platform
 
     version = f"{platform.python_implementation()} {sys.version_info[0]}.{sys.version_info[1]}"
-    sys.stderr.write(f"shardeval: error: this file serves {serves}, not {version} on {' ('.join(machine())}); "
-                     "run it with one of those (set SHARDEVAL_PYTHON to its path), or `pip install shardeval` "
-                     "into an environment of this Python\n")
+    sys.stderr.write(
+        f"shardeval: error: this file serves {serves}, not {version} on {' ('.join(machine())}); "
+        "run it with one of those (set SHARDEVAL_PYTHON to its path), or `pip install shardeval` "
+        "into an environment of this Python\n"
+    )
     sys.exit(2)
 
 
@@ -82,8 +84,7 @@ def activate(site_packages: str) -> None:
     import site
 
     length = len(sys.path)
-    index = next((i for i, part in enumerate(sys.path)
-                  if os.path.basename(part.rstrip("/")) in ("site-packages", "dist-packages")), length)
+    index = next((i for i, part in enumerate(sys.path) if os.path.basename(part.rstrip("/")) in ("site-packages", "dist-packages")), length)
     site.addsitedir(site_packages)
     sys.path[:] = sys.path[:index] + sys.path[length:] + sys.path[index:length]
 

@@ -30,7 +30,7 @@ def destination(name: str, info: dict, target: str) -> str | None:
     if name.endswith("/"):
         return None
     if name.startswith(VARIANTS):
-        folder, _, rel = name[len(VARIANTS):].partition("/")
+        folder, _, rel = name[len(VARIANTS) :].partition("/")
         if target not in info["variants"].get(folder, ()):
             return None
         name = SITE + rel

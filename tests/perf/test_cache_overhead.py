@@ -99,6 +99,8 @@ def test_the_index_holds_locations_not_responses(tmp_path):
     finally:
         store.close()
     per_entry = held / n
-    print(f"\ncache index: {n} entries, {size / 1e6:.0f} MB on disk; index {per_entry:.0f} bytes/entry "
-          f"({held / 1e6:.1f} MB), built in {elapsed:.2f} s ({size / 1e6 / elapsed:.0f} MB/s)")
+    print(
+        f"\ncache index: {n} entries, {size / 1e6:.0f} MB on disk; index {per_entry:.0f} bytes/entry "
+        f"({held / 1e6:.1f} MB), built in {elapsed:.2f} s ({size / 1e6 / elapsed:.0f} MB/s)"
+    )
     assert per_entry < 300  # where each entry is, never its ~2 KB response

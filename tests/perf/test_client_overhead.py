@@ -24,8 +24,7 @@ ROUNDS = 2
 TARGET = 0.90
 
 
-async def raw_client(base_url: str, n: int, concurrency: int, bodies: list[bytes] | None = None,
-                     thought: list[int] | None = None) -> int:
+async def raw_client(base_url: str, n: int, concurrency: int, bodies: list[bytes] | None = None, thought: list[int] | None = None) -> int:
     """The baseline: what anyone would write in twenty lines (json per chunk, text accumulated).
 
     It keeps a reasoning model's thinking (`delta.reasoning`) as well as the content, as shardeval
@@ -46,13 +45,16 @@ async def raw_client(base_url: str, n: int, concurrency: int, bodies: list[bytes
             if bodies is not None:
                 post = session.post(url, data=bodies[i], headers=headers)
             else:
-                post = session.post(url, json={
-                    "model": "sim",
-                    "messages": [{"role": "user", "content": bench.problem(i).prompt}],
-                    "stream": True,
-                    "seed": i,
-                    "max_tokens": 64,
-                })
+                post = session.post(
+                    url,
+                    json={
+                        "model": "sim",
+                        "messages": [{"role": "user", "content": bench.problem(i).prompt}],
+                        "stream": True,
+                        "seed": i,
+                        "max_tokens": 64,
+                    },
+                )
             text, thinking = [], []
             async with post as resp:
                 async for line in resp.content:
@@ -128,7 +130,7 @@ def test_shardeval_keeps_up_with_a_raw_aiohttp_client(tmp_path):
         asyncio.run(raw_client(url, 300, CONCURRENCY))  # warm up the server and the imports
         for r in range(ROUNDS):
             raw.append(measure(lambda: raw_client(url, N_REQUESTS, CONCURRENCY)))
-            ours.append(measure(lambda: shardeval_client(url, N_REQUESTS, CONCURRENCY, str(tmp_path / f"r{r}"))))
+            ours.append(measure(lambda: shardeval_client(url, N_REQUESTS, CONCURRENCY, str(tmp_path / f"r{r}"))))  # noqa: B023
     raw_rate = max(r for r, _ in raw)
     our_rate = max(r for r, _ in ours)
     ratio = our_rate / raw_rate

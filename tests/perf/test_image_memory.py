@@ -47,7 +47,7 @@ def measured_run(tmp: Path, url: str, n: int) -> tuple[float, dict[str, int]]:
     data = write_images(tmp / f"img{n}", n)
     cfg = tmp / f"run{n}.yaml"
     cfg.write_text(
-        f"services:\n  model: {{type: api, url: \"{url}\", model: sim}}\n"
+        f'services:\n  model: {{type: api, url: "{url}", model: sim}}\n'
         f"benchmarks:\n  - name: {data}\n    repeats: {REPEATS}\n    max_concurrent: 64\n"
         f"    solver: {{generation: {{max_tokens: 8}}}}\n"
         "output: {progress_interval_s: 0, trajectories: true}\n"
@@ -70,6 +70,8 @@ def test_each_image_encoded_once_and_memory_flat_in_the_number_of_images(tmp_pat
     assert large_counts == {"encodes": 1_000, "hits": 3_000, "reads": 1_000}, large_counts
     assert small_counts == {"encodes": 100, "hits": 300, "reads": 100}, small_counts
     ratio = large / small
-    print(f"\npeak RSS of an image shard: 100 images {small:.1f} MiB, 1,000 images {large:.1f} MiB, "
-          f"ratio {ratio:.3f} (target <= {TARGET}); encodes {large_counts}")
+    print(
+        f"\npeak RSS of an image shard: 100 images {small:.1f} MiB, 1,000 images {large:.1f} MiB, "
+        f"ratio {ratio:.3f} (target <= {TARGET}); encodes {large_counts}"
+    )
     assert ratio <= TARGET

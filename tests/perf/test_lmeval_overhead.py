@@ -48,21 +48,32 @@ def shardeval_shard(url: str, model_dir: str, include: Path, out: Path) -> tuple
     """(seconds to the shard's scored records, seconds of the merge after it)."""
     config = {
         "services": {"model": {"type": "api", "url": url, "model": SERVED_MODEL}},
-        "benchmarks": [{"name": "lm_eval", "max_concurrent": CONCURRENCY,
-                        "params": {"tasks": [MMLU_GROUP], "num_fewshot": NUM_FEWSHOT, "include_path": str(include), "tokenizer": model_dir}}],
+        "benchmarks": [
+            {
+                "name": "lm_eval",
+                "max_concurrent": CONCURRENCY,
+                "params": {"tasks": [MMLU_GROUP], "num_fewshot": NUM_FEWSHOT, "include_path": str(include), "tokenizer": model_dir},
+            }
+        ],
         "output": {"progress_interval_s": 0},
     }
     out.mkdir(parents=True)
     (out / "config.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, **OFFLINE_ENV, "HF_DATASETS_CACHE": str(include.parent / "hf_datasets_cache")}
     start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "shardeval", "run", str(out / "config.yaml"), "--shard", "0/1",
-                          "-o", str(out / "shard_0")], env=env, capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [sys.executable, "-m", "shardeval", "run", str(out / "config.yaml"), "--shard", "0/1", "-o", str(out / "shard_0")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     shard_s = time.perf_counter() - start
     assert run.returncode == 0, run.stderr[-3000:]
     start = time.perf_counter()
-    merged = subprocess.run([sys.executable, "-m", "shardeval", "merge", str(out), "-q"], env=env, capture_output=True,
-                            text=True, timeout=900)
+    merged = subprocess.run(
+        [sys.executable, "-m", "shardeval", "merge", str(out), "-q"], env=env, capture_output=True, text=True, timeout=900
+    )
     assert merged.returncode == 0, merged.stderr[-3000:]
     return shard_s, time.perf_counter() - start
 
@@ -87,8 +98,10 @@ def test_one_shard_takes_about_as_long_as_lm_eval(tmp_path: Path) -> None:
             merges.append(merge_s)
         defaults = lm_eval_cli(url, model_dir, include, tmp_path / "lm_eval_defaults", 1)
     ratio = min(theirs) / min(ours)
-    print(f"\nlm_eval (num_concurrent={CONCURRENCY}) {min(theirs):.1f} s, shardeval one shard (max_concurrent={CONCURRENCY}) "
-          f"{min(ours):.1f} s (+ merge {min(merges):.1f} s): ratio {ratio:.2f} (floor {FLOOR}; the issue's target 1.0); "
-          f"against lm-eval's defaults (num_concurrent=1, {defaults:.1f} s): {defaults / min(ours):.2f}; "
-          f"shard + merge against lm_eval: {min(theirs) / (min(ours) + min(merges)):.2f}")
+    print(
+        f"\nlm_eval (num_concurrent={CONCURRENCY}) {min(theirs):.1f} s, shardeval one shard (max_concurrent={CONCURRENCY}) "
+        f"{min(ours):.1f} s (+ merge {min(merges):.1f} s): ratio {ratio:.2f} (floor {FLOOR}; the issue's target 1.0); "
+        f"against lm-eval's defaults (num_concurrent=1, {defaults:.1f} s): {defaults / min(ours):.2f}; "
+        f"shard + merge against lm_eval: {min(theirs) / (min(ours) + min(merges)):.2f}"
+    )
     assert ratio >= FLOOR

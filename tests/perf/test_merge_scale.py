@@ -87,8 +87,10 @@ def test_a_sweep_of_200_models_merges_at_the_cost_per_record_of_one_of_20(tmp_pa
         assert len(doc["vs_baseline"]) == (models - 1) * benchmarks and not doc["missing"]
     per_record = {m: t / (m * benchmarks * problems) for m, t in times.items()}
     ratio = per_record[200] / per_record[20]
-    print(f"\nsweep merge, {shards} shards per model, {benchmarks} benchmarks x {problems} problems, one core: "
-          f"20 models {times[20]:.1f} s, 200 models {times[200]:.1f} s (target < {SWEEP_TARGET_S:.0f} s); time per record "
-          f"200 / 20 models {ratio:.2f} (bound {MAX_PER_RECORD_RATIO})")
+    print(
+        f"\nsweep merge, {shards} shards per model, {benchmarks} benchmarks x {problems} problems, one core: "
+        f"20 models {times[20]:.1f} s, 200 models {times[200]:.1f} s (target < {SWEEP_TARGET_S:.0f} s); time per record "
+        f"200 / 20 models {ratio:.2f} (bound {MAX_PER_RECORD_RATIO})"
+    )
     assert times[200] < SWEEP_TARGET_S
     assert ratio <= MAX_PER_RECORD_RATIO

@@ -51,8 +51,10 @@ def compare(browser, what: str, big: str, small: str) -> None:
     large, baseline = open_times(browser, big), open_times(browser, small)
     print(f"\n{what}: {size / 2**20:.2f} MiB (limit 5); charts in view drawn after opening, large vs small page:")
     for place in PLACES:
-        print(f"  at {place}: {large[place]:.2f} s vs {baseline[place]:.2f} s, ratio {large[place] / baseline[place]:.2f}"
-              f" (limits {MAX_OPEN_S:.0f} s, {MAX_RATIO})")
+        print(
+            f"  at {place}: {large[place]:.2f} s vs {baseline[place]:.2f} s, ratio {large[place] / baseline[place]:.2f}"
+            f" (limits {MAX_OPEN_S:.0f} s, {MAX_RATIO})"
+        )
     assert size <= MAX_BYTES
     for place in PLACES:
         assert large[place] <= MAX_OPEN_S, (place, large)
@@ -62,12 +64,17 @@ def compare(browser, what: str, big: str, small: str) -> None:
 def test_a_200_by_20_sweep_page_opens_as_fast_as_a_small_one(tmp_path, browser):
     big = merged(str(tmp_path / "big"), 200, 20)
     small = merged(str(tmp_path / "small"), 4, 5)
-    compare(browser, "sweep.html of 200 x 20 vs 4 x 5", os.path.join(big, "merged", "sweep.html"),
-            os.path.join(small, "merged", "sweep.html"))
+    compare(
+        browser, "sweep.html of 200 x 20 vs 4 x 5", os.path.join(big, "merged", "sweep.html"), os.path.join(small, "merged", "sweep.html")
+    )
 
 
 def test_a_50_benchmark_report_opens_as_fast_as_a_one_benchmark_report(tmp_path, browser):
     big = merged(str(tmp_path / "big"), 1, 50)
     small = merged(str(tmp_path / "small"), 1, 1)
-    compare(browser, "report.html of 50 vs 1 benchmark", os.path.join(big, "step1000", "merged", "report.html"),
-            os.path.join(small, "step1000", "merged", "report.html"))
+    compare(
+        browser,
+        "report.html of 50 vs 1 benchmark",
+        os.path.join(big, "step1000", "merged", "report.html"),
+        os.path.join(small, "step1000", "merged", "report.html"),
+    )

@@ -164,17 +164,21 @@ def ratio_of(tmp: Path, name: str, n: int, concurrency: int, max_tokens: int, *s
             lean.append((n / wall, cpu / n))
             if r == 0:
                 sent = log.read_bytes().splitlines()
-                assert sorted(sent[n:2 * n]) == sorted(bodies)  # the raw client sent what shardeval sent
+                assert sorted(sent[n : 2 * n]) == sorted(bodies)  # the raw client sent what shardeval sent
                 records = [json.loads(line) for line in (out / "shard_0" / "arith" / "results.jsonl").read_bytes().splitlines()]
                 assert sum(len(rec.get("reasoning") or "") for rec in records) == sum(thought)  # and read the same thinking
     tokens = sum(rec.get("completion_tokens") or 0 for rec in records)
     return {
-        "ours": max(r for r, _ in ours), "ours_cpu": min(c for _, c in ours),
-        "raw": max(r for r, _ in raw), "raw_cpu": min(c for _, c in raw),
+        "ours": max(r for r, _ in ours),
+        "ours_cpu": min(c for _, c in ours),
+        "raw": max(r for r, _ in raw),
+        "raw_cpu": min(c for _, c in raw),
         "ratio": max(r for r, _ in ours) / max(r for r, _ in raw),
-        "lean": max(r for r, _ in lean), "lean_cpu": min(c for _, c in lean),
+        "lean": max(r for r, _ in lean),
+        "lean_cpu": min(c for _, c in lean),
         "cpu_ratio": min(c for _, c in lean) / min(c for _, c in ours),
-        "thinking": [rec.get("reasoning_tokens") or 0 for rec in records], "tokens": tokens,
+        "thinking": [rec.get("reasoning_tokens") or 0 for rec in records],
+        "tokens": tokens,
         "outcomes": {rec.get("outcome") for rec in records},
     }
 
@@ -194,11 +198,11 @@ def test_long_thinking_keeps_the_clients_ratio_to_a_raw_client(tmp_path: Path) -
 
     def measure() -> tuple[dict[str, Any], dict[str, Any]]:
         k = next(runs)
-        return (ratio_of(tmp_path, f"short{k}", N_SHORT, C_SHORT, 64),
-                ratio_of(tmp_path, f"long{k}", N_LONG, C_LONG, MAX_TOKENS, *LONG))
+        return (ratio_of(tmp_path, f"short{k}", N_SHORT, C_SHORT, 64), ratio_of(tmp_path, f"long{k}", N_LONG, C_LONG, MAX_TOKENS, *LONG))
 
-    short, long = measured_twice(measure, lambda got: got[1]["ratio"] >= got[0]["ratio"] - SLACK
-                                 and got[1]["cpu_ratio"] >= got[0]["cpu_ratio"] - SLACK)
+    short, long = measured_twice(
+        measure, lambda got: got[1]["ratio"] >= got[0]["ratio"] - SLACK and got[1]["cpu_ratio"] >= got[0]["cpu_ratio"] - SLACK
+    )
     thinking = long["thinking"]
     mean = sum(thinking) / len(thinking)
     assert long["outcomes"] == {None} and min(thinking) > 0  # every reply thought, and none was cut off
@@ -206,16 +210,24 @@ def test_long_thinking_keeps_the_clients_ratio_to_a_raw_client(tmp_path: Path) -
     print(f"\nclient overhead, best of {ROUNDS} alternating rounds, the same request bodies on both sides:")
     for name, n, c, got in (("short", N_SHORT, C_SHORT, short), ("long", N_LONG, C_LONG, long)):
         per_req = got["tokens"] / n  # completion tokens (thinking and answer) a request
-        print(f"  {name:5} {n:5} requests @ {c:3}: raw aiohttp {got['raw']:8.2f} req/s {got['raw'] * per_req:9,.0f} tok/s "
-              f"{got['raw_cpu'] * 1e3:7.2f} ms CPU/req; shardeval {got['ours']:8.2f} req/s {got['ours'] * per_req:9,.0f} tok/s "
-              f"{got['ours_cpu'] * 1e3:7.2f} ms CPU/req; ratio {got['ratio']:.3f}")
-        print(f"  {'':5} {'':5}          {'':3}  lean msgspec {got['lean']:7.2f} req/s {got['lean'] * per_req:9,.0f} tok/s "
-              f"{got['lean_cpu'] * 1e3:7.2f} ms CPU/req; shardeval's ratio to it {got['ours'] / got['lean']:.3f}, "
-              f"of CPU {got['cpu_ratio']:.3f}")
-    print(f"  long replies think {mean:,.0f} tokens on average (min {min(thinking):,}, max {max(thinking):,}); "
-          f"long ratio {long['ratio']:.3f} against short {short['ratio']:.3f} (bound: short - {SLACK})")
-    print(f"  CPU ratio to the lean client (its CPU a request over shardeval's): long {long['cpu_ratio']:.3f} against "
-          f"short {short['cpu_ratio']:.3f} (bound: short - {SLACK})")
+        print(
+            f"  {name:5} {n:5} requests @ {c:3}: raw aiohttp {got['raw']:8.2f} req/s {got['raw'] * per_req:9,.0f} tok/s "
+            f"{got['raw_cpu'] * 1e3:7.2f} ms CPU/req; shardeval {got['ours']:8.2f} req/s {got['ours'] * per_req:9,.0f} tok/s "
+            f"{got['ours_cpu'] * 1e3:7.2f} ms CPU/req; ratio {got['ratio']:.3f}"
+        )
+        print(
+            f"  {'':5} {'':5}          {'':3}  lean msgspec {got['lean']:7.2f} req/s {got['lean'] * per_req:9,.0f} tok/s "
+            f"{got['lean_cpu'] * 1e3:7.2f} ms CPU/req; shardeval's ratio to it {got['ours'] / got['lean']:.3f}, "
+            f"of CPU {got['cpu_ratio']:.3f}"
+        )
+    print(
+        f"  long replies think {mean:,.0f} tokens on average (min {min(thinking):,}, max {max(thinking):,}); "
+        f"long ratio {long['ratio']:.3f} against short {short['ratio']:.3f} (bound: short - {SLACK})"
+    )
+    print(
+        f"  CPU ratio to the lean client (its CPU a request over shardeval's): long {long['cpu_ratio']:.3f} against "
+        f"short {short['cpu_ratio']:.3f} (bound: short - {SLACK})"
+    )
     assert long["ratio"] >= short["ratio"] - SLACK
     assert long["cpu_ratio"] >= short["cpu_ratio"] - SLACK
 
@@ -251,10 +263,12 @@ def test_memory_per_reply_in_flight_grows_less_than_linearly_with_its_thinking(t
     base, small, large = measured_twice(measure, holds)
     per_small = (small - base) * 2**20 / (MEM_N * 2_000)
     per_large = (large - base) * 2**20 / (MEM_N * 20_000)
-    print(f"\npeak RSS of one shard, {MEM_N} replies in flight at once: no thinking {base:.1f} MiB, "
-          f"2,000 thinking tokens each {small:.1f} MiB, 20,000 each {large:.1f} MiB; 10x the thinking costs "
-          f"{(large - base) / max(small - base, 1e-9):.1f}x the memory above none; bytes per thinking token in flight "
-          f"{per_small:.0f} at 2k, {per_large:.0f} at 20k (bounds: below {FALLS} x 2k's, below {PER_TOKEN_BOUND})")
+    print(
+        f"\npeak RSS of one shard, {MEM_N} replies in flight at once: no thinking {base:.1f} MiB, "
+        f"2,000 thinking tokens each {small:.1f} MiB, 20,000 each {large:.1f} MiB; 10x the thinking costs "
+        f"{(large - base) / max(small - base, 1e-9):.1f}x the memory above none; bytes per thinking token in flight "
+        f"{per_small:.0f} at 2k, {per_large:.0f} at 20k (bounds: below {FALLS} x 2k's, below {PER_TOKEN_BOUND})"
+    )
     assert small - base > 2  # MiB: the measurement sees the thinking at all, above RSS noise
     assert per_large < FALLS * per_small
     assert per_large < PER_TOKEN_BOUND

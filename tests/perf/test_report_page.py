@@ -24,8 +24,10 @@ from shardeval.store.shards import shard_range
 PROBLEMS, REPEATS, SUBJECTS, SHARDS = 14_042, 5, 57, 4
 MAX_BYTES, MAX_OPEN_S = 5 * 2**20, 2.0
 READY = "document.body.dataset.charts"
-PROMPT = ("The following are multiple choice questions (with answers) about a subject.\n\n"
-          + "Question: which of these holds? A. one B. two C. three D. four\nAnswer: B\n\n" * 28)
+PROMPT = (
+    "The following are multiple choice questions (with answers) about a subject.\n\n"
+    + "Question: which of these holds? A. one B. two C. three D. four\nAnswer: B\n\n" * 28
+)
 
 
 def mmlu_shaped_run(root: str, n_problems: int) -> None:
@@ -39,17 +41,37 @@ def mmlu_shaped_run(root: str, n_problems: int) -> None:
                 for r in range(REPEATS):
                     error = (p * REPEATS + r) % 100 == 7
                     right = (p * 7919 + r * 104729) % 100 < 40 + subject
-                    yield record("mmlu", p, r, idx, score=float(right), status="error" if error else "ok", run=run_id(config_hash),
-                                 cluster=f"subject_{subject:02d}", extracted="B" if right else "C")
+                    yield record(
+                        "mmlu",
+                        p,
+                        r,
+                        idx,
+                        score=float(right),
+                        status="error" if error else "ok",
+                        run=run_id(config_hash),
+                        cluster=f"subject_{subject:02d}",
+                        extracted="B" if right else "C",
+                    )
 
-        make_shard(root, idx, SHARDS, n_problems=n_problems, repeats=REPEATS, bench="mmlu", config_hash=config_hash,
-                   records=records(), metrics=["accuracy", "pass@k"], prompt=lambda p: PROMPT + f"Question {p}?")
+        make_shard(
+            root,
+            idx,
+            SHARDS,
+            n_problems=n_problems,
+            repeats=REPEATS,
+            bench="mmlu",
+            config_hash=config_hash,
+            records=records(),
+            metrics=["accuracy", "pass@k"],
+            prompt=lambda p: PROMPT + f"Question {p}?",
+        )
 
 
 def merge(root: str, env: dict[str, str] | None = None) -> float:
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "shardeval", "merge", "-q", root], capture_output=True, text=True,
-                       env={**os.environ, **(env or {})})
+    r = subprocess.run(
+        [sys.executable, "-m", "shardeval", "merge", "-q", root], capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
     # 1 % of the records are errors by design (the page shows them): the merge says ERRORS, exit 3 (H2)
     assert r.returncode == 3 and "ERRORS" in r.stderr, r.stderr
     return time.perf_counter() - t
@@ -79,8 +101,10 @@ def test_mmlu_report_opens_fast_and_stays_small(tmp_path, browser):
     page, baseline = os.path.join(big, "merged", "report.html"), os.path.join(small, "merged", "report.html")
     size = os.path.getsize(page)
     opened, opened_small = open_time(browser, page), open_time(browser, baseline)
-    print(f"\nreport.html of MMLU {PROBLEMS:,} x {REPEATS}: {size / 2**20:.2f} MiB (limit 5), opens with every chart drawn in "
-          f"{opened:.2f} s (limit {MAX_OPEN_S:.0f}); a 40-question report opens in {opened_small:.2f} s: ratio {opened / opened_small:.2f}; "
-          f"merge {with_html:.2f} s with report.html vs {plain:.2f} s without the charts' JavaScript: ratio {with_html / plain:.2f}")
+    print(
+        f"\nreport.html of MMLU {PROBLEMS:,} x {REPEATS}: {size / 2**20:.2f} MiB (limit 5), opens with every chart drawn in "
+        f"{opened:.2f} s (limit {MAX_OPEN_S:.0f}); a 40-question report opens in {opened_small:.2f} s: ratio {opened / opened_small:.2f}; "
+        f"merge {with_html:.2f} s with report.html vs {plain:.2f} s without the charts' JavaScript: ratio {with_html / plain:.2f}"
+    )
     assert size < MAX_BYTES
     assert opened < MAX_OPEN_S

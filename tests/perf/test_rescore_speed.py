@@ -20,11 +20,13 @@ N_PROBLEMS, REPEATS = 100_000, 2  # 200,000 records
 MIN_RATE_RATIO = 0.15  # rescore's records/s over merge's, at least
 MAX_RSS_MIB = 300
 
+
 def on_one_core(*args: str) -> tuple[float, float]:
     """(wall seconds, peak RSS MiB) of `shardeval ARGS` pinned to one CPU."""
     done = run_measured([sys.executable, "-m", "shardeval", *args], cpu=min(os.sched_getaffinity(0)))
     assert done.returncode == 0, done.stderr
     return done.wall_s, done.peak_mib
+
 
 def test_rescore_rate_against_merge(tmp_path):
     run = str(tmp_path / "run")
@@ -40,8 +42,10 @@ def test_rescore_rate_against_merge(tmp_path):
     with open(os.path.join(tmp_path, "new", "shard_0", "arith", "results.jsonl"), "rb") as f:
         assert sum(1 for _ in f) == n
     ratio = merge_s / rescore_s
-    print(f"\nrescore of {n:,} records, one core: {rescore_s:.1f} s ({n / rescore_s:,.0f} records/s, peak RSS {rescore_rss:.0f} MiB); "
-          f"merge of the same shard {merge_s:.1f} s ({n / merge_s:,.0f} records/s, {merge_rss:.0f} MiB); "
-          f"rescore/merge rate ratio {ratio:.2f} (at least {MIN_RATE_RATIO})")
+    print(
+        f"\nrescore of {n:,} records, one core: {rescore_s:.1f} s ({n / rescore_s:,.0f} records/s, peak RSS {rescore_rss:.0f} MiB); "
+        f"merge of the same shard {merge_s:.1f} s ({n / merge_s:,.0f} records/s, {merge_rss:.0f} MiB); "
+        f"rescore/merge rate ratio {ratio:.2f} (at least {MIN_RATE_RATIO})"
+    )
     assert ratio >= MIN_RATE_RATIO
     assert rescore_rss < MAX_RSS_MIB

@@ -44,5 +44,7 @@ def test_peak_rss_is_flat_in_dataset_size(tmp_path):
     with open(tmp_path / "large" / "arith" / "results.jsonl", "rb") as f:
         assert sum(1 for _ in f) == 100_000
     ratio = large / small
-    print(f"\npeak RSS of a shard: 1,000 problems {small:.1f} MiB, 100,000 problems {large:.1f} MiB, ratio {ratio:.3f} (target <= {TARGET})")
+    print(
+        f"\npeak RSS of a shard: 1,000 problems {small:.1f} MiB, 100,000 problems {large:.1f} MiB, ratio {ratio:.3f} (target <= {TARGET})"
+    )
     assert ratio <= TARGET

@@ -30,7 +30,7 @@ ROUNDS = 15
 
 def wall(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # noqa: UP022
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0 and proc.stdout.startswith(b"shardeval, version"), proc.stderr
     return elapsed
@@ -41,8 +41,11 @@ def venv_install(folder: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
     wheel = next((REPO / "dist").glob("shardeval-*.whl"))
     target = folder / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     # The dependencies (click, pluggy, ...) from the test venv, after the wheel's own packages.
     (target / "zz_test_venv_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")

@@ -77,10 +77,12 @@ def test_one_refresh_costs_about_a_merge_scan_and_a_later_one_what_was_appended(
     snapshots.close()
     assert doc["run"]["done"] == PROBLEMS * REPEATS
     follow_s = min(follow_times)
-    print(f"\nstatus --serve, first refresh of {PROBLEMS:,} x {REPEATS} records in {SHARDS} shards: {refresh_s:.2f} s; "
-          f"merge_run {merge_s:.2f} s; ratio {ratio:.2f} (bound {MAX_RATIO:g}); a later refresh, "
-          f"{SHARDS * APPENDED_PER_SHARD:,} records appended: {follow_s:.3f} s, {follow_s / refresh_s:.3f} of the first "
-          f"(bound {MAX_FOLLOW_RATIO:g})")
+    print(
+        f"\nstatus --serve, first refresh of {PROBLEMS:,} x {REPEATS} records in {SHARDS} shards: {refresh_s:.2f} s; "
+        f"merge_run {merge_s:.2f} s; ratio {ratio:.2f} (bound {MAX_RATIO:g}); a later refresh, "
+        f"{SHARDS * APPENDED_PER_SHARD:,} records appended: {follow_s:.3f} s, {follow_s / refresh_s:.3f} of the first "
+        f"(bound {MAX_FOLLOW_RATIO:g})"
+    )
     assert ratio < MAX_RATIO
     assert follow_s / refresh_s < MAX_FOLLOW_RATIO
 
@@ -101,7 +103,7 @@ def refreshes_while_writing(root: str, models: int, benchmarks: int) -> tuple[fl
     for path in files:
         with open(path, "rb") as f:
             lines = f.read().splitlines(keepends=True)
-        rest[path] = [b"".join(lines[i:i + APPENDED]) for i in range(APPENDED, len(lines), APPENDED)]
+        rest[path] = [b"".join(lines[i : i + APPENDED]) for i in range(APPENDED, len(lines), APPENDED)]
         with open(path, "wb") as f:
             f.write(b"".join(lines[:APPENDED]))
     snapshots = Snapshots(root, interval=2.0)
@@ -132,9 +134,11 @@ def test_a_sweep_refresh_while_shards_write_reads_only_what_was_appended(tmp_pat
 
     large_root = str(tmp_path / "large")
     merge_s = best_of(1, lambda: merge_sweep(large_root, read_plan(large_root)))
-    print(f"\nstatus --serve of a sweep while every shard writes, one refresh: {SWEEP_LARGE[0]} x {SWEEP_LARGE[1]} "
-          f"{large_s:.3f} s (first, reading everything: {large_first:.3f} s), {SWEEP_SMALL[0]} x {SWEEP_SMALL[1]} "
-          f"{small_s:.4f} s (first {small_first:.4f} s); ratio {ratio:.0f} for {large_cells // small_cells}x the cells "
-          f"({ratio * small_cells / large_cells:.2f} per cell); merge of the whole sweep {merge_s:.3f} s, "
-          f"refresh / merge {large_s / merge_s:.2f} (bound {MAX_SWEEP_RATIO:g})")
+    print(
+        f"\nstatus --serve of a sweep while every shard writes, one refresh: {SWEEP_LARGE[0]} x {SWEEP_LARGE[1]} "
+        f"{large_s:.3f} s (first, reading everything: {large_first:.3f} s), {SWEEP_SMALL[0]} x {SWEEP_SMALL[1]} "
+        f"{small_s:.4f} s (first {small_first:.4f} s); ratio {ratio:.0f} for {large_cells // small_cells}x the cells "
+        f"({ratio * small_cells / large_cells:.2f} per cell); merge of the whole sweep {merge_s:.3f} s, "
+        f"refresh / merge {large_s / merge_s:.2f} (bound {MAX_SWEEP_RATIO:g})"
+    )
     assert large_s / merge_s <= MAX_SWEEP_RATIO

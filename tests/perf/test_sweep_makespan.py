@@ -57,8 +57,7 @@ def test_sweep_makespan_stays_near_the_ideal(tmp_path):
     lines: list[str] = []
     with open(tmp_path / "report.md", "w") as report:
         start = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(config)], stdout=report,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, "-m", "shardeval", "run", str(config)], stdout=report, stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None
         makespan = None
         for line in proc.stderr:
@@ -85,10 +84,12 @@ def test_sweep_makespan_stays_near_the_ideal(tmp_path):
     ideal = busy / SLOTS
     times = sorted(cells.values())
     ratio = makespan / ideal
-    print(f"\nsweep makespan / ideal = {ratio:.3f} (makespan {makespan:.1f} s, ideal {ideal:.1f} s, "
-          f"{len(cells)} cells, {SLOTS} slots)"
-          f"\ncells: longest {times[-1]:.2f} s, median {statistics.median(times):.2f} s, shortest {times[0]:.2f} s; "
-          f"start-up and stop outside the shard's own span: {statistics.mean(overhead):.2f} s a cell on average")
+    print(
+        f"\nsweep makespan / ideal = {ratio:.3f} (makespan {makespan:.1f} s, ideal {ideal:.1f} s, "
+        f"{len(cells)} cells, {SLOTS} slots)"
+        f"\ncells: longest {times[-1]:.2f} s, median {statistics.median(times):.2f} s, shortest {times[0]:.2f} s; "
+        f"start-up and stop outside the shard's own span: {statistics.mean(overhead):.2f} s a cell on average"
+    )
     assert times[-1] >= max(1.5 * statistics.median(times), 3 * times[0])  # the tails make some cells much longer
     assert makespan >= ideal * 0.99  # no schedule beats the ideal: a check on the two clocks
     assert ratio <= TARGET

@@ -132,7 +132,10 @@ def test_shardeval_keeps_up_with_a_raw_client_on_real_vllm(tmp_path):
         asyncio.run(raw_client(url, texts[:8]))  # warm up the server and the imports
         for r in range(ROUNDS):
             # Alternate which goes first, so a trend in machine load does not favour one side.
-            order = [("raw", lambda: raw_client(url, texts)), ("ours", lambda r=r: shardeval_client(url, N_REQUESTS, str(tmp_path / f"r{r}")))]
+            order = [
+                ("raw", lambda: raw_client(url, texts)),
+                ("ours", lambda r=r: shardeval_client(url, N_REQUESTS, str(tmp_path / f"r{r}"))),
+            ]
             for name, factory in order if r % 2 == 0 else order[::-1]:
                 (raw if name == "raw" else ours).append(measure(factory))
     raw_rate, raw_tok = max(raw)

@@ -10,8 +10,13 @@ from typing import TYPE_CHECKING
 from shardeval.api.roles import serve
 
 if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_rewrite.py --blocks
-    from shardeval.results.metrics import (MetricOptions as MetricOptions, MetricValue as MetricValue, ScoreTable as ScoreTable,
-                                           OK as OK, headline_metric as headline_metric)
+    from shardeval.results.metrics import (
+        MetricOptions as MetricOptions,
+        MetricValue as MetricValue,
+        ScoreTable as ScoreTable,
+        OK as OK,
+        headline_metric as headline_metric,
+    )
     from shardeval.identity import incomparable as incomparable
 else:  # type checkers read the imports above; at run time each name is imported on first use
     __getattr__, __dir__, __all__ = serve("metric")

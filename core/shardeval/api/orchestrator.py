@@ -10,17 +10,22 @@ from typing import TYPE_CHECKING
 from shardeval.api.roles import serve
 
 if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_rewrite.py --blocks
-    from shardeval.launch.orchestrator import (Orchestrator as Orchestrator, CellOutcome as CellOutcome,
-                                               LaunchRequest as LaunchRequest, Cell as Cell, dump_yaml as dump_yaml,
-                                               escape_dollars as escape_dollars, ENV_NAME as ENV_NAME)
+    from shardeval.launch.orchestrator import (
+        Orchestrator as Orchestrator,
+        CellOutcome as CellOutcome,
+        LaunchRequest as LaunchRequest,
+        Cell as Cell,
+        dump_yaml as dump_yaml,
+        escape_dollars as escape_dollars,
+        ENV_NAME as ENV_NAME,
+    )
     from shardeval.launch.lifecycle import orchestrate as orchestrate, load_request as load_request
     from shardeval.launch.cell import run_cell as run_cell
     from shardeval.config import Config as Config, ClusterConfig as ClusterConfig
     from shardeval.config.loading import load_config as load_config
     from shardeval.launch import setup_logging as setup_logging
     from shardeval.errors import EXIT_WITH_ERRORS as EXIT_WITH_ERRORS
-    from shardeval.command_line import (evaluation_options as evaluation_options, override_option as override_option,
-                                        run_cli as run_cli)
+    from shardeval.command_line import evaluation_options as evaluation_options, override_option as override_option, run_cli as run_cli
     from shardeval.run.process import node_command as node_command, die_with_parent as die_with_parent
     from shardeval.run.resume import check_submission as check_submission
     from shardeval.store.shards import shard_range as shard_range

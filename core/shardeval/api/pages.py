@@ -12,8 +12,11 @@ from shardeval.api.roles import serve
 
 if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_rewrite.py --blocks
     from shardeval.results.merge import BenchmarkMerge as BenchmarkMerge
-    from shardeval.results.sweep_merge import (SweepMerge as SweepMerge, NOT_COMPARED as NOT_COMPARED,
-                                               not_compared_notes as not_compared_notes)
+    from shardeval.results.sweep_merge import (
+        SweepMerge as SweepMerge,
+        NOT_COMPARED as NOT_COMPARED,
+        not_compared_notes as not_compared_notes,
+    )
     from shardeval.results.page_view import ReportView as ReportView, BenchmarkView as BenchmarkView, LiveStatus as LiveStatus
     from shardeval.results.pages import compare_page as compare_page
 else:  # type checkers read the imports above; at run time each name is imported on first use

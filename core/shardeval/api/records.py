@@ -10,10 +10,16 @@ from typing import TYPE_CHECKING
 from shardeval.api.roles import serve
 
 if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_rewrite.py --blocks
-    from shardeval.store.records import (ResultRecord as ResultRecord, TrajectoryRecord as TrajectoryRecord,
-                                         ImageInfo as ImageInfo, ImageThumbnail as ImageThumbnail, SweepPlan as SweepPlan,
-                                         RESULTS_FILE as RESULTS_FILE, TRAJECTORIES_FILE as TRAJECTORIES_FILE,
-                                         read_manifest as read_manifest)
+    from shardeval.store.records import (
+        ResultRecord as ResultRecord,
+        TrajectoryRecord as TrajectoryRecord,
+        ImageInfo as ImageInfo,
+        ImageThumbnail as ImageThumbnail,
+        SweepPlan as SweepPlan,
+        RESULTS_FILE as RESULTS_FILE,
+        TRAJECTORIES_FILE as TRAJECTORIES_FILE,
+        read_manifest as read_manifest,
+    )
     from shardeval.results.merge import MergeResult as MergeResult, merge_run as merge_run
     from shardeval.results.export import load_run as load_run
     from shardeval.store.regular import open_regular as open_regular, read_regular as read_regular

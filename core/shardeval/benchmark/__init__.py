@@ -8,7 +8,8 @@ the rest. Solvers (how a problem becomes requests) and metrics (how scores reduc
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Literal
+from collections.abc import Callable, Iterator
 
 import msgspec
 
@@ -123,8 +124,7 @@ class Benchmark:
     def quick_params(cls, argument: str) -> dict[str, Any]:
         """The params `--bench NAME:ARGUMENT` means (e.g. `lm_eval:gsm8k,arc_easy` → its tasks).
         By default a benchmark takes no argument: a one-line error saying so."""
-        raise UsageError(f"--bench {cls.name or 'it'}:{argument}: this benchmark takes no ':ARGUMENT'; "
-                         "set its params in a config file")
+        raise UsageError(f"--bench {cls.name or 'it'}:{argument}: this benchmark takes no ':ARGUMENT'; set its params in a config file")
 
     def size(self) -> int:
         raise NotImplementedError
@@ -155,11 +155,15 @@ class Benchmark:
             check_count(len(images), limit, f"{where}: problem {p.idx} (id {p.id})")
             for ref in images:
                 if ref.bytes > max_bytes:
-                    raise UsageError(f"{where}: problem {p.idx} (id {p.id}): image {ref.name} is {ref.bytes} bytes, over the "
-                                     f"service's max_image_bytes ({max_bytes}); shrink it or raise max_image_bytes")
+                    raise UsageError(
+                        f"{where}: problem {p.idx} (id {p.id}): image {ref.name} is {ref.bytes} bytes, over the "
+                        f"service's max_image_bytes ({max_bytes}); shrink it or raise max_image_bytes"
+                    )
             if images and p.metadata.get("scoring") == "loglikelihood":
-                raise UsageError(f"{where}: problem {p.idx} (id {p.id}) has images and is scored by log-likelihood, which "
-                                 "sends text only; score it by its answer")
+                raise UsageError(
+                    f"{where}: problem {p.idx} (id {p.id}) has images and is scored by log-likelihood, which "
+                    "sends text only; score it by its answer"
+                )
 
     def problems(self, indices: range | list[int]) -> Iterator[Problem]:
         """Yield the problems at `indices` lazily; override when sequential reads are cheaper."""

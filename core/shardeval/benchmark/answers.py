@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 _FINAL = re.compile(r"####\s*(.+?)\s*$", re.MULTILINE)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -157,7 +157,7 @@ def _label_at(text: str, letters: str) -> tuple[str | None, bool]:
     match = re.match(_LABEL_WRAP + r"([" + letters + letters.lower() + r"])" + _LABEL_CLOSE, text)
     if not match:
         return None, False
-    letter, rest = match.group(1), text[match.end():]
+    letter, rest = match.group(1), text[match.end() :]
     if rest[:1].isalnum() or rest[:1] in ("_", "'", "-") or re.match(r"[.:]\w|:/", rest):
         return None, False  # inside a word, a URL ("B.com") or a path ("C:/")
     if re.match(_ALTERNATIVE.replace("{L}", letters + letters.lower()), rest):
@@ -191,8 +191,8 @@ def _option_text(text: str, options: list[str]) -> int | None:
             spans[k] = found
 
     def inside(span: tuple[int, int], k: int) -> bool:
-        return any(j != k and len(texts[j]) > len(texts[k]) and s <= span[0] and span[1] <= e
-                   for j, js in spans.items() for s, e in js)
+        return any(j != k and len(texts[j]) > len(texts[k]) and s <= span[0] and span[1] <= e for j, js in spans.items() for s, e in js)
+
     kept = [k for k, found in spans.items() if not all(inside(span, k) for span in found)]
     return kept[0] if len(kept) == 1 else None
 
@@ -258,7 +258,7 @@ def _by_boxed(text: str, options: list[str], letters: str) -> Decided | None:
 def _by_declaration(text: str, options: list[str], letters: str) -> Decided | None:
     """Rule 3: the last declaration ("the answer is X"), naming a letter or an option's text."""
     for match in reversed(list(_DECLARATION.finditer(text))):
-        rest = text[match.end():]
+        rest = text[match.end() :]
         letter, hedge = _label_at(rest, letters)
         if hedge:
             return None, "hedge"
@@ -282,7 +282,7 @@ def _by_lone_letter(text: str, options: list[str], letters: str) -> Decided | No
     """Rule 5: exactly one letter standing alone anywhere (two or an alternative: a hedge)."""
     found: list[str] = []
     for match in re.finditer(r"(?<![\w'.$/\\-])(?=[\[(*_\"'`]*[" + letters + r"])", text):
-        got, alt = _label_at(text[match.start():], letters)
+        got, alt = _label_at(text[match.start() :], letters)
         if alt:
             return None, "hedge"
         if got and got not in found:
@@ -302,23 +302,66 @@ def _by_option_text(text: str, options: list[str], letters: str) -> Decided | No
 
 
 _VLM_RULES: tuple[Callable[[str, list[str], str], Decided | None], ...] = (
-    _by_answer_tag, _by_boxed, _by_declaration, _by_label, _by_lone_letter, _by_option_text)
+    _by_answer_tag,
+    _by_boxed,
+    _by_declaration,
+    _by_label,
+    _by_lone_letter,
+    _by_option_text,
+)
 
 
 # VQA's answer normalisation (the VQA challenge's evaluation, as lmms-eval and VLMEvalKit apply it).
 _VQA_PUNCT = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")
 _VQA_COMMA_NUMBER = re.compile(r"\d,\d")
 _VQA_PERIOD = re.compile(r"\.(?!\d)")  # a period no digit follows ("3.5" and ".5" keep theirs)
-VQA_NUMBERS = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
-               "six": "6", "seven": "7", "eight": "8", "nine": "9", "ten": "10"}
+VQA_NUMBERS = {
+    "none": "0",
+    "zero": "0",
+    "one": "1",
+    "two": "2",
+    "three": "3",
+    "four": "4",
+    "five": "5",
+    "six": "6",
+    "seven": "7",
+    "eight": "8",
+    "nine": "9",
+    "ten": "10",
+}
 _VQA_ARTICLES = frozenset(("a", "an", "the"))
 # Contractions written without their apostrophe, restored (the common ones; VQA's table is longer).
 VQA_CONTRACTIONS = {
-    "aint": "ain't", "arent": "aren't", "cant": "can't", "couldnt": "couldn't", "didnt": "didn't", "doesnt": "doesn't",
-    "dont": "don't", "hadnt": "hadn't", "hasnt": "hasn't", "havent": "haven't", "hes": "he's", "im": "i'm", "isnt": "isn't",
-    "ive": "i've", "mightnt": "mightn't", "mustnt": "mustn't", "shouldnt": "shouldn't", "thats": "that's", "theres": "there's",
-    "theyre": "they're", "theyve": "they've", "wasnt": "wasn't", "werent": "weren't", "whats": "what's", "wheres": "where's",
-    "whos": "who's", "wont": "won't", "wouldnt": "wouldn't", "youre": "you're", "youve": "you've",
+    "aint": "ain't",
+    "arent": "aren't",
+    "cant": "can't",
+    "couldnt": "couldn't",
+    "didnt": "didn't",
+    "doesnt": "doesn't",
+    "dont": "don't",
+    "hadnt": "hadn't",
+    "hasnt": "hasn't",
+    "havent": "haven't",
+    "hes": "he's",
+    "im": "i'm",
+    "isnt": "isn't",
+    "ive": "i've",
+    "mightnt": "mightn't",
+    "mustnt": "mustn't",
+    "shouldnt": "shouldn't",
+    "thats": "that's",
+    "theres": "there's",
+    "theyre": "they're",
+    "theyve": "they've",
+    "wasnt": "wasn't",
+    "werent": "weren't",
+    "whats": "what's",
+    "wheres": "where's",
+    "whos": "who's",
+    "wont": "won't",
+    "wouldnt": "wouldn't",
+    "youre": "you're",
+    "youve": "you've",
 }
 
 

@@ -32,7 +32,8 @@ import io
 import os
 from array import array
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from urllib.parse import urlsplit
 
 import msgspec
@@ -44,8 +45,17 @@ from shardeval.store.atomic import atomic_write
 from shardeval.errors import UsageError
 from shardeval.store.regular import kind_of, open_regular
 
-__all__ = ["Rows", "RowsBenchmark", "open_rows", "open_from_params", "package_data", "downloads_dir", "canonical_row",
-           "SOURCE_PARAMS", "FORMATS"]
+__all__ = [
+    "Rows",
+    "RowsBenchmark",
+    "open_rows",
+    "open_from_params",
+    "package_data",
+    "downloads_dir",
+    "canonical_row",
+    "SOURCE_PARAMS",
+    "FORMATS",
+]
 
 FORMATS = ("jsonl", "json", "csv", "parquet")
 SOURCE_PARAMS = ("path", "url", "hf", "sha256", "format")
@@ -405,12 +415,12 @@ def _read_json(path: str, origin: str) -> list[dict[str, Any]]:
         if not isinstance(data.get("data"), list):
             keys = ", ".join(sorted(map(str, data))[:5]) or "none"
             raise UsageError(
-                f"{origin}: a JSON dataset is a list of rows or {{\"data\": [rows]}}; this object has keys {keys} "
+                f'{origin}: a JSON dataset is a list of rows or {{"data": [rows]}}; this object has keys {keys} '
                 "(a one-row JSON Lines file: name it .jsonl)"
             )
         data = data["data"]
     if not isinstance(data, list):
-        raise UsageError(f"{origin}: a JSON dataset is a list of rows or {{\"data\": [rows]}}, not {_kind(data)}")
+        raise UsageError(f'{origin}: a JSON dataset is a list of rows or {{"data": [rows]}}, not {_kind(data)}')
     for i, row in enumerate(data):
         if not isinstance(row, dict):
             raise UsageError(f"{origin}: row {i} is {_kind(row)}; every row must be a JSON object")
@@ -447,8 +457,7 @@ def _read_parquet(path: str, origin: str, who: str) -> Any:
         import pyarrow.parquet as pq
     except ImportError:
         raise UsageError(
-            f"{who}{origin}: reading Parquet needs pyarrow, which is not installed; pip install pyarrow, "
-            "or convert the file to JSONL"
+            f"{who}{origin}: reading Parquet needs pyarrow, which is not installed; pip install pyarrow, or convert the file to JSONL"
         ) from None
     try:
         return pq.read_table(path)
@@ -515,7 +524,7 @@ def _fetch(url: str, target: str, want: str | None, who: str) -> None:
 
     request = urllib.request.Request(url, headers={"User-Agent": "shardeval"})
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - http(s) only, checked above
+        with urllib.request.urlopen(request, timeout=60) as response:
 
             def chunks() -> Iterator[bytes]:
                 while chunk := response.read(1 << 20):
@@ -527,7 +536,9 @@ def _fetch(url: str, target: str, want: str | None, who: str) -> None:
         raise UsageError(f"{who}{url}: download failed: HTTP {exc.code} {exc.reason}; check the URL or give params.path") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        raise UsageError(f"{who}{url}: download failed: {reason}; check the network, or download it yourself and give params.path") from None
+        raise UsageError(
+            f"{who}{url}: download failed: {reason}; check the network, or download it yourself and give params.path"
+        ) from None
 
 
 @contextmanager

@@ -21,7 +21,8 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 from urllib.parse import quote, unquote_to_bytes
 
 import msgspec
@@ -50,7 +51,7 @@ class ImageRef(msgspec.Struct, frozen=True, kw_only=True):
     height: int
     mime: str
 
-    def info(self) -> "ImageInfo":
+    def info(self) -> ImageInfo:
         return ImageInfo(sha256=self.sha256, bytes=self.bytes, width=self.width, height=self.height)
 
     def placeholder(self) -> str:
@@ -71,8 +72,7 @@ def pillow() -> Any:
     try:
         from PIL import Image
     except ImportError:
-        raise UsageError("this benchmark has images, which need Pillow: pip install 'shardeval[images]' "
-                         "(or pip install pillow)") from None
+        raise UsageError("this benchmark has images, which need Pillow: pip install 'shardeval[images]' (or pip install pillow)") from None
     return Image
 
 
@@ -182,7 +182,7 @@ def _fetch(url: str, max_bytes: int | None) -> bytes:
     from shardeval.store.atomic import atomic_write
 
     request = urllib.request.Request(url, headers={"User-Agent": "shardeval"})
-    with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - http(s) only
+    with urllib.request.urlopen(request, timeout=60) as response:
         data = response.read((max_bytes or DEFAULT_MAX_IMAGE_BYTES) + 1)
     if max_bytes is not None and len(data) > max_bytes:
         raise ValueError(f"over max_image_bytes ({max_bytes})")
@@ -219,8 +219,10 @@ def split_prompt(text: str, n_images: int) -> list[str | int]:
     if markers == 0:
         return [*range(n_images), *([text] if text else [])]
     if markers != n_images:
-        raise ValueError(f"the prompt has {markers} {IMAGE_MARKER} marker(s) for {n_images} image(s); "
-                         f"give one marker per image, or none (the images then come first)")
+        raise ValueError(
+            f"the prompt has {markers} {IMAGE_MARKER} marker(s) for {n_images} image(s); "
+            f"give one marker per image, or none (the images then come first)"
+        )
     parts: list[str | int] = []
     for i, piece in enumerate(pieces):
         if piece:
@@ -232,8 +234,10 @@ def split_prompt(text: str, n_images: int) -> list[str | int]:
 
 def check_count(n: int, limit: int | None, where: str) -> None:
     if limit is not None and n > limit:
-        raise UsageError(f"{where}: {n} images, more than the service's limit_mm_per_prompt image {limit}; "
-                         "raise limit_mm_per_prompt (and vLLM's --limit-mm-per-prompt) or give the row fewer images")
+        raise UsageError(
+            f"{where}: {n} images, more than the service's limit_mm_per_prompt image {limit}; "
+            "raise limit_mm_per_prompt (and vLLM's --limit-mm-per-prompt) or give the row fewer images"
+        )
 
 
 def image_limit(limit_mm_per_prompt: dict[str, Any] | None) -> int | None:
@@ -263,7 +267,7 @@ class CheckedFiles:
         mime: str
 
     def __init__(self) -> None:
-        self._known: dict[str, dict[str, "CheckedFiles.Entry"]] = {}  # folder -> its files checked
+        self._known: dict[str, dict[str, CheckedFiles.Entry]] = {}  # folder -> its files checked
         self._lock = threading.Lock()
 
     def path(self, folder: str) -> str:
@@ -272,7 +276,7 @@ class CheckedFiles:
 
         return os.path.join(downloads_dir(), "images", "checked", hashlib.sha256(folder.encode()).hexdigest()[:32] + ".jsonl")
 
-    def _load(self, folder: str) -> dict[str, "CheckedFiles.Entry"]:
+    def _load(self, folder: str) -> dict[str, CheckedFiles.Entry]:
         known = self._known.get(folder)
         if known is None:
             known = self._known[folder] = {}
@@ -311,8 +315,9 @@ class CheckedFiles:
             return
         try:
             st = os.stat(source)
-            entry = CheckedFiles.Entry(source, st.st_size, st.st_mtime_ns, st.st_ino, ref.sha256, ref.bytes, ref.width,
-                                       ref.height, ref.mime)
+            entry = CheckedFiles.Entry(
+                source, st.st_size, st.st_mtime_ns, st.st_ino, ref.sha256, ref.bytes, ref.width, ref.height, ref.mime
+            )
             record = self.path(os.path.dirname(source))
             os.makedirs(os.path.dirname(record), exist_ok=True)
             fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -331,8 +336,9 @@ CHECKED = CheckedFiles()
 
 def _embedded(value: Any) -> bool:
     """An image held in the row, as Hugging Face's Image feature stores it: {"bytes": ..., "path": ...}."""
-    return isinstance(value, dict) and (isinstance(value.get("bytes"), (bytes, bytearray))
-                                        or (value.get("bytes") is None and isinstance(value.get("path"), str)))
+    return isinstance(value, dict) and (
+        isinstance(value.get("bytes"), (bytes, bytearray)) or (value.get("bytes") is None and isinstance(value.get("path"), str))
+    )
 
 
 # --- the shard's store -------------------------------------------------------------------------
@@ -434,8 +440,10 @@ class ImageStore:
         with self._lock:
             self.reads += 1
         if hashlib.sha256(data).hexdigest() != ref.sha256:
-            raise ImageUnavailable(f"image {ref.name} changed since the problem was built "
-                                   f"(sha256 {ref.sha256[:12]}…, now {hashlib.sha256(data).hexdigest()[:12]}…); rerun the shard")
+            raise ImageUnavailable(
+                f"image {ref.name} changed since the problem was built "
+                f"(sha256 {ref.sha256[:12]}…, now {hashlib.sha256(data).hexdigest()[:12]}…); rerun the shard"
+            )
         self._keep_for_thumbnail(ref, data)
         return data
 
@@ -473,8 +481,14 @@ class RowImages:
     once per process, when the benchmark's preflight checks them all, so a bad one is one line
     before any request. An image held in a row is read again from the row when a request needs it."""
 
-    def __init__(self, field: str, base_dir: str | None, where: str,
-                 row_at: Callable[[int], dict[str, Any]] | None = None, images_root: str | None = None) -> None:
+    def __init__(
+        self,
+        field: str,
+        base_dir: str | None,
+        where: str,
+        row_at: Callable[[int], dict[str, Any]] | None = None,
+        images_root: str | None = None,
+    ) -> None:
         self.field, self.base_dir, self.where = field, base_dir, where
         # The folders a row's file may lie in (symlinks resolved): the data file's, and images_root
         # when the benchmark names one; a path anywhere else is refused (see `_inside`).
@@ -493,8 +507,10 @@ class RowImages:
         if isinstance(value, (str, dict)):
             value = [value]
         if not isinstance(value, list) or not all((isinstance(v, str) and v) or _embedded(v) for v in value):
-            raise UsageError(f"{self.where}: row {idx}: {self.field} must be a list of image paths or URLs "
-                             f"(or images as {{bytes, path}}), got {value!r:.80}")
+            raise UsageError(
+                f"{self.where}: row {idx}: {self.field} must be a list of image paths or URLs "
+                f"(or images as {{bytes, path}}), got {value!r:.80}"
+            )
         return value
 
     def of_row(self, row: dict[str, Any], idx: int, row_id: str) -> list[ImageRef]:
@@ -518,11 +534,15 @@ class RowImages:
                     CHECKED.put(source, ref)
             except OSError as exc:
                 why = f"{exc.strerror or exc}" + (f" ({source})" if source != name else "")
-                raise UsageError(f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r}: cannot read it: {why}; "
-                                 "fix the path (relative paths start at the data file's folder)") from None
+                raise UsageError(
+                    f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r}: cannot read it: {why}; "
+                    "fix the path (relative paths start at the data file's folder)"
+                ) from None
             except ValueError as exc:
-                raise UsageError(f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r}: {exc}; "
-                                 "replace it with an image file (PNG, JPEG, WebP, GIF, ...)") from None
+                raise UsageError(
+                    f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r}: {exc}; "
+                    "replace it with an image file (PNG, JPEG, WebP, GIF, ...)"
+                ) from None
             self._refs[source] = ref
         return ref
 
@@ -534,9 +554,11 @@ class RowImages:
         if any(os.path.commonpath([real, root]) == root for root in self._roots):
             return
         folders = " or ".join(self._roots) or "none: the rows are not a local file"
-        raise UsageError(f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r} is {real}, outside the "
-                         f"dataset (the folders a row may name files in: {folders}; symlinks are followed); move the image "
-                         f"below the data file's folder, or set images_root to the folder that holds it")
+        raise UsageError(
+            f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r} is {real}, outside the "
+            f"dataset (the folders a row may name files in: {folders}; symlinks are followed); move the image "
+            f"below the data file's folder, or set images_root to the folder that holds it"
+        )
 
     def _from_row(self, spec: str) -> bytes:
         idx, k = map(int, spec.split(":"))

@@ -6,7 +6,8 @@ main config: one line naming the key and the closest valid one.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Mapping
 
 import msgspec
 

@@ -25,7 +25,8 @@ answer had begun.
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Literal
+from collections.abc import Sequence
 
 import msgspec
 
@@ -77,12 +78,12 @@ def split_reply(content: str, reasoning: str | None = None, tags: Sequence[str] 
         thought = content[:end]
         start = thought.find(opening)
         if start >= 0 and not thought[:start].strip():  # the usual shape: the reply opens with the tag
-            thought = thought[start + len(opening):]
-        answer = content[end + len(closing):]
+            thought = thought[start + len(opening) :]
+        answer = content[end + len(closing) :]
         return ReplySplit(answer=answer, reasoning=thought, source="tags", unfinished=not answer.strip())
     start = content.find(opening)
     if start >= 0:  # opened, never closed: no answer; text before the tag stays with the thinking, as above
-        thought = content[start + len(opening):] if not content[:start].strip() else content
+        thought = content[start + len(opening) :] if not content[:start].strip() else content
         return ReplySplit(answer="", reasoning=thought, source="tags", unfinished=True)
     return ReplySplit(answer=content)
 

@@ -49,7 +49,7 @@ PAIRWISE = (
     "Please act as an impartial judge and evaluate the quality of the responses provided by two AI assistants to "
     "the user question displayed below. Choose the assistant that follows the user's instructions and answers the "
     "question better. Do not let the order or the length of the responses influence you. Begin with a short "
-    "explanation, then output your final verdict by strictly following this format: \"[[A]]\" if assistant A is "
+    'explanation, then output your final verdict by strictly following this format: "[[A]]" if assistant A is '
     'better, "[[B]]" if assistant B is better, and "[[C]]" for a tie.\n\n'
     "[User Question]\n{question}\n\n[The Start of Assistant A's Answer]\n{answer}\n[The End of Assistant A's Answer]\n\n"
     "[The Start of Assistant B's Answer]\n{reference}\n[The End of Assistant B's Answer]"
@@ -85,8 +85,10 @@ class Rubric:
             compile_pattern(self.pattern, "judge verdict pattern")
         elif self.template is not None and self.mode in ASKS and not ASKS[self.mode].search(self.template):
             # read with the mode's own parser: a rubric that never asks for that verdict gets none
-            raise UsageError(f"judge rubric never asks for {ASKED[self.mode]}, the verdict {self.mode} judging reads; "
-                             f"ask for it in the rubric, or give a `verdict` pattern for what the rubric asks")
+            raise UsageError(
+                f"judge rubric never asks for {ASKED[self.mode]}, the verdict {self.mode} judging reads; "
+                f"ask for it in the rubric, or give a `verdict` pattern for what the rubric asks"
+            )
 
     def prompt(self, question: str, answer: str, reference: str | None) -> str:
         """The judge's prompt. Pairwise needs a reference (the other answer); single uses the
@@ -158,8 +160,10 @@ def check_template(template: str, where: str) -> None:
     try:  # a conversion or format spec ({answer!x}, {answer:d}) fails only when filled: fill it now, with text
         template.format(**{name: "text" for name in FIELDS})
     except (ValueError, KeyError, IndexError, AttributeError) as exc:
-        raise UsageError(f"{where} cannot be filled with text ({type(exc).__name__}: {exc}); "
-                         "write the fields plainly, e.g. {answer}, and {{ }} for literal braces") from None
+        raise UsageError(
+            f"{where} cannot be filled with text ({type(exc).__name__}: {exc}); "
+            "write the fields plainly, e.g. {answer}, and {{ }} for literal braces"
+        ) from None
 
 
 def compile_pattern(pattern: str, where: str) -> re.Pattern[str]:

@@ -57,8 +57,10 @@ def _expanded(bench: BenchmarkConfig, registry: Any, where: Where, at: str) -> l
         solver = msgspec.structs.replace(solver, type=cls.solver)
     if parts is None:
         return [bench if solver is bench.solver else msgspec.structs.replace(bench, solver=solver)]
-    return [msgspec.structs.replace(bench, id=_part_id(bench.id, part_id, len(parts)), params=params, solver=solver)
-            for part_id, params in parts]
+    return [
+        msgspec.structs.replace(bench, id=_part_id(bench.id, part_id, len(parts)), params=params, solver=solver)
+        for part_id, params in parts
+    ]
 
 
 def _part_id(entry_id: str | None, part_id: str, n_parts: int) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -106,8 +107,7 @@ def config_from_data(data: dict[str, Any]) -> Config:
     raw = decode(dict(data), RawConfig, where)
     services = {name: decode_service(name, section, where, check=False) for name, section in raw.services.items()}
     cluster = _decode_cluster(raw.cluster, where)
-    return Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster,
-                                                   "export": decode_exports(raw.export, where)})
+    return Config(**msgspec.structs.asdict(raw) | {"services": services, "cluster": cluster, "export": decode_exports(raw.export, where)})
 
 
 def config_for_manifest(config: Config) -> dict[str, Any]:
@@ -224,4 +224,3 @@ def _validate_judge(judge: JudgeConfig, config: Config, where: Where, at: str) -
             compile_pattern(judge.verdict, "verdict")
     except UsageError as exc:
         raise where.error(str(exc), at) from None
-

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import msgspec
 
@@ -14,8 +15,19 @@ from shardeval.plugins import registry
 # of a service. A default the core names, never a type it tests: a service's own config says
 # whether it starts a server (`managed()`) and which model it serves (`served_model()`).
 URL_SERVICE = "api"
-QUICK_KEYS = ("bench", "model_url", "model_id", "api_key_env", "repeats", "max_problems", "max_concurrent", "output_dir", "cache_dir",
-              "reasoning_effort", "no_thinking")
+QUICK_KEYS = (
+    "bench",
+    "model_url",
+    "model_id",
+    "api_key_env",
+    "repeats",
+    "max_problems",
+    "max_concurrent",
+    "output_dir",
+    "cache_dir",
+    "reasoning_effort",
+    "no_thinking",
+)
 MODEL_FLAGS = ("model_url", "model_id", "api_key_env")  # the quick flags that set the model a service reaches
 
 
@@ -48,7 +60,11 @@ def apply(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -> None:
     numbers = {k: flags[k] for k in ("repeats", "max_problems", "max_concurrent") if k in flags}
     if numbers:
         raw.benchmarks = [msgspec.structs.replace(b, **numbers) for b in raw.benchmarks]
-    thinking = {k: v for k, v in (("effort", flags.get("reasoning_effort")), ("enable", False if flags.get("no_thinking") else None)) if v is not None}
+    thinking = {
+        k: v
+        for k, v in (("effort", flags.get("reasoning_effort")), ("enable", False if flags.get("no_thinking") else None))
+        if v is not None
+    }
     if thinking:  # --reasoning-effort / --no-thinking beat each benchmark's generation.reasoning key by key
         raw.benchmarks = [_with_reasoning(b, thinking) for b in raw.benchmarks]
     if any(k in flags for k in MODEL_FLAGS):
@@ -73,8 +89,10 @@ def _apply_model(raw: RawConfig, flags: Mapping[str, Any], source: str | None) -
     several models refuses them: which model would they be?)."""
     if raw.sweep is not None:
         flag = next(f"--{k.replace('_', '-')}" for k in MODEL_FLAGS if k in flags)
-        raise UsageError(f"{flag}: {source} is a sweep of several models; set each model in its `services` "
-                         "section, or run one model with --sweep-services NAME")
+        raise UsageError(
+            f"{flag}: {source} is a sweep of several models; set each model in its `services` "
+            "section, or run one model with --sweep-services NAME"
+        )
     # not a sweep, so sweep.resolve named every benchmark's service
     for name in dict.fromkeys(b.solver.service for b in raw.benchmarks if b.solver.service is not None):
         if name in raw.services or "model_url" in flags:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, cast
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -59,12 +60,18 @@ def read_yaml(path: str) -> dict[str, Any]:
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
     try:
-        data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a safe loader
+        data = yaml.load(text, Loader=_yaml_loader())
     except yaml.MarkedYAMLError as exc:  # `file:line:col: invalid YAML: problem (context at line L, column C)`
         mark, context = exc.problem_mark or exc.context_mark, exc.context_mark
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         message = f"{path}{at}: invalid YAML: {exc.problem or exc.context or 'cannot parse'}"
-        if exc.problem and exc.context and context is not None and mark is not None and (context.line, context.column) != (mark.line, mark.column):
+        if (
+            exc.problem
+            and exc.context
+            and context is not None
+            and mark is not None
+            and (context.line, context.column) != (mark.line, mark.column)
+        ):
             message += f" ({exc.context} at line {context.line + 1}, column {context.column + 1})"  # often the cause
         raise UsageError(message) from None
     except yaml.YAMLError as exc:
@@ -72,10 +79,7 @@ def read_yaml(path: str) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UsageError(
-            f"{path}: the top level must be a mapping of sections (services, benchmarks, cluster, output), "
-            f"not {kind(data)}"
-        )
+        raise UsageError(f"{path}: the top level must be a mapping of sections (services, benchmarks, cluster, output), not {kind(data)}")
     return data
 
 
@@ -105,9 +109,7 @@ def expand(node: Any, env: Mapping[str, str], where: Where, path: list[PathSeg])
             raise where.error(f"'${{{body}}}' is not ${{VAR}} or ${{VAR:-default}}; write $$ for a literal $", at)
         value = env.get(name)
         if value is None and not has_default:
-            raise where.error(
-                f"environment variable {name} is not set; export it, or write ${{{name}:-default}} for a default", at
-            )
+            raise where.error(f"environment variable {name} is not set; export it, or write ${{{name}:-default}} for a default", at)
         return default if has_default and not value else value  # type: ignore[return-value]
 
     expanded = _REFERENCE.sub(substitute, node)

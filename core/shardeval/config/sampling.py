@@ -116,28 +116,29 @@ def describe(config: Config, registry: Any) -> list[str]:
     lines = []
     for i, bench in enumerate(config.benchmarks):
         if scored_by_likelihood(bench, registry):  # shardeval.run.solver.LoglikelihoodSolver.params
-            lines.append(f"benchmarks[{i}] ({bench.id or bench.name}), repeats {bench.repeats}: scored by log-likelihood: "
-                         "requests carry temperature=0.0, max_tokens=0 (1 where a server refuses 0) and generate nothing, "
-                         "whatever solver.generation says")
+            lines.append(
+                f"benchmarks[{i}] ({bench.id or bench.name}), repeats {bench.repeats}: scored by log-likelihood: "
+                "requests carry temperature=0.0, max_tokens=0 (1 where a server refuses 0) and generate nothing, "
+                "whatever solver.generation says"
+            )
             continue
         cls = benchmark_class(bench, registry)
         if cls.solver is not None and bench.solver.type == cls.solver:
             how = cls.requests_note or f"the {cls.solver} solver sends what it planned; solver.generation does not apply"
-            lines.append(f"benchmarks[{i}] ({bench.id or bench.name}), repeats {bench.repeats}: requests are the benchmark's own "
-                         f"({how})")
+            lines.append(f"benchmarks[{i}] ({bench.id or bench.name}), repeats {bench.repeats}: requests are the benchmark's own ({how})")
             continue
         gen, defaults = bench.solver.generation, declared(bench, registry)
         values = effective(gen)
-        parts = [f"{k}={v!r}" + (" (the benchmark's default)" if defaults.get(k) == v else " (the config's)")
-                 for k, v in values.items()]
+        parts = [f"{k}={v!r}" + (" (the benchmark's default)" if defaults.get(k) == v else " (the config's)") for k, v in values.items()]
         if gen.max_tokens is None and "max_tokens" not in gen.extra:
             parts.append("max_tokens unset (the server's limit)")
         parts.append(describe_reasoning(gen, config.service_of(bench.solver)))
         lines.append(f"benchmarks[{i}] ({bench.id or bench.name}), repeats {bench.repeats}: requests carry " + ", ".join(parts))
         if bench.judge is not None:
             judge = {"temperature": 0.0, **effective(bench.judge.generation)}
-            lines.append(f"benchmarks[{i}] judge {bench.judge.service}: requests carry "
-                         + ", ".join(f"{k}={v!r}" for k, v in judge.items()))
+            lines.append(
+                f"benchmarks[{i}] judge {bench.judge.service}: requests carry " + ", ".join(f"{k}={v!r}" for k, v in judge.items())
+            )
     return lines
 
 

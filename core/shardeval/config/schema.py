@@ -177,9 +177,11 @@ class ServiceConfig(_Section):
         chat = self.protocol == "chat_completions"
         for key, value in (("enable", reasoning.enable), ("effort", reasoning.effort)):
             if value is not None and not chat:
-                raise UsageError(f"reasoning.{key} is {json_value(value)}, which reaches the model through its chat "
-                                 f"template, but the service uses protocol {self.protocol}; set protocol: chat_completions on it, "
-                                 f"or leave reasoning.{key} out")
+                raise UsageError(
+                    f"reasoning.{key} is {json_value(value)}, which reaches the model through its chat "
+                    f"template, but the service uses protocol {self.protocol}; set protocol: chat_completions on it, "
+                    f"or leave reasoning.{key} out"
+                )
         if reasoning.enable is not None:
             fields["chat_template_kwargs"] = {"enable_thinking": reasoning.enable}
         if reasoning.effort is not None:
@@ -340,4 +342,3 @@ class Config(msgspec.Struct, kw_only=True):
         names = dict.fromkeys(n for b in self.benchmarks for n in ([b.solver.service] if b.solver.service else sweep))
         names.update(dict.fromkeys(b.judge.service for b in self.benchmarks if b.judge is not None))  # judges after models
         return {name: self.services[name] for name in names if name in self.services}
-

@@ -49,16 +49,22 @@ def resolve(raw: RawConfig, where: Where) -> None:
         names += [name for name in _generate(raw, where) if name not in names]
     for name in names:
         if (why := check_model_name(name)) is not None:
-            raise where.error(f"service {name!r} cannot be a sweep model: {why}; rename the service"
-                              + (" (or set sweep.checkpoints.prefix)" if sweep.checkpoints is not None else ""), "sweep")
+            raise where.error(
+                f"service {name!r} cannot be a sweep model: {why}; rename the service"
+                + (" (or set sweep.checkpoints.prefix)" if sweep.checkpoints is not None else ""),
+                "sweep",
+            )
     if not names:
         raise where.error("no models: list services in `sweep.services`, or give `sweep.checkpoints` paths that exist", "sweep")
     baseline = sweep.baseline if sweep.baseline is not None else names[0]
     if baseline not in names:
         raise where.error(f"{baseline!r} is not one of the sweep's models ({', '.join(names)}); name one of them", "sweep.baseline")
     if all(b.solver.service is not None for b in raw.benchmarks):
-        raise where.error("every benchmark names its solver.service, so none runs against the sweep's models; "
-                          "leave solver.service unset on the benchmarks to sweep", "sweep")
+        raise where.error(
+            "every benchmark names its solver.service, so none runs against the sweep's models; "
+            "leave solver.service unset on the benchmarks to sweep",
+            "sweep",
+        )
     raw.sweep = msgspec.structs.replace(sweep, services=names, baseline=baseline)
 
 
@@ -77,8 +83,9 @@ def _generate(raw: RawConfig, where: Where) -> list[str]:
     assert spec is not None
     if isinstance(spec.template, str):
         if spec.template not in raw.services:
-            raise where.error(f"no service {spec.template!r} to copy; defined: {', '.join(raw.services) or 'none'}",
-                              "sweep.checkpoints.template")
+            raise where.error(
+                f"no service {spec.template!r} to copy; defined: {', '.join(raw.services) or 'none'}", "sweep.checkpoints.template"
+            )
         template = raw.services[spec.template]
     else:
         template = spec.template
@@ -91,8 +98,11 @@ def _generate(raw: RawConfig, where: Where) -> list[str]:
         stem = os.path.basename(os.path.normpath(path))
         name = spec.prefix + (re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "checkpoint")
         if name in raw.services or name in names:
-            raise where.error(f"{path} would be service {name!r}, which is already defined; set sweep.checkpoints.prefix "
-                              "(e.g. prefix: ckpt_) or rename the service", "sweep.checkpoints.paths")
+            raise where.error(
+                f"{path} would be service {name!r}, which is already defined; set sweep.checkpoints.prefix "
+                "(e.g. prefix: ckpt_) or rename the service",
+                "sweep.checkpoints.paths",
+            )
         names.append(name)
         raw.services[name] = {**template, spec.key: path}
     return names

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 from shardeval import plugins
 from shardeval.launch import log, setup_logging
@@ -22,8 +23,16 @@ if TYPE_CHECKING:
 
 
 def run_cell(
-    config: Config, shard_idx: int, total: int, out_dir: str, *, fresh: bool = False, sweep: SweepPlan | None = None,
-    source: str = "run_cell", listeners: Sequence[object] = (), on_start: Callable[[Callable[[], None]], None] | None = None,
+    config: Config,
+    shard_idx: int,
+    total: int,
+    out_dir: str,
+    *,
+    fresh: bool = False,
+    sweep: SweepPlan | None = None,
+    source: str = "run_cell",
+    listeners: Sequence[object] = (),
+    on_start: Callable[[Callable[[], None]], None] | None = None,
 ) -> int:
     """Evaluate shard `shard_idx` of `total` of `config` into `out_dir` (its `shard_<i>` directory)
     and return the shard's exit code (0, 3 with errors, 130 / 143 after a stop signal); a user's

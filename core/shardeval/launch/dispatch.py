@@ -30,8 +30,14 @@ from shardeval.store.shards import ShardSpec, detect_shard
 
 
 def launch(
-    config_path: str | None, quick: dict[str, Any], overrides: list[str],
-    *, shard_flag: str | None, fresh: bool, dry_run: bool, sweep_services: str | None = None,
+    config_path: str | None,
+    quick: dict[str, Any],
+    overrides: list[str],
+    *,
+    shard_flag: str | None,
+    fresh: bool,
+    dry_run: bool,
+    sweep_services: str | None = None,
 ) -> int:
     setup_logging()
     output_dir = quick.pop("output_dir", None)
@@ -46,8 +52,7 @@ def launch(
     if shard is None and sweep is None and config.cluster.runs_in_process():
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
-        return hand_off(LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh,
-                                             sweep=sweep))
+        return hand_off(LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep))
     plan = None
     if sweep is not None:  # -o is the sweep's root: the cell writes <root>/<service>/shard_<i>/
         name, shard = sweep.select(shard)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from shardeval.config.loading import load_config
 from shardeval.config.sweep import plan_sweep
@@ -35,7 +36,13 @@ OrchestratorFactory = Callable[[LaunchRequest], "Orchestrator | int"]
 
 
 def load_request(
-    config_path: str | None, overrides: list[str], quick: dict[str, Any], output_dir: str | None, *, dry_run: bool, fresh: bool,
+    config_path: str | None,
+    overrides: list[str],
+    quick: dict[str, Any],
+    output_dir: str | None,
+    *,
+    dry_run: bool,
+    fresh: bool,
 ) -> LaunchRequest:
     """The request of a launch that an orchestrator's own command starts (`python -m
     shardeval_ray`): the config loaded as `shardeval run` loads it, its sweep planned."""
@@ -107,9 +114,15 @@ def say_refused(request: LaunchRequest, refused: list[Cell], cells: int) -> None
     not this run's, and a merge would print it as if it were (in a sweep: a model's old column
     among the new ones)."""
     if len(refused) == cells:
-        print(f"shardeval: every {'cell' if request.sweep else 'shard'} refused to start (exit {REFUSED}, the reason above); "
-              f"nothing merged: what {request.output_root} holds is not this run", file=sys.stderr)
+        print(
+            f"shardeval: every {'cell' if request.sweep else 'shard'} refused to start (exit {REFUSED}, the reason above); "
+            f"nothing merged: what {request.output_root} holds is not this run",
+            file=sys.stderr,
+        )
     else:
-        print(f"shardeval: {', '.join(cell.label for cell in refused)} refused to start (exit {REFUSED}, the reason above); "
-              f"nothing merged: what {'their directories hold' if len(refused) > 1 else 'its directory holds'} is not "
-              f"this run's; fix that and rerun the same command to resume", file=sys.stderr)
+        print(
+            f"shardeval: {', '.join(cell.label for cell in refused)} refused to start (exit {REFUSED}, the reason above); "
+            f"nothing merged: what {'their directories hold' if len(refused) > 1 else 'its directory holds'} is not "
+            f"this run's; fix that and rerun the same command to resume",
+            file=sys.stderr,
+        )

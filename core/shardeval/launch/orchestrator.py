@@ -14,7 +14,8 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
 
 from shardeval.config import Config
 from shardeval.errors import UsageError
@@ -67,8 +68,16 @@ class LaunchRequest:
 
     @classmethod
     def create(
-        cls, config: Config, config_path: str | None, overrides: list[str], quick: dict[str, Any],
-        output_dir: str | None, *, dry_run: bool, fresh: bool, sweep: Sweep | None = None,
+        cls,
+        config: Config,
+        config_path: str | None,
+        overrides: list[str],
+        quick: dict[str, Any],
+        output_dir: str | None,
+        *,
+        dry_run: bool,
+        fresh: bool,
+        sweep: Sweep | None = None,
     ) -> LaunchRequest:
         """The request as the command line gives it: the quick flags that are set; -o, else output.dir."""
         quick = {k: v for k, v in quick.items() if v is not None}
@@ -83,8 +92,11 @@ class LaunchRequest:
     def cells(self) -> list[Cell]:
         """Every shard of every run, in launch order (model-major in a sweep)."""
         total = self.total
-        return [Cell(i * total + k, run.service, k, total, os.path.join(run.root, f"shard_{k}"))
-                for i, run in enumerate(self.runs()) for k in range(total)]
+        return [
+            Cell(i * total + k, run.service, k, total, os.path.join(run.root, f"shard_{k}"))
+            for i, run in enumerate(self.runs())
+            for k in range(total)
+        ]
 
     def cell_args(self, cell: Cell, root: str | None = None, **run: Any) -> list[str]:
         """Arguments after `shardeval run` that make a node run exactly this cell; `root`: where
@@ -133,7 +145,8 @@ class LaunchRequest:
                 raise UsageError(
                     f"refusing to write {name}: it would hold the credentials of {url}, and generated files never hold "
                     "secrets; give them as ${VARIABLES} in the config file (they expand on the node), or the key through "
-                    "api_key_env")
+                    "api_key_env"
+                )
         folder = os.path.join(self.output_root, folder)
         os.makedirs(folder, exist_ok=True)
         paths = {name: os.path.join(folder, name) for name in files}
@@ -159,8 +172,11 @@ class LaunchRequest:
         failed = [self.cells()[c] if isinstance(c, int) else c for c in failed]
         what = f"{len(failed)} of {len(self.cells())} {'cells' if self.sweep else 'shards'}"
         names = ", ".join(c.label if c.service else str(c.shard) for c in failed)
-        print(f"shardeval: {what} failed or finished with errors ({names}); rerun the same command to resume them "
-              "(a resume asks the pairs without an ok answer again)", file=sys.stderr)
+        print(
+            f"shardeval: {what} failed or finished with errors ({names}); rerun the same command to resume them "
+            "(a resume asks the pairs without an ok answer again)",
+            file=sys.stderr,
+        )
 
     def shard_args(self, idx: int | str, total: int, output_dir: str | None = None, **run: Any) -> list[str]:
         """Arguments after `shardeval run` that make a node run exactly shard idx of total."""

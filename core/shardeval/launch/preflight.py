@@ -30,7 +30,7 @@ import os
 import tempfile
 
 from shardeval import plugins
-from shardeval.errors import UsageError, os_error  # noqa: F401 - UsageError: what every check raises
+from shardeval.errors import UsageError, os_error
 from shardeval.identity import config_hash
 from shardeval.launch.orchestrator import LaunchRequest
 from shardeval.run.response_cache import check_usable
@@ -53,8 +53,9 @@ def preflight(request: LaunchRequest) -> None:
     check_same_kind(request.output_root, request.sweep is not None)
     for run in runs:
         if not request.fresh:
-            check_submission(run.root, config_hash(run.config), total, run.config,
-                             started="nothing submitted or started (each shard would refuse it)")
+            check_submission(
+                run.root, config_hash(run.config), total, run.config, started="nothing submitted or started (each shard would refuse it)"
+            )
             continue
         for _, shard in shard_dirs(run.root):  # those past this run's count too: they are set aside as well
             ShardLease(shard).check_free()
@@ -78,11 +79,15 @@ def check_same_kind(root: str, sweep: bool) -> None:
     that sweep, printing the sweep's old results as this run's; a sweep launched into a run's root
     would leave that run's shards beside its models and replace its merged report."""
     if not sweep and os.path.lexists(plan := os.path.join(root, PLAN_FILE)):
-        raise UsageError(f"-o {root} holds a sweep ({plan}), and this run is not one: its merge would report the sweep's "
-                         "results as this run's; choose another -o")
+        raise UsageError(
+            f"-o {root} holds a sweep ({plan}), and this run is not one: its merge would report the sweep's "
+            "results as this run's; choose another -o"
+        )
     if sweep and (shards := shard_dirs(root)):
-        raise UsageError(f"-o {root} holds the shards of a run that is not a sweep ({shards[0][1]}), and this is a sweep: "
-                         "its models would be merged beside them; choose another -o")
+        raise UsageError(
+            f"-o {root} holds the shards of a run that is not a sweep ({shards[0][1]}), and this is a sweep: "
+            "its models would be merged beside them; choose another -o"
+        )
 
 
 def check_output_root(root: str) -> None:

@@ -14,7 +14,8 @@ import os
 import sys
 from dataclasses import dataclass
 from functools import lru_cache, partial
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pluggy
 
@@ -188,8 +189,12 @@ def undeclared_identities(registry: Registry) -> list[str]:
 
 def registrations(registry: Registry, plugin: str) -> list[str]:
     """What one plugin registered, as `benchmark capitals`, `service sim`, ..."""
-    return [f"{kind[:-1]} {entry.name}{_replacing(entry)}" for kind, table in registry.entries.items()
-            for entry in table.values() if entry.plugin == plugin]
+    return [
+        f"{kind[:-1]} {entry.name}{_replacing(entry)}"
+        for kind, table in registry.entries.items()
+        for entry in table.values()
+        if entry.plugin == plugin
+    ]
 
 
 def _replacing(entry: Entry) -> str:

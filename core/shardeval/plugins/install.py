@@ -27,7 +27,8 @@ import tempfile
 from collections import deque
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 from shardeval import plugins
 from shardeval.app import app_site_packages, dist_location, install_mode
@@ -77,8 +78,9 @@ def _dists(site: str | None = None) -> dict[str, Dist]:
         name = raw.metadata["Name"]
         if name and canonical(name) not in found:
             eps = [ep.name for ep in raw.entry_points if ep.group == plugins.ENTRY_POINT_GROUP]
-            found[canonical(name)] = Dist(canonical(name), name, raw.version, site or dist_location(raw) or "", eps, raw,
-                                          f"{name} {raw.version}")
+            found[canonical(name)] = Dist(
+                canonical(name), name, raw.version, site or dist_location(raw) or "", eps, raw, f"{name} {raw.version}"
+            )
     return found
 
 
@@ -89,8 +91,11 @@ def _find(name: str, dists: dict[str, Dist]) -> Dist | None:
 
 def _require_pip() -> tuple[tuple[int, ...], str]:
     """(pip's version, its package directory) for sys.executable; no pip is one line, exit 2."""
-    probe = subprocess.run([sys.executable, "-c", "import os, pip; print(pip.__version__); print(os.path.dirname(pip.__file__))"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import os, pip; print(pip.__version__); print(os.path.dirname(pip.__file__))"],
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode != 0:
         why = (probe.stderr.strip().splitlines() or ["no output"])[-1]
         raise UsageError(
@@ -253,8 +258,10 @@ def install(specs: list[str], pip_options: list[str], echo: Callable[[str], None
     if mode == "pip":
         return _install_pip(specs, pip_options, echo, what)
     if pip_version < (22, 2):
-        raise UsageError(f"pip {'.'.join(map(str, pip_version))} of {sys.executable} is too old: plugins install with "
-                         f"pip 22.2 or newer (its --report); `{sys.executable} -m pip install --user -U pip` updates it")
+        raise UsageError(
+            f"pip {'.'.join(map(str, pip_version))} of {sys.executable} is too old: plugins install with "
+            f"pip 22.2 or newer (its --report); `{sys.executable} -m pip install --user -U pip` updates it"
+        )
     target = plugins.plugin_dir()
     app, existing = _dists(app_site_packages()), _dists(target)
     work = _work_dir(target)
@@ -283,8 +290,9 @@ def _work_dir(target: str) -> str:
         return tempfile.mkdtemp(prefix="shardeval-plugin-install-")
 
 
-def _stage(specs: list[str], pip_options: list[str], what: str, app: dict[str, Dist], work: str, pip_dir: str,
-           staging: str) -> tuple[dict[str, Dist], list[Dist]]:
+def _stage(
+    specs: list[str], pip_options: list[str], what: str, app: dict[str, Dist], work: str, pip_dir: str, staging: str
+) -> tuple[dict[str, Dist], list[Dist]]:
     """Install what `specs` need (beyond the bundled distributions) into `staging`: (every staged
     distribution, the ones asked for). Refused before the plugin dir is touched: nothing to
     install, or a distribution asked for that is no shardeval plugin."""
@@ -304,8 +312,9 @@ def _stage(specs: list[str], pip_options: list[str], what: str, app: dict[str, D
     return staged, top
 
 
-def _swap_in(staging: str, staged: dict[str, Dist], existing: dict[str, Dist], top: list[Dist], target: str, work: str,
-             what: str) -> tuple[list[str], list[str]]:
+def _swap_in(
+    staging: str, staged: dict[str, Dist], existing: dict[str, Dist], top: list[Dist], target: str, work: str, what: str
+) -> tuple[list[str], list[str]]:
     """Move the staged files into the plugin dir and check the plugins load: (their lines, their
     warnings). Old files go aside into the work dir, new ones move in; each move is undone, last
     first, when anything fails (the plugin's own import and hooks included)."""
@@ -339,7 +348,9 @@ def _swap_in(staging: str, staged: dict[str, Dist], existing: dict[str, Dist], t
 # pip with nothing on sys.path but the app's site-packages and pip itself (linked alone into a
 # directory of its own; -I -S: no site-packages, no PYTHONPATH): only the bundled distributions
 # count as installed, not what the node happens to have.
-_ISOLATED_PIP = "import runpy, sys; sys.path[:0] = sys.argv[1:3]; del sys.argv[1:3]; runpy.run_module('pip', run_name='__main__', alter_sys=True)"
+_ISOLATED_PIP = (
+    "import runpy, sys; sys.path[:0] = sys.argv[1:3]; del sys.argv[1:3]; runpy.run_module('pip', run_name='__main__', alter_sys=True)"
+)
 
 
 def _resolve(specs: list[str], pip_options: list[str], what: str, app: dict[str, Dist], work: str, pip_dir: str) -> list[dict[str, Any]]:
@@ -351,8 +362,12 @@ def _resolve(specs: list[str], pip_options: list[str], what: str, app: dict[str,
         f.writelines(f"{d.name}=={d.version}\n" for d in app.values())
     os.makedirs(pip_only)
     os.symlink(pip_dir, os.path.join(pip_only, "pip"))
-    _pip(["install", "--dry-run", "--report", report, "--prefix", os.path.join(work, "prefix"), "-c", constraints, *pip_options, *specs],
-         what, app, python=[sys.executable, "-I", "-S", "-c", _ISOLATED_PIP, app_site_packages(), pip_only])
+    _pip(
+        ["install", "--dry-run", "--report", report, "--prefix", os.path.join(work, "prefix"), "-c", constraints, *pip_options, *specs],
+        what,
+        app,
+        python=[sys.executable, "-I", "-S", "-c", _ISOLATED_PIP, app_site_packages(), pip_only],
+    )
     with open(report, encoding="utf-8") as f:
         return json.load(f)["install"]
 
@@ -379,8 +394,10 @@ def _install_pip(specs: list[str], pip_options: list[str], echo: Callable[[str],
         return
     echo(f"installed into the environment of {sys.executable}: {', '.join(d.label for d in dists)}")
     if not (found := [d for d in dists if d.entry_points]):
-        plugins.warn(f"none of {', '.join(d.name for d in dists)} declares an entry point in the "
-                     f"`{plugins.ENTRY_POINT_GROUP}` group: they register nothing with shardeval")
+        plugins.warn(
+            f"none of {', '.join(d.name for d in dists)} declares an entry point in the "
+            f"`{plugins.ENTRY_POINT_GROUP}` group: they register nothing with shardeval"
+        )
         return
     lines, failures, warnings = _verify(found)
     _show(lines, warnings, echo)

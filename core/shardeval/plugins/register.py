@@ -12,7 +12,8 @@ import importlib
 import sys
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
 
 from shardeval.errors import UsageError
 
@@ -84,8 +85,9 @@ class Register:
         else:
             keep, drop = (old, new) if self._rank.get(old.plugin, 0) <= self._rank.get(new.plugin, 0) else (new, old)
             self.table[name] = keep
-            self.problems.append(f"plugin {drop.plugin!r} registers {self.kind[:-1]} {name!r}, already registered by "
-                                 f"{keep.plugin!r}; the first one is kept")
+            self.problems.append(
+                f"plugin {drop.plugin!r} registers {self.kind[:-1]} {name!r}, already registered by {keep.plugin!r}; the first one is kept"
+            )
 
 
 @dataclass
@@ -103,10 +105,7 @@ class Registry:
         close = difflib.get_close_matches(name, list(table), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         known = ", ".join(sorted(table)) or "none"
-        raise UsageError(
-            f"{where}: unknown {kind[:-1]} {name!r}; {hint}registered: {known} "
-            f"(`shardeval plugins` lists what is loaded)"
-        )
+        raise UsageError(f"{where}: unknown {kind[:-1]} {name!r}; {hint}registered: {known} (`shardeval plugins` lists what is loaded)")
 
 
 if TYPE_CHECKING:

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Iterable, Iterator
 
 from msgspec import UNSET
 
@@ -35,9 +36,22 @@ BATCH_TEXT = 64 << 20  # ... or fewer, once their thinking holds this many chara
 # Column name -> kind (str, int, float, bool); every column may be null but `cached`.
 IDENTITY = {"config_hash": "str", "service": "str", "model": "str", "weights": "str"}
 RECORD = {
-    "benchmark": "str", "shard": "int", "problem_idx": "int", "problem_id": "str", "repeat": "int", "status": "str",
-    "score": "float", "extracted": "str", "reference": "str", "prompt_tokens": "int", "completion_tokens": "int",
-    "latency_s": "float", "ttft_s": "float", "error_kind": "str", "error": "str", "cluster": "str",
+    "benchmark": "str",
+    "shard": "int",
+    "problem_idx": "int",
+    "problem_id": "str",
+    "repeat": "int",
+    "status": "str",
+    "score": "float",
+    "extracted": "str",
+    "reference": "str",
+    "prompt_tokens": "int",
+    "completion_tokens": "int",
+    "latency_s": "float",
+    "ttft_s": "float",
+    "error_kind": "str",
+    "error": "str",
+    "cluster": "str",
 }
 # A reasoning model's reply (docs/reasoning.md); null where the record has none (every record of a
 # model that does not think).
@@ -118,8 +132,10 @@ def standing(scanned: list[Scanned]) -> Iterator[tuple[Identity, Any]]:
                     record = decode(line)
                 except msgspec.ValidationError as exc:  # the scan reads no text field: a line whose text is no string
                     where = os.path.join(s.run.shards[src].path, s.bench, RESULTS_FILE)
-                    raise UsageError(f"{s.label}{where}: the record at byte {c.offset[cell]} is not a valid result record "
-                                     f"({exc}); move that shard aside or mend the line, then export again") from None
+                    raise UsageError(
+                        f"{s.label}{where}: the record at byte {c.offset[cell]} is not a valid result record "
+                        f"({exc}); move that shard aside or mend the line, then export again"
+                    ) from None
                 yield s.identities[src], record
         except OSError as exc:  # a shard file moved or deleted since the scan: not the output's fault
             raise os_error(exc, "read", fix="a shard changed while exporting; export again") from None
@@ -175,8 +191,10 @@ def pick_format(fmt: str | None, out: str) -> str:
     suffix = os.path.splitext(out)[1].lower()
     found = next((name for name, suffixes in FORMATS.items() if suffix in suffixes), None)
     if found is None:
-        raise UsageError(f"-o {out}: cannot tell the format from the suffix {suffix or '(none)'!r}; pass --format ({choices}) "
-                         "or name the file .parquet, .csv or .jsonl")
+        raise UsageError(
+            f"-o {out}: cannot tell the format from the suffix {suffix or '(none)'!r}; pass --format ({choices}) "
+            "or name the file .parquet, .csv or .jsonl"
+        )
     return found
 
 
@@ -184,8 +202,9 @@ def need_pyarrow() -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError as exc:
-        raise UsageError(f"--format parquet needs pyarrow, which is not installed ({exc}); {PARQUET_HINT}, "
-                         "or export --format csv or jsonl") from None
+        raise UsageError(
+            f"--format parquet needs pyarrow, which is not installed ({exc}); {PARQUET_HINT}, or export --format csv or jsonl"
+        ) from None
     return pq
 
 
@@ -275,8 +294,9 @@ class Exported:
     warnings: list[str]  # what the scan refused or could not read, one line per file
 
 
-def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: bool = False,
-           benchmarks: set[str] | None = None) -> Exported:
+def export(
+    root: str, out: str, fmt: str | None = None, *, allow_mixed_models: bool = False, benchmarks: set[str] | None = None
+) -> Exported:
     """Write every standing record of the run (or sweep) at `root` to `out` (of `benchmarks` only, when given)."""
     fmt = pick_format(fmt, out)
     if fmt == "parquet":
@@ -284,8 +304,10 @@ def export(root: str, out: str, fmt: str | None = None, *, allow_mixed_models: b
     # likewise: a refused path costs no scan (a directory, a device that takes no file, a shard's file)
     if check_output(out, "-o") == "stdout":
         if fmt == "parquet" and sys.stdout.isatty():
-            raise UsageError("-o - --format parquet: Parquet is binary and standard output is a terminal; "
-                             "redirect it (> FILE, | …) or give -o FILE.parquet")
+            raise UsageError(
+                "-o - --format parquet: Parquet is binary and standard output is a terminal; "
+                "redirect it (> FILE, | …) or give -o FILE.parquet"
+            )
     else:
         refuse_inside_shard(out, "-o")
     scanned = scan(root, allow_mixed_models, benchmarks)

@@ -141,7 +141,9 @@ class Followed:
         present = {s.abspath for s in run.shards}
         return all(path in present for path in followed.files)
 
-    def _restart(self, key: tuple[str, str], run: Run, shard: Shard, bm: BenchmarkManifest, table: bool) -> tuple[int, int, ReadReport, int]:
+    def _restart(
+        self, key: tuple[str, str], run: Run, shard: Shard, bm: BenchmarkManifest, table: bool
+    ) -> tuple[int, int, ReadReport, int]:
         """Read the benchmark again from the start of every file (the shards before this one in the
         refresh are read again when the next refresh asks; this one now)."""
         self._benchmarks[key] = FollowedBenchmark()
@@ -179,4 +181,3 @@ class Followed:
         if changed:
             f.ok, f.errors = standing.count(OK), standing.count(ERROR)
         return True
-

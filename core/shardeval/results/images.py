@@ -11,7 +11,8 @@ has no thumbnails, which is no error (text benchmarks, shards from before images
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO
+from collections.abc import Iterable, Iterator
 
 import msgspec
 
@@ -37,8 +38,9 @@ def shard_dirs(source: MergeResult | Iterable[str | os.PathLike[str]]) -> list[s
     return [os.fspath(path) for path in source]
 
 
-def read_thumbnails(source: MergeResult | Iterable[str | os.PathLike[str]], benchmark: str,
-                    digests: Iterable[str]) -> dict[str, ImageThumbnail]:
+def read_thumbnails(
+    source: MergeResult | Iterable[str | os.PathLike[str]], benchmark: str, digests: Iterable[str]
+) -> dict[str, ImageThumbnail]:
     """{digest: its images.jsonl line} for the asked `digests` found in `benchmark`'s folder of the
     shards of `source` (a MergeResult, or shard directories). A line that has a thumbnail is
     preferred to one that has none (a shard may have failed to make one another made); the first

@@ -18,7 +18,8 @@ from collections import Counter
 from contextlib import ExitStack
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Protocol
+from collections.abc import Iterable, Iterator
 
 import msgspec
 
@@ -41,7 +42,6 @@ NAN = float("nan")
 UNSET = msgspec.UNSET
 
 
-
 class ReasoningTally:
     """What the standing ok records of one benchmark say of their thinking (docs/reasoning.md),
     added as a scan takes them. An ok record stands for good once taken (shardeval.store.standing),
@@ -50,8 +50,18 @@ class ReasoningTally:
     scan three attribute tests. shardeval.results.report.reasoning_summary makes the
     ReasoningCounts of scores.json from it."""
 
-    __slots__ = ("n", "truncated_reasoning", "truncated", "with_reasoning", "from_usage", "from_stream", "tokens", "outcomes",
-                 "cut_cells", "_sorted")
+    __slots__ = (
+        "n",
+        "truncated_reasoning",
+        "truncated",
+        "with_reasoning",
+        "from_usage",
+        "from_stream",
+        "tokens",
+        "outcomes",
+        "cut_cells",
+        "_sorted",
+    )
 
     ANSWERED, TRUNCATED, TRUNCATED_REASONING = 0, 1, 2  # `outcomes`: each counted reply's, for a histogram by outcome
 
@@ -88,7 +98,7 @@ class ReasoningTally:
             elif source == "stream":
                 self.from_stream += 1
 
-    def absorb(self, other: "ReasoningTally") -> None:
+    def absorb(self, other: ReasoningTally) -> None:
         """Add another tally's records (status: one benchmark's files, each shard counted once)."""
         self.n += other.n
         self.truncated_reasoning += other.truncated_reasoning
@@ -401,7 +411,11 @@ def compute_metrics(table: ScoreTable, names: list[str], options: MetricOptions)
 
 
 def merge_run(
-    root: str, *, errors_as_wrong: bool = False, options: MetricOptions | None = None, keep_ids: bool = False,
+    root: str,
+    *,
+    errors_as_wrong: bool = False,
+    options: MetricOptions | None = None,
+    keep_ids: bool = False,
     allow_mixed_models: bool = False,
 ) -> MergeResult:
     """Read a run's shards into deduplicated tables and compute their metrics (writes nothing).
@@ -434,8 +448,9 @@ def cell_warnings(cells: Cells, label: str = "", never: str = "counted") -> list
     return refused + [f"{label}{where}: {n} unreadable line(s) skipped" for where, n in unreadable.items()]
 
 
-def read_winners(shards: list[Shard], bench: str, name: str, src_of: array, offsets: array, lengths: array,
-                 cells: Iterable[int] | None = None) -> Iterator[tuple[int, int, bytes]]:
+def read_winners(
+    shards: list[Shard], bench: str, name: str, src_of: array, offsets: array, lengths: array, cells: Iterable[int] | None = None
+) -> Iterator[tuple[int, int, bytes]]:
     """(cell, shard number, line) of each standing record's line in the shards' `bench`/`name`
     file (results or trajectories), for every cell or the given ones, in that order; each shard
     file is opened once and closed when the generator ends."""

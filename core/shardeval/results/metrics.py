@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -90,7 +91,8 @@ def headline_metric(names: Iterable[str], *, accuracy_from_pass_at_k: bool = Fal
 
 if TYPE_CHECKING:
 
-    def _as_hook_payloads(table: ScoreTable, options: MetricOptions,
-                          value: MetricValue) -> tuple[ScoreTableView, MetricOptionsView, MetricValueView]:
+    def _as_hook_payloads(
+        table: ScoreTable, options: MetricOptions, value: MetricValue
+    ) -> tuple[ScoreTableView, MetricOptionsView, MetricValueView]:
         """Never run: mypy holds these classes to the types the hooks name them by (shardeval.payloads)."""
         return table, options, value

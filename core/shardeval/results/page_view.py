@@ -10,7 +10,8 @@ so a page cannot disagree with them.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
 import msgspec
 
@@ -18,8 +19,7 @@ from shardeval.results.follow import Followed
 from shardeval.results.images import read_thumbnails
 from shardeval.results.merge import BenchmarkMerge, MergeResult, read_winners
 from shardeval.results.metrics import ERROR, MISSING, OK, MetricOptions
-from shardeval.results.report import (DISTRIBUTION_QUANTILES, ReasoningCounts, counts, provenance_facts, reasoning_counts,
-                                      run_notes, timing)
+from shardeval.results.report import DISTRIBUTION_QUANTILES, ReasoningCounts, counts, provenance_facts, reasoning_counts, run_notes, timing
 from shardeval.results.status import NOTHING_YET, SweepStatus, collect_or_nothing, plugin_status
 from shardeval.store.records import RESULTS_FILE, TRAJECTORIES_FILE, ImageThumbnail, ResultRecord, TrajectoryRecord
 
@@ -122,7 +122,7 @@ class ReportView:
         return read_thumbnails(self._result, benchmark, digests)
 
     @property
-    def _run(self) -> "Run":
+    def _run(self) -> Run:
         return self._result.run
 
 

@@ -39,11 +39,22 @@ def sweep_page(sweep: SweepMergeView, path: str, confidence: float, links: dict[
     return _answer(plugins.hooks().draw_sweep_page(sweep=sweep, path=path, confidence=confidence, links=links))
 
 
-def compare_page(path: str, run_a: str, run_b: str, a: Mapping[str, BenchmarkMergeView], b: Mapping[str, BenchmarkMergeView],
-                 results: Sequence[Comparison], confidence: float, errors_as_wrong: bool) -> str | None:
+def compare_page(
+    path: str,
+    run_a: str,
+    run_b: str,
+    a: Mapping[str, BenchmarkMergeView],
+    b: Mapping[str, BenchmarkMergeView],
+    results: Sequence[Comparison],
+    confidence: float,
+    errors_as_wrong: bool,
+) -> str | None:
     """Draw `compare --html`'s page: None when written, else the one line that says why not."""
-    why = _answer(plugins.hooks().draw_compare_page(path=path, run_a=run_a, run_b=run_b, a=a, b=b, results=results,
-                                                      confidence=confidence, errors_as_wrong=errors_as_wrong))
+    why = _answer(
+        plugins.hooks().draw_compare_page(
+            path=path, run_a=run_a, run_b=run_b, a=a, b=b, results=results, confidence=confidence, errors_as_wrong=errors_as_wrong
+        )
+    )
     return not_written(path, why) if why else None
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from shardeval.results.merge import BenchmarkMerge, Cells, MergeResult, ReasoningTally
 
 
-def counts(b: "BenchmarkMerge") -> dict[str, Any]:
+def counts(b: BenchmarkMerge) -> dict[str, Any]:
     status, error_kind = b.cells.status, b.cells.error_kind
     n_missing, n_errors = status.count(MISSING), status.count(ERROR)
     n_records = len(status) - n_missing
@@ -89,41 +89,61 @@ class ReasoningCounts(msgspec.Struct, kw_only=True):
         thinking: 37 of 200 (18.5 %); cut off after answering: 4; 190 of 200 with thinking;
         thinking tokens mean 812, p50 640, p90 1900, max 8192 (usage 150, stream 40)`."""
         n = self.n_answered
-        parts = [f"truncated while thinking: {self.truncated_reasoning} of {n} ({percent(self.truncated_reasoning_rate, 1, ' ')})",
-                 f"cut off after answering: {self.truncated}", f"{self.with_reasoning} of {n} with thinking"]
+        parts = [
+            f"truncated while thinking: {self.truncated_reasoning} of {n} ({percent(self.truncated_reasoning_rate, 1, ' ')})",
+            f"cut off after answering: {self.truncated}",
+            f"{self.with_reasoning} of {n} with thinking",
+        ]
         t = self.reasoning_tokens
         if t is None:
             parts.append("thinking tokens not counted")
         else:
             sources = ", ".join(f"{k} {v}" for k, v in t.from_.items() if v)
-            parts.append(f"thinking tokens mean {t.mean:.0f}, p50 {t.p50:.0f}, p90 {t.p90:.0f}, max {t.max}"
-                         + (f" ({sources})" if sources else ""))
+            parts.append(
+                f"thinking tokens mean {t.mean:.0f}, p50 {t.p50:.0f}, p90 {t.p90:.0f}, max {t.max}" + (f" ({sources})" if sources else "")
+            )
         return "; ".join(parts)
 
 
-def reasoning_summary(tally: "ReasoningTally", n_answered: int) -> ReasoningCounts | None:
+def reasoning_summary(tally: ReasoningTally, n_answered: int) -> ReasoningCounts | None:
     """The ReasoningCounts of a scan's tally over `n_answered` ok answers (None: nothing to count)."""
     if not tally.n:
         return None
     tokens = tally.sorted_tokens()
     stats = None
     if tokens:
-        stats = ReasoningTokens(n=len(tokens), mean=sum(tokens) / len(tokens), p50=float(percentile(tokens, 0.5) or 0.0),
-                                p90=float(percentile(tokens, 0.9) or 0.0), max=tokens[-1],
-                                from_={"usage": tally.from_usage, "stream": tally.from_stream})
-    return ReasoningCounts(n_answered=n_answered, truncated_reasoning=tally.truncated_reasoning, truncated=tally.truncated,
-                           with_reasoning=tally.with_reasoning, reasoning_tokens=stats)
+        stats = ReasoningTokens(
+            n=len(tokens),
+            mean=sum(tokens) / len(tokens),
+            p50=float(percentile(tokens, 0.5) or 0.0),
+            p90=float(percentile(tokens, 0.9) or 0.0),
+            max=tokens[-1],
+            from_={"usage": tally.from_usage, "stream": tally.from_stream},
+        )
+    return ReasoningCounts(
+        n_answered=n_answered,
+        truncated_reasoning=tally.truncated_reasoning,
+        truncated=tally.truncated,
+        with_reasoning=tally.with_reasoning,
+        reasoning_tokens=stats,
+    )
 
 
-def reasoning_counts(b: "BenchmarkMerge") -> ReasoningCounts | None:
+def reasoning_counts(b: BenchmarkMerge) -> ReasoningCounts | None:
     """A merged benchmark's ReasoningCounts (None: no answer of it thought or was cut off)."""
     return reasoning_summary(b.cells.reasoning, b.cells.status.count(OK))
 
 
-def scores_document(result: "MergeResult") -> dict[str, Any]:
+def scores_document(result: MergeResult) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for b in result.benchmarks:
-        entry = {**counts(b), "partial": result.partial, "complete": result.complete, "errors_as_wrong": result.errors_as_wrong, "metrics": b.metrics}
+        entry = {
+            **counts(b),
+            "partial": result.partial,
+            "complete": result.complete,
+            "errors_as_wrong": result.errors_as_wrong,
+            "metrics": b.metrics,
+        }
         if b.metric_problems:
             entry["metric_problems"] = b.metric_problems
         if (reasoning := reasoning_counts(b)) is not None:  # absent for a model that does not think
@@ -147,7 +167,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
 DISTRIBUTION_QUANTILES = [i / 100 for i in range(100)] + [0.995, 0.999, 1.0]
 
 
-def timing(b: "BenchmarkMerge") -> dict[str, Any]:
+def timing(b: BenchmarkMerge) -> dict[str, Any]:
     """Pooled over every standing ok record: percentiles of all of them, never averaged ones.
 
     Answers from the response cache (`n_cached`) are left out of the latency and TTFT
@@ -159,8 +179,10 @@ def timing(b: "BenchmarkMerge") -> dict[str, Any]:
     cells = b.cells
     ttft, latency = _asked_timings(cells)
     # report.html's distributions come from the same sorted columns: sorted once, never kept
-    b.distributions = {name: [percentile(values, q) for q in DISTRIBUTION_QUANTILES] if values else []
-                       for name, values in (("latency_s", latency), ("ttft_s", ttft))}
+    b.distributions = {
+        name: [percentile(values, q) for q in DISTRIBUTION_QUANTILES] if values else []
+        for name, values in (("latency_s", latency), ("ttft_s", ttft))
+    }
     n_cached = sum(1 for s, c in zip(cells.status, cells.cached) if s == OK and c)
     span = _wall_span(cells)
     tokens = sum(t for t, s in zip(cells.tokens, cells.status) if s == OK)
@@ -178,7 +200,7 @@ def timing(b: "BenchmarkMerge") -> dict[str, Any]:
     return b.timing_cache
 
 
-def _asked_timings(cells: "Cells") -> tuple[list[float], list[float]]:
+def _asked_timings(cells: Cells) -> tuple[list[float], list[float]]:
     """The TTFTs and latencies of the ok answers a model gave (not the cache), each sorted, the
     ones not measured (NaN) left out."""
     asked = [s == OK and not c for s, c in zip(cells.status, cells.cached)]
@@ -186,14 +208,14 @@ def _asked_timings(cells: "Cells") -> tuple[list[float], list[float]]:
     return ttft, latency
 
 
-def _wall_span(cells: "Cells") -> float | None:
+def _wall_span(cells: Cells) -> float | None:
     """Seconds from the first request's start to the last one's end (None: no timings)."""
     first = min((v for v in cells.start if v == v), default=None)
     last = max((s + l for s, l in zip(cells.start, cells.latency) if s == s and l == l), default=None)
     return last - first if first is not None and last is not None else None
 
 
-def timing_document(result: "MergeResult") -> dict[str, Any]:
+def timing_document(result: MergeResult) -> dict[str, Any]:
     return {b.manifest.name: timing(b) for b in result.benchmarks}
 
 
@@ -213,11 +235,13 @@ def _interval(entry: dict[str, Any]) -> str:
 def _metric_rows(metrics: dict[str, MetricValue], confidence: float) -> list[str]:
     rows = [f"| metric | value | {percent(confidence)} interval | stderr | method | n |", "|---|---|---|---|---|---|"]
     for name, m in metrics.items():
-        rows.append(f"| {md_text(name)} | {fmt(m.value)} | {_interval({'ci_low': m.ci_low, 'ci_high': m.ci_high})} | {fmt(m.stderr)} | {md_text(m.ci_method)} | {m.n} |")
+        rows.append(
+            f"| {md_text(name)} | {fmt(m.value)} | {_interval({'ci_low': m.ci_low, 'ci_high': m.ci_high})} | {fmt(m.stderr)} | {md_text(m.ci_method)} | {m.n} |"
+        )
     return rows
 
 
-def rerun_how(run: "Run", shards: list[int]) -> str:
+def rerun_how(run: Run, shards: list[int]) -> str:
     """The launching orchestrator's way (asked through the rerun_hint hook), then the general one."""
     hints = [hint for hint in plugins.hooks().rerun_hint(run_dir=run.root, shards=shards) if hint]
     sweep = run.shards[0].manifest.sweep if run.shards else None
@@ -226,7 +250,7 @@ def rerun_how(run: "Run", shards: list[int]) -> str:
     return ", or ".join([*hints, f"`shardeval run CONFIG {select}--shard I/{run.total_shards}{where}` for each (they resume)"])
 
 
-def run_notes(result: "MergeResult") -> list[str]:
+def run_notes(result: MergeResult) -> list[str]:
     """What a reader must know about the run before its numbers (Markdown; report.md and
     report.html both list them)."""
     run = result.run
@@ -236,8 +260,10 @@ def run_notes(result: "MergeResult") -> list[str]:
         lines.append(f"still running: {', '.join(q(s.path) for s in run.running())} (merge again when they finish)")
     for shard in run.lost():
         assert shard.lost is not None
-        lines.append(f"**LOST**: {q(shard.path)} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
-                     f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes")
+        lines.append(
+            f"**LOST**: {q(shard.path)} (shard {shard.manifest.shard_idx}) says running, but {shard.lost.why} "
+            f"(last sign of life {clock(shard.lost.since)}): rerun it, it resumes"
+        )
     if run.missing_shards():
         lines.append(f"never started or not found: shard(s) {','.join(map(str, run.missing_shards()))}")
     if rerun := result.rerun_shards():
@@ -251,7 +277,7 @@ def run_notes(result: "MergeResult") -> list[str]:
     return lines
 
 
-def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
+def render_report(result: MergeResult, confidence: float = 0.95) -> str:
     run = result.run
     lines = [
         f"# shardeval merge: {md_text(run.root)}",
@@ -266,12 +292,16 @@ def render_report(result: "MergeResult", confidence: float = 0.95) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _benchmark_section(b: "BenchmarkMerge", errors_as_wrong: bool, confidence: float) -> list[str]:
+def _benchmark_section(b: BenchmarkMerge, errors_as_wrong: bool, confidence: float) -> list[str]:
     """One benchmark's part of report.md: its metrics, then what its numbers stand on (coverage,
     errors, duplicates), how they spread, how fast they came, and what was left out."""
     c = counts(b)
     lines = [
-        "", f"## {md_text(b.manifest.name)}", "", *_metric_rows(b.metrics, confidence), "",
+        "",
+        f"## {md_text(b.manifest.name)}",
+        "",
+        *_metric_rows(b.metrics, confidence),
+        "",
         f"- coverage: {c['n_records']}/{c['n_expected']} (problem, repeat) pairs recorded "
         f"({c['n_problems']} problems x {c['repeats']} repeats); {c['n_missing']} missing",
     ]
@@ -279,8 +309,10 @@ def _benchmark_section(b: "BenchmarkMerge", errors_as_wrong: bool, confidence: f
     treated = "scored as wrong" if errors_as_wrong else "excluded from scores"
     lines.append(f"- errors: {c['n_errors']} ({percent(c['error_rate'], 2)} of records), {treated}" + (f": {kinds}" if kinds else ""))
     if c["n_duplicates"] or c["n_superseded_errors"]:
-        lines.append(f"- duplicates: {c['n_duplicates']} extra ok record(s) ignored ({c['n_conflicts']} with a "
-                     f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer")
+        lines.append(
+            f"- duplicates: {c['n_duplicates']} extra ok record(s) ignored ({c['n_conflicts']} with a "
+            f"different score); {c['n_superseded_errors']} error(s) superseded by a later ok answer"
+        )
     lines += _accuracy_spread(b.metrics["accuracy"].details if "accuracy" in b.metrics else {}, confidence)
     lines += _speed_lines(b, c["n_ok"])
     lines += _left_out_lines(b.cells)
@@ -292,40 +324,50 @@ def _accuracy_spread(acc: dict[str, Any], confidence: float) -> list[str]:
     """Accuracy per category (a table) and its variance between and within problems."""
     lines: list[str] = []
     if per_cluster := acc.get("per_cluster"):
-        rows = [f"| {md_text(name)} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('ci_method', '—')} | {e.get('n', '')} |"
-                for name, e in per_cluster.items()]
+        rows = [
+            f"| {md_text(name)} | {fmt(e.get('value'))} | {_interval(e)} | {e.get('ci_method', '—')} | {e.get('n', '')} |"
+            for name, e in per_cluster.items()
+        ]
         lines += ["", f"| category | accuracy | {percent(confidence)} interval | method | n |", "|---|---|---|---|---|", *rows, ""]
     if (split := acc.get("variance_split")) and split.get("se_if_repeats"):
         se = ", ".join(f"K={k}: {fmt(v)}" for k, v in split["se_if_repeats"].items())
-        lines.append(f"- variance: between problems {fmt(split.get('sigma2_between'))}, within a problem "
-                     f"{fmt(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}")
+        lines.append(
+            f"- variance: between problems {fmt(split.get('sigma2_between'))}, within a problem "
+            f"{fmt(split.get('sigma2_within'))}; accuracy's standard error with K repeats per problem: {se}"
+        )
     return lines
 
 
-def _speed_lines(b: "BenchmarkMerge", n_ok: int) -> list[str]:
+def _speed_lines(b: BenchmarkMerge, n_ok: int) -> list[str]:
     """Latency and throughput, how much the answers thought, and how many came from the cache."""
     lines = []
     if (t := timing(b))["n"]:
         latency, ttft = ("/".join(fmt(v, 3) for v in t[key].values()) for key in ("latency_s", "ttft_s"))
-        lines.append(f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
-                     f"{fmt(t['completion_tokens_per_s'], 1)} completion tokens/s over {fmt(t['wall_span_s'], 1)} s")
+        lines.append(
+            f"- latency p50/p90/p99: {latency} s; TTFT p50/p90/p99: {ttft} s; "
+            f"{fmt(t['completion_tokens_per_s'], 1)} completion tokens/s over {fmt(t['wall_span_s'], 1)} s"
+        )
     if (reasoning := reasoning_counts(b)) is not None:
         lines.append(f"- reasoning: {reasoning.describe()}")
     if t["n_cached"]:
-        lines.append(f"- response cache: {t['n_cached']} of {n_ok} ok record(s) answered from the cache, "
-                     "no model asked (left out of the latency figures)")
+        lines.append(
+            f"- response cache: {t['n_cached']} of {n_ok} ok record(s) answered from the cache, "
+            "no model asked (left out of the latency figures)"
+        )
     return lines
 
 
-def _left_out_lines(cells: "Cells") -> list[str]:
+def _left_out_lines(cells: Cells) -> list[str]:
     """What the merge could not or would not read: unreadable lines, records not their shard's own."""
     lines = []
     if cells.unreadable:
         lines.append(f"- skipped {len(cells.unreadable)} unreadable line(s): {'; '.join(map(md_text, cells.unreadable[:3]))}")
     if cells.refused_files:
         more = " …" if len(cells.refused_files) > 5 else ""
-        lines.append(f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or "
-                     f"written by another run): {'; '.join(map(md_text, cells.refused_files[:5]))}{more}")
+        lines.append(
+            f"- **refused {cells.refused.total()} record(s) that are not their shard's own** (copied in, or "
+            f"written by another run): {'; '.join(map(md_text, cells.refused_files[:5]))}{more}"
+        )
     return lines
 
 
@@ -333,7 +375,7 @@ def _left_out_lines(cells: "Cells") -> list[str]:
 PER_NODE = ("host",)
 
 
-def provenance_facts(run: "Run") -> list[tuple[str, dict[str, list[str]]]]:
+def provenance_facts(run: Run) -> list[tuple[str, dict[str, list[str]]]]:
     """(fact, {value: shard paths}) for every provenance fact of the run's manifests, in a fixed order."""
     facts: dict[str, dict[str, list[str]]] = {}
 
@@ -363,7 +405,7 @@ def provenance_facts(run: "Run") -> list[tuple[str, dict[str, list[str]]]]:
     return list(facts.items())
 
 
-def render_provenance(run: "Run") -> list[str]:
+def render_provenance(run: Run) -> list[str]:
     """Each fact once for the run; one that varies between shards is flagged with who has what."""
     lines = ["## Provenance", "", "| | |", "|---|---|"]
     for name, values in provenance_facts(run):
@@ -372,7 +414,8 @@ def render_provenance(run: "Run") -> list[str]:
         elif name in PER_NODE:
             shown = ", ".join(md_text(v) for v in sorted(values))
         else:
-            shown = "**varies**: " + "; ".join(f"{md_text(v)} ({', '.join(md_text(p) for p in paths[:3])}{' …' if len(paths) > 3 else ''})"
-                                               for v, paths in values.items())
+            shown = "**varies**: " + "; ".join(
+                f"{md_text(v)} ({', '.join(md_text(p) for p in paths[:3])}{' …' if len(paths) > 3 else ''})" for v, paths in values.items()
+            )
         lines.append(f"| {md_text(name)} | {shown} |")
     return lines

@@ -68,7 +68,7 @@ class BenchmarkProgress:
     rate: float | None  # the run's running shards together (they share their requests between benchmarks)
     eta_s: float | None
     metric: str | None = None  # "accuracy" (or "mean"); None when not computed
-    value: "MetricValue | None" = None
+    value: MetricValue | None = None
     problems: list[str] = field(default_factory=list)  # a metric not installed or failed
     # the answers' thinking so far (ok records cut off while thinking or after answering, thinking
     # tokens), as scores.json will say it; absent (not in the live page's JSON) where none thought
@@ -107,8 +107,9 @@ class SweepStatus:
     not_started: int = 0  # models with no shard yet, counted in `total` at a started model's size
 
 
-def shard_progress(run: Run, now: float | None = None, followed: Followed | None = None,
-                   tables: frozenset[str] = frozenset()) -> list[ShardProgress]:
+def shard_progress(
+    run: Run, now: float | None = None, followed: Followed | None = None, tables: frozenset[str] = frozenset()
+) -> list[ShardProgress]:
     """Each shard's cells; the benchmarks named in `tables` also fill their running tables."""
     now = time.time() if now is None else now
     followed = Followed() if followed is None else followed
@@ -131,12 +132,17 @@ def shard_progress(run: Run, now: float | None = None, followed: Followed | None
         # period older than its last record (a shard killed within 5 s showed thousands of req/s)
         rate = records / elapsed if elapsed > 0 and records and lost is None else None
         eta = max(0, expected - records) / rate if rate and shard.state == "running" else None
-        note = (f"shard {m.shard_idx} lost since {clock(lost.since)} ({max(0.0, now - lost.since):.0f} s ago): "
-                f"{lost.why}; rerun it, it resumes") if lost is not None else None
+        note = (
+            (
+                f"shard {m.shard_idx} lost since {clock(lost.since)} ({max(0.0, now - lost.since):.0f} s ago): "
+                f"{lost.why}; rerun it, it resumes"
+            )
+            if lost is not None
+            else None
+        )
         if shard.state == "finished_with_errors":  # not complete: its reason counts the errors by kind
             note = f"shard {m.shard_idx} finished with errors: {m.reason}"
-        out.append(ShardProgress(shard.path, m.shard_idx, shard.state, records, errors, expected, rate, eta, warnings, note,
-                                 by_benchmark))
+        out.append(ShardProgress(shard.path, m.shard_idx, shard.state, records, errors, expected, rate, eta, warnings, note, by_benchmark))
     return sorted(out, key=lambda p: (p.idx, p.path))
 
 
@@ -153,8 +159,16 @@ def run_status(run: Run, metrics: bool = False, followed: Followed | None = None
     if metrics:
         running_metrics(run, benchmarks, followed)
     total = sum(b.expected for b in benchmarks)
-    return RunStatus(run.root, progress, missing, benchmarks, dict(sorted(states.items())), sum(b.records for b in benchmarks), total,
-                     list(run.mixed_served))
+    return RunStatus(
+        run.root,
+        progress,
+        missing,
+        benchmarks,
+        dict(sorted(states.items())),
+        sum(b.records for b in benchmarks),
+        total,
+        list(run.mixed_served),
+    )
 
 
 def _missing_shards(run: Run) -> list[MissingShard]:
@@ -163,12 +177,15 @@ def _missing_shards(run: Run) -> list[MissingShard]:
     missing = []
     for idx in run.missing_shards():
         folder = f"shard_{idx}"
-        missing.append(MissingShard(idx, f"{folder} (no manifest yet)" if os.path.isdir(os.path.join(run.root, folder)) else "(no directory)"))
+        missing.append(
+            MissingShard(idx, f"{folder} (no manifest yet)" if os.path.isdir(os.path.join(run.root, folder)) else "(no directory)")
+        )
     return missing
 
 
-def _benchmark_progress(run: Run, b: BenchmarkManifest, progress: list[ShardProgress], rate: float,
-                        followed: Followed) -> BenchmarkProgress:
+def _benchmark_progress(
+    run: Run, b: BenchmarkManifest, progress: list[ShardProgress], rate: float, followed: Followed
+) -> BenchmarkProgress:
     """One benchmark's records and errors over the shards (a shard copied twice counts once), its
     ETA at the run's rate, and what its answers thought so far."""
     best: dict[int, tuple[int, int, int]] = {}
@@ -247,7 +264,9 @@ def collect(root: str, metrics: bool = False, followed: Followed | None = None) 
     try:
         if (plan := read_plan(root)) is not None:
             return sweep_status(root, plan, metrics, followed)
-        return run_status(load_shards(root, allow_mixed_served=True), metrics, followed)  # progress is worth showing; merge refuses the mixture
+        return run_status(
+            load_shards(root, allow_mixed_served=True), metrics, followed
+        )  # progress is worth showing; merge refuses the mixture
     finally:
         followed.forget_unseen()
 
@@ -268,7 +287,9 @@ def render_status(s: RunStatus) -> str:
     name cannot fake a row)."""
     lines = [f"{'shard':<8} {'state':<{STATE_WIDTH}} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  directory"]
     for p in s.shards:
-        lines.append(f"{p.idx:<8} {p.state:<{STATE_WIDTH}} {p.records:>8}/{p.expected:<8} {p.errors:>7} {_rate(p.rate):>8} {_eta(p.eta_s):>8}  {q(p.path)}")
+        lines.append(
+            f"{p.idx:<8} {p.state:<{STATE_WIDTH}} {p.records:>8}/{p.expected:<8} {p.errors:>7} {_rate(p.rate):>8} {_eta(p.eta_s):>8}  {q(p.path)}"
+        )
     lines += [f"{m.idx:<8} {'not started':<{STATE_WIDTH}} {'':>17} {'':>7} {'':>8} {'':>8}  {q(m.where)}" for m in s.missing]
     lines += [q(p.note) for p in s.shards if p.note]
     lines.append(f"total: {s.done}/{s.total} records ({percent(s.done / s.total, 1)})" if s.total else "total: nothing to do")
@@ -281,8 +302,10 @@ def render_status(s: RunStatus) -> str:
 def render_sweep_status(s: SweepStatus) -> str:
     """The grid of a sweep: per (model, benchmark) records, errors and ETA, each model's shard
     states, and what stands out (lost or missing shards), from each model's ordinary run."""
-    lines = [f"sweep: {len(s.services)} models x {s.shards} shard(s), baseline {q(s.baseline)}",
-             f"{'model':<16} {'benchmark':<16} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  shards"]
+    lines = [
+        f"sweep: {len(s.services)} models x {s.shards} shard(s), baseline {q(s.baseline)}",
+        f"{'model':<16} {'benchmark':<16} {'records':>17} {'errors':>7} {'req/s':>8} {'eta':>8}  shards",
+    ]
     notes: list[str] = []
     for m in s.models:
         if (run := m.run) is None:
@@ -290,16 +313,20 @@ def render_sweep_status(s: SweepStatus) -> str:
             continue
         summary = ", ".join(f"{n} {state}" for state, n in run.states.items())
         for b in run.benchmarks:
-            lines.append(f"{q(m.name):<16} {q(b.name):<16} {b.records:>8}/{b.expected:<8} {b.errors:>7} {_rate(b.rate):>8} "
-                         f"{_eta(b.eta_s):>8}  {summary}")
+            lines.append(
+                f"{q(m.name):<16} {q(b.name):<16} {b.records:>8}/{b.expected:<8} {b.errors:>7} {_rate(b.rate):>8} "
+                f"{_eta(b.eta_s):>8}  {summary}"
+            )
         notes += [f"{q(m.name)} {q(b.name)}: {b.reasoning.describe()}" for b in run.benchmarks if b.reasoning is not msgspec.UNSET]
         notes += [q(f"{m.name}: {p.note}") for p in run.shards if p.note]
         notes += [q(f"{m.name}: shard {x.idx} not started") for x in run.missing]
         notes += [q(f"{m.name}: {w}") for p in run.shards for w in p.warnings]
     if s.total:
         counted = f", {s.not_started} model(s) not started counted at a started one's size" if s.not_started else ""
-        lines.append(f"total: {s.done}/{s.total} records ({percent(s.done / s.total, 1)}) of the whole sweep{counted}; "
-                     f"{_rate(s.rate)} req/s, eta {_eta(s.eta_s)}")
+        lines.append(
+            f"total: {s.done}/{s.total} records ({percent(s.done / s.total, 1)}) of the whole sweep{counted}; "
+            f"{_rate(s.rate)} req/s, eta {_eta(s.eta_s)}"
+        )
     else:
         lines.append("total: no model has started")
     return "\n".join(lines + notes)
@@ -314,8 +341,9 @@ def plugin_status(root: str) -> list[str]:
     return [text for text in plugins.hooks().run_status(run_dir=root) if text]
 
 
-def collect_or_nothing(root: str, extra: list[str], metrics: bool = False,
-                       followed: Followed | None = None) -> "RunStatus | SweepStatus | None":
+def collect_or_nothing(
+    root: str, extra: list[str], metrics: bool = False, followed: Followed | None = None
+) -> RunStatus | SweepStatus | None:
     """collect(root), or None where no shard has written yet but plugins report on the run (e.g.
     every array task still pending): the text and the live page then both say NOTHING_YET."""
     try:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from shardeval import plugins
 from shardeval.errors import os_error
@@ -80,8 +81,9 @@ class SweepMerge:
         return verdict_text(self.verdict, cells, kinds, missing)
 
 
-def merge_sweep(root: str, plan: SweepPlan, *, errors_as_wrong: bool = False, options: MetricOptions | None = None,
-                allow_mixed_models: bool = False) -> SweepMerge:
+def merge_sweep(
+    root: str, plan: SweepPlan, *, errors_as_wrong: bool = False, options: MetricOptions | None = None, allow_mixed_models: bool = False
+) -> SweepMerge:
     """Merge every model of the sweep (writes nothing) and compare each against the baseline."""
     options = options or MetricOptions()
     models: list[SweepModel] = []
@@ -90,8 +92,9 @@ def merge_sweep(root: str, plan: SweepPlan, *, errors_as_wrong: bool = False, op
             models.append(SweepModel(name, None, "no shard has written yet"))
             continue
         with naming_model(name):
-            result = merge_run(run_root, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True,
-                               allow_mixed_models=allow_mixed_models)
+            result = merge_run(
+                run_root, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True, allow_mixed_models=allow_mixed_models
+            )
         models.append(SweepModel(name, result))
     return SweepMerge(root, plan, models, sweep_document(plan, models, options, errors_as_wrong))
 
@@ -115,9 +118,14 @@ def sweep_document(plan: SweepPlan, models: list[SweepModel], options: MetricOpt
     found = plugins.hooks().paired_differences(pairs=pairs, options=options) if pairs else []
     vs = [{**label, **row} for label, row in zip(labels, found or [])]
     doc: dict[str, Any] = {
-        "baseline": plan.baseline, "services": plan.services, "confidence": options.confidence,
-        "errors_as_wrong": errors_as_wrong, "partial": any(m.result is None or m.result.partial for m in models),
-        "cells": cells, "vs_baseline": vs, "missing": _missing(plan, models, merged),
+        "baseline": plan.baseline,
+        "services": plan.services,
+        "confidence": options.confidence,
+        "errors_as_wrong": errors_as_wrong,
+        "partial": any(m.result is None or m.result.partial for m in models),
+        "cells": cells,
+        "vs_baseline": vs,
+        "missing": _missing(plan, models, merged),
     }
     if apart:  # absent when every pair is comparable: sweep.json of such a sweep is what it was
         doc["not_compared"] = apart
@@ -130,21 +138,43 @@ def _cells_of(service: str, bench: str, b: BenchmarkMerge, why: str | None) -> l
     """One model × benchmark's cells of sweep.json, one per metric, each with the coverage behind
     it (and why it is not compared with the baseline, and what the answers thought, when so)."""
     c = counts(b)
-    coverage = {"n_ok": c["n_ok"], "n_expected": c["n_expected"], "n_errors": c["n_errors"], "n_missing": c["n_missing"],
-                "complete": c["n_ok"] == c["n_expected"]}
+    coverage = {
+        "n_ok": c["n_ok"],
+        "n_expected": c["n_expected"],
+        "n_errors": c["n_errors"],
+        "n_missing": c["n_missing"],
+        "complete": c["n_ok"] == c["n_expected"],
+    }
     coverage |= {"differs_from_baseline": why} if why else {}
     if (reasoning := reasoning_counts(b)) is not None:  # absent for a model that does not think
         coverage["reasoning"] = reasoning
-    return [{"service": service, "benchmark": bench, "metric": name, "value": v.value, "ci_low": v.ci_low,
-             "ci_high": v.ci_high, "n": v.n, "ci_method": v.ci_method, **coverage} for name, v in b.metrics.items()]
+    return [
+        {
+            "service": service,
+            "benchmark": bench,
+            "metric": name,
+            "value": v.value,
+            "ci_low": v.ci_low,
+            "ci_high": v.ci_high,
+            "n": v.n,
+            "ci_method": v.ci_method,
+            **coverage,
+        }
+        for name, v in b.metrics.items()
+    ]
 
 
 def _missing(plan: SweepPlan, models: list[SweepModel], merged: dict[str, dict[str, BenchmarkMerge]]) -> list[dict[str, Any]]:
     """sweep.json's `missing`: the models with no results, then the benchmarks the baseline lacks."""
     base = merged.get(plan.baseline, {})
     missing: list[dict[str, Any]] = [{"service": m.service, "why": m.note} for m in models if m.result is None]
-    missing += [{"service": m.service, "benchmark": bench, "why": "the baseline has no results for it"}
-                for m in models if m.service != plan.baseline for bench in merged.get(m.service, {}) if bench not in base]
+    missing += [
+        {"service": m.service, "benchmark": bench, "why": "the baseline has no results for it"}
+        for m in models
+        if m.service != plan.baseline
+        for bench in merged.get(m.service, {})
+        if bench not in base
+    ]
     return missing
 
 
@@ -152,9 +182,13 @@ def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float
     """Each model's merged/ (or OUT/<service>/ with `out_dir`), then sweep.json, sweep.md and
     sweep.html (without the plotting extra: one line in sweep.notices says how to get it)."""
     refuse_inside_shard(out_dir or os.path.join(sweep.root, MERGED_DIR), "-o")
-    reports = {m.service: os.path.join(write_merged(m.result, os.path.join(out_dir, m.service) if out_dir else None,
-                                                  confidence=confidence), REPORT_HTML)
-             for m in sweep.models if m.result is not None}
+    reports = {
+        m.service: os.path.join(
+            write_merged(m.result, os.path.join(out_dir, m.service) if out_dir else None, confidence=confidence), REPORT_HTML
+        )
+        for m in sweep.models
+        if m.result is not None
+    }
     out_dir = out_dir or os.path.join(sweep.root, MERGED_DIR)
     try:
         os.makedirs(out_dir, exist_ok=True)
@@ -165,8 +199,9 @@ def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float
         missing = pages.sweep_page(sweep, page, confidence, links)
     except OSError as exc:
         raise os_error(exc, "write the merged results to", alternative="pass -o DIR to write them elsewhere") from None
-    sweep.notices = fold_notices(missing, [(m.service, n) for m in sweep.models if m.result is not None for n in m.result.notices],
-                                 [page, *reports.values()])
+    sweep.notices = fold_notices(
+        missing, [(m.service, n) for m in sweep.models if m.result is not None for n in m.result.notices], [page, *reports.values()]
+    )
     return out_dir
 
 
@@ -204,13 +239,20 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
     doc, plan = sweep.document, sweep.plan
     benches = list(dict.fromkeys(c["benchmark"] for c in doc["cells"]))
     lines = [
-        f"# shardeval sweep: {md_text(sweep.root)}", "",
+        f"# shardeval sweep: {md_text(sweep.root)}",
+        "",
         f"{len(plan.services)} models × {len(benches)} benchmarks, baseline **{md_text(plan.baseline)}**, {percent(confidence)} intervals. "
         f"**{sweep.verdict}**{md_text(sweep.verdict_line().removeprefix(sweep.verdict))}",
     ]
-    lines += [f"- {md_text(m['service'])}: {md_text(m['why'])}" + (f" ({md_text(m['benchmark'])})" if "benchmark" in m else "") for m in doc["missing"]]
-    lines += [f"- {md_text(m.service)}: {md_text(m.result.verdict_line())} (see {md_text(m.service)}/merged/report.md)"
-              for m in sweep.models if m.result is not None and not m.result.complete]
+    lines += [
+        f"- {md_text(m['service'])}: {md_text(m['why'])}" + (f" ({md_text(m['benchmark'])})" if "benchmark" in m else "")
+        for m in doc["missing"]
+    ]
+    lines += [
+        f"- {md_text(m.service)}: {md_text(m.result.verdict_line())} (see {md_text(m.service)}/merged/report.md)"
+        for m in sweep.models
+        if m.result is not None and not m.result.complete
+    ]
     lines += [f"- {md_text(note)}" for note in not_compared_notes(doc)]
     lines += _metric_tables(doc, plan, benches)
     lines += _reasoning_rows(doc, plan.services, benches)
@@ -241,19 +283,28 @@ def _metric_tables(doc: dict[str, Any], plan: SweepPlan, benches: list[str]) -> 
 def _vs_baseline_table(vs_baseline: list[dict[str, Any]], baseline: str, confidence: float) -> list[str]:
     """The paired differences against the baseline, one row per model × benchmark (†: compared
     only on the cells both answered)."""
-    lines = ["", f"## vs baseline: model − {md_text(baseline)}, paired on the same (problem, repeat) cells", "",
-             f"| model | benchmark | metric | difference | {percent(confidence)} interval | method | p | p (Holm) | test | cells |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        f"## vs baseline: model − {md_text(baseline)}, paired on the same (problem, repeat) cells",
+        "",
+        f"| model | benchmark | metric | difference | {percent(confidence)} interval | method | p | p (Holm) | test | cells |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in vs_baseline:
         row = {**row, **{key: md_text(row[key]) for key in ("service", "benchmark", "metric", "test") if key in row}}
         mark = "" if row.get("complete") else " †"
-        lines.append(f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
-                     f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {row.get('ci_method', '—')} | {_p(row['p_value'])} | "
-                     f"{_p(row['p_holm'])} | "
-                     f"{row.get('test', '—')} | {row.get('n', '—')} |")
+        lines.append(
+            f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
+            f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {row.get('ci_method', '—')} | {_p(row['p_value'])} | "
+            f"{_p(row['p_holm'])} | "
+            f"{row.get('test', '—')} | {row.get('n', '—')} |"
+        )
     if any(not row.get("complete") for row in vs_baseline):
-        lines += ["", "† compared only on the cells both models answered; the rest (missing, errors, other problems) "
-                      "is left out of the pair and counted in sweep.json (n_only_baseline, n_only_other)."]
+        lines += [
+            "",
+            "† compared only on the cells both models answered; the rest (missing, errors, other problems) "
+            "is left out of the pair and counted in sweep.json (n_only_baseline, n_only_other).",
+        ]
     return lines
 
 
@@ -262,16 +313,24 @@ def _reasoning_rows(doc: dict[str, Any], services: list[str], benches: list[str]
     found = {(c["service"], c["benchmark"]): c["reasoning"] for c in doc["cells"] if c.get("reasoning") is not None}
     if not found:
         return []
-    lines = ["", "## reasoning", "", "| model | benchmark | truncated while thinking | cut off after answering | with thinking | "
-             "thinking tokens mean | p50 | p90 | max |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "## reasoning",
+        "",
+        "| model | benchmark | truncated while thinking | cut off after answering | with thinking | "
+        "thinking tokens mean | p50 | p90 | max |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name in services:
         for bench in benches:
             if (r := found.get((name, bench))) is None:
                 continue
             t = r.reasoning_tokens
             tokens = [f"{t.mean:.0f}", f"{t.p50:.0f}", f"{t.p90:.0f}", str(t.max)] if t is not None else ["—"] * 4
-            lines.append(f"| {md_text(name)} | {md_text(bench)} | {r.truncated_reasoning} of {r.n_answered} "
-                         f"({percent(r.truncated_reasoning_rate, 1, ' ')}) | {r.truncated} | {r.with_reasoning} | {' | '.join(tokens)} |")
+            lines.append(
+                f"| {md_text(name)} | {md_text(bench)} | {r.truncated_reasoning} of {r.n_answered} "
+                f"({percent(r.truncated_reasoning_rate, 1, ' ')}) | {r.truncated} | {r.with_reasoning} | {' | '.join(tokens)} |"
+            )
     return lines
 
 
@@ -286,7 +345,9 @@ class Merged:
     page_shows: str  # what the page shows, for the "open …" line
     warnings: list[str]  # what could not be read in the shards' files, one line per file
     notices: list[str]  # what writing left out (no HTML without the plotting extra), one line per reason
-    verdict: str = "COMPLETE"  # the verdict line: COMPLETE (every cell has an ok record), else e.g. "ERRORS: 3 of 9 cells end in errors (3 client)"
+    verdict: str = (
+        "COMPLETE"  # the verdict line: COMPLETE (every cell has an ok record), else e.g. "ERRORS: 3 of 9 cells end in errors (3 client)"
+    )
     # What was merged, for what runs after the merge (the config's `export:` targets): each model's
     # (sweep service or None, MergeResult or None), and a sweep's sweep.json document.
     models: Sequence[ModelMerge] = field(default_factory=list)
@@ -305,12 +366,32 @@ def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95
         out = write_sweep(sweep, out_dir, confidence)
         models = os.path.join(out_dir, "<model>") if out_dir else os.path.join(root, "<model>", "merged")
         written = f"{out}/ (sweep.json, sweep.md{'' if sweep.notices else ', sweep.html'}); each model's merge in {models}/"
-        return Merged(render_sweep(sweep, confidence), out, written, os.path.join(out, SWEEP_HTML),
-                      "the grid, the differences, a link to each model's report", found, sweep.notices, sweep.verdict_line(),
-                      sweep.models, sweep.document, root)
+        return Merged(
+            render_sweep(sweep, confidence),
+            out,
+            written,
+            os.path.join(out, SWEEP_HTML),
+            "the grid, the differences, a link to each model's report",
+            found,
+            sweep.notices,
+            sweep.verdict_line(),
+            sweep.models,
+            sweep.document,
+            root,
+        )
     result = merge_run(root, **options)
     out = write_merged(result, out_dir, confidence=confidence)
     written = f"{out}/ (scores.json, timing.json, report.md, <benchmark>/results.jsonl, trajectories.jsonl)"
-    return Merged(render_report(result, confidence), out, written, os.path.join(out, REPORT_HTML),
-                  "the charts and the items to read (it works offline)", warnings(result), result.notices, result.verdict_line(),
-                  [ModelMerge(None, result)], None, root)
+    return Merged(
+        render_report(result, confidence),
+        out,
+        written,
+        os.path.join(out, REPORT_HTML),
+        "the charts and the items to read (it works offline)",
+        warnings(result),
+        result.notices,
+        result.verdict_line(),
+        [ModelMerge(None, result)],
+        None,
+        root,
+    )

@@ -28,7 +28,8 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import msgspec
 
@@ -134,8 +135,13 @@ def _provenance(result: MergeResult) -> dict[str, str]:
     facts: dict[str, set[str]] = {}
     for shard in result.run.shards:
         m, p = shard.manifest, shard.manifest.provenance
-        for name, value in (("shardeval_version", p.shardeval if p else m.version), ("build", p and p.build_id),
-                            ("python", p and p.python), ("platform", p and p.platform), ("host", p and p.host)):
+        for name, value in (
+            ("shardeval_version", p.shardeval if p else m.version),
+            ("build", p and p.build_id),
+            ("python", p and p.python),
+            ("platform", p and p.platform),
+            ("host", p and p.host),
+        ):
             if value:
                 facts.setdefault(name, set()).add(str(value))
     return {name: ", ".join(sorted(values)) for name, values in facts.items()}
@@ -203,24 +209,49 @@ def tracker_export(merged: Merged) -> TrackerExport:
             status = PARTIAL if c["n_missing"] else ERRORS if c["n_errors"] else COMPLETE
             vs = [row for row in (doc or {}).get("vs_baseline", []) if row["service"] == model.service and row["benchmark"] == bench]
             params = {
-                "shardeval.run_id": rid, "config_hash": config_hash, "model": name, "benchmark": bench,
-                **_served(result, i), "repeats": str(b.manifest.repeats), "n_problems": str(b.manifest.n_problems),
+                "shardeval.run_id": rid,
+                "config_hash": config_hash,
+                "model": name,
+                "benchmark": bench,
+                **_served(result, i),
+                "repeats": str(b.manifest.repeats),
+                "n_problems": str(b.manifest.n_problems),
                 "dataset_fingerprint": b.manifest.dataset_fingerprint or "",
-                "prompt_fingerprint": b.manifest.prompt_fingerprint or "", "scorer_fingerprint": b.manifest.scorer_fingerprint or "",
+                "prompt_fingerprint": b.manifest.prompt_fingerprint or "",
+                "scorer_fingerprint": b.manifest.scorer_fingerprint or "",
                 **provenance,
             }
             tags = {
-                "shardeval.key": f"{rid}/{bench}", "shardeval.run_id": rid, "shardeval.model": name,
-                "shardeval.benchmark": bench, "shardeval.status": status, "shardeval.partial": str(status == PARTIAL).lower(),
-                "shardeval.step": str(step), "shardeval.exported_by": __version__,
+                "shardeval.key": f"{rid}/{bench}",
+                "shardeval.run_id": rid,
+                "shardeval.model": name,
+                "shardeval.benchmark": bench,
+                "shardeval.status": status,
+                "shardeval.partial": str(status == PARTIAL).lower(),
+                "shardeval.step": str(step),
+                "shardeval.exported_by": __version__,
                 "shardeval.root": os.path.abspath(merged.root),
                 **({"shardeval.baseline": doc["baseline"]} if doc is not None else {}),
             }
-            runs.append(TrackerRun(
-                key=f"{rid}/{bench}", run_id=rid, config_hash=config_hash, model=name, benchmark=bench, step=step, status=status,
-                params={k: v for k, v in params.items() if v != ""}, tags=tags, metrics=_metrics(scores[bench], vs),
-                scores=scores[bench], vs_baseline=vs, run_root=result.run.root, merged_dir=merged_dir, merge=result,
-            ))
+            runs.append(
+                TrackerRun(
+                    key=f"{rid}/{bench}",
+                    run_id=rid,
+                    config_hash=config_hash,
+                    model=name,
+                    benchmark=bench,
+                    step=step,
+                    status=status,
+                    params={k: v for k, v in params.items() if v != ""},
+                    tags=tags,
+                    metrics=_metrics(scores[bench], vs),
+                    scores=scores[bench],
+                    vs_baseline=vs,
+                    run_root=result.run.root,
+                    merged_dir=merged_dir,
+                    merge=result,
+                )
+            )
     return TrackerExport(os.path.abspath(merged.root), sweep, doc["baseline"] if doc is not None else None, runs, merged.verdict, notes)
 
 
@@ -279,8 +310,10 @@ def export_after_merge(merged: Merged, warn: Callable[[str], None], say: Callabl
             for line in run_export(target, export):
                 say(line)
         except (UsageError, ShardError) as exc:
-            warn(f"export to {target.to} not done: {exc} (the merged results are written; `shardeval export "
-                 f"{export.root} --to {target.to}` tries again)")
+            warn(
+                f"export to {target.to} not done: {exc} (the merged results are written; `shardeval export "
+                f"{export.root} --to {target.to}` tries again)"
+            )
 
 
 def flags_without_target(dests: list[str]) -> str:
@@ -310,13 +343,15 @@ def target_from_flags(target: str, options: dict[str, str | None]) -> ExportConf
             section[keys[dest][1]] = value
     for flag, key in keys.values():
         if fields[key].required and key not in section:
-            raise UsageError(f"--to {target} needs {flag} (e.g. {flag} {'DIR' if key == 'dir' else key.upper()}); "
-                             "see `shardeval export --help`")
+            raise UsageError(
+                f"--to {target} needs {flag} (e.g. {flag} {'DIR' if key == 'dir' else key.upper()}); see `shardeval export --help`"
+            )
     return decode_exports([section], Where(source="command line"), at="--to")[0]
 
 
-def export_to(root: str, target: str, options: dict[str, str | None], fmt: str | None, allow_mixed_models: bool,
-              echo: Callable[..., None]) -> None:
+def export_to(
+    root: str, target: str, options: dict[str, str | None], fmt: str | None, allow_mixed_models: bool, echo: Callable[..., None]
+) -> None:
     """`shardeval export ROOT --to TARGET`: the target checked before any merge, then the merge
     (written as `shardeval merge` writes it), then the export; `echo` as click's."""
     if fmt is not None:
@@ -334,5 +369,8 @@ def export_to(root: str, target: str, options: dict[str, str | None], fmt: str |
     for line in run_export(config, export):
         echo(line)
     if export.verdict != COMPLETE:
-        echo(f"shardeval: exported a run that is not complete: {export.verdict} (each tracker run says its status; "
-             "export again when it is, and the same tracker runs are updated)", err=True)
+        echo(
+            f"shardeval: exported a run that is not complete: {export.verdict} (each tracker run says its status; "
+            "export again when it is, and the same tracker runs are updated)",
+            err=True,
+        )

@@ -87,7 +87,8 @@ import random
 import sys
 import time
 from contextlib import suppress
-from typing import Any, Awaitable, Callable, Literal, Mapping
+from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Mapping
 
 import aiohttp
 import msgspec
@@ -117,7 +118,9 @@ _ERROR_BODY_BYTES = 65536
 # RecursionError (JSON nested deeper than the decoder's stack).
 _UNDECODABLE: tuple[type[Exception], ...] = (msgspec.DecodeError, ValueError, RecursionError)
 # aiohttp >= 3.10 says "not http(s)" with its own class; older versions raise InvalidURL for it too
-_BAD_URL: tuple[type[Exception], ...] = (aiohttp.InvalidURL,) + ((aiohttp.NonHttpUrlClientError,) if hasattr(aiohttp, "NonHttpUrlClientError") else ())
+_BAD_URL: tuple[type[Exception], ...] = (aiohttp.InvalidURL,) + (
+    (aiohttp.NonHttpUrlClientError,) if hasattr(aiohttp, "NonHttpUrlClientError") else ()
+)
 
 
 # --- wire shapes: only the fields we read. Measured: decoding into these Structs beats
@@ -399,8 +402,27 @@ class _Reading:
     thinking inline between `tags`, the content chunks before the one with the last closing tag.
     """
 
-    __slots__ = ("start", "pieces", "blocks", "thoughts", "thought_blocks", "finish_reason", "usage", "ttft", "end", "done",
-                 "events", "choices", "answered", "progress", "logprobs", "tags", "content_chunks", "thought_chunks", "closed_after")
+    __slots__ = (
+        "start",
+        "pieces",
+        "blocks",
+        "thoughts",
+        "thought_blocks",
+        "finish_reason",
+        "usage",
+        "ttft",
+        "end",
+        "done",
+        "events",
+        "choices",
+        "answered",
+        "progress",
+        "logprobs",
+        "tags",
+        "content_chunks",
+        "thought_chunks",
+        "closed_after",
+    )
 
     def __init__(self, start: float, tags: tuple[str, str] | None = None) -> None:
         self.start = start
@@ -437,8 +459,11 @@ class _Reading:
         empty answer the model gave still comes as `content: ""` or with a finish_reason."""
         what = "[DONE]" if self.done else "the end of the stream"
         if self.choices:
-            return _Failure("protocol", f"the stream carried no answer ({self.events} events up to {what}, {self.choices} with a "
-                            "choice, none with content, reasoning, tool calls or a finish_reason)")
+            return _Failure(
+                "protocol",
+                f"the stream carried no answer ({self.events} events up to {what}, {self.choices} with a "
+                "choice, none with content, reasoning, tool calls or a finish_reason)",
+            )
         return _Failure("protocol", f"the stream carried no choice ({self.events} events up to {what}, none with a choice)")
 
     def event(self, data: bytes, now: float) -> None:
@@ -609,11 +634,21 @@ def _cache_hit(cache: Any, key: str) -> Completion | None:
     if entry is None:
         return None
     return Completion(
-        status="ok", text=entry.text, finish_reason=entry.finish_reason, prompt_tokens=entry.prompt_tokens,
-        completion_tokens=entry.completion_tokens, prompt_logprobs=entry.prompt_logprobs,
-        prompt_tokens_text=entry.prompt_tokens_text, text_offsets=entry.text_offsets,
-        top_logprobs=entry.top_logprobs, started_at=time.time(), latency_s=time.perf_counter() - looked_up, attempts=0, cached=True,
-        reasoning=entry.reasoning, reasoning_tokens=entry.reasoning_tokens,
+        status="ok",
+        text=entry.text,
+        finish_reason=entry.finish_reason,
+        prompt_tokens=entry.prompt_tokens,
+        completion_tokens=entry.completion_tokens,
+        prompt_logprobs=entry.prompt_logprobs,
+        prompt_tokens_text=entry.prompt_tokens_text,
+        text_offsets=entry.text_offsets,
+        top_logprobs=entry.top_logprobs,
+        started_at=time.time(),
+        latency_s=time.perf_counter() - looked_up,
+        attempts=0,
+        cached=True,
+        reasoning=entry.reasoning,
+        reasoning_tokens=entry.reasoning_tokens,
         reasoning_tokens_from=entry.reasoning_tokens_from,
     )
 
@@ -655,9 +690,13 @@ class Client:
             if is_secret(key):
                 self._secret = key.strip()
             else:
-                log.info("%s holds a key of %d character(s), under the %d of a secret: it is sent, but not looked for "
-                         "in what the server returns (replacing it there would rewrite answers)",
-                         endpoint.api_key_env, len(key.strip()), MIN_SECRET_CHARS)
+                log.info(
+                    "%s holds a key of %d character(s), under the %d of a secret: it is sent, but not looked for "
+                    "in what the server returns (replacing it there would rewrite answers)",
+                    endpoint.api_key_env,
+                    len(key.strip()),
+                    MIN_SECRET_CHARS,
+                )
         tags = config.reasoning_tags
         self._tags: tuple[str, str] | None = (tags[0], tags[1]) if tags else None  # inline thinking, for the stream's count
         self._echoed = False  # whether an answer held the key (logged once)
@@ -732,8 +771,11 @@ class Client:
         first answer so changed is logged, so a changed answer is never silent."""
         if not self._echoed and (self._secret in (c.text or "") or self._secret in (c.reasoning or "")):  # type: ignore[operator]
             self._echoed = True
-            log.warning("the server at %s echoed the API key inside an answer: replaced by *** there and in any later "
-                        "answer (the record holds the answer so changed)", self._url)
+            log.warning(
+                "the server at %s echoed the API key inside an answer: replaced by *** there and in any later "
+                "answer (the record holds the answer so changed)",
+                self._url,
+            )
         c.text = self._hide(c.text) or ""
         c.reasoning = self._hide(c.reasoning)
         c.finish_reason = self._hide(c.finish_reason)
@@ -814,7 +856,9 @@ class Client:
         if cache is None:
             return msgspec.json.encode(body), None
         payload = msgspec.json.encode(body, order="sorted")
-        return payload, cache.key(protocol or self.endpoint.protocol, payload if cache_salt is None else payload + b"\n" + cache_salt.encode())
+        return payload, cache.key(
+            protocol or self.endpoint.protocol, payload if cache_salt is None else payload + b"\n" + cache_salt.encode()
+        )
 
     def _keep_answer(self, outcome: Completion, cache: Any, key: str | None, cache_if: Callable[[Completion], bool] | None) -> None:
         """An ok answer, final and whole: the key out of its text, then into the response cache

@@ -97,8 +97,7 @@ class Judge:
             prompt = self.rubric.prompt(problem.user_text(), answer, problem.reference)
         except (ValueError, KeyError, IndexError) as exc:
             return Verdict(record, error=f"cannot write the judge's prompt: {exc}")
-        turns = ({"messages": [{"role": "user", "content": prompt}]} if endpoint.protocol == "chat_completions"
-                 else {"prompt": prompt})
+        turns = {"messages": [{"role": "user", "content": prompt}]} if endpoint.protocol == "chat_completions" else {"prompt": prompt}
         body = {"model": endpoint.model, **turns, "seed": seed, "temperature": 0.0, **self.params}
         c = await self.handle.client.request(body, self.handle.slots, cache_if=self._parses)
         record.reply, record.attempts, record.latency_s, record.cached = c.text, c.attempts, c.latency_s, c.cached
@@ -141,7 +140,7 @@ class JudgeServices:
         self._served: dict[tuple[str, bytes], Any] = {}  # what the endpoint said it serves
         self._clients: dict[tuple[str, bytes, int], Any] = {}  # one per window size asked for
 
-    def __enter__(self) -> "JudgeServices":
+    def __enter__(self) -> JudgeServices:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -22,7 +22,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Iterator, Literal, Mapping, Sequence
+from typing import Literal
+from collections.abc import Iterator, Mapping, Sequence
 
 from shardeval.app import zipapp_path
 from shardeval.errors import ShardError
@@ -30,7 +31,7 @@ from shardeval.store.procfs import Proc, processes, read_process  # noqa: F401 -
 
 PortConflict = Literal["fail", "pick_free"]
 
-_LIVE: set["ServerProcess"] = set()  # started and not yet stopped, for the atexit net
+_LIVE: set[ServerProcess] = set()  # started and not yet stopped, for the atexit net
 _SECRET_FLAGS = ("--api-key", "--hf-token", "--token", "--password")
 
 
@@ -254,9 +255,7 @@ class ServerProcess:
                     raise self._failure(f"not healthy at {url} after {timeout_s:g} s (last probe: {last})")
                 await asyncio.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
 
-    async def wait_log_line(
-        self, pattern: str | re.Pattern[str], *, timeout_s: float, interval_s: float = 0.05
-    ) -> re.Match[str]:
+    async def wait_log_line(self, pattern: str | re.Pattern[str], *, timeout_s: float, interval_s: float = 0.05) -> re.Match[str]:
         """Wait for a line matching `pattern` in this run's log (a readiness line); return the match."""
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
         deadline = time.monotonic() + timeout_s
@@ -367,5 +366,16 @@ def describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
-__all__ = ["PortConflict", "ServerProcess", "describe_exit", "die_with_parent", "free_port", "port_is_free", "processes",
-           "read_process", "redact", "resolve_port", "self_command"]
+__all__ = [
+    "PortConflict",
+    "ServerProcess",
+    "describe_exit",
+    "die_with_parent",
+    "free_port",
+    "port_is_free",
+    "processes",
+    "read_process",
+    "redact",
+    "resolve_port",
+    "self_command",
+]

@@ -58,9 +58,11 @@ async def read_served(client: Any, base_url: str, model: str, service: str | Non
         entry = next((e for e in entries if isinstance(e, dict) and e.get("id") == model), None)
         if entry is None:
             if entries and await _refuses(client, model):
-                raise UsageError(f"{where}: {base_url} does not serve model {model!r}: its /models lists {_ids(entries)}, and a "
-                                 "one-token request naming it was refused; set the service's `model` (quick mode: --model-id) "
-                                 "to one of them")
+                raise UsageError(
+                    f"{where}: {base_url} does not serve model {model!r}: its /models lists {_ids(entries)}, and a "
+                    "one-token request naming it was refused; set the service's `model` (quick mode: --model-id) "
+                    "to one of them"
+                )
             raise ValueError(f"it lists no model {model!r} (it serves: {_ids(entries)})")
         served.root = _text(entry.get("root"))
         length = entry.get("max_model_len")
@@ -71,10 +73,13 @@ async def read_served(client: Any, base_url: str, model: str, service: str | Non
         # no list here, one at <origin>/v1, and the URL as given refuses a request: the URL is wrong
         if entries is None and (better := await _openai_base(client, base)) is not None and await _refuses(client, model):
             url, entries = better
-            serves = f"it serves {_ids(entries)}" + ("" if any(isinstance(e, dict) and e.get("id") == model for e in entries)
-                                                     else f", not {model!r}")
-            raise UsageError(f"{where}: {base_url} is not an OpenAI-compatible base URL ({base}/models: {exc}), but {url}/models "
-                             f"answers ({serves}); set the service's url (quick mode: --model-url) to {url}") from None
+            serves = f"it serves {_ids(entries)}" + (
+                "" if any(isinstance(e, dict) and e.get("id") == model for e in entries) else f", not {model!r}"
+            )
+            raise UsageError(
+                f"{where}: {base_url} is not an OpenAI-compatible base URL ({base}/models: {exc}), but {url}/models "
+                f"answers ({serves}); set the service's url (quick mode: --model-url) to {url}"
+            ) from None
         log.warning("cannot read what %s serves (%s); its served identity is not recorded", base_url, served.error)
     with contextlib.suppress(ValueError):  # not every server has /version
         version = await client.get_json(base.removesuffix("/v1") + "/version", timeout_s=5.0)

@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import msgspec
 
@@ -92,7 +93,7 @@ class ScorerChoice:
     judges: dict[str | None, tuple[str, str | None]] = field(default_factory=dict)  # benchmark -> (judge service, mode)
 
     @classmethod
-    def parse(cls, scorers: tuple[str, ...], overrides: tuple[str, ...], judges: tuple[str, ...] = ()) -> "ScorerChoice":
+    def parse(cls, scorers: tuple[str, ...], overrides: tuple[str, ...], judges: tuple[str, ...] = ()) -> ScorerChoice:
         chosen: dict[str | None, tuple[str, str | None]] = {}
         for text in judges:
             bench, sep, rest = text.rpartition("=")
@@ -109,11 +110,15 @@ class ScorerChoice:
         for text in overrides:
             key = re.sub(r"\[(\d+)\]", r".\1", text.partition("=")[0].strip())
             if not PARAM_OVERRIDE.fullmatch(key):
-                raise UsageError(f"-O {text}: rescore changes only how answers are scored; give -O benchmarks.N.params.KEY=VALUE, "
-                                 f"or {SCORER_FLAG} NAME for another scorer")
+                raise UsageError(
+                    f"-O {text}: rescore changes only how answers are scored; give -O benchmarks.N.params.KEY=VALUE, "
+                    f"or {SCORER_FLAG} NAME for another scorer"
+                )
         if both := sorted(str(b) for b in set(names) & set(chosen)):
-            raise UsageError(f"{SCORER_FLAG} and {JUDGE_FLAG} both name {both[0] if both[0] != 'None' else 'every benchmark'}; "
-                             "give one scorer or one judge per benchmark")
+            raise UsageError(
+                f"{SCORER_FLAG} and {JUDGE_FLAG} both name {both[0] if both[0] != 'None' else 'every benchmark'}; "
+                "give one scorer or one judge per benchmark"
+            )
         return cls(names, overrides, chosen)
 
 
@@ -125,7 +130,7 @@ class BenchmarkRescore:
     data: Benchmark
     scorer: Benchmark  # `data` itself unless another scorer was chosen
     info: ScorerInfo
-    judge: "JudgeSpec | None" = None  # set: a judge scores it again (asked now; the model never)
+    judge: JudgeSpec | None = None  # set: a judge scores it again (asked now; the model never)
 
 
 @dataclass
@@ -147,8 +152,10 @@ def plan_scorers(manifest: Manifest, choice: ScorerChoice, where: str) -> list[B
     scored = copy.deepcopy(manifest.config) if isinstance(manifest.config, dict) else {}
     apply_overrides(scored, choice.overrides, Where(source=f"{where}/manifest.json"))
     _refuse_unplannable(manifest, choice, where, stored)
-    return [_plan_one(manifest, choice, where, registry, i, bm, original, wanted)
-            for i, (bm, original, wanted) in enumerate(zip(manifest.benchmarks, stored, scored.get("benchmarks", stored)))]
+    return [
+        _plan_one(manifest, choice, where, registry, i, bm, original, wanted)
+        for i, (bm, original, wanted) in enumerate(zip(manifest.benchmarks, stored, scored.get("benchmarks", stored)))
+    ]
 
 
 def _refuse_unplannable(manifest: Manifest, choice: ScorerChoice, where: str, stored: list[Any]) -> None:
@@ -161,39 +168,68 @@ def _refuse_unplannable(manifest: Manifest, choice: ScorerChoice, where: str, st
         raise UsageError(f"{where}/manifest.json holds no config for its benchmarks (written by an old shardeval?); it cannot be rescored")
 
 
-def _plan_one(manifest: Manifest, choice: ScorerChoice, where: str, registry: Any, i: int, bm: BenchmarkManifest,
-              original: dict[str, Any], wanted: dict[str, Any]) -> BenchmarkRescore:
+def _plan_one(
+    manifest: Manifest,
+    choice: ScorerChoice,
+    where: str,
+    registry: Any,
+    i: int,
+    bm: BenchmarkManifest,
+    original: dict[str, Any],
+    wanted: dict[str, Any],
+) -> BenchmarkRescore:
     """One benchmark's rescore: its data rebuilt (and checked unchanged), then its judge asked
     again, or the scorer chosen (its own by default) with its fingerprint."""
     run_config = BenchmarkConfig(name=original["name"], params=original.get("params") or {})
     data, entry = make_benchmark(run_config, f"benchmarks[{i}].name", registry)
     if (found := data.fingerprint()) != bm.dataset_fingerprint:
-        raise UsageError(f"{where}: the data of {bm.name} changed since the run ({found}, the run had {bm.dataset_fingerprint}); "
-                         "rescore needs the data the answers were given for")
+        raise UsageError(
+            f"{where}: the data of {bm.name} changed since the run ({found}, the run had {bm.dataset_fingerprint}); "
+            "rescore needs the data the answers were given for"
+        )
     name = choice.names.get(bm.name, choice.names.get(None, original["name"]))
     # a scorer named for this benchmark beats a judge named for all of them
     asked = choice.judges.get(bm.name) or (None if bm.name in choice.names else choice.judges.get(None))
     params = wanted.get("params") or {}
     if asked is not None or (original.get("judge") and bm.name not in choice.names and None not in choice.names):
         if params != (original.get("params") or {}):
-            raise UsageError(f"-O benchmarks.{i}.params: {bm.name} is judged again, and a judge takes no scorer params; "
-                             f"drop the -O, or name a scorer with {SCORER_FLAG} {bm.name}=NAME")
+            raise UsageError(
+                f"-O benchmarks.{i}.params: {bm.name} is judged again, and a judge takes no scorer params; "
+                f"drop the -O, or name a scorer with {SCORER_FLAG} {bm.name}=NAME"
+            )
         return _judged(manifest, bm, data, entry, original, asked, where)  # its judge, or the one named, asked again
     scorer = data
     if name != run_config.name or params != run_config.params:
         scorer, entry = make_benchmark(BenchmarkConfig(name=name, params=params), SCORER_FLAG, registry)
     if scorer.scores_from == "solver":
-        raise UsageError(f"{where}: {bm.name} was scored by its solver (its task's own scorers, run where it ran), which "
-                         f"rescore cannot run again; name another scorer with {SCORER_FLAG} {bm.name}=NAME, or run it again")
+        raise UsageError(
+            f"{where}: {bm.name} was scored by its solver (its task's own scorers, run where it ran), which "
+            f"rescore cannot run again; name another scorer with {SCORER_FLAG} {bm.name}=NAME, or run it again"
+        )
     version = plugins.plugin_version(entry.plugin)
     fingerprint = scorer_fingerprint(data, bm.n_problems, version, scorer=scorer)
-    info = ScorerInfo(benchmark=bm.name, scorer=name, params=params, plugin=entry.plugin, plugin_version=version,
-                      scorer_version=scorer.scorer_version, fingerprint=fingerprint, replaces=bm.scorer_fingerprint)
+    info = ScorerInfo(
+        benchmark=bm.name,
+        scorer=name,
+        params=params,
+        plugin=entry.plugin,
+        plugin_version=version,
+        scorer_version=scorer.scorer_version,
+        fingerprint=fingerprint,
+        replaces=bm.scorer_fingerprint,
+    )
     return BenchmarkRescore(msgspec.structs.replace(bm, scorer_fingerprint=fingerprint), data, scorer, info)
 
 
-def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: Any, original: dict[str, Any],
-            asked: tuple[str, str | None] | None, where: str) -> BenchmarkRescore:
+def _judged(
+    manifest: Manifest,
+    bm: BenchmarkManifest,
+    data: Benchmark,
+    entry: Any,
+    original: dict[str, Any],
+    asked: tuple[str, str | None] | None,
+    where: str,
+) -> BenchmarkRescore:
     """A benchmark scored again by a judge: the run's own (its `judge` section), or the service
     `--judge` names (a service of the run's config), with the mode given or the run's."""
     services = manifest.config.get("services", {}) if isinstance(manifest.config, dict) else {}
@@ -201,20 +237,31 @@ def _judged(manifest: Manifest, bm: BenchmarkManifest, data: Benchmark, entry: A
     if asked is not None:
         judge = msgspec.structs.replace(judge, service=asked[0], mode=asked[1] or judge.mode)
     if judge.service not in services:
-        raise UsageError(f"{JUDGE_FLAG} {judge.service}: {where} has no service {judge.service!r} in its config "
-                         f"(it has: {', '.join(services) or 'none'}); a judge must be one of the run's services")
+        raise UsageError(
+            f"{JUDGE_FLAG} {judge.service}: {where} has no service {judge.service!r} in its config "
+            f"(it has: {', '.join(services) or 'none'}); a judge must be one of the run's services"
+        )
 
     config = decode_service(judge.service, services[judge.service], Where(source=f"{where}/manifest.json"))
     url = getattr(config, "url", "") or ""  # a service type without a URL has none to hide
     if "***" in str(url):  # shardeval.redact: manifests keep no credentials
-        raise UsageError(f"{JUDGE_FLAG} {judge.service}: its URL held credentials, which {where}/manifest.json does not keep "
-                         f"({url}); rescore cannot reach it: give the judge's key through api_key_env instead")
+        raise UsageError(
+            f"{JUDGE_FLAG} {judge.service}: its URL held credentials, which {where}/manifest.json does not keep "
+            f"({url}); rescore cannot reach it: give the judge's key through api_key_env instead"
+        )
     rubric = rubric_for(judge, data)
     version = plugins.plugin_version(entry.plugin)
     identity = msgspec.to_builtins(judge_identity(judge, config))
     fingerprint = judged_fingerprint(scorer_fingerprint(data, bm.n_problems, version), rubric, identity)
-    info = ScorerInfo(benchmark=bm.name, scorer=f"judge {judge.service} ({rubric.mode})", params=identity, plugin=entry.plugin,
-                      plugin_version=version, fingerprint=fingerprint, replaces=bm.scorer_fingerprint)
+    info = ScorerInfo(
+        benchmark=bm.name,
+        scorer=f"judge {judge.service} ({rubric.mode})",
+        params=identity,
+        plugin=entry.plugin,
+        plugin_version=version,
+        fingerprint=fingerprint,
+        replaces=bm.scorer_fingerprint,
+    )
     max_concurrent = int(original.get("max_concurrent") or 32)
     spec = JudgeSpec(judge.service, config, rubric, generation_params(judge.generation, config), max_concurrent)
     metrics = bm.metrics if original.get("metrics") else list(metrics_when_judged(data))  # as a run judged so would report
@@ -228,8 +275,10 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
         raise UsageError(f"{run_dir}: no such directory; give the run's output directory (the one that holds shard_<i>/)")
     src, dst = os.path.realpath(run_dir), os.path.realpath(out_dir)
     if dst == src or dst.startswith(src + os.sep) or src.startswith(dst + os.sep):
-        raise UsageError(f"-o {out_dir}: the rescored shards must go outside {run_dir} (and not around it), or a merge "
-                         f"would read both; give another directory, e.g. -o {run_dir.rstrip('/')}_rescored")
+        raise UsageError(
+            f"-o {out_dir}: the rescored shards must go outside {run_dir} (and not around it), or a merge "
+            f"would read both; give another directory, e.g. -o {run_dir.rstrip('/')}_rescored"
+        )
     paths, _ = find_shard_dirs(run_dir)
     if not paths:
         raise UsageError(f"{run_dir}: no shard directories (folders with a manifest.json) found; point at a run's output directory")
@@ -250,8 +299,13 @@ def rescore_run(run_dir: str, out_dir: str, shard_flag: str | None, choice: Scor
         raise os_error(exc, "write", alternative="give another directory with -o") from None
     if failed := [path for path, state in zip(mine, states) if state == "finished_with_errors"]:
         # as a run's shard: records that end in errors (judge errors, say) are not a complete rescore (issue 24)
-        log.warning("%d of %d rescored shard(s) finished with errors (%s): their manifests count them by kind; "
-                    "merge says ERRORS; to ask again, rescore into another -o", len(failed), len(mine), ", ".join(failed))
+        log.warning(
+            "%d of %d rescored shard(s) finished with errors (%s): their manifests count them by kind; "
+            "merge says ERRORS; to ask again, rescore into another -o",
+            len(failed),
+            len(mine),
+            ", ".join(failed),
+        )
         return EXIT_WITH_ERRORS
     return 0
 
@@ -271,11 +325,13 @@ def refuse_other_run(run_dir: str, out_dir: str) -> None:
         source = getattr(rescored, "source", None)
         if not isinstance(source, str) or not source.startswith(src + os.sep):
             what = "a shard that no rescore wrote" if not isinstance(source, str) else f"a rescore of {source}"
-            raise UsageError(f"-o {out_dir} holds another run: {path} is {what}, not a rescore of {run_dir}; give an empty "
-                             f"directory or an earlier rescore of this run, e.g. -o {run_dir.rstrip('/')}_rescored")
+            raise UsageError(
+                f"-o {out_dir} holds another run: {path} is {what}, not a rescore of {run_dir}; give an empty "
+                f"directory or an earlier rescore of this run, e.g. -o {run_dir.rstrip('/')}_rescored"
+            )
 
 
-def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServices") -> str:
+def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: JudgeServices) -> str:
     """Rescore one shard directory into `dst`, resuming what an earlier rescore of it left there;
     return the rescored shard's state (`finished_with_errors` when records there end in errors)."""
     manifest = read_manifest(src)
@@ -284,7 +340,10 @@ def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServic
         raise UsageError(f"{src}: the shard is still running (or its process was lost): let it finish, or rerun it, then rescore")
     benches = plan_scorers(manifest, choice, src)
     new = msgspec.structs.replace(
-        manifest, state="running", reason=None, benchmarks=[b.manifest for b in benches],
+        manifest,
+        state="running",
+        reason=None,
+        benchmarks=[b.manifest for b in benches],
         rescored=RescoreProvenance(source=os.path.realpath(src), at=time.time(), shardeval=__version__, scorers=[b.info for b in benches]),
     )
     results = {b.manifest.name: os.path.join(src, b.manifest.name, RESULTS_FILE) for b in benches}
@@ -306,7 +365,9 @@ def rescore_shard(src: str, dst: str, choice: ScorerChoice, judges: "JudgeServic
             (rejudge_benchmark(src, dst, b, own, manifest, judges) if b.judge else rescore_benchmark(src, dst, b, own))
             # counted from what the file now holds, by the rule merge uses: right after a resume too
             b.manifest.n_ok, b.manifest.n_error, _ = count_cells(os.path.join(dst, b.manifest.name, RESULTS_FILE), own)
-            b.manifest.error_kinds = standing_error_kinds(os.path.join(dst, b.manifest.name, RESULTS_FILE), own) if b.manifest.n_error else {}
+            b.manifest.error_kinds = (
+                standing_error_kinds(os.path.join(dst, b.manifest.name, RESULTS_FILE), own) if b.manifest.n_error else {}
+            )
         new.state, new.reason, new.finished_at = manifest.state, manifest.reason, manifest.finished_at
         _count_errors(new, manifest, benches)
         write_manifest(dst, new)
@@ -327,8 +388,10 @@ def _resume(dst: str, earlier: Manifest | None, new: Manifest, results: dict[str
     new.rescored.sources, changed = read_sources(results, consumed)  # type: ignore[union-attr]
     if earlier is not None and (changed or not consumed):
         why = changed or "it was written by a rescore that recorded no identity of its source, so what it holds cannot be checked"
-        raise UsageError(f"-o {dst}: {why}; the records rescored so far may no longer be the source's: remove {dst} "
-                         f"to rescore it again, or give another -o")
+        raise UsageError(
+            f"-o {dst}: {why}; the records rescored so far may no longer be the source's: remove {dst} "
+            f"to rescore it again, or give another -o"
+        )
     if earlier is not None and earlier.state != "running" and consumed == new.rescored.sources:  # type: ignore[union-attr]
         return earlier.state
     return None
@@ -414,14 +477,25 @@ def rescore_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership) 
     elapsed = time.perf_counter() - started
     copy_kept_files(src, dst, name)
     n = tally["ok"] + tally["copied"]
-    log.info("%s/%s: %d record(s): %d rescored with %s (%d changed score, %d failed: `internal` errors), %d copied "
-             "(errors, not this shard's own); %.3f s, %.0f records/s", dst, name, n, tally["ok"], b.info.scorer,
-             tally["changed"], tally["failed"], tally["copied"], elapsed, n / elapsed if elapsed > 0 else 0.0)
+    log.info(
+        "%s/%s: %d record(s): %d rescored with %s (%d changed score, %d failed: `internal` errors), %d copied "
+        "(errors, not this shard's own); %.3f s, %.0f records/s",
+        dst,
+        name,
+        n,
+        tally["ok"],
+        b.info.scorer,
+        tally["changed"],
+        tally["failed"],
+        tally["copied"],
+        elapsed,
+        n / elapsed if elapsed > 0 else 0.0,
+    )
     if (skipped := report.describe()) is not None:
         log.warning("%s (copied as merge reads them)", skipped)
 
 
-def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, manifest: Manifest, judges: "JudgeServices") -> None:
+def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, manifest: Manifest, judges: JudgeServices) -> None:
     """Ask the judge again about every saved answer of the shard's own (`ok` records and `judge`
     errors; other errors and others' records are copied), in source order and resumable as
     `rescore_benchmark`. `judges` starts the judge the first time any shard asks for it."""
@@ -464,8 +538,16 @@ def rejudge_benchmark(src: str, dst: str, b: BenchmarkRescore, own: Membership, 
     started = time.perf_counter()
     judges.run(go())
     copy_kept_files(src, dst, name)
-    log.info("%s/%s: %d answer(s) judged again by %s, %d record(s) copied; %+d error(s); %.3f s", dst, name, tally["judged"],
-             spec.service, tally["copied"], tally["delta"], time.perf_counter() - started)
+    log.info(
+        "%s/%s: %d answer(s) judged again by %s, %d record(s) copied; %+d error(s); %.3f s",
+        dst,
+        name,
+        tally["judged"],
+        spec.service,
+        tally["copied"],
+        tally["delta"],
+        time.perf_counter() - started,
+    )
 
 
 _ABSENT = object()
@@ -566,4 +648,3 @@ def describe(info: ScorerInfo) -> str:
     by = f" from {info.plugin_version or info.plugin}" if info.plugin else ""
     params = f" with {msgspec.json.encode(info.params).decode()}" if info.params else ""
     return f"{info.benchmark}: {info.scorer}{params}{by} (scorer {info.fingerprint})"
-

@@ -132,7 +132,9 @@ class ResponseCache:
             # for the new weights are the ones found, not the refused old ones)
             names = [n for _, n in sorted((_mtime(e), e.name) for e in os.scandir(seg_dir) if e.name.endswith(".jsonl"))]
         except OSError as exc:
-            raise os_error(exc, "use the response cache at", alternative="give another `cache.dir` / --cache-dir, or pass --no-cache") from None
+            raise os_error(
+                exc, "use the response cache at", alternative="give another `cache.dir` / --cache-dir, or pass --no-cache"
+            ) from None
         for other in names:
             self._index_segment(os.path.join(seg_dir, other), stop)
         try:  # our own segment last: a stop while indexing leaves nothing of ours behind
@@ -140,7 +142,9 @@ class ResponseCache:
             path = os.path.join(seg_dir, name)
             self._out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         except OSError as exc:
-            raise os_error(exc, "use the response cache at", alternative="give another `cache.dir` / --cache-dir, or pass --no-cache") from None
+            raise os_error(
+                exc, "use the response cache at", alternative="give another `cache.dir` / --cache-dir, or pass --no-cache"
+            ) from None
         self._own = len(self.segments)
         self.segments.append(path)
         return self
@@ -228,8 +232,11 @@ class ResponseCache:
             if written:  # never leave half an entry of ours behind (readers would skip it anyway)
                 with suppress(OSError):
                     os.ftruncate(self._out, self._pos)
-            log.warning("cache: cannot write %s (%s); no more entries are written by this shard, the run goes on",
-                        self.segments[self._own], exc.strerror or exc)
+            log.warning(
+                "cache: cannot write %s (%s); no more entries are written by this shard, the run goes on",
+                self.segments[self._own],
+                exc.strerror or exc,
+            )
             self._close_out()
             return
         self.index[int(entry.key[:16], 16)] = (self._pos << (_LEN_BITS + _SEG_BITS)) | (len(line) << _SEG_BITS) | self._own
@@ -241,8 +248,7 @@ class ResponseCache:
         self.refused += 1
         if not self._warned_served:
             self._warned_served = True
-            log.warning("cache: entries stored for served identity %s are not used for %s (counted as misses)",
-                        entry_served, current)
+            log.warning("cache: entries stored for served identity %s are not used for %s (counted as misses)", entry_served, current)
 
     def close(self) -> None:
         """fsync and close our segment (removed when we wrote nothing), close the readers."""
@@ -298,12 +304,24 @@ class ClientCache:
 
     def store_answer(self, key: str, completion: Any) -> None:
         c = completion
-        self.store.put(CacheEntry(
-            key=key, served=self.served, created_at=time.time(), text=c.text, finish_reason=c.finish_reason,
-            prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens, prompt_logprobs=c.prompt_logprobs,
-            prompt_tokens_text=c.prompt_tokens_text, text_offsets=c.text_offsets, top_logprobs=c.top_logprobs,
-            reasoning=c.reasoning, reasoning_tokens=c.reasoning_tokens, reasoning_tokens_from=c.reasoning_tokens_from,
-        ))
+        self.store.put(
+            CacheEntry(
+                key=key,
+                served=self.served,
+                created_at=time.time(),
+                text=c.text,
+                finish_reason=c.finish_reason,
+                prompt_tokens=c.prompt_tokens,
+                completion_tokens=c.completion_tokens,
+                prompt_logprobs=c.prompt_logprobs,
+                prompt_tokens_text=c.prompt_tokens_text,
+                text_offsets=c.text_offsets,
+                top_logprobs=c.top_logprobs,
+                reasoning=c.reasoning,
+                reasoning_tokens=c.reasoning_tokens,
+                reasoning_tokens_from=c.reasoning_tokens_from,
+            )
+        )
 
 
 def _mtime(entry: os.DirEntry) -> int:

@@ -93,8 +93,14 @@ def prepare_output_dir(out_dir: str, manifest: Manifest, fresh: bool) -> Manifes
     return old
 
 
-def check_submission(root: str, config_hash: str, total: int, config: Any = None,
-                     *, started: str = "nothing submitted (every task would fail after queueing)") -> None:
+def check_submission(
+    root: str,
+    config_hash: str,
+    total: int,
+    config: Any = None,
+    *,
+    started: str = "nothing submitted (every task would fail after queueing)",
+) -> None:
     """Before an orchestrator submits shards into `root` (and before `run` starts any shard):
     refuse, in one line, a root whose shard directories hold another run (another config hash or
     shard count), which every shard would refuse to resume only after starting, while the merge
@@ -174,8 +180,10 @@ def check_set_aside(out_dir: str) -> None:
 
     target = os.path.join(out_dir, SUPERSEDED_DIR)
     if os.path.lexists(target) and not os.path.isdir(target):
-        raise UsageError(f"--fresh: cannot move the earlier results of {out_dir} aside: {target} is not a directory; "
-                         "remove or rename it, or give this run another -o")
+        raise UsageError(
+            f"--fresh: cannot move the earlier results of {out_dir} aside: {target} is not a directory; "
+            "remove or rename it, or give this run another -o"
+        )
     try:
         os.rmdir(tempfile.mkdtemp(dir=target if os.path.isdir(target) else out_dir, prefix=".fresh-"))
     except OSError as exc:

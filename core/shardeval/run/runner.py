@@ -21,7 +21,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, BinaryIO, Callable, Iterator, TypeVar
+from typing import Any, BinaryIO, TypeVar
+from collections.abc import Awaitable, Callable, Iterator
 
 import msgspec
 
@@ -107,8 +108,10 @@ class BenchmarkPlan:
         return tuple(self.benchmark.metrics) if self.rubric is None else metrics_when_judged(self.benchmark)
 
     def manifest(self) -> BenchmarkManifest:
-        lo, hi = (self.indices.start, self.indices.stop) if isinstance(self.indices, range) else (
-            (min(self.indices), max(self.indices) + 1) if self.indices else (0, 0)
+        lo, hi = (
+            (self.indices.start, self.indices.stop)
+            if isinstance(self.indices, range)
+            else ((min(self.indices), max(self.indices) + 1) if self.indices else (0, 0))
         )
         return BenchmarkManifest(
             name=self.name,
@@ -153,7 +156,6 @@ class Tally:
             self.errors[record.error_kind or "unknown"] += 1
 
 
-
 def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
     """Build every benchmark of the config with its shard range and fingerprints; refuse two that
     would write the same <out>/<name>/ (one line naming both and how to tell them apart)."""
@@ -178,8 +180,9 @@ def plan_benchmarks(config: Config, shard: ShardSpec) -> list[BenchmarkPlan]:
         plan.scorer_fingerprint = scorer_fingerprint(benchmark, n, plugins.plugin_version(entry.plugin))
         if bc.judge is not None and rubric is not None:  # a judge scores it: its rubric is the scorer
             plan.rubric = rubric
-            plan.scorer_fingerprint = judged_fingerprint(plan.scorer_fingerprint, plan.rubric,
-                                                         judge_identity(bc.judge, config.services.get(bc.judge.service)))
+            plan.scorer_fingerprint = judged_fingerprint(
+                plan.scorer_fingerprint, plan.rubric, judge_identity(bc.judge, config.services.get(bc.judge.service))
+            )
         plans.append(plan)
     return plans
 
@@ -196,11 +199,15 @@ def build_benchmark(config: Config, i: int, registry) -> tuple[Benchmark, Entry,
         check_images(config, i, benchmark)
     if benchmark.size() == 0:  # it would run nothing and merge as COMPLETE, with no number in it
         params = f" with params {msgspec.json.encode(bc.params).decode()}" if bc.params else ""
-        raise UsageError(f"benchmarks[{i}] ({bc.id or bc.name}): no problems to ask (its data{params} holds none); "
-                         "give it data that has problems, or leave it out")
+        raise UsageError(
+            f"benchmarks[{i}] ({bc.id or bc.name}): no problems to ask (its data{params} holds none); "
+            "give it data that has problems, or leave it out"
+        )
     if bc.judge is None and benchmark.judge_rubric is not None:
-        raise UsageError(f"benchmarks[{i}] ({bc.name}) is scored by a judge (it has a judge section); name the judge service, "
-                         f"e.g. `judge: {{service: judge}}` in benchmarks[{i}], with `judge:` under services:")
+        raise UsageError(
+            f"benchmarks[{i}] ({bc.name}) is scored by a judge (it has a judge section); name the judge service, "
+            f"e.g. `judge: {{service: judge}}` in benchmarks[{i}], with `judge:` under services:"
+        )
     rubric = rubric_for(bc.judge, benchmark) if bc.judge is not None else None
     return benchmark, entry, rubric
 
@@ -212,11 +219,14 @@ def check_images(config: Config, i: int, benchmark: Benchmark) -> None:
     where = f"benchmarks[{i}] ({bc.id or bc.name})"
     service = config.service_of(bc.solver)
     if service is not None and service.protocol != "chat_completions":
-        raise UsageError(f"{where} has images, which only chat requests carry, but service {bc.solver.service!r} uses protocol "
-                         f"{service.protocol}; set protocol: chat_completions on it")
+        raise UsageError(
+            f"{where} has images, which only chat requests carry, but service {bc.solver.service!r} uses protocol "
+            f"{service.protocol}; set protocol: chat_completions on it"
+        )
     if bc.solver.type == "loglikelihood":
-        raise UsageError(f"{where} has images, but solver.type loglikelihood scores text only; use the simple solver "
-                         "(leave solver.type out)")
+        raise UsageError(
+            f"{where} has images, but solver.type loglikelihood scores text only; use the simple solver (leave solver.type out)"
+        )
     limit = image_limit(service.limit_mm_per_prompt) if service is not None else None
     benchmark.check_images(limit, service.max_image_bytes if service is not None else DEFAULT_MAX_IMAGE_BYTES, where)
 
@@ -388,8 +398,7 @@ class ShardRun:
         log.removeHandler(early)
         log.addHandler(handler)
 
-    async def _answer(self, plans: list[BenchmarkPlan], manifest: Manifest, resumed: Manifest | None,
-                      tallies: list[Tally]) -> list[Cells]:
+    async def _answer(self, plans: list[BenchmarkPlan], manifest: Manifest, resumed: Manifest | None, tallies: list[Tally]) -> list[Cells]:
         """Start the services, answer each benchmark in turn (appending its tally), then read back
         what was written: what the shard says is what it wrote, read by the merge's reader, not what
         it counted. Raises ShardError when a pair is left without a record (not when stopping)."""
@@ -405,9 +414,13 @@ class ShardRun:
                 if self.stopping or self.service_failure or self.write_failure:
                     break
                 judge = self._judge(plan, handles)
-                tallies.append(await self._run_benchmark(plan, handles[plan.config.solver.named_service()], Membership.of(manifest, bm), judge))
-            cells = [read_cells(os.path.join(self.out_dir, bm.name, RESULTS_FILE), Membership.of(manifest, bm))
-                     for bm in manifest.benchmarks[:len(tallies)]]
+                tallies.append(
+                    await self._run_benchmark(plan, handles[plan.config.solver.named_service()], Membership.of(manifest, bm), judge)
+                )
+            cells = [
+                read_cells(os.path.join(self.out_dir, bm.name, RESULTS_FILE), Membership.of(manifest, bm))
+                for bm in manifest.benchmarks[: len(tallies)]
+            ]
             for bm, read in zip(manifest.benchmarks, cells):
                 bm.n_ok, bm.n_error, bm.error_kinds = read.n_ok, read.n_error, read.error_kinds
             failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, cells))
@@ -424,8 +437,9 @@ class ShardRun:
             pairs = sum(len(plan.indices) * plan.config.repeats for plan, _ in zip(plans, tallies))  # this shard's pairs
             manifest.state = "finished_with_errors"
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])))
-            manifest.reason = (f"{sum(errors.values())} of {pairs} pairs end in errors ({kinds}); "
-                               "rerun the shard to ask them again (it resumes)")
+            manifest.reason = (
+                f"{sum(errors.values())} of {pairs} pairs end in errors ({kinds}); rerun the shard to ask them again (it resumes)"
+            )
 
     def _exit_code(self, manifest: Manifest) -> int:
         if self.stopping:
@@ -567,8 +581,12 @@ class ShardRun:
         self._drain_timer = None
         pending = sum(not task.done() for task in self._inflight)
         if pending:
-            log.warning("%d request(s) still unfinished %g s after %s: cancelled; a rerun will ask them again",
-                        pending, self.config.output.drain_timeout_s, signame)
+            log.warning(
+                "%d request(s) still unfinished %g s after %s: cancelled; a rerun will ask them again",
+                pending,
+                self.config.output.drain_timeout_s,
+                signame,
+            )
         self._cancel_inflight()
 
     def _judge(self, plan: BenchmarkPlan, handles: dict[str, ServiceHandle]) -> Judge | None:
@@ -578,7 +596,12 @@ class ShardRun:
             return None
         handle = handles[jc.service]
         slots = make_slots(plan.config.max_concurrent, handle.client.config.adaptive)
-        return Judge(jc.service, plan.rubric, ServiceHandle(handle.endpoint, handle.client, slots, handle.served), generation_params(jc.generation, handle.client.config))
+        return Judge(
+            jc.service,
+            plan.rubric,
+            ServiceHandle(handle.endpoint, handle.client, slots, handle.served),
+            generation_params(jc.generation, handle.client.config),
+        )
 
     async def _run_benchmark(self, plan: BenchmarkPlan, handle: ServiceHandle, own: Membership, judge: Judge | None = None) -> Tally:
         """Ask every pair of the shard's share not yet answered; `own` says which records on disk are
@@ -599,9 +622,12 @@ class ShardRun:
         if n_resumed:
             log.info("%s: resuming: %d of %d already ok on disk", plan.name, n_resumed, total)
 
-        with open_append(results_path, buffering=0) as results, open_append(traj_path, buffering=0) as trajectories, \
-                PairAnswerer(plan, self.shard.idx, judge, rejudge, handle.client.scrub, tally,
-                             self.config.output.trajectories) as answerer, thumbnails_of(plan, bench_dir) as thumbnails:
+        with (
+            open_append(results_path, buffering=0) as results,
+            open_append(traj_path, buffering=0) as trajectories,
+            PairAnswerer(plan, self.shard.idx, judge, rejudge, handle.client.scrub, tally, self.config.output.trajectories) as answerer,
+            thumbnails_of(plan, bench_dir) as thumbnails,
+        ):
             output = BenchmarkOutput(bench_dir, results, trajectories, tally, progress, thumbnails)
             share = BenchmarkShare(self, plan, tally, answerer, output, self._reachability_of(plan, handle, total - n_resumed))
             progress.start()
@@ -612,8 +638,13 @@ class ShardRun:
         log_adaptive(plan.name, slots)
         if plan.benchmark.has_images:
             stats = IMAGE_STORE.stats()
-            log.info("%s: images: %d encoded, %d reused, %d read (this process, all benchmarks)",
-                     plan.name, stats["encodes"], stats["hits"], stats["reads"])
+            log.info(
+                "%s: images: %d encoded, %d reused, %d read (this process, all benchmarks)",
+                plan.name,
+                stats["encodes"],
+                stats["hits"],
+                stats["reads"],
+            )
         return tally
 
     def _solver(self, plan: BenchmarkPlan, handle: ServiceHandle) -> Solver:
@@ -630,8 +661,7 @@ class ShardRun:
             reach = self._reachability[plan.config.solver.named_service()] = Reachability(handle.endpoint.base_url, limit)
         return reach
 
-    async def _dispatch(self, pairs: Iterator[tuple[Problem, int]], ask: Callable[[Problem, int], Awaitable[None]],
-                        places: int) -> None:
+    async def _dispatch(self, pairs: Iterator[tuple[Problem, int]], ask: Callable[[Problem, int], Awaitable[None]], places: int) -> None:
         """Start `ask` for each pair in order, at most `places` at once, until the pairs run out or
         the shard is stopping (a signal, a dead server, a refused write); then wait for those in
         flight. What ends them early cancels them: the stop signal's deadline, a second signal, a
@@ -657,8 +687,15 @@ class ShardRun:
         while self._inflight:
             await asyncio.wait(set(self._inflight))
 
-    async def _solve_pairs(self, solve_pairs: SolvePairs, plan: BenchmarkPlan, tally: Tally, answerer: PairAnswerer,
-                           output: BenchmarkOutput, reach: Reachability) -> None:
+    async def _solve_pairs(
+        self,
+        solve_pairs: SolvePairs,
+        plan: BenchmarkPlan,
+        tally: Tally,
+        answerer: PairAnswerer,
+        output: BenchmarkOutput,
+        reach: Reachability,
+    ) -> None:
         """Hand every pending pair to a PairsSolver's `solve_pairs` at once and write each record as
         it settles one. Its task is the one request in flight, so a stop cancels it as it would
         requests; a pair it did not settle, when it returns or fails, gets an `internal` error record."""
@@ -733,8 +770,9 @@ class ShardRun:
             if task is not current:
                 task.cancel()
 
-    def _resume(self, results_path: str, traj_path: str, tally: Tally, own: Membership,
-                rejudge: dict[tuple[int, int], ResultRecord] | None = None) -> int:
+    def _resume(
+        self, results_path: str, traj_path: str, tally: Tally, own: Membership, rejudge: dict[tuple[int, int], ResultRecord] | None = None
+    ) -> int:
         """Load what earlier runs of this shard recorded; report torn or bad lines and refuse records
         that are not its own (another run's or shard's: those cells are asked again). Returns ok count.
         `rejudge` (a judged benchmark) receives the standing `judge` error records: their answers
@@ -831,9 +869,16 @@ class PairAnswerer:
     benchmark scores it, in a thread pool when its scoring takes real time (`score_in_thread`;
     the pool is shut down when the `with` block ends)."""
 
-    def __init__(self, plan: BenchmarkPlan, shard_idx: int, judge: Judge | None,
-                 rejudge: dict[tuple[int, int], ResultRecord], scrub: Callable[[str], str], tally: Tally,
-                 write_trajectories: bool) -> None:
+    def __init__(
+        self,
+        plan: BenchmarkPlan,
+        shard_idx: int,
+        judge: Judge | None,
+        rejudge: dict[tuple[int, int], ResultRecord],
+        scrub: Callable[[str], str],
+        tally: Tally,
+        write_trajectories: bool,
+    ) -> None:
         self.plan = plan
         self.shard_idx = shard_idx
         self.judge = judge
@@ -850,8 +895,9 @@ class PairAnswerer:
         if self.scorer:
             self.scorer.shutdown(wait=True)
 
-    async def answer(self, problem: Problem, repeat: int, seed: int,
-                     solve: Callable[[Problem, int], Awaitable[Attempt]]) -> tuple[ResultRecord, bytes, bytes | None]:
+    async def answer(
+        self, problem: Problem, repeat: int, seed: int, solve: Callable[[Problem, int], Awaitable[Attempt]]
+    ) -> tuple[ResultRecord, bytes, bytes | None]:
         """The pair's record and its encoded lines, `solve` asking the model. Any exception on the
         way (the solver, the client, the scorer, a value that cannot be encoded) becomes an
         `internal` error record instead, so that no pair is ever left without one; a rerun asks it
@@ -872,8 +918,9 @@ class PairAnswerer:
         except Exception as exc:
             return self.failed(problem, repeat, seed, attempt, f"{type(exc).__name__}: {exc}")
 
-    async def _settle(self, problem: Problem, repeat: int, seed: int, attempt: Attempt,
-                      rejudged: bool) -> tuple[ResultRecord, bytes, bytes | None]:
+    async def _settle(
+        self, problem: Problem, repeat: int, seed: int, attempt: Attempt, rejudged: bool
+    ) -> tuple[ResultRecord, bytes, bytes | None]:
         verdict = None
         c = attempt.completion
         if self.judge is not None and c.status == "ok":
@@ -889,8 +936,9 @@ class PairAnswerer:
             return record, encode_line(record), None
         return record, encode_line(record), self.trajectory(problem, repeat, record, attempt.messages, attempt.request)
 
-    def failed(self, problem: Problem, repeat: int, seed: int, attempt: Attempt | None,
-               why: str) -> tuple[ResultRecord, bytes, bytes | None]:
+    def failed(
+        self, problem: Problem, repeat: int, seed: int, attempt: Attempt | None, why: str
+    ) -> tuple[ResultRecord, bytes, bytes | None]:
         """An error of kind `internal`: what went wrong (key scrubbed), never scored, with what the
         request got if it got that far; a rerun asks it again."""
         message = self.scrub(why)
@@ -899,8 +947,14 @@ class PairAnswerer:
         c = msgspec.structs.replace(c, status="error", error_kind="internal", error=message)
         record = make_record(self.plan, problem, repeat, seed, c, self.shard_idx)
         if not self.tally.errors["internal"]:  # the first is logged (a record is counted as it is written)
-            log.warning("%s: problem %s repeat %d: %s; recorded as an `internal` error, asked again on rerun "
-                        "(later ones are counted in the summary)", self.plan.name, problem.id, repeat, message)
+            log.warning(
+                "%s: problem %s repeat %d: %s; recorded as an `internal` error, asked again on rerun "
+                "(later ones are counted in the summary)",
+                self.plan.name,
+                problem.id,
+                repeat,
+                message,
+            )
         return record, encode_line(record), self.trajectory(problem, repeat, record, [], {})
 
     def trajectory(self, problem: Problem, repeat: int, record: ResultRecord, messages: list, request: dict) -> bytes | None:
@@ -925,8 +979,15 @@ class PairAnswerer:
 def log_adaptive(name: str, slots: asyncio.Semaphore | AdaptiveSlots) -> None:
     """With adaptive concurrency, say how far the benchmark's window came down."""
     if isinstance(slots, AdaptiveSlots) and slots.n_cuts:
-        log.info("%s: adaptive concurrency: %d 429(s), window cut %d time(s), lowest %.1f, now %.1f of %d",
-                 name, slots.n_rate_limited, slots.n_cuts, slots.min_limit, slots.limit, slots.cap)
+        log.info(
+            "%s: adaptive concurrency: %d 429(s), window cut %d time(s), lowest %.1f, now %.1f of %d",
+            name,
+            slots.n_rate_limited,
+            slots.n_cuts,
+            slots.min_limit,
+            slots.limit,
+            slots.cap,
+        )
 
 
 class QuietFileHandler(logging.FileHandler):
@@ -986,9 +1047,17 @@ def pending_work(plan: BenchmarkPlan, tally: Tally) -> Iterator[tuple[Problem, i
 def saved_completion(record: ResultRecord) -> Completion:
     """The model's answer as a `judge` error record saved it, to be judged again."""
     return Completion(
-        status="ok", text=record.response, finish_reason=record.finish_reason, prompt_tokens=record.prompt_tokens,
-        completion_tokens=record.completion_tokens, ttft_s=record.ttft_s, latency_s=record.latency_s,
-        started_at=record.started_at, attempts=record.attempts, cached=record.cached is True, **saved_reasoning(record),
+        status="ok",
+        text=record.response,
+        finish_reason=record.finish_reason,
+        prompt_tokens=record.prompt_tokens,
+        completion_tokens=record.completion_tokens,
+        ttft_s=record.ttft_s,
+        latency_s=record.latency_s,
+        started_at=record.started_at,
+        attempts=record.attempts,
+        cached=record.cached is True,
+        **saved_reasoning(record),
     )
 
 
@@ -1006,8 +1075,15 @@ def saved_reasoning(record: ResultRecord) -> dict[str, Any]:
 
 
 def make_record(
-    plan: BenchmarkPlan, problem: Problem, repeat: int, seed: int, c: Completion, shard: int,
-    extra: dict[str, float] | None = None, verdict: Verdict | None = None, own: Score | None = None,
+    plan: BenchmarkPlan,
+    problem: Problem,
+    repeat: int,
+    seed: int,
+    c: Completion,
+    shard: int,
+    extra: dict[str, float] | None = None,
+    verdict: Verdict | None = None,
+    own: Score | None = None,
 ) -> ResultRecord:
     """The record of one answer; `extra` (the solver's own scores, e.g. log-probabilities) joins the
     benchmark's named scores and wins on a clash: the solver measured it. With a judge's `verdict`,
@@ -1060,8 +1136,7 @@ def make_record(
     return record
 
 
-def scorer_named(plan: BenchmarkPlan, fault: str, extra: dict[str, float] | None, own: Score | None,
-                 verdict: Verdict | None) -> str:
+def scorer_named(plan: BenchmarkPlan, fault: str, extra: dict[str, float] | None, own: Score | None, verdict: Verdict | None) -> str:
     """Who gave a record's bad score, for its error: the solver's own measure, the judge, the
     solver's scorers (another tool's, e.g. lm-eval's process_results), or the benchmark's scorer."""
     if extra and any(fault.startswith(f"scores[{key!r}]") for key in extra):
@@ -1106,9 +1181,11 @@ def missing_pairs(plans: list[BenchmarkPlan], cells: list[Cells]) -> str | None:
         return None
     parts = ", ".join(f"{name} {gap}" for name, gap in gaps.items() if gap)
     skipped = "; ".join(text for read in cells if (text := read.report.describe()) is not None)
-    return (f"{missing} of {sum(expected.values())} pair(s) have no readable record after the run ({parts}): their request "
-            f"tasks ended without writing one{', or what they wrote does not read back (' + skipped + ')' if skipped else ''}; "
-            "rerun the shard to ask them")
+    return (
+        f"{missing} of {sum(expected.values())} pair(s) have no readable record after the run ({parts}): their request "
+        f"tasks ended without writing one{', or what they wrote does not read back (' + skipped + ')' if skipped else ''}; "
+        "rerun the shard to ask them"
+    )
 
 
 def print_summary(plan: BenchmarkPlan, tally: Tally, bm: BenchmarkManifest, shard: ShardSpec, elapsed: float) -> None:
@@ -1125,6 +1202,19 @@ def print_summary(plan: BenchmarkPlan, tally: Tally, bm: BenchmarkManifest, shar
     log.info(
         "shard %d/%d %s: problems [%d, %d) x %d repeats: %d/%d ok, %d error(s) (%s), missing %d; "
         "mean score %s over %d ok; latency p50 %.3f s p95 %.3f s; %.1f req/s",
-        shard.idx, shard.total, plan.name, *plan.manifest().range, plan.config.repeats,
-        n_ok, total, n_err, errors, total - n_ok - n_err, fmt(mean), tally.n_scored, p50, p95, rate,
+        shard.idx,
+        shard.total,
+        plan.name,
+        *plan.manifest().range,
+        plan.config.repeats,
+        n_ok,
+        total,
+        n_err,
+        errors,
+        total - n_ok - n_err,
+        fmt(mean),
+        tally.n_scored,
+        p50,
+        p95,
+        rate,
     )

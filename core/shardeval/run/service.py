@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AsyncContextManager, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from shardeval.config import Protocol, ServiceConfig
 
@@ -47,4 +49,4 @@ class ServiceContext:
         return os.path.join(self.logs_dir, f"{service_type}.log" if name == "model" else f"{service_type}-{name}.log")
 
 
-ServiceFactory = Callable[[str, ServiceConfig, ServiceContext], AsyncContextManager[Endpoint]]
+ServiceFactory = Callable[[str, ServiceConfig, ServiceContext], AbstractAsyncContextManager[Endpoint]]

@@ -14,7 +14,8 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import msgspec
 
@@ -49,7 +50,7 @@ class ServiceHandle:
 
     endpoint: Endpoint
     client: Any  # shardeval.run.client.Client
-    slots: "asyncio.Semaphore | AdaptiveSlots | None" = None
+    slots: asyncio.Semaphore | AdaptiveSlots | None = None
     served: Any = None  # shardeval.store.records.ServedModel: what the endpoint said it serves
     max_concurrent: int | None = None  # the benchmark's; for a solver that runs its own concurrency (PairsSolver)
 
@@ -123,8 +124,12 @@ def as_solver(made: Any) -> Solver:
     Solver keeps working for one release, with a DeprecationWarning."""
     if isinstance(made, Solver):
         return made
-    warnings.warn(f"{type(made).__name__}: a solver should derive from shardeval.api.Solver (or PairsSolver, "
-                  "for one that runs a shard's whole share itself)", DeprecationWarning, stacklevel=2)
+    warnings.warn(
+        f"{type(made).__name__}: a solver should derive from shardeval.api.Solver (or PairsSolver, "
+        "for one that runs a shard's whole share itself)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     return _DuckSolver(made)
 
 
@@ -191,8 +196,11 @@ class SimpleSolver(Solver):
         try:
             body, messages = self.payload(problem, seed)
         except ImageUnavailable as exc:  # infrastructure, not the model: an error of its own kind, asked again on rerun
-            return Attempt(completion=Completion(status="error", error_kind="image", error=str(exc), started_at=time.time()),
-                           messages=conversation(self.config, problem), request={})
+            return Attempt(
+                completion=Completion(status="error", error_kind="image", error=str(exc), started_at=time.time()),
+                messages=conversation(self.config, problem),
+                request={},
+            )
         completion = await self.service.client.request(body, self.service.slots, cache_salt=image_salt(body, problem))
         turns = messages + [{"role": "assistant", "content": completion.text}]
         request = {k: v for k, v in body.items() if k not in ("messages", "prompt")}
@@ -219,11 +227,11 @@ def image_turns(messages: list[dict[str, str]], images: list[ImageRef], service:
             url = STORE.file_url(ref, media_root) or STORE.data_url(ref)
             content.append({"type": "image_url", "image_url": {"url": url}})
             shown.append(ref.placeholder())
-    sent: list[dict[str, Any]] = [*messages[:last], {**messages[last], "content": content}, *messages[last + 1:]]
+    sent: list[dict[str, Any]] = [*messages[:last], {**messages[last], "content": content}, *messages[last + 1 :]]
     # where the prompt had markers, each placeholder stands in its marker's place; without any, the
     # images came first and each placeholder gets its own line
     text = "".join(shown) if IMAGE_MARKER in messages[last]["content"] else "\n".join(shown)
-    kept: list[dict[str, Any]] = [*messages[:last], {**messages[last], "content": text}, *messages[last + 1:]]
+    kept: list[dict[str, Any]] = [*messages[:last], {**messages[last], "content": text}, *messages[last + 1 :]]
     return sent, kept
 
 
@@ -249,7 +257,7 @@ def split_trailing_space(context: str, continuation: str) -> tuple[str, str]:
     """Move the context's trailing whitespace onto the continuation (as lm-evaluation-harness does),
     so "Answer: " + "A" is scored as "Answer:" + " A": tokenizers put the space on the next word."""
     stripped = context.rstrip()
-    return stripped, context[len(stripped):] + continuation
+    return stripped, context[len(stripped) :] + continuation
 
 
 def check_logprobs(logprobs: Sequence[Any], used: Iterable[int], tokens: Sequence[str] | None = None) -> None:
@@ -402,20 +410,26 @@ class LoglikelihoodSolver(Solver):
         if c.status != "ok":
             return c, None
         if c.prompt_logprobs is None or c.prompt_tokens_text is None or c.text_offsets is None:
-            return _failed(c, "the response has no logprobs (tokens, token_logprobs, text_offset); the server must support "
-                           "`echo` with `logprobs` on /v1/completions, as vLLM does"), None
+            return _failed(
+                c,
+                "the response has no logprobs (tokens, token_logprobs, text_offset); the server must support "
+                "`echo` with `logprobs` on /v1/completions, as vLLM does",
+            ), None
         try:
             _, logprobs = span_logprobs(
-                c.prompt_tokens_text, c.prompt_logprobs, c.text_offsets,
-                prompt_len=len(prompt), start=start, n_generated=n_generated, allow_empty=allow_empty,
+                c.prompt_tokens_text,
+                c.prompt_logprobs,
+                c.text_offsets,
+                prompt_len=len(prompt),
+                start=start,
+                n_generated=n_generated,
+                allow_empty=allow_empty,
             )
         except ValueError as exc:
             return _failed(c, str(exc)), None
         return c, logprobs
 
-    async def _score_all(
-        self, pairs: list[tuple[str, str]], allow_empty: bool = False
-    ) -> tuple[list[Any], list[list[float]], int | None]:
+    async def _score_all(self, pairs: list[tuple[str, str]], allow_empty: bool = False) -> tuple[list[Any], list[list[float]], int | None]:
         """Score every continuation after its context, all at once: their completions, their
         logprobs, and which failed first (None: none did)."""
         results = await asyncio.gather(*(self._score(ctx + cont, len(ctx), allow_empty) for ctx, cont in pairs))
@@ -484,7 +498,10 @@ class LoglikelihoodSolver(Solver):
         ]
         scores = {"nll": nll, "tokens": float(n)}
         return Attempt(
-            completion=combine_completions(parts, reply), messages=[*messages, {"role": "assistant", "content": reply}], request=request, scores=scores
+            completion=combine_completions(parts, reply),
+            messages=[*messages, {"role": "assistant", "content": reply}],
+            request=request,
+            scores=scores,
         )
 
 

@@ -55,9 +55,17 @@ class ThumbnailLog:
             if ref.sha256 in self.seen:
                 continue
             small = thumbnail(data)
-            line = ImageThumbnail(sha256=ref.sha256, name=ref.name, bytes=ref.bytes, width=ref.width, height=ref.height,
-                                  mime=ref.mime, thumbnail=small[0] if small else None,
-                                  thumb_width=small[1] if small else 0, thumb_height=small[2] if small else 0)
+            line = ImageThumbnail(
+                sha256=ref.sha256,
+                name=ref.name,
+                bytes=ref.bytes,
+                width=ref.width,
+                height=ref.height,
+                mime=ref.mime,
+                thumbnail=small[0] if small else None,
+                thumb_width=small[1] if small else 0,
+                thumb_height=small[2] if small else 0,
+            )
             append_line(self.file, msgspec.json.encode(line) + b"\n")
             self.seen.add(ref.sha256)
 

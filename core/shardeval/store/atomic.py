@@ -19,7 +19,7 @@ import os
 import stat
 import sys
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from shardeval.closed_output import to_devnull
 from shardeval.errors import UsageError

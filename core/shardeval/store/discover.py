@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from collections.abc import Iterator
 
 import msgspec
 
@@ -23,8 +23,16 @@ from shardeval.errors import ShardError, UsageError
 from shardeval.redact import redact_in
 from shardeval.store.atomic import atomic_write
 from shardeval.store.liveness import Liveness, read_heartbeat, writer_liveness
-from shardeval.store.records import (LOGS_DIR, MANIFEST_FILE, RESULTS_FILE, BenchmarkManifest, Manifest, SweepPlan, pretty_json,
-                                     read_manifest)
+from shardeval.store.records import (
+    LOGS_DIR,
+    MANIFEST_FILE,
+    RESULTS_FILE,
+    BenchmarkManifest,
+    Manifest,
+    SweepPlan,
+    pretty_json,
+    read_manifest,
+)
 from shardeval.store.regular import read_regular
 
 MERGED_DIR = "merged"
@@ -106,8 +114,10 @@ def refuse_inside_shard(path: str, flag: str) -> None:
     while True:
         below = os.path.relpath(target, where).split(os.sep)[0]
         if below != MERGED_DIR and _is_shard_dir(where):
-            raise UsageError(f"{flag} {path} is inside the shard directory {where}, whose files only its own run writes; "
-                             f"give a path outside every shard directory, such as RUN_DIR/{MERGED_DIR}/")
+            raise UsageError(
+                f"{flag} {path} is inside the shard directory {where}, whose files only its own run writes; "
+                f"give a path outside every shard directory, such as RUN_DIR/{MERGED_DIR}/"
+            )
         parent = os.path.dirname(where)
         if parent == where:
             return
@@ -130,8 +140,10 @@ def load_shards(root: str, allow_mixed_served: bool = False) -> Run:
     if not os.path.isdir(root):
         raise UsageError(f"{root}: no such directory; give the directory that holds the shard directories")
     if (plan := read_plan(root)) is not None:
-        raise UsageError(f"{root} is a sweep of {len(plan.services)} models ({', '.join(plan.services)}): give one model's "
-                         f"directory, {os.path.join(root, plan.services[0])}, or merge the whole sweep with `shardeval merge {root}`")
+        raise UsageError(
+            f"{root} is a sweep of {len(plan.services)} models ({', '.join(plan.services)}): give one model's "
+            f"directory, {os.path.join(root, plan.services[0])}, or merge the whole sweep with `shardeval merge {root}`"
+        )
     paths, orphans = find_shard_dirs(root)
     if not paths:
         hint = f" ({len(orphans)} folder(s) hold results but no manifest.json, e.g. {orphans[0]})" if orphans else ""
@@ -173,8 +185,13 @@ def check_consistency(shards: list[Shard]) -> None:
     _odd_one(shards, lambda s: s.manifest.total_shards, "total shards")
     _odd_one(shards, lambda s: tuple(b.name for b in s.manifest.benchmarks), "benchmarks")
     for i, bench in enumerate(shards[0].manifest.benchmarks):
-        for attr, what in (("dataset_fingerprint", "data"), ("n_problems", "size"), ("prompt_fingerprint", "prompts"), ("scorer_fingerprint", "scorer")):
-            _odd_one(shards, lambda s: getattr(s.manifest.benchmarks[i], attr), f"{bench.name} {what}")
+        for attr, what in (
+            ("dataset_fingerprint", "data"),
+            ("n_problems", "size"),
+            ("prompt_fingerprint", "prompts"),
+            ("scorer_fingerprint", "scorer"),
+        ):
+            _odd_one(shards, lambda s: getattr(s.manifest.benchmarks[i], attr), f"{bench.name} {what}")  # noqa: B023 - called now
 
 
 ALLOW_MIXED_FLAG = "--allow-mixed-models"
@@ -188,7 +205,7 @@ def check_served(shards: list[Shard], allow: bool) -> list[str]:
     for name in sorted({name for s in shards for name in s.manifest.served}):
         served = {s.path: s.manifest.served[name] for s in shards if name in s.manifest.served}
         known = [s for s in shards if s.path in served and served[s.path].identity() is not None]
-        majority, odd, shown = _odd(known, lambda s: served[s.path].identity(), lambda s: served[s.path].describe())
+        majority, odd, shown = _odd(known, lambda s: served[s.path].identity(), lambda s: served[s.path].describe())  # noqa: B023 - called now
         if not odd:
             continue
         first = next(served[s.path] for s in known if served[s.path].identity() == majority)
@@ -205,8 +222,13 @@ def check_served(shards: list[Shard], allow: bool) -> list[str]:
 def reserved(name: str) -> str | None:
     """Why `name` cannot be a model's folder at a sweep's root (None: it can): what shardeval
     itself keeps there, or a shard's name (a sweep root holding shard_<i>/ reads as a run)."""
-    why = {PLAN_FILE: "the sweep's plan file", EXPORT_FILE: "the launch's export list", MERGED_DIR: "where the sweep's merge goes",
-           SUPERSEDED_DIR: "where --fresh moves earlier results", LOGS_DIR: "the logs' folder"}.get(name)
+    why = {
+        PLAN_FILE: "the sweep's plan file",
+        EXPORT_FILE: "the launch's export list",
+        MERGED_DIR: "where the sweep's merge goes",
+        SUPERSEDED_DIR: "where --fresh moves earlier results",
+        LOGS_DIR: "the logs' folder",
+    }.get(name)
     if why is None and _SHARD_NAME.fullmatch(name):
         why = "a shard directory's name"
     return f"<out>/{name} is {why}" if why else None
@@ -268,9 +290,11 @@ def _inside(root: str, source: str, plan: SweepPlan) -> SweepPlan:
     (`../other`, `/abs`) would pull another run into this sweep's merge, export or status."""
     for name in [*plan.services, plan.baseline]:
         if not isinstance(name, str) or (why := check_model_name(name)) is not None:
-            raise UsageError(f"{os.path.join(root, source) if source == PLAN_FILE else source + ' under ' + root} lists the "
-                             f"model {name!r}, which is not a folder of this sweep ({why}); a sweep reads only its own "
-                             f"folders: fix or remove {PLAN_FILE}, or merge that run by itself")
+            raise UsageError(
+                f"{os.path.join(root, source) if source == PLAN_FILE else source + ' under ' + root} lists the "
+                f"model {name!r}, which is not a folder of this sweep ({why}); a sweep reads only its own "
+                f"folders: fix or remove {PLAN_FILE}, or merge that run by itself"
+            )
     return plan
 
 
@@ -290,8 +314,10 @@ def model_dirs(root: str, plan: SweepPlan) -> Iterator[tuple[str, str]]:
         run_root = os.path.join(root, name)
         target = os.path.realpath(run_root)
         if os.path.dirname(target) != real_root:  # a symlink that leads elsewhere: another run, not this sweep's
-            raise UsageError(f"{run_root} leads outside the sweep (to {target}); a sweep reads only its own folders: "
-                             f"move that run into {root}, or merge it by itself")
+            raise UsageError(
+                f"{run_root} leads outside the sweep (to {target}); a sweep reads only its own folders: "
+                f"move that run into {root}, or merge it by itself"
+            )
         yield name, run_root
 
 

@@ -85,7 +85,7 @@ def this_process(period_s: float, started_at: float) -> Heartbeat:
     )
 
 
-def scheduler_job(env: "os._Environ[str] | dict[str, str]") -> str | None:
+def scheduler_job(env: os._Environ[str] | dict[str, str]) -> str | None:
     """The batch job this process runs in, as its scheduler names it: a SLURM array task
     (`123_4`) or job, a Kubernetes Indexed Job's pod (its host name is the pod's name)."""
     if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
@@ -219,7 +219,9 @@ class ShardLease:
         except OSError as exc:
             if exc.errno not in _UNSUPPORTED:
                 raise
-            log.warning("%s: file locks are not supported here (%s); the heartbeat alone keeps out a second writer", self.lock_path, exc.strerror)
+            log.warning(
+                "%s: file locks are not supported here (%s); the heartbeat alone keeps out a second writer", self.lock_path, exc.strerror
+            )
             return False
 
     def _holder(self) -> Heartbeat | None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal, Type, TypeVar
+from typing import Any, Literal, TypeVar
+from collections.abc import Iterator
 
 import msgspec
 
@@ -364,7 +365,7 @@ class ReadReport:
         return f"{name or self.path}: " + "; ".join(parts) if parts else None
 
 
-def scan_lines(path: str, kind: Type[T], report: ReadReport, follow: bool = False) -> Iterator[tuple[int, int, T]]:
+def scan_lines(path: str, kind: type[T], report: ReadReport, follow: bool = False) -> Iterator[tuple[int, int, T]]:
     """(byte offset, length, decoded record) for each readable line of a JSONL file.
 
     The single reader of record files (resume, merge and status all use it): a torn last line (a
@@ -420,7 +421,7 @@ def scan_lines(path: str, kind: Type[T], report: ReadReport, follow: bool = Fals
         report.end, report.n_lines = offset, lineno
 
 
-def read_jsonl(path: str, kind: Type[T], report: ReadReport | None = None) -> Iterator[T]:
+def read_jsonl(path: str, kind: type[T], report: ReadReport | None = None) -> Iterator[T]:
     """Yield records from a JSONL file, skipping a torn tail and undecodable lines (reported, not fatal)."""
     for _, _, record in scan_lines(path, kind, report if report is not None else ReadReport(path)):
         yield record

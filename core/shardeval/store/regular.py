@@ -17,10 +17,16 @@ import errno
 import os
 import stat
 from contextlib import suppress
-from typing import BinaryIO, Callable
+from typing import BinaryIO
+from collections.abc import Callable
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 class NotRegularFile(OSError):
@@ -81,8 +87,9 @@ def open_append_fd(path: str) -> int:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, 0o666)
     except OSError as exc:
         if exc.errno == errno.ENXIO:
-            raise NotRegularFile(path, stat.S_IFIFO, "a FIFO that no process is reading; start its reader first, "
-                                                     "or move it aside") from None
+            raise NotRegularFile(
+                path, stat.S_IFIFO, "a FIFO that no process is reading; start its reader first, or move it aside"
+            ) from None
         raise
     return _checked(fd, path, lambda mode: stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode))
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from collections.abc import Mapping
 
 from shardeval.errors import UsageError
 
@@ -95,9 +95,7 @@ def _index(name: str, raw: str, total: int, total_label: str) -> ShardSpec:
 def _from_flag(flag: str) -> ShardSpec:
     left, sep, right = flag.partition("/")
     if not (sep and _INTEGER.fullmatch(left.strip()) and _INTEGER.fullmatch(right.strip())):
-        raise UsageError(
-            f"--shard {flag!r} is not I/N: give the 0-based shard index and the number of shards, e.g. --shard 0/4"
-        )
+        raise UsageError(f"--shard {flag!r} is not I/N: give the 0-based shard index and the number of shards, e.g. --shard 0/4")
     idx, total = int(left), int(right)
     if total < 1:
         raise UsageError(f"--shard {flag} is invalid: the number of shards N must be >= 1, e.g. --shard 0/4")
@@ -113,9 +111,7 @@ def _from_index(env: Mapping[str, str], name: str, config_total: int | None) -> 
         raw_total = env["NEL_TOTAL_SHARDS"]
         return _index(name, raw, _total("NEL_TOTAL_SHARDS", raw_total), f"NEL_TOTAL_SHARDS={raw_total}")
     if config_total is None:
-        raise UsageError(
-            f"{name}={raw} is set but the number of shards is not: set NEL_TOTAL_SHARDS or cluster.shards in the config"
-        )
+        raise UsageError(f"{name}={raw} is set but the number of shards is not: set NEL_TOTAL_SHARDS or cluster.shards in the config")
     if not _is_int(config_total) or config_total < 1:
         raise UsageError(f"cluster.shards={config_total!r} is invalid: the number of shards must be >= 1")
     return _index(name, raw, config_total, f"cluster.shards={config_total}")

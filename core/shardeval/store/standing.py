@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterator
+from collections.abc import Iterator
 
 from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, Manifest, ReadReport, ResultRecord, run_id, scan_lines
 from shardeval.store.seeds import request_seed
@@ -72,7 +72,7 @@ class Membership:
         self._members = self.indices if isinstance(self.indices, range) else frozenset(self.indices)
 
     @classmethod
-    def of(cls, manifest: Manifest, bm: BenchmarkManifest) -> "Membership":
+    def of(cls, manifest: Manifest, bm: BenchmarkManifest) -> Membership:
         seed = manifest.config.get("seed") if isinstance(manifest.config, dict) else None
         return cls(
             benchmark=bm.name,
@@ -101,8 +101,10 @@ class Membership:
             return OTHER_SHARD
         if not in_share:
             return OUTSIDE
-        if record.run is None and self.run_seed is not None and record.seed != request_seed(
-            self.run_seed, record.benchmark, record.problem_id, record.repeat
+        if (
+            record.run is None
+            and self.run_seed is not None
+            and record.seed != request_seed(self.run_seed, record.benchmark, record.problem_id, record.repeat)
         ):
             return OTHER_RUN
         return None

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardeval.api.benchmark import (DataParams, Problem, RowsBenchmark, Score, decode_params, final_answer, normalize_text,
-                                     open_from_params)
+from shardeval.api.benchmark import DataParams, Problem, RowsBenchmark, Score, decode_params, final_answer, normalize_text, open_from_params
 
 
 class CapitalsParams(DataParams):
