@@ -5,11 +5,16 @@ msgspec and PyYAML load in the hook.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shardeval.api.plugin import hookimpl
+
+if TYPE_CHECKING:
+    from shardeval.api.plugin import Register
 
 
 @hookimpl
-def register_orchestrators(register):
+def register_orchestrators(register: Register) -> None:
     from shardeval.api.plugin import Lazy
     from shardeval_compose.config import ComposeClusterConfig
 

@@ -9,11 +9,16 @@ PyYAML are imported inside the hook and the orchestrator, so loading plugins sta
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shardeval.api.plugin import hookimpl
+
+if TYPE_CHECKING:
+    from shardeval.api.plugin import Register
 
 
 @hookimpl
-def register_orchestrators(register):
+def register_orchestrators(register: Register) -> None:
     from shardeval.api.plugin import Lazy
     from shardeval_kubernetes.config import KubernetesClusterConfig
 

@@ -7,11 +7,16 @@ Indexed Job pod runs, so it is also the template to copy.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shardeval.api.plugin import hookimpl
+
+if TYPE_CHECKING:
+    from shardeval.api.plugin import Register
 
 
 @hookimpl
-def register_orchestrators(register):
+def register_orchestrators(register: Register) -> None:
     from shardeval_local.orchestrator import LocalClusterConfig, LocalOrchestrator
 
     register("local", LocalOrchestrator, config=LocalClusterConfig)

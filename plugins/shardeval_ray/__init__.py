@@ -16,15 +16,18 @@ starts or when `run_shard` is first looked up:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from shardeval.api.plugin import hookimpl
+
+if TYPE_CHECKING:
+    from shardeval.api.plugin import Register
 
 __all__ = ["run_shard", "evaluate_shard", "run_ray"]
 
 
 @hookimpl
-def register_orchestrators(register: Any) -> None:
+def register_orchestrators(register: Register) -> None:
     from shardeval.api.plugin import Lazy
     from shardeval_ray.config import RayClusterConfig
 

@@ -27,7 +27,7 @@ import ray
 
 from shardeval.api.orchestrator import Config, load_config, run_cell, shard_range
 from shardeval.api.plugin import hookimpl, ShardError, UsageError
-from shardeval.api.records import open_regular, read_manifest, RESULTS_FILE
+from shardeval.api.records import open_regular, read_manifest, ResultRecord, RESULTS_FILE
 
 if TYPE_CHECKING:
     from shardeval.api.records import SweepPlan
@@ -238,7 +238,7 @@ class _Fault:
         return cls(mode, int(after))
 
     @hookimpl
-    def record_written(self, record: Any, out_dir: str) -> None:
+    def record_written(self, record: ResultRecord, out_dir: str) -> None:
         self.count += 1
         if self.fired or self.count < self.after:
             return

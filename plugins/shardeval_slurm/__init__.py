@@ -9,11 +9,16 @@ Registered through the `shardeval` entry-point group like any third-party plugin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shardeval.api.plugin import hookimpl
+
+if TYPE_CHECKING:
+    from shardeval.api.plugin import Register
 
 
 @hookimpl
-def register_orchestrators(register):
+def register_orchestrators(register: Register) -> None:
     from shardeval.api.plugin import Lazy
     from shardeval_slurm.config import SlurmClusterConfig
 
