@@ -42,7 +42,7 @@ from inspect_ai.tool import bash
 
 @task
 def agent():
-    return Task(dataset=json_dataset("problems.jsonl"), solver=react(tools=[bash(timeout=30)]), scorer=match(),
+    return Task(dataset=json_dataset("problems.jsonl"), solver=react(tools=[bash(timeout=120)]), scorer=match(),
                 sandbox=SANDBOX, message_limit=12)
 """
 
@@ -123,6 +123,13 @@ def kill_mid_way(folder: Path, config: Path, out: Path, engine: dict[str, str] |
     return len(written)
 
 
+def command_printed_42(reply: str) -> bool:
+    """The bash tool's reply ends with the command's stdout; Inspect puts any stderr first, and a
+    `bash --login` on a busy host can write some (its profile scripts), which is not the command's."""
+    lines = reply.strip().splitlines()
+    return bool(lines) and lines[-1].strip() == "42"
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("sandbox", ["local", "docker"])
 def test_react_agent_with_bash_sharded_killed_and_resumed(tmp_path: Path, sandbox: str, request: pytest.FixtureRequest) -> None:
@@ -169,7 +176,8 @@ def test_react_agent_with_bash_sharded_killed_and_resumed(tmp_path: Path, sandbo
         assert "tool" in roles, roles
         text = "\n".join(m["content"] for m in t["messages"])
         assert "[tool call" in text and "bash(" in text and COMMAND in text and "submit(" in text
-        assert any(m["role"] == "tool" and m["content"].startswith("42") for m in t["messages"])
+        tool_replies = [m["content"] for m in t["messages"] if m["role"] == "tool"]
+        assert any(command_printed_42(reply) for reply in tool_replies), tool_replies
 
     # the right answers are the simulator's: about 70 %, and exactly what it decided per problem
     results = read_lines(run / "merged" / "agent" / "results.jsonl")
@@ -182,6 +190,6 @@ def test_react_agent_with_bash_sharded_killed_and_resumed(tmp_path: Path, sandbo
     for sample in (resolve_sample_attachments(s) for s in log.samples):
         tools = [e for e in sample.events if isinstance(e, ToolEvent)]
         assert [e.function for e in tools] == ["bash", "submit"], [e.function for e in tools]
-        assert tools[0].result.strip() == "42" and tools[0].error is None
+        assert command_printed_42(str(tools[0].result)) and tools[0].error is None, (tools[0].result, tools[0].error)
     accuracy = log.results.scores[0].metrics["accuracy"].value
     assert accuracy == pytest.approx(sum(r["score"] for r in results) / len(results))
