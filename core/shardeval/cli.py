@@ -76,6 +76,7 @@ def cli() -> None:
 @click.option("--no-cache", is_flag=True, help="Bypass the response cache: read nothing from it, write nothing to it.")
 @override_option
 @click.option("--dry-run", is_flag=True, help="Show what would run or be submitted; run nothing.")
+@click.option("--no-merge", is_flag=True, help="Launch the cells and end without the merge (`shardeval merge` merges them).")
 def run(
     config_path: str | None,
     shard_flag: str | None,
@@ -83,6 +84,7 @@ def run(
     overrides: tuple[str, ...],
     dry_run: bool,
     fresh: bool,
+    no_merge: bool,
     **quick: object,
 ) -> None:
     """Evaluate one shard, or hand the whole run to the configured orchestrator.
@@ -93,8 +95,37 @@ def run(
     from shardeval.launch.dispatch import launch
 
     sys.exit(
-        launch(config_path, quick, list(overrides), shard_flag=shard_flag, fresh=fresh, dry_run=dry_run, sweep_services=sweep_services)
+        launch(
+            config_path,
+            quick,
+            list(overrides),
+            shard_flag=shard_flag,
+            fresh=fresh,
+            dry_run=dry_run,
+            sweep_services=sweep_services,
+            merge=not no_merge,
+        )
     )
+
+
+@cli.command()
+@click.argument("config_path", metavar="SWEEP.yaml")
+@click.option("-o", "--output-dir", help="The sweep's root (default: output.dir).")
+@click.option("--once", is_flag=True, help="Evaluate what is ready now, wait for those launches, then exit (for cron).")
+@override_option
+def watch(config_path: str, output_dir: str | None, once: bool, overrides: tuple[str, ...]) -> None:
+    """Evaluate a training run's checkpoints as they appear: each once, when it is whole.
+
+    Polls `sweep.checkpoints.paths` every `sweep.watch.poll_s`; launches each checkpoint whose
+    `ready` rule holds through the configured orchestrator; after its cells end, updates the
+    sweep's merged/ files and trackers at its step. Runs until stopped (SIGTERM: no more polls,
+    local launches drain) or until `sweep.watch.until` says so; see docs/watch.md.
+    """
+    from shardeval.launch import setup_logging
+    from shardeval.watch.watcher import Watcher
+
+    setup_logging()
+    sys.exit(Watcher.create(config_path, overrides, output_dir, once=once).run())
 
 
 @cli.command()

@@ -51,6 +51,7 @@ class ComposeOrchestrator(Orchestrator):
     Docker itself, so it does not wait, and `--fresh` travels to the containers."""
 
     waits = False
+    runs_cells = False  # it prints the commands; `shardeval watch` cannot know when they run
     fresh_on_launcher = False
 
     def plan(self) -> None:

@@ -193,7 +193,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
         docs.append(obj("PersistentVolumeClaim", names["pvc"], "results", spec=pvc_spec))
 
     pull_secrets = [{"name": s} for s in cluster.image_pull_secrets]
-    if cluster.merge.enabled:
+    if cluster.merge.enabled and request.merge:  # `run --no-merge` (a watcher's launch): the watcher merges
         docs += _merge_rbac(names, obj, cluster.namespace)
     for job in jobs:
         shm = shm_size(job.gpus, cluster)
@@ -205,7 +205,7 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
         env = _shard_env(cluster, job.completions, secrets)
         container = _container(cluster, SHARD_CONTAINER, image, job.args, env, resources, [*mounts, *shm_mount])
         docs.append(_shard_job(cluster, job, obj, container, [*volumes, *shm_volume], pull_secrets))
-    if cluster.merge.enabled:
+    if cluster.merge.enabled and request.merge:  # `run --no-merge` (a watcher's launch): the watcher merges
         docs.append(_merge_job(cluster, names, obj, image, pull_secrets, [job.name for job in jobs]))
     return dump_yaml(docs, _header(secrets, cluster.namespace)), warnings
 

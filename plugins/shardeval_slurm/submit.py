@@ -79,7 +79,7 @@ def render(request: LaunchRequest, cwd: str | None = None) -> dict[str, str]:
     if cluster.ray:
         return {RAY_SCRIPT: render_ray(request, pool, command, cwd)}
     files = {EVAL_SCRIPT: render_array(request, pool, command, cwd)}
-    if cluster.merge:
+    if cluster.merge and request.merge:  # `run --no-merge` (a watcher's launch): the watcher merges
         files[MERGE_SCRIPT] = render_merge(cluster, pool, command, request.output_root, cwd, export=bool(request.config.export))
     return files
 

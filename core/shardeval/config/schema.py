@@ -262,6 +262,25 @@ class OutputConfig(_Section):
     drain_timeout_s: NonNegativeSeconds = 10.0
 
 
+# Names a trainer gives a checkpoint while it is still being written (renamed when whole): never a
+# checkpoint of a watched sweep, whatever its `ready` rule says (docs/watch.md).
+TEMPORARY_NAMES = (".*", "*.tmp", "*.temp", "*.partial", "*.incomplete", "*.part", "*~", "tmp*", "tmp-*")
+DEFAULT_QUIET_S = 120.0  # `ready` unset, or neither key given: no file changed for this long
+
+
+class ReadyConfig(_Section):
+    """When `shardeval watch` counts a checkpoint as written (docs/watch.md): the file the trainer
+    writes last is there, and/or no file in it changed for `quiet_s`. Neither given: quiet_s 120."""
+
+    marker: Annotated[str, msgspec.Meta(min_length=1)] | None = None  # a path relative to the checkpoint
+    quiet_s: NonNegativeSeconds | None = None
+    ignore: list[str] = msgspec.field(default_factory=lambda: list(TEMPORARY_NAMES))  # folder names (fnmatch), never checkpoints
+
+    def quiet(self) -> float | None:
+        """The quiet time the rule asks for (the default when no key is given)."""
+        return DEFAULT_QUIET_S if self.marker is None and self.quiet_s is None else self.quiet_s
+
+
 class CheckpointsConfig(_Section):
     """Sweep services made from one template: one per model path, so "every checkpoint so far" is
     one line, and a rerun picks up checkpoints written since."""
@@ -270,6 +289,32 @@ class CheckpointsConfig(_Section):
     paths: str | list[str]  # model paths and globs (`/ckpt/step*/`), resolved when the config is read
     key: str = "model"  # the template key that receives each path
     prefix: str = ""  # put before each generated service name (the path's last part)
+    ready: ReadyConfig | None = None  # `shardeval watch`: when a checkpoint is whole (None: ReadyConfig())
+
+    def ready_rule(self) -> ReadyConfig:
+        return self.ready if self.ready is not None else ReadyConfig()
+
+
+class UntilConfig(_Section):
+    """When a watch ends by itself: after this checkpoint is evaluated, or after this long with
+    no new checkpoint and nothing running (whichever comes first)."""
+
+    checkpoint: Annotated[str, msgspec.Meta(min_length=1)] | None = None  # a generated service name (`step10000`)
+    idle_s: Seconds | None = None
+
+
+class WatchConfig(_Section):
+    """`shardeval watch` (docs/watch.md): how often it looks for checkpoints, when it stops, and
+    what it does with the rows of a checkpoint the trainer deleted."""
+
+    poll_s: Seconds = 60.0
+    until: UntilConfig | None = None
+    keep_results_of_deleted: bool = True  # a keep-last-k trainer does not erase the rows of the ones it deleted
+    retries: NonNegativeInt = 2  # a checkpoint whose launch failed (exit 1) is launched again at most this often
+    # Launches running at once. None: one when the orchestrator runs the cells itself (local, ray:
+    # two checkpoints' servers on one machine would share its GPUs), no limit when it submits them
+    # to a scheduler that queues them (slurm, kubernetes).
+    parallel: Count | None = None
 
 
 class SweepConfig(_Section):
@@ -279,6 +324,7 @@ class SweepConfig(_Section):
     services: list[str] = []  # service names, in table order; generated checkpoints follow
     checkpoints: CheckpointsConfig | None = None
     baseline: str | None = None  # default: the first service of the sweep
+    watch: WatchConfig | None = None  # `shardeval watch`'s keys (None: WatchConfig())
 
 
 class CacheConfig(_Section):

@@ -38,6 +38,7 @@ def launch(
     fresh: bool,
     dry_run: bool,
     sweep_services: str | None = None,
+    merge: bool = True,
 ) -> int:
     setup_logging()
     output_dir = quick.pop("output_dir", None)
@@ -52,7 +53,8 @@ def launch(
     if shard is None and sweep is None and config.cluster.runs_in_process():
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
-        return hand_off(LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep))
+        request = LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep, merge=merge)
+        return hand_off(request)
     plan = None
     if sweep is not None:  # -o is the sweep's root: the cell writes <root>/<service>/shard_<i>/
         name, shard = sweep.select(shard)

@@ -86,10 +86,11 @@ def settle(orchestrator: Orchestrator, outcomes: list[CellOutcome]) -> int:
     if stop is None and refused and orchestrator.refusal_stops_the_merge:
         say_refused(request, refused, len(outcomes))
         return REFUSED
-    if orchestrator.merges():
+    if orchestrator.merges() and request.merge:
         merge_and_report(request.output_root)
     else:
-        print(f"shardeval: not merged (merge: false); `shardeval merge {request.output_root}` merges the shards", file=sys.stderr)
+        why = "merge: false" if request.merge else "--no-merge"
+        print(f"shardeval: not merged ({why}); `shardeval merge {request.output_root}` merges the shards", file=sys.stderr)
     if stop is not None:
         print(f"shardeval: interrupted by {stop.name}; rerun the same command to resume the shards", file=sys.stderr)
         return STOP_CODES[stop]

@@ -65,6 +65,7 @@ class LaunchRequest:
     dry_run: bool = False
     fresh: bool = False
     sweep: Sweep | None = None  # set: the config is a sweep; these are its models, in cell order
+    merge: bool = True  # False (`run --no-merge`, a watcher's launches): the launch ends without the merge
 
     @classmethod
     def create(
@@ -78,10 +79,12 @@ class LaunchRequest:
         dry_run: bool,
         fresh: bool,
         sweep: Sweep | None = None,
+        merge: bool = True,
     ) -> LaunchRequest:
         """The request as the command line gives it: the quick flags that are set; -o, else output.dir."""
         quick = {k: v for k, v in quick.items() if v is not None}
-        return cls(config, config_path, overrides, quick, output_dir or config.output.dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
+        root = output_dir or config.output.dir
+        return cls(config, config_path, overrides, quick, root, dry_run=dry_run, fresh=fresh, sweep=sweep, merge=merge)
 
     def runs(self) -> list[ModelRun]:
         """The ordinary runs this launch writes: one, or one per sweep model (in cell order)."""
@@ -203,6 +206,8 @@ class Orchestrator:
       so the core collects, merges and picks the exit code. False when the cells are handed to a
       scheduler that runs them later with its own merge (a SLURM array and its merge job, an
       Indexed Job, a Compose project): `submit`'s code is the launch's.
+    - `runs_cells`: False when `submit` starts nothing and prints the commands that would (a
+      Compose project): `shardeval watch`, which must know when cells run, refuses it.
     - `fresh_on_launcher`: True when `--fresh` sets earlier results aside here, once, before
       `submit` (a retried or requeued task then resumes instead of starting over); False when
       `--fresh` travels to the nodes in their arguments (`run_args()`).
@@ -212,6 +217,7 @@ class Orchestrator:
     """
 
     waits: ClassVar[bool] = True
+    runs_cells: ClassVar[bool] = True  # False: `submit` only writes files and prints how to run them (Compose)
     fresh_on_launcher: ClassVar[bool] = True
     refusal_stops_the_merge: ClassVar[bool] = True
 

@@ -337,8 +337,10 @@ def render(s: RunStatus | SweepStatus) -> str:
 
 
 def plugin_status(root: str) -> list[str]:
-    """What plugins add (the SLURM plugin: each array task's state)."""
-    return [text for text in plugins.hooks().run_status(run_dir=root) if text]
+    """What plugins add (the SLURM plugin: each array task's state), and a watched sweep's watcher."""
+    from shardeval.results.watch_status import watch_status
+
+    return [text for text in plugins.hooks().run_status(run_dir=root) if text] + watch_status(root)
 
 
 def collect_or_nothing(

@@ -395,3 +395,11 @@ def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95
         None,
         root,
     )
+
+
+class IncrementalSweep:  # TEMPORARY SHIM until helper's branch lands
+    def __init__(self, root: str, **kw: Any) -> None:
+        self.root = root
+
+    def update(self, plan: SweepPlan, changed: Any = ()) -> Merged:
+        return merge_any(self.root)

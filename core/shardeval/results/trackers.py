@@ -293,7 +293,7 @@ def configured_targets(merged: Merged) -> list[ExportConfig]:
     return []
 
 
-def export_after_merge(merged: Merged, warn: Callable[[str], None], say: Callable[[str], None]) -> None:
+def export_after_merge(merged: Merged, warn: Callable[[str], None], say: Callable[[str], None], services: Any = None) -> None:
     """The end of a launch: each configured target in turn. A failure is a warning and never fails
     the merge, whose files are already written."""
     try:

@@ -39,6 +39,7 @@ MERGED_DIR = "merged"
 SUPERSEDED_DIR = "superseded"  # <shard>/superseded/<stamp>/: where --fresh moves earlier results
 PLAN_FILE = "sweep_plan.json"  # <out>/sweep_plan.json: the models of the latest launch, in order
 EXPORT_FILE = "export.json"  # <out>/export.json: the latest launch's `export:` list, for the merge that ends it
+WATCH_DIR = "watch"  # <out>/watch/: `shardeval watch`'s state, lock and launch logs (shardeval.store.watch_state)
 SKIP_DIRS = {MERGED_DIR, SUPERSEDED_DIR, "logs"}
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _SHARD_NAME = re.compile(r"shard_\d+")
@@ -228,6 +229,7 @@ def reserved(name: str) -> str | None:
         MERGED_DIR: "where the sweep's merge goes",
         SUPERSEDED_DIR: "where --fresh moves earlier results",
         LOGS_DIR: "the logs' folder",
+        WATCH_DIR: "where `shardeval watch` keeps its state",
     }.get(name)
     if why is None and _SHARD_NAME.fullmatch(name):
         why = "a shard directory's name"
