@@ -30,8 +30,11 @@ def load_config(
     overrides: Sequence[str] = (),
     quick: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    *,
+    sweep_may_be_empty: bool = False,
 ) -> Config:
     """Read, expand, override and validate a config; every user mistake is a one-line UsageError.
+    `sweep_may_be_empty`: a sweep whose checkpoints glob finds nothing yet is no mistake (`watch`).
 
     Order: YAML file → `${VAR}` / `${VAR:-default}` expansion (string values only, from `env`,
     default os.environ; `$$` is a literal `$`; `:-` also applies when VAR is set but empty; a value
@@ -70,7 +73,7 @@ def load_config(
     # plugins`, any registry), and a sweep (the store's layout) and the sampling rules load with a config.
     from shardeval.config import expansion, sampling, sweep
 
-    sweep.resolve(raw, where)  # benchmarks' default service; a sweep's generated checkpoint services
+    sweep.resolve(raw, where, may_be_empty=sweep_may_be_empty)  # benchmarks' default service; a sweep's generated checkpoint services
     _default_repeats(raw, data, where, sampling.benchmark_class)
     _quick.apply(raw, flags, path)
     services = {name: decode_service(name, section, where) for name, section in raw.services.items()}

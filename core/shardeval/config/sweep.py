@@ -34,7 +34,7 @@ DEFAULT_SERVICE = "model"  # what a benchmark without `solver.service` asks outs
 SWEEP_FLAG = "--sweep-services"
 
 
-def resolve(raw: RawConfig, where: Where) -> None:
+def resolve(raw: RawConfig, where: Where, may_be_empty: bool = False) -> None:
     """Outside a sweep, point benchmarks without a service at `model`. In a sweep, add a service
     per checkpoint path (from the template) and fix `sweep.services` (in order) and `baseline`."""
     sweep = raw.sweep
@@ -54,10 +54,10 @@ def resolve(raw: RawConfig, where: Where) -> None:
                 + (" (or set sweep.checkpoints.prefix)" if sweep.checkpoints is not None else ""),
                 "sweep",
             )
-    if not names:
+    if not names and not may_be_empty:
         raise where.error("no models: list services in `sweep.services`, or give `sweep.checkpoints` paths that exist", "sweep")
-    baseline = sweep.baseline if sweep.baseline is not None else names[0]
-    if baseline not in names:
+    baseline = sweep.baseline if sweep.baseline is not None else (names or [""])[0]
+    if baseline not in names and not may_be_empty:  # a watch may name a checkpoint not written yet
         raise where.error(f"{baseline!r} is not one of the sweep's models ({', '.join(names)}); name one of them", "sweep.baseline")
     if all(b.solver.service is not None for b in raw.benchmarks):
         raise where.error(

@@ -53,7 +53,9 @@ def launch(
     if shard is None and sweep is None and config.cluster.runs_in_process():
         shard = ShardSpec(0, 1, "the whole run: no shard variables set and cluster.shards unset")
     if shard is None:
-        request = LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep, merge=merge)
+        request = LaunchRequest.create(
+            config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep, merge=merge
+        )
         return hand_off(request)
     plan = None
     if sweep is not None:  # -o is the sweep's root: the cell writes <root>/<service>/shard_<i>/

@@ -36,7 +36,9 @@ def _watcher(root: str, state: WatchState, now: float) -> str:
         assert hb is not None
         nxt = f"; next poll in {max(state.next_poll_at - now, 0):.0f} s" if state.next_poll_at else ""
         return f"watched by pid {hb.pid} on {q(hb.host)} since {clock(hb.started_at)}: {polled}{nxt}"
-    ended = f"ended ({q(state.stopped)}, exit {state.exit_code})" if state.stopped else "not running (it stopped without saying why: killed?)"
+    ended = (
+        f"ended ({q(state.stopped)}, exit {state.exit_code})" if state.stopped else "not running (it stopped without saying why: killed?)"
+    )
     return f"{ended}; {polled}; `shardeval watch {q(state.config)} -o {q(root)}` resumes it"
 
 

@@ -28,7 +28,7 @@ CheckpointStatus = Literal["waiting", "running", "done", "errors", "failed", "de
 ENDED: tuple[CheckpointStatus, ...] = ("done", "errors", "failed")
 
 
-class CheckpointState(msgspec.Struct, kw_only=True, omit_defaults=True):
+class CheckpointState(msgspec.Struct, kw_only=True):  # every key written: state.json is read by people too
     """One checkpoint of a watched sweep, by its service name."""
 
     name: str

@@ -92,7 +92,7 @@ class Watcher:
     def create(cls, config_path: str, overrides: tuple[str, ...], output_dir: str | None, once: bool = False) -> Watcher:
         """The watch of `config_path`, refused in one line (exit 2) before anything starts when it
         cannot watch: no checkpoints to find, an orchestrator that runs nothing itself."""
-        config = load_config(config_path, list(overrides), {})
+        config = load_config(config_path, list(overrides), {}, sweep_may_be_empty=True)  # no checkpoint yet is the usual start
         sweep = config.sweep
         if sweep is None or sweep.checkpoints is None:
             raise UsageError(
@@ -292,7 +292,8 @@ class Watcher:
 
     def _rewritten(self, c: CheckpointState, now: float) -> None:
         """Same name, other bytes: a new identity. Its earlier results leave the sweep (kept under
-        watch/superseded/), and it is evaluated again once whole."""
+        watch/superseded/; the table shows it as not started meanwhile), and it is evaluated
+        again once whole."""
         old = os.path.join(self.root, c.name)
         if os.path.isdir(old):
             aside = os.path.join(self.root, WATCH_DIR, "superseded", f"{c.name}.{c.fingerprint}.{int(now)}")
@@ -300,7 +301,7 @@ class Watcher:
             shutil.move(old, aside)
             c.superseded = [*c.superseded, os.path.relpath(aside, self.root)]
         log.info("checkpoint %s: rewritten in place (new files); its earlier results moved to watch/superseded/, evaluated again", c.name)
-        c.status, c.launches, c.failures, c.exit_code, c.ready_at, c.finished_at = "waiting", 0, 0, None, None, None
+        c.status, c.failures, c.exit_code, c.ready_at, c.finished_at = "waiting", 0, None, None, None
         self.last_news = now
         self._merge([])
 
