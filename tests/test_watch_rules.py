@@ -200,3 +200,20 @@ def test_watch_is_a_name_no_model_can_take(tmp_path: Path) -> None:
     cfg.write_text(json.dumps(doc))
     done = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "out"), "--dry-run", timeout=60)
     assert done.returncode == 2 and "where `shardeval watch` keeps its state" in done.stderr, done.stderr
+
+
+def test_the_configs_in_docs_watch_md_load(tmp_path: Path) -> None:
+    """docs/watch.md's two configs are what a user copies: each loads (with no checkpoint yet)."""
+    import re
+
+    from shardeval.config.loading import load_config
+
+    text = (Path(__file__).parent.parent / "docs" / "watch.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"doc{i}.yaml"
+        path.write_text(block)
+        config = load_config(str(path), [], {}, sweep_may_be_empty=True)
+        assert config.sweep is not None and config.sweep.checkpoints is not None and config.sweep.watch is not None
+        assert config.sweep.checkpoints.ready is not None and config.sweep.checkpoints.ready.marker == "model.safetensors.index.json"
