@@ -33,7 +33,7 @@ from typing import Any
 
 from shardeval.config.loading import load_config
 from shardeval.config.schema import CheckpointsConfig, Config, WatchConfig
-from shardeval.errors import EXIT_WITH_ERRORS, UsageError
+from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError
 from shardeval.launch import log
 from shardeval.store.discover import PLAN_FILE, WATCH_DIR
 from shardeval.store.atomic import atomic_write
@@ -164,9 +164,8 @@ class Watcher:
             self._collect(final=self.stop is not None)
             if self.stop is None:
                 self._launch_ready()
-            if not self.children:
-                return
-            time.sleep(TICK_S)  # a launch that exited while its cells still end
+            if all(child.poll() is not None for child in self.children.values()):
+                return  # what is left runs on a scheduler (the next watch merges it)
 
     def _finish(self, why: str) -> int:
         code = self._exit_code()
@@ -394,7 +393,11 @@ class Watcher:
         atomic_write(os.path.join(self.root, PLAN_FILE), pretty_json(plan))
         from shardeval.results import trackers
 
-        merged = self.sweep.update(plan, changed)
+        try:
+            merged = self.sweep.update(plan, changed)
+        except (UsageError, ShardError) as exc:  # the watch goes on; `shardeval merge` says the same
+            log.warning("warning: the sweep was not updated (%s): %s", ", ".join(changed) or "a model left", exc)
+            return
         for line in merged.warnings:
             log.warning("warning: %s", line)
         log.info("sweep updated (%s): %s", ", ".join(changed) or "a model left", merged.verdict)
