@@ -25,8 +25,9 @@ from conftest import REPO
 
 CORE = Path(REPO) / "core" / "shardeval"
 PLUGINS = Path(REPO) / "plugins"
-# Function-level imports of shardeval modules the core may keep (issue 25: from 116).
-MAX_FUNCTION_LEVEL = 20
+# Function-level imports of shardeval modules the core may keep (issue 25: from 116; 21 since
+# issue 42: cli.py's `watch` command loads its implementation when it runs, as every command does).
+MAX_FUNCTION_LEVEL = 21
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:

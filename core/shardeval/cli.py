@@ -121,11 +121,9 @@ def watch(config_path: str, output_dir: str | None, once: bool, overrides: tuple
     sweep's merged/ files and trackers at its step. Runs until stopped (SIGTERM: no more polls,
     local launches drain) or until `sweep.watch.until` says so; see docs/watch.md.
     """
-    from shardeval.launch import setup_logging
-    from shardeval.watch.watcher import Watcher
+    from shardeval.watch.watcher import run_watch
 
-    setup_logging()
-    sys.exit(Watcher.create(config_path, overrides, output_dir, once=once).run())
+    sys.exit(run_watch(config_path, overrides, output_dir, once))
 
 
 @cli.command()

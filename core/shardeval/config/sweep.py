@@ -56,9 +56,7 @@ def resolve(raw: RawConfig, where: Where, may_be_empty: bool = False) -> None:
             )
     if not names and not may_be_empty:
         raise where.error("no models: list services in `sweep.services`, or give `sweep.checkpoints` paths that exist", "sweep")
-    baseline = sweep.baseline if sweep.baseline is not None else (names or [""])[0]
-    if baseline not in names and not may_be_empty:  # a watch may name a checkpoint not written yet
-        raise where.error(f"{baseline!r} is not one of the sweep's models ({', '.join(names)}); name one of them", "sweep.baseline")
+    baseline = _baseline(sweep.baseline, names, may_be_empty, where)
     if all(b.solver.service is not None for b in raw.benchmarks):
         raise where.error(
             "every benchmark names its solver.service, so none runs against the sweep's models; "
@@ -66,6 +64,14 @@ def resolve(raw: RawConfig, where: Where, may_be_empty: bool = False) -> None:
             "sweep",
         )
     raw.sweep = msgspec.structs.replace(sweep, services=names, baseline=baseline)
+
+
+def _baseline(named: str | None, models: list[str], may_be_empty: bool, where: Where) -> str:
+    """`sweep.baseline`, else the first model; a watch may name a checkpoint not written yet."""
+    baseline = named if named is not None else (models or [""])[0]
+    if baseline not in models and not may_be_empty:
+        raise where.error(f"{baseline!r} is not one of the sweep's models ({', '.join(models)}); name one of them", "sweep.baseline")
+    return baseline
 
 
 def _with_service(bench, service: str):

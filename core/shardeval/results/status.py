@@ -28,6 +28,7 @@ from shardeval.results.merge import Cells, build_table, compute_metrics, scan_re
 from shardeval.results.metrics import MetricOptions, MetricValue, ScoreTable, headline_metric
 from shardeval.results.quoting import plain_text as q
 from shardeval.results.report import ReasoningCounts, fmt, reasoning_summary
+from shardeval.results.watch_status import watch_status
 from shardeval.store.discover import Run, load_shards, model_dirs, read_plan
 from shardeval.store.liveness import clock
 from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, SweepPlan
@@ -338,8 +339,6 @@ def render(s: RunStatus | SweepStatus) -> str:
 
 def plugin_status(root: str) -> list[str]:
     """What plugins add (the SLURM plugin: each array task's state), and a watched sweep's watcher."""
-    from shardeval.results.watch_status import watch_status
-
     return [text for text in plugins.hooks().run_status(run_dir=root) if text] + watch_status(root)
 
 

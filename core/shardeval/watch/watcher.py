@@ -31,10 +31,13 @@ import subprocess
 import time
 from typing import Any
 
+from shardeval import plugins
 from shardeval.config.loading import load_config
 from shardeval.config.schema import CheckpointsConfig, Config, WatchConfig
 from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError
-from shardeval.launch import log
+from shardeval.launch import log, setup_logging
+from shardeval.results import trackers
+from shardeval.results.sweep_merge import IncrementalSweep
 from shardeval.store.discover import PLAN_FILE, WATCH_DIR
 from shardeval.store.atomic import atomic_write
 from shardeval.store.liveness import ShardLease, clock
@@ -50,6 +53,12 @@ READY = "whole; waiting for a launch slot"  # a checkpoint's `why` between its p
 
 def _natural(text: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def run_watch(config_path: str, overrides: tuple[str, ...], output_dir: str | None, once: bool) -> int:
+    """`shardeval watch`: its logging on stderr, the watch checked, then run to its exit code."""
+    setup_logging()
+    return Watcher.create(config_path, overrides, output_dir, once=once).run()
 
 
 def checkpoint_name(spec: CheckpointsConfig, path: str) -> str:
@@ -84,8 +93,6 @@ class Watcher:
         self.last_news = time.time()
         self.slots: int | None = self.settings.parallel or 1  # launches at once (None: no limit)
         self.state = WatchState(config=os.path.abspath(config_path), started_at=time.time(), poll_s=self.settings.poll_s)
-        from shardeval.results.sweep_merge import IncrementalSweep  # the merge loads when a watch starts, not for --help
-
         self.sweep = IncrementalSweep(root)
 
     @classmethod
@@ -99,8 +106,6 @@ class Watcher:
                 f"{config_path}: `shardeval watch` evaluates the checkpoints a sweep finds; add `sweep.checkpoints` "
                 "(its template and paths, docs/watch.md)"
             )
-        from shardeval import plugins
-
         factory = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory
         factory = factory.load() if hasattr(factory, "load") else factory
         if not getattr(factory, "runs_cells", True):
@@ -391,8 +396,6 @@ class Watcher:
         if plan is None:
             return
         atomic_write(os.path.join(self.root, PLAN_FILE), pretty_json(plan))
-        from shardeval.results import trackers
-
         try:
             merged = self.sweep.update(plan, changed)
         except (UsageError, ShardError) as exc:  # the watch goes on; `shardeval merge` says the same
