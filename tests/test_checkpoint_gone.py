@@ -75,6 +75,7 @@ def test_a_deleted_checkpoints_cell_ends_in_errors_naming_it(tmp_path: Path) -> 
     assert "ERRORS: 7 of 7 cells end in errors (7 checkpoint_gone)" in merged.stdout
     report = (root / "step2" / "merged" / "report.md").read_text()
     assert "excluded from scores: checkpoint_gone 4" in report
+    assert reason in (root / "step2" / "merged" / "report.html").read_text()  # each error record's text
     status = shardeval_cmd("status", str(root))
     assert reason in status.stdout, status.stdout
 
