@@ -247,6 +247,13 @@ def _tool_script(ctx: click.Context, param: click.Parameter, value: str | None) 
     "the same reply every time.",
 )
 @click.option("--log-requests", metavar="PATH", help="Append every request body, as JSON on one line, to PATH as it arrives (for tests).")
+@click.option(
+    "--weights-log",
+    metavar="PATH",
+    help="Load the weights at start-up, before the listening line: read every file under --root (which must be a folder; "
+    "a config.json in it must be JSON, else exit 1 with one line) and append one JSON line to PATH: "
+    '{"root", "at", "pid", "files": {relative path: sha256}} (for tests: which weights each server was started on).',
+)
 @click.option("--seed", type=int, default=D.seed, show_default=True, help="Seed for answers and fault draws.")
 @click.option("--root", metavar="PATH", help="The weights /v1/models reports as `root`, as vLLM does (default: the model name).")
 @click.option(
@@ -269,6 +276,10 @@ def sim_command(
     settings = SimSettings(bench=bench, bench_params=parse_key_values(bench_params, "--bench-param", "n=500"), **opts)
     check_settings(settings, lambda key: "--" + key.replace("_", "-"))
     known = load_known(settings.bench, settings.bench_params)
+    if settings.weights_log is not None:
+        from shardeval_sim.weights import load_weights
+
+        load_weights(settings.root, settings.weights_log)
 
     import asyncio
 

@@ -62,6 +62,7 @@ class SimServiceConfig(ServiceConfig, kw_only=True, forbid_unknown_fields=True, 
     usage_reasoning_tokens: bool = D.usage_reasoning_tokens
     vary_unseeded: bool = D.vary_unseeded  # a request without a seed is drawn afresh each time it is asked
     log_requests: str | None = None  # a JSONL file of every request body (for tests; not identity)
+    weights_log: str | None = None  # read `root` at start-up, append its files' digests here (for tests; not identity)
     # limit_mm_per_prompt and allowed_local_media_path are ServiceConfig's (every service declares
     # them); the sim is started with them and refuses images as vLLM would. They change no answer,
     # only which requests are refused, so they are not part of the identity.

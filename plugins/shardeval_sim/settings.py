@@ -59,6 +59,9 @@ class SimSettings:
     # the same reply every time.
     vary_unseeded: bool = False
     log_requests: str | None = None  # a JSONL file every request body is appended to as it arrives (for tests)
+    # At start-up, read every file under `root` and append one JSON line of their digests to this
+    # file (shardeval_sim.weights): which weights each simulator was started on, for tests.
+    weights_log: str | None = None
 
     def fault_rates(self) -> dict[str, float]:
         """Per-attempt probabilities of each fault; they are exclusive, so they must sum to <= 1."""

@@ -14,10 +14,11 @@ could have found a new checkpoint since.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -101,8 +102,7 @@ def _generate(raw: RawConfig, where: Where) -> list[str]:
         paths += [p for p in found if p not in paths]
     names = []
     for path in paths:
-        stem = os.path.basename(os.path.normpath(path))
-        name = spec.prefix + (re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "checkpoint")
+        name = checkpoint_name(path, spec.prefix)
         if name in raw.services or name in names:
             raise where.error(
                 f"{path} would be service {name!r}, which is already defined; set sweep.checkpoints.prefix "
@@ -112,6 +112,40 @@ def _generate(raw: RawConfig, where: Where) -> list[str]:
         names.append(name)
         raw.services[name] = {**template, spec.key: path}
     return names
+
+
+def checkpoint_name(path: str, prefix: str = "") -> str:
+    """The service a checkpoint path becomes: `prefix` and the path's last part, any character that
+    is not a letter, digit, `_`, `.` or `-` made `_` (`/ckpt/step 1/` -> `step_1`)."""
+    stem = os.path.basename(os.path.normpath(path))
+    return prefix + (re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "checkpoint")
+
+
+def checkpoint_paths(config: Config) -> dict[str, str]:
+    """{generated service name: its checkpoint path} of a resolved sweep config, in sweep order: the
+    models whose `sweep.checkpoints.key` holds a path that one of `paths` names (the path itself, or
+    a glob matching it) and whose name `checkpoint_name` makes of it. Read from the services, not by
+    globbing again: a checkpoint deleted since the launch keeps its path."""
+    sweep = config.sweep
+    spec = sweep.checkpoints if sweep is not None else None
+    if sweep is None or spec is None:
+        return {}
+    patterns = [spec.paths] if isinstance(spec.paths, str) else spec.paths
+    found: dict[str, str] = {}
+    for name in sweep.services:
+        path = getattr(config.services.get(name), spec.key, None)
+        if not isinstance(path, str) or checkpoint_name(path, spec.prefix) != name:
+            continue
+        if any(path == p or (glob.has_magic(p) and fnmatch.fnmatchcase(path, p)) for p in patterns):
+            found[name] = path
+    return found
+
+
+def looks_local(path: str) -> bool:
+    """Whether a checkpoint path can only name something on this machine's filesystem: absolute, or
+    starting with `.` or `~`. `org/model-step1` may be a Hugging Face id as well as a relative
+    folder (vLLM tries both), so its absence proves nothing."""
+    return os.path.isabs(path) or path.startswith((".", "~"))
 
 
 def model_config(config: Config, name: str) -> Config:
@@ -132,6 +166,7 @@ class Sweep:
     shards: int  # per model
     configs: dict[str, Config]
     listed: tuple[str, ...] = ()  # every model the config lists, for the plan a shard records
+    checkpoints: dict[str, str] = field(default_factory=dict)  # generated model -> its checkpoint path (checkpoint_paths)
 
     @property
     def n_cells(self) -> int:
@@ -154,6 +189,19 @@ class Sweep:
         where = f"sweep cell {spec.idx} of {spec.total}: " if models > 1 else "sweep model "
         return name, ShardSpec(idx, per, f"{spec.source}; {where}{name}")
 
+    def gone(self, name: str) -> str | None:
+        """Why model `name` cannot be evaluated now, or None: a generated checkpoint whose path is
+        gone from this node (issue 42: the trainer deleted it before its evaluation). Only a local
+        path (`looks_local`) of a service the shard starts itself (`managed`: the server loads the
+        path here) counts; an `api` service's model names weights on a server elsewhere."""
+        path = self.checkpoints.get(name)
+        if path is None or not looks_local(path) or os.path.exists(os.path.expanduser(path)):
+            return None
+        service = self.configs[name].services.get(name) if name in self.configs else None
+        if service is None or not service.managed():
+            return None
+        return f"checkpoint {path} is gone (no such file or folder): deleted before its evaluation; not retried"
+
     def write_plan(self, root: str) -> None:
         """<root>/sweep_plan.json, so merge and status know every model (also one with no shard yet)."""
         os.makedirs(root, exist_ok=True)
@@ -173,4 +221,6 @@ def plan_sweep(config: Config, only: str | None = None) -> Sweep:
             raise UsageError(f"{SWEEP_FLAG} {only}: {what}; its models: {', '.join(services)}")
         services = picked
     configs = {name: model_config(config, name) for name in services}
-    return Sweep(tuple(services), config.sweep.baseline, config.cluster.shards or 1, configs, tuple(config.sweep.services))
+    return Sweep(
+        tuple(services), config.sweep.baseline, config.cluster.shards or 1, configs, tuple(config.sweep.services), checkpoint_paths(config)
+    )

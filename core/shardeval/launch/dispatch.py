@@ -57,10 +57,11 @@ def launch(
             config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep, merge=merge
         )
         return hand_off(request)
-    plan = None
+    plan, unavailable = None, None
     if sweep is not None:  # -o is the sweep's root: the cell writes <root>/<service>/shard_<i>/
         name, shard = sweep.select(shard)
         config, plan = sweep.configs[name], sweep.plan(name)
+        unavailable = sweep.gone(name)  # a checkpoint deleted since the launch: its pairs end in errors naming it
         out_dir = os.path.join(output_dir or config.output.dir, name, f"shard_{shard.idx}")
     else:
         out_dir = output_dir or os.path.join(config.output.dir, f"shard_{shard.idx}")
@@ -71,7 +72,7 @@ def launch(
         print_identity(config)
         return 0
     try:  # the shard opens its own logs/shard.log once its directory is ready
-        return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh, sweep=plan).run())
+        return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh, sweep=plan, unavailable=unavailable).run())
     except ShardError as exc:  # already logged by the shard, in its log too
         return exc.exit_code
 

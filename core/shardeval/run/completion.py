@@ -20,7 +20,9 @@ class Completion(msgspec.Struct, kw_only=True):
     latency_s: float | None = None
     started_at: float = 0.0  # unix time of the first attempt
     attempts: int = 0
-    error_kind: str | None = None  # timeout | rate_limited | server_error | connection | protocol | client | too_large
+    error_kind: str | None = (
+        None  # timeout | rate_limited | server_error | connection | protocol | client | too_large (checkpoint_gone: shardeval.run.unavailable)
+    )
     error: str | None = None
     queued_s: float = 0.0  # waiting for a concurrency slot: client-side queueing, apart from the server
     # From a non-streamed completions response's `logprobs` (None when the server sent none); with

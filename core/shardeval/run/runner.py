@@ -9,6 +9,7 @@ the requests in flight; a rerun resumes from what is on disk.
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import logging
 import logging.handlers
@@ -74,6 +75,7 @@ from shardeval.numbers import fmt
 from shardeval.store.standing import ERROR, OK, SUPERSEDE, TAKE, Cells, Membership, decide, nothing_to_ask, own_records, read_cells
 from shardeval.run.solver import Attempt, ServiceHandle, SolvePairs, Solver, as_solver, generation_params
 from shardeval.run.thumbnails import ThumbnailLog
+from shardeval.run.unavailable import append_records, gone_completion
 from shardeval.benchmark.images import DEFAULT_MAX_IMAGE_BYTES, STORE as IMAGE_STORE, image_limit
 
 log = logging.getLogger("shardeval")
@@ -252,8 +254,19 @@ class _Refused(Exception):
 class ShardRun:
     """Everything one shard does, from its output directory to its final manifest."""
 
-    def __init__(self, config: Config, shard: ShardSpec, out_dir: str, fresh: bool = False, sweep: SweepPlan | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        shard: ShardSpec,
+        out_dir: str,
+        fresh: bool = False,
+        sweep: SweepPlan | None = None,
+        unavailable: str | None = None,
+    ) -> None:
         self.config = config
+        # why the model cannot be served at all (a deleted checkpoint, shardeval.run.unavailable):
+        # then no service is started and every pair to ask is recorded as an error naming this
+        self.unavailable = unavailable
         self.sweep = sweep  # the sweep this shard is a cell of, for its manifest
         self.shard = shard
         self.out_dir = out_dir
@@ -317,7 +330,10 @@ class ShardRun:
         refused = False
         try:
             try:
-                cells = await self._answer(plans, manifest, resumed, tallies)
+                if self.unavailable is not None:
+                    cells = self._record_unavailable(plans, manifest, tallies, self.unavailable)
+                else:
+                    cells = await self._answer(plans, manifest, resumed, tallies)
             except _Refused as exc:
                 refused = True
                 raise exc.error from None
@@ -417,16 +433,47 @@ class ShardRun:
                 tallies.append(
                     await self._run_benchmark(plan, handles[plan.config.solver.named_service()], Membership.of(manifest, bm), judge)
                 )
-            cells = [
-                read_cells(os.path.join(self.out_dir, bm.name, RESULTS_FILE), Membership.of(manifest, bm))
-                for bm in manifest.benchmarks[: len(tallies)]
-            ]
-            for bm, read in zip(manifest.benchmarks, cells):
-                bm.n_ok, bm.n_error, bm.error_kinds = read.n_ok, read.n_error, read.error_kinds
-            failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, cells))
-            if failure:
-                raise ShardError(failure)
-            return cells
+            return self._read_back(plans, manifest, tallies)
+
+    def _read_back(self, plans: list[BenchmarkPlan], manifest: Manifest, tallies: list[Tally]) -> list[Cells]:
+        """The records of the benchmarks answered, as the merge's reader reads them, counted into the
+        manifest; raises ShardError when the service or a write failed, or a pair has no record."""
+        cells = [
+            read_cells(os.path.join(self.out_dir, bm.name, RESULTS_FILE), Membership.of(manifest, bm))
+            for bm in manifest.benchmarks[: len(tallies)]
+        ]
+        for bm, read in zip(manifest.benchmarks, cells):
+            bm.n_ok, bm.n_error, bm.error_kinds = read.n_ok, read.n_error, read.error_kinds
+        failure = self.service_failure or self.write_failure or (None if self.stopping else missing_pairs(plans, cells))
+        if failure:
+            raise ShardError(failure)
+        return cells
+
+    def _record_unavailable(self, plans: list[BenchmarkPlan], manifest: Manifest, tallies: list[Tally], reason: str) -> list[Cells]:
+        """The model cannot be served (`unavailable`): no service started, nothing asked; every pair
+        without an ok record gets a `checkpoint_gone` error naming `reason` (shardeval.run.unavailable)."""
+        log.warning("%s; no service started, every pair of this shard is recorded as a `checkpoint_gone` error", reason)
+        completion = gone_completion(reason)
+        for plan, bm in zip(plans, manifest.benchmarks):
+            bench_dir = os.path.join(self.out_dir, plan.name)
+            tally = Tally(plan.n_problems, plan.config.repeats)
+            os.makedirs(bench_dir, exist_ok=True)
+            self._resume(
+                os.path.join(bench_dir, RESULTS_FILE), os.path.join(bench_dir, TRAJECTORIES_FILE), tally, Membership.of(manifest, bm)
+            )
+            seeds = functools.partial(request_seed, self.config.seed, plan.name)
+            records = (make_record(plan, p, r, seeds(p.id, r), completion, self.shard.idx) for p, r in pending_work(plan, tally))
+            append_records(bench_dir, records, functools.partial(self._written, tally))
+            tallies.append(tally)
+        return self._read_back(plans, manifest, tallies)
+
+    def _written(self, tally: Tally, record: ResultRecord) -> None:
+        """A record written without a request (`_record_unavailable`): counted, and the
+        `record_written` hook told, as `_keep` does for an answer. An error leaves its pair pending,
+        so counting as `pending_work` goes is safe."""
+        tally.add(record)
+        if self.record_hook:
+            self.hooks.record_written(record=record, out_dir=self.out_dir)
 
     def _settle(self, manifest: Manifest, plans: list[BenchmarkPlan], tallies: list[Tally], cells: list[Cells]) -> None:
         """The state of a shard that ran to its end (or was stopped): complete only when every pair
@@ -437,8 +484,9 @@ class ShardRun:
             pairs = sum(len(plan.indices) * plan.config.repeats for plan, _ in zip(plans, tallies))  # this shard's pairs
             manifest.state = "finished_with_errors"
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])))
+            counted = f"{sum(errors.values())} of {pairs} pairs end in errors ({kinds})"
             manifest.reason = (
-                f"{sum(errors.values())} of {pairs} pairs end in errors ({kinds}); rerun the shard to ask them again (it resumes)"
+                f"{self.unavailable}: {counted}" if self.unavailable else f"{counted}; rerun the shard to ask them again (it resumes)"
             )
 
     def _exit_code(self, manifest: Manifest) -> int:

@@ -33,7 +33,8 @@ from typing import Any
 
 from shardeval import plugins
 from shardeval.config.loading import load_config
-from shardeval.config.schema import CheckpointsConfig, Config, WatchConfig
+from shardeval.config.schema import Config, WatchConfig
+from shardeval.config.sweep import checkpoint_name
 from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError
 from shardeval.launch import log, setup_logging
 from shardeval.results import trackers
@@ -61,12 +62,6 @@ def run_watch(config_path: str, overrides: tuple[str, ...], output_dir: str | No
     return Watcher.create(config_path, overrides, output_dir, once=once).run()
 
 
-def checkpoint_name(spec: CheckpointsConfig, path: str) -> str:
-    """The service name `sweep.checkpoints` gives a path (shardeval.config.sweep)."""
-    stem = os.path.basename(os.path.normpath(path))
-    return spec.prefix + (re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "checkpoint")
-
-
 class WatchLease(ShardLease):
     """One watcher per sweep root: the lease of <out>/watch/ (a second watcher is refused)."""
 
@@ -85,7 +80,7 @@ class Watcher:
         self.checkpoints = config.sweep.checkpoints
         self.rule = self.checkpoints.ready_rule()
         self.settings = config.sweep.watch or WatchConfig()
-        generated = {checkpoint_name(self.checkpoints, path) for path in self._found()}
+        generated = {checkpoint_name(path, self.checkpoints.prefix) for path in self._found()}
         self.fixed = [name for name in config.sweep.services if name not in generated]
         self.spec = LaunchSpec(config_path, overrides, root, config.cluster.shards or 1)
         self.stop: signal.Signals | None = None
@@ -247,7 +242,7 @@ class Watcher:
         for path in self._found():
             if is_temporary(path, self.rule):
                 continue
-            name = checkpoint_name(self.checkpoints, path)
+            name = checkpoint_name(path, self.checkpoints.prefix)
             seen.add(name)
             self._look_at(name, path, now)
         for c in self.state.checkpoints.values():
