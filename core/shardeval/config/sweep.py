@@ -79,9 +79,19 @@ def _with_service(bench, service: str):
     return msgspec.structs.replace(bench, solver=msgspec.structs.replace(bench.solver, service=service))
 
 
-def _natural(text: str) -> list[Any]:
-    """step2 before step10."""
+def natural(text: str) -> list[Any]:
+    """The sort key that puts step2 before step10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def expand_paths(paths: str | list[str]) -> list[str]:
+    """`sweep.checkpoints.paths` now: each glob expanded in natural order, a plain path as it is,
+    each path once (`shardeval watch` asks again at every poll)."""
+    found: list[str] = []
+    for pattern in [paths] if isinstance(paths, str) else paths:
+        matches = sorted(glob.glob(pattern), key=natural) if glob.has_magic(pattern) else [pattern]
+        found += [p for p in matches if p not in found]
+    return found
 
 
 def _generate(raw: RawConfig, where: Where) -> list[str]:
@@ -96,12 +106,8 @@ def _generate(raw: RawConfig, where: Where) -> list[str]:
         template = raw.services[spec.template]
     else:
         template = spec.template
-    paths: list[str] = []
-    for pattern in [spec.paths] if isinstance(spec.paths, str) else spec.paths:
-        found = sorted(glob.glob(pattern), key=_natural) if glob.has_magic(pattern) else [pattern]
-        paths += [p for p in found if p not in paths]
     names = []
-    for path in paths:
+    for path in expand_paths(spec.paths):
         name = checkpoint_name(path, spec.prefix)
         if name in raw.services or name in names:
             raise where.error(

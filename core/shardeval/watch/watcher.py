@@ -22,9 +22,7 @@ launched twice.
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -34,7 +32,7 @@ from typing import Any
 from shardeval import plugins
 from shardeval.config.loading import load_config
 from shardeval.config.schema import Config, WatchConfig
-from shardeval.config.sweep import checkpoint_name
+from shardeval.config.sweep import checkpoint_name, expand_paths, natural
 from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError
 from shardeval.launch import log, setup_logging
 from shardeval.results import trackers
@@ -50,10 +48,6 @@ from shardeval.watch.readiness import is_temporary, snapshot, waiting_for
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 TICK_S = 0.5  # how often the loop looks at its launches between polls
 READY = "whole; waiting for a launch slot"  # a checkpoint's `why` between its poll and its launch
-
-
-def _natural(text: str) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def run_watch(config_path: str, overrides: tuple[str, ...], output_dir: str | None, once: bool) -> int:
@@ -223,13 +217,8 @@ class Watcher:
     # -- poll -----------------------------------------------------------------------------------
 
     def _found(self) -> list[str]:
-        """The checkpoint paths the config's globs find now, in natural order (step2 before step10)."""
-        patterns = [self.checkpoints.paths] if isinstance(self.checkpoints.paths, str) else self.checkpoints.paths
-        found: list[str] = []
-        for pattern in patterns:
-            matches = sorted(glob.glob(pattern), key=_natural) if glob.has_magic(pattern) else [pattern]
-            found += [p for p in matches if p not in found and os.path.exists(p)]
-        return found
+        """The checkpoint paths the config's globs find now that exist, in natural order."""
+        return [path for path in expand_paths(self.checkpoints.paths) if os.path.exists(path)]
 
     def _poll(self) -> None:
         now = time.time()
@@ -278,7 +267,7 @@ class Watcher:
 
     def _launch_ready(self) -> None:
         """Launch the checkpoints found whole, in natural order, while launch slots are free."""
-        for c in sorted(self.state.checkpoints.values(), key=lambda c: _natural(c.name)):
+        for c in sorted(self.state.checkpoints.values(), key=lambda c: natural(c.name)):
             if c.status != "waiting" or c.why != READY or self.stop is not None:
                 continue
             if self.slots is not None and len(self._running()) >= self.slots:
@@ -324,7 +313,7 @@ class Watcher:
         listed = [
             c for c in self.state.checkpoints.values() if c.path and c.launches and (keep or c.deleted_at is None or c.status == "running")
         ]
-        return sorted(listed, key=lambda c: _natural(c.name))
+        return sorted(listed, key=lambda c: natural(c.name))
 
     def _plan(self) -> SweepPlan | None:
         """The sweep's models now: the named services, then the checkpoints launched (running or ended)."""
