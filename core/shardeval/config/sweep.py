@@ -67,10 +67,13 @@ def resolve(raw: RawConfig, where: Where, may_be_empty: bool = False) -> None:
     raw.sweep = msgspec.structs.replace(sweep, services=names, baseline=baseline)
 
 
-def _baseline(named: str | None, models: list[str], may_be_empty: bool, where: Where) -> str:
-    """`sweep.baseline`, else the first model; a watch may name a checkpoint not written yet."""
-    baseline = named if named is not None else (models or [""])[0]
-    if baseline not in models and not may_be_empty:
+def _baseline(named: str | None, models: list[str], may_be_empty: bool, where: Where) -> str | None:
+    """`sweep.baseline`, else the first model. A watch (`may_be_empty`) may name a checkpoint not
+    written yet, and without one keeps None: its first model is the first of those evaluated."""
+    if may_be_empty:
+        return named
+    baseline = named if named is not None else models[0]
+    if baseline not in models:
         raise where.error(f"{baseline!r} is not one of the sweep's models ({', '.join(models)}); name one of them", "sweep.baseline")
     return baseline
 

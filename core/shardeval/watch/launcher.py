@@ -39,22 +39,24 @@ class LaunchSpec:
     root: str
     shards: int  # per model
 
-    def command(self, name: str, paths: list[str]) -> list[str]:
-        """The launch of checkpoint `name`, every known checkpoint's path passed explicitly."""
-        pinned = f"sweep.checkpoints.paths={json.dumps(paths)}"
-        overrides = [arg for override in (*self.overrides, pinned) for arg in ("-O", override)]
+    def command(self, name: str, paths: list[str], baseline: str) -> list[str]:
+        """The launch of checkpoint `name`: every known checkpoint's path and the sweep's baseline
+        now passed explicitly, so the launch's plan is the watcher's (a baseline the config names
+        may not be written yet)."""
+        pinned = [f"sweep.checkpoints.paths={json.dumps(paths)}", f"sweep.baseline={json.dumps(baseline)}"]
+        overrides = [arg for override in (*self.overrides, *pinned) for arg in ("-O", override)]
         return [*self_command(), "run", self.config_path, *overrides, "--sweep-services", name, "--no-merge", "-o", self.root]
 
     def log_path(self, name: str, launch: int) -> str:
         return os.path.join(self.root, WATCH_DIR, "logs", f"{name}.{launch}.log")
 
-    def start(self, name: str, paths: list[str], launch: int) -> subprocess.Popen[bytes]:
+    def start(self, name: str, paths: list[str], baseline: str, launch: int) -> subprocess.Popen[bytes]:
         """Start the launch; its output goes to watch/logs/<name>.<launch>.log."""
         path = self.log_path(name, launch)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "ab") as log:
             return subprocess.Popen(
-                self.command(name, paths), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.command(name, paths, baseline), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
 
 

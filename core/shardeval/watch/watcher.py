@@ -267,7 +267,7 @@ class Watcher:
 
     def _launch_ready(self) -> None:
         """Launch the checkpoints found whole, in natural order, while launch slots are free."""
-        for c in sorted(self.state.checkpoints.values(), key=lambda c: natural(c.name)):
+        for c in sorted(self.state.checkpoints.values(), key=lambda c: (bool(c.path), natural(c.name))):  # named services first
             if c.status != "waiting" or c.why != READY or self.stop is not None:
                 continue
             if self.slots is not None and len(self._running()) >= self.slots:
@@ -327,8 +327,9 @@ class Watcher:
 
     def _launch(self, c: CheckpointState, now: float) -> None:
         c.status, c.launches, c.launched_at, c.finished_at, c.exit_code = "running", c.launches + 1, now, None, None
-        paths = [x.path for x in self._in_plan()]
-        child = self.spec.start(c.name, paths, c.launches)
+        plan = self._plan()
+        assert plan is not None  # it holds this checkpoint now
+        child = self.spec.start(c.name, [x.path for x in self._in_plan()], plan.baseline, c.launches)
         self.children[c.name] = child
         c.launcher_pid, c.launcher_start = child.pid, process_start(child.pid)
         c.why = f"launched ({self.config.cluster.type}); log: {os.path.relpath(self.spec.log_path(c.name, c.launches), self.root)}"
