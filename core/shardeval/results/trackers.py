@@ -29,7 +29,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import msgspec
 
@@ -187,12 +187,16 @@ def _metrics(entry: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, float
     return {k: float(v) for k, v in out.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
-def tracker_export(merged: Merged) -> TrackerExport:
-    """The tracker runs of a merge (shardeval.results.sweep_merge.Merged: a run's or a sweep's)."""
+def tracker_export(merged: Merged, services: Collection[str] | None = None) -> TrackerExport:
+    """The tracker runs of a merge (shardeval.results.sweep_merge.Merged: a run's or a sweep's);
+    with `services`, of those models of a sweep only (a watched sweep exports the new checkpoint:
+    the others are in the tracker already, at their steps, which stay theirs)."""
     doc = merged.sweep_document
     sweep = doc is not None
     runs, notes = [], []
     for position, model in enumerate(merged.models):
+        if services is not None and model.service not in services:
+            continue
         if model.result is None:
             notes.append(f"{model.service}: {model.note or 'nothing merged'}; nothing exported for it")
             continue
@@ -293,9 +297,12 @@ def configured_targets(merged: Merged) -> list[ExportConfig]:
     return []
 
 
-def export_after_merge(merged: Merged, warn: Callable[[str], None], say: Callable[[str], None]) -> None:
+def export_after_merge(
+    merged: Merged, warn: Callable[[str], None], say: Callable[[str], None], services: Collection[str] | None = None
+) -> None:
     """The end of a launch: each configured target in turn. A failure is a warning and never fails
-    the merge, whose files are already written."""
+    the merge, whose files are already written. `services`: only those models of a sweep (as
+    `tracker_export`)."""
     try:
         targets = configured_targets(merged)
     except UsageError as exc:
@@ -303,7 +310,7 @@ def export_after_merge(merged: Merged, warn: Callable[[str], None], say: Callabl
         return
     if not targets:
         return
-    export = tracker_export(merged)
+    export = tracker_export(merged, services)
     for target in targets:
         try:
             check_target(target)
