@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache, cached_property
 from typing import Any
 from collections.abc import Sequence
 
@@ -62,11 +63,14 @@ class SweepMerge:
     notices: list[str] = field(default_factory=list)  # what writing it left out (for stderr), one line per reason
     markdown: str = ""  # sweep.md as written
 
-    @property
+    # What the verdict reads, once: sweep.md, sweep.html and the report each ask for it, and it
+    # walks every model's cells (a watched sweep of many checkpoints writes them at every update).
+    # A SweepMerge's models do not change once it is made.
+    @cached_property
     def partial(self) -> bool:
         return sweep_partial(self.models)
 
-    @property
+    @cached_property
     def verdict(self) -> str:
         """COMPLETE only when every model's run is (every cell ok); else PARTIAL or ERRORS."""
         return PARTIAL if self.partial else COMPLETE if all(m.result is not None and m.result.complete for m in self.models) else ERRORS
@@ -75,13 +79,18 @@ class SweepMerge:
     def complete(self) -> bool:
         return self.verdict == "COMPLETE"
 
-    def verdict_line(self) -> str:
-        """The verdict with the counts over every model's cells (see MergeResult.verdict_line)."""
+    @cached_property
+    def _verdict_line(self) -> str:
         results = [m.result for m in self.models if m.result is not None]
-        kinds: Counter[str] = sum((r.error_cells()[1] for r in results), Counter())
-        cells = sum(r.error_cells()[0] for r in results)
+        counted = [r.error_cells() for r in results]
+        kinds: Counter[str] = sum((by_kind for _, by_kind in counted), Counter())
+        cells = sum(n for n, _ in counted)
         missing = sum(b.cells.status.count(MISSING) for r in results for b in r.benchmarks)
         return verdict_text(self.verdict, cells, kinds, missing)
+
+    def verdict_line(self) -> str:
+        """The verdict with the counts over every model's cells (see MergeResult.verdict_line)."""
+        return self._verdict_line
 
 
 def merge_sweep(
@@ -240,14 +249,15 @@ def _vs_baseline_table(vs_baseline: list[dict[str, Any]], baseline: str, confide
         f"| model | benchmark | metric | difference | {percent(confidence)} interval | method | p | p (Holm) | test | cells |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    quote = cache(md_text)  # the same few names on every row (a sweep of many checkpoints has thousands)
     for row in vs_baseline:
-        row = {**row, **{key: md_text(row[key]) for key in ("service", "benchmark", "metric", "test") if key in row}}
         mark = "" if row.get("complete") else " †"
+        test = quote(row["test"]) if "test" in row else "—"
         lines.append(
-            f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
+            f"| {quote(row['service'])} | {quote(row['benchmark'])} | {quote(row['metric'])} | {fmt(row['diff'])}{mark} | "
             f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {row.get('ci_method', '—')} | {_p(row['p_value'])} | "
             f"{_p(row['p_holm'])} | "
-            f"{row.get('test', '—')} | {row.get('n', '—')} |"
+            f"{test} | {row.get('n', '—')} |"
         )
     if any(not row.get("complete") for row in vs_baseline):
         lines += [

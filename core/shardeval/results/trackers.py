@@ -29,7 +29,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 import msgspec
 
@@ -42,7 +42,7 @@ from shardeval.results.export import export as export_table
 from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, MergeResult
 from shardeval.results.outputs import REPORT_HTML
 from shardeval.results.report import counts, scores_document
-from shardeval.results.sweep_merge import Merged, merge_any
+from shardeval.results.sweep_merge import Merged, ModelMerge, merge_any
 from shardeval.store.discover import EXPORT_FILE, MERGED_DIR, read_export_list
 from shardeval.store.records import run_id
 
@@ -187,6 +187,11 @@ def _metrics(entry: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, float
     return {k: float(v) for k, v in out.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
+def _chosen(models: Sequence[ModelMerge], services: Collection[str] | None) -> list[tuple[int, ModelMerge]]:
+    """The models to export, each with its position in the sweep (its step when its name has none)."""
+    return [(position, m) for position, m in enumerate(models) if services is None or m.service in services]
+
+
 def tracker_export(merged: Merged, services: Collection[str] | None = None) -> TrackerExport:
     """The tracker runs of a merge (shardeval.results.sweep_merge.Merged: a run's or a sweep's);
     with `services`, of those models of a sweep only (a watched sweep exports the new checkpoint:
@@ -194,9 +199,7 @@ def tracker_export(merged: Merged, services: Collection[str] | None = None) -> T
     doc = merged.sweep_document
     sweep = doc is not None
     runs, notes = [], []
-    for position, model in enumerate(merged.models):
-        if services is not None and model.service not in services:
-            continue
+    for position, model in _chosen(merged.models, services):
         if model.result is None:
             notes.append(f"{model.service}: {model.note or 'nothing merged'}; nothing exported for it")
             continue
