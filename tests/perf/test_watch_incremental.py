@@ -23,7 +23,7 @@ from shardeval.results.incremental import IncrementalSweep
 from shardeval.results.sweep_merge import merge_any
 from shardeval.store.discover import read_plan
 
-CHECKPOINTS, BENCHMARKS, PROBLEMS, ROUNDS = 50, 20, 100, 7
+CHECKPOINTS, BENCHMARKS, PROBLEMS, ROUNDS = 50, 20, 500, 7
 MAX_RATIO = 1.2
 
 
