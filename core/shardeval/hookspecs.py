@@ -105,7 +105,17 @@ def export_flags(add: AddExportFlag) -> None:
 
 @hookspec(firstresult=True)
 def paired_differences(pairs: Sequence[tuple[ScoreTableView, ScoreTableView]], options: MetricOptionsView) -> list[PairedDifference] | None:
-    """For each (baseline, other) pair of one benchmark's tables: the paired difference other − baseline on the (problem, repeat) cells valid in both, with interval, p-value and the Holm-adjusted p-value across all pairs given (one call = one family). None: no plugin computes it."""
+    """For each (baseline, other) pair of one benchmark's tables: the paired difference other − baseline on the (problem, repeat) cells valid in both, with interval, p-value and the Holm-adjusted p-value across all pairs given (one call = one family). None: no plugin computes it.
+
+    The sweep merge calls it once per model (that model's pairs) and replaces each row's `p_holm`
+    by `family_adjusted` over the whole table, so a watched sweep computes only a new model's pairs."""
+
+
+@hookspec(firstresult=True)
+def family_adjusted(p_values: Sequence[float | None]) -> list[float | None] | None:
+    """The p-values of one family (every paired difference of a sweep's table, in its order)
+    adjusted for multiple comparisons, in the same order: sweep.json's `p_holm` (the metrics
+    plugin: Holm's step-down). None stays None and is not counted. None: no plugin adjusts them."""
 
 
 @hookspec

@@ -24,7 +24,20 @@ def fmt(x: float | None, digits: int = 4) -> str:
         return "—"
     if isinstance(x, float) and math.isinf(x):
         return f"{x}"
-    return _rounded(Decimal(repr(float(x))), digits)
+    shortest = repr(float(x))
+    if abs(x) < 10.0 ** (13 - digits) and "e" not in shortest:  # the fast path (below); else Decimal's
+        decimals = len(shortest) - shortest.index(".") - 1
+        if decimals != digits + 1 or shortest[-1] != "5":
+            return f"{x:.{digits}f}"
+    return _rounded(Decimal(shortest), digits)
+
+
+# fmt's fast path (a sweep.md of many checkpoints formats thousands of numbers, at each update of a
+# watched sweep): the format rounds the binary value itself, which reads as the shortest decimal
+# form rounded except where that form is a tie (`digits` + 1 decimals, the last a 5): a tie point
+# strictly between the two, or equal to the binary value, would be a second decimal within the
+# value's spacing of the shortest form, and below 10**(13 - digits) the spacing (< 2.2e-16 · x) is
+# finer than any two decimals of `digits` + 2 places can be apart. A tie goes through Decimal.
 
 
 def _rounded(exact: Decimal, digits: int) -> str:

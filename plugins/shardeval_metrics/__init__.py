@@ -11,6 +11,7 @@ so loading plugins (`shardeval --help`, `shardeval plugins`) never imports numpy
     classification   shardeval_metrics.classification  macro/weighted F1, macro P/R; bootstrap
     (compare)        shardeval_metrics.compare         compare_tables(a, b, options)
     (sweep)          shardeval_metrics.paired          hook paired_differences(pairs, options)
+    (sweep)          shardeval_metrics.paired          hook family_adjusted(p_values): Holm across the table
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from shardeval.api.plugin import Lazy, hookimpl
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import click
 
     from shardeval.api.metric import MetricOptions, ScoreTable
@@ -47,3 +50,10 @@ def paired_differences(pairs: list[tuple[ScoreTable, ScoreTable]], options: Metr
     from shardeval_metrics.paired import paired_differences as compute
 
     return compute(pairs, options)
+
+
+@hookimpl
+def family_adjusted(p_values: Sequence[float | None]) -> list[float | None]:
+    from shardeval_metrics.paired import holm
+
+    return holm(list(p_values))

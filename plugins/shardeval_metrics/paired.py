@@ -22,7 +22,9 @@ different problems are never compared; what the pairing leaves out is counted in
   discordant pair as an independent coin flip. Two repeats of one problem are not independent
   draws, so with several cells per problem McNemar would count one problem's repeats as separate
   evidence and its p-value would be too small. The clustered t test accounts for that.
-- p_holm: Holm's step-down adjustment across every pair of one call (one call = one family).
+- p_holm: Holm's step-down adjustment across every pair of one call (one call = one family). The
+  sweep merge calls this once per model and adjusts the whole table with the `family_adjusted`
+  hook (`holm` again), so a watched sweep pairs only the new checkpoint.
 """
 
 from __future__ import annotations

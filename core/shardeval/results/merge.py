@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from contextlib import ExitStack
 from array import array
+from functools import cached_property
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from collections.abc import Iterable, Iterator
@@ -290,7 +291,9 @@ class MergeResult:
     errors_as_wrong: bool
     notices: list[str] = field(default_factory=list)  # what writing it left out (for stderr): no report.html
 
-    @property
+    # partial and verdict once per merge (a merge does not change once made): every page and text
+    # asks, and a watched sweep's update asks them of every checkpoint kept from earlier updates.
+    @cached_property
     def partial(self) -> bool:
         return bool(self.run.missing_shards() or self.run.running() or self.run.lost()) or any(
             sum(b.missing_by_shard.values()) for b in self.benchmarks
@@ -305,7 +308,7 @@ class MergeResult:
                     kinds[kind] += n
         return sum(len(b.cells.status) for b in self.benchmarks), kinds
 
-    @property
+    @cached_property
     def verdict(self) -> str:
         """COMPLETE only when every cell has a standing ok record (issue 24); PARTIAL while cells
         are missing (shards running, lost, stopped or never started); ERRORS when every cell

@@ -5,7 +5,9 @@ missing cells, lost shards and mixed identities handled by the one merge), into 
 Then <out>/merged/sweep.json, sweep.md and sweep.html (sweep.html drawn by the pages plugin): models ×
 benchmarks with every metric's value and interval, and each non-baseline model's paired
 difference against the baseline on the (problem, repeat) cells both answered, Holm-adjusted
-across the table (the statistics come from the `paired_differences` hook: the metrics plugin).
+across the table (the statistics come from the `paired_differences` and `family_adjusted` hooks:
+the metrics plugin). sweep.json is assembled from one part per model (shardeval.results.sweep_parts),
+as a watched sweep's update assembles it (shardeval.results.incremental), so both write the same bytes.
 A cell short of full coverage, or a pair compared on fewer cells than either model has, is
 marked, never silently compared. A model whose benchmark was asked or scored otherwise than the
 baseline's (data, prompt or scorer fingerprint: shardeval.identity.incomparable) is shown and
@@ -17,24 +19,25 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache, cached_property
 from typing import Any
 from collections.abc import Sequence
 
-from shardeval import plugins
 from shardeval.errors import os_error
-from shardeval.identity import incomparable
 from shardeval.numbers import percent
-from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, BenchmarkMerge, MergeResult, merge_run, verdict_text, warnings
+from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, MergeResult, merge_run, verdict_text, warnings
 from shardeval.results.outputs import REPORT_HTML, write_merged
 from shardeval.results import pages
-from shardeval.results.metrics import MISSING, MetricOptions, headline_metric
+from shardeval.results.metrics import MISSING, MetricOptions
 from shardeval.results.quoting import md_text
-from shardeval.results.report import counts, fmt, fmt_p, reasoning_counts, render_report
+from shardeval.results.report import fmt, fmt_p, render_report
+from shardeval.results.sweep_parts import assemble, by_benchmark, model_part
 from shardeval.store.atomic import atomic_write
 from shardeval.store.discover import MERGED_DIR, model_roots, naming_model, read_plan, refuse_inside_shard
 from shardeval.store.records import SweepPlan, pretty_json
 
 SWEEP_JSON, SWEEP_MD, SWEEP_HTML = "sweep.json", "sweep.md", "sweep.html"
+NOT_WRITTEN_YET = "no shard has written yet"  # a model of the plan with no shard yet
 
 
 @dataclass
@@ -58,12 +61,16 @@ class SweepMerge:
     models: list[SweepModel]
     document: dict[str, Any]
     notices: list[str] = field(default_factory=list)  # what writing it left out (for stderr), one line per reason
+    markdown: str = ""  # sweep.md as written
 
-    @property
+    # What the verdict reads, once: sweep.md, sweep.html and the report each ask for it, and it
+    # walks every model's cells (a watched sweep of many checkpoints writes them at every update).
+    # A SweepMerge's models do not change once it is made.
+    @cached_property
     def partial(self) -> bool:
-        return any(m.result is None or m.result.partial for m in self.models)
+        return sweep_partial(self.models)
 
-    @property
+    @cached_property
     def verdict(self) -> str:
         """COMPLETE only when every model's run is (every cell ok); else PARTIAL or ERRORS."""
         return PARTIAL if self.partial else COMPLETE if all(m.result is not None and m.result.complete for m in self.models) else ERRORS
@@ -72,13 +79,18 @@ class SweepMerge:
     def complete(self) -> bool:
         return self.verdict == "COMPLETE"
 
-    def verdict_line(self) -> str:
-        """The verdict with the counts over every model's cells (see MergeResult.verdict_line)."""
+    @cached_property
+    def _verdict_line(self) -> str:
         results = [m.result for m in self.models if m.result is not None]
-        kinds: Counter[str] = sum((r.error_cells()[1] for r in results), Counter())
-        cells = sum(r.error_cells()[0] for r in results)
+        counted = [r.error_cells() for r in results]
+        kinds: Counter[str] = sum((by_kind for _, by_kind in counted), Counter())
+        cells = sum(n for n, _ in counted)
         missing = sum(b.cells.status.count(MISSING) for r in results for b in r.benchmarks)
         return verdict_text(self.verdict, cells, kinds, missing)
+
+    def verdict_line(self) -> str:
+        """The verdict with the counts over every model's cells (see MergeResult.verdict_line)."""
+        return self._verdict_line
 
 
 def merge_sweep(
@@ -89,7 +101,7 @@ def merge_sweep(
     models: list[SweepModel] = []
     for name, run_root in model_roots(root, plan):
         if run_root is None:
-            models.append(SweepModel(name, None, "no shard has written yet"))
+            models.append(SweepModel(name, None, NOT_WRITTEN_YET))
             continue
         with naming_model(name):
             result = merge_run(
@@ -100,100 +112,48 @@ def merge_sweep(
 
 
 def sweep_document(plan: SweepPlan, models: list[SweepModel], options: MetricOptions, errors_as_wrong: bool) -> dict[str, Any]:
-    """sweep.json: the table's cells, the paired differences against the baseline, what is missing."""
-    cells, labels, pairs, apart = [], [], [], []
-    merged = {m.service: {b.manifest.name: b for b in m.result.benchmarks} for m in models if m.result is not None}
-    base = merged.get(plan.baseline, {})
-    for m in models:
-        for bench, b in merged.get(m.service, {}).items():
-            # other questions, or scored otherwise, than the baseline's: shown, marked, never paired with it
-            why = incomparable(base[bench].manifest, b.manifest, plan.baseline, m.service) if bench in base else None
-            cells += _cells_of(m.service, bench, b, why)
-            if why:
-                apart.append({"service": m.service, "benchmark": bench, "why": f"not compared with {plan.baseline}: {why}"})
-            elif m.service != plan.baseline and bench in base:
-                metric = headline_metric(b.manifest.metrics) or "score"  # the pairing compares the cells' scores
-                labels.append({"service": m.service, "benchmark": bench, "metric": metric})
-                pairs.append((base[bench].table, b.table))
-    found = plugins.hooks().paired_differences(pairs=pairs, options=options) if pairs else []
-    vs = [{**label, **row} for label, row in zip(labels, found or [])]
-    doc: dict[str, Any] = {
-        "baseline": plan.baseline,
-        "services": plan.services,
-        "confidence": options.confidence,
-        "errors_as_wrong": errors_as_wrong,
-        "partial": any(m.result is None or m.result.partial for m in models),
-        "cells": cells,
-        "vs_baseline": vs,
-        "missing": _missing(plan, models, merged),
-    }
-    if apart:  # absent when every pair is comparable: sweep.json of such a sweep is what it was
-        doc["not_compared"] = apart
-    if pairs and found is None:
-        doc["vs_baseline_note"] = "no installed plugin computes paired differences (the built-in `metrics` plugin does)"
-    return doc
+    """sweep.json: the table's cells, the paired differences against the baseline, what is missing;
+    assembled from one part per model (shardeval.results.sweep_parts), as a watched sweep's is."""
+    base = by_benchmark(next((m.result for m in models if m.service == plan.baseline), None))
+    parts = [model_part(m.service, m.result, m.note, base, plan.baseline, options) for m in models]
+    return assemble(plan, parts, sweep_partial(models), options, errors_as_wrong)
 
 
-def _cells_of(service: str, bench: str, b: BenchmarkMerge, why: str | None) -> list[dict[str, Any]]:
-    """One model × benchmark's cells of sweep.json, one per metric, each with the coverage behind
-    it (and why it is not compared with the baseline, and what the answers thought, when so)."""
-    c = counts(b)
-    coverage = {
-        "n_ok": c["n_ok"],
-        "n_expected": c["n_expected"],
-        "n_errors": c["n_errors"],
-        "n_missing": c["n_missing"],
-        "complete": c["n_ok"] == c["n_expected"],
-    }
-    coverage |= {"differs_from_baseline": why} if why else {}
-    if (reasoning := reasoning_counts(b)) is not None:  # absent for a model that does not think
-        coverage["reasoning"] = reasoning
-    return [
-        {
-            "service": service,
-            "benchmark": bench,
-            "metric": name,
-            "value": v.value,
-            "ci_low": v.ci_low,
-            "ci_high": v.ci_high,
-            "n": v.n,
-            "ci_method": v.ci_method,
-            **coverage,
-        }
-        for name, v in b.metrics.items()
-    ]
-
-
-def _missing(plan: SweepPlan, models: list[SweepModel], merged: dict[str, dict[str, BenchmarkMerge]]) -> list[dict[str, Any]]:
-    """sweep.json's `missing`: the models with no results, then the benchmarks the baseline lacks."""
-    base = merged.get(plan.baseline, {})
-    missing: list[dict[str, Any]] = [{"service": m.service, "why": m.note} for m in models if m.result is None]
-    missing += [
-        {"service": m.service, "benchmark": bench, "why": "the baseline has no results for it"}
-        for m in models
-        if m.service != plan.baseline
-        for bench in merged.get(m.service, {})
-        if bench not in base
-    ]
-    return missing
+def sweep_partial(models: Sequence[ModelMerge]) -> bool:
+    """sweep.json's `partial`: some model has no merge yet, or cells still missing."""
+    return any(m.result is None or m.result.partial for m in models)
 
 
 def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float = 0.95) -> str:
     """Each model's merged/ (or OUT/<service>/ with `out_dir`), then sweep.json, sweep.md and
     sweep.html (without the plotting extra: one line in sweep.notices says how to get it)."""
     refuse_inside_shard(out_dir or os.path.join(sweep.root, MERGED_DIR), "-o")
-    reports = {
+    reports = write_models(sweep.models, out_dir, confidence)
+    out_dir = out_dir or os.path.join(sweep.root, MERGED_DIR)
+    write_sweep_files(sweep, out_dir, reports, confidence)
+    return out_dir
+
+
+def write_models(models: Sequence[SweepModel], out_dir: str | None, confidence: float) -> dict[str, str]:
+    """Each merged model's merged/ (or OUT/<service>/ with `out_dir`): its report.html's path by model."""
+    return {
         m.service: os.path.join(
             write_merged(m.result, os.path.join(out_dir, m.service) if out_dir else None, confidence=confidence), REPORT_HTML
         )
-        for m in sweep.models
+        for m in models
         if m.result is not None
     }
-    out_dir = out_dir or os.path.join(sweep.root, MERGED_DIR)
+
+
+def write_sweep_files(sweep: SweepMerge, out_dir: str, reports: dict[str, str], confidence: float) -> None:
+    """sweep.json, sweep.md (kept in sweep.markdown) and sweep.html into `out_dir`; `reports`:
+    each model's report.html, linked from sweep.html when it is there. sweep.notices: what the
+    pages left out."""
+    sweep.markdown = render_sweep(sweep, confidence)
     try:
         os.makedirs(out_dir, exist_ok=True)
         atomic_write(os.path.join(out_dir, SWEEP_JSON), pretty_json(sweep.document))
-        atomic_write(os.path.join(out_dir, SWEEP_MD), render_sweep(sweep, confidence).encode())
+        atomic_write(os.path.join(out_dir, SWEEP_MD), sweep.markdown.encode())
         links = {name: os.path.relpath(path, out_dir) for name, path in reports.items() if os.path.exists(path)}
         page = os.path.join(out_dir, SWEEP_HTML)
         missing = pages.sweep_page(sweep, page, confidence, links)
@@ -202,7 +162,6 @@ def write_sweep(sweep: SweepMerge, out_dir: str | None = None, confidence: float
     sweep.notices = fold_notices(
         missing, [(m.service, n) for m in sweep.models if m.result is not None for n in m.result.notices], [page, *reports.values()]
     )
-    return out_dir
 
 
 def fold_notices(missing: str, of_models: list[tuple[str, str]], paths: list[str]) -> list[str]:
@@ -290,14 +249,15 @@ def _vs_baseline_table(vs_baseline: list[dict[str, Any]], baseline: str, confide
         f"| model | benchmark | metric | difference | {percent(confidence)} interval | method | p | p (Holm) | test | cells |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    quote = cache(md_text)  # the same few names on every row (a sweep of many checkpoints has thousands)
     for row in vs_baseline:
-        row = {**row, **{key: md_text(row[key]) for key in ("service", "benchmark", "metric", "test") if key in row}}
         mark = "" if row.get("complete") else " †"
+        test = quote(row["test"]) if "test" in row else "—"
         lines.append(
-            f"| {row['service']} | {row['benchmark']} | {row['metric']} | {fmt(row['diff'])}{mark} | "
+            f"| {quote(row['service'])} | {quote(row['benchmark'])} | {quote(row['metric'])} | {fmt(row['diff'])}{mark} | "
             f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {row.get('ci_method', '—')} | {_p(row['p_value'])} | "
             f"{_p(row['p_holm'])} | "
-            f"{row.get('test', '—')} | {row.get('n', '—')} |"
+            f"{test} | {row.get('n', '—')} |"
         )
     if any(not row.get("complete") for row in vs_baseline):
         lines += [
@@ -355,6 +315,27 @@ class Merged:
     root: str = ""  # the run's or the sweep's directory
 
 
+def sweep_merged(sweep: SweepMerge, out: str, out_dir: str | None = None) -> Merged:
+    """What `merge_any` says of a sweep written to `out` (`out_dir`: its -o, if any); a watched
+    sweep's update says the same."""
+    found = [f"{m.service}: {line}" for m in sweep.models if m.result is not None for line in warnings(m.result)]
+    models = os.path.join(out_dir, "<model>") if out_dir else os.path.join(sweep.root, "<model>", "merged")
+    written = f"{out}/ (sweep.json, sweep.md{'' if sweep.notices else ', sweep.html'}); each model's merge in {models}/"
+    return Merged(
+        sweep.markdown,
+        out,
+        written,
+        os.path.join(out, SWEEP_HTML),
+        "the grid, the differences, a link to each model's report",
+        found,
+        sweep.notices,
+        sweep.verdict_line(),
+        sweep.models,
+        sweep.document,
+        sweep.root,
+    )
+
+
 def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95, **options: Any) -> Merged:
     """Merge the run or the sweep at `root` and write its files. `options`: merge_run's
     (errors_as_wrong, options, allow_mixed_models). Every command that merges (`merge`, the end
@@ -362,23 +343,7 @@ def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95
     plan = read_plan(root)
     if plan is not None:
         sweep = merge_sweep(root, plan, **options)
-        found = [f"{m.service}: {line}" for m in sweep.models if m.result is not None for line in warnings(m.result)]
-        out = write_sweep(sweep, out_dir, confidence)
-        models = os.path.join(out_dir, "<model>") if out_dir else os.path.join(root, "<model>", "merged")
-        written = f"{out}/ (sweep.json, sweep.md{'' if sweep.notices else ', sweep.html'}); each model's merge in {models}/"
-        return Merged(
-            render_sweep(sweep, confidence),
-            out,
-            written,
-            os.path.join(out, SWEEP_HTML),
-            "the grid, the differences, a link to each model's report",
-            found,
-            sweep.notices,
-            sweep.verdict_line(),
-            sweep.models,
-            sweep.document,
-            root,
-        )
+        return sweep_merged(sweep, write_sweep(sweep, out_dir, confidence), out_dir)
     result = merge_run(root, **options)
     out = write_merged(result, out_dir, confidence=confidence)
     written = f"{out}/ (scores.json, timing.json, report.md, <benchmark>/results.jsonl, trajectories.jsonl)"
@@ -396,10 +361,3 @@ def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95
         root,
     )
 
-
-class IncrementalSweep:  # TEMPORARY SHIM until helper's branch lands
-    def __init__(self, root: str, **kw: Any) -> None:
-        self.root = root
-
-    def update(self, plan: SweepPlan, changed: Any = ()) -> Merged:
-        return merge_any(self.root)

@@ -29,7 +29,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 
 import msgspec
 
@@ -42,7 +42,7 @@ from shardeval.results.export import export as export_table
 from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, MergeResult
 from shardeval.results.outputs import REPORT_HTML
 from shardeval.results.report import counts, scores_document
-from shardeval.results.sweep_merge import Merged, merge_any
+from shardeval.results.sweep_merge import Merged, ModelMerge, merge_any
 from shardeval.store.discover import EXPORT_FILE, MERGED_DIR, read_export_list
 from shardeval.store.records import run_id
 
@@ -187,12 +187,19 @@ def _metrics(entry: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, float
     return {k: float(v) for k, v in out.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
-def tracker_export(merged: Merged) -> TrackerExport:
-    """The tracker runs of a merge (shardeval.results.sweep_merge.Merged: a run's or a sweep's)."""
+def _chosen(models: Sequence[ModelMerge], services: Collection[str] | None) -> list[tuple[int, ModelMerge]]:
+    """The models to export, each with its position in the sweep (its step when its name has none)."""
+    return [(position, m) for position, m in enumerate(models) if services is None or m.service in services]
+
+
+def tracker_export(merged: Merged, services: Collection[str] | None = None) -> TrackerExport:
+    """The tracker runs of a merge (shardeval.results.sweep_merge.Merged: a run's or a sweep's);
+    with `services`, of those models of a sweep only (a watched sweep exports the new checkpoint:
+    the others are in the tracker already, at their steps, which stay theirs)."""
     doc = merged.sweep_document
     sweep = doc is not None
     runs, notes = [], []
-    for position, model in enumerate(merged.models):
+    for position, model in _chosen(merged.models, services):
         if model.result is None:
             notes.append(f"{model.service}: {model.note or 'nothing merged'}; nothing exported for it")
             continue
@@ -293,9 +300,12 @@ def configured_targets(merged: Merged) -> list[ExportConfig]:
     return []
 
 
-def export_after_merge(merged: Merged, warn: Callable[[str], None], say: Callable[[str], None], services: Any = None) -> None:
+def export_after_merge(
+    merged: Merged, warn: Callable[[str], None], say: Callable[[str], None], services: Collection[str] | None = None
+) -> None:
     """The end of a launch: each configured target in turn. A failure is a warning and never fails
-    the merge, whose files are already written."""
+    the merge, whose files are already written. `services`: only those models of a sweep (as
+    `tracker_export`)."""
     try:
         targets = configured_targets(merged)
     except UsageError as exc:
@@ -303,7 +313,7 @@ def export_after_merge(merged: Merged, warn: Callable[[str], None], say: Callabl
         return
     if not targets:
         return
-    export = tracker_export(merged)
+    export = tracker_export(merged, services)
     for target in targets:
         try:
             check_target(target)

@@ -36,7 +36,7 @@ from shardeval.config.sweep import checkpoint_name, expand_paths, natural
 from shardeval.errors import EXIT_WITH_ERRORS, ShardError, UsageError
 from shardeval.launch import log, setup_logging
 from shardeval.results import trackers
-from shardeval.results.sweep_merge import IncrementalSweep
+from shardeval.results.incremental import IncrementalSweep
 from shardeval.store.discover import PLAN_FILE, WATCH_DIR
 from shardeval.store.atomic import atomic_write
 from shardeval.store.liveness import ShardLease, clock
