@@ -360,4 +360,3 @@ def merge_any(root: str, *, out_dir: str | None = None, confidence: float = 0.95
         None,
         root,
     )
-
