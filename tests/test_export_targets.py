@@ -222,3 +222,26 @@ def test_a_target_brings_its_own_flag_and_the_core_names_none(tmp_path: Path) ->
         Path(TESTS).parent / "core" / "shardeval" / "results" / "trackers.py"
     ).read_text()
     assert not any(flag in core for flag in ("--tracking-uri", "--experiment", "--project", "--entity"))
+
+
+def test_sweep_models_whose_configs_hash_alike_are_still_two_tracker_runs(tmp_path: Path) -> None:
+    """Two checkpoints served by the simulator differ only in `root`, which is not part of the
+    config hash (the server reports it): one tracker run each, never one run updated twice."""
+    probe, out = tmp_path / "probe.jsonl", tmp_path / "out"
+    cfg = tmp_path / "alike.yaml"
+    services = {name: {**SIM, "root": f"/ckpt/{name}"} for name in ("step100", "step200")}
+    cfg.write_text(
+        json.dumps(
+            {
+                "services": services,
+                "benchmarks": [{"name": "arith", "params": {"n": 6}}],
+                "sweep": {"services": list(services)},
+                "export": [{"to": "probe"}],
+            }
+        )
+    )
+    done = shardeval_cmd("run", str(cfg), "-o", str(out), env=env(probe))
+    assert done.returncode == 0, done.stderr
+    runs = exports(probe)[-1]["runs"]
+    assert len({r["key"].split("/")[0] for r in runs}) == 1  # the same config hash
+    assert sorted(r["key"].split("/", 1)[1] for r in runs) == ["step100/arith", "step200/arith"]

@@ -215,6 +215,9 @@ def tracker_export(merged: Merged, services: Collection[str] | None = None) -> T
             bench, c = b.manifest.name, counts(b)
             status = PARTIAL if c["n_missing"] else ERRORS if c["n_errors"] else COMPLETE
             vs = [row for row in (doc or {}).get("vs_baseline", []) if row["service"] == model.service and row["benchmark"] == bench]
+            # A sweep's model is its service: two models whose configs hash alike (checkpoints
+            # behind one endpoint, a simulator's `root`) are still two tracker runs.
+            key = f"{rid}/{name}/{bench}" if sweep else f"{rid}/{bench}"
             params = {
                 "shardeval.run_id": rid,
                 "config_hash": config_hash,
@@ -229,7 +232,7 @@ def tracker_export(merged: Merged, services: Collection[str] | None = None) -> T
                 **provenance,
             }
             tags = {
-                "shardeval.key": f"{rid}/{bench}",
+                "shardeval.key": key,
                 "shardeval.run_id": rid,
                 "shardeval.model": name,
                 "shardeval.benchmark": bench,
@@ -242,7 +245,7 @@ def tracker_export(merged: Merged, services: Collection[str] | None = None) -> T
             }
             runs.append(
                 TrackerRun(
-                    key=f"{rid}/{bench}",
+                    key=key,
                     run_id=rid,
                     config_hash=config_hash,
                     model=name,
