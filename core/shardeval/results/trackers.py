@@ -192,6 +192,12 @@ def _chosen(models: Sequence[ModelMerge], services: Collection[str] | None) -> l
     return [(position, m) for position, m in enumerate(models) if services is None or m.service in services]
 
 
+def tracker_key(run_id: str, model: str | None, benchmark: str) -> str:
+    """`<run id>/<benchmark>`; a sweep's model (`model`) is named too: two models whose configs
+    hash alike (checkpoints behind one endpoint, a simulator's `root`) are still two tracker runs."""
+    return f"{run_id}/{model}/{benchmark}" if model is not None else f"{run_id}/{benchmark}"
+
+
 def tracker_export(merged: Merged, services: Collection[str] | None = None) -> TrackerExport:
     """The tracker runs of a merge (shardeval.results.sweep_merge.Merged: a run's or a sweep's);
     with `services`, of those models of a sweep only (a watched sweep exports the new checkpoint:
@@ -215,9 +221,7 @@ def tracker_export(merged: Merged, services: Collection[str] | None = None) -> T
             bench, c = b.manifest.name, counts(b)
             status = PARTIAL if c["n_missing"] else ERRORS if c["n_errors"] else COMPLETE
             vs = [row for row in (doc or {}).get("vs_baseline", []) if row["service"] == model.service and row["benchmark"] == bench]
-            # A sweep's model is its service: two models whose configs hash alike (checkpoints
-            # behind one endpoint, a simulator's `root`) are still two tracker runs.
-            key = f"{rid}/{name}/{bench}" if sweep else f"{rid}/{bench}"
+            key = tracker_key(rid, name if sweep else None, bench)
             params = {
                 "shardeval.run_id": rid,
                 "config_hash": config_hash,
