@@ -142,6 +142,7 @@ SHARED: dict[str, tuple[str, ...]] = {
         "test_vllm_reasoning.py",
         "test_vllm_request_model.py",
         "test_vllm_service.py",
+        "test_watch_vllm.py",
         "test_lmeval_parity.py",
         "test_lmeval_reference.py",
         "test_vlm_answers.py",

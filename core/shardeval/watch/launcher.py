@@ -86,7 +86,7 @@ class CellsOutcome:
     ended: int  # cells whose manifest says complete or finished_with_errors
     failed: int  # cells that failed, were interrupted, were lost, or never wrote a manifest
     exit_code: int  # of the ended ones: 0 when all complete, 3 when some finished with errors
-    why: str  # the first failed cell's reason
+    why: str  # the first failed cell's reason, in one line
 
     @property
     def all_ended(self) -> bool:
@@ -111,5 +111,16 @@ def cells_outcome(root: str, name: str, shards: int) -> CellsOutcome:
         failed += 1
         if not why:
             reason = (manifest.reason if manifest is not None else None) or "it never started"
-            why = f"shard {k}/{shards}: {state or 'no manifest'}: {reason}"
+            why = f"shard {k}/{shards}: {state or 'no manifest'}: {one_line(reason)}"
     return CellsOutcome(running, ended, failed, code, why)
+
+
+def one_line(reason: str) -> str:
+    """A manifest's reason for the watcher's log line and state.json: a server that failed at start
+    is quoted with its log's last lines (a traceback); its first line says what happened, its last
+    the error (`OSError: ... config.json ... is not a valid JSON file`). The whole stays in the
+    manifest and the launch's log."""
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else reason
+    return f"{lines[0]} [...] {lines[-1]}"
