@@ -221,7 +221,7 @@ def tracker_export(merged: Merged, services: Collection[str] | None = None) -> T
             bench, c = b.manifest.name, counts(b)
             status = PARTIAL if c["n_missing"] else ERRORS if c["n_errors"] else COMPLETE
             vs = [row for row in (doc or {}).get("vs_baseline", []) if row["service"] == model.service and row["benchmark"] == bench]
-            key = tracker_key(rid, name if sweep else None, bench)
+            key = tracker_key(rid, model.service, bench)  # a sweep's models are named (service None: a run)
             params = {
                 "shardeval.run_id": rid,
                 "config_hash": config_hash,
