@@ -217,3 +217,25 @@ def test_the_configs_in_docs_watch_md_load(tmp_path: Path) -> None:
         config = load_config(str(path), [], {}, sweep_may_be_empty=True)
         assert config.sweep is not None and config.sweep.checkpoints is not None and config.sweep.watch is not None
         assert config.sweep.checkpoints.ready is not None and config.sweep.checkpoints.ready.marker == "model.safetensors.index.json"
+
+
+def test_a_checkpoint_its_server_cannot_load_is_a_failed_row_and_the_watch_goes_on(tmp_path: Path) -> None:
+    """The simulator loading weights (--weights-log) refuses a config.json that is no JSON, as vLLM
+    does: after `retries` the checkpoint is failed, one warning line says why, sweep.json marks
+    the row failed, the other checkpoint is complete, and `until` ends the watch with exit 1."""
+    checkpoint(tmp_path / "ckpt" / "step1")
+    broken = checkpoint(tmp_path / "ckpt" / "step2")
+    (broken / "config.json").write_text('{"architectures": [')
+    cfg, out = config(tmp_path, retries=1, until={"idle_s": 2}), tmp_path / "out"
+    doc = json.loads(cfg.read_text())
+    doc["services"]["sim"]["weights_log"] = str(tmp_path / "weights.jsonl")
+    cfg.write_text(json.dumps(doc))
+    done = shardeval_cmd("watch", str(cfg), "-o", str(out), timeout=240)
+    assert done.returncode == 1, done.stderr
+    s = state(out)["checkpoints"]
+    assert (s["step1"]["status"], s["step2"]["status"], s["step2"]["launches"]) == ("done", "failed", 2)
+    assert [line for line in done.stderr.splitlines() if "step2: failed after 2 launch(es)" in line and "not valid JSON" in line]
+    assert sum("launching it again" in line for line in done.stderr.splitlines()) == 1
+    sweep = json.loads((out / "merged" / "sweep.json").read_text())
+    assert [(f["service"], f["shard"]) for f in sweep["failed"]] == [("step2", "0/2"), ("step2", "1/2")]
+    assert all(c["complete"] for c in sweep["cells"] if c["service"] == "step1")

@@ -227,6 +227,9 @@ def test_a_checkpoint_vllm_cannot_load_fails_in_one_line_and_the_watch_goes_on(w
 
     after = read_json(out / "merged" / "sweep.json")
     assert after["services"] == ["step1", "step2", "step3"]
+    (failed,) = after["failed"]  # the row is marked failed, with why, not only missing
+    assert (failed["service"], failed["shard"]) == ("step3", "0/1") and "exited during start-up" in failed["why"], failed
+    assert "step3: shard 0/1 failed: service" in (out / "merged" / "sweep.md").read_text()
 
     def rows(doc: dict[str, Any], key: str) -> list[Any]:
         return [r for r in doc[key] if r["service"] in ("step1", "step2")]

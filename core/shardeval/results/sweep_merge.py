@@ -213,6 +213,7 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
         if m.result is not None and not m.result.complete
     ]
     lines += [f"- {md_text(note)}" for note in not_compared_notes(doc)]
+    lines += [f"- {md_text(f['service'])}: shard {f['shard']} failed: {md_text(f['why'])}" for f in doc.get("failed", [])]
     lines += _metric_tables(doc, plan, benches)
     lines += _reasoning_rows(doc, plan.services, benches)
     if any(not c["complete"] for c in doc["cells"]):

@@ -37,6 +37,7 @@ class ModelPart:
     no_results: list[dict[str, Any]] = field(default_factory=list)  # the model's own `missing` entry, while it has no merge
     baseline_lacks: list[dict[str, Any]] = field(default_factory=list)  # its benchmarks the baseline has no results for
     unpaired: bool = False  # it has pairs, and no plugin computed them
+    failed: list[dict[str, Any]] = field(default_factory=list)  # its shards that failed (a server that never loaded), and why
 
 
 def by_benchmark(result: MergeResult | None) -> dict[str, BenchmarkMerge]:
@@ -66,7 +67,17 @@ def model_part(
             lacks.append({"service": service, "benchmark": bench, "why": "the baseline has no results for it"})
     found = plugins.hooks().paired_differences(pairs=pairs, options=options) if pairs else []
     vs = [{**label, **row} for label, row in zip(labels, found or [])]
-    return ModelPart(service, cells, vs, apart, [], lacks, unpaired=bool(pairs) and found is None)
+    return ModelPart(service, cells, vs, apart, [], lacks, unpaired=bool(pairs) and found is None, failed=failed_shards(service, result))
+
+
+def failed_shards(service: str, result: MergeResult) -> list[dict[str, Any]]:
+    """The model's shards whose manifest says `failed`, each with the first line of its reason: a
+    checkpoint vLLM could not load is marked failed in the table, not only missing."""
+    return [
+        {"service": service, "shard": f"{m.shard_idx}/{m.total_shards}", "why": (m.reason or "no reason recorded").splitlines()[0]}
+        for m in (shard.manifest for shard in result.run.shards)
+        if m.state == "failed"
+    ]
 
 
 def _cells_of(service: str, bench: str, b: BenchmarkMerge, why: str | None) -> list[dict[str, Any]]:
@@ -126,6 +137,8 @@ def assemble(plan: SweepPlan, parts: Sequence[ModelPart], partial: bool, options
     }
     if apart := [entry for part in parts for entry in part.not_compared]:  # absent when every pair is comparable
         doc["not_compared"] = apart
+    if failed := [entry for part in parts for entry in part.failed]:  # absent when no shard failed
+        doc["failed"] = failed
     if any(part.unpaired for part in parts):
         doc["vs_baseline_note"] = NO_PAIRED
     elif not adjusted:
