@@ -81,6 +81,7 @@ class Watcher:
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.last_news = time.time()
         self.slots: int | None = self.settings.parallel or 1  # launches at once (None: no limit)
+        self.held_until: dict[str, float] = {}  # checkpoint -> until when its scheduler is taken to still hold its cells
         self.state = WatchState(config=os.path.abspath(config_path), started_at=time.time(), poll_s=self.settings.poll_s)
         self.sweep = IncrementalSweep(root)
 
@@ -353,6 +354,8 @@ class Watcher:
         outcome = cells_outcome(self.root, c.name, self.spec.shards)
         if outcome.running:
             return False
+        if not outcome.all_ended and (child is None or child.returncode == 0) and self._held_by_scheduler(c):
+            return False
         launch_code = child.returncode if child is not None else None
         self.children.pop(c.name, None)
         c.launcher_pid = c.launcher_start = None
@@ -373,6 +376,25 @@ class Watcher:
             return False
         c.status, c.why = "failed", f"failed after {c.launches} launch(es): {outcome.why}"
         log.warning("checkpoint %s: %s", c.name, c.why)
+        return True
+
+    def _held_by_scheduler(self, c: CheckpointState) -> bool:
+        """Whether the scheduler a launch submitted to still holds cells of it (queued or running),
+        asked through the launch_pending hook at most once a poll: a SLURM launch exits once its
+        array is queued, and a queued array is waited for, never submitted again. Its launch
+        process has ended: the checkpoint is left to the scheduler, as after a restart."""
+        now = time.time()
+        if now < self.held_until.get(c.name, 0.0):
+            return True
+        from shardeval import plugins
+
+        if not plugins.hooks().launch_pending(run_dir=self.root, service=c.name):  # False, or None: no plugin can tell
+            self.held_until.pop(c.name, None)
+            return False
+        self.held_until[c.name] = now + self.settings.poll_s
+        self.children.pop(c.name, None)
+        c.launcher_pid = c.launcher_start = None
+        c.why = f"queued on {self.config.cluster.type} (or running there); waited for, not launched again"
         return True
 
     def _merge(self, changed: list[str]) -> None:
