@@ -386,8 +386,6 @@ class Watcher:
         now = time.time()
         if now < self.held_until.get(c.name, 0.0):
             return True
-        from shardeval import plugins
-
         if not plugins.hooks().launch_pending(run_dir=self.root, service=c.name):  # False, or None: no plugin can tell
             self.held_until.pop(c.name, None)
             return False
