@@ -389,6 +389,8 @@ class Watcher:
         if not plugins.hooks().launch_pending(run_dir=self.root, service=c.name):  # False, or None: no plugin can tell
             self.held_until.pop(c.name, None)
             return False
+        if c.name not in self.held_until:
+            log.info("checkpoint %s: its cells are queued on %s (or running there); waited for", c.name, self.config.cluster.type)
         self.held_until[c.name] = now + self.settings.poll_s
         self.children.pop(c.name, None)
         c.launcher_pid = c.launcher_start = None
