@@ -42,7 +42,7 @@ from shardeval.store.atomic import atomic_write
 from shardeval.store.liveness import ShardLease, clock
 from shardeval.store.records import SweepPlan, pretty_json
 from shardeval.store.watch_state import ENDED, CheckpointState, WatchState, read_watch_state, write_watch_state
-from shardeval.watch.launcher import LaunchSpec, cells_outcome, launcher_alive, process_start, stop_launcher
+from shardeval.watch.launcher import CellsOutcome, LaunchSpec, cells_outcome, launcher_alive, process_start, stop_launcher
 from shardeval.watch.readiness import is_temporary, snapshot, waiting_for
 
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
@@ -354,7 +354,7 @@ class Watcher:
         outcome = cells_outcome(self.root, c.name, self.spec.shards)
         if outcome.running:
             return False
-        if not outcome.all_ended and (child is None or child.returncode == 0) and self._held_by_scheduler(c):
+        if self._held_by_scheduler(c, outcome, child):
             return False
         launch_code = child.returncode if child is not None else None
         self.children.pop(c.name, None)
@@ -378,11 +378,14 @@ class Watcher:
         log.warning("checkpoint %s: %s", c.name, c.why)
         return True
 
-    def _held_by_scheduler(self, c: CheckpointState) -> bool:
+    def _held_by_scheduler(self, c: CheckpointState, outcome: CellsOutcome, child: subprocess.Popen[bytes] | None) -> bool:
         """Whether the scheduler a launch submitted to still holds cells of it (queued or running),
-        asked through the launch_pending hook at most once a poll: a SLURM launch exits once its
-        array is queued, and a queued array is waited for, never submitted again. Its launch
-        process has ended: the checkpoint is left to the scheduler, as after a restart."""
+        asked (when its launch exited 0, or is gone after a restart, and some cell has not ended)
+        through the launch_pending hook, at most once a poll: a SLURM launch exits once its array
+        is queued, and a queued array is waited for, never submitted again. The checkpoint is then
+        left to the scheduler, as after a restart."""
+        if outcome.all_ended or (child is not None and child.returncode != 0):
+            return False
         now = time.time()
         if now < self.held_until.get(c.name, 0.0):
             return True
