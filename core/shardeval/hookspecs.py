@@ -135,6 +135,14 @@ def rerun_hint(run_dir: str, shards: list[int]) -> str | None:
     the run. The report always adds the orchestrator-free way (`shardeval run … --shard I/N`)."""
 
 
+@hookspec(firstresult=True)
+def launch_pending(run_dir: str, service: str | None) -> bool | None:
+    """Whether the scheduler this plugin submitted the latest launch of RUN_DIR to (of the sweep
+    model `service`; of the whole run when None) still holds cells of it, queued or running. True:
+    `shardeval watch` waits for them, never launching them again; False: it holds none now (the
+    cells' files tell how they ended); None: this plugin did not launch it, or cannot tell now."""
+
+
 @hookspec
 def shard_started(manifest: Manifest, out_dir: str) -> None:
     """A shard begins (manifest state `running`). For loggers and exporters."""

@@ -1,7 +1,9 @@
 """Built-in plugin: the `slurm` orchestrator (`cluster.type: slurm`): an array job, one task per
 shard (in a sweep, per (model, shard) cell), each running `shardeval run … --shard i/N` (so a task
 never re-submits the array), then a merge job; render.py writes the scripts, submit.py submits
-them and records the job ids that `shardeval status` reads. With `ray: true`, one Ray job over the allocation (ray_template.py).
+them and records the job ids that `shardeval status` reads (and that the launch_pending hook
+reads, which `shardeval watch` asks whether a checkpoint's array is still queued). With
+`ray: true`, one Ray job over the allocation (ray_template.py).
 
 Registered through the `shardeval` entry-point group like any third-party plugin. Heavy imports
 (msgspec via the config Struct) happen inside the hooks, so loading plugins for `--help` stays cheap.
@@ -33,6 +35,20 @@ def run_status(run_dir: str) -> str | None:
 
     record = read_record(run_dir)
     return render_jobs(record, run_dir) if record else None
+
+
+@hookimpl
+def launch_pending(run_dir: str, service: str | None) -> bool | None:
+    """Whether the array of the newest submission that queued this model's cells (the run's, when
+    `service` is None) still has tasks queued or running, from squeue; None when this plugin did not
+    submit it (no ROOT/slurm_job.json naming it) or squeue cannot answer."""
+    from shardeval_slurm.jobs import job_of, latest_submission, live_tasks, read_record
+
+    record = read_record(run_dir)
+    submission = latest_submission(record, service) if record else None
+    job = job_of(submission) if submission else None
+    live = live_tasks([job]) if job else None
+    return None if live is None else live > 0
 
 
 @hookimpl

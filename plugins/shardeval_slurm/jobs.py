@@ -8,6 +8,12 @@ the status says the controller forgot the job; the shard directories still tell 
 Each task is named by its cell (in a sweep, `step1 shard 1/2`: task c is shard c mod S of model
 c div S, in the models' order slurm_job.json recorded), and tasks that ended cancelled, failed or
 out of time, whose cell is not complete on disk, get the one line that resubmits them.
+
+slurm_job.json holds the latest submission and every earlier one under `previous`. A sweep root
+that `shardeval watch` fills gets one submission per checkpoint (`--sweep-services NAME`), so what
+is asked per model (is its array still queued? which script reruns it?) is read from the newest
+submission that queued that model's cells, and `status` shows every array that is the newest for
+some model.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import shlex
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from shardeval_slurm.render import EVAL_SCRIPT, JOB_FILE
@@ -98,11 +106,18 @@ class Layout:
     root: str
     shards: int
     services: list[str] | None = None
+    script: str = EVAL_SCRIPT  # the array's script, relative to root (a one-model launch: <model>/eval.sbatch)
 
     @classmethod
     def of(cls, record: dict, root: str) -> Layout:
         sweep = record.get("sweep") or {}
-        return cls(root, int(sweep.get("shards") or record.get("total_shards") or 1), sweep.get("services"))
+        shards = int(sweep.get("shards") or record.get("total_shards") or 1)
+        return cls(root, shards, sweep.get("services"), str(record.get("script") or EVAL_SCRIPT))
+
+    def models(self, tasks: list[int]) -> list[str]:
+        """The sweep models whose cells are among `tasks` (in the models' order)."""
+        services = self.services or []
+        return [name for i, name in enumerate(services) if any(i * self.shards <= t < (i + 1) * self.shards for t in tasks)]
 
     def label(self, task: int) -> str:
         if self.services is None:
@@ -123,7 +138,7 @@ class Layout:
         return manifest is not None and manifest.state == "complete"
 
     def resubmit(self, tasks: list[int]) -> str:
-        return f"sbatch --array={array_spec(tasks)} {shlex.quote(os.path.join(self.root, EVAL_SCRIPT))}"
+        return f"sbatch --array={array_spec(tasks)} {shlex.quote(os.path.join(self.root, self.script))}"
 
 
 def read_record(root: str) -> dict | None:
@@ -134,6 +149,77 @@ def read_record(root: str) -> dict | None:
     except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+@contextmanager
+def record_lock(root: str) -> Iterator[None]:
+    """Held while a submission reads and rewrites slurm_job.json: a watcher submits several
+    checkpoints of one root at once, and a submission lost from the file is an array nobody waits for."""
+    import fcntl
+
+    with open(os.path.join(root, f".{JOB_FILE}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def submissions(record: dict) -> list[dict]:
+    """Every submission slurm_job.json holds, newest first (the latest, then `previous` from its end)."""
+    earlier = record.get("previous")
+    latest = {key: value for key, value in record.items() if key != "previous"}
+    return [latest, *reversed(earlier if isinstance(earlier, list) else [])]
+
+
+def job_of(submission: dict) -> str | None:
+    job = submission.get("array_job_id") or submission.get("ray_job_id")
+    return str(job) if job else None
+
+
+def submitted_tasks(submission: dict) -> list[int]:
+    tasks = submission.get("tasks")
+    if isinstance(tasks, list):
+        return [int(t) for t in tasks]
+    return list(range(int(submission.get("total_shards") or 0)))
+
+
+def latest_submission(record: dict, service: str | None = None) -> dict | None:
+    """The newest submission that queued cells of sweep model `service` (None: the newest of all)."""
+    for submission in submissions(record):
+        if service is None or service in Layout.of(submission, "").models(submitted_tasks(submission)):
+            return submission
+    return None
+
+
+def current_submissions(record: dict) -> list[dict]:
+    """The submissions `status` shows, oldest first: the latest alone outside a sweep; in a sweep,
+    each that is the newest to have queued some model's cells (one per checkpoint of a watch)."""
+    every = submissions(record)
+    if not every[0].get("sweep"):
+        return every[:1]
+    current: list[dict] = []
+    covered: set[str] = set()
+    for submission in every:
+        models = set(Layout.of(submission, "").models(submitted_tasks(submission))) if submission.get("sweep") else set()
+        if submission is every[0] or models - covered:
+            current.append(submission)
+        covered |= models
+    return current[::-1]
+
+
+def live_tasks(job_ids: list[str], timeout: float = 30.0) -> int | None:
+    """How many tasks of these jobs SLURM still holds (pending, running, completing): 0 once they
+    all ended (or slurmctld forgot them); None when squeue cannot tell (not here, no answer)."""
+    if not job_ids or shutil.which("squeue") is None:
+        return None
+    # a list of ids (even of one, with a repeat) makes squeue skip ids it no longer knows instead of failing
+    ids = ",".join([*job_ids, job_ids[0]])
+    try:
+        proc = subprocess.run(["squeue", "-h", "-r", "-j", ids, "-o", "%T"], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    return len(proc.stdout.split()) if proc.returncode == 0 else None  # -r: one line per array task, pending ones too
 
 
 def array_spec(ids: list[int]) -> str:
@@ -148,22 +234,31 @@ def array_spec(ids: list[int]) -> str:
 
 
 def render_jobs(record: dict, run_dir: str) -> str:
-    """The `slurm:` block of `shardeval status` for what slurm_job.json (in run_dir) recorded."""
-    lines = []
-    layout = Layout.of(record, run_dir)
-    for key, label in (("array_job_id", "array job"), ("ray_job_id", "Ray job"), ("merge_job_id", "merge job")):
-        job = record.get(key)
-        if not job:
-            continue
-        tasks = job_tasks(str(job))
-        if isinstance(tasks, str):
-            lines.append(f"slurm {label} {job}: {tasks}")
-        elif key != "array_job_id":
-            t = tasks[0] if tasks else None
-            detail = f" ({t.reason})" if t and t.reason else ""
-            lines.append(f"slurm {label} {job}: {t.state if t else ''}{detail}")
-        else:
-            lines += _array_lines(job, tasks, record, layout)
+    """The `slurm:` block of `shardeval status` for what slurm_job.json (in run_dir) recorded: its
+    latest submission; in a sweep, every array that is the newest for some model, oldest first."""
+    lines: list[str] = []
+    forgotten: list[tuple[str, str]] = []  # (job, its models) slurmctld no longer knows, said in one line
+    shown = current_submissions(record)
+    for submission in shown:
+        layout = Layout.of(submission, run_dir)
+        for key, label in (("array_job_id", "array job"), ("ray_job_id", "Ray job"), ("merge_job_id", "merge job")):
+            job = submission.get(key)
+            if not job:
+                continue
+            tasks = job_tasks(str(job))
+            if isinstance(tasks, str) and key == "array_job_id" and len(shown) > 1 and tasks.startswith("no longer known"):
+                forgotten.append((str(job), ", ".join(layout.models(submitted_tasks(submission)))))
+            elif isinstance(tasks, str):
+                lines.append(f"slurm {label} {job}: {tasks}")
+            elif key != "array_job_id":
+                t = tasks[0] if tasks else None
+                detail = f" ({t.reason})" if t and t.reason else ""
+                lines.append(f"slurm {label} {job}: {t.state if t else ''}{detail}")
+            else:
+                lines += _array_lines(job, tasks, submission, layout)
+    if forgotten:
+        jobs = ", ".join(f"{job} ({models})" for job, models in forgotten)
+        lines.insert(0, f"slurm array jobs {jobs}: ended; no longer known to slurmctld (the cells' directories tell how)")
     return "\n".join(lines)
 
 
@@ -195,15 +290,19 @@ def _array_lines(job: str, tasks: list[TaskState], record: dict, layout: Layout)
 
 
 def sweep_rerun_hint(run_dir: str, shards: list[int]) -> str | None:
-    """For a sweep model's directory ROOT/<model>: `sbatch --array=<its cells> ROOT/eval.sbatch`,
-    when this plugin submitted the sweep (ROOT/slurm_job.json names the model)."""
+    """For a sweep model's directory ROOT/<model>: `sbatch --array=<its cells> <script>`, when this
+    plugin submitted the model (ROOT/slurm_job.json names it): the script of the newest submission
+    that lists the model, unless a later submission has rewritten that script since."""
     root, model = os.path.split(os.path.normpath(run_dir))
     record = read_record(root)
-    layout = Layout.of(record, root) if record and record.get("array_job_id") else None
-    if layout is None or not layout.services or model not in layout.services:
-        return None
-    first = layout.services.index(model) * layout.shards
-    return f"`{layout.resubmit([first + k for k in shards])}`"
+    rewritten: set[str] = set()
+    for submission in submissions(record) if record else []:
+        layout = Layout.of(submission, root)
+        if submission.get("array_job_id") and layout.services and model in layout.services and layout.script not in rewritten:
+            first = layout.services.index(model) * layout.shards
+            return f"`{layout.resubmit([first + k for k in shards])}`"
+        rewritten.add(layout.script)
+    return None
 
 
 def _by_index(t: TaskState) -> tuple[int, int]:

@@ -62,6 +62,16 @@ class Pool:
     partition: str | None
 
 
+def eval_script(request: LaunchRequest) -> str:
+    """The array's script, relative to the output root: eval.sbatch; for a launch of one sweep
+    model (`--sweep-services NAME`: each checkpoint of `shardeval watch`) <model>/eval.sbatch, so
+    each checkpoint's script stays beside its cells and the next checkpoint's does not replace it."""
+    sweep = request.sweep
+    if sweep is not None and len(sweep.services) == 1:
+        return os.path.join(sweep.services[0], EVAL_SCRIPT)
+    return EVAL_SCRIPT
+
+
 def shell_word(arg: str) -> str:
     """One argv word for bash: static text quoted by shlex, the shard index as "${NEL_SHARD_IDX}"."""
     return f'"${{{SHARD_VAR}}}"'.join(shlex.quote(part) if part else "" for part in arg.split(_INDEX)) or "''"

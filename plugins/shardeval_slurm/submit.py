@@ -14,10 +14,15 @@ left out, so rerunning a finished sweep with a model added queues only that mode
 A sweep (`sweep:`) is one array over (model, shard) cells, model-major, each task running
 `shardeval run … --sweep-services <the models, in order> --shard c/(M·S) -o ROOT`; the checks
 above run for each model's directory ROOT/<model>/, and slurm_job.json records the models' order
-and the tasks submitted, so `status` names each task by its cell.
+and the tasks submitted, so `status` names each task by its cell. A launch of one model
+(`--sweep-services NAME`: what `shardeval watch` submits for each checkpoint) writes its script
+into that model's directory, ROOT/<model>/eval.sbatch, so launches of several checkpoints into one
+root never overwrite each other's script; they add to slurm_job.json under a lock.
 
-Submitting again while this run's array still has tasks queued or running is refused (checked
+Submitting again while an array of this run still has tasks queued or running is refused (checked
 before `--fresh` moves anything): two arrays appending to the same shard directories would race.
+In a sweep only the arrays that queued cells of the models submitted now count: each checkpoint of
+a watch is its own array, queued beside the others.
 A root whose shards hold another run (another config hash or shard count) is refused before
 submitting, as each task's resume would refuse it after queueing. `--fresh` sets earlier results
 aside here, at submission, and is not passed to the tasks, so a requeued task resumes instead of
@@ -40,15 +45,15 @@ from typing import TYPE_CHECKING
 from shardeval.api.orchestrator import Orchestrator
 from shardeval.api.plugin import UsageError
 from shardeval.api.records import atomic_write
-from shardeval_slurm.jobs import array_spec, read_record
+from shardeval_slurm.jobs import array_spec, job_of, latest_submission, live_tasks, read_record, record_lock
 from shardeval_slurm.ray_template import render_ray
 from shardeval_slurm.render import (
-    EVAL_SCRIPT,
     JOB_FILE,
     MERGE_SCRIPT,
     RAY_SCRIPT,
     check_no_secrets,
     choose_pool,
+    eval_script,
     node_command,
     render_array,
     render_merge,
@@ -78,7 +83,7 @@ def render(request: LaunchRequest, cwd: str | None = None) -> dict[str, str]:
         )
     if cluster.ray:
         return {RAY_SCRIPT: render_ray(request, pool, command, cwd)}
-    files = {EVAL_SCRIPT: render_array(request, pool, command, cwd)}
+    files = {eval_script(request): render_array(request, pool, command, cwd)}
     if cluster.merge and request.merge:  # `run --no-merge` (a watcher's launch): the watcher merges
         files[MERGE_SCRIPT] = render_merge(cluster, pool, command, request.output_root, cwd, export=bool(request.config.export))
     return files
@@ -98,7 +103,7 @@ class SlurmOrchestrator(Orchestrator):
         check_no_secrets(self.files, self.request.config)
         self.request = request = replace(self.request, output_root=os.path.abspath(self.request.output_root))
         if not request.dry_run:
-            _refuse_if_still_queued(request.output_root)  # before --fresh moves anything: a live task would write into superseded/
+            _refuse_if_still_queued(request)  # before --fresh moves anything: a live task would write into superseded/
         if request.fresh:
             return  # the lifecycle sets each run's shards aside (not in a dry run)
         for run in request.runs():  # one run, or each model of a sweep in ROOT/<model>/
@@ -116,12 +121,12 @@ class SlurmOrchestrator(Orchestrator):
         if self.request.fresh:
             log.info("--fresh: earlier results are set aside when the run is submitted; a dry run moves nothing")
         paths, todo, array = self._write()
-        return _print_dry_run(self.files, paths, array)
+        return _print_dry_run(self.files, paths, array, eval_script(self.request))
 
     def submit(self) -> int:
         request = self.request
         paths, todo, array = self._write()
-        root, cells = request.output_root, request.cells()
+        root, cells, script = request.output_root, request.cells(), eval_script(request)
         if shutil.which("sbatch") is None:
             raise UsageError(
                 f"sbatch not found on PATH: run this on a SLURM login node, or pass --dry-run to only write the scripts "
@@ -144,19 +149,17 @@ class SlurmOrchestrator(Orchestrator):
                 request.total,
             )
         else:
-            record["array_job_id"] = array_id = _sbatch(paths[EVAL_SCRIPT], *array)
-            record["tasks"] = todo
+            record["array_job_id"] = array_id = _sbatch(paths[script], *array)
+            record["tasks"], record["script"] = todo, script
             if request.sweep is not None:
                 record["sweep"] = {"services": list(request.sweep.services), "shards": request.total}
             skipped = f", {len(cells) - len(todo)} complete {what} left out" if len(todo) < len(cells) else ""
             layout = "<model>/shard_<i>" if request.sweep else "shard_<i>"
-            log.info("submitted array job %s (%s): %d tasks%s, %s under %s", array_id, paths[EVAL_SCRIPT], len(todo), skipped, layout, root)
+            log.info("submitted array job %s (%s): %d tasks%s, %s under %s", array_id, paths[script], len(todo), skipped, layout, root)
             if MERGE_SCRIPT in paths:
                 record["merge_job_id"] = _sbatch(paths[MERGE_SCRIPT], f"--dependency=afterany:{array_id}")
                 log.info("submitted merge job %s (%s), after the array ends", record["merge_job_id"], paths[MERGE_SCRIPT])
-        if old := read_record(root):  # slurm_job.json: the latest submission, earlier ones kept under `previous`
-            record["previous"] = [*old.pop("previous", []), old]
-        atomic_write(os.path.join(root, JOB_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        _add_record(root, record)
         print(f"`shardeval status {root}` shows progress and each task's SLURM state; results: {os.path.join(root, 'merged')}/")
         return 0
 
@@ -171,6 +174,8 @@ class SlurmOrchestrator(Orchestrator):
         if RAY_SCRIPT not in self.files and request.sweep is None:
             for i in range(total):
                 os.makedirs(os.path.join(root, f"shard_{i}", "logs"), exist_ok=True)
+        for name in self.files:  # a one-model launch's script goes into its model's directory
+            os.makedirs(os.path.join(root, os.path.dirname(name)), exist_ok=True)
         paths = request.write(root, self.files, mode=0o755)
         cells, hashes = request.cells(), [config_hash(run.config) for run in request.runs()]
         todo = [c.index for c in cells if request.fresh or not cell_complete(c.dir, hashes[c.index // total])]
@@ -196,12 +201,12 @@ def array_flag(todo: list[int], cells: int, cluster: SlurmClusterConfig) -> list
     return [f"--array={array_spec(todo)}" + (f"%{cluster.max_parallel}" if cluster.max_parallel else "")]
 
 
-def _print_dry_run(files: dict[str, str], paths: dict[str, str], array: list[str]) -> int:
+def _print_dry_run(files: dict[str, str], paths: dict[str, str], array: list[str], script: str) -> int:
     for name, path in paths.items():
         if len(paths) > 1:
             print(f"# ===== {path} =====")
         print(files[name], end="")
-    how = shlex.join(["sbatch", *(array if EVAL_SCRIPT in paths else []), paths.get(EVAL_SCRIPT) or paths[RAY_SCRIPT]])
+    how = shlex.join(["sbatch", *(array if script in paths else []), paths.get(script) or paths[RAY_SCRIPT]])
     if MERGE_SCRIPT in paths:
         how += f", then sbatch --dependency=afterany:<array job id> {shlex.quote(paths[MERGE_SCRIPT])}"
     print(f"shardeval: dry run: wrote {', '.join(paths.values())}; nothing submitted (to submit: {how})", file=sys.stderr)
@@ -222,18 +227,28 @@ def _sbatch(script: str, *flags: str) -> str:
     return job_id
 
 
-def _refuse_if_still_queued(root: str) -> None:
+def _add_record(root: str, record: dict[str, object]) -> None:
+    """slurm_job.json: this submission, the earlier ones kept under `previous` (read and rewritten
+    under a lock: the watcher submits several checkpoints into one root at once)."""
+    with record_lock(root):
+        if old := read_record(root):
+            record["previous"] = [*old.pop("previous", []), old]
+        atomic_write(os.path.join(root, JOB_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _refuse_if_still_queued(request: LaunchRequest) -> None:
+    """Refuse while an array that queued cells submitted now (of this run; in a sweep, of the
+    models submitted now) still has tasks queued or running."""
+    root = request.output_root
     record = read_record(root)
-    job = record and (record.get("array_job_id") or record.get("ray_job_id"))
-    if not job or shutil.which("squeue") is None:
+    if not record:
         return
-    try:
-        proc = subprocess.run(["squeue", "-h", "-r", "-j", str(job), "-o", "%T"], capture_output=True, text=True, timeout=30)
-    except subprocess.TimeoutExpired:
-        return
-    states = proc.stdout.split() if proc.returncode == 0 else []  # -r: one line per array task, pending ones too
-    if states:
+    services: list[str | None] = list(request.sweep.services) if request.sweep is not None else [None]
+    jobs = sorted({job for name in services if (sub := latest_submission(record, name)) and (job := job_of(sub))})
+    live = live_tasks(jobs)
+    if live:
+        which = f"job {jobs[0]}" if len(jobs) == 1 else f"jobs {', '.join(jobs)}"
         raise UsageError(
-            f"{root}: job {job} of this run still has {len(states)} task(s) queued or running; two submissions would write "
-            f"the same shard directories at once: wait for it, or `scancel {job}`, then submit again"
+            f"{root}: {which} of this run still {'has' if len(jobs) == 1 else 'have'} {live} task(s) queued or running; two submissions would write "
+            f"the same shard directories at once: wait for it, or `scancel {' '.join(jobs)}`, then submit again"
         )

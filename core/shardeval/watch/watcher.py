@@ -42,7 +42,7 @@ from shardeval.store.atomic import atomic_write
 from shardeval.store.liveness import ShardLease, clock
 from shardeval.store.records import SweepPlan, pretty_json
 from shardeval.store.watch_state import ENDED, CheckpointState, WatchState, read_watch_state, write_watch_state
-from shardeval.watch.launcher import LaunchSpec, cells_outcome, launcher_alive, process_start, stop_launcher
+from shardeval.watch.launcher import CellsOutcome, LaunchSpec, cells_outcome, launcher_alive, process_start, stop_launcher
 from shardeval.watch.readiness import is_temporary, snapshot, waiting_for
 
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
@@ -81,6 +81,7 @@ class Watcher:
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.last_news = time.time()
         self.slots: int | None = self.settings.parallel or 1  # launches at once (None: no limit)
+        self.held_until: dict[str, float] = {}  # checkpoint -> until when its scheduler is taken to still hold its cells
         self.state = WatchState(config=os.path.abspath(config_path), started_at=time.time(), poll_s=self.settings.poll_s)
         self.sweep = IncrementalSweep(root)
 
@@ -353,6 +354,8 @@ class Watcher:
         outcome = cells_outcome(self.root, c.name, self.spec.shards)
         if outcome.running:
             return False
+        if self._held_by_scheduler(c, outcome, child):
+            return False
         launch_code = child.returncode if child is not None else None
         self.children.pop(c.name, None)
         c.launcher_pid = c.launcher_start = None
@@ -373,6 +376,28 @@ class Watcher:
             return False
         c.status, c.why = "failed", f"failed after {c.launches} launch(es): {outcome.why}"
         log.warning("checkpoint %s: %s", c.name, c.why)
+        return True
+
+    def _held_by_scheduler(self, c: CheckpointState, outcome: CellsOutcome, child: subprocess.Popen[bytes] | None) -> bool:
+        """Whether the scheduler a launch submitted to still holds cells of it (queued or running),
+        asked (when its launch exited 0, or is gone after a restart, and some cell has not ended)
+        through the launch_pending hook, at most once a poll: a SLURM launch exits once its array
+        is queued, and a queued array is waited for, never submitted again. The checkpoint is then
+        left to the scheduler, as after a restart."""
+        if outcome.all_ended or (child is not None and child.returncode != 0):
+            return False
+        now = time.time()
+        if now < self.held_until.get(c.name, 0.0):
+            return True
+        if not plugins.hooks().launch_pending(run_dir=self.root, service=c.name):  # False, or None: no plugin can tell
+            self.held_until.pop(c.name, None)
+            return False
+        if c.name not in self.held_until:
+            log.info("checkpoint %s: its cells are queued on %s (or running there); waited for", c.name, self.config.cluster.type)
+        self.held_until[c.name] = now + self.settings.poll_s
+        self.children.pop(c.name, None)
+        c.launcher_pid = c.launcher_start = None
+        c.why = f"queued on {self.config.cluster.type} (or running there); waited for, not launched again"
         return True
 
     def _merge(self, changed: list[str]) -> None:
