@@ -177,6 +177,7 @@ def test_once_launches_what_is_whole_one_at_a_time_and_again_launches_nothing(tm
     [
         (lambda d: d["sweep"].update(checkpoints=None, services=["sim"]), "add `sweep.checkpoints`"),
         (lambda d: d.update(cluster={"type": "compose", "shards": 2}), "cluster.type compose: it writes the files"),
+        (lambda d: d.update(cluster={"type": "kubernetes", "shards": 2, "image": "x"}), "cluster.type kubernetes: its cells write"),
         (lambda d: d["sweep"]["watch"].update(poll_s=0), "poll_s"),
         (lambda d: d["sweep"]["checkpoints"]["ready"].update(marker=""), "marker"),
         (lambda d: d["sweep"]["watch"].update(until={"idle_s": -1}), "idle_s"),

@@ -100,6 +100,7 @@ class KubernetesOrchestrator(Orchestrator):
 
     waits = False
     fresh_on_launcher = False
+    results_on_launcher = False  # the pods write the results claim, which this machine does not see
 
     def plan(self) -> None:
         """Render and write `<output root>/k8s/eval.yaml` (also in a dry run), after its warnings."""

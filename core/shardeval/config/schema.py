@@ -313,7 +313,7 @@ class WatchConfig(_Section):
     retries: NonNegativeInt = 2  # a checkpoint whose launch failed (exit 1) is launched again at most this often
     # Launches running at once. None: one when the orchestrator runs the cells itself (local, ray:
     # two checkpoints' servers on one machine would share its GPUs), no limit when it submits them
-    # to a scheduler that queues them (slurm, kubernetes).
+    # to a scheduler that queues them (slurm).
     parallel: Count | None = None
 
 

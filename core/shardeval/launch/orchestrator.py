@@ -208,6 +208,8 @@ class Orchestrator:
       Indexed Job, a Compose project): `submit`'s code is the launch's.
     - `runs_cells`: False when `submit` starts nothing and prints the commands that would (a
       Compose project): `shardeval watch`, which must know when cells run, refuses it.
+    - `results_on_launcher`: False when the cells write where the launching machine cannot read
+      (Kubernetes' results claim): `shardeval watch`, which reads each cell's manifest, refuses it.
     - `fresh_on_launcher`: True when `--fresh` sets earlier results aside here, once, before
       `submit` (a retried or requeued task then resumes instead of starting over); False when
       `--fresh` travels to the nodes in their arguments (`run_args()`).
@@ -218,6 +220,7 @@ class Orchestrator:
 
     waits: ClassVar[bool] = True
     runs_cells: ClassVar[bool] = True  # False: `submit` only writes files and prints how to run them (Compose)
+    results_on_launcher: ClassVar[bool] = True  # False: the cells write where the launcher cannot read (a PVC)
     fresh_on_launcher: ClassVar[bool] = True
     refusal_stops_the_merge: ClassVar[bool] = True
 

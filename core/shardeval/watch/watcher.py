@@ -98,11 +98,17 @@ class Watcher:
             )
         factory = plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory
         factory = factory.load() if hasattr(factory, "load") else factory
+        if not getattr(factory, "results_on_launcher", True):
+            raise UsageError(
+                f"cluster.type {config.cluster.type}: its cells write their results where this machine cannot read them "
+                "(a volume of the cluster), and a watcher reads each cell's manifest; run the watch where the results are "
+                "(local, slurm or ray on a shared filesystem), or launch each checkpoint with `shardeval run` yourself"
+            )
         if not getattr(factory, "runs_cells", True):
             raise UsageError(
                 f"cluster.type {config.cluster.type}: it writes the files that run the cells and prints how to start them, so "
                 "a watcher cannot know when a checkpoint's cells run; watch with one that runs or submits them "
-                "(local, slurm, kubernetes, ray), or launch each checkpoint with `shardeval run` yourself"
+                "(local, slurm, ray), or launch each checkpoint with `shardeval run` yourself"
             )
         watcher = cls(config, config_path, overrides, output_dir or config.output.dir, once)
         if watcher.settings.parallel is None and not getattr(factory, "waits", True):
