@@ -109,6 +109,22 @@ def run(
 
 
 @cli.command()
+@click.argument("config_path", metavar="CONFIG.yaml")
+@click.option("-o", "--output-dir", help="The run's output root (default: output.dir); the preparation goes to OUT/prepared/.")
+@override_option
+def prepare(config_path: str, output_dir: str | None, overrides: tuple[str, ...]) -> None:
+    """Fetch and plan a run once, where the network is; its shards then read it offline.
+
+    Everything a shard would fetch (data from URLs and packages, images, a task's datasets and
+    tokenizer) goes into OUT/prepared/ (or `prepare.cache_dir`), checksummed, with each
+    benchmark's plan; nothing is sent to a model. See docs/offline.md.
+    """
+    from shardeval.launch.prepare import prepare_command
+
+    sys.exit(prepare_command(config_path, list(overrides), output_dir))
+
+
+@cli.command()
 @click.argument("config_path", metavar="SWEEP.yaml")
 @click.option("-o", "--output-dir", help="The sweep's root (default: output.dir).")
 @click.option("--once", is_flag=True, help="Evaluate what is ready now, wait for those launches, then exit (for cron).")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 
+from shardeval.benchmark.downloads import PrepareContext
 from shardeval.benchmark.images import ImageRef
 from shardeval.errors import UsageError
 
@@ -134,6 +135,14 @@ class Benchmark:
 
     def score(self, problem: Problem, response: str) -> Score:
         raise NotImplementedError
+
+    def prepare(self, ctx: PrepareContext) -> str | None:
+        """`shardeval prepare`, on a host with the network: fetch what this benchmark reads from
+        outside beyond its data rows and images (which the core fetches into the download cache
+        itself: building the benchmark and its problems does it), into `ctx.folder(key)`, and
+        return a hash of what it planned (None: nothing beyond the problems). A shard finds the
+        folder with `prepared_folder(key)`. The default fetches nothing more."""
+        return None
 
     def preflight(self) -> None:
         """Check, once, what would otherwise fail every request or every shard: the images or

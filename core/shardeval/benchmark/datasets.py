@@ -537,7 +537,8 @@ def _fetch(url: str, target: str, want: str | None, who: str) -> None:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise UsageError(
-            f"{who}{url}: download failed: {reason}; check the network, or download it yourself and give params.path"
+            f"{who}{url}: download failed: {reason}; check the network, or on a node without internet prepare the run "
+            "where the network is (`shardeval prepare CONFIG -o OUT`, docs/offline.md), or download it and give params.path"
         ) from None
 
 

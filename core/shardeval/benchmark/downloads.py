@@ -15,3 +15,29 @@ def downloads_dir() -> str:
     from platformdirs import user_cache_dir
 
     return os.environ.get(DOWNLOADS_ENV) or user_cache_dir("shardeval")
+
+
+PREPARED_ENV = "SHARDEVAL_PREPARED"  # a prepared shard's preparation cache (shardeval.store.prepared)
+
+
+class PrepareContext:
+    """What `Benchmark.prepare` is given (`shardeval prepare`, on a host with the network): a
+    folder per key for what the benchmark needs later offline (a task's datasets, a tokenizer, a
+    plan), kept under the preparation's cache and checksummed with it."""
+
+    def __init__(self, cache_dir: str) -> None:
+        self.cache_dir = cache_dir
+
+    def folder(self, key: str) -> str:
+        """The folder for `key` (made if missing): the same key finds it again in a shard (`prepared_folder`)."""
+        path = os.path.join(self.cache_dir, "plugins", key)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+
+def prepared_folder(key: str) -> str | None:
+    """In a prepared shard, the folder `PrepareContext.folder(key)` made; None when the run was not
+    prepared (or nothing was kept under that key): the benchmark then fetches as it always did."""
+    cache = os.environ.get(PREPARED_ENV)
+    path = os.path.join(cache, "plugins", key) if cache else None
+    return path if path is not None and os.path.isdir(path) else None

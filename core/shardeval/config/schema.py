@@ -335,6 +335,13 @@ class CacheConfig(_Section):
     dir: Annotated[str, msgspec.Meta(min_length=1)]
 
 
+class PrepareConfig(_Section):
+    """`shardeval prepare` (docs/offline.md): where what the run fetches from outside goes. Not part
+    of the config hash: where data is kept does not change it (its checksums are checked)."""
+
+    cache_dir: Annotated[str, msgspec.Meta(min_length=1)] | None = None  # default: <out>/prepared/cache
+
+
 class ExportConfig(_Section):
     """One `export:` target (docs/export.md): `to` names a registered exporter (mlflow, wandb,
     inspect, ...), whose plugin subclasses this with its own keys. Run by the merge at the end of a
@@ -360,6 +367,7 @@ class RawConfig(_Section):
     sweep: SweepConfig | None = None
     cache: CacheConfig | None = None
     export: list[dict[str, Any]] = []
+    prepare: PrepareConfig | None = None
 
 
 class Config(msgspec.Struct, kw_only=True):
@@ -374,6 +382,7 @@ class Config(msgspec.Struct, kw_only=True):
     sweep: SweepConfig | None = None  # set: the config stands for one run per sweep service
     cache: CacheConfig | None = None  # the response cache; None: off (never part of the config hash)
     export: list[ExportConfig] = []  # trackers the end-of-launch merge exports to (never part of the config hash)
+    prepare: PrepareConfig | None = None  # where `shardeval prepare` keeps what it fetched (never part of the config hash)
 
     def service_of(self, solver: SolverConfig) -> ServiceConfig | None:
         """The service `solver` asks; None when it names none (in a sweep's config, a benchmark asks

@@ -24,6 +24,7 @@ from shardeval.launch import log, setup_logging
 from shardeval.launch.lifecycle import orchestrate
 from shardeval.launch.orchestrator import LaunchRequest
 from shardeval.launch.preflight import preflight
+from shardeval.launch.prepare import activate, find_preparation, prepare_if_needed
 from shardeval.run.runner import ShardRun, plan_benchmarks
 from shardeval.store.discover import write_export_list
 from shardeval.store.shards import ShardSpec, detect_shard
@@ -45,7 +46,12 @@ def launch(
     if quick.pop("no_cache", False):  # as an override, so it travels to the shards an orchestrator starts
         quick.pop("cache_dir", None)
         overrides = [*overrides, "cache=null"]
+    prepared = find_preparation([output_dir, os.path.dirname(os.path.normpath(output_dir))]) if output_dir else None
+    if prepared is not None:  # before the config is read: reading it may load a task, offline now
+        activate(*prepared)
     config = load_config(config_path, overrides, quick)
+    if prepared is None and output_dir is None and (prepared := find_preparation([config.output.dir])) is not None:
+        activate(*prepared)
     if sweep_services is not None and config.sweep is None:
         raise UsageError(f"{SWEEP_FLAG} {sweep_services}: {config_path or 'the config'} has no `sweep:` section; drop the flag")
     sweep = plan_sweep(config, sweep_services) if config.sweep is not None else None
@@ -72,7 +78,10 @@ def launch(
         print_identity(config)
         return 0
     try:  # the shard opens its own logs/shard.log once its directory is ready
-        return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh, sweep=plan, unavailable=unavailable).run())
+        preparation = prepared[1] if prepared is not None else None
+        return asyncio.run(
+            ShardRun(config, shard, out_dir, fresh=fresh, sweep=plan, unavailable=unavailable, preparation=preparation).run()
+        )
     except ShardError as exc:  # already logged by the shard, in its log too
         return exc.exit_code
 
@@ -81,6 +90,8 @@ def hand_off(request: LaunchRequest) -> int:
     """No shard selected: check once, write what the launch's merge reads, then the orchestrator
     that `cluster.type` names runs the launch (shardeval.launch.lifecycle)."""
     config = request.config
+    if not request.dry_run and not config.cluster.shards_read_local_files():
+        prepare_if_needed(config, request.output_root)  # the nodes may have no internet: they read what is fetched here
     preflight(request)  # once, before any shard starts: one line, exit 2, nothing started or moved
     if request.sweep is not None and not request.dry_run:
         request.sweep.write_plan(request.output_root)

@@ -40,6 +40,7 @@ from shardeval.benchmark.reasoning import DEFAULT_TAGS, ReplySplit, reply_outcom
 from shardeval.benchmark.rubric import Rubric
 from shardeval.run.judging import Judge, Verdict, apply_verdict, metrics_when_judged, rubric_for
 from shardeval.store.liveness import ShardLease
+from shardeval.store.prepared import Preparation, planned_otherwise
 from shardeval.run.process import ServerProcess, describe_exit
 from shardeval.run.progress import Progress
 from shardeval.store.records import (
@@ -262,8 +263,10 @@ class ShardRun:
         fresh: bool = False,
         sweep: SweepPlan | None = None,
         unavailable: str | None = None,
+        preparation: Preparation | None = None,
     ) -> None:
         self.config = config
+        self.preparation = preparation  # the run was prepared (docs/offline.md): this shard plans as it did
         # why the model cannot be served at all (a deleted checkpoint, shardeval.run.unavailable):
         # then no service is started and every pair to ask is recorded as an error naming this
         self.unavailable = unavailable
@@ -321,6 +324,9 @@ class ShardRun:
         """The shard's phases, in order: plan, prepare the output (or find nothing left to ask),
         answer every benchmark, read back what was written, settle the manifest, exit."""
         plans = plan_benchmarks(self.config, self.shard)
+        for plan in plans if self.preparation is not None else []:
+            if why := planned_otherwise(self.preparation, plan.name, plan.n_problems, plan.fingerprint, plan.prompt_fingerprint):
+                raise UsageError(why)
         manifest = self._new_manifest(plans)
         resumed, finished = await self._prepare_output(manifest)
         if finished:
