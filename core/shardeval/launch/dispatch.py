@@ -24,7 +24,7 @@ from shardeval.launch import log, setup_logging
 from shardeval.launch.lifecycle import orchestrate
 from shardeval.launch.orchestrator import LaunchRequest
 from shardeval.launch.preflight import preflight
-from shardeval.launch.prepare import activate, find_preparation, prepare_if_needed
+from shardeval.launch.prepare import prepare_if_needed, use_preparation
 from shardeval.run.runner import ShardRun, plan_benchmarks
 from shardeval.store.discover import write_export_list
 from shardeval.store.shards import ShardSpec, detect_shard
@@ -46,12 +46,11 @@ def launch(
     if quick.pop("no_cache", False):  # as an override, so it travels to the shards an orchestrator starts
         quick.pop("cache_dir", None)
         overrides = [*overrides, "cache=null"]
-    prepared = find_preparation([output_dir, os.path.dirname(os.path.normpath(output_dir))]) if output_dir else None
-    if prepared is not None:  # before the config is read: reading it may load a task, offline now
-        activate(*prepared)
+    # a prepared run (docs/offline.md) is read before the config is: reading it may load a task, offline then
+    prepared = use_preparation([output_dir, os.path.dirname(os.path.normpath(output_dir))] if output_dir else [])
     config = load_config(config_path, overrides, quick)
-    if prepared is None and output_dir is None and (prepared := find_preparation([config.output.dir])) is not None:
-        activate(*prepared)
+    if prepared is None and output_dir is None:
+        prepared = use_preparation([config.output.dir])
     if sweep_services is not None and config.sweep is None:
         raise UsageError(f"{SWEEP_FLAG} {sweep_services}: {config_path or 'the config'} has no `sweep:` section; drop the flag")
     sweep = plan_sweep(config, sweep_services) if config.sweep is not None else None
@@ -78,10 +77,7 @@ def launch(
         print_identity(config)
         return 0
     try:  # the shard opens its own logs/shard.log once its directory is ready
-        preparation = prepared[1] if prepared is not None else None
-        return asyncio.run(
-            ShardRun(config, shard, out_dir, fresh=fresh, sweep=plan, unavailable=unavailable, preparation=preparation).run()
-        )
+        return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh, sweep=plan, unavailable=unavailable, preparation=prepared).run())
     except ShardError as exc:  # already logged by the shard, in its log too
         return exc.exit_code
 

@@ -118,6 +118,15 @@ def find_preparation(candidates: list[str]) -> tuple[str, Preparation] | None:
     return None
 
 
+def use_preparation(roots: list[str]) -> Preparation | None:
+    """The preparation of the first of `roots` (a shard's -o and its parent, or output.dir) that
+    has one, activated; None when the run was not prepared."""
+    found = find_preparation(roots)
+    if found is not None:
+        activate(*found)
+    return found[1] if found is not None else None
+
+
 def activate(root: str, preparation: Preparation) -> None:
     """This shard reads the preparation: offline for the Hugging Face libraries, the download cache
     the prepared one, every prepared file verified (one line, exit 2, when one is not)."""

@@ -324,9 +324,10 @@ class ShardRun:
         """The shard's phases, in order: plan, prepare the output (or find nothing left to ask),
         answer every benchmark, read back what was written, settle the manifest, exit."""
         plans = plan_benchmarks(self.config, self.shard)
-        for plan in plans if self.preparation is not None else []:
-            if why := planned_otherwise(self.preparation, plan.name, plan.n_problems, plan.fingerprint, plan.prompt_fingerprint):
-                raise UsageError(why)
+        if (prepared := self.preparation) is not None:  # a prepared run: planned here as it was there
+            for plan in plans:
+                if why := planned_otherwise(prepared, plan.name, plan.n_problems, plan.fingerprint, plan.prompt_fingerprint):
+                    raise UsageError(why)
         manifest = self._new_manifest(plans)
         resumed, finished = await self._prepare_output(manifest)
         if finished:
