@@ -25,7 +25,7 @@ ROOT = Path(REPO)
 # means a user outside the core needs it, and raising a budget says so in review.
 BUDGET = {
     "plugin": 19,
-    "benchmark": 35,
+    "benchmark": 37,  # issue 43: PrepareContext, prepared_folder
     "service": 9,
     "solver": 10,
     "orchestrator": 24,

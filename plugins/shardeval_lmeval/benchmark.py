@@ -19,16 +19,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from shardeval.api.benchmark import Benchmark, decode_params, Problem, Score
+from shardeval.api.benchmark import Benchmark, decode_params, PrepareContext, Problem, Score
 from shardeval.api.plugin import UsageError
 
 from shardeval_lmeval.params import LmEvalParams
-from shardeval_lmeval.plan import plan
+from shardeval_lmeval.plan import plan, stable_json
 
 SOURCE = "benchmark lm_eval"
-ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-# The task config keys that score answers rather than make requests (the rest is the dataset's identity).
-SCORING_KEYS = ("filter_list", "metric_list", "process_results")
+__all__ = ["LmEvalBenchmark", "stable_json"]
 # lm-eval metrics that are right/wrong per document: their mean is an accuracy with a binomial interval
 BINARY = {"acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "pass@1", "prompt_level_strict_acc", "prompt_level_loose_acc"}
 
@@ -85,7 +83,6 @@ class LmEvalBenchmark(Benchmark):
             raise UsageError(f"{SOURCE}: params.task {p.task!r} is not among the planned tasks ({', '.join(self.plan.tasks)})")
         self.params = p
         self.task_plan = self.plan.tasks[p.task]
-        self.task = self.task_plan.task
         self.wire_model = p.wire_model()
         # how the solver reads a generated answer, when not shardeval's rule (the key is absent
         # otherwise, so the dataset fingerprint of a run without it is what it always was)
@@ -95,36 +92,36 @@ class LmEvalBenchmark(Benchmark):
         # pairs over all documents, weighted): metric -> its registered aggregation's name. A
         # document keeps each pair's parts in `scores` ("word_perplexity,none|weighted_perplexity|0"),
         # shardeval_lmeval.metrics aggregates them with lm-eval's own function.
-        aggregations = self.task.aggregation()
-        self._corpus = {m: _aggregation_name(f) for m, f in aggregations.items() if _aggregation_name(f) not in PER_DOCUMENT}
+        aggregations = self.task_plan.aggregations
+        self._corpus = {m: name for m, name in aggregations.items() if name not in PER_DOCUMENT}
         # A task without one per-document metric (every one corpus-level) has no accuracy: its
         # headline is lm-eval's numbers, never a mean of placeholder scores.
         if all(m in self._corpus for m in aggregations):
             self.metrics = ("lm_eval",)
-        config = self.task.dump_config()
-        scoring = {key: config.pop(key, None) for key in SCORING_KEYS}
-        self._config = config  # what makes the requests: it joins the dataset fingerprint
-        # What scores them: the scorer's identity, so shards scored differently never mix, while
-        # `shardeval rescore` may re-score saved answers after a filter is edited.
-        self.scorer_version = (
-            "lm_eval "
-            + hashlib.sha256(
-                stable_json({"lm_eval": self.plan.lm_eval_version, "scoring": scoring, "metadata": config.get("metadata")})
-            ).hexdigest()[:16]
-        )
+        # What scores the answers: shards scored differently never mix (shardeval_lmeval.plan.task_plan)
+        self.scorer_version = self.task_plan.scorer_version
+
+    @property
+    def task(self) -> Any:
+        """The lm_eval Task that scores (in a prepared shard rebuilt on first use: shardeval_lmeval.prepared)."""
+        return self.task_plan.task
+
+    def prepare(self, ctx: PrepareContext) -> str | None:
+        """Keep the plan, the task's dataset and the tokenizer in the preparation; the hash of this task's plan."""
+        from shardeval_lmeval.prepared import prepare_plan
+
+        return prepare_plan(self.plan, ctx)[self.task_plan.name]
 
     def size(self) -> int:
         return len(self.task_plan.docs)
 
     def problem(self, idx: int) -> Problem:
         d = self.task_plan.docs[idx]
-        first = d.instances[0].arguments[0]
-        prompt = first if isinstance(first, str) else getattr(first, "prompt", str(first))
         return Problem(
             idx=idx,
             id=f"{self.task_plan.name}/{d.doc_id}",
-            prompt=prompt,
-            reference=str(self.task.doc_to_target(d.doc)),
+            prompt=d.prompt,
+            reference=d.target if d.target is not None else str(self.task.doc_to_target(d.doc)),
             metadata={
                 "lm_eval": {
                     "task": self.task_plan.name,
@@ -180,25 +177,10 @@ class LmEvalBenchmark(Benchmark):
     def fingerprint(self) -> str:
         h = hashlib.sha256()
         h.update(f"lm_eval {self.plan.lm_eval_version}\n".encode())
-        h.update(stable_json(self._config) + b"\n")
+        h.update(self.task_plan.config_json.encode() + b"\n")
         for idx in range(self.size()):
             h.update(stable_json(self.problem(idx).metadata) + b"\n")
         return "sha256:" + h.hexdigest()
-
-
-def stable_json(data: Any) -> bytes:
-    """A task config as bytes that are the same in every process: a `!function` (process_results,
-    doc_to_text, …) is its module and name, never its repr, which holds a memory address; a set
-    is sorted."""
-
-    def named(obj: Any) -> Any:
-        if isinstance(obj, (set, frozenset)):  # str() of a set follows the process's hash seed
-            return sorted(obj, key=str)
-        if callable(obj):
-            return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
-        return ADDRESS.sub("", str(obj))
-
-    return json.dumps(data, sort_keys=True, default=named).encode()
 
 
 def encode_response(resps: Sequence[Sequence[object]]) -> str:
@@ -221,14 +203,6 @@ def lm_eval_answer(request_type: str, saved: Any) -> Any:
 
 
 PER_DOCUMENT = {"mean", "median", "nanmean"}  # aggregations of one number per document
-
-
-def _aggregation_name(fn: Any) -> str:
-    """The name lm-eval registered an aggregation function under ("" when it is not registered)."""
-    import lm_eval.api.metrics  # noqa: F401  (registers lm-eval's aggregations)
-    from lm_eval.api.registry import AGGREGATION_REGISTRY
-
-    return next((name for name, f in AGGREGATION_REGISTRY.items() if f is fn), "")
 
 
 def _pair(value: Any) -> bool:

@@ -7,18 +7,25 @@ each document's few-shot examples from its sampler as it walks the documents in 
 the Instances. Those are the plan. Because the plan is always the one-process plan, the prompts
 do not depend on how many shards share the work (docs/lm-eval.md explains lm-eval's #1719).
 One plan per process and key: expanding the config and building each leaf task's benchmark share it.
+
+A prepared run (`shardeval prepare`, docs/lm-eval.md "Prepared runs") kept the plan on disk
+(shardeval_lmeval.prepared): a shard then reads it there and runs none of this planning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import difflib
+import hashlib
+import json
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from shardeval.api.plugin import library_call, UsageError
 
@@ -32,38 +39,70 @@ CHAT_MODEL = "local-chat-completions"  # the one lm-eval API model that reads th
 PLACEHOLDER_MODEL = "served-model"  # bodies are planned before the served model is known; the solver names it
 
 
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+# The task config keys that score answers rather than make requests (the rest is the dataset's identity).
+SCORING_KEYS = ("filter_list", "metric_list", "process_results")
+
+
 @dataclass
 class DocPlan:
     doc_id: int
     doc: dict[str, Any]
-    instances: list[Any]  # lm_eval Instances, by idx
+    instances: list[Any]  # lm_eval Instances, by idx (a prepared plan's: shardeval_lmeval.prepared.KeptInstance)
     requests: list[dict[str, Any]]  # per instance: {"type", "idx", "repeats", "wire": [{"body", "ctxlen"?}]}
+    target: str | None = None  # the task's doc_to_target, as text (None: asked of the task when needed)
+
+    @property
+    def prompt(self) -> str:
+        """The first request's context, as text (a chat one's JSON)."""
+        first = self.instances[0].arguments[0]
+        return first if isinstance(first, str) else getattr(first, "prompt", str(first))
 
 
 @dataclass
 class TaskPlan:
+    """One leaf task's documents and what identifies how they are asked and scored. `task` is the
+    lm_eval Task that scores them (its filters and process_results): the one that planned them, or
+    in a prepared shard one rebuilt from the kept dataset the first time a document is scored."""
+
     name: str
-    task: Any  # the lm_eval Task that planned it (its filters and process_results score)
     docs: list[DocPlan]
+    config_json: str  # the task's resolved config without its scoring keys (stable_json): the requests' identity
+    scorer_version: str  # "lm_eval <hash>" of lm-eval's version, the scoring keys and the metadata
+    aggregations: dict[str, str]  # metric -> the name lm-eval registered its aggregation under ("" if none)
+    load_task: Callable[[], Any]
+    _task: Any = None
+
+    @property
+    def task(self) -> Any:
+        if self._task is None:
+            self._task = self.load_task()
+        return self._task
 
 
 @dataclass
 class Plan:
     params: LmEvalParams
     lm_eval_version: str
-    tasks: dict[str, TaskPlan]
+    tasks: Mapping[str, TaskPlan]
     groups: dict[str, Any] = field(default_factory=dict)
     config: Any = None  # lm-eval's EvaluatorConfig
     wire_model: Any = None  # lm-eval's API model that made the bodies (its chat template, its tokenizer)
+    recipes: dict[str, dict[str, Any]] = field(default_factory=dict)  # task -> how lm-eval built it (recording_builds)
 
 
 _PLANS: dict[str, Plan] = {}
 
 
 def plan(params: LmEvalParams) -> Plan:
-    """The plan for `params` (made once per process)."""
+    """The plan for `params` (made once per process; read from the preparation in a prepared shard)."""
+    from shardeval_lmeval.prepared import read_prepared_plan  # its lm-eval imports wait until a document is scored
+
     key = params.plan_key()
     if key not in _PLANS:
+        if (prepared := read_prepared_plan(params)) is not None:
+            _PLANS[key] = prepared
+            return prepared
         tasks = params.task or ", ".join(params.task_list())
         with library_call("lm-eval", f"benchmark lm_eval: tasks {tasks[:80] + '…' if len(tasks) > 80 else tasks}"):
             _PLANS[key] = _make(params)
@@ -124,22 +163,98 @@ def setup(params: LmEvalParams) -> Setup:
             "benchmark lm_eval: params.tokenizer is not set; name the served model's Hugging Face "
             "tokenizer (a name or a local path), or set tokenizer_backend: none for text prompts"
         )
-    with quiet():
+    with quiet():  # the tokenizer first: on a node without internet it is the quick one to fail
+        model = _wire_model(params, model_args)
         config = evaluator_config(params, model_args)
         manager = _task_manager(config)
-        model = _wire_model(params, model_args)
     return Setup(version=version, config=config, manager=manager, wire_model=model)
 
 
 def _make(params: LmEvalParams) -> Plan:
     s = setup(params)
+    recipes: dict[str, dict[str, Any]] = {}
     with quiet():
         wire = Wire(s.wire_model)
-        loaded = _plan_requests(s.config, s.manager, wire.model)
-        tasks = {name: TaskPlan(name=name, task=task, docs=_docs(name, task, wire)) for name, task in loaded["tasks"].items()}
+        with recording_builds(recipes):
+            loaded = _plan_requests(s.config, s.manager, wire.model)
+        tasks = {name: task_plan(name, task, _docs(name, task, wire), s.version) for name, task in loaded["tasks"].items()}
     return Plan(
-        params=params, lm_eval_version=s.version, tasks=tasks, groups=loaded.get("groups", {}), config=s.config, wire_model=wire.model
+        params=params,
+        lm_eval_version=s.version,
+        tasks=tasks,
+        groups=loaded.get("groups", {}),
+        config=s.config,
+        wire_model=wire.model,
+        recipes=recipes,
     )
+
+
+def task_plan(name: str, task: Any, docs: list[DocPlan], version: str) -> TaskPlan:
+    """A planned task with its identity: the requests' config and the scorer's version."""
+    config = task.dump_config()
+    scoring = {key: config.pop(key, None) for key in SCORING_KEYS}
+    # What scores them: the scorer's identity, so shards scored differently never mix, while
+    # `shardeval rescore` may re-score saved answers after a filter is edited.
+    scorer = hashlib.sha256(stable_json({"lm_eval": version, "scoring": scoring, "metadata": config.get("metadata")})).hexdigest()[:16]
+    return TaskPlan(
+        name=name,
+        docs=docs,
+        config_json=stable_json(config).decode(),
+        scorer_version=f"lm_eval {scorer}",
+        aggregations={m: aggregation_name(f) for m, f in task.aggregation().items()},
+        load_task=lambda: task,
+    )
+
+
+def aggregation_name(fn: Any) -> str:
+    """The name lm-eval registered an aggregation function under ("" when it is not registered)."""
+    import lm_eval.api.metrics  # noqa: F401  (registers lm-eval's aggregations)
+    from lm_eval.api.registry import AGGREGATION_REGISTRY
+
+    return next((name for name, f in AGGREGATION_REGISTRY.items() if f is fn), "")
+
+
+def stable_json(data: Any) -> bytes:
+    """A task config as bytes that are the same in every process: a `!function` (process_results,
+    doc_to_text, …) is its module and name, never its repr, which holds a memory address; a set
+    is sorted."""
+
+    def named(obj: Any) -> Any:
+        if isinstance(obj, (set, frozenset)):  # str() of a set follows the process's hash seed
+            return sorted(obj, key=str)
+        if callable(obj):
+            return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+        return ADDRESS.sub("", str(obj))
+
+    return json.dumps(data, sort_keys=True, default=named).encode()
+
+
+@contextlib.contextmanager
+def recording_builds(recipes: dict[str, dict[str, Any]]) -> Iterator[None]:
+    """Keep, per task lm-eval builds, what its TaskFactory built it from (the YAML's path or the
+    inline config, the overrides a group gave it, the TaskManager's metadata): a prepared shard
+    rebuilds the task for scoring from that, without lm-eval's task index (shardeval_lmeval.prepared)."""
+    from lm_eval.tasks._factory import TaskFactory
+
+    build = TaskFactory._build_task
+
+    def recorded(factory: Any, entry: Any, overrides: dict[str, Any] | None) -> Any:
+        task = build(factory, entry, overrides)
+        name = getattr(getattr(task, "config", None), "task", None)
+        if isinstance(name, str):
+            recipes[name] = {
+                "yaml_path": str(entry.yaml_path) if entry.yaml_path else None,
+                "cfg": None if entry.yaml_path else copy.deepcopy(entry.cfg),
+                "overrides": copy.deepcopy(overrides),
+                "meta": copy.deepcopy(factory._meta),
+            }
+        return task
+
+    TaskFactory._build_task = recorded  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        TaskFactory._build_task = build  # type: ignore[method-assign]
 
 
 def _task_manager(config: Any) -> Any:

@@ -94,6 +94,12 @@ GROUPS: dict[str, tuple[Group, ...]] = {
         ),
         group("shardeval.benchmark.rubric", "Rubric", "a judge's rubric"),
         group(
+            "shardeval.benchmark.downloads",
+            "PrepareContext prepared_folder",
+            "`Benchmark.prepare(ctx)` keeps what a shard needs offline in `ctx.folder(key)` (`shardeval prepare`); "
+            "a prepared shard finds it with `prepared_folder(key)` (None: not prepared; docs/offline.md)",
+        ),
+        group(
             "shardeval.benchmark.reasoning",
             "split_reply DEFAULT_TAGS",
             "`split_reply(content, reasoning, tags)`: the one rule that splits a reasoning model's reply (answer, "
