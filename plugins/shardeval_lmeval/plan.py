@@ -36,6 +36,8 @@ log = logging.getLogger("shardeval.lm_eval")
 
 SUPPORTED = ("loglikelihood", "loglikelihood_rolling", "generate_until")
 CHAT_MODEL = "local-chat-completions"  # the one lm-eval API model that reads think_end_token
+# a node without internet cannot load a dataset or tokenizer from the Hub: planned where the network is, it need not
+OFFLINE_HINT = "on a node without internet, prepare the run where the network is: `shardeval prepare CONFIG -o OUT` (docs/offline.md)"
 PLACEHOLDER_MODEL = "served-model"  # bodies are planned before the served model is known; the solver names it
 
 
@@ -285,7 +287,7 @@ def _wire_model(params: LmEvalParams, model_args: dict[str, Any]) -> Any:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(
             f"benchmark lm_eval: the tokenizer {model_args.get('tokenizer')!r} cannot be loaded ({first}); "
-            "set params.tokenizer to the served model's tokenizer (a local path works offline)"
+            f"set params.tokenizer to the served model's tokenizer (a local path works offline); {OFFLINE_HINT}"
         ) from None
 
 
@@ -362,7 +364,9 @@ def _plan_requests(config: Any, manager: Any, wire_model: Any) -> dict[str, Any]
         simple_evaluate(config, manager, planner, bootstrap_iters=0, log_samples=False)
     except Exception as exc:
         if not planner.asked:  # failed while loading or planning: the user's task, data or options
-            raise UsageError(f"benchmark lm_eval: lm-eval cannot plan {', '.join(map(str, config.tasks))}: {_one_line(exc)}") from None
+            raise UsageError(
+                f"benchmark lm_eval: lm-eval cannot plan {', '.join(map(str, config.tasks))}: {_one_line(exc)}; {OFFLINE_HINT}"
+            ) from None
         # scoring the planner's empty answers failed: nothing of the plan depends on it
     for name, task in loaded.get("tasks", {}).items():
         kind = task.get_config("output_type")

@@ -160,7 +160,9 @@ def _kept_task(plan: Plan, task_plan: TaskPlan, folder: str) -> KeptTask:
 def _kept_doc(name: str, d: DocPlan, task: Any) -> KeptDoc:
     _same_after_json(f"task {name}, document {d.doc_id}", d.doc)
     for i in d.instances:
-        _same_after_json(f"task {name}, document {d.doc_id}'s request {i.idx}", i.arguments, encode=_encode_arguments, decode=_decode_arguments)
+        _same_after_json(
+            f"task {name}, document {d.doc_id}'s request {i.idx}", i.arguments, encode=_encode_arguments, decode=_decode_arguments
+        )
     return KeptDoc(
         doc_id=d.doc_id,
         doc=d.doc,
