@@ -23,7 +23,8 @@ from shardeval.api.benchmark import Benchmark, decode_params, PrepareContext, Pr
 from shardeval.api.plugin import UsageError
 
 from shardeval_lmeval.params import LmEvalParams
-from shardeval_lmeval.plan import plan, stable_json
+from shardeval_lmeval.plan import stable_json
+from shardeval_lmeval.prepared import planned, prepare_plan
 
 SOURCE = "benchmark lm_eval"
 __all__ = ["LmEvalBenchmark", "stable_json"]
@@ -56,7 +57,7 @@ class LmEvalBenchmark(Benchmark):
         p = _params(params)
         if p.task is not None:
             return None
-        return [(benchmark_id(name), {**params, "task": name}) for name in plan(p).tasks]
+        return [(benchmark_id(name), {**params, "task": name}) for name in planned(p).tasks]
 
     @classmethod
     def quick_params(cls, argument: str) -> dict[str, Any]:
@@ -71,7 +72,7 @@ class LmEvalBenchmark(Benchmark):
 
     def __init__(self, params: dict[str, Any]) -> None:
         p = _params(params)
-        self.plan = plan(p)
+        self.plan = planned(p)
         if p.task is None:
             if len(self.plan.tasks) != 1:
                 raise UsageError(
@@ -79,7 +80,7 @@ class LmEvalBenchmark(Benchmark):
                     "load the config with shardeval (it makes one benchmark per leaf task)"
                 )
             p = decode_params({**params, "task": next(iter(self.plan.tasks))}, LmEvalParams, source=SOURCE)
-        if p.task not in self.plan.tasks:
+        if p.task is None or p.task not in self.plan.tasks:
             raise UsageError(f"{SOURCE}: params.task {p.task!r} is not among the planned tasks ({', '.join(self.plan.tasks)})")
         self.params = p
         self.task_plan = self.plan.tasks[p.task]
@@ -108,8 +109,6 @@ class LmEvalBenchmark(Benchmark):
 
     def prepare(self, ctx: PrepareContext) -> str | None:
         """Keep the plan, the task's dataset and the tokenizer in the preparation; the hash of this task's plan."""
-        from shardeval_lmeval.prepared import prepare_plan
-
         return prepare_plan(self.plan, ctx)[self.task_plan.name]
 
     def size(self) -> int:

@@ -97,14 +97,9 @@ _PLANS: dict[str, Plan] = {}
 
 
 def plan(params: LmEvalParams) -> Plan:
-    """The plan for `params` (made once per process; read from the preparation in a prepared shard)."""
-    from shardeval_lmeval.prepared import read_prepared_plan  # its lm-eval imports wait until a document is scored
-
+    """The plan for `params` (made once per process; a prepared shard's is read: shardeval_lmeval.prepared)."""
     key = params.plan_key()
     if key not in _PLANS:
-        if (prepared := read_prepared_plan(params)) is not None:
-            _PLANS[key] = prepared
-            return prepared
         tasks = params.task or ", ".join(params.task_list())
         with library_call("lm-eval", f"benchmark lm_eval: tasks {tasks[:80] + '…' if len(tasks) > 80 else tasks}"):
             _PLANS[key] = _make(params)
@@ -252,11 +247,11 @@ def recording_builds(recipes: dict[str, dict[str, Any]]) -> Iterator[None]:
             }
         return task
 
-    TaskFactory._build_task = recorded  # type: ignore[method-assign]
+    TaskFactory._build_task = recorded
     try:
         yield
     finally:
-        TaskFactory._build_task = build  # type: ignore[method-assign]
+        TaskFactory._build_task = build
 
 
 def _task_manager(config: Any) -> Any:

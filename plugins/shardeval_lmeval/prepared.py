@@ -36,7 +36,7 @@ from shardeval.api.benchmark import PrepareContext, prepared_folder
 from shardeval.api.plugin import library_call, UsageError
 
 from shardeval_lmeval.params import EXTRA, LmEvalParams
-from shardeval_lmeval.plan import DocPlan, Plan, quiet, stable_json, TaskPlan
+from shardeval_lmeval.plan import _PLANS, DocPlan, plan, Plan, quiet, stable_json, TaskPlan
 
 PLUGIN_DIR = "lm_eval"  # the preparation's folder of this plugin: one sub-folder per plan
 INDEX = "plan.json"
@@ -223,6 +223,14 @@ def _write(path: str, data: bytes) -> None:
 # --- a prepared shard: read it ---------------------------------------------------------------------
 
 
+def planned(params: LmEvalParams) -> Plan:
+    """The plan for `params`: the kept one in a prepared shard, else lm-eval's (once per process either way)."""
+    key = params.plan_key()
+    if key not in _PLANS and (kept := read_prepared_plan(params)) is not None:
+        _PLANS[key] = kept
+    return plan(params)
+
+
 def read_prepared_plan(params: LmEvalParams) -> Plan | None:
     """The kept plan of `params` in a prepared shard; None when the run was not prepared for lm-eval."""
     if prepared_folder(PLUGIN_DIR) is None:
@@ -310,7 +318,7 @@ def rebuild_task(kept: KeptTask, folder: str) -> Any:
 
     dataset_dir = os.path.join(folder, kept.dataset)
 
-    class PreparedTask(ConfigurableTask):  # type: ignore[misc]
+    class PreparedTask(ConfigurableTask):
         def download(self, dataset_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
             self.dataset = datasets.load_from_disk(dataset_dir)
 
