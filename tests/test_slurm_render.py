@@ -457,8 +457,15 @@ def test_sweep_cell_runs_under_bash_and_submission_leaves_complete_cells_out(tmp
     assert "services.mid.accuracy: " in line  # what changed, key by key
     unchanged = shardeval_cmd("run", str(SWEEP), "-o", str(out), *SMALL, "-O", "services.top.accuracy=0.9", env=no_slurm)
     assert "sbatch not found on PATH" in one_line_error(unchanged)  # only top's identity changed: it has no shard yet
-    fresh = shardeval_cmd("run", str(SWEEP), "-o", str(out), *SMALL, "--fresh", env=no_slurm)
-    assert fresh.returncode == 2 and "sbatch not found on PATH" in fresh.stderr, fresh.stderr
+    refused = shardeval_cmd("run", str(SWEEP), "-o", str(out), *SMALL, "--fresh", env=no_slurm)
+    assert "sbatch not found on PATH" in one_line_error(refused)  # refused before --fresh moves anything
+    assert (out / "mid" / "shard_1" / "manifest.json").exists()
+    fake = tmp_path / "fake-slurm"  # an sbatch that queues nothing: only what --fresh moves is looked at
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/sh\necho 4242\n")
+    (fake / "sbatch").chmod(0o755)
+    fresh = shardeval_cmd("run", str(SWEEP), "-o", str(out), *SMALL, "--fresh", env={"PATH": f"{fake}:/usr/bin:/bin"})
+    assert fresh.returncode == 0 and "submitted array job 4242" in fresh.stderr, fresh.stderr
     assert "--fresh: earlier results of shard_1 moved to " + str(out / "mid" / "shard_1" / "superseded") in fresh.stderr
     assert (out / "mid" / "shard_1" / "superseded").is_dir() and not (out / "mid" / "shard_1" / "manifest.json").exists()
 

@@ -187,8 +187,11 @@ def merge(
     Shard files are only read; running it twice gives byte-identical output. A sweep's directory
     merges each model into <model>/merged/, then writes merged/sweep.json, sweep.md and sweep.html.
     """
+    from shardeval.launch.prepare import use_preparation_to_merge
     from shardeval.results import metrics, sweep_merge, trackers
 
+    if prepared := use_preparation_to_merge(run_dir):  # a merge job on a node without internet (docs/offline.md)
+        click.echo(f"shardeval: {prepared}", err=True)
     options = metrics.MetricOptions(confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed, ci_method=ci_method)
     merged = sweep_merge.merge_any(
         run_dir,

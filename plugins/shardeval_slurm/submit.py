@@ -103,6 +103,7 @@ class SlurmOrchestrator(Orchestrator):
         check_no_secrets(self.files, self.request.config)
         self.request = request = replace(self.request, output_root=os.path.abspath(self.request.output_root))
         if not request.dry_run:
+            self._refuse_without_sbatch()  # before the core prepares the run for the nodes (docs/offline.md)
             _refuse_if_still_queued(request)  # before --fresh moves anything: a live task would write into superseded/
         if request.fresh:
             return  # the lifecycle sets each run's shards aside (not in a dry run)
@@ -127,11 +128,6 @@ class SlurmOrchestrator(Orchestrator):
         request = self.request
         paths, todo, array = self._write()
         root, cells, script = request.output_root, request.cells(), eval_script(request)
-        if shutil.which("sbatch") is None:
-            raise UsageError(
-                f"sbatch not found on PATH: run this on a SLURM login node, or pass --dry-run to only write the scripts "
-                f"(written: {', '.join(paths.values())})"
-            )
         what = "cells" if request.sweep else "shards"
         if not todo and RAY_SCRIPT not in paths:
             print(
@@ -162,6 +158,15 @@ class SlurmOrchestrator(Orchestrator):
         _add_record(root, record)
         print(f"`shardeval status {root}` shows progress and each task's SLURM state; results: {os.path.join(root, 'merged')}/")
         return 0
+
+    def _refuse_without_sbatch(self) -> None:
+        """Not a SLURM login node: the scripts are written (to take to one), nothing is submitted."""
+        if shutil.which("sbatch") is None:
+            paths, _, _ = self._write()
+            raise UsageError(
+                f"sbatch not found on PATH: run this on a SLURM login node, or pass --dry-run to only write the scripts "
+                f"(written: {', '.join(paths.values())})"
+            )
 
     def _write(self) -> tuple[dict[str, str], list[int], list[str]]:
         """The logs folders (SLURM silently drops output whose directory is missing) and the

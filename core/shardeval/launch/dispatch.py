@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -86,15 +87,15 @@ def hand_off(request: LaunchRequest) -> int:
     """No shard selected: check once, write what the launch's merge reads, then the orchestrator
     that `cluster.type` names runs the launch (shardeval.launch.lifecycle)."""
     config = request.config
-    if not request.dry_run and not config.cluster.shards_read_local_files():
-        prepare_if_needed(config, request.output_root)  # the nodes may have no internet: they read what is fetched here
     preflight(request)  # once, before any shard starts: one line, exit 2, nothing started or moved
     if request.sweep is not None and not request.dry_run:
         request.sweep.write_plan(request.output_root)
     if not request.dry_run:  # the merge that ends the launch (maybe another process: SLURM's merge job) reads it
         write_export_list(request.output_root, msgspec.to_builtins(config.export))
     warn_greedy_repeats(config)
-    code = orchestrate(plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory, request)
+    # the nodes may have no internet: they read what is fetched here, once the orchestrator checked the launch
+    prepare = None if config.cluster.shards_read_local_files() else partial(prepare_if_needed, config, request.output_root)
+    code = orchestrate(plugins.registry().get("orchestrators", config.cluster.type, "cluster.type").factory, request, prepare)
     if request.dry_run and code == 0:
         print_identity(config)
     return code

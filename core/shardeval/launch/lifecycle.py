@@ -51,18 +51,20 @@ def load_request(
     return LaunchRequest.create(config, config_path, overrides, quick, output_dir, dry_run=dry_run, fresh=fresh, sweep=sweep)
 
 
-def orchestrate(factory: OrchestratorFactory, request: LaunchRequest) -> int:
+def orchestrate(factory: OrchestratorFactory, request: LaunchRequest, before_submit: Callable[[], None] | None = None) -> int:
     """Run one launch with a registered orchestrator: an `Orchestrator` class (or a factory that
     makes one) through the lifecycle; the older form, a function that does the whole launch and
-    returns its exit code, as it is."""
+    returns its exit code, as it is. `before_submit`: see run_lifecycle."""
     made = factory(request)
     if isinstance(made, Orchestrator):
-        return run_lifecycle(made)
+        return run_lifecycle(made, before_submit)
     return made
 
 
-def run_lifecycle(orchestrator: Orchestrator) -> int:
-    """The launch, in order: plan, dry run (and stop), `--fresh`, submit, wait, collect, settle."""
+def run_lifecycle(orchestrator: Orchestrator, before_submit: Callable[[], None] | None = None) -> int:
+    """The launch, in order: plan, dry run (and stop), `--fresh`, submit, wait, collect, settle.
+    `before_submit` runs once the launch is checked and before anything is submitted (the core
+    prepares a cluster's run there: a launch refused by `plan` leaves the run's preparation as it was)."""
     orchestrator.plan()
     request = orchestrator.request
     if request.dry_run:
@@ -70,6 +72,8 @@ def run_lifecycle(orchestrator: Orchestrator) -> int:
     if request.fresh and orchestrator.fresh_on_launcher:
         for run in request.runs():  # once per model's run: every lease first, then the move, so one shard that
             set_aside_shards(run.root)  # cannot move leaves every other where it was
+    if before_submit is not None:
+        before_submit()
     code = orchestrator.submit()
     if code != 0 or not orchestrator.waits:
         return code

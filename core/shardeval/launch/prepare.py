@@ -18,6 +18,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from shardeval import __version__
 from shardeval.benchmark.downloads import DOWNLOADS_ENV, PREPARED_ENV, PrepareContext
@@ -27,7 +28,6 @@ from shardeval.config.sweep import model_config
 from shardeval.errors import UsageError
 from shardeval.identity import config_hash
 from shardeval.launch import log, setup_logging
-from shardeval.run.runner import BenchmarkPlan, plan_benchmarks
 from shardeval.store.prepared import (
     HOW,
     OFFLINE_ENV,
@@ -41,6 +41,9 @@ from shardeval.store.prepared import (
     write_preparation,
 )
 from shardeval.store.shards import ShardSpec
+
+if TYPE_CHECKING:  # what plans (the runner, its HTTP client) is imported when a run is prepared: a merge needs none of it
+    from shardeval.run.runner import BenchmarkPlan
 
 
 @contextmanager
@@ -66,11 +69,13 @@ def run_configs(config: Config) -> list[Config]:
 
 def prepare_run(config: Config, root: str) -> Preparation:
     """Fetch and plan every benchmark of the run at `root`; write <root>/prepared/preparation.json."""
+    from shardeval.run.runner import plan_benchmarks
+
     cache_dir = os.path.abspath(
         config.prepare.cache_dir if config.prepare and config.prepare.cache_dir else os.path.join(preparation_dir(root), "cache")
     )
     os.makedirs(cache_dir, exist_ok=True)
-    preparation = new_preparation(__version__, socket.gethostname(), cache_dir, config_hash(config))
+    preparation = new_preparation(__version__, socket.gethostname(), cache_dir, config_hash(config), root)
     planned: dict[str, PreparedBenchmark] = {}
     with _environment({DOWNLOADS_ENV: cache_dir}):
         for run in run_configs(config):
@@ -134,6 +139,22 @@ def activate(root: str, preparation: Preparation) -> None:
         raise UsageError(f"the run's preparation ({preparation_dir(root)}) cannot be used here: {why}; {HOW} again")
     os.environ.update({**OFFLINE_ENV, DOWNLOADS_ENV: preparation.cache_dir, PREPARED_ENV: preparation.cache_dir})
     log.info("prepared run: reading %d prepared file(s) from %s; offline", len(preparation.files), preparation.cache_dir)
+
+
+def use_preparation_to_merge(run_dir: str) -> str | None:
+    """`shardeval merge` of a prepared run (a SLURM or Kubernetes merge job, on a node without
+    internet): what a plugin's merged outputs read (lm-eval's tasks, to write its own files) comes
+    from the preparation, offline. The merge itself reads records and manifests only, so a
+    preparation that cannot be used here is a warning, never a refusal. The line to say, or None
+    when the run was not prepared."""
+    found = find_preparation([run_dir, os.path.dirname(os.path.abspath(run_dir))])
+    if found is None:
+        return None
+    root, preparation = found
+    if (why := verify(preparation)) is not None:
+        return f"warning: merging without the run's preparation ({preparation_dir(root)}): {why}"
+    os.environ.update({**OFFLINE_ENV, DOWNLOADS_ENV: preparation.cache_dir, PREPARED_ENV: preparation.cache_dir})
+    return f"prepared run: the merge reads {len(preparation.files)} prepared file(s) from {preparation.cache_dir}; offline"
 
 
 def prepare_if_needed(config: Config, root: str) -> None:

@@ -48,6 +48,10 @@ class Preparation(msgspec.Struct, kw_only=True, omit_defaults=True):
     host: str
     cache_dir: str  # where the fetched files are (absolute): <out>/prepared/cache or prepare.cache_dir
     config_hash: str  # the run's identity when it was prepared
+    # The cache's path relative to the run's root when it lies inside it (the default one,
+    # prepared/cache): read_preparation then finds it under the root it was found at, so a node
+    # that mounts the run elsewhere (a container's /results) reads it there, not at cache_dir.
+    cache_in_root: str | None = None
     benchmarks: list[PreparedBenchmark] = []
     files: list[PreparedFile] = []
 
@@ -61,11 +65,15 @@ def preparation_dir(root: str) -> str:
 
 
 def read_preparation(root: str) -> Preparation | None:
-    """The preparation of the run at `root`, None when there is none (or it cannot be read)."""
+    """The preparation of the run at `root`, None when there is none (or it cannot be read); a
+    cache inside the run (cache_in_root) is the one under `root`, wherever the run was prepared."""
     try:
-        return msgspec.json.decode(read_regular(os.path.join(preparation_dir(root), PREPARATION_FILE)), type=Preparation)
+        found = msgspec.json.decode(read_regular(os.path.join(preparation_dir(root), PREPARATION_FILE)), type=Preparation)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
+    if found.cache_in_root is not None:
+        found.cache_dir = os.path.join(os.path.abspath(root), found.cache_in_root)
+    return found
 
 
 def write_preparation(root: str, preparation: Preparation) -> str:
@@ -111,8 +119,18 @@ def verify(preparation: Preparation) -> str | None:
     return None
 
 
-def new_preparation(version: str, host: str, cache_dir: str, config_hash: str) -> Preparation:
-    return Preparation(version=version, prepared_at=time.time(), host=host, cache_dir=os.path.abspath(cache_dir), config_hash=config_hash)
+def new_preparation(version: str, host: str, cache_dir: str, config_hash: str, root: str | None = None) -> Preparation:
+    """A preparation of the run at `root` (when given, a cache inside it is recorded relative to it)."""
+    cache_dir = os.path.abspath(cache_dir)
+    inside = os.path.relpath(cache_dir, os.path.abspath(root)) if root is not None else None
+    return Preparation(
+        version=version,
+        prepared_at=time.time(),
+        host=host,
+        cache_dir=cache_dir,
+        config_hash=config_hash,
+        cache_in_root=inside if inside is not None and inside != os.pardir and not inside.startswith(os.pardir + os.sep) else None,
+    )
 
 
 def planned_otherwise(preparation: Preparation, name: str, n_problems: int, fingerprint: str, prompt_fingerprint: str | None) -> str | None:
