@@ -8,12 +8,14 @@ It does exactly what that command does inside a shard (the same shard run, the s
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from typing import TYPE_CHECKING
 from collections.abc import Callable, Sequence
 
 from shardeval import plugins
 from shardeval.launch import log, setup_logging
+from shardeval.launch.prepare import use_preparation
 from shardeval.run.runner import ShardRun
 from shardeval.store.shards import ShardSpec
 
@@ -53,7 +55,10 @@ def run_cell(
     manager = plugins.plugin_manager()
     joined = [manager.register(listener, name=f"shardeval_cell_listener_{id(listener)}") for listener in listeners]
     try:
-        run = ShardRun(config, shard, out_dir, fresh=fresh, sweep=sweep)
+        # a prepared run (docs/offline.md): the run's root is the cell's parent, a sweep's its grandparent
+        parent = os.path.dirname(os.path.normpath(out_dir))
+        prepared = use_preparation([parent, os.path.dirname(parent)])
+        run = ShardRun(config, shard, out_dir, fresh=fresh, sweep=sweep, preparation=prepared)
         if on_start is not None:
             on_start(lambda: run._on_signal(signal.SIGINT))  # what SIGINT's handler does, called in the cell's loop
         return asyncio.run(run.run())

@@ -48,7 +48,7 @@ def launch(
         quick.pop("cache_dir", None)
         overrides = [*overrides, "cache=null"]
     # a prepared run (docs/offline.md) is read before the config is: reading it may load a task, offline then
-    prepared = use_preparation([output_dir, os.path.dirname(os.path.normpath(output_dir))] if output_dir else [])
+    prepared = use_preparation(shard_roots(output_dir, overrides))
     config = load_config(config_path, overrides, quick)
     if prepared is None and output_dir is None:
         prepared = use_preparation([config.output.dir])
@@ -81,6 +81,15 @@ def launch(
         return asyncio.run(ShardRun(config, shard, out_dir, fresh=fresh, sweep=plan, unavailable=unavailable, preparation=prepared).run())
     except ShardError as exc:  # already logged by the shard, in its log too
         return exc.exit_code
+
+
+def shard_roots(output_dir: str | None, overrides: list[str]) -> list[str]:
+    """Where a shard looks for its run's preparation before reading the config: -o and its parent
+    (-o is a shard's folder, or a sweep's root), else an `-O output.dir=…` (a Compose container)."""
+    if output_dir:
+        return [output_dir, os.path.dirname(os.path.normpath(output_dir))]
+    given = [o.partition("=")[2].strip() for o in overrides if o.partition("=")[0].strip() == "output.dir"]
+    return [given[-1]] if given and given[-1] else []
 
 
 def hand_off(request: LaunchRequest) -> int:
