@@ -168,6 +168,11 @@ def _cache_path(url: str) -> str:
     return os.path.join(downloads_dir(), "images", hashlib.sha256(url.encode()).hexdigest())
 
 
+class DownloadFailed(OSError):
+    """An http(s) image that could not be fetched: its message says why and what to do (on a node
+    without internet, prepare the run), so it is not told to fix a path."""
+
+
 def _fetch(url: str, max_bytes: int | None) -> bytes:
     """An http(s) image: the download cache's copy, else fetched now (and kept)."""
     path = _cache_path(url)
@@ -177,13 +182,21 @@ def _fetch(url: str, max_bytes: int | None) -> bytes:
         pass
     except FileTooLarge:
         raise ValueError(f"over max_image_bytes ({max_bytes})") from None
+    import urllib.error
     import urllib.request
 
+    from shardeval.benchmark.downloads import PREPARE_HINT
     from shardeval.store.atomic import atomic_write
 
     request = urllib.request.Request(url, headers={"User-Agent": "shardeval"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        data = response.read((max_bytes or DEFAULT_MAX_IMAGE_BYTES) + 1)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            data = response.read((max_bytes or DEFAULT_MAX_IMAGE_BYTES) + 1)
+    except urllib.error.HTTPError as exc:
+        raise DownloadFailed(f"download failed: HTTP {exc.code} {exc.reason}; check the URL") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise DownloadFailed(f"download failed: {reason}; check the network, or on a node without internet {PREPARE_HINT}") from None
     if max_bytes is not None and len(data) > max_bytes:
         raise ValueError(f"over max_image_bytes ({max_bytes})")
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -532,6 +545,8 @@ class RowImages:
                 ref = describe(bytes(data) if data is not None else read_source(source, PREFLIGHT_MAX_BYTES), source, name)
                 if data is None:
                     CHECKED.put(source, ref)
+            except DownloadFailed as exc:
+                raise UsageError(f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r}: {exc}") from None
             except OSError as exc:
                 why = f"{exc.strerror or exc}" + (f" ({source})" if source != name else "")
                 raise UsageError(
