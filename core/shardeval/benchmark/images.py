@@ -27,6 +27,7 @@ from urllib.parse import quote, unquote_to_bytes
 
 import msgspec
 
+from shardeval.benchmark.downloads import PREPARE_HINT, downloads_dir
 from shardeval.errors import UsageError
 from shardeval.store.records import ImageInfo
 from shardeval.store.regular import FileTooLarge, read_regular
@@ -163,8 +164,6 @@ def decode_data_url(url: str) -> bytes:
 
 
 def _cache_path(url: str) -> str:
-    from shardeval.benchmark.downloads import downloads_dir
-
     return os.path.join(downloads_dir(), "images", hashlib.sha256(url.encode()).hexdigest())
 
 
@@ -185,7 +184,6 @@ def _fetch(url: str, max_bytes: int | None) -> bytes:
     import urllib.error
     import urllib.request
 
-    from shardeval.benchmark.downloads import PREPARE_HINT
     from shardeval.store.atomic import atomic_write
 
     request = urllib.request.Request(url, headers={"User-Agent": "shardeval"})
@@ -285,8 +283,6 @@ class CheckedFiles:
 
     def path(self, folder: str) -> str:
         """One record per folder of images, so a process loads only the folders it reads."""
-        from shardeval.benchmark.downloads import downloads_dir
-
         return os.path.join(downloads_dir(), "images", "checked", hashlib.sha256(folder.encode()).hexdigest()[:32] + ".jsonl")
 
     def _load(self, folder: str) -> dict[str, CheckedFiles.Entry]:
