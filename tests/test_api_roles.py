@@ -190,7 +190,6 @@ def test_every_name_of_the_flat_form_still_resolves():
         "preparing",
         "PREPARE_HINT",  # issue 43: a run being prepared; what a failed fetch tells a node without internet
     }  # the orchestrator lifecycle's, new with it
-    added |= {"PrepareContext", "prepared_folder", "preparing", "PREPARE_HINT"}  # shardeval prepare's (issue 43)
     flat = sorted({*roles.HOME, *roles.RETIRED} - added)
     assert len(flat) == 178
     with warnings.catch_warnings():
