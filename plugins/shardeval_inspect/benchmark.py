@@ -12,15 +12,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import sys
 from typing import TYPE_CHECKING, Any
 
-from shardeval.api.benchmark import Benchmark, decode_params, Problem, Score
+from shardeval.api.benchmark import Benchmark, decode_params, PrepareContext, preparing, Problem, Score
 from shardeval.api.plugin import UsageError
 
+from shardeval_inspect.offline import (
+    images_line,
+    keep,
+    missing_images,
+    PREPARED_KEY,
+    SANDBOX_FILE,
+    sandbox_images,
+    task_key,
+)
 from shardeval_inspect.params import InspectParams
 from shardeval_inspect.provider import check_provider
-from shardeval_inspect.task import check_sandbox, load, LoadedTask, sandbox_type
+from shardeval_inspect.task import check_sandbox, docker_configs, load, LoadedTask, sandbox_type, task_dir
 
 if TYPE_CHECKING:
     from inspect_ai.model import ChatMessage
@@ -82,7 +93,25 @@ class InspectBenchmark(Benchmark):
 
     def preflight(self) -> None:
         check_provider()
-        check_sandbox(f"{SOURCE} {self.params.task!r}", sandbox_type(self.loaded.task, self.params))
+        if preparing():  # the login node need not run the sandbox: the nodes must (their images: `prepare`)
+            return
+        where = f"{SOURCE} {self.params.task!r}"
+        check_sandbox(where, sandbox_type(self.loaded.task, self.params))
+        if self.loaded.prepared is not None:  # a prepared shard, offline: the sandbox's images must be here already
+            check_prepared_images(where, self.loaded.prepared)
+
+    def prepare(self, ctx: PrepareContext) -> str | None:
+        """Keep the task's datasets as Inspect loaded them (shardeval_inspect.offline), and say which
+        sandbox images the nodes must have (docker images are not moved: one line)."""
+        spec, args = self.params.task, json.dumps(self.params.task_args, sort_keys=True)
+        folder = ctx.folder(os.path.join(PREPARED_KEY, task_key(spec, args)))
+        kept = keep(folder, list(self.loaded.datasets))
+        if sandbox_type(self.loaded.task, self.params) == "docker":
+            images, built = sandbox_images(docker_configs(self.loaded, self.params), task_dir(spec))
+            with open(os.path.join(folder, SANDBOX_FILE), "w", encoding="utf-8") as f:
+                json.dump({"images": images, "built": built}, f, indent=1)
+            print(images_line(self.loaded.name, images, built), file=sys.stderr)
+        return kept
 
     def size(self) -> int:
         return len(self.loaded.samples)
@@ -125,3 +154,19 @@ def _target(target: str | list[str]) -> str | None:
     if isinstance(target, list):
         return ", ".join(target)
     return target or None
+
+
+def check_prepared_images(where: str, prepared: str) -> None:
+    """A prepared shard's docker sandbox images, present on this node before any sample runs (one
+    line, exit 2, when one is not: a node without internet cannot pull it)."""
+    try:
+        with open(os.path.join(prepared, SANDBOX_FILE), encoding="utf-8") as f:
+            images = json.load(f).get("images", [])
+    except FileNotFoundError:
+        return
+    if missing := missing_images(images):
+        raise UsageError(
+            f"{where}: its docker sandbox needs the image(s) {', '.join(missing)}, which this node does not have, and a "
+            "prepared run does not pull (`shardeval prepare` named them); docker pull or docker load them on the node "
+            "(docs/offline.md)"
+        )

@@ -19,10 +19,12 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from shardeval.api.plugin import library_call, UsageError
 
+from shardeval_inspect import offline
 from shardeval_inspect.params import InspectParams, require_inspect
 
 if TYPE_CHECKING:
@@ -38,6 +40,8 @@ class LoadedTask:
     samples: tuple[Sample, ...]  # in the dataset's order, every one with an id
     source_sha256: str  # the file that defines the task (for a registered task, its module's file)
     inspect_version: str
+    datasets: tuple[tuple[str, Dataset], ...] = ()  # the loader calls its creation made (recorded; empty when prepared)
+    prepared: str | None = None  # its folder in the run's preparation, when this shard reads one
 
     @property
     def name(self) -> str:
@@ -66,9 +70,13 @@ def _load(spec: str, args_json: str) -> LoadedTask:
     path = spec.split("@", 1)[0]
     if path.endswith(".py") and not os.path.isfile(path):
         raise UsageError(f"{where}: no such file {os.path.abspath(path)}; give `path/to/tasks.py@task_name` or a registered task name")
+    offline.install()  # Inspect's dataset loaders, recorded or given back (a prepared run: shardeval_inspect.offline)
+    prepared = offline.prepared_task_folder(spec, args_json)
     try:
-        with _silenced():
+        with _silenced(), _datasets(prepared, discovering=True):
             tasks = load_tasks([spec], {})
+    except UsageError as exc:  # a dataset that needs the network, or was not prepared
+        raise UsageError(f"{where}: {exc}") from None
     except Exception as exc:  # an import error in the file, a task name it does not define, ...
         raise UsageError(f"{where}: Inspect cannot load it: {type(exc).__name__}: {first_line(str(exc))}") from None
     if len(tasks) != 1:
@@ -80,14 +88,35 @@ def _load(spec: str, args_json: str) -> LoadedTask:
     function = _task_function(spec, tasks[0].name)
     _check_args(where, function, args)
     try:
-        with _silenced():
+        with _silenced(), _datasets(prepared) as recorded:
             task = load_tasks([spec], args)[0]
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
     except Exception as exc:
         raise UsageError(f"{where}: Inspect cannot create it with task_args {args}: {type(exc).__name__}: {first_line(str(exc))}") from None
     samples = tuple(_with_ids(task.dataset))
     if not samples:
         raise UsageError(f"{where}: its dataset has no samples")
-    return LoadedTask(task=task, samples=samples, source_sha256=_source_hash(path, function), inspect_version=version)
+    return LoadedTask(
+        task=task,
+        samples=samples,
+        source_sha256=_source_hash(path, function),
+        inspect_version=version,
+        datasets=tuple(recorded),
+        prepared=prepared,
+    )
+
+
+@contextlib.contextmanager
+def _datasets(prepared: str | None, discovering: bool = False) -> Iterator[list[tuple[str, Dataset]]]:
+    """While Inspect creates the task: its datasets given back from the preparation (`prepared`),
+    else read as always and recorded (what `shardeval prepare` keeps)."""
+    if prepared is not None:
+        with offline.replaying(prepared, discovering):
+            yield []
+    else:
+        with offline.recording(discovering) as recorded:
+            yield recorded
 
 
 def _task_function(spec: str, name: str) -> Any:
@@ -145,6 +174,22 @@ def sandbox_type(task: Task, params: InspectParams) -> str | None:
         return params.sandbox.split(":", 1)[0]
     spec = getattr(task, "sandbox", None)
     return getattr(spec, "type", None) if spec is not None else None
+
+
+def task_dir(spec: str) -> str:
+    """The folder a task's sandbox files are read from: the task file's, else the working directory."""
+    path = spec.split("@", 1)[0]
+    return os.path.dirname(os.path.abspath(path)) if path.endswith(".py") else os.getcwd()
+
+
+def docker_configs(loaded: LoadedTask, params: InspectParams) -> list[Any]:
+    """Each docker sandbox's config (a compose file, a Dockerfile, None: Inspect's default) the
+    task's samples run in: the params' override, else the task's and its samples' own."""
+    if params.sandbox:
+        kind, _, config = params.sandbox.partition(":")
+        return [config or None] if kind == "docker" else []
+    specs = [getattr(loaded.task, "sandbox", None), *(getattr(s, "sandbox", None) for s in loaded.samples)]
+    return [spec.config for spec in specs if spec is not None and spec.type == "docker"] or []
 
 
 def check_sandbox(where: str, kind: str | None) -> None:

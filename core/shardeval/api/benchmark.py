@@ -35,7 +35,12 @@ if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_r
         vqa_accuracy as vqa_accuracy,
     )
     from shardeval.benchmark.rubric import Rubric as Rubric
-    from shardeval.benchmark.downloads import PrepareContext as PrepareContext, prepared_folder as prepared_folder
+    from shardeval.benchmark.downloads import (
+        PrepareContext as PrepareContext,
+        prepared_folder as prepared_folder,
+        preparing as preparing,
+        PREPARE_HINT as PREPARE_HINT,
+    )
     from shardeval.benchmark.reasoning import split_reply as split_reply, DEFAULT_TAGS as DEFAULT_TAGS
     from shardeval.benchmark.images import (
         describe as describe,

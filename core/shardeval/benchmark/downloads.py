@@ -18,6 +18,20 @@ def downloads_dir() -> str:
 
 
 PREPARED_ENV = "SHARDEVAL_PREPARED"  # a prepared shard's preparation cache (shardeval.store.prepared)
+# what a fetch that failed says to a node without internet (docs/offline.md)
+PREPARE_HINT = "prepare the run where the network is (`shardeval prepare CONFIG -o OUT`, docs/offline.md)"
+PREPARING_ENV = "SHARDEVAL_PREPARING"  # set while `shardeval prepare` builds the benchmarks (fetch what a shard reads)
+
+
+def preparing() -> bool:
+    """Whether `shardeval prepare` is building the benchmarks now: what a shard would read from an
+    installed package or the hub is then kept in the download cache (the preparation) too."""
+    return os.environ.get(PREPARING_ENV) == "1"
+
+
+def prepared() -> bool:
+    """Whether this process is a prepared shard (its download cache is the preparation's)."""
+    return bool(os.environ.get(PREPARED_ENV))
 
 
 class PrepareContext:

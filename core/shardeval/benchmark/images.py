@@ -27,6 +27,7 @@ from urllib.parse import quote, unquote_to_bytes
 
 import msgspec
 
+from shardeval.benchmark.downloads import PREPARE_HINT, downloads_dir
 from shardeval.errors import UsageError
 from shardeval.store.records import ImageInfo
 from shardeval.store.regular import FileTooLarge, read_regular
@@ -163,9 +164,12 @@ def decode_data_url(url: str) -> bytes:
 
 
 def _cache_path(url: str) -> str:
-    from shardeval.benchmark.downloads import downloads_dir
-
     return os.path.join(downloads_dir(), "images", hashlib.sha256(url.encode()).hexdigest())
+
+
+class DownloadFailed(OSError):
+    """An http(s) image that could not be fetched: its message says why and what to do (on a node
+    without internet, prepare the run), so it is not told to fix a path."""
 
 
 def _fetch(url: str, max_bytes: int | None) -> bytes:
@@ -177,13 +181,20 @@ def _fetch(url: str, max_bytes: int | None) -> bytes:
         pass
     except FileTooLarge:
         raise ValueError(f"over max_image_bytes ({max_bytes})") from None
+    import urllib.error
     import urllib.request
 
     from shardeval.store.atomic import atomic_write
 
     request = urllib.request.Request(url, headers={"User-Agent": "shardeval"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        data = response.read((max_bytes or DEFAULT_MAX_IMAGE_BYTES) + 1)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            data = response.read((max_bytes or DEFAULT_MAX_IMAGE_BYTES) + 1)
+    except urllib.error.HTTPError as exc:
+        raise DownloadFailed(f"download failed: HTTP {exc.code} {exc.reason}; check the URL") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise DownloadFailed(f"download failed: {reason}; check the network, or on a node without internet {PREPARE_HINT}") from None
     if max_bytes is not None and len(data) > max_bytes:
         raise ValueError(f"over max_image_bytes ({max_bytes})")
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -272,8 +283,6 @@ class CheckedFiles:
 
     def path(self, folder: str) -> str:
         """One record per folder of images, so a process loads only the folders it reads."""
-        from shardeval.benchmark.downloads import downloads_dir
-
         return os.path.join(downloads_dir(), "images", "checked", hashlib.sha256(folder.encode()).hexdigest()[:32] + ".jsonl")
 
     def _load(self, folder: str) -> dict[str, CheckedFiles.Entry]:
@@ -532,6 +541,8 @@ class RowImages:
                 ref = describe(bytes(data) if data is not None else read_source(source, PREFLIGHT_MAX_BYTES), source, name)
                 if data is None:
                     CHECKED.put(source, ref)
+            except DownloadFailed as exc:
+                raise UsageError(f"{self.where}: row {idx} (id {row_id}): {self.field}[{k}] {name!r}: {exc}") from None
             except OSError as exc:
                 why = f"{exc.strerror or exc}" + (f" ({source})" if source != name else "")
                 raise UsageError(

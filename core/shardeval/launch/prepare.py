@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from shardeval import __version__
-from shardeval.benchmark.downloads import DOWNLOADS_ENV, PREPARED_ENV, PrepareContext
+from shardeval.benchmark.downloads import DOWNLOADS_ENV, PREPARED_ENV, PREPARING_ENV, PrepareContext
 from shardeval.config.loading import load_config
 from shardeval.config.schema import Config
 from shardeval.config.sweep import model_config
@@ -77,7 +77,7 @@ def prepare_run(config: Config, root: str) -> Preparation:
     os.makedirs(cache_dir, exist_ok=True)
     preparation = new_preparation(__version__, socket.gethostname(), cache_dir, config_hash(config), root)
     planned: dict[str, PreparedBenchmark] = {}
-    with _environment({DOWNLOADS_ENV: cache_dir}):
+    with _environment({DOWNLOADS_ENV: cache_dir, PREPARING_ENV: "1"}):
         for run in run_configs(config):
             for plan in plan_benchmarks(run, ShardSpec(0, 1, "shardeval prepare: every problem")):
                 if plan.name not in planned:

