@@ -201,3 +201,17 @@ def test_without_prepare_a_shard_without_network_is_one_line_naming_prepare_and_
     assert len(lines) == 1, bare.stderr
     assert "shardeval prepare" in lines[0] and TOKENIZER in lines[0]
     assert not runs["log"].exists() or runs["log"].read_text() == ""
+
+
+def test_the_merge_of_a_prepared_run_needs_no_network_either(runs: dict[str, Any], tmp_path: Path) -> None:
+    """The merge job reads the preparation too: lm-eval's own results files and the metrics are
+    made without the hub, the tokenizer or the task index (issue 43, point 3)."""
+    nothing = tmp_path / "no_hf_home"
+    nothing.mkdir()
+    merged = shardeval("merge", str(runs["prepared"]), env=base_env(nothing, offline=False), isolated=True)
+    assert merged.returncode == 0 and "COMPLETE" in merged.stdout, merged.stdout[-2000:] + merged.stderr[-3000:]
+    reference = shardeval("merge", str(runs["reference"]), env=base_env(tmp_path, offline=True))
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    mine = json.loads((runs["prepared"] / "merged" / "scores.json").read_text())
+    theirs = json.loads((runs["reference"] / "merged" / "scores.json").read_text())
+    assert mine["capitals_mc"]["metrics"] == theirs["capitals_mc"]["metrics"]
