@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 from typing import Any
 from collections.abc import Sequence
 
@@ -173,8 +173,14 @@ def fold_notices(missing: str, of_models: list[tuple[str, str]], paths: list[str
     return [f"{SWEEP_HTML} and the models' {REPORT_HTML} not written: {missing}{stale}"]
 
 
+# sweep.md formats every number of the table again at each update of a watched sweep; the same
+# numbers, so kept (a pure function of its arguments: the text is the same either way)
+_num = lru_cache(maxsize=1 << 16)(fmt)
+_p = lru_cache(maxsize=1 << 16)(fmt_p)
+
+
 def _cell_text(cell: dict[str, Any]) -> str:
-    text = f"{fmt(cell['value'])} [{fmt(cell['ci_low'])}, {fmt(cell['ci_high'])}]"
+    text = f"{_num(cell['value'])} [{_num(cell['ci_low'])}, {_num(cell['ci_high'])}]"
     if cell.get("ci_low") is not None:
         text += f" {cell['ci_method']}"
     text = text if cell["complete"] else f"{text} ‡ {cell['n_ok']}/{cell['n_expected']}"
@@ -187,10 +193,6 @@ NOT_COMPARED = "≠ asked or scored otherwise than the baseline (data, prompts o
 def not_compared_notes(doc: dict[str, Any]) -> list[str]:
     """One line per model × benchmark left out of the comparison for having other questions."""
     return [f"{m['service']} ({m['benchmark']}): {m['why']}" for m in doc.get("not_compared", [])]
-
-
-def _p(p: float | None) -> str:
-    return fmt_p(p)
 
 
 def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
@@ -255,8 +257,8 @@ def _vs_baseline_table(vs_baseline: list[dict[str, Any]], baseline: str, confide
         mark = "" if row.get("complete") else " †"
         test = quote(row["test"]) if "test" in row else "—"
         lines.append(
-            f"| {quote(row['service'])} | {quote(row['benchmark'])} | {quote(row['metric'])} | {fmt(row['diff'])}{mark} | "
-            f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] | {row.get('ci_method', '—')} | {_p(row['p_value'])} | "
+            f"| {quote(row['service'])} | {quote(row['benchmark'])} | {quote(row['metric'])} | {_num(row['diff'])}{mark} | "
+            f"[{_num(row['ci_low'])}, {_num(row['ci_high'])}] | {row.get('ci_method', '—')} | {_p(row['p_value'])} | "
             f"{_p(row['p_holm'])} | "
             f"{test} | {row.get('n', '—')} |"
         )
