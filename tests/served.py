@@ -108,8 +108,9 @@ def recording_proxy(upstream_url: str, recording: Recording) -> Iterator[Recordi
         yield recording
 
 
-def wait_for_records(path: Path, n: int, proc: subprocess.Popen, timeout: float = 90.0) -> None:
-    """Until the shard `proc` has written `n` lines to `path` (to kill it mid-run)."""
+def wait_for_records(path: Path, n: int, proc: subprocess.Popen, timeout: float = 240.0) -> None:
+    """Until the shard `proc` has written `n` lines to `path` (to kill it mid-run). 240 s: an lm-eval
+    shard plans its whole task first, which took over 90 s on the loaded CI host once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists() and path.read_bytes().count(b"\n") >= n:
