@@ -108,6 +108,11 @@ class KubernetesOrchestrator(Orchestrator):
         for warning in warnings:
             print(f"shardeval: warning: {warning}", file=sys.stderr)
         self.path = self.request.write("k8s", {"eval.yaml": self.text})["eval.yaml"]
+        if not self.request.dry_run and shutil.which("kubectl") is None:  # before the launch prepares anything
+            raise UsageError(
+                f"kubectl is not on PATH; the manifests are written to {self.path}: apply them with "
+                f"`kubectl apply -f {self.path}` where kubectl reaches the cluster (or use --dry-run to only render them)"
+            )
 
     def dry_run(self) -> int:
         print(self.text, end="")
@@ -119,11 +124,7 @@ class KubernetesOrchestrator(Orchestrator):
         request, path = self.request, self.path
         cluster = kubernetes_cluster(request)
         kubectl = shutil.which("kubectl")
-        if kubectl is None:
-            raise UsageError(
-                f"kubectl is not on PATH; the manifests are written to {path}: apply them with "
-                f"`kubectl apply -f {path}` where kubectl reaches the cluster (or use --dry-run to only render them)"
-            )
+        assert kubectl is not None  # plan() refused the launch without it
         argv = [kubectl, *(["--context", cluster.kube_context] if cluster.kube_context else []), "apply", "-f", path]
         print(f"shardeval: {shlex.join(['kubectl', *argv[1:]])}", file=sys.stderr)
         code = subprocess.run(argv).returncode

@@ -138,7 +138,7 @@ def activate(root: str, preparation: Preparation) -> None:
     if (why := verify(preparation)) is not None:
         raise UsageError(f"the run's preparation ({preparation_dir(root)}) cannot be used here: {why}; {HOW} again")
     os.environ.update({**OFFLINE_ENV, DOWNLOADS_ENV: preparation.cache_dir, PREPARED_ENV: preparation.cache_dir})
-    log.info("prepared run: reading %d prepared file(s) from %s; offline", len(preparation.files), preparation.cache_dir)
+    # said by the shard (its log) once it plans, not here: a launcher's mistake stays one line
 
 
 def use_preparation_to_merge(run_dir: str) -> str | None:

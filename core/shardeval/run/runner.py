@@ -328,6 +328,7 @@ class ShardRun:
             for plan in plans:
                 if why := planned_otherwise(prepared, plan.name, plan.n_problems, plan.fingerprint, plan.prompt_fingerprint):
                     raise UsageError(why)
+            log.info("prepared run: reading %d prepared file(s) from %s; offline", len(prepared.files), prepared.cache_dir)
         manifest = self._new_manifest(plans)
         resumed, finished = await self._prepare_output(manifest)
         if finished:
