@@ -13,6 +13,7 @@ it byte for byte (sweep.json, every model's scores.json).
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterable
 
@@ -79,7 +80,12 @@ class IncrementalSweep:
         self._reports |= write_models([m for m in models if m.service in self._unwritten], None, self.confidence)
         self._unwritten.clear()
         write_sweep_files(sweep, self.out, {name: self._reports[name] for name in plan.services if name in self._reports}, self.confidence)
-        return sweep_merged(sweep, self.out)
+        merged = sweep_merged(sweep, self.out)
+        # What is kept between updates (every model's merge: the 50th checkpoint's sweep holds 50) is
+        # long-lived; frozen, the collector no longer walks it on every collection an update's
+        # allocations trigger, which made an update's cost grow with the models before it.
+        gc.freeze()
+        return merged
 
     def _merge(self, plan: SweepPlan, changed: set[str]) -> set[str]:
         """Merge what is asked or new; the models whose merge is new (a model still without a
