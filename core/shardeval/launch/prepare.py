@@ -61,10 +61,12 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def run_configs(config: Config) -> list[Config]:
-    """The configs whose benchmarks a shard builds: the run's, or one per sweep model."""
+    """The config whose benchmarks a shard builds: the run's, or one sweep model's. Every model of
+    a sweep asks the same benchmarks (only the service differs), so building them once per model
+    would read and fetch the same data again for each checkpoint."""
     if config.sweep is None:
         return [config]
-    return [model_config(config, name) for name in config.sweep.services]
+    return [model_config(config, name) for name in config.sweep.services[:1]]
 
 
 def prepare_run(config: Config, root: str) -> Preparation:
