@@ -53,3 +53,11 @@ def test_the_changelog_links_every_section_of_the_page_by_its_anchor() -> None:
     headings = {slug(line.lstrip("#")) for line in GUARANTEES.read_text().splitlines() if line.startswith("### ")}
     linked = re.findall(r"\]\(guarantees\.md#([\w-]+)\)", (GUARANTEES.parent / "changelog.md").read_text())
     assert sorted(linked) == sorted(headings)
+
+
+def test_each_guarantee_has_its_own_name() -> None:
+    """Issue 41, point 5: each guarantee once. A name such as `I3` used by two sections (as the
+    inputs' and Inspect's once were) makes a reference ambiguous: every bold name is unique."""
+    names = re.findall(r"^\*\*([A-Z]+\d+[a-z]?)\.", GUARANTEES.read_text(), flags=re.MULTILINE)
+    assert len(names) > 200
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
