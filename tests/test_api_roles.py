@@ -213,3 +213,45 @@ def test_the_rewrite_script_splits_a_flat_import_by_role():
         "    return Benchmark\n"
     )
     assert "from shardeval.results.report import counts" in script.rewrite_source(source, "x.py", internal=True)
+
+
+def _callables(obj: object) -> list:
+    import inspect
+
+    if inspect.isfunction(obj):
+        return [obj]
+    if inspect.isclass(obj):
+        return [m for k, m in vars(obj).items() if inspect.isfunction(m) and not k.startswith("_")]
+    return []
+
+
+def test_no_parameter_of_the_sdk_is_any():
+    """Issue 41, point 2: `Any` at the plugin boundary is gone. Every parameter of a published
+    function (and of a published class's public methods) names its type; a value that may be
+    anything says `object`. The hook payloads are held by mypy over hookspecs.py."""
+    import inspect
+
+    loose = [
+        f"shardeval.api.{role}.{name}: {f.__qualname__}({p.name}: {p.annotation})"
+        for role, names in roles.ROLES.items()
+        for name in names
+        for f in _callables(getattr(importlib.import_module(f"shardeval.api.{role}"), name))
+        for p in inspect.signature(f).parameters.values()
+        if p.name not in ("self", "cls") and str(p.annotation).replace("typing.", "") in ("Any", "Any | None", "Optional[Any]")
+    ]
+    checked = sum(len(_callables(getattr(importlib.import_module(f"shardeval.api.{r}"), n))) for r, ns in roles.ROLES.items() for n in ns)
+    assert checked > 100  # the published functions and methods were read
+    assert loose == []
+
+
+def test_no_hook_takes_any():
+    hookspecs = ast.parse((ROOT / "core" / "shardeval" / "hookspecs.py").read_text())
+    loose = [
+        f"{fn.name}({a.arg})"
+        for fn in ast.walk(hookspecs)
+        if isinstance(fn, ast.FunctionDef)
+        for a in fn.args.args + fn.args.kwonlyargs
+        if a.arg != "self" and (a.annotation is None or "Any" in ast.unparse(a.annotation))
+    ]
+    assert len([f for f in ast.walk(hookspecs) if isinstance(f, ast.FunctionDef)]) > 20
+    assert loose == []

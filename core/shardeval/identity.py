@@ -37,6 +37,7 @@ from shardeval.config import DEFAULT_REASONING_TAGS, Config, JudgeConfig, Servic
 from shardeval.config.loading import config_from_data
 from shardeval.config.diff import changes
 from shardeval.config.sweep import model_config
+from shardeval.store.records import BenchmarkManifest
 
 
 def canonical_json(data: Any) -> bytes:
@@ -233,7 +234,7 @@ def _probe_score(benchmark: Benchmark, problem: Any, text: str) -> Any:
 COMPARED = (("dataset_fingerprint", "data"), ("prompt_fingerprint", "prompts"), ("scorer_fingerprint", "scorer"))
 
 
-def incomparable(a: Any, b: Any, label_a: str = "A", label_b: str = "B") -> str | None:
+def incomparable(a: BenchmarkManifest, b: BenchmarkManifest, label_a: str = "A", label_b: str = "B") -> str | None:
     """Why two runs of one benchmark (their BenchmarkManifests) are not the same questions asked
     and scored the same way, so a paired difference between them would mean nothing; None when
     every fingerprint both record agrees. A fingerprint one of them lacks (a shard written before

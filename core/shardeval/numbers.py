@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Any
 
 
 def fmt(x: float | None, digits: int = 4) -> str:
@@ -54,7 +53,7 @@ def percent(x: float | None, digits: int = 0, sep: str = "") -> str:
     return f"{_rounded(Decimal(repr(float(x))).scaleb(2), digits)}{sep}%"
 
 
-def finite_number(x: Any) -> bool:
+def finite_number(x: object) -> bool:
     """An int or float that is finite, and not a bool: what a score, a log-probability or a
     table's number must be to be written as one (JSON has no NaN; a bool is not a measure)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -14,7 +14,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, Unpack
 from collections.abc import Callable
 
 from shardeval.config import Config
@@ -53,6 +53,13 @@ class ModelRun:
     service: str | None
     root: str
     config: Config
+
+
+class RunArgs(TypedDict, total=False):
+    """What `run_args` takes, passed on by cell_args, indexed_args and shard_args."""
+
+    config_path: str | None
+    escape: Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,7 @@ class LaunchRequest:
             for k in range(total)
         ]
 
-    def cell_args(self, cell: Cell, root: str | None = None, **run: Any) -> list[str]:
+    def cell_args(self, cell: Cell, root: str | None = None, **run: Unpack[RunArgs]) -> list[str]:
         """Arguments after `shardeval run` that make a node run exactly this cell; `root`: where
         the node sees the output root, `run`: run_args' config_path/escape."""
         root = root or self.output_root
@@ -109,7 +116,7 @@ class LaunchRequest:
             return self.shard_args(cell.shard, cell.shards, os.path.join(root, f"shard_{cell.shard}"), **run)
         return [*self.run_args(**run), "--sweep-services", cell.service, "--shard", f"{cell.shard}/{cell.shards}", "-o", root]
 
-    def indexed_args(self, index: str, services: list[str] | None = None, root: str | None = None, **run: Any) -> list[str]:
+    def indexed_args(self, index: str, services: list[str] | None = None, root: str | None = None, **run: Unpack[RunArgs]) -> list[str]:
         """Arguments after `shardeval run` for a node that knows only its index in the launch (a
         SLURM array task, an Indexed Job pod): `index` is how the node's command line spells it
         (a shell variable). In a sweep, the index runs over `services` (default: all) × shards.
@@ -181,7 +188,7 @@ class LaunchRequest:
             file=sys.stderr,
         )
 
-    def shard_args(self, idx: int | str, total: int, output_dir: str | None = None, **run: Any) -> list[str]:
+    def shard_args(self, idx: int | str, total: int, output_dir: str | None = None, **run: Unpack[RunArgs]) -> list[str]:
         """Arguments after `shardeval run` that make a node run exactly shard idx of total."""
         return [*self.run_args(**run), "--shard", f"{idx}/{total}", "-o", output_dir or self.shard_dir(int(idx))]
 

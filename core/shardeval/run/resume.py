@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+from shardeval.config import Config
 from shardeval.config.loading import config_for_manifest
 from shardeval.config.diff import summary
 from shardeval.errors import UsageError, os_error
@@ -97,7 +98,7 @@ def check_submission(
     root: str,
     config_hash: str,
     total: int,
-    config: Any = None,
+    config: Config | None = None,
     *,
     started: str = "nothing submitted (every task would fail after queueing)",
 ) -> None:
