@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # annotations only: `--help` loads the hooks, and needs none 
     from shardeval.payloads import (
         BenchmarkMergeView,
         Comparison,
+        GateReport,
         MergeResultView,
         MetricOptionsView,
         PairedDifference,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:  # annotations only: `--help` loads the hooks, and needs none 
         ScoreTableView,
         SweepMergeView,
     )
-    from shardeval.store.records import Manifest, ResultRecord
+    from shardeval.store.records import GateRule, Manifest, ResultRecord
 
 hookspec = pluggy.HookspecMarker("shardeval")
 hookimpl = pluggy.HookimplMarker("shardeval")
@@ -116,6 +117,17 @@ def family_adjusted(p_values: Sequence[float | None]) -> list[float | None] | No
     """The p-values of one family (every paired difference of a sweep's table, in its order)
     adjusted for multiple comparisons, in the same order: sweep.json's `p_holm` (the metrics
     plugin: Holm's step-down). None stays None and is not counted. None: no plugin adjusts them."""
+
+
+@hookspec(firstresult=True)
+def gate_verdicts(
+    pairs: Sequence[tuple[ScoreTableView, ScoreTableView]], options: MetricOptionsView, rule: GateRule, benchmarks: Sequence[str]
+) -> GateReport | None:
+    """One model's decision against the baseline under `rule` (docs/decisions.md): for each
+    (baseline, candidate) pair of one benchmark's tables (named by `benchmarks`, in order) a
+    verdict GO / NO-GO / INCONCLUSIVE with the numbers it rests on, and the model's overall verdict
+    (GO only when every benchmark is GO). The sweep merge calls it once per model when the sweep
+    has a `gate`; `shardeval gate` makes the same report. None: no plugin decides."""
 
 
 @hookspec

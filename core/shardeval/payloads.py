@@ -29,6 +29,10 @@ Comparison = Mapping[str, object]
 # One (baseline, other) pair's paired difference, as sweep.json's `vs_baseline` holds it (diff,
 # ci_low, ci_high, p_value, p_holm, n, test, ...; docs/merge.md): JSON values by name.
 PairedDifference = Mapping[str, object]
+# One model's decision against the baseline (`gate_verdicts`; docs/decisions.md): {"verdict": "GO" |
+# "NO-GO" | "INCONCLUSIVE", "benchmarks": [one row per benchmark: its verdict and the numbers it
+# rests on], ...}: JSON values by name, as gate.json and sweep.json's `gate` hold them.
+GateReport = Mapping[str, object]
 
 
 class RegisteredEntryView(Protocol):

@@ -19,7 +19,7 @@ from urllib.parse import quote
 from shardeval.api.pages import NOT_COMPARED, not_compared_notes
 from shardeval.api.records import percent
 import shardeval_pages.charts as charts
-from shardeval_pages.page import Page, esc, finite, table
+from shardeval_pages.page import Page, esc, finite, num, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, sweep_reasoning
 from shardeval_pages.report_page import PASS1_IS_ACCURACY, pass1_is_accuracy, slug
 
@@ -62,7 +62,50 @@ def render_sweep_html(sweep: SweepMerge, confidence: float, links: dict[str, str
         page.add(*metric_section(page, doc, plan.services, metric, benches, confidence))
     page.add(*reasoning_section(page, sweep, plan.services, benches))
     page.add(*vs_section(page, doc, plan.baseline, plan.services, benches, confidence))
+    if "gate" in doc:
+        page.add(*gate_section(doc["gate"], plan.baseline))
     return page.render()
+
+
+GATE_CLASS = {"GO": "complete", "NO-GO": "warn", "INCONCLUSIVE": "partial"}
+
+
+def gate_cell(verdict: str | None) -> str:
+    """A verdict as a marked cell (data-verdict: what tests and readers compare with sweep.json)."""
+    shown = verdict or "—"
+    return f'<td class="verdict {GATE_CLASS.get(shown, "muted")}" data-verdict="{esc(shown)}">{esc(shown)}</td>'
+
+
+def gate_section(gate: dict[str, Any], baseline: str) -> list[str]:
+    """Each model GO / NO-GO / INCONCLUSIVE against the baseline under the sweep's rule, with each
+    benchmark's verdict, difference and one-sided bounds (sweep.json's `gate`; docs/decisions.md)."""
+    rule = gate["rule"]
+    rows = []
+    for model in gate["models"]:
+        for i, row in enumerate(model.get("benchmarks") or [{}]):
+            first = i == 0
+            rows.append(
+                [
+                    esc(model["service"]) if first else "",
+                    gate_cell(model.get("verdict")) if first else "<td></td>",
+                    esc(row.get("benchmark", model.get("why", ""))),
+                    gate_cell(row.get("verdict")) if row else "<td></td>",
+                    num(row.get("diff"), "diff"),
+                    num(row.get("lower"), "lower"),
+                    num(row.get("upper"), "upper"),
+                    num(row.get("needed_problems"), "needed_problems"),
+                ]
+            )
+    return [
+        f'<h2 id="gate">Gate: each model against {esc(baseline)}</h2>',
+        f'<p class="muted">margin {rule["margin"]:g}, α {rule.get("alpha", 0.05):g}: GO when shown not worse than the baseline by more '
+        "than the margin on every benchmark, NO-GO when shown worse on one, INCONCLUSIVE otherwise (docs/decisions.md).</p>",
+        table(
+            ["model", "verdict", "benchmark", "its verdict", "difference", "lower bound", "upper bound", "problems that would settle it"],
+            rows,
+            cls="gate",
+        ),
+    ]
 
 
 def same_as_accuracy(cells: list[dict[str, Any]]) -> bool:
@@ -75,6 +118,7 @@ def same_as_accuracy(cells: list[dict[str, Any]]) -> bool:
 
 def models_table(sweep: SweepMerge, links: dict[str, str]) -> str:
     rows = []
+    verdicts = {g["service"]: g.get("verdict") for g in sweep.document.get("gate", {}).get("models", [])}
     for m in sweep.models:
         state = m.note if m.result is None else m.result.verdict.lower()
         href = links.get(m.service) if m.service is not None else None  # a sweep's models all have one
@@ -84,8 +128,10 @@ def models_table(sweep: SweepMerge, links: dict[str, str]) -> str:
                 f'<td class="{"complete" if state == "complete" else "partial"} state">{esc(state)}</td>',
                 f'<a class="report" href="{esc(quote(href))}">{esc(href)}</a>' if href else '<span class="muted">—</span>',
             ]
+            + ([gate_cell(verdicts.get(m.service)) if m.service != sweep.plan.baseline else "baseline"] if "gate" in sweep.document else [])
         )
-    models = table(["model", "state", "its report"], rows, cls="models")
+    headers = ["model", "state", "its report"] + (["gate"] if "gate" in sweep.document else [])
+    models = table(headers, rows, cls="models")
     if len(rows) <= MODELS_OPEN:
         return models
     states = Counter(m.note if m.result is None else m.result.verdict.lower() for m in sweep.models)

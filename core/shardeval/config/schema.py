@@ -13,6 +13,7 @@ import msgspec
 
 from shardeval.benchmark.reasoning import DEFAULT_TAGS as DEFAULT_REASONING_TAGS
 from shardeval.errors import UsageError
+from shardeval.store.records import GateRule
 
 Protocol = Literal["chat_completions", "completions"]
 
@@ -325,6 +326,7 @@ class SweepConfig(_Section):
     checkpoints: CheckpointsConfig | None = None
     baseline: str | None = None  # default: the first service of the sweep
     watch: WatchConfig | None = None  # `shardeval watch`'s keys (None: WatchConfig())
+    gate: GateRule | None = None  # each model GO / NO-GO / INCONCLUSIVE against the baseline (docs/decisions.md)
 
 
 class CacheConfig(_Section):

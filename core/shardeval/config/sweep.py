@@ -28,7 +28,7 @@ from shardeval.explain import Where
 from shardeval.config.schema import Config, RawConfig
 from shardeval.errors import UsageError
 from shardeval.store.discover import PLAN_FILE, check_model_name
-from shardeval.store.records import SweepPlan, pretty_json
+from shardeval.store.records import GateRule, SweepPlan, pretty_json
 from shardeval.store.shards import ShardSpec
 
 DEFAULT_SERVICE = "model"  # what a benchmark without `solver.service` asks outside a sweep
@@ -176,13 +176,19 @@ class Sweep:
     configs: dict[str, Config]
     listed: tuple[str, ...] = ()  # every model the config lists, for the plan a shard records
     checkpoints: dict[str, str] = field(default_factory=dict)  # generated model -> its checkpoint path (checkpoint_paths)
+    gate: GateRule | None = None  # `sweep.gate`: the merge decides each model against the baseline
 
     @property
     def n_cells(self) -> int:
         return len(self.services) * self.shards
 
     def plan(self, service: str | None = None) -> SweepPlan:
-        return SweepPlan(services=list(self.listed or self.services), baseline=self.baseline, shards=self.shards, service=service)
+        """The launch's plan (sweep_plan.json: with the decision rule the merge applies) or, with
+        `service`, what a shard of that model records in its manifest."""
+        gate = self.gate if service is None else None
+        return SweepPlan(
+            services=list(self.listed or self.services), baseline=self.baseline, shards=self.shards, service=service, gate=gate
+        )
 
     def select(self, spec: ShardSpec) -> tuple[str, ShardSpec]:
         """The model and the shard of it that a launch index selects (see the module doc)."""
@@ -231,5 +237,11 @@ def plan_sweep(config: Config, only: str | None = None) -> Sweep:
         services = picked
     configs = {name: model_config(config, name) for name in services}
     return Sweep(
-        tuple(services), config.sweep.baseline, config.cluster.shards or 1, configs, tuple(config.sweep.services), checkpoint_paths(config)
+        tuple(services),
+        config.sweep.baseline,
+        config.cluster.shards or 1,
+        configs,
+        tuple(config.sweep.services),
+        checkpoint_paths(config),
+        config.sweep.gate,
     )

@@ -73,7 +73,7 @@ class IncrementalSweep:
         base = by_benchmark(self._models[plan.baseline].result if plan.baseline in self._models else None)
         for m in models:
             if m.service in fresh:
-                self._parts[m.service] = model_part(m.service, m.result, m.note, base, plan.baseline, self.options)
+                self._parts[m.service] = model_part(m.service, m.result, m.note, base, plan.baseline, self.options, plan.gate)
         self._against = plan.baseline
         document = assemble(plan, [self._parts[name] for name in plan.services], sweep_partial(models), self.options, self.errors_as_wrong)
         sweep = SweepMerge(self.root, plan, models, document)

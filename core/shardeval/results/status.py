@@ -29,7 +29,7 @@ from shardeval.results.metrics import MetricOptions, MetricValue, ScoreTable, he
 from shardeval.results.quoting import plain_text as q
 from shardeval.results.report import ReasoningCounts, fmt, reasoning_summary
 from shardeval.results.watch_status import watch_status
-from shardeval.store.discover import Run, load_shards, model_dirs, read_plan
+from shardeval.store.discover import MERGED_DIR, Run, load_shards, model_dirs, read_plan
 from shardeval.store.liveness import clock
 from shardeval.store.records import RESULTS_FILE, BenchmarkManifest, SweepPlan
 
@@ -333,8 +333,36 @@ def render_sweep_status(s: SweepStatus) -> str:
     return "\n".join(lines + notes)
 
 
+def gate_status(s: SweepStatus) -> list[str]:
+    """Each model's verdict against the baseline (`sweep.gate`, docs/decisions.md), from the last
+    merge's sweep.json: final, and so unable to change, only once every cell of the model has an
+    answer and that merge saw them all; a verdict on part of the cells is no decision (peeking at
+    it would raise its error rates), so a running model's is said to be open."""
+    try:
+        with open(os.path.join(s.root, MERGED_DIR, "sweep.json"), "rb") as f:
+            doc = msgspec.json.decode(f.read())
+    except (OSError, msgspec.DecodeError):
+        return []
+    gate = doc.get("gate") if isinstance(doc, dict) else None
+    if not isinstance(gate, dict):
+        return []
+    verdicts = {m.get("service"): m.get("verdict") for m in gate.get("models", []) if isinstance(m, dict)}
+    cells = [c for c in doc.get("cells", []) if isinstance(c, dict)]
+    merged_whole = {c.get("service") for c in cells} - {c.get("service") for c in cells if c.get("n_missing") != 0}
+    lines = []
+    for m in s.models:
+        if m.name == s.baseline:
+            continue
+        done = m.run is not None and m.run.total > 0 and m.run.done == m.run.total
+        if done and m.name in merged_whole and verdicts.get(m.name):
+            lines.append(f"gate {q(m.name)}: {verdicts[m.name]} (final: every cell answered; it cannot change any more)")
+        else:
+            lines.append(f"gate {q(m.name)}: open (decided once every cell of it is answered and merged; docs/decisions.md)")
+    return lines
+
+
 def render(s: RunStatus | SweepStatus) -> str:
-    return render_sweep_status(s) if isinstance(s, SweepStatus) else render_status(s)
+    return "\n".join([render_sweep_status(s), *gate_status(s)]) if isinstance(s, SweepStatus) else render_status(s)
 
 
 def plugin_status(root: str) -> list[str]:

@@ -115,7 +115,7 @@ def sweep_document(plan: SweepPlan, models: list[SweepModel], options: MetricOpt
     """sweep.json: the table's cells, the paired differences against the baseline, what is missing;
     assembled from one part per model (shardeval.results.sweep_parts), as a watched sweep's is."""
     base = by_benchmark(next((m.result for m in models if m.service == plan.baseline), None))
-    parts = [model_part(m.service, m.result, m.note, base, plan.baseline, options) for m in models]
+    parts = [model_part(m.service, m.result, m.note, base, plan.baseline, options, plan.gate) for m in models]
     return assemble(plan, parts, sweep_partial(models), options, errors_as_wrong)
 
 
@@ -226,6 +226,8 @@ def render_sweep(sweep: SweepMerge, confidence: float = 0.95) -> str:
         lines += _vs_baseline_table(doc["vs_baseline"], plan.baseline, confidence)
     if note := doc.get("vs_baseline_note"):
         lines += ["", f"- {note}"]
+    if "gate" in doc:
+        lines += gate_lines(doc["gate"], plan.baseline)
     lines += ["", "Each model's full report: `<model>/merged/report.md`."]
     return "\n".join(lines) + "\n"
 
@@ -268,6 +270,36 @@ def _vs_baseline_table(vs_baseline: list[dict[str, Any]], baseline: str, confide
             "† compared only on the cells both models answered; the rest (missing, errors, other problems) "
             "is left out of the pair and counted in sweep.json (n_only_baseline, n_only_other).",
         ]
+    return lines
+
+
+def gate_lines(gate: dict[str, Any], baseline: str) -> list[str]:
+    """sweep.md's decisions: each model GO / NO-GO / INCONCLUSIVE against the baseline under the
+    sweep's rule, with each benchmark's verdict and bounds (docs/decisions.md)."""
+    rule = gate["rule"]
+    alpha, margin = rule.get("alpha", 0.05), rule["margin"]
+    lines = [
+        "",
+        f"## Gate: each model against {md_text(baseline)}, margin {margin:g}, α {alpha:g} (docs/decisions.md)",
+        "",
+        "| model | verdict | benchmark | verdict | difference | one-sided bounds | problems | would settle it |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for model in gate["models"]:
+        rows = model.get("benchmarks") or [{}]
+        for i, row in enumerate(rows):
+            head = f"| {md_text(model['service'])} | **{model.get('verdict') or '—'}** |" if i == 0 else "| | |"
+            if not row:
+                lines.append(f"{head} — | — | — | — | — | {md_text(model.get('why', ''))} |")
+                continue
+            bounds = f"[{_num(row.get('lower'))}, {_num(row.get('upper'))}]"
+            settle = f"about {row['needed_problems']} problems" if row.get("needed_problems") else "—"
+            lines.append(
+                f"{head} {md_text(row['benchmark'])} | {row['verdict']} | {_num(row.get('diff'))} | {bounds} | "
+                f"{row.get('n_problems', '—')} | {settle} |"
+            )
+    lines += ["", "GO: shown not worse than the baseline by more than the margin on every benchmark; NO-GO: shown worse on one; "]
+    lines[-1] += "INCONCLUSIVE: neither yet (the problems that would likely settle it at the rule's power)."
     return lines
 
 

@@ -15,14 +15,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from shardeval import plugins
 from shardeval.identity import incomparable
 from shardeval.results.merge import BenchmarkMerge, MergeResult
 from shardeval.results.metrics import MetricOptions, headline_metric
 from shardeval.results.report import counts, reasoning_counts
-from shardeval.store.records import SweepPlan
+from shardeval.store.records import GateRule, SweepPlan
 
 NO_PAIRED = "no installed plugin computes paired differences (the built-in `metrics` plugin does)"
+NO_GATE = "no installed plugin decides the gate (the built-in `metrics` plugin does): no verdicts"
 NO_FAMILY = "no installed plugin adjusts the p-values across the table: p_holm is left empty (the built-in `metrics` plugin does it)"
 
 
@@ -38,6 +41,7 @@ class ModelPart:
     baseline_lacks: list[dict[str, Any]] = field(default_factory=list)  # its benchmarks the baseline has no results for
     unpaired: bool = False  # it has pairs, and no plugin computed them
     failed: list[dict[str, Any]] = field(default_factory=list)  # its shards that failed (a server that never loaded), and why
+    gate: dict[str, Any] | None = None  # its verdict against the baseline (`sweep.gate`; the `gate_verdicts` hook)
 
 
 def by_benchmark(result: MergeResult | None) -> dict[str, BenchmarkMerge]:
@@ -46,10 +50,17 @@ def by_benchmark(result: MergeResult | None) -> dict[str, BenchmarkMerge]:
 
 
 def model_part(
-    service: str, result: MergeResult | None, note: str | None, base: Mapping[str, BenchmarkMerge], baseline: str, options: MetricOptions
+    service: str,
+    result: MergeResult | None,
+    note: str | None,
+    base: Mapping[str, BenchmarkMerge],
+    baseline: str,
+    options: MetricOptions,
+    rule: GateRule | None = None,
 ) -> ModelPart:
     """The part of `service` (its merge `result`, or None and why) against the baseline's
-    benchmarks `base`; its pairs go to the `paired_differences` hook in one call."""
+    benchmarks `base`; its pairs go to the `paired_differences` hook in one call, and with a
+    decision `rule` to the `gate_verdicts` hook in one more."""
     if result is None:
         return ModelPart(service, no_results=[{"service": service, "why": note}])
     cells, labels, pairs, apart, lacks = [], [], [], [], []
@@ -67,7 +78,21 @@ def model_part(
             lacks.append({"service": service, "benchmark": bench, "why": "the baseline has no results for it"})
     found = plugins.hooks().paired_differences(pairs=pairs, options=options) if pairs else []
     vs = [{**label, **row} for label, row in zip(labels, found or [])]
-    return ModelPart(service, cells, vs, apart, [], lacks, unpaired=bool(pairs) and found is None, failed=failed_shards(service, result))
+    gate = model_gate(service, pairs, [label["benchmark"] for label in labels], options, rule) if rule and service != baseline else None
+    return ModelPart(
+        service, cells, vs, apart, [], lacks, unpaired=bool(pairs) and found is None, failed=failed_shards(service, result), gate=gate
+    )
+
+
+def model_gate(service: str, pairs: list[Any], benchmarks: list[str], options: MetricOptions, rule: GateRule) -> dict[str, Any]:
+    """The model's verdict against the baseline (docs/decisions.md); with no benchmark paired,
+    INCONCLUSIVE and why: a gate never passes a model it could not compare."""
+    if not pairs:
+        return {"service": service, "verdict": "INCONCLUSIVE", "benchmarks": [], "why": "no benchmark is paired with the baseline"}
+    report = plugins.hooks().gate_verdicts(pairs=pairs, options=options, rule=rule, benchmarks=benchmarks)
+    if report is None:
+        return {"service": service, "verdict": None, "benchmarks": [], "why": NO_GATE}
+    return {"service": service, **report}
 
 
 def failed_shards(service: str, result: MergeResult) -> list[dict[str, Any]]:
@@ -139,6 +164,11 @@ def assemble(plan: SweepPlan, parts: Sequence[ModelPart], partial: bool, options
         doc["not_compared"] = apart
     if failed := [entry for part in parts for entry in part.failed]:  # absent when no shard failed
         doc["failed"] = failed
+    if plan.gate is not None:  # absent without a decision rule
+        doc["gate"] = {
+            "rule": msgspec.to_builtins(plan.gate),
+            "models": [part.gate for part in parts if part.gate is not None],
+        }
     if any(part.unpaired for part in parts):
         doc["vs_baseline_note"] = NO_PAIRED
     elif not adjusted:

@@ -192,6 +192,21 @@ def _chosen(models: Sequence[ModelMerge], services: Collection[str] | None) -> l
     return [(position, m) for position, m in enumerate(models) if services is None or m.service in services]
 
 
+def gate_tags(doc: dict[str, Any] | None, service: str | None, benchmark: str) -> dict[str, str]:
+    """A sweep model's verdict against the baseline (`sweep.gate`, docs/decisions.md) as tags: the
+    model's (`shardeval.gate`) and this benchmark's (`shardeval.gate.benchmark`); none without a rule
+    or for the baseline. Tags, not params: a verdict may change while the model's cells complete."""
+    gate = doc.get("gate") if doc is not None else None
+    if not gate:
+        return {}
+    model = next((m for m in gate["models"] if m["service"] == service), None)
+    if model is None:
+        return {}
+    row = next((r for r in model.get("benchmarks", []) if r.get("benchmark") == benchmark), None)
+    tags = {"shardeval.gate": str(model.get("verdict")), "shardeval.gate.margin": f"{gate['rule']['margin']:g}"}
+    return tags | ({"shardeval.gate.benchmark": str(row.get("verdict"))} if row is not None else {})
+
+
 def tracker_key(run_id: str, model: str | None, benchmark: str) -> str:
     """`<run id>/<benchmark>`; a sweep's model (`model`) is named too: two models whose configs
     hash alike (checkpoints behind one endpoint, a simulator's `root`) are still two tracker runs."""
@@ -246,6 +261,7 @@ def tracker_export(merged: Merged, services: Collection[str] | None = None) -> T
                 "shardeval.exported_by": __version__,
                 "shardeval.root": os.path.abspath(merged.root),
                 **({"shardeval.baseline": doc["baseline"]} if doc is not None else {}),
+                **gate_tags(doc, model.service, bench),
             }
             runs.append(
                 TrackerRun(

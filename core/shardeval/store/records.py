@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 from collections.abc import Iterator
 
 import msgspec
@@ -226,6 +226,16 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True):
     job: str | None = None  # the scheduler's job that runs it (SLURM `123_4`), for a refused second writer
 
 
+class GateRule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A sweep's decision rule (`sweep.gate`, docs/decisions.md): each model against the baseline,
+    GO when shown not worse than it by more than `margin`, with error rates `alpha` (a GO under a
+    true loss of exactly `margin`; a NO-GO under no difference) and `power` for the plans it gives."""
+
+    margin: Annotated[float, msgspec.Meta(gt=0, lt=1)]
+    alpha: Annotated[float, msgspec.Meta(gt=0, le=0.5)] = 0.05
+    power: Annotated[float, msgspec.Meta(ge=0.5, lt=1)] = 0.8
+
+
 class SweepPlan(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A sweep's models in table order, its baseline and shards per model: <out>/sweep_plan.json,
     and in each of its shards' manifests with `service`, the model that shard evaluates."""
@@ -234,6 +244,7 @@ class SweepPlan(msgspec.Struct, kw_only=True, omit_defaults=True):
     baseline: str
     shards: int
     service: str | None = None
+    gate: GateRule | None = None  # the sweep's decision rule, when it has one
 
 
 class ScorerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -330,7 +330,7 @@ class Watcher:
             return None
         sweep = self.config.sweep
         baseline = sweep.baseline if sweep is not None and sweep.baseline in names else names[0]
-        return SweepPlan(services=names, baseline=baseline, shards=self.spec.shards)
+        return SweepPlan(services=names, baseline=baseline, shards=self.spec.shards, gate=sweep.gate if sweep is not None else None)
 
     def _launch(self, c: CheckpointState, now: float) -> None:
         c.status, c.launches, c.launched_at, c.finished_at, c.exit_code = "running", c.launches + 1, now, None, None
