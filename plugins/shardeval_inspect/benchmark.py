@@ -23,8 +23,10 @@ from shardeval.api.plugin import UsageError
 from shardeval_inspect.offline import (
     images_line,
     keep,
+    keep_files,
     missing_images,
     PREPARED_KEY,
+    remote_files,
     SANDBOX_FILE,
     sandbox_images,
     task_key,
@@ -101,11 +103,13 @@ class InspectBenchmark(Benchmark):
             check_prepared_images(where, self.loaded.prepared)
 
     def prepare(self, ctx: PrepareContext) -> str | None:
-        """Keep the task's datasets as Inspect loaded them (shardeval_inspect.offline), and say which
-        sandbox images the nodes must have (docker images are not moved: one line)."""
+        """Keep the task's datasets as Inspect loaded them and the files its samples name by URL
+        (shardeval_inspect.offline), and say which sandbox images the nodes must have (docker images
+        are not moved: one line)."""
         spec, args = self.params.task, json.dumps(self.params.task_args, sort_keys=True)
         folder = ctx.folder(os.path.join(PREPARED_KEY, task_key(spec, args)))
         kept = keep(folder, list(self.loaded.datasets))
+        keep_files(folder, remote_files(self.loaded.samples))  # what Inspect would fetch when a sample's sandbox starts
         if sandbox_type(self.loaded.task, self.params) == "docker":
             images, built = sandbox_images(docker_configs(self.loaded, self.params), task_dir(spec))
             with open(os.path.join(folder, SANDBOX_FILE), "w", encoding="utf-8") as f:

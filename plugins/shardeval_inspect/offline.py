@@ -16,6 +16,12 @@ an https URL have no cache at all) and hands the task exactly what was checksumm
 A loader whose source is remote and that fails without a preparation says, in one line, that the
 run should be prepared; a prepared shard whose task reads a dataset that was not prepared (the task
 file changed since) says the same, before any sample runs.
+
+Files a sample names by URL (`Sample.files` values and its `setup` script: Inspect fetches them when
+the sample's sandbox starts, mid-run) are fetched by `shardeval prepare` too, each once, into the
+task's folder (`files/`, indexed by URL in `files.json`); a prepared shard gives Inspect copies of
+the samples whose URLs name those files instead (the samples the fingerprint covers, and the task
+file, are left as they are).
 """
 
 from __future__ import annotations
@@ -25,14 +31,16 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from shardeval.api.benchmark import PREPARE_HINT, prepared_folder
 from shardeval.api.plugin import UsageError
 
 if TYPE_CHECKING:
-    from inspect_ai.dataset import Dataset
+    from inspect_ai import Task
+    from inspect_ai.dataset import Dataset, Sample
 
 LOADERS = ("json_dataset", "csv_dataset", "file_dataset", "hf_dataset")
 PREPARED_KEY = "inspect"  # the plugin's folder in a preparation: one subfolder per task
@@ -182,6 +190,96 @@ def _replay(folder: str, key: str, name: str, args: tuple[Any, ...], kwargs: dic
     with open(os.path.join(folder, entry["file"]), "rb") as f:
         samples = [Sample.model_validate_json(line) for line in f if line.strip()]
     return MemoryDataset(samples, name=entry["name"], location=entry["location"], shuffled=entry["shuffled"])
+
+
+# --- files a sample names by URL ------------------------------------------------------------------
+
+FILES_INDEX = "files.json"
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")  # one token with a scheme: not inline text, not a data: URI
+
+
+def remote_files(samples: Iterable[Sample]) -> list[str]:
+    """The distinct `files` values and `setup` scripts of `samples` that Inspect would read over the
+    network (http(s), s3://, ...: any scheme but file://), in the samples' order."""
+    found: dict[str, None] = {}
+    for sample in samples:
+        for value in [*(sample.files or {}).values(), sample.setup]:
+            if isinstance(value, str) and _URL.fullmatch(value) and not value.startswith("file://"):
+                found.setdefault(value, None)
+    return list(found)
+
+
+def keep_files(folder: str, urls: list[str]) -> None:
+    """`shardeval prepare`: each URL's bytes into `folder`/files/, indexed by URL in files.json
+    (none: nothing written)."""
+    if not urls:
+        return
+    index: dict[str, str] = {}
+    for url in urls:
+        name = os.path.basename(url.split("?", 1)[0].rstrip("/")) or "file"
+        relative = os.path.join("files", hashlib.sha256(url.encode()).hexdigest()[:24], name)
+        os.makedirs(os.path.join(folder, os.path.dirname(relative)), exist_ok=True)
+        with open(os.path.join(folder, relative), "wb") as f:
+            f.write(_fetch_file(url))
+        index[url] = relative
+    with open(os.path.join(folder, FILES_INDEX), "w", encoding="utf-8") as f:
+        json.dump(index, f, indent=1, sort_keys=True)
+
+
+def _fetch_file(url: str) -> bytes:
+    """A sample file's bytes: http(s) with urllib (the system's trust store, SSL_CERT_FILE), any
+    other scheme through Inspect's own file reader (fsspec: s3:// with its credentials, ...)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        if url.startswith(("http://", "https://")):
+            with urllib.request.urlopen(urllib.request.Request(url, headers={"User-Agent": "shardeval"}), timeout=60) as response:
+                return bytes(response.read())
+        from inspect_ai._util.file import file
+
+        with file(url, "rb") as f:
+            return bytes(f.read())
+    except urllib.error.HTTPError as exc:
+        why = f"HTTP {exc.code} {exc.reason}"
+    except Exception as exc:  # the network's, fsspec's or the store's: one line either way
+        why = f"{type(exc).__name__}: {_first_line(str(getattr(exc, 'reason', None) or exc))}"
+    raise UsageError(f"a sample's file {url}: download failed ({why}); check the URL, or give the sample a local path")
+
+
+def use_prepared_files(task: Task, samples: tuple[Sample, ...], folder: str) -> None:
+    """A prepared shard: the task runs copies of `samples` whose remote files are the prepared ones
+    (`samples` themselves, which the fingerprint covers, keep their URLs). A URL the preparation
+    lacks is one line before any sample runs: Inspect would fetch it mid-run, and this node cannot."""
+    urls = remote_files(samples)
+    if not urls:
+        return
+    from inspect_ai import task_with
+    from inspect_ai.dataset import MemoryDataset
+
+    try:
+        with open(os.path.join(folder, FILES_INDEX), encoding="utf-8") as f:
+            index: dict[str, str] = json.load(f)
+    except FileNotFoundError:
+        index = {}
+    if missing := [url for url in urls if url not in index]:
+        raise UsageError(
+            f"a sample's file {missing[0]} is not in the run's preparation (the task or its data changed since it "
+            f"was prepared), and a prepared shard does not fetch; {PREPARE_HINT} again"
+        )
+
+    def local(value: str | None) -> str | None:
+        return os.path.join(folder, index[value]) if value in index else value
+
+    copies = []
+    for sample in samples:
+        copy = sample.model_copy(deep=True)
+        if copy.files:
+            copy.files = {name: local(value) or value for name, value in copy.files.items()}
+        copy.setup = local(copy.setup)
+        copies.append(copy)
+    dataset = task.dataset
+    task_with(task, dataset=MemoryDataset(copies, name=dataset.name, location=dataset.location, shuffled=dataset.shuffled))
 
 
 # --- sandbox images ------------------------------------------------------------------------------

@@ -97,6 +97,11 @@ def _load(spec: str, args_json: str) -> LoadedTask:
     samples = tuple(_with_ids(task.dataset))
     if not samples:
         raise UsageError(f"{where}: its dataset has no samples")
+    if prepared is not None:  # files its samples name by URL: the prepared copies (offline.use_prepared_files)
+        try:
+            offline.use_prepared_files(task, samples, prepared)
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc}") from None
     return LoadedTask(
         task=task,
         samples=samples,
