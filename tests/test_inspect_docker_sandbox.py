@@ -9,13 +9,21 @@ solver runs a command in each sample's container through `sandbox().exec`. The t
 (DOCKER_HOST, its CLI first on PATH, the DOCKER_CONFIG holding the plugin), so nothing of Inspect's
 global state stays in the test process. The same session fixture as tests/test_docker.py starts
 the engine, and the test skips only when the engine cannot start on this machine.
+
+A prepared run (docs/offline.md) checks its sandbox's images against this engine too: a shard in a
+network namespace with only loopback (tests/test_prepare_offline.py's runner), reaching the daemon
+through its socket, refuses in one line while the image is absent, and runs the sample in it once
+the image is there (`docker tag`: what `docker load` on a node does, with no registry).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -113,3 +121,67 @@ def test_inspect_docker_sandbox_runs_commands_in_the_base_image(engine, tmp_path
         + " s"
     )
     assert inspect_containers(engine) == before, "Inspect left containers behind"
+
+
+# --- a prepared run's image check, against this engine ----------------------------------------------
+
+BOXED_TASK_PY = """\
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+from inspect_ai.scorer import match
+from inspect_ai.solver import generate, solver
+from inspect_ai.util import sandbox
+
+
+@solver
+def ask_the_container():
+    async def solve(state, generate):
+        ran = await sandbox().exec(["cat", "/etc/debian_version"])
+        state.user_prompt.text = state.user_prompt.text + " [debian " + ran.stdout.strip() + "]"
+        return state
+    return solve
+
+
+@task
+def boxed():
+    return Task(dataset=[Sample(input="1 + 1?", target="2", id="a")], solver=[ask_the_container(), generate()],
+                scorer=match(), sandbox=("docker", "compose.yaml"))
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"), reason="needs root, unshare and ip (a network namespace)"
+)
+def test_a_prepared_shard_checks_its_sandbox_image_against_the_engine(engine, tmp_path: Path):
+    """`shardeval prepare` names the compose file's image; the shard, offline, asks the real engine
+    (`docker image inspect`): absent, one line naming it, exit 2, nothing sent; present (tagged
+    from the base image), the sample runs in a container of it and the run is COMPLETE."""
+    from test_prepare_offline import config, shardeval, state
+
+    image = f"shardeval-test/prepared-{uuid.uuid4().hex[:8]}:1"
+    (tmp_path / "compose.yaml").write_text(COMPOSE_YAML.format(image=image))
+    (tmp_path / "tasks.py").write_text(BOXED_TASK_PY)
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, {"name": "inspect", "params": {"task": f"{tmp_path}/tasks.py@boxed"}})
+    out = tmp_path / "out"
+    node = {
+        **{k: v for k, v in engine.items() if k.startswith("DOCKER_") or k == "PATH"},
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+    prepared = shardeval("prepare", str(cfg), "-o", str(out), env=node)
+    assert prepared.returncode == 0, prepared.stderr
+    assert f"the image(s) {image} must be present on the nodes" in prepared.stderr, prepared.stderr
+    try:
+        absent = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", env=node, offline=True)
+        assert absent.returncode == 2, absent.stderr
+        last = absent.stderr.strip().splitlines()[-1]
+        assert last.startswith("shardeval: error:") and image in last and "docker pull or docker load" in last, absent.stderr
+        assert not requests.exists() or requests.read_text() == ""
+        docker(engine, "tag", engine["SHARDEVAL_DOCKER_BASE"], image)  # the node gets the image
+        present = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", env=node, offline=True)
+        assert present.returncode == 0, present.stderr
+        assert state(out / "shard_0") == "complete"
+        assert "[debian 12." in requests.read_text(), requests.read_text()
+    finally:
+        docker(engine, "rmi", image, check=False)
