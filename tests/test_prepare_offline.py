@@ -484,3 +484,47 @@ def test_inspect_sample_files_a_preparation_lacks_are_refused_before_any_request
     assert "Traceback" not in run.stderr and last.startswith("shardeval: error:"), run.stderr
     assert f"{served.url}/files/other.txt" in last and "not in the run's preparation" in last and PREPARE_NAMED in last, run.stderr
     assert not requests.exists() or requests.read_text() == ""
+
+
+# --- the model's weights are the server's, not the preparation's ---------------------------------
+
+
+def test_weights_are_not_prepared_and_a_prepared_shards_server_reads_the_hf_cache_it_is_given_offline(tmp_path: Path) -> None:
+    """A `vllm` service (its engine the simulator, which reports the weights it was started on) by
+    Hugging Face id: `prepare` keeps nothing of the model (a generated benchmark: no file at all),
+    and the server the prepared shard starts runs with HF_HUB_OFFLINE=1 and the HF_HOME the
+    service's `env` names, so vLLM reads the weights there (docs/offline.md: weights are the
+    serving side's), in a namespace with only loopback."""
+    seen_env, requests, hf_home = tmp_path / "server.env", tmp_path / "requests.jsonl", tmp_path / "shared-hf"
+    sim = [sys.executable, "-m", "shardeval", "sim", "--ttft-ms", "0", "--itl-ms", "0", "--log-requests", str(requests)]
+    service = {
+        "type": "vllm",
+        "model": "shardeval-test/weights-on-the-node",
+        "port": 0,
+        "launch_command": ["sh", "-c", 'env > "$0"; exec "$@"', str(seen_env), *sim, "--root", "{model}"],
+        "env": {"HF_HOME": str(hf_home)},
+        "startup_timeout_s": 60,
+        "stop_timeout_s": 5,
+    }
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "services": {"model": service},
+                "benchmarks": [{"name": "arith", "params": {"n": 4}}],
+                "output": {"progress_interval_s": 0},
+            }
+        )
+    )
+    out = tmp_path / "out"
+    prepared = shardeval("prepare", str(cfg), "-o", str(out))
+    assert prepared.returncode == 0, prepared.stderr
+    assert json.loads((out / "prepared" / "preparation.json").read_text()).get("files", []) == []
+    assert not seen_env.exists(), "prepare started the server"
+    run = shardeval("run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1", offline=True)
+    assert run.returncode == 0, run.stderr
+    assert state(out / "shard_0") == "complete" and requests.read_text().strip(), "the shard asked its server"
+    server_env = dict(line.split("=", 1) for line in seen_env.read_text().splitlines() if "=" in line)
+    assert server_env.get("HF_HUB_OFFLINE") == "1" and server_env.get("HF_HOME") == str(hf_home), server_env
+    manifest = json.loads((out / "shard_0" / "manifest.json").read_text())
+    assert "shardeval-test/weights-on-the-node" in json.dumps(manifest.get("served", {})), manifest.get("served")
