@@ -145,6 +145,13 @@ def family_adjusted(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], b
     return [{**row, "p_holm": p} for row, p in zip(rows, adjusted if found else [None] * len(rows))], found
 
 
+def gate_section(rule: GateRule | None, parts: Sequence[ModelPart]) -> dict[str, Any]:
+    """sweep.json's `gate`: the rule and each model's verdict; nothing without a rule."""
+    if rule is None:
+        return {}
+    return {"gate": {"rule": msgspec.to_builtins(rule), "models": [part.gate for part in parts if part.gate is not None]}}
+
+
 def assemble(plan: SweepPlan, parts: Sequence[ModelPart], partial: bool, options: MetricOptions, errors_as_wrong: bool) -> dict[str, Any]:
     """sweep.json from the models' parts, in the plan's order: the table's cells, the paired
     differences against the baseline (Holm across the table), what is missing."""
@@ -164,11 +171,7 @@ def assemble(plan: SweepPlan, parts: Sequence[ModelPart], partial: bool, options
         doc["not_compared"] = apart
     if failed := [entry for part in parts for entry in part.failed]:  # absent when no shard failed
         doc["failed"] = failed
-    if plan.gate is not None:  # absent without a decision rule
-        doc["gate"] = {
-            "rule": msgspec.to_builtins(plan.gate),
-            "models": [part.gate for part in parts if part.gate is not None],
-        }
+    doc |= gate_section(plan.gate, parts)
     if any(part.unpaired for part in parts):
         doc["vs_baseline_note"] = NO_PAIRED
     elif not adjusted:
