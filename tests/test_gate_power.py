@@ -45,7 +45,7 @@ def test_paired_t_power_equals_ttestpower(alternative):
         if math.isfinite(theirs):  # scipy's noncentral t gives NaN far in a tail (two-sided, nc > ~38)
             assert ours == pytest.approx(theirs, abs=1e-6)
             compared += 1
-    assert compared >= 55
+    assert compared >= 50  # of 60
     # the gate's own form of it: sd_null = sd_alt, df = n − 1
     assert power(0.02, 300, 0.05, 0.1, 0.1, 299) == pytest.approx(TTestPower().power(0.2, 300, 0.05, alternative="larger"), abs=1e-9)
 
