@@ -31,7 +31,7 @@ BUDGET = {
     "orchestrator": 24,
     "exporter": 4,
     "metric": 6,
-    "records": 21,
+    "records": 23,  # issue 44: read_plan, model_roots (`shardeval gate SWEEP_DIR` walks a sweep as merge does)
     "pages": 8,
 }
 

@@ -610,17 +610,18 @@ class Requirement(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 class Spread(msgspec.Struct, kw_only=True):
     """The spread of the per-problem difference a plan assumes: between problems (σ²_B), within a
-    problem across repeats (σ²_W, None when unknown), at `repeats`; the sds the two tests take
-    under their nulls at those repeats (None: the same as the alternative's, the t test); a fixed
-    df when clustered by category."""
+    problem across repeats (σ²_W, None when unknown), at `repeats`; for binary scores measured on a
+    pair, the share of discordant cells, the design effect m and the cells per problem, from which
+    the score tests' variances follow at any assumed difference; a fixed df when clustered by
+    category."""
 
     benchmark: str
     sigma2_between: float
     sigma2_within: float | None
     repeats: float
     problems: int
-    null_go: float | None = None
-    null_no_go: float | None = None
+    discordance: float | None = None  # β + γ (binary pair)
+    design_effect: float = 1.0
     clustered_df: float | None = None
     source: str = ""
     note: str | None = None
@@ -629,20 +630,28 @@ class Spread(msgspec.Struct, kw_only=True):
         within = self.sigma2_within or 0.0
         return math.sqrt(max(self.sigma2_between + within / repeats, 0.0))
 
-    def sd_null(self, kind: str, repeats: float) -> float:
-        """A test's null sd at `repeats`: in proportion to the alternative's as repeats change."""
-        at_run = self.null_go if kind == GO else self.null_no_go
+    def sds(self, kind: str, assumed: float, margin: float, repeats: float) -> tuple[float, float]:
+        """(sd under the test's null, sd under the alternative θ = `assumed`), per problem at `repeats`.
+        Binary: the discordant share stays as observed unless θ needs more (β' + γ' >= |θ|), the
+        cells' variance disc − θ² and Tango's null variance at it, times m per problem's cells; other
+        repeats scale both as the variance split says. Otherwise the t test: both the split's sd."""
+        if self.discordance is None:
+            return self.sd(repeats), self.sd(repeats)
+        disc = max(self.discordance, abs(assumed))
+        beta, gamma = (disc - assumed) / 2.0, (disc + assumed) / 2.0
+        scale = self.design_effect / self.repeats
+        v0 = float(null_variance(beta, gamma, -margin if kind == GO else 0.0))
+        sd_alt, sd_null = math.sqrt((disc - assumed * assumed) * scale), math.sqrt(v0 * scale)
         now = self.sd(self.repeats)
-        if at_run is None:
-            return self.sd(repeats)
-        return at_run * self.sd(repeats) / now if now > 0 else at_run
+        ratio = self.sd(repeats) / now if now > 0 else 1.0
+        return sd_null * ratio, sd_alt * ratio
 
 
 def spread_of_pair(s: PairSummary, margin: float) -> Spread:
     """The spread measured by a pair of runs (baseline and a candidate or pilot): per problem as
     the decision's SE shows it (design effect of categories included), split between and within
-    problems where repeats show it; the binary tests' null sds as observed."""
-    sd_alt, sd_go, sd_no_go = _sds(s, margin)
+    problems where repeats show it; for binary scores the discordance and design effect."""
+    sd_alt = (s.stderr or 0.0) * math.sqrt(s.n_problems)
     var = sd_alt * sd_alt
     between, within = s.sigma2_between, s.sigma2_within
     if between is not None and within is not None and between + within / s.repeats > 0:
@@ -650,14 +659,16 @@ def spread_of_pair(s: PairSummary, margin: float) -> Spread:
         between, within = between * scale, within * scale
     else:
         between, within = var, None
+    beta, gamma = s.base_right_cand_wrong / max(s.n_cells, 1), s.base_wrong_cand_right / max(s.n_cells, 1)
+    m = float(effective_factor(s.n_cells, s.n_problems, beta, gamma, math.nan if s.stderr is None else s.stderr))
     return Spread(
         benchmark=s.benchmark,
         sigma2_between=between,
         sigma2_within=within,
         repeats=s.repeats,
         problems=s.n_problems,
-        null_go=sd_go if s.binary else None,
-        null_no_go=sd_no_go if s.binary else None,
+        discordance=beta + gamma if s.binary else None,
+        design_effect=m,
         clustered_df=None if s.clustered_by == "problem" else float(max(s.n_clusters - 1, 1)),
         source="measured on the pair: the spread of the per-problem difference"
         + (f", clustered by {s.clustered_by}" if s.clustered_by != "problem" else ""),
@@ -693,9 +704,9 @@ def spread_of_run(table: ScoreTable, correlation: float) -> Spread:
     )
 
 
-def _fixed(sd_null: float, sd_alt: float) -> Callable[[float], tuple[float, float]]:
-    """sds that do not move with the difference."""
-    return lambda _: (sd_null, sd_alt)
+def _regression_sds(spread: Spread, repeats: float) -> Callable[[float], tuple[float, float]]:
+    """The NO-GO test's sds at a regression of d (they move with d for binary scores)."""
+    return lambda d: spread.sds(NO_GO, -d, 0.0, repeats)
 
 
 FORMULA = "power(n) = P(T'_df(nc) > q * sd_null / sd_alt), nc = shift * sqrt(n) / sd_alt, q = t_(df, 1-alpha) (shardeval_metrics.power)"
@@ -735,9 +746,10 @@ def requirements(
         repeats = sorted({*PLAN_REPEATS, round(run_k)}) if spread.sigma2_within is not None else [round(run_k)]
         for k in repeats:
             k_used = run_k if k == round(run_k) else float(k)
-            n = solve_nobs(shift, target_power, alpha, spread.sd_null(kind, k_used), spread.sd(k_used), df_of)
+            sd_null, sd_alt = spread.sds(kind, assumed, margin or 0.0, k_used)
+            n = solve_nobs(shift, target_power, alpha, sd_null, sd_alt, df_of)
             problems[str(k)] = None if math.isinf(n) else math.ceil(n)
-        sd_now, null_now = spread.sd(run_k), spread.sd_null(kind, run_k)
+        null_now, sd_now = spread.sds(kind, assumed, margin or 0.0, run_k)
         req = Requirement(
             benchmark=spread.benchmark,
             target=target,
@@ -755,11 +767,10 @@ def requirements(
             note=spread.note,
         )
         if spread.problems > 1:
-            req.power_now = power(shift, spread.problems, alpha, null_now, sd_now, df_of(float(spread.problems)))
-            if kind == NO_GO and sd_now > 0:
-                req.detectable_now = solve_diff(
-                    spread.problems, target_power, alpha, _fixed(null_now, sd_now), df_of(float(spread.problems))
-                )
+            df_now = df_of(float(spread.problems))
+            req.power_now = power(shift, spread.problems, alpha, null_now, sd_now, df_now)
+            if kind == NO_GO:
+                req.detectable_now = solve_diff(spread.problems, target_power, alpha, _regression_sds(spread, run_k), df_now)
         out.append(req)
     return out
 
