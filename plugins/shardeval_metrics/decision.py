@@ -58,7 +58,7 @@ from shardeval.api.metric import MetricOptions, ScoreTable
 from shardeval_metrics.dist import betainc, t_ppf, t_sf
 from shardeval_metrics.paired import holm, paired_difference
 from shardeval_metrics.power import fixed_df, power, problems_df, solve_diff, solve_nobs
-from shardeval_metrics.stats import is_binary, match_problems, per_problem, score_matrix, variance_split
+from shardeval_metrics.stats import cluster_codes, is_binary, match_problems, per_problem, score_matrix, variance_split
 
 GO, NO_GO, INCONCLUSIVE = "GO", "NO-GO", "INCONCLUSIVE"
 EXIT_CODES = {GO: 0, NO_GO: 4, INCONCLUSIVE: 5}  # beside 1, 2, 3, 129, 130, 143 (README)
@@ -73,8 +73,9 @@ class PairSummary(msgspec.Struct, kw_only=True):
     n_problems: int  # problems with such a cell
     n_clusters: int  # G: problems, or the baseline's categories
     clustered_by: str
+    df: float  # G − 1; by category, Carter et al.'s effective clusters G* − 1
     diff: float | None  # θ̂ = mean over the shared cells of cand − base
-    stderr: float | None  # clustered SE; None with no spread (every problem differs alike) or < 2 problems
+    stderr: float | None  # clustered SE (CR2); None with no spread (every problem differs alike) or < 2 problems
     binary: bool  # every shared score 0 or 1
     base_right_cand_wrong: int  # b: discordant cells (binary)
     base_wrong_cand_right: int  # c
@@ -206,14 +207,22 @@ def summarize(a: ScoreTable, b: ScoreTable, alpha: float) -> PairSummary:
     d = np.where(both, cb - ca, np.nan)
     split = variance_split(d, per_problem(d)).get("variance_split") if paired["n"] else None
     n_problems = int(paired["n_problems"])
+    stderr, df = paired["stderr"], float(max(int(paired.get("n_clusters") or n_problems) - 1, 1))
+    if paired["clustered_by"] == "category" and stderr is not None:
+        rows = np.nonzero(both)[0]
+        problems, inverse = np.unique(rows, return_inverse=True)
+        codes = cluster_codes(a, ia[problems])
+        assert codes is not None  # paired_difference clustered by them
+        stderr, df = cr2_stderr(cb[both] - ca[both], codes[inverse.reshape(-1)])
     return PairSummary(
         benchmark=b.benchmark,
         n_cells=int(paired["n"]),
         n_problems=n_problems,
         n_clusters=int(paired.get("n_clusters") or n_problems),
         clustered_by=str(paired["clustered_by"]),
+        df=df,
         diff=paired["diff"],
-        stderr=paired["stderr"],
+        stderr=stderr,
         binary=binary,
         base_right_cand_wrong=n_b,
         base_wrong_cand_right=n_c,
@@ -232,6 +241,23 @@ def summarize(a: ScoreTable, b: ScoreTable, alpha: float) -> PairSummary:
         complete=bool(paired["complete"]),
         reason=paired.get("reason"),
     )
+
+
+def cr2_stderr(d: np.ndarray, codes: np.ndarray) -> tuple[float, float]:
+    """The gate's clustered SE by category and its df: Bell & McCaffrey's (2002) CR2 for a mean,
+    SE² = Σ_g E_g² / (1 − N_g/N) / N² (E_g the cluster's sum of residuals), which is CR1's
+    G/(G − 1) · Σ E_g² / N² when the clusters are equal; df = G* − 1 with Carter, Schnepel &
+    Steigerwald's (2017) effective number of clusters G* = G / (1 + Γ), rounded down, Γ the squared
+    coefficient of variation of the cluster sizes. Unequal categories (MMLU's subjects) with few clusters made
+    CR1's t interval too narrow (tests/test_gate_error_rates.py, the few-cluster cases)."""
+    n = d.size
+    resid = d - d.mean()
+    groups = int(codes.max()) + 1
+    sums = np.bincount(codes, weights=resid, minlength=groups)
+    share = np.bincount(codes, minlength=groups) / n
+    se = math.sqrt(float(np.sum(sums * sums / (1.0 - share))) / (n * n))
+    gamma = float(np.mean((share - share.mean()) ** 2) / share.mean() ** 2)
+    return se, max(math.floor(groups / (1.0 + gamma)) - 1.0, 1.0)
 
 
 # --- the rule, vectorised ------------------------------------------------------------------------
@@ -292,7 +318,7 @@ class Verdicts(msgspec.Struct):
 def verdict_arrays(
     diff: Any,
     stderr: Any,
-    n_clusters: Any,
+    df: Any,
     n_cells: Any,
     n_problems: Any,
     b: Any,
@@ -306,7 +332,7 @@ def verdict_arrays(
     `~go & (p_worse <= α)` for one benchmark, Holm's adjustment of p_worse for several."""
     diff, se = np.asarray(diff, dtype=np.float64), np.asarray(stderr, dtype=np.float64)
     n, g = np.asarray(n_cells, dtype=np.float64), np.asarray(n_problems, dtype=np.float64)
-    df = np.maximum(np.asarray(n_clusters, dtype=np.float64) - 1.0, 1.0)
+    df = np.maximum(np.asarray(df, dtype=np.float64), 1.0)
     q = np.vectorize(lambda d: t_ppf(1.0 - alpha, float(d)), otypes=[float])(df) if df.size else df
     t_sf_v = np.vectorize(lambda z, d: t_sf(float(z), float(d)) if math.isfinite(z) else (0.0 if z > 0 else 1.0), otypes=[float])
     if binary:
@@ -370,13 +396,12 @@ def decide_summary(s: PairSummary, margin: float, alpha: float = 0.05, target_po
     if s.diff is None or s.n_problems < 2:
         why = s.reason or "fewer than 2 problems with a cell valid in both runs"
         return BenchmarkDecision(verdict=INCONCLUSIVE, reason=f"no decision: {why}", lower=None, upper=None, method="none", **common)
-    df = float(max(s.n_clusters - 1, 1))
-    common["df"] = df
+    common["df"] = s.df
     if s.binary:
         return _decide_binary(s, margin, alpha, target_power, common)
     if s.stderr is None:
         return _decide_no_spread(s, margin, alpha, target_power, common)
-    v = verdict_arrays(s.diff, s.stderr, s.n_clusters, s.n_cells, s.n_problems, 0, 0, margin, alpha, binary=False)
+    v = verdict_arrays(s.diff, s.stderr, s.df, s.n_cells, s.n_problems, 0, 0, margin, alpha, binary=False)
     q = float(v.q)
     lower, upper = s.diff - q * s.stderr, s.diff + q * s.stderr
     return _finish(s, bool(v.go), float(v.p_go), float(v.p_worse), lower, upper, "paired-t", margin, alpha, target_power, common)
@@ -385,7 +410,7 @@ def decide_summary(s: PairSummary, margin: float, alpha: float = 0.05, target_po
 def _decide_binary(s: PairSummary, margin: float, alpha: float, target_power: float, common: dict[str, Any]) -> BenchmarkDecision:
     assert s.diff is not None
     se = math.nan if s.stderr is None else s.stderr
-    v = verdict_arrays(s.diff, se, s.n_clusters, s.n_cells, s.n_problems, s.base_right_cand_wrong, s.base_wrong_cand_right, margin, alpha)
+    v = verdict_arrays(s.diff, se, s.df, s.n_cells, s.n_problems, s.base_right_cand_wrong, s.base_wrong_cand_right, margin, alpha)
     beta, gamma = s.base_right_cand_wrong / s.n_cells, s.base_wrong_cand_right / s.n_cells
     n_eff, q = float(v.n_eff), float(v.q)
     lower = _score_bound(s.diff, beta, gamma, n_eff, q, upper=False)
@@ -485,6 +510,18 @@ def _sds(s: PairSummary, margin: float) -> tuple[float, float, float]:
     return sd_alt, sd0(-margin), sd0(0.0)
 
 
+def beta_of(s: PairSummary) -> float:
+    return s.base_right_cand_wrong / max(s.n_cells, 1)
+
+
+def gamma_of(s: PairSummary) -> float:
+    return s.base_wrong_cand_right / max(s.n_cells, 1)
+
+
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else x
+
+
 def settle_plan(s: PairSummary, margin: float, alpha: float, target_power: float) -> Plan:
     """The problems (at the run's repeats) that give the verdict the observed difference points to
     power `target_power`, if θ = θ̂ and the spread per problem stays as observed; and the repeats at
@@ -492,9 +529,10 @@ def settle_plan(s: PairSummary, margin: float, alpha: float, target_power: float
     θ̂ itself is uncertain, so "likely" is all it can say."""
     assert s.diff is not None
     sd_alt, sd_go, sd_no_go = _sds(s, margin)
-    df_of = problems_df if s.clustered_by == "problem" else fixed_df(float(max(s.n_clusters - 1, 1)))
+    df_of = problems_df if s.clustered_by == "problem" else fixed_df(s.df)
     n_go = solve_nobs(s.diff + margin, target_power, alpha, sd_go, sd_alt, df_of)
-    n_no_go = solve_nobs(-s.diff, target_power, alpha, sd_no_go, sd_alt, df_of)
+    cc = float(effective_factor(s.n_cells, s.n_problems, beta_of(s), gamma_of(s), _nan(s.stderr))) / s.repeats if s.binary else 0.0
+    n_no_go = solve_nobs(-s.diff, target_power, alpha, sd_no_go, sd_alt, df_of, continuity=cc)
     settles, needed = (GO, n_go) if n_go <= n_no_go else (NO_GO, n_no_go)
     plan = Plan(
         settles_to=settles,
@@ -517,7 +555,8 @@ def settle_plan(s: PairSummary, margin: float, alpha: float, target_power: float
         sd_null = sd_go if settles == GO else sd_no_go
         for k in range(1, MAX_REPEATS + 1):
             scale = math.sqrt((between + within / k) / now) if now > 0 else 1.0
-            if power(shift, s.n_problems, alpha, sd_null * scale, sd_alt * scale, df_of(float(s.n_problems))) >= target_power:
+            cc_k = cc * s.repeats / k if settles == NO_GO else 0.0
+            if power(shift, s.n_problems, alpha, sd_null * scale, sd_alt * scale, df_of(float(s.n_problems)), cc_k) >= target_power:
                 plan.repeats = k
                 break
     return plan
@@ -646,6 +685,11 @@ class Spread(msgspec.Struct, kw_only=True):
         ratio = self.sd(repeats) / now if now > 0 else 1.0
         return sd_null * ratio, sd_alt * ratio
 
+    def continuity(self, kind: str, repeats: float) -> float:
+        """Binary NO-GO: the exact test of the effective discordant counts costs one of them (m
+        cells: m / cells-per-problem problems' worth, `power.power`'s continuity)."""
+        return self.design_effect / repeats if kind == NO_GO and self.discordance is not None else 0.0
+
 
 def spread_of_pair(s: PairSummary, margin: float) -> Spread:
     """The spread measured by a pair of runs (baseline and a candidate or pilot): per problem as
@@ -669,7 +713,7 @@ def spread_of_pair(s: PairSummary, margin: float) -> Spread:
         problems=s.n_problems,
         discordance=beta + gamma if s.binary else None,
         design_effect=m,
-        clustered_df=None if s.clustered_by == "problem" else float(max(s.n_clusters - 1, 1)),
+        clustered_df=None if s.clustered_by == "problem" else s.df,
         source="measured on the pair: the spread of the per-problem difference"
         + (f", clustered by {s.clustered_by}" if s.clustered_by != "problem" else ""),
         note=None
@@ -747,7 +791,7 @@ def requirements(
         for k in repeats:
             k_used = run_k if k == round(run_k) else float(k)
             sd_null, sd_alt = spread.sds(kind, assumed, margin or 0.0, k_used)
-            n = solve_nobs(shift, target_power, alpha, sd_null, sd_alt, df_of)
+            n = solve_nobs(shift, target_power, alpha, sd_null, sd_alt, df_of, continuity=spread.continuity(kind, k_used))
             problems[str(k)] = None if math.isinf(n) else math.ceil(n)
         null_now, sd_now = spread.sds(kind, assumed, margin or 0.0, run_k)
         req = Requirement(
@@ -768,9 +812,10 @@ def requirements(
         )
         if spread.problems > 1:
             df_now = df_of(float(spread.problems))
-            req.power_now = power(shift, spread.problems, alpha, null_now, sd_now, df_now)
+            cc = spread.continuity(kind, run_k)
+            req.power_now = power(shift, spread.problems, alpha, null_now, sd_now, df_now, cc)
             if kind == NO_GO:
-                req.detectable_now = solve_diff(spread.problems, target_power, alpha, _regression_sds(spread, run_k), df_now)
+                req.detectable_now = solve_diff(spread.problems, target_power, alpha, _regression_sds(spread, run_k), df_now, cc)
         out.append(req)
     return out
 

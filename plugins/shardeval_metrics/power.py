@@ -39,10 +39,13 @@ def fixed_df(df: float | None) -> DfOf:
     return lambda n: df
 
 
-def power(diff: float, n: float, alpha: float, sd_null: float, sd_alt: float, df: float | None) -> float:
-    """The chance that the one-sided test at level α rejects (module doc); diff > 0 favours rejection."""
+def power(diff: float, n: float, alpha: float, sd_null: float, sd_alt: float, df: float | None, continuity: float = 0.0) -> float:
+    """The chance that the one-sided test at level α rejects (module doc); diff > 0 favours rejection.
+    `continuity`: the shift is diff − continuity/n (an exact test of counts, as a continuity-corrected
+    z test: one effective discordant cell is continuity/n problems' worth of difference)."""
     if n <= 0:
         return 0.0
+    diff -= continuity / n
     q = normal_ppf(1.0 - alpha) if df is None else t_ppf(1.0 - alpha, df)
     if sd_alt <= 0.0:
         return 1.0 if diff * math.sqrt(n) > q * sd_null else 0.0
@@ -53,14 +56,21 @@ def power(diff: float, n: float, alpha: float, sd_null: float, sd_alt: float, df
 
 
 def solve_nobs(
-    diff: float, target: float, alpha: float, sd_null: float, sd_alt: float, df_of: DfOf = problems_df, n_max: float = 1e12
+    diff: float,
+    target: float,
+    alpha: float,
+    sd_null: float,
+    sd_alt: float,
+    df_of: DfOf = problems_df,
+    n_max: float = 1e12,
+    continuity: float = 0.0,
 ) -> float:
     """The real n >= 2 at which `power` reaches `target` (math.inf when it never does: diff <= 0,
     or beyond n_max). Normal case in closed form (statsmodels' normal_sample_size_one_tail),
     else bisection on ln n to 1e-12 relative."""
     if diff <= 0.0 or not 0.0 < target < 1.0:
         return math.inf
-    if all(df_of(x) is None for x in (2.0, 1e6)) and sd_alt > 0.0:
+    if all(df_of(x) is None for x in (2.0, 1e6)) and sd_alt > 0.0 and continuity == 0.0:
         root = ((normal_ppf(1.0 - alpha) * sd_null + normal_ppf(target) * sd_alt) / diff) ** 2
         return max(root, 0.0)
 
@@ -68,8 +78,8 @@ def solve_nobs(
         if sd_alt <= 0.0:  # the step: reached once diff·sqrt(n) > q·sd_null
             df = df_of(n)
             q = normal_ppf(1.0 - alpha) if df is None else t_ppf(1.0 - alpha, df)
-            return diff * math.sqrt(n) <= q * sd_null
-        return power(diff, n, alpha, sd_null, sd_alt, df_of(n)) < target
+            return (diff - continuity / n) * math.sqrt(n) <= q * sd_null
+        return power(diff, n, alpha, sd_null, sd_alt, df_of(n), continuity) < target
 
     lo, hi = 2.0, 4.0
     if not short(lo):
@@ -86,16 +96,18 @@ def solve_nobs(
     return hi
 
 
-def solve_diff(n: float, target: float, alpha: float, sd_of: Callable[[float], tuple[float, float]], df: float | None) -> float:
+def solve_diff(
+    n: float, target: float, alpha: float, sd_of: Callable[[float], tuple[float, float]], df: float | None, continuity: float = 0.0
+) -> float:
     """The smallest diff > 0 detected with power `target` at n problems, where the standard
     deviations may depend on the diff itself (`sd_of(diff) -> (sd_null, sd_alt)`: a proportion's
     variance moves with it); bisection to 1e-12, math.inf when even diff = 1 is not detected."""
-    if power(1.0, n, alpha, *sd_of(1.0), df) < target:
+    if power(1.0, n, alpha, *sd_of(1.0), df, continuity) < target:
         return math.inf
     lo, hi = 0.0, 1.0
     while hi - lo > 1e-12:
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if power(mid, n, alpha, *sd_of(mid), df) < target else (lo, mid)
+        lo, hi = (mid, hi) if power(mid, n, alpha, *sd_of(mid), df, continuity) < target else (lo, mid)
     return hi
 
 
