@@ -147,7 +147,7 @@ class NotCompared(msgspec.Struct):
     why: str
 
 
-class GateResult(msgspec.Struct, kw_only=True, omit_defaults=True):
+class GateResult(msgspec.Struct, kw_only=True):
     """gate.json for two runs: the overall verdict, its exit code and every benchmark's."""
 
     verdict: str
@@ -166,7 +166,7 @@ class GateResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     version: str = ""
 
 
-class SweepGate(msgspec.Struct, kw_only=True, omit_defaults=True):
+class SweepGate(msgspec.Struct, kw_only=True):
     """gate.json for a sweep: every model against the baseline (each its own gate and family)."""
 
     verdict: str  # the worst: NO-GO if any model is, else INCONCLUSIVE if any is, else GO
