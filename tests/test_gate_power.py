@@ -1,7 +1,8 @@
 """The power functions of `shardeval plan` and `gate` equal statsmodels' where statsmodels has
 them (paired t: TTestPower; two independent proportions: power_proportions_2indep and
 samplesize_proportions_2indep_onetail; the normal test with a null and an alternative variance:
-normal_power_het), to 1e-6; and the noncentral t they rest on equals scipy's."""
+normal_power_het), to 1e-6; and the noncentral t they rest on equals scipy's. Also the gate's
+paired t path for graded scores."""
 
 from __future__ import annotations
 
@@ -78,3 +79,25 @@ def test_two_variances_normal_equals_normal_power_het_and_t_tends_to_it():
     # no spread in a pilot: the power is a step at diff·sqrt(n) = q·sd_null
     n = solve_nobs(0.02, 0.8, 0.05, 0.14, 0.0, fixed_df(None))
     assert n == pytest.approx((sps.norm.ppf(0.95) * 0.14 / 0.02) ** 2, rel=1e-9)
+
+
+def test_graded_scores_take_the_paired_t_and_no_spread_its_bound():
+    """Scores other than 0/1 (a judge's ratings): the paired t bounds; every problem alike: compare's
+    no-variation bound at level 1 − 2α, never a zero-width GO."""
+    import numpy as np
+    from test_compare_stats import table
+
+    from shardeval_metrics.decision import GO, INCONCLUSIVE, NO_GO, decide
+
+    rng = np.random.default_rng(4)
+    base = rng.uniform(0.3, 0.9, size=(400, 2))
+    cand = np.clip(base + rng.normal(0, 0.02, base.shape), 0, 1)
+    close = decide(table(base), table(cand), 0.02)
+    assert close.method == "paired-t" and close.verdict == GO and close.lower > -0.02
+    per_problem = (cand - base).mean(axis=1)  # clustered by problem: the paired t on per-problem means
+    half = sps.t.ppf(0.95, 399) * per_problem.std(ddof=1) / np.sqrt(400)
+    assert (close.lower, close.upper) == pytest.approx((per_problem.mean() - half, per_problem.mean() + half), abs=1e-12)
+    worse = decide(table(base), table(np.clip(base - 0.05 + rng.normal(0, 0.02, base.shape), 0, 1)), 0.02)
+    assert worse.verdict == NO_GO and worse.beyond_margin
+    same = decide(table(base[:30]), table(base[:30].copy()), 0.02)
+    assert same.method == "no-variation-bound" and same.verdict == INCONCLUSIVE and same.lower < -0.02 < 0 < same.upper

@@ -40,6 +40,12 @@ claim GO. The NO-GO test also takes the exact one-sided McNemar (binomial) test 
 discordant counts (b/m right only in the baseline, c/m only in the candidate), so a handful of
 discordant answers never shows a regression the exact test does not. Other scores: the paired t
 bounds θ̂ ∓ q·SE; with no spread, paired_difference's `no-variation-bound` at level 1 − 2α.
+Where paired_difference clusters by category, the SE is CR2's and df = G* − 1, Carter et al.'s
+effective clusters (`cr2_stderr`); otherwise df = problems − 1.
+
+`shardeval plan`: `spread_of_pair` (a measured pair) or `spread_of_run` (one run, a correlation
+assumed) gives a `Spread`; `requirements(spread, ...)` the problems needed per repeats;
+`proportions_requirement` before any run. Powers: shardeval_metrics.power.
 
 The rule as arrays (`verdict_arrays`) is what the error-rate simulation
 (tests/test_gate_error_rates.py) runs on 10,000s of data sets; `decide_summary` runs it on one.
