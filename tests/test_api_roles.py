@@ -31,7 +31,7 @@ BUDGET = {
     "orchestrator": 24,
     "exporter": 4,
     "metric": 6,
-    "records": 21,
+    "records": 23,  # issue 44: read_plan, model_roots (`shardeval gate SWEEP_DIR` walks a sweep as merge does)
     "pages": 8,
 }
 
@@ -189,6 +189,8 @@ def test_every_name_of_the_flat_form_still_resolves():
         "prepared_folder",  # issue 43's `Benchmark.prepare`
         "preparing",
         "PREPARE_HINT",  # issue 43: a run being prepared; what a failed fetch tells a node without internet
+        "read_plan",
+        "model_roots",  # issue 44: `shardeval gate SWEEP_DIR` walks a sweep as merge does
     }  # the orchestrator lifecycle's, new with it
     flat = sorted({*roles.HOME, *roles.RETIRED} - added)
     assert len(flat) == 178

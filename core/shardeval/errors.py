@@ -15,7 +15,8 @@ from collections.abc import Iterator
 # Exit codes: 0 every cell has an ok record (COMPLETE); 1 an infrastructure failure (ShardError);
 # 2 a mistake in the user's input (UsageError); 3 finished, but not every cell has an ok record: a
 # shard or rescore whose cells end in errors (manifest state `finished_with_errors`), a merge whose
-# verdict is not COMPLETE (PARTIAL, ERRORS); 130 / 143 stopped by SIGINT / SIGTERM.
+# verdict is not COMPLETE (PARTIAL, ERRORS); 130 / 143 stopped by SIGINT / SIGTERM. `shardeval gate`
+# (the metrics plugin) adds 4 NO-GO and 5 INCONCLUSIVE (0 GO): no other command exits with them.
 EXIT_WITH_ERRORS = 3
 
 

@@ -10,6 +10,7 @@ so loading plugins (`shardeval --help`, `shardeval plugins`) never imports numpy
     perplexity       shardeval_metrics.metrics         exp(Σ nll / Σ tokens), token_nll; delta method
     classification   shardeval_metrics.classification  macro/weighted F1, macro P/R; bootstrap
     (compare)        shardeval_metrics.compare         compare_tables(a, b, options)
+    (gate, plan)     shardeval_metrics.decision        decide(base, cand, margin, alpha, power) -> GateResult's rows
     (sweep)          shardeval_metrics.paired          hook paired_differences(pairs, options)
     (sweep)          shardeval_metrics.paired          hook family_adjusted(p_values): Holm across the table
 """
@@ -41,8 +42,11 @@ def register_metrics(register: Register) -> None:
 @hookimpl
 def register_commands(cli: click.Group) -> None:
     from shardeval_metrics.command import compare_command
+    from shardeval_metrics.decide_command import gate_command, plan_command
 
     cli.add_command(compare_command)
+    cli.add_command(gate_command)
+    cli.add_command(plan_command)
 
 
 @hookimpl

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_r
     from shardeval.results.export import load_run as load_run
     from shardeval.store.regular import open_regular as open_regular, read_regular as read_regular
     from shardeval.store.atomic import atomic_write as atomic_write, check_output as check_output
-    from shardeval.store.discover import refuse_inside_shard as refuse_inside_shard
+    from shardeval.store.discover import refuse_inside_shard as refuse_inside_shard, read_plan as read_plan, model_roots as model_roots
     from shardeval.results.quoting import md_text as md_text
     from shardeval.numbers import percent as percent, finite_number as finite_number
     from shardeval.results.report import fmt as fmt, fmt_p as fmt_p

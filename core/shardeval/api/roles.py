@@ -259,8 +259,10 @@ GROUPS: dict[str, tuple[Group, ...]] = {
         ),
         group(
             "shardeval.store.discover",
-            "refuse_inside_shard",
-            "`refuse_inside_shard(path, flag)`: a command's output path inside a shard directory, refused (G5b)",
+            "refuse_inside_shard read_plan model_roots",
+            "`refuse_inside_shard(path, flag)`: a command's output path inside a shard directory, refused (G5b); "
+            "`read_plan(root)` (a sweep's models and baseline, None: no sweep), `model_roots(root, plan)` (each "
+            "model's run directory, as merge walks a sweep)",
         ),
         group("shardeval.results.quoting", "md_text", "a name or path as inert one-line Markdown"),
         group(
