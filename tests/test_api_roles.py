@@ -30,7 +30,7 @@ BUDGET = {
     "solver": 10,
     "orchestrator": 24,
     "exporter": 4,
-    "metric": 6,
+    "metric": 7,  # issue 44: GateRule (the gate_verdicts hook)
     "records": 23,  # issue 44: read_plan, model_roots (`shardeval gate SWEEP_DIR` walks a sweep as merge does)
     "pages": 8,
 }

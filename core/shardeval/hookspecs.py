@@ -121,13 +121,22 @@ def family_adjusted(p_values: Sequence[float | None]) -> list[float | None] | No
 
 @hookspec(firstresult=True)
 def gate_verdicts(
-    pairs: Sequence[tuple[ScoreTableView, ScoreTableView]], options: MetricOptionsView, rule: GateRule, benchmarks: Sequence[str]
+    pairs: Sequence[tuple[ScoreTableView, ScoreTableView]],
+    options: MetricOptionsView,
+    rule: GateRule,
+    benchmarks: Sequence[str],
+    metrics: Sequence[str],
+    not_compared: Mapping[str, str],
+    baseline: str,
+    candidate: str,
 ) -> GateReport | None:
     """One model's decision against the baseline under `rule` (docs/decisions.md): for each
-    (baseline, candidate) pair of one benchmark's tables (named by `benchmarks`, in order) a
-    verdict GO / NO-GO / INCONCLUSIVE with the numbers it rests on, and the model's overall verdict
-    (GO only when every benchmark is GO). The sweep merge calls it once per model when the sweep
-    has a `gate`; `shardeval gate` makes the same report. None: no plugin decides."""
+    (baseline, candidate) pair of one benchmark's tables (its name in `benchmarks`, its headline
+    metric in `metrics`, in order) a verdict GO / NO-GO / INCONCLUSIVE with the numbers it rests
+    on, and the model's overall verdict: GO only when every benchmark is GO, so one the candidate
+    could not be compared on (`not_compared`: benchmark -> why) keeps it from GO. The sweep merge
+    calls it once per model when the sweep has a `gate`; `shardeval gate` makes the same report
+    (gate.json's shape). None: no plugin decides."""
 
 
 @hookspec

@@ -13,6 +13,7 @@ so loading plugins (`shardeval --help`, `shardeval plugins`) never imports numpy
     (gate, plan)     shardeval_metrics.decision        decide(base, cand, margin, alpha, power) -> GateResult's rows
     (sweep)          shardeval_metrics.paired          hook paired_differences(pairs, options)
     (sweep)          shardeval_metrics.paired          hook family_adjusted(p_values): Holm across the table
+    (sweep)          shardeval_metrics.decide_command  hook gate_verdicts(pairs, ...): a model's gate (sweep.gate)
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 from shardeval.api.plugin import Lazy, hookimpl
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     import click
 
-    from shardeval.api.metric import MetricOptions, ScoreTable
+    from shardeval.api.metric import GateRule, MetricOptions, ScoreTable
     from shardeval.api.plugin import Register
 
 
@@ -54,6 +55,22 @@ def paired_differences(pairs: list[tuple[ScoreTable, ScoreTable]], options: Metr
     from shardeval_metrics.paired import paired_differences as compute
 
     return compute(pairs, options)
+
+
+@hookimpl
+def gate_verdicts(
+    pairs: Sequence[tuple[ScoreTable, ScoreTable]],
+    options: MetricOptions,
+    rule: GateRule,
+    benchmarks: Sequence[str],
+    metrics: Sequence[str],
+    not_compared: Mapping[str, str],
+    baseline: str,
+    candidate: str,
+) -> dict[str, Any]:
+    from shardeval_metrics.decide_command import gate_pairs
+
+    return gate_pairs(list(pairs), rule, list(benchmarks), list(metrics), dict(not_compared), baseline, candidate)
 
 
 @hookimpl

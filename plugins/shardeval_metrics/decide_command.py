@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from shardeval.api.metric import ScoreTable
+    from shardeval.api.metric import GateRule, ScoreTable
     from shardeval.api.pages import BenchmarkMerge
     from shardeval_metrics.decision import BenchmarkDecision, GateResult, NotCompared, Requirement, SweepGate
 
@@ -111,6 +111,45 @@ def gate_runs(
         not_compared=not_compared,
         version=__version__,
     )
+
+
+def gate_pairs(
+    pairs: list[tuple[ScoreTable, ScoreTable]],
+    rule: GateRule,
+    benchmarks: list[str],
+    metrics: list[str],
+    not_compared: dict[str, str],
+    baseline: str,
+    candidate: str,
+) -> dict[str, Any]:
+    """A sweep model's gate (the `gate_verdicts` hook; sweep.json's `gate`): the same decisions
+    and overall rule as `shardeval gate` on the two runs, as gate.json holds them. A pair whose
+    headline metric is no mean of per-answer scores is not compared, as the command's --metric
+    accuracy leaves it out."""
+    import msgspec
+
+    from shardeval import __version__
+    from shardeval_metrics.decision import NotCompared, decide_summary, gate, summarize
+
+    apart = [NotCompared(name, why) for name, why in not_compared.items()]
+    decisions: list[BenchmarkDecision] = []
+    for (ta, tb), name, metric in zip(pairs, benchmarks, metrics):
+        if metric not in PRIMARY:
+            apart.append(NotCompared(name, f"its headline metric ({metric}) is no mean of per-answer scores"))
+            continue
+        decisions.append(decide_summary(summarize(ta, tb, rule.alpha), rule.margin, rule.alpha, rule.power))
+    result = gate(
+        decisions,
+        base=baseline,
+        candidate=candidate,
+        margin=rule.margin,
+        alpha=rule.alpha,
+        target_power=rule.power,
+        metric="accuracy",
+        not_compared=apart,
+        version=__version__,
+    )
+    return msgspec.to_builtins(result)
 
 
 def render_gate(result: GateResult) -> list[str]:

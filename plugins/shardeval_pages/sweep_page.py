@@ -93,7 +93,7 @@ def gate_section(gate: dict[str, Any], baseline: str) -> list[str]:
                     num(row.get("diff"), "diff"),
                     num(row.get("lower"), "lower"),
                     num(row.get("upper"), "upper"),
-                    num(row.get("needed_problems"), "needed_problems"),
+                    num((row.get("plan") or {}).get("problems"), "plan_problems"),
                 ]
             )
     return [

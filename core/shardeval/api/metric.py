@@ -18,5 +18,6 @@ if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_r
         headline_metric as headline_metric,
     )
     from shardeval.identity import incomparable as incomparable
+    from shardeval.store.records import GateRule as GateRule
 else:  # type checkers read the imports above; at run time each name is imported on first use
     __getattr__, __dir__, __all__ = serve("metric")

@@ -227,6 +227,11 @@ GROUPS: dict[str, tuple[Group, ...]] = {
             "benchmark went: `accuracy`, else `mean`, else None)",
         ),
         group("shardeval.identity", "incomparable", "`incomparable(a, b)`: why two runs' records may not be compared, or None"),
+        group(
+            "shardeval.store.records",
+            "GateRule",
+            "`GateRule`: a sweep's decision rule (`sweep.gate`: margin, alpha, power), handed to `gate_verdicts`",
+        ),
     ),
     "records": (  # the files a run writes, read back; a command's own outputs
         group(

@@ -293,11 +293,17 @@ def gate_lines(gate: dict[str, Any], baseline: str) -> list[str]:
                 lines.append(f"{head} — | — | — | — | — | {md_text(model.get('why', ''))} |")
                 continue
             bounds = f"[{_num(row.get('lower'))}, {_num(row.get('upper'))}]"
-            settle = f"about {row['needed_problems']} problems" if row.get("needed_problems") else "—"
+            needed = (row.get("plan") or {}).get("problems")
+            settle = f"about {needed} problems" if needed else "—"
             lines.append(
                 f"{head} {md_text(row['benchmark'])} | {row['verdict']} | {_num(row.get('diff'))} | {bounds} | "
                 f"{row.get('n_problems', '—')} | {settle} |"
             )
+    lines += [
+        f"- {md_text(model['service'])}: {md_text(x['benchmark'])} not compared: {md_text(x['why'])}"
+        for model in gate["models"]
+        for x in model.get("not_compared", [])
+    ]
     lines += ["", "GO: shown not worse than the baseline by more than the margin on every benchmark; NO-GO: shown worse on one; "]
     lines[-1] += "INCONCLUSIVE: neither yet (the problems that would likely settle it at the rule's power)."
     return lines

@@ -78,18 +78,38 @@ def model_part(
             lacks.append({"service": service, "benchmark": bench, "why": "the baseline has no results for it"})
     found = plugins.hooks().paired_differences(pairs=pairs, options=options) if pairs else []
     vs = [{**label, **row} for label, row in zip(labels, found or [])]
-    gate = model_gate(service, pairs, [label["benchmark"] for label in labels], options, rule) if rule and service != baseline else None
+    gate = None
+    if rule is not None and service != baseline:
+        apart_from_gate = {entry["benchmark"]: entry["why"] for entry in apart}
+        gate = model_gate(service, baseline, pairs, labels, apart_from_gate, options, rule)
     return ModelPart(
         service, cells, vs, apart, [], lacks, unpaired=bool(pairs) and found is None, failed=failed_shards(service, result), gate=gate
     )
 
 
-def model_gate(service: str, pairs: list[Any], benchmarks: list[str], options: MetricOptions, rule: GateRule) -> dict[str, Any]:
+def model_gate(
+    service: str,
+    baseline: str,
+    pairs: list[Any],
+    labels: list[dict[str, Any]],
+    apart: dict[str, str],
+    options: MetricOptions,
+    rule: GateRule,
+) -> dict[str, Any]:
     """The model's verdict against the baseline (docs/decisions.md); with no benchmark paired,
     INCONCLUSIVE and why: a gate never passes a model it could not compare."""
     if not pairs:
         return {"service": service, "verdict": "INCONCLUSIVE", "benchmarks": [], "why": "no benchmark is paired with the baseline"}
-    report = plugins.hooks().gate_verdicts(pairs=pairs, options=options, rule=rule, benchmarks=benchmarks)
+    report = plugins.hooks().gate_verdicts(
+        pairs=pairs,
+        options=options,
+        rule=rule,
+        benchmarks=[label["benchmark"] for label in labels],
+        metrics=[label["metric"] for label in labels],
+        not_compared=apart,
+        baseline=baseline,
+        candidate=service,
+    )
     if report is None:
         return {"service": service, "verdict": None, "benchmarks": [], "why": NO_GATE}
     return {"service": service, **report}
