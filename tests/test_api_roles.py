@@ -31,7 +31,7 @@ BUDGET = {
     "orchestrator": 24,
     "exporter": 4,
     "metric": 7,  # issue 44: GateRule (the gate_verdicts hook)
-    "records": 23,  # issue 44: read_plan, model_roots (`shardeval gate SWEEP_DIR` walks a sweep as merge does)
+    "records": 24,  # issue 44: read_plan, model_roots, scores_digest (a gate.json names the answers it decided on); (`shardeval gate SWEEP_DIR` walks a sweep as merge does)
     "pages": 8,
 }
 
@@ -191,6 +191,8 @@ def test_every_name_of_the_flat_form_still_resolves():
         "PREPARE_HINT",  # issue 43: a run being prepared; what a failed fetch tells a node without internet
         "read_plan",
         "model_roots",  # issue 44: `shardeval gate SWEEP_DIR` walks a sweep as merge does
+        "GateRule",
+        "scores_digest",  # issue 44: the gate_verdicts hook's rule; the answers a gate.json decided on
     }  # the orchestrator lifecycle's, new with it
     flat = sorted({*roles.HOME, *roles.RETIRED} - added)
     assert len(flat) == 178

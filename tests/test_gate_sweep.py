@@ -127,7 +127,12 @@ def test_without_a_rule_no_verdict_is_made(sweep: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "gate, named",
-    [({"margin": 1.5}, "margin"), ({"margin": 0.02, "alpha": 0.7}, "alpha"), ({"alpha": 0.05}, "margin"), ({"margin": 0.02, "beta": 1}, "beta")],
+    [
+        ({"margin": 1.5}, "margin"),
+        ({"margin": 0.02, "alpha": 0.7}, "alpha"),
+        ({"alpha": 0.05}, "margin"),
+        ({"margin": 0.02, "beta": 1}, "beta"),
+    ],
 )
 def test_a_bad_rule_is_one_line_before_anything_runs(tmp_path: Path, gate: dict, named: str) -> None:
     out = tmp_path / "out"
@@ -135,3 +140,30 @@ def test_a_bad_rule_is_one_line_before_anything_runs(tmp_path: Path, gate: dict,
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "sweep.gate" in done.stderr and named in done.stderr
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+def test_a_runs_report_shows_its_gate_while_the_answers_decided_on_stand(sweep: Path, tmp_path: Path) -> None:
+    """`shardeval gate BASE CAND` writes CAND/merged/gate.json with the fingerprint of the answers
+    it decided on; report.md and report.html show the verdict from the next merge, and a gate.json
+    decided on other answers (here: another run's) is named as not this run's verdict."""
+    copy = tmp_path / "out"
+    shutil.copytree(sweep, copy, symlinks=True)
+    done = shardeval_cmd("gate", str(copy / "base"), str(copy / "worse"), "--margin", str(MARGIN))
+    assert done.returncode == 4, done.stderr
+    gate = json.loads((copy / "worse" / "merged" / "gate.json").read_text())
+    assert gate["kind"] == "shardeval-gate" and len(gate["candidate_scores"]) == 64
+    assert shardeval_cmd("merge", str(copy / "worse")).returncode == 0
+    md = (copy / "worse" / "merged" / "report.md").read_text()
+    assert f"## Gate against {copy / 'base'}" in md and "**NO-GO** at margin" in md
+    assert re.search(r"\| arith \| NO-GO \| -0\.\d+ \|", md)
+    html = (copy / "worse" / "merged" / "report.html").read_text()
+    assert html.count('data-verdict="NO-GO"') == 2 and 'id="gate-stale"' not in html  # overall and arith
+    # another run's gate.json beside `same`'s merge: named, its verdict not shown as same's
+    shutil.copy(copy / "worse" / "merged" / "gate.json", copy / "same" / "merged" / "gate.json")
+    assert shardeval_cmd("merge", str(copy / "same")).returncode == 0
+    md = (copy / "same" / "merged" / "report.md").read_text()
+    assert "was decided on other answers than these" in md and "**NO-GO**" not in md
+    html = (copy / "same" / "merged" / "report.html").read_text()
+    assert 'id="gate-stale"' in html and 'data-verdict="NO-GO"' not in html
+    # and a run with no gate.json has no section
+    assert "## Gate" not in (copy / "base" / "merged" / "report.md").read_text()

@@ -248,7 +248,7 @@ def gate_command(
     import msgspec
 
     from shardeval.api.plugin import UsageError
-    from shardeval.api.records import check_output, refuse_inside_shard
+    from shardeval.api.records import check_output, refuse_inside_shard, scores_digest
     from shardeval_metrics.decision import GateResult
 
     if output == "-":
@@ -271,6 +271,7 @@ def gate_command(
         doc = gate_runs(
             base_run, cand_run, a, b, margin=margin, alpha=alpha, target_power=target_power, metric=metric, benches=_benches(bench)
         )
+        doc.candidate_scores = scores_digest([m.table for m in b.values()], errors_as_wrong)
         where = output or os.path.join(cand_run, "merged", GATE_FILE)
     if output is None:
         refuse_inside_shard(where, "gate.json")

@@ -168,6 +168,7 @@ class GateResult(msgspec.Struct, kw_only=True):
     benchmarks: list[BenchmarkDecision]
     regressed: list[str] = []  # NO-GO benchmarks (Holm: a family-wise claim at level α)
     not_compared: list[NotCompared] = []
+    candidate_scores: str = ""  # the candidate's answers decided on (scores_digest): its report shows the verdict while they stand
     kind: str = "shardeval-gate"
     version: str = ""
 

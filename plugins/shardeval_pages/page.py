@@ -73,6 +73,15 @@ def table(headers: list[str], rows: list[list[str]], *, cls: str = "") -> str:
     return f'<table class="{esc(cls)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+GATE_CLASS = {"GO": "complete", "NO-GO": "warn", "INCONCLUSIVE": "partial"}
+
+
+def gate_cell(verdict: str | None) -> str:
+    """A verdict as a marked cell (data-verdict: what tests and readers compare with sweep.json)."""
+    shown = verdict or "—"
+    return f'<td class="verdict {GATE_CLASS.get(shown, "muted")}" data-verdict="{esc(shown)}">{esc(shown)}</td>'
+
+
 def num(value: Any, key: str, digits: int = 4) -> str:
     """A numeric cell carrying the exact value in data-value (tests and readers compare it with
     the JSON files) and a rounded one as text."""

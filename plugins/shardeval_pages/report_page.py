@@ -26,7 +26,7 @@ import msgspec
 from shardeval.api.pages import BenchmarkView, ReportView
 from shardeval.api.records import TRAJECTORIES_FILE, ImageInfo, ImageThumbnail, ResultRecord, TrajectoryRecord, percent
 import shardeval_pages.charts as charts
-from shardeval_pages.page import Page, esc, finite, num, span, table
+from shardeval_pages.page import Page, esc, finite, gate_cell, num, span, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, reasoning_of, token_bins
 
 if TYPE_CHECKING:
@@ -190,6 +190,36 @@ def no_value_reason(b: BenchmarkMerge, metrics: dict[str, dict[str, Any]]) -> st
     return next((r for r in reasons if r), "no metric has a value") + "".join(f"; {p}" for p in b.metric_problems)
 
 
+def gate_section(gate: dict[str, Any]) -> list[str]:
+    """The verdict of merged/gate.json against its baseline, as report.md shows it; when it was
+    decided on other answers than this merge's, only that it is out of date (docs/decisions.md)."""
+    head = f'<h2 id="gate">Gate against {esc(str(gate.get("base")))}</h2>'
+    if not gate["current"]:
+        return [
+            head,
+            f'<p class="warn" id="gate-stale">merged/gate.json was decided on other answers than these: its verdict '
+            f"{esc(str(gate.get('verdict')))} is not this run's; run shardeval gate again.</p>",
+        ]
+    rows = [
+        [
+            esc(str(row.get("benchmark"))),
+            gate_cell(row.get("verdict")),
+            num(row.get("diff"), "diff"),
+            num(row.get("lower"), "lower"),
+            num(row.get("upper"), "upper"),
+            num((row.get("plan") or {}).get("problems"), "plan_problems"),
+        ]
+        for row in gate.get("benchmarks", [])
+    ]
+    return [
+        head,
+        "<p>"
+        + table(["overall"], [[gate_cell(gate.get("verdict"))]], cls="gate-overall")
+        + f'<span class="muted">margin {gate.get("margin")}, α {gate.get("alpha")} (one-sided; docs/decisions.md)</span></p>',
+        table(["benchmark", "verdict", "difference", "lower bound", "upper bound", "problems that would settle it"], rows, cls="gate"),
+    ]
+
+
 def render_report_html(result: MergeResult, confidence: float = 0.95) -> bytes:
     """The page. Raises vendor.BundleMissing without the charts' JavaScript."""
     run = result.run
@@ -203,6 +233,8 @@ def render_report_html(result: MergeResult, confidence: float = 0.95) -> bytes:
     )
     if notes := ReportView(result).notes():
         page.add('<ul class="notes">' + "".join(f'<li class="warn">{esc(plain(n))}</li>' for n in notes) + "</ul>")
+    if (gate := ReportView(result).gate()) is not None:
+        page.add(*gate_section(gate))
     page.add(
         '<nav class="muted">'
         + " · ".join(f'<a href="#b-{slug(b.manifest.name)}">{esc(b.manifest.name)}</a>' for b in result.benchmarks)

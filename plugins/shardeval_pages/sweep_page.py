@@ -19,7 +19,7 @@ from urllib.parse import quote
 from shardeval.api.pages import NOT_COMPARED, not_compared_notes
 from shardeval.api.records import percent
 import shardeval_pages.charts as charts
-from shardeval_pages.page import Page, esc, finite, num, table
+from shardeval_pages.page import Page, esc, finite, gate_cell, num, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, sweep_reasoning
 from shardeval_pages.report_page import PASS1_IS_ACCURACY, pass1_is_accuracy, slug
 
@@ -65,15 +65,6 @@ def render_sweep_html(sweep: SweepMerge, confidence: float, links: dict[str, str
     if "gate" in doc:
         page.add(*gate_section(doc["gate"], plan.baseline))
     return page.render()
-
-
-GATE_CLASS = {"GO": "complete", "NO-GO": "warn", "INCONCLUSIVE": "partial"}
-
-
-def gate_cell(verdict: str | None) -> str:
-    """A verdict as a marked cell (data-verdict: what tests and readers compare with sweep.json)."""
-    shown = verdict or "—"
-    return f'<td class="verdict {GATE_CLASS.get(shown, "muted")}" data-verdict="{esc(shown)}">{esc(shown)}</td>'
 
 
 def gate_section(gate: dict[str, Any], baseline: str) -> list[str]:

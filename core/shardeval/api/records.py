@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_r
         read_manifest as read_manifest,
     )
     from shardeval.results.merge import MergeResult as MergeResult, merge_run as merge_run
+    from shardeval.results.gate_report import scores_digest as scores_digest
     from shardeval.results.export import load_run as load_run
     from shardeval.store.regular import open_regular as open_regular, read_regular as read_regular
     from shardeval.store.atomic import atomic_write as atomic_write, check_output as check_output

@@ -247,6 +247,12 @@ GROUPS: dict[str, tuple[Group, ...]] = {
             "memory, as compare does",
         ),
         group(
+            "shardeval.results.gate_report",
+            "scores_digest",
+            "`scores_digest(tables, errors_as_wrong)`: the fingerprint of a run's answers as merged (a gate.json "
+            "records it, so the run's report shows the verdict only while those answers stand)",
+        ),
+        group(
             "shardeval.results.export",
             "load_run",
             "`load_run(path)`: a run's (or sweep's) standing records, with `.to_pandas()` (docs/export.md)",

@@ -290,6 +290,7 @@ class MergeResult:
     benchmarks: list[BenchmarkMerge]
     errors_as_wrong: bool
     notices: list[str] = field(default_factory=list)  # what writing it left out (for stderr): no report.html
+    gate: dict[str, Any] | None = None  # merged/gate.json found when it was written (results.gate_report.merged_gate)
 
     # partial and verdict once per merge (a merge does not change once made): every page and text
     # asks, and a watched sweep's update asks them of every checkpoint kept from earlier updates.

@@ -12,6 +12,7 @@ from shardeval.errors import os_error
 from shardeval.results import pages
 from shardeval.results.merge import BenchmarkMerge, MergeResult, read_winners, scan_trajectories
 from shardeval.results.report import render_report, scores_document, timing_document
+from shardeval.results.gate_report import merged_gate
 from shardeval.store.atomic import atomic_write
 from shardeval.store.discover import MERGED_DIR, Shard, refuse_inside_shard
 from shardeval.store.records import RESULTS_FILE, TRAJECTORIES_FILE, pretty_json
@@ -34,6 +35,7 @@ def write_merged(result: MergeResult, out_dir: str | None = None, confidence: fl
             _copy_winners(result.run.shards, b, TRAJECTORIES_FILE, b.cells.traj_offset, b.cells.traj_length, bench_dir)
         atomic_write(os.path.join(out_dir, "scores.json"), pretty_json(scores_document(result)))
         atomic_write(os.path.join(out_dir, "timing.json"), pretty_json(timing_document(result)))
+        result.gate = merged_gate(out_dir, [b.table for b in result.benchmarks], result.errors_as_wrong)
         atomic_write(os.path.join(out_dir, "report.md"), render_report(result, confidence).encode())
         page = os.path.join(out_dir, REPORT_HTML)
         if why := pages.report_page(result, page, confidence):

@@ -79,6 +79,11 @@ class ReportView:
         """What a reader must know before the numbers (Markdown), as report.md lists them."""
         return run_notes(self._result)
 
+    def gate(self) -> dict[str, Any] | None:
+        """merged/gate.json (`shardeval gate` against a baseline) as report.md shows it: with
+        `current` False when it was decided on other answers than this merge's; None without one."""
+        return self._result.gate
+
     def provenance(self) -> list[tuple[str, dict[str, list[str]]]]:
         """(fact, {value: the shards that say it}) as report.md's provenance table."""
         return provenance_facts(self._run)

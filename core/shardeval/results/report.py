@@ -20,6 +20,7 @@ from shardeval.store.liveness import clock
 from shardeval.results.metrics import ERROR, MISSING, OK, MetricValue
 from shardeval.numbers import fmt, percent
 from shardeval.results.quoting import md_text
+from shardeval.results.gate_report import gate_report_lines
 
 if TYPE_CHECKING:
     from shardeval.store.discover import Run
@@ -286,6 +287,8 @@ def render_report(result: MergeResult, confidence: float = 0.95) -> str:
         f"director{'y' if len(run.shards) == 1 else 'ies'} read. **{result.verdict}**{result.verdict_line().removeprefix(result.verdict)}",
         *(f"- {note}" for note in run_notes(result)),
     ]
+    if result.gate is not None:
+        lines += gate_report_lines(result.gate)
     for b in result.benchmarks:
         lines += _benchmark_section(b, result.errors_as_wrong, confidence)
     lines += ["", *render_provenance(run)]
