@@ -28,7 +28,7 @@ BUDGET = {
     "benchmark": 39,  # issue 43: PrepareContext, prepared_folder, preparing, PREPARE_HINT
     "service": 9,
     "solver": 10,
-    "orchestrator": 24,
+    "orchestrator": 26,  # issue 43: portable_preparation, PortablePreparation (a preparation copied onto a Kubernetes claim)
     "exporter": 4,
     "metric": 6,
     "records": 21,
@@ -189,6 +189,8 @@ def test_every_name_of_the_flat_form_still_resolves():
         "prepared_folder",  # issue 43's `Benchmark.prepare`
         "preparing",
         "PREPARE_HINT",  # issue 43: a run being prepared; what a failed fetch tells a node without internet
+        "portable_preparation",
+        "PortablePreparation",  # issue 43: a preparation an orchestrator copies onto a Kubernetes claim
     }  # the orchestrator lifecycle's, new with it
     flat = sorted({*roles.HOME, *roles.RETIRED} - added)
     assert len(flat) == 178
