@@ -28,7 +28,7 @@ BUDGET = {
     "benchmark": 39,  # issue 43: PrepareContext, prepared_folder, preparing, PREPARE_HINT
     "service": 9,
     "solver": 10,
-    "orchestrator": 24,
+    "orchestrator": 26,  # issue 43: portable_preparation, PortablePreparation (a preparation copied onto a Kubernetes claim)
     "exporter": 4,
     "metric": 7,  # issue 44: GateRule (the gate_verdicts hook)
     "records": 24,  # issue 44: read_plan, model_roots, scores_digest (a gate.json names the answers it decided on); (`shardeval gate SWEEP_DIR` walks a sweep as merge does)
@@ -193,6 +193,8 @@ def test_every_name_of_the_flat_form_still_resolves():
         "model_roots",  # issue 44: `shardeval gate SWEEP_DIR` walks a sweep as merge does
         "GateRule",
         "scores_digest",  # issue 44: the gate_verdicts hook's rule; the answers a gate.json decided on
+        "portable_preparation",
+        "PortablePreparation",  # issue 43: a preparation an orchestrator copies onto a Kubernetes claim
     }  # the orchestrator lifecycle's, new with it
     flat = sorted({*roles.HOME, *roles.RETIRED} - added)
     assert len(flat) == 178

@@ -102,6 +102,9 @@ def service_process(service: dict[str, Any], results: Path | None, workdir: Path
     variables come out with the caller's value (or null when unset: then they are absent)."""
     mounts = {}
     for volume in service.get("volumes", []):
+        if isinstance(volume, dict):  # long syntax (the preparation's read-only binds)
+            mounts[volume["target"]] = Path(volume["source"])
+            continue
         host, container = (volume.split(":") + [""])[:2]
         mounts[container] = Path(host)
     if results is not None:
@@ -237,7 +240,8 @@ def test_commands_escaping_and_user_mistakes(tmp_path, docker_compose):
     assert "eval-results" in resolved["volumes"]
     command = [a.replace("$$", "$") for a in resolved["services"]["eval-shard"]["command"]]
     assert command == ["run", "/config/config.yaml", "-O", f"benchmarks.0.solver.system_prompt={prompt}", "-O", "output.dir=/results"]
-    assert resolved["services"]["eval-merge"]["volumes"] == ["eval-results:/results:rw"]
+    prepared = {"type": "bind", "source": str(tmp_path / "out" / "prepared"), "target": "/results/prepared", "read_only": True}
+    assert resolved["services"]["eval-merge"]["volumes"] == ["eval-results:/results:rw", prepared]
 
     # without --dry-run: files written, the seed's commands printed, Docker never called
     ran = shardeval_cmd("run", str(tmp_path / "compose.yaml"), "-o", str(tmp_path / "out2"))
@@ -312,3 +316,43 @@ output: {{progress_interval_s: 0}}
     assert set(accuracy) == {"base", "step1"} and all(c["n"] == 12 for c in accuracy.values())
     (diff,) = [d for d in sweep["vs_baseline"] if d["metric"] == "accuracy"]
     assert diff["service"] == "step1" and diff["diff"] > 0  # the 0.9 simulator beats the 0.3 one
+
+
+def test_the_containers_see_the_preparation_the_launch_made(tmp_path, docker_compose):
+    """Nodes without internet (docs/offline.md): `shardeval run` prepares into ROOT/prepared/ before
+    it writes the project. A bind-mounted root shows it at /results/prepared as it is; a named
+    volume gets it bind-mounted read-only at /results/prepared (long syntax: a missing one is
+    Docker's refusal, never an empty folder), and a `prepare.cache_dir` at its own path, read-only.
+    tests/test_docker.py runs both in the real engine with no network."""
+    config = api_config("http://127.0.0.1:9/v1", shards=2)
+    cfg = tmp_path / "compose.yaml"
+    cfg.write_text(config)
+    bound = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "bound"))
+    assert bound.returncode == 0, bound.stderr
+    assert "prepared the run for nodes without internet" in bound.stderr
+    assert (tmp_path / "bound" / "prepared" / "preparation.json").is_file()
+    resolved = compose_config(docker_compose, tmp_path / "bound" / "compose" / "docker-compose.yaml", {"NEL_SHARD_IDX": "0"})
+    for name in ("eval-shard", "eval-merge"):  # the root, prepared/ in it: nothing more to mount
+        volumes = resolved["services"][name]["volumes"]
+        assert f"{tmp_path / 'bound'}:/results:rw" in volumes and not [v for v in volumes if isinstance(v, dict)], volumes
+
+    shared = tmp_path / "shared cache"
+    cfg.write_text(
+        config.replace("cluster:", "prepare: {cache_dir: '%s'}\ncluster:" % shared).replace(
+            "shards: 2", "shards: 2\n  results_volume: evals"
+        )
+    )
+    held = shardeval_cmd("run", str(cfg), "-o", str(tmp_path / "held"))
+    assert held.returncode == 0, held.stderr
+    path = tmp_path / "held" / "compose" / "docker-compose.yaml"
+    assert "read the run's preparation through read-only bind mounts" in path.read_text()  # the header says so, and how after --dry-run
+    resolved = compose_config(docker_compose, path, {"NEL_SHARD_IDX": "0"})
+    expected = [
+        "evals:/results:rw",
+        {"type": "bind", "source": str(tmp_path / "held" / "prepared"), "target": "/results/prepared", "read_only": True},
+        {"type": "bind", "source": str(shared), "target": str(shared), "read_only": True},
+    ]
+    assert resolved["services"]["eval-merge"]["volumes"] == expected
+    assert resolved["services"]["eval-shard"]["volumes"][1:] == expected
+    preparation = json.loads((tmp_path / "held" / "prepared" / "preparation.json").read_text())
+    assert preparation["cache_dir"] == str(shared)  # the path the containers see it at

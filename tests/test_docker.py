@@ -42,7 +42,7 @@ LABEL = "org.shardeval.test=test_docker"
 SHARD_VARS = ("NEL_SHARD_IDX", "NEL_TOTAL_SHARDS", "JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID", "RANK", "WORLD_SIZE")
 UID = 1000  # not in the image's /etc/passwd: an arbitrary uid, as on OpenShift or with `user: "$(id -u)"`
 SIM_ARGS = ("--bench", "arith", "--accuracy", "0.7", "--ttft-ms", "1", "--itl-ms", "0")
-PROJECTS = ("shardeval-test-compose", "shardeval-test-example")  # COMPOSE_PROJECT_NAME of each loop
+PROJECTS = ("shardeval-test-compose", "shardeval-test-example", "shardeval-test-prepared")  # COMPOSE_PROJECT_NAME of each loop
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -280,7 +280,7 @@ def compose_loop(
         logs = docker(engine, "logs", name)
         assert code == "0", f"shard {i} exited {code}:\n{logs.stdout}{logs.stderr}"
         assert f"shard {i}/{total} (from NEL_SHARD_IDX={i}, NEL_TOTAL_SHARDS={total})" in logs.stdout + logs.stderr
-        inspected.append(json.loads(docker(engine, "inspect", name).stdout)[0])
+        inspected.append({**json.loads(docker(engine, "inspect", name).stdout)[0], "Logs": logs.stdout + logs.stderr})
         docker(engine, "rm", name)
     merge = subprocess.run(
         [*tool, "-f", str(path), "--profile", "merge", "run", "--rm", "eval-merge"], env=env, capture_output=True, text=True, timeout=180
@@ -337,6 +337,114 @@ def test_checked_in_compose_example_runs_as_is(engine, image, compose_cli, tmp_p
         timeout=120,
     )
     assert down.returncode == 0, down.stderr
+
+
+@pytest.fixture
+def data_server(tmp_path: Path) -> Iterator[tuple[str, list[str], Any]]:
+    """The "internet" of a prepared run: an http server on the host's 127.0.0.1 serving a BYO
+    JSONL; (its URL, the paths it served, a function that stops it)."""
+    import threading
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    folder = tmp_path / "www"
+    folder.mkdir()
+    rows = [{"id": f"q{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(6)]
+    (folder / "byo.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    seen: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            seen.append(self.path)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    stopped = []
+
+    def stop() -> None:
+        if not stopped:
+            stopped.append(True)
+            server.shutdown()
+            server.server_close()
+
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/byo.jsonl", seen, stop
+    finally:
+        stop()
+
+
+@pytest.mark.parametrize(
+    "cli, volume",
+    [("docker compose", "eval-results"), ("docker-compose", "eval-results"), ("docker compose", None)],
+    ids=["v2-results_volume", "1.29-results_volume", "v2-bind-mounted-root"],
+)
+def test_compose_launch_prepares_and_containers_without_network_read_it(engine, image, tmp_path, data_server, request, cli, volume):
+    """Issue 43 with Compose: `shardeval run` prepares on this machine (the data server is the
+    "internet"), the server is stopped, then every shard container and the merge run with
+    `network_mode: none` (only loopback: each starts its own simulator) and read the preparation:
+    with `results_volume` through the read-only bind into the volume, else in the bind-mounted
+    root. Launched again, nothing is fetched."""
+    url, seen, stop = data_server
+    tool = ["docker", "compose"] if cli == "docker compose" else [request.getfixturevalue("docker_compose")]
+    config = {
+        "services": {"model": {"type": "sim", "ttft_ms": 0, "itl_ms": 0, "output_tokens": 4}},
+        "benchmarks": [{"name": "custom", "params": {"name": "byo", "data": url, "scorer": "numeric"}, "repeats": 2}],
+        "cluster": {"type": "compose", "shards": 2, "network_mode": "none", **({"results_volume": volume} if volume else {})},
+        "output": {"progress_interval_s": 0},
+    }
+    cfg, root = tmp_path / "compose.yaml", tmp_path / "out"
+    cfg.write_text(json.dumps(config))  # YAML is a superset of JSON
+    launch = shardeval_cmd("run", str(cfg), "-o", str(root))
+    assert launch.returncode == 0, launch.stderr
+    assert "prepared the run for nodes without internet: 1 benchmark(s), 1 file(s)" in launch.stderr, launch.stderr
+    assert seen == ["/byo.jsonl"]
+    stop()  # the containers could not reach it anyway (network_mode: none); now nothing could
+
+    path = root / "compose" / "docker-compose.yaml"
+    env = {**engine, "COMPOSE_PROJECT_NAME": PROJECTS[2]}
+    try:
+        inspected, report = compose_loop(tool, engine, path, 2, {}, PROJECTS[2])
+        for container in inspected:
+            assert container["HostConfig"]["NetworkMode"] == "none"
+            assert "prepared run: reading 1 prepared file(s) from /results/prepared/cache; offline" in container["Logs"], container["Logs"]
+            prepared = [m for m in container["Mounts"] if m["Destination"] == "/results/prepared"]
+            if volume:  # the host's folder, read-only, inside the volume
+                assert [(m["Type"], m["Source"], m["RW"]) for m in prepared] == [("bind", str(root / "prepared"), False)], prepared
+            else:  # the root itself is /results
+                assert prepared == [] and any(m["Source"] == str(root) and m["Destination"] == "/results" for m in container["Mounts"])
+        assert "prepared run: the merge reads 1 prepared file(s)" in report and "COMPLETE" in report, report
+        if volume:  # the results are in the volume, not under the root
+            assert not list(root.glob("shard_*"))
+            volume_mount = f"{PROJECTS[2]}_{volume}:/r:ro"
+            cat = docker(engine, "run", "--rm", "--label", LABEL, "-v", volume_mount, "--entrypoint", "cat", image, "/r/merged/scores.json")
+            scores_text = cat.stdout
+        else:
+            scores_text = (root / "merged" / "scores.json").read_text()
+        scores = json.loads(scores_text)["byo"]
+        assert (scores["n_expected"], scores["n_records"], scores["n_missing"], scores["n_errors"]) == (12, 12, 0, 0), scores
+
+        again = shardeval_cmd("run", str(cfg), "-o", str(root))
+        assert again.returncode == 0, again.stderr
+        assert "nothing to fetch" in again.stderr and "prepared the run" not in again.stderr, again.stderr
+        assert seen == ["/byo.jsonl"]
+        if volume:  # no preparation (say, after --dry-run): Docker's one-line refusal, and no empty folder made in its place
+            shutil.move(root / "prepared", tmp_path / "moved-away")
+            shard = {**env, "NEL_SHARD_IDX": "0", "NEL_TOTAL_SHARDS": "2"}
+            refused = subprocess.run(
+                [*tool, "-f", str(path), "--profile", "sharded", "run", "--rm", "eval-shard"],
+                env=shard,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert refused.returncode != 0 and "bind source path does not exist" in refused.stdout + refused.stderr, refused
+            assert not (root / "prepared").exists()
+    finally:
+        down = subprocess.run([*tool, "-f", str(path), "down", "-v"], capture_output=True, text=True, env=env, timeout=120)
+        assert down.returncode == 0, down.stderr
+        if volume:  # `down -v` of Compose v2 leaves the volume of services that are all in profiles
+            docker(engine, "volume", "rm", "-f", f"{PROJECTS[2]}_{volume}")
 
 
 # --- Kubernetes --------------------------------------------------------------------------------

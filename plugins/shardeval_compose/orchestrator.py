@@ -18,10 +18,18 @@ unset index reaches shardeval as an empty NEL_SHARD_IDX, a one-line error in the
 
 A sweep has one service per (model, shard) cell, `shard-<model>-<i>`, each with its cell's own
 arguments, and `eval-merge` depends on all of them completing: `docker compose up` runs the lot.
+
+Nodes without internet (docs/offline.md): the launch prepares the run on this machine, into
+<root>/prepared/, and the containers read it there. A bind-mounted output root shows it at
+/results/prepared as it is; with `results_volume` the folder is bind-mounted read-only into the
+volume at /results/prepared (long syntax, so a missing preparation is Docker's one-line refusal,
+never an empty folder created in its place), and a `prepare.cache_dir` outside the root at its own
+path, read-only. No copy: Compose runs on this machine's Docker, which sees these folders.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -35,6 +43,7 @@ if TYPE_CHECKING:
     from shardeval_compose.config import ComposeClusterConfig
 
 PROJECT_DIR = "compose"
+PREPARED_DIR = "prepared"  # the preparation's folder under the output root (docs/offline.md)
 COMPOSE_FILE = "docker-compose.yaml"
 CONFIG_FILE = "config.yaml"
 CONFIG_IN_CONTAINER = "/config/config.yaml"
@@ -125,6 +134,7 @@ def render(request: LaunchRequest) -> dict[str, str]:
         if var in SHARD_VARIABLES:
             raise UsageError(f"cluster: {var} comes from the `docker compose run` command line; remove it from cluster.env/pass_env")
 
+    prepared = _prepared_mounts(request, cluster.results_volume is not None)
     plain = [f"{k}={escape(str(v))}" for k, v in cluster.env.items()]
     passed = sorted(_pass_through(request))  # by name only: compose copies the value from the caller's environment
     both = {"user": cluster.user, "read_only": cluster.read_only, "network_mode": cluster.network_mode}
@@ -140,6 +150,7 @@ def render(request: LaunchRequest) -> dict[str, str]:
             "volumes": [
                 *([f"./{CONFIG_FILE}:{CONFIG_IN_CONTAINER}:ro"] if config_text is not None else []),
                 f"{results}:{RESULTS_DIR}",
+                *prepared,
             ],
             **both,
         }
@@ -166,7 +177,7 @@ def render(request: LaunchRequest) -> dict[str, str]:
         **({} if request.sweep else {"profiles": [MERGE_PROFILE]}),
         "entrypoint": [escape(e) for e in cluster.entrypoint],
         "command": ["merge", RESULTS_DIR],
-        "volumes": [f"{results}:{RESULTS_DIR}"],
+        "volumes": [f"{results}:{RESULTS_DIR}", *prepared],
         **({"environment": list(plain)} if plain else {}),
         **both,
     }
@@ -175,6 +186,12 @@ def render(request: LaunchRequest) -> dict[str, str]:
     document: dict[str, Any] = {"services": {**services, MERGE_SERVICE: merge}}
     if cluster.results_volume is not None:
         document["volumes"] = {cluster.results_volume: {}}
+    header_prepared = (
+        "# The containers read the run's preparation through read-only bind mounts, which must exist: `shardeval run`\n"
+        "# makes it; after --dry-run, run `shardeval prepare CONFIG -o ROOT` first (docs/offline.md).\n"
+        if prepared
+        else ""
+    )
     if request.sweep is not None:
         header = (
             "# Rendered by shardeval (cluster.type: compose). A sweep: one container per (model, shard) cell, then\n"
@@ -187,10 +204,24 @@ def render(request: LaunchRequest) -> dict[str, str]:
             f"--profile {SHARD_PROFILE} run -d {SHARD_SERVICE}\n"
             f"# then: docker compose -f docker-compose.yaml --profile {MERGE_PROFILE} run --rm {MERGE_SERVICE}\n"
         )
-    files = {COMPOSE_FILE: dump_yaml([document], header, explicit_start=False)}
+    files = {COMPOSE_FILE: dump_yaml([document], header + header_prepared, explicit_start=False)}
     if config_text is not None:
         files[CONFIG_FILE] = config_text
     return files
+
+
+def _prepared_mounts(request: LaunchRequest, in_volume: bool) -> list[dict[str, Any]]:
+    """What the containers need to read the run's preparation beyond /results: with a named
+    volume, the host's <root>/prepared/ at /results/prepared; a `prepare.cache_dir` (outside the
+    root) at its own path, as the preparation names it. Read-only: a container never changes them."""
+    mounts = []
+    if in_volume:
+        mounts.append({"type": "bind", "source": f"../{PREPARED_DIR}", "target": f"{RESULTS_DIR}/{PREPARED_DIR}", "read_only": True})
+    prepare = request.config.prepare
+    if prepare is not None and prepare.cache_dir:
+        cache = os.path.abspath(prepare.cache_dir)  # as `shardeval prepare` records it
+        mounts.append({"type": "bind", "source": escape(cache), "target": escape(cache), "read_only": True})
+    return mounts
 
 
 def compose_cluster(request: LaunchRequest) -> ComposeClusterConfig:

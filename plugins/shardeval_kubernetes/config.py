@@ -92,6 +92,16 @@ class MergeJob(_Section):
     resources: Resources = msgspec.field(default_factory=Resources)
 
 
+class Upload(_Section):
+    """How a launch puts the run's preparation (made on the submitting host, docs/offline.md) onto
+    the results claim before the Jobs exist: a helper pod mounts the claim, `kubectl exec` unpacks
+    the preparation there (a tar stream through the API server), the pod is deleted, then the Jobs
+    are applied. A claim that holds this very preparation already gets nothing again."""
+
+    image: str | None = None  # default: `image`; it needs sh, tar and sleep (every Debian, Ubuntu or Alpine image)
+    wait_timeout: str = "5m"  # kubectl wait --timeout: how long the helper pod may take to start (pull, attach)
+
+
 class KubernetesClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """`cluster:` for Kubernetes. `shards` (inherited, default 1) is the Indexed Job's `completions`."""
 
@@ -126,3 +136,4 @@ class KubernetesClusterConfig(ClusterConfig, kw_only=True, forbid_unknown_fields
     security_context: SecurityContext | None = None  # of the shard and merge containers
     kube_context: str | None = None  # `kubectl --context` when applying
     merge: MergeJob = msgspec.field(default_factory=MergeJob)
+    upload: Upload = msgspec.field(default_factory=Upload)

@@ -9,6 +9,9 @@ What gets rendered, in apply order:
   Job <name>                   Indexed: one pod per shard, NEL_SHARD_IDX from the completion index
   Job <name>-merge             initContainer `kubectl wait --for=condition=complete job/<name>`,
                                then `shardeval merge /results`
+and, in `<output root>/k8s/upload.yaml`, the Pod <name>-upload through which a launch puts the run's
+preparation (made on the submitting host, docs/offline.md) onto the claim before it applies the
+Jobs (shardeval_kubernetes.upload): the pods and the merge then read /results/prepared.
 
 The pods run `shardeval run /config/config.yaml -o /results/shard_$(NEL_SHARD_IDX)`, so inside the
 cluster every pod evaluates exactly its shard and never re-submits the Job (see shardeval.launch).
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
     from shardeval.api.orchestrator import Config, LaunchRequest
     from shardeval_kubernetes.config import KubernetesClusterConfig, Resources
 
+EVAL_FILE = "eval.yaml"
+UPLOAD_FILE = "upload.yaml"
 CONFIG_DIR = "/config"
 CONFIG_FILE = "config.yaml"
 RESULTS_DIR = "/results"
@@ -44,11 +49,14 @@ INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 SHARD_CONTAINER = "shard"
 MERGE_CONTAINER = "merge"
 WAIT_CONTAINER = "wait-for-shards"
+UPLOAD_CONTAINER = "upload"
+UPLOAD_SECONDS = 3600  # the helper pod's life at most (activeDeadlineSeconds): a launch that stopped leaves nothing running
 CONFIGMAP_LIMIT = 1024 * 1024  # bytes; the API server refuses larger ConfigMaps
 RESULTS_MOUNT = {"name": "results", "mountPath": RESULTS_DIR}
 API_VERSIONS = {
     "ConfigMap": "v1",
     "PersistentVolumeClaim": "v1",
+    "Pod": "v1",
     "ServiceAccount": "v1",
     "Job": "batch/v1",
     "Role": "rbac.authorization.k8s.io/v1",
@@ -103,11 +111,13 @@ class KubernetesOrchestrator(Orchestrator):
     results_on_launcher = False  # the pods write the results claim, which this machine does not see
 
     def plan(self) -> None:
-        """Render and write `<output root>/k8s/eval.yaml` (also in a dry run), after its warnings."""
+        """Render and write `<output root>/k8s/eval.yaml` and `upload.yaml` (also in a dry run),
+        after the warnings."""
         self.text, warnings = render(self.request)
         for warning in warnings:
             print(f"shardeval: warning: {warning}", file=sys.stderr)
-        self.path = self.request.write("k8s", {"eval.yaml": self.text})["eval.yaml"]
+        paths = self.request.write("k8s", {EVAL_FILE: self.text, UPLOAD_FILE: render_upload(self.request)})
+        self.path, self.upload_path = paths[EVAL_FILE], paths[UPLOAD_FILE]
         if not self.request.dry_run and shutil.which("kubectl") is None:  # before the launch prepares anything
             raise UsageError(
                 f"kubectl is not on PATH; the manifests are written to {self.path}: apply them with "
@@ -117,15 +127,39 @@ class KubernetesOrchestrator(Orchestrator):
     def dry_run(self) -> int:
         print(self.text, end="")
         print(f"shardeval: wrote {self.path}; apply it with: kubectl apply -f {shlex.quote(self.path)}", file=sys.stderr)
+        print(
+            f"shardeval: for nodes without internet, `shardeval run` without --dry-run first prepares the run here and puts "
+            f"the preparation on the claim through the pod of {self.upload_path} (its header says how by hand)",
+            file=sys.stderr,
+        )
         return 0
 
     def submit(self) -> int:
-        """`kubectl apply`; its exit code, and what to do next."""
+        """The run's preparation onto the claim first (the launch made it on this machine; the
+        pods cannot see it here), then `kubectl apply`; its exit code, and what to do next."""
+        from shardeval.api.orchestrator import portable_preparation
+        from shardeval_kubernetes.upload import Target, upload_preparation
+
         request, path = self.request, self.path
         cluster = kubernetes_cluster(request)
         kubectl = shutil.which("kubectl")
         assert kubectl is not None  # plan() refused the launch without it
-        argv = [kubectl, *(["--context", cluster.kube_context] if cluster.kube_context else []), "apply", "-f", path]
+        base = [kubectl, *(["--context", cluster.kube_context] if cluster.kube_context else [])]
+        shipped = portable_preparation(request.output_root)
+        if shipped is not None:
+            names = object_names(cluster)
+            target = Target(
+                cluster.namespace,
+                names["upload"],
+                UPLOAD_CONTAINER,
+                names["pvc"],
+                RESULTS_DIR,
+                cluster.pvc.create,
+                cluster.upload.wait_timeout,
+            )
+            if (code := upload_preparation(base, target, path, self.upload_path, shipped)) != 0:
+                return code  # no Job applied: shards that found no preparation would fetch for themselves
+        argv = [*base, "apply", "-f", path]
         print(f"shardeval: {shlex.join(['kubectl', *argv[1:]])}", file=sys.stderr)
         code = subprocess.run(argv).returncode
         name, namespace = cluster.name, cluster.namespace
@@ -154,21 +188,10 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
     from shardeval import __version__
 
     cluster = kubernetes_cluster(request)
-    names = _names(cluster)
+    names = object_names(cluster)
     jobs = shard_jobs(request, cluster)
     image = cluster.image or f"shardeval:{__version__}"
-    base_labels = {
-        "app.kubernetes.io/name": "shardeval",
-        "app.kubernetes.io/instance": cluster.name,
-        "app.kubernetes.io/managed-by": "shardeval",
-        **cluster.labels,
-    }
-
-    def obj(kind: str, name: str, component: str, **body: Any) -> dict[str, Any]:
-        labels = {**base_labels, "app.kubernetes.io/component": component}
-        metadata = {"name": name, "namespace": cluster.namespace, "labels": labels}
-        return {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": metadata, **body}
-
+    obj = _object_maker(cluster)
     config_text = request.config_text()
     secrets = _secret_env(request, cluster)
     warnings = _warnings(request, cluster, _shard_env(cluster, jobs[0].completions, secrets))
@@ -210,6 +233,67 @@ def render(request: LaunchRequest) -> tuple[str, list[str]]:
     if cluster.merge.enabled and request.merge:  # `run --no-merge` (a watcher's launch): the watcher merges
         docs.append(_merge_job(cluster, names, obj, image, pull_secrets, [job.name for job in jobs]))
     return dump_yaml(docs, _header(secrets, cluster.namespace)), warnings
+
+
+def render_upload(request: LaunchRequest) -> str:
+    """upload.yaml: the Pod a launch unpacks the run's preparation through onto the results claim
+    (shardeval_kubernetes.upload). It only sleeps until `kubectl exec` has unpacked it and the
+    launch deletes it, at most UPLOAD_SECONDS; it runs where and as the shard pods do (their node
+    selector, tolerations, pull secrets and securityContext), so the files are theirs to read."""
+    import msgspec
+
+    from shardeval import __version__
+
+    cluster = kubernetes_cluster(request)
+    names = object_names(cluster)
+    container = {
+        "name": UPLOAD_CONTAINER,
+        "image": cluster.upload.image or cluster.image or f"shardeval:{__version__}",
+        **_present(imagePullPolicy=cluster.image_pull_policy),
+        "command": ["sleep", str(UPLOAD_SECONDS)],
+        **_present(securityContext=msgspec.to_builtins(cluster.security_context)),
+        "volumeMounts": [RESULTS_MOUNT],
+    }
+    pod = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": UPLOAD_SECONDS,
+        "terminationGracePeriodSeconds": 0,  # `sleep` as PID 1 ignores SIGTERM: deleted at once instead of after 30 s
+        "automountServiceAccountToken": False,
+        **_present(
+            nodeSelector=dict(cluster.node_selector),
+            tolerations=msgspec.to_builtins(cluster.tolerations),
+            imagePullSecrets=[{"name": s} for s in cluster.image_pull_secrets],
+        ),
+        "containers": [container],
+        "volumes": [{"name": "results", "persistentVolumeClaim": {"claimName": names["pvc"]}}],
+    }
+    header = (
+        "# Rendered by shardeval (cluster.type: kubernetes): the pod through which `shardeval run` puts the run's\n"
+        "# preparation (made on the submitting host) onto the results claim, before it applies eval.yaml. By hand:\n"
+        f"#   shardeval prepare CONFIG -o ROOT && kubectl apply -f upload.yaml && kubectl wait -n {cluster.namespace} "
+        f"--for=condition=Ready pod/{names['upload']}\n"
+        f"#   tar -C ROOT -c prepared | kubectl exec -i -n {cluster.namespace} {names['upload']} -c {UPLOAD_CONTAINER} "
+        f"-- tar -x -f - -C {RESULTS_DIR}\n"
+        f"#   kubectl delete pod -n {cluster.namespace} {names['upload']}; then kubectl apply -f eval.yaml\n"
+    )
+    return dump_yaml([_object_maker(cluster)("Pod", names["upload"], UPLOAD_CONTAINER, spec=pod)], header)
+
+
+def _object_maker(cluster: KubernetesClusterConfig) -> Any:
+    """obj(kind, name, component, **body): a namespaced object with the run's labels."""
+    base_labels = {
+        "app.kubernetes.io/name": "shardeval",
+        "app.kubernetes.io/instance": cluster.name,
+        "app.kubernetes.io/managed-by": "shardeval",
+        **cluster.labels,
+    }
+
+    def obj(kind: str, name: str, component: str, **body: Any) -> dict[str, Any]:
+        labels = {**base_labels, "app.kubernetes.io/component": component}
+        metadata = {"name": name, "namespace": cluster.namespace, "labels": labels}
+        return {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": metadata, **body}
+
+    return obj
 
 
 def kubernetes_cluster(request: LaunchRequest) -> KubernetesClusterConfig:
@@ -286,7 +370,7 @@ def shard_args(request: LaunchRequest) -> list[str]:
     return ["run", *request.run_args(f"{CONFIG_DIR}/{CONFIG_FILE}", escape), "-o", f"{RESULTS_DIR}/shard_$(NEL_SHARD_IDX)"]
 
 
-def _names(cluster: KubernetesClusterConfig) -> dict[str, str]:
+def object_names(cluster: KubernetesClusterConfig) -> dict[str, str]:
     if len(cluster.name) > 57 or not _LABEL.fullmatch(cluster.name):
         raise UsageError(
             f"cluster.name {cluster.name!r}: a Job name must be lowercase letters, digits and '-', start and end "
@@ -298,6 +382,7 @@ def _names(cluster: KubernetesClusterConfig) -> dict[str, str]:
         "config_map": cluster.config_map or f"{cluster.name}-config",
         "pvc": cluster.pvc.name or f"{cluster.name}-results",
         "merge": f"{cluster.name}-merge",
+        "upload": f"{cluster.name}-upload",
         "api_key_secret": cluster.api_key_secret,
     }
     subjects = {"config_map": "cluster.config_map", "pvc": "cluster.pvc.name", "api_key_secret": "cluster.api_key_secret"}

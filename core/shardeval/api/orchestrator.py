@@ -31,5 +31,6 @@ if TYPE_CHECKING:  # made from shardeval/api/roles.py by scripts/dev/api_roles_r
     from shardeval.store.shards import shard_range as shard_range
     from shardeval.store.standing import nothing_to_ask as nothing_to_ask
     from shardeval.identity import config_hash as config_hash
+    from shardeval.store.prepared import portable_preparation as portable_preparation, PortablePreparation as PortablePreparation
 else:  # type checkers read the imports above; at run time each name is imported on first use
     __getattr__, __dir__, __all__ = serve("orchestrator")

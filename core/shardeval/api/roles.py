@@ -198,6 +198,13 @@ GROUPS: dict[str, tuple[Group, ...]] = {
             "`nothing_to_ask(shard_dir, manifest)`: every pair already ok, the task would start nothing",
         ),
         group("shardeval.identity", "config_hash", "`config_hash(config)`"),
+        group(
+            "shardeval.store.prepared",
+            "portable_preparation PortablePreparation",
+            "`portable_preparation(root)`: the run's preparation as a copy of the root elsewhere holds it (a "
+            "`PortablePreparation`: its index, every file's path there and here), for an orchestrator whose nodes do "
+            "not see this machine's files (a Kubernetes claim; docs/offline.md)",
+        ),
     ),
     "exporter": (  # a merged run or sweep as tracker runs (MLflow, W&B, Inspect logs)
         group(

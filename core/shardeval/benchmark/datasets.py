@@ -565,6 +565,8 @@ def _download(url: str, want: str | None, who: str) -> str:
     """The cached copy of `url`, downloading it (once per node, atomically) when absent or stale."""
     directory = os.path.join(downloads_dir(), "datasets", hashlib.sha256(url.encode()).hexdigest())
     target = os.path.join(directory, os.path.basename(urlsplit(url).path) or "data")
+    if os.path.isfile(target) and (want is None or _file_sha256(target) == want):
+        return target  # a copy there already is only read: no lock, so a read-only cache (a mounted preparation) works
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:

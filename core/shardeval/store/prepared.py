@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from dataclasses import dataclass
 
 import msgspec
 
+from shardeval.errors import UsageError
 from shardeval.store.atomic import atomic_write
 from shardeval.store.records import pretty_json
 from shardeval.store.regular import read_regular
@@ -64,13 +66,22 @@ def preparation_dir(root: str) -> str:
     return os.path.join(root, PREPARED_DIR)
 
 
+def _read_as_written(root: str) -> tuple[bytes, Preparation] | None:
+    path = os.path.join(preparation_dir(root), PREPARATION_FILE)
+    try:
+        text = read_regular(path)
+        return text, msgspec.json.decode(text, type=Preparation)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
 def read_preparation(root: str) -> Preparation | None:
     """The preparation of the run at `root`, None when there is none (or it cannot be read); a
     cache inside the run (cache_in_root) is the one under `root`, wherever the run was prepared."""
-    try:
-        found = msgspec.json.decode(read_regular(os.path.join(preparation_dir(root), PREPARATION_FILE)), type=Preparation)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+    read = _read_as_written(root)
+    if read is None:
         return None
+    found = read[1]
     if found.cache_in_root is not None:
         found.cache_dir = os.path.join(os.path.abspath(root), found.cache_in_root)
     return found
@@ -131,6 +142,38 @@ def new_preparation(version: str, host: str, cache_dir: str, config_hash: str, r
         config_hash=config_hash,
         cache_in_root=inside if inside is not None and inside != os.pardir and not inside.startswith(os.pardir + os.sep) else None,
     )
+
+
+@dataclass(frozen=True)
+class PortablePreparation:
+    """A run's preparation as a copy of its root elsewhere holds it (portable_preparation)."""
+
+    index: bytes  # preparation.json as the copy reads it
+    index_path: str  # its path under the root: prepared/preparation.json
+    files: list[tuple[str, str, str]]  # every prepared file: (its path under the root, its path here, its sha256)
+    size: int  # the files' bytes together
+
+
+def portable_preparation(root: str) -> PortablePreparation | None:
+    """The preparation of the run at `root`, for an orchestrator that copies it where its nodes read
+    the run (a Kubernetes claim the submitting host does not see): the cache goes under
+    prepared/cache of the copy wherever it lies here (`prepare.cache_dir` included), and the index
+    says so (cache_in_root), so a shard verifies the copy as it would the original. The index's
+    bytes depend on the preparation alone (not on where this root is), so an orchestrator can tell
+    a copy that holds this very preparation by comparing them. Every file is verified first (one
+    line, exit 2, when one changed). None: the run is not prepared."""
+    read = _read_as_written(root)
+    found = read_preparation(root)
+    if read is None or found is None:
+        return None
+    if (why := verify(found)) is not None:
+        raise UsageError(f"the run's preparation ({preparation_dir(root)}) cannot be copied to the nodes: {why}; {HOW} again")
+    text, written = read
+    inside = os.path.join(PREPARED_DIR, "cache")
+    if written.cache_in_root != inside:  # a cache outside the root (prepare.cache_dir): the copy holds it inside
+        text = pretty_json(msgspec.structs.replace(written, cache_in_root=inside))
+    files = [(os.path.join(inside, f.path), os.path.join(found.cache_dir, f.path), f.sha256) for f in found.files]
+    return PortablePreparation(text, os.path.join(PREPARED_DIR, PREPARATION_FILE), files, found.bytes)
 
 
 def planned_otherwise(preparation: Preparation, name: str, n_problems: int, fingerprint: str, prompt_fingerprint: str | None) -> str | None:
