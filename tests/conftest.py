@@ -135,7 +135,7 @@ def descendants(pid: int) -> list[int]:
 # a time fits the cores). Every other file is a group of its own, so a module's fixtures are made once.
 SHARED: dict[str, tuple[str, ...]] = {
     "docker": ("test_docker.py", "test_compose.py", "test_inspect_agentic.py", "test_inspect_docker_sandbox.py"),
-    "cluster": ("test_slurm.py", "test_ray.py", "test_zipapp.py", "test_zipapp_pages.py"),
+    "cluster": ("test_slurm.py", "test_prepare_slurm.py", "test_watch_slurm.py", "test_ray.py", "test_zipapp.py", "test_zipapp_pages.py"),
     "vllm": (
         "test_vllm_real.py",
         "test_vllm_lifecycle.py",
@@ -188,6 +188,8 @@ SLOW: tuple[str, ...] = (
     "test_plugins_install.py",
     "test_example_plugin.py",
     "test_kubernetes.py",
+    "test_prepare_kubernetes.py",
+    "test_prepare_lmeval.py",
     "test_reasoning_split.py",
     "test_export_inspect.py",
     "test_grid_html.py",
