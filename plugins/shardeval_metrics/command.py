@@ -13,7 +13,29 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from shardeval.api.pages import BenchmarkMerge
+
+
+def pairable(run_a: str, run_b: str, a: Mapping[str, BenchmarkMerge], b: Mapping[str, BenchmarkMerge], verb: str) -> dict[str, str]:
+    """{benchmark: why it is not paired} over the benchmarks both runs hold; refused (one line, exit
+    2) when they share none, or ask none of them the same way: only the same questions, asked and
+    scored the same way, are paired (docs/merge.md). `verb`: the command, for the advice."""
+    from shardeval.api.metric import incomparable
+    from shardeval.api.plugin import UsageError
+
+    if not (shared := [name for name in a if name in b]):
+        raise UsageError(f"{run_a} ({', '.join(a)}) and {run_b} ({', '.join(b)}) share no benchmark; {verb} runs of the same benchmark")
+    apart = {name: why for name in shared if (why := incomparable(a[name].manifest, b[name].manifest))}
+    if len(apart) == len(shared):
+        listed = "; ".join(f"{name}: {why}" for name, why in apart.items())
+        raise UsageError(
+            f"{run_a} and {run_b} do not ask the same questions ({listed}); a difference between them would "
+            f"not be the models' — {verb} runs of the same data and problems, prompts and scorer "
+            "(a run scored otherwise can be rescored with the other's scorer: shardeval rescore)"
+        )
+    return apart
 
 
 def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: float) -> str:
@@ -60,7 +82,7 @@ def render(name_a: str, name_b: str, results: list[dict[str, Any]], confidence: 
 )
 def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: bool, as_json: bool, html_path: str | None) -> None:
     """Paired comparison of two runs (directories of shards) on the problems they share."""
-    from shardeval.api.metric import incomparable, MetricOptions
+    from shardeval.api.metric import MetricOptions
     from shardeval.api.plugin import UsageError
     from shardeval.api.records import check_output, merge_run, refuse_inside_shard
     from shardeval_metrics.compare import compare_tables
@@ -78,17 +100,8 @@ def compare_command(run_a: str, run_b: str, confidence: float, errors_as_wrong: 
         return {x.manifest.name: x for x in merge_run(run, errors_as_wrong=errors_as_wrong, options=options, keep_ids=True).benchmarks}
 
     a, b = merged(run_a), merged(run_b)
-    if not (shared := [name for name in a if name in b]):
-        raise UsageError(f"{run_a} ({', '.join(a)}) and {run_b} ({', '.join(b)}) share no benchmark; compare runs of the same benchmark")
-    # only the same questions, asked and scored the same way, are paired (docs/merge.md)
-    apart = {name: why for name in shared if (why := incomparable(a[name].manifest, b[name].manifest))}
-    if len(apart) == len(shared):
-        listed = "; ".join(f"{name}: {why}" for name, why in apart.items())
-        raise UsageError(
-            f"{run_a} and {run_b} do not ask the same questions ({listed}); a difference between them would "
-            "not be the models' — compare runs of the same data and problems, prompts and scorer "
-            "(a run scored otherwise can be rescored with the other's scorer: shardeval rescore)"
-        )
+    apart = pairable(run_a, run_b, a, b, "compare")
+    shared = [name for name in a if name in b]
     results = [
         {"benchmark": name, "not_compared": apart[name]} if name in apart else compare_tables(a[name].table, b[name].table, options)
         for name in shared

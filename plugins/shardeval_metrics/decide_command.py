@@ -69,26 +69,19 @@ def gate_runs(
     """The gate of candidate run `cand` against `base`, both merged; refused (UsageError) as compare
     refuses runs that share no benchmark or ask none the same way."""
     from shardeval import __version__
-    from shardeval.api.metric import incomparable
     from shardeval.api.plugin import UsageError
+    from shardeval_metrics.command import pairable
     from shardeval_metrics.decision import NotCompared, decide_summary, gate, summarize
 
-    if not (shared := [name for name in a if name in b]):
-        raise UsageError(f"{base} ({', '.join(a)}) and {cand} ({', '.join(b)}) share no benchmark; gate runs of the same benchmark")
-    if benches is not None:
+    shared = [name for name in a if name in b]
+    if benches is not None and shared:
         if unknown := [x for x in benches if x not in shared]:
             raise UsageError(f"--bench {','.join(unknown)}: not a benchmark both runs hold; they share {', '.join(shared)}")
+        a, b = ({name: m for name, m in runs.items() if name in benches} for runs in (a, b))
         shared = [x for x in shared if x in benches]
+    apart = pairable(base, cand, a, b, "gate")
     not_compared: list[NotCompared] = []
     decisions: list[BenchmarkDecision] = []
-    apart = {name: why for name in shared if (why := incomparable(a[name].manifest, b[name].manifest))}
-    if len(apart) == len(shared):
-        listed = "; ".join(f"{name}: {why}" for name, why in apart.items())
-        raise UsageError(
-            f"{base} and {cand} do not ask the same questions ({listed}); a difference between them would "
-            "not be the models' — gate runs of the same data and problems, prompts and scorer "
-            "(a run scored otherwise can be rescored with the other's scorer: shardeval rescore)"
-        )
     for name in shared:
         ta, why = _table(a[name], metric)
         tb, why_b = _table(b[name], metric)
