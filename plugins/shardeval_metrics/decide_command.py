@@ -54,6 +54,21 @@ def _table(merge: BenchmarkMerge, metric: str) -> tuple[ScoreTable | None, str |
     return dataclasses.replace(table, score=table.extra[metric]), None
 
 
+def only(
+    a: dict[str, BenchmarkMerge], b: dict[str, BenchmarkMerge], benches: list[str] | None
+) -> tuple[dict[str, BenchmarkMerge], dict[str, BenchmarkMerge]]:
+    """The two runs' benchmarks that `--bench` names (all without it); one it names that the runs
+    do not both hold is one line, exit 2."""
+    from shardeval.api.plugin import UsageError
+
+    shared = [name for name in a if name in b]
+    if benches is None or not shared:
+        return a, b
+    if unknown := [x for x in benches if x not in shared]:
+        raise UsageError(f"--bench {','.join(unknown)}: not a benchmark both runs hold; they share {', '.join(shared)}")
+    return {n: m for n, m in a.items() if n in benches}, {n: m for n, m in b.items() if n in benches}
+
+
 def gate_runs(
     base: str,
     cand: str,
@@ -73,12 +88,8 @@ def gate_runs(
     from shardeval_metrics.command import pairable
     from shardeval_metrics.decision import NotCompared, decide_summary, gate, summarize
 
+    a, b = only(a, b, benches)
     shared = [name for name in a if name in b]
-    if benches is not None and shared:
-        if unknown := [x for x in benches if x not in shared]:
-            raise UsageError(f"--bench {','.join(unknown)}: not a benchmark both runs hold; they share {', '.join(shared)}")
-        a, b = ({name: m for name, m in runs.items() if name in benches} for runs in (a, b))
-        shared = [x for x in shared if x in benches]
     apart = pairable(base, cand, a, b, "gate")
     not_compared: list[NotCompared] = []
     decisions: list[BenchmarkDecision] = []
