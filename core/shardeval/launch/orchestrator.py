@@ -14,7 +14,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 from collections.abc import Callable
 
 from shardeval.config import Config
@@ -23,6 +23,8 @@ from shardeval.redact import url_credentials
 from shardeval.store.atomic import atomic_write
 
 if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11; the zipapp runs on 3.10, where annotations stay strings
+
     from shardeval.config.sweep import Sweep
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
