@@ -216,6 +216,13 @@ SLOW: tuple[str, ...] = (
     "test_slurm_render.py",
     "test_no_spread.py",
     "test_static_types.py",  # mypy over the core and every plugin: minutes with a cold cache
+    # issues 42-44: a training run watched through kills (90 s one test), the watcher's rules (sim
+    # launches), prepared runs in network namespaces (lm-eval and Inspect for real), and 10,000s of
+    # simulated decisions per case (a minute of CPU)
+    "test_watch.py",
+    "test_watch_rules.py",
+    "test_prepare_offline.py",
+    "test_gate_error_rates.py",
 )
 
 
