@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from shardeval.api.records import atomic_write, finite_number, fmt
 
-import shardeval_pages.vendor as vendor
+from shardeval_pages import vendor
 
 
 CHART_FRAME = 60  # pixels a chart takes beyond its plot's height: its title and an axis

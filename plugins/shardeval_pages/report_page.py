@@ -25,7 +25,7 @@ import msgspec
 
 from shardeval.api.pages import BenchmarkView, ReportView
 from shardeval.api.records import TRAJECTORIES_FILE, ImageInfo, ImageThumbnail, ResultRecord, TrajectoryRecord, percent
-import shardeval_pages.charts as charts
+from shardeval_pages import charts
 from shardeval_pages.page import Page, esc, finite, gate_cell, num, span, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, reasoning_of, token_bins
 

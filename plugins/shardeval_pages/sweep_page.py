@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from shardeval.api.pages import NOT_COMPARED, not_compared_notes
 from shardeval.api.records import percent
-import shardeval_pages.charts as charts
+from shardeval_pages import charts
 from shardeval_pages.page import Page, esc, finite, gate_cell, num, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, sweep_reasoning
 from shardeval_pages.report_page import PASS1_IS_ACCURACY, pass1_is_accuracy, slug
