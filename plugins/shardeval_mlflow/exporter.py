@@ -70,11 +70,15 @@ def _http_defaults() -> Iterator[None]:
 def _export(MlflowClient: type[mlflow.MlflowClient], config: MlflowExportConfig, export: TrackerExport) -> list[str]:
     uri = tracking_uri(config)[1]  # the default resolved here, so that the line names the store written
     experiment_name = config.experiment or os.path.basename(export.root.rstrip(os.sep)) or "shardeval"
+    with _folder_store_lock(uri):
+        return _export_locked(MlflowClient, uri, experiment_name, export)
+
+
+def _export_locked(MlflowClient: type[mlflow.MlflowClient], uri: str, experiment_name: str, export: TrackerExport) -> list[str]:
     shown = redact_urls(uri)
     try:
         client = MlflowClient(tracking_uri=uri)
-        with _folder_store_lock(uri):
-            experiment, made = _create_or_get(client, experiment_name)
+        experiment, made = _create_or_get(client, experiment_name)
         experiment_id = experiment.experiment_id
         existing = {} if made else _runs_by_key(client, experiment_id)
     except (UsageError, ShardError):
@@ -113,10 +117,12 @@ def _export(MlflowClient: type[mlflow.MlflowClient], config: MlflowExportConfig,
 
 @contextlib.contextmanager
 def _folder_store_lock(uri: str) -> Iterator[None]:
-    """For a folder store, an exclusive flock on its folder while the experiment is looked up and
-    made: MLflow's folder store checks a name, then makes a new folder, so two exporters at once
-    made two experiments of one name (each then wrote its runs into its own). A server or a database
-    has its own unique names (and the create-or-get below); no file is made for the lock."""
+    """For a folder store, an exclusive flock on its folder for the whole export. MLflow's folder
+    store is safe for one writer at a time only: it checks a name, then makes a new folder (two
+    exporters at once made two experiments of one name); it makes a metric's file, then writes it
+    (another exporter's search read the empty file: "Metric ... is malformed"); and two exports of
+    one run both found none and made two. A server or a database has its own transactions (and the
+    create-or-get below); no file is made for the lock."""
     from urllib.parse import unquote, urlparse
 
     parsed = urlparse(uri)
@@ -124,8 +130,11 @@ def _folder_store_lock(uri: str) -> Iterator[None]:
         yield
         return
     folder = unquote(parsed.path) if parsed.scheme else uri
-    os.makedirs(folder, exist_ok=True)  # MLflow makes it on its first write anyway
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.makedirs(folder, exist_ok=True)  # MLflow makes it on its first write anyway
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ShardError(_store_failure(exc, redact_urls(uri))) from None
     try:
         import fcntl
 
