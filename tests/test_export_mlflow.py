@@ -183,14 +183,15 @@ def test_config_export_runs_at_the_end_of_a_local_launch(tmp_path: Path) -> None
         assert_equals_scores(run, scores[name.split("/")[1]])
 
 
-def test_concurrent_exports_into_one_folder_store_all_land_once(tmp_path: Path) -> None:
-    """Four `export --to mlflow` into one new experiment of one folder store at once: three runs,
-    and the first of them twice. The folder store is safe for one writer only, and each of its races
-    was seen: two creators of one experiment (issue 40, point 6: the loser failed as "cannot reach
-    the tracking store"); a search that read another exporter's metric file between its making and
-    its writing (CI, stop 49: "Metric 'accuracy_ci_high' is malformed"); two exports of one run
-    that each found none and made one. All land, each benchmark of each run once. Three rounds,
-    each into a new experiment, bounded in time."""
+@pytest.mark.parametrize("kind", ["folder", "sqlite"])
+def test_concurrent_exports_into_one_local_store_all_land_once(tmp_path: Path, kind: str) -> None:
+    """Four `export --to mlflow` into one new experiment of one store on this machine at once: three
+    runs, and the first of them twice. Each race was seen: two creators of one experiment (issue 40,
+    point 6: the loser failed as "cannot reach the tracking store"); in a folder store, a search that
+    read another exporter's metric file between its making and its writing (CI, stop 49: "Metric
+    'accuracy_ci_high' is malformed"); two exports of one run that each found none and made one;
+    into a new SQLite file, four makers of its tables. All land, each benchmark of each run once.
+    Three rounds, each into a new experiment, bounded in time."""
     import os
     import subprocess
     import sys
@@ -199,12 +200,12 @@ def test_concurrent_exports_into_one_folder_store_all_land_once(tmp_path: Path) 
     for i, root in enumerate(roots):  # three runs (three sizes: three run ids), so exports of their own
         done = shardeval_cmd("run", str(config(tmp_path, f"c{i}.yaml", n=8 + i)), "-o", str(root))
         assert done.returncode == 0, done.stderr
-    store = tmp_path / "mlruns"
+    uri = (tmp_path / "mlruns").as_uri() if kind == "folder" else f"sqlite:///{tmp_path / 'mlflow.db'}"
     for round_ in range(3):
         procs = [
             subprocess.Popen(
                 [sys.executable, "-m", "shardeval", "export", str(root), "--to", "mlflow", "--experiment", f"race{round_}"],
-                env={**os.environ, **env(store)},
+                env={**os.environ, **env(tmp_path), "MLFLOW_TRACKING_URI": uri},
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -215,7 +216,7 @@ def test_concurrent_exports_into_one_folder_store_all_land_once(tmp_path: Path) 
         for p, (stdout, stderr) in zip(procs, results):
             assert p.returncode == 0, stderr
             assert f"in experiment 'race{round_}'" in stdout
-        client = MlflowClient(tracking_uri=store.as_uri())
+        client = MlflowClient(tracking_uri=uri)
         (experiment,) = [e for e in client.search_experiments() if e.name == f"race{round_}"]
         found = client.search_runs([experiment.experiment_id])
         keys = [r.data.tags["shardeval.key"] for r in found]

@@ -70,7 +70,7 @@ def _http_defaults() -> Iterator[None]:
 def _export(MlflowClient: type[mlflow.MlflowClient], config: MlflowExportConfig, export: TrackerExport) -> list[str]:
     uri = tracking_uri(config)[1]  # the default resolved here, so that the line names the store written
     experiment_name = config.experiment or os.path.basename(export.root.rstrip(os.sep)) or "shardeval"
-    with _folder_store_lock(uri):
+    with _local_store_lock(uri):
         return _export_locked(MlflowClient, uri, experiment_name, export)
 
 
@@ -116,22 +116,22 @@ def _export_locked(MlflowClient: type[mlflow.MlflowClient], uri: str, experiment
 
 
 @contextlib.contextmanager
-def _folder_store_lock(uri: str) -> Iterator[None]:
-    """For a folder store, an exclusive flock on its folder for the whole export. MLflow's folder
-    store is safe for one writer at a time only: it checks a name, then makes a new folder (two
-    exporters at once made two experiments of one name); it makes a metric's file, then writes it
-    (another exporter's search read the empty file: "Metric ... is malformed"); and two exports of
-    one run both found none and made two. A server or a database has its own transactions (and the
-    create-or-get below); no file is made for the lock."""
-    from urllib.parse import unquote, urlparse
-
-    parsed = urlparse(uri)
-    if parsed.scheme not in ("", "file") or uri.startswith(("databricks", "uc")):
+def _local_store_lock(uri: str) -> Iterator[None]:
+    """For a store on this machine's disks (a folder, or a SQLite file), an exclusive flock on its
+    folder for the whole export: exports into one store at once take turns. MLflow's folder store is
+    safe for one writer at a time only: it checks a name, then makes a new folder (two exporters at
+    once made two experiments of one name); it makes a metric's file, then writes it (another
+    exporter's search read the empty file: "Metric ... is malformed"). On any store, two exports of
+    one run each found none and made one, and four exports into a new SQLite file each began
+    making its tables. A server has its own transactions (and the create-or-get below) and is not
+    locked; no file is made for the lock."""
+    folder = _local_store_folder(uri)
+    if folder is None:
         yield
         return
-    folder = unquote(parsed.path) if parsed.scheme else uri
     try:
-        os.makedirs(folder, exist_ok=True)  # MLflow makes it on its first write anyway
+        if not uri.startswith("sqlite:"):
+            os.makedirs(folder, exist_ok=True)  # MLflow makes a folder store on its first write anyway
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise ShardError(_store_failure(exc, redact_urls(uri))) from None
@@ -142,6 +142,21 @@ def _folder_store_lock(uri: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _local_store_folder(uri: str) -> str | None:
+    """The folder to lock for a store on this machine: a folder store's own folder, a SQLite file's
+    folder (SQLAlchemy's `sqlite:///relative.db`, `sqlite:////absolute.db`); None for a server, a
+    managed store or SQLite in memory."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(uri)
+    if parsed.scheme == "sqlite":
+        path = unquote(parsed.path)[1:]  # the one slash after the empty host
+        return os.path.dirname(os.path.abspath(path)) if path and path != ":memory:" else None
+    if parsed.scheme not in ("", "file") or uri.startswith(("databricks", "uc")):
+        return None
+    return unquote(parsed.path) if parsed.scheme else uri
 
 
 def _create_or_get(client: mlflow.MlflowClient, name: str) -> tuple[Experiment, bool]:
