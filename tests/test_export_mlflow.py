@@ -206,6 +206,7 @@ def test_concurrent_exports_into_one_local_store_all_land_once(tmp_path: Path, k
             subprocess.Popen(
                 [sys.executable, "-m", "shardeval", "export", str(root), "--to", "mlflow", "--experiment", f"race{round_}"],
                 env={**os.environ, **env(tmp_path), "MLFLOW_TRACKING_URI": uri},
+                cwd=tmp_path,  # a SQLite store's artifacts go to ./mlruns (MLflow's default): here, not the checkout
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -221,3 +222,4 @@ def test_concurrent_exports_into_one_local_store_all_land_once(tmp_path: Path, k
         found = client.search_runs([experiment.experiment_id])
         keys = [r.data.tags["shardeval.key"] for r in found]
         assert len(keys) == len(set(keys)) == 6, sorted(keys)  # two benchmarks of each of the three runs, once
+        assert experiment.artifact_location.removeprefix("file://").startswith(str(tmp_path / "mlruns")), experiment.artifact_location
