@@ -63,4 +63,5 @@ fi
 echo "== tests/test_extras_fresh_venv.py (run beside the others)"
 if ! wait $extras; then cat "$extras_log"; exit 1; fi
 tail -n 1 "$extras_log"
-.venv/bin/python -m pytest -q tests/perf -s
+# Each benchmark's own time too (--durations=0): the perf tier is a third of CI's wall time.
+.venv/bin/python -m pytest -q tests/perf -s --durations=0
