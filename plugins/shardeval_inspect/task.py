@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardeval.api.plugin import library_call, UsageError
 
-from shardeval_inspect import offline
+from shardeval_inspect.offline import install, prepared_task_folder, recording, replaying, use_prepared_files
 from shardeval_inspect.params import InspectParams, require_inspect
 
 if TYPE_CHECKING:
@@ -70,8 +70,8 @@ def _load(spec: str, args_json: str) -> LoadedTask:
     path = spec.split("@", 1)[0]
     if path.endswith(".py") and not os.path.isfile(path):
         raise UsageError(f"{where}: no such file {os.path.abspath(path)}; give `path/to/tasks.py@task_name` or a registered task name")
-    offline.install()  # Inspect's dataset loaders, recorded or given back (a prepared run: shardeval_inspect.offline)
-    prepared = offline.prepared_task_folder(spec, args_json)
+    install()  # Inspect's dataset loaders, recorded or given back (a prepared run: shardeval_inspect.offline)
+    prepared = prepared_task_folder(spec, args_json)
     try:
         with _silenced(), _datasets(prepared, discovering=True):
             tasks = load_tasks([spec], {})
@@ -97,9 +97,9 @@ def _load(spec: str, args_json: str) -> LoadedTask:
     samples = tuple(_with_ids(task.dataset))
     if not samples:
         raise UsageError(f"{where}: its dataset has no samples")
-    if prepared is not None:  # files its samples name by URL: the prepared copies (offline.use_prepared_files)
+    if prepared is not None:  # files its samples name by URL: the prepared copies (use_prepared_files)
         try:
-            offline.use_prepared_files(task, samples, prepared)
+            use_prepared_files(task, samples, prepared)
         except UsageError as exc:
             raise UsageError(f"{where}: {exc}") from None
     return LoadedTask(
@@ -117,10 +117,10 @@ def _datasets(prepared: str | None, discovering: bool = False) -> Iterator[list[
     """While Inspect creates the task: its datasets given back from the preparation (`prepared`),
     else read as always and recorded (what `shardeval prepare` keeps)."""
     if prepared is not None:
-        with offline.replaying(prepared, discovering):
+        with replaying(prepared, discovering):
             yield []
     else:
-        with offline.recording(discovering) as recorded:
+        with recording(discovering) as recorded:
             yield recorded
 
 

@@ -3,7 +3,7 @@ inlined, nothing fetched at view time (it opens from a shared filesystem or an a
 
 The JavaScript (Vega, Vega-Lite, vega-embed) is the pages plugin's package data, fetched from npm
 at build time and pinned in plugins/shardeval_pages/vega.lock.json (shardeval_pages.vendor). A
-source tree that never fetched it has none: `vendor.javascript` raises `BundleMissing` and callers
+source tree that never fetched it has none: `javascript` raises `BundleMissing` and callers
 write their Markdown only.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from shardeval.api.records import atomic_write, finite_number, fmt
 
-from shardeval_pages import vendor
+from shardeval_pages.vendor import BundleMissing, javascript
 
 
 CHART_FRAME = 60  # pixels a chart takes beyond its plot's height: its title and an axis
@@ -29,9 +29,9 @@ def draw(path: str, render: Callable[[], bytes]) -> str:
     """Write the page `render` makes to `path` and return ""; without the charts' JavaScript write
     nothing and return why, in words that name the fix (the core says which page was not written)."""
     try:
-        vendor.javascript()  # asked first: without it, a page's data (7 % of an MMLU-sized merge) is not gathered
+        javascript()  # asked first: without it, a page's data (7 % of an MMLU-sized merge) is not gathered
         page = render()
-    except vendor.BundleMissing as missing:
+    except BundleMissing as missing:
         return str(missing)
     atomic_write(path, page)
     return ""
@@ -152,8 +152,8 @@ class Page:
         )
 
     def render(self) -> bytes:
-        """The whole page. Raises vendor.BundleMissing when the charts' JavaScript is not installed."""
-        bundle = vendor.javascript().replace("</script", "<\\/script")
+        """The whole page. Raises BundleMissing when the charts' JavaScript is not installed."""
+        bundle = javascript().replace("</script", "<\\/script")
         data = ""
         if self.datasets or self.tables:
             data = f'\n<script type="application/json" id="page-data">{json_for_script({"datasets": self.datasets, "tables": self.tables})}</script>'

@@ -25,7 +25,17 @@ import msgspec
 
 from shardeval.api.pages import BenchmarkView, ReportView
 from shardeval.api.records import TRAJECTORIES_FILE, ImageInfo, ImageThumbnail, ResultRecord, TrajectoryRecord, percent
-from shardeval_pages import charts
+from shardeval_pages.charts import (
+    ERROR_COLOR,
+    OUTCOME_COLORS,
+    ecdf,
+    error_kind_colors,
+    forest,
+    histogram,
+    interval_rows,
+    pass_at_k,
+    stacked_counts,
+)
 from shardeval_pages.page import Page, esc, finite, gate_cell, num, span, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, reasoning_of, token_bins
 
@@ -36,7 +46,7 @@ if TYPE_CHECKING:
 ITEMS = 20  # rows per table of items to read
 TEXT_LIMIT = 6000  # characters of one message shown; the rest is in trajectories.jsonl
 PASS_AT = re.compile(r"pass@(\d+)$")
-COVERAGE_COLORS = {"ok": "#4c9a2a", "error": charts.ERROR_COLOR, "missing": "#bbbbbb"}
+COVERAGE_COLORS = {"ok": "#4c9a2a", "error": ERROR_COLOR, "missing": "#bbbbbb"}
 THUMBS_PER_ITEM = 4  # thumbnails shown of one item's images; the rest are counted ("+N more")
 PAGE_THUMBNAIL_BYTES = 1024 * 1024  # the data: URLs one page embeds, over every item; then text placeholders
 THUMB_SIDE = 96  # the longest side a shard makes a thumbnail (shardeval.benchmark.images)
@@ -153,7 +163,7 @@ def summary_charts(page: Page, result: MergeResult, metrics: dict[str, dict[str,
                 by_metric.setdefault(row["metric"], []).append(row)
     level = f"{percent(confidence)}"
     out = [
-        page.chart(f"summary-{slug(metric)}", charts.forest(rows, f"{metric} of every benchmark with its {level} interval"))
+        page.chart(f"summary-{slug(metric)}", forest(rows, f"{metric} of every benchmark with its {level} interval"))
         for metric, rows in by_metric.items()
     ]
     if passk:
@@ -161,9 +171,7 @@ def summary_charts(page: Page, result: MergeResult, metrics: dict[str, dict[str,
         out.append(
             page.chart(
                 "summary-pass_k",
-                charts.forest(
-                    passk, f"pass@k of every benchmark for every k ({', '.join(ks)}) with its {level} interval", color="k", order=ks
-                ),
+                forest(passk, f"pass@k of every benchmark for every k ({', '.join(ks)}) with its {level} interval", color="k", order=ks),
             )
         )
     drawn = {r["benchmark"] for rows in [*by_metric.values(), passk] for r in rows}
@@ -287,7 +295,7 @@ def benchmark_section(
         out.append(
             page.chart(
                 f"categories-{key}",
-                charts.interval_rows(
+                interval_rows(
                     rows,
                     f"{name}: accuracy per category, {percent(confidence)} intervals" + (f" ({methods})" if methods else ""),
                     y="category",
@@ -298,12 +306,12 @@ def benchmark_section(
     passk = sorted((int(k.group(1)), v) for m, v in metrics.items() if (k := PASS_AT.match(m)) and v.get("value") is not None)
     if len(passk) > 1:
         rows = [{"benchmark": name, "k": k, **span(v["value"], v.get("ci_low"), v.get("ci_high"))} for k, v in passk]
-        out.append(page.chart(f"passk-{key}", charts.pass_at_k(rows, f"{name}: pass@k against k")))
+        out.append(page.chart(f"passk-{key}", pass_at_k(rows, f"{name}: pass@k against k")))
     t = facts.timing()
     for label, field in (("latency", "latency_s"), ("TTFT", "ttft_s")):
         if points := facts.distribution(field):
             rows = [{"benchmark": name, "q": q, "seconds": v} for q, v in points]
-            out.append(page.chart(f"{label.lower()}-{key}", charts.ecdf(rows, f"{name}: {label} distribution", "seconds")))
+            out.append(page.chart(f"{label.lower()}-{key}", ecdf(rows, f"{name}: {label} distribution", "seconds")))
     if t["n"]:
         timing_rows = [
             [esc(label), *(num(t[field][q], f"{name}/timing/{field}/{q}", 3) for q in ("p50", "p90", "p99"))]
@@ -324,7 +332,7 @@ def benchmark_section(
     out.append(
         page.chart(
             f"coverage-{key}",
-            charts.stacked_counts(coverage, f"{name}: coverage per shard", y="shard", color="state", colors=COVERAGE_COLORS),
+            stacked_counts(coverage, f"{name}: coverage per shard", y="shard", color="state", colors=COVERAGE_COLORS),
         )
     )
     if errors:
@@ -334,12 +342,12 @@ def benchmark_section(
         out.append(
             page.chart(
                 f"errors-{key}",
-                charts.stacked_counts(
+                stacked_counts(
                     [{"shard": f"shard {i}", "kind": k, "n": n} for (i, k), n in sorted(errors.items())],
                     f"{name}: errors by shard and kind ({', '.join(f'{k} {n}' for k, n in by_kind.most_common())})",
                     y="shard",
                     color="kind",
-                    colors=charts.error_kind_colors([k for k, _ in by_kind.most_common()]),
+                    colors=error_kind_colors([k for k, _ in by_kind.most_common()]),
                 ),
             )
         )
@@ -390,9 +398,7 @@ def reasoning_section(page: Page, b: BenchmarkMerge) -> list[str]:
         out.append(
             page.chart(
                 f"reasoning-{key}",
-                charts.histogram(
-                    rows, f"{name}: reasoning tokens per reply, by outcome", x_title="reasoning tokens", colors=charts.OUTCOME_COLORS
-                ),
+                histogram(rows, f"{name}: reasoning tokens per reply, by outcome", x_title="reasoning tokens", colors=OUTCOME_COLORS),
             )
         )
     return out

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from shardeval.api.pages import NOT_COMPARED, not_compared_notes
 from shardeval.api.records import percent
-from shardeval_pages import charts
+from shardeval_pages.charts import across_models, series_across_models
 from shardeval_pages.page import Page, esc, finite, gate_cell, num, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, sweep_reasoning
 from shardeval_pages.report_page import PASS1_IS_ACCURACY, pass1_is_accuracy, slug
@@ -210,7 +210,7 @@ def metric_section(page: Page, doc: dict[str, Any], services: list[str], metric:
             out.append(
                 page.chart(
                     f"grid-{slug(metric)}-{slug(b)}",
-                    charts.across_models(
+                    across_models(
                         "cells",
                         {"metric": metric, "benchmark": b},
                         f"{b}: {metric} of every model, {level} intervals",
@@ -309,7 +309,7 @@ def reasoning_section(page: Page, sweep: SweepMerge, services: list[str], benche
         out.append(
             page.chart(
                 f"reasoning-rate-{slug(b)}",
-                charts.across_models(
+                across_models(
                     "reasoning",
                     {"benchmark": b},
                     f"{b}: share of answers {TRUNCATED_REASONING} (of every ok answer)",
@@ -324,7 +324,7 @@ def reasoning_section(page: Page, sweep: SweepMerge, services: list[str], benche
             out.append(
                 page.chart(
                     f"reasoning-tokens-{slug(b)}",
-                    charts.series_across_models(
+                    series_across_models(
                         "reasoning",
                         {"benchmark": b},
                         f"{b}: reasoning tokens per reply, mean and median",
@@ -382,7 +382,7 @@ def vs_section(page: Page, doc: dict[str, Any], baseline: str, services: list[st
             out.append(
                 page.chart(
                     f"vs-{slug(b)}",
-                    charts.across_models(
+                    across_models(
                         "vs",
                         {"benchmark": b},
                         f"{b}: difference against {baseline} with its {level} interval",
