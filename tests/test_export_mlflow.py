@@ -161,6 +161,12 @@ def test_failures_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "holds credentials" in lines[0] and "MLFLOW_TRACKING_TOKEN" in lines[0]
     assert secret not in done.stderr + done.stdout
+    # a SQLite file in a folder that does not exist: the user's to make (SQLite makes only the file)
+    missing = tmp_path / "no-such-folder"
+    done = shardeval_cmd("export", str(out), "--to", "mlflow", "--tracking-uri", f"sqlite:///{missing}/mlflow.db", env=env(store))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert str(missing) in lines[0] and "make the folder" in lines[0] and not missing.exists()
     # MLflow not installed: `check()` says which extra, before any merge
     import importlib.util
 

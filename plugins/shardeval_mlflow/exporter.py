@@ -129,6 +129,11 @@ def _local_store_lock(uri: str) -> Iterator[None]:
     if folder is None:
         yield
         return
+    if uri.startswith("sqlite:") and not os.path.isdir(folder):
+        raise UsageError(
+            f"mlflow: tracking_uri {redact_urls(uri)!r} names a SQLite file in {folder}, which does not exist "
+            "(SQLite makes the file, not its folder): make the folder, or give another --tracking-uri"
+        )
     try:
         if not uri.startswith("sqlite:"):
             os.makedirs(folder, exist_ok=True)  # MLflow makes a folder store on its first write anyway
