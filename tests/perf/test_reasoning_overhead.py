@@ -20,12 +20,17 @@ rates (best round of each); the long ratio must not fall more than 0.05 below th
 That raw client decodes every chunk with json.loads, which costs it far more per token than
 shardeval's typed msgspec decoding, so its long ratio is large and could hide a client that got
 several times slower per token. A third client in the same rounds is as lean as Python allows
-(`lean_client`: the same bodies, readany split by hand, msgspec into the three fields it reads):
-the ratio of its CPU a request to shardeval's must also not fall more than 0.05 from short to long.
-CPU, not request rate: with itl 0 on 2 shared cores the long runs' wall time is the simulator's
-and the neighbours' as much as the client's: over six runs the rate ratios to the lean client
-ranged 0.53-1.16, the CPU ratios 0.60-0.75, and within each run the long CPU ratio was 0.00-0.12
-above the short one.
+(`lean_client`: the same bodies, readany split by hand, msgspec into the three fields it reads).
+Its whole runs' CPU ratios to shardeval are printed, not asserted: on this shared 2-core VM they
+moved 0.43-0.71 (short) and 0.60-0.90 (long) between rounds of one tree, because a CPU second
+here is not a fixed amount of work (neighbours, the simulator on the other core). What is asserted
+is where the per-token cost lives, measured so that noise hits both sides: the replies to the same
+bodies are recorded, the simulator is stopped, and this process reads them with shardeval's reading
+(the SSE parser and `_Reading`, as `Client._read_stream` does per chunk) and with the lean client's
+(`LeanReader`), interleaved a few milliseconds at a time, five passes. The lean reading's CPU over
+shardeval's must not fall more than 0.05 from short to long: measured 0.727 short and 0.718 long;
+passes of one tree moved 0.70-0.71 (short) and 0.66-0.72 (long); adding three small operations
+per event to `_Reading.event` took the long figure from 0.745 to 0.496.
 
 Memory. The own peak RSS (tests/peak_rss.py) of one `shardeval run` of 128 requests, all in flight
 at once, whose replies think 0, 2,000 or 20,000 tokens each (fixed lengths, so every run holds the
@@ -49,7 +54,7 @@ and 45.0 / 61.8 / 77.2 MiB at 0 / 2k / 20k thinking tokens x 128 replies in flig
 bytes per thinking token in flight at 2k (pieces not yet joined, allocator slack: the noisy
 figure), 14 and 13 at 20k (the text is ~6 bytes a token, held joined, then as the record and the
 trajectory are written). With COMPACT_PIECES set out of reach it was 33-37 at 20k, caught by the
-bound of 28. The test takes 60-85 s.
+bound of 28. The two tests take about 90 s.
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ N_SHORT, C_SHORT = 1_500, 256
 N_LONG, C_LONG = 32, 32
 ROUNDS = 3
 SLACK = 0.05  # the long ratio may fall this far below the short one
+PARSE_PASSES = 5  # passes over the recorded replies of the in-process reading measure
+PARSE_GROUP = {"short": 50, "long": 1}  # replies a group: a few ms of reading each
 MAX_TOKENS = 2_000_000  # never cut: the tail is capped at 100 x 13,333
 MEM_N = 128  # requests of the memory runs, every one in flight at once
 PER_TOKEN_BOUND = 28  # bytes per thinking token in flight at 20k (measured 14-16; 33-37 with COMPACT_PIECES out of reach)
@@ -95,40 +102,123 @@ class _Chunk(msgspec.Struct):
     choices: list[_Choice] = []
 
 
+class LeanReader:
+    """The lean client's reading of one reply: bytes as they come split into SSE lines by hand and
+    decoded by msgspec into the three fields it reads, as shardeval's own client does."""
+
+    decode = msgspec.json.Decoder(_Chunk).decode
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.thinking: list[str] = []
+        self.rest = b""
+
+    def feed(self, chunk: bytes) -> None:
+        *lines, self.rest = (self.rest + chunk).split(b"\n")
+        for line in lines:
+            if line.startswith(b"data: ") and line != b"data: [DONE]":
+                choices = self.decode(line[6:]).choices
+                if choices:
+                    delta = choices[0].delta
+                    if delta.content:
+                        self.text.append(delta.content)
+                    if delta.reasoning:
+                        self.thinking.append(delta.reasoning)
+
+    def read(self) -> tuple[str, str]:
+        """(answer, thinking)."""
+        return "".join(self.text), "".join(self.thinking)
+
+
 async def lean_client(base_url: str, n: int, concurrency: int, bodies: list[bytes], thought: list[int]) -> int:
     """A raw client as lean as Python allows, for scale: the same bodies and the same reading of
-    content and thinking as `raw_client`, but bytes as they come (readany) split into SSE lines by
-    hand and decoded by msgspec into the three fields it reads, as shardeval's own client does;
-    no retries, records, scoring or trajectories."""
+    content and thinking as `raw_client`, but read by `LeanReader`; no retries, records, scoring or
+    trajectories."""
     url = base_url + "/chat/completions"
     headers = {"Content-Type": "application/json"}
-    decode = msgspec.json.Decoder(_Chunk).decode
     work = iter(range(n))
     done = 0
 
     async def worker(session: aiohttp.ClientSession) -> None:
         nonlocal done
         for i in work:
-            text, thinking, rest = [], [], b""
+            reader = LeanReader()
             async with session.post(url, data=bodies[i], headers=headers) as resp:
                 while chunk := await resp.content.readany():
-                    *lines, rest = (rest + chunk).split(b"\n")
-                    for line in lines:
-                        if line.startswith(b"data: ") and line != b"data: [DONE]":
-                            choices = decode(line[6:]).choices
-                            if choices:
-                                delta = choices[0].delta
-                                if delta.content:
-                                    text.append(delta.content)
-                                if delta.reasoning:
-                                    thinking.append(delta.reasoning)
-            "".join(text)
-            thought.append(len("".join(thinking)))
+                    reader.feed(chunk)
+            thought.append(len(reader.read()[1]))
             done += 1
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
     return done
+
+
+def read_like_shardeval(streams: list[list[bytes]]) -> int:
+    """Each reply's chunks read as shardeval's client reads them (`Client._read_stream`: the SSE
+    parser, then the reading's event per data line, then its outcome); the characters read."""
+    from shardeval.run.client import _Reading
+    from shardeval.run.sse import SSEParser
+
+    read = 0
+    for chunks in streams:
+        parser, reading = SSEParser(), _Reading(0.0)
+        for chunk in chunks:
+            for data in parser.feed(chunk):
+                reading.event(data, 0.0)
+        for data in parser.finish():
+            reading.event(data, 0.0)
+        reading.stream_ended("text/event-stream", 0.0)
+        outcome = reading.outcome(None, 0.0)
+        read += len(outcome.text) + len(outcome.reasoning or "")  # type: ignore[union-attr]
+    return read
+
+
+def read_lean(streams: list[list[bytes]]) -> int:
+    """The same replies read by `LeanReader`; the characters read."""
+    read = 0
+    for chunks in streams:
+        reader = LeanReader()
+        for chunk in chunks:
+            reader.feed(chunk)
+        read += sum(map(len, reader.read()))
+    return read
+
+
+async def recorded_streams(base_url: str, bodies: list[bytes]) -> list[list[bytes]]:
+    """What the simulator streams for each body, in the chunks aiohttp hands out (readany)."""
+    headers = {"Content-Type": "application/json"}
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=C_SHORT)) as session:
+
+        async def one(body: bytes) -> list[bytes]:
+            chunks = []
+            async with session.post(base_url + "/chat/completions", data=body, headers=headers) as resp:
+                while chunk := await resp.content.readany():
+                    chunks.append(chunk)
+            return chunks
+
+        return await asyncio.gather(*(one(body) for body in bodies))
+
+
+def reading_cpu_ratio(streams: list[list[bytes]], group: int) -> float:
+    """The lean reading's CPU time over shardeval's for the same recorded replies, in this process
+    with no server running, interleaved `group` replies at a time (each group read by both, which
+    goes first alternating) and PARSE_PASSES times over: a slow spell of the shared machine then
+    hits both sides, which whole runs seconds apart do not (those read 0.52-1.06 for one tree)."""
+    ours = lean = 0.0
+    groups = [streams[i : i + group] for i in range(0, len(streams), group)]
+    for k, replies in enumerate(groups * PARSE_PASSES):
+        for side in (k % 2, 1 - k % 2):
+            start = time.process_time()
+            read = (read_lean if side else read_like_shardeval)(replies)
+            spent = time.process_time() - start
+            if side:
+                lean, lean_read = lean + spent, read
+            else:
+                ours, our_read = ours + spent, read
+        assert lean_read == our_read  # the same characters, read by both
+    return lean / ours
 
 
 def timed(coro) -> tuple[float, float, Any]:
@@ -139,7 +229,8 @@ def timed(coro) -> tuple[float, float, Any]:
 
 
 def ratio_of(tmp: Path, name: str, n: int, concurrency: int, max_tokens: int, *sim_flags: str) -> dict[str, Any]:
-    """shardeval against the raw client on one simulator, alternating: best rates, least CPU, ratio."""
+    """shardeval against the raw clients on one simulator, alternating: best rates, least CPU, ratios;
+    then the replies to the same bodies recorded, and read in this process by both readers."""
     log = tmp / f"{name}.requests.jsonl"
     ours: list[tuple[float, float]] = []
     raw: list[tuple[float, float]] = []
@@ -167,6 +258,8 @@ def ratio_of(tmp: Path, name: str, n: int, concurrency: int, max_tokens: int, *s
                 assert sorted(sent[n : 2 * n]) == sorted(bodies)  # the raw client sent what shardeval sent
                 records = [json.loads(line) for line in (out / "shard_0" / "arith" / "results.jsonl").read_bytes().splitlines()]
                 assert sum(len(rec.get("reasoning") or "") for rec in records) == sum(thought)  # and read the same thinking
+        streams = asyncio.run(recorded_streams(url, bodies))
+    reading = reading_cpu_ratio(streams, PARSE_GROUP[name.rstrip("0123456789")])  # the server stopped: this process alone
     tokens = sum(rec.get("completion_tokens") or 0 for rec in records)
     return {
         "ours": max(r for r, _ in ours),
@@ -177,6 +270,7 @@ def ratio_of(tmp: Path, name: str, n: int, concurrency: int, max_tokens: int, *s
         "lean": max(r for r, _ in lean),
         "lean_cpu": min(c for _, c in lean),
         "cpu_ratio": min(c for _, c in lean) / min(c for _, c in ours),
+        "reading": reading,
         "thinking": [rec.get("reasoning_tokens") or 0 for rec in records],
         "tokens": tokens,
         "outcomes": {rec.get("outcome") for rec in records},
@@ -184,25 +278,18 @@ def ratio_of(tmp: Path, name: str, n: int, concurrency: int, max_tokens: int, *s
 
 
 def measured_twice(measure: Any, holds: Any) -> Any:
-    """`measure()`, and once more when what it gave does not hold: these two measures move between
-    runs of one machine by more than their bounds' slack (the short CPU ratio 0.57-0.68, a 2k-token
-    reply's RSS 8-39 bytes a token, seen in two full runs on 2026-12-05), so each is taken as the
-    better of two runs, as the client tests take the best of their rounds."""
+    """`measure()`, and once more when what it gave does not hold: a 2k-token reply's RSS moves
+    between runs of one machine by more than its bound's slack (8-39 bytes a token, seen in two
+    full runs on 2026-12-05), so it is taken as the better of two runs, as the client tests take
+    the best of their rounds."""
     first = measure()
     return first if holds(first) else measure()
 
 
 def test_long_thinking_keeps_the_clients_ratio_to_a_raw_client(tmp_path: Path) -> None:
     logging.getLogger("shardeval").setLevel(logging.WARNING)
-    runs = iter(range(2))
-
-    def measure() -> tuple[dict[str, Any], dict[str, Any]]:
-        k = next(runs)
-        return (ratio_of(tmp_path, f"short{k}", N_SHORT, C_SHORT, 64), ratio_of(tmp_path, f"long{k}", N_LONG, C_LONG, MAX_TOKENS, *LONG))
-
-    short, long = measured_twice(
-        measure, lambda got: got[1]["ratio"] >= got[0]["ratio"] - SLACK and got[1]["cpu_ratio"] >= got[0]["cpu_ratio"] - SLACK
-    )
+    short = ratio_of(tmp_path, "short", N_SHORT, C_SHORT, 64)
+    long = ratio_of(tmp_path, "long", N_LONG, C_LONG, MAX_TOKENS, *LONG)
     thinking = long["thinking"]
     mean = sum(thinking) / len(thinking)
     assert long["outcomes"] == {None} and min(thinking) > 0  # every reply thought, and none was cut off
@@ -218,18 +305,18 @@ def test_long_thinking_keeps_the_clients_ratio_to_a_raw_client(tmp_path: Path) -
         print(
             f"  {'':5} {'':5}          {'':3}  lean msgspec {got['lean']:7.2f} req/s {got['lean'] * per_req:9,.0f} tok/s "
             f"{got['lean_cpu'] * 1e3:7.2f} ms CPU/req; shardeval's ratio to it {got['ours'] / got['lean']:.3f}, "
-            f"of CPU {got['cpu_ratio']:.3f}"
+            f"of CPU {got['cpu_ratio']:.3f}; of the reading's CPU in this process {got['reading']:.3f}"
         )
     print(
         f"  long replies think {mean:,.0f} tokens on average (min {min(thinking):,}, max {max(thinking):,}); "
         f"long ratio {long['ratio']:.3f} against short {short['ratio']:.3f} (bound: short - {SLACK})"
     )
     print(
-        f"  CPU ratio to the lean client (its CPU a request over shardeval's): long {long['cpu_ratio']:.3f} against "
-        f"short {short['cpu_ratio']:.3f} (bound: short - {SLACK})"
+        f"  the reading's CPU ratio to the lean reader's (its CPU over shardeval's, {PARSE_PASSES} interleaved passes): "
+        f"long {long['reading']:.3f} against short {short['reading']:.3f} (bound: short - {SLACK})"
     )
     assert long["ratio"] >= short["ratio"] - SLACK
-    assert long["cpu_ratio"] >= short["cpu_ratio"] - SLACK
+    assert long["reading"] >= short["reading"] - SLACK
 
 
 def peak_mib(tmp: Path, thinking: int) -> float:
