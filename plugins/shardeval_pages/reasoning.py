@@ -70,11 +70,17 @@ def sweep_reasoning(sweep: Any) -> dict[tuple[str, str], dict[str, Any]]:
     """Each (model, benchmark) of a sweep that has thinking or cut-off replies: its `reasoning`
     object from sweep.json's cells when they carry one, else from the model's merge (`reasoning_of`)."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
+    celled: set[tuple[str, str]] = set()  # a cell without `reasoning` says its merge found none
     for c in sweep.document["cells"]:
+        key = (c["service"], c["benchmark"])
+        celled.add(key)
         if c.get("reasoning"):  # a ReasoningCounts in the document the merge made, a dict in one read back
-            found.setdefault((c["service"], c["benchmark"]), msgspec.to_builtins(c["reasoning"]))
+            found.setdefault(key, msgspec.to_builtins(c["reasoning"]))
+    # Only a benchmark without a cell is counted from its merge: counting all of them again made a
+    # watched sweep's page cost grow with every checkpoint before it.
     for m in sweep.models:
         for b in m.result.benchmarks if m.result is not None else []:
-            if (m.service, b.manifest.name) not in found and (summary := reasoning_of(b)) is not None:
-                found[(m.service, b.manifest.name)] = summary
+            key = (m.service, b.manifest.name)
+            if key not in celled and key not in found and (summary := reasoning_of(b)) is not None:
+                found[key] = summary
     return found

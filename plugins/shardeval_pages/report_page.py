@@ -141,8 +141,17 @@ SAME_NUMBERS = ("value", "ci_low", "ci_high")
 def pass1_is_accuracy(metrics: dict[str, Any]) -> bool:
     """Whether pass@1 says exactly what accuracy says (with one repeat the mean of one sample is
     the sample): the page then shows that number once."""
-    accuracy, pass1 = metrics.get("accuracy"), metrics.get("pass@1")
-    return accuracy is not None and pass1 is not None and all(accuracy.get(k) == pass1.get(k) for k in SAME_NUMBERS)
+    return same_numbers(metrics.get("accuracy"), metrics.get("pass@1"))
+
+
+def same_numbers(accuracy: dict[str, Any] | None, pass1: dict[str, Any] | None) -> bool:
+    """Whether two metrics' entries have the same SAME_NUMBERS (a sweep page asks it of every
+    cell, so written out rather than looped)."""
+    if accuracy is None or pass1 is None:
+        return False
+    a, p = accuracy.get, pass1.get
+    value, low, high = SAME_NUMBERS
+    return a(value) == p(value) and a(low) == p(low) and a(high) == p(high)
 
 
 def shown_metrics(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from shardeval.api.records import percent
 from shardeval_pages.charts import across_models, series_across_models
 from shardeval_pages.page import Page, esc, finite, gate_cell, num, table
 from shardeval_pages.reasoning import TRUNCATED, TRUNCATED_REASONING, rate, sweep_reasoning
-from shardeval_pages.report_page import PASS1_IS_ACCURACY, pass1_is_accuracy, slug
+from shardeval_pages.report_page import PASS1_IS_ACCURACY, same_numbers, slug
 
 if TYPE_CHECKING:
     from shardeval.api.pages import SweepMerge
@@ -104,7 +104,7 @@ def same_as_accuracy(cells: list[dict[str, Any]]) -> bool:
     page would show the same grid twice."""
     accuracy = {(c["service"], c["benchmark"]): c for c in cells if c["metric"] == "accuracy"}
     pass1 = [c for c in cells if c["metric"] == "pass@1"]
-    return bool(pass1) and all(pass1_is_accuracy({"accuracy": accuracy.get((c["service"], c["benchmark"])), "pass@1": c}) for c in pass1)
+    return bool(pass1) and all(same_numbers(accuracy.get((c["service"], c["benchmark"])), c) for c in pass1)
 
 
 def models_table(sweep: SweepMerge, links: dict[str, str]) -> str:

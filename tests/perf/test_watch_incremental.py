@@ -5,10 +5,17 @@ the 50th checkpoint to a watched sweep of 20 benchmarks costs no more than 1.2x 
 One sweep of 50 checkpoints × 20 benchmarks, every checkpoint the same shape (PROBLEMS problems a
 benchmark, 2 shards: the project's own writer, tests/shard_factory.py). Two IncrementalSweeps of
 it, one holding 4 checkpoints and one 49, each add the next (drop it, add it again: the same
-merge every time); the two are timed in turns, so a loaded machine slows both alike, and the
-median of ROUNDS is compared. An update's work: the new checkpoint's merge and its merged/
+merge every time); the two are timed in turns, back to back, and the median over ROUNDS of each
+round's ratio is compared, so a slow spell of the shared machine (the same update here takes
+170-300 ms from one round to the next) hits both sides of a ratio. An update's work: the new checkpoint's merge and its merged/
 (scores.json, report.md, report.html, the records), then Holm across the table and sweep.json,
 sweep.md, sweep.html. What the one-shot merge of the 50 costs is printed beside it.
+
+What grows with the checkpoints is the sweep's own files (a table of models x benchmarks): about
+25 ms at 50 models against 9 at 5, on updates of about 170 ms. The pages' share of that was cut
+(their data encoded by msgspec, a benchmark's reasoning counts taken from sweep.json's cells
+instead of counted again from every model's merge, pass@1's check unrolled); the median of 25
+rounds' ratios still read 1.15 after that, so this bound has about 0.05 of room.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from shardeval.results.incremental import IncrementalSweep
 from shardeval.results.sweep_merge import merge_any
 from shardeval.store.discover import read_plan
 
-CHECKPOINTS, BENCHMARKS, PROBLEMS, ROUNDS = 50, 20, 500, 7
+CHECKPOINTS, BENCHMARKS, PROBLEMS, ROUNDS = 50, 20, 500, 9
 MAX_RATIO = 1.2
 
 
@@ -52,10 +59,12 @@ def test_adding_the_50th_checkpoint_costs_what_adding_the_5th_does(tmp_path):
     one_shot = time.perf_counter() - start
     small, large = statistics.median(times[5]), statistics.median(times[CHECKPOINTS])
     small_cpu, large_cpu = statistics.median(cpu[5]), statistics.median(cpu[CHECKPOINTS])
+    paired = statistics.median(b / a for a, b in zip(times[5], times[CHECKPOINTS]))  # each round's two updates, back to back
     print(
         f"\nwatched sweep, {BENCHMARKS} benchmarks x {PROBLEMS} problems a checkpoint: adding the 5th {small * 1000:.0f} ms, "
-        f"the {CHECKPOINTS}th {large * 1000:.0f} ms (median of {ROUNDS}), ratio {large / small:.2f} (bound {MAX_RATIO}); "
+        f"the {CHECKPOINTS}th {large * 1000:.0f} ms (median of {ROUNDS}), ratio {large / small:.2f}, median of the rounds' "
+        f"ratios {paired:.2f} (bound {MAX_RATIO}); "
         f"the one-shot merge of all {CHECKPOINTS}: {one_shot * 1000:.0f} ms; CPU time of the updates: "
         f"{small_cpu * 1000:.0f} ms, {large_cpu * 1000:.0f} ms, ratio {large_cpu / small_cpu:.2f}"
     )
-    assert large <= MAX_RATIO * small, (times, one_shot)
+    assert paired <= MAX_RATIO, (times, one_shot)
