@@ -300,14 +300,31 @@ class MergeResult:
             sum(b.missing_by_shard.values()) for b in self.benchmarks
         )
 
-    def error_cells(self) -> tuple[int, Counter[str]]:
-        """(cells, errors by kind): the standing records that are errors, over every benchmark."""
+    @cached_property
+    def _cell_counts(self) -> tuple[int, Counter[str], int]:
+        """(cells, errors by kind, missing cells) over every benchmark: a pass over every cell, so
+        counted once per merge (a watched sweep's verdict line asks it of every checkpoint kept)."""
         kinds: Counter[str] = Counter()
         for b in self.benchmarks:
             for kind, code in b.cells.kinds.items():
                 if n := b.cells.error_kind.count(code + 1):
                     kinds[kind] += n
-        return sum(len(b.cells.status) for b in self.benchmarks), kinds
+        cells = sum(len(b.cells.status) for b in self.benchmarks)
+        return cells, kinds, sum(b.cells.status.count(MISSING) for b in self.benchmarks)
+
+    def error_cells(self) -> tuple[int, Counter[str]]:
+        """(cells, errors by kind): the standing records that are errors, over every benchmark."""
+        cells, kinds, _ = self._cell_counts
+        return cells, Counter(kinds)  # the caller's own: the counts stay as counted
+
+    def missing_cells(self) -> int:
+        """The cells without a standing record, over every benchmark."""
+        return self._cell_counts[2]
+
+    @cached_property
+    def read_warnings(self) -> tuple[str, ...]:
+        """`warnings(self)`, made once per merge (a watched sweep's update asks every checkpoint)."""
+        return tuple(line for b in self.benchmarks for line in cell_warnings(b.cells))
 
     @cached_property
     def verdict(self) -> str:
@@ -326,7 +343,7 @@ class MergeResult:
     def verdict_line(self) -> str:
         """The verdict with what keeps the run from COMPLETE, e.g. `ERRORS: 230 of 230 cells
         end in errors (230 client)`."""
-        return verdict_text(self.verdict, *self.error_cells(), sum(b.cells.status.count(MISSING) for b in self.benchmarks))
+        return verdict_text(self.verdict, *self.error_cells(), self.missing_cells())
 
     def rerun_shards(self) -> list[int]:
         """Shards with missing cells (a shard that never started included, a lost one too), to run
@@ -442,7 +459,7 @@ def merge_run(
 
 def warnings(result: MergeResult) -> list[str]:
     """What merge skipped or refused in the shards' files, one line per file (for stderr)."""
-    return [line for b in result.benchmarks for line in cell_warnings(b.cells)]
+    return list(result.read_warnings)
 
 
 def cell_warnings(cells: Cells, label: str = "", never: str = "counted") -> list[str]:

@@ -28,7 +28,7 @@ from shardeval.numbers import percent
 from shardeval.results.merge import COMPLETE, ERRORS, PARTIAL, MergeResult, merge_run, verdict_text, warnings
 from shardeval.results.outputs import REPORT_HTML, write_merged
 from shardeval.results import pages
-from shardeval.results.metrics import MISSING, MetricOptions
+from shardeval.results.metrics import MetricOptions
 from shardeval.results.quoting import md_text
 from shardeval.results.report import fmt, fmt_p, render_report
 from shardeval.results.sweep_parts import assemble, by_benchmark, model_part
@@ -85,7 +85,7 @@ class SweepMerge:
         counted = [r.error_cells() for r in results]
         kinds: Counter[str] = sum((by_kind for _, by_kind in counted), Counter())
         cells = sum(n for n, _ in counted)
-        missing = sum(b.cells.status.count(MISSING) for r in results for b in r.benchmarks)
+        missing = sum(r.missing_cells() for r in results)
         return verdict_text(self.verdict, cells, kinds, missing)
 
     def verdict_line(self) -> str:
