@@ -27,7 +27,7 @@ from vllm_real import SERVED_NAME, require_vllm, running_vllm
 CONCURRENCY = 32
 N_REQUESTS = 128
 MAX_TOKENS = 16
-ROUNDS = 2
+ROUNDS = 3  # best of 3: with 2, the best raw and shardeval rates of one tree read 0.936-1.195 of each other (the CPU server is the noise)
 TARGET = 0.95
 
 pytestmark = pytest.mark.timeout(900)  # ~3 min on an idle 2-core machine; more when it is shared
