@@ -81,6 +81,6 @@ def sweep_reasoning(sweep: Any) -> dict[tuple[str, str], dict[str, Any]]:
     for m in sweep.models:
         for b in m.result.benchmarks if m.result is not None else []:
             key = (m.service, b.manifest.name)
-            if key not in celled and key not in found and (summary := reasoning_of(b)) is not None:
+            if key not in celled and (summary := reasoning_of(b)) is not None:  # `found` holds cells' keys only
                 found[key] = summary
     return found

@@ -259,7 +259,7 @@ def ratio_of(tmp: Path, name: str, n: int, concurrency: int, max_tokens: int, *s
                 records = [json.loads(line) for line in (out / "shard_0" / "arith" / "results.jsonl").read_bytes().splitlines()]
                 assert sum(len(rec.get("reasoning") or "") for rec in records) == sum(thought)  # and read the same thinking
         streams = asyncio.run(recorded_streams(url, bodies))
-    reading = reading_cpu_ratio(streams, PARSE_GROUP[name.rstrip("0123456789")])  # the server stopped: this process alone
+    reading = reading_cpu_ratio(streams, PARSE_GROUP[name])  # the server stopped: this process alone
     tokens = sum(rec.get("completion_tokens") or 0 for rec in records)
     return {
         "ours": max(r for r, _ in ours),
